@@ -1,0 +1,228 @@
+//! Invocation contexts: a named scope with a caller origin, holding the current position in the call tree.
+//!
+//! In synchronous code the context lives in a thread-local. Async code carries it in the future
+//! ([`CarriedContext`], used by the macro's wrapper future) and installs it during every poll.
+
+use std::cell::Cell;
+use std::fmt;
+use std::ptr;
+use std::sync::Arc;
+
+use crate::engine::Shared;
+use crate::node::{DefaultNode, EntranceNode};
+use crate::Sentinel;
+
+/// Name of the context used when none was entered.
+pub const DEFAULT_CONTEXT_NAME: &str = "sentinel_default_context";
+
+/// A context known to an engine.
+pub(crate) struct ContextInfo {
+    pub(crate) id: u32,
+    pub(crate) entrance: EntranceNode,
+}
+
+impl ContextInfo {
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.entrance.name
+    }
+}
+
+/// An interned origin.
+pub(crate) struct OriginInfo {
+    pub(crate) id: u32,
+    pub(crate) name: Arc<str>,
+}
+
+/// The thread's current context: plain pointers into an engine that outlives every entry and guard using them.
+#[derive(Clone, Copy)]
+pub(crate) struct ContextState {
+    /// 0 when no context is active.
+    pub(crate) engine_id: u64,
+    pub(crate) ctx: *const ContextInfo,
+    pub(crate) origin: *const OriginInfo,
+    /// The innermost entry's node; null at the entrance.
+    pub(crate) cur_node: *const DefaultNode,
+    pub(crate) depth: u32,
+    /// Created implicitly (default context or an entry's own `context(..)`): cleared when depth returns to 0.
+    pub(crate) auto: bool,
+    /// An engine that annotated functions use instead of the global one (tests).
+    pub(crate) override_engine: *const Sentinel,
+}
+
+impl ContextState {
+    pub(crate) const NONE: ContextState = ContextState {
+        engine_id: 0,
+        ctx: ptr::null(),
+        origin: ptr::null(),
+        cur_node: ptr::null(),
+        depth: 0,
+        auto: false,
+        override_engine: ptr::null(),
+    };
+}
+
+thread_local! {
+    static CURRENT: Cell<ContextState> = const { Cell::new(ContextState::NONE) };
+}
+
+#[inline]
+pub(crate) fn current() -> ContextState {
+    CURRENT.with(|c| c.get())
+}
+
+#[inline]
+pub(crate) fn set_current(s: ContextState) {
+    CURRENT.with(|c| c.set(s))
+}
+
+/// Errors entering a context.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContextError {
+    /// The default context's name was used explicitly.
+    #[error("the context name `{DEFAULT_CONTEXT_NAME}` is reserved for the default context; choose another name")]
+    ReservedName,
+    /// The name is empty.
+    #[error("a context name must not be empty")]
+    EmptyName,
+}
+
+/// An entered context: leaving the scope exits it. See [`Sentinel::enter_context`].
+#[must_use = "the context is exited when the guard is dropped"]
+pub struct ContextGuard<'e> {
+    pub(crate) engine: &'e Sentinel,
+    /// The state to restore, or `None` when another context was already active (nothing to undo).
+    pub(crate) restore: Option<ContextState>,
+    pub(crate) _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl ContextGuard<'_> {
+    /// The name of the active context.
+    pub fn name(&self) -> String {
+        let s = current();
+        if s.engine_id == self.engine.shared.id && !s.ctx.is_null() {
+            // SAFETY: contexts live as long as the engine, which this guard borrows.
+            unsafe { (*s.ctx).name().to_string() }
+        } else {
+            String::new()
+        }
+    }
+}
+
+impl Drop for ContextGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(prev) = self.restore.take() {
+            set_current(prev);
+        }
+    }
+}
+
+impl fmt::Debug for ContextGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ContextGuard").field("owns", &self.restore.is_some()).finish()
+    }
+}
+
+impl Sentinel {
+    /// Enters the context `name` with the caller `origin` (empty for none) on this thread. If a context is
+    /// already active it stays active and the guard does nothing, as in Java Sentinel.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let _ctx = engine.enter_context("http-entrance", "appA").unwrap();
+    /// let e = engine.enter("queryOrder").unwrap();
+    /// assert_eq!(e.origin(), "appA");
+    /// ```
+    pub fn enter_context(&self, name: &str, origin: &str) -> Result<ContextGuard<'_>, ContextError> {
+        if name == DEFAULT_CONTEXT_NAME {
+            return Err(ContextError::ReservedName);
+        }
+        if name.is_empty() {
+            return Err(ContextError::EmptyName);
+        }
+        let cur = current();
+        if cur.engine_id == self.shared.id && !cur.ctx.is_null() {
+            return Ok(ContextGuard { engine: self, restore: None, _not_send: Default::default() });
+        }
+        let state = self.shared.context_state(name, origin, false, cur.override_engine);
+        set_current(state);
+        Ok(ContextGuard { engine: self, restore: Some(cur), _not_send: Default::default() })
+    }
+
+    /// The name and origin of this thread's active context of this engine, if any.
+    pub fn current_context(&self) -> Option<(String, String)> {
+        let s = current();
+        if s.engine_id != self.shared.id || s.ctx.is_null() {
+            return None;
+        }
+        // SAFETY: the context and origin tables live as long as the engine.
+        unsafe { Some(((*s.ctx).name().to_string(), (*s.origin).name.to_string())) }
+    }
+}
+
+impl Shared {
+    /// A fresh state for context `name` (interned, entrance created on first use) and `origin`.
+    pub(crate) fn context_state(
+        &self,
+        name: &str,
+        origin: &str,
+        auto: bool,
+        override_engine: *const Sentinel,
+    ) -> ContextState {
+        let ctx = self.context(name);
+        let origin = self.origin(origin);
+        ContextState {
+            engine_id: self.id,
+            ctx: ctx.map_or(ptr::null(), |c| c as *const ContextInfo),
+            origin: origin as *const OriginInfo,
+            cur_node: ptr::null(),
+            depth: 0,
+            auto,
+            override_engine,
+        }
+    }
+}
+
+/// A context carried by a future across polls (and threads), installed in the thread-local while it runs.
+#[doc(hidden)]
+pub struct CarriedContext {
+    state: ContextState,
+}
+
+// SAFETY: the pointers refer to engine-owned data (contexts, origins, nodes) that is `Sync` and outlives every
+// entry; the state is only dereferenced by the thread that has it installed.
+unsafe impl Send for CarriedContext {}
+unsafe impl Sync for CarriedContext {}
+
+impl CarriedContext {
+    /// Captures the calling thread's current context (what the future's parent had when it was created).
+    pub fn capture() -> Self {
+        CarriedContext { state: current() }
+    }
+
+    /// Installs the carried context on this thread for the duration of `f`, then carries away what `f` left.
+    #[inline]
+    pub fn scope<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        struct Restore<'a> {
+            carried: &'a mut ContextState,
+            outer: ContextState,
+        }
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                *self.carried = current();
+                set_current(self.outer);
+            }
+        }
+        let outer = current();
+        set_current(self.state);
+        let _restore = Restore { carried: &mut self.state, outer };
+        f()
+    }
+}
+
+impl fmt::Debug for CarriedContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CarriedContext").field("depth", &self.state.depth).finish()
+    }
+}

@@ -1,0 +1,563 @@
+//! The engine: rules, nodes, contexts and a clock.
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+
+use crate::authority::{AuthorityManager, AuthorityRule};
+use crate::circuit_breaker::{DegradeManager, DegradeRule};
+use crate::clock::{Clock, EngineClock, ManualClock, SystemClock};
+use crate::context::{ContextInfo, ContextState, OriginInfo, DEFAULT_CONTEXT_NAME};
+use crate::error::{BlockError, RuleError};
+use crate::flow::{FlowManager, FlowRule};
+use crate::node::{Children, EntranceNode};
+use crate::param_flow::{ParamFlowManager, ParamFlowRule};
+use crate::resource::{EntryType, Resource, ResourceInner};
+use crate::rules::ResourceRules;
+use crate::slot::{CustomSlots, Slot};
+use crate::stat::StatNode;
+use crate::system::{SystemManager, SystemRule};
+
+/// Default cap on contexts (Java's `MAX_CONTEXT_NAME_SIZE`).
+pub const DEFAULT_MAX_CONTEXTS: usize = 2000;
+/// Default cap on resources (Java's `MAX_SLOT_CHAIN_SIZE`).
+pub const DEFAULT_MAX_RESOURCES: usize = 6000;
+
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A predicate deciding which traced errors count (the global error filter for manual entries).
+pub type ErrorFilter = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
+
+/// Called for every blocked call: the error, the time (ms) and the permits asked.
+pub type BlockListener = dyn Fn(&BlockError, u64, u32) + Send + Sync;
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The application's name (shown by the dashboard and logs).
+    pub app_name: String,
+    /// Most contexts; past it entries in new contexts pass unchecked.
+    pub max_contexts: usize,
+    /// Most resources; past it new resources pass unchecked.
+    pub max_resources: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            app_name: "sentinel-rs-app".to_string(),
+            max_contexts: DEFAULT_MAX_CONTEXTS,
+            max_resources: DEFAULT_MAX_RESOURCES,
+        }
+    }
+}
+
+/// Builds an engine. See [`Sentinel::builder`].
+#[derive(Debug, Default)]
+pub struct SentinelBuilder {
+    config: Config,
+    clock: Option<EngineClock>,
+}
+
+impl SentinelBuilder {
+    /// Uses a manual clock (tests): time moves only when the clock is advanced, and queueing never sleeps.
+    pub fn manual_clock(mut self, clock: ManualClock) -> Self {
+        self.clock = Some(EngineClock::Manual(clock));
+        self
+    }
+    /// Uses a clock of your own.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(EngineClock::Custom(clock));
+        self
+    }
+    /// Sets the application name.
+    pub fn app_name(mut self, name: impl Into<String>) -> Self {
+        self.config.app_name = name.into();
+        self
+    }
+    /// Sets the context cap.
+    pub fn max_contexts(mut self, n: usize) -> Self {
+        self.config.max_contexts = n;
+        self
+    }
+    /// Sets the resource cap.
+    pub fn max_resources(mut self, n: usize) -> Self {
+        self.config.max_resources = n;
+        self
+    }
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+    /// Builds the engine.
+    pub fn build(self) -> Sentinel {
+        let clock = self.clock.unwrap_or_else(|| EngineClock::System(SystemClock::new()));
+        let default_ctx = Box::new(ContextInfo {
+            id: 0,
+            entrance: EntranceNode { name: DEFAULT_CONTEXT_NAME.into(), children: Children::default() },
+        });
+        let empty_origin = Box::new(OriginInfo { id: 0, name: "".into() });
+        Sentinel {
+            shared: Arc::new(Shared {
+                id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
+                clock,
+                config: self.config,
+                enabled: AtomicBool::new(true),
+                inbound: StatNode::new(),
+                registry: Mutex::new(Registry::default()),
+                resource_list: boxcar::Vec::new(),
+                resource_generation: AtomicUsize::new(0),
+                default_ctx,
+                contexts: Mutex::new(HashMap::new()),
+                context_list: boxcar::Vec::new(),
+                empty_origin,
+                origins: Mutex::new(HashMap::new()),
+                origin_list: boxcar::Vec::new(),
+                flow: FlowManager::default(),
+                degrade: DegradeManager::default(),
+                system: SystemManager::default(),
+                param: ParamFlowManager::default(),
+                authority: AuthorityManager::default(),
+                custom_slots: ArcSwap::from_pointee(CustomSlots::default()),
+                has_custom_slots: AtomicBool::new(false),
+                error_filter: ArcSwapOption::empty(),
+                block_listeners: ArcSwap::from_pointee(Vec::new()),
+                warned_contexts: AtomicBool::new(false),
+                warned_resources: AtomicBool::new(false),
+                sites: Mutex::new(HashMap::new()),
+                site_list: boxcar::Vec::new(),
+            }),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    by_name: HashMap<Arc<str>, Arc<ResourceInner>>,
+}
+
+/// State shared by every handle of one engine.
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    pub(crate) clock: EngineClock,
+    pub(crate) config: Config,
+    pub(crate) enabled: AtomicBool,
+    pub(crate) inbound: StatNode,
+    registry: Mutex<Registry>,
+    resource_list: boxcar::Vec<Arc<ResourceInner>>,
+    /// Bumped whenever a resource is created (lets cached negative lookups stay valid without a lock).
+    pub(crate) resource_generation: AtomicUsize,
+    default_ctx: Box<ContextInfo>,
+    contexts: Mutex<HashMap<Arc<str>, usize>>,
+    context_list: boxcar::Vec<ContextInfo>,
+    empty_origin: Box<OriginInfo>,
+    origins: Mutex<HashMap<Arc<str>, usize>>,
+    origin_list: boxcar::Vec<OriginInfo>,
+    pub(crate) flow: FlowManager,
+    pub(crate) degrade: DegradeManager,
+    pub(crate) system: SystemManager,
+    pub(crate) param: ParamFlowManager,
+    pub(crate) authority: AuthorityManager,
+    pub(crate) custom_slots: ArcSwap<CustomSlots>,
+    pub(crate) has_custom_slots: AtomicBool,
+    error_filter: ArcSwapOption<Box<ErrorFilter>>,
+    block_listeners: ArcSwap<Vec<Arc<BlockListener>>>,
+    warned_contexts: AtomicBool,
+    warned_resources: AtomicBool,
+    /// Resources of annotated call sites, when this engine stands in for the global one.
+    sites: Mutex<HashMap<usize, usize>>,
+    site_list: boxcar::Vec<Resource>,
+}
+
+impl Shared {
+    #[inline]
+    pub(crate) fn default_state(&self, override_engine: *const Sentinel) -> ContextState {
+        ContextState {
+            engine_id: self.id,
+            ctx: &*self.default_ctx as *const ContextInfo,
+            origin: &*self.empty_origin as *const OriginInfo,
+            cur_node: std::ptr::null(),
+            depth: 0,
+            auto: true,
+            override_engine,
+        }
+    }
+
+    /// The context named `name`, created on first use; `None` past the cap.
+    pub(crate) fn context(&self, name: &str) -> Option<&ContextInfo> {
+        if name == DEFAULT_CONTEXT_NAME {
+            return Some(&self.default_ctx);
+        }
+        let mut map = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = map.get(name) {
+            return Some(&self.context_list[i]);
+        }
+        if map.len() + 1 >= self.config.max_contexts {
+            if !self.warned_contexts.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    max = self.config.max_contexts,
+                    context = name,
+                    "context cap reached: entries in new contexts pass unchecked"
+                );
+            }
+            return None;
+        }
+        let name: Arc<str> = name.into();
+        let i = self.context_list.push(ContextInfo {
+            id: self.context_list.count() as u32 + 1,
+            entrance: EntranceNode { name: name.clone(), children: Children::default() },
+        });
+        map.insert(name, i);
+        Some(&self.context_list[i])
+    }
+
+    /// The interned origin.
+    pub(crate) fn origin(&self, name: &str) -> &OriginInfo {
+        if name.is_empty() {
+            return &self.empty_origin;
+        }
+        let mut map = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = map.get(name) {
+            return &self.origin_list[i];
+        }
+        let name: Arc<str> = name.into();
+        let i = self.origin_list.push(OriginInfo { id: self.origin_list.count() as u32 + 1, name: name.clone() });
+        map.insert(name, i);
+        &self.origin_list[i]
+    }
+
+    /// The interned id of an origin, if it was ever seen.
+    pub(crate) fn origin_id(&self, name: &str) -> Option<u32> {
+        if name.is_empty() {
+            return Some(0);
+        }
+        let map = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(name).map(|&i| self.origin_list[i].id)
+    }
+
+    /// A resource by name, if one was created.
+    pub(crate) fn find_resource(&self, name: &str) -> Option<Arc<ResourceInner>> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner()).by_name.get(name).cloned()
+    }
+
+    fn rules_for(&self, name: &str) -> ResourceRules {
+        ResourceRules {
+            authority: self.authority.for_resource(name),
+            param: self.param.for_resource(name),
+            flow: self.flow.for_resource(name),
+            degrade: self.degrade.for_resource(name),
+            default_degrade: self.degrade.default_breakers(),
+        }
+    }
+
+    /// Rebuilds every resource's rules after a manager changed.
+    pub(crate) fn refresh_rules(&self) {
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, inner) in reg.by_name.iter() {
+            if inner.checked {
+                inner.set_rules(self.rules_for(name));
+            }
+        }
+    }
+
+    pub(crate) fn error_filter_accepts(&self, err: &(dyn StdError + 'static)) -> bool {
+        match &*self.error_filter.load() {
+            Some(f) => f(err),
+            None => true,
+        }
+    }
+
+    pub(crate) fn on_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
+        let listeners = self.block_listeners.load();
+        for l in listeners.iter() {
+            l(err, now_ms, acquire);
+        }
+    }
+
+    pub(crate) fn resources(&self) -> impl Iterator<Item = &Arc<ResourceInner>> {
+        self.resource_list.iter().map(|(_, r)| r)
+    }
+
+    pub(crate) fn contexts(&self) -> impl Iterator<Item = &ContextInfo> {
+        std::iter::once(&*self.default_ctx).chain(self.context_list.iter().map(|(_, c)| c))
+    }
+
+    #[inline]
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_nanos() / crate::clock::NANOS_PER_MILLI
+    }
+}
+
+/// The engine: owns rules, nodes, contexts and a clock.
+///
+/// Use [`Sentinel::global`] in an application (annotated functions use it) and an isolated engine built with
+/// [`Sentinel::builder`] and a [`ManualClock`] in tests.
+///
+/// ```
+/// use sentinel_runtime::{Sentinel, clock::ManualClock, flow::FlowRule};
+/// let clock = ManualClock::at_millis(1_700_000_000_000);
+/// let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+/// engine.load_flow_rules(vec![FlowRule::new("api").count(2.0)]).unwrap();
+/// let api = engine.resource("api");
+/// let passed = (0..5).filter(|_| api.enter().is_ok()).count();
+/// assert_eq!(passed, 2);
+/// clock.advance_millis(1000);
+/// assert!(api.enter().is_ok());
+/// ```
+#[derive(Clone)]
+pub struct Sentinel {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Sentinel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sentinel")
+            .field("id", &self.shared.id)
+            .field("app_name", &self.shared.config.app_name)
+            .field("clock", &self.shared.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+static GLOBAL: OnceLock<Sentinel> = OnceLock::new();
+
+/// The global engine was already initialized.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the global Sentinel engine is already initialized; call init_global before the first entry")]
+pub struct AlreadyInitialized;
+
+impl Sentinel {
+    /// A builder for an isolated engine.
+    pub fn builder() -> SentinelBuilder {
+        SentinelBuilder::default()
+    }
+
+    /// The process-wide engine (built with defaults on first use).
+    #[inline]
+    pub fn global() -> &'static Sentinel {
+        GLOBAL.get_or_init(|| Sentinel::builder().build())
+    }
+
+    /// Sets up the process-wide engine; fails if it was already used or set.
+    pub fn init_global(builder: SentinelBuilder) -> Result<&'static Sentinel, AlreadyInitialized> {
+        let mut built = Some(builder);
+        let engine = GLOBAL.get_or_init(|| built.take().map(SentinelBuilder::build).unwrap_or_else(|| Sentinel::builder().build()));
+        if built.is_some() {
+            Err(AlreadyInitialized)
+        } else {
+            Ok(engine)
+        }
+    }
+
+    /// Leaks the engine so it can stand in for the global one ([`Sentinel::scoped`]). Meant for tests.
+    pub fn leak(self) -> &'static Sentinel {
+        Box::leak(Box::new(self))
+    }
+
+    /// Runs `f` with this engine standing in for the global one on this thread: annotated functions called
+    /// in `f` (and futures created in it) use this engine. Lets tests run in parallel with their own clocks.
+    pub fn scoped<R>(&'static self, f: impl FnOnce() -> R) -> R {
+        struct Restore(ContextState);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                crate::context::set_current(self.0);
+            }
+        }
+        let prev = crate::context::current();
+        crate::context::set_current(ContextState { override_engine: self as *const Sentinel, ..prev });
+        let _r = Restore(prev);
+        f()
+    }
+
+    /// The engine annotated functions use on this thread: a [`scoped`](Sentinel::scoped) one, or the global.
+    #[inline]
+    pub fn current() -> &'static Sentinel {
+        let s = crate::context::current();
+        if s.override_engine.is_null() {
+            Sentinel::global()
+        } else {
+            // SAFETY: only `&'static Sentinel` values are installed as overrides.
+            unsafe { &*s.override_engine }
+        }
+    }
+
+    /// The engine's settings.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// The current time of the engine's clock, ms since the epoch.
+    pub fn now_millis(&self) -> u64 {
+        self.shared.now_ms()
+    }
+
+    /// Turns all checking on or off (off: entries pass and nothing is recorded).
+    pub fn set_enabled(&self, on: bool) {
+        self.shared.enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether checking is on.
+    pub fn is_enabled(&self) -> bool {
+        self.shared.enabled.load(Ordering::Relaxed)
+    }
+
+    /// A handle to the outbound resource `name`, created on first use. Keep it and enter it many times.
+    pub fn resource(&self, name: &str) -> Resource {
+        self.resource_typed(name, EntryType::Out)
+    }
+
+    /// A handle to the resource `name` with the given entry type.
+    pub fn resource_typed(&self, name: &str, entry_type: EntryType) -> Resource {
+        let shared = &self.shared;
+        let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(inner) = reg.by_name.get(name) {
+            return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
+        }
+        let name: Arc<str> = name.into();
+        let checked = reg.by_name.len() < shared.config.max_resources;
+        if !checked && !shared.warned_resources.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max = shared.config.max_resources,
+                resource = %name,
+                "resource cap reached: new resources pass unchecked"
+            );
+        }
+        let rules = if checked { shared.rules_for(&name) } else { ResourceRules::default() };
+        let inner = Arc::new(ResourceInner::new(name.clone(), rules, checked));
+        if checked {
+            reg.by_name.insert(name, inner.clone());
+            shared.resource_list.push(inner.clone());
+            shared.resource_generation.fetch_add(1, Ordering::Release);
+        }
+        Resource { shared: shared.clone(), inner, entry_type }
+    }
+
+    /// Enters the resource `name` (looked up by name: keep a [`Resource`] handle on hot paths).
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let entry = engine.enter("checkout").unwrap();
+    /// assert_eq!(entry.resource(), "checkout");
+    /// ```
+    pub fn enter(&self, name: &str) -> Result<crate::Entry<'static>, BlockError> {
+        self.resource(name).entry_owned().enter()
+    }
+
+    /// An entry builder for the resource `name` (owned, `'static`).
+    pub fn entry(&self, name: &str) -> crate::EntryBuilder<'static, 'static> {
+        self.resource(name).entry_owned()
+    }
+
+    /// Names of every resource entered or created so far.
+    pub fn resource_names(&self) -> Vec<String> {
+        self.shared.resources().map(|r| r.name.to_string()).collect()
+    }
+
+    /// Adds a user slot at `order` (see [`crate::slot`] for the built-in orders).
+    pub fn add_slot(&self, order: i32, slot: impl Slot) {
+        let slot: Arc<dyn Slot> = Arc::new(slot);
+        self.shared.custom_slots.rcu(|cur| {
+            let mut next = CustomSlots::clone(cur);
+            next.slots.push((order, slot.clone()));
+            next.slots.sort_by_key(|(o, _)| *o);
+            next
+        });
+        self.shared.has_custom_slots.store(true, Ordering::Release);
+    }
+
+    /// Sets the global error filter: [`Entry::trace`](crate::Entry::trace) counts an error only if it returns
+    /// true. Block errors are never counted.
+    pub fn set_error_filter(&self, f: impl Fn(&(dyn StdError + 'static)) -> bool + Send + Sync + 'static) {
+        self.shared.error_filter.store(Some(Arc::new(Box::new(f))));
+    }
+
+    /// Removes the error filter (every traced error counts).
+    pub fn clear_error_filter(&self) {
+        self.shared.error_filter.store(None);
+    }
+
+    /// Calls `f` for every blocked call (block logs, metrics).
+    pub fn on_block(&self, f: impl Fn(&BlockError, u64, u32) + Send + Sync + 'static) {
+        let f: Arc<BlockListener> = Arc::new(f);
+        self.shared.block_listeners.rcu(|cur| {
+            let mut v = Vec::clone(cur);
+            v.push(f.clone());
+            v
+        });
+    }
+
+    /// Replaces the flow rules. An invalid rule rejects the whole set and the rules in force stay.
+    pub fn load_flow_rules(&self, rules: impl IntoIterator<Item = FlowRule>) -> Result<(), RuleError> {
+        if self.shared.flow.load(rules.into_iter().collect())? {
+            self.shared.refresh_rules();
+        }
+        Ok(())
+    }
+    /// The flow rules in force.
+    pub fn flow_rules(&self) -> Vec<FlowRule> {
+        self.shared.flow.rules()
+    }
+
+    /// Replaces the degrade (circuit breaker) rules.
+    pub fn load_degrade_rules(&self, rules: impl IntoIterator<Item = DegradeRule>) -> Result<(), RuleError> {
+        if self.shared.degrade.load(rules.into_iter().collect())? {
+            self.shared.refresh_rules();
+        }
+        Ok(())
+    }
+    /// The degrade rules in force.
+    pub fn degrade_rules(&self) -> Vec<DegradeRule> {
+        self.shared.degrade.rules()
+    }
+
+    /// Replaces the system rules.
+    pub fn load_system_rules(&self, rules: impl IntoIterator<Item = SystemRule>) -> Result<(), RuleError> {
+        self.shared.system.load(rules.into_iter().collect())?;
+        Ok(())
+    }
+    /// The system rules in force.
+    pub fn system_rules(&self) -> Vec<SystemRule> {
+        self.shared.system.rules()
+    }
+
+    /// Replaces the hot-parameter rules.
+    pub fn load_param_flow_rules(&self, rules: impl IntoIterator<Item = ParamFlowRule>) -> Result<(), RuleError> {
+        if self.shared.param.load(rules.into_iter().collect())? {
+            self.shared.refresh_rules();
+        }
+        Ok(())
+    }
+    /// The hot-parameter rules in force.
+    pub fn param_flow_rules(&self) -> Vec<ParamFlowRule> {
+        self.shared.param.rules()
+    }
+
+    /// Replaces the authority rules.
+    pub fn load_authority_rules(&self, rules: impl IntoIterator<Item = AuthorityRule>) -> Result<(), RuleError> {
+        if self.shared.authority.load(rules.into_iter().collect())? {
+            self.shared.refresh_rules();
+        }
+        Ok(())
+    }
+    /// The authority rules in force.
+    pub fn authority_rules(&self) -> Vec<AuthorityRule> {
+        self.shared.authority.rules()
+    }
+
+    /// The resource of an annotated call site in this engine (used when this engine stands in for the global).
+    pub(crate) fn site_resource(&'static self, key: usize, name: &str, entry_type: EntryType) -> &'static Resource {
+        let mut sites = self.shared.sites.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = sites.get(&key) {
+            return &self.shared.site_list[i];
+        }
+        let i = self.shared.site_list.push(self.resource_typed(name, entry_type));
+        sites.insert(key, i);
+        &self.shared.site_list[i]
+    }
+}

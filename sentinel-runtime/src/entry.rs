@@ -1,0 +1,609 @@
+//! Entries: one call through a resource, from the checks to the exit.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::clock::NANOS_PER_MILLI;
+use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
+use crate::engine::Shared;
+use crate::resource::ResourceInner;
+use std::sync::Arc;
+use crate::error::BlockError;
+use crate::node::DefaultNode;
+use crate::param_flow::HotParam;
+use crate::resource::{EntryType, Resource};
+use crate::rules::{CheckCx, ExitCx, ResourceRules};
+use crate::slot::{SlotEntry, SlotExit};
+use crate::stat::StatNode;
+use crate::{circuit_breaker, flow, param_flow};
+
+/// Options for one entry. Made by [`Resource::entry`].
+#[must_use = "an entry builder does nothing until `enter` is called"]
+pub struct EntryBuilder<'r, 'a> {
+    res: ResRef<'r>,
+    entry_type: EntryType,
+    acquire: u32,
+    origin: Option<&'a str>,
+    context: Option<&'a str>,
+    args: &'a [&'a dyn HotParam],
+    prioritized: bool,
+}
+
+/// A resource handle borrowed (no reference counting) or owned (a `'static` entry).
+enum ResRef<'r> {
+    Borrowed(&'r Resource),
+    Owned(Resource),
+}
+
+impl std::ops::Deref for ResRef<'_> {
+    type Target = Resource;
+    #[inline]
+    fn deref(&self) -> &Resource {
+        match self {
+            ResRef::Borrowed(r) => r,
+            ResRef::Owned(r) => r,
+        }
+    }
+}
+
+impl<'r> EntryBuilder<'r, 'static> {
+    pub(crate) fn new(res: &'r Resource) -> Self {
+        Self::with(ResRef::Borrowed(res))
+    }
+}
+
+impl EntryBuilder<'static, 'static> {
+    pub(crate) fn owned(res: Resource) -> Self {
+        Self::with(ResRef::Owned(res))
+    }
+}
+
+impl<'r> EntryBuilder<'r, 'static> {
+    fn with(res: ResRef<'r>) -> Self {
+        let entry_type = res.entry_type;
+        EntryBuilder {
+            res,
+            entry_type,
+            acquire: 1,
+            origin: None,
+            context: None,
+            args: &[],
+            prioritized: false,
+        }
+    }
+}
+
+impl<'r, 'a> EntryBuilder<'r, 'a> {
+    /// Inbound or outbound (defaults to the handle's type).
+    pub fn entry_type(mut self, t: EntryType) -> Self {
+        self.entry_type = t;
+        self
+    }
+    /// How many permits the call takes (default 1).
+    pub fn acquire(mut self, n: u32) -> Self {
+        self.acquire = n;
+        self
+    }
+    /// The caller's origin, used when no context is active on this thread (the entry then runs in its own
+    /// context, exited with it).
+    pub fn origin<'b>(self, origin: &'b str) -> EntryBuilder<'r, 'b>
+    where
+        'a: 'b,
+    {
+        EntryBuilder { origin: Some(origin), ..self }
+    }
+    /// The context name, used when no context is active on this thread.
+    pub fn context<'b>(self, name: &'b str) -> EntryBuilder<'r, 'b>
+    where
+        'a: 'b,
+    {
+        EntryBuilder { context: Some(name), ..self }
+    }
+    /// The call's hot-parameter values, in argument order.
+    pub fn args<'b>(self, args: &'b [&'b dyn HotParam]) -> EntryBuilder<'r, 'b>
+    where
+        'a: 'b,
+    {
+        EntryBuilder { args, ..self }
+    }
+    /// Marks the call prioritized: over a QPS limit it may borrow from the next window and wait.
+    pub fn prioritized(mut self, p: bool) -> Self {
+        self.prioritized = p;
+        self
+    }
+
+    /// Runs the checks; a queueing decision sleeps the thread (with a manual clock, nothing sleeps: see
+    /// [`Entry::waited`]).
+    #[inline]
+    pub fn enter(self) -> Result<Entry<'r>, BlockError> {
+        let e = self.decide()?;
+        if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
+            std::thread::sleep(Duration::from_nanos(e.wait_nanos));
+        }
+        Ok(e)
+    }
+
+    /// Runs the checks; a queueing decision awaits a timer instead of blocking the thread.
+    pub async fn enter_async(self) -> Result<Entry<'r>, BlockError> {
+        let e = self.decide()?;
+        if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
+            futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
+        }
+        Ok(e)
+    }
+
+    /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
+    pub fn decide(self) -> Result<Entry<'r>, BlockError> {
+        // SAFETY: `Shared` and `ResourceInner` sit behind `Arc`s that the entry keeps (borrowed or owned) for
+        // its whole life, so these references stay valid after `self.res` moves into the entry.
+        let shared: &'r Shared = unsafe { &*Arc::as_ptr(&self.res.shared) };
+        let inner: &'r ResourceInner = unsafe { &*Arc::as_ptr(&self.res.inner) };
+        let outer = context::current();
+        if !shared.enabled.load(Ordering::Relaxed) || !inner.checked {
+            return Ok(Entry::unchecked(self.res, outer));
+        }
+
+        // The context: the active one, or a fresh one owned by this entry.
+        let (state, touches_tls) = if outer.engine_id == shared.id && !outer.ctx.is_null() {
+            (outer, true)
+        } else {
+            let fresh = match (self.context, self.origin) {
+                (None, None) => shared.default_state(outer.override_engine),
+                (name, origin) => {
+                    let name = name.filter(|n| !n.is_empty() && *n != DEFAULT_CONTEXT_NAME);
+                    shared.context_state(
+                        name.unwrap_or(DEFAULT_CONTEXT_NAME),
+                        origin.unwrap_or(""),
+                        true,
+                        outer.override_engine,
+                    )
+                }
+            };
+            // Another engine's context is active: enter without touching it.
+            (fresh, outer.engine_id == 0)
+        };
+        if state.ctx.is_null() {
+            // Past the context cap: pass unchecked.
+            return Ok(Entry::unchecked(self.res, outer));
+        }
+        // SAFETY: contexts and origins are never freed while the engine (kept alive by `res`) lives.
+        let ctx = unsafe { &*state.ctx };
+        let origin = unsafe { &*state.origin };
+
+        let node = inner.node_for(ctx.id);
+        if state.cur_node.is_null() {
+            ctx.entrance.children.ensure(node);
+        } else {
+            // SAFETY: the parent entry's node lives as long as the engine.
+            unsafe { (*state.cur_node).children.ensure(node) };
+        }
+        let origin_node = if origin.id == 0 { None } else { Some(inner.cluster.origin_node(origin.id, &origin.name)) };
+
+        let now_nanos = shared.clock.now_nanos();
+        let now_ms = now_nanos / NANOS_PER_MILLI;
+        let mut entry = Entry {
+            res: self.res,
+            shared,
+            inner,
+            node,
+            origin_node,
+            entry_type: self.entry_type,
+            created_nanos: now_nanos,
+            acquire: self.acquire,
+            error: false,
+            unchecked: false,
+            occupied: false,
+            wait_nanos: 0,
+            my_depth: state.depth + 1,
+            touches_tls,
+            outer,
+            ctx_state: state,
+            flow: flow::EntryState::default(),
+            param: param_flow::EntryState::default(),
+            degrade: circuit_breaker::EntryState::default(),
+            slots_passed: 0,
+        };
+
+        let needs_checks = inner.has_rules.load(Ordering::Acquire)
+            || (self.entry_type == EntryType::In && shared.system.active())
+            || shared.has_custom_slots.load(Ordering::Acquire);
+        if needs_checks {
+            let cx = CheckCx {
+                shared,
+                resource: inner,
+                node,
+                origin_node,
+                origin: &origin.name,
+                context_name: ctx.name(),
+                entry_type: self.entry_type,
+                acquire: self.acquire,
+                prioritized: self.prioritized,
+                args: self.args,
+                now_nanos,
+                now_ms,
+            };
+            let rules = inner.rules.load();
+            if let Err(block) = entry.run_checks(&cx, &rules) {
+                entry.record_block(now_ms);
+                entry.unchecked = true; // nothing to record at drop
+                entry.touches_tls = false;
+                drop(entry);
+                shared.on_block(&block, now_ms, self.acquire);
+                return Err(block);
+            }
+        }
+
+        if entry.occupied {
+            entry.for_each_node(|n| n.on_pass_borrowed());
+        } else {
+            let acquire = self.acquire;
+            entry.for_each_node(|n| n.on_pass(now_ms, acquire));
+        }
+        if touches_tls {
+            context::set_current(ContextState {
+                cur_node: &**node as *const DefaultNode,
+                depth: state.depth + 1,
+                ..state
+            });
+        }
+        Ok(entry)
+    }
+}
+
+/// A call that passed the checks. Dropping it exits the resource: on return, early return, `?` and unwind.
+#[must_use = "dropping an entry exits it at once"]
+pub struct Entry<'r> {
+    res: ResRef<'r>,
+    shared: &'r Shared,
+    inner: &'r ResourceInner,
+    node: &'r DefaultNode,
+    origin_node: Option<&'r StatNode>,
+    entry_type: EntryType,
+    created_nanos: u64,
+    acquire: u32,
+    error: bool,
+    unchecked: bool,
+    occupied: bool,
+    wait_nanos: u64,
+    my_depth: u32,
+    touches_tls: bool,
+    outer: ContextState,
+    ctx_state: ContextState,
+    pub(crate) flow: flow::EntryState,
+    pub(crate) param: param_flow::EntryState,
+    pub(crate) degrade: circuit_breaker::EntryState,
+    /// Bit i set: the user slot at index i passed (its exit hook runs).
+    slots_passed: u64,
+}
+
+// SAFETY: the context pointers refer to engine-owned `Sync` data that outlives the entry (the entry borrows
+// the engine through `res`); everything else is `Send`.
+unsafe impl Send for Entry<'_> {}
+unsafe impl Sync for Entry<'_> {}
+
+const PHASE_AUTHORITY: u8 = 0;
+const PHASE_SYSTEM: u8 = 1;
+const PHASE_PARAM: u8 = 2;
+const PHASE_FLOW: u8 = 3;
+const PHASE_DEFAULT_CB: u8 = 4;
+const PHASE_DEGRADE: u8 = 5;
+const PHASES: [(i32, u8); 6] = [
+    (crate::slot::ORDER_AUTHORITY, PHASE_AUTHORITY),
+    (crate::slot::ORDER_SYSTEM, PHASE_SYSTEM),
+    (crate::slot::ORDER_PARAM_FLOW, PHASE_PARAM),
+    (crate::slot::ORDER_FLOW, PHASE_FLOW),
+    (crate::slot::ORDER_DEFAULT_CIRCUIT_BREAKER, PHASE_DEFAULT_CB),
+    (crate::slot::ORDER_DEGRADE, PHASE_DEGRADE),
+];
+
+impl<'r> Entry<'r> {
+    fn unchecked(res: ResRef<'r>, outer: ContextState) -> Self {
+        // SAFETY: as in `decide`: the Arcs' contents outlive the entry that holds them.
+        let shared: &'r Shared = unsafe { &*Arc::as_ptr(&res.shared) };
+        let inner: &'r ResourceInner = unsafe { &*Arc::as_ptr(&res.inner) };
+        // A node is still needed for the type; unchecked entries never record on it.
+        let node = inner.node_for(0);
+        let entry_type = res.entry_type;
+        Entry {
+            res,
+            shared,
+            inner,
+            node,
+            origin_node: None,
+            entry_type,
+            created_nanos: 0,
+            acquire: 0,
+            error: false,
+            unchecked: true,
+            occupied: false,
+            wait_nanos: 0,
+            my_depth: 0,
+            touches_tls: false,
+            outer,
+            ctx_state: outer,
+            flow: flow::EntryState::default(),
+            param: param_flow::EntryState::default(),
+            degrade: circuit_breaker::EntryState::default(),
+            slots_passed: 0,
+        }
+    }
+
+    fn run_checks(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules) -> Result<(), BlockError> {
+        let custom = if cx.shared.has_custom_slots.load(Ordering::Acquire) {
+            Some(cx.shared.custom_slots.load_full())
+        } else {
+            None
+        };
+        let mut next_custom = 0usize;
+        let mut passed: u8 = 0;
+        for (order, phase) in PHASES {
+            if let Some(c) = &custom {
+                while next_custom < c.slots.len() && c.slots[next_custom].0 < order {
+                    self.run_custom(cx, &c.slots[next_custom].1, next_custom)
+                        .inspect_err(|_| self.undo(cx, rules, passed))?;
+                    next_custom += 1;
+                }
+            }
+            let r = match phase {
+                PHASE_AUTHORITY => match &rules.authority {
+                    Some(a) => crate::authority::check(a, cx),
+                    None => Ok(()),
+                },
+                PHASE_SYSTEM if cx.entry_type == EntryType::In && cx.shared.system.active() => {
+                    cx.shared.system.check(cx)
+                }
+                PHASE_PARAM => match &rules.param {
+                    Some(p) => param_flow::check(p, cx, &mut self.param),
+                    None => Ok(()),
+                },
+                PHASE_FLOW => match &rules.flow {
+                    Some(f) => match flow::check(f, cx, &mut self.flow) {
+                        Ok(flow::Verdict::Pass { wait_nanos }) => {
+                            self.wait_nanos = wait_nanos;
+                            Ok(())
+                        }
+                        Ok(flow::Verdict::Occupied { wait_nanos }) => {
+                            // A prioritized call borrowed a later window: it passes without the breakers.
+                            self.wait_nanos = wait_nanos;
+                            self.occupied = true;
+                            return Ok(());
+                        }
+                        Err(b) => Err(b),
+                    },
+                    None => Ok(()),
+                },
+                PHASE_DEFAULT_CB => match (&rules.degrade, &rules.default_degrade) {
+                    (None, Some(d)) => circuit_breaker::check(d, cx, &mut self.degrade),
+                    _ => Ok(()),
+                },
+                PHASE_DEGRADE => match &rules.degrade {
+                    Some(d) => circuit_breaker::check(d, cx, &mut self.degrade),
+                    None => Ok(()),
+                },
+                _ => Ok(()),
+            };
+            if let Err(b) = r {
+                self.undo(cx, rules, passed);
+                return Err(b);
+            }
+            passed |= 1 << phase;
+        }
+        if let Some(c) = &custom {
+            while next_custom < c.slots.len() {
+                self.run_custom(cx, &c.slots[next_custom].1, next_custom)
+                    .inspect_err(|_| self.undo(cx, rules, passed))?;
+                next_custom += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_custom(
+        &mut self,
+        cx: &CheckCx<'_>,
+        slot: &std::sync::Arc<dyn crate::slot::Slot>,
+        index: usize,
+    ) -> Result<(), BlockError> {
+        let e = SlotEntry {
+            resource: &cx.resource.name,
+            entry_type: cx.entry_type,
+            context: cx.context_name,
+            origin: cx.origin,
+            acquire: cx.acquire,
+            now_ms: cx.now_ms,
+        };
+        match slot.entry(&e) {
+            Ok(()) => {
+                if index < 64 {
+                    self.slots_passed |= 1 << index;
+                }
+                Ok(())
+            }
+            Err(reason) => Err(BlockError::Custom {
+                resource: cx.resource.name.clone(),
+                slot: slot.name(),
+                reason: reason.into(),
+                origin: cx.origin.clone(),
+            }),
+        }
+    }
+
+    /// A later check blocked: give back what the earlier ones took.
+    fn undo(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, passed: u8) {
+        if passed & (1 << PHASE_PARAM) != 0 {
+            if let Some(p) = &rules.param {
+                param_flow::on_later_block(p, cx, &mut self.param);
+            }
+        }
+        if passed & (1 << PHASE_FLOW) != 0 {
+            if let Some(f) = &rules.flow {
+                flow::on_later_block(f, cx, &mut self.flow);
+            }
+        }
+        if passed & (1 << PHASE_DEFAULT_CB) != 0 {
+            if let (None, Some(d)) = (&rules.degrade, &rules.default_degrade) {
+                circuit_breaker::on_later_block(d, cx, &mut self.degrade);
+            }
+        }
+        if passed & (1 << PHASE_DEGRADE) != 0 {
+            if let Some(d) = &rules.degrade {
+                circuit_breaker::on_later_block(d, cx, &mut self.degrade);
+            }
+        }
+        self.slots_passed = 0;
+    }
+
+    #[inline]
+    fn for_each_node(&self, f: impl Fn(&StatNode)) {
+        f(&self.node.stat);
+        f(&self.inner.cluster.stat);
+        if let Some(o) = self.origin_node {
+            f(o);
+        }
+        if self.entry_type == EntryType::In {
+            f(&self.shared.inbound);
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        self.shared
+    }
+
+    fn record_block(&self, now_ms: u64) {
+        let acquire = self.acquire;
+        self.for_each_node(|n| n.on_block(now_ms, acquire));
+    }
+
+    /// The resource's name.
+    pub fn resource(&self) -> &str {
+        self.res.name()
+    }
+    /// The caller's origin (empty when none).
+    pub fn origin(&self) -> &str {
+        if self.ctx_state.origin.is_null() {
+            return "";
+        }
+        // SAFETY: origins live as long as the engine, which `res` keeps alive.
+        unsafe { &(*self.ctx_state.origin).name }
+    }
+    /// The context's name.
+    pub fn context_name(&self) -> &str {
+        if self.ctx_state.ctx.is_null() {
+            return "";
+        }
+        // SAFETY: as above.
+        unsafe { (*self.ctx_state.ctx).name() }
+    }
+    /// How long a queueing rule made (or asked) this call wait before it passed.
+    pub fn waited(&self) -> Duration {
+        Duration::from_nanos(self.wait_nanos)
+    }
+    /// Whether this was a prioritized call admitted by borrowing a later window.
+    pub fn is_occupied(&self) -> bool {
+        self.occupied
+    }
+    /// Whether the entry was checked at all (false when the engine is disabled or a cap was reached).
+    pub fn is_checked(&self) -> bool {
+        !self.unchecked
+    }
+    /// The permits the call took.
+    pub fn acquire_count(&self) -> u32 {
+        self.acquire
+    }
+
+    /// Marks the call as failed: it counts as an exception for statistics and circuit breakers at exit.
+    pub fn set_error(&mut self) {
+        self.error = true;
+    }
+
+    /// Traces an error: ignored when it is a [`BlockError`] or the engine's error filter rejects it.
+    pub fn trace(&mut self, err: &(dyn StdError + 'static)) {
+        if err.downcast_ref::<BlockError>().is_some() {
+            return;
+        }
+        if self.shared.error_filter_accepts(err) {
+            self.error = true;
+        }
+    }
+
+    /// Whether an error was traced.
+    pub fn has_error(&self) -> bool {
+        self.error
+    }
+
+    /// Exits now (the same as dropping the entry).
+    pub fn exit(self) {}
+
+    fn restore_context(&self) {
+        if !self.touches_tls {
+            return;
+        }
+        let cur = context::current();
+        if cur.engine_id != self.ctx_state.engine_id || cur.ctx != self.ctx_state.ctx {
+            return; // an outer entry already unwound this context
+        }
+        let mine = cur.depth == self.my_depth && std::ptr::eq(cur.cur_node, self.node);
+        if mine {
+            context::set_current(self.outer);
+        } else if cur.depth > self.my_depth {
+            tracing::error!(
+                resource = %self.res.name(),
+                "entry exited before the entries nested in it; exiting them from the context first"
+            );
+            context::set_current(self.outer);
+        }
+    }
+}
+
+impl Drop for Entry<'_> {
+    fn drop(&mut self) {
+        if self.unchecked {
+            return;
+        }
+        let shared = self.shared;
+        let now_nanos = shared.clock.now_nanos();
+        let now_ms = now_nanos / NANOS_PER_MILLI;
+        let rt_micros = now_nanos.saturating_sub(self.created_nanos) / 1000;
+        let (acquire, error) = (self.acquire, self.error);
+        self.for_each_node(|n| n.on_complete(now_ms, rt_micros, acquire, error));
+
+        let inner = self.inner;
+        let xcx = ExitCx { shared, resource: inner, now_ms, rt_micros, error, acquire };
+        if self.flow.is_active() {
+            flow::on_exit(&xcx, &mut self.flow);
+        }
+        if self.param.is_active() {
+            param_flow::on_exit(&xcx, &mut self.param);
+        }
+        if inner.has_rules.load(Ordering::Acquire) {
+            let rules = inner.rules.load();
+            let breakers = rules.degrade.as_ref().or(rules.default_degrade.as_ref());
+            if let Some(b) = breakers {
+                circuit_breaker::on_exit(b, &xcx, &mut self.degrade);
+            }
+        }
+        if self.slots_passed != 0 {
+            let slots = shared.custom_slots.load();
+            let exit = SlotExit { resource: &inner.name, rt_micros, error };
+            for (i, (_, s)) in slots.slots.iter().enumerate().take(64) {
+                if self.slots_passed & (1 << i) != 0 {
+                    s.exit(&exit);
+                }
+            }
+        }
+        self.restore_context();
+    }
+}
+
+impl fmt::Debug for Entry<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("resource", &self.res.name())
+            .field("checked", &!self.unchecked)
+            .field("error", &self.error)
+            .field("waited", &self.waited())
+            .finish()
+    }
+}

@@ -1,0 +1,272 @@
+//! Error types: why a call was blocked, and why a rule set was rejected.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::authority::AuthorityRule;
+use crate::circuit_breaker::DegradeRule;
+use crate::flow::FlowRule;
+use crate::param_flow::ParamFlowRule;
+
+/// Which system limit blocked an inbound call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum SystemLimit {
+    /// Inbound QPS over the limit.
+    Qps {
+        /// The limit.
+        limit: f64,
+    },
+    /// Inbound calls in flight over the limit.
+    Thread {
+        /// The limit.
+        limit: u64,
+    },
+    /// Inbound average response time over the limit (ms).
+    AvgRt {
+        /// The limit.
+        limit: u64,
+    },
+    /// 1-minute load average over the limit, and BBR judged the process saturated.
+    Load {
+        /// The limit.
+        limit: f64,
+        /// The load read.
+        load: f64,
+    },
+    /// Cpu usage over the limit.
+    Cpu {
+        /// The limit.
+        limit: f64,
+        /// The usage read.
+        usage: f64,
+    },
+}
+
+impl fmt::Display for SystemLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SystemLimit::Qps { limit } => write!(f, "inbound qps over {limit}"),
+            SystemLimit::Thread { limit } => write!(f, "inbound concurrency over {limit}"),
+            SystemLimit::AvgRt { limit } => write!(f, "inbound average rt over {limit} ms"),
+            SystemLimit::Load { limit, load } => write!(f, "system load {load:.2} over {limit} and saturated (BBR)"),
+            SystemLimit::Cpu { limit, usage } => write!(f, "cpu usage {usage:.2} over {limit}"),
+        }
+    }
+}
+
+/// Why a call was blocked. Carries the resource, the rule and the caller's origin.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum BlockError {
+    /// A flow rule.
+    Flow {
+        /// The resource.
+        resource: Arc<str>,
+        /// The rule that blocked.
+        rule: Arc<FlowRule>,
+        /// The caller's origin (empty when none).
+        origin: Arc<str>,
+    },
+    /// An open circuit breaker.
+    Degrade {
+        /// The resource.
+        resource: Arc<str>,
+        /// The breaker's rule.
+        rule: Arc<DegradeRule>,
+        /// The caller's origin.
+        origin: Arc<str>,
+    },
+    /// System adaptive protection.
+    System {
+        /// The resource.
+        resource: Arc<str>,
+        /// Which limit.
+        limit: SystemLimit,
+        /// The caller's origin.
+        origin: Arc<str>,
+    },
+    /// A hot-parameter rule.
+    ParamFlow {
+        /// The resource.
+        resource: Arc<str>,
+        /// The rule.
+        rule: Arc<ParamFlowRule>,
+        /// The value that was over its limit, as text.
+        value: String,
+        /// The caller's origin.
+        origin: Arc<str>,
+    },
+    /// An authority (white/black list) rule.
+    Authority {
+        /// The resource.
+        resource: Arc<str>,
+        /// The rule.
+        rule: Arc<AuthorityRule>,
+        /// The caller's origin.
+        origin: Arc<str>,
+    },
+    /// A user-defined slot.
+    Custom {
+        /// The resource.
+        resource: Arc<str>,
+        /// The slot's name.
+        slot: &'static str,
+        /// Why.
+        reason: Arc<str>,
+        /// The caller's origin.
+        origin: Arc<str>,
+    },
+}
+
+impl BlockError {
+    /// The blocked resource.
+    pub fn resource(&self) -> &str {
+        match self {
+            BlockError::Flow { resource, .. }
+            | BlockError::Degrade { resource, .. }
+            | BlockError::System { resource, .. }
+            | BlockError::ParamFlow { resource, .. }
+            | BlockError::Authority { resource, .. }
+            | BlockError::Custom { resource, .. } => resource,
+        }
+    }
+    /// The caller's origin (empty when none).
+    pub fn origin(&self) -> &str {
+        match self {
+            BlockError::Flow { origin, .. }
+            | BlockError::Degrade { origin, .. }
+            | BlockError::System { origin, .. }
+            | BlockError::ParamFlow { origin, .. }
+            | BlockError::Authority { origin, .. }
+            | BlockError::Custom { origin, .. } => origin,
+        }
+    }
+    /// A short name of the kind, as in Sentinel's block log (`FlowException`, ...).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            BlockError::Flow { .. } => "FlowException",
+            BlockError::Degrade { .. } => "DegradeException",
+            BlockError::System { .. } => "SystemBlockException",
+            BlockError::ParamFlow { .. } => "ParamFlowException",
+            BlockError::Authority { .. } => "AuthorityException",
+            BlockError::Custom { .. } => "CustomBlockException",
+        }
+    }
+    /// The `limitApp` of the rule that blocked (`"default"` where the rule has none).
+    pub fn limit_app(&self) -> &str {
+        match self {
+            BlockError::Flow { rule, .. } => &rule.limit_app,
+            BlockError::Degrade { rule, .. } => &rule.limit_app,
+            BlockError::ParamFlow { rule, .. } => &rule.limit_app,
+            BlockError::Authority { rule, .. } => &rule.limit_app,
+            BlockError::System { .. } | BlockError::Custom { .. } => crate::LIMIT_APP_DEFAULT,
+        }
+    }
+}
+
+impl fmt::Display for BlockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let origin = |o: &str| if o.is_empty() { String::new() } else { format!(" (origin `{o}`)") };
+        match self {
+            BlockError::Flow { resource, rule, origin: o } => write!(
+                f,
+                "`{resource}` blocked by flow rule ({:?} {:?} limit {} for `{}`, {:?}){}",
+                rule.grade,
+                rule.strategy,
+                rule.count,
+                rule.limit_app,
+                rule.control_behavior,
+                origin(o)
+            ),
+            BlockError::Degrade { resource, rule, origin: o } => write!(
+                f,
+                "`{resource}` blocked by an open circuit breaker ({:?}, count {}, open for {} s){}",
+                rule.grade,
+                rule.count,
+                rule.time_window_sec,
+                origin(o)
+            ),
+            BlockError::System { resource, limit, origin: o } => {
+                write!(f, "`{resource}` blocked by system protection: {limit}{}", origin(o))
+            }
+            BlockError::ParamFlow { resource, rule, value, origin: o } => write!(
+                f,
+                "`{resource}` blocked by hot-parameter rule on argument {}: value {value} over {} per {} s{}",
+                rule.param_idx,
+                rule.count,
+                rule.duration_in_sec,
+                origin(o)
+            ),
+            BlockError::Authority { resource, rule, origin: o } => write!(
+                f,
+                "`{resource}` blocked by authority rule ({:?} list `{}`): origin `{o}` not allowed",
+                rule.strategy, rule.limit_app
+            ),
+            BlockError::Custom { resource, slot, reason, origin: o } => {
+                write!(f, "`{resource}` blocked by slot `{slot}`: {reason}{}", origin(o))
+            }
+        }
+    }
+}
+
+impl std::error::Error for BlockError {}
+
+/// The kinds of rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuleKind {
+    /// Flow rules.
+    Flow,
+    /// Degrade (circuit breaker) rules.
+    Degrade,
+    /// System rules.
+    System,
+    /// Hot-parameter rules.
+    ParamFlow,
+    /// Authority rules.
+    Authority,
+}
+
+impl fmt::Display for RuleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RuleKind::Flow => "flow",
+            RuleKind::Degrade => "degrade",
+            RuleKind::System => "system",
+            RuleKind::ParamFlow => "param-flow",
+            RuleKind::Authority => "authority",
+        })
+    }
+}
+
+/// A rule set was rejected; the rules in force stay.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleError {
+    /// A field of one rule is invalid.
+    #[error("invalid {kind} rule #{index} (resource `{resource}`): `{field}` {reason}; no rule of the set was loaded")]
+    Invalid {
+        /// The kind of rule.
+        kind: RuleKind,
+        /// The rule's position in the set (0-based).
+        index: usize,
+        /// The rule's resource.
+        resource: String,
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl RuleError {
+    pub(crate) fn invalid(
+        kind: RuleKind,
+        index: usize,
+        resource: &str,
+        field: &'static str,
+        reason: impl Into<String>,
+    ) -> Self {
+        RuleError::Invalid { kind, index, resource: resource.to_string(), field, reason: reason.into() }
+    }
+}

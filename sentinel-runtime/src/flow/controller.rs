@@ -1,0 +1,229 @@
+//! Traffic-shaping controllers: reject, warm-up, rate limiter, warm-up rate limiter.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crate::clock::NANOS_PER_MILLI;
+use crate::stat::admission::Reservation;
+use crate::stat::StatNode;
+
+use super::rule::{ControlBehavior, FlowGrade, FlowRule};
+
+/// What a controller decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Pass; `reservation` must be given back if a later check blocks.
+    Pass { reservation: Option<Reservation>, wait_nanos: u64 },
+    /// Pass after waiting, counted in a later window (prioritized occupy).
+    Occupied { wait_nanos: u64 },
+    /// Pass with a concurrency permit on the node, released at exit.
+    ThreadPermit,
+    /// Block.
+    Block,
+}
+
+/// Java's `OccupyTimeoutProperty` default: a prioritized request waits less than this.
+pub(crate) const OCCUPY_TIMEOUT_MS: u64 = 500;
+
+/// Warm-up token bucket (Guava's SmoothWarmingUp, as Sentinel adapts it).
+pub(crate) struct WarmUp {
+    count: f64,
+    cold_factor: f64,
+    warning_token: i64,
+    max_token: i64,
+    slope: f64,
+    stored_tokens: AtomicI64,
+    /// Second (ms) of the last sync; `u64::MAX` before the first, which starts the bucket full (cold).
+    last_filled: AtomicU64,
+}
+
+impl WarmUp {
+    pub(crate) fn new(count: f64, period_sec: u32, cold_factor: u32) -> Self {
+        let cf = cold_factor as f64;
+        let period = period_sec as f64;
+        let warning_token = ((period * count) as i64) / (cold_factor as i64 - 1);
+        let max_token = warning_token + (2.0 * period * count / (1.0 + cf)) as i64;
+        let slope = (cf - 1.0) / count / (max_token - warning_token) as f64;
+        WarmUp {
+            count,
+            cold_factor: cf,
+            warning_token,
+            max_token,
+            slope,
+            stored_tokens: AtomicI64::new(0),
+            last_filled: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn cool_down_tokens(&self, current_sec_ms: u64, pass_qps: i64) -> i64 {
+        let old = self.stored_tokens.load(Ordering::Acquire);
+        let last = self.last_filled.load(Ordering::Acquire);
+        if last == u64::MAX {
+            return self.max_token;
+        }
+        let elapsed = current_sec_ms.saturating_sub(last) as f64;
+        let mut new = old;
+        if old < self.warning_token {
+            new = (old as f64 + elapsed * self.count / 1000.0) as i64;
+        } else if old > self.warning_token && (pass_qps as f64) < ((self.count as i64) as f64 / self.cold_factor) {
+            new = (old as f64 + elapsed * self.count / 1000.0) as i64;
+        }
+        new.min(self.max_token)
+    }
+
+    /// Refills the bucket once per second from the previous second's passes.
+    pub(crate) fn sync(&self, now_ms: u64, node: &StatNode) {
+        let current = now_ms - now_ms % 1000;
+        let last = self.last_filled.load(Ordering::Acquire);
+        if last != u64::MAX && current <= last {
+            return;
+        }
+        let prev_qps = node.previous_pass_qps(now_ms) as i64;
+        let old = self.stored_tokens.load(Ordering::Acquire);
+        let new = self.cool_down_tokens(current, prev_qps);
+        if self.last_filled.compare_exchange(last, current, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let _ = self.stored_tokens.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire);
+            let v = self.stored_tokens.fetch_sub(prev_qps, Ordering::AcqRel) - prev_qps;
+            if v < 0 {
+                self.stored_tokens.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// The QPS allowed now: below the warning line the full count, above it the warming rate.
+    pub(crate) fn allowed_qps(&self) -> f64 {
+        let rest = self.stored_tokens.load(Ordering::Acquire);
+        if rest >= self.warning_token {
+            let above = (rest - self.warning_token) as f64;
+            (1.0 / (above * self.slope + 1.0 / self.count)).next_up()
+        } else {
+            self.count
+        }
+    }
+}
+
+/// Uniform spacing (leaky bucket): one pass every `1/count` s, queueing up to a bound.
+pub(crate) struct Throttle {
+    max_queue_nanos: u64,
+    latest_passed: AtomicU64,
+}
+
+impl Throttle {
+    pub(crate) fn new(max_queue_ms: u64) -> Self {
+        Throttle { max_queue_nanos: max_queue_ms.saturating_mul(NANOS_PER_MILLI), latest_passed: AtomicU64::new(0) }
+    }
+
+    /// Passes now, after a wait, or blocks: lock-free, exact under concurrent callers.
+    pub(crate) fn acquire(&self, now_nanos: u64, acquire: u32, qps: f64) -> Decision {
+        if acquire == 0 {
+            return Decision::Pass { reservation: None, wait_nanos: 0 };
+        }
+        if qps <= 0.0 || qps.is_nan() {
+            return Decision::Block;
+        }
+        let cost = (acquire as f64 * 1e9 / qps).round() as u64;
+        let mut last = self.latest_passed.load(Ordering::Acquire);
+        loop {
+            let expected = last.saturating_add(cost);
+            if expected <= now_nanos {
+                match self.latest_passed.compare_exchange_weak(last, now_nanos, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Decision::Pass { reservation: None, wait_nanos: 0 },
+                    Err(v) => last = v,
+                }
+            } else {
+                let wait = expected - now_nanos;
+                if wait > self.max_queue_nanos {
+                    return Decision::Block;
+                }
+                match self.latest_passed.compare_exchange_weak(last, expected, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Decision::Pass { reservation: None, wait_nanos: wait },
+                    Err(v) => last = v,
+                }
+            }
+        }
+    }
+}
+
+/// A rule's controller with its state.
+pub(crate) enum Controller {
+    Reject,
+    WarmUp(WarmUp),
+    RateLimiter(Throttle),
+    WarmUpRateLimiter(WarmUp, Throttle),
+}
+
+impl Controller {
+    pub(crate) fn for_rule(rule: &FlowRule) -> Self {
+        if rule.grade == FlowGrade::Thread {
+            return Controller::Reject;
+        }
+        match rule.control_behavior {
+            ControlBehavior::Reject => Controller::Reject,
+            ControlBehavior::WarmUp => {
+                Controller::WarmUp(WarmUp::new(rule.count, rule.warm_up_period_sec, rule.cold_factor))
+            }
+            ControlBehavior::RateLimiter => Controller::RateLimiter(Throttle::new(rule.max_queueing_time_ms)),
+            ControlBehavior::WarmUpRateLimiter => Controller::WarmUpRateLimiter(
+                WarmUp::new(rule.count, rule.warm_up_period_sec, rule.cold_factor),
+                Throttle::new(rule.max_queueing_time_ms),
+            ),
+        }
+    }
+}
+
+/// The reject check on `node`: exact reservation in the node's admission window.
+pub(crate) fn reject_qps(
+    node: &StatNode,
+    now_ms: u64,
+    acquire: u32,
+    limit: f64,
+    prioritized: bool,
+    already_reserved: bool,
+) -> Decision {
+    if already_reserved {
+        return if node.admission.within(now_ms, limit) {
+            Decision::Pass { reservation: None, wait_nanos: 0 }
+        } else {
+            Decision::Block
+        };
+    }
+    if let Some(r) = node.admission.try_reserve(now_ms, acquire, limit) {
+        return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
+    }
+    if prioritized {
+        let wait = try_occupy_next(node, now_ms, acquire, limit);
+        if wait < OCCUPY_TIMEOUT_MS {
+            node.add_waiting(now_ms, now_ms + wait, acquire);
+            return Decision::Occupied { wait_nanos: wait * NANOS_PER_MILLI };
+        }
+    }
+    Decision::Block
+}
+
+/// Java's `StatisticNode.tryOccupyNext`: how long a prioritized request must wait for a later bucket to have
+/// room (`OCCUPY_TIMEOUT_MS` when none within the timeout).
+fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64) -> u64 {
+    let (sample_count, interval_ms) = node.second_window();
+    let max_count = threshold * interval_ms as f64 / 1000.0;
+    let current_borrow = node.waiting(now_ms);
+    if current_borrow as f64 >= max_count {
+        return OCCUPY_TIMEOUT_MS;
+    }
+    let window = interval_ms / sample_count as u64;
+    let mut earliest = (now_ms - now_ms % window + window) as i64 - interval_ms as i64;
+    let mut idx = 0u64;
+    let mut current_pass = node.admission.total(now_ms) as i64;
+    while earliest < now_ms as i64 {
+        let wait = idx * window + window - now_ms % window;
+        if wait >= OCCUPY_TIMEOUT_MS {
+            break;
+        }
+        let window_pass = if earliest < 0 { 0 } else { node.window_pass_at(earliest as u64) as i64 };
+        if (current_pass + current_borrow as i64 + acquire as i64 - window_pass) as f64 <= max_count {
+            return wait;
+        }
+        earliest += window as i64;
+        current_pass -= window_pass;
+        idx += 1;
+    }
+    OCCUPY_TIMEOUT_MS
+}

@@ -1,0 +1,380 @@
+//! Flow control: QPS and concurrency limits with node selection by origin, relation and chain.
+
+mod controller;
+mod rule;
+
+pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+
+use crate::error::{BlockError, RuleError, RuleKind};
+use crate::resource::ResourceInner;
+use crate::rules::{CheckCx, ExitCx, RuleMap};
+use crate::stat::admission::Reservation;
+use crate::stat::StatNode;
+use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
+
+use controller::{reject_qps, Controller, Decision};
+
+/// A loaded rule with its controller state.
+pub(crate) struct FlowRuleState {
+    pub(crate) rule: Arc<FlowRule>,
+    controller: Controller,
+    /// The related resource, once it exists (relate strategy).
+    ref_resource: OnceLock<Arc<ResourceInner>>,
+    /// Registry generation at the last failed lookup of `ref_resource`.
+    ref_miss_generation: AtomicUsize,
+}
+
+impl FlowRuleState {
+    fn new(rule: FlowRule) -> Self {
+        let controller = Controller::for_rule(&rule);
+        FlowRuleState {
+            rule: Arc::new(rule),
+            controller,
+            ref_resource: OnceLock::new(),
+            ref_miss_generation: AtomicUsize::new(usize::MAX),
+        }
+    }
+}
+
+/// The flow rules of one resource, specific origins first and `"default"` last.
+pub(crate) struct ResourceFlowRules {
+    pub(crate) rules: Vec<Arc<FlowRuleState>>,
+    /// Origins named by a rule of this resource (an origin named here is not "other").
+    named_origins: Vec<String>,
+}
+
+/// What the flow check decided for the entry.
+pub(crate) enum Verdict {
+    Pass { wait_nanos: u64 },
+    Occupied { wait_nanos: u64 },
+}
+
+const MAX_HELD: usize = 4;
+
+/// Reservations and concurrency permits an entry holds.
+#[derive(Debug, Default)]
+pub(crate) struct EntryState {
+    reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
+    permits: [Option<(NodePtr, u32)>; MAX_HELD],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct NodePtr(*const StatNode);
+
+impl NodePtr {
+    /// SAFETY: every node lives as long as its engine, and an entry keeps its engine alive.
+    fn get(&self) -> &StatNode {
+        unsafe { &*self.0 }
+    }
+}
+
+impl EntryState {
+    pub(crate) fn is_active(&self) -> bool {
+        self.permits[0].is_some()
+    }
+    fn has_reservation(&self, node: &StatNode) -> bool {
+        self.reservations.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
+    }
+    fn has_permit(&self, node: &StatNode) -> bool {
+        self.permits.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
+    }
+    fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
+        if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
+            *slot = Some((NodePtr(node), r));
+        }
+    }
+    fn push_permit(&mut self, node: &StatNode, n: u32) -> bool {
+        match self.permits.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => {
+                *slot = Some((NodePtr(node), n));
+                true
+            }
+            None => false,
+        }
+    }
+    fn release_all(&mut self) {
+        for r in self.reservations.iter_mut() {
+            if let Some((p, res)) = r.take() {
+                p.get().admission.release(res);
+            }
+        }
+        self.release_permits();
+    }
+    fn release_permits(&mut self) {
+        for s in self.permits.iter_mut() {
+            if let Some((p, n)) = s.take() {
+                p.get().release_thread_permit(n);
+            }
+        }
+    }
+}
+
+/// Holds the flow rules.
+#[derive(Default)]
+pub(crate) struct FlowManager {
+    map: RuleMap<ResourceFlowRules>,
+    rules: ArcSwap<Vec<FlowRule>>,
+    load_lock: std::sync::Mutex<()>,
+}
+
+/// Checks one flow rule; the first invalid field is reported.
+pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
+    let bad = |field, reason: &str| Err(RuleError::invalid(RuleKind::Flow, index, &rule.resource, field, reason));
+    if rule.resource.trim().is_empty() {
+        return bad("resource", "must not be blank");
+    }
+    if !rule.count.is_finite() || rule.count < 0.0 {
+        return bad("count", "must be a finite number >= 0");
+    }
+    if matches!(rule.strategy, FlowStrategy::Relate | FlowStrategy::Chain)
+        && rule.ref_resource.as_deref().is_none_or(|r| r.trim().is_empty())
+    {
+        return bad("ref_resource", "is required by the relate and chain strategies");
+    }
+    let warm = matches!(rule.control_behavior, ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter);
+    let queue = matches!(rule.control_behavior, ControlBehavior::RateLimiter | ControlBehavior::WarmUpRateLimiter);
+    if rule.grade == FlowGrade::Qps && warm {
+        if rule.warm_up_period_sec == 0 {
+            return bad("warm_up_period_sec", "must be > 0 for warm-up behaviours");
+        }
+        if rule.cold_factor <= 1 {
+            return bad("cold_factor", "must be > 1");
+        }
+        if rule.count <= 0.0 {
+            return bad("count", "must be > 0 for warm-up behaviours");
+        }
+    }
+    if rule.grade == FlowGrade::Qps && queue && rule.max_queueing_time_ms == 0 {
+        return bad("max_queueing_time_ms", "must be > 0 for queueing behaviours");
+    }
+    if rule.cluster_mode {
+        match &rule.cluster_config {
+            None => return bad("cluster_config", "is required when cluster_mode is on"),
+            Some(c) if c.flow_id.is_none() => return bad("cluster_config.flow_id", "is required in cluster mode"),
+            Some(c) if c.sample_count == 0 || c.window_interval_ms == 0 => {
+                return bad("cluster_config", "sample_count and window_interval_ms must be > 0")
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn normalize(mut rule: FlowRule) -> FlowRule {
+    if rule.limit_app.trim().is_empty() {
+        rule.limit_app = LIMIT_APP_DEFAULT.to_string();
+    }
+    rule
+}
+
+impl FlowManager {
+    /// Validates and replaces the rule set; `Ok(false)` when it equals the one in force.
+    pub(crate) fn load(&self, rules: Vec<FlowRule>) -> Result<bool, RuleError> {
+        for (i, r) in rules.iter().enumerate() {
+            validate(r, i)?;
+        }
+        let mut unique: Vec<FlowRule> = Vec::with_capacity(rules.len());
+        for r in rules.into_iter().map(normalize) {
+            if !unique.contains(&r) {
+                unique.push(r);
+            }
+        }
+        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if **self.rules.load() == unique {
+            return Ok(false);
+        }
+        let old = self.map.snapshot();
+        let mut by_resource: HashMap<String, Vec<Arc<FlowRuleState>>> = HashMap::new();
+        for rule in &unique {
+            let reused = old
+                .get(&rule.resource)
+                .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
+            let state = reused.unwrap_or_else(|| Arc::new(FlowRuleState::new(rule.clone())));
+            by_resource.entry(rule.resource.clone()).or_default().push(state);
+        }
+        let map = by_resource
+            .into_iter()
+            .map(|(name, mut rules)| {
+                // Specific origins (and "other") before "default", keeping the given order otherwise.
+                rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
+                let named_origins = rules
+                    .iter()
+                    .map(|s| s.rule.limit_app.clone())
+                    .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
+                    .collect();
+                (name, Arc::new(ResourceFlowRules { rules, named_origins }))
+            })
+            .collect();
+        self.map.store(map);
+        self.rules.store(Arc::new(unique));
+        Ok(true)
+    }
+
+    pub(crate) fn rules(&self) -> Vec<FlowRule> {
+        self.rules.load().as_ref().clone()
+    }
+
+    pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceFlowRules>> {
+        self.map.get(name)
+    }
+}
+
+fn is_special(app: &str) -> bool {
+    app == LIMIT_APP_DEFAULT || app == LIMIT_APP_OTHER
+}
+
+/// Java's `FlowRuleChecker.selectNodeByRequesterAndStrategy`.
+fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
+    let rule = &*st.rule;
+    let origin: &str = cx.origin;
+    let direct = rule.strategy == FlowStrategy::Direct;
+    if !origin.is_empty() && rule.limit_app == origin && !is_special(origin) {
+        return if direct { cx.origin_node } else { reference_node(st, cx) };
+    }
+    if rule.limit_app == LIMIT_APP_DEFAULT {
+        return if direct { Some(&cx.resource.cluster.stat) } else { reference_node(st, cx) };
+    }
+    if rule.limit_app == LIMIT_APP_OTHER && !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin) {
+        return if direct { cx.origin_node } else { reference_node(st, cx) };
+    }
+    None
+}
+
+fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
+    let r = st.rule.ref_resource.as_deref()?;
+    match st.rule.strategy {
+        FlowStrategy::Relate => {
+            if let Some(res) = st.ref_resource.get() {
+                return Some(&res.cluster.stat);
+            }
+            let generation = cx.shared.resource_generation.load(Ordering::Acquire);
+            if st.ref_miss_generation.load(Ordering::Relaxed) == generation {
+                return None;
+            }
+            match cx.shared.find_resource(r) {
+                Some(res) => Some(&st.ref_resource.get_or_init(|| res).cluster.stat),
+                None => {
+                    st.ref_miss_generation.store(generation, Ordering::Relaxed);
+                    None
+                }
+            }
+        }
+        FlowStrategy::Chain => (cx.context_name == r).then_some(&cx.node.stat),
+        FlowStrategy::Direct => None,
+    }
+}
+
+/// Checks the resource's flow rules in order; the first that blocks decides.
+pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<Verdict, BlockError> {
+    let mut wait_nanos = 0u64;
+    for st in &rules.rules {
+        let rule = &*st.rule;
+        if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
+            // No token service is connected: cluster rules without local fallback pass.
+            continue;
+        }
+        let Some(node) = select_node(st, rules, cx) else { continue };
+        let decision = match rule.grade {
+            FlowGrade::Thread => {
+                if es.has_permit(node) {
+                    if node.thread_permits() as f64 <= rule.count {
+                        Decision::Pass { reservation: None, wait_nanos: 0 }
+                    } else {
+                        Decision::Block
+                    }
+                } else if node.try_thread_permit(cx.acquire, rule.count) {
+                    Decision::ThreadPermit
+                } else {
+                    Decision::Block
+                }
+            }
+            FlowGrade::Qps => match &st.controller {
+                Controller::Reject => {
+                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, es.has_reservation(node))
+                }
+                Controller::WarmUp(w) => {
+                    w.sync(cx.now_ms, node);
+                    reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, es.has_reservation(node))
+                }
+                Controller::RateLimiter(t) => t.acquire(cx.now_nanos, cx.acquire, rule.count),
+                Controller::WarmUpRateLimiter(w, t) => {
+                    w.sync(cx.now_ms, node);
+                    t.acquire(cx.now_nanos, cx.acquire, w.allowed_qps())
+                }
+            },
+        };
+        match decision {
+            Decision::Pass { reservation, wait_nanos: w } => {
+                if let Some(r) = reservation {
+                    es.push_reservation(node, r);
+                }
+                wait_nanos += w;
+            }
+            Decision::ThreadPermit => {
+                if !es.push_permit(node, cx.acquire) {
+                    node.release_thread_permit(cx.acquire);
+                }
+            }
+            Decision::Occupied { wait_nanos: w } => {
+                es.release_all();
+                return Ok(Verdict::Occupied { wait_nanos: wait_nanos + w });
+            }
+            Decision::Block => {
+                es.release_all();
+                return Err(BlockError::Flow {
+                    resource: cx.resource.name.clone(),
+                    rule: st.rule.clone(),
+                    origin: cx.origin.clone(),
+                });
+            }
+        }
+    }
+    Ok(Verdict::Pass { wait_nanos })
+}
+
+/// A later check blocked the call: give back reservations and permits.
+pub(crate) fn on_later_block(_rules: &ResourceFlowRules, _cx: &CheckCx<'_>, es: &mut EntryState) {
+    es.release_all();
+}
+
+/// The call completed: release its concurrency permits.
+pub(crate) fn on_exit(_cx: &ExitCx<'_>, es: &mut EntryState) {
+    es.release_permits();
+}
+
+/// Exact concurrency gate on a node, used by thread-grade rules.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadGate {
+    permits: AtomicU64,
+}
+
+impl ThreadGate {
+    fn try_acquire(&self, n: u32, limit: f64) -> bool {
+        self.permits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                ((v + n as u64) as f64 <= limit).then_some(v + n as u64)
+            })
+            .is_ok()
+    }
+    fn release(&self, n: u32) {
+        let _ = self.permits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(n as u64)));
+    }
+}
+
+impl StatNode {
+    fn try_thread_permit(&self, n: u32, limit: f64) -> bool {
+        self.thread_gate.try_acquire(n, limit)
+    }
+    fn release_thread_permit(&self, n: u32) {
+        self.thread_gate.release(n)
+    }
+    fn thread_permits(&self) -> u64 {
+        self.thread_gate.permits.load(Ordering::Acquire)
+    }
+}

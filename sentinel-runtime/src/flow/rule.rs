@@ -1,0 +1,190 @@
+//! Flow rule data.
+
+/// What a flow rule counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FlowGrade {
+    /// Calls in flight.
+    Thread,
+    /// Passed calls per second.
+    #[default]
+    Qps,
+}
+
+/// Which node a flow rule reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FlowStrategy {
+    /// The resource's own node (chosen by `limit_app`).
+    #[default]
+    Direct,
+    /// The cluster node of `ref_resource`: limit this resource when the other is busy.
+    Relate,
+    /// This resource's node in the context named `ref_resource` (an entrance).
+    Chain,
+}
+
+/// How a flow rule shapes traffic over its limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ControlBehavior {
+    /// Block at once.
+    #[default]
+    Reject,
+    /// Start at a third of the limit and warm up over `warm_up_period_sec`.
+    WarmUp,
+    /// Space calls evenly, queueing up to `max_queueing_time_ms`.
+    RateLimiter,
+    /// Warm up, and space calls evenly while warming.
+    WarmUpRateLimiter,
+}
+
+/// How a cluster rule's threshold is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ClusterThresholdType {
+    /// `count` per connected client.
+    #[default]
+    AvgLocal,
+    /// `count` for the whole cluster.
+    Global,
+}
+
+/// Cluster settings a rule carries (used by cluster flow control).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterConfig {
+    /// The rule's id in the token service.
+    pub flow_id: Option<u64>,
+    /// How `count` is read.
+    pub threshold_type: ClusterThresholdType,
+    /// Limit locally when the token service cannot be reached.
+    pub fallback_to_local_when_fail: bool,
+    /// Buckets of the cluster window.
+    pub sample_count: u32,
+    /// Length of the cluster window.
+    pub window_interval_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            flow_id: None,
+            threshold_type: ClusterThresholdType::AvgLocal,
+            fallback_to_local_when_fail: true,
+            sample_count: 10,
+            window_interval_ms: 1000,
+        }
+    }
+}
+
+/// A flow rule: limit a resource's QPS or concurrency.
+///
+/// ```
+/// use sentinel_runtime::flow::{FlowRule, ControlBehavior};
+/// let rule = FlowRule::new("queryOrder").count(100.0).control_behavior(ControlBehavior::WarmUp);
+/// assert_eq!(rule.warm_up_period_sec, 10);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowRule {
+    /// An id of the rule's source (kept as given; used in logs).
+    pub id: Option<u64>,
+    /// The resource the rule limits.
+    pub resource: String,
+    /// `"default"` (all callers), `"other"` (each origin not named by another rule), or an origin name.
+    pub limit_app: String,
+    /// QPS or threads.
+    pub grade: FlowGrade,
+    /// The threshold.
+    pub count: f64,
+    /// Direct, relate or chain.
+    pub strategy: FlowStrategy,
+    /// The related resource (relate) or entrance context name (chain).
+    pub ref_resource: Option<String>,
+    /// Reject, warm-up, rate limiter or both.
+    pub control_behavior: ControlBehavior,
+    /// Warm-up period.
+    pub warm_up_period_sec: u32,
+    /// Longest queueing wait for the rate limiter behaviours.
+    pub max_queueing_time_ms: u64,
+    /// Warm-up cold factor (> 1; Java's default 3).
+    pub cold_factor: u32,
+    /// Whether a cluster token service decides.
+    pub cluster_mode: bool,
+    /// Cluster settings.
+    pub cluster_config: Option<ClusterConfig>,
+}
+
+impl Default for FlowRule {
+    fn default() -> Self {
+        FlowRule {
+            id: None,
+            resource: String::new(),
+            limit_app: crate::LIMIT_APP_DEFAULT.to_string(),
+            grade: FlowGrade::Qps,
+            count: 0.0,
+            strategy: FlowStrategy::Direct,
+            ref_resource: None,
+            control_behavior: ControlBehavior::Reject,
+            warm_up_period_sec: 10,
+            max_queueing_time_ms: 500,
+            cold_factor: 3,
+            cluster_mode: false,
+            cluster_config: None,
+        }
+    }
+}
+
+impl FlowRule {
+    /// A QPS reject rule for `resource` with count 0; set the fields with the builder methods.
+    pub fn new(resource: impl Into<String>) -> Self {
+        FlowRule { resource: resource.into(), ..Default::default() }
+    }
+    /// Sets the threshold.
+    pub fn count(mut self, count: f64) -> Self {
+        self.count = count;
+        self
+    }
+    /// Sets the grade.
+    pub fn grade(mut self, grade: FlowGrade) -> Self {
+        self.grade = grade;
+        self
+    }
+    /// Sets `limit_app`.
+    pub fn limit_app(mut self, app: impl Into<String>) -> Self {
+        self.limit_app = app.into();
+        self
+    }
+    /// Relate to another resource's load.
+    pub fn relate(mut self, ref_resource: impl Into<String>) -> Self {
+        self.strategy = FlowStrategy::Relate;
+        self.ref_resource = Some(ref_resource.into());
+        self
+    }
+    /// Limit only calls that entered through the context (entrance) named `context`.
+    pub fn chain(mut self, context: impl Into<String>) -> Self {
+        self.strategy = FlowStrategy::Chain;
+        self.ref_resource = Some(context.into());
+        self
+    }
+    /// Sets the control behaviour.
+    pub fn control_behavior(mut self, b: ControlBehavior) -> Self {
+        self.control_behavior = b;
+        self
+    }
+    /// Sets the warm-up period.
+    pub fn warm_up_period_sec(mut self, s: u32) -> Self {
+        self.warm_up_period_sec = s;
+        self
+    }
+    /// Sets the longest queueing wait.
+    pub fn max_queueing_time_ms(mut self, ms: u64) -> Self {
+        self.max_queueing_time_ms = ms;
+        self
+    }
+    /// Sets the warm-up cold factor.
+    pub fn cold_factor(mut self, f: u32) -> Self {
+        self.cold_factor = f;
+        self
+    }
+    /// Sets the rule id.
+    pub fn id(mut self, id: u64) -> Self {
+        self.id = Some(id);
+        self
+    }
+}

@@ -1,0 +1,132 @@
+//! The statistics tree: default nodes per (resource, context), cluster nodes per resource with their origin
+//! nodes, entrance nodes per context.
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::stat::StatNode;
+
+/// A resource's node in one context. Children are the resources entered while this one was active.
+pub struct DefaultNode {
+    pub(crate) resource: Arc<str>,
+    pub(crate) context_id: u32,
+    pub(crate) stat: StatNode,
+    pub(crate) children: Children,
+}
+
+impl DefaultNode {
+    pub(crate) fn new(resource: Arc<str>, context_id: u32) -> Self {
+        DefaultNode { resource, context_id, stat: StatNode::new(), children: Children::default() }
+    }
+    /// The resource's name.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+    /// The node's counters.
+    pub fn stat(&self) -> &StatNode {
+        &self.stat
+    }
+    /// The nodes entered below this one.
+    pub fn children(&self) -> Vec<Arc<DefaultNode>> {
+        self.children.list()
+    }
+}
+
+impl std::fmt::Debug for DefaultNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DefaultNode").field("resource", &self.resource).finish_non_exhaustive()
+    }
+}
+
+/// Child links of a node: appended once, read by the tree view.
+#[derive(Default)]
+pub(crate) struct Children {
+    list: boxcar::Vec<Arc<DefaultNode>>,
+    insert: Mutex<()>,
+    /// The child linked last: lets the common case skip the scan.
+    last: AtomicPtr<DefaultNode>,
+}
+
+impl Children {
+    /// Links `child` below this node unless already there.
+    #[inline]
+    pub(crate) fn ensure(&self, child: &Arc<DefaultNode>) {
+        let ptr = Arc::as_ptr(child) as *mut DefaultNode;
+        if self.last.load(Ordering::Relaxed) == ptr {
+            return;
+        }
+        self.ensure_slow(child, ptr);
+    }
+
+    #[cold]
+    fn ensure_slow(&self, child: &Arc<DefaultNode>, ptr: *mut DefaultNode) {
+        if !self.list.iter().any(|(_, c)| Arc::ptr_eq(c, child)) {
+            let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
+            if !self.list.iter().any(|(_, c)| Arc::ptr_eq(c, child)) {
+                self.list.push(child.clone());
+            }
+        }
+        self.last.store(ptr, Ordering::Relaxed);
+    }
+
+    pub(crate) fn list(&self) -> Vec<Arc<DefaultNode>> {
+        self.list.iter().map(|(_, c)| c.clone()).collect()
+    }
+}
+
+/// A node for one origin of one resource.
+pub(crate) struct OriginNode {
+    pub(crate) origin_id: u32,
+    pub(crate) origin: Arc<str>,
+    pub(crate) stat: StatNode,
+}
+
+/// A resource's node over all contexts, with a node per caller origin.
+pub(crate) struct ClusterNode {
+    pub(crate) stat: StatNode,
+    origins: boxcar::Vec<OriginNode>,
+    insert: Mutex<()>,
+}
+
+impl ClusterNode {
+    pub(crate) fn new() -> Self {
+        ClusterNode { stat: StatNode::new(), origins: boxcar::Vec::new(), insert: Mutex::new(()) }
+    }
+
+    /// The node of an origin (by interned id), created on first use.
+    #[inline]
+    pub(crate) fn origin_node(&self, origin_id: u32, origin: &Arc<str>) -> &StatNode {
+        for (_, n) in self.origins.iter() {
+            if n.origin_id == origin_id {
+                return &n.stat;
+            }
+        }
+        self.create_origin(origin_id, origin)
+    }
+
+    /// The node of an origin if one was created.
+    pub(crate) fn find_origin(&self, origin_id: u32) -> Option<&StatNode> {
+        self.origins.iter().find(|(_, n)| n.origin_id == origin_id).map(|(_, n)| &n.stat)
+    }
+
+    #[cold]
+    fn create_origin(&self, origin_id: u32, origin: &Arc<str>) -> &StatNode {
+        let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, n)) = self.origins.iter().find(|(_, n)| n.origin_id == origin_id) {
+            return &n.stat;
+        }
+        let idx = self.origins.push(OriginNode { origin_id, origin: origin.clone(), stat: StatNode::new() });
+        &self.origins[idx].stat
+    }
+
+    /// Every origin node.
+    pub(crate) fn origins(&self) -> impl Iterator<Item = &OriginNode> {
+        self.origins.iter().map(|(_, n)| n)
+    }
+}
+
+/// The root of a context's tree: its numbers are the sums of its children's.
+pub(crate) struct EntranceNode {
+    pub(crate) name: Arc<str>,
+    pub(crate) children: Children,
+}

@@ -1,0 +1,126 @@
+//! Hot-parameter rule data.
+
+use crate::flow::{ClusterConfig, ControlBehavior, FlowGrade};
+
+/// A typed parameter value in a rule's exception items. Matching is type-sensitive: `Int(7)` is not `Str("7")`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamItemValue {
+    /// An integer (Java's int, long, short, byte).
+    Int(i64),
+    /// A floating-point number (Java's float, double).
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// A boolean.
+    Bool(bool),
+    /// A character.
+    Char(char),
+}
+
+/// An exception item: a value with its own threshold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamFlowItem {
+    /// The value.
+    pub value: ParamItemValue,
+    /// Its threshold.
+    pub count: f64,
+}
+
+/// A hot-parameter rule: limit each distinct value of one argument separately.
+///
+/// ```
+/// use sentinel_runtime::param_flow::ParamFlowRule;
+/// let rule = ParamFlowRule::new("getUser", 0).count(5.0);
+/// assert_eq!(rule.duration_in_sec, 1);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamFlowRule {
+    /// An id of the rule's source.
+    pub id: Option<u64>,
+    /// The resource.
+    pub resource: String,
+    /// Kept for compatibility with Sentinel's rule format (`"default"`).
+    pub limit_app: String,
+    /// Which argument: an index, negative from the end.
+    pub param_idx: i32,
+    /// QPS or threads per value.
+    pub grade: FlowGrade,
+    /// Threshold per value.
+    pub count: f64,
+    /// Reject or rate limiter (others are invalid).
+    pub control_behavior: ControlBehavior,
+    /// Longest queueing wait (rate limiter).
+    pub max_queueing_time_ms: u64,
+    /// Extra tokens a value may burst by.
+    pub burst_count: u64,
+    /// The statistics duration.
+    pub duration_in_sec: u64,
+    /// Values with their own thresholds.
+    pub items: Vec<ParamFlowItem>,
+    /// Whether a cluster token service decides.
+    pub cluster_mode: bool,
+    /// Cluster settings.
+    pub cluster_config: Option<ClusterConfig>,
+}
+
+impl Default for ParamFlowRule {
+    fn default() -> Self {
+        ParamFlowRule {
+            id: None,
+            resource: String::new(),
+            limit_app: crate::LIMIT_APP_DEFAULT.to_string(),
+            param_idx: 0,
+            grade: FlowGrade::Qps,
+            count: 0.0,
+            control_behavior: ControlBehavior::Reject,
+            max_queueing_time_ms: 0,
+            burst_count: 0,
+            duration_in_sec: 1,
+            items: Vec::new(),
+            cluster_mode: false,
+            cluster_config: None,
+        }
+    }
+}
+
+impl ParamFlowRule {
+    /// A QPS reject rule on argument `param_idx` of `resource`.
+    pub fn new(resource: impl Into<String>, param_idx: i32) -> Self {
+        ParamFlowRule { resource: resource.into(), param_idx, ..Default::default() }
+    }
+    /// Sets the threshold.
+    pub fn count(mut self, c: f64) -> Self {
+        self.count = c;
+        self
+    }
+    /// Sets the grade.
+    pub fn grade(mut self, g: FlowGrade) -> Self {
+        self.grade = g;
+        self
+    }
+    /// Sets the burst.
+    pub fn burst_count(mut self, b: u64) -> Self {
+        self.burst_count = b;
+        self
+    }
+    /// Sets the duration.
+    pub fn duration_in_sec(mut self, d: u64) -> Self {
+        self.duration_in_sec = d;
+        self
+    }
+    /// Adds an exception item.
+    pub fn item(mut self, value: ParamItemValue, count: f64) -> Self {
+        self.items.push(ParamFlowItem { value, count });
+        self
+    }
+    /// Sets the control behaviour.
+    pub fn control_behavior(mut self, b: ControlBehavior) -> Self {
+        self.control_behavior = b;
+        self
+    }
+    /// Sets the queueing time.
+    pub fn max_queueing_time_ms(mut self, ms: u64) -> Self {
+        self.max_queueing_time_ms = ms;
+        self
+    }
+}

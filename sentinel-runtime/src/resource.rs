@@ -1,0 +1,143 @@
+//! Resources and their handles.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
+
+use crate::engine::Shared;
+use crate::entry::EntryBuilder;
+use crate::error::BlockError;
+use crate::node::{ClusterNode, DefaultNode};
+use crate::rules::ResourceRules;
+use crate::Entry;
+
+/// Whether calls come into this process (counted by system rules) or go out of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EntryType {
+    /// An inbound call: checked by system rules and counted on the global inbound node.
+    In,
+    /// An outbound call (the default).
+    #[default]
+    Out,
+}
+
+/// Everything the engine keeps per resource name. Lives as long as its engine.
+pub(crate) struct ResourceInner {
+    pub(crate) name: Arc<str>,
+    pub(crate) cluster: ClusterNode,
+    pub(crate) rules: ArcSwap<ResourceRules>,
+    /// Whether `rules` holds anything: lets an entry skip the load entirely.
+    pub(crate) has_rules: AtomicBool,
+    /// False for resources past the cap: their entries pass unchecked.
+    pub(crate) checked: bool,
+    default_ctx_node: OnceLock<Arc<DefaultNode>>,
+    ctx_nodes: boxcar::Vec<Arc<DefaultNode>>,
+    insert: Mutex<()>,
+}
+
+impl ResourceInner {
+    pub(crate) fn new(name: Arc<str>, rules: ResourceRules, checked: bool) -> Self {
+        let has = !rules.is_empty();
+        ResourceInner {
+            name,
+            cluster: ClusterNode::new(),
+            rules: ArcSwap::from_pointee(rules),
+            has_rules: AtomicBool::new(has),
+            checked,
+            default_ctx_node: OnceLock::new(),
+            ctx_nodes: boxcar::Vec::new(),
+            insert: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn set_rules(&self, rules: ResourceRules) {
+        let has = !rules.is_empty();
+        self.rules.store(Arc::new(rules));
+        self.has_rules.store(has, Ordering::Release);
+    }
+
+    /// This resource's node in context `ctx_id` (0 is the default context), created on first use.
+    #[inline]
+    pub(crate) fn node_for(&self, ctx_id: u32) -> &Arc<DefaultNode> {
+        if ctx_id == 0 {
+            if let Some(n) = self.default_ctx_node.get() {
+                return n;
+            }
+            return self.default_ctx_node.get_or_init(|| Arc::new(DefaultNode::new(self.name.clone(), 0)));
+        }
+        for (_, n) in self.ctx_nodes.iter() {
+            if n.context_id == ctx_id {
+                return n;
+            }
+        }
+        self.create_ctx_node(ctx_id)
+    }
+
+    #[cold]
+    fn create_ctx_node(&self, ctx_id: u32) -> &Arc<DefaultNode> {
+        let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, n)) = self.ctx_nodes.iter().find(|(_, n)| n.context_id == ctx_id) {
+            return n;
+        }
+        let idx = self.ctx_nodes.push(Arc::new(DefaultNode::new(self.name.clone(), ctx_id)));
+        &self.ctx_nodes[idx]
+    }
+
+    /// Every default node of the resource (one per context it was entered in).
+    pub(crate) fn nodes(&self) -> Vec<Arc<DefaultNode>> {
+        let mut v: Vec<_> = self.default_ctx_node.get().cloned().into_iter().collect();
+        v.extend(self.ctx_nodes.iter().map(|(_, n)| n.clone()));
+        v
+    }
+}
+
+/// A cheap, cloneable handle to a resource of one engine: create it once, enter it many times.
+///
+/// ```
+/// use sentinel_runtime::{Sentinel, flow::FlowRule};
+/// let engine = Sentinel::builder().build();
+/// engine.load_flow_rules(vec![FlowRule::new("db").count(1.0)]).unwrap();
+/// let db = engine.resource("db");
+/// let first = db.enter();
+/// assert!(first.is_ok());
+/// assert!(db.enter().is_err()); // the second call in the same second is over the limit
+/// ```
+#[derive(Clone)]
+pub struct Resource {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) inner: Arc<ResourceInner>,
+    pub(crate) entry_type: EntryType,
+}
+
+impl std::fmt::Debug for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resource").field("name", &self.inner.name).field("entry_type", &self.entry_type).finish()
+    }
+}
+
+impl Resource {
+    /// The resource's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+    /// Inbound or outbound.
+    pub fn entry_type(&self) -> EntryType {
+        self.entry_type
+    }
+    /// Enters the resource with one permit, in the current context.
+    #[inline]
+    pub fn enter(&self) -> Result<Entry<'_>, BlockError> {
+        EntryBuilder::new(self).enter()
+    }
+    /// Starts an entry with options (acquire count, origin, context, hot parameters, priority).
+    #[inline]
+    pub fn entry(&self) -> EntryBuilder<'_, 'static> {
+        EntryBuilder::new(self)
+    }
+    /// Starts an entry that owns a clone of this handle: a `'static` entry that can move into a future or a
+    /// response body (middleware). Costs two reference-count updates more than [`Resource::entry`].
+    pub fn entry_owned(&self) -> EntryBuilder<'static, 'static> {
+        EntryBuilder::owned(self.clone())
+    }
+}

@@ -1,0 +1,95 @@
+//! The rules in force for each resource, and what the checks see of an entry.
+//!
+//! Each rule manager keeps its rules by resource name. Whenever a manager's rules change or a resource is
+//! created, the engine rebuilds that resource's [`ResourceRules`] (one atomically swapped `Arc`) from every
+//! manager, so an entry reads all its rules with one lock-free load and no name lookup.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::authority::ResourceAuthority;
+use crate::circuit_breaker::ResourceBreakers;
+use crate::engine::Shared;
+use crate::flow::ResourceFlowRules;
+use crate::node::DefaultNode;
+use crate::param_flow::{HotParam, ResourceParamRules};
+use crate::resource::ResourceInner;
+use crate::stat::StatNode;
+
+/// The rules of every kind that apply to one resource.
+#[derive(Default)]
+pub(crate) struct ResourceRules {
+    pub(crate) authority: Option<Arc<ResourceAuthority>>,
+    pub(crate) param: Option<Arc<ResourceParamRules>>,
+    pub(crate) flow: Option<Arc<ResourceFlowRules>>,
+    /// Degrade rules of the resource itself.
+    pub(crate) degrade: Option<Arc<ResourceBreakers>>,
+    /// The default (`"*"`) breakers, used only when the resource has none of its own.
+    pub(crate) default_degrade: Option<Arc<ResourceBreakers>>,
+}
+
+impl ResourceRules {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.authority.is_none()
+            && self.param.is_none()
+            && self.flow.is_none()
+            && self.degrade.is_none()
+            && self.default_degrade.is_none()
+    }
+}
+
+/// Per-resource compiled rules of one kind, swapped atomically as a whole.
+pub(crate) struct RuleMap<T> {
+    map: ArcSwap<HashMap<String, Arc<T>>>,
+}
+
+impl<T> Default for RuleMap<T> {
+    fn default() -> Self {
+        RuleMap { map: ArcSwap::from_pointee(HashMap::new()) }
+    }
+}
+
+impl<T> RuleMap<T> {
+    /// The compiled rules for `resource`.
+    pub(crate) fn get(&self, resource: &str) -> Option<Arc<T>> {
+        self.map.load().get(resource).cloned()
+    }
+    /// The whole current map.
+    pub(crate) fn snapshot(&self) -> Arc<HashMap<String, Arc<T>>> {
+        self.map.load_full()
+    }
+    /// Replaces the whole map.
+    pub(crate) fn store(&self, map: HashMap<String, Arc<T>>) {
+        self.map.store(Arc::new(map));
+    }
+}
+
+/// What a check sees of the entry being decided.
+pub(crate) struct CheckCx<'a> {
+    pub(crate) shared: &'a Shared,
+    pub(crate) resource: &'a ResourceInner,
+    /// The resource's node in the current context.
+    pub(crate) node: &'a DefaultNode,
+    /// The resource's node for the caller's origin (none when the origin is empty).
+    pub(crate) origin_node: Option<&'a StatNode>,
+    pub(crate) origin: &'a Arc<str>,
+    pub(crate) context_name: &'a str,
+    pub(crate) entry_type: crate::resource::EntryType,
+    pub(crate) acquire: u32,
+    pub(crate) prioritized: bool,
+    pub(crate) args: &'a [&'a dyn HotParam],
+    pub(crate) now_nanos: u64,
+    pub(crate) now_ms: u64,
+}
+
+/// What the exit hooks see of an entry that passed.
+pub(crate) struct ExitCx<'a> {
+    pub(crate) shared: &'a Shared,
+    pub(crate) resource: &'a ResourceInner,
+    pub(crate) now_ms: u64,
+    pub(crate) rt_micros: u64,
+    pub(crate) error: bool,
+    pub(crate) acquire: u32,
+}

@@ -1,0 +1,97 @@
+//! The slot chain: the order in which checks run, and user-defined slots.
+//!
+//! Built-in slots run in Java Sentinel's order (lowest first): node selector −10000, cluster builder −9000,
+//! log −8000, statistics −7000, authority −6000, system −5000, param flow −3000, flow −2000, default circuit
+//! breaker −1500, degrade −1000. Statistics wraps every check after it and records pass or block from their
+//! verdict. A user slot added with [`Sentinel::add_slot`](crate::Sentinel::add_slot) runs at its own order
+//! among the checks; the first slot that blocks stops the chain.
+
+use std::sync::Arc;
+
+use crate::resource::EntryType;
+
+/// Order of the node selector slot.
+pub const ORDER_NODE_SELECTOR: i32 = -10000;
+/// Order of the cluster builder slot.
+pub const ORDER_CLUSTER_BUILDER: i32 = -9000;
+/// Order of the log slot.
+pub const ORDER_LOG: i32 = -8000;
+/// Order of the statistics slot.
+pub const ORDER_STATISTIC: i32 = -7000;
+/// Order of the authority slot.
+pub const ORDER_AUTHORITY: i32 = -6000;
+/// Order of the system slot.
+pub const ORDER_SYSTEM: i32 = -5000;
+/// Order of the hot-parameter slot.
+pub const ORDER_PARAM_FLOW: i32 = -3000;
+/// Order of the flow slot.
+pub const ORDER_FLOW: i32 = -2000;
+/// Order of the default circuit breaker slot (rules for `"*"`).
+pub const ORDER_DEFAULT_CIRCUIT_BREAKER: i32 = -1500;
+/// Order of the degrade slot.
+pub const ORDER_DEGRADE: i32 = -1000;
+
+/// What a user slot sees of an entry.
+#[derive(Debug)]
+pub struct SlotEntry<'a> {
+    /// The resource.
+    pub resource: &'a str,
+    /// Inbound or outbound.
+    pub entry_type: EntryType,
+    /// The context's name.
+    pub context: &'a str,
+    /// The caller's origin (empty when none).
+    pub origin: &'a str,
+    /// How many permits the call asks for.
+    pub acquire: u32,
+    /// The engine's current time, ms since the epoch.
+    pub now_ms: u64,
+}
+
+/// What a user slot sees when an entry it passed exits.
+#[derive(Debug)]
+pub struct SlotExit<'a> {
+    /// The resource.
+    pub resource: &'a str,
+    /// Response time in microseconds.
+    pub rt_micros: u64,
+    /// Whether an error was traced on the entry.
+    pub error: bool,
+}
+
+/// A user-defined check in the slot chain.
+///
+/// ```
+/// use sentinel_runtime::{Sentinel, slot::{Slot, SlotEntry}};
+/// struct DenyNight;
+/// impl Slot for DenyNight {
+///     fn name(&self) -> &'static str { "deny-night" }
+///     fn entry(&self, e: &SlotEntry<'_>) -> Result<(), String> {
+///         if e.resource == "batch" { Err("not now".into()) } else { Ok(()) }
+///     }
+/// }
+/// let engine = Sentinel::builder().build();
+/// engine.add_slot(-1800, DenyNight);
+/// assert!(engine.resource("batch").enter().is_err());
+/// assert!(engine.resource("other").enter().is_ok());
+/// ```
+pub trait Slot: Send + Sync + 'static {
+    /// A short name, shown in block errors.
+    fn name(&self) -> &'static str;
+    /// Checks an entry: `Err(reason)` blocks it.
+    fn entry(&self, entry: &SlotEntry<'_>) -> Result<(), String>;
+    /// Called when an entry this slot passed exits (not called for blocked entries).
+    fn exit(&self, _exit: &SlotExit<'_>) {}
+}
+
+/// User slots sorted by order, split around the built-in checks.
+#[derive(Clone, Default)]
+pub(crate) struct CustomSlots {
+    pub(crate) slots: Vec<(i32, Arc<dyn Slot>)>,
+}
+
+impl CustomSlots {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}

@@ -1,0 +1,120 @@
+//! Exact admission for reject-style QPS limits.
+//!
+//! Java Sentinel reads a node's pass count and adds to it in two separate steps, so concurrent callers can all
+//! read "one left" and all pass. Here a reject-style QPS rule reserves its pass with one compare-and-swap on a
+//! per-node word per bucket: a window never admits more than its limit, whatever the number of threads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::window::deprecated;
+
+const EMPTY: u64 = u64::MAX;
+const RESETTING: u64 = u64::MAX - 1;
+
+/// Bucket starts and reserved counts, packed per bucket as (start, count) in two words guarded by the start.
+pub(crate) struct AdmissionWindow {
+    bucket_ms: u64,
+    interval_ms: u64,
+    starts: Box<[AtomicU64]>,
+    counts: Box<[AtomicU64]>,
+}
+
+/// A reservation to give back if a later check blocks the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Reservation {
+    pub(crate) bucket_start: u64,
+    pub(crate) count: u32,
+}
+
+impl AdmissionWindow {
+    pub(crate) fn new(sample_count: usize, interval_ms: u64) -> Self {
+        let n = sample_count.max(1);
+        AdmissionWindow {
+            bucket_ms: (interval_ms / n as u64).max(1),
+            interval_ms,
+            starts: (0..n).map(|_| AtomicU64::new(EMPTY)).collect(),
+            counts: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn current(&self, now_ms: u64) -> usize {
+        let n = self.starts.len();
+        let idx = ((now_ms / self.bucket_ms) % n as u64) as usize;
+        let start = now_ms - now_ms % self.bucket_ms;
+        loop {
+            let s = self.starts[idx].load(Ordering::Acquire);
+            if s == start || (s < RESETTING && s > start) {
+                return idx;
+            }
+            if s == RESETTING {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Claim the stale bucket: whoever wins the CAS on its start zeroes its count, then publishes it.
+            if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                self.counts[idx].store(0, Ordering::Release);
+                self.starts[idx].store(start, Ordering::Release);
+                return idx;
+            }
+        }
+    }
+
+    fn others(&self, now_ms: u64, cur: usize) -> u64 {
+        let mut total = 0;
+        for i in 0..self.starts.len() {
+            if i == cur {
+                continue;
+            }
+            let s = self.starts[i].load(Ordering::Acquire);
+            if s < RESETTING && !deprecated(now_ms, s, self.interval_ms) {
+                total += self.counts[i].load(Ordering::Acquire);
+            }
+        }
+        total
+    }
+
+    /// Reserves `acquire` passes if the window stays within `limit`; `None` means block.
+    #[inline]
+    pub(crate) fn try_reserve(&self, now_ms: u64, acquire: u32, limit: f64) -> Option<Reservation> {
+        let cur = self.current(now_ms);
+        let others = self.others(now_ms, cur);
+        let c = &self.counts[cur];
+        let mut v = c.load(Ordering::Acquire);
+        loop {
+            if (others + v + acquire as u64) as f64 > limit {
+                return None;
+            }
+            match c.compare_exchange_weak(v, v + acquire as u64, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    return Some(Reservation {
+                        bucket_start: self.starts[cur].load(Ordering::Relaxed),
+                        count: acquire,
+                    })
+                }
+                Err(now) => v = now,
+            }
+        }
+    }
+
+    /// Whether the window (already holding this call's reservation) is within `limit`.
+    pub(crate) fn within(&self, now_ms: u64, limit: f64) -> bool {
+        let cur = self.current(now_ms);
+        (self.others(now_ms, cur) + self.counts[cur].load(Ordering::Acquire)) as f64 <= limit
+    }
+
+    /// Current reserved count over the window.
+    pub(crate) fn total(&self, now_ms: u64) -> u64 {
+        let cur = self.current(now_ms);
+        self.others(now_ms, cur) + self.counts[cur].load(Ordering::Acquire)
+    }
+
+    /// Gives a reservation back (if its bucket is still there).
+    pub(crate) fn release(&self, r: Reservation) {
+        let idx = ((r.bucket_start / self.bucket_ms) % self.starts.len() as u64) as usize;
+        if self.starts[idx].load(Ordering::Acquire) == r.bucket_start {
+            let _ = self.counts[idx].fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(v.saturating_sub(r.count as u64))
+            });
+        }
+    }
+}
