@@ -566,6 +566,10 @@ impl Drop for Entry<'_> {
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
         let rt_micros = now_nanos.saturating_sub(self.created_nanos) / 1000;
+        // An entry dropped by unwinding: the panic counts as an error.
+        if std::thread::panicking() {
+            self.error = true;
+        }
         let (acquire, error) = (self.acquire, self.error);
         self.for_each_node(|n| n.on_complete(now_ms, rt_micros, acquire, error));
 
