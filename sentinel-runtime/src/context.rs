@@ -142,7 +142,7 @@ impl Sentinel {
             return Err(ContextError::EmptyName);
         }
         let cur = current();
-        if cur.engine_id == self.shared.id && !cur.ctx.is_null() {
+        if cur.engine_id == self.shared.id {
             return Ok(ContextGuard { engine: self, restore: None, _not_send: Default::default() });
         }
         let state = self.shared.context_state(name, origin, false, cur.override_engine);

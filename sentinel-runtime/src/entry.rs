@@ -146,7 +146,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
 
         // The context: the active one, or a fresh one owned by this entry.
-        let (state, touches_tls) = if outer.engine_id == shared.id && !outer.ctx.is_null() {
+        let (state, touches_tls) = if outer.engine_id == shared.id {
+            // An active context (a null one was refused by the context cap: Java's NullContext).
             (outer, true)
         } else {
             let fresh = match (self.context, self.origin) {

@@ -179,14 +179,15 @@ pub(crate) fn reject_qps(
     prioritized: bool,
     already_reserved: bool,
 ) -> Decision {
+    let borrowed = |start: u64| node.borrowed_at(start);
     if already_reserved {
-        return if node.admission.within(now_ms, limit) {
+        return if node.admission.within(now_ms, limit, &borrowed) {
             Decision::Pass { reservation: None, wait_nanos: 0 }
         } else {
             Decision::Block
         };
     }
-    if let Some(r) = node.admission.try_reserve(now_ms, acquire, limit) {
+    if let Some(r) = node.admission.try_reserve(now_ms, acquire, limit, &borrowed) {
         return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
     }
     if prioritized {
@@ -211,7 +212,7 @@ fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64) -
     let window = interval_ms / sample_count as u64;
     let mut earliest = (now_ms - now_ms % window + window) as i64 - interval_ms as i64;
     let mut idx = 0u64;
-    let mut current_pass = node.admission.total(now_ms) as i64;
+    let mut current_pass = node.admission.total(now_ms, &|start| node.borrowed_at(start)) as i64;
     while earliest < now_ms as i64 {
         let wait = idx * window + window - now_ms % window;
         if wait >= OCCUPY_TIMEOUT_MS {

@@ -225,6 +225,14 @@ impl FlowManager {
     }
 }
 
+fn read_only(pass: bool) -> Decision {
+    if pass {
+        Decision::Pass { reservation: None, wait_nanos: 0 }
+    } else {
+        Decision::Block
+    }
+}
+
 fn is_special(app: &str) -> bool {
     app == LIMIT_APP_DEFAULT || app == LIMIT_APP_OTHER
 }
@@ -280,14 +288,14 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
             continue;
         }
         let Some(node) = select_node(st, rules, cx) else { continue };
+        // A relate rule reads another resource's node: its traffic is not admitted here, so the rule can only
+        // read it. Every other node is entered only through this resource's rules and is reserved exactly.
+        let owned = rule.strategy != FlowStrategy::Relate;
         let decision = match rule.grade {
+            FlowGrade::Thread if !owned => read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count),
             FlowGrade::Thread => {
                 if es.has_permit(node) {
-                    if node.thread_permits() as f64 <= rule.count {
-                        Decision::Pass { reservation: None, wait_nanos: 0 }
-                    } else {
-                        Decision::Block
-                    }
+                    read_only(node.thread_permits() as f64 <= rule.count)
                 } else if node.try_thread_permit(cx.acquire, rule.count) {
                     Decision::ThreadPermit
                 } else {
@@ -295,12 +303,19 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
                 }
             }
             FlowGrade::Qps => match &st.controller {
+                Controller::Reject if !owned => {
+                    read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count)
+                }
                 Controller::Reject => {
                     reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, es.has_reservation(node))
                 }
                 Controller::WarmUp(w) => {
                     w.sync(cx.now_ms, node);
-                    reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, es.has_reservation(node))
+                    if owned {
+                        reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, es.has_reservation(node))
+                    } else {
+                        read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= w.allowed_qps())
+                    }
                 }
                 Controller::RateLimiter(t) => t.acquire(cx.now_nanos, cx.acquire, rule.count),
                 Controller::WarmUpRateLimiter(w, t) => {

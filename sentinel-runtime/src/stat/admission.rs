@@ -37,7 +37,7 @@ impl AdmissionWindow {
         }
     }
 
-    fn current(&self, now_ms: u64) -> usize {
+    fn current(&self, now_ms: u64, borrowed: &dyn Fn(u64) -> u64) -> usize {
         let n = self.starts.len();
         let idx = ((now_ms / self.bucket_ms) % n as u64) as usize;
         let start = now_ms - now_ms % self.bucket_ms;
@@ -52,7 +52,8 @@ impl AdmissionWindow {
             }
             // Claim the stale bucket: whoever wins the CAS on its start zeroes its count, then publishes it.
             if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                self.counts[idx].store(0, Ordering::Release);
+                // Prioritized calls that borrowed this bucket already count in it.
+                self.counts[idx].store(borrowed(start), Ordering::Release);
                 self.starts[idx].store(start, Ordering::Release);
                 return idx;
             }
@@ -75,8 +76,14 @@ impl AdmissionWindow {
 
     /// Reserves `acquire` passes if the window stays within `limit`; `None` means block.
     #[inline]
-    pub(crate) fn try_reserve(&self, now_ms: u64, acquire: u32, limit: f64) -> Option<Reservation> {
-        let cur = self.current(now_ms);
+    pub(crate) fn try_reserve(
+        &self,
+        now_ms: u64,
+        acquire: u32,
+        limit: f64,
+        borrowed: &dyn Fn(u64) -> u64,
+    ) -> Option<Reservation> {
+        let cur = self.current(now_ms, borrowed);
         let others = self.others(now_ms, cur);
         let c = &self.counts[cur];
         let mut v = c.load(Ordering::Acquire);
@@ -97,14 +104,14 @@ impl AdmissionWindow {
     }
 
     /// Whether the window (already holding this call's reservation) is within `limit`.
-    pub(crate) fn within(&self, now_ms: u64, limit: f64) -> bool {
-        let cur = self.current(now_ms);
+    pub(crate) fn within(&self, now_ms: u64, limit: f64, borrowed: &dyn Fn(u64) -> u64) -> bool {
+        let cur = self.current(now_ms, borrowed);
         (self.others(now_ms, cur) + self.counts[cur].load(Ordering::Acquire)) as f64 <= limit
     }
 
     /// Current reserved count over the window.
-    pub(crate) fn total(&self, now_ms: u64) -> u64 {
-        let cur = self.current(now_ms);
+    pub(crate) fn total(&self, now_ms: u64, borrowed: &dyn Fn(u64) -> u64) -> u64 {
+        let cur = self.current(now_ms, borrowed);
         self.others(now_ms, cur) + self.counts[cur].load(Ordering::Acquire)
     }
 

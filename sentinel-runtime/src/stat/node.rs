@@ -60,18 +60,20 @@ impl StatNode {
         }
     }
 
+    /// Passes borrowed by prioritized calls for the bucket starting at `start`.
+    pub(crate) fn borrowed_at(&self, start: u64) -> u64 {
+        let mut b = 0;
+        self.borrowed.for_each_valid(start, |s, t| {
+            if s == start {
+                b += t.get(MetricEvent::Pass);
+            }
+        });
+        b
+    }
+
     #[inline]
     fn slot(&self, now_ms: u64) -> super::window::Slot {
-        let borrowed = |start: u64| -> u64 {
-            let mut b = 0;
-            self.borrowed.for_each_valid(start, |s, t| {
-                if s == start {
-                    b += t.get(MetricEvent::Pass);
-                }
-            });
-            b
-        };
-        self.second.slot(now_ms, &self.minute, &borrowed)
+        self.second.slot(now_ms, &self.minute, &|start| self.borrowed_at(start))
     }
 
     /// Records `count` passed requests and one more concurrent call.
