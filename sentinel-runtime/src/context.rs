@@ -43,8 +43,6 @@ pub(crate) struct ContextState {
     /// The innermost entry's node; null at the entrance.
     pub(crate) cur_node: *const DefaultNode,
     pub(crate) depth: u32,
-    /// Created implicitly (default context or an entry's own `context(..)`): cleared when depth returns to 0.
-    pub(crate) auto: bool,
     /// An engine that annotated functions use instead of the global one (tests).
     pub(crate) override_engine: *const Sentinel,
 }
@@ -56,7 +54,6 @@ impl ContextState {
         origin: ptr::null(),
         cur_node: ptr::null(),
         depth: 0,
-        auto: false,
         override_engine: ptr::null(),
     };
 }
@@ -119,7 +116,9 @@ impl Drop for ContextGuard<'_> {
 
 impl fmt::Debug for ContextGuard<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ContextGuard").field("owns", &self.restore.is_some()).finish()
+        f.debug_struct("ContextGuard")
+            .field("owns", &self.restore.is_some())
+            .finish()
     }
 }
 
@@ -134,7 +133,11 @@ impl Sentinel {
     /// let e = engine.enter("queryOrder").unwrap();
     /// assert_eq!(e.origin(), "appA");
     /// ```
-    pub fn enter_context(&self, name: &str, origin: &str) -> Result<ContextGuard<'_>, ContextError> {
+    pub fn enter_context(
+        &self,
+        name: &str,
+        origin: &str,
+    ) -> Result<ContextGuard<'_>, ContextError> {
         if name == DEFAULT_CONTEXT_NAME {
             return Err(ContextError::ReservedName);
         }
@@ -143,11 +146,19 @@ impl Sentinel {
         }
         let cur = current();
         if cur.engine_id == self.shared.id {
-            return Ok(ContextGuard { engine: self, restore: None, _not_send: Default::default() });
+            return Ok(ContextGuard {
+                engine: self,
+                restore: None,
+                _not_send: Default::default(),
+            });
         }
-        let state = self.shared.context_state(name, origin, false, cur.override_engine);
+        let state = self.shared.context_state(name, origin, cur.override_engine);
         set_current(state);
-        Ok(ContextGuard { engine: self, restore: Some(cur), _not_send: Default::default() })
+        Ok(ContextGuard {
+            engine: self,
+            restore: Some(cur),
+            _not_send: Default::default(),
+        })
     }
 
     /// The name and origin of this thread's active context of this engine, if any.
@@ -167,7 +178,6 @@ impl Shared {
         &self,
         name: &str,
         origin: &str,
-        auto: bool,
         override_engine: *const Sentinel,
     ) -> ContextState {
         let ctx = self.context(name);
@@ -178,7 +188,6 @@ impl Shared {
             origin: origin as *const OriginInfo,
             cur_node: ptr::null(),
             depth: 0,
-            auto,
             override_engine,
         }
     }
@@ -216,13 +225,18 @@ impl CarriedContext {
         }
         let outer = current();
         set_current(self.state);
-        let _restore = Restore { carried: &mut self.state, outer };
+        let _restore = Restore {
+            carried: &mut self.state,
+            outer,
+        };
         f()
     }
 }
 
 impl fmt::Debug for CarriedContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CarriedContext").field("depth", &self.state.depth).finish()
+        f.debug_struct("CarriedContext")
+            .field("depth", &self.state.depth)
+            .finish()
     }
 }

@@ -3,7 +3,9 @@
 mod controller;
 mod rule;
 
-pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
+pub use rule::{
+    ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy,
+};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,9 +22,17 @@ use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
 
 use controller::{reject_qps, Controller, Decision};
 
+/// Whose calls a rule limits, decided once at load (no string comparison per call for the common kinds).
+enum LimitApp {
+    Default,
+    Other,
+    Origin(String),
+}
+
 /// A loaded rule with its controller state.
 pub(crate) struct FlowRuleState {
     pub(crate) rule: Arc<FlowRule>,
+    limit_app: LimitApp,
     controller: Controller,
     /// The related resource, once it exists (relate strategy).
     ref_resource: OnceLock<Arc<ResourceInner>>,
@@ -33,8 +43,14 @@ pub(crate) struct FlowRuleState {
 impl FlowRuleState {
     fn new(rule: FlowRule) -> Self {
         let controller = Controller::for_rule(&rule);
+        let limit_app = match rule.limit_app.as_str() {
+            LIMIT_APP_DEFAULT => LimitApp::Default,
+            LIMIT_APP_OTHER => LimitApp::Other,
+            app => LimitApp::Origin(app.to_string()),
+        };
         FlowRuleState {
             rule: Arc::new(rule),
+            limit_app,
             controller,
             ref_resource: OnceLock::new(),
             ref_miss_generation: AtomicUsize::new(usize::MAX),
@@ -55,13 +71,39 @@ pub(crate) enum Verdict {
     Occupied { wait_nanos: u64 },
 }
 
-const MAX_HELD: usize = 4;
+const MAX_HELD: usize = 2;
 
-/// Reservations and concurrency permits an entry holds.
+/// Concurrency permits an entry holds until it exits.
 #[derive(Debug, Default)]
 pub(crate) struct EntryState {
-    reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
     permits: [Option<(NodePtr, u32)>; MAX_HELD],
+}
+
+/// Reservations taken while deciding an entry: given back if a later check blocks it.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
+}
+
+impl Scratch {
+    fn has_reservation(&self, node: &StatNode) -> bool {
+        self.reservations
+            .iter()
+            .flatten()
+            .any(|(p, _)| std::ptr::eq(p.0, node))
+    }
+    fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
+        if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
+            *slot = Some((NodePtr(node), r));
+        }
+    }
+    fn release(&mut self) {
+        for r in self.reservations.iter_mut() {
+            if let Some((p, res)) = r.take() {
+                p.get().admission.release(res);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,16 +120,11 @@ impl EntryState {
     pub(crate) fn is_active(&self) -> bool {
         self.permits[0].is_some()
     }
-    fn has_reservation(&self, node: &StatNode) -> bool {
-        self.reservations.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
-    }
     fn has_permit(&self, node: &StatNode) -> bool {
-        self.permits.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
-    }
-    fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
-        if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
-            *slot = Some((NodePtr(node), r));
-        }
+        self.permits
+            .iter()
+            .flatten()
+            .any(|(p, _)| std::ptr::eq(p.0, node))
     }
     fn push_permit(&mut self, node: &StatNode, n: u32) -> bool {
         match self.permits.iter_mut().find(|s| s.is_none()) {
@@ -98,15 +135,7 @@ impl EntryState {
             None => false,
         }
     }
-    fn release_all(&mut self) {
-        for r in self.reservations.iter_mut() {
-            if let Some((p, res)) = r.take() {
-                p.get().admission.release(res);
-            }
-        }
-        self.release_permits();
-    }
-    fn release_permits(&mut self) {
+    pub(crate) fn release_permits(&mut self) {
         for s in self.permits.iter_mut() {
             if let Some((p, n)) = s.take() {
                 p.get().release_thread_permit(n);
@@ -125,7 +154,15 @@ pub(crate) struct FlowManager {
 
 /// Checks one flow rule; the first invalid field is reported.
 pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
-    let bad = |field, reason: &str| Err(RuleError::invalid(RuleKind::Flow, index, &rule.resource, field, reason));
+    let bad = |field, reason: &str| {
+        Err(RuleError::invalid(
+            RuleKind::Flow,
+            index,
+            &rule.resource,
+            field,
+            reason,
+        ))
+    };
     if rule.resource.trim().is_empty() {
         return bad("resource", "must not be blank");
     }
@@ -133,12 +170,24 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         return bad("count", "must be a finite number >= 0");
     }
     if matches!(rule.strategy, FlowStrategy::Relate | FlowStrategy::Chain)
-        && rule.ref_resource.as_deref().is_none_or(|r| r.trim().is_empty())
+        && rule
+            .ref_resource
+            .as_deref()
+            .is_none_or(|r| r.trim().is_empty())
     {
-        return bad("ref_resource", "is required by the relate and chain strategies");
+        return bad(
+            "ref_resource",
+            "is required by the relate and chain strategies",
+        );
     }
-    let warm = matches!(rule.control_behavior, ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter);
-    let queue = matches!(rule.control_behavior, ControlBehavior::RateLimiter | ControlBehavior::WarmUpRateLimiter);
+    let warm = matches!(
+        rule.control_behavior,
+        ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter
+    );
+    let queue = matches!(
+        rule.control_behavior,
+        ControlBehavior::RateLimiter | ControlBehavior::WarmUpRateLimiter
+    );
     if rule.grade == FlowGrade::Qps && warm {
         if rule.warm_up_period_sec == 0 {
             return bad("warm_up_period_sec", "must be > 0 for warm-up behaviours");
@@ -151,14 +200,22 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         }
     }
     if rule.grade == FlowGrade::Qps && queue && rule.max_queueing_time_ms == 0 {
-        return bad("max_queueing_time_ms", "must be > 0 for queueing behaviours");
+        return bad(
+            "max_queueing_time_ms",
+            "must be > 0 for queueing behaviours",
+        );
     }
     if rule.cluster_mode {
         match &rule.cluster_config {
             None => return bad("cluster_config", "is required when cluster_mode is on"),
-            Some(c) if c.flow_id.is_none() => return bad("cluster_config.flow_id", "is required in cluster mode"),
+            Some(c) if c.flow_id.is_none() => {
+                return bad("cluster_config.flow_id", "is required in cluster mode")
+            }
             Some(c) if c.sample_count == 0 || c.window_interval_ms == 0 => {
-                return bad("cluster_config", "sample_count and window_interval_ms must be > 0")
+                return bad(
+                    "cluster_config",
+                    "sample_count and window_interval_ms must be > 0",
+                )
             }
             Some(_) => {}
         }
@@ -196,7 +253,10 @@ impl FlowManager {
                 .get(&rule.resource)
                 .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
             let state = reused.unwrap_or_else(|| Arc::new(FlowRuleState::new(rule.clone())));
-            by_resource.entry(rule.resource.clone()).or_default().push(state);
+            by_resource
+                .entry(rule.resource.clone())
+                .or_default()
+                .push(state);
         }
         let map = by_resource
             .into_iter()
@@ -208,7 +268,13 @@ impl FlowManager {
                     .map(|s| s.rule.limit_app.clone())
                     .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
                     .collect();
-                (name, Arc::new(ResourceFlowRules { rules, named_origins }))
+                (
+                    name,
+                    Arc::new(ResourceFlowRules {
+                        rules,
+                        named_origins,
+                    }),
+                )
             })
             .collect();
         self.map.store(map);
@@ -227,31 +293,43 @@ impl FlowManager {
 
 fn read_only(pass: bool) -> Decision {
     if pass {
-        Decision::Pass { reservation: None, wait_nanos: 0 }
+        Decision::Pass {
+            reservation: None,
+            wait_nanos: 0,
+        }
     } else {
         Decision::Block
     }
 }
 
-fn is_special(app: &str) -> bool {
-    app == LIMIT_APP_DEFAULT || app == LIMIT_APP_OTHER
-}
-
 /// Java's `FlowRuleChecker.selectNodeByRequesterAndStrategy`.
-fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
-    let rule = &*st.rule;
+#[inline]
+fn select_node<'a>(
+    st: &'a FlowRuleState,
+    rules: &ResourceFlowRules,
+    cx: &'a CheckCx<'a>,
+) -> Option<&'a StatNode> {
+    let direct = st.rule.strategy == FlowStrategy::Direct;
     let origin: &str = cx.origin;
-    let direct = rule.strategy == FlowStrategy::Direct;
-    if !origin.is_empty() && rule.limit_app == origin && !is_special(origin) {
-        return if direct { cx.origin_node } else { reference_node(st, cx) };
+    let applies = match &st.limit_app {
+        LimitApp::Default => {
+            return if direct {
+                Some(&cx.resource.cluster.stat)
+            } else {
+                reference_node(st, cx)
+            }
+        }
+        LimitApp::Origin(app) => !origin.is_empty() && app == origin,
+        LimitApp::Other => !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin),
+    };
+    if !applies {
+        return None;
     }
-    if rule.limit_app == LIMIT_APP_DEFAULT {
-        return if direct { Some(&cx.resource.cluster.stat) } else { reference_node(st, cx) };
+    if direct {
+        cx.origin_node
+    } else {
+        reference_node(st, cx)
     }
-    if rule.limit_app == LIMIT_APP_OTHER && !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin) {
-        return if direct { cx.origin_node } else { reference_node(st, cx) };
-    }
-    None
 }
 
 fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
@@ -279,20 +357,34 @@ fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a 
 }
 
 /// Checks the resource's flow rules in order; the first that blocks decides.
-pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<Verdict, BlockError> {
+pub(crate) fn check(
+    rules: &ResourceFlowRules,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+    scratch: &mut Scratch,
+) -> Result<Verdict, BlockError> {
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
         let rule = &*st.rule;
-        if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
+        if rule.cluster_mode
+            && !rule
+                .cluster_config
+                .as_ref()
+                .is_some_and(|c| c.fallback_to_local_when_fail)
+        {
             // No token service is connected: cluster rules without local fallback pass.
             continue;
         }
-        let Some(node) = select_node(st, rules, cx) else { continue };
+        let Some(node) = select_node(st, rules, cx) else {
+            continue;
+        };
         // A relate rule reads another resource's node: its traffic is not admitted here, so the rule can only
         // read it. Every other node is entered only through this resource's rules and is reserved exactly.
         let owned = rule.strategy != FlowStrategy::Relate;
         let decision = match rule.grade {
-            FlowGrade::Thread if !owned => read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count),
+            FlowGrade::Thread if !owned => {
+                read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count)
+            }
             FlowGrade::Thread => {
                 if es.has_permit(node) {
                     read_only(node.thread_permits() as f64 <= rule.count)
@@ -306,28 +398,45 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
                 Controller::Reject if !owned => {
                     read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count)
                 }
-                Controller::Reject => {
-                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, es.has_reservation(node))
-                }
+                Controller::Reject => reject_qps(
+                    node,
+                    cx.now_ms,
+                    cx.acquire,
+                    rule.count,
+                    cx.prioritized,
+                    scratch.has_reservation(node),
+                ),
                 Controller::WarmUp(w) => {
                     w.sync(cx.now_ms, node);
                     if owned {
-                        reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, es.has_reservation(node))
+                        reject_qps(
+                            node,
+                            cx.now_ms,
+                            cx.acquire,
+                            w.allowed_qps(),
+                            false,
+                            scratch.has_reservation(node),
+                        )
                     } else {
                         read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= w.allowed_qps())
                     }
                 }
-                Controller::RateLimiter(t) => t.acquire(cx.now_nanos, cx.acquire, rule.count),
+                Controller::RateLimiter(t) => {
+                    t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, rule.count)
+                }
                 Controller::WarmUpRateLimiter(w, t) => {
                     w.sync(cx.now_ms, node);
-                    t.acquire(cx.now_nanos, cx.acquire, w.allowed_qps())
+                    t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, w.allowed_qps())
                 }
             },
         };
         match decision {
-            Decision::Pass { reservation, wait_nanos: w } => {
+            Decision::Pass {
+                reservation,
+                wait_nanos: w,
+            } => {
                 if let Some(r) = reservation {
-                    es.push_reservation(node, r);
+                    scratch.push_reservation(node, r);
                 }
                 wait_nanos += w;
             }
@@ -337,11 +446,15 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
                 }
             }
             Decision::Occupied { wait_nanos: w } => {
-                es.release_all();
-                return Ok(Verdict::Occupied { wait_nanos: wait_nanos + w });
+                scratch.release();
+                es.release_permits();
+                return Ok(Verdict::Occupied {
+                    wait_nanos: wait_nanos + w,
+                });
             }
             Decision::Block => {
-                es.release_all();
+                scratch.release();
+                es.release_permits();
                 return Err(BlockError::Flow {
                     resource: cx.resource.name.clone(),
                     rule: st.rule.clone(),
@@ -354,8 +467,9 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
 }
 
 /// A later check blocked the call: give back reservations and permits.
-pub(crate) fn on_later_block(_rules: &ResourceFlowRules, _cx: &CheckCx<'_>, es: &mut EntryState) {
-    es.release_all();
+pub(crate) fn on_later_block(es: &mut EntryState, scratch: &mut Scratch) {
+    scratch.release();
+    es.release_permits();
 }
 
 /// The call completed: release its concurrency permits.
@@ -378,7 +492,11 @@ impl ThreadGate {
             .is_ok()
     }
     fn release(&self, n: u32) {
-        let _ = self.permits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(n as u64)));
+        let _ = self
+            .permits
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(v.saturating_sub(n as u64))
+            });
     }
 }
 
