@@ -16,10 +16,7 @@ use sentinel_runtime::{Resource, Sentinel};
 fn engine() -> Sentinel {
     let engine = Sentinel::builder().build();
     engine
-        .load_flow_rules([
-            FlowRule::new("one-rule-pass").count(1e15),
-            FlowRule::new("one-rule-block").count(0.0),
-        ])
+        .load_flow_rules([FlowRule::new("one-rule-pass").count(1e15), FlowRule::new("one-rule-block").count(0.0)])
         .expect("valid rules");
     engine
 }
@@ -28,9 +25,7 @@ fn clock(c: &mut Criterion) {
     let mut g = c.benchmark_group("clock");
     g.throughput(Throughput::Elements(1));
     let sys = SystemClock::new();
-    g.bench_function("sentinel SystemClock::now_nanos", |b| {
-        b.iter(|| black_box(sys.now_nanos()))
-    });
+    g.bench_function("sentinel SystemClock::now_nanos", |b| b.iter(|| black_box(sys.now_nanos())));
     g.bench_function("std Instant::now", |b| b.iter(|| black_box(Instant::now())));
     g.finish();
 }
@@ -55,9 +50,7 @@ fn single_thread(c: &mut Criterion) {
 
     let quota = governor::Quota::per_second(NonZeroU32::MAX);
     let limiter = governor::RateLimiter::direct(quota);
-    g.bench_function(BenchmarkId::new("governor", "check-pass"), |b| {
-        b.iter(|| black_box(limiter.check().is_ok()))
-    });
+    g.bench_function(BenchmarkId::new("governor", "check-pass"), |b| b.iter(|| black_box(limiter.check().is_ok())));
 
     sentinel_core::init_default().expect("sentinel-core init");
     sentinel_core::flow::load_rules(vec![Arc::new(sentinel_core::flow::Rule {
@@ -67,16 +60,13 @@ fn single_thread(c: &mut Criterion) {
         control_strategy: sentinel_core::flow::ControlStrategy::Reject,
         ..Default::default()
     })]);
-    g.bench_function(
-        BenchmarkId::new("sentinel-core-0.1.3", "one-rule-pass"),
-        |b| {
-            b.iter(|| {
-                if let Ok(e) = sentinel_core::EntryBuilder::new("core-pass".into()).build() {
-                    e.exit();
-                }
-            })
-        },
-    );
+    g.bench_function(BenchmarkId::new("sentinel-core-0.1.3", "one-rule-pass"), |b| {
+        b.iter(|| {
+            if let Ok(e) = sentinel_core::EntryBuilder::new("core-pass".into()).build() {
+                e.exit();
+            }
+        })
+    });
     g.finish();
 }
 
@@ -114,21 +104,17 @@ fn two_threads(c: &mut Criterion) {
                 let e = r.enter();
                 black_box(&e);
             });
-            g.bench_function(
-                BenchmarkId::new(format!("sentinel-rs {name}"), format!("{threads} threads")),
-                |b| b.iter_custom(|iters| parallel(threads, iters, f.clone())),
-            );
+            g.bench_function(BenchmarkId::new(format!("sentinel-rs {name}"), format!("{threads} threads")), |b| {
+                b.iter_custom(|iters| parallel(threads, iters, f.clone()))
+            });
         }
-        let limiter = Arc::new(governor::RateLimiter::direct(governor::Quota::per_second(
-            NonZeroU32::MAX,
-        )));
+        let limiter = Arc::new(governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX)));
         let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             black_box(limiter.check().is_ok());
         });
-        g.bench_function(
-            BenchmarkId::new("governor check-pass", format!("{threads} threads")),
-            |b| b.iter_custom(|iters| parallel(threads, iters, f.clone())),
-        );
+        g.bench_function(BenchmarkId::new("governor check-pass", format!("{threads} threads")), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, f.clone()))
+        });
     }
     g.finish();
 }

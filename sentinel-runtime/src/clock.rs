@@ -34,15 +34,9 @@ impl Base {
         BASE.get_or_init(|| {
             let clock = quanta::Clock::new();
             let anchor_raw = clock.raw();
-            let anchor_epoch_nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            Base {
-                clock,
-                anchor_raw,
-                anchor_epoch_nanos,
-            }
+            let anchor_epoch_nanos =
+                SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+            Base { clock, anchor_raw, anchor_epoch_nanos }
         })
     }
     #[inline]
@@ -106,9 +100,7 @@ impl Default for SystemClock {
 
 impl fmt::Debug for SystemClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SystemClock")
-            .field("cached", &self.cached)
-            .finish()
+        f.debug_struct("SystemClock").field("cached", &self.cached).finish()
     }
 }
 
@@ -144,9 +136,7 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock at the given number of nanoseconds since the epoch.
     pub fn at_nanos(nanos: u64) -> Self {
-        ManualClock {
-            nanos: Arc::new(AtomicU64::new(nanos)),
-        }
+        ManualClock { nanos: Arc::new(AtomicU64::new(nanos)) }
     }
     /// A clock at the given number of milliseconds since the epoch.
     pub fn at_millis(millis: u64) -> Self {
@@ -162,8 +152,7 @@ impl ManualClock {
     }
     /// Sets the clock to an absolute time (it may go backwards, which the engine tolerates).
     pub fn set_millis(&self, millis: u64) {
-        self.nanos
-            .store(millis.saturating_mul(1_000_000), Ordering::SeqCst);
+        self.nanos.store(millis.saturating_mul(1_000_000), Ordering::SeqCst);
     }
     /// Sets the clock to an absolute time in nanoseconds.
     pub fn set_nanos(&self, nanos: u64) {

@@ -63,15 +63,7 @@ impl EntryBuilder<'static, 'static> {
 impl<'r> EntryBuilder<'r, 'static> {
     fn with(res: ResRef<'r>) -> Self {
         let entry_type = res.entry_type;
-        EntryBuilder {
-            res,
-            entry_type,
-            acquire: 1,
-            origin: None,
-            context: None,
-            args: &[],
-            prioritized: false,
-        }
+        EntryBuilder { res, entry_type, acquire: 1, origin: None, context: None, args: &[], prioritized: false }
     }
 }
 
@@ -92,20 +84,14 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     where
         'a: 'b,
     {
-        EntryBuilder {
-            origin: Some(origin),
-            ..self
-        }
+        EntryBuilder { origin: Some(origin), ..self }
     }
     /// The context name, used when no context is active on this thread.
     pub fn context<'b>(self, name: &'b str) -> EntryBuilder<'r, 'b>
     where
         'a: 'b,
     {
-        EntryBuilder {
-            context: Some(name),
-            ..self
-        }
+        EntryBuilder { context: Some(name), ..self }
     }
     /// The call's hot-parameter values, in argument order.
     pub fn args<'b>(self, args: &'b [&'b dyn HotParam]) -> EntryBuilder<'r, 'b>
@@ -188,11 +174,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             // SAFETY: the parent entry's node lives as long as the engine.
             unsafe { (*state.cur_node).children.ensure(node) };
         }
-        let origin_node = if origin.id == 0 {
-            None
-        } else {
-            Some(inner.cluster.origin_node(origin.id, &origin.name))
-        };
+        let origin_node = if origin.id == 0 { None } else { Some(inner.cluster.origin_node(origin.id, &origin.name)) };
 
         let nodes = Nodes {
             node,
@@ -222,9 +204,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 now_ms,
             };
             let mut scratch = flow::Scratch::default();
-            if let Err(block) = inner.with_rules(&shared.collector, |rules| {
-                checks.run(&cx, rules, &mut scratch)
-            }) {
+            if let Err(block) = inner.with_rules(&shared.collector, |rules| checks.run(&cx, rules, &mut scratch)) {
                 let w = Writer::at(now_ms);
                 nodes.for_each(|n| n.block_with(&w, self.acquire));
                 shared.on_block(&block, now_ms, self.acquire);
@@ -347,12 +327,7 @@ impl<'r> Entry<'r> {
         let shared: &'r Shared = unsafe { &*Arc::as_ptr(&res.shared) };
         let inner: &'r ResourceInner = unsafe { &*Arc::as_ptr(&res.inner) };
         // A node is still needed for the type; unchecked entries never record on it.
-        let nodes = Nodes {
-            node: inner.node_for(0),
-            cluster: &inner.cluster.stat,
-            origin: None,
-            inbound: None,
-        };
+        let nodes = Nodes { node: inner.node_for(0), cluster: &inner.cluster.stat, origin: None, inbound: None };
         Entry {
             res,
             shared,
@@ -375,12 +350,7 @@ impl<'r> Entry<'r> {
 impl Checks {
     /// Runs the built-in checks in slot order, straight through (no user slots to interleave).
     #[inline]
-    fn run(
-        &mut self,
-        cx: &CheckCx<'_>,
-        rules: &ResourceRules,
-        scratch: &mut flow::Scratch,
-    ) -> Result<(), BlockError> {
+    fn run(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, scratch: &mut flow::Scratch) -> Result<(), BlockError> {
         if cx.shared.has_custom_slots.load(Ordering::Acquire) {
             return self.run_with_slots(cx, rules, scratch);
         }
@@ -529,13 +499,7 @@ impl Checks {
     }
 
     /// A later check blocked: give back what the earlier ones took.
-    fn undo(
-        &mut self,
-        cx: &CheckCx<'_>,
-        rules: &ResourceRules,
-        passed: u8,
-        scratch: &mut flow::Scratch,
-    ) {
+    fn undo(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, passed: u8, scratch: &mut flow::Scratch) {
         if passed & (1 << PHASE_PARAM) != 0 {
             if let Some(p) = &rules.param {
                 param_flow::on_later_block(p, cx, &mut self.param);
@@ -655,18 +619,10 @@ impl Drop for Entry<'_> {
         }
         let (acquire, error) = (self.acquire, self.error);
         let w = Writer::at(now_ms);
-        self.nodes
-            .for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
+        self.nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
 
         let inner = self.inner;
-        let xcx = ExitCx {
-            shared,
-            resource: inner,
-            now_ms,
-            rt_micros,
-            error,
-            acquire,
-        };
+        let xcx = ExitCx { shared, resource: inner, now_ms, rt_micros, error, acquire };
         if self.checks.flow.is_active() {
             flow::on_exit(&xcx, &mut self.checks.flow);
         }
@@ -683,11 +639,7 @@ impl Drop for Entry<'_> {
         }
         if self.checks.slots_passed != 0 {
             let slots = shared.custom_slots.load();
-            let exit = SlotExit {
-                resource: &inner.name,
-                rt_micros,
-                error,
-            };
+            let exit = SlotExit { resource: &inner.name, rt_micros, error };
             for (i, (_, s)) in slots.slots.iter().enumerate().take(64) {
                 if self.checks.slots_passed & (1 << i) != 0 {
                     s.exit(&exit);

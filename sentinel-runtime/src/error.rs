@@ -275,12 +275,6 @@ impl RuleError {
         field: &'static str,
         reason: impl Into<String>,
     ) -> Self {
-        RuleError::Invalid {
-            kind,
-            index,
-            resource: resource.to_string(),
-            field,
-            reason: reason.into(),
-        }
+        RuleError::Invalid { kind, index, resource: resource.to_string(), field, reason: reason.into() }
     }
 }

@@ -57,9 +57,7 @@ impl ResourceInner {
     pub(crate) fn set_rules(&self, collector: &seize::Collector, rules: ResourceRules) {
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
-        let old = self
-            .rules
-            .swap(Box::into_raw(Box::new(rules)), Ordering::AcqRel);
+        let old = self.rules.swap(Box::into_raw(Box::new(rules)), Ordering::AcqRel);
         self.has_rules.store(has, Ordering::Release);
         self.has_breakers.store(breakers, Ordering::Release);
         // SAFETY: `old` came from `Box::into_raw`, is unlinked, and is freed once no guard can still see it.
@@ -68,11 +66,7 @@ impl ResourceInner {
 
     /// Runs `f` on the rules in force.
     #[inline]
-    pub(crate) fn with_rules<R>(
-        &self,
-        collector: &seize::Collector,
-        f: impl FnOnce(&ResourceRules) -> R,
-    ) -> R {
+    pub(crate) fn with_rules<R>(&self, collector: &seize::Collector, f: impl FnOnce(&ResourceRules) -> R) -> R {
         use seize::Guard;
         let guard = collector.enter();
         let ptr = guard.protect(&self.rules, Ordering::Acquire);
@@ -87,9 +81,7 @@ impl ResourceInner {
             if let Some(n) = self.default_ctx_node.get() {
                 return n;
             }
-            return self
-                .default_ctx_node
-                .get_or_init(|| Arc::new(DefaultNode::new(self.name.clone(), 0)));
+            return self.default_ctx_node.get_or_init(|| Arc::new(DefaultNode::new(self.name.clone(), 0)));
         }
         for (_, n) in self.ctx_nodes.iter() {
             if n.context_id == ctx_id {
@@ -105,9 +97,7 @@ impl ResourceInner {
         if let Some((_, n)) = self.ctx_nodes.iter().find(|(_, n)| n.context_id == ctx_id) {
             return n;
         }
-        let idx = self
-            .ctx_nodes
-            .push(Arc::new(DefaultNode::new(self.name.clone(), ctx_id)));
+        let idx = self.ctx_nodes.push(Arc::new(DefaultNode::new(self.name.clone(), ctx_id)));
         &self.ctx_nodes[idx]
     }
 
@@ -146,10 +136,7 @@ pub struct Resource {
 
 impl std::fmt::Debug for Resource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resource")
-            .field("name", &self.inner.name)
-            .field("entry_type", &self.entry_type)
-            .finish()
+        f.debug_struct("Resource").field("name", &self.inner.name).field("entry_type", &self.entry_type).finish()
     }
 }
 

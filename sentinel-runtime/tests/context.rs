@@ -7,19 +7,13 @@ use sentinel_runtime::{ContextError, Sentinel, DEFAULT_CONTEXT_NAME};
 const T0: u64 = 1_700_000_000_000;
 
 fn engine() -> Sentinel {
-    Sentinel::builder()
-        .manual_clock(ManualClock::at_millis(T0))
-        .build()
+    Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build()
 }
 
 #[test]
 fn nested_entries_form_the_call_tree() {
     let engine = engine();
-    let (a, b, c) = (
-        engine.resource("a"),
-        engine.resource("b"),
-        engine.resource("c"),
-    );
+    let (a, b, c) = (engine.resource("a"), engine.resource("b"), engine.resource("c"));
     {
         let _ctx = engine.enter_context("web", "").unwrap();
         let _ea = a.enter().unwrap();
@@ -36,14 +30,8 @@ fn nested_entries_form_the_call_tree() {
     assert_eq!(a_node.name, "a");
     let names: Vec<&str> = a_node.children.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, vec!["b", "c"]);
-    assert_eq!(
-        a_node.children[0].children[0].name, "c",
-        "c was also entered below b"
-    );
-    assert_eq!(
-        web.stats.pass_qps, 1.0,
-        "an entrance sums its direct children"
-    );
+    assert_eq!(a_node.children[0].children[0].name, "c", "c was also entered below b");
+    assert_eq!(web.stats.pass_qps, 1.0, "an entrance sums its direct children");
 }
 
 #[test]
@@ -51,10 +39,7 @@ fn default_context_is_used_and_cleared_after_the_last_exit() {
     let engine = engine();
     assert_eq!(engine.current_context(), None);
     let e = engine.enter("x").unwrap();
-    assert_eq!(
-        engine.current_context(),
-        Some((DEFAULT_CONTEXT_NAME.to_string(), String::new()))
-    );
+    assert_eq!(engine.current_context(), Some((DEFAULT_CONTEXT_NAME.to_string(), String::new())));
     assert_eq!(e.context_name(), DEFAULT_CONTEXT_NAME);
     drop(e);
     assert_eq!(engine.current_context(), None);
@@ -66,16 +51,9 @@ fn entering_a_context_when_one_is_active_keeps_the_active_one() {
     let outer = engine.enter_context("outer", "appA").unwrap();
     {
         let _inner = engine.enter_context("inner", "appB").unwrap();
-        assert_eq!(
-            engine.current_context(),
-            Some(("outer".into(), "appA".into()))
-        );
+        assert_eq!(engine.current_context(), Some(("outer".into(), "appA".into())));
     }
-    assert_eq!(
-        engine.current_context(),
-        Some(("outer".into(), "appA".into())),
-        "the inner guard undid nothing"
-    );
+    assert_eq!(engine.current_context(), Some(("outer".into(), "appA".into())), "the inner guard undid nothing");
     drop(outer);
     assert_eq!(engine.current_context(), None);
 }
@@ -83,14 +61,8 @@ fn entering_a_context_when_one_is_active_keeps_the_active_one() {
 #[test]
 fn the_default_context_name_is_reserved() {
     let engine = engine();
-    assert_eq!(
-        engine.enter_context(DEFAULT_CONTEXT_NAME, "").unwrap_err(),
-        ContextError::ReservedName
-    );
-    assert_eq!(
-        engine.enter_context("", "").unwrap_err(),
-        ContextError::EmptyName
-    );
+    assert_eq!(engine.enter_context(DEFAULT_CONTEXT_NAME, "").unwrap_err(), ContextError::ReservedName);
+    assert_eq!(engine.enter_context("", "").unwrap_err(), ContextError::EmptyName);
 }
 
 #[test]
@@ -123,13 +95,8 @@ fn exiting_an_outer_entry_first_unwinds_the_context_and_keeps_counts_exact() {
 
 #[test]
 fn past_the_resource_cap_entries_pass_unchecked() {
-    let engine = Sentinel::builder()
-        .manual_clock(ManualClock::at_millis(T0))
-        .max_resources(2)
-        .build();
-    engine
-        .load_flow_rules([FlowRule::new("r3").count(0.0)])
-        .unwrap();
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_resources(2).build();
+    engine.load_flow_rules([FlowRule::new("r3").count(0.0)]).unwrap();
     let _ = (engine.resource("r1"), engine.resource("r2"));
     let r3 = engine.resource("r3");
     let e = r3.enter().unwrap();
@@ -139,13 +106,8 @@ fn past_the_resource_cap_entries_pass_unchecked() {
 
 #[test]
 fn past_the_context_cap_entries_pass_unchecked() {
-    let engine = Sentinel::builder()
-        .manual_clock(ManualClock::at_millis(T0))
-        .max_contexts(3)
-        .build();
-    engine
-        .load_flow_rules([FlowRule::new("r").count(0.0)])
-        .unwrap();
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_contexts(3).build();
+    engine.load_flow_rules([FlowRule::new("r").count(0.0)]).unwrap();
     let r = engine.resource("r");
     for name in ["c1", "c2"] {
         let _g = engine.enter_context(name, "").unwrap();
@@ -153,10 +115,7 @@ fn past_the_context_cap_entries_pass_unchecked() {
     }
     let _g = engine.enter_context("c3", "").unwrap();
     let e = r.enter().unwrap();
-    assert!(
-        !e.is_checked(),
-        "the default context plus c1 and c2 fill a cap of 3"
-    );
+    assert!(!e.is_checked(), "the default context plus c1 and c2 fill a cap of 3");
 }
 
 #[test]
@@ -164,11 +123,7 @@ fn contexts_of_two_engines_on_one_thread_do_not_mix() {
     let (one, two) = (engine(), engine());
     let _ctx = one.enter_context("web", "appA").unwrap();
     let e = two.enter("x").unwrap();
-    assert_eq!(
-        e.context_name(),
-        DEFAULT_CONTEXT_NAME,
-        "engine two does not see engine one's context"
-    );
+    assert_eq!(e.context_name(), DEFAULT_CONTEXT_NAME, "engine two does not see engine one's context");
     assert_eq!(e.origin(), "");
     drop(e);
     assert_eq!(one.current_context(), Some(("web".into(), "appA".into())));

@@ -12,16 +12,8 @@ fn bucket_is_deprecated_only_strictly_after_the_interval() {
     let node = StatNode::new();
     node.on_pass(T0, 3);
     assert_eq!(node.pass_qps(T0 + 999), 3.0);
-    assert_eq!(
-        node.pass_qps(T0 + 1000),
-        3.0,
-        "exactly one interval old still counts"
-    );
-    assert_eq!(
-        node.pass_qps(T0 + 1001),
-        0.0,
-        "strictly older than the interval is dropped"
-    );
+    assert_eq!(node.pass_qps(T0 + 1000), 3.0, "exactly one interval old still counts");
+    assert_eq!(node.pass_qps(T0 + 1001), 0.0, "strictly older than the interval is dropped");
 }
 
 #[test]
@@ -105,16 +97,10 @@ fn minute_totals_survive_many_bucket_rollovers() {
     assert_eq!(t.get(MetricEvent::Block), 30);
     let secs = node.seconds(now);
     assert_eq!(secs.len(), 30);
-    assert!(secs
-        .iter()
-        .all(|(_, b)| b.get(MetricEvent::Pass) == 2 && b.get(MetricEvent::Block) == 1));
+    assert!(secs.iter().all(|(_, b)| b.get(MetricEvent::Pass) == 2 && b.get(MetricEvent::Block) == 1));
     // Seconds older than a minute drop out.
     let later = T0 + 29_000 + 60_000;
-    assert_eq!(
-        node.minute_totals(later).get(MetricEvent::Pass),
-        2,
-        "only the last second is within the minute"
-    );
+    assert_eq!(node.minute_totals(later).get(MetricEvent::Pass), 2, "only the last second is within the minute");
 }
 
 #[test]
@@ -155,13 +141,7 @@ fn entries_record_on_default_cluster_origin_and_inbound_nodes() {
     assert_eq!(origin.pass_qps, 1.0);
     assert_eq!(origin.threads, 0);
     assert_eq!(engine.context_stats("api", "web").unwrap().pass_qps, 1.0);
-    assert_eq!(
-        engine
-            .context_stats("api", sentinel_runtime::DEFAULT_CONTEXT_NAME)
-            .unwrap()
-            .pass_qps,
-        1.0
-    );
+    assert_eq!(engine.context_stats("api", sentinel_runtime::DEFAULT_CONTEXT_NAME).unwrap().pass_qps, 1.0);
     assert_eq!(engine.entrance_stats("web").unwrap().pass_qps, 1.0);
     assert_eq!(engine.inbound_stats().pass_qps, 2.0);
 }
@@ -170,9 +150,7 @@ fn entries_record_on_default_cluster_origin_and_inbound_nodes() {
 fn disabled_engine_passes_everything_and_records_nothing() {
     let clock = ManualClock::at_millis(T0);
     let engine = Sentinel::builder().manual_clock(clock).build();
-    engine
-        .load_flow_rules([sentinel_runtime::flow::FlowRule::new("x").count(0.0)])
-        .unwrap();
+    engine.load_flow_rules([sentinel_runtime::flow::FlowRule::new("x").count(0.0)]).unwrap();
     engine.set_enabled(false);
     let x = engine.resource("x");
     let e = x.enter().unwrap();

@@ -31,17 +31,8 @@ static GLOBAL: Counting = Counting;
 #[test]
 fn entry_and_exit_allocate_nothing() {
     let engine = Sentinel::builder().build();
-    engine
-        .load_flow_rules([
-            FlowRule::new("pass").count(1e12),
-            FlowRule::new("block").count(0.0),
-        ])
-        .unwrap();
-    let (none, pass, block) = (
-        engine.resource("none"),
-        engine.resource("pass"),
-        engine.resource("block"),
-    );
+    engine.load_flow_rules([FlowRule::new("pass").count(1e12), FlowRule::new("block").count(0.0)]).unwrap();
+    let (none, pass, block) = (engine.resource("none"), engine.resource("pass"), engine.resource("block"));
     // Warm up: first use creates nodes and thread-locals.
     for _ in 0..1000 {
         drop(none.enter());
@@ -58,14 +49,6 @@ fn entry_and_exit_allocate_nothing() {
         assert!(block.enter().is_err());
     }
     let after_block = ALLOCATIONS.load(Ordering::Relaxed);
-    assert_eq!(
-        after_pass - before,
-        0,
-        "allocations on 200k passing entries"
-    );
-    assert_eq!(
-        after_block - after_pass,
-        0,
-        "allocations on 100k blocked entries"
-    );
+    assert_eq!(after_pass - before, 0, "allocations on 200k passing entries");
+    assert_eq!(after_block - after_pass, 0, "allocations on 100k blocked entries");
 }

@@ -3,9 +3,7 @@
 mod controller;
 mod rule;
 
-pub use rule::{
-    ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy,
-};
+pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -87,10 +85,7 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     fn has_reservation(&self, node: &StatNode) -> bool {
-        self.reservations
-            .iter()
-            .flatten()
-            .any(|(p, _)| std::ptr::eq(p.0, node))
+        self.reservations.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
     }
     fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
         if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
@@ -121,10 +116,7 @@ impl EntryState {
         self.permits[0].is_some()
     }
     fn has_permit(&self, node: &StatNode) -> bool {
-        self.permits
-            .iter()
-            .flatten()
-            .any(|(p, _)| std::ptr::eq(p.0, node))
+        self.permits.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
     }
     fn push_permit(&mut self, node: &StatNode, n: u32) -> bool {
         match self.permits.iter_mut().find(|s| s.is_none()) {
@@ -154,15 +146,7 @@ pub(crate) struct FlowManager {
 
 /// Checks one flow rule; the first invalid field is reported.
 pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
-    let bad = |field, reason: &str| {
-        Err(RuleError::invalid(
-            RuleKind::Flow,
-            index,
-            &rule.resource,
-            field,
-            reason,
-        ))
-    };
+    let bad = |field, reason: &str| Err(RuleError::invalid(RuleKind::Flow, index, &rule.resource, field, reason));
     if rule.resource.trim().is_empty() {
         return bad("resource", "must not be blank");
     }
@@ -170,24 +154,12 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         return bad("count", "must be a finite number >= 0");
     }
     if matches!(rule.strategy, FlowStrategy::Relate | FlowStrategy::Chain)
-        && rule
-            .ref_resource
-            .as_deref()
-            .is_none_or(|r| r.trim().is_empty())
+        && rule.ref_resource.as_deref().is_none_or(|r| r.trim().is_empty())
     {
-        return bad(
-            "ref_resource",
-            "is required by the relate and chain strategies",
-        );
+        return bad("ref_resource", "is required by the relate and chain strategies");
     }
-    let warm = matches!(
-        rule.control_behavior,
-        ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter
-    );
-    let queue = matches!(
-        rule.control_behavior,
-        ControlBehavior::RateLimiter | ControlBehavior::WarmUpRateLimiter
-    );
+    let warm = matches!(rule.control_behavior, ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter);
+    let queue = matches!(rule.control_behavior, ControlBehavior::RateLimiter | ControlBehavior::WarmUpRateLimiter);
     if rule.grade == FlowGrade::Qps && warm {
         if rule.warm_up_period_sec == 0 {
             return bad("warm_up_period_sec", "must be > 0 for warm-up behaviours");
@@ -200,22 +172,14 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         }
     }
     if rule.grade == FlowGrade::Qps && queue && rule.max_queueing_time_ms == 0 {
-        return bad(
-            "max_queueing_time_ms",
-            "must be > 0 for queueing behaviours",
-        );
+        return bad("max_queueing_time_ms", "must be > 0 for queueing behaviours");
     }
     if rule.cluster_mode {
         match &rule.cluster_config {
             None => return bad("cluster_config", "is required when cluster_mode is on"),
-            Some(c) if c.flow_id.is_none() => {
-                return bad("cluster_config.flow_id", "is required in cluster mode")
-            }
+            Some(c) if c.flow_id.is_none() => return bad("cluster_config.flow_id", "is required in cluster mode"),
             Some(c) if c.sample_count == 0 || c.window_interval_ms == 0 => {
-                return bad(
-                    "cluster_config",
-                    "sample_count and window_interval_ms must be > 0",
-                )
+                return bad("cluster_config", "sample_count and window_interval_ms must be > 0")
             }
             Some(_) => {}
         }
@@ -249,14 +213,9 @@ impl FlowManager {
         let old = self.map.snapshot();
         let mut by_resource: HashMap<String, Vec<Arc<FlowRuleState>>> = HashMap::new();
         for rule in &unique {
-            let reused = old
-                .get(&rule.resource)
-                .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
+            let reused = old.get(&rule.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
             let state = reused.unwrap_or_else(|| Arc::new(FlowRuleState::new(rule.clone())));
-            by_resource
-                .entry(rule.resource.clone())
-                .or_default()
-                .push(state);
+            by_resource.entry(rule.resource.clone()).or_default().push(state);
         }
         let map = by_resource
             .into_iter()
@@ -268,13 +227,7 @@ impl FlowManager {
                     .map(|s| s.rule.limit_app.clone())
                     .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
                     .collect();
-                (
-                    name,
-                    Arc::new(ResourceFlowRules {
-                        rules,
-                        named_origins,
-                    }),
-                )
+                (name, Arc::new(ResourceFlowRules { rules, named_origins }))
             })
             .collect();
         self.map.store(map);
@@ -293,10 +246,7 @@ impl FlowManager {
 
 fn read_only(pass: bool) -> Decision {
     if pass {
-        Decision::Pass {
-            reservation: None,
-            wait_nanos: 0,
-        }
+        Decision::Pass { reservation: None, wait_nanos: 0 }
     } else {
         Decision::Block
     }
@@ -304,21 +254,11 @@ fn read_only(pass: bool) -> Decision {
 
 /// Java's `FlowRuleChecker.selectNodeByRequesterAndStrategy`.
 #[inline]
-fn select_node<'a>(
-    st: &'a FlowRuleState,
-    rules: &ResourceFlowRules,
-    cx: &'a CheckCx<'a>,
-) -> Option<&'a StatNode> {
+fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
     let direct = st.rule.strategy == FlowStrategy::Direct;
     let origin: &str = cx.origin;
     let applies = match &st.limit_app {
-        LimitApp::Default => {
-            return if direct {
-                Some(&cx.resource.cluster.stat)
-            } else {
-                reference_node(st, cx)
-            }
-        }
+        LimitApp::Default => return if direct { Some(&cx.resource.cluster.stat) } else { reference_node(st, cx) },
         LimitApp::Origin(app) => !origin.is_empty() && app == origin,
         LimitApp::Other => !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin),
     };
@@ -366,12 +306,7 @@ pub(crate) fn check(
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
         let rule = &*st.rule;
-        if rule.cluster_mode
-            && !rule
-                .cluster_config
-                .as_ref()
-                .is_some_and(|c| c.fallback_to_local_when_fail)
-        {
+        if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
             // No token service is connected: cluster rules without local fallback pass.
             continue;
         }
@@ -382,9 +317,7 @@ pub(crate) fn check(
         // read it. Every other node is entered only through this resource's rules and is reserved exactly.
         let owned = rule.strategy != FlowStrategy::Relate;
         let decision = match rule.grade {
-            FlowGrade::Thread if !owned => {
-                read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count)
-            }
+            FlowGrade::Thread if !owned => read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count),
             FlowGrade::Thread => {
                 if es.has_permit(node) {
                     read_only(node.thread_permits() as f64 <= rule.count)
@@ -395,35 +328,19 @@ pub(crate) fn check(
                 }
             }
             FlowGrade::Qps => match &st.controller {
-                Controller::Reject if !owned => {
-                    read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count)
+                Controller::Reject if !owned => read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count),
+                Controller::Reject => {
+                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, scratch.has_reservation(node))
                 }
-                Controller::Reject => reject_qps(
-                    node,
-                    cx.now_ms,
-                    cx.acquire,
-                    rule.count,
-                    cx.prioritized,
-                    scratch.has_reservation(node),
-                ),
                 Controller::WarmUp(w) => {
                     w.sync(cx.now_ms, node);
                     if owned {
-                        reject_qps(
-                            node,
-                            cx.now_ms,
-                            cx.acquire,
-                            w.allowed_qps(),
-                            false,
-                            scratch.has_reservation(node),
-                        )
+                        reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, scratch.has_reservation(node))
                     } else {
                         read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= w.allowed_qps())
                     }
                 }
-                Controller::RateLimiter(t) => {
-                    t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, rule.count)
-                }
+                Controller::RateLimiter(t) => t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, rule.count),
                 Controller::WarmUpRateLimiter(w, t) => {
                     w.sync(cx.now_ms, node);
                     t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, w.allowed_qps())
@@ -431,10 +348,7 @@ pub(crate) fn check(
             },
         };
         match decision {
-            Decision::Pass {
-                reservation,
-                wait_nanos: w,
-            } => {
+            Decision::Pass { reservation, wait_nanos: w } => {
                 if let Some(r) = reservation {
                     scratch.push_reservation(node, r);
                 }
@@ -448,9 +362,7 @@ pub(crate) fn check(
             Decision::Occupied { wait_nanos: w } => {
                 scratch.release();
                 es.release_permits();
-                return Ok(Verdict::Occupied {
-                    wait_nanos: wait_nanos + w,
-                });
+                return Ok(Verdict::Occupied { wait_nanos: wait_nanos + w });
             }
             Decision::Block => {
                 scratch.release();
@@ -492,11 +404,7 @@ impl ThreadGate {
             .is_ok()
     }
     fn release(&self, n: u32) {
-        let _ = self
-            .permits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                Some(v.saturating_sub(n as u64))
-            });
+        let _ = self.permits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(n as u64)));
     }
 }
 

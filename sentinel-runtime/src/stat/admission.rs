@@ -50,10 +50,7 @@ impl AdmissionWindow {
                 continue;
             }
             // Claim the stale bucket: whoever wins the CAS on its start zeroes its count, then publishes it.
-            if self.starts[idx]
-                .compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 // Prioritized calls that borrowed this bucket already count in it.
                 self.counts[idx].store(borrowed(start), Ordering::Release);
                 self.starts[idx].store(start, Ordering::Release);
@@ -93,17 +90,9 @@ impl AdmissionWindow {
             if (others + v + acquire as u64) as f64 > limit {
                 return None;
             }
-            match c.compare_exchange_weak(
-                v,
-                v + acquire as u64,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match c.compare_exchange_weak(v, v + acquire as u64, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    return Some(Reservation {
-                        bucket_start: self.starts[cur].load(Ordering::Relaxed),
-                        count: acquire,
-                    })
+                    return Some(Reservation { bucket_start: self.starts[cur].load(Ordering::Relaxed), count: acquire })
                 }
                 Err(now) => v = now,
             }
@@ -126,9 +115,8 @@ impl AdmissionWindow {
     pub(crate) fn release(&self, r: Reservation) {
         let idx = ((r.bucket_start / BUCKET_MS) % SAMPLES as u64) as usize;
         if self.starts[idx].load(Ordering::Acquire) == r.bucket_start {
-            let _ = self.counts[idx].fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                Some(v.saturating_sub(r.count as u64))
-            });
+            let _ = self.counts[idx]
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(r.count as u64)));
         }
     }
 }

@@ -26,10 +26,7 @@ pub(crate) struct Writer {
 impl Writer {
     #[inline]
     pub(crate) fn at(now_ms: u64) -> Writer {
-        Writer {
-            pos: Pos::of(now_ms),
-            lease: stripe::lease(),
-        }
+        Writer { pos: Pos::of(now_ms), lease: stripe::lease() }
     }
 }
 
@@ -55,9 +52,7 @@ impl Default for StatNode {
 
 impl std::fmt::Debug for StatNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StatNode")
-            .field("threads", &self.cur_threads())
-            .finish_non_exhaustive()
+        f.debug_struct("StatNode").field("threads", &self.cur_threads()).finish_non_exhaustive()
     }
 }
 
@@ -68,9 +63,7 @@ impl StatNode {
             second: StripedWindow::new(),
             minute: PlainWindow::new(MINUTE_SAMPLE_COUNT, MINUTE_INTERVAL_MS),
             borrowed: PlainWindow::new(SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS),
-            threads: (0..stripe::total_stripes())
-                .map(|_| CachePadded::new(AtomicI64::new(0)))
-                .collect(),
+            threads: (0..stripe::total_stripes()).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
             admission: super::admission::AdmissionWindow::new(),
             thread_gate: Default::default(),
         }
@@ -96,10 +89,7 @@ impl StatNode {
     fn add_threads(&self, w: &Writer, delta: i64) {
         let t = &self.threads[w.lease.index];
         if w.lease.exclusive {
-            t.store(
-                t.load(Ordering::Relaxed).wrapping_add(delta),
-                Ordering::Relaxed,
-            );
+            t.store(t.load(Ordering::Relaxed).wrapping_add(delta), Ordering::Relaxed);
         } else {
             t.fetch_add(delta, Ordering::Relaxed);
         }
@@ -150,8 +140,7 @@ impl StatNode {
 
     /// Records a prioritized request that will pass in the bucket starting at `future_ms`.
     pub(crate) fn add_waiting(&self, now_ms: u64, future_ms: u64, count: u32) {
-        self.cell(&Writer::at(now_ms))
-            .add(MetricEvent::OccupiedPass, count as u64);
+        self.cell(&Writer::at(now_ms)).add(MetricEvent::OccupiedPass, count as u64);
         let mut t = BucketTotals::default();
         t.counts[MetricEvent::Pass as usize] = count as u64;
         self.borrowed.add(future_ms, &t);
@@ -161,11 +150,7 @@ impl StatNode {
 
     /// Calls in flight now.
     pub fn cur_threads(&self) -> u64 {
-        self.threads
-            .iter()
-            .map(|t| t.load(Ordering::Relaxed))
-            .sum::<i64>()
-            .max(0) as u64
+        self.threads.iter().map(|t| t.load(Ordering::Relaxed)).sum::<i64>().max(0) as u64
     }
 
     /// Totals over the per-second window at `now_ms`.
@@ -225,8 +210,7 @@ impl StatNode {
     /// `max(1, max bucket success) * sample_count / interval_secs` (used by the BBR check).
     pub fn max_success_qps(&self, now_ms: u64) -> f64 {
         let mut max = 1u64;
-        self.second
-            .for_each_valid(now_ms, |_, b| max = max.max(b.get(MetricEvent::Success)));
+        self.second.for_each_valid(now_ms, |_, b| max = max.max(b.get(MetricEvent::Success)));
         max as f64 * SECOND_SAMPLE_COUNT as f64 / self.interval_secs()
     }
 
@@ -291,11 +275,7 @@ impl StatNode {
     /// Passes counted in the bucket of the per-second window that holds `at_ms`, if the window holds it.
     pub(crate) fn window_pass_at(&self, at_ms: u64) -> u64 {
         let start = at_ms - at_ms % super::window::BUCKET_MS;
-        self.second
-            .bucket_at(start)
-            .map(|t| t.get(MetricEvent::Pass))
-            .unwrap_or(0)
-            + self.borrowed_at(start)
+        self.second.bucket_at(start).map(|t| t.get(MetricEvent::Pass)).unwrap_or(0) + self.borrowed_at(start)
     }
 
     /// Requests waiting in (borrowed from) later buckets.

@@ -16,9 +16,7 @@ static LEASED: AtomicU64 = AtomicU64::new(0);
 pub(crate) fn owned_stripes() -> usize {
     static COUNT: OnceLock<usize> = OnceLock::new();
     *COUNT.get_or_init(|| {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         (cores * 2).next_power_of_two().clamp(2, MAX_OWNED)
     })
 }
@@ -44,23 +42,10 @@ impl Held {
         loop {
             let free = (!map).trailing_zeros() as usize;
             if free >= owned {
-                return Held(Lease {
-                    index: owned,
-                    exclusive: false,
-                });
+                return Held(Lease { index: owned, exclusive: false });
             }
-            match LEASED.compare_exchange_weak(
-                map,
-                map | (1 << free),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    return Held(Lease {
-                        index: free,
-                        exclusive: true,
-                    })
-                }
+            match LEASED.compare_exchange_weak(map, map | (1 << free), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Held(Lease { index: free, exclusive: true }),
                 Err(m) => map = m,
             }
         }
@@ -82,10 +67,7 @@ thread_local! {
 /// This thread's stripe (the shared one while the thread is being torn down).
 #[inline]
 pub(crate) fn lease() -> Lease {
-    LEASE.try_with(|h| h.0).unwrap_or(Lease {
-        index: owned_stripes(),
-        exclusive: false,
-    })
+    LEASE.try_with(|h| h.0).unwrap_or(Lease { index: owned_stripes(), exclusive: false })
 }
 
 /// Adds `v` to a counter of the given stripe.

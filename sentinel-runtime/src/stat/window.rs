@@ -45,10 +45,7 @@ pub struct BucketTotals {
 
 impl Default for BucketTotals {
     fn default() -> Self {
-        BucketTotals {
-            counts: [0; EVENT_COUNT],
-            min_rt_micros: MAX_RT_MICROS,
-        }
+        BucketTotals { counts: [0; EVENT_COUNT], min_rt_micros: MAX_RT_MICROS }
     }
 }
 
@@ -143,10 +140,7 @@ impl PlainWindow {
             if s != EMPTY && s > start {
                 return; // older than what the slot holds: outside the window already
             }
-            if self.starts[idx]
-                .compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 self.cells[idx].reset();
                 self.starts[idx].store(start, Ordering::Release);
             }
@@ -196,10 +190,7 @@ impl Pos {
     #[inline]
     pub(crate) fn of(now_ms: u64) -> Pos {
         let b = now_ms / BUCKET_MS;
-        Pos {
-            idx: (b % SAMPLES as u64) as usize,
-            start: b * BUCKET_MS,
-        }
+        Pos { idx: (b % SAMPLES as u64) as usize, start: b * BUCKET_MS }
     }
 }
 
@@ -212,11 +203,7 @@ struct OwnedCell {
 
 impl OwnedCell {
     fn new() -> Self {
-        OwnedCell {
-            start: AtomicU64::new(EMPTY),
-            counts: Default::default(),
-            min_rt: AtomicU64::new(MAX_RT_MICROS),
-        }
+        OwnedCell { start: AtomicU64::new(EMPTY), counts: Default::default(), min_rt: AtomicU64::new(MAX_RT_MICROS) }
     }
     fn read_into(&self, t: &mut BucketTotals) {
         for i in 0..EVENT_COUNT {
@@ -273,30 +260,19 @@ impl CellRef<'_> {
 impl StripedWindow {
     pub(crate) fn new() -> Self {
         let stripes = super::stripe::total_stripes();
-        StripedWindow {
-            stripes,
-            cells: (0..SAMPLES * stripes).map(|_| OwnedCell::new()).collect(),
-        }
+        StripedWindow { stripes, cells: (0..SAMPLES * stripes).map(|_| OwnedCell::new()).collect() }
     }
 
     /// This thread's cell for the bucket at `pos`, rolled over (and the old totals folded) if stale.
     #[inline]
-    pub(crate) fn cell(
-        &self,
-        pos: Pos,
-        lease: super::stripe::Lease,
-        fold: &PlainWindow,
-    ) -> CellRef<'_> {
+    pub(crate) fn cell(&self, pos: Pos, lease: super::stripe::Lease, fold: &PlainWindow) -> CellRef<'_> {
         let cell = &self.cells[pos.idx * self.stripes + lease.index];
         let s = cell.start.load(Ordering::Acquire);
         // Current, or the clock went backwards: count in the newer bucket (totals stay consistent).
         if s != pos.start && !(s > pos.start && s < RESETTING) {
             roll(cell, pos.start, lease.exclusive, fold);
         }
-        CellRef {
-            cell,
-            exclusive: lease.exclusive,
-        }
+        CellRef { cell, exclusive: lease.exclusive }
     }
 
     /// For each slot, the newest start any of its cells holds that is inside the window at `now_ms`.
@@ -367,11 +343,7 @@ fn roll(cell: &OwnedCell, start: u64, exclusive: bool, fold: &PlainWindow) {
             std::hint::spin_loop();
             continue;
         }
-        if cell
-            .start
-            .compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
+        if cell.start.compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             if s != EMPTY {
                 fold.add(s, &cell.totals());
             }
