@@ -255,7 +255,7 @@ impl Sentinel {
     ///     .load_degrade_rules(vec![DegradeRule::new("pay", DegradeGrade::ErrorCount)
     ///         .count(0.0).time_window_sec(10).min_request_amount(1)])
     ///     .unwrap();
-    /// let mut entry = engine.resource("pay").enter().unwrap();
+    /// let mut entry = engine.enter("pay").unwrap();
     /// entry.set_error();
     /// drop(entry);
     /// assert_eq!(seen.lock().unwrap()[0], (BreakerState::Closed, BreakerState::Open, Some(1.0)));

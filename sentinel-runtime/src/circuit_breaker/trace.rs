@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::Sentinel;
 
 type TypeTest = fn(&(dyn StdError + 'static)) -> bool;
+type Predicate = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
 
 fn is_type<E: StdError + 'static>(e: &(dyn StdError + 'static)) -> bool {
     e.is::<E>()
@@ -43,7 +44,7 @@ fn is_type<E: StdError + 'static>(e: &(dyn StdError + 'static)) -> bool {
 pub struct TraceFilter {
     ignore: Vec<TypeTest>,
     trace: Vec<TypeTest>,
-    predicate: Option<Arc<dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync>>,
+    predicate: Option<Arc<Predicate>>,
 }
 
 impl fmt::Debug for TraceFilter {
