@@ -432,8 +432,8 @@ fn two_breakers_on_one_resource_trip_independently() {
 }
 
 #[test]
-fn a_probe_won_before_another_breaker_blocks_goes_back_to_open() {
-    let (engine, clock, _) = engine();
+fn a_breaker_due_for_a_probe_is_left_alone_while_another_blocks() {
+    let (engine, clock, seen) = engine();
     let short = error_count_rule("api", 0.0, 1).time_window_sec(1);
     let long = error_count_rule("api", 0.0, 1).time_window_sec(60);
     engine.load_degrade_rules(vec![short, long]).unwrap();
@@ -441,11 +441,82 @@ fn a_probe_won_before_another_breaker_blocks_goes_back_to_open() {
     assert!(call(&api, &clock, 0, true));
     let retry = engine.circuit_breakers("api")[0].retry_at_ms;
     clock.advance_millis(2_000);
-    // The short breaker is past its retry time, the long one is not: blocked, and no probe stays out.
+    // The short breaker is past its retry time, the long one is not: blocked, and the short one is not
+    // even flipped to HALF_OPEN and back.
     assert!(!call(&api, &clock, 0, false));
     let snaps = engine.circuit_breakers("api");
     assert_eq!((snaps[0].state, snaps[0].retry_at_ms), (BreakerState::Open, retry));
     assert_eq!(snaps[1].state, BreakerState::Open);
+    assert_eq!(transitions(&seen).len(), 2, "{:?}", transitions(&seen));
+}
+
+#[test]
+fn many_threads_and_two_due_breakers_give_at_most_one_call_both_probes() {
+    const THREADS: usize = 8;
+    let (engine, clock, _) = engine();
+    let a = error_count_rule("api", 0.0, 1).time_window_sec(1);
+    let b = error_count_rule("api", 0.0, 1).time_window_sec(2);
+    engine.load_degrade_rules(vec![a, b]).unwrap();
+    let api = engine.resource("api");
+    assert!(call(&api, &clock, 0, true)); // trips both
+    for round in 0..30 {
+        clock.advance_millis(2_000);
+        let start = Barrier::new(THREADS);
+        let decided = Barrier::new(THREADS);
+        let passed = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    start.wait();
+                    let entry = api.enter();
+                    if entry.is_ok() {
+                        passed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    decided.wait();
+                    if let Ok(mut e) = entry {
+                        e.set_error();
+                    }
+                });
+            }
+        });
+        let passed = passed.load(Ordering::SeqCst);
+        assert!(passed <= 1, "round {round}: {passed} calls passed");
+        if passed == 0 {
+            // The probes were split between callers and all given back: the next call takes both.
+            assert!(call(&api, &clock, 0, true), "round {round}");
+        }
+        let states: Vec<_> = engine.circuit_breakers("api").iter().map(|b| b.state).collect();
+        assert_eq!(states, vec![BreakerState::Open, BreakerState::Open], "round {round}");
+    }
+}
+
+#[test]
+fn a_resource_takes_at_most_64_degrade_rules() {
+    let (engine, _, _) = engine();
+    let rules = |n: usize| (0..n).map(|i| error_count_rule("api", i as f64, 1)).collect::<Vec<_>>();
+    engine.load_degrade_rules(rules(64)).unwrap();
+    assert_eq!(engine.circuit_breakers("api").len(), 64);
+    match engine.load_degrade_rules(rules(65)).unwrap_err() {
+        RuleError::Invalid { index, field, .. } => assert_eq!((index, field), (64, "resource")),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(engine.degrade_rules().len(), 64);
+}
+
+#[test]
+fn the_probes_of_all_due_breakers_go_to_one_call_and_its_completion_decides_each() {
+    let (engine, clock, seen) = engine();
+    let errors = error_count_rule("api", 0.0, 1).time_window_sec(1);
+    let slow = DegradeRule::new("api", DegradeGrade::SlowRequestRatio).count(10.0).min_request_amount(1);
+    engine.load_degrade_rules(vec![errors, slow.time_window_sec(1)]).unwrap();
+    let api = engine.resource("api");
+    assert!(call(&api, &clock, 20_000, true)); // trips both
+    clock.advance_millis(1_000);
+    // One probe for both: slow but without error: the error breaker closes, the slow one re-opens.
+    assert!(call(&api, &clock, 20_000, false));
+    let states: Vec<_> = engine.circuit_breakers("api").iter().map(|b| b.state).collect();
+    assert_eq!(states, vec![BreakerState::Closed, BreakerState::Open]);
+    assert_eq!(transitions(&seen).len(), 6);
 }
 
 #[test]

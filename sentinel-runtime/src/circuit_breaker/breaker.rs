@@ -40,7 +40,7 @@ const STATE_MASK: u64 = 0b11;
 /// HALF_OPEN; packing both makes "open with this retry time" a single atomic transition.
 #[inline]
 fn state_word(state: u64, retry_ms: u64) -> u64 {
-    (retry_ms << 2) | state
+    (retry_ms.min(u64::MAX >> 2) << 2) | state
 }
 
 #[inline]
@@ -139,14 +139,14 @@ impl Bucket {
     }
 }
 
-/// What [`Breaker::try_pass`] decided.
+/// What [`Breaker::peek`] saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Pass {
+pub(crate) enum Peek {
     /// Closed: the call passes.
     Closed,
-    /// The retry time was reached and this call won the probe (the breaker is now HALF_OPEN).
-    Probe,
-    /// Open (before the retry time) or half-open with the probe out.
+    /// Open and past the retry time: the call may try to become the probe (the state word it saw).
+    ProbeDue(u64),
+    /// Open before the retry time, or half-open with the probe out.
     Blocked,
 }
 
@@ -200,27 +200,27 @@ impl Breaker {
         self.bucket.read(now_ms)
     }
 
-    /// Decides an entry: pass while CLOSED; once OPEN past its retry time, exactly one caller wins the
-    /// OPEN → HALF_OPEN compare-exchange and becomes the probe; everyone else is blocked.
+    /// Reads the state for an entry, changing nothing.
     #[inline]
-    pub(crate) fn try_pass(&self, now_ms: u64, mgr: &DegradeManager) -> Pass {
+    pub(crate) fn peek(&self, now_ms: u64) -> Peek {
         let w = self.state.load(Ordering::Acquire);
         match w & STATE_MASK {
-            CLOSED => Pass::Closed,
-            OPEN if now_ms >= w >> 2 => self.try_probe(w, mgr),
-            _ => Pass::Blocked,
+            CLOSED => Peek::Closed,
+            OPEN if now_ms >= w >> 2 => Peek::ProbeDue(w),
+            _ => Peek::Blocked,
         }
     }
 
+    /// Tries to become the probe: of all callers that saw the same OPEN word past its retry time, exactly
+    /// one wins the OPEN -> HALF_OPEN compare-exchange.
     #[cold]
-    fn try_probe(&self, w: u64, mgr: &DegradeManager) -> Pass {
-        let half = (w & !STATE_MASK) | HALF_OPEN;
-        match self.state.compare_exchange(w, half, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                mgr.notify(BreakerState::Open, BreakerState::HalfOpen, &self.rule, None);
-                Pass::Probe
-            }
-            Err(_) => Pass::Blocked,
+    pub(crate) fn try_probe(&self, seen: u64, mgr: &DegradeManager) -> bool {
+        let half = (seen & !STATE_MASK) | HALF_OPEN;
+        if self.state.compare_exchange(seen, half, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            mgr.notify(BreakerState::Open, BreakerState::HalfOpen, &self.rule, None);
+            true
+        } else {
+            false
         }
     }
 

@@ -9,7 +9,7 @@ use arc_swap::ArcSwap;
 
 use super::breaker::{Breaker, BreakerState};
 use super::rule::{DegradeGrade, DegradeRule};
-use super::ResourceBreakers;
+use super::{ResourceBreakers, MAX_RULES_PER_RESOURCE};
 use crate::error::{RuleError, RuleKind};
 use crate::rules::RuleMap;
 use crate::{Sentinel, LIMIT_APP_DEFAULT};
@@ -113,8 +113,9 @@ impl DegradeManager {
         for (i, r) in rules.iter().enumerate() {
             validate(r, i)?;
         }
-        let mut unique: Vec<DegradeRule> = Vec::with_capacity(rules.len());
-        for r in rules.into_iter().map(normalize) {
+        let original: Vec<DegradeRule> = rules.into_iter().map(normalize).collect();
+        let mut unique: Vec<DegradeRule> = Vec::with_capacity(original.len());
+        for r in original.iter().cloned() {
             if !unique.contains(&r) {
                 unique.push(r);
             }
@@ -125,14 +126,16 @@ impl DegradeManager {
         }
 
         let mut by_resource: HashMap<String, Vec<Arc<DegradeRule>>> = HashMap::new();
-        let mut default_rules = Vec::new();
         for rule in &unique {
-            if rule.resource == DEFAULT_RESOURCE {
-                default_rules.push(Arc::new(rule.clone()));
-            } else {
-                by_resource.entry(rule.resource.clone()).or_default().push(Arc::new(rule.clone()));
+            let rules = by_resource.entry(rule.resource.clone()).or_default();
+            if rules.len() == MAX_RULES_PER_RESOURCE {
+                let index = original.iter().position(|r| *r == *rule).unwrap_or(0);
+                let reason = format!("has more than {MAX_RULES_PER_RESOURCE} degrade rules");
+                return Err(RuleError::invalid(RuleKind::Degrade, index, &rule.resource, "resource", reason));
             }
+            rules.push(Arc::new(rule.clone()));
         }
+        let default_rules = by_resource.remove(DEFAULT_RESOURCE).unwrap_or_default();
         let old = self.map.snapshot();
         let map = by_resource
             .into_iter()

@@ -71,111 +71,139 @@ use std::sync::Arc;
 
 use crate::error::BlockError;
 use crate::rules::{CheckCx, ExitCx};
-use breaker::{Breaker, Pass};
+use breaker::{Breaker, Peek};
 
 /// The breakers of one resource.
 pub(crate) struct ResourceBreakers {
     pub(crate) breakers: Vec<Arc<Breaker>>,
 }
 
-/// How many half-open probes one entry can hold (one per breaker of its resource that is half-open).
-const MAX_PROBES: usize = 4;
+/// Most degrade rules one resource can have (an entry tracks the probes it holds in one `u64`).
+pub const MAX_RULES_PER_RESOURCE: usize = 64;
 
-/// What an entry remembers for its breakers: those whose half-open probe it holds. Fixed size; holding a
-/// probe costs a reference-count increment, no allocation.
-#[derive(Debug, Default)]
+/// What an entry remembers for its breakers: which of them it holds the half-open probe of (a bit per
+/// breaker of the set it was checked against). Fixed size; taking a probe costs one reference-count
+/// increment, no allocation.
+#[derive(Default)]
 pub(crate) struct EntryState {
-    probes: [Option<Arc<Breaker>>; MAX_PROBES],
+    /// The breakers the entry was checked against, kept while it holds a probe of one of them.
+    set: Option<Arc<ResourceBreakers>>,
+    /// Bit i: the entry holds the probe of `set.breakers[i]`.
+    probes: u64,
+}
+
+impl std::fmt::Debug for EntryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryState").field("probes", &format_args!("{:#b}", self.probes)).finish()
+    }
 }
 
 impl EntryState {
-    #[inline]
-    fn holds_any(&self) -> bool {
-        self.probes[0].is_some()
-    }
-
-    fn hold(&mut self, b: &Arc<Breaker>) -> bool {
-        match self.probes.iter_mut().find(|s| s.is_none()) {
-            Some(slot) => {
-                *slot = Some(b.clone());
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn holds(&self, b: &Arc<Breaker>) -> bool {
-        self.probes.iter().flatten().any(|p| Arc::ptr_eq(p, b))
+    /// The held probes' breakers.
+    fn held(&self) -> impl Iterator<Item = &Arc<Breaker>> {
+        let probes = self.probes;
+        self.set
+            .iter()
+            .flat_map(|s| s.breakers.iter().enumerate())
+            .filter(move |(i, _)| probes.checked_shr(*i as u32).is_some_and(|p| p & 1 != 0))
+            .map(|(_, b)| b)
     }
 
     /// Gives every held probe back: its breaker returns to OPEN with the same retry time.
     fn abort_all(&mut self, mgr: &DegradeManager) {
-        for p in self.probes.iter_mut() {
-            if let Some(b) = p.take() {
-                b.abort_probe(mgr);
-            }
+        for b in self.held() {
+            b.abort_probe(mgr);
         }
+        self.probes = 0;
+        self.set = None;
     }
 }
 
 /// Lets the call through unless a breaker is open (or half-open with its probe out).
+///
+/// Two passes: first, a breaker that blocks outright (open before its retry time, or half-open) blocks the
+/// call before any probe is taken, so breakers past their retry time do not flip to HALF_OPEN and back for
+/// every call another breaker blocks. Only when nothing blocks does the call try to win the due probes.
 #[inline]
-pub(crate) fn check(state: &ResourceBreakers, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
-    let mgr = &cx.shared.degrade;
+pub(crate) fn check(state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
+    let mut probe_due = false;
     for b in &state.breakers {
-        let blocked = match b.try_pass(cx.now_ms, mgr) {
-            Pass::Closed => false,
-            Pass::Probe => {
-                if es.hold(b) {
+        match b.peek(cx.now_ms) {
+            Peek::Closed => {}
+            Peek::ProbeDue(_) => probe_due = true,
+            Peek::Blocked => return Err(degrade_block(b, cx)),
+        }
+    }
+    if probe_due {
+        take_probes(state, cx, es)
+    } else {
+        Ok(())
+    }
+}
+
+#[cold]
+fn take_probes(state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
+    let mgr = &cx.shared.degrade;
+    for (i, b) in state.breakers.iter().enumerate().take(MAX_RULES_PER_RESOURCE) {
+        let blocked = match b.peek(cx.now_ms) {
+            Peek::Closed => false,
+            Peek::ProbeDue(seen) => {
+                if b.try_probe(seen, mgr) {
+                    es.set.get_or_insert_with(|| state.clone());
+                    es.probes |= 1 << i;
                     false
                 } else {
-                    // More half-open breakers than an entry can track: give this probe back and block.
-                    b.abort_probe(mgr);
-                    true
+                    true // another caller won the probe
                 }
             }
-            Pass::Blocked => true,
+            Peek::Blocked => true,
         };
         if blocked {
-            // Probes won from earlier breakers of this resource go back too.
+            // Probes won from earlier breakers of this resource go back, keeping their retry time.
             es.abort_all(mgr);
-            return Err(BlockError::Degrade {
-                resource: cx.resource.name.clone(),
-                rule: b.rule.clone(),
-                origin: cx.origin.clone(),
-            });
+            return Err(degrade_block(b, cx));
         }
     }
     Ok(())
 }
 
+fn degrade_block(b: &Breaker, cx: &CheckCx<'_>) -> BlockError {
+    BlockError::Degrade { resource: cx.resource.name.clone(), rule: b.rule.clone(), origin: cx.origin.clone() }
+}
+
 /// A slot after the breakers blocked the call that passed them: its probes go back to OPEN, keeping their
 /// retry time.
-pub(crate) fn on_later_block(_state: &ResourceBreakers, cx: &CheckCx<'_>, es: &mut EntryState) {
+pub(crate) fn on_later_block(_state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) {
     es.abort_all(&cx.shared.degrade);
 }
 
 /// A call that passed completed: every breaker of the resource counts it; a probe's completion decides its
 /// breaker.
 #[inline]
-pub(crate) fn on_exit(state: &ResourceBreakers, cx: &ExitCx<'_>, es: &mut EntryState) {
+pub(crate) fn on_exit(state: &Arc<ResourceBreakers>, cx: &ExitCx<'_>, es: &mut EntryState) {
     let mgr = &cx.shared.degrade;
-    if es.holds_any() {
-        // Probes are decided on the breaker that issued them, even if the rules changed meanwhile.
-        for p in es.probes.iter_mut() {
-            if let Some(b) = p.as_ref() {
-                b.on_complete(cx.now_ms, cx.rt_micros, cx.error, true, mgr);
-            }
-        }
+    if es.probes == 0 {
         for b in &state.breakers {
-            if !es.holds(b) {
-                b.on_complete(cx.now_ms, cx.rt_micros, cx.error, false, mgr);
-            }
+            b.on_complete(cx.now_ms, cx.rt_micros, cx.error, false, mgr);
         }
-        es.probes = Default::default();
         return;
     }
-    for b in &state.breakers {
-        b.on_complete(cx.now_ms, cx.rt_micros, cx.error, false, mgr);
+    exit_with_probes(state, cx, es);
+}
+
+#[cold]
+fn exit_with_probes(state: &Arc<ResourceBreakers>, cx: &ExitCx<'_>, es: &mut EntryState) {
+    let mgr = &cx.shared.degrade;
+    // Probes are decided on the breakers that issued them, even if the rules changed meanwhile (an equal
+    // rule reloaded keeps its breaker, which then is in both sets).
+    for b in es.held() {
+        b.on_complete(cx.now_ms, cx.rt_micros, cx.error, true, mgr);
     }
+    for b in &state.breakers {
+        if !es.held().any(|p| Arc::ptr_eq(p, b)) {
+            b.on_complete(cx.now_ms, cx.rt_micros, cx.error, false, mgr);
+        }
+    }
+    es.probes = 0;
+    es.set = None;
 }
