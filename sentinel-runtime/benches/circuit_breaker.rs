@@ -2,9 +2,13 @@
 //!
 //! Run with `cargo bench -p sentinel-runtime --bench circuit_breaker` (leave `RUST_BACKTRACE` unset:
 //! sentinel-core captures a backtrace per error when it is set).
+//!
+//! Every case runs twice: `closed_breaker` measures wall time (criterion's default), `closed_breaker_cpu`
+//! the benchmark thread's CPU time, which time spent descheduled on a busy machine does not inflate.
 
 use std::hint::black_box;
 
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::flow::FlowRule;
@@ -21,8 +25,51 @@ fn engine(with_breaker: bool) -> Sentinel {
     engine
 }
 
-fn closed_breaker(c: &mut Criterion) {
-    let mut g = c.benchmark_group("closed_breaker");
+/// The calling thread's CPU time, in nanoseconds.
+struct ThreadCpuTime;
+
+fn thread_cpu_nanos() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+static WALL: WallTime = WallTime;
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_nanos()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_nanos().saturating_sub(start)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        WALL.formatter()
+    }
+}
+
+fn wall(c: &mut Criterion) {
+    closed_breaker(c, "closed_breaker");
+}
+
+fn cpu(c: &mut Criterion<ThreadCpuTime>) {
+    closed_breaker(c, "closed_breaker_cpu");
+}
+
+fn closed_breaker<M: Measurement>(c: &mut Criterion<M>, group: &str) {
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
 
     let flow_only = engine(false);
@@ -63,7 +110,8 @@ fn closed_breaker(c: &mut Criterion) {
         })
     });
 
-    sentinel_core::init_default().expect("sentinel-core init");
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| sentinel_core::init_default().expect("sentinel-core init"));
     let rule = sentinel_core::circuitbreaker::Rule {
         resource: "res".into(),
         strategy: sentinel_core::circuitbreaker::BreakerStrategy::ErrorCount,
@@ -86,5 +134,10 @@ fn closed_breaker(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, closed_breaker);
-criterion_main!(benches);
+criterion_group!(benches, wall);
+criterion_group! {
+    name = benches_cpu;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = cpu
+}
+criterion_main!(benches, benches_cpu);

@@ -53,7 +53,12 @@
 //!   slow for `count = 50` (Java compares whole milliseconds and rounds `count`).
 //! - Only the probe's own completion decides a HALF_OPEN breaker (Java lets any call that completes while
 //!   half-open decide).
-//! - No count is lost when concurrent calls start a new statistics interval (one compare-exchange per call).
+//! - A breaker past its retry time is not flipped to HALF_OPEN and back by calls that another breaker of the
+//!   same resource blocks anyway (Java flips it, and tells the observers, on each such call); a call that
+//!   does pass holds the probes of every due breaker, and its completion decides each of them.
+//! - No count is lost when concurrent calls start a new statistics interval (one compare-exchange per call),
+//!   and the counts a breaker trips on are exactly those of the interval including the call just completed.
+//! - A resource has at most [`MAX_RULES_PER_RESOURCE`] degrade rules.
 
 mod breaker;
 mod manager;
