@@ -258,7 +258,7 @@ impl Shared {
             param: self.param.for_resource(name),
             flow: self.flow.for_resource(name),
             degrade: self.degrade.for_resource(name),
-            default_degrade: self.degrade.default_breakers(),
+            default_degrade: self.degrade.default_breakers_for(name),
         }
     }
 
