@@ -281,11 +281,12 @@ impl Sentinel {
     pub fn circuit_breakers(&self, resource: &str) -> Vec<BreakerSnapshot> {
         let now_ms = self.shared.now_ms();
         if let Some(inner) = self.shared.find_resource(resource) {
-            let rules = inner.rules.load();
-            return match rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
-                Some(b) => snapshot(b, now_ms),
-                None => Vec::new(),
-            };
+            return inner.with_rules(&self.shared.collector, |rules| {
+                match rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
+                    Some(b) => snapshot(b, now_ms),
+                    None => Vec::new(),
+                }
+            });
         }
         match self.shared.degrade.for_resource(resource) {
             Some(b) => snapshot(&b, now_ms),
