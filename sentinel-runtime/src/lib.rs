@@ -27,8 +27,10 @@ mod entry;
 mod error;
 pub mod flow;
 mod inspect;
+mod macro_support;
 mod node;
 pub mod param_flow;
+pub mod registry;
 mod resource;
 mod rules;
 pub mod slot;
@@ -41,6 +43,7 @@ pub use entry::{Entry, EntryBuilder};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit};
 pub use inspect::{NodeStats, TreeNode};
 pub use resource::{EntryType, Resource};
+pub use sentinel_macros::sentinel_resource;
 
 /// `limit_app` meaning every caller.
 pub const LIMIT_APP_DEFAULT: &str = "default";
@@ -53,6 +56,10 @@ pub mod __private {
     use std::sync::OnceLock;
 
     pub use crate::context::CarriedContext;
+    pub use crate::macro_support::*;
+    pub use crate::param_flow::HotParam;
+    pub use crate::registry::ResourceDescriptor;
+    pub use inventory;
     use crate::{EntryType, Resource, Sentinel};
 
     /// One annotated function's cached resource handle (a `static` in the generated code).

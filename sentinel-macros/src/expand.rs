@@ -1,0 +1,344 @@
+//! Stage 3: generate the function.
+//!
+//! The generated body: a `static` resource site and an `inventory` descriptor; enter (or `decide` and await the
+//! queueing timer, in async code); on a block, dispatch to the block handler / fallback / `Err(E::from(..))`;
+//! run the user's body in its own closure or async block (so `return` and `?` come back to us); on an `Err`,
+//! apply the ignore / trace lists, trace, and call the fallback. The entry exits when it goes out of scope:
+//! on every return path and on unwind. Our locals are `Span::mixed_site()` so user code cannot see or shadow
+//! them.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{Ident, ReturnType, Type};
+
+use crate::attr::{EntryKind, ErrorMatch};
+use crate::validate::{Plan, Reuse, Shape};
+
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+fn contains_impl(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Group(g) => contains_impl(g.stream()),
+        _ => false,
+    })
+}
+
+/// `if false { let r: R = loop {}; return r; }`: fixes the type the body's `return` and `?` produce to the
+/// declared return type, so inference and type errors behave as in the user's own function.
+fn fake_return_edge(ty: Option<&Type>) -> TokenStream {
+    let Some(ty) = ty else { return TokenStream::new() };
+    if contains_impl(ty.to_token_stream()) {
+        return TokenStream::new();
+    }
+    let ret = local("__sentinel_ret");
+    quote_spanned! {ty.span()=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::needless_return,
+            clippy::unreachable
+        )]
+        if false {
+            let #ret: #ty = loop {};
+            return #ret;
+        }
+    }
+}
+
+pub fn expand(plan: &Plan<'_>) -> TokenStream {
+    let args = plan.args;
+    let func = plan.func;
+    let sig = &func.sig;
+    let krate = match &args.krate {
+        Some(k) => k.value.to_token_stream(),
+        None => quote!(::sentinel_runtime),
+    };
+    let private = quote!(#krate::__private);
+    let is_async = !matches!(plan.shape, Shape::Sync);
+
+    let fn_name = sig.ident.to_string();
+    let fn_name = fn_name.strip_prefix("r#").unwrap_or(&fn_name).to_string();
+    let name = match &args.name {
+        Some(k) => k.value.to_token_stream(),
+        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+    };
+    let entry_type = match args.entry_type.as_ref().map(|k| k.value) {
+        Some(EntryKind::In) => quote!(#krate::EntryType::In),
+        _ => quote!(#krate::EntryType::Out),
+    };
+
+    let site = Ident::new("__SENTINEL_SITE", Span::mixed_site());
+    let has_bh = args.block_handler.is_some();
+    let has_fb = args.fallback.is_some();
+    let has_dfb = args.default_fallback.is_some();
+    let registration = quote! {
+        static #site: #private::ResourceSite = #private::ResourceSite::new(#name, #entry_type);
+        #private::inventory::submit! {
+            #private::ResourceDescriptor {
+                name: #name,
+                entry_type: #entry_type,
+                function: #fn_name,
+                module_path: ::core::module_path!(),
+                file: ::core::file!(),
+                line: ::core::line!(),
+                is_async: #is_async,
+                has_block_handler: #has_bh,
+                has_fallback: #has_fb,
+                has_default_fallback: #has_dfb,
+            }
+        }
+    };
+
+    // The entry builder.
+    let mut builder = quote!(#site.resource().entry());
+    if let Some(p) = &args.params {
+        let values = p.value.iter().map(|e| quote_spanned!(e.span()=> #private::hot_param(&(#e))));
+        builder = quote!(#builder.args(&[#(#values),*]));
+    }
+    if let Some(o) = &args.origin {
+        let e = &o.value;
+        builder = quote!(#builder.origin(#private::as_str(&(#e))));
+    }
+    if let Some(c) = &args.context {
+        let e = &c.value;
+        builder = quote!(#builder.context(#private::as_str(&(#e))));
+    }
+
+    let entry = local("__sentinel_entry");
+    let decision = local("__sentinel_decision");
+    let block = local("__sentinel_block");
+    let result = local("__sentinel_result");
+    let error = local("__sentinel_error");
+    let delay = local("__sentinel_delay");
+    let await_output = |call: TokenStream| -> TokenStream {
+        if is_async {
+            quote!(#private::handler_output(#call).await)
+        } else {
+            call
+        }
+    };
+
+    // Arguments as handlers receive them: before the body (block path) and after it (fallback).
+    let names: Vec<&Ident> = plan.params.iter().map(|p| &p.name).collect();
+    let clone_vars: Vec<Ident> = (0..plan.params.len()).map(|i| local(&format!("__sentinel_fallback_arg{i}"))).collect();
+    let mut clones = TokenStream::new();
+    let mut reused = Vec::new();
+    if has_fb {
+        for (p, var) in plan.params.iter().zip(&clone_vars) {
+            let n = &p.name;
+            match p.reuse {
+                Reuse::Clone => {
+                    clones.extend(quote_spanned!(p.span=> let #var = #private::clone_for_fallback(&#n);));
+                    reused.push(var.to_token_stream());
+                }
+                Reuse::MutRef => reused.push(n.to_token_stream()),
+            }
+        }
+    }
+
+    // Block dispatch (SPEC §1 step 1).
+    let output_ty: Option<&Type> = match (&plan.shape, &sig.output) {
+        (_, ReturnType::Default) => None,
+        (Shape::AsyncTrait { .. }, ReturnType::Type(..)) => None,
+        (_, ReturnType::Type(_, ty)) => Some(ty),
+    };
+    let on_block = if let Some(h) = &args.block_handler {
+        let p = &h.value;
+        let call = quote_spanned!(p.span()=> #private::call_block_handler(#p, (#(#names,)* #block,)));
+        await_output(call)
+    } else if let Some(f) = &args.fallback {
+        let p = &f.value;
+        let call = quote_spanned!(p.span()=>
+            #private::call_fallback(#p, (#(#names,)* #private::block_error_into(#block),)));
+        await_output(call)
+    } else if let Some(f) = &args.default_fallback {
+        let p = &f.value;
+        let call = quote_spanned!(p.span()=>
+            #private::call_default_fallback(#p, #private::block_error_into(#block)));
+        await_output(call)
+    } else {
+        let span = output_ty.map_or_else(|| sig.ident.span(), |t| t.span());
+        quote_spanned!(span=> #private::blocked_result(#block))
+    };
+
+    let mutability = if plan.returns_result { quote!(mut) } else { TokenStream::new() };
+    let enter = if is_async {
+        quote! {
+            let #decision = #builder.decide();
+            let #mutability #entry = match #decision {
+                ::core::result::Result::Ok(e) => e,
+                ::core::result::Result::Err(#block) => return #on_block,
+            };
+            if let ::core::option::Option::Some(#delay) = #private::queue_delay(&#entry) {
+                #delay.await;
+            }
+        }
+    } else {
+        quote! {
+            let #decision = #builder.enter();
+            let #mutability #entry = match #decision {
+                ::core::result::Result::Ok(e) => e,
+                ::core::result::Result::Err(#block) => return #on_block,
+            };
+        }
+    };
+
+    // The user's body, in its own scope.
+    let user_block = &func.block;
+    let pattern_lets: Vec<TokenStream> = plan
+        .params
+        .iter()
+        .filter_map(|p| {
+            p.pattern.as_ref().map(|pat| {
+                let n = &p.name;
+                quote!(let #pat = #n;)
+            })
+        })
+        .collect();
+    let edge = fake_return_edge(output_ty);
+
+    let outcome = if plan.returns_result {
+        // Error dispatch (SPEC §1 step 2).
+        let mut checks = TokenStream::new();
+        let mut conds = Vec::new();
+        let matcher = |m: &ErrorMatch| match m {
+            ErrorMatch::Patterns(pats) => quote!(::core::matches!(&#error, #(#pats)|*)),
+            ErrorMatch::Predicate(p) => {
+                quote_spanned!(p.span()=> #private::call_error_predicate(#p, &#error))
+            }
+        };
+        if let Some(ig) = &args.exceptions_to_ignore {
+            let v = local("__sentinel_ignored");
+            let m = matcher(&ig.value);
+            checks.extend(quote!(#[allow(unused_variables)] let #v: bool = #m;));
+            conds.push(quote!(!#v));
+        }
+        if let Some(tr) = &args.exceptions_to_trace {
+            let v = local("__sentinel_traced");
+            let m = matcher(&tr.value);
+            checks.extend(quote!(#[allow(unused_variables)] let #v: bool = #m;));
+            conds.push(quote!(#v));
+        }
+        let on_traced = if let Some(f) = &args.fallback {
+            let p = &f.value;
+            await_output(quote_spanned!(p.span()=> #private::call_fallback(#p, (#(#reused,)* #error,))))
+        } else if let Some(f) = &args.default_fallback {
+            let p = &f.value;
+            await_output(quote_spanned!(p.span()=> #private::call_default_fallback(#p, #error)))
+        } else {
+            quote!(::core::result::Result::Err(#error))
+        };
+        let traced = quote! {
+            #private::trace_error(&mut #entry);
+            #on_traced
+        };
+        let handle_err = if conds.is_empty() {
+            traced
+        } else {
+            quote! {
+                #checks
+                if #(#conds)&&* {
+                    #traced
+                } else {
+                    ::core::result::Result::Err(#error)
+                }
+            }
+        };
+        let run_body = match &plan.shape {
+            Shape::Sync => quote! {
+                #[allow(clippy::redundant_closure_call)]
+                let #result = (|| {
+                    #edge
+                    #(#pattern_lets)*
+                    #user_block
+                })();
+            },
+            Shape::Async => quote! {
+                let #result = async move {
+                    #edge
+                    #(#pattern_lets)*
+                    #user_block
+                }
+                .await;
+            },
+            Shape::AsyncTrait { future, .. } => quote! {
+                let #result = #future.await;
+            },
+        };
+        quote! {
+            #clones
+            #run_body
+            match #result {
+                ::core::result::Result::Err(#error) => { #handle_err }
+                ok => ok,
+            }
+        }
+    } else {
+        let body = match &plan.shape {
+            Shape::AsyncTrait { future, .. } => quote!(#future.await),
+            _ => quote!(#(#pattern_lets)* #user_block),
+        };
+        body
+    };
+
+    let attrs = &func.attrs;
+    let vis = &func.vis;
+    // Pattern parameters get a name in the signature and are destructured inside the body.
+    let mut sig = sig.clone();
+    for (input, p) in sig.inputs.iter_mut().zip(&plan.params) {
+        if let (syn::FnArg::Typed(t), Some(_)) = (input, &p.pattern) {
+            *t.pat = syn::Pat::Ident(syn::PatIdent {
+                attrs: Vec::new(),
+                by_ref: None,
+                mutability: None,
+                ident: p.name.clone(),
+                subpat: None,
+            });
+        }
+    }
+    let new_block = match &plan.shape {
+        Shape::Sync => quote! {
+            {
+                #registration
+                #enter
+                #outcome
+            }
+        },
+        Shape::Async => {
+            let edge = fake_return_edge(output_ty);
+            quote! {
+                {
+                    #registration
+                    #private::in_context(async move {
+                        #edge
+                        #enter
+                        #outcome
+                    })
+                    .await
+                }
+            }
+        }
+        Shape::AsyncTrait { prefix, .. } => quote! {
+            {
+                #(#prefix)*
+                #registration
+                ::std::boxed::Box::pin(#private::in_context(async move {
+                    #enter
+                    #outcome
+                }))
+            }
+        },
+    };
+    quote! {
+        #(#attrs)*
+        #vis #sig
+        #new_block
+    }
+}

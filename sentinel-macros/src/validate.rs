@@ -1,0 +1,248 @@
+//! Stage 2: check the arguments against the function and decide the shape of the expansion.
+
+use proc_macro2::Span;
+use quote::format_ident;
+use syn::spanned::Spanned;
+use syn::{Block, Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type, TypeParamBound};
+
+use crate::attr::{Args, Keyed};
+
+/// How the function runs.
+pub enum Shape {
+    /// A plain `fn`.
+    Sync,
+    /// An `async fn`.
+    Async,
+    /// A method rewritten by `#[async_trait]`: `fn .. -> Pin<Box<dyn Future<Output = R> + ..>>` whose body ends
+    /// in `Box::pin(async move { .. })`. `future` is that async block; `prefix` the statements before it.
+    AsyncTrait { prefix: Vec<Stmt>, future: Box<Expr> },
+}
+
+/// How an argument is handed to a handler again after the body ran.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Reuse {
+    /// `&mut T` or `&mut self`: reborrowed (sync only).
+    MutRef,
+    /// Anything else: cloned before the body (`&T` and `Copy` types cost nothing).
+    Clone,
+}
+
+/// One parameter of the function, including the receiver.
+pub struct Param {
+    /// How generated code names it (`self`, the user's ident, or a fresh name for a pattern).
+    pub name: Ident,
+    /// For a pattern parameter: the pattern to bind inside the body, from `name`.
+    pub pattern: Option<Pat>,
+    pub reuse: Reuse,
+    pub span: Span,
+}
+
+/// Everything the expansion needs.
+pub struct Plan<'a> {
+    pub args: &'a Args,
+    pub func: &'a ItemFn,
+    pub shape: Shape,
+    pub returns_result: bool,
+    pub params: Vec<Param>,
+}
+
+fn is_result_type(ty: &Type) -> bool {
+    match ty {
+        Type::Path(p) => p.path.segments.last().is_some_and(|s| s.ident == "Result"),
+        Type::Paren(p) => is_result_type(&p.elem),
+        Type::Group(g) => is_result_type(&g.elem),
+        _ => false,
+    }
+}
+
+/// The `Output = R` of `Pin<Box<dyn Future<Output = R> + ..>>`.
+fn future_output(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Path(p) => {
+            for seg in &p.path.segments {
+                if let PathArguments::AngleBracketed(a) = &seg.arguments {
+                    for arg in &a.args {
+                        if let GenericArgument::Type(t) = arg {
+                            if let Some(o) = future_output(t) {
+                                return Some(o);
+                            }
+                        }
+                    }
+                }
+            }
+            None
+        }
+        Type::TraitObject(t) => t.bounds.iter().find_map(|b| match b {
+            TypeParamBound::Trait(tb) => tb.path.segments.last().and_then(|s| match &s.arguments {
+                PathArguments::AngleBracketed(a) if s.ident == "Future" => a.args.iter().find_map(|g| match g {
+                    GenericArgument::AssocType(at) if at.ident == "Output" => Some(&at.ty),
+                    _ => None,
+                }),
+                _ => None,
+            }),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// Recognizes the body `#[async_trait]` generates: `.. Box::pin(async move { .. })`.
+fn async_trait_body(block: &Block) -> Option<(Vec<Stmt>, Box<Expr>)> {
+    let (last, prefix) = block.stmts.split_last()?;
+    let Stmt::Expr(Expr::Call(call), None) = last else { return None };
+    let Expr::Path(func) = &*call.func else { return None };
+    let segs: Vec<String> = func.path.segments.iter().map(|s| s.ident.to_string()).collect();
+    if segs.len() < 2 || segs[segs.len() - 1] != "pin" || segs[segs.len() - 2] != "Box" || call.args.len() != 1 {
+        return None;
+    }
+    match call.args.first() {
+        Some(e @ Expr::Async(_)) => Some((prefix.to_vec(), Box::new(e.clone()))),
+        _ => None,
+    }
+}
+
+fn is_mut_ref(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) => r.mutability.is_some(),
+        Type::Paren(p) => is_mut_ref(&p.elem),
+        Type::Group(g) => is_mut_ref(&g.elem),
+        _ => false,
+    }
+}
+
+fn push(errors: &mut Option<syn::Error>, e: syn::Error) {
+    match errors {
+        Some(all) => all.combine(e),
+        None => *errors = Some(e),
+    }
+}
+
+fn key_error<T>(k: &Option<Keyed<T>>, msg: &str, errors: &mut Option<syn::Error>) {
+    if let Some(k) = k {
+        push(errors, syn::Error::new(k.key, msg));
+    }
+}
+
+/// Checks the function and the arguments together.
+pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
+    let sig = &func.sig;
+    let mut errors = None;
+    if let Some(c) = &sig.constness {
+        push(
+            &mut errors,
+            syn::Error::new(
+                c.span,
+                "`#[sentinel_resource]` cannot be used on a `const fn`: entering a resource happens at run time; remove `const`",
+            ),
+        );
+    }
+    if let Some(v) = &sig.variadic {
+        push(&mut errors, syn::Error::new(v.span(), "`#[sentinel_resource]` does not support variadic functions"));
+    }
+
+    let shape = if sig.asyncness.is_some() {
+        Shape::Async
+    } else if let (ReturnType::Type(_, ty), Some((prefix, future))) = (&sig.output, async_trait_body(&func.block)) {
+        if future_output(ty).is_some() {
+            Shape::AsyncTrait { prefix, future }
+        } else {
+            Shape::Sync
+        }
+    } else {
+        Shape::Sync
+    };
+
+    let output_ty: Option<&Type> = match (&shape, &sig.output) {
+        (_, ReturnType::Default) => None,
+        (Shape::AsyncTrait { .. }, ReturnType::Type(_, ty)) => future_output(ty),
+        (_, ReturnType::Type(_, ty)) => Some(ty),
+    };
+    let returns_result = output_ty.is_some_and(is_result_type);
+    let is_async = !matches!(shape, Shape::Sync);
+
+    if !returns_result {
+        let returned = output_ty.map_or_else(|| "()".to_string(), |t| quote::quote!(#t).to_string());
+        if args.block_handler.is_none() {
+            let span = match &sig.output {
+                ReturnType::Type(_, ty) => ty.span(),
+                ReturnType::Default => sig.ident.span(),
+            };
+            push(
+                &mut errors,
+                syn::Error::new(
+                    span,
+                    format!(
+                        "`{}` returns `{returned}`, not a `Result`, so a blocked call has nothing to return: add \
+                         `block_handler = ..` (called with the function's arguments and the `BlockError`, returning \
+                         `{returned}`), or return `Result<_, E>` with `E: From<BlockError>`",
+                        sig.ident
+                    ),
+                ),
+            );
+        }
+        let msg = |key: &str| {
+            format!(
+                "`{key}` needs a function that returns `Result`: it acts on the `Err` the body returns, and `{}` returns `{returned}`",
+                sig.ident
+            )
+        };
+        key_error(&args.fallback, &msg("fallback"), &mut errors);
+        key_error(&args.default_fallback, &msg("default_fallback"), &mut errors);
+        key_error(&args.exceptions_to_ignore, &msg("exceptions_to_ignore"), &mut errors);
+        key_error(&args.exceptions_to_trace, &msg("exceptions_to_trace"), &mut errors);
+    }
+
+    let mut params = Vec::new();
+    for (i, input) in sig.inputs.iter().enumerate() {
+        match input {
+            FnArg::Receiver(r) => {
+                let mut_ref = is_mut_ref(&r.ty);
+                params.push(Param {
+                    name: Ident::new("self", r.self_token.span),
+                    pattern: None,
+                    reuse: if mut_ref { Reuse::MutRef } else { Reuse::Clone },
+                    span: r.span(),
+                });
+            }
+            FnArg::Typed(t) => {
+                let reuse = if is_mut_ref(&t.ty) { Reuse::MutRef } else { Reuse::Clone };
+                match &*t.pat {
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => params.push(Param {
+                        name: pi.ident.clone(),
+                        pattern: None,
+                        reuse,
+                        span: pi.ident.span(),
+                    }),
+                    other => params.push(Param {
+                        name: format_ident!("__sentinel_arg{}", i, span = other.span()),
+                        pattern: Some(other.clone()),
+                        reuse,
+                        span: other.span(),
+                    }),
+                }
+            }
+        }
+    }
+
+    if is_async {
+        if let Some(fb) = &args.fallback {
+            for p in params.iter().filter(|p| p.reuse == Reuse::MutRef) {
+                let mut e = syn::Error::new(
+                    p.span,
+                    format!(
+                        "`fallback` of an async fn cannot receive the `&mut` argument `{}` again: the body's future \
+                         holds it; use `default_fallback` (which takes only the error), or take it by `&`",
+                        p.name
+                    ),
+                );
+                e.combine(syn::Error::new(fb.key, "`fallback` given here"));
+                push(&mut errors, e);
+            }
+        }
+    }
+
+    match errors {
+        Some(e) => Err(e),
+        None => Ok(Plan { args, func, shape, returns_result, params }),
+    }
+}
