@@ -126,8 +126,25 @@ impl<F: Future> HandlerOutput<F::Output, AsyncOutput> for F {
 
 /// Awaits a handler's output in an `async fn`, whether the handler is sync or async.
 #[inline(always)]
-pub fn handler_output<R, M, O: HandlerOutput<R, M>>(output: O) -> O::Future {
-    output.into_output()
+pub fn handler_output<R, M, O: HandlerOutput<R, M>>(output: O) -> HandlerFuture<O, R, M> {
+    HandlerFuture { fut: output.into_output(), _marker: std::marker::PhantomData }
+}
+
+/// The future of a handler's output. Its `Output` is `R` itself (not a projection through the impl that is
+/// chosen later), so the return type of the annotated function decides between a sync and an async handler.
+#[must_use = "futures do nothing unless polled"]
+pub struct HandlerFuture<O: HandlerOutput<R, M>, R, M> {
+    fut: O::Future,
+    _marker: std::marker::PhantomData<fn() -> (R, M)>,
+}
+
+impl<O: HandlerOutput<R, M>, R, M> Future for HandlerFuture<O, R, M> {
+    type Output = R;
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
+        // SAFETY: `fut` is structurally pinned: never moved out, and `HandlerFuture` has no `Drop` impl.
+        unsafe { self.map_unchecked_mut(|s| &mut s.fut) }.poll(cx)
+    }
 }
 
 /// The error type of a function with no `block_handler`, which must be built from a [`BlockError`].
@@ -245,4 +262,20 @@ impl<F: Future> Future for InContext<F> {
 #[inline(always)]
 pub fn in_context<F: Future>(inner: F) -> InContext<F> {
     InContext::new(inner)
+}
+
+impl crate::Sentinel {
+    /// The async form of [`Sentinel::scoped`](crate::Sentinel::scoped): `fut` runs with this engine standing
+    /// in for the global one during every poll, on whatever thread polls it. Meant for tests of annotated
+    /// `async fn`s on multi-threaded executors.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build().leak();
+    /// let fut = engine.scoped_future(async { Sentinel::current().config().app_name.clone() });
+    /// assert_eq!(futures::executor::block_on(fut), engine.config().app_name);
+    /// ```
+    pub fn scoped_future<F: Future>(&'static self, fut: F) -> impl Future<Output = F::Output> {
+        self.scoped(|| InContext::new(fut))
+    }
 }
