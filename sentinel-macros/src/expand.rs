@@ -19,6 +19,40 @@ fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
+/// `tokens` with every span set to `span`, so that an error about them points at the user's token (used only on
+/// absolute paths and types, never on our hygienic locals).
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            if let TokenTree::Group(g) = &t {
+                let mut ng = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                ng.set_span(span);
+                t = TokenTree::Group(ng);
+            } else {
+                t.set_span(span);
+            }
+            t
+        })
+        .collect()
+}
+
+/// A type as users write it (`Option<String>`, not `Option < String >`).
+pub fn type_string(tokens: &TokenStream) -> String {
+    tokens
+        .to_string()
+        .replace(" < ", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" ,", ",")
+        .replace("& ", "&")
+        .replace(" (", "(")
+        .replace("( ", "(")
+        .replace(" )", ")")
+}
+
 fn contains_impl(tokens: TokenStream) -> bool {
     tokens.into_iter().any(|t| match t {
         TokenTree::Ident(i) => i == "impl",
@@ -78,28 +112,36 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     let has_bh = args.block_handler.is_some();
     let has_fb = args.fallback.is_some();
     let has_dfb = args.default_fallback.is_some();
+    // The site and the descriptor live in a block of their own, so their names are not in scope in the body.
+    let site_ref = local("__sentinel_site");
     let registration = quote! {
-        static #site: #private::ResourceSite = #private::ResourceSite::new(#name, #entry_type);
-        #private::inventory::submit! {
-            #private::ResourceDescriptor {
-                name: #name,
-                entry_type: #entry_type,
-                function: #fn_name,
-                module_path: ::core::module_path!(),
-                file: ::core::file!(),
-                line: ::core::line!(),
-                is_async: #is_async,
-                has_block_handler: #has_bh,
-                has_fallback: #has_fb,
-                has_default_fallback: #has_dfb,
+        let #site_ref: &'static #private::ResourceSite = {
+            static #site: #private::ResourceSite = #private::ResourceSite::new(#name, #entry_type);
+            #private::inventory::submit! {
+                #private::ResourceDescriptor {
+                    name: #name,
+                    entry_type: #entry_type,
+                    function: #fn_name,
+                    module_path: ::core::module_path!(),
+                    file: ::core::file!(),
+                    line: ::core::line!(),
+                    is_async: #is_async,
+                    has_block_handler: #has_bh,
+                    has_fallback: #has_fb,
+                    has_default_fallback: #has_dfb,
+                }
             }
-        }
+            &#site
+        };
     };
 
     // The entry builder.
-    let mut builder = quote!(#site.resource().entry());
+    let mut builder = quote!(#site_ref.resource().entry());
     if let Some(p) = &args.params {
-        let values = p.value.iter().map(|e| quote_spanned!(e.span()=> #private::hot_param(&(#e))));
+        let values = p.value.iter().map(|e| {
+            let private = respan(private.clone(), e.span());
+            quote_spanned!(e.span()=> #private::hot_param(&(#e)))
+        });
         builder = quote!(#builder.args(&[#(#values),*]));
     }
     if let Some(o) = &args.origin {
@@ -149,23 +191,71 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         (Shape::AsyncTrait { .. }, ReturnType::Type(..)) => None,
         (_, ReturnType::Type(_, ty)) => Some(ty),
     };
-    let on_block = if let Some(h) = &args.block_handler {
-        let p = &h.value;
-        let call = quote_spanned!(p.span()=> #private::call_block_handler(#p, (#(#names,)* #block,)));
-        await_output(call)
-    } else if let Some(f) = &args.fallback {
-        let p = &f.value;
-        let call = quote_spanned!(p.span()=>
-            #private::call_fallback(#p, (#(#names,)* #private::block_error_into(#block),)));
-        await_output(call)
-    } else if let Some(f) = &args.default_fallback {
-        let p = &f.value;
-        let call = quote_spanned!(p.span()=>
-            #private::call_default_fallback(#p, #private::block_error_into(#block)));
-        await_output(call)
+    // Handlers are called through a `fn` pointer typed from the signature when possible, so a mismatch reads
+    // "expected fn pointer `fn(u64, String, BlockError) -> R`, found fn item `fn(u64, BlockError) -> R`" on the
+    // handler's path; else through `Handler` (a trait over `FnOnce`).
+    let block_error_ty = quote!(#krate::BlockError);
+    let ret_ptr = if is_async {
+        quote!(_)
     } else {
-        let span = output_ty.map_or_else(|| sig.ident.span(), |t| t.span());
-        quote_spanned!(span=> #private::blocked_result(#block))
+        match (&sig.output, &plan.output) {
+            (ReturnType::Default, _) => quote!(()),
+            (_, Some(t)) => t.to_token_stream(),
+            (_, None) => quote!(_),
+        }
+    };
+    let err_ptr = match &plan.error_ty {
+        Some(e) => e.to_token_stream(),
+        None => quote!(_),
+    };
+    let param_tys: Vec<&TokenStream> = plan.params.iter().map(|p| &p.ty).collect();
+    let handler_var = local("__sentinel_handler");
+    let call = |path: &syn::ExprPath, last_ty: &TokenStream, call_args: Vec<TokenStream>, all_args: bool, via: &str| {
+        let span = path.span();
+        let call = if plan.typed_handlers {
+            let tys: Vec<TokenStream> =
+                if all_args { param_tys.iter().map(|t| respan((*t).clone(), span)).collect() } else { Vec::new() };
+            let last_ty = respan(last_ty.clone(), span);
+            let ret_ptr = respan(ret_ptr.clone(), span);
+            quote_spanned! {span=>
+                {
+                    let #handler_var: fn(#(#tys,)* #last_ty) -> #ret_ptr = #path;
+                    #handler_var(#(#call_args),*)
+                }
+            }
+        } else {
+            let via = Ident::new(via, span);
+            let private = respan(private.clone(), span);
+            if all_args {
+                quote_spanned!(span=> #private::#via(#path, (#(#call_args,)*)))
+            } else {
+                quote_spanned!(span=> #private::#via(#path, #(#call_args)*))
+            }
+        };
+        await_output(call)
+    };
+    let with_names = |last: TokenStream| -> Vec<TokenStream> {
+        let mut v: Vec<TokenStream> = names.iter().map(|n| n.to_token_stream()).collect();
+        v.push(last);
+        v
+    };
+    // `E: From<BlockError>` is required on the error type: errors about it point there.
+    let error_span = match (&plan.error_ty, output_ty) {
+        (Some(e), _) => e.span(),
+        (None, Some(t)) => t.span(),
+        (None, None) => sig.ident.span(),
+    };
+    let private_at_error = respan(private.clone(), error_span);
+    let on_block = if let Some(h) = &args.block_handler {
+        call(&h.value, &block_error_ty, with_names(block.to_token_stream()), true, "call_block_handler")
+    } else if let Some(f) = &args.fallback {
+        let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
+        call(&f.value, &err_ptr, with_names(converted), true, "call_fallback")
+    } else if let Some(f) = &args.default_fallback {
+        let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
+        call(&f.value, &err_ptr, vec![converted], false, "call_default_fallback")
+    } else {
+        quote_spanned!(error_span=> #private_at_error::blocked_result(#block))
     };
 
     let mutability = if plan.returns_result { quote!(mut) } else { TokenStream::new() };
@@ -211,6 +301,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         let matcher = |m: &ErrorMatch| match m {
             ErrorMatch::Patterns(pats) => quote!(::core::matches!(&#error, #(#pats)|*)),
             ErrorMatch::Predicate(p) => {
+                let private = respan(private.clone(), p.span());
                 quote_spanned!(p.span()=> #private::call_error_predicate(#p, &#error))
             }
         };
@@ -227,11 +318,11 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
             conds.push(quote!(#v));
         }
         let on_traced = if let Some(f) = &args.fallback {
-            let p = &f.value;
-            await_output(quote_spanned!(p.span()=> #private::call_fallback(#p, (#(#reused,)* #error,))))
+            let mut v = reused.clone();
+            v.push(error.to_token_stream());
+            call(&f.value, &err_ptr, v, true, "call_fallback")
         } else if let Some(f) = &args.default_fallback {
-            let p = &f.value;
-            await_output(quote_spanned!(p.span()=> #private::call_default_fallback(#p, #error)))
+            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback")
         } else {
             quote!(::core::result::Result::Err(#error))
         };
@@ -253,12 +344,11 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         };
         let run_body = match &plan.shape {
             Shape::Sync => quote! {
-                #[allow(clippy::redundant_closure_call)]
-                let #result = (|| {
+                let #result = #private::run_body(|| {
                     #edge
                     #(#pattern_lets)*
                     #user_block
-                })();
+                });
             },
             Shape::Async => quote! {
                 let #result = async move {

@@ -1,6 +1,7 @@
 //! Stage 2: check the arguments against the function and decide the shape of the expansion.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
 use quote::format_ident;
 use syn::spanned::Spanned;
 use syn::{Block, Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type, TypeParamBound};
@@ -35,6 +36,8 @@ pub struct Param {
     pub pattern: Option<Pat>,
     pub reuse: Reuse,
     pub span: Span,
+    /// Its type as written in a handler's `fn` pointer type (`_` where it holds an `impl Trait`).
+    pub ty: TokenStream,
 }
 
 /// Everything the expansion needs.
@@ -44,6 +47,80 @@ pub struct Plan<'a> {
     pub shape: Shape,
     pub returns_result: bool,
     pub params: Vec<Param>,
+    /// Whether handlers are checked by coercing them to a `fn` pointer type spelled from the signature (the
+    /// clearest error: "expected fn pointer `fn(u64, String, BlockError) -> R`"). Not when the return type
+    /// has an elided lifetime: the pointer type could not be written.
+    pub typed_handlers: bool,
+    /// The declared return type (for async functions, the output), when it can be named.
+    pub output: Option<Type>,
+    /// `E` of a `Result<T, E>` return, when written out.
+    pub error_ty: Option<Type>,
+}
+
+fn has_impl(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Group(g) => has_impl(g.stream()),
+        _ => false,
+    })
+}
+
+fn has_elided_lifetime(tokens: TokenStream) -> bool {
+    let mut prev_and = false;
+    for t in tokens {
+        match t {
+            TokenTree::Punct(p) if p.as_char() == '\'' => {
+                // The lifetime's name follows; `'_` is elided.
+                prev_and = false;
+                continue;
+            }
+            TokenTree::Ident(i) if i == "_" => return true,
+            TokenTree::Group(g) => {
+                if prev_and || has_elided_lifetime(g.stream()) {
+                    return true;
+                }
+            }
+            TokenTree::Punct(p) if p.as_char() == '&' => {
+                prev_and = true;
+                continue;
+            }
+            _ => {
+                if prev_and {
+                    return true;
+                }
+            }
+        }
+        prev_and = false;
+    }
+    prev_and
+}
+
+/// A type for a `fn` pointer: `_` when it holds an `impl Trait`.
+fn pointer_ty(ty: &Type) -> TokenStream {
+    let tokens = ty.to_token_stream();
+    if has_impl(tokens.clone()) {
+        quote::quote!(_)
+    } else {
+        tokens
+    }
+}
+
+fn result_error_ty(ty: &Type) -> Option<Type> {
+    let Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    let PathArguments::AngleBracketed(a) = &seg.arguments else { return None };
+    let types: Vec<&Type> = a
+        .args
+        .iter()
+        .filter_map(|g| match g {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    match types.as_slice() {
+        [_, e] if !has_impl(e.to_token_stream()) => Some((*e).clone()),
+        _ => None,
+    }
 }
 
 fn is_result_type(ty: &Type) -> bool {
@@ -161,7 +238,7 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
     let is_async = !matches!(shape, Shape::Sync);
 
     if !returns_result {
-        let returned = output_ty.map_or_else(|| "()".to_string(), |t| quote::quote!(#t).to_string());
+        let returned = output_ty.map_or_else(|| "()".to_string(), |t| crate::expand::type_string(&t.to_token_stream()));
         if args.block_handler.is_none() {
             let span = match &sig.output {
                 ReturnType::Type(_, ty) => ty.span(),
@@ -202,6 +279,7 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
                     pattern: None,
                     reuse: if mut_ref { Reuse::MutRef } else { Reuse::Clone },
                     span: r.span(),
+                    ty: pointer_ty(&r.ty),
                 });
             }
             FnArg::Typed(t) => {
@@ -212,12 +290,14 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
                         pattern: None,
                         reuse,
                         span: pi.ident.span(),
+                        ty: pointer_ty(&t.ty),
                     }),
                     other => params.push(Param {
                         name: format_ident!("__sentinel_arg{}", i, span = other.span()),
                         pattern: Some(other.clone()),
                         reuse,
                         span: other.span(),
+                        ty: pointer_ty(&t.ty),
                     }),
                 }
             }
@@ -243,6 +323,15 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
 
     match errors {
         Some(e) => Err(e),
-        None => Ok(Plan { args, func, shape, returns_result, params }),
+        None => {
+            let output = output_ty.filter(|t| !has_impl(t.to_token_stream())).cloned();
+            // An async handler's future may borrow its arguments: its type cannot be `_` in a pointer type that
+            // is generic over their lifetimes, so async functions taking references use the trait path.
+            let borrows = |p: &Param| p.ty.to_string().contains('&') || p.ty.to_string().contains('\'');
+            let typed_handlers = output_ty.is_none_or(|t| !has_elided_lifetime(t.to_token_stream()))
+                && !(is_async && params.iter().any(borrows));
+            let error_ty = output_ty.filter(|_| returns_result).and_then(result_error_ty);
+            Ok(Plan { args, func, shape, returns_result, params, typed_handlers, output, error_ty })
+        }
     }
 }

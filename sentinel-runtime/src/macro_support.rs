@@ -65,6 +65,13 @@ impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14);
 impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15);
 impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15, A16);
 
+/// Runs the body of a sync annotated function, in a closure of its own so that `return` and `?` come back to
+/// the generated code. Taking an `FnOnce` lets the body return borrows of its arguments (`&mut self.x`).
+#[inline(always)]
+pub fn run_body<R, F: FnOnce() -> R>(body: F) -> R {
+    body()
+}
+
 /// Calls a `block_handler` with the function's arguments and the block error.
 #[inline(always)]
 pub fn call_block_handler<H: Handler<Args>, Args>(handler: H, args: Args) -> H::Output {
