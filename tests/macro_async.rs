@@ -366,8 +366,8 @@ fn async_methods_with_mut_self_and_send_futures() {
         (a, b)
     }));
     assert_eq!(out, (Ok(2), Ok(5)));
-    let _ = assert_send(get(1));
-    let _ = assert_send(load(1, String::new()));
+    drop(assert_send(get(1)));
+    drop(assert_send(load(1, String::new())));
     let (_tx, rx) = futures::channel::oneshot::channel::<()>();
-    let _ = assert_send(never_finishes(rx));
+    drop(assert_send(never_finishes(rx)));
 }

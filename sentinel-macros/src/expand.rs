@@ -219,6 +219,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
             let ret_ptr = respan(ret_ptr.clone(), span);
             quote_spanned! {span=>
                 {
+                    #[allow(clippy::type_complexity)]
                     let #handler_var: fn(#(#tys,)* #last_ty) -> #ret_ptr = #path;
                     #handler_var(#(#call_args),*)
                 }
