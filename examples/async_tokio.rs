@@ -80,13 +80,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     ticker.await?;
-    println!("5 calls spaced 50 ms apart by the rate limiter took {:?}", started.elapsed());
+    println!(
+        "5 calls spaced 50 ms apart by the rate limiter took {:?}",
+        started.elapsed()
+    );
 
     // A timeout drops the future: the entry exits, and it is not counted as an error.
     let timed_out = tokio::time::timeout(Duration::from_millis(20), slow_report()).await;
     println!("slow report timed out: {}", timed_out.is_err());
-    let s = sentinel.cluster_stats("slowReport").ok_or("slowReport was never entered")?;
-    println!("slowReport: {} in flight, {} exceptions", s.threads, s.minute_exception);
+    let s = sentinel
+        .cluster_stats("slowReport")
+        .ok_or("slowReport was never entered")?;
+    println!(
+        "slowReport: {} in flight, {} exceptions",
+        s.threads, s.minute_exception
+    );
 
     println!("call tree:");
     for ctx in sentinel.tree() {
@@ -96,7 +104,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn print_tree(node: &sentinel_runtime::TreeNode, depth: usize) {
-    println!("{}{} (pass {})", "  ".repeat(depth), node.name, node.stats.minute_pass);
+    println!(
+        "{}{} (pass {})",
+        "  ".repeat(depth),
+        node.name,
+        node.stats.minute_pass
+    );
     for c in &node.children {
         print_tree(c, depth + 1);
     }

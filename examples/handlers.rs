@@ -55,7 +55,10 @@ impl Payments {
     }
 
     fn charge_fallback(&self, cents: u64, e: PayError) -> Result<String, PayError> {
-        Ok(format!("queued {cents} for a retry with {} after {e:?}", self.provider))
+        Ok(format!(
+            "queued {cents} for a retry with {} after {e:?}",
+            self.provider
+        ))
     }
 
     /// Blocked calls get an answer from the block handler, an associated function.
@@ -87,7 +90,10 @@ fn audit(entry: &str) -> Result<usize, PayError> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sentinel = Sentinel::global();
-    sentinel.load_flow_rules([FlowRule::new("balance").count(1.0), FlowRule::new("audit").count(1.0)])?;
+    sentinel.load_flow_rules([
+        FlowRule::new("balance").count(1.0),
+        FlowRule::new("audit").count(1.0),
+    ])?;
     let p = Payments { provider: "acme" };
 
     println!("charge:");
@@ -104,7 +110,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  {:?}", audit("a"));
     println!("  {:?}", audit("b"));
 
-    let c = sentinel.cluster_stats("charge").ok_or("charge was never entered")?;
-    println!("charge: {} passed, {} exceptions (the declined one is not counted)", c.minute_pass, c.minute_exception);
+    let c = sentinel
+        .cluster_stats("charge")
+        .ok_or("charge was never entered")?;
+    println!(
+        "charge: {} passed, {} exceptions (the declined one is not counted)",
+        c.minute_pass, c.minute_exception
+    );
     Ok(())
 }

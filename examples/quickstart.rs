@@ -64,10 +64,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  book -> {:?}", lookup_price("book"));
     println!("  pen  -> {:?}", lookup_price("pen"));
 
-    let stats = sentinel.cluster_stats("queryOrder").ok_or("queryOrder was never entered")?;
-    println!("queryOrder: {} passed, {} blocked this minute", stats.minute_pass, stats.minute_block);
-    let lookups = sentinel.cluster_stats("lookupPrice").ok_or("lookupPrice was never entered")?;
-    println!("lookupPrice: {} passed, {} exceptions", lookups.minute_pass, lookups.minute_exception);
+    let stats = sentinel
+        .cluster_stats("queryOrder")
+        .ok_or("queryOrder was never entered")?;
+    println!(
+        "queryOrder: {} passed, {} blocked this minute",
+        stats.minute_pass, stats.minute_block
+    );
+    let lookups = sentinel
+        .cluster_stats("lookupPrice")
+        .ok_or("lookupPrice was never entered")?;
+    println!(
+        "lookupPrice: {} passed, {} exceptions",
+        lookups.minute_pass, lookups.minute_exception
+    );
     println!("resources in this binary:");
     for d in Sentinel::registered_resources() {
         println!("  {} ({}:{})", d.name, d.file, d.line);

@@ -58,7 +58,12 @@ fn async_dispatch_paths_on_futures_executor() {
     let (engine, _clock) = engine_with_limits(&["async.get", "async.load"], 1.0);
     let out = engine.scoped(|| {
         futures::executor::block_on(async {
-            (get(1).await, get(2).await, load(5, "t".into()).await, load(6, "t".into()).await)
+            (
+                get(1).await,
+                get(2).await,
+                load(5, "t".into()).await,
+                load(6, "t".into()).await,
+            )
         })
     });
     assert_eq!(out.0, Ok("item 1".to_string()));
@@ -111,13 +116,25 @@ fn inner_sync() -> Result<u32, AppError> {
 
 fn assert_tree(engine: &Sentinel, calls: u64) {
     let tree = engine.tree();
-    let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
+    let default = tree
+        .iter()
+        .find(|t| t.name == DEFAULT_CONTEXT_NAME)
+        .unwrap();
     let names: Vec<&str> = default.children.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["async.outer"], "{tree:#?}");
-    let mut children: Vec<(&str, u64)> =
-        default.children[0].children.iter().map(|c| (c.name.as_str(), c.stats.minute_pass)).collect();
+    let mut children: Vec<(&str, u64)> = default.children[0]
+        .children
+        .iter()
+        .map(|c| (c.name.as_str(), c.stats.minute_pass))
+        .collect();
     children.sort();
-    assert_eq!(children, [("async.inner_async", 2 * calls), ("async.inner_sync", calls)]);
+    assert_eq!(
+        children,
+        [
+            ("async.inner_async", 2 * calls),
+            ("async.inner_sync", calls)
+        ]
+    );
     assert_eq!(stats(engine, "async.outer").threads, 0);
     assert_eq!(stats(engine, "async.inner_async").threads, 0);
 }
@@ -125,10 +142,15 @@ fn assert_tree(engine: &Sentinel, calls: u64) {
 #[test]
 fn nested_sync_and_async_resources_form_the_call_tree_on_tokio_multi_thread() {
     let (engine, _clock) = engine();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
     let results = rt.block_on(async {
         // Several tasks at once, each moved between workers at its yields.
-        let tasks: Vec<_> = (0..8).map(|_| tokio::spawn(engine.scoped_future(assert_send(outer())))).collect();
+        let tasks: Vec<_> = (0..8)
+            .map(|_| tokio::spawn(engine.scoped_future(assert_send(outer()))))
+            .collect();
         let mut out = Vec::new();
         for t in tasks {
             out.push(t.await.unwrap());
@@ -147,7 +169,10 @@ fn nested_sync_and_async_resources_form_the_call_tree_on_futures_executor() {
     let out = futures::executor::block_on(engine.scoped_future(outer()));
     assert_eq!(out, Ok(12));
     let tree = engine.tree();
-    let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
+    let default = tree
+        .iter()
+        .find(|t| t.name == DEFAULT_CONTEXT_NAME)
+        .unwrap();
     assert_eq!(default.children[0].name, "async.outer");
     assert_eq!(default.children[0].children.len(), 2);
 }
@@ -170,7 +195,15 @@ fn cancellation_exits_the_entry_without_an_error() {
     assert_eq!(stats(engine, "async.never").threads, 1);
     drop(fut); // cancelled
     let s = stats(engine, "async.never");
-    assert_eq!((s.threads, s.minute_pass, s.minute_exception, s.minute_success), (0, 1, 0, 1));
+    assert_eq!(
+        (
+            s.threads,
+            s.minute_pass,
+            s.minute_exception,
+            s.minute_success
+        ),
+        (0, 1, 0, 1)
+    );
     // Dropping restored this thread's context.
     assert_eq!(engine.current_context(), None);
 }
@@ -187,7 +220,10 @@ async fn signals_then_waits(
 #[test]
 fn cancellation_on_tokio_multi_thread_by_abort() {
     let (engine, _clock) = engine();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
     let (started_tx, started_rx) = futures::channel::oneshot::channel::<()>();
     let (gate_tx, gate_rx) = futures::channel::oneshot::channel::<()>();
     rt.block_on(async {
@@ -229,13 +265,19 @@ async fn queued(step: &'static str, log: Arc<Mutex<Vec<&'static str>>>) -> Resul
 
 /// A rate limiter of 5 per second spaces calls 200 ms apart: the second call queues. While it waits, a second
 /// task on the same (single) executor thread must make progress. The assertion is about order only.
-async fn queueing_scenario(log: Arc<Mutex<Vec<&'static str>>>, gate_tx: futures::channel::oneshot::Sender<()>) {
+async fn queueing_scenario(
+    log: Arc<Mutex<Vec<&'static str>>>,
+    gate_tx: futures::channel::oneshot::Sender<()>,
+) {
     queued("first", log.clone()).await.unwrap();
     let _ = gate_tx.send(());
     queued("second (queued)", log.clone()).await.unwrap();
 }
 
-async fn other_task(log: Arc<Mutex<Vec<&'static str>>>, gate_rx: futures::channel::oneshot::Receiver<()>) {
+async fn other_task(
+    log: Arc<Mutex<Vec<&'static str>>>,
+    gate_rx: futures::channel::oneshot::Receiver<()>,
+) {
     let _ = gate_rx.await;
     log.lock().unwrap().push("other task");
 }
@@ -259,10 +301,17 @@ fn queueing_does_not_block_a_single_threaded_futures_executor() {
     let (tx, rx) = futures::channel::oneshot::channel();
     let mut pool = futures::executor::LocalPool::new();
     use futures::task::LocalSpawnExt;
-    pool.spawner().spawn_local(engine.scoped_future(queueing_scenario(log.clone(), tx))).unwrap();
-    pool.spawner().spawn_local(other_task(log.clone(), rx)).unwrap();
+    pool.spawner()
+        .spawn_local(engine.scoped_future(queueing_scenario(log.clone(), tx)))
+        .unwrap();
+    pool.spawner()
+        .spawn_local(other_task(log.clone(), rx))
+        .unwrap();
     pool.run();
-    assert_eq!(*log.lock().unwrap(), ["first", "other task", "second (queued)"]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["first", "other task", "second (queued)"]
+    );
     assert_eq!(stats(engine, "async.queued").minute_pass, 2);
 }
 
@@ -272,14 +321,20 @@ fn queueing_does_not_block_a_tokio_worker() {
     let log = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = futures::channel::oneshot::channel();
     // One worker: if the queued call blocked its thread, the other task could not run until it finished.
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
     rt.block_on(async {
         let a = tokio::spawn(engine.scoped_future(queueing_scenario(log.clone(), tx)));
         let b = tokio::spawn(other_task(log.clone(), rx));
         a.await.unwrap();
         b.await.unwrap();
     });
-    assert_eq!(*log.lock().unwrap(), ["first", "other task", "second (queued)"]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["first", "other task", "second (queued)"]
+    );
 }
 
 // ---- async_trait, methods, Send ----------------------------------------------------------------------------------
@@ -325,7 +380,12 @@ fn async_trait_methods_are_resources() {
     let (engine, _clock) = engine_with_limits(&["async.trait.count"], 1.0);
     let store: Arc<dyn Store + Send + Sync> = Arc::new(MemStore { prefix: "k".into() });
     let out = futures::executor::block_on(engine.scoped_future(async {
-        (store.fetch(1).await, store.fetch(0).await, store.count().await, store.count().await)
+        (
+            store.fetch(1).await,
+            store.fetch(0).await,
+            store.count().await,
+            store.count().await,
+        )
     }));
     assert_eq!(out.0, Ok("k1".to_string()));
     assert_eq!(out.1, Ok("kfallback0 NotFound(0)".to_string()));
@@ -334,8 +394,15 @@ fn async_trait_methods_are_resources() {
     assert_eq!((s.minute_pass, s.minute_exception, s.threads), (2, 1, 0));
     // The nested resource is below the trait method in the tree.
     let tree = engine.tree();
-    let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
-    let fetch = default.children.iter().find(|c| c.name == "async.trait.fetch").unwrap();
+    let default = tree
+        .iter()
+        .find(|t| t.name == DEFAULT_CONTEXT_NAME)
+        .unwrap();
+    let fetch = default
+        .children
+        .iter()
+        .find(|c| c.name == "async.trait.fetch")
+        .unwrap();
     assert_eq!(fetch.children[0].name, "async.inner_async");
 }
 

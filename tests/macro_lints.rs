@@ -47,7 +47,12 @@ fn find(id: u64, label: String, mut scratch: Vec<u8>) -> Result<String, LintErro
     Ok(format!("{label}{id}{}", scratch.len()))
 }
 
-fn find_fallback(id: u64, label: String, scratch: Vec<u8>, e: LintError) -> Result<String, LintError> {
+fn find_fallback(
+    id: u64,
+    label: String,
+    scratch: Vec<u8>,
+    e: LintError,
+) -> Result<String, LintError> {
     Ok(format!("{label}{id}{}{e:?}", scratch.len()))
 }
 

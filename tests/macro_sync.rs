@@ -26,16 +26,29 @@ fn pass_returns_the_body_value_and_is_counted() {
     let out = engine.scoped(|| plain(7));
     assert_eq!(out, "ok 7");
     let s = stats(engine, "sync.plain");
-    assert_eq!((s.minute_pass, s.minute_block, s.minute_success, s.threads), (1, 0, 1, 0));
+    assert_eq!(
+        (s.minute_pass, s.minute_block, s.minute_success, s.threads),
+        (1, 0, 1, 0)
+    );
 }
 
 #[test]
 fn block_calls_the_block_handler_with_the_arguments() {
     let (engine, _clock) = engine_with_limits(&["sync.plain"], 1.0);
     let out: Vec<String> = engine.scoped(|| (0..3).map(plain).collect());
-    assert_eq!(out, ["ok 0", "blocked 1 by FlowException", "blocked 2 by FlowException"]);
+    assert_eq!(
+        out,
+        [
+            "ok 0",
+            "blocked 1 by FlowException",
+            "blocked 2 by FlowException"
+        ]
+    );
     let s = stats(engine, "sync.plain");
-    assert_eq!((s.minute_pass, s.minute_block, s.minute_exception, s.threads), (1, 2, 0, 0));
+    assert_eq!(
+        (s.minute_pass, s.minute_block, s.minute_exception, s.threads),
+        (1, 2, 0, 0)
+    );
 }
 
 #[sentinel_resource(name = "sync.fallback_from_block", fallback = find_fallback)]
@@ -53,12 +66,23 @@ fn find_fallback(id: u64, label: String, e: AppError) -> Result<String, AppError
 #[test]
 fn block_goes_to_the_fallback_through_from_block_error() {
     let (engine, _clock) = engine_with_limits(&["sync.fallback_from_block"], 1.0);
-    let (a, b) = engine.scoped(|| (find_with_fallback(1, "a".into()), find_with_fallback(2, "b".into())));
+    let (a, b) = engine.scoped(|| {
+        (
+            find_with_fallback(1, "a".into()),
+            find_with_fallback(2, "b".into()),
+        )
+    });
     assert_eq!(a, Ok("a-1".to_string()));
-    assert_eq!(b, Ok("fallback b-2: Blocked(\"sync.fallback_from_block\")".to_string()));
+    assert_eq!(
+        b,
+        Ok("fallback b-2: Blocked(\"sync.fallback_from_block\")".to_string())
+    );
     let s = stats(engine, "sync.fallback_from_block");
     // A block is never traced as an error.
-    assert_eq!((s.minute_pass, s.minute_block, s.minute_exception), (1, 1, 0));
+    assert_eq!(
+        (s.minute_pass, s.minute_block, s.minute_exception),
+        (1, 1, 0)
+    );
 }
 
 #[test]
@@ -103,10 +127,19 @@ fn shared_default(e: AppError) -> Result<u64, AppError> {
 #[test]
 fn error_and_block_go_to_the_default_fallback() {
     let (engine, _clock) = engine_with_limits(&["sync.default_fallback"], 2.0);
-    let out = engine.scoped(|| [with_default_fallback(0), with_default_fallback(1), with_default_fallback(2)]);
+    let out = engine.scoped(|| {
+        [
+            with_default_fallback(0),
+            with_default_fallback(1),
+            with_default_fallback(2),
+        ]
+    });
     assert_eq!(out, [Ok(999), Ok(1), Ok(555)]);
     let s = stats(engine, "sync.default_fallback");
-    assert_eq!((s.minute_pass, s.minute_block, s.minute_exception), (2, 1, 1));
+    assert_eq!(
+        (s.minute_pass, s.minute_block, s.minute_exception),
+        (2, 1, 1)
+    );
 }
 
 #[sentinel_resource(
@@ -156,11 +189,27 @@ fn with_traced_patterns(e: AppError) -> Result<(), AppError> {
 #[test]
 fn only_errors_in_the_trace_list_are_traced_and_reach_the_fallback() {
     let (engine, _clock) = engine();
-    let out = engine.scoped(|| [with_traced(AppError::Timeout), with_traced(AppError::NotFound(1))]);
-    assert_eq!(out, [Err(AppError::Invalid("default saw Timeout".into())), Err(AppError::NotFound(1))]);
+    let out = engine.scoped(|| {
+        [
+            with_traced(AppError::Timeout),
+            with_traced(AppError::NotFound(1)),
+        ]
+    });
+    assert_eq!(
+        out,
+        [
+            Err(AppError::Invalid("default saw Timeout".into())),
+            Err(AppError::NotFound(1))
+        ]
+    );
     assert_eq!(stats(engine, "sync.trace_predicate").minute_exception, 1);
 
-    let out = engine.scoped(|| [with_traced_patterns(AppError::Timeout), with_traced_patterns(AppError::NotFound(1))]);
+    let out = engine.scoped(|| {
+        [
+            with_traced_patterns(AppError::Timeout),
+            with_traced_patterns(AppError::NotFound(1)),
+        ]
+    });
     assert_eq!(out, [Err(AppError::Timeout), Err(AppError::NotFound(1))]);
     let s = stats(engine, "sync.trace_patterns");
     assert_eq!((s.minute_pass, s.minute_exception), (2, 1));
@@ -173,23 +222,34 @@ fn early_return_and_question_mark(step: u8) -> Result<u8, AppError> {
     if step == 0 {
         return Ok(0);
     }
-    let parsed: u8 = "x".parse().map_err(|_| AppError::Invalid("parse".into())).or_else(|e| {
-        if step == 1 {
-            Err(e)
-        } else {
-            Ok(2)
-        }
-    })?;
+    let parsed: u8 = "x"
+        .parse()
+        .map_err(|_| AppError::Invalid("parse".into()))
+        .or_else(|e| if step == 1 { Err(e) } else { Ok(2) })?;
     Ok(parsed)
 }
 
 #[test]
 fn early_return_and_question_mark_exit_the_entry() {
     let (engine, _clock) = engine();
-    let out = engine.scoped(|| [early_return_and_question_mark(0), early_return_and_question_mark(1), early_return_and_question_mark(2)]);
+    let out = engine.scoped(|| {
+        [
+            early_return_and_question_mark(0),
+            early_return_and_question_mark(1),
+            early_return_and_question_mark(2),
+        ]
+    });
     assert_eq!(out, [Ok(0), Err(AppError::Invalid("parse".into())), Ok(2)]);
     let s = stats(engine, "sync.early");
-    assert_eq!((s.minute_pass, s.minute_success, s.minute_exception, s.threads), (3, 3, 1, 0));
+    assert_eq!(
+        (
+            s.minute_pass,
+            s.minute_success,
+            s.minute_exception,
+            s.threads
+        ),
+        (3, 3, 1, 0)
+    );
 }
 
 #[sentinel_resource(name = "sync.panics", block_handler = panics_blocked)]
@@ -242,7 +302,10 @@ fn nested_calls_form_the_call_tree() {
     let (engine, _clock) = engine();
     assert_eq!(engine.scoped(outer), 2);
     let tree = engine.tree();
-    let default = tree.iter().find(|t| t.name == sentinel_runtime::DEFAULT_CONTEXT_NAME).unwrap();
+    let default = tree
+        .iter()
+        .find(|t| t.name == sentinel_runtime::DEFAULT_CONTEXT_NAME)
+        .unwrap();
     assert_eq!(default.children.len(), 1);
     let o = &default.children[0];
     assert_eq!(o.name, "sync.outer");
@@ -311,7 +374,10 @@ impl Repo {
 fn methods_with_every_receiver() {
     let (engine, _clock) = engine_with_limits(&["sync.repo.get"], 1.0);
     engine.scoped(|| {
-        let mut repo = Repo { prefix: "r".into(), calls: 0 };
+        let mut repo = Repo {
+            prefix: "r".into(),
+            calls: 0,
+        };
         assert_eq!(repo.get(1), "r1");
         assert_eq!(repo.get(2), "rblocked2");
         assert_eq!(repo.bump(2), Ok(2));
@@ -329,10 +395,16 @@ fn largest<'a, T>(items: &'a [T], fallback_item: &'a T) -> &'a T
 where
     T: PartialOrd,
 {
-    items.iter().fold(fallback_item, |m, x| if x > m { x } else { m })
+    items
+        .iter()
+        .fold(fallback_item, |m, x| if x > m { x } else { m })
 }
 
-fn generic_blocked<'a, T: PartialOrd>(_items: &'a [T], fallback_item: &'a T, _b: BlockError) -> &'a T {
+fn generic_blocked<'a, T: PartialOrd>(
+    _items: &'a [T],
+    fallback_item: &'a T,
+    _b: BlockError,
+) -> &'a T {
     fallback_item
 }
 
@@ -356,7 +428,12 @@ fn pattern_args((a, b): (u32, u32), _: &str, out: &mut Vec<u32>) -> Result<u32, 
     Ok(a + b)
 }
 
-fn pattern_fallback(pair: (u32, u32), label: &str, out: &mut Vec<u32>, _e: AppError) -> Result<u32, AppError> {
+fn pattern_fallback(
+    pair: (u32, u32),
+    label: &str,
+    out: &mut Vec<u32>,
+    _e: AppError,
+) -> Result<u32, AppError> {
     out.push(pair.0 * 100);
     Ok(label.len() as u32)
 }
@@ -386,9 +463,24 @@ fn with_origin(caller: &str) -> Result<String, AppError> {
 #[test]
 fn origin_context_and_entry_type_apply() {
     let (engine, _clock) = engine();
-    assert_eq!(engine.scoped(|| with_origin("appA")), Ok("APPA".to_string()));
-    assert_eq!(engine.origin_stats("sync.with_origin", "appA").unwrap().minute_pass, 1);
-    assert_eq!(engine.context_stats("sync.with_origin", "sync-entrance").unwrap().minute_pass, 1);
+    assert_eq!(
+        engine.scoped(|| with_origin("appA")),
+        Ok("APPA".to_string())
+    );
+    assert_eq!(
+        engine
+            .origin_stats("sync.with_origin", "appA")
+            .unwrap()
+            .minute_pass,
+        1
+    );
+    assert_eq!(
+        engine
+            .context_stats("sync.with_origin", "sync-entrance")
+            .unwrap()
+            .minute_pass,
+        1
+    );
     assert_eq!(engine.inbound_stats().minute_pass, 1);
 }
 
@@ -409,7 +501,10 @@ fn the_default_name_is_module_path_and_function() {
 #[test]
 fn annotated_functions_are_registered_with_their_location() {
     let all = Sentinel::registered_resources();
-    let d = all.iter().find(|d| d.name == "sync.plain").expect("registered");
+    let d = all
+        .iter()
+        .find(|d| d.name == "sync.plain")
+        .expect("registered");
     assert_eq!(d.function, "plain");
     assert_eq!(d.module_path, "macro_sync");
     assert!(d.file.ends_with("macro_sync.rs"), "{}", d.file);
@@ -419,20 +514,32 @@ fn annotated_functions_are_registered_with_their_location() {
     let o = all.iter().find(|d| d.name == "sync.with_origin").unwrap();
     assert_eq!(o.entry_type, EntryType::In);
     assert!(all.iter().any(|d| d.name == "macro_sync::default_named"));
-    assert!(all.iter().any(|d| d.name == "sync.repo.bump" && d.has_fallback));
+    assert!(all
+        .iter()
+        .any(|d| d.name == "sync.repo.bump" && d.has_fallback));
 }
 
 #[test]
 fn a_rule_for_a_misspelled_resource_names_the_registered_one() {
     let (engine, _clock) = engine();
     engine
-        .load_flow_rules(vec![sentinel_runtime::flow::FlowRule::new("sync.fallback_from_blok").count(1.0)])
+        .load_flow_rules(vec![sentinel_runtime::flow::FlowRule::new(
+            "sync.fallback_from_blok",
+        )
+        .count(1.0)])
         .unwrap();
     let unknown = engine.unknown_rule_resources();
     assert_eq!(unknown.len(), 1);
-    assert_eq!(unknown[0].suggestion.as_deref(), Some("sync.fallback_from_block"));
+    assert_eq!(
+        unknown[0].suggestion.as_deref(),
+        Some("sync.fallback_from_block")
+    );
     // A registered name is known even before its first call in this engine.
-    engine.load_flow_rules(vec![sentinel_runtime::flow::FlowRule::new("sync.inner").count(1.0)]).unwrap();
+    engine
+        .load_flow_rules(vec![
+            sentinel_runtime::flow::FlowRule::new("sync.inner").count(1.0)
+        ])
+        .unwrap();
     assert!(engine.unknown_rule_resources().is_empty());
 }
 

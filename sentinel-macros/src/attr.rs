@@ -75,7 +75,10 @@ fn parse_entry_type(input: ParseStream<'_>) -> syn::Result<EntryKind> {
     match last.as_deref() {
         Some("In") => Ok(EntryKind::In),
         Some("Out") => Ok(EntryKind::Out),
-        _ => Err(syn::Error::new_spanned(path, "`entry_type` must be `In` (inbound) or `Out` (outbound)")),
+        _ => Err(syn::Error::new_spanned(
+            path,
+            "`entry_type` must be `In` (inbound) or `Out` (outbound)",
+        )),
     }
 }
 
@@ -96,11 +99,17 @@ fn parse_error_match(input: ParseStream<'_>, key_name: &str) -> syn::Result<Erro
                 break;
             }
             content.parse::<Token![,]>().map_err(|e| {
-                syn::Error::new(e.span(), format!("malformed error pattern in `{key_name}`: expected `,` or `]`"))
+                syn::Error::new(
+                    e.span(),
+                    format!("malformed error pattern in `{key_name}`: expected `,` or `]`"),
+                )
             })?;
         }
         if pats.is_empty() {
-            return Err(syn::Error::new(brackets.span.join(), format!("`{key_name}` needs at least one pattern")));
+            return Err(syn::Error::new(
+                brackets.span.join(),
+                format!("`{key_name}` needs at least one pattern"),
+            ));
         }
         Ok(ErrorMatch::Patterns(pats))
     } else if input.peek(Ident)
@@ -109,7 +118,8 @@ fn parse_error_match(input: ParseStream<'_>, key_name: &str) -> syn::Result<Erro
         || input.peek(Token![Self])
         || input.peek(Token![crate])
         || input.peek(Token![super])
-        || input.peek(Token![self]) {
+        || input.peek(Token![self])
+    {
         Ok(ErrorMatch::Predicate(input.parse()?))
     } else {
         Err(input.error(format!(
@@ -134,35 +144,68 @@ impl Parse for Args {
                 input.parse::<Token![=]>()?;
                 let lit: LitStr = input.parse()?;
                 if lit.value().is_empty() {
-                    return Err(syn::Error::new(lit.span(), "the resource `name` must not be empty"));
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        "the resource `name` must not be empty",
+                    ));
                 }
                 set(&mut args.name, k.span, "name", lit)?;
             } else if la.peek(kw::entry_type) {
                 let k: kw::entry_type = input.parse()?;
                 input.parse::<Token![=]>()?;
-                set(&mut args.entry_type, k.span, "entry_type", parse_entry_type(input)?)?;
+                set(
+                    &mut args.entry_type,
+                    k.span,
+                    "entry_type",
+                    parse_entry_type(input)?,
+                )?;
             } else if la.peek(kw::block_handler) {
                 let k: kw::block_handler = input.parse()?;
                 input.parse::<Token![=]>()?;
-                set(&mut args.block_handler, k.span, "block_handler", parse_handler(input, "block_handler")?)?;
+                set(
+                    &mut args.block_handler,
+                    k.span,
+                    "block_handler",
+                    parse_handler(input, "block_handler")?,
+                )?;
             } else if la.peek(kw::fallback) {
                 let k: kw::fallback = input.parse()?;
                 input.parse::<Token![=]>()?;
-                set(&mut args.fallback, k.span, "fallback", parse_handler(input, "fallback")?)?;
+                set(
+                    &mut args.fallback,
+                    k.span,
+                    "fallback",
+                    parse_handler(input, "fallback")?,
+                )?;
             } else if la.peek(kw::default_fallback) {
                 let k: kw::default_fallback = input.parse()?;
                 input.parse::<Token![=]>()?;
-                set(&mut args.default_fallback, k.span, "default_fallback", parse_handler(input, "default_fallback")?)?;
+                set(
+                    &mut args.default_fallback,
+                    k.span,
+                    "default_fallback",
+                    parse_handler(input, "default_fallback")?,
+                )?;
             } else if la.peek(kw::exceptions_to_ignore) {
                 let k: kw::exceptions_to_ignore = input.parse()?;
                 input.parse::<Token![=]>()?;
                 let m = parse_error_match(input, "exceptions_to_ignore")?;
-                set(&mut args.exceptions_to_ignore, k.span, "exceptions_to_ignore", m)?;
+                set(
+                    &mut args.exceptions_to_ignore,
+                    k.span,
+                    "exceptions_to_ignore",
+                    m,
+                )?;
             } else if la.peek(kw::exceptions_to_trace) {
                 let k: kw::exceptions_to_trace = input.parse()?;
                 input.parse::<Token![=]>()?;
                 let m = parse_error_match(input, "exceptions_to_trace")?;
-                set(&mut args.exceptions_to_trace, k.span, "exceptions_to_trace", m)?;
+                set(
+                    &mut args.exceptions_to_trace,
+                    k.span,
+                    "exceptions_to_trace",
+                    m,
+                )?;
             } else if la.peek(kw::params) {
                 let k: kw::params = input.parse()?;
                 input.parse::<Token![=]>()?;
@@ -172,7 +215,12 @@ impl Parse for Args {
                 let content;
                 bracketed!(content in input);
                 let exprs: Punctuated<Expr, Token![,]> = Punctuated::parse_terminated(&content)?;
-                set(&mut args.params, k.span, "params", exprs.into_iter().collect())?;
+                set(
+                    &mut args.params,
+                    k.span,
+                    "params",
+                    exprs.into_iter().collect(),
+                )?;
             } else if la.peek(kw::origin) {
                 let k: kw::origin = input.parse()?;
                 input.parse::<Token![=]>()?;

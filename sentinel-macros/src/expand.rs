@@ -64,7 +64,9 @@ fn contains_impl(tokens: TokenStream) -> bool {
 /// `if false { let r: R = loop {}; return r; }`: fixes the type the body's `return` and `?` produce to the
 /// declared return type, so inference and type errors behave as in the user's own function.
 fn fake_return_edge(ty: Option<&Type>) -> TokenStream {
-    let Some(ty) = ty else { return TokenStream::new() };
+    let Some(ty) = ty else {
+        return TokenStream::new();
+    };
     if contains_impl(ty.to_token_stream()) {
         return TokenStream::new();
     }
@@ -169,7 +171,9 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
 
     // Arguments as handlers receive them: before the body (block path) and after it (fallback).
     let names: Vec<&Ident> = plan.params.iter().map(|p| &p.name).collect();
-    let clone_vars: Vec<Ident> = (0..plan.params.len()).map(|i| local(&format!("__sentinel_fallback_arg{i}"))).collect();
+    let clone_vars: Vec<Ident> = (0..plan.params.len())
+        .map(|i| local(&format!("__sentinel_fallback_arg{i}")))
+        .collect();
     let mut clones = TokenStream::new();
     let mut reused = Vec::new();
     if has_fb {
@@ -177,7 +181,9 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
             let n = &p.name;
             match p.reuse {
                 Reuse::Clone => {
-                    clones.extend(quote_spanned!(p.span=> let #var = #private::clone_for_fallback(&#n);));
+                    clones.extend(
+                        quote_spanned!(p.span=> let #var = #private::clone_for_fallback(&#n);),
+                    );
                     reused.push(var.to_token_stream());
                 }
                 Reuse::MutRef => reused.push(n.to_token_stream()),
@@ -210,11 +216,21 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     };
     let param_tys: Vec<&TokenStream> = plan.params.iter().map(|p| &p.ty).collect();
     let handler_var = local("__sentinel_handler");
-    let call = |path: &syn::ExprPath, last_ty: &TokenStream, call_args: Vec<TokenStream>, all_args: bool, via: &str| {
+    let call = |path: &syn::ExprPath,
+                last_ty: &TokenStream,
+                call_args: Vec<TokenStream>,
+                all_args: bool,
+                via: &str| {
         let span = path.span();
         let call = if plan.typed_handlers {
-            let tys: Vec<TokenStream> =
-                if all_args { param_tys.iter().map(|t| respan((*t).clone(), span)).collect() } else { Vec::new() };
+            let tys: Vec<TokenStream> = if all_args {
+                param_tys
+                    .iter()
+                    .map(|t| respan((*t).clone(), span))
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let last_ty = respan(last_ty.clone(), span);
             let ret_ptr = respan(ret_ptr.clone(), span);
             quote_spanned! {span=>
@@ -248,18 +264,40 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     };
     let private_at_error = respan(private.clone(), error_span);
     let on_block = if let Some(h) = &args.block_handler {
-        call(&h.value, &block_error_ty, with_names(block.to_token_stream()), true, "call_block_handler")
+        call(
+            &h.value,
+            &block_error_ty,
+            with_names(block.to_token_stream()),
+            true,
+            "call_block_handler",
+        )
     } else if let Some(f) = &args.fallback {
         let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
-        call(&f.value, &err_ptr, with_names(converted), true, "call_fallback")
+        call(
+            &f.value,
+            &err_ptr,
+            with_names(converted),
+            true,
+            "call_fallback",
+        )
     } else if let Some(f) = &args.default_fallback {
         let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
-        call(&f.value, &err_ptr, vec![converted], false, "call_default_fallback")
+        call(
+            &f.value,
+            &err_ptr,
+            vec![converted],
+            false,
+            "call_default_fallback",
+        )
     } else {
         quote_spanned!(error_span=> #private_at_error::blocked_result(#block))
     };
 
-    let mutability = if plan.returns_result { quote!(mut) } else { TokenStream::new() };
+    let mutability = if plan.returns_result {
+        quote!(mut)
+    } else {
+        TokenStream::new()
+    };
     let enter = if is_async {
         quote! {
             let #decision = #builder.decide();
@@ -323,7 +361,13 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
             v.push(error.to_token_stream());
             call(&f.value, &err_ptr, v, true, "call_fallback")
         } else if let Some(f) = &args.default_fallback {
-            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback")
+            call(
+                &f.value,
+                &err_ptr,
+                vec![error.to_token_stream()],
+                false,
+                "call_default_fallback",
+            )
         } else {
             quote!(::core::result::Result::Err(#error))
         };

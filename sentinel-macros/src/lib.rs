@@ -1,8 +1,9 @@
-//! The `#[sentinel_resource]` attribute macro. Use it through `sentinel_runtime::sentinel_resource`; see
-//! the crate's README for the arguments, the dispatch order and examples.
+#![doc = include_str!("../README.md")]
 //!
-//! The work is staged: [`attr`] parses the arguments, [`validate`] checks them against the function and
-//! decides the shape of the expansion, [`expand`] generates the code. On any error the user's function is
+//! ## Implementation
+//!
+//! The work is staged: `attr` parses the arguments, `validate` checks them against the function and
+//! decides the shape of the expansion, `expand` generates the code. On any error the user's function is
 //! emitted unchanged beside the error, so the only error is ours and IDE completion keeps working.
 #![deny(missing_docs)]
 
@@ -14,8 +15,26 @@ mod expand;
 mod validate;
 
 /// Marks a function as a Sentinel resource: every call enters the resource, runs the checks of its rules, and
-/// exits when the call returns, returns early, fails with `?` or panics. See the `sentinel-runtime` crate
-/// documentation for the arguments and the dispatch order.
+/// exits when the call returns, returns early, fails with `?` or panics.
+///
+/// Arguments: `name`, `entry_type`, `block_handler`, `fallback`, `default_fallback`, `exceptions_to_ignore`,
+/// `exceptions_to_trace`, `params`, `origin`, `context`, `crate`. See the crate documentation (the macro's
+/// README) for their meaning, the dispatch order, async functions and examples.
+///
+/// ```
+/// use sentinel_runtime::{sentinel_resource, BlockError};
+///
+/// #[sentinel_resource(name = "greet", block_handler = greet_blocked)]
+/// fn greet(who: &str) -> String {
+///     format!("hello {who}")
+/// }
+///
+/// fn greet_blocked(who: &str, _b: BlockError) -> String {
+///     format!("busy, {who}")
+/// }
+///
+/// assert_eq!(greet("you"), "hello you");
+/// ```
 #[proc_macro_attribute]
 pub fn sentinel_resource(attr: TokenStream, item: TokenStream) -> TokenStream {
     let original: TokenStream2 = item.clone().into();
@@ -61,6 +80,8 @@ fn not_a_function(original: TokenStream2) -> syn::Error {
     };
     syn::Error::new(
         Span::call_site(),
-        format!("`#[sentinel_resource]` applies to functions and methods with a body, not to {what}"),
+        format!(
+            "`#[sentinel_resource]` applies to functions and methods with a body, not to {what}"
+        ),
     )
 }

@@ -1,10 +1,13 @@
 //! Stage 2: check the arguments against the function and decide the shape of the expansion.
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::ToTokens;
 use quote::format_ident;
+use quote::ToTokens;
 use syn::spanned::Spanned;
-use syn::{Block, Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type, TypeParamBound};
+use syn::{
+    Block, Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Stmt, Type,
+    TypeParamBound,
+};
 
 use crate::attr::{Args, Keyed};
 
@@ -16,7 +19,10 @@ pub enum Shape {
     Async,
     /// A method rewritten by `#[async_trait]`: `fn .. -> Pin<Box<dyn Future<Output = R> + ..>>` whose body ends
     /// in `Box::pin(async move { .. })`. `future` is that async block; `prefix` the statements before it.
-    AsyncTrait { prefix: Vec<Stmt>, future: Box<Expr> },
+    AsyncTrait {
+        prefix: Vec<Stmt>,
+        future: Box<Expr>,
+    },
 }
 
 /// How an argument is handed to a handler again after the body ran.
@@ -108,7 +114,9 @@ fn pointer_ty(ty: &Type) -> TokenStream {
 fn result_error_ty(ty: &Type) -> Option<Type> {
     let Type::Path(p) = ty else { return None };
     let seg = p.path.segments.last()?;
-    let PathArguments::AngleBracketed(a) = &seg.arguments else { return None };
+    let PathArguments::AngleBracketed(a) = &seg.arguments else {
+        return None;
+    };
     let types: Vec<&Type> = a
         .args
         .iter()
@@ -151,10 +159,12 @@ fn future_output(ty: &Type) -> Option<&Type> {
         }
         Type::TraitObject(t) => t.bounds.iter().find_map(|b| match b {
             TypeParamBound::Trait(tb) => tb.path.segments.last().and_then(|s| match &s.arguments {
-                PathArguments::AngleBracketed(a) if s.ident == "Future" => a.args.iter().find_map(|g| match g {
-                    GenericArgument::AssocType(at) if at.ident == "Output" => Some(&at.ty),
-                    _ => None,
-                }),
+                PathArguments::AngleBracketed(a) if s.ident == "Future" => {
+                    a.args.iter().find_map(|g| match g {
+                        GenericArgument::AssocType(at) if at.ident == "Output" => Some(&at.ty),
+                        _ => None,
+                    })
+                }
                 _ => None,
             }),
             _ => None,
@@ -166,10 +176,23 @@ fn future_output(ty: &Type) -> Option<&Type> {
 /// Recognizes the body `#[async_trait]` generates: `.. Box::pin(async move { .. })`.
 fn async_trait_body(block: &Block) -> Option<(Vec<Stmt>, Box<Expr>)> {
     let (last, prefix) = block.stmts.split_last()?;
-    let Stmt::Expr(Expr::Call(call), None) = last else { return None };
-    let Expr::Path(func) = &*call.func else { return None };
-    let segs: Vec<String> = func.path.segments.iter().map(|s| s.ident.to_string()).collect();
-    if segs.len() < 2 || segs[segs.len() - 1] != "pin" || segs[segs.len() - 2] != "Box" || call.args.len() != 1 {
+    let Stmt::Expr(Expr::Call(call), None) = last else {
+        return None;
+    };
+    let Expr::Path(func) = &*call.func else {
+        return None;
+    };
+    let segs: Vec<String> = func
+        .path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
+    if segs.len() < 2
+        || segs[segs.len() - 1] != "pin"
+        || segs[segs.len() - 2] != "Box"
+        || call.args.len() != 1
+    {
         return None;
     }
     match call.args.first() {
@@ -214,12 +237,20 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
         );
     }
     if let Some(v) = &sig.variadic {
-        push(&mut errors, syn::Error::new(v.span(), "`#[sentinel_resource]` does not support variadic functions"));
+        push(
+            &mut errors,
+            syn::Error::new(
+                v.span(),
+                "`#[sentinel_resource]` does not support variadic functions",
+            ),
+        );
     }
 
     let shape = if sig.asyncness.is_some() {
         Shape::Async
-    } else if let (ReturnType::Type(_, ty), Some((prefix, future))) = (&sig.output, async_trait_body(&func.block)) {
+    } else if let (ReturnType::Type(_, ty), Some((prefix, future))) =
+        (&sig.output, async_trait_body(&func.block))
+    {
         if future_output(ty).is_some() {
             Shape::AsyncTrait { prefix, future }
         } else {
@@ -238,7 +269,10 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
     let is_async = !matches!(shape, Shape::Sync);
 
     if !returns_result {
-        let returned = output_ty.map_or_else(|| "()".to_string(), |t| crate::expand::type_string(&t.to_token_stream()));
+        let returned = output_ty.map_or_else(
+            || "()".to_string(),
+            |t| crate::expand::type_string(&t.to_token_stream()),
+        );
         if args.block_handler.is_none() {
             let span = match &sig.output {
                 ReturnType::Type(_, ty) => ty.span(),
@@ -264,9 +298,21 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
             )
         };
         key_error(&args.fallback, &msg("fallback"), &mut errors);
-        key_error(&args.default_fallback, &msg("default_fallback"), &mut errors);
-        key_error(&args.exceptions_to_ignore, &msg("exceptions_to_ignore"), &mut errors);
-        key_error(&args.exceptions_to_trace, &msg("exceptions_to_trace"), &mut errors);
+        key_error(
+            &args.default_fallback,
+            &msg("default_fallback"),
+            &mut errors,
+        );
+        key_error(
+            &args.exceptions_to_ignore,
+            &msg("exceptions_to_ignore"),
+            &mut errors,
+        );
+        key_error(
+            &args.exceptions_to_trace,
+            &msg("exceptions_to_trace"),
+            &mut errors,
+        );
     }
 
     let mut params = Vec::new();
@@ -283,15 +329,21 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
                 });
             }
             FnArg::Typed(t) => {
-                let reuse = if is_mut_ref(&t.ty) { Reuse::MutRef } else { Reuse::Clone };
+                let reuse = if is_mut_ref(&t.ty) {
+                    Reuse::MutRef
+                } else {
+                    Reuse::Clone
+                };
                 match &*t.pat {
-                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => params.push(Param {
-                        name: pi.ident.clone(),
-                        pattern: None,
-                        reuse,
-                        span: pi.ident.span(),
-                        ty: pointer_ty(&t.ty),
-                    }),
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                        params.push(Param {
+                            name: pi.ident.clone(),
+                            pattern: None,
+                            reuse,
+                            span: pi.ident.span(),
+                            ty: pointer_ty(&t.ty),
+                        })
+                    }
                     other => params.push(Param {
                         name: format_ident!("__sentinel_arg{}", i, span = other.span()),
                         pattern: Some(other.clone()),
@@ -324,14 +376,29 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
     match errors {
         Some(e) => Err(e),
         None => {
-            let output = output_ty.filter(|t| !has_impl(t.to_token_stream())).cloned();
+            let output = output_ty
+                .filter(|t| !has_impl(t.to_token_stream()))
+                .cloned();
             // An async handler's future may borrow its arguments: its type cannot be `_` in a pointer type that
             // is generic over their lifetimes, so async functions taking references use the trait path.
-            let borrows = |p: &Param| p.ty.to_string().contains('&') || p.ty.to_string().contains('\'');
-            let typed_handlers = output_ty.is_none_or(|t| !has_elided_lifetime(t.to_token_stream()))
+            let borrows =
+                |p: &Param| p.ty.to_string().contains('&') || p.ty.to_string().contains('\'');
+            let typed_handlers = output_ty
+                .is_none_or(|t| !has_elided_lifetime(t.to_token_stream()))
                 && !(is_async && params.iter().any(borrows));
-            let error_ty = output_ty.filter(|_| returns_result).and_then(result_error_ty);
-            Ok(Plan { args, func, shape, returns_result, params, typed_handlers, output, error_ty })
+            let error_ty = output_ty
+                .filter(|_| returns_result)
+                .and_then(result_error_ty);
+            Ok(Plan {
+                args,
+                func,
+                shape,
+                returns_result,
+                params,
+                typed_handlers,
+                output,
+                error_ty,
+            })
         }
     }
 }

@@ -81,9 +81,15 @@ fn bench(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("macro_overhead_async");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("plain_call", |b| b.iter(|| poll_ready(plain_async(black_box(7)))));
-    g.bench_function("manual_entry", |b| b.iter(|| poll_ready(manual_async(black_box(7)))));
-    g.bench_function("annotated", |b| b.iter(|| poll_ready(annotated_async(black_box(7)))));
+    g.bench_function("plain_call", |b| {
+        b.iter(|| poll_ready(plain_async(black_box(7))))
+    });
+    g.bench_function("manual_entry", |b| {
+        b.iter(|| poll_ready(manual_async(black_box(7))))
+    });
+    g.bench_function("annotated", |b| {
+        b.iter(|| poll_ready(annotated_async(black_box(7))))
+    });
     g.finish();
 }
 

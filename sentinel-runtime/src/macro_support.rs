@@ -134,7 +134,10 @@ impl<F: Future> HandlerOutput<F::Output, AsyncOutput> for F {
 /// Awaits a handler's output in an `async fn`, whether the handler is sync or async.
 #[inline(always)]
 pub fn handler_output<R, M, O: HandlerOutput<R, M>>(output: O) -> HandlerFuture<O, R, M> {
-    HandlerFuture { fut: output.into_output(), _marker: std::marker::PhantomData }
+    HandlerFuture {
+        fut: output.into_output(),
+        _marker: std::marker::PhantomData,
+    }
 }
 
 /// The future of a handler's output. Its `Output` is `R` itself (not a projection through the impl that is
@@ -212,7 +215,9 @@ pub fn queue_delay(entry: &Entry<'_>) -> Option<futures_timer::Delay> {
     if wait.is_zero() || entry.shared().clock.manual().is_some() {
         None
     } else {
-        Some(futures_timer::Delay::new(Duration::from_nanos(wait.as_nanos() as u64)))
+        Some(futures_timer::Delay::new(Duration::from_nanos(
+            wait.as_nanos() as u64,
+        )))
     }
 }
 
@@ -249,7 +254,10 @@ pin_project_lite::pin_project! {
 impl<F> InContext<F> {
     /// Wraps `inner`, carrying the calling thread's current context (and test engine, if one is scoped).
     pub fn new(inner: F) -> Self {
-        InContext { inner: ManuallyDrop::new(inner), carried: CarriedContext::capture() }
+        InContext {
+            inner: ManuallyDrop::new(inner),
+            carried: CarriedContext::capture(),
+        }
     }
 }
 

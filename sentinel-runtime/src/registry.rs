@@ -56,7 +56,11 @@ pub struct UnknownRuleResource {
 
 impl fmt::Display for UnknownRuleResource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} rule for `{}` matches no resource", self.kind, self.resource)?;
+        write!(
+            f,
+            "{} rule for `{}` matches no resource",
+            self.kind, self.resource
+        )?;
         if let Some(s) = &self.suggestion {
             write!(f, "; did you mean `{s}`?")?;
         }
@@ -68,7 +72,12 @@ impl Sentinel {
     /// Every function annotated with `#[sentinel_resource]` in the binary, sorted by resource name.
     pub fn registered_resources() -> Vec<&'static ResourceDescriptor> {
         let mut v: Vec<_> = inventory::iter::<ResourceDescriptor>.into_iter().collect();
-        v.sort_by(|a, b| a.name.cmp(b.name).then(a.file.cmp(b.file)).then(a.line.cmp(&b.line)));
+        v.sort_by(|a, b| {
+            a.name
+                .cmp(b.name)
+                .then(a.file.cmp(b.file))
+                .then(a.line.cmp(&b.line))
+        });
         v
     }
 
@@ -85,7 +94,12 @@ impl Sentinel {
 
     /// The names declared with [`Sentinel::declare_resources`].
     pub fn declared_resources() -> Vec<String> {
-        DECLARED.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+        DECLARED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Rules in force whose resource matches no registered, declared or created resource, each with the
@@ -102,7 +116,12 @@ impl Sentinel {
     /// ```
     pub fn unknown_rule_resources(&self) -> Vec<UnknownRuleResource> {
         let mut out = Vec::new();
-        for kind in [RuleKind::Authority, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade] {
+        for kind in [
+            RuleKind::Authority,
+            RuleKind::ParamFlow,
+            RuleKind::Flow,
+            RuleKind::Degrade,
+        ] {
             out.extend(self.unknown_rule_resources_of(kind));
         }
         out
@@ -111,9 +130,21 @@ impl Sentinel {
     fn rule_resources(&self, kind: RuleKind) -> BTreeSet<String> {
         match kind {
             RuleKind::Flow => self.flow_rules().into_iter().map(|r| r.resource).collect(),
-            RuleKind::Degrade => self.degrade_rules().into_iter().map(|r| r.resource).collect(),
-            RuleKind::ParamFlow => self.param_flow_rules().into_iter().map(|r| r.resource).collect(),
-            RuleKind::Authority => self.authority_rules().into_iter().map(|r| r.resource).collect(),
+            RuleKind::Degrade => self
+                .degrade_rules()
+                .into_iter()
+                .map(|r| r.resource)
+                .collect(),
+            RuleKind::ParamFlow => self
+                .param_flow_rules()
+                .into_iter()
+                .map(|r| r.resource)
+                .collect(),
+            RuleKind::Authority => self
+                .authority_rules()
+                .into_iter()
+                .map(|r| r.resource)
+                .collect(),
             RuleKind::System => BTreeSet::new(),
         }
     }
@@ -124,15 +155,24 @@ impl Sentinel {
             return Vec::new();
         }
         let mut known: BTreeSet<String> = self.resource_names().into_iter().collect();
-        known.extend(inventory::iter::<ResourceDescriptor>.into_iter().map(|d| d.name.to_string()));
+        known.extend(
+            inventory::iter::<ResourceDescriptor>
+                .into_iter()
+                .map(|d| d.name.to_string()),
+        );
         known.extend(Sentinel::declared_resources());
         names
             .into_iter()
             // "*" holds the default circuit breaker, which applies to every resource.
             .filter(|n| n != "*" && !known.contains(n))
             .map(|resource| {
-                let suggestion = closest(&resource, known.iter().map(String::as_str)).map(str::to_string);
-                UnknownRuleResource { kind, resource, suggestion }
+                let suggestion =
+                    closest(&resource, known.iter().map(String::as_str)).map(str::to_string);
+                UnknownRuleResource {
+                    kind,
+                    resource,
+                    suggestion,
+                }
             })
             .collect()
     }
@@ -168,9 +208,18 @@ mod tests {
     #[test]
     fn closest_name_is_suggested_for_a_typo() {
         let known = ["queryOrder", "createOrder", "listUsers"];
-        assert_eq!(closest("queryOrdr", known.iter().copied()), Some("queryOrder"));
-        assert_eq!(closest("QueryOrder", known.iter().copied()), Some("queryOrder"));
-        assert_eq!(closest("createOrdre", known.iter().copied()), Some("createOrder"));
+        assert_eq!(
+            closest("queryOrdr", known.iter().copied()),
+            Some("queryOrder")
+        );
+        assert_eq!(
+            closest("QueryOrder", known.iter().copied()),
+            Some("queryOrder")
+        );
+        assert_eq!(
+            closest("createOrdre", known.iter().copied()),
+            Some("createOrder")
+        );
         assert_eq!(closest("somethingElse", known.iter().copied()), None);
     }
 
@@ -188,7 +237,10 @@ mod tests {
         assert_eq!(unknown.len(), 1);
         assert_eq!(unknown[0].kind, RuleKind::Flow);
         assert_eq!(unknown[0].resource, "registry_test::queryOrdr");
-        assert_eq!(unknown[0].suggestion.as_deref(), Some("registry_test::queryOrder"));
+        assert_eq!(
+            unknown[0].suggestion.as_deref(),
+            Some("registry_test::queryOrder")
+        );
         assert_eq!(
             unknown[0].to_string(),
             "flow rule for `registry_test::queryOrdr` matches no resource; did you mean `registry_test::queryOrder`?"
@@ -200,9 +252,16 @@ mod tests {
         let engine = Sentinel::builder().build();
         Sentinel::declare_resources(["registry_test::manualOnly"]);
         engine
-            .load_flow_rules(vec![FlowRule::new("registry_test::manualOnly").count(1.0), FlowRule::new("*").count(1.0)])
+            .load_flow_rules(vec![
+                FlowRule::new("registry_test::manualOnly").count(1.0),
+                FlowRule::new("*").count(1.0),
+            ])
             .unwrap();
-        assert!(engine.unknown_rule_resources().is_empty(), "{:?}", engine.unknown_rule_resources());
+        assert!(
+            engine.unknown_rule_resources().is_empty(),
+            "{:?}",
+            engine.unknown_rule_resources()
+        );
         assert!(Sentinel::declared_resources().contains(&"registry_test::manualOnly".to_string()));
     }
 }

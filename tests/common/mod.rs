@@ -8,19 +8,26 @@ use sentinel_runtime::{BlockError, NodeStats, Sentinel};
 /// A fresh engine with a manual clock, leaked so it can stand in for the global one ([`Sentinel::scoped`]).
 pub fn engine() -> (&'static Sentinel, ManualClock) {
     let clock = ManualClock::at_millis(1_700_000_000_000);
-    let engine = Sentinel::builder().manual_clock(clock.clone()).build().leak();
+    let engine = Sentinel::builder()
+        .manual_clock(clock.clone())
+        .build()
+        .leak();
     (engine, clock)
 }
 
 /// An engine where each of `names` lets `qps` calls per second through.
 pub fn engine_with_limits(names: &[&str], qps: f64) -> (&'static Sentinel, ManualClock) {
     let (engine, clock) = engine();
-    engine.load_flow_rules(names.iter().map(|n| FlowRule::new(*n).count(qps))).unwrap();
+    engine
+        .load_flow_rules(names.iter().map(|n| FlowRule::new(*n).count(qps)))
+        .unwrap();
     (engine, clock)
 }
 
 pub fn stats(engine: &Sentinel, name: &str) -> NodeStats {
-    engine.cluster_stats(name).unwrap_or_else(|| panic!("no resource `{name}`"))
+    engine
+        .cluster_stats(name)
+        .unwrap_or_else(|| panic!("no resource `{name}`"))
 }
 
 /// The error type of the tests' annotated functions.
