@@ -35,11 +35,7 @@ impl SystemClock {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        SystemClock {
-            inner,
-            anchor_raw,
-            anchor_epoch_nanos,
-        }
+        SystemClock { inner, anchor_raw, anchor_epoch_nanos }
     }
 }
 
@@ -51,9 +47,7 @@ impl Default for SystemClock {
 
 impl fmt::Debug for SystemClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SystemClock")
-            .field("anchor_epoch_nanos", &self.anchor_epoch_nanos)
-            .finish()
+        f.debug_struct("SystemClock").field("anchor_epoch_nanos", &self.anchor_epoch_nanos).finish()
     }
 }
 
@@ -82,9 +76,7 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock at the given number of nanoseconds since the epoch.
     pub fn at_nanos(nanos: u64) -> Self {
-        ManualClock {
-            nanos: Arc::new(AtomicU64::new(nanos)),
-        }
+        ManualClock { nanos: Arc::new(AtomicU64::new(nanos)) }
     }
     /// A clock at the given number of milliseconds since the epoch.
     pub fn at_millis(millis: u64) -> Self {
@@ -100,8 +92,7 @@ impl ManualClock {
     }
     /// Sets the clock to an absolute time (it may go backwards, which the engine tolerates).
     pub fn set_millis(&self, millis: u64) {
-        self.nanos
-            .store(millis.saturating_mul(1_000_000), Ordering::SeqCst);
+        self.nanos.store(millis.saturating_mul(1_000_000), Ordering::SeqCst);
     }
     /// Sets the clock to an absolute time in nanoseconds.
     pub fn set_nanos(&self, nanos: u64) {

@@ -119,9 +119,7 @@ impl Drop for ContextGuard<'_> {
 
 impl fmt::Debug for ContextGuard<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ContextGuard")
-            .field("owns", &self.restore.is_some())
-            .finish()
+        f.debug_struct("ContextGuard").field("owns", &self.restore.is_some()).finish()
     }
 }
 
@@ -136,11 +134,7 @@ impl Sentinel {
     /// let e = engine.enter("queryOrder").unwrap();
     /// assert_eq!(e.origin(), "appA");
     /// ```
-    pub fn enter_context(
-        &self,
-        name: &str,
-        origin: &str,
-    ) -> Result<ContextGuard<'_>, ContextError> {
+    pub fn enter_context(&self, name: &str, origin: &str) -> Result<ContextGuard<'_>, ContextError> {
         if name == DEFAULT_CONTEXT_NAME {
             return Err(ContextError::ReservedName);
         }
@@ -149,21 +143,11 @@ impl Sentinel {
         }
         let cur = current();
         if cur.engine_id == self.shared.id && !cur.ctx.is_null() {
-            return Ok(ContextGuard {
-                engine: self,
-                restore: None,
-                _not_send: Default::default(),
-            });
+            return Ok(ContextGuard { engine: self, restore: None, _not_send: Default::default() });
         }
-        let state = self
-            .shared
-            .context_state(name, origin, false, cur.override_engine);
+        let state = self.shared.context_state(name, origin, false, cur.override_engine);
         set_current(state);
-        Ok(ContextGuard {
-            engine: self,
-            restore: Some(cur),
-            _not_send: Default::default(),
-        })
+        Ok(ContextGuard { engine: self, restore: Some(cur), _not_send: Default::default() })
     }
 
     /// The name and origin of this thread's active context of this engine, if any.
@@ -232,18 +216,13 @@ impl CarriedContext {
         }
         let outer = current();
         set_current(self.state);
-        let _restore = Restore {
-            carried: &mut self.state,
-            outer,
-        };
+        let _restore = Restore { carried: &mut self.state, outer };
         f()
     }
 }
 
 impl fmt::Debug for CarriedContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CarriedContext")
-            .field("depth", &self.state.depth)
-            .finish()
+        f.debug_struct("CarriedContext").field("depth", &self.state.depth).finish()
     }
 }

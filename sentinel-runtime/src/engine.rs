@@ -96,20 +96,12 @@ impl SentinelBuilder {
     }
     /// Builds the engine.
     pub fn build(self) -> Sentinel {
-        let clock = self
-            .clock
-            .unwrap_or_else(|| EngineClock::System(SystemClock::new()));
+        let clock = self.clock.unwrap_or_else(|| EngineClock::System(SystemClock::new()));
         let default_ctx = Box::new(ContextInfo {
             id: 0,
-            entrance: EntranceNode {
-                name: DEFAULT_CONTEXT_NAME.into(),
-                children: Children::default(),
-            },
+            entrance: EntranceNode { name: DEFAULT_CONTEXT_NAME.into(), children: Children::default() },
         });
-        let empty_origin = Box::new(OriginInfo {
-            id: 0,
-            name: "".into(),
-        });
+        let empty_origin = Box::new(OriginInfo { id: 0, name: "".into() });
         Sentinel {
             shared: Arc::new(Shared {
                 id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
@@ -218,10 +210,7 @@ impl Shared {
         let name: Arc<str> = name.into();
         let i = self.context_list.push(ContextInfo {
             id: self.context_list.count() as u32 + 1,
-            entrance: EntranceNode {
-                name: name.clone(),
-                children: Children::default(),
-            },
+            entrance: EntranceNode { name: name.clone(), children: Children::default() },
         });
         map.insert(name, i);
         Some(&self.context_list[i])
@@ -237,10 +226,7 @@ impl Shared {
             return &self.origin_list[i];
         }
         let name: Arc<str> = name.into();
-        let i = self.origin_list.push(OriginInfo {
-            id: self.origin_list.count() as u32 + 1,
-            name: name.clone(),
-        });
+        let i = self.origin_list.push(OriginInfo { id: self.origin_list.count() as u32 + 1, name: name.clone() });
         map.insert(name, i);
         &self.origin_list[i]
     }
@@ -256,12 +242,7 @@ impl Shared {
 
     /// A resource by name, if one was created.
     pub(crate) fn find_resource(&self, name: &str) -> Option<Arc<ResourceInner>> {
-        self.registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_name
-            .get(name)
-            .cloned()
+        self.registry.lock().unwrap_or_else(|e| e.into_inner()).by_name.get(name).cloned()
     }
 
     fn rules_for(&self, name: &str) -> ResourceRules {
@@ -347,9 +328,7 @@ static GLOBAL: OnceLock<Sentinel> = OnceLock::new();
 
 /// The global engine was already initialized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the global Sentinel engine is already initialized; call init_global before the first entry"
-)]
+#[error("the global Sentinel engine is already initialized; call init_global before the first entry")]
 pub struct AlreadyInitialized;
 
 impl Sentinel {
@@ -367,12 +346,7 @@ impl Sentinel {
     /// Sets up the process-wide engine; fails if it was already used or set.
     pub fn init_global(builder: SentinelBuilder) -> Result<&'static Sentinel, AlreadyInitialized> {
         let mut built = Some(builder);
-        let engine = GLOBAL.get_or_init(|| {
-            built
-                .take()
-                .map(SentinelBuilder::build)
-                .unwrap_or_else(|| Sentinel::builder().build())
-        });
+        let engine = GLOBAL.get_or_init(|| built.take().map(SentinelBuilder::build).unwrap_or_else(|| Sentinel::builder().build()));
         if built.is_some() {
             Err(AlreadyInitialized)
         } else {
@@ -395,10 +369,7 @@ impl Sentinel {
             }
         }
         let prev = crate::context::current();
-        crate::context::set_current(ContextState {
-            override_engine: self as *const Sentinel,
-            ..prev
-        });
+        crate::context::set_current(ContextState { override_engine: self as *const Sentinel, ..prev });
         let _r = Restore(prev);
         f()
     }
@@ -445,11 +416,7 @@ impl Sentinel {
         let shared = &self.shared;
         let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(inner) = reg.by_name.get(name) {
-            return Resource {
-                shared: shared.clone(),
-                inner: inner.clone(),
-                entry_type,
-            };
+            return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
         }
         let name: Arc<str> = name.into();
         let checked = reg.by_name.len() < shared.config.max_resources;
@@ -460,22 +427,14 @@ impl Sentinel {
                 "resource cap reached: new resources pass unchecked"
             );
         }
-        let rules = if checked {
-            shared.rules_for(&name)
-        } else {
-            ResourceRules::default()
-        };
+        let rules = if checked { shared.rules_for(&name) } else { ResourceRules::default() };
         let inner = Arc::new(ResourceInner::new(name.clone(), rules, checked));
         if checked {
             reg.by_name.insert(name, inner.clone());
             shared.resource_list.push(inner.clone());
             shared.resource_generation.fetch_add(1, Ordering::Release);
         }
-        Resource {
-            shared: shared.clone(),
-            inner,
-            entry_type,
-        }
+        Resource { shared: shared.clone(), inner, entry_type }
     }
 
     /// Enters the resource `name` (looked up by name: keep a [`Resource`] handle on hot paths).
@@ -497,10 +456,7 @@ impl Sentinel {
 
     /// Names of every resource entered or created so far.
     pub fn resource_names(&self) -> Vec<String> {
-        self.shared
-            .resources()
-            .map(|r| r.name.to_string())
-            .collect()
+        self.shared.resources().map(|r| r.name.to_string()).collect()
     }
 
     /// Adds a user slot at `order` (see [`crate::slot`] for the built-in orders).
@@ -517,10 +473,7 @@ impl Sentinel {
 
     /// Sets the global error filter: [`Entry::trace`](crate::Entry::trace) counts an error only if it returns
     /// true. Block errors are never counted.
-    pub fn set_error_filter(
-        &self,
-        f: impl Fn(&(dyn StdError + 'static)) -> bool + Send + Sync + 'static,
-    ) {
+    pub fn set_error_filter(&self, f: impl Fn(&(dyn StdError + 'static)) -> bool + Send + Sync + 'static) {
         self.shared.error_filter.store(Some(Arc::new(Box::new(f))));
     }
 
@@ -540,10 +493,7 @@ impl Sentinel {
     }
 
     /// Replaces the flow rules. An invalid rule rejects the whole set and the rules in force stay.
-    pub fn load_flow_rules(
-        &self,
-        rules: impl IntoIterator<Item = FlowRule>,
-    ) -> Result<(), RuleError> {
+    pub fn load_flow_rules(&self, rules: impl IntoIterator<Item = FlowRule>) -> Result<(), RuleError> {
         if self.shared.flow.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
@@ -556,10 +506,7 @@ impl Sentinel {
     }
 
     /// Replaces the degrade (circuit breaker) rules.
-    pub fn load_degrade_rules(
-        &self,
-        rules: impl IntoIterator<Item = DegradeRule>,
-    ) -> Result<(), RuleError> {
+    pub fn load_degrade_rules(&self, rules: impl IntoIterator<Item = DegradeRule>) -> Result<(), RuleError> {
         if self.shared.degrade.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
@@ -572,10 +519,7 @@ impl Sentinel {
     }
 
     /// Replaces the system rules.
-    pub fn load_system_rules(
-        &self,
-        rules: impl IntoIterator<Item = SystemRule>,
-    ) -> Result<(), RuleError> {
+    pub fn load_system_rules(&self, rules: impl IntoIterator<Item = SystemRule>) -> Result<(), RuleError> {
         self.shared.system.load(rules.into_iter().collect())?;
         Ok(())
     }
@@ -585,10 +529,7 @@ impl Sentinel {
     }
 
     /// Replaces the hot-parameter rules.
-    pub fn load_param_flow_rules(
-        &self,
-        rules: impl IntoIterator<Item = ParamFlowRule>,
-    ) -> Result<(), RuleError> {
+    pub fn load_param_flow_rules(&self, rules: impl IntoIterator<Item = ParamFlowRule>) -> Result<(), RuleError> {
         if self.shared.param.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
@@ -601,10 +542,7 @@ impl Sentinel {
     }
 
     /// Replaces the authority rules.
-    pub fn load_authority_rules(
-        &self,
-        rules: impl IntoIterator<Item = AuthorityRule>,
-    ) -> Result<(), RuleError> {
+    pub fn load_authority_rules(&self, rules: impl IntoIterator<Item = AuthorityRule>) -> Result<(), RuleError> {
         if self.shared.authority.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
@@ -617,20 +555,12 @@ impl Sentinel {
     }
 
     /// The resource of an annotated call site in this engine (used when this engine stands in for the global).
-    pub(crate) fn site_resource(
-        &'static self,
-        key: usize,
-        name: &str,
-        entry_type: EntryType,
-    ) -> &'static Resource {
+    pub(crate) fn site_resource(&'static self, key: usize, name: &str, entry_type: EntryType) -> &'static Resource {
         let mut sites = self.shared.sites.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&i) = sites.get(&key) {
             return &self.shared.site_list[i];
         }
-        let i = self
-            .shared
-            .site_list
-            .push(self.resource_typed(name, entry_type));
+        let i = self.shared.site_list.push(self.resource_typed(name, entry_type));
         sites.insert(key, i);
         &self.shared.site_list[i]
     }

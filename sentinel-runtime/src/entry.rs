@@ -8,16 +8,16 @@ use std::time::Duration;
 use crate::clock::NANOS_PER_MILLI;
 use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
 use crate::engine::Shared;
+use crate::resource::ResourceInner;
+use std::sync::Arc;
 use crate::error::BlockError;
 use crate::node::DefaultNode;
 use crate::param_flow::HotParam;
-use crate::resource::ResourceInner;
 use crate::resource::{EntryType, Resource};
 use crate::rules::{CheckCx, ExitCx, ResourceRules};
 use crate::slot::{SlotEntry, SlotExit};
 use crate::stat::StatNode;
 use crate::{circuit_breaker, flow, param_flow};
-use std::sync::Arc;
 
 /// Options for one entry. Made by [`Resource::entry`].
 #[must_use = "an entry builder does nothing until `enter` is called"]
@@ -92,20 +92,14 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     where
         'a: 'b,
     {
-        EntryBuilder {
-            origin: Some(origin),
-            ..self
-        }
+        EntryBuilder { origin: Some(origin), ..self }
     }
     /// The context name, used when no context is active on this thread.
     pub fn context<'b>(self, name: &'b str) -> EntryBuilder<'r, 'b>
     where
         'a: 'b,
     {
-        EntryBuilder {
-            context: Some(name),
-            ..self
-        }
+        EntryBuilder { context: Some(name), ..self }
     }
     /// The call's hot-parameter values, in argument order.
     pub fn args<'b>(self, args: &'b [&'b dyn HotParam]) -> EntryBuilder<'r, 'b>
@@ -185,11 +179,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             // SAFETY: the parent entry's node lives as long as the engine.
             unsafe { (*state.cur_node).children.ensure(node) };
         }
-        let origin_node = if origin.id == 0 {
-            None
-        } else {
-            Some(inner.cluster.origin_node(origin.id, &origin.name))
-        };
+        let origin_node = if origin.id == 0 { None } else { Some(inner.cluster.origin_node(origin.id, &origin.name)) };
 
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
@@ -584,14 +574,7 @@ impl Drop for Entry<'_> {
         self.for_each_node(|n| n.on_complete(now_ms, rt_micros, acquire, error));
 
         let inner = self.inner;
-        let xcx = ExitCx {
-            shared,
-            resource: inner,
-            now_ms,
-            rt_micros,
-            error,
-            acquire,
-        };
+        let xcx = ExitCx { shared, resource: inner, now_ms, rt_micros, error, acquire };
         if self.flow.is_active() {
             flow::on_exit(&xcx, &mut self.flow);
         }
@@ -607,11 +590,7 @@ impl Drop for Entry<'_> {
         }
         if self.slots_passed != 0 {
             let slots = shared.custom_slots.load();
-            let exit = SlotExit {
-                resource: &inner.name,
-                rt_micros,
-                error,
-            };
+            let exit = SlotExit { resource: &inner.name, rt_micros, error };
             for (i, (_, s)) in slots.slots.iter().enumerate().take(64) {
                 if self.slots_passed & (1 << i) != 0 {
                     s.exit(&exit);

@@ -68,10 +68,7 @@ impl NodeStats {
 
     /// Sums children (an entrance node); rt averaged over completions.
     fn sum(children: &[NodeStats]) -> Self {
-        let mut s = NodeStats {
-            min_rt_ms: 5000.0,
-            ..Default::default()
-        };
+        let mut s = NodeStats { min_rt_ms: 5000.0, ..Default::default() };
         let mut rt_weighted = 0.0;
         for c in children {
             s.pass_qps += c.pass_qps;
@@ -113,16 +110,9 @@ fn tree_of(node: &Arc<DefaultNode>, now_ms: u64, depth: usize) -> TreeNode {
     let children = if depth > 64 {
         Vec::new() // a recursive call chain: stop
     } else {
-        node.children()
-            .iter()
-            .map(|c| tree_of(c, now_ms, depth + 1))
-            .collect()
+        node.children().iter().map(|c| tree_of(c, now_ms, depth + 1)).collect()
     };
-    TreeNode {
-        name: node.resource.to_string(),
-        stats: NodeStats::read(&node.stat, now_ms),
-        children,
-    }
+    TreeNode { name: node.resource.to_string(), stats: NodeStats::read(&node.stat, now_ms), children }
 }
 
 impl Sentinel {
@@ -145,12 +135,7 @@ impl Sentinel {
         let now = self.shared.now_ms();
         self.shared
             .find_resource(resource)
-            .map(|r| {
-                r.cluster
-                    .origins()
-                    .map(|o| (o.origin.to_string(), NodeStats::read(&o.stat, now)))
-                    .collect()
-            })
+            .map(|r| r.cluster.origins().map(|o| (o.origin.to_string(), NodeStats::read(&o.stat, now))).collect())
             .unwrap_or_default()
     }
 
@@ -158,23 +143,15 @@ impl Sentinel {
     pub fn context_stats(&self, resource: &str, context: &str) -> Option<NodeStats> {
         let r = self.shared.find_resource(resource)?;
         let now = self.shared.now_ms();
-        r.nodes()
-            .iter()
-            .find(|n| self.context_name(n.context_id).as_deref() == Some(context))
-            .map(|n| NodeStats::read(&n.stat, now))
+        r.nodes().iter().find(|n| self.context_name(n.context_id).as_deref() == Some(context)).map(|n| NodeStats::read(&n.stat, now))
     }
 
     /// A context's entrance numbers: the sums of the resources entered directly in it.
     pub fn entrance_stats(&self, context: &str) -> Option<NodeStats> {
         let now = self.shared.now_ms();
         let ctx = self.shared.contexts().find(|c| &**c.name() == context)?;
-        let children: Vec<NodeStats> = ctx
-            .entrance
-            .children
-            .list()
-            .iter()
-            .map(|c| NodeStats::read(&c.stat, now))
-            .collect();
+        let children: Vec<NodeStats> =
+            ctx.entrance.children.list().iter().map(|c| NodeStats::read(&c.stat, now)).collect();
         Some(NodeStats::sum(&children))
     }
 
@@ -189,20 +166,10 @@ impl Sentinel {
         self.shared
             .contexts()
             .map(|c| {
-                let children: Vec<TreeNode> = c
-                    .entrance
-                    .children
-                    .list()
-                    .iter()
-                    .map(|n| tree_of(n, now, 0))
-                    .collect();
-                let stats =
-                    NodeStats::sum(&children.iter().map(|t| t.stats.clone()).collect::<Vec<_>>());
-                TreeNode {
-                    name: c.name().to_string(),
-                    stats,
-                    children,
-                }
+                let children: Vec<TreeNode> =
+                    c.entrance.children.list().iter().map(|n| tree_of(n, now, 0)).collect();
+                let stats = NodeStats::sum(&children.iter().map(|t| t.stats.clone()).collect::<Vec<_>>());
+                TreeNode { name: c.name().to_string(), stats, children }
             })
             .collect()
     }
@@ -216,9 +183,6 @@ impl Sentinel {
     }
 
     fn context_name(&self, id: u32) -> Option<String> {
-        self.shared
-            .contexts()
-            .find(|c| c.id == id)
-            .map(|c| c.name().to_string())
+        self.shared.contexts().find(|c| c.id == id).map(|c| c.name().to_string())
     }
 }

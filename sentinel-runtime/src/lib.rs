@@ -38,10 +38,7 @@ pub mod stat;
 pub mod system;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
-pub use engine::{
-    AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS,
-    DEFAULT_MAX_RESOURCES,
-};
+pub use engine::{AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_RESOURCES};
 pub use entry::{Entry, EntryBuilder};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit};
 pub use inspect::{NodeStats, TreeNode};
@@ -62,8 +59,8 @@ pub mod __private {
     pub use crate::macro_support::*;
     pub use crate::param_flow::HotParam;
     pub use crate::registry::ResourceDescriptor;
-    use crate::{EntryType, Resource, Sentinel};
     pub use inventory;
+    use crate::{EntryType, Resource, Sentinel};
 
     /// One annotated function's cached resource handle (a `static` in the generated code).
     pub struct ResourceSite {
@@ -75,11 +72,7 @@ pub mod __private {
     impl ResourceSite {
         /// A site for the resource `name`.
         pub const fn new(name: &'static str, entry_type: EntryType) -> Self {
-            ResourceSite {
-                name,
-                entry_type,
-                global: OnceLock::new(),
-            }
+            ResourceSite { name, entry_type, global: OnceLock::new() }
         }
 
         /// The resource in the engine this thread uses: no lookup once cached.
@@ -99,8 +92,7 @@ pub mod __private {
 
         #[cold]
         fn init_global(&'static self) -> &'static Resource {
-            self.global
-                .get_or_init(|| Sentinel::global().resource_typed(self.name, self.entry_type))
+            self.global.get_or_init(|| Sentinel::global().resource_typed(self.name, self.entry_type))
         }
     }
 }

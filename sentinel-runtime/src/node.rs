@@ -16,12 +16,7 @@ pub struct DefaultNode {
 
 impl DefaultNode {
     pub(crate) fn new(resource: Arc<str>, context_id: u32) -> Self {
-        DefaultNode {
-            resource,
-            context_id,
-            stat: StatNode::new(),
-            children: Children::default(),
-        }
+        DefaultNode { resource, context_id, stat: StatNode::new(), children: Children::default() }
     }
     /// The resource's name.
     pub fn resource(&self) -> &str {
@@ -39,9 +34,7 @@ impl DefaultNode {
 
 impl std::fmt::Debug for DefaultNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DefaultNode")
-            .field("resource", &self.resource)
-            .finish_non_exhaustive()
+        f.debug_struct("DefaultNode").field("resource", &self.resource).finish_non_exhaustive()
     }
 }
 
@@ -97,11 +90,7 @@ pub(crate) struct ClusterNode {
 
 impl ClusterNode {
     pub(crate) fn new() -> Self {
-        ClusterNode {
-            stat: StatNode::new(),
-            origins: boxcar::Vec::new(),
-            insert: Mutex::new(()),
-        }
+        ClusterNode { stat: StatNode::new(), origins: boxcar::Vec::new(), insert: Mutex::new(()) }
     }
 
     /// The node of an origin (by interned id), created on first use.
@@ -117,10 +106,7 @@ impl ClusterNode {
 
     /// The node of an origin if one was created.
     pub(crate) fn find_origin(&self, origin_id: u32) -> Option<&StatNode> {
-        self.origins
-            .iter()
-            .find(|(_, n)| n.origin_id == origin_id)
-            .map(|(_, n)| &n.stat)
+        self.origins.iter().find(|(_, n)| n.origin_id == origin_id).map(|(_, n)| &n.stat)
     }
 
     #[cold]
@@ -129,11 +115,7 @@ impl ClusterNode {
         if let Some((_, n)) = self.origins.iter().find(|(_, n)| n.origin_id == origin_id) {
             return &n.stat;
         }
-        let idx = self.origins.push(OriginNode {
-            origin_id,
-            origin: origin.clone(),
-            stat: StatNode::new(),
-        });
+        let idx = self.origins.push(OriginNode { origin_id, origin: origin.clone(), stat: StatNode::new() });
         &self.origins[idx].stat
     }
 

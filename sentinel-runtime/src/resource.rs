@@ -64,9 +64,7 @@ impl ResourceInner {
             if let Some(n) = self.default_ctx_node.get() {
                 return n;
             }
-            return self
-                .default_ctx_node
-                .get_or_init(|| Arc::new(DefaultNode::new(self.name.clone(), 0)));
+            return self.default_ctx_node.get_or_init(|| Arc::new(DefaultNode::new(self.name.clone(), 0)));
         }
         for (_, n) in self.ctx_nodes.iter() {
             if n.context_id == ctx_id {
@@ -82,9 +80,7 @@ impl ResourceInner {
         if let Some((_, n)) = self.ctx_nodes.iter().find(|(_, n)| n.context_id == ctx_id) {
             return n;
         }
-        let idx = self
-            .ctx_nodes
-            .push(Arc::new(DefaultNode::new(self.name.clone(), ctx_id)));
+        let idx = self.ctx_nodes.push(Arc::new(DefaultNode::new(self.name.clone(), ctx_id)));
         &self.ctx_nodes[idx]
     }
 
@@ -116,10 +112,7 @@ pub struct Resource {
 
 impl std::fmt::Debug for Resource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resource")
-            .field("name", &self.inner.name)
-            .field("entry_type", &self.entry_type)
-            .finish()
+        f.debug_struct("Resource").field("name", &self.inner.name).field("entry_type", &self.entry_type).finish()
     }
 }
 

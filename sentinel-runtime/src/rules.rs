@@ -47,9 +47,7 @@ pub(crate) struct RuleMap<T> {
 
 impl<T> Default for RuleMap<T> {
     fn default() -> Self {
-        RuleMap {
-            map: ArcSwap::from_pointee(HashMap::new()),
-        }
+        RuleMap { map: ArcSwap::from_pointee(HashMap::new()) }
     }
 }
 

@@ -31,16 +31,7 @@ pub struct AuthorityRule {
 
 impl AuthorityRule {
     /// A rule for `resource` over the comma-separated `origins`.
-    pub fn new(
-        resource: impl Into<String>,
-        origins: impl Into<String>,
-        strategy: AuthorityStrategy,
-    ) -> Self {
-        AuthorityRule {
-            id: None,
-            resource: resource.into(),
-            limit_app: origins.into(),
-            strategy,
-        }
+    pub fn new(resource: impl Into<String>, origins: impl Into<String>, strategy: AuthorityStrategy) -> Self {
+        AuthorityRule { id: None, resource: resource.into(), limit_app: origins.into(), strategy }
     }
 }

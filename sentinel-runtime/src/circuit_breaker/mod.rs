@@ -44,11 +44,7 @@ impl DegradeManager {
 }
 
 /// Lets the call through unless a breaker is open (or half-open with its probe out).
-pub(crate) fn check(
-    state: &ResourceBreakers,
-    cx: &CheckCx<'_>,
-    es: &mut EntryState,
-) -> Result<(), BlockError> {
+pub(crate) fn check(state: &ResourceBreakers, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
     let _ = (state, cx, es);
     Ok(())
 }

@@ -60,11 +60,7 @@ impl Default for DegradeRule {
 impl DegradeRule {
     /// A rule for `resource` of the given grade; set the rest with the builder methods.
     pub fn new(resource: impl Into<String>, grade: DegradeGrade) -> Self {
-        DegradeRule {
-            resource: resource.into(),
-            grade,
-            ..Default::default()
-        }
+        DegradeRule { resource: resource.into(), grade, ..Default::default() }
     }
     /// Sets `count`.
     pub fn count(mut self, c: f64) -> Self {

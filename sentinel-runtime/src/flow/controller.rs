@@ -12,10 +12,7 @@ use super::rule::{ControlBehavior, FlowGrade, FlowRule};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
     /// Pass; `reservation` must be given back if a later check blocks.
-    Pass {
-        reservation: Option<Reservation>,
-        wait_nanos: u64,
-    },
+    Pass { reservation: Option<Reservation>, wait_nanos: u64 },
     /// Pass after waiting, counted in a later window (prioritized occupy).
     Occupied { wait_nanos: u64 },
     /// Pass with a concurrency permit on the node, released at exit.
@@ -67,9 +64,7 @@ impl WarmUp {
         let mut new = old;
         if old < self.warning_token {
             new = (old as f64 + elapsed * self.count / 1000.0) as i64;
-        } else if old > self.warning_token
-            && (pass_qps as f64) < ((self.count as i64) as f64 / self.cold_factor)
-        {
+        } else if old > self.warning_token && (pass_qps as f64) < ((self.count as i64) as f64 / self.cold_factor) {
             new = (old as f64 + elapsed * self.count / 1000.0) as i64;
         }
         new.min(self.max_token)
@@ -85,14 +80,8 @@ impl WarmUp {
         let prev_qps = node.previous_pass_qps(now_ms) as i64;
         let old = self.stored_tokens.load(Ordering::Acquire);
         let new = self.cool_down_tokens(current, prev_qps);
-        if self
-            .last_filled
-            .compare_exchange(last, current, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            let _ =
-                self.stored_tokens
-                    .compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire);
+        if self.last_filled.compare_exchange(last, current, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let _ = self.stored_tokens.compare_exchange(old, new, Ordering::AcqRel, Ordering::Acquire);
             let v = self.stored_tokens.fetch_sub(prev_qps, Ordering::AcqRel) - prev_qps;
             if v < 0 {
                 self.stored_tokens.store(0, Ordering::Release);
@@ -120,19 +109,13 @@ pub(crate) struct Throttle {
 
 impl Throttle {
     pub(crate) fn new(max_queue_ms: u64) -> Self {
-        Throttle {
-            max_queue_nanos: max_queue_ms.saturating_mul(NANOS_PER_MILLI),
-            latest_passed: AtomicU64::new(0),
-        }
+        Throttle { max_queue_nanos: max_queue_ms.saturating_mul(NANOS_PER_MILLI), latest_passed: AtomicU64::new(0) }
     }
 
     /// Passes now, after a wait, or blocks: lock-free, exact under concurrent callers.
     pub(crate) fn acquire(&self, now_nanos: u64, acquire: u32, qps: f64) -> Decision {
         if acquire == 0 {
-            return Decision::Pass {
-                reservation: None,
-                wait_nanos: 0,
-            };
+            return Decision::Pass { reservation: None, wait_nanos: 0 };
         }
         if qps <= 0.0 || qps.is_nan() {
             return Decision::Block;
@@ -142,18 +125,8 @@ impl Throttle {
         loop {
             let expected = last.saturating_add(cost);
             if expected <= now_nanos {
-                match self.latest_passed.compare_exchange_weak(
-                    last,
-                    now_nanos,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        return Decision::Pass {
-                            reservation: None,
-                            wait_nanos: 0,
-                        }
-                    }
+                match self.latest_passed.compare_exchange_weak(last, now_nanos, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Decision::Pass { reservation: None, wait_nanos: 0 },
                     Err(v) => last = v,
                 }
             } else {
@@ -161,18 +134,8 @@ impl Throttle {
                 if wait > self.max_queue_nanos {
                     return Decision::Block;
                 }
-                match self.latest_passed.compare_exchange_weak(
-                    last,
-                    expected,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        return Decision::Pass {
-                            reservation: None,
-                            wait_nanos: wait,
-                        }
-                    }
+                match self.latest_passed.compare_exchange_weak(last, expected, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => return Decision::Pass { reservation: None, wait_nanos: wait },
                     Err(v) => last = v,
                 }
             }
@@ -195,14 +158,10 @@ impl Controller {
         }
         match rule.control_behavior {
             ControlBehavior::Reject => Controller::Reject,
-            ControlBehavior::WarmUp => Controller::WarmUp(WarmUp::new(
-                rule.count,
-                rule.warm_up_period_sec,
-                rule.cold_factor,
-            )),
-            ControlBehavior::RateLimiter => {
-                Controller::RateLimiter(Throttle::new(rule.max_queueing_time_ms))
+            ControlBehavior::WarmUp => {
+                Controller::WarmUp(WarmUp::new(rule.count, rule.warm_up_period_sec, rule.cold_factor))
             }
+            ControlBehavior::RateLimiter => Controller::RateLimiter(Throttle::new(rule.max_queueing_time_ms)),
             ControlBehavior::WarmUpRateLimiter => Controller::WarmUpRateLimiter(
                 WarmUp::new(rule.count, rule.warm_up_period_sec, rule.cold_factor),
                 Throttle::new(rule.max_queueing_time_ms),
@@ -222,27 +181,19 @@ pub(crate) fn reject_qps(
 ) -> Decision {
     if already_reserved {
         return if node.admission.within(now_ms, limit) {
-            Decision::Pass {
-                reservation: None,
-                wait_nanos: 0,
-            }
+            Decision::Pass { reservation: None, wait_nanos: 0 }
         } else {
             Decision::Block
         };
     }
     if let Some(r) = node.admission.try_reserve(now_ms, acquire, limit) {
-        return Decision::Pass {
-            reservation: Some(r),
-            wait_nanos: 0,
-        };
+        return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
     }
     if prioritized {
         let wait = try_occupy_next(node, now_ms, acquire, limit);
         if wait < OCCUPY_TIMEOUT_MS {
             node.add_waiting(now_ms, now_ms + wait, acquire);
-            return Decision::Occupied {
-                wait_nanos: wait * NANOS_PER_MILLI,
-            };
+            return Decision::Occupied { wait_nanos: wait * NANOS_PER_MILLI };
         }
     }
     Decision::Block
@@ -266,13 +217,8 @@ fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64) -
         if wait >= OCCUPY_TIMEOUT_MS {
             break;
         }
-        let window_pass = if earliest < 0 {
-            0
-        } else {
-            node.window_pass_at(earliest as u64) as i64
-        };
-        if (current_pass + current_borrow as i64 + acquire as i64 - window_pass) as f64 <= max_count
-        {
+        let window_pass = if earliest < 0 { 0 } else { node.window_pass_at(earliest as u64) as i64 };
+        if (current_pass + current_borrow as i64 + acquire as i64 - window_pass) as f64 <= max_count {
             return wait;
         }
         earliest += window as i64;

@@ -3,9 +3,7 @@
 mod controller;
 mod rule;
 
-pub use rule::{
-    ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy,
-};
+pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -81,16 +79,10 @@ impl EntryState {
         self.permits[0].is_some()
     }
     fn has_reservation(&self, node: &StatNode) -> bool {
-        self.reservations
-            .iter()
-            .flatten()
-            .any(|(p, _)| std::ptr::eq(p.0, node))
+        self.reservations.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
     }
     fn has_permit(&self, node: &StatNode) -> bool {
-        self.permits
-            .iter()
-            .flatten()
-            .any(|(p, _)| std::ptr::eq(p.0, node))
+        self.permits.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
     }
     fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
         if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
@@ -133,15 +125,7 @@ pub(crate) struct FlowManager {
 
 /// Checks one flow rule; the first invalid field is reported.
 pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
-    let bad = |field, reason: &str| {
-        Err(RuleError::invalid(
-            RuleKind::Flow,
-            index,
-            &rule.resource,
-            field,
-            reason,
-        ))
-    };
+    let bad = |field, reason: &str| Err(RuleError::invalid(RuleKind::Flow, index, &rule.resource, field, reason));
     if rule.resource.trim().is_empty() {
         return bad("resource", "must not be blank");
     }
@@ -149,24 +133,12 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         return bad("count", "must be a finite number >= 0");
     }
     if matches!(rule.strategy, FlowStrategy::Relate | FlowStrategy::Chain)
-        && rule
-            .ref_resource
-            .as_deref()
-            .is_none_or(|r| r.trim().is_empty())
+        && rule.ref_resource.as_deref().is_none_or(|r| r.trim().is_empty())
     {
-        return bad(
-            "ref_resource",
-            "is required by the relate and chain strategies",
-        );
+        return bad("ref_resource", "is required by the relate and chain strategies");
     }
-    let warm = matches!(
-        rule.control_behavior,
-        ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter
-    );
-    let queue = matches!(
-        rule.control_behavior,
-        ControlBehavior::RateLimiter | ControlBehavior::WarmUpRateLimiter
-    );
+    let warm = matches!(rule.control_behavior, ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter);
+    let queue = matches!(rule.control_behavior, ControlBehavior::RateLimiter | ControlBehavior::WarmUpRateLimiter);
     if rule.grade == FlowGrade::Qps && warm {
         if rule.warm_up_period_sec == 0 {
             return bad("warm_up_period_sec", "must be > 0 for warm-up behaviours");
@@ -179,22 +151,14 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         }
     }
     if rule.grade == FlowGrade::Qps && queue && rule.max_queueing_time_ms == 0 {
-        return bad(
-            "max_queueing_time_ms",
-            "must be > 0 for queueing behaviours",
-        );
+        return bad("max_queueing_time_ms", "must be > 0 for queueing behaviours");
     }
     if rule.cluster_mode {
         match &rule.cluster_config {
             None => return bad("cluster_config", "is required when cluster_mode is on"),
-            Some(c) if c.flow_id.is_none() => {
-                return bad("cluster_config.flow_id", "is required in cluster mode")
-            }
+            Some(c) if c.flow_id.is_none() => return bad("cluster_config.flow_id", "is required in cluster mode"),
             Some(c) if c.sample_count == 0 || c.window_interval_ms == 0 => {
-                return bad(
-                    "cluster_config",
-                    "sample_count and window_interval_ms must be > 0",
-                )
+                return bad("cluster_config", "sample_count and window_interval_ms must be > 0")
             }
             Some(_) => {}
         }
@@ -232,10 +196,7 @@ impl FlowManager {
                 .get(&rule.resource)
                 .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
             let state = reused.unwrap_or_else(|| Arc::new(FlowRuleState::new(rule.clone())));
-            by_resource
-                .entry(rule.resource.clone())
-                .or_default()
-                .push(state);
+            by_resource.entry(rule.resource.clone()).or_default().push(state);
         }
         let map = by_resource
             .into_iter()
@@ -247,13 +208,7 @@ impl FlowManager {
                     .map(|s| s.rule.limit_app.clone())
                     .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
                     .collect();
-                (
-                    name,
-                    Arc::new(ResourceFlowRules {
-                        rules,
-                        named_origins,
-                    }),
-                )
+                (name, Arc::new(ResourceFlowRules { rules, named_origins }))
             })
             .collect();
         self.map.store(map);
@@ -275,37 +230,18 @@ fn is_special(app: &str) -> bool {
 }
 
 /// Java's `FlowRuleChecker.selectNodeByRequesterAndStrategy`.
-fn select_node<'a>(
-    st: &'a FlowRuleState,
-    rules: &ResourceFlowRules,
-    cx: &'a CheckCx<'a>,
-) -> Option<&'a StatNode> {
+fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
     let rule = &*st.rule;
     let origin: &str = cx.origin;
     let direct = rule.strategy == FlowStrategy::Direct;
     if !origin.is_empty() && rule.limit_app == origin && !is_special(origin) {
-        return if direct {
-            cx.origin_node
-        } else {
-            reference_node(st, cx)
-        };
+        return if direct { cx.origin_node } else { reference_node(st, cx) };
     }
     if rule.limit_app == LIMIT_APP_DEFAULT {
-        return if direct {
-            Some(&cx.resource.cluster.stat)
-        } else {
-            reference_node(st, cx)
-        };
+        return if direct { Some(&cx.resource.cluster.stat) } else { reference_node(st, cx) };
     }
-    if rule.limit_app == LIMIT_APP_OTHER
-        && !origin.is_empty()
-        && !rules.named_origins.iter().any(|o| o == origin)
-    {
-        return if direct {
-            cx.origin_node
-        } else {
-            reference_node(st, cx)
-        };
+    if rule.limit_app == LIMIT_APP_OTHER && !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin) {
+        return if direct { cx.origin_node } else { reference_node(st, cx) };
     }
     None
 }
@@ -335,34 +271,20 @@ fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a 
 }
 
 /// Checks the resource's flow rules in order; the first that blocks decides.
-pub(crate) fn check(
-    rules: &ResourceFlowRules,
-    cx: &CheckCx<'_>,
-    es: &mut EntryState,
-) -> Result<Verdict, BlockError> {
+pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<Verdict, BlockError> {
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
         let rule = &*st.rule;
-        if rule.cluster_mode
-            && !rule
-                .cluster_config
-                .as_ref()
-                .is_some_and(|c| c.fallback_to_local_when_fail)
-        {
+        if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
             // No token service is connected: cluster rules without local fallback pass.
             continue;
         }
-        let Some(node) = select_node(st, rules, cx) else {
-            continue;
-        };
+        let Some(node) = select_node(st, rules, cx) else { continue };
         let decision = match rule.grade {
             FlowGrade::Thread => {
                 if es.has_permit(node) {
                     if node.thread_permits() as f64 <= rule.count {
-                        Decision::Pass {
-                            reservation: None,
-                            wait_nanos: 0,
-                        }
+                        Decision::Pass { reservation: None, wait_nanos: 0 }
                     } else {
                         Decision::Block
                     }
@@ -373,24 +295,12 @@ pub(crate) fn check(
                 }
             }
             FlowGrade::Qps => match &st.controller {
-                Controller::Reject => reject_qps(
-                    node,
-                    cx.now_ms,
-                    cx.acquire,
-                    rule.count,
-                    cx.prioritized,
-                    es.has_reservation(node),
-                ),
+                Controller::Reject => {
+                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, es.has_reservation(node))
+                }
                 Controller::WarmUp(w) => {
                     w.sync(cx.now_ms, node);
-                    reject_qps(
-                        node,
-                        cx.now_ms,
-                        cx.acquire,
-                        w.allowed_qps(),
-                        false,
-                        es.has_reservation(node),
-                    )
+                    reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, es.has_reservation(node))
                 }
                 Controller::RateLimiter(t) => t.acquire(cx.now_nanos, cx.acquire, rule.count),
                 Controller::WarmUpRateLimiter(w, t) => {
@@ -400,10 +310,7 @@ pub(crate) fn check(
             },
         };
         match decision {
-            Decision::Pass {
-                reservation,
-                wait_nanos: w,
-            } => {
+            Decision::Pass { reservation, wait_nanos: w } => {
                 if let Some(r) = reservation {
                     es.push_reservation(node, r);
                 }
@@ -416,9 +323,7 @@ pub(crate) fn check(
             }
             Decision::Occupied { wait_nanos: w } => {
                 es.release_all();
-                return Ok(Verdict::Occupied {
-                    wait_nanos: wait_nanos + w,
-                });
+                return Ok(Verdict::Occupied { wait_nanos: wait_nanos + w });
             }
             Decision::Block => {
                 es.release_all();
@@ -458,11 +363,7 @@ impl ThreadGate {
             .is_ok()
     }
     fn release(&self, n: u32) {
-        let _ = self
-            .permits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                Some(v.saturating_sub(n as u64))
-            });
+        let _ = self.permits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(n as u64)));
     }
 }
 

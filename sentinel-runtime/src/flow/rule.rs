@@ -133,10 +133,7 @@ impl Default for FlowRule {
 impl FlowRule {
     /// A QPS reject rule for `resource` with count 0; set the fields with the builder methods.
     pub fn new(resource: impl Into<String>) -> Self {
-        FlowRule {
-            resource: resource.into(),
-            ..Default::default()
-        }
+        FlowRule { resource: resource.into(), ..Default::default() }
     }
     /// Sets the threshold.
     pub fn count(mut self, count: f64) -> Self {

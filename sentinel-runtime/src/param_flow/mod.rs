@@ -70,11 +70,7 @@ impl ParamFlowManager {
 }
 
 /// Checks the call's hot-parameter values.
-pub(crate) fn check(
-    state: &ResourceParamRules,
-    cx: &CheckCx<'_>,
-    es: &mut EntryState,
-) -> Result<(), BlockError> {
+pub(crate) fn check(state: &ResourceParamRules, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
     let _ = (state, cx, es);
     Ok(())
 }

@@ -86,11 +86,7 @@ impl Default for ParamFlowRule {
 impl ParamFlowRule {
     /// A QPS reject rule on argument `param_idx` of `resource`.
     pub fn new(resource: impl Into<String>, param_idx: i32) -> Self {
-        ParamFlowRule {
-            resource: resource.into(),
-            param_idx,
-            ..Default::default()
-        }
+        ParamFlowRule { resource: resource.into(), param_idx, ..Default::default() }
     }
     /// Sets the threshold.
     pub fn count(mut self, c: f64) -> Self {

@@ -51,10 +51,7 @@ impl AdmissionWindow {
                 continue;
             }
             // Claim the stale bucket: whoever wins the CAS on its start zeroes its count, then publishes it.
-            if self.starts[idx]
-                .compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 self.counts[idx].store(0, Ordering::Release);
                 self.starts[idx].store(start, Ordering::Release);
                 return idx;
@@ -87,12 +84,7 @@ impl AdmissionWindow {
             if (others + v + acquire as u64) as f64 > limit {
                 return None;
             }
-            match c.compare_exchange_weak(
-                v,
-                v + acquire as u64,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match c.compare_exchange_weak(v, v + acquire as u64, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     return Some(Reservation {
                         bucket_start: self.starts[cur].load(Ordering::Relaxed),

@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use crossbeam_utils::CachePadded;
 
 use super::stripe::{current_stripe, stripe_count};
-use super::window::{
-    deprecated, BucketTotals, MetricEvent, PlainWindow, StripedWindow, MAX_RT_MICROS,
-};
+use super::window::{deprecated, BucketTotals, MetricEvent, PlainWindow, StripedWindow, MAX_RT_MICROS};
 
 /// The per-second window: 2 buckets of 500 ms (Java's defaults).
 pub const SECOND_SAMPLE_COUNT: usize = 2;
@@ -40,9 +38,7 @@ impl Default for StatNode {
 
 impl std::fmt::Debug for StatNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StatNode")
-            .field("threads", &self.cur_threads())
-            .finish_non_exhaustive()
+        f.debug_struct("StatNode").field("threads", &self.cur_threads()).finish_non_exhaustive()
     }
 }
 
@@ -58,9 +54,7 @@ impl StatNode {
             second: StripedWindow::new(sample_count, interval_ms),
             minute: PlainWindow::new(MINUTE_SAMPLE_COUNT, MINUTE_INTERVAL_MS),
             borrowed: PlainWindow::new(sample_count, interval_ms),
-            threads: (0..stripe_count())
-                .map(|_| CachePadded::new(AtomicI64::new(0)))
-                .collect(),
+            threads: (0..stripe_count()).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
             admission: super::admission::AdmissionWindow::new(sample_count, interval_ms),
             thread_gate: Default::default(),
         }
@@ -123,8 +117,7 @@ impl StatNode {
     /// Records a prioritized request that will pass in the bucket starting at `future_ms`.
     pub(crate) fn add_waiting(&self, now_ms: u64, future_ms: u64, count: u32) {
         let slot = self.slot(now_ms);
-        self.second
-            .add(slot, MetricEvent::OccupiedPass, count as u64);
+        self.second.add(slot, MetricEvent::OccupiedPass, count as u64);
         let t = BucketTotals {
             counts: {
                 let mut c = [0; super::window::EVENT_COUNT];
@@ -147,11 +140,7 @@ impl StatNode {
 
     /// Calls in flight now.
     pub fn cur_threads(&self) -> u64 {
-        self.threads
-            .iter()
-            .map(|t| t.load(Ordering::Relaxed))
-            .sum::<i64>()
-            .max(0) as u64
+        self.threads.iter().map(|t| t.load(Ordering::Relaxed)).sum::<i64>().max(0) as u64
     }
 
     /// Totals over the per-second window at `now_ms`.
@@ -208,8 +197,7 @@ impl StatNode {
     /// `max(1, max bucket success) * sample_count / interval_secs` (used by the BBR check).
     pub fn max_success_qps(&self, now_ms: u64) -> f64 {
         let mut max = 1u64;
-        self.second
-            .for_each_valid(now_ms, |_, b| max = max.max(b.get(MetricEvent::Success)));
+        self.second.for_each_valid(now_ms, |_, b| max = max.max(b.get(MetricEvent::Success)));
         max as f64 * self.second.sample_count() as f64 / self.interval_secs()
     }
 
@@ -274,10 +262,7 @@ impl StatNode {
     /// Passes counted in the bucket of the per-second window that holds `at_ms`, if the window holds it.
     pub(crate) fn window_pass_at(&self, at_ms: u64) -> u64 {
         let bucket = self.second.bucket_ms();
-        self.second
-            .bucket_at(at_ms - at_ms % bucket)
-            .map(|t| t.get(MetricEvent::Pass))
-            .unwrap_or(0)
+        self.second.bucket_at(at_ms - at_ms % bucket).map(|t| t.get(MetricEvent::Pass)).unwrap_or(0)
     }
 
     /// Requests waiting in (borrowed from) later buckets.

@@ -14,9 +14,7 @@ thread_local! {
 pub(crate) fn stripe_count() -> usize {
     static COUNT: OnceLock<usize> = OnceLock::new();
     *COUNT.get_or_init(|| {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         cores.next_power_of_two().clamp(1, 16)
     })
 }

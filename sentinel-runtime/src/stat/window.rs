@@ -49,10 +49,7 @@ pub struct BucketTotals {
 
 impl Default for BucketTotals {
     fn default() -> Self {
-        BucketTotals {
-            counts: [0; EVENT_COUNT],
-            min_rt_micros: MAX_RT_MICROS,
-        }
+        BucketTotals { counts: [0; EVENT_COUNT], min_rt_micros: MAX_RT_MICROS }
     }
 }
 
@@ -147,10 +144,7 @@ impl PlainWindow {
             if s != EMPTY && s > start {
                 return; // older than what the slot holds: outside the window already
             }
-            if self.starts[idx]
-                .compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 self.cells[idx].reset();
                 self.starts[idx].store(start, Ordering::Release);
             }
@@ -206,12 +200,8 @@ impl StripedWindow {
             bucket_ms: (interval_ms / n as u64).max(1),
             interval_ms,
             stripes,
-            starts: (0..n)
-                .map(|_| CachePadded::new(AtomicU64::new(EMPTY)))
-                .collect(),
-            cells: (0..n * stripes)
-                .map(|_| CachePadded::new(Cell::new()))
-                .collect(),
+            starts: (0..n).map(|_| CachePadded::new(AtomicU64::new(EMPTY))).collect(),
+            cells: (0..n * stripes).map(|_| CachePadded::new(Cell::new())).collect(),
         }
     }
 
@@ -228,12 +218,7 @@ impl StripedWindow {
     /// Finds (claiming and folding a stale bucket if needed) the bucket for `now_ms`, and returns this thread's
     /// cell in it. `on_reset(start)` gives the totals a fresh bucket starts with (borrowed passes).
     #[inline]
-    pub(crate) fn slot(
-        &self,
-        now_ms: u64,
-        fold: &PlainWindow,
-        borrowed: &impl Fn(u64) -> u64,
-    ) -> Slot {
+    pub(crate) fn slot(&self, now_ms: u64, fold: &PlainWindow, borrowed: &impl Fn(u64) -> u64) -> Slot {
         let n = self.starts.len();
         let idx = ((now_ms / self.bucket_ms) % n as u64) as usize;
         let start = now_ms - now_ms % self.bucket_ms;
@@ -249,13 +234,7 @@ impl StripedWindow {
     }
 
     #[cold]
-    fn slot_slow(
-        &self,
-        idx: usize,
-        start: u64,
-        fold: &PlainWindow,
-        borrowed: &impl Fn(u64) -> u64,
-    ) {
+    fn slot_slow(&self, idx: usize, start: u64, fold: &PlainWindow, borrowed: &impl Fn(u64) -> u64) {
         loop {
             let s = self.starts[idx].load(Ordering::Acquire);
             if s == start || (s > start && s < RESETTING) {
@@ -265,10 +244,7 @@ impl StripedWindow {
                 std::hint::spin_loop();
                 continue;
             }
-            if self.starts[idx]
-                .compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
+            if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 let base = idx * self.stripes;
                 if s != EMPTY {
                     let mut t = BucketTotals::default();
@@ -282,8 +258,7 @@ impl StripedWindow {
                 }
                 let b = borrowed(start);
                 if b > 0 {
-                    self.cells[base].counts[MetricEvent::Pass as usize]
-                        .fetch_add(b, Ordering::Relaxed);
+                    self.cells[base].counts[MetricEvent::Pass as usize].fetch_add(b, Ordering::Relaxed);
                 }
                 self.starts[idx].store(start, Ordering::Release);
                 return;
