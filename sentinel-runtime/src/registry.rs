@@ -81,6 +81,20 @@ impl Sentinel {
         v
     }
 
+    /// Creates, in this engine, the resource (and its cluster node) of every annotated function in the binary, so
+    /// that they are listed and have rules attached before their first call. Returns how many were created.
+    pub fn prebuild_registered_resources(&self) -> usize {
+        let known: BTreeSet<String> = self.resource_names().into_iter().collect();
+        let mut created = 0;
+        for d in inventory::iter::<ResourceDescriptor> {
+            if !known.contains(d.name) {
+                let _ = self.resource_typed(d.name, d.entry_type);
+                created += 1;
+            }
+        }
+        created
+    }
+
     /// Declares resource names used only by manual entries ([`Sentinel::enter`], [`crate::Resource`]), so
     /// that rules naming them are not reported as unknown before their first call. Process-wide.
     pub fn declare_resources<I, S>(names: I)
