@@ -59,8 +59,8 @@ pub mod __private {
     pub use crate::macro_support::*;
     pub use crate::param_flow::HotParam;
     pub use crate::registry::ResourceDescriptor;
-    pub use inventory;
     use crate::{EntryType, Resource, Sentinel};
+    pub use inventory;
 
     /// One annotated function's cached resource handle (a `static` in the generated code).
     pub struct ResourceSite {
