@@ -256,3 +256,68 @@ impl Parse for Args {
         Ok(args)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> syn::Result<Args> {
+        syn::parse_str::<Args>(s)
+    }
+
+    #[test]
+    fn every_key_parses_in_any_order() {
+        let a = parse(
+            r#"crate = "my::rt", params = [a, b.len()], origin = who, context = "ctx",
+               exceptions_to_trace = is_bad, exceptions_to_ignore = [E::A | E::B, E::C(_)],
+               default_fallback = d, fallback = Self::f, block_handler = h::<T>, entry_type = In, name = "n""#,
+        )
+        .unwrap();
+        assert_eq!(a.name.unwrap().value.value(), "n");
+        assert_eq!(a.entry_type.unwrap().value, EntryKind::In);
+        assert!(a.block_handler.is_some() && a.fallback.is_some() && a.default_fallback.is_some());
+        assert!(
+            matches!(a.exceptions_to_ignore.unwrap().value, ErrorMatch::Patterns(p) if p.len() == 2)
+        );
+        assert!(matches!(
+            a.exceptions_to_trace.unwrap().value,
+            ErrorMatch::Predicate(_)
+        ));
+        assert_eq!(a.params.unwrap().value.len(), 2);
+        assert!(a.origin.is_some() && a.context.is_some());
+    }
+
+    #[test]
+    fn empty_arguments_are_fine() {
+        assert!(parse("").unwrap().name.is_none());
+        assert!(
+            parse("name = \"x\",").is_ok(),
+            "a trailing comma is accepted"
+        );
+    }
+
+    #[test]
+    fn repeated_and_unknown_keys_are_rejected_on_the_key() {
+        let e = parse("fallback = a, fallback = b").err().unwrap();
+        assert!(
+            e.to_string().starts_with("duplicate `fallback` argument"),
+            "{e}"
+        );
+        let e = parse("blockHandler = a").err().unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("unknown `#[sentinel_resource]` argument `blockHandler`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        assert!(parse("entry_type = Sideways").is_err());
+        assert!(parse("name = \"\"").is_err());
+        assert!(parse("exceptions_to_ignore = []").is_err());
+        assert!(parse("exceptions_to_ignore = [A +]").is_err());
+        assert!(parse("params = a").is_err());
+        assert!(parse("block_handler = 1").is_err());
+    }
+}

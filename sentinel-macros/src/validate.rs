@@ -402,3 +402,49 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elided(ty: &str) -> bool {
+        has_elided_lifetime(syn::parse_str::<Type>(ty).unwrap().to_token_stream())
+    }
+
+    #[test]
+    fn elided_lifetimes_are_detected() {
+        assert!(elided("&str"));
+        assert!(elided("Result<&mut u8, E>"));
+        assert!(elided("Cow<'_, str>"));
+        assert!(elided("&[u8]"));
+        assert!(!elided("&'a str"));
+        assert!(!elided("Result<String, E>"));
+        assert!(!elided("&'static mut Vec<u8>"));
+    }
+
+    #[test]
+    fn result_types_are_recognized_by_name() {
+        let is = |t: &str| is_result_type(&syn::parse_str::<Type>(t).unwrap());
+        assert!(is("Result<u8, E>") && is("io::Result<u8>") && is("::core::result::Result<(), E>"));
+        assert!(!is("Option<u8>") && !is("u8") && !is("(Result<u8, E>, u8)"));
+        let err = |t: &str| {
+            result_error_ty(&syn::parse_str::<Type>(t).unwrap())
+                .map(|e| e.to_token_stream().to_string())
+        };
+        assert_eq!(err("Result<u8, MyError>").as_deref(), Some("MyError"));
+        assert_eq!(err("io::Result<u8>"), None);
+    }
+
+    #[test]
+    fn async_trait_bodies_are_recognized() {
+        let f: ItemFn = syn::parse_quote! {
+            fn get<'a, 'async_trait>(&'a self) -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = u8> + Send + 'async_trait>> {
+                Box::pin(async move { 1 })
+            }
+        };
+        let args = Args::default();
+        // u8 is not a Result and there is no block handler: the error names the future's output type.
+        let e = validate(&args, &f).err().unwrap().to_string();
+        assert!(e.contains("returns `u8`"), "{e}");
+    }
+}
