@@ -505,6 +505,7 @@ impl Sentinel {
         if self.shared.flow.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
+        self.warn_unknown_rule_resources(crate::error::RuleKind::Flow);
         Ok(())
     }
     /// The flow rules in force.
@@ -517,6 +518,7 @@ impl Sentinel {
         if self.shared.degrade.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
+        self.warn_unknown_rule_resources(crate::error::RuleKind::Degrade);
         Ok(())
     }
     /// The degrade rules in force.
@@ -539,6 +541,7 @@ impl Sentinel {
         if self.shared.param.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
+        self.warn_unknown_rule_resources(crate::error::RuleKind::ParamFlow);
         Ok(())
     }
     /// The hot-parameter rules in force.
@@ -551,6 +554,7 @@ impl Sentinel {
         if self.shared.authority.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
+        self.warn_unknown_rule_resources(crate::error::RuleKind::Authority);
         Ok(())
     }
     /// The authority rules in force.
