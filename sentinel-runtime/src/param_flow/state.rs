@@ -319,4 +319,26 @@ mod tests {
         assert!(matches!(s.decide(&k, 1, 5_000 * NANOS_PER_MILLI), ValueDecision::Pass));
         assert_eq!(s.peek(&k).unwrap().raw(), (5_000, 3), "first sight: max (3 + 1) - 1 left");
     }
+
+    #[test]
+    fn the_largest_cap_holds_whatever_the_cardinality() {
+        // duration 60: min(4000 * 60, 200000) = 200000 values at most.
+        let s = ParamRuleState::new(ParamFlowRule::new("r", 0).count(1.0).duration_in_sec(60));
+        let cap = s.capacity();
+        for v in 0..300_000i64 {
+            assert!(matches!(s.decide(&ParamValue::Int(v).key(), 1, 0), ValueDecision::Pass));
+        }
+        assert!(s.tracked() <= cap && cap <= 200_000, "{} of {cap}", s.tracked());
+        assert!(s.tracked() > cap / 2);
+    }
+
+    #[test]
+    fn an_explicit_small_cap_bounds_strings_too() {
+        let s = ParamRuleState::with_capacity(ParamFlowRule::new("r", 0).count(1.0), Some(1024));
+        for v in 0..100_000u32 {
+            let text = format!("user-{v}");
+            let _ = s.decide(&ParamValue::Str(&text).key(), 1, 0);
+            assert!(s.tracked() <= 1024);
+        }
+    }
 }
