@@ -8,8 +8,8 @@
 //! (sentinel-core captures a backtrace per error when `RUST_BACKTRACE` is set, which would skew it.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::hint::black_box;
 use std::cell::Cell;
+use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 

@@ -215,8 +215,7 @@ fn block_error_carries_rule_value_and_origin() {
 
 #[test]
 fn several_rules_on_one_resource_all_apply() {
-    let (e, _clock) =
-        engine(vec![ParamFlowRule::new("res", 0).count(3.0), ParamFlowRule::new("res", 1).count(1.0)]);
+    let (e, _clock) = engine(vec![ParamFlowRule::new("res", 0).count(3.0), ParamFlowRule::new("res", 1).count(1.0)]);
     assert!(call(&e, &[&"u1", &"r1"]).is_ok());
     assert_eq!(call(&e, &[&"u1", &"r1"]), Err("r1".into()));
     assert!(call(&e, &[&"u1", &"r2"]).is_ok());
@@ -225,9 +224,8 @@ fn several_rules_on_one_resource_all_apply() {
 #[test]
 fn rate_limiter_spaces_calls_per_value() {
     // count 10 per 1 s: one call per 100 ms per value; no queueing (max_queueing_time_ms 0).
-    let (e, clock) = engine(vec![ParamFlowRule::new("res", 0)
-        .count(10.0)
-        .control_behavior(ControlBehavior::RateLimiter)]);
+    let (e, clock) =
+        engine(vec![ParamFlowRule::new("res", 0).count(10.0).control_behavior(ControlBehavior::RateLimiter)]);
     assert!(call(&e, &[&1]).is_ok());
     assert!(call(&e, &[&1]).is_err());
     assert!(call(&e, &[&2]).is_ok(), "another value has its own spacing");
@@ -244,9 +242,8 @@ fn rate_limiter_queues_strictly_less_than_the_queueing_time() {
         .control_behavior(ControlBehavior::RateLimiter)
         .max_queueing_time_ms(500)]);
     let r = e.resource("res");
-    let waits: Vec<Option<u64>> = (0..7)
-        .map(|_| r.entry().args(&[&"k"]).enter().ok().map(|en| en.waited().as_millis() as u64))
-        .collect();
+    let waits: Vec<Option<u64>> =
+        (0..7).map(|_| r.entry().args(&[&"k"]).enter().ok().map(|en| en.waited().as_millis() as u64)).collect();
     // 0, then 100, 200, 300, 400 ms; a wait of 500 is not < 500: blocked.
     assert_eq!(waits, vec![Some(0), Some(100), Some(200), Some(300), Some(400), None, None]);
 }

@@ -175,9 +175,7 @@ impl ParamFlowManager {
         let old = self.map.snapshot();
         let mut by_resource: HashMap<String, Vec<Arc<ParamRuleState>>> = HashMap::new();
         for rule in &unique {
-            let reused = old
-                .get(&rule.resource)
-                .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
+            let reused = old.get(&rule.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
             let st = reused.unwrap_or_else(|| Arc::new(ParamRuleState::new(rule.clone())));
             by_resource.entry(rule.resource.clone()).or_default().push(st);
         }
@@ -272,4 +270,3 @@ impl crate::Sentinel {
         self.shared.param.for_resource(resource).map(|r| r.tracked()).unwrap_or_default()
     }
 }
-

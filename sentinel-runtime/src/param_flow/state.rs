@@ -109,11 +109,8 @@ fn new_counters(capacity: usize) -> (Counters, usize) {
     }
     let per_shard = capacity / shards;
     let total = per_shard * shards; // never above `capacity`
-    let built = OptionsBuilder::new()
-        .shards(shards)
-        .estimated_items_capacity(total)
-        .weight_capacity(total as u64)
-        .build();
+    let built =
+        OptionsBuilder::new().shards(shards).estimated_items_capacity(total).weight_capacity(total as u64).build();
     let cache = match built {
         Ok(opts) => Cache::with_options(opts, UnitWeighter, DefaultHashBuilder::default(), Default::default()),
         // Unreachable with the options above; the plain constructor is still bounded.

@@ -192,9 +192,8 @@ impl SystemManager {
     /// Checks an inbound call against the system limits, in Java's order.
     pub(crate) fn check(&self, cx: &CheckCx<'_>) -> Result<(), BlockError> {
         let t = **self.thresholds.load();
-        let block = |limit| {
-            Err(BlockError::System { resource: cx.resource.name.clone(), limit, origin: cx.origin.clone() })
-        };
+        let block =
+            |limit| Err(BlockError::System { resource: cx.resource.name.clone(), limit, origin: cx.origin.clone() });
         let node = &cx.shared.inbound;
         let now = cx.now_ms;
         if let Some(limit) = t.qps {

@@ -105,10 +105,10 @@ pub(crate) fn parse_stat(text: &str) -> Result<(u64, u64), ProcError> {
 
 /// utime + stime (ticks) from `/proc/self/stat`; the command name may hold spaces and parentheses.
 pub(crate) fn parse_self_stat(text: &str) -> Result<u64, ProcError> {
-    let after = text.rfind(')').map(|i| &text[i + 1..]).ok_or(ProcError::Malformed {
-        file: SELF_STAT,
-        what: "no `)` after the command name",
-    })?;
+    let after = text
+        .rfind(')')
+        .map(|i| &text[i + 1..])
+        .ok_or(ProcError::Malformed { file: SELF_STAT, what: "no `)` after the command name" })?;
     // Fields after the name start at field 3 (state); utime and stime are fields 14 and 15.
     let mut it = after.split_whitespace().skip(11);
     let mut next = || -> Result<u64, ProcError> {
