@@ -29,6 +29,9 @@
 //! - The rate limiter keeps nanosecond precision through the engine's (mockable) clock; Java rounds the
 //!   cost to whole milliseconds.
 //! - Thread-grade permits are taken at check time by compare-and-swap (exact), not counted after the fact.
+//!   An entry keeps a handle to the value's counter (never the borrowed value) and releases it at exit. If
+//!   more than the cap of distinct values churn through a thread rule while a value has calls in flight,
+//!   its counter may be evicted and that value starts again from zero (as in Java's bounded map).
 //!   A call holds at most [`MAX_THREAD_PERMITS`] per-value permits; values beyond that (a large collection
 //!   argument under a thread rule) are checked but not counted.
 //!
