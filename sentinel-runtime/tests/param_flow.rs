@@ -426,3 +426,16 @@ fn rules_apply_to_their_own_resource_only() {
     let (e, _clock) = engine(vec![ParamFlowRule::new("res", 0).count(0.0)]);
     assert!(e.resource("other").entry().args(&[&1]).enter().is_ok());
 }
+
+#[test]
+fn rule_defaults_match_java() {
+    let r = ParamFlowRule::default();
+    assert_eq!(r.grade, FlowGrade::Qps);
+    assert_eq!(r.control_behavior, ControlBehavior::Reject);
+    assert_eq!(r.max_queueing_time_ms, 0);
+    assert_eq!(r.burst_count, 0);
+    assert_eq!(r.duration_in_sec, 1);
+    assert_eq!(r.limit_app, "default");
+    assert!(r.items.is_empty());
+    assert_eq!(sentinel_runtime::param_flow::counter_capacity(r.duration_in_sec), 4000);
+}

@@ -272,3 +272,13 @@ fn the_sampler_runs_only_while_a_rule_needs_load_or_cpu() {
     assert!(!e.system_sampler_running());
     assert_eq!(e.system_readings(), SystemReadings { load: Some(0.5), cpu: Some(0.5) });
 }
+
+#[test]
+fn cpu_usage_bounds_zero_and_one_are_valid() {
+    let (e, _clock) = engine();
+    e.load_system_rules(vec![SystemRule { highest_cpu_usage: Some(0.0), ..Default::default() }]).unwrap();
+    e.load_system_rules(vec![SystemRule { highest_cpu_usage: Some(1.0), ..Default::default() }]).unwrap();
+    e.set_system_readings(None, Some(1.0));
+    assert!(e.resource_typed("api", EntryType::In).enter().is_ok(), "usage 1.0 is never over a limit of 1.0");
+    assert!(SystemRule::default().qps.is_none(), "unset fields are off");
+}

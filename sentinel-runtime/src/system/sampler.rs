@@ -298,6 +298,22 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
+    fn this_machines_proc_files_parse() {
+        // Where /proc is readable, its real formats parse (a sandbox without /proc skips this).
+        if let Ok(t) = std::fs::read_to_string(LOADAVG) {
+            assert!(parse_loadavg(&t).is_ok(), "{t}");
+        }
+        if let Ok(t) = std::fs::read_to_string(STAT) {
+            let (busy, total) = parse_stat(&t).unwrap();
+            assert!(busy <= total);
+        }
+        if let Ok(t) = std::fs::read_to_string(SELF_STAT) {
+            assert!(parse_self_stat(&t).is_ok(), "{t}");
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
     fn sampler_stops_on_drop_and_releases_its_readings() {
         let readings = Arc::new(Readings::default());
         let sampler = Sampler::start(readings.clone()).expect("linux has a sampler");
