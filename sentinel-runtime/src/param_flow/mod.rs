@@ -260,7 +260,6 @@ pub(crate) fn on_exit(_cx: &ExitCx<'_>, es: &mut EntryState) {
 
 impl ResourceParamRules {
     /// (tracked values, capacity) of each rule, in order (tests and inspection).
-    #[allow(dead_code)]
     pub(crate) fn tracked(&self) -> Vec<(usize, usize)> {
         self.rules.iter().map(|s| (s.tracked(), s.capacity())).collect()
     }
