@@ -423,18 +423,18 @@ impl Checks {
                     cx.shared.system.check(cx)
                 }
                 PHASE_PARAM => match &rules.param {
-                    Some(p) => param_flow::check(p, cx, &mut self.param),
+                    Some(p) => param_flow::check(p, cx, &mut self.param).map(|w| self.wait_nanos += w),
                     None => Ok(()),
                 },
                 PHASE_FLOW => match &rules.flow {
                     Some(f) => match flow::check(f, cx, &mut self.flow, scratch) {
                         Ok(flow::Verdict::Pass { wait_nanos }) => {
-                            self.wait_nanos = wait_nanos;
+                            self.wait_nanos += wait_nanos;
                             Ok(())
                         }
                         Ok(flow::Verdict::Occupied { wait_nanos }) => {
                             // A prioritized call borrowed a later window: it passes without the breakers.
-                            self.wait_nanos = wait_nanos;
+                            self.wait_nanos += wait_nanos;
                             self.occupied = true;
                             return Ok(());
                         }

@@ -198,6 +198,17 @@ impl fmt::Display for BlockError {
             BlockError::System { resource, limit, origin: o } => {
                 write!(f, "`{resource}` blocked by system protection: {limit}{}", origin(o))
             }
+            BlockError::ParamFlow { resource, rule, value, origin: o }
+                if rule.grade == crate::flow::FlowGrade::Thread =>
+            {
+                write!(
+                    f,
+                    "`{resource}` blocked by hot-parameter rule on argument {}: value {value} over {} calls in flight{}",
+                    rule.param_idx,
+                    rule.count,
+                    origin(o)
+                )
+            }
             BlockError::ParamFlow { resource, rule, value, origin: o } => write!(
                 f,
                 "`{resource}` blocked by hot-parameter rule on argument {}: value {value} over {} per {} s{}",

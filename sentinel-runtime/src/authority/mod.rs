@@ -1,18 +1,41 @@
 //! Authority rules: which callers (origins) may use a resource.
+//!
+//! A rule names a comma-separated list of origins (`limit_app`) and a strategy: a **white** list (the
+//! default) lets only the listed origins in, a **black** list keeps them out. Membership is exact equality
+//! with one element of the list, with no trimming (`"appA, appB"` lists `"appA"` and `" appB"`), as in Java
+//! Sentinel. A call with no origin (the empty string) always passes.
+//!
+//! ```
+//! use sentinel_runtime::{Sentinel, BlockError};
+//! use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+//!
+//! let engine = Sentinel::builder().build();
+//! engine
+//!     .load_authority_rules(vec![AuthorityRule::new("admin", "ops,billing", AuthorityStrategy::White)])
+//!     .unwrap();
+//! let admin = engine.resource("admin");
+//! assert!(admin.entry().origin("ops").enter().is_ok());
+//! let blocked = admin.entry().origin("web").enter().unwrap_err();
+//! assert!(matches!(blocked, BlockError::Authority { .. }));
+//! assert!(admin.enter().is_ok()); // no origin: passes
+//! ```
 
 mod rule;
 
 pub use rule::{AuthorityRule, AuthorityStrategy};
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use crate::error::{BlockError, RuleError};
+use crate::error::{BlockError, RuleError, RuleKind};
 use crate::rules::{CheckCx, RuleMap};
 
 /// The authority rules in force for one resource.
 #[derive(Debug)]
 pub(crate) struct ResourceAuthority {
     pub(crate) rules: Vec<Arc<AuthorityRule>>,
+    /// `lists[i]`: the origins of `rules[i]`, split once at load.
+    lists: Vec<Box<[Box<str>]>>,
 }
 
 /// Holds the authority rules.
@@ -20,14 +43,49 @@ pub(crate) struct ResourceAuthority {
 pub(crate) struct AuthorityManager {
     map: RuleMap<ResourceAuthority>,
     rules: arc_swap::ArcSwap<Vec<AuthorityRule>>,
+    load_lock: Mutex<()>,
+}
+
+/// Checks one authority rule; the first invalid field is reported.
+pub(crate) fn validate(rule: &AuthorityRule, index: usize) -> Result<(), RuleError> {
+    let bad = |field, reason: &str| Err(RuleError::invalid(RuleKind::Authority, index, &rule.resource, field, reason));
+    if rule.resource.trim().is_empty() {
+        return bad("resource", "must not be blank");
+    }
+    if rule.limit_app.trim().is_empty() {
+        return bad("limit_app", "must list at least one origin (comma-separated)");
+    }
+    Ok(())
 }
 
 impl AuthorityManager {
-    /// Validates and replaces the rule set.
+    /// Validates and replaces the rule set; `Ok(false)` when it equals the one in force.
     pub(crate) fn load(&self, rules: Vec<AuthorityRule>) -> Result<bool, RuleError> {
-        let _ = &self.rules;
-        let _ = rules;
-        Ok(false)
+        for (i, r) in rules.iter().enumerate() {
+            validate(r, i)?;
+        }
+        let mut unique: Vec<AuthorityRule> = Vec::with_capacity(rules.len());
+        for r in rules {
+            if !unique.contains(&r) {
+                unique.push(r);
+            }
+        }
+        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if **self.rules.load() == unique {
+            return Ok(false);
+        }
+        let mut by_resource: HashMap<String, ResourceAuthority> = HashMap::new();
+        for rule in &unique {
+            let list: Box<[Box<str>]> = rule.limit_app.split(',').map(Box::from).collect();
+            let e = by_resource
+                .entry(rule.resource.clone())
+                .or_insert_with(|| ResourceAuthority { rules: Vec::new(), lists: Vec::new() });
+            e.rules.push(Arc::new(rule.clone()));
+            e.lists.push(list);
+        }
+        self.map.store(by_resource.into_iter().map(|(k, v)| (k, Arc::new(v))).collect());
+        self.rules.store(Arc::new(unique));
+        Ok(true)
     }
     pub(crate) fn rules(&self) -> Vec<AuthorityRule> {
         self.rules.load().as_ref().clone()
@@ -37,8 +95,69 @@ impl AuthorityManager {
     }
 }
 
+/// Whether `origin` passes a rule with the origin list `list` (Java's `AuthorityRuleChecker.passCheck`).
+fn passes(strategy: AuthorityStrategy, list: &[Box<str>], origin: &str) -> bool {
+    if origin.is_empty() {
+        return true;
+    }
+    let listed = list.iter().any(|app| &**app == origin);
+    match strategy {
+        AuthorityStrategy::White => listed,
+        AuthorityStrategy::Black => !listed,
+    }
+}
+
 /// Checks the caller's origin against the resource's authority rules.
 pub(crate) fn check(state: &ResourceAuthority, cx: &CheckCx<'_>) -> Result<(), BlockError> {
-    let _ = (state, cx);
+    for (rule, list) in state.rules.iter().zip(state.lists.iter()) {
+        if !passes(rule.strategy, list, cx.origin) {
+            return Err(BlockError::Authority {
+                resource: cx.resource.name.clone(),
+                rule: rule.clone(),
+                origin: cx.origin.clone(),
+            });
+        }
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(s: &str) -> Vec<Box<str>> {
+        s.split(',').map(Box::from).collect()
+    }
+
+    #[test]
+    fn white_list_admits_members_only() {
+        let l = list("appA,appB");
+        assert!(passes(AuthorityStrategy::White, &l, "appA"));
+        assert!(passes(AuthorityStrategy::White, &l, "appB"));
+        assert!(!passes(AuthorityStrategy::White, &l, "appC"));
+    }
+
+    #[test]
+    fn black_list_blocks_members_only() {
+        let l = list("appA,appB");
+        assert!(!passes(AuthorityStrategy::Black, &l, "appA"));
+        assert!(passes(AuthorityStrategy::Black, &l, "appC"));
+    }
+
+    #[test]
+    fn membership_is_exact_without_trimming_or_substrings() {
+        let l = list("appA, appB,app");
+        assert!(!passes(AuthorityStrategy::White, &l, "appB"), "` appB` is listed, not `appB`");
+        assert!(passes(AuthorityStrategy::White, &l, " appB"));
+        assert!(passes(AuthorityStrategy::White, &l, "app"));
+        assert!(!passes(AuthorityStrategy::White, &l, "ap"), "a substring of a member is not a member");
+        assert!(!passes(AuthorityStrategy::White, &l, "appA,"));
+    }
+
+    #[test]
+    fn empty_origin_always_passes() {
+        let l = list("appA");
+        assert!(passes(AuthorityStrategy::White, &l, ""));
+        assert!(passes(AuthorityStrategy::Black, &l, ""));
+    }
 }

@@ -1,0 +1,77 @@
+//! Hot-parameter, system and authority checks make no heap allocation on a passing call once the value is
+//! tracked (counted per thread with a counting global allocator).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+use sentinel_runtime::flow::{ControlBehavior, FlowGrade};
+use sentinel_runtime::param_flow::ParamFlowRule;
+use sentinel_runtime::system::SystemRule;
+use sentinel_runtime::{EntryType, Sentinel};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(|c| c.get())
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn passing_calls_on_tracked_values_allocate_nothing() {
+    let engine = Sentinel::builder().build();
+    engine.set_system_readings(Some(0.1), Some(0.1));
+    engine
+        .load_param_flow_rules(vec![
+            ParamFlowRule::new("api", 0).count(1e12),
+            ParamFlowRule::new("api", 1).count(1e9).control_behavior(ControlBehavior::RateLimiter),
+            ParamFlowRule::new("api", -1).grade(FlowGrade::Thread).count(1e6),
+        ])
+        .unwrap();
+    engine
+        .load_system_rules(vec![SystemRule {
+            qps: Some(1e12),
+            max_thread: Some(1_000_000),
+            avg_rt: Some(1_000_000),
+            highest_system_load: Some(100.0),
+            highest_cpu_usage: Some(1.0),
+            ..Default::default()
+        }])
+        .unwrap();
+    engine.load_authority_rules(vec![AuthorityRule::new("api", "appA", AuthorityStrategy::Black)]).unwrap();
+    let api = engine.resource_typed("api", EntryType::In);
+    let users: Vec<String> = (0..16).map(|i| format!("user-{i}")).collect();
+    let call = |i: usize| {
+        let user = &users[i % users.len()];
+        let region = "eu";
+        api.entry().args(&[&(i as u64 % 16), &user, &region]).enter().is_ok()
+    };
+    for i in 0..1000 {
+        assert!(call(i));
+    }
+    let before = allocations();
+    for i in 0..100_000 {
+        assert!(call(i));
+    }
+    assert_eq!(allocations() - before, 0, "allocations on 100k passing calls");
+}
