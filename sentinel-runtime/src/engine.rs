@@ -119,10 +119,11 @@ impl SentinelBuilder {
                 resource_list: boxcar::Vec::new(),
                 resource_generation: AtomicUsize::new(0),
                 default_ctx,
-                contexts: Mutex::new(HashMap::new()),
+                contexts: papaya::HashMap::new(),
+                intern_lock: Mutex::new(()),
                 context_list: boxcar::Vec::new(),
                 empty_origin,
-                origins: Mutex::new(HashMap::new()),
+                origins: papaya::HashMap::new(),
                 origin_list: boxcar::Vec::new(),
                 flow: FlowManager::default(),
                 degrade: DegradeManager::default(),
@@ -161,10 +162,12 @@ pub(crate) struct Shared {
     /// Bumped whenever a resource is created (lets cached negative lookups stay valid without a lock).
     pub(crate) resource_generation: AtomicUsize,
     default_ctx: Box<ContextInfo>,
-    contexts: Mutex<HashMap<Arc<str>, usize>>,
+    /// Context and origin names to their index: read lock-free; `intern_lock` serializes first sightings.
+    contexts: papaya::HashMap<Arc<str>, usize>,
+    intern_lock: Mutex<()>,
     context_list: boxcar::Vec<ContextInfo>,
     empty_origin: Box<OriginInfo>,
-    origins: Mutex<HashMap<Arc<str>, usize>>,
+    origins: papaya::HashMap<Arc<str>, usize>,
     origin_list: boxcar::Vec<OriginInfo>,
     pub(crate) flow: FlowManager,
     pub(crate) degrade: DegradeManager,
@@ -200,7 +203,16 @@ impl Shared {
         if name == DEFAULT_CONTEXT_NAME {
             return Some(&self.default_ctx);
         }
-        let mut map = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = self.contexts.pin().get(name) {
+            return Some(&self.context_list[i]);
+        }
+        self.create_context(name)
+    }
+
+    #[cold]
+    fn create_context(&self, name: &str) -> Option<&ContextInfo> {
+        let _guard = self.intern_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.contexts.pin();
         if let Some(&i) = map.get(name) {
             return Some(&self.context_list[i]);
         }
@@ -228,7 +240,16 @@ impl Shared {
         if name.is_empty() {
             return &self.empty_origin;
         }
-        let mut map = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = self.origins.pin().get(name) {
+            return &self.origin_list[i];
+        }
+        self.create_origin(name)
+    }
+
+    #[cold]
+    fn create_origin(&self, name: &str) -> &OriginInfo {
+        let _guard = self.intern_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.origins.pin();
         if let Some(&i) = map.get(name) {
             return &self.origin_list[i];
         }
@@ -243,8 +264,7 @@ impl Shared {
         if name.is_empty() {
             return Some(0);
         }
-        let map = self.origins.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(name).map(|&i| self.origin_list[i].id)
+        self.origins.pin().get(name).map(|&i| self.origin_list[i].id)
     }
 
     /// A resource by name, if one was created.

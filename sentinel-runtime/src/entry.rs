@@ -113,13 +113,17 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         self.build(true)
     }
 
-    /// Runs the checks; a queueing decision awaits a timer instead of blocking the thread.
-    pub async fn enter_async(self) -> Result<Entry<'r>, BlockError> {
-        let e = self.build(false)?;
-        if e.checks.wait_nanos > 0 && e.shared.clock.manual().is_none() {
-            futures_timer::Delay::new(Duration::from_nanos(e.checks.wait_nanos)).await;
+    /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread. The
+    /// returned future holds only the entry (not the hot-parameter arguments), so it is `Send`.
+    pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
+        let decided = self.build(false);
+        async move {
+            let e = decided?;
+            if e.checks.wait_nanos > 0 && e.shared.clock.manual().is_none() {
+                futures_timer::Delay::new(Duration::from_nanos(e.checks.wait_nanos)).await;
+            }
+            Ok(e)
         }
-        Ok(e)
     }
 
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
@@ -362,15 +366,15 @@ impl Checks {
         }
         let mut passed: u8 = 0;
         if let Some(p) = &rules.param {
-            param_flow::check(p, cx, &mut self.param)?;
+            self.wait_nanos += param_flow::check(p, cx, &mut self.param)?;
             passed |= 1 << PHASE_PARAM;
         }
         if let Some(f) = &rules.flow {
             match flow::check(f, cx, &mut self.flow, scratch) {
-                Ok(flow::Verdict::Pass { wait_nanos }) => self.wait_nanos = wait_nanos,
+                Ok(flow::Verdict::Pass { wait_nanos }) => self.wait_nanos += wait_nanos,
                 Ok(flow::Verdict::Occupied { wait_nanos }) => {
                     // A prioritized call borrowed a later window: it passes without the breakers.
-                    self.wait_nanos = wait_nanos;
+                    self.wait_nanos += wait_nanos;
                     self.occupied = true;
                     return Ok(());
                 }
@@ -626,7 +630,7 @@ impl Drop for Entry<'_> {
         self.nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
 
         let inner = self.inner;
-        let xcx = ExitCx { shared, resource: inner, now_ms, rt_micros, error, acquire };
+        let xcx = ExitCx { shared, now_ms, rt_micros, error };
         if self.checks.flow.is_active() {
             flow::on_exit(&xcx, &mut self.checks.flow);
         }

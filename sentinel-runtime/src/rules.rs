@@ -87,9 +87,7 @@ pub(crate) struct CheckCx<'a> {
 /// What the exit hooks see of an entry that passed.
 pub(crate) struct ExitCx<'a> {
     pub(crate) shared: &'a Shared,
-    pub(crate) resource: &'a ResourceInner,
     pub(crate) now_ms: u64,
     pub(crate) rt_micros: u64,
     pub(crate) error: bool,
-    pub(crate) acquire: u32,
 }
