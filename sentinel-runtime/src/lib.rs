@@ -22,6 +22,8 @@ pub mod authority;
 pub mod circuit_breaker;
 pub mod clock;
 pub mod context;
+#[cfg(feature = "serde")]
+pub mod datasource;
 mod engine;
 mod entry;
 mod error;
