@@ -21,6 +21,7 @@
 pub mod authority;
 pub mod circuit_breaker;
 pub mod clock;
+pub mod config;
 pub mod context;
 #[cfg(feature = "serde")]
 pub mod datasource;
