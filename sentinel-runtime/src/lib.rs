@@ -30,6 +30,8 @@ mod entry;
 mod error;
 pub mod flow;
 mod inspect;
+#[cfg(feature = "logs")]
+pub mod log;
 mod node;
 pub mod param_flow;
 mod resource;
