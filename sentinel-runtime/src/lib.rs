@@ -28,6 +28,8 @@ pub mod datasource;
 mod engine;
 mod entry;
 mod error;
+#[cfg(feature = "prometheus")]
+pub mod exporter;
 pub mod flow;
 mod inspect;
 #[cfg(feature = "logs")]
