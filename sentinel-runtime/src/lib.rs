@@ -23,6 +23,7 @@ pub mod circuit_breaker;
 pub mod clock;
 pub mod config;
 pub mod context;
+pub mod diagnose;
 #[cfg(feature = "serde")]
 pub mod datasource;
 mod engine;
@@ -46,6 +47,7 @@ pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use engine::{AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_RESOURCES};
 pub use entry::{Entry, EntryBuilder};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit};
+pub use diagnose::Diagnosis;
 pub use inspect::{NodeStats, TreeNode};
 pub use resource::{EntryType, Resource};
 
