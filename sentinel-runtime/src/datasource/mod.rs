@@ -184,7 +184,9 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 
 fn field_of(path: &serde_path_to_error::Path) -> Option<String> {
     let p = path.to_string();
-    (p != "." && !p.is_empty()).then_some(p)
+    // `?` stands for a key the parser had not finished reading (e.g. a file cut in the middle of one).
+    let p = p.trim_end_matches(".?").trim_end_matches('?');
+    (p != "." && !p.is_empty()).then(|| p.to_string())
 }
 
 /// Deserializes `text` in `format`, reporting the line, column and field path of the first problem.
