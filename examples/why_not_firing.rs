@@ -9,9 +9,14 @@ use sentinel_runtime::Sentinel;
 
 fn main() {
     let clock = ManualClock::at_millis(1_700_000_000_000);
-    let engine = Sentinel::builder().manual_clock(clock).app_name("diagnose-example").build();
+    let engine = Sentinel::builder()
+        .manual_clock(clock)
+        .app_name("diagnose-example")
+        .build();
     engine
-        .load_flow_rules(vec![FlowRule::new("queryOrder").count(2.0).limit_app("appA")])
+        .load_flow_rules(vec![FlowRule::new("queryOrder")
+            .count(2.0)
+            .limit_app("appA")])
         .expect("a valid rule");
 
     let query_order = engine.resource("queryOrder");
@@ -24,5 +29,8 @@ fn main() {
 
     let diagnosis = engine.diagnose("queryOrder");
     println!("{diagnosis}");
-    assert!(!diagnosis.flow[0].applies, "the diagnosis explains why the rule never fired");
+    assert!(
+        !diagnosis.flow[0].applies,
+        "the diagnosis explains why the rule never fired"
+    );
 }

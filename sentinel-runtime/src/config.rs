@@ -75,7 +75,10 @@ fn parse<T: FromStr>(variable: &str, value: &str, what: &str) -> Result<T, Confi
     })
 }
 
-fn positive<T: FromStr + PartialOrd + Default>(variable: &str, value: &str) -> Result<T, ConfigError> {
+fn positive<T: FromStr + PartialOrd + Default>(
+    variable: &str,
+    value: &str,
+) -> Result<T, ConfigError> {
     let v: T = parse(variable, value, "a positive integer")?;
     if v <= T::default() {
         return Err(ConfigError {
@@ -88,7 +91,10 @@ fn positive<T: FromStr + PartialOrd + Default>(variable: &str, value: &str) -> R
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Config {
@@ -99,7 +105,9 @@ impl Config {
 
     /// The defaults, overridden by the given `SENTINEL_*` variables (testable without touching the process
     /// environment). Other variables are ignored.
-    pub fn from_vars<K: AsRef<str>, V: AsRef<str>>(vars: impl IntoIterator<Item = (K, V)>) -> Result<Config, ConfigError> {
+    pub fn from_vars<K: AsRef<str>, V: AsRef<str>>(
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Config, ConfigError> {
         let mut c = Config::default();
         for (k, v) in vars {
             let (k, v) = (k.as_ref(), v.as_ref());
@@ -120,12 +128,15 @@ impl Config {
                         "system" => ClockKind::System,
                         "manual" => ClockKind::Manual { start_ms: now_ms() },
                         other => match other.strip_prefix("manual:") {
-                            Some(ms) => ClockKind::Manual { start_ms: parse(k, ms, "`manual:<epoch ms>`")? },
+                            Some(ms) => ClockKind::Manual {
+                                start_ms: parse(k, ms, "`manual:<epoch ms>`")?,
+                            },
                             None => {
                                 return Err(ConfigError {
                                     variable: k.to_string(),
                                     value: v.to_string(),
-                                    reason: "expected `system`, `manual` or `manual:<epoch ms>`".into(),
+                                    reason: "expected `system`, `manual` or `manual:<epoch ms>`"
+                                        .into(),
                                 })
                             }
                         },
@@ -177,7 +188,12 @@ mod tests {
         assert_eq!(c.metric_log_file_size, 1 << 20);
         assert_eq!(c.metric_log_file_count, 3);
         assert_eq!((c.max_contexts, c.max_resources), (10, 20));
-        assert_eq!(c.clock, ClockKind::Manual { start_ms: 1_700_000_000_000 });
+        assert_eq!(
+            c.clock,
+            ClockKind::Manual {
+                start_ms: 1_700_000_000_000
+            }
+        );
         let engine = Sentinel::builder().config(c).build();
         assert_eq!(engine.now_millis(), 1_700_000_000_000);
         engine.manual_clock().unwrap().advance_millis(5);
@@ -186,7 +202,8 @@ mod tests {
 
     #[test]
     fn empty_variables_keep_defaults_and_bad_ones_are_named() {
-        let c = Config::from_vars([("SENTINEL_APP_NAME", ""), ("SENTINEL_CLOCK", "system")]).unwrap();
+        let c =
+            Config::from_vars([("SENTINEL_APP_NAME", ""), ("SENTINEL_CLOCK", "system")]).unwrap();
         assert_eq!(c.app_name, Config::default().app_name);
         assert_eq!(c.clock, ClockKind::System);
         let e = Config::from_vars([("SENTINEL_METRIC_LOG_FILE_COUNT", "0")]).unwrap_err();

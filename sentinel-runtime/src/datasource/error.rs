@@ -30,7 +30,13 @@ impl ParseError {
         field: Option<String>,
         message: impl Into<String>,
     ) -> Self {
-        ParseError { format, line, column, field, message: message.into() }
+        ParseError {
+            format,
+            line,
+            column,
+            field,
+            message: message.into(),
+        }
     }
 }
 
