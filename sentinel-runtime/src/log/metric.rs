@@ -236,11 +236,10 @@ impl MetricLogWriter {
                     continue;
                 }
                 let success = t.get(MetricEvent::Success);
-                let rt_ms = if success == 0 {
-                    0
-                } else {
-                    t.get(MetricEvent::RtMicros) / success / 1000
-                };
+                let rt_ms = t
+                    .get(MetricEvent::RtMicros)
+                    .checked_div(success)
+                    .map_or(0, |us| us / 1000);
                 by_second.entry(second).or_default().push(MetricLine {
                     timestamp_ms: second,
                     resource: name.clone(),

@@ -72,18 +72,16 @@ impl Logs {
         let (m, b, e) = (metric.clone(), block.clone(), engine.clone());
         let thread = std::thread::Builder::new()
             .name("sentinel-logs".into())
-            .spawn(move || loop {
-                match stopped.recv_timeout(interval) {
-                    Err(RecvTimeoutError::Timeout) => {
-                        let now = e.now_millis();
-                        if let Err(err) = m.flush_once(now) {
-                            tracing::warn!(error = %err, "metric log write failed");
-                        }
-                        if let Err(err) = b.flush_once(now) {
-                            tracing::warn!(error = %err, "block log write failed");
-                        }
+            .spawn(move || {
+                // Runs until `Logs` is dropped (the stop sender is dropped, or sends).
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                    let now = e.now_millis();
+                    if let Err(err) = m.flush_once(now) {
+                        tracing::warn!(error = %err, "metric log write failed");
                     }
-                    _ => break,
+                    if let Err(err) = b.flush_once(now) {
+                        tracing::warn!(error = %err, "block log write failed");
+                    }
                 }
             })?;
         Ok(Logs {
