@@ -99,8 +99,9 @@ fn format_of(path: &Path) -> Format {
 const EXTENSIONS: [&str; 4] = ["json", "yaml", "yml", "toml"];
 
 impl FileDataSource {
-    /// A data source for the file or directory at `path` (which need not exist yet). Nothing is read
-    /// until [`reload_now`](FileDataSource::reload_now) or [`watch`](FileDataSource::watch).
+    /// A data source for the file or directory at `path`. A file need not exist yet (a directory must, to be
+    /// taken for one). Nothing is read until [`reload_now`](FileDataSource::reload_now) or
+    /// [`watch`](FileDataSource::watch).
     pub fn new(engine: &Sentinel, path: impl AsRef<Path>) -> Self {
         let path = path.as_ref().to_path_buf();
         let layout = if path.is_dir() {
@@ -114,6 +115,30 @@ impl FileDataSource {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
                 layout,
+                state: Mutex::new(State::default()),
+                listeners: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// A data source for a file holding one kind's list (Java's per-kind files), whatever its name.
+    ///
+    /// ```
+    /// use sentinel_runtime::{RuleKind, Sentinel, datasource::FileDataSource};
+    /// let dir = std::env::temp_dir().join(format!("sentinel-doc-kind-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let file = dir.join("FlowRule.json");
+    /// std::fs::write(&file, r#"[{"resource": "api", "count": 3}]"#).unwrap();
+    /// let engine = Sentinel::builder().build();
+    /// FileDataSource::for_kind(&engine, &file, RuleKind::Flow).reload_now().unwrap();
+    /// assert_eq!(engine.flow_rules()[0].count, 3.0);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// ```
+    pub fn for_kind(engine: &Sentinel, path: impl AsRef<Path>, kind: RuleKind) -> Self {
+        FileDataSource {
+            inner: Arc::new(Inner {
+                engine: engine.clone(),
+                layout: Layout::Single(path.as_ref().to_path_buf(), kind),
                 state: Mutex::new(State::default()),
                 listeners: Mutex::new(Vec::new()),
             }),

@@ -431,6 +431,39 @@ fn invalid_rule_set_is_rejected_and_rules_stay() {
     assert_eq!(engine.flow_rules(), vec![FlowRule::new("api").count(3.0)]);
 }
 
+/// A set whose second kind is rejected leaves the first kind as it was. (Degrade validation lives in the
+/// circuit breaker module: where it accepts everything, the set simply applies.)
+#[test]
+fn a_rejected_kind_rolls_back_the_kinds_loaded_before_it() {
+    let engine = Sentinel::builder()
+        .manual_clock(ManualClock::at_millis(1_000_000))
+        .build();
+    engine
+        .load_flow_rules(vec![FlowRule::new("api").count(3.0)])
+        .unwrap();
+    let set = RuleSet {
+        flow: Some(vec![FlowRule::new("api").count(9.0)]),
+        degrade: Some(vec![DegradeRule::new("api", DegradeGrade::ErrorRatio)
+            .count(0.5)
+            .time_window_sec(0)]),
+        ..Default::default()
+    };
+    match set.apply(&engine) {
+        Err(RuleError::Invalid { kind, field, .. }) => {
+            assert_eq!((kind, field), (RuleKind::Degrade, "time_window_sec"));
+            assert_eq!(
+                engine.flow_rules(),
+                vec![FlowRule::new("api").count(3.0)],
+                "flow rolled back"
+            );
+        }
+        Ok(kinds) => {
+            assert_eq!(kinds, vec![RuleKind::Flow, RuleKind::Degrade]);
+            assert_eq!(engine.flow_rules(), vec![FlowRule::new("api").count(9.0)]);
+        }
+    }
+}
+
 mod file_source {
     use super::*;
     use std::fs;
@@ -605,6 +638,26 @@ mod file_source {
         .unwrap();
         src.reload_now().unwrap();
         assert_eq!(passes(&engine, &clock), 6);
+    }
+
+    #[test]
+    fn a_java_per_kind_file_loads_whatever_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("FlowRule.json");
+        fs::write(
+            &path,
+            r#"[{"resource": "api", "grade": 1, "count": 4, "limitApp": "default"}]"#,
+        )
+        .unwrap();
+        let (engine, clock) = engine();
+        let src = FileDataSource::for_kind(&engine, &path, RuleKind::Flow);
+        assert_eq!(
+            src.reload_now().unwrap(),
+            Reloaded::Applied {
+                kinds: vec![RuleKind::Flow]
+            }
+        );
+        assert_eq!(passes(&engine, &clock), 4);
     }
 
     #[cfg(feature = "file-watch")]
