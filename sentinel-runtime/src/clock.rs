@@ -7,7 +7,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, in nanoseconds since the Unix epoch.
@@ -16,26 +16,79 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + 'static {
     /// The current time, in nanoseconds since the Unix epoch.
     fn now_nanos(&self) -> u64;
+    /// The current time with the finest resolution the clock has (the rate limiter's spacing uses it).
+    fn precise_nanos(&self) -> u64 {
+        self.now_nanos()
+    }
 }
 
-/// The default clock: monotonic, cheap (a TSC read where the CPU has a stable one), anchored to the wall clock.
-#[derive(Clone)]
-pub struct SystemClock {
-    inner: quanta::Clock,
+struct Base {
+    clock: quanta::Clock,
     anchor_raw: u64,
     anchor_epoch_nanos: u64,
 }
 
+impl Base {
+    fn get() -> &'static Base {
+        static BASE: OnceLock<Base> = OnceLock::new();
+        BASE.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            let anchor_raw = clock.raw();
+            let anchor_epoch_nanos =
+                SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+            Base { clock, anchor_raw, anchor_epoch_nanos }
+        })
+    }
+    #[inline]
+    fn precise(&self) -> u64 {
+        self.anchor_epoch_nanos + self.clock.delta_as_nanos(self.anchor_raw, self.clock.raw())
+    }
+}
+
+/// The cached time, refreshed every millisecond by one background thread (Java Sentinel's `TimeUtil` does the
+/// same): a read is one load of a shared word.
+static CACHED_NANOS: AtomicU64 = AtomicU64::new(0);
+
+fn start_ticker() {
+    static TICKER: OnceLock<()> = OnceLock::new();
+    TICKER.get_or_init(|| {
+        let base = Base::get();
+        CACHED_NANOS.store(base.precise(), Ordering::Release);
+        let spawned = std::thread::Builder::new().name("sentinel-clock".into()).spawn(move || loop {
+            CACHED_NANOS.store(base.precise(), Ordering::Release);
+            std::thread::sleep(Duration::from_millis(1));
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "could not start the clock ticker; the cached clock will not advance");
+        }
+    });
+}
+
+/// The default clock: wall-clock anchored, monotonic, cheap.
+///
+/// [`SystemClock::new`] reads a millisecond-resolution cached time (one atomic load), as Java Sentinel does:
+/// response times are then measured in whole milliseconds. [`SystemClock::precise`] reads the CPU's
+/// time-stamp counter on every call (about 10 ns) for sub-millisecond response times. Either way the rate
+/// limiter spaces calls with the precise reading.
+#[derive(Clone)]
+pub struct SystemClock {
+    cached: bool,
+}
+
 impl SystemClock {
-    /// Creates a clock anchored to the current wall-clock time.
+    /// The cached (millisecond) clock; starts the process-wide ticker thread on first use.
     pub fn new() -> Self {
-        let inner = quanta::Clock::new();
-        let anchor_raw = inner.raw();
-        let anchor_epoch_nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        SystemClock { inner, anchor_raw, anchor_epoch_nanos }
+        start_ticker();
+        SystemClock { cached: true }
+    }
+    /// The precise clock (a TSC read per call, no background thread).
+    pub fn precise() -> Self {
+        Base::get();
+        SystemClock { cached: false }
+    }
+    /// Whether this clock reads the cached time.
+    pub fn is_cached(&self) -> bool {
+        self.cached
     }
 }
 
@@ -47,15 +100,22 @@ impl Default for SystemClock {
 
 impl fmt::Debug for SystemClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SystemClock").field("anchor_epoch_nanos", &self.anchor_epoch_nanos).finish()
+        f.debug_struct("SystemClock").field("cached", &self.cached).finish()
     }
 }
 
 impl Clock for SystemClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        let raw = self.inner.raw();
-        self.anchor_epoch_nanos + self.inner.delta_as_nanos(self.anchor_raw, raw)
+        if self.cached {
+            CACHED_NANOS.load(Ordering::Relaxed)
+        } else {
+            Base::get().precise()
+        }
+    }
+    #[inline]
+    fn precise_nanos(&self) -> u64 {
+        Base::get().precise()
     }
 }
 
@@ -126,6 +186,15 @@ impl EngineClock {
             EngineClock::System(c) => c.now_nanos(),
             EngineClock::Manual(c) => c.now_nanos(),
             EngineClock::Custom(c) => c.now_nanos(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn precise_nanos(&self) -> u64 {
+        match self {
+            EngineClock::System(c) => c.precise_nanos(),
+            EngineClock::Manual(c) => c.now_nanos(),
+            EngineClock::Custom(c) => c.precise_nanos(),
         }
     }
 

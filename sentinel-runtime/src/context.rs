@@ -43,8 +43,6 @@ pub(crate) struct ContextState {
     /// The innermost entry's node; null at the entrance.
     pub(crate) cur_node: *const DefaultNode,
     pub(crate) depth: u32,
-    /// Created implicitly (default context or an entry's own `context(..)`): cleared when depth returns to 0.
-    pub(crate) auto: bool,
     /// An engine that annotated functions use instead of the global one (tests).
     pub(crate) override_engine: *const Sentinel,
 }
@@ -56,7 +54,6 @@ impl ContextState {
         origin: ptr::null(),
         cur_node: ptr::null(),
         depth: 0,
-        auto: false,
         override_engine: ptr::null(),
     };
 }
@@ -142,10 +139,10 @@ impl Sentinel {
             return Err(ContextError::EmptyName);
         }
         let cur = current();
-        if cur.engine_id == self.shared.id && !cur.ctx.is_null() {
+        if cur.engine_id == self.shared.id {
             return Ok(ContextGuard { engine: self, restore: None, _not_send: Default::default() });
         }
-        let state = self.shared.context_state(name, origin, false, cur.override_engine);
+        let state = self.shared.context_state(name, origin, cur.override_engine);
         set_current(state);
         Ok(ContextGuard { engine: self, restore: Some(cur), _not_send: Default::default() })
     }
@@ -163,13 +160,7 @@ impl Sentinel {
 
 impl Shared {
     /// A fresh state for context `name` (interned, entrance created on first use) and `origin`.
-    pub(crate) fn context_state(
-        &self,
-        name: &str,
-        origin: &str,
-        auto: bool,
-        override_engine: *const Sentinel,
-    ) -> ContextState {
+    pub(crate) fn context_state(&self, name: &str, origin: &str, override_engine: *const Sentinel) -> ContextState {
         let ctx = self.context(name);
         let origin = self.origin(origin);
         ContextState {
@@ -178,7 +169,6 @@ impl Shared {
             origin: origin as *const OriginInfo,
             cur_node: ptr::null(),
             depth: 0,
-            auto,
             override_engine,
         }
     }

@@ -84,6 +84,11 @@ impl SentinelBuilder {
         self.clock = Some(EngineClock::Manual(clock));
         self
     }
+    /// Uses the precise system clock (sub-millisecond response times; about 10 ns more per entry and exit).
+    pub fn precise_clock(mut self) -> Self {
+        self.clock = Some(EngineClock::System(SystemClock::precise()));
+        self
+    }
     /// Uses a clock of your own.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(EngineClock::Custom(clock));
@@ -123,6 +128,7 @@ impl SentinelBuilder {
         Sentinel {
             shared: Arc::new(Shared {
                 id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
+                collector: seize::Collector::new(),
                 clock,
                 config: self.config,
                 enabled: AtomicBool::new(true),
@@ -162,6 +168,8 @@ struct Registry {
 /// State shared by every handle of one engine.
 pub(crate) struct Shared {
     pub(crate) id: u64,
+    /// Reclaims rule sets replaced while entries may still read them.
+    pub(crate) collector: seize::Collector,
     pub(crate) clock: EngineClock,
     pub(crate) config: Config,
     pub(crate) enabled: AtomicBool,
@@ -201,7 +209,6 @@ impl Shared {
             origin: &*self.empty_origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
-            auto: true,
             override_engine,
         }
     }
@@ -269,7 +276,7 @@ impl Shared {
             param: self.param.for_resource(name),
             flow: self.flow.for_resource(name),
             degrade: self.degrade.for_resource(name),
-            default_degrade: self.degrade.default_breakers(),
+            default_degrade: self.degrade.default_breakers_for(name),
         }
     }
 
@@ -278,7 +285,7 @@ impl Shared {
         let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         for (name, inner) in reg.by_name.iter() {
             if inner.checked {
-                inner.set_rules(self.rules_for(name));
+                inner.set_rules(&self.collector, self.rules_for(name));
             }
         }
     }
@@ -364,7 +371,8 @@ impl Sentinel {
     /// Sets up the process-wide engine; fails if it was already used or set.
     pub fn init_global(builder: SentinelBuilder) -> Result<&'static Sentinel, AlreadyInitialized> {
         let mut built = Some(builder);
-        let engine = GLOBAL.get_or_init(|| built.take().map(SentinelBuilder::build).unwrap_or_else(|| Sentinel::builder().build()));
+        let engine = GLOBAL
+            .get_or_init(|| built.take().map(SentinelBuilder::build).unwrap_or_else(|| Sentinel::builder().build()));
         if built.is_some() {
             Err(AlreadyInitialized)
         } else {

@@ -8,16 +8,16 @@ use std::time::Duration;
 use crate::clock::NANOS_PER_MILLI;
 use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
 use crate::engine::Shared;
-use crate::resource::ResourceInner;
-use std::sync::Arc;
 use crate::error::BlockError;
 use crate::node::DefaultNode;
 use crate::param_flow::HotParam;
+use crate::resource::ResourceInner;
 use crate::resource::{EntryType, Resource};
 use crate::rules::{CheckCx, ExitCx, ResourceRules};
 use crate::slot::{SlotEntry, SlotExit};
-use crate::stat::StatNode;
+use crate::stat::{StatNode, Writer};
 use crate::{circuit_breaker, flow, param_flow};
+use std::sync::Arc;
 
 /// Options for one entry. Made by [`Resource::entry`].
 #[must_use = "an entry builder does nothing until `enter` is called"]
@@ -63,15 +63,7 @@ impl EntryBuilder<'static, 'static> {
 impl<'r> EntryBuilder<'r, 'static> {
     fn with(res: ResRef<'r>) -> Self {
         let entry_type = res.entry_type;
-        EntryBuilder {
-            res,
-            entry_type,
-            acquire: 1,
-            origin: None,
-            context: None,
-            args: &[],
-            prioritized: false,
-        }
+        EntryBuilder { res, entry_type, acquire: 1, origin: None, context: None, args: &[], prioritized: false }
     }
 }
 
@@ -116,26 +108,29 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 
     /// Runs the checks; a queueing decision sleeps the thread (with a manual clock, nothing sleeps: see
     /// [`Entry::waited`]).
-    #[inline]
+    #[inline(always)]
     pub fn enter(self) -> Result<Entry<'r>, BlockError> {
-        let e = self.decide()?;
-        if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
-            std::thread::sleep(Duration::from_nanos(e.wait_nanos));
-        }
-        Ok(e)
+        self.build(true)
     }
 
     /// Runs the checks; a queueing decision awaits a timer instead of blocking the thread.
     pub async fn enter_async(self) -> Result<Entry<'r>, BlockError> {
-        let e = self.decide()?;
-        if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
-            futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
+        let e = self.build(false)?;
+        if e.checks.wait_nanos > 0 && e.shared.clock.manual().is_none() {
+            futures_timer::Delay::new(Duration::from_nanos(e.checks.wait_nanos)).await;
         }
         Ok(e)
     }
 
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
+    #[inline(always)]
     pub fn decide(self) -> Result<Entry<'r>, BlockError> {
+        self.build(false)
+    }
+
+    /// The whole entry path; the entry is built once, in place, at the end.
+    #[inline(always)]
+    fn build(self, sleep: bool) -> Result<Entry<'r>, BlockError> {
         // SAFETY: `Shared` and `ResourceInner` sit behind `Arc`s that the entry keeps (borrowed or owned) for
         // its whole life, so these references stay valid after `self.res` moves into the entry.
         let shared: &'r Shared = unsafe { &*Arc::as_ptr(&self.res.shared) };
@@ -146,7 +141,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
 
         // The context: the active one, or a fresh one owned by this entry.
-        let (state, touches_tls) = if outer.engine_id == shared.id && !outer.ctx.is_null() {
+        let (state, touches_tls) = if outer.engine_id == shared.id {
+            // An active context (a null one was refused by the context cap: Java's NullContext).
             (outer, true)
         } else {
             let fresh = match (self.context, self.origin) {
@@ -156,7 +152,6 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                     shared.context_state(
                         name.unwrap_or(DEFAULT_CONTEXT_NAME),
                         origin.unwrap_or(""),
-                        true,
                         outer.override_engine,
                     )
                 }
@@ -181,31 +176,15 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
         let origin_node = if origin.id == 0 { None } else { Some(inner.cluster.origin_node(origin.id, &origin.name)) };
 
+        let nodes = Nodes {
+            node,
+            cluster: &inner.cluster.stat,
+            origin: origin_node,
+            inbound: (self.entry_type == EntryType::In).then_some(&shared.inbound),
+        };
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
-        let mut entry = Entry {
-            res: self.res,
-            shared,
-            inner,
-            node,
-            origin_node,
-            entry_type: self.entry_type,
-            created_nanos: now_nanos,
-            acquire: self.acquire,
-            error: false,
-            unchecked: false,
-            occupied: false,
-            wait_nanos: 0,
-            my_depth: state.depth + 1,
-            touches_tls,
-            outer,
-            ctx_state: state,
-            flow: flow::EntryState::default(),
-            param: param_flow::EntryState::default(),
-            degrade: circuit_breaker::EntryState::default(),
-            slots_passed: 0,
-        };
-
+        let mut checks = Checks::default();
         let needs_checks = inner.has_rules.load(Ordering::Acquire)
             || (self.entry_type == EntryType::In && shared.system.active())
             || shared.has_custom_slots.load(Ordering::Acquire);
@@ -224,22 +203,20 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 now_nanos,
                 now_ms,
             };
-            let rules = inner.rules.load();
-            if let Err(block) = entry.run_checks(&cx, &rules) {
-                entry.record_block(now_ms);
-                entry.unchecked = true; // nothing to record at drop
-                entry.touches_tls = false;
-                drop(entry);
+            let mut scratch = flow::Scratch::default();
+            if let Err(block) = inner.with_rules(&shared.collector, |rules| checks.run(&cx, rules, &mut scratch)) {
+                let w = Writer::at(now_ms);
+                nodes.for_each(|n| n.block_with(&w, self.acquire));
                 shared.on_block(&block, now_ms, self.acquire);
                 return Err(block);
             }
         }
 
-        if entry.occupied {
-            entry.for_each_node(|n| n.on_pass_borrowed());
+        let w = Writer::at(now_ms);
+        if checks.occupied {
+            nodes.for_each(|n| n.borrowed_pass_with(&w));
         } else {
-            let acquire = self.acquire;
-            entry.for_each_node(|n| n.on_pass(now_ms, acquire));
+            nodes.for_each(|n| n.pass_with(&w, self.acquire));
         }
         if touches_tls {
             context::set_current(ContextState {
@@ -248,8 +225,61 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 ..state
             });
         }
-        Ok(entry)
+        if sleep && checks.wait_nanos > 0 && shared.clock.manual().is_none() {
+            std::thread::sleep(Duration::from_nanos(checks.wait_nanos));
+        }
+        Ok(Entry {
+            res: self.res,
+            shared,
+            inner,
+            nodes,
+            created_nanos: now_nanos,
+            acquire: self.acquire,
+            error: false,
+            unchecked: false,
+            my_depth: state.depth + 1,
+            touches_tls,
+            outer,
+            ctx: state.ctx,
+            origin: state.origin,
+            checks,
+        })
     }
+}
+
+/// The nodes an entry records on.
+#[derive(Clone, Copy)]
+struct Nodes<'r> {
+    node: &'r DefaultNode,
+    cluster: &'r StatNode,
+    origin: Option<&'r StatNode>,
+    inbound: Option<&'r StatNode>,
+}
+
+impl Nodes<'_> {
+    #[inline(always)]
+    fn for_each(&self, f: impl Fn(&StatNode)) {
+        f(&self.node.stat);
+        f(self.cluster);
+        if let Some(o) = self.origin {
+            f(o);
+        }
+        if let Some(i) = self.inbound {
+            f(i);
+        }
+    }
+}
+
+/// What the checks decided and what they hold until exit.
+#[derive(Default)]
+struct Checks {
+    wait_nanos: u64,
+    occupied: bool,
+    /// Bit i set: the user slot at index i passed (its exit hook runs).
+    slots_passed: u64,
+    flow: flow::EntryState,
+    param: param_flow::EntryState,
+    degrade: circuit_breaker::EntryState,
 }
 
 /// A call that passed the checks. Dropping it exits the resource: on return, early return, `?` and unwind.
@@ -258,24 +288,17 @@ pub struct Entry<'r> {
     res: ResRef<'r>,
     shared: &'r Shared,
     inner: &'r ResourceInner,
-    node: &'r DefaultNode,
-    origin_node: Option<&'r StatNode>,
-    entry_type: EntryType,
+    nodes: Nodes<'r>,
     created_nanos: u64,
     acquire: u32,
     error: bool,
     unchecked: bool,
-    occupied: bool,
-    wait_nanos: u64,
     my_depth: u32,
     touches_tls: bool,
     outer: ContextState,
-    ctx_state: ContextState,
-    pub(crate) flow: flow::EntryState,
-    pub(crate) param: param_flow::EntryState,
-    pub(crate) degrade: circuit_breaker::EntryState,
-    /// Bit i set: the user slot at index i passed (its exit hook runs).
-    slots_passed: u64,
+    ctx: *const crate::context::ContextInfo,
+    origin: *const crate::context::OriginInfo,
+    checks: Checks,
 }
 
 // SAFETY: the context pointers refer to engine-owned `Sync` data that outlives the entry (the entry borrows
@@ -304,45 +327,90 @@ impl<'r> Entry<'r> {
         let shared: &'r Shared = unsafe { &*Arc::as_ptr(&res.shared) };
         let inner: &'r ResourceInner = unsafe { &*Arc::as_ptr(&res.inner) };
         // A node is still needed for the type; unchecked entries never record on it.
-        let node = inner.node_for(0);
-        let entry_type = res.entry_type;
+        let nodes = Nodes { node: inner.node_for(0), cluster: &inner.cluster.stat, origin: None, inbound: None };
         Entry {
             res,
             shared,
             inner,
-            node,
-            origin_node: None,
-            entry_type,
+            nodes,
             created_nanos: 0,
             acquire: 0,
             error: false,
             unchecked: true,
-            occupied: false,
-            wait_nanos: 0,
             my_depth: 0,
             touches_tls: false,
             outer,
-            ctx_state: outer,
-            flow: flow::EntryState::default(),
-            param: param_flow::EntryState::default(),
-            degrade: circuit_breaker::EntryState::default(),
-            slots_passed: 0,
+            ctx: outer.ctx,
+            origin: outer.origin,
+            checks: Checks::default(),
         }
     }
+}
 
-    fn run_checks(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules) -> Result<(), BlockError> {
-        let custom = if cx.shared.has_custom_slots.load(Ordering::Acquire) {
-            Some(cx.shared.custom_slots.load_full())
-        } else {
-            None
+impl Checks {
+    /// Runs the built-in checks in slot order, straight through (no user slots to interleave).
+    #[inline]
+    fn run(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, scratch: &mut flow::Scratch) -> Result<(), BlockError> {
+        if cx.shared.has_custom_slots.load(Ordering::Acquire) {
+            return self.run_with_slots(cx, rules, scratch);
+        }
+        if let Some(a) = &rules.authority {
+            crate::authority::check(a, cx)?;
+        }
+        if cx.entry_type == EntryType::In && cx.shared.system.active() {
+            cx.shared.system.check(cx)?;
+        }
+        let mut passed: u8 = 0;
+        if let Some(p) = &rules.param {
+            param_flow::check(p, cx, &mut self.param)?;
+            passed |= 1 << PHASE_PARAM;
+        }
+        if let Some(f) = &rules.flow {
+            match flow::check(f, cx, &mut self.flow, scratch) {
+                Ok(flow::Verdict::Pass { wait_nanos }) => self.wait_nanos = wait_nanos,
+                Ok(flow::Verdict::Occupied { wait_nanos }) => {
+                    // A prioritized call borrowed a later window: it passes without the breakers.
+                    self.wait_nanos = wait_nanos;
+                    self.occupied = true;
+                    return Ok(());
+                }
+                Err(b) => {
+                    self.undo(cx, rules, passed, scratch);
+                    return Err(b);
+                }
+            }
+            passed |= 1 << PHASE_FLOW;
+        }
+        let breakers = match (&rules.degrade, &rules.default_degrade) {
+            (Some(d), _) => Some((d, PHASE_DEGRADE)),
+            (None, Some(d)) => Some((d, PHASE_DEFAULT_CB)),
+            (None, None) => None,
         };
+        if let Some((d, _)) = breakers {
+            if let Err(b) = circuit_breaker::check(d, cx, &mut self.degrade) {
+                self.undo(cx, rules, passed, scratch);
+                return Err(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// The general order: user slots interleaved with the built-in checks by their order.
+    #[cold]
+    fn run_with_slots(
+        &mut self,
+        cx: &CheckCx<'_>,
+        rules: &ResourceRules,
+        scratch: &mut flow::Scratch,
+    ) -> Result<(), BlockError> {
+        let custom = Some(cx.shared.custom_slots.load_full());
         let mut next_custom = 0usize;
         let mut passed: u8 = 0;
         for (order, phase) in PHASES {
             if let Some(c) = &custom {
                 while next_custom < c.slots.len() && c.slots[next_custom].0 < order {
                     self.run_custom(cx, &c.slots[next_custom].1, next_custom)
-                        .inspect_err(|_| self.undo(cx, rules, passed))?;
+                        .inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
                     next_custom += 1;
                 }
             }
@@ -359,7 +427,7 @@ impl<'r> Entry<'r> {
                     None => Ok(()),
                 },
                 PHASE_FLOW => match &rules.flow {
-                    Some(f) => match flow::check(f, cx, &mut self.flow) {
+                    Some(f) => match flow::check(f, cx, &mut self.flow, scratch) {
                         Ok(flow::Verdict::Pass { wait_nanos }) => {
                             self.wait_nanos = wait_nanos;
                             Ok(())
@@ -385,7 +453,7 @@ impl<'r> Entry<'r> {
                 _ => Ok(()),
             };
             if let Err(b) = r {
-                self.undo(cx, rules, passed);
+                self.undo(cx, rules, passed, scratch);
                 return Err(b);
             }
             passed |= 1 << phase;
@@ -393,7 +461,7 @@ impl<'r> Entry<'r> {
         if let Some(c) = &custom {
             while next_custom < c.slots.len() {
                 self.run_custom(cx, &c.slots[next_custom].1, next_custom)
-                    .inspect_err(|_| self.undo(cx, rules, passed))?;
+                    .inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
                 next_custom += 1;
             }
         }
@@ -431,16 +499,14 @@ impl<'r> Entry<'r> {
     }
 
     /// A later check blocked: give back what the earlier ones took.
-    fn undo(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, passed: u8) {
+    fn undo(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, passed: u8, scratch: &mut flow::Scratch) {
         if passed & (1 << PHASE_PARAM) != 0 {
             if let Some(p) = &rules.param {
                 param_flow::on_later_block(p, cx, &mut self.param);
             }
         }
-        if passed & (1 << PHASE_FLOW) != 0 {
-            if let Some(f) = &rules.flow {
-                flow::on_later_block(f, cx, &mut self.flow);
-            }
+        if passed & (1 << PHASE_FLOW) != 0 && rules.flow.is_some() {
+            flow::on_later_block(&mut self.flow, scratch);
         }
         if passed & (1 << PHASE_DEFAULT_CB) != 0 {
             if let (None, Some(d)) = (&rules.degrade, &rules.default_degrade) {
@@ -454,55 +520,36 @@ impl<'r> Entry<'r> {
         }
         self.slots_passed = 0;
     }
+}
 
-    #[inline]
-    fn for_each_node(&self, f: impl Fn(&StatNode)) {
-        f(&self.node.stat);
-        f(&self.inner.cluster.stat);
-        if let Some(o) = self.origin_node {
-            f(o);
-        }
-        if self.entry_type == EntryType::In {
-            f(&self.shared.inbound);
-        }
-    }
-
-    pub(crate) fn shared(&self) -> &Shared {
-        self.shared
-    }
-
-    fn record_block(&self, now_ms: u64) {
-        let acquire = self.acquire;
-        self.for_each_node(|n| n.on_block(now_ms, acquire));
-    }
-
+impl<'r> Entry<'r> {
     /// The resource's name.
     pub fn resource(&self) -> &str {
         self.res.name()
     }
     /// The caller's origin (empty when none).
     pub fn origin(&self) -> &str {
-        if self.ctx_state.origin.is_null() {
+        if self.origin.is_null() {
             return "";
         }
         // SAFETY: origins live as long as the engine, which `res` keeps alive.
-        unsafe { &(*self.ctx_state.origin).name }
+        unsafe { &(*self.origin).name }
     }
     /// The context's name.
     pub fn context_name(&self) -> &str {
-        if self.ctx_state.ctx.is_null() {
+        if self.ctx.is_null() {
             return "";
         }
         // SAFETY: as above.
-        unsafe { (*self.ctx_state.ctx).name() }
+        unsafe { (*self.ctx).name() }
     }
     /// How long a queueing rule made (or asked) this call wait before it passed.
     pub fn waited(&self) -> Duration {
-        Duration::from_nanos(self.wait_nanos)
+        Duration::from_nanos(self.checks.wait_nanos)
     }
     /// Whether this was a prioritized call admitted by borrowing a later window.
     pub fn is_occupied(&self) -> bool {
-        self.occupied
+        self.checks.occupied
     }
     /// Whether the entry was checked at all (false when the engine is disabled or a cap was reached).
     pub fn is_checked(&self) -> bool {
@@ -541,10 +588,10 @@ impl<'r> Entry<'r> {
             return;
         }
         let cur = context::current();
-        if cur.engine_id != self.ctx_state.engine_id || cur.ctx != self.ctx_state.ctx {
+        if cur.engine_id != self.shared.id || cur.ctx != self.ctx {
             return; // an outer entry already unwound this context
         }
-        let mine = cur.depth == self.my_depth && std::ptr::eq(cur.cur_node, self.node);
+        let mine = cur.depth == self.my_depth && std::ptr::eq(cur.cur_node, self.nodes.node);
         if mine {
             context::set_current(self.outer);
         } else if cur.depth > self.my_depth {
@@ -571,28 +618,30 @@ impl Drop for Entry<'_> {
             self.error = true;
         }
         let (acquire, error) = (self.acquire, self.error);
-        self.for_each_node(|n| n.on_complete(now_ms, rt_micros, acquire, error));
+        let w = Writer::at(now_ms);
+        self.nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
 
         let inner = self.inner;
         let xcx = ExitCx { shared, resource: inner, now_ms, rt_micros, error, acquire };
-        if self.flow.is_active() {
-            flow::on_exit(&xcx, &mut self.flow);
+        if self.checks.flow.is_active() {
+            flow::on_exit(&xcx, &mut self.checks.flow);
         }
-        if self.param.is_active() {
-            param_flow::on_exit(&xcx, &mut self.param);
+        if self.checks.param.is_active() {
+            param_flow::on_exit(&xcx, &mut self.checks.param);
         }
-        if inner.has_rules.load(Ordering::Acquire) {
-            let rules = inner.rules.load();
-            let breakers = rules.degrade.as_ref().or(rules.default_degrade.as_ref());
-            if let Some(b) = breakers {
-                circuit_breaker::on_exit(b, &xcx, &mut self.degrade);
-            }
+        if inner.has_breakers.load(Ordering::Acquire) {
+            let degrade = &mut self.checks.degrade;
+            inner.with_rules(&shared.collector, |rules| {
+                if let Some(b) = rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
+                    circuit_breaker::on_exit(b, &xcx, degrade);
+                }
+            });
         }
-        if self.slots_passed != 0 {
+        if self.checks.slots_passed != 0 {
             let slots = shared.custom_slots.load();
             let exit = SlotExit { resource: &inner.name, rt_micros, error };
             for (i, (_, s)) in slots.slots.iter().enumerate().take(64) {
-                if self.slots_passed & (1 << i) != 0 {
+                if self.checks.slots_passed & (1 << i) != 0 {
                     s.exit(&exit);
                 }
             }
@@ -608,6 +657,7 @@ impl fmt::Debug for Entry<'_> {
             .field("checked", &!self.unchecked)
             .field("error", &self.error)
             .field("waited", &self.waited())
+            .field("occupied", &self.checks.occupied)
             .finish()
     }
 }

@@ -49,7 +49,9 @@ impl fmt::Display for SystemLimit {
             SystemLimit::Qps { limit } => write!(f, "inbound qps over {limit}"),
             SystemLimit::Thread { limit } => write!(f, "inbound concurrency over {limit}"),
             SystemLimit::AvgRt { limit } => write!(f, "inbound average rt over {limit} ms"),
-            SystemLimit::Load { limit, load } => write!(f, "system load {load:.2} over {limit} and saturated (BBR)"),
+            SystemLimit::Load { limit, load } => {
+                write!(f, "system load {load:.2} over {limit} and saturated (BBR)")
+            }
             SystemLimit::Cpu { limit, usage } => write!(f, "cpu usage {usage:.2} over {limit}"),
         }
     }
@@ -167,7 +169,13 @@ impl BlockError {
 
 impl fmt::Display for BlockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let origin = |o: &str| if o.is_empty() { String::new() } else { format!(" (origin `{o}`)") };
+        let origin = |o: &str| {
+            if o.is_empty() {
+                String::new()
+            } else {
+                format!(" (origin `{o}`)")
+            }
+        };
         match self {
             BlockError::Flow { resource, rule, origin: o } => write!(
                 f,

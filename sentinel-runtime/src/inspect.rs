@@ -143,7 +143,10 @@ impl Sentinel {
     pub fn context_stats(&self, resource: &str, context: &str) -> Option<NodeStats> {
         let r = self.shared.find_resource(resource)?;
         let now = self.shared.now_ms();
-        r.nodes().iter().find(|n| self.context_name(n.context_id).as_deref() == Some(context)).map(|n| NodeStats::read(&n.stat, now))
+        r.nodes()
+            .iter()
+            .find(|n| self.context_name(n.context_id).as_deref() == Some(context))
+            .map(|n| NodeStats::read(&n.stat, now))
     }
 
     /// A context's entrance numbers: the sums of the resources entered directly in it.
@@ -166,8 +169,7 @@ impl Sentinel {
         self.shared
             .contexts()
             .map(|c| {
-                let children: Vec<TreeNode> =
-                    c.entrance.children.list().iter().map(|n| tree_of(n, now, 0)).collect();
+                let children: Vec<TreeNode> = c.entrance.children.list().iter().map(|n| tree_of(n, now, 0)).collect();
                 let stats = NodeStats::sum(&children.iter().map(|t| t.stats.clone()).collect::<Vec<_>>());
                 TreeNode { name: c.name().to_string(), stats, children }
             })

@@ -18,14 +18,6 @@ impl DefaultNode {
     pub(crate) fn new(resource: Arc<str>, context_id: u32) -> Self {
         DefaultNode { resource, context_id, stat: StatNode::new(), children: Children::default() }
     }
-    /// The resource's name.
-    pub fn resource(&self) -> &str {
-        &self.resource
-    }
-    /// The node's counters.
-    pub fn stat(&self) -> &StatNode {
-        &self.stat
-    }
     /// The nodes entered below this one.
     pub fn children(&self) -> Vec<Arc<DefaultNode>> {
         self.children.list()

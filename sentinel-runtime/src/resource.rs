@@ -1,9 +1,7 @@
 //! Resources and their handles.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-
-use arc_swap::ArcSwap;
 
 use crate::engine::Shared;
 use crate::entry::EntryBuilder;
@@ -26,9 +24,12 @@ pub enum EntryType {
 pub(crate) struct ResourceInner {
     pub(crate) name: Arc<str>,
     pub(crate) cluster: ClusterNode,
-    pub(crate) rules: ArcSwap<ResourceRules>,
+    /// The rules in force, read under a `seize` guard (no reference count, no locked instruction on read).
+    rules: AtomicPtr<ResourceRules>,
     /// Whether `rules` holds anything: lets an entry skip the load entirely.
     pub(crate) has_rules: AtomicBool,
+    /// Whether `rules` holds circuit breakers (the only rules an exit needs).
+    pub(crate) has_breakers: AtomicBool,
     /// False for resources past the cap: their entries pass unchecked.
     pub(crate) checked: bool,
     default_ctx_node: OnceLock<Arc<DefaultNode>>,
@@ -39,11 +40,13 @@ pub(crate) struct ResourceInner {
 impl ResourceInner {
     pub(crate) fn new(name: Arc<str>, rules: ResourceRules, checked: bool) -> Self {
         let has = !rules.is_empty();
+        let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
         ResourceInner {
             name,
             cluster: ClusterNode::new(),
-            rules: ArcSwap::from_pointee(rules),
+            rules: AtomicPtr::new(Box::into_raw(Box::new(rules))),
             has_rules: AtomicBool::new(has),
+            has_breakers: AtomicBool::new(breakers),
             checked,
             default_ctx_node: OnceLock::new(),
             ctx_nodes: boxcar::Vec::new(),
@@ -51,10 +54,24 @@ impl ResourceInner {
         }
     }
 
-    pub(crate) fn set_rules(&self, rules: ResourceRules) {
+    pub(crate) fn set_rules(&self, collector: &seize::Collector, rules: ResourceRules) {
         let has = !rules.is_empty();
-        self.rules.store(Arc::new(rules));
+        let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
+        let old = self.rules.swap(Box::into_raw(Box::new(rules)), Ordering::AcqRel);
         self.has_rules.store(has, Ordering::Release);
+        self.has_breakers.store(breakers, Ordering::Release);
+        // SAFETY: `old` came from `Box::into_raw`, is unlinked, and is freed once no guard can still see it.
+        unsafe { collector.retire(old, seize::reclaim::boxed) };
+    }
+
+    /// Runs `f` on the rules in force.
+    #[inline]
+    pub(crate) fn with_rules<R>(&self, collector: &seize::Collector, f: impl FnOnce(&ResourceRules) -> R) -> R {
+        use seize::Guard;
+        let guard = collector.enter();
+        let ptr = guard.protect(&self.rules, Ordering::Acquire);
+        // SAFETY: the pointer is never null (always a boxed set), and the guard keeps it alive during `f`.
+        f(unsafe { &*ptr })
     }
 
     /// This resource's node in context `ctx_id` (0 is the default context), created on first use.
@@ -89,6 +106,13 @@ impl ResourceInner {
         let mut v: Vec<_> = self.default_ctx_node.get().cloned().into_iter().collect();
         v.extend(self.ctx_nodes.iter().map(|(_, n)| n.clone()));
         v
+    }
+}
+
+impl Drop for ResourceInner {
+    fn drop(&mut self) {
+        // SAFETY: no guard can be active (we have `&mut self`); earlier sets were retired to the collector.
+        drop(unsafe { Box::from_raw(*self.rules.get_mut()) });
     }
 }
 

@@ -89,9 +89,3 @@ pub trait Slot: Send + Sync + 'static {
 pub(crate) struct CustomSlots {
     pub(crate) slots: Vec<(i32, Arc<dyn Slot>)>,
 }
-
-impl CustomSlots {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-}

@@ -1,60 +1,214 @@
 //! Circuit breaking (degrade rules).
+//!
+//! A [`DegradeRule`] gives its resource a circuit breaker that counts completed calls in one tumbling
+//! interval of `stat_interval_ms` (aligned to multiples of the interval since the epoch) and opens when, with
+//! at least `min_request_amount` calls in the interval:
+//!
+//! - [`SlowRequestRatio`](DegradeGrade::SlowRequestRatio): the share of calls slower than `count` ms is
+//!   above `slow_ratio_threshold` (or both the share and the threshold are 1.0);
+//! - [`ErrorRatio`](DegradeGrade::ErrorRatio): the share of calls with an error is above `count`;
+//! - [`ErrorCount`](DegradeGrade::ErrorCount): the number of calls with an error is above `count`.
+//!
+//! The trip is judged on every completion, so an error-count breaker can open on a successful call. An OPEN
+//! breaker blocks every call until `time_window_sec` after it opened; then exactly one call passes as the
+//! probe (HALF_OPEN) while all others are still blocked. A fine probe closes the breaker (and empties its
+//! counts); a slow or failed probe opens it again for another window; a probe blocked by a later check
+//! sends the breaker back to OPEN with the same retry time, so the next call may probe at once.
+//!
+//! Rules for the resource `"*"` are default rules: every resource without degrade rules of its own gets its
+//! own breakers built from them. Watch transitions with
+//! [`Sentinel::register_state_observer`](crate::Sentinel::register_state_observer), read the states with
+//! [`Sentinel::circuit_breakers`](crate::Sentinel::circuit_breakers), and choose which traced errors count
+//! with [`Sentinel::set_trace_filter`](crate::Sentinel::set_trace_filter).
+//!
+//! ```
+//! use sentinel_runtime::{Sentinel, clock::ManualClock};
+//! use sentinel_runtime::circuit_breaker::{BreakerState, DegradeGrade, DegradeRule};
+//!
+//! let clock = ManualClock::at_millis(1_700_000_000_000);
+//! let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+//! // Open for 5 s when more than half of at least 4 calls in a second fail.
+//! engine
+//!     .load_degrade_rules(vec![DegradeRule::new("inventory", DegradeGrade::ErrorRatio)
+//!         .count(0.5).min_request_amount(4).time_window_sec(5)])
+//!     .unwrap();
+//! let inventory = engine.resource("inventory");
+//! for failed in [false, true, true, true] {
+//!     let mut entry = inventory.enter().unwrap();
+//!     if failed {
+//!         entry.set_error();
+//!     }
+//! }
+//! assert!(inventory.enter().is_err());
+//! clock.advance_millis(5_000);
+//! let probe = inventory.enter().unwrap(); // the one probe
+//! assert_eq!(engine.circuit_breakers("inventory")[0].state, BreakerState::HalfOpen);
+//! assert!(inventory.enter().is_err()); // everyone else waits for it
+//! drop(probe); // fine: closes
+//! assert_eq!(engine.circuit_breakers("inventory")[0].state, BreakerState::Closed);
+//! ```
+//!
+//! # Differences from Java Sentinel
+//! - Response times are measured in microseconds and compared with `count` ms exactly: a 50.4 ms call is
+//!   slow for `count = 50` (Java compares whole milliseconds and rounds `count`).
+//! - Only the probe's own completion decides a HALF_OPEN breaker (Java lets any call that completes while
+//!   half-open decide).
+//! - A breaker past its retry time is not flipped to HALF_OPEN and back by calls that another breaker of the
+//!   same resource blocks anyway (Java flips it, and tells the observers, on each such call); a call that
+//!   does pass holds the probes of every due breaker, and its completion decides each of them.
+//! - No count is lost when concurrent calls start a new statistics interval (one compare-exchange per call),
+//!   and the counts a breaker trips on are exactly those of the interval including the call just completed.
+//! - A resource has at most [`MAX_RULES_PER_RESOURCE`] degrade rules.
 
+mod breaker;
+mod manager;
 mod rule;
+mod trace;
 
+pub use breaker::BreakerState;
+pub use manager::{BreakerSnapshot, StateObserver, DEFAULT_RESOURCE};
 pub use rule::{DegradeGrade, DegradeRule};
+pub use trace::TraceFilter;
+
+pub(crate) use manager::DegradeManager;
 
 use std::sync::Arc;
 
-use crate::error::{BlockError, RuleError};
-use crate::rules::{CheckCx, ExitCx, RuleMap};
+use crate::error::BlockError;
+use crate::rules::{CheckCx, ExitCx};
+use breaker::{Breaker, Peek};
 
 /// The breakers of one resource.
 pub(crate) struct ResourceBreakers {
-    pub(crate) rules: Vec<Arc<DegradeRule>>,
+    pub(crate) breakers: Vec<Arc<Breaker>>,
 }
 
-/// What an entry remembers for its breakers.
-#[derive(Debug, Default)]
-pub(crate) struct EntryState {}
+/// Most degrade rules one resource can have (an entry tracks the probes it holds in one `u64`).
+pub const MAX_RULES_PER_RESOURCE: usize = 64;
 
-/// Holds the degrade rules and their breakers.
+/// What an entry remembers for its breakers: which of them it holds the half-open probe of (a bit per
+/// breaker of the set it was checked against). Fixed size; taking a probe costs one reference-count
+/// increment, no allocation.
 #[derive(Default)]
-pub(crate) struct DegradeManager {
-    map: RuleMap<ResourceBreakers>,
-    rules: arc_swap::ArcSwap<Vec<DegradeRule>>,
+pub(crate) struct EntryState {
+    /// The breakers the entry was checked against, kept while it holds a probe of one of them.
+    set: Option<Arc<ResourceBreakers>>,
+    /// Bit i: the entry holds the probe of `set.breakers[i]`.
+    probes: u64,
 }
 
-impl DegradeManager {
-    /// Validates and replaces the rule set; `Ok(true)` when something changed.
-    pub(crate) fn load(&self, rules: Vec<DegradeRule>) -> Result<bool, RuleError> {
-        let _ = rules;
-        Ok(false)
+impl std::fmt::Debug for EntryState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryState").field("probes", &format_args!("{:#b}", self.probes)).finish()
     }
-    pub(crate) fn rules(&self) -> Vec<DegradeRule> {
-        self.rules.load().as_ref().clone()
+}
+
+impl EntryState {
+    /// The held probes' breakers.
+    fn held(&self) -> impl Iterator<Item = &Arc<Breaker>> {
+        let probes = self.probes;
+        self.set
+            .iter()
+            .flat_map(|s| s.breakers.iter().enumerate())
+            .filter(move |(i, _)| probes.checked_shr(*i as u32).is_some_and(|p| p & 1 != 0))
+            .map(|(_, b)| b)
     }
-    pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceBreakers>> {
-        self.map.get(name)
-    }
-    /// The breakers of the default rule (`"*"`).
-    pub(crate) fn default_breakers(&self) -> Option<Arc<ResourceBreakers>> {
-        None
+
+    /// Gives every held probe back: its breaker returns to OPEN with the same retry time.
+    fn abort_all(&mut self, mgr: &DegradeManager) {
+        for b in self.held() {
+            b.abort_probe(mgr);
+        }
+        self.probes = 0;
+        self.set = None;
     }
 }
 
 /// Lets the call through unless a breaker is open (or half-open with its probe out).
-pub(crate) fn check(state: &ResourceBreakers, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
-    let _ = (state, cx, es);
+///
+/// Two passes: first, a breaker that blocks outright (open before its retry time, or half-open) blocks the
+/// call before any probe is taken, so breakers past their retry time do not flip to HALF_OPEN and back for
+/// every call another breaker blocks. Only when nothing blocks does the call try to win the due probes.
+#[inline]
+pub(crate) fn check(state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
+    let mut probe_due = false;
+    for b in &state.breakers {
+        match b.peek(cx.now_ms) {
+            Peek::Closed => {}
+            Peek::ProbeDue(_) => probe_due = true,
+            Peek::Blocked => return Err(degrade_block(b, cx)),
+        }
+    }
+    if probe_due {
+        take_probes(state, cx, es)
+    } else {
+        Ok(())
+    }
+}
+
+#[cold]
+fn take_probes(state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
+    let mgr = &cx.shared.degrade;
+    for (i, b) in state.breakers.iter().enumerate().take(MAX_RULES_PER_RESOURCE) {
+        let blocked = match b.peek(cx.now_ms) {
+            Peek::Closed => false,
+            Peek::ProbeDue(seen) => {
+                if b.try_probe(seen, mgr) {
+                    es.set.get_or_insert_with(|| state.clone());
+                    es.probes |= 1 << i;
+                    false
+                } else {
+                    true // another caller won the probe
+                }
+            }
+            Peek::Blocked => true,
+        };
+        if blocked {
+            // Probes won from earlier breakers of this resource go back, keeping their retry time.
+            es.abort_all(mgr);
+            return Err(degrade_block(b, cx));
+        }
+    }
     Ok(())
 }
 
-/// A slot after the breakers blocked the call that passed them.
-pub(crate) fn on_later_block(state: &ResourceBreakers, cx: &CheckCx<'_>, es: &mut EntryState) {
-    let _ = (state, cx, es);
+fn degrade_block(b: &Breaker, cx: &CheckCx<'_>) -> BlockError {
+    BlockError::Degrade { resource: cx.resource.name.clone(), rule: b.rule.clone(), origin: cx.origin.clone() }
 }
 
-/// A call that passed completed.
-pub(crate) fn on_exit(state: &ResourceBreakers, cx: &ExitCx<'_>, es: &mut EntryState) {
-    let _ = (state, cx, es);
+/// A slot after the breakers blocked the call that passed them: its probes go back to OPEN, keeping their
+/// retry time.
+pub(crate) fn on_later_block(_state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) {
+    es.abort_all(&cx.shared.degrade);
+}
+
+/// A call that passed completed: every breaker of the resource counts it; a probe's completion decides its
+/// breaker.
+#[inline]
+pub(crate) fn on_exit(state: &Arc<ResourceBreakers>, cx: &ExitCx<'_>, es: &mut EntryState) {
+    let mgr = &cx.shared.degrade;
+    if es.probes == 0 {
+        for b in &state.breakers {
+            b.on_complete(cx.now_ms, cx.rt_micros, cx.error, false, mgr);
+        }
+        return;
+    }
+    exit_with_probes(state, cx, es);
+}
+
+#[cold]
+fn exit_with_probes(state: &Arc<ResourceBreakers>, cx: &ExitCx<'_>, es: &mut EntryState) {
+    let mgr = &cx.shared.degrade;
+    // Probes are decided on the breakers that issued them, even if the rules changed meanwhile (an equal
+    // rule reloaded keeps its breaker, which then is in both sets).
+    for b in es.held() {
+        b.on_complete(cx.now_ms, cx.rt_micros, cx.error, true, mgr);
+    }
+    for b in &state.breakers {
+        if !es.held().any(|p| Arc::ptr_eq(p, b)) {
+            b.on_complete(cx.now_ms, cx.rt_micros, cx.error, false, mgr);
+        }
+    }
+    es.probes = 0;
+    es.set = None;
 }

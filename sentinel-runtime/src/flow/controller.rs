@@ -61,12 +61,10 @@ impl WarmUp {
             return self.max_token;
         }
         let elapsed = current_sec_ms.saturating_sub(last) as f64;
-        let mut new = old;
-        if old < self.warning_token {
-            new = (old as f64 + elapsed * self.count / 1000.0) as i64;
-        } else if old > self.warning_token && (pass_qps as f64) < ((self.count as i64) as f64 / self.cold_factor) {
-            new = (old as f64 + elapsed * self.count / 1000.0) as i64;
-        }
+        // Refill below the warning line, or above it while traffic is light (Java's coolDownTokens).
+        let cold = (pass_qps as f64) < ((self.count as i64) as f64 / self.cold_factor);
+        let refill = old < self.warning_token || (old > self.warning_token && cold);
+        let new = if refill { (old as f64 + elapsed * self.count / 1000.0) as i64 } else { old };
         new.min(self.max_token)
     }
 
@@ -179,14 +177,15 @@ pub(crate) fn reject_qps(
     prioritized: bool,
     already_reserved: bool,
 ) -> Decision {
+    let borrowed = |start: u64| node.borrowed_at(start);
     if already_reserved {
-        return if node.admission.within(now_ms, limit) {
+        return if node.admission.within(now_ms, limit, &borrowed) {
             Decision::Pass { reservation: None, wait_nanos: 0 }
         } else {
             Decision::Block
         };
     }
-    if let Some(r) = node.admission.try_reserve(now_ms, acquire, limit) {
+    if let Some(r) = node.admission.try_reserve(now_ms, acquire, limit, &borrowed) {
         return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
     }
     if prioritized {
@@ -211,7 +210,7 @@ fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64) -
     let window = interval_ms / sample_count as u64;
     let mut earliest = (now_ms - now_ms % window + window) as i64 - interval_ms as i64;
     let mut idx = 0u64;
-    let mut current_pass = node.admission.total(now_ms) as i64;
+    let mut current_pass = node.admission.total(now_ms, &|start| node.borrowed_at(start)) as i64;
     while earliest < now_ms as i64 {
         let wait = idx * window + window - now_ms % window;
         if wait >= OCCUPY_TIMEOUT_MS {

@@ -20,9 +20,17 @@ use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
 
 use controller::{reject_qps, Controller, Decision};
 
+/// Whose calls a rule limits, decided once at load (no string comparison per call for the common kinds).
+enum LimitApp {
+    Default,
+    Other,
+    Origin(String),
+}
+
 /// A loaded rule with its controller state.
 pub(crate) struct FlowRuleState {
     pub(crate) rule: Arc<FlowRule>,
+    limit_app: LimitApp,
     controller: Controller,
     /// The related resource, once it exists (relate strategy).
     ref_resource: OnceLock<Arc<ResourceInner>>,
@@ -33,8 +41,14 @@ pub(crate) struct FlowRuleState {
 impl FlowRuleState {
     fn new(rule: FlowRule) -> Self {
         let controller = Controller::for_rule(&rule);
+        let limit_app = match rule.limit_app.as_str() {
+            LIMIT_APP_DEFAULT => LimitApp::Default,
+            LIMIT_APP_OTHER => LimitApp::Other,
+            app => LimitApp::Origin(app.to_string()),
+        };
         FlowRuleState {
             rule: Arc::new(rule),
+            limit_app,
             controller,
             ref_resource: OnceLock::new(),
             ref_miss_generation: AtomicUsize::new(usize::MAX),
@@ -55,13 +69,36 @@ pub(crate) enum Verdict {
     Occupied { wait_nanos: u64 },
 }
 
-const MAX_HELD: usize = 4;
+const MAX_HELD: usize = 2;
 
-/// Reservations and concurrency permits an entry holds.
+/// Concurrency permits an entry holds until it exits.
 #[derive(Debug, Default)]
 pub(crate) struct EntryState {
-    reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
     permits: [Option<(NodePtr, u32)>; MAX_HELD],
+}
+
+/// Reservations taken while deciding an entry: given back if a later check blocks it.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
+}
+
+impl Scratch {
+    fn has_reservation(&self, node: &StatNode) -> bool {
+        self.reservations.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
+    }
+    fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
+        if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
+            *slot = Some((NodePtr(node), r));
+        }
+    }
+    fn release(&mut self) {
+        for r in self.reservations.iter_mut() {
+            if let Some((p, res)) = r.take() {
+                p.get().admission.release(res);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,16 +115,8 @@ impl EntryState {
     pub(crate) fn is_active(&self) -> bool {
         self.permits[0].is_some()
     }
-    fn has_reservation(&self, node: &StatNode) -> bool {
-        self.reservations.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
-    }
     fn has_permit(&self, node: &StatNode) -> bool {
         self.permits.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
-    }
-    fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
-        if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
-            *slot = Some((NodePtr(node), r));
-        }
     }
     fn push_permit(&mut self, node: &StatNode, n: u32) -> bool {
         match self.permits.iter_mut().find(|s| s.is_none()) {
@@ -98,15 +127,7 @@ impl EntryState {
             None => false,
         }
     }
-    fn release_all(&mut self) {
-        for r in self.reservations.iter_mut() {
-            if let Some((p, res)) = r.take() {
-                p.get().admission.release(res);
-            }
-        }
-        self.release_permits();
-    }
-    fn release_permits(&mut self) {
+    pub(crate) fn release_permits(&mut self) {
         for s in self.permits.iter_mut() {
             if let Some((p, n)) = s.take() {
                 p.get().release_thread_permit(n);
@@ -192,9 +213,7 @@ impl FlowManager {
         let old = self.map.snapshot();
         let mut by_resource: HashMap<String, Vec<Arc<FlowRuleState>>> = HashMap::new();
         for rule in &unique {
-            let reused = old
-                .get(&rule.resource)
-                .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
+            let reused = old.get(&rule.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
             let state = reused.unwrap_or_else(|| Arc::new(FlowRuleState::new(rule.clone())));
             by_resource.entry(rule.resource.clone()).or_default().push(state);
         }
@@ -225,25 +244,32 @@ impl FlowManager {
     }
 }
 
-fn is_special(app: &str) -> bool {
-    app == LIMIT_APP_DEFAULT || app == LIMIT_APP_OTHER
+fn read_only(pass: bool) -> Decision {
+    if pass {
+        Decision::Pass { reservation: None, wait_nanos: 0 }
+    } else {
+        Decision::Block
+    }
 }
 
 /// Java's `FlowRuleChecker.selectNodeByRequesterAndStrategy`.
+#[inline]
 fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
-    let rule = &*st.rule;
+    let direct = st.rule.strategy == FlowStrategy::Direct;
     let origin: &str = cx.origin;
-    let direct = rule.strategy == FlowStrategy::Direct;
-    if !origin.is_empty() && rule.limit_app == origin && !is_special(origin) {
-        return if direct { cx.origin_node } else { reference_node(st, cx) };
+    let applies = match &st.limit_app {
+        LimitApp::Default => return if direct { Some(&cx.resource.cluster.stat) } else { reference_node(st, cx) },
+        LimitApp::Origin(app) => !origin.is_empty() && app == origin,
+        LimitApp::Other => !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin),
+    };
+    if !applies {
+        return None;
     }
-    if rule.limit_app == LIMIT_APP_DEFAULT {
-        return if direct { Some(&cx.resource.cluster.stat) } else { reference_node(st, cx) };
+    if direct {
+        cx.origin_node
+    } else {
+        reference_node(st, cx)
     }
-    if rule.limit_app == LIMIT_APP_OTHER && !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin) {
-        return if direct { cx.origin_node } else { reference_node(st, cx) };
-    }
-    None
 }
 
 fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
@@ -271,7 +297,12 @@ fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a 
 }
 
 /// Checks the resource's flow rules in order; the first that blocks decides.
-pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<Verdict, BlockError> {
+pub(crate) fn check(
+    rules: &ResourceFlowRules,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+    scratch: &mut Scratch,
+) -> Result<Verdict, BlockError> {
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
         let rule = &*st.rule;
@@ -279,15 +310,17 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
             // No token service is connected: cluster rules without local fallback pass.
             continue;
         }
-        let Some(node) = select_node(st, rules, cx) else { continue };
+        let Some(node) = select_node(st, rules, cx) else {
+            continue;
+        };
+        // A relate rule reads another resource's node: its traffic is not admitted here, so the rule can only
+        // read it. Every other node is entered only through this resource's rules and is reserved exactly.
+        let owned = rule.strategy != FlowStrategy::Relate;
         let decision = match rule.grade {
+            FlowGrade::Thread if !owned => read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count),
             FlowGrade::Thread => {
                 if es.has_permit(node) {
-                    if node.thread_permits() as f64 <= rule.count {
-                        Decision::Pass { reservation: None, wait_nanos: 0 }
-                    } else {
-                        Decision::Block
-                    }
+                    read_only(node.thread_permits() as f64 <= rule.count)
                 } else if node.try_thread_permit(cx.acquire, rule.count) {
                     Decision::ThreadPermit
                 } else {
@@ -295,24 +328,29 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
                 }
             }
             FlowGrade::Qps => match &st.controller {
+                Controller::Reject if !owned => read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count),
                 Controller::Reject => {
-                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, es.has_reservation(node))
+                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, scratch.has_reservation(node))
                 }
                 Controller::WarmUp(w) => {
                     w.sync(cx.now_ms, node);
-                    reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, es.has_reservation(node))
+                    if owned {
+                        reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, scratch.has_reservation(node))
+                    } else {
+                        read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= w.allowed_qps())
+                    }
                 }
-                Controller::RateLimiter(t) => t.acquire(cx.now_nanos, cx.acquire, rule.count),
+                Controller::RateLimiter(t) => t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, rule.count),
                 Controller::WarmUpRateLimiter(w, t) => {
                     w.sync(cx.now_ms, node);
-                    t.acquire(cx.now_nanos, cx.acquire, w.allowed_qps())
+                    t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, w.allowed_qps())
                 }
             },
         };
         match decision {
             Decision::Pass { reservation, wait_nanos: w } => {
                 if let Some(r) = reservation {
-                    es.push_reservation(node, r);
+                    scratch.push_reservation(node, r);
                 }
                 wait_nanos += w;
             }
@@ -322,11 +360,13 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
                 }
             }
             Decision::Occupied { wait_nanos: w } => {
-                es.release_all();
+                scratch.release();
+                es.release_permits();
                 return Ok(Verdict::Occupied { wait_nanos: wait_nanos + w });
             }
             Decision::Block => {
-                es.release_all();
+                scratch.release();
+                es.release_permits();
                 return Err(BlockError::Flow {
                     resource: cx.resource.name.clone(),
                     rule: st.rule.clone(),
@@ -339,8 +379,9 @@ pub(crate) fn check(rules: &ResourceFlowRules, cx: &CheckCx<'_>, es: &mut EntryS
 }
 
 /// A later check blocked the call: give back reservations and permits.
-pub(crate) fn on_later_block(_rules: &ResourceFlowRules, _cx: &CheckCx<'_>, es: &mut EntryState) {
-    es.release_all();
+pub(crate) fn on_later_block(es: &mut EntryState, scratch: &mut Scratch) {
+    scratch.release();
+    es.release_permits();
 }
 
 /// The call completed: release its concurrency permits.

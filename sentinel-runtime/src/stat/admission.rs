@@ -11,12 +11,13 @@ use super::window::deprecated;
 const EMPTY: u64 = u64::MAX;
 const RESETTING: u64 = u64::MAX - 1;
 
-/// Bucket starts and reserved counts, packed per bucket as (start, count) in two words guarded by the start.
+use super::window::{BUCKET_MS, INTERVAL_MS, SAMPLES};
+
+/// Bucket starts and reserved counts (the same geometry as the per-second window); a count is valid for the
+/// start beside it, and a bucket is reset by whoever claims its start.
 pub(crate) struct AdmissionWindow {
-    bucket_ms: u64,
-    interval_ms: u64,
-    starts: Box<[AtomicU64]>,
-    counts: Box<[AtomicU64]>,
+    starts: [AtomicU64; SAMPLES],
+    counts: [AtomicU64; SAMPLES],
 }
 
 /// A reservation to give back if a later check blocks the call.
@@ -27,20 +28,18 @@ pub(crate) struct Reservation {
 }
 
 impl AdmissionWindow {
-    pub(crate) fn new(sample_count: usize, interval_ms: u64) -> Self {
-        let n = sample_count.max(1);
+    pub(crate) fn new() -> Self {
         AdmissionWindow {
-            bucket_ms: (interval_ms / n as u64).max(1),
-            interval_ms,
-            starts: (0..n).map(|_| AtomicU64::new(EMPTY)).collect(),
-            counts: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            starts: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
-    fn current(&self, now_ms: u64) -> usize {
-        let n = self.starts.len();
-        let idx = ((now_ms / self.bucket_ms) % n as u64) as usize;
-        let start = now_ms - now_ms % self.bucket_ms;
+    #[inline]
+    fn current(&self, now_ms: u64, borrowed: &dyn Fn(u64) -> u64) -> usize {
+        let b = now_ms / BUCKET_MS;
+        let idx = (b % SAMPLES as u64) as usize;
+        let start = b * BUCKET_MS;
         loop {
             let s = self.starts[idx].load(Ordering::Acquire);
             if s == start || (s < RESETTING && s > start) {
@@ -52,7 +51,8 @@ impl AdmissionWindow {
             }
             // Claim the stale bucket: whoever wins the CAS on its start zeroes its count, then publishes it.
             if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                self.counts[idx].store(0, Ordering::Release);
+                // Prioritized calls that borrowed this bucket already count in it.
+                self.counts[idx].store(borrowed(start), Ordering::Release);
                 self.starts[idx].store(start, Ordering::Release);
                 return idx;
             }
@@ -66,7 +66,7 @@ impl AdmissionWindow {
                 continue;
             }
             let s = self.starts[i].load(Ordering::Acquire);
-            if s < RESETTING && !deprecated(now_ms, s, self.interval_ms) {
+            if s < RESETTING && !deprecated(now_ms, s, INTERVAL_MS) {
                 total += self.counts[i].load(Ordering::Acquire);
             }
         }
@@ -75,8 +75,14 @@ impl AdmissionWindow {
 
     /// Reserves `acquire` passes if the window stays within `limit`; `None` means block.
     #[inline]
-    pub(crate) fn try_reserve(&self, now_ms: u64, acquire: u32, limit: f64) -> Option<Reservation> {
-        let cur = self.current(now_ms);
+    pub(crate) fn try_reserve(
+        &self,
+        now_ms: u64,
+        acquire: u32,
+        limit: f64,
+        borrowed: &dyn Fn(u64) -> u64,
+    ) -> Option<Reservation> {
+        let cur = self.current(now_ms, borrowed);
         let others = self.others(now_ms, cur);
         let c = &self.counts[cur];
         let mut v = c.load(Ordering::Acquire);
@@ -86,10 +92,7 @@ impl AdmissionWindow {
             }
             match c.compare_exchange_weak(v, v + acquire as u64, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    return Some(Reservation {
-                        bucket_start: self.starts[cur].load(Ordering::Relaxed),
-                        count: acquire,
-                    })
+                    return Some(Reservation { bucket_start: self.starts[cur].load(Ordering::Relaxed), count: acquire })
                 }
                 Err(now) => v = now,
             }
@@ -97,24 +100,23 @@ impl AdmissionWindow {
     }
 
     /// Whether the window (already holding this call's reservation) is within `limit`.
-    pub(crate) fn within(&self, now_ms: u64, limit: f64) -> bool {
-        let cur = self.current(now_ms);
+    pub(crate) fn within(&self, now_ms: u64, limit: f64, borrowed: &dyn Fn(u64) -> u64) -> bool {
+        let cur = self.current(now_ms, borrowed);
         (self.others(now_ms, cur) + self.counts[cur].load(Ordering::Acquire)) as f64 <= limit
     }
 
     /// Current reserved count over the window.
-    pub(crate) fn total(&self, now_ms: u64) -> u64 {
-        let cur = self.current(now_ms);
+    pub(crate) fn total(&self, now_ms: u64, borrowed: &dyn Fn(u64) -> u64) -> u64 {
+        let cur = self.current(now_ms, borrowed);
         self.others(now_ms, cur) + self.counts[cur].load(Ordering::Acquire)
     }
 
     /// Gives a reservation back (if its bucket is still there).
     pub(crate) fn release(&self, r: Reservation) {
-        let idx = ((r.bucket_start / self.bucket_ms) % self.starts.len() as u64) as usize;
+        let idx = ((r.bucket_start / BUCKET_MS) % SAMPLES as u64) as usize;
         if self.starts[idx].load(Ordering::Acquire) == r.bucket_start {
-            let _ = self.counts[idx].fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                Some(v.saturating_sub(r.count as u64))
-            });
+            let _ = self.counts[idx]
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(r.count as u64)));
         }
     }
 }

@@ -4,17 +4,31 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-use super::stripe::{current_stripe, stripe_count};
-use super::window::{deprecated, BucketTotals, MetricEvent, PlainWindow, StripedWindow, MAX_RT_MICROS};
+use super::stripe::{self, Lease};
+use super::window::{deprecated, BucketTotals, MetricEvent, PlainWindow, Pos, StripedWindow};
 
 /// The per-second window: 2 buckets of 500 ms (Java's defaults).
-pub const SECOND_SAMPLE_COUNT: usize = 2;
+pub const SECOND_SAMPLE_COUNT: usize = super::window::SAMPLES;
 /// Length of the per-second window.
-pub const SECOND_INTERVAL_MS: u64 = 1000;
+pub const SECOND_INTERVAL_MS: u64 = super::window::INTERVAL_MS;
 /// The per-minute window: 60 buckets of 1 s.
 pub const MINUTE_SAMPLE_COUNT: usize = 60;
 /// Length of the per-minute window.
 pub const MINUTE_INTERVAL_MS: u64 = 60_000;
+
+/// Where this thread writes at one instant: computed once per entry or exit, used for every node.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Writer {
+    pos: Pos,
+    lease: Lease,
+}
+
+impl Writer {
+    #[inline]
+    pub(crate) fn at(now_ms: u64) -> Writer {
+        Writer { pos: Pos::of(now_ms), lease: stripe::lease() }
+    }
+}
 
 /// The counters of one node over two sliding windows, plus its current concurrency.
 pub struct StatNode {
@@ -45,97 +59,93 @@ impl std::fmt::Debug for StatNode {
 impl StatNode {
     /// A node with Java's default windows (2 × 500 ms, 60 × 1 s).
     pub fn new() -> Self {
-        Self::with_windows(SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS)
-    }
-
-    /// A node whose per-second window has `sample_count` buckets over `interval_ms`.
-    pub fn with_windows(sample_count: usize, interval_ms: u64) -> Self {
         StatNode {
-            second: StripedWindow::new(sample_count, interval_ms),
+            second: StripedWindow::new(),
             minute: PlainWindow::new(MINUTE_SAMPLE_COUNT, MINUTE_INTERVAL_MS),
-            borrowed: PlainWindow::new(sample_count, interval_ms),
-            threads: (0..stripe_count()).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
-            admission: super::admission::AdmissionWindow::new(sample_count, interval_ms),
+            borrowed: PlainWindow::new(SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS),
+            threads: (0..stripe::total_stripes()).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
+            admission: super::admission::AdmissionWindow::new(),
             thread_gate: Default::default(),
         }
     }
 
-    #[inline]
-    fn slot(&self, now_ms: u64) -> super::window::Slot {
-        let borrowed = |start: u64| -> u64 {
-            let mut b = 0;
-            self.borrowed.for_each_valid(start, |s, t| {
-                if s == start {
-                    b += t.get(MetricEvent::Pass);
-                }
-            });
-            b
-        };
-        self.second.slot(now_ms, &self.minute, &borrowed)
+    /// Passes borrowed by prioritized calls for the bucket starting at `start`.
+    pub(crate) fn borrowed_at(&self, start: u64) -> u64 {
+        let mut b = 0;
+        self.borrowed.for_each_valid(start, |s, t| {
+            if s == start {
+                b += t.get(MetricEvent::Pass);
+            }
+        });
+        b
+    }
+
+    #[inline(always)]
+    fn cell(&self, w: &Writer) -> super::window::CellRef<'_> {
+        self.second.cell(w.pos, w.lease, &self.minute)
+    }
+
+    #[inline(always)]
+    fn add_threads(&self, w: &Writer, delta: i64) {
+        let t = &self.threads[w.lease.index];
+        if w.lease.exclusive {
+            t.store(t.load(Ordering::Relaxed).wrapping_add(delta), Ordering::Relaxed);
+        } else {
+            t.fetch_add(delta, Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn pass_with(&self, w: &Writer, count: u32) {
+        self.cell(w).add(MetricEvent::Pass, count as u64);
+        self.add_threads(w, 1);
+    }
+
+    #[inline(always)]
+    pub(crate) fn block_with(&self, w: &Writer, count: u32) {
+        self.cell(w).add(MetricEvent::Block, count as u64);
+    }
+
+    #[inline(always)]
+    pub(crate) fn complete_with(&self, w: &Writer, rt_micros: u64, count: u32, error: bool) {
+        let c = self.cell(w);
+        c.add(MetricEvent::Success, count as u64);
+        c.add(MetricEvent::RtMicros, rt_micros);
+        c.min_rt(rt_micros);
+        if error {
+            c.add(MetricEvent::Exception, count as u64);
+        }
+        self.add_threads(w, -1);
+    }
+
+    #[inline(always)]
+    pub(crate) fn borrowed_pass_with(&self, w: &Writer) {
+        self.add_threads(w, 1);
     }
 
     /// Records `count` passed requests and one more concurrent call.
-    #[inline]
     pub fn on_pass(&self, now_ms: u64, count: u32) {
-        let slot = self.slot(now_ms);
-        self.second.add(slot, MetricEvent::Pass, count as u64);
-        self.increase_threads();
-    }
-
-    /// Records a call admitted by borrowing a later window: it was counted as a pass there.
-    #[inline]
-    pub fn on_pass_borrowed(&self) {
-        self.increase_threads();
+        self.pass_with(&Writer::at(now_ms), count)
     }
 
     /// Records `count` blocked requests.
-    #[inline]
     pub fn on_block(&self, now_ms: u64, count: u32) {
-        let slot = self.slot(now_ms);
-        self.second.add(slot, MetricEvent::Block, count as u64);
+        self.block_with(&Writer::at(now_ms), count)
     }
 
     /// Records the completion of a passed call: response time, success, and the error if one was traced.
-    #[inline]
     pub fn on_complete(&self, now_ms: u64, rt_micros: u64, count: u32, error: bool) {
-        let slot = self.slot(now_ms);
-        self.second.add(slot, MetricEvent::Success, count as u64);
-        self.second.add(slot, MetricEvent::RtMicros, rt_micros);
-        self.second.add_min_rt(slot, rt_micros);
-        if error {
-            self.second.add(slot, MetricEvent::Exception, count as u64);
-        }
-        self.decrease_threads();
-    }
-
-    /// Records an exception outside of a completion (rarely needed).
-    pub fn add_exception(&self, now_ms: u64, count: u32) {
-        let slot = self.slot(now_ms);
-        self.second.add(slot, MetricEvent::Exception, count as u64);
+        self.complete_with(&Writer::at(now_ms), rt_micros, count, error)
     }
 
     /// Records a prioritized request that will pass in the bucket starting at `future_ms`.
     pub(crate) fn add_waiting(&self, now_ms: u64, future_ms: u64, count: u32) {
-        let slot = self.slot(now_ms);
-        self.second.add(slot, MetricEvent::OccupiedPass, count as u64);
-        let t = BucketTotals {
-            counts: {
-                let mut c = [0; super::window::EVENT_COUNT];
-                c[MetricEvent::Pass as usize] = count as u64;
-                c
-            },
-            min_rt_micros: MAX_RT_MICROS,
-        };
+        self.cell(&Writer::at(now_ms)).add(MetricEvent::OccupiedPass, count as u64);
+        let mut t = BucketTotals::default();
+        t.counts[MetricEvent::Pass as usize] = count as u64;
         self.borrowed.add(future_ms, &t);
-    }
-
-    #[inline]
-    pub(crate) fn increase_threads(&self) {
-        self.threads[current_stripe() & (self.threads.len() - 1)].fetch_add(1, Ordering::Relaxed);
-    }
-    #[inline]
-    pub(crate) fn decrease_threads(&self) {
-        self.threads[current_stripe() & (self.threads.len() - 1)].fetch_sub(1, Ordering::Relaxed);
+        // Per-second and per-minute figures count it as a pass in the second it passes in.
+        self.minute.add(future_ms, &t);
     }
 
     /// Calls in flight now.
@@ -146,12 +156,15 @@ impl StatNode {
     /// Totals over the per-second window at `now_ms`.
     pub fn window_totals(&self, now_ms: u64) -> BucketTotals {
         let mut t = BucketTotals::default();
-        self.second.for_each_valid(now_ms, |_, b| t.merge(b));
+        self.second.for_each_valid(now_ms, |start, b| {
+            t.merge(b);
+            t.counts[MetricEvent::Pass as usize] += self.borrowed_at(start);
+        });
         t
     }
 
     fn interval_secs(&self) -> f64 {
-        self.second.interval_ms() as f64 / 1000.0
+        SECOND_INTERVAL_MS as f64 / 1000.0
     }
 
     /// Passed requests per second over the window.
@@ -198,7 +211,7 @@ impl StatNode {
     pub fn max_success_qps(&self, now_ms: u64) -> f64 {
         let mut max = 1u64;
         self.second.for_each_valid(now_ms, |_, b| max = max.max(b.get(MetricEvent::Success)));
-        max as f64 * self.second.sample_count() as f64 / self.interval_secs()
+        max as f64 * SECOND_SAMPLE_COUNT as f64 / self.interval_secs()
     }
 
     /// The totals of the whole second starting at `second_start_ms`, from the per-minute window plus the
@@ -261,8 +274,8 @@ impl StatNode {
 
     /// Passes counted in the bucket of the per-second window that holds `at_ms`, if the window holds it.
     pub(crate) fn window_pass_at(&self, at_ms: u64) -> u64 {
-        let bucket = self.second.bucket_ms();
-        self.second.bucket_at(at_ms - at_ms % bucket).map(|t| t.get(MetricEvent::Pass)).unwrap_or(0)
+        let start = at_ms - at_ms % super::window::BUCKET_MS;
+        self.second.bucket_at(start).map(|t| t.get(MetricEvent::Pass)).unwrap_or(0) + self.borrowed_at(start)
     }
 
     /// Requests waiting in (borrowed from) later buckets.
@@ -277,6 +290,6 @@ impl StatNode {
     }
 
     pub(crate) fn second_window(&self) -> (usize, u64) {
-        (self.second.sample_count(), self.second.interval_ms())
+        (SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS)
     }
 }

@@ -1,35 +1,81 @@
-//! Per-thread striping so that counters written on every call do not bounce one cache line between cores.
+//! Thread-owned stripes, so that counters written on every call are written with plain stores to a cache
+//! line only one thread writes.
+//!
+//! A thread leases a stripe on first use and gives it back when it exits. Threads beyond the number of
+//! stripes share one extra stripe, written with atomic read-modify-write operations.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+/// Most owned stripes (one bit each in the lease map).
+const MAX_OWNED: usize = 64;
 
-thread_local! {
-    static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-}
+static LEASED: AtomicU64 = AtomicU64::new(0);
 
-/// How many stripes each striped counter has: the core count rounded up to a power of two, at most 16.
-pub(crate) fn stripe_count() -> usize {
+/// Owned stripes: twice the core count rounded up to a power of two, at least 2, at most 64.
+pub(crate) fn owned_stripes() -> usize {
     static COUNT: OnceLock<usize> = OnceLock::new();
     *COUNT.get_or_init(|| {
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        cores.next_power_of_two().clamp(1, 16)
+        (cores * 2).next_power_of_two().clamp(2, MAX_OWNED)
     })
 }
 
-/// The stripe of the current thread (assigned round robin on first use).
-#[inline]
-pub(crate) fn current_stripe() -> usize {
-    STRIPE.with(|s| {
-        let v = s.get();
-        if v != usize::MAX {
-            v
-        } else {
-            let n = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed);
-            s.set(n);
-            n
+/// Stripes per counter: the owned ones plus the shared one (index `owned_stripes()`).
+pub(crate) fn total_stripes() -> usize {
+    owned_stripes() + 1
+}
+
+/// A thread's stripe: `exclusive` when the thread owns it (plain stores are safe).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lease {
+    pub(crate) index: usize,
+    pub(crate) exclusive: bool,
+}
+
+struct Held(Lease);
+
+impl Held {
+    fn acquire() -> Held {
+        let owned = owned_stripes();
+        let mut map = LEASED.load(Ordering::Acquire);
+        loop {
+            let free = (!map).trailing_zeros() as usize;
+            if free >= owned {
+                return Held(Lease { index: owned, exclusive: false });
+            }
+            match LEASED.compare_exchange_weak(map, map | (1 << free), Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Held(Lease { index: free, exclusive: true }),
+                Err(m) => map = m,
+            }
         }
-    })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.0.exclusive {
+            LEASED.fetch_and(!(1 << self.0.index), Ordering::AcqRel);
+        }
+    }
+}
+
+thread_local! {
+    static LEASE: Held = Held::acquire();
+}
+
+/// This thread's stripe (the shared one while the thread is being torn down).
+#[inline]
+pub(crate) fn lease() -> Lease {
+    LEASE.try_with(|h| h.0).unwrap_or(Lease { index: owned_stripes(), exclusive: false })
+}
+
+/// Adds `v` to a counter of the given stripe.
+#[inline(always)]
+pub(crate) fn add(c: &AtomicU64, v: u64, exclusive: bool) {
+    if exclusive {
+        c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+    } else {
+        c.fetch_add(v, Ordering::Relaxed);
+    }
 }

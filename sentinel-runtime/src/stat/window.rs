@@ -9,10 +9,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_utils::CachePadded;
-
-use super::stripe::{current_stripe, stripe_count};
-
 /// The events a bucket counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
@@ -176,147 +172,184 @@ pub(crate) fn deprecated(now_ms: u64, start: u64, interval_ms: u64) -> bool {
     now_ms > start && now_ms - start > interval_ms
 }
 
-/// The per-second window: buckets split into stripes; folds expired buckets into a [`PlainWindow`].
-pub(crate) struct StripedWindow {
-    bucket_ms: u64,
-    interval_ms: u64,
-    stripes: usize,
-    starts: Box<[CachePadded<AtomicU64>]>,
-    /// `sample_count * stripes` cells, bucket-major.
-    cells: Box<[CachePadded<Cell>]>,
+/// Length of a per-second bucket.
+pub(crate) const BUCKET_MS: u64 = 500;
+/// Buckets in the per-second window.
+pub(crate) const SAMPLES: usize = 2;
+/// Length of the per-second window.
+pub(crate) const INTERVAL_MS: u64 = BUCKET_MS * SAMPLES as u64;
+
+/// Where a write at a given time goes: the bucket slot and the bucket's start. Computed once per entry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pos {
+    pub(crate) idx: usize,
+    pub(crate) start: u64,
 }
 
-/// Where a write went: the bucket index, so that several events can be added without finding it again.
-#[derive(Clone, Copy)]
-pub(crate) struct Slot {
-    cell: usize,
+impl Pos {
+    #[inline]
+    pub(crate) fn of(now_ms: u64) -> Pos {
+        let b = now_ms / BUCKET_MS;
+        Pos { idx: (b % SAMPLES as u64) as usize, start: b * BUCKET_MS }
+    }
+}
+
+#[repr(align(64))]
+struct OwnedCell {
+    start: AtomicU64,
+    counts: [AtomicU64; EVENT_COUNT],
+    min_rt: AtomicU64,
+}
+
+impl OwnedCell {
+    fn new() -> Self {
+        OwnedCell { start: AtomicU64::new(EMPTY), counts: Default::default(), min_rt: AtomicU64::new(MAX_RT_MICROS) }
+    }
+    fn read_into(&self, t: &mut BucketTotals) {
+        for i in 0..EVENT_COUNT {
+            t.counts[i] += self.counts[i].load(Ordering::Relaxed);
+        }
+        t.min_rt_micros = t.min_rt_micros.min(self.min_rt.load(Ordering::Relaxed));
+    }
+    fn totals(&self) -> BucketTotals {
+        let mut t = BucketTotals::default();
+        self.read_into(&mut t);
+        t
+    }
+    fn reset(&self) {
+        for c in &self.counts {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.min_rt.store(MAX_RT_MICROS, Ordering::Relaxed);
+    }
+}
+
+/// The per-second window. Every bucket has one cell per stripe; a cell carries its own start and is reset by
+/// its owner when the owner first writes in a later bucket (folding its old totals into the per-minute
+/// window). The shared stripe's cells are claimed with a compare-and-swap instead.
+pub(crate) struct StripedWindow {
+    stripes: usize,
+    /// `SAMPLES * stripes` cells, bucket-major.
+    cells: Box<[OwnedCell]>,
+}
+
+/// A thread's cell in the current bucket, ready for writes.
+pub(crate) struct CellRef<'a> {
+    cell: &'a OwnedCell,
+    exclusive: bool,
+}
+
+impl CellRef<'_> {
+    #[inline(always)]
+    pub(crate) fn add(&self, e: MetricEvent, v: u64) {
+        super::stripe::add(&self.cell.counts[e as usize], v, self.exclusive);
+    }
+    #[inline(always)]
+    pub(crate) fn min_rt(&self, rt_micros: u64) {
+        let m = &self.cell.min_rt;
+        if rt_micros < m.load(Ordering::Relaxed) {
+            if self.exclusive {
+                m.store(rt_micros, Ordering::Relaxed);
+            } else {
+                m.fetch_min(rt_micros, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl StripedWindow {
-    pub(crate) fn new(sample_count: usize, interval_ms: u64) -> Self {
-        let n = sample_count.max(1);
-        let stripes = stripe_count();
-        StripedWindow {
-            bucket_ms: (interval_ms / n as u64).max(1),
-            interval_ms,
-            stripes,
-            starts: (0..n).map(|_| CachePadded::new(AtomicU64::new(EMPTY))).collect(),
-            cells: (0..n * stripes).map(|_| CachePadded::new(Cell::new())).collect(),
-        }
+    pub(crate) fn new() -> Self {
+        let stripes = super::stripe::total_stripes();
+        StripedWindow { stripes, cells: (0..SAMPLES * stripes).map(|_| OwnedCell::new()).collect() }
     }
 
-    pub(crate) fn sample_count(&self) -> usize {
-        self.starts.len()
-    }
-    pub(crate) fn interval_ms(&self) -> u64 {
-        self.interval_ms
-    }
-    pub(crate) fn bucket_ms(&self) -> u64 {
-        self.bucket_ms
-    }
-
-    /// Finds (claiming and folding a stale bucket if needed) the bucket for `now_ms`, and returns this thread's
-    /// cell in it. `on_reset(start)` gives the totals a fresh bucket starts with (borrowed passes).
+    /// This thread's cell for the bucket at `pos`, rolled over (and the old totals folded) if stale.
     #[inline]
-    pub(crate) fn slot(&self, now_ms: u64, fold: &PlainWindow, borrowed: &impl Fn(u64) -> u64) -> Slot {
-        let n = self.starts.len();
-        let idx = ((now_ms / self.bucket_ms) % n as u64) as usize;
-        let start = now_ms - now_ms % self.bucket_ms;
-        let stripe = current_stripe() & (self.stripes - 1);
-        let cell = idx * self.stripes + stripe;
-        let s = self.starts[idx].load(Ordering::Acquire);
-        if s == start || (s > start && s < RESETTING) {
-            // Current, or the clock went backwards: count in the newer bucket (totals stay consistent).
-            return Slot { cell };
+    pub(crate) fn cell(&self, pos: Pos, lease: super::stripe::Lease, fold: &PlainWindow) -> CellRef<'_> {
+        let cell = &self.cells[pos.idx * self.stripes + lease.index];
+        let s = cell.start.load(Ordering::Acquire);
+        // Current, or the clock went backwards: count in the newer bucket (totals stay consistent).
+        if s != pos.start && !(s > pos.start && s < RESETTING) {
+            roll(cell, pos.start, lease.exclusive, fold);
         }
-        self.slot_slow(idx, start, fold, borrowed);
-        Slot { cell }
+        CellRef { cell, exclusive: lease.exclusive }
     }
 
-    #[cold]
-    fn slot_slow(&self, idx: usize, start: u64, fold: &PlainWindow, borrowed: &impl Fn(u64) -> u64) {
-        loop {
-            let s = self.starts[idx].load(Ordering::Acquire);
-            if s == start || (s > start && s < RESETTING) {
-                return;
-            }
-            if s == RESETTING {
-                std::hint::spin_loop();
-                continue;
-            }
-            if self.starts[idx].compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                let base = idx * self.stripes;
-                if s != EMPTY {
-                    let mut t = BucketTotals::default();
-                    for c in &self.cells[base..base + self.stripes] {
-                        c.read_into(&mut t);
-                    }
-                    fold.add(s, &t);
-                }
-                for c in &self.cells[base..base + self.stripes] {
-                    c.reset();
-                }
-                let b = borrowed(start);
-                if b > 0 {
-                    self.cells[base].counts[MetricEvent::Pass as usize].fetch_add(b, Ordering::Relaxed);
-                }
-                self.starts[idx].store(start, Ordering::Release);
-                return;
+    /// For each slot, the newest start any of its cells holds that is inside the window at `now_ms`.
+    fn valid_start(&self, slot: usize, now_ms: u64) -> Option<u64> {
+        self.cells[slot * self.stripes..(slot + 1) * self.stripes]
+            .iter()
+            .map(|c| c.start.load(Ordering::Acquire))
+            .filter(|&s| s < RESETTING && !deprecated(now_ms, s, INTERVAL_MS))
+            .max()
+    }
+
+    fn slot_totals(&self, slot: usize, start: u64) -> BucketTotals {
+        let mut t = BucketTotals::default();
+        for c in &self.cells[slot * self.stripes..(slot + 1) * self.stripes] {
+            if c.start.load(Ordering::Acquire) == start {
+                c.read_into(&mut t);
             }
         }
+        t
     }
 
-    #[inline]
-    pub(crate) fn add(&self, slot: Slot, e: MetricEvent, v: u64) {
-        self.cells[slot.cell].counts[e as usize].fetch_add(v, Ordering::Relaxed);
-    }
-
-    #[inline]
-    pub(crate) fn add_min_rt(&self, slot: Slot, rt_micros: u64) {
-        let m = &self.cells[slot.cell].min_rt;
-        if rt_micros < m.load(Ordering::Relaxed) {
-            m.fetch_min(rt_micros, Ordering::Relaxed);
-        }
-    }
-
-    /// Visits every bucket inside the window at `now_ms` with its start and totals.
+    /// Visits every bucket inside the window at `now_ms` with its start and totals (Java's `values(now)`).
     pub(crate) fn for_each_valid(&self, now_ms: u64, mut f: impl FnMut(u64, &BucketTotals)) {
-        for i in 0..self.starts.len() {
-            let s = self.starts[i].load(Ordering::Acquire);
-            if s == EMPTY || s == RESETTING || deprecated(now_ms, s, self.interval_ms) {
-                continue;
+        for slot in 0..SAMPLES {
+            if let Some(start) = self.valid_start(slot, now_ms) {
+                f(start, &self.slot_totals(slot, start));
             }
-            f(s, &self.read_bucket(i));
         }
     }
 
-    /// Visits every bucket not yet folded (whatever its age), with its start and totals.
+    /// Visits every cell not yet folded (whatever its age), with its start and totals.
     pub(crate) fn for_each_unfolded(&self, mut f: impl FnMut(u64, &BucketTotals)) {
-        for i in 0..self.starts.len() {
-            let s = self.starts[i].load(Ordering::Acquire);
-            if s == EMPTY || s == RESETTING {
-                continue;
+        for c in self.cells.iter() {
+            let s = c.start.load(Ordering::Acquire);
+            if s < RESETTING {
+                f(s, &c.totals());
             }
-            f(s, &self.read_bucket(i));
         }
     }
 
     /// The totals of the bucket starting at `start`, if the window holds it.
     pub(crate) fn bucket_at(&self, start: u64) -> Option<BucketTotals> {
-        let idx = ((start / self.bucket_ms) % self.starts.len() as u64) as usize;
-        if self.starts[idx].load(Ordering::Acquire) == start {
-            Some(self.read_bucket(idx))
-        } else {
-            None
-        }
+        let slot = ((start / BUCKET_MS) % SAMPLES as u64) as usize;
+        let t = self.slot_totals(slot, start);
+        Some(t)
     }
+}
 
-    fn read_bucket(&self, i: usize) -> BucketTotals {
-        let mut t = BucketTotals::default();
-        let base = i * self.stripes;
-        for c in &self.cells[base..base + self.stripes] {
-            c.read_into(&mut t);
+#[cold]
+#[inline(never)]
+fn roll(cell: &OwnedCell, start: u64, exclusive: bool, fold: &PlainWindow) {
+    if exclusive {
+        // Only this thread writes this cell: mark it, fold, reset, publish.
+        let old = cell.start.swap(RESETTING, Ordering::AcqRel);
+        if old < RESETTING {
+            fold.add(old, &cell.totals());
         }
-        t
+        cell.reset();
+        cell.start.store(start, Ordering::Release);
+        return;
+    }
+    loop {
+        let s = cell.start.load(Ordering::Acquire);
+        if s == start || (s > start && s < RESETTING) {
+            return;
+        }
+        if s == RESETTING {
+            std::hint::spin_loop();
+            continue;
+        }
+        if cell.start.compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if s != EMPTY {
+                fold.add(s, &cell.totals());
+            }
+            cell.reset();
+            cell.start.store(start, Ordering::Release);
+            return;
+        }
     }
 }

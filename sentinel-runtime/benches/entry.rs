@@ -1,0 +1,123 @@
+//! Entry + exit cost of sentinel-runtime next to its peers, measured in the same run.
+//!
+//! Run: `RUST_BACKTRACE= cargo bench -p sentinel-runtime --bench entry` (sentinel-core is ~3× slower with
+//! RUST_BACKTRACE=1 because it captures backtraces in its errors).
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use sentinel_runtime::clock::{Clock, SystemClock};
+use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::{Resource, Sentinel};
+
+fn engine() -> Sentinel {
+    let engine = Sentinel::builder().build();
+    engine
+        .load_flow_rules([FlowRule::new("one-rule-pass").count(1e15), FlowRule::new("one-rule-block").count(0.0)])
+        .expect("valid rules");
+    engine
+}
+
+fn clock(c: &mut Criterion) {
+    let mut g = c.benchmark_group("clock");
+    g.throughput(Throughput::Elements(1));
+    let sys = SystemClock::new();
+    g.bench_function("sentinel SystemClock::now_nanos", |b| b.iter(|| black_box(sys.now_nanos())));
+    g.bench_function("std Instant::now", |b| b.iter(|| black_box(Instant::now())));
+    g.finish();
+}
+
+fn single_thread(c: &mut Criterion) {
+    let engine = engine();
+    let mut g = c.benchmark_group("entry_exit_1_thread");
+    g.throughput(Throughput::Elements(1));
+    for name in ["no-rule", "one-rule-pass"] {
+        let r = engine.resource(name);
+        g.bench_function(BenchmarkId::new("sentinel-rs", name), |b| {
+            b.iter(|| {
+                let e = r.enter();
+                black_box(&e);
+            })
+        });
+    }
+    let blocked = engine.resource("one-rule-block");
+    g.bench_function(BenchmarkId::new("sentinel-rs", "one-rule-block"), |b| {
+        b.iter(|| black_box(blocked.enter().is_err()))
+    });
+
+    let quota = governor::Quota::per_second(NonZeroU32::MAX);
+    let limiter = governor::RateLimiter::direct(quota);
+    g.bench_function(BenchmarkId::new("governor", "check-pass"), |b| b.iter(|| black_box(limiter.check().is_ok())));
+
+    sentinel_core::init_default().expect("sentinel-core init");
+    sentinel_core::flow::load_rules(vec![Arc::new(sentinel_core::flow::Rule {
+        resource: "core-pass".into(),
+        threshold: 1e15,
+        calculate_strategy: sentinel_core::flow::CalculateStrategy::Direct,
+        control_strategy: sentinel_core::flow::ControlStrategy::Reject,
+        ..Default::default()
+    })]);
+    g.bench_function(BenchmarkId::new("sentinel-core-0.1.3", "one-rule-pass"), |b| {
+        b.iter(|| {
+            if let Ok(e) = sentinel_core::EntryBuilder::new("core-pass".into()).build() {
+                e.exit();
+            }
+        })
+    });
+    g.finish();
+}
+
+/// Runs `iters` calls on each of `threads` threads at once; returns wall time divided by the thread count, so
+/// criterion's per-iteration figure is the aggregate time per call (lower is more throughput).
+fn parallel(threads: usize, iters: u64, f: Arc<dyn Fn() + Send + Sync>) -> Duration {
+    let barrier = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (barrier, f) = (barrier.clone(), f.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..iters {
+                    f();
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for h in handles {
+        h.join().expect("bench thread");
+    }
+    start.elapsed() / threads as u32
+}
+
+fn two_threads(c: &mut Criterion) {
+    let engine = engine();
+    let mut g = c.benchmark_group("entry_exit_aggregate");
+    g.throughput(Throughput::Elements(1));
+    for threads in [1usize, 2] {
+        for name in ["no-rule", "one-rule-pass"] {
+            let r: Resource = engine.resource(name);
+            let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                let e = r.enter();
+                black_box(&e);
+            });
+            g.bench_function(BenchmarkId::new(format!("sentinel-rs {name}"), format!("{threads} threads")), |b| {
+                b.iter_custom(|iters| parallel(threads, iters, f.clone()))
+            });
+        }
+        let limiter = Arc::new(governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX)));
+        let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            black_box(limiter.check().is_ok());
+        });
+        g.bench_function(BenchmarkId::new("governor check-pass", format!("{threads} threads")), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, f.clone()))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, clock, single_thread, two_threads);
+criterion_main!(benches);

@@ -1,0 +1,296 @@
+//! The degrade rule manager: validation, breakers per resource (kept across equal reloads), the default
+//! (`"*"`) breakers, state-change observers, and the public queries on [`Sentinel`].
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use super::breaker::{Breaker, BreakerState};
+use super::rule::{DegradeGrade, DegradeRule};
+use super::{ResourceBreakers, MAX_RULES_PER_RESOURCE};
+use crate::error::{RuleError, RuleKind};
+use crate::rules::RuleMap;
+use crate::{Sentinel, LIMIT_APP_DEFAULT};
+
+/// The resource name of default rules: they apply to every resource without degrade rules of its own.
+pub const DEFAULT_RESOURCE: &str = "*";
+
+/// A state-change observer: `(previous state, new state, rule, snapshot)`.
+///
+/// The snapshot is the value that tripped the breaker on CLOSED → OPEN (the slow ratio, the error ratio or
+/// the error count), `1.0` on HALF_OPEN → OPEN (a failed or blocked probe), and `None` on the other
+/// transitions.
+pub type StateObserver = dyn Fn(BreakerState, BreakerState, &DegradeRule, Option<f64>) + Send + Sync;
+
+/// One breaker of a resource, as seen by [`Sentinel::circuit_breakers`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct BreakerSnapshot {
+    /// The breaker's rule (its resource is `"*"` for a default rule).
+    pub rule: Arc<DegradeRule>,
+    /// The breaker's state.
+    pub state: BreakerState,
+    /// When an OPEN breaker lets its next probe through (ms since the epoch); `None` while CLOSED.
+    pub retry_at_ms: Option<u64>,
+    /// Calls completed in the current statistics interval.
+    pub interval_total: u64,
+    /// Of those, the slow ones (slow-ratio rule) or those with an error (error rules).
+    pub interval_bad: u64,
+    /// Whether the breaker comes from a default (`"*"`) rule.
+    pub is_default: bool,
+}
+
+/// Holds the degrade rules and their breakers.
+#[derive(Default)]
+pub(crate) struct DegradeManager {
+    /// Breakers of the resources that have rules of their own.
+    map: RuleMap<ResourceBreakers>,
+    /// Every rule in force (deduplicated), in load order.
+    rules: ArcSwap<Vec<DegradeRule>>,
+    /// The default rules and, per resource that uses them, that resource's own breakers built from them.
+    defaults: Mutex<Defaults>,
+    load_lock: Mutex<()>,
+    observers: ArcSwap<Vec<(String, Arc<StateObserver>)>>,
+}
+
+#[derive(Default)]
+struct Defaults {
+    rules: Vec<Arc<DegradeRule>>,
+    by_resource: HashMap<String, Arc<ResourceBreakers>>,
+}
+
+/// Checks one degrade rule; the first invalid field is reported.
+pub(crate) fn validate(rule: &DegradeRule, index: usize) -> Result<(), RuleError> {
+    let bad = |field, reason: &str| Err(RuleError::invalid(RuleKind::Degrade, index, &rule.resource, field, reason));
+    if rule.resource.trim().is_empty() {
+        return bad("resource", "must not be blank");
+    }
+    if !rule.count.is_finite() || rule.count < 0.0 {
+        return bad("count", "must be a finite number >= 0");
+    }
+    if rule.grade == DegradeGrade::ErrorRatio && rule.count > 1.0 {
+        return bad("count", "is an error ratio and must be <= 1");
+    }
+    if rule.time_window_sec == 0 {
+        return bad("time_window_sec", "must be > 0");
+    }
+    if rule.min_request_amount == 0 {
+        return bad("min_request_amount", "must be > 0");
+    }
+    if rule.stat_interval_ms == 0 {
+        return bad("stat_interval_ms", "must be > 0");
+    }
+    if rule.grade == DegradeGrade::SlowRequestRatio && !(0.0..=1.0).contains(&rule.slow_ratio_threshold) {
+        return bad("slow_ratio_threshold", "must be within [0, 1]");
+    }
+    Ok(())
+}
+
+fn normalize(mut rule: DegradeRule) -> DegradeRule {
+    if rule.limit_app.trim().is_empty() {
+        rule.limit_app = LIMIT_APP_DEFAULT.to_string();
+    }
+    rule
+}
+
+/// Breakers for `rules`, reusing (with their state) those of `old` whose rule is equal.
+fn build(rules: &[Arc<DegradeRule>], old: Option<&ResourceBreakers>, is_default: bool) -> ResourceBreakers {
+    let breakers = rules
+        .iter()
+        .map(|rule| {
+            old.and_then(|o| o.breakers.iter().find(|b| *b.rule == **rule).cloned())
+                .unwrap_or_else(|| Arc::new(Breaker::new(rule.clone(), is_default)))
+        })
+        .collect();
+    ResourceBreakers { breakers }
+}
+
+impl DegradeManager {
+    /// Validates and replaces the rule set; `Ok(true)` when something changed.
+    pub(crate) fn load(&self, rules: Vec<DegradeRule>) -> Result<bool, RuleError> {
+        for (i, r) in rules.iter().enumerate() {
+            validate(r, i)?;
+        }
+        let original: Vec<DegradeRule> = rules.into_iter().map(normalize).collect();
+        let mut unique: Vec<DegradeRule> = Vec::with_capacity(original.len());
+        for r in original.iter().cloned() {
+            if !unique.contains(&r) {
+                unique.push(r);
+            }
+        }
+        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if **self.rules.load() == unique {
+            return Ok(false);
+        }
+
+        let mut by_resource: HashMap<String, Vec<Arc<DegradeRule>>> = HashMap::new();
+        for rule in &unique {
+            let rules = by_resource.entry(rule.resource.clone()).or_default();
+            if rules.len() == MAX_RULES_PER_RESOURCE {
+                let index = original.iter().position(|r| *r == *rule).unwrap_or(0);
+                let reason = format!("has more than {MAX_RULES_PER_RESOURCE} degrade rules");
+                return Err(RuleError::invalid(RuleKind::Degrade, index, &rule.resource, "resource", reason));
+            }
+            rules.push(Arc::new(rule.clone()));
+        }
+        let default_rules = by_resource.remove(DEFAULT_RESOURCE).unwrap_or_default();
+        let old = self.map.snapshot();
+        let map = by_resource
+            .into_iter()
+            .map(|(name, rules)| {
+                let built = build(&rules, old.get(&name).map(|o| &**o), false);
+                (name, Arc::new(built))
+            })
+            .collect();
+
+        let mut defaults = self.defaults.lock().unwrap_or_else(|e| e.into_inner());
+        if defaults.rules != default_rules {
+            let by_resource = std::mem::take(&mut defaults.by_resource);
+            defaults.by_resource = if default_rules.is_empty() {
+                HashMap::new()
+            } else {
+                by_resource
+                    .into_iter()
+                    .map(|(name, old)| {
+                        let built = build(&default_rules, Some(&old), true);
+                        (name, Arc::new(built))
+                    })
+                    .collect()
+            };
+            defaults.rules = default_rules;
+        }
+        self.map.store(map);
+        self.rules.store(Arc::new(unique));
+        Ok(true)
+    }
+
+    pub(crate) fn rules(&self) -> Vec<DegradeRule> {
+        self.rules.load().as_ref().clone()
+    }
+
+    pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceBreakers>> {
+        self.map.get(name)
+    }
+
+    /// The breakers built from the default (`"*"`) rules for `name`, created on first use; `None` when there
+    /// are no default rules or the resource has degrade rules of its own. Each resource gets its own breakers
+    /// (as in Java Sentinel): one slow resource does not open the breaker of another.
+    pub(crate) fn default_breakers_for(&self, name: &str) -> Option<Arc<ResourceBreakers>> {
+        if name == DEFAULT_RESOURCE || self.map.get(name).is_some() {
+            return None;
+        }
+        let mut defaults = self.defaults.lock().unwrap_or_else(|e| e.into_inner());
+        if defaults.rules.is_empty() {
+            return None;
+        }
+        if let Some(b) = defaults.by_resource.get(name) {
+            return Some(b.clone());
+        }
+        let built = Arc::new(build(&defaults.rules, None, true));
+        defaults.by_resource.insert(name.to_string(), built.clone());
+        Some(built)
+    }
+
+    /// Tells every observer about a transition (cold: transitions only).
+    #[cold]
+    pub(crate) fn notify(&self, prev: BreakerState, new: BreakerState, rule: &DegradeRule, snapshot: Option<f64>) {
+        let observers = self.observers.load();
+        for (name, o) in observers.iter() {
+            if catch_unwind(AssertUnwindSafe(|| o(prev, new, rule, snapshot))).is_err() {
+                tracing::warn!(observer = %name, "circuit breaker state observer panicked");
+            }
+        }
+    }
+
+    fn register(&self, name: &str, f: Arc<StateObserver>) {
+        self.observers.rcu(|cur| {
+            let mut v: Vec<_> = cur.iter().filter(|(n, _)| n != name).cloned().collect();
+            v.push((name.to_string(), f.clone()));
+            v
+        });
+    }
+
+    fn unregister(&self, name: &str) -> bool {
+        let prev = self.observers.rcu(|cur| cur.iter().filter(|(n, _)| n != name).cloned().collect::<Vec<_>>());
+        prev.iter().any(|(n, _)| n == name)
+    }
+}
+
+fn snapshot(breakers: &ResourceBreakers, now_ms: u64) -> Vec<BreakerSnapshot> {
+    breakers
+        .breakers
+        .iter()
+        .map(|b| {
+            let (interval_total, interval_bad) = b.counts(now_ms);
+            BreakerSnapshot {
+                rule: b.rule.clone(),
+                state: b.state(),
+                retry_at_ms: b.retry_ms(),
+                interval_total,
+                interval_bad,
+                is_default: b.is_default,
+            }
+        })
+        .collect()
+}
+
+impl Sentinel {
+    /// Registers a circuit breaker state-change observer under `name` (replacing one of the same name).
+    ///
+    /// It is called on every transition of every breaker of this engine with `(previous, new, rule,
+    /// snapshot)`; see [`StateObserver`](crate::circuit_breaker::StateObserver) for the snapshot. It runs on
+    /// the thread that caused the transition, so keep it short. A panic in an observer is caught and logged.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use sentinel_runtime::{Sentinel, clock::ManualClock};
+    /// use sentinel_runtime::circuit_breaker::{BreakerState, DegradeGrade, DegradeRule};
+    ///
+    /// let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_000_000)).build();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// engine.register_state_observer("log", move |prev, new, _rule, snapshot| {
+    ///     log.lock().unwrap().push((prev, new, snapshot));
+    /// });
+    /// engine
+    ///     .load_degrade_rules(vec![DegradeRule::new("pay", DegradeGrade::ErrorCount)
+    ///         .count(0.0).time_window_sec(10).min_request_amount(1)])
+    ///     .unwrap();
+    /// let mut entry = engine.enter("pay").unwrap();
+    /// entry.set_error();
+    /// drop(entry);
+    /// assert_eq!(seen.lock().unwrap()[0], (BreakerState::Closed, BreakerState::Open, Some(1.0)));
+    /// ```
+    pub fn register_state_observer(
+        &self,
+        name: &str,
+        f: impl Fn(BreakerState, BreakerState, &DegradeRule, Option<f64>) + Send + Sync + 'static,
+    ) {
+        self.shared.degrade.register(name, Arc::new(f));
+    }
+
+    /// Removes the state-change observer registered under `name`; `true` if there was one.
+    pub fn unregister_state_observer(&self, name: &str) -> bool {
+        self.shared.degrade.unregister(name)
+    }
+
+    /// The circuit breakers that apply to `resource` and their states: its own degrade rules' breakers, or
+    /// else the breakers it got from the default (`"*"`) rules (once it exists).
+    pub fn circuit_breakers(&self, resource: &str) -> Vec<BreakerSnapshot> {
+        let now_ms = self.shared.now_ms();
+        if let Some(inner) = self.shared.find_resource(resource) {
+            return inner.with_rules(&self.shared.collector, |rules| {
+                match rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
+                    Some(b) => snapshot(b, now_ms),
+                    None => Vec::new(),
+                }
+            });
+        }
+        match self.shared.degrade.for_resource(resource) {
+            Some(b) => snapshot(&b, now_ms),
+            None => Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Contexts, origins, the call tree and caps (SPEC §2).
+
+use sentinel_runtime::clock::ManualClock;
+use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::{ContextError, Sentinel, DEFAULT_CONTEXT_NAME};
+
+const T0: u64 = 1_700_000_000_000;
+
+fn engine() -> Sentinel {
+    Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build()
+}
+
+#[test]
+fn nested_entries_form_the_call_tree() {
+    let engine = engine();
+    let (a, b, c) = (engine.resource("a"), engine.resource("b"), engine.resource("c"));
+    {
+        let _ctx = engine.enter_context("web", "").unwrap();
+        let _ea = a.enter().unwrap();
+        {
+            let _eb = b.enter().unwrap();
+            let _ec = c.enter().unwrap();
+        }
+        let _ec = c.enter().unwrap();
+    }
+    let tree = engine.tree();
+    let web = tree.iter().find(|t| t.name == "web").unwrap();
+    assert_eq!(web.children.len(), 1);
+    let a_node = &web.children[0];
+    assert_eq!(a_node.name, "a");
+    let names: Vec<&str> = a_node.children.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, vec!["b", "c"]);
+    assert_eq!(a_node.children[0].children[0].name, "c", "c was also entered below b");
+    assert_eq!(web.stats.pass_qps, 1.0, "an entrance sums its direct children");
+}
+
+#[test]
+fn default_context_is_used_and_cleared_after_the_last_exit() {
+    let engine = engine();
+    assert_eq!(engine.current_context(), None);
+    let e = engine.enter("x").unwrap();
+    assert_eq!(engine.current_context(), Some((DEFAULT_CONTEXT_NAME.to_string(), String::new())));
+    assert_eq!(e.context_name(), DEFAULT_CONTEXT_NAME);
+    drop(e);
+    assert_eq!(engine.current_context(), None);
+}
+
+#[test]
+fn entering_a_context_when_one_is_active_keeps_the_active_one() {
+    let engine = engine();
+    let outer = engine.enter_context("outer", "appA").unwrap();
+    {
+        let _inner = engine.enter_context("inner", "appB").unwrap();
+        assert_eq!(engine.current_context(), Some(("outer".into(), "appA".into())));
+    }
+    assert_eq!(engine.current_context(), Some(("outer".into(), "appA".into())), "the inner guard undid nothing");
+    drop(outer);
+    assert_eq!(engine.current_context(), None);
+}
+
+#[test]
+fn the_default_context_name_is_reserved() {
+    let engine = engine();
+    assert_eq!(engine.enter_context(DEFAULT_CONTEXT_NAME, "").unwrap_err(), ContextError::ReservedName);
+    assert_eq!(engine.enter_context("", "").unwrap_err(), ContextError::EmptyName);
+}
+
+#[test]
+fn an_entry_with_its_own_context_and_origin_exits_it() {
+    let engine = engine();
+    let r = engine.resource("r");
+    let e = r.entry().context("rpc").origin("appA").enter().unwrap();
+    assert_eq!((e.context_name(), e.origin()), ("rpc", "appA"));
+    drop(e);
+    assert_eq!(engine.current_context(), None);
+    assert_eq!(engine.entrance_stats("rpc").unwrap().pass_qps, 1.0);
+    assert_eq!(engine.origin_stats("r", "appA").unwrap().pass_qps, 1.0);
+}
+
+#[test]
+fn exiting_an_outer_entry_first_unwinds_the_context_and_keeps_counts_exact() {
+    let engine = engine();
+    let (a, b) = (engine.resource("a"), engine.resource("b"));
+    let ea = a.enter().unwrap();
+    let eb = b.enter().unwrap();
+    drop(ea); // out of order: logged, context unwound to before `a`
+    assert_eq!(engine.current_context(), None);
+    drop(eb); // still records its own completion, touches no context
+    assert_eq!(engine.cluster_stats("a").unwrap().threads, 0);
+    assert_eq!(engine.cluster_stats("b").unwrap().threads, 0);
+    assert_eq!(engine.cluster_stats("b").unwrap().success_qps, 1.0);
+    let e = a.enter().unwrap();
+    assert_eq!(e.context_name(), DEFAULT_CONTEXT_NAME);
+}
+
+#[test]
+fn past_the_resource_cap_entries_pass_unchecked() {
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_resources(2).build();
+    engine.load_flow_rules([FlowRule::new("r3").count(0.0)]).unwrap();
+    let _ = (engine.resource("r1"), engine.resource("r2"));
+    let r3 = engine.resource("r3");
+    let e = r3.enter().unwrap();
+    assert!(!e.is_checked(), "the third resource is past the cap");
+    assert_eq!(engine.resource_names().len(), 2);
+}
+
+#[test]
+fn past_the_context_cap_entries_pass_unchecked() {
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_contexts(3).build();
+    engine.load_flow_rules([FlowRule::new("r").count(0.0)]).unwrap();
+    let r = engine.resource("r");
+    for name in ["c1", "c2"] {
+        let _g = engine.enter_context(name, "").unwrap();
+        assert!(r.enter().is_err(), "checked in {name}");
+    }
+    let _g = engine.enter_context("c3", "").unwrap();
+    let e = r.enter().unwrap();
+    assert!(!e.is_checked(), "the default context plus c1 and c2 fill a cap of 3");
+}
+
+#[test]
+fn contexts_of_two_engines_on_one_thread_do_not_mix() {
+    let (one, two) = (engine(), engine());
+    let _ctx = one.enter_context("web", "appA").unwrap();
+    let e = two.enter("x").unwrap();
+    assert_eq!(e.context_name(), DEFAULT_CONTEXT_NAME, "engine two does not see engine one's context");
+    assert_eq!(e.origin(), "");
+    drop(e);
+    assert_eq!(one.current_context(), Some(("web".into(), "appA".into())));
+}
+
+#[test]
+fn a_scoped_engine_stands_in_for_the_global_one() {
+    let engine = engine().leak();
+    assert!(std::ptr::eq(engine.scoped(Sentinel::current), engine));
+    assert!(std::ptr::eq(Sentinel::current(), Sentinel::global()));
+}

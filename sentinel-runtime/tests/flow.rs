@@ -1,0 +1,417 @@
+//! Flow control (SPEC §5): grades, strategies, limit_app node selection, the four behaviours, validation.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use sentinel_runtime::clock::ManualClock;
+use sentinel_runtime::flow::{ClusterConfig, ControlBehavior, FlowGrade, FlowRule};
+use sentinel_runtime::slot::{Slot, SlotEntry};
+use sentinel_runtime::{BlockError, RuleError, RuleKind, Sentinel};
+
+const T0: u64 = 1_700_000_000_000;
+
+fn engine() -> (Sentinel, ManualClock) {
+    let clock = ManualClock::at_millis(T0);
+    (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
+}
+
+/// Enters `n` times at the current instant, dropping each entry at once; returns how many passed.
+fn burst(engine: &Sentinel, resource: &str, n: usize) -> usize {
+    let r = engine.resource(resource);
+    (0..n).filter(|_| r.enter().is_ok()).count()
+}
+
+#[test]
+fn qps_reject_admits_exactly_count_per_window() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("api").count(5.0)]).unwrap();
+    assert_eq!(burst(&engine, "api", 20), 5);
+    clock.advance_millis(999);
+    assert_eq!(burst(&engine, "api", 20), 0, "still the same one-second window");
+    clock.advance_millis(1);
+    assert_eq!(burst(&engine, "api", 20), 5);
+    let stats = engine.cluster_stats("api").unwrap();
+    assert_eq!(stats.pass_qps, 5.0);
+    // The window at T0+1000 holds [T0+500, T0+1000) (20 blocks) and [T0+1000, T0+1500) (15 blocks).
+    assert_eq!(stats.block_qps, 35.0);
+}
+
+#[test]
+fn sliding_window_counts_the_previous_half_second() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("api").count(10.0)]).unwrap();
+    clock.advance_millis(600);
+    assert_eq!(burst(&engine, "api", 7), 7); // bucket [600, 1000)
+    clock.advance_millis(500); // t = 1100: bucket [1000, 1500) plus [500, 1000)
+    assert_eq!(burst(&engine, "api", 10), 3);
+    clock.advance_millis(500); // t = 1600: the 7 left the window
+    assert_eq!(burst(&engine, "api", 20), 7);
+}
+
+#[test]
+fn qps_reject_is_exact_under_concurrent_callers() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("hot").count(100.0)]).unwrap();
+    let threads = 8;
+    let passed = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (engine, passed, barrier) = (engine.clone(), passed.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let hot = engine.resource("hot");
+                barrier.wait();
+                for _ in 0..2_000 {
+                    if hot.enter().is_ok() {
+                        passed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(passed.load(Ordering::Relaxed), 100, "the frozen window admits exactly its count");
+    assert_eq!(engine.cluster_stats("hot").unwrap().pass_qps, 100.0);
+}
+
+#[test]
+fn acquire_count_takes_several_permits() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("batch").count(10.0)]).unwrap();
+    let r = engine.resource("batch");
+    assert!(r.entry().acquire(6).enter().is_ok());
+    assert!(r.entry().acquire(5).enter().is_err());
+    assert!(r.entry().acquire(4).enter().is_ok());
+}
+
+#[test]
+fn thread_grade_limits_calls_in_flight() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("db").grade(FlowGrade::Thread).count(2.0)]).unwrap();
+    let db = engine.resource("db");
+    let a = db.enter().unwrap();
+    let b = db.enter().unwrap();
+    let err = db.enter().unwrap_err();
+    assert!(matches!(err, BlockError::Flow { .. }));
+    drop(a);
+    let c = db.enter().unwrap();
+    drop((b, c));
+    assert_eq!(engine.cluster_stats("db").unwrap().threads, 0);
+}
+
+#[test]
+fn warm_up_ramps_from_a_third_of_the_count() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("cold").count(100.0).control_behavior(ControlBehavior::WarmUp)]).unwrap();
+    let mut admitted = Vec::new();
+    for _ in 0..12 {
+        clock.advance_millis(1); // early in each second; the burst saturates it
+        admitted.push(burst(&engine, "cold", 300));
+        clock.advance_millis(999);
+    }
+    assert_eq!(admitted, vec![33, 34, 36, 38, 41, 44, 47, 52, 58, 68, 83, 100]);
+}
+
+#[test]
+fn rate_limiter_spaces_calls_and_a_wait_equal_to_the_max_passes() {
+    let (engine, _clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("pay")
+            .count(10.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(500)])
+        .unwrap();
+    let pay = engine.resource("pay");
+    let waits: Vec<u64> = (0..6).map(|_| pay.enter().unwrap().waited().as_millis() as u64).collect();
+    assert_eq!(waits, vec![0, 100, 200, 300, 400, 500]);
+    assert!(pay.enter().is_err(), "a 600 ms wait is over the 500 ms bound");
+}
+
+#[test]
+fn rate_limiter_keeps_sub_millisecond_spacing() {
+    let (engine, clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("fast")
+            .count(4000.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(1)])
+        .unwrap();
+    let fast = engine.resource("fast");
+    let waits: Vec<Duration> = (0..4).map(|_| fast.enter().unwrap().waited()).collect();
+    assert_eq!(
+        waits,
+        vec![Duration::ZERO, Duration::from_micros(250), Duration::from_micros(500), Duration::from_micros(750)]
+    );
+    clock.advance(Duration::from_micros(1000));
+    assert_eq!(fast.enter().unwrap().waited(), Duration::ZERO);
+}
+
+#[test]
+fn rate_limiter_edge_cases() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("zero").count(0.0).control_behavior(ControlBehavior::RateLimiter)]).unwrap();
+    let zero = engine.resource("zero");
+    assert!(zero.enter().is_err(), "count 0 blocks");
+    assert!(zero.entry().acquire(0).enter().is_ok(), "acquire 0 passes");
+}
+
+#[test]
+fn warm_up_rate_limiter_spaces_at_the_warming_rate() {
+    let (engine, _clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("w")
+            .count(100.0)
+            .control_behavior(ControlBehavior::WarmUpRateLimiter)
+            .max_queueing_time_ms(100)])
+        .unwrap();
+    let w = engine.resource("w");
+    // Cold: 33.3 qps → one call every 30 ms.
+    let waits: Vec<u64> = (0..4).map(|_| w.enter().unwrap().waited().as_millis() as u64).collect();
+    assert_eq!(waits, vec![0, 30, 60, 90]);
+    assert!(w.enter().is_err());
+}
+
+#[test]
+fn relate_limits_by_the_other_resources_traffic() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("read").count(3.0).relate("write")]).unwrap();
+    assert_eq!(burst(&engine, "read", 10), 10, "no `write` resource yet: the rule passes");
+    let write = engine.resource("write");
+    for _ in 0..2 {
+        drop(write.enter().unwrap());
+    }
+    assert!(engine.resource("read").enter().is_ok(), "write at 2 qps: 2 + 1 <= 3");
+    drop(write.enter().unwrap());
+    assert!(engine.resource("read").enter().is_err(), "write at 3 qps: over");
+    clock.advance_millis(1001);
+    assert!(engine.resource("read").enter().is_ok());
+}
+
+#[test]
+fn chain_limits_only_calls_through_the_named_entrance() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("svc").count(1.0).chain("entranceA")]).unwrap();
+    let svc = engine.resource("svc");
+    {
+        let _c = engine.enter_context("entranceA", "").unwrap();
+        assert!(svc.enter().is_ok());
+        assert!(svc.enter().is_err());
+    }
+    {
+        let _c = engine.enter_context("entranceB", "").unwrap();
+        assert!(svc.enter().is_ok());
+        assert!(svc.enter().is_ok());
+    }
+    assert_eq!(burst(&engine, "svc", 3), 3, "the default context is not the chain's entrance");
+}
+
+fn enter_as(engine: &Sentinel, resource: &str, origin: &str) -> bool {
+    engine.resource(resource).entry().origin(origin).enter().is_ok()
+}
+
+#[test]
+fn limit_app_for_a_specific_origin_uses_its_origin_node() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("o").count(1.0).limit_app("appA")]).unwrap();
+    assert!(enter_as(&engine, "o", "appA"));
+    assert!(!enter_as(&engine, "o", "appA"));
+    assert!(enter_as(&engine, "o", "appB"), "other origins are not limited by appA's rule");
+    assert!(enter_as(&engine, "o", ""), "no origin: no origin node, the rule passes");
+}
+
+#[test]
+fn limit_app_other_limits_each_unnamed_origin_separately() {
+    let (engine, _clock) = engine();
+    engine
+        .load_flow_rules([
+            FlowRule::new("o").count(5.0).limit_app("appA"),
+            FlowRule::new("o").count(1.0).limit_app("other"),
+        ])
+        .unwrap();
+    assert!(enter_as(&engine, "o", "appB"));
+    assert!(!enter_as(&engine, "o", "appB"));
+    assert!(enter_as(&engine, "o", "appC"), "each other origin has its own node");
+    for _ in 0..5 {
+        assert!(enter_as(&engine, "o", "appA"), "appA is named by a rule: `other` does not apply");
+    }
+    assert!(!enter_as(&engine, "o", "appA"));
+}
+
+#[test]
+fn specific_origin_rules_are_checked_before_default() {
+    let (engine, _clock) = engine();
+    // Listed default first: the specific rule must still be the one that blocks appA.
+    engine
+        .load_flow_rules([FlowRule::new("o").count(10.0), FlowRule::new("o").count(1.0).limit_app("appA").id(7)])
+        .unwrap();
+    assert!(enter_as(&engine, "o", "appA"));
+    match engine.resource("o").entry().origin("appA").enter() {
+        Err(BlockError::Flow { rule, origin, .. }) => {
+            assert_eq!(rule.id, Some(7));
+            assert_eq!(&*origin, "appA");
+        }
+        other => panic!("expected a flow block, got {other:?}"),
+    }
+    for _ in 0..9 {
+        assert!(enter_as(&engine, "o", "appB"));
+    }
+    assert!(!enter_as(&engine, "o", "appB"), "the default rule counts every caller: 1 + 9 = 10");
+}
+
+#[test]
+fn prioritized_call_over_the_limit_borrows_the_next_window() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("p").count(2.0)]).unwrap();
+    let p = engine.resource("p");
+    clock.advance_millis(100);
+    assert_eq!(burst(&engine, "p", 2), 2); // in bucket [T0, T0+500)
+    clock.advance_millis(500); // T0+600
+    assert!(p.enter().is_err(), "a normal call is blocked");
+    let e = p.entry().prioritized(true).enter().unwrap();
+    assert!(e.is_occupied());
+    assert_eq!(e.waited(), Duration::from_millis(400), "waits until [T0, T0+500) leaves the window");
+    drop(e);
+    // The next window can hold `count` borrowed calls: a second one fits, a third does not.
+    assert!(p.entry().prioritized(true).enter().unwrap().is_occupied());
+    assert!(p.entry().prioritized(true).enter().is_err());
+    assert_eq!(engine.cluster_stats("p").unwrap().occupied_pass_qps, 2.0);
+    // In the next bucket the borrowed calls count as passes: nothing is left for others.
+    clock.advance_millis(400); // T0+1000
+    assert_eq!(burst(&engine, "p", 5), 0);
+    assert_eq!(engine.cluster_stats("p").unwrap().pass_qps, 2.0);
+    clock.advance_millis(500); // T0+1500: [T0+500, T0+1000) is empty, [T0+1000, T0+1500) holds the two
+    assert_eq!(burst(&engine, "p", 5), 0);
+    clock.advance_millis(500); // T0+2000: the borrowed bucket left the window
+    assert_eq!(burst(&engine, "p", 5), 2);
+}
+
+#[test]
+fn a_block_by_a_later_slot_gives_the_reservation_back() {
+    struct DenyOdd(AtomicUsize);
+    impl Slot for DenyOdd {
+        fn name(&self) -> &'static str {
+            "deny-odd"
+        }
+        fn entry(&self, _: &SlotEntry<'_>) -> Result<(), String> {
+            if self.0.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+                Err("odd call".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("r").count(2.0)]).unwrap();
+    engine.add_slot(-1800, DenyOdd(AtomicUsize::new(0)));
+    let r = engine.resource("r");
+    let results: Vec<bool> = (0..6).map(|_| r.enter().is_ok()).collect();
+    // Calls 2, 4, 6 are blocked by the custom slot; their flow permits are returned, so 1, 3 pass, 5 is over.
+    assert_eq!(results, vec![true, false, true, false, false, false]);
+    match r.enter() {
+        Err(BlockError::Flow { .. }) => {}
+        other => panic!("expected the flow rule to block, got {other:?}"),
+    };
+}
+
+#[test]
+fn invalid_rule_set_is_rejected_whole_and_rules_in_force_stay() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("a").count(1.0)]).unwrap();
+    let err = engine.load_flow_rules([FlowRule::new("a").count(100.0), FlowRule::new("b").count(-1.0)]).unwrap_err();
+    match &err {
+        RuleError::Invalid { kind, index, resource, field, .. } => {
+            assert_eq!((*kind, *index, resource.as_str(), *field), (RuleKind::Flow, 1, "b", "count"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("`count`"), "{err}");
+    assert_eq!(engine.flow_rules(), vec![FlowRule::new("a").count(1.0)]);
+    assert_eq!(burst(&engine, "a", 3), 1, "the old rule is still in force");
+}
+
+#[test]
+fn validation_names_the_field() {
+    let cases: Vec<(FlowRule, &str)> = vec![
+        (FlowRule::new(" ").count(1.0), "resource"),
+        (FlowRule::new("x").count(f64::NAN), "count"),
+        (FlowRule { ref_resource: None, ..FlowRule::new("x").relate("y") }, "ref_resource"),
+        (
+            FlowRule::new("x").count(1.0).control_behavior(ControlBehavior::WarmUp).warm_up_period_sec(0),
+            "warm_up_period_sec",
+        ),
+        (FlowRule::new("x").count(1.0).control_behavior(ControlBehavior::WarmUp).cold_factor(1), "cold_factor"),
+        (
+            FlowRule::new("x").count(1.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(0),
+            "max_queueing_time_ms",
+        ),
+        (FlowRule { cluster_mode: true, ..FlowRule::new("x").count(1.0) }, "cluster_config"),
+        (
+            FlowRule {
+                cluster_mode: true,
+                cluster_config: Some(ClusterConfig::default()),
+                ..FlowRule::new("x").count(1.0)
+            },
+            "cluster_config.flow_id",
+        ),
+    ];
+    let (engine, _clock) = engine();
+    for (rule, field) in cases {
+        match engine.load_flow_rules([rule]) {
+            Err(RuleError::Invalid { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected an error on `{field}`, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn equal_rules_are_deduplicated_and_reloading_keeps_state() {
+    let (engine, _clock) = engine();
+    let rule = FlowRule::new("d").count(3.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000);
+    engine.load_flow_rules([rule.clone(), rule.clone()]).unwrap();
+    assert_eq!(engine.flow_rules().len(), 1);
+    let d = engine.resource("d");
+    assert_eq!(d.enter().unwrap().waited(), Duration::ZERO);
+    engine.load_flow_rules([rule.clone()]).unwrap();
+    assert_eq!(d.enter().unwrap().waited().as_millis(), 333, "the limiter kept its last pass time");
+    // Adding another rule keeps the equal one's state as well.
+    engine.load_flow_rules([rule, FlowRule::new("other").count(1.0)]).unwrap();
+    assert_eq!(d.enter().unwrap().waited().as_millis(), 666);
+}
+
+#[test]
+fn blank_limit_app_means_default() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("b").count(1.0).limit_app("")]).unwrap();
+    assert_eq!(engine.flow_rules()[0].limit_app, "default");
+    assert_eq!(burst(&engine, "b", 3), 1);
+}
+
+#[test]
+fn cluster_rule_without_token_service_falls_back_to_local_limiting() {
+    let (engine, _clock) = engine();
+    let config = ClusterConfig { flow_id: Some(1), ..Default::default() };
+    let local = FlowRule { cluster_mode: true, cluster_config: Some(config.clone()), ..FlowRule::new("c").count(2.0) };
+    let no_fallback = FlowRule {
+        cluster_mode: true,
+        cluster_config: Some(ClusterConfig { fallback_to_local_when_fail: false, ..config }),
+        ..FlowRule::new("c2").count(2.0)
+    };
+    engine.load_flow_rules([local, no_fallback]).unwrap();
+    assert_eq!(burst(&engine, "c", 5), 2);
+    assert_eq!(burst(&engine, "c2", 5), 5);
+}
+
+#[test]
+fn block_error_says_which_rule_blocked_what() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("queryOrder").count(0.0)]).unwrap();
+    let err = engine.resource("queryOrder").entry().origin("appA").enter().unwrap_err();
+    assert_eq!(err.resource(), "queryOrder");
+    assert_eq!(err.origin(), "appA");
+    assert_eq!(err.kind_name(), "FlowException");
+    let text = err.to_string();
+    assert!(text.contains("`queryOrder` blocked by flow rule") && text.contains("limit 0"), "{text}");
+}
