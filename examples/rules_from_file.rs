@@ -25,9 +25,7 @@ fn burst(engine: &Sentinel, clock: &ManualClock) -> usize {
 }
 
 /// Waits (up to a generous deadline) for the watcher to report a reload.
-fn next_reload(
-    rx: &mpsc::Receiver<Result<Reloaded, String>>,
-) -> Result<Result<Reloaded, String>, Box<dyn Error>> {
+fn next_reload(rx: &mpsc::Receiver<Result<Reloaded, String>>) -> Result<Result<Reloaded, String>, Box<dyn Error>> {
     Ok(rx.recv_timeout(Duration::from_secs(10))?)
 }
 
@@ -39,10 +37,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // The engine's time is driven by the example, so the bursts below are exact; the file watcher is real.
     let clock = ManualClock::at_millis(1_700_000_000_000);
-    let engine = Sentinel::builder()
-        .manual_clock(clock.clone())
-        .app_name("rules-example")
-        .build();
+    let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("rules-example").build();
 
     let source = FileDataSource::new(&engine, &path);
     let (tx, rx) = mpsc::channel();
@@ -56,10 +51,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let _ = rx.try_recv(); // the initial load's report
     println!("loaded {}: {first:?}", path.display());
     for r in engine.flow_rules() {
-        println!(
-            "  flow rule: {} {:?} limit {} ({:?})",
-            r.resource, r.grade, r.count, r.control_behavior
-        );
+        println!("  flow rule: {} {:?} limit {} ({:?})", r.resource, r.grade, r.count, r.control_behavior);
     }
     let sample = RuleSet::parse(SAMPLE, Format::Json)?;
     println!(
@@ -69,10 +61,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         sample.authority.map_or(0, |v| v.len()),
         sample.param_flow.map_or(0, |v| v.len())
     );
-    println!(
-        "{RESOURCE}: {} of 10 calls passed in one second",
-        burst(&engine, &clock)
-    );
+    println!("{RESOURCE}: {} of 10 calls passed in one second", burst(&engine, &clock));
 
     let _watcher = source.watch(Duration::from_millis(100))?;
 
@@ -94,16 +83,10 @@ fn main() -> Result<(), Box<dyn Error>> {
             other => println!("watcher: {other:?}"),
         }
     }
-    println!(
-        "{RESOURCE}: {} of 10 calls passed in one second",
-        burst(&engine, &clock)
-    );
+    println!("{RESOURCE}: {} of 10 calls passed in one second", burst(&engine, &clock));
 
     // A broken edit (a half-written file) is rejected and the rules in force stay.
-    std::fs::write(
-        &path,
-        "{\"flowRules\": [{\"resource\": \"GET:/orders\", \"cou",
-    )?;
+    std::fs::write(&path, "{\"flowRules\": [{\"resource\": \"GET:/orders\", \"cou")?;
     loop {
         match next_reload(&rx)? {
             Err(e) => {
@@ -113,10 +96,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             other => println!("watcher: {other:?}"),
         }
     }
-    println!(
-        "{RESOURCE}: {} of 10 calls passed in one second (the good rules stayed)",
-        burst(&engine, &clock)
-    );
+    println!("{RESOURCE}: {} of 10 calls passed in one second (the good rules stayed)", burst(&engine, &clock));
 
     std::fs::remove_dir_all(&dir)?;
     Ok(())

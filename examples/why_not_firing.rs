@@ -9,15 +9,8 @@ use sentinel_runtime::Sentinel;
 
 fn main() {
     let clock = ManualClock::at_millis(1_700_000_000_000);
-    let engine = Sentinel::builder()
-        .manual_clock(clock)
-        .app_name("diagnose-example")
-        .build();
-    engine
-        .load_flow_rules(vec![FlowRule::new("queryOrder")
-            .count(2.0)
-            .limit_app("appA")])
-        .expect("a valid rule");
+    let engine = Sentinel::builder().manual_clock(clock).app_name("diagnose-example").build();
+    engine.load_flow_rules(vec![FlowRule::new("queryOrder").count(2.0).limit_app("appA")]).expect("a valid rule");
 
     let query_order = engine.resource("queryOrder");
     let passed_without_origin = (0..10).filter(|_| query_order.enter().is_ok()).count();
@@ -29,8 +22,5 @@ fn main() {
 
     let diagnosis = engine.diagnose("queryOrder");
     println!("{diagnosis}");
-    assert!(
-        !diagnosis.flow[0].applies,
-        "the diagnosis explains why the rule never fired"
-    );
+    assert!(!diagnosis.flow[0].applies, "the diagnosis explains why the rule never fired");
 }

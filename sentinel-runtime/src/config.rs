@@ -75,10 +75,7 @@ fn parse<T: FromStr>(variable: &str, value: &str, what: &str) -> Result<T, Confi
     })
 }
 
-fn positive<T: FromStr + PartialOrd + Default>(
-    variable: &str,
-    value: &str,
-) -> Result<T, ConfigError> {
+fn positive<T: FromStr + PartialOrd + Default>(variable: &str, value: &str) -> Result<T, ConfigError> {
     let v: T = parse(variable, value, "a positive integer")?;
     if v <= T::default() {
         return Err(ConfigError {
@@ -91,10 +88,7 @@ fn positive<T: FromStr + PartialOrd + Default>(
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl Config {
@@ -128,15 +122,12 @@ impl Config {
                         "system" => ClockKind::System,
                         "manual" => ClockKind::Manual { start_ms: now_ms() },
                         other => match other.strip_prefix("manual:") {
-                            Some(ms) => ClockKind::Manual {
-                                start_ms: parse(k, ms, "`manual:<epoch ms>`")?,
-                            },
+                            Some(ms) => ClockKind::Manual { start_ms: parse(k, ms, "`manual:<epoch ms>`")? },
                             None => {
                                 return Err(ConfigError {
                                     variable: k.to_string(),
                                     value: v.to_string(),
-                                    reason: "expected `system`, `manual` or `manual:<epoch ms>`"
-                                        .into(),
+                                    reason: "expected `system`, `manual` or `manual:<epoch ms>`".into(),
                                 })
                             }
                         },
@@ -188,12 +179,7 @@ mod tests {
         assert_eq!(c.metric_log_file_size, 1 << 20);
         assert_eq!(c.metric_log_file_count, 3);
         assert_eq!((c.max_contexts, c.max_resources), (10, 20));
-        assert_eq!(
-            c.clock,
-            ClockKind::Manual {
-                start_ms: 1_700_000_000_000
-            }
-        );
+        assert_eq!(c.clock, ClockKind::Manual { start_ms: 1_700_000_000_000 });
         let engine = Sentinel::builder().config(c).build();
         assert_eq!(engine.now_millis(), 1_700_000_000_000);
         engine.manual_clock().unwrap().advance_millis(5);
@@ -202,8 +188,7 @@ mod tests {
 
     #[test]
     fn empty_variables_keep_defaults_and_bad_ones_are_named() {
-        let c =
-            Config::from_vars([("SENTINEL_APP_NAME", ""), ("SENTINEL_CLOCK", "system")]).unwrap();
+        let c = Config::from_vars([("SENTINEL_APP_NAME", ""), ("SENTINEL_CLOCK", "system")]).unwrap();
         assert_eq!(c.app_name, Config::default().app_name);
         assert_eq!(c.clock, ClockKind::System);
         let e = Config::from_vars([("SENTINEL_METRIC_LOG_FILE_COUNT", "0")]).unwrap_err();

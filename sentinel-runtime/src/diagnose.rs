@@ -116,16 +116,10 @@ struct Seen<'a> {
 
 impl Seen<'_> {
     fn describe(&self) -> String {
-        let mut parts: Vec<String> = self
-            .origins
-            .iter()
-            .map(|(o, s)| format!("{} ({} calls)", origin_label(o), calls(s)))
-            .collect();
+        let mut parts: Vec<String> =
+            self.origins.iter().map(|(o, s)| format!("{} ({} calls)", origin_label(o), calls(s))).collect();
         if self.without_origin > 0 {
-            parts.insert(
-                0,
-                format!("{} ({} calls)", origin_label(""), self.without_origin),
-            );
+            parts.insert(0, format!("{} ({} calls)", origin_label(""), self.without_origin));
         }
         if parts.is_empty() {
             "no calls in the last minute".to_string()
@@ -134,10 +128,7 @@ impl Seen<'_> {
         }
     }
     fn get(&self, origin: &str) -> Option<&NodeStats> {
-        self.origins
-            .iter()
-            .find(|(o, _)| o == origin)
-            .map(|(_, s)| s)
+        self.origins.iter().find(|(o, _)| o == origin).map(|(_, s)| s)
     }
 }
 
@@ -166,10 +157,7 @@ fn flow_finding(
         FlowStrategy::Relate => {
             format!("relate to `{}`", rule.ref_resource.as_deref().unwrap_or(""))
         }
-        FlowStrategy::Chain => format!(
-            "chain through context `{}`",
-            rule.ref_resource.as_deref().unwrap_or("")
-        ),
+        FlowStrategy::Chain => format!("chain through context `{}`", rule.ref_resource.as_deref().unwrap_or("")),
     };
     let summary = format!(
         "{grade} limit {} for limit_app `{}`, {strategy}, {:?}",
@@ -199,13 +187,9 @@ fn flow_finding(
         f.reads = format!("the cluster node of `{resource}` (every caller)");
         who_stats = cluster.clone();
     } else if rule.limit_app == LIMIT_APP_OTHER {
-        let covered: Vec<&(String, NodeStats)> = seen
-            .origins
-            .iter()
-            .filter(|(o, _)| !named.contains(&o.as_str()))
-            .collect();
-        f.reads =
-            format!(
+        let covered: Vec<&(String, NodeStats)> =
+            seen.origins.iter().filter(|(o, _)| !named.contains(&o.as_str())).collect();
+        f.reads = format!(
             "the node of each caller origin not named by another rule of `{resource}` (named: {})",
             if named.is_empty() { "none".to_string() } else { named.join(", ") }
         );
@@ -222,10 +206,8 @@ fn flow_finding(
             ));
         }
     } else {
-        f.reads = format!(
-            "the origin node of `{}` (calls whose context origin is `{}`)",
-            rule.limit_app, rule.limit_app
-        );
+        f.reads =
+            format!("the origin node of `{}` (calls whose context origin is `{}`)", rule.limit_app, rule.limit_app);
         who_stats = seen.get(&rule.limit_app).cloned();
         if who_stats.is_none() {
             f.applies = false;
@@ -244,10 +226,7 @@ fn flow_finding(
         FlowStrategy::Direct => f.current = who_stats.as_ref().map(|s| flow_value(rule.grade, s)),
         FlowStrategy::Relate => {
             let r = rule.ref_resource.as_deref().unwrap_or("");
-            f.reads = format!(
-                "{}; compared: the cluster node of the related resource `{r}`",
-                f.reads
-            );
+            f.reads = format!("{}; compared: the cluster node of the related resource `{r}`", f.reads);
             match engine.cluster_stats(r) {
                 Some(s) => f.current = Some(flow_value(rule.grade, &s)),
                 None => {
@@ -260,10 +239,7 @@ fn flow_finding(
         }
         FlowStrategy::Chain => {
             let ctx = rule.ref_resource.as_deref().unwrap_or("");
-            f.reads = format!(
-                "{}; compared: the node of `{resource}` in context `{ctx}`",
-                f.reads
-            );
+            f.reads = format!("{}; compared: the node of `{resource}` in context `{ctx}`", f.reads);
             match engine.context_stats(resource, ctx) {
                 Some(s) => f.current = Some(flow_value(rule.grade, &s)),
                 None => {
@@ -278,22 +254,14 @@ fn flow_finding(
         }
     }
 
-    if rule.cluster_mode
-        && !rule
-            .cluster_config
-            .as_ref()
-            .is_some_and(|c| c.fallback_to_local_when_fail)
-    {
+    if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
         f.applies = false;
         f.problems.push(
             "cluster mode without `fallback_to_local_when_fail`: when no token service answers the rule is skipped"
                 .to_string(),
         );
     }
-    if matches!(
-        rule.control_behavior,
-        ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter
-    ) {
+    if matches!(rule.control_behavior, ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter) {
         f.problems.push(format!(
             "note: warm-up starts at about count / {} per second and reaches {} over {} s of sustained traffic",
             rule.cold_factor, rule.count, rule.warm_up_period_sec
@@ -331,10 +299,7 @@ fn degrade_finding(index: usize, rule: &DegradeRule, stats: Option<&NodeStats>) 
         kind: RuleKind::Degrade,
         index,
         summary,
-        reads: format!(
-            "the cluster node's completed calls, in buckets of {} ms",
-            rule.stat_interval_ms
-        ),
+        reads: format!("the cluster node's completed calls, in buckets of {} ms", rule.stat_interval_ms),
         current,
         threshold: Some(rule.count),
         applies: true,
@@ -352,10 +317,8 @@ fn degrade_finding(index: usize, rule: &DegradeRule, stats: Option<&NodeStats>) 
                 rule.min_request_amount, rule.stat_interval_ms
             ));
         }
-        if matches!(
-            rule.grade,
-            DegradeGrade::ErrorRatio | DegradeGrade::ErrorCount
-        ) && s.minute_exception == 0
+        if matches!(rule.grade, DegradeGrade::ErrorRatio | DegradeGrade::ErrorCount)
+            && s.minute_exception == 0
             && s.minute_success > 0
         {
             f.problems.push(
@@ -366,8 +329,7 @@ fn degrade_finding(index: usize, rule: &DegradeRule, stats: Option<&NodeStats>) 
         }
     } else {
         f.applies = false;
-        f.problems
-            .push("the resource was never entered: there is nothing to measure".to_string());
+        f.problems.push("the resource was never entered: there is nothing to measure".to_string());
     }
     if rule.grade == DegradeGrade::SlowRequestRatio {
         f.problems.push(format!(
@@ -393,24 +355,13 @@ impl Sentinel {
         let ever_entered = !nodes.is_empty();
         let contexts: Vec<String> = nodes
             .iter()
-            .filter_map(|n| {
-                self.shared
-                    .contexts()
-                    .find(|c| c.id == n.context_id)
-                    .map(|c| c.name().to_string())
-            })
+            .filter_map(|n| self.shared.contexts().find(|c| c.id == n.context_id).map(|c| c.name().to_string()))
             .collect();
         let stats = self.cluster_stats(resource);
         let origins = self.origins_of(resource);
         let with_origin: u64 = origins.iter().map(|(_, s)| calls(s)).sum();
-        let calls_without_origin = stats
-            .as_ref()
-            .map(|s| calls(s).saturating_sub(with_origin))
-            .unwrap_or(0);
-        let seen = Seen {
-            origins: &origins,
-            without_origin: calls_without_origin,
-        };
+        let calls_without_origin = stats.as_ref().map(|s| calls(s).saturating_sub(with_origin)).unwrap_or(0);
+        let seen = Seen { origins: &origins, without_origin: calls_without_origin };
 
         let all_flow = self.flow_rules();
         let flow = all_flow
@@ -421,31 +372,20 @@ impl Sentinel {
             .collect();
 
         let degrade_rules = self.degrade_rules();
-        let own: Vec<(usize, &DegradeRule)> = degrade_rules
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.resource == resource)
-            .collect();
+        let own: Vec<(usize, &DegradeRule)> =
+            degrade_rules.iter().enumerate().filter(|(_, r)| r.resource == resource).collect();
         let mut notes = Vec::new();
         let degrade_of: Vec<(usize, &DegradeRule)> = if own.is_empty() {
-            let defaults: Vec<(usize, &DegradeRule)> = degrade_rules
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.resource == "*")
-                .collect();
+            let defaults: Vec<(usize, &DegradeRule)> =
+                degrade_rules.iter().enumerate().filter(|(_, r)| r.resource == "*").collect();
             if !defaults.is_empty() {
-                notes.push(format!(
-                    "`{resource}` has no degrade rule of its own: the default (`*`) rules apply"
-                ));
+                notes.push(format!("`{resource}` has no degrade rule of its own: the default (`*`) rules apply"));
             }
             defaults
         } else {
             own
         };
-        let degrade = degrade_of
-            .iter()
-            .map(|(i, r)| degrade_finding(*i, r, stats.as_ref()))
-            .collect();
+        let degrade = degrade_of.iter().map(|(i, r)| degrade_finding(*i, r, stats.as_ref())).collect();
 
         let param_flow = self
             .param_flow_rules()
@@ -554,10 +494,8 @@ impl Sentinel {
             })
             .collect();
 
-        let (completions, exceptions) = stats
-            .as_ref()
-            .map(|s| (s.minute_success, s.minute_exception))
-            .unwrap_or((0, 0));
+        let (completions, exceptions) =
+            stats.as_ref().map(|s| (s.minute_success, s.minute_exception)).unwrap_or((0, 0));
         let hint = (completions > 0 && exceptions == 0).then(|| {
             "no error traced in the last minute: if calls fail, trace them (return Err from an annotated \
              function, or `entry.trace(&err)` / `set_error()` on a manual entry), and check the error filter"
@@ -577,27 +515,17 @@ impl Sentinel {
         if !registered {
             let close: Vec<&String> = known
                 .iter()
-                .filter(|n| {
-                    n.eq_ignore_ascii_case(resource)
-                        || n.contains(resource)
-                        || resource.contains(n.as_str())
-                })
+                .filter(|n| n.eq_ignore_ascii_case(resource) || n.contains(resource) || resource.contains(n.as_str()))
                 .collect();
             if !close.is_empty() {
                 notes.push(format!(
                     "similar resource names: {}",
-                    close
-                        .iter()
-                        .map(|n| format!("`{n}`"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    close.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
                 ));
             }
         }
         if !self.is_enabled() {
-            notes.push(
-                "checking is switched off for the whole engine (`set_enabled(false)`)".to_string(),
-            );
+            notes.push("checking is switched off for the whole engine (`set_enabled(false)`)".to_string());
         }
         Diagnosis {
             resource: resource.to_string(),
@@ -613,21 +541,13 @@ impl Sentinel {
             param_flow,
             authority,
             system,
-            errors: ErrorTracing {
-                completions,
-                exceptions,
-                hint,
-            },
+            errors: ErrorTracing { completions, exceptions, hint },
             notes,
         }
     }
 }
 
-fn write_findings(
-    f: &mut fmt::Formatter<'_>,
-    title: &str,
-    findings: &[RuleFinding],
-) -> fmt::Result {
+fn write_findings(f: &mut fmt::Formatter<'_>, title: &str, findings: &[RuleFinding]) -> fmt::Result {
     if findings.is_empty() {
         return writeln!(f, "{title}: none");
     }
@@ -656,11 +576,7 @@ impl fmt::Display for Diagnosis {
             "  registered: {}; entered: {}{}",
             if self.registered { "yes" } else { "no" },
             if self.ever_entered { "yes" } else { "never" },
-            if self.contexts.is_empty() {
-                String::new()
-            } else {
-                format!(" (contexts: {})", self.contexts.join(", "))
-            }
+            if self.contexts.is_empty() { String::new() } else { format!(" (contexts: {})", self.contexts.join(", ")) }
         )?;
         if let Some(s) = &self.stats {
             writeln!(
@@ -676,17 +592,9 @@ impl fmt::Display for Diagnosis {
         }
         let mut callers: Vec<String> = Vec::new();
         if self.calls_without_origin > 0 {
-            callers.push(format!(
-                "{} {} calls",
-                origin_label(""),
-                self.calls_without_origin
-            ));
+            callers.push(format!("{} {} calls", origin_label(""), self.calls_without_origin));
         }
-        callers.extend(
-            self.origins
-                .iter()
-                .map(|(o, s)| format!("{} {} calls", origin_label(o), calls(s))),
-        );
+        callers.extend(self.origins.iter().map(|(o, s)| format!("{} {} calls", origin_label(o), calls(s))));
         if !callers.is_empty() {
             writeln!(f, "  callers (last minute): {}", callers.join(", "))?;
         }
@@ -696,12 +604,8 @@ impl fmt::Display for Diagnosis {
         write_findings(f, "Flow rules", &self.flow)?;
         write_findings(f, "Degrade rules", &self.degrade)?;
         match &self.breakers {
-            BreakerStates::Unavailable => {
-                writeln!(f, "Circuit breaker states: not available in this build")?
-            }
-            BreakerStates::States(v) if v.is_empty() => {
-                writeln!(f, "Circuit breaker states: no breaker")?
-            }
+            BreakerStates::Unavailable => writeln!(f, "Circuit breaker states: not available in this build")?,
+            BreakerStates::States(v) if v.is_empty() => writeln!(f, "Circuit breaker states: no breaker")?,
             BreakerStates::States(v) => {
                 writeln!(f, "Circuit breaker states:")?;
                 for (i, s) in v {
@@ -732,23 +636,15 @@ mod tests {
 
     fn engine() -> (Sentinel, ManualClock) {
         let clock = ManualClock::at_millis(1_700_000_000_000);
-        (
-            Sentinel::builder().manual_clock(clock.clone()).build(),
-            clock,
-        )
+        (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
     }
 
     #[test]
     fn explains_a_flow_rule_for_another_origin() {
         let (engine, _clock) = engine();
-        engine
-            .load_flow_rules(vec![FlowRule::new("api").count(1.0).limit_app("appA")])
-            .unwrap();
+        engine.load_flow_rules(vec![FlowRule::new("api").count(1.0).limit_app("appA")]).unwrap();
         for _ in 0..3 {
-            assert!(
-                engine.enter("api").is_ok(),
-                "the rule for appA does not limit calls without origin"
-            );
+            assert!(engine.enter("api").is_ok(), "the rule for appA does not limit calls without origin");
         }
         {
             let _ctx = engine.enter_context("web", "appB").unwrap();
@@ -760,36 +656,19 @@ mod tests {
         assert_eq!(d.flow.len(), 1);
         let f = &d.flow[0];
         assert!(!f.applies);
-        assert!(
-            f.problems[0].contains("no call came with origin `appA`"),
-            "{}",
-            f.problems[0]
-        );
-        assert!(
-            f.problems[0].contains("`` (no origin) (3 calls)"),
-            "{}",
-            f.problems[0]
-        );
-        assert!(
-            f.problems[0].contains("`appB` (1 calls)"),
-            "{}",
-            f.problems[0]
-        );
+        assert!(f.problems[0].contains("no call came with origin `appA`"), "{}", f.problems[0]);
+        assert!(f.problems[0].contains("`` (no origin) (3 calls)"), "{}", f.problems[0]);
+        assert!(f.problems[0].contains("`appB` (1 calls)"), "{}", f.problems[0]);
         let text = d.to_string();
         assert!(text.contains("[DOES NOT APPLY]"), "{text}");
         assert!(text.contains("limit_app \"default\""), "{text}");
-        assert!(
-            text.contains("Circuit breaker states: not available"),
-            "{text}"
-        );
+        assert!(text.contains("Circuit breaker states: not available"), "{text}");
     }
 
     #[test]
     fn a_default_rule_reads_the_cluster_node_with_current_numbers() {
         let (engine, _clock) = engine();
-        engine
-            .load_flow_rules(vec![FlowRule::new("api").count(2.0)])
-            .unwrap();
+        engine.load_flow_rules(vec![FlowRule::new("api").count(2.0)]).unwrap();
         let api = engine.resource("api");
         let _held: Vec<_> = (0..3).filter_map(|_| api.enter().ok()).collect();
         let d = engine.diagnose("api");
@@ -812,21 +691,9 @@ mod tests {
             .unwrap();
         drop(engine.enter("api").unwrap());
         let d = engine.diagnose("api");
-        assert!(
-            d.flow[0].problems[0].contains("`db` does not exist yet"),
-            "{:?}",
-            d.flow[0].problems
-        );
-        assert!(
-            d.flow[1].problems[0].contains("never entered in context `web`"),
-            "{:?}",
-            d.flow[1].problems
-        );
-        assert!(
-            d.flow[1].problems[0].contains("sentinel_default_context"),
-            "{:?}",
-            d.flow[1].problems
-        );
+        assert!(d.flow[0].problems[0].contains("`db` does not exist yet"), "{:?}", d.flow[0].problems);
+        assert!(d.flow[1].problems[0].contains("never entered in context `web`"), "{:?}", d.flow[1].problems);
+        assert!(d.flow[1].problems[0].contains("sentinel_default_context"), "{:?}", d.flow[1].problems);
     }
 
     #[test]
@@ -844,17 +711,9 @@ mod tests {
         }
         drop(engine.enter("api"));
         let d = engine.diagnose("api");
-        let other = d
-            .flow
-            .iter()
-            .find(|f| f.summary.contains("`other`"))
-            .unwrap();
+        let other = d.flow.iter().find(|f| f.summary.contains("`other`")).unwrap();
         assert!(!other.applies);
-        assert!(
-            other.problems[0].contains("never limited by `other`"),
-            "{:?}",
-            other.problems
-        );
+        assert!(other.problems[0].contains("never limited by `other`"), "{:?}", other.problems);
     }
 
     #[test]
@@ -863,11 +722,7 @@ mod tests {
         drop(engine.enter("queryOrder").unwrap());
         let d = engine.diagnose("queryorder");
         assert!(!d.registered);
-        assert!(
-            d.notes.iter().any(|n| n.contains("`queryOrder`")),
-            "{:?}",
-            d.notes
-        );
+        assert!(d.notes.iter().any(|n| n.contains("`queryOrder`")), "{:?}", d.notes);
         assert!(d.to_string().contains("registered: no; entered: never"));
     }
 
@@ -880,27 +735,15 @@ mod tests {
         }
         clock.advance_millis(100);
         let stats = engine.cluster_stats("api").unwrap();
-        let rule = DegradeRule::new("api", DegradeGrade::ErrorRatio)
-            .count(0.5)
-            .time_window_sec(5)
-            .min_request_amount(10);
+        let rule =
+            DegradeRule::new("api", DegradeGrade::ErrorRatio).count(0.5).time_window_sec(5).min_request_amount(10);
         let f = degrade_finding(0, &rule, Some(&stats));
         assert!(!f.applies);
-        assert!(
-            f.problems[0].contains("min_request_amount 10 is not reachable"),
-            "{:?}",
-            f.problems
-        );
-        assert!(
-            f.problems[1].contains("no error was traced"),
-            "{:?}",
-            f.problems
-        );
+        assert!(f.problems[0].contains("min_request_amount 10 is not reachable"), "{:?}", f.problems);
+        assert!(f.problems[1].contains("no error was traced"), "{:?}", f.problems);
 
-        let reachable = DegradeRule::new("api", DegradeGrade::ErrorCount)
-            .count(1.0)
-            .time_window_sec(5)
-            .min_request_amount(1);
+        let reachable =
+            DegradeRule::new("api", DegradeGrade::ErrorCount).count(1.0).time_window_sec(5).min_request_amount(1);
         let f = degrade_finding(0, &reachable, Some(&stats));
         assert!(f.applies, "{:?}", f.problems);
 

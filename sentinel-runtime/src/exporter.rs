@@ -25,11 +25,7 @@ struct Family {
 }
 
 const FAMILIES: &[Family] = &[
-    Family {
-        name: "sentinel_pass_qps",
-        help: "Passed calls per second (sliding 1 s window).",
-        value: |s| s.pass_qps,
-    },
+    Family { name: "sentinel_pass_qps", help: "Passed calls per second (sliding 1 s window).", value: |s| s.pass_qps },
     Family {
         name: "sentinel_block_qps",
         help: "Blocked calls per second (sliding 1 s window).",
@@ -50,11 +46,7 @@ const FAMILIES: &[Family] = &[
         help: "Average response time of completed calls (sliding 1 s window).",
         value: |s| s.avg_rt_ms,
     },
-    Family {
-        name: "sentinel_threads",
-        help: "Calls in flight.",
-        value: |s| s.threads as f64,
-    },
+    Family { name: "sentinel_threads", help: "Calls in flight.", value: |s| s.threads as f64 },
     Family {
         name: "sentinel_pass_last_minute",
         help: "Passed calls over the last minute.",
@@ -106,21 +98,14 @@ pub fn render(engine: &Sentinel) -> String {
     let app = escape(&engine.config().app_name);
     let mut names = engine.resource_names();
     names.sort();
-    let stats: Vec<(String, NodeStats)> = names
-        .into_iter()
-        .filter_map(|n| engine.cluster_stats(&n).map(|s| (escape(&n), s)))
-        .collect();
+    let stats: Vec<(String, NodeStats)> =
+        names.into_iter().filter_map(|n| engine.cluster_stats(&n).map(|s| (escape(&n), s))).collect();
     let mut out = String::new();
     for f in FAMILIES {
         let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
         let _ = writeln!(out, "# TYPE {} gauge", f.name);
         for (name, s) in &stats {
-            let _ = writeln!(
-                out,
-                "{}{{app=\"{app}\",resource=\"{name}\"}} {}",
-                f.name,
-                number((f.value)(s))
-            );
+            let _ = writeln!(out, "{}{{app=\"{app}\",resource=\"{name}\"}} {}", f.name, number((f.value)(s)));
         }
     }
     render_breakers(engine, &app, &mut out);
@@ -152,9 +137,7 @@ mod http {
 
     impl std::fmt::Debug for MetricsServer {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.debug_struct("MetricsServer")
-                .field("addr", &self.addr)
-                .finish_non_exhaustive()
+            f.debug_struct("MetricsServer").field("addr", &self.addr).finish_non_exhaustive()
         }
     }
 
@@ -163,42 +146,34 @@ mod http {
         pub fn serve_loopback(engine: &Sentinel, port: u16) -> io::Result<MetricsServer> {
             let server = tiny_http::Server::http(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
                 .map_err(|e| io::Error::other(e.to_string()))?;
-            let addr = server.server_addr().to_ip().ok_or_else(|| {
-                io::Error::other("the metrics server is not bound to an IP address")
-            })?;
+            let addr = server
+                .server_addr()
+                .to_ip()
+                .ok_or_else(|| io::Error::other("the metrics server is not bound to an IP address"))?;
             let server = Arc::new(server);
             let (s, engine) = (server.clone(), engine.clone());
-            let thread = std::thread::Builder::new()
-                .name("sentinel-metrics-http".into())
-                .spawn(move || {
-                    for request in s.incoming_requests() {
-                        let path = request.url().split('?').next().unwrap_or("");
-                        let response = if *request.method() == tiny_http::Method::Get
-                            && path == "/metrics"
-                        {
-                            let header = tiny_http::Header::from_bytes(
-                                &b"Content-Type"[..],
-                                &b"text/plain; version=0.0.4; charset=utf-8"[..],
-                            );
-                            let mut r = tiny_http::Response::from_string(super::render(&engine));
-                            if let Ok(h) = header {
-                                r = r.with_header(h);
-                            }
-                            r
-                        } else {
-                            tiny_http::Response::from_string("not found: use GET /metrics\n")
-                                .with_status_code(404)
-                        };
-                        if let Err(e) = request.respond(response) {
-                            tracing::debug!(error = %e, "metrics response failed");
+            let thread = std::thread::Builder::new().name("sentinel-metrics-http".into()).spawn(move || {
+                for request in s.incoming_requests() {
+                    let path = request.url().split('?').next().unwrap_or("");
+                    let response = if *request.method() == tiny_http::Method::Get && path == "/metrics" {
+                        let header = tiny_http::Header::from_bytes(
+                            &b"Content-Type"[..],
+                            &b"text/plain; version=0.0.4; charset=utf-8"[..],
+                        );
+                        let mut r = tiny_http::Response::from_string(super::render(&engine));
+                        if let Ok(h) = header {
+                            r = r.with_header(h);
                         }
+                        r
+                    } else {
+                        tiny_http::Response::from_string("not found: use GET /metrics\n").with_status_code(404)
+                    };
+                    if let Err(e) = request.respond(response) {
+                        tracing::debug!(error = %e, "metrics response failed");
                     }
-                })?;
-            Ok(MetricsServer {
-                server,
-                addr,
-                thread: Some(thread),
-            })
+                }
+            })?;
+            Ok(MetricsServer { server, addr, thread: Some(thread) })
         }
 
         /// The address bound.
@@ -225,13 +200,8 @@ mod tests {
 
     fn engine() -> (Sentinel, crate::Entry<'static>) {
         let clock = ManualClock::at_millis(1_700_000_000_000);
-        let engine = Sentinel::builder()
-            .manual_clock(clock.clone())
-            .app_name("shop")
-            .build();
-        engine
-            .load_flow_rules(vec![FlowRule::new("pay").count(2.0)])
-            .unwrap();
+        let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("shop").build();
+        engine.load_flow_rules(vec![FlowRule::new("pay").count(2.0)]).unwrap();
         for _ in 0..3 {
             let e = engine.enter("pay");
             clock.advance_millis(4);
@@ -250,29 +220,18 @@ mod tests {
         let (engine, _held) = engine();
         let text = render(&engine);
         assert!(text.contains("# TYPE sentinel_pass_qps gauge\n"));
-        assert!(
-            text.contains("sentinel_pass_qps{app=\"shop\",resource=\"pay\"} 2\n"),
-            "{text}"
-        );
+        assert!(text.contains("sentinel_pass_qps{app=\"shop\",resource=\"pay\"} 2\n"), "{text}");
         assert!(text.contains("sentinel_block_qps{app=\"shop\",resource=\"pay\"} 1\n"));
+        assert!(text.contains("sentinel_avg_rt_milliseconds{app=\"shop\",resource=\"pay\"} 4\n"), "{text}");
         assert!(
-            text.contains("sentinel_avg_rt_milliseconds{app=\"shop\",resource=\"pay\"} 4\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "sentinel_exception_last_minute{app=\"shop\",resource=\"quote\\\"d\\\\name\"} 1\n"
-            ),
+            text.contains("sentinel_exception_last_minute{app=\"shop\",resource=\"quote\\\"d\\\\name\"} 1\n"),
             "{text}"
         );
         assert!(text.contains("sentinel_threads{app=\"shop\",resource=\"held\"} 1\n"));
         // Every sample line is `name{labels} value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (series, value) = line.rsplit_once(' ').unwrap();
-            assert!(
-                series.starts_with("sentinel_") && series.ends_with('}'),
-                "{line}"
-            );
+            assert!(series.starts_with("sentinel_") && series.ends_with('}'), "{line}");
             value.parse::<f64>().unwrap();
         }
     }
@@ -292,10 +251,7 @@ mod tests {
             body
         };
         let ok = fetch("/metrics");
-        assert!(
-            ok.starts_with("HTTP/1.0 200") || ok.starts_with("HTTP/1.1 200"),
-            "{ok}"
-        );
+        assert!(ok.starts_with("HTTP/1.0 200") || ok.starts_with("HTTP/1.1 200"), "{ok}");
         assert!(ok.contains("text/plain; version=0.0.4"));
         assert!(ok.contains("sentinel_pass_qps{app=\"shop\",resource=\"pay\"} 2"));
         let missing = fetch("/nope");

@@ -23,9 +23,9 @@ pub mod circuit_breaker;
 pub mod clock;
 pub mod config;
 pub mod context;
-pub mod diagnose;
 #[cfg(feature = "serde")]
 pub mod datasource;
+pub mod diagnose;
 mod engine;
 mod entry;
 mod error;
@@ -44,10 +44,10 @@ pub mod stat;
 pub mod system;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
+pub use diagnose::Diagnosis;
 pub use engine::{AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_RESOURCES};
 pub use entry::{Entry, EntryBuilder};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit};
-pub use diagnose::Diagnosis;
 pub use inspect::{NodeStats, TreeNode};
 pub use resource::{EntryType, Resource};
 

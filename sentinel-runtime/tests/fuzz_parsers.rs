@@ -115,9 +115,7 @@ fn scalar() -> impl Strategy<Value = Value> {
         any::<i64>().prop_map(Value::from),
         any::<u64>().prop_map(Value::from),
         (-3i64..5).prop_map(Value::from),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(Value::from),
+        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
         "[a-zA-Z0-9_.,: -]{0,12}".prop_map(Value::from),
         prop::sample::select(CLASS_TYPES).prop_map(Value::from),
         prop::sample::select(FIELDS).prop_map(Value::from),
@@ -129,11 +127,7 @@ fn value() -> impl Strategy<Value = Value> {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
             prop::collection::vec((prop::sample::select(FIELDS), inner), 0..6).prop_map(|kv| {
-                Value::Object(
-                    kv.into_iter()
-                        .map(|(k, v)| (k.to_string(), v))
-                        .collect::<Map<_, _>>(),
-                )
+                Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<Map<_, _>>())
             }),
         ]
     })
@@ -147,21 +141,19 @@ fn near_valid_rule() -> impl Strategy<Value = Value> {
         "paramFlowItemList": [{"object": "7", "count": 1, "classType": "int"}],
         "clusterConfig": {"flowId": 1, "thresholdType": 0}
     });
-    (prop::collection::vec((prop::sample::select(FIELDS), value(), any::<bool>()), 0..6)).prop_map(
-        move |edits| {
-            let mut v = base.clone();
-            if let Value::Object(m) = &mut v {
-                for (k, val, remove) in edits {
-                    if remove {
-                        m.remove(k);
-                    } else {
-                        m.insert(k.to_string(), val);
-                    }
+    (prop::collection::vec((prop::sample::select(FIELDS), value(), any::<bool>()), 0..6)).prop_map(move |edits| {
+        let mut v = base.clone();
+        if let Value::Object(m) = &mut v {
+            for (k, val, remove) in edits {
+                if remove {
+                    m.remove(k);
+                } else {
+                    m.insert(k.to_string(), val);
                 }
             }
-            v
-        },
-    )
+        }
+        v
+    })
 }
 
 proptest! {

@@ -30,13 +30,7 @@ impl ParseError {
         field: Option<String>,
         message: impl Into<String>,
     ) -> Self {
-        ParseError {
-            format,
-            line,
-            column,
-            field,
-            message: message.into(),
-        }
+        ParseError { format, line, column, field, message: message.into() }
     }
 }
 

@@ -81,9 +81,7 @@ pub struct FileDataSource {
 
 impl std::fmt::Debug for FileDataSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileDataSource")
-            .field("layout", &self.inner.layout)
-            .finish_non_exhaustive()
+        f.debug_struct("FileDataSource").field("layout", &self.inner.layout).finish_non_exhaustive()
     }
 }
 
@@ -170,21 +168,12 @@ impl FileDataSource {
     /// Calls `f` with the outcome of every reload (by [`reload_now`](FileDataSource::reload_now) or the
     /// watcher): a good place to log rejected files.
     pub fn on_reload(&self, f: impl Fn(&Result<Reloaded, SourceError>) + Send + Sync + 'static) {
-        self.inner
-            .listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Arc::new(f));
+        self.inner.listeners.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(f));
     }
 
     /// The error of the last reload, if it failed.
     pub fn last_error(&self) -> Option<SourceError> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .last_error
-            .clone()
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).last_error.clone()
     }
 
     /// Reads the file(s) now and applies them if they changed. On any error the rules in force stay.
@@ -202,12 +191,7 @@ impl FileDataSource {
             Ok(Reloaded::Unchanged) => {}
             Err(e) => tracing::warn!(error = %e, "rules file rejected"),
         }
-        let listeners: Vec<Arc<Listener>> = self
-            .inner
-            .listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let listeners: Vec<Arc<Listener>> = self.inner.listeners.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for l in listeners {
             l(&result);
         }
@@ -222,12 +206,9 @@ impl FileDataSource {
         let mut set = RuleSet::default();
         for (path, text) in &inputs {
             let format = format_of(path);
-            let parsed =
-                self.parse_file(path, text, format)
-                    .map_err(|error| SourceError::Parse {
-                        path: path.clone(),
-                        error,
-                    })?;
+            let parsed = self
+                .parse_file(path, text, format)
+                .map_err(|error| SourceError::Parse { path: path.clone(), error })?;
             set.merge(parsed);
         }
         let kinds = set.apply(&self.inner.engine).map_err(|error| {
@@ -238,12 +219,7 @@ impl FileDataSource {
         Ok(Reloaded::Applied { kinds })
     }
 
-    fn parse_file(
-        &self,
-        path: &Path,
-        text: &str,
-        format: Format,
-    ) -> Result<RuleSet, super::ParseError> {
+    fn parse_file(&self, path: &Path, text: &str, format: Format) -> Result<RuleSet, super::ParseError> {
         let kind = match &self.inner.layout {
             Layout::Combined(_) => return RuleSet::parse(text, format),
             Layout::Single(_, kind) => *kind,
@@ -257,12 +233,8 @@ impl FileDataSource {
             RuleKind::Flow => set.flow = Some(parse_rules::<FlowRule>(text, format)?),
             RuleKind::Degrade => set.degrade = Some(parse_rules::<DegradeRule>(text, format)?),
             RuleKind::System => set.system = Some(parse_rules::<SystemRule>(text, format)?),
-            RuleKind::Authority => {
-                set.authority = Some(parse_rules::<AuthorityRule>(text, format)?)
-            }
-            RuleKind::ParamFlow => {
-                set.param_flow = Some(parse_rules::<ParamFlowRule>(text, format)?)
-            }
+            RuleKind::Authority => set.authority = Some(parse_rules::<AuthorityRule>(text, format)?),
+            RuleKind::ParamFlow => set.param_flow = Some(parse_rules::<ParamFlowRule>(text, format)?),
         }
         Ok(set)
     }
@@ -291,12 +263,7 @@ impl FileDataSource {
                         }
                     }
                 }
-                let gone: Vec<PathBuf> = state
-                    .present
-                    .iter()
-                    .filter(|p| !found.contains(p))
-                    .cloned()
-                    .collect();
+                let gone: Vec<PathBuf> = state.present.iter().filter(|p| !found.contains(p)).cloned().collect();
                 state.present = found.clone();
                 if let Some(path) = gone.into_iter().next() {
                     return Err(SourceError::Missing { path });
@@ -304,10 +271,7 @@ impl FileDataSource {
                 if found.is_empty() {
                     return Err(SourceError::Missing { path: dir.clone() });
                 }
-                found
-                    .into_iter()
-                    .map(|p| read(&p).map(|t| (p, t)))
-                    .collect()
+                found.into_iter().map(|p| read(&p).map(|t| (p, t))).collect()
             }
         }
     }
@@ -316,12 +280,7 @@ impl FileDataSource {
 fn read(path: &Path) -> Result<String, SourceError> {
     match std::fs::read_to_string(path) {
         Ok(t) => Ok(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SourceError::Missing {
-            path: path.to_path_buf(),
-        }),
-        Err(e) => Err(SourceError::Read {
-            path: path.to_path_buf(),
-            source: Arc::new(e),
-        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SourceError::Missing { path: path.to_path_buf() }),
+        Err(e) => Err(SourceError::Read { path: path.to_path_buf(), source: Arc::new(e) }),
     }
 }

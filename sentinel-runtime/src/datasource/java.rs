@@ -13,9 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::authority::{AuthorityRule, AuthorityStrategy};
 use crate::circuit_breaker::{DegradeGrade, DegradeRule};
-use crate::flow::{
-    ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy,
-};
+use crate::flow::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 use crate::param_flow::{ParamFlowItem, ParamFlowRule, ParamItemValue};
 use crate::system::SystemRule;
 use crate::LIMIT_APP_DEFAULT;
@@ -68,10 +66,7 @@ code!(AuthorityCode, AuthorityStrategy, "0 (white list) or 1 (black list)", {
 
 fn check_regex(regex: Option<bool>) -> Result<(), String> {
     if regex == Some(true) {
-        return Err(
-            "`regex: true` (resource name patterns) is not supported; name the resource exactly"
-                .into(),
-        );
+        return Err("`regex: true` (resource name patterns) is not supported; name the resource exactly".into());
     }
     Ok(())
 }
@@ -121,9 +116,7 @@ impl ClusterConfigDto {
         ClusterConfig {
             flow_id: self.flow_id,
             threshold_type: self.threshold_type.map(|c| c.0).unwrap_or(d.threshold_type),
-            fallback_to_local_when_fail: self
-                .fallback_to_local_when_fail
-                .unwrap_or(fallback_default),
+            fallback_to_local_when_fail: self.fallback_to_local_when_fail.unwrap_or(fallback_default),
             sample_count: self.sample_count.unwrap_or(d.sample_count),
             window_interval_ms: self.window_interval_ms.unwrap_or(d.window_interval_ms),
         }
@@ -201,10 +194,7 @@ impl TryFrom<FlowRuleDto> for JavaFlowRule {
             count: d.count.unwrap_or(def.count),
             strategy: d.strategy.map(|c| c.0).unwrap_or(def.strategy),
             ref_resource: d.ref_resource.filter(|r| !r.is_empty()),
-            control_behavior: d
-                .control_behavior
-                .map(|c| c.0)
-                .unwrap_or(def.control_behavior),
+            control_behavior: d.control_behavior.map(|c| c.0).unwrap_or(def.control_behavior),
             warm_up_period_sec: d.warm_up_period_sec.unwrap_or(def.warm_up_period_sec),
             max_queueing_time_ms: d.max_queueing_time_ms.unwrap_or(def.max_queueing_time_ms),
             cold_factor: d.cold_factor.unwrap_or(def.cold_factor),
@@ -558,10 +548,7 @@ fn parse_int(text: &str, class: &str, min: i64, max: i64) -> Result<ParamItemVal
 }
 
 /// Java's `ParamFlowRuleUtil.parseItemValue`: the class names Java knows, primitive or boxed.
-pub(crate) fn parse_item_value(
-    text: &str,
-    class_type: Option<&str>,
-) -> Result<ParamItemValue, String> {
+pub(crate) fn parse_item_value(text: &str, class_type: Option<&str>) -> Result<ParamItemValue, String> {
     let class = class_type.map(str::trim).unwrap_or("");
     match class {
         "" | "String" | "java.lang.String" => Ok(ParamItemValue::Str(text.to_string())),
@@ -577,22 +564,15 @@ pub(crate) fn parse_item_value(
         "boolean" | "java.lang.Boolean" => match text.trim().to_ascii_lowercase().as_str() {
             "true" => Ok(ParamItemValue::Bool(true)),
             "false" => Ok(ParamItemValue::Bool(false)),
-            _ => Err(format!(
-                "`object` \"{text}\" is not a boolean (true or false)"
-            )),
+            _ => Err(format!("`object` \"{text}\" is not a boolean (true or false)")),
         },
-        "char" | "java.lang.Character" => text
-            .chars()
-            .next()
-            .map(ParamItemValue::Char)
-            .ok_or_else(|| "`object` is empty for a char".to_string()),
+        "char" | "java.lang.Character" => {
+            text.chars().next().map(ParamItemValue::Char).ok_or_else(|| "`object` is empty for a char".to_string())
+        }
         other => {
             // Java treats an unknown class as a string; so do we, with a warning (a typo like "Integer" is
             // a classic reason why an item never matches).
-            tracing::warn!(
-                class_type = other,
-                "unknown param item classType: the value is matched as a string"
-            );
+            tracing::warn!(class_type = other, "unknown param item classType: the value is matched as a string");
             Ok(ParamItemValue::Str(text.to_string()))
         }
     }
@@ -602,10 +582,7 @@ impl TryFrom<ParamItemDto> for JavaParamItem {
     type Error = String;
     fn try_from(d: ParamItemDto) -> Result<Self, String> {
         let value = parse_item_value(&d.object.0, d.class_type.as_deref())?;
-        Ok(JavaParamItem(ParamFlowItem {
-            value,
-            count: d.count.0,
-        }))
+        Ok(JavaParamItem(ParamFlowItem { value, count: d.count.0 }))
     }
 }
 
@@ -619,11 +596,7 @@ impl From<JavaParamItem> for ParamItemDto {
             ParamItemValue::Bool(b) => (b.to_string(), "boolean"),
             ParamItemValue::Char(c) => (c.to_string(), "char"),
         };
-        ParamItemDto {
-            object: Text(object),
-            count: ItemCount(i.count),
-            class_type: Some(class.to_string()),
-        }
+        ParamItemDto { object: Text(object), count: ItemCount(i.count), class_type: Some(class.to_string()) }
     }
 }
 
@@ -706,19 +679,11 @@ impl TryFrom<ParamFlowRuleDto> for JavaParamFlowRule {
             param_idx: d.param_idx,
             grade: d.grade.map(|c| c.0).unwrap_or(def.grade),
             count: d.count.unwrap_or(def.count),
-            control_behavior: d
-                .control_behavior
-                .map(|c| c.0)
-                .unwrap_or(def.control_behavior),
+            control_behavior: d.control_behavior.map(|c| c.0).unwrap_or(def.control_behavior),
             max_queueing_time_ms: d.max_queueing_time_ms.unwrap_or(def.max_queueing_time_ms),
             burst_count: d.burst_count.unwrap_or(def.burst_count),
             duration_in_sec: d.duration_in_sec.unwrap_or(def.duration_in_sec),
-            items: d
-                .param_flow_item_list
-                .unwrap_or_default()
-                .into_iter()
-                .map(|w| w.0 .0)
-                .collect(),
+            items: d.param_flow_item_list.unwrap_or_default().into_iter().map(|w| w.0 .0).collect(),
             cluster_mode: d.cluster_mode.unwrap_or(false),
             // Java's param cluster config falls back to local limiting only when told to.
             cluster_config: d.cluster_config.map(|c| c.into_config(false)),
@@ -739,12 +704,7 @@ impl From<JavaParamFlowRule> for ParamFlowRuleDto {
             max_queueing_time_ms: Some(r.max_queueing_time_ms),
             burst_count: Some(r.burst_count),
             duration_in_sec: Some(r.duration_in_sec),
-            param_flow_item_list: Some(
-                r.items
-                    .into_iter()
-                    .map(|i| ParamItemWire(JavaParamItem(i)))
-                    .collect(),
-            ),
+            param_flow_item_list: Some(r.items.into_iter().map(|i| ParamItemWire(JavaParamItem(i))).collect()),
             cluster_mode: Some(r.cluster_mode),
             cluster_config: r.cluster_config.as_ref().map(ClusterConfigDto::from_config),
             regex: None,

@@ -146,46 +146,11 @@ macro_rules! rule_data {
     };
 }
 
-rule_data!(
-    FlowRule,
-    FlowWire,
-    JavaFlowRule,
-    RuleKind::Flow,
-    "flowRules",
-    "flow-rules"
-);
-rule_data!(
-    DegradeRule,
-    DegradeWire,
-    JavaDegradeRule,
-    RuleKind::Degrade,
-    "degradeRules",
-    "degrade-rules"
-);
-rule_data!(
-    SystemRule,
-    SystemWire,
-    JavaSystemRule,
-    RuleKind::System,
-    "systemRules",
-    "system-rules"
-);
-rule_data!(
-    AuthorityRule,
-    AuthorityWire,
-    JavaAuthorityRule,
-    RuleKind::Authority,
-    "authorityRules",
-    "authority-rules"
-);
-rule_data!(
-    ParamFlowRule,
-    ParamFlowWire,
-    JavaParamFlowRule,
-    RuleKind::ParamFlow,
-    "paramFlowRules",
-    "param-flow-rules"
-);
+rule_data!(FlowRule, FlowWire, JavaFlowRule, RuleKind::Flow, "flowRules", "flow-rules");
+rule_data!(DegradeRule, DegradeWire, JavaDegradeRule, RuleKind::Degrade, "degradeRules", "degrade-rules");
+rule_data!(SystemRule, SystemWire, JavaSystemRule, RuleKind::System, "systemRules", "system-rules");
+rule_data!(AuthorityRule, AuthorityWire, JavaAuthorityRule, RuleKind::Authority, "authorityRules", "authority-rules");
+rule_data!(ParamFlowRule, ParamFlowWire, JavaParamFlowRule, RuleKind::ParamFlow, "paramFlowRules", "param-flow-rules");
 
 /// The file stem of a kind's file in a rules directory.
 pub fn file_stem(kind: RuleKind) -> &'static str {
@@ -199,13 +164,8 @@ pub fn file_stem(kind: RuleKind) -> &'static str {
 }
 
 /// Every kind, in the order a [`RuleSet`] is applied.
-pub const ALL_KINDS: [RuleKind; 5] = [
-    RuleKind::Authority,
-    RuleKind::System,
-    RuleKind::ParamFlow,
-    RuleKind::Flow,
-    RuleKind::Degrade,
-];
+pub const ALL_KINDS: [RuleKind; 5] =
+    [RuleKind::Authority, RuleKind::System, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade];
 
 /// TOML documents must be tables: a single kind's list sits under `rules`.
 #[derive(Serialize, Deserialize)]
@@ -237,22 +197,10 @@ pub(crate) fn from_text<T: DeserializeOwned>(text: &str, format: Format) -> Resu
             let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
                 let field = field_of(e.path());
                 let inner = e.into_inner();
-                ParseError::new(
-                    format,
-                    Some(inner.line()),
-                    Some(inner.column()),
-                    field,
-                    strip_json_position(&inner),
-                )
+                ParseError::new(format, Some(inner.line()), Some(inner.column()), field, strip_json_position(&inner))
             })?;
             de.end().map_err(|e| {
-                ParseError::new(
-                    format,
-                    Some(e.line()),
-                    Some(e.column()),
-                    None,
-                    strip_json_position(&e),
-                )
+                ParseError::new(format, Some(e.line()), Some(e.column()), None, strip_json_position(&e))
             })?;
             Ok(value)
         }
@@ -265,13 +213,7 @@ pub(crate) fn from_text<T: DeserializeOwned>(text: &str, format: Format) -> Resu
                     Some(l) => (Some(l.line()), Some(l.column())),
                     None => (None, None),
                 };
-                ParseError::new(
-                    format,
-                    line,
-                    col,
-                    field,
-                    strip_yaml_position(&inner.to_string()),
-                )
+                ParseError::new(format, line, col, field, strip_yaml_position(&inner.to_string()))
             })
         }
         Format::Toml => {
@@ -319,14 +261,9 @@ fn strip_yaml_position(s: &str) -> String {
 
 pub(crate) fn to_text<T: Serialize>(value: &T, format: Format) -> Result<String, SerializeError> {
     match format {
-        Format::Json => serde_json::to_string_pretty(value)
-            .map_err(|e| SerializeError::new(format, e.to_string())),
-        Format::Yaml => {
-            serde_yaml_ng::to_string(value).map_err(|e| SerializeError::new(format, e.to_string()))
-        }
-        Format::Toml => {
-            toml::to_string_pretty(value).map_err(|e| SerializeError::new(format, e.to_string()))
-        }
+        Format::Json => serde_json::to_string_pretty(value).map_err(|e| SerializeError::new(format, e.to_string())),
+        Format::Yaml => serde_yaml_ng::to_string(value).map_err(|e| SerializeError::new(format, e.to_string())),
+        Format::Toml => toml::to_string_pretty(value).map_err(|e| SerializeError::new(format, e.to_string())),
     }
 }
 
@@ -456,26 +393,11 @@ impl RuleSet {
 
     fn load_kind(&self, engine: &Sentinel, kind: RuleKind) -> Result<(), RuleError> {
         match kind {
-            RuleKind::Flow => self
-                .flow
-                .clone()
-                .map_or(Ok(()), |r| engine.load_flow_rules(r)),
-            RuleKind::Degrade => self
-                .degrade
-                .clone()
-                .map_or(Ok(()), |r| engine.load_degrade_rules(r)),
-            RuleKind::System => self
-                .system
-                .clone()
-                .map_or(Ok(()), |r| engine.load_system_rules(r)),
-            RuleKind::Authority => self
-                .authority
-                .clone()
-                .map_or(Ok(()), |r| engine.load_authority_rules(r)),
-            RuleKind::ParamFlow => self
-                .param_flow
-                .clone()
-                .map_or(Ok(()), |r| engine.load_param_flow_rules(r)),
+            RuleKind::Flow => self.flow.clone().map_or(Ok(()), |r| engine.load_flow_rules(r)),
+            RuleKind::Degrade => self.degrade.clone().map_or(Ok(()), |r| engine.load_degrade_rules(r)),
+            RuleKind::System => self.system.clone().map_or(Ok(()), |r| engine.load_system_rules(r)),
+            RuleKind::Authority => self.authority.clone().map_or(Ok(()), |r| engine.load_authority_rules(r)),
+            RuleKind::ParamFlow => self.param_flow.clone().map_or(Ok(()), |r| engine.load_param_flow_rules(r)),
         }
     }
 

@@ -10,18 +10,9 @@ const FORMATS: [Format; 3] = [Format::Json, Format::Yaml, Format::Toml];
 fn sample_flow() -> Vec<FlowRule> {
     vec![
         FlowRule::new("getUser").count(20.0).id(7),
-        FlowRule::new("getUser")
-            .count(5.0)
-            .limit_app("appA")
-            .grade(FlowGrade::Thread),
-        FlowRule::new("createOrder")
-            .count(100.0)
-            .control_behavior(ControlBehavior::WarmUp)
-            .warm_up_period_sec(30),
-        FlowRule::new("pay")
-            .count(10.0)
-            .relate("createOrder")
-            .control_behavior(ControlBehavior::RateLimiter),
+        FlowRule::new("getUser").count(5.0).limit_app("appA").grade(FlowGrade::Thread),
+        FlowRule::new("createOrder").count(100.0).control_behavior(ControlBehavior::WarmUp).warm_up_period_sec(30),
+        FlowRule::new("pay").count(10.0).relate("createOrder").control_behavior(ControlBehavior::RateLimiter),
         FlowRule::new("list")
             .count(50.5)
             .chain("web")
@@ -47,34 +38,16 @@ fn sample_degrade() -> Vec<DegradeRule> {
             .count(50.0)
             .time_window_sec(10)
             .slow_ratio_threshold(0.5),
-        DegradeRule::new("pay", DegradeGrade::ErrorRatio)
-            .count(0.25)
-            .time_window_sec(5)
-            .min_request_amount(20),
-        DegradeRule::new("*", DegradeGrade::ErrorCount)
-            .count(3.0)
-            .time_window_sec(1)
-            .stat_interval_ms(60_000),
+        DegradeRule::new("pay", DegradeGrade::ErrorRatio).count(0.25).time_window_sec(5).min_request_amount(20),
+        DegradeRule::new("*", DegradeGrade::ErrorCount).count(3.0).time_window_sec(1).stat_interval_ms(60_000),
     ]
 }
 
 fn sample_system() -> Vec<SystemRule> {
     vec![
-        SystemRule {
-            qps: Some(1000.0),
-            ..Default::default()
-        },
-        SystemRule {
-            highest_system_load: Some(4.5),
-            highest_cpu_usage: Some(0.8),
-            ..Default::default()
-        },
-        SystemRule {
-            id: Some(3),
-            avg_rt: Some(200),
-            max_thread: Some(64),
-            ..Default::default()
-        },
+        SystemRule { qps: Some(1000.0), ..Default::default() },
+        SystemRule { highest_system_load: Some(4.5), highest_cpu_usage: Some(0.8), ..Default::default() },
+        SystemRule { id: Some(3), avg_rt: Some(200), max_thread: Some(64), ..Default::default() },
     ]
 }
 
@@ -151,15 +124,7 @@ fn rule_set_round_trips_and_keeps_absent_kinds_absent() {
         let text = set.to_string(f).unwrap();
         assert_eq!(RuleSet::parse(&text, f).unwrap(), set, "{f}:\n{text}");
     }
-    assert_eq!(
-        set.kinds(),
-        vec![
-            RuleKind::Authority,
-            RuleKind::ParamFlow,
-            RuleKind::Flow,
-            RuleKind::Degrade
-        ]
-    );
+    assert_eq!(set.kinds(), vec![RuleKind::Authority, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade]);
 }
 
 #[test]
@@ -174,10 +139,7 @@ fn java_codes_and_names_are_written() {
     assert_eq!(r["limitApp"], "default");
     assert_eq!(r["warmUpPeriodSec"], 10);
     assert_eq!(r["maxQueueingTimeMs"], 500);
-    assert!(
-        r.get("coldFactor").is_none(),
-        "the default cold factor is not written"
-    );
+    assert!(r.get("coldFactor").is_none(), "the default cold factor is not written");
 
     let text = rules_to_string(&sample_system()[..1], Format::Json).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -213,22 +175,9 @@ fn java_dashboard_export_loads_as_it_is() {
     assert_eq!(rules[0].id, Some(1));
     assert_eq!(rules[0].resource, "GET:/orders");
     assert_eq!(rules[0].ref_resource, None);
-    assert_eq!(
-        rules[1].cluster_config.as_ref().unwrap().threshold_type,
-        ClusterThresholdType::Global
-    );
-    assert!(
-        !rules[1]
-            .cluster_config
-            .as_ref()
-            .unwrap()
-            .fallback_to_local_when_fail
-    );
-    assert_eq!(
-        rules[1].cluster_config.as_ref().unwrap().sample_count,
-        10,
-        "Java's default"
-    );
+    assert_eq!(rules[1].cluster_config.as_ref().unwrap().threshold_type, ClusterThresholdType::Global);
+    assert!(!rules[1].cluster_config.as_ref().unwrap().fallback_to_local_when_fail);
+    assert_eq!(rules[1].cluster_config.as_ref().unwrap().sample_count, 10, "Java's default");
 
     let degrade = r#"[{"resource": "pay", "limitApp": "default", "grade": 2, "count": 5, "timeWindow": 10,
         "minRequestAmount": 5, "statIntervalMs": 60000, "slowRatioThreshold": 1.0, "app": "x", "id": 3}]"#;
@@ -239,17 +188,9 @@ fn java_dashboard_export_loads_as_it_is() {
     let system = r#"[{"id": 9, "app": "x", "ip": "1.2.3.4", "port": 8719, "highestSystemLoad": -1.0,
         "highestCpuUsage": -1, "qps": 800, "avgRt": -1, "maxThread": -1, "resource": null, "limitApp": null}]"#;
     let s: Vec<SystemRule> = parse_rules(system, Format::Json).unwrap();
-    assert_eq!(
-        s[0],
-        SystemRule {
-            id: Some(9),
-            qps: Some(800.0),
-            ..Default::default()
-        }
-    );
+    assert_eq!(s[0], SystemRule { id: Some(9), qps: Some(800.0), ..Default::default() });
 
-    let authority =
-        r#"[{"resource": "getUser", "limitApp": "appA,appB", "strategy": 1, "gmtCreate": 1}]"#;
+    let authority = r#"[{"resource": "getUser", "limitApp": "appA,appB", "strategy": 1, "gmtCreate": 1}]"#;
     let a: Vec<AuthorityRule> = parse_rules(authority, Format::Json).unwrap();
     assert_eq!(a[0].strategy, AuthorityStrategy::Black);
 
@@ -279,35 +220,17 @@ fn java_dashboard_export_loads_as_it_is() {
             ParamItemValue::Char('q'),
         ]
     );
-    assert_eq!(
-        p[0].items[0],
-        ParamFlowItem {
-            value: ParamItemValue::Int(7),
-            count: 100.0
-        }
-    );
-    assert!(
-        !p[0]
-            .cluster_config
-            .as_ref()
-            .unwrap()
-            .fallback_to_local_when_fail,
-        "param cluster default is false"
-    );
+    assert_eq!(p[0].items[0], ParamFlowItem { value: ParamItemValue::Int(7), count: 100.0 });
+    assert!(!p[0].cluster_config.as_ref().unwrap().fallback_to_local_when_fail, "param cluster default is false");
 }
 
 #[test]
 fn absent_fields_take_java_defaults() {
     let r: Vec<FlowRule> = parse_rules(r#"[{"resource": "a"}]"#, Format::Json).unwrap();
     assert_eq!(r[0], FlowRule::new("a"));
-    let r: Vec<FlowRule> =
-        parse_rules(r#"[{"resource": "a", "limitApp": ""}]"#, Format::Json).unwrap();
-    assert_eq!(
-        r[0].limit_app, "default",
-        "blank limitApp is default, as in Java"
-    );
-    let d: Vec<DegradeRule> =
-        parse_rules(r#"[{"resource": "a", "count": 1}]"#, Format::Json).unwrap();
+    let r: Vec<FlowRule> = parse_rules(r#"[{"resource": "a", "limitApp": ""}]"#, Format::Json).unwrap();
+    assert_eq!(r[0].limit_app, "default", "blank limitApp is default, as in Java");
+    let d: Vec<DegradeRule> = parse_rules(r#"[{"resource": "a", "count": 1}]"#, Format::Json).unwrap();
     assert_eq!(d[0].min_request_amount, 5);
     assert_eq!(d[0].grade, DegradeGrade::SlowRequestRatio);
     let s: Vec<SystemRule> = parse_rules("[{}]", Format::Json).unwrap();
@@ -337,17 +260,14 @@ fn wrong_type_is_reported_with_field_path() {
 
 #[test]
 fn bad_code_is_reported_with_what_is_expected() {
-    let e =
-        parse_rules::<FlowRule>("[{\"resource\": \"a\", \"grade\": 7}]", Format::Json).unwrap_err();
+    let e = parse_rules::<FlowRule>("[{\"resource\": \"a\", \"grade\": 7}]", Format::Json).unwrap_err();
     assert_eq!(e.field.as_deref(), Some("[0].grade"));
     assert!(e.message.contains("1 (QPS)"), "{e}");
     let e = parse_rules::<DegradeRule>("- resource: a\n  grade: 3\n", Format::Yaml).unwrap_err();
     assert!(e.line.is_some(), "{e}");
     assert_eq!(e.field.as_deref(), Some("[0].grade"));
     assert!(e.message.starts_with("invalid value"), "{e}");
-    let e =
-        parse_rules::<AuthorityRule>("[[rules]]\nresource = \"a\"\nstrategy = 2\n", Format::Toml)
-            .unwrap_err();
+    let e = parse_rules::<AuthorityRule>("[[rules]]\nresource = \"a\"\nstrategy = 2\n", Format::Toml).unwrap_err();
     assert_eq!(e.line, Some(3), "{e}");
     assert!(e.message.contains("white list"), "{e}");
 }
@@ -360,24 +280,20 @@ fn bad_param_item_value_and_regex_are_errors() {
     )
     .unwrap_err();
     assert!(e.message.contains("not a valid int"), "{e}");
-    let e = parse_rules::<ParamFlowRule>(r#"[{"resource": "a", "count": 1}]"#, Format::Json)
-        .unwrap_err();
+    let e = parse_rules::<ParamFlowRule>(r#"[{"resource": "a", "count": 1}]"#, Format::Json).unwrap_err();
     assert!(e.message.contains("paramIdx"), "{e}");
-    let e = parse_rules::<FlowRule>(r#"[{"resource": "a.*", "regex": true}]"#, Format::Json)
-        .unwrap_err();
+    let e = parse_rules::<FlowRule>(r#"[{"resource": "a.*", "regex": true}]"#, Format::Json).unwrap_err();
     assert!(e.message.contains("regex"), "{e}");
 }
 
 #[test]
 fn syntax_errors_carry_positions_in_every_format() {
-    let e = parse_rules::<FlowRule>("[{\"resource\": \"a\",\n \"count\": 1,,}]", Format::Json)
-        .unwrap_err();
+    let e = parse_rules::<FlowRule>("[{\"resource\": \"a\",\n \"count\": 1,,}]", Format::Json).unwrap_err();
     assert_eq!(e.line, Some(2));
     assert!(e.column.is_some());
     let e = parse_rules::<FlowRule>("- resource: a\n  count: [1\n", Format::Yaml).unwrap_err();
     assert!(e.line.is_some(), "{e}");
-    let e = parse_rules::<FlowRule>("[[rules]]\nresource = \"a\"\ncount = \n", Format::Toml)
-        .unwrap_err();
+    let e = parse_rules::<FlowRule>("[[rules]]\nresource = \"a\"\ncount = \n", Format::Toml).unwrap_err();
     assert_eq!(e.line, Some(3), "{e}");
     let e = parse_rules::<FlowRule>("[] trailing", Format::Json).unwrap_err();
     assert!(e.message.contains("trailing"), "{e}");
@@ -401,11 +317,7 @@ fn yaml_and_toml_use_the_same_field_names() {
 fn applied_rule_set_limits_calls() {
     let clock = ManualClock::at_millis(1_700_000_000_000);
     let engine = Sentinel::builder().manual_clock(clock.clone()).build();
-    let set = RuleSet::parse(
-        r#"{"flowRules": [{"resource": "api", "grade": 1, "count": 2}]}"#,
-        Format::Json,
-    )
-    .unwrap();
+    let set = RuleSet::parse(r#"{"flowRules": [{"resource": "api", "grade": 1, "count": 2}]}"#, Format::Json).unwrap();
     assert_eq!(set.apply(&engine).unwrap(), vec![RuleKind::Flow]);
     let api = engine.resource("api");
     let passed = (0..5).filter(|_| api.enter().is_ok()).count();
@@ -414,17 +326,9 @@ fn applied_rule_set_limits_calls() {
 
 #[test]
 fn invalid_rule_set_is_rejected_and_rules_stay() {
-    let engine = Sentinel::builder()
-        .manual_clock(ManualClock::at_millis(1_000_000))
-        .build();
-    engine
-        .load_flow_rules(vec![FlowRule::new("api").count(3.0)])
-        .unwrap();
-    let set = RuleSet::parse(
-        r#"{"flowRules": [{"resource": "api", "count": -1}]}"#,
-        Format::Json,
-    )
-    .unwrap();
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_000_000)).build();
+    engine.load_flow_rules(vec![FlowRule::new("api").count(3.0)]).unwrap();
+    let set = RuleSet::parse(r#"{"flowRules": [{"resource": "api", "count": -1}]}"#, Format::Json).unwrap();
     let e = set.apply(&engine).unwrap_err();
     let RuleError::Invalid { field, index, .. } = &e;
     assert_eq!((*field, *index), ("count", 0));
@@ -435,27 +339,17 @@ fn invalid_rule_set_is_rejected_and_rules_stay() {
 /// circuit breaker module: where it accepts everything, the set simply applies.)
 #[test]
 fn a_rejected_kind_rolls_back_the_kinds_loaded_before_it() {
-    let engine = Sentinel::builder()
-        .manual_clock(ManualClock::at_millis(1_000_000))
-        .build();
-    engine
-        .load_flow_rules(vec![FlowRule::new("api").count(3.0)])
-        .unwrap();
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_000_000)).build();
+    engine.load_flow_rules(vec![FlowRule::new("api").count(3.0)]).unwrap();
     let set = RuleSet {
         flow: Some(vec![FlowRule::new("api").count(9.0)]),
-        degrade: Some(vec![DegradeRule::new("api", DegradeGrade::ErrorRatio)
-            .count(0.5)
-            .time_window_sec(0)]),
+        degrade: Some(vec![DegradeRule::new("api", DegradeGrade::ErrorRatio).count(0.5).time_window_sec(0)]),
         ..Default::default()
     };
     match set.apply(&engine) {
         Err(RuleError::Invalid { kind, field, .. }) => {
             assert_eq!((kind, field), (RuleKind::Degrade, "time_window_sec"));
-            assert_eq!(
-                engine.flow_rules(),
-                vec![FlowRule::new("api").count(3.0)],
-                "flow rolled back"
-            );
+            assert_eq!(engine.flow_rules(), vec![FlowRule::new("api").count(3.0)], "flow rolled back");
         }
         Ok(kinds) => {
             assert_eq!(kinds, vec![RuleKind::Flow, RuleKind::Degrade]);
@@ -470,10 +364,7 @@ mod file_source {
 
     fn engine() -> (Sentinel, ManualClock) {
         let clock = ManualClock::at_millis(1_700_000_000_000);
-        (
-            Sentinel::builder().manual_clock(clock.clone()).build(),
-            clock,
-        )
+        (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
     }
 
     fn flow_doc(count: u32) -> String {
@@ -493,19 +384,11 @@ mod file_source {
         fs::write(&path, flow_doc(2)).unwrap();
         let (engine, clock) = engine();
         let src = FileDataSource::new(&engine, &path);
-        assert_eq!(
-            src.reload_now().unwrap(),
-            Reloaded::Applied {
-                kinds: vec![RuleKind::Flow]
-            }
-        );
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Applied { kinds: vec![RuleKind::Flow] });
         assert_eq!(passes(&engine, &clock), 2);
         assert_eq!(src.reload_now().unwrap(), Reloaded::Unchanged);
         fs::write(&path, flow_doc(5)).unwrap();
-        assert!(matches!(
-            src.reload_now().unwrap(),
-            Reloaded::Applied { .. }
-        ));
+        assert!(matches!(src.reload_now().unwrap(), Reloaded::Applied { .. }));
         assert_eq!(passes(&engine, &clock), 5);
     }
 
@@ -551,19 +434,12 @@ mod file_source {
 
         fs::write(&path, "flowRules:\n  - resource: api\n    count: -4\n").unwrap();
         match src.reload_now().unwrap_err() {
-            SourceError::Invalid {
-                path: p,
-                error: RuleError::Invalid { field, .. },
-            } => {
+            SourceError::Invalid { path: p, error: RuleError::Invalid { field, .. } } => {
                 assert_eq!((p, field), (path.clone(), "count"))
             }
             other => panic!("unexpected {other}"),
         }
-        fs::write(
-            &path,
-            "flowRules:\n  - resource: api\n    count: 3\n    limitapp: appA\n",
-        )
-        .unwrap();
+        fs::write(&path, "flowRules:\n  - resource: api\n    count: 3\n    limitapp: appA\n").unwrap();
         match src.reload_now().unwrap_err() {
             SourceError::Parse { error, .. } => {
                 assert_eq!(error.line, Some(4));
@@ -584,10 +460,7 @@ mod file_source {
         src.reload_now().unwrap();
         fs::remove_file(&path).unwrap();
         let err = src.reload_now().unwrap_err();
-        assert!(
-            matches!(&err, SourceError::Missing { path: p } if p == &path),
-            "{err}"
-        );
+        assert!(matches!(&err, SourceError::Missing { path: p } if p == &path), "{err}");
         assert_eq!(passes(&engine, &clock), 4);
         fs::write(&path, r#"[{"resource": "api", "count": 1}]"#).unwrap();
         src.reload_now().unwrap();
@@ -597,11 +470,7 @@ mod file_source {
     #[test]
     fn a_directory_holds_one_file_per_kind() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(
-            dir.path().join("flow-rules.json"),
-            r#"[{"resource": "api", "count": 3}]"#,
-        )
-        .unwrap();
+        fs::write(dir.path().join("flow-rules.json"), r#"[{"resource": "api", "count": 3}]"#).unwrap();
         fs::write(
             dir.path().join("degrade-rules.yaml"),
             "- resource: api\n  grade: 1\n  count: 0.5\n  timeWindow: 5\n",
@@ -610,19 +479,10 @@ mod file_source {
         fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
         let (engine, clock) = engine();
         let src = FileDataSource::new(&engine, dir.path());
-        assert_eq!(
-            src.reload_now().unwrap(),
-            Reloaded::Applied {
-                kinds: vec![RuleKind::Flow, RuleKind::Degrade]
-            }
-        );
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Applied { kinds: vec![RuleKind::Flow, RuleKind::Degrade] });
         assert_eq!(passes(&engine, &clock), 3);
 
-        fs::write(
-            dir.path().join("degrade-rules.yaml"),
-            "- resource: api\n  grade: 9\n",
-        )
-        .unwrap();
+        fs::write(dir.path().join("degrade-rules.yaml"), "- resource: api\n  grade: 9\n").unwrap();
         let err = src.reload_now().unwrap_err();
         assert_eq!(err.path(), dir.path().join("degrade-rules.yaml"));
 
@@ -631,11 +491,7 @@ mod file_source {
         assert!(matches!(err, SourceError::Missing { .. }), "{err}");
         assert_eq!(passes(&engine, &clock), 3);
         // Reported once; the next change of the other files applies.
-        fs::write(
-            dir.path().join("flow-rules.json"),
-            r#"[{"resource": "api", "count": 6}]"#,
-        )
-        .unwrap();
+        fs::write(dir.path().join("flow-rules.json"), r#"[{"resource": "api", "count": 6}]"#).unwrap();
         src.reload_now().unwrap();
         assert_eq!(passes(&engine, &clock), 6);
     }
@@ -644,19 +500,10 @@ mod file_source {
     fn a_java_per_kind_file_loads_whatever_its_name() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("FlowRule.json");
-        fs::write(
-            &path,
-            r#"[{"resource": "api", "grade": 1, "count": 4, "limitApp": "default"}]"#,
-        )
-        .unwrap();
+        fs::write(&path, r#"[{"resource": "api", "grade": 1, "count": 4, "limitApp": "default"}]"#).unwrap();
         let (engine, clock) = engine();
         let src = FileDataSource::for_kind(&engine, &path, RuleKind::Flow);
-        assert_eq!(
-            src.reload_now().unwrap(),
-            Reloaded::Applied {
-                kinds: vec![RuleKind::Flow]
-            }
-        );
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Applied { kinds: vec![RuleKind::Flow] });
         assert_eq!(passes(&engine, &clock), 4);
     }
 
@@ -674,10 +521,7 @@ mod file_source {
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         src.on_reload(move |r| {
-            let _ = tx
-                .lock()
-                .unwrap()
-                .send(r.clone().map_err(|e| e.to_string()));
+            let _ = tx.lock().unwrap().send(r.clone().map_err(|e| e.to_string()));
         });
         let _watcher = src.watch(Duration::from_millis(50)).unwrap();
         fs::write(&path, "[[flowRules]]\nresource = \"api\"\ncount = 7\n").unwrap();

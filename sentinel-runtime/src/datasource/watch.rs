@@ -56,19 +56,11 @@ impl FileDataSource {
             }
             Err(e) => tracing::warn!(error = %e, "rules file watcher error"),
         })
-        .map_err(|source| WatchError {
-            path: dir.clone(),
-            source,
-        })?;
+        .map_err(|source| WatchError { path: dir.clone(), source })?;
         debouncer
             .watcher()
             .watch(&dir, RecursiveMode::NonRecursive)
-            .map_err(|source| WatchError {
-                path: dir.clone(),
-                source,
-            })?;
-        Ok(Watcher {
-            _debouncer: debouncer,
-        })
+            .map_err(|source| WatchError { path: dir.clone(), source })?;
+        Ok(Watcher { _debouncer: debouncer })
     }
 }

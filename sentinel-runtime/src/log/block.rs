@@ -58,9 +58,7 @@ pub struct BlockLogWriter {
 
 impl std::fmt::Debug for BlockLogWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BlockLogWriter")
-            .field("path", &self.inner.path)
-            .finish_non_exhaustive()
+        f.debug_struct("BlockLogWriter").field("path", &self.inner.path).finish_non_exhaustive()
     }
 }
 
@@ -135,11 +133,7 @@ impl BlockLogWriter {
         let inner = Arc::downgrade(&self.inner);
         engine.on_block(move |err, now_ms, permits| {
             let Some(inner) = inner.upgrade() else { return };
-            let record = Record {
-                second_ms: now_ms - now_ms % 1000,
-                error: err.clone(),
-                permits,
-            };
+            let record = Record { second_ms: now_ms - now_ms % 1000, error: err.clone(), permits };
             if let Err(TrySendError::Full(_)) = inner.tx.try_send(record) {
                 inner.dropped.fetch_add(1, Ordering::Relaxed);
             }
@@ -158,11 +152,7 @@ impl BlockLogWriter {
         {
             let rx = self.inner.rx.lock().unwrap_or_else(|e| e.into_inner());
             while let Ok(r) = rx.try_recv() {
-                *pending
-                    .entry(r.second_ms)
-                    .or_default()
-                    .entry(key_of(&r.error))
-                    .or_default() += u64::from(r.permits);
+                *pending.entry(r.second_ms).or_default().entry(key_of(&r.error)).or_default() += u64::from(r.permits);
             }
         }
         let later = pending.split_off(&boundary);
@@ -186,10 +176,7 @@ impl BlockLogWriter {
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
         let mut f = self.inner.file.lock().unwrap_or_else(|e| e.into_inner());
         if f.out.is_none() {
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.inner.path)?;
+            let file = OpenOptions::new().create(true).append(true).open(&self.inner.path)?;
             f.size = file.metadata()?.len();
             f.out = Some(BufWriter::new(file));
         }
@@ -256,11 +243,7 @@ mod tests {
             assert!(api.enter().is_err());
             assert!(api.entry().acquire(2).enter().is_err());
         }
-        assert_eq!(
-            log.flush_once(clock.now_millis()).unwrap(),
-            0,
-            "the current second is still open"
-        );
+        assert_eq!(log.flush_once(clock.now_millis()).unwrap(), 0, "the current second is still open");
         clock.advance_millis(1000);
         drop(api.enter());
         drop(api.enter());
@@ -283,9 +266,7 @@ mod tests {
     fn the_file_rolls_by_size() {
         let clock = ManualClock::at_millis(T0);
         let engine = Sentinel::builder().manual_clock(clock.clone()).build();
-        engine
-            .load_flow_rules(vec![FlowRule::new("api").count(0.0)])
-            .unwrap();
+        engine.load_flow_rules(vec![FlowRule::new("api").count(0.0)]).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let log = BlockLogWriter::with_limits(dir.path().join(BLOCK_LOG_FILE), 10, 2).unwrap();
         log.attach(&engine);

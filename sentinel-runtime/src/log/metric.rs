@@ -79,9 +79,7 @@ impl FromStr for MetricLine {
             return Err(bad());
         }
         let n = |i: usize| -> Result<u64, BadMetricLine> {
-            parts
-                .get(i)
-                .map_or(Ok(0), |s| s.trim().parse::<u64>().map_err(|_| bad()))
+            parts.get(i).map_or(Ok(0), |s| s.trim().parse::<u64>().map_err(|_| bad()))
         };
         Ok(MetricLine {
             timestamp_ms: n(0)?,
@@ -93,9 +91,7 @@ impl FromStr for MetricLine {
             rt_ms: n(7)?,
             occupied_pass: n(8)?,
             concurrency: n(9)?,
-            classification: parts
-                .get(10)
-                .map_or(Ok(0), |s| s.trim().parse::<i32>().map_err(|_| bad()))?,
+            classification: parts.get(10).map_or(Ok(0), |s| s.trim().parse::<i32>().map_err(|_| bad()))?,
         })
     }
 }
@@ -114,13 +110,7 @@ fn parse_file_name(name: &str, base: &str) -> Option<(String, u64)> {
     };
     let b = date.as_bytes();
     let is_date = b.len() == 10
-        && b.iter().enumerate().all(|(i, c)| {
-            if i == 4 || i == 7 {
-                *c == b'-'
-            } else {
-                c.is_ascii_digit()
-            }
-        });
+        && b.iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() });
     is_date.then(|| (date.to_string(), n))
 }
 
@@ -180,22 +170,14 @@ pub struct MetricLogWriter {
 
 impl fmt::Debug for MetricLogWriter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MetricLogWriter")
-            .field("dir", &self.dir)
-            .field("base", &self.base)
-            .finish_non_exhaustive()
+        f.debug_struct("MetricLogWriter").field("dir", &self.dir).field("base", &self.base).finish_non_exhaustive()
     }
 }
 
 impl MetricLogWriter {
     /// A writer of `engine`'s metrics into `dir` (created if missing), rolling at `file_size` bytes and
     /// keeping at most `file_count` files (both at least 1).
-    pub fn new(
-        engine: &Sentinel,
-        dir: impl AsRef<Path>,
-        file_size: u64,
-        file_count: usize,
-    ) -> io::Result<Self> {
+    pub fn new(engine: &Sentinel, dir: impl AsRef<Path>, file_size: u64, file_count: usize) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir)?;
         Ok(MetricLogWriter {
@@ -226,20 +208,13 @@ impl MetricLogWriter {
         let after = state.last_second;
         let mut by_second: BTreeMap<u64, Vec<MetricLine>> = BTreeMap::new();
         for name in self.engine.resource_names() {
-            let concurrency = self
-                .engine
-                .cluster_stats(&name)
-                .map(|s| s.threads)
-                .unwrap_or(0);
+            let concurrency = self.engine.cluster_stats(&name).map(|s| s.threads).unwrap_or(0);
             for (second, t) in self.engine.resource_seconds(&name) {
                 if second >= boundary || after.is_some_and(|a| second <= a) {
                     continue;
                 }
                 let success = t.get(MetricEvent::Success);
-                let rt_ms = t
-                    .get(MetricEvent::RtMicros)
-                    .checked_div(success)
-                    .map_or(0, |us| us / 1000);
+                let rt_ms = t.get(MetricEvent::RtMicros).checked_div(success).map_or(0, |us| us / 1000);
                 by_second.entry(second).or_default().push(MetricLine {
                     timestamp_ms: second,
                     resource: name.clone(),
@@ -263,12 +238,7 @@ impl MetricLogWriter {
         Ok(written)
     }
 
-    fn write_second(
-        &self,
-        state: &mut WriterState,
-        second: u64,
-        lines: &[MetricLine],
-    ) -> io::Result<()> {
+    fn write_second(&self, state: &mut WriterState, second: u64, lines: &[MetricLine]) -> io::Result<()> {
         let date = format_date(second);
         if state.file.as_ref().is_none_or(|f| f.date != date) {
             state.file = None;
@@ -277,8 +247,7 @@ impl MetricLogWriter {
         let Some(file) = state.file.as_mut() else {
             return Ok(());
         };
-        file.index
-            .write_all(&((second / 1000) as i64).to_be_bytes())?;
+        file.index.write_all(&((second / 1000) as i64).to_be_bytes())?;
         file.index.write_all(&(file.size as i64).to_be_bytes())?;
         let mut text = String::new();
         for l in lines {
@@ -303,32 +272,15 @@ impl MetricLogWriter {
             let _ = fs::remove_file(p);
             let _ = fs::remove_file(index_path(p));
         }
-        let same_day: Vec<u64> = files
-            .iter()
-            .filter(|(d, _, _)| d == date)
-            .map(|(_, n, _)| *n)
-            .collect();
+        let same_day: Vec<u64> = files.iter().filter(|(d, _, _)| d == date).map(|(_, n, _)| *n).collect();
         let name = match same_day.iter().max() {
             None => format!("{}.{date}", self.base),
             Some(n) => format!("{}.{date}.{}", self.base, n + 1),
         };
         let path = self.dir.join(name);
-        let out = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)?;
-        let index = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(index_path(&path))?;
-        Ok(OpenFile {
-            date: date.to_string(),
-            out: BufWriter::new(out),
-            index: BufWriter::new(index),
-            size: 0,
-        })
+        let out = OpenOptions::new().create(true).truncate(true).write(true).open(&path)?;
+        let index = OpenOptions::new().create(true).truncate(true).write(true).open(index_path(&path))?;
+        Ok(OpenFile { date: date.to_string(), out: BufWriter::new(out), index: BufWriter::new(index), size: 0 })
     }
 }
 
@@ -342,24 +294,15 @@ pub struct MetricSearcher {
 impl MetricSearcher {
     /// A reader of the metric files of `app_name` in `dir`.
     pub fn new(dir: impl AsRef<Path>, app_name: &str) -> Self {
-        MetricSearcher {
-            dir: dir.as_ref().to_path_buf(),
-            base: metric_file_base_name(app_name),
-        }
+        MetricSearcher { dir: dir.as_ref().to_path_buf(), base: metric_file_base_name(app_name) }
     }
 
     /// Lines with `begin_ms <= timestamp <= end_ms`, of `resource` (or of every resource), oldest first.
     /// Each file's index is used to start reading at the first second at or after `begin_ms`.
-    pub fn find(
-        &self,
-        resource: Option<&str>,
-        begin_ms: u64,
-        end_ms: u64,
-    ) -> io::Result<Vec<MetricLine>> {
+    pub fn find(&self, resource: Option<&str>, begin_ms: u64, end_ms: u64) -> io::Result<Vec<MetricLine>> {
         let mut out = Vec::new();
         for (_, _, path) in list_files(&self.dir, &self.base)? {
-            let Some(offset) = first_offset_at_or_after(&index_path(&path), begin_ms / 1000)?
-            else {
+            let Some(offset) = first_offset_at_or_after(&index_path(&path), begin_ms / 1000)? else {
                 continue;
             };
             let mut file = match File::open(&path) {
@@ -417,10 +360,7 @@ mod tests {
 
     fn setup(app: &str) -> (Sentinel, ManualClock, tempfile::TempDir) {
         let clock = ManualClock::at_millis(T0);
-        let engine = Sentinel::builder()
-            .manual_clock(clock.clone())
-            .app_name(app)
-            .build();
+        let engine = Sentinel::builder().manual_clock(clock.clone()).app_name(app).build();
         (engine, clock, tempfile::tempdir().unwrap())
     }
 
@@ -441,22 +381,14 @@ mod tests {
         let s = l.to_string();
         assert_eq!(s, "1700000000000|2023-11-14 22:13:20|a_b|3|1|3|1|12|0|2|0");
         let back: MetricLine = s.parse().unwrap();
-        assert_eq!(
-            back,
-            MetricLine {
-                resource: "a_b".into(),
-                ..l
-            }
-        );
+        assert_eq!(back, MetricLine { resource: "a_b".into(), ..l });
         assert!("nonsense".parse::<MetricLine>().is_err());
     }
 
     #[test]
     fn one_line_per_resource_per_second_with_index() {
         let (engine, clock, dir) = setup("com.shop.orders");
-        engine
-            .load_flow_rules(vec![FlowRule::new("api").count(2.0)])
-            .unwrap();
+        engine.load_flow_rules(vec![FlowRule::new("api").count(2.0)]).unwrap();
         let w = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
         let api = engine.resource("api");
         let other = engine.resource("other");
@@ -470,46 +402,26 @@ mod tests {
         for _ in 0..2 {
             drop(api.enter());
         }
-        assert_eq!(
-            w.flush_once(clock.now_millis()).unwrap(),
-            2,
-            "only the whole second before now"
-        );
+        assert_eq!(w.flush_once(clock.now_millis()).unwrap(), 2, "only the whole second before now");
         clock.advance_millis(1000);
         assert_eq!(w.flush_once(clock.now_millis()).unwrap(), 1);
-        assert_eq!(
-            w.flush_once(clock.now_millis()).unwrap(),
-            0,
-            "nothing written twice"
-        );
+        assert_eq!(w.flush_once(clock.now_millis()).unwrap(), 0, "nothing written twice");
 
         let file = dir.path().join("com-shop-orders-metrics.log.2023-11-14");
         let text = fs::read_to_string(&file).unwrap();
         let lines: Vec<MetricLine> = text.lines().map(|l| l.parse().unwrap()).collect();
         assert_eq!(lines.len(), 3);
-        let first = lines
-            .iter()
-            .find(|l| l.resource == "api" && l.timestamp_ms == T0)
-            .unwrap();
-        assert_eq!(
-            (first.pass, first.block, first.success, first.rt_ms),
-            (2, 1, 2, 5)
-        );
+        let first = lines.iter().find(|l| l.resource == "api" && l.timestamp_ms == T0).unwrap();
+        assert_eq!((first.pass, first.block, first.success, first.rt_ms), (2, 1, 2, 5));
         assert!(text.starts_with("1700000000000|2023-11-14 22:13:20|"));
         let second = lines.iter().find(|l| l.timestamp_ms == T0 + 1000).unwrap();
         assert_eq!((second.resource.as_str(), second.pass), ("api", 2));
 
         let idx = fs::read(index_path(&file)).unwrap();
         assert_eq!(idx.len(), 32, "one entry per second");
-        assert_eq!(
-            i64::from_be_bytes(idx[0..8].try_into().unwrap()),
-            (T0 / 1000) as i64
-        );
+        assert_eq!(i64::from_be_bytes(idx[0..8].try_into().unwrap()), (T0 / 1000) as i64);
         assert_eq!(i64::from_be_bytes(idx[8..16].try_into().unwrap()), 0);
-        assert_eq!(
-            i64::from_be_bytes(idx[16..24].try_into().unwrap()),
-            (T0 / 1000 + 1) as i64
-        );
+        assert_eq!(i64::from_be_bytes(idx[16..24].try_into().unwrap()), (T0 / 1000 + 1) as i64);
         let offset = i64::from_be_bytes(idx[24..32].try_into().unwrap()) as usize;
         assert!(text[offset..].starts_with(&(T0 + 1000).to_string()));
     }
@@ -528,19 +440,12 @@ mod tests {
             clock.advance_millis(1000);
             w.flush_once(clock.now_millis()).unwrap();
         }
-        let found = MetricSearcher::new(dir.path(), "app")
-            .find(Some("api"), T0 + 3000, T0 + 5000)
-            .unwrap();
+        let found = MetricSearcher::new(dir.path(), "app").find(Some("api"), T0 + 3000, T0 + 5000).unwrap();
         let got: Vec<(u64, u64)> = found.iter().map(|l| (l.timestamp_ms, l.pass)).collect();
         assert_eq!(got, vec![(T0 + 3000, 4), (T0 + 4000, 5), (T0 + 5000, 6)]);
-        let all = MetricSearcher::new(dir.path(), "app")
-            .find(None, T0, T0 + 60_000)
-            .unwrap();
+        let all = MetricSearcher::new(dir.path(), "app").find(None, T0, T0 + 60_000).unwrap();
         assert_eq!(all.len(), 20);
-        assert!(MetricSearcher::new(dir.path(), "nope")
-            .find(None, 0, u64::MAX)
-            .unwrap()
-            .is_empty());
+        assert!(MetricSearcher::new(dir.path(), "nope").find(None, 0, u64::MAX).unwrap().is_empty());
     }
 
     #[test]
@@ -561,23 +466,14 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            vec![
-                "app-metrics.log.2023-11-14.3",
-                "app-metrics.log.2023-11-14.4",
-                "app-metrics.log.2023-11-14.5"
-            ]
+            vec!["app-metrics.log.2023-11-14.3", "app-metrics.log.2023-11-14.4", "app-metrics.log.2023-11-14.5"]
         );
         for n in &names {
             assert!(dir.path().join(format!("{n}.idx")).exists());
         }
-        assert!(
-            !dir.path().join("app-metrics.log.2023-11-14.idx").exists(),
-            "removed with its file"
-        );
+        assert!(!dir.path().join("app-metrics.log.2023-11-14.idx").exists(), "removed with its file");
         // The newest seconds are still found.
-        let found = MetricSearcher::new(dir.path(), "app")
-            .find(Some("api"), T0 + 11_000, T0 + 11_000)
-            .unwrap();
+        let found = MetricSearcher::new(dir.path(), "app").find(Some("api"), T0 + 11_000, T0 + 11_000).unwrap();
         assert_eq!(found.len(), 1);
     }
 
@@ -585,10 +481,7 @@ mod tests {
     fn a_new_day_starts_a_new_file() {
         let day_end = 1_700_006_399_000; // 2023-11-14 23:59:59
         let clock = ManualClock::at_millis(day_end);
-        let engine = Sentinel::builder()
-            .manual_clock(clock.clone())
-            .app_name("app")
-            .build();
+        let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("app").build();
         let dir = tempfile::tempdir().unwrap();
         let w = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
         drop(engine.enter("api").unwrap());
@@ -602,22 +495,10 @@ mod tests {
 
     #[test]
     fn file_names_are_matched_like_java() {
-        assert_eq!(
-            parse_file_name("a-metrics.log.2024-01-02", "a-metrics.log"),
-            Some(("2024-01-02".into(), 0))
-        );
-        assert_eq!(
-            parse_file_name("a-metrics.log.2024-01-02.7", "a-metrics.log"),
-            Some(("2024-01-02".into(), 7))
-        );
-        assert_eq!(
-            parse_file_name("a-metrics.log.2024-1-02", "a-metrics.log"),
-            None
-        );
-        assert_eq!(
-            parse_file_name("b-metrics.log.2024-01-02", "a-metrics.log"),
-            None
-        );
+        assert_eq!(parse_file_name("a-metrics.log.2024-01-02", "a-metrics.log"), Some(("2024-01-02".into(), 0)));
+        assert_eq!(parse_file_name("a-metrics.log.2024-01-02.7", "a-metrics.log"), Some(("2024-01-02".into(), 7)));
+        assert_eq!(parse_file_name("a-metrics.log.2024-1-02", "a-metrics.log"), None);
+        assert_eq!(parse_file_name("b-metrics.log.2024-01-02", "a-metrics.log"), None);
         assert_eq!(metric_file_base_name("com.x.y"), "com-x-y-metrics.log");
     }
 }

@@ -47,10 +47,7 @@ pub struct Logs {
 
 impl std::fmt::Debug for Logs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Logs")
-            .field("metric", &self.metric)
-            .field("block", &self.block)
-            .finish_non_exhaustive()
+        f.debug_struct("Logs").field("metric", &self.metric).field("block", &self.block).finish_non_exhaustive()
     }
 }
 
@@ -59,37 +56,26 @@ impl Logs {
     /// every [`Config::metric_flush_interval_ms`](crate::Config::metric_flush_interval_ms).
     pub fn start(engine: &Sentinel) -> io::Result<Logs> {
         let c = engine.config();
-        let metric = Arc::new(MetricLogWriter::new(
-            engine,
-            &c.log_dir,
-            c.metric_log_file_size,
-            c.metric_log_file_count,
-        )?);
+        let metric =
+            Arc::new(MetricLogWriter::new(engine, &c.log_dir, c.metric_log_file_size, c.metric_log_file_count)?);
         let block = BlockLogWriter::new(c.log_dir.join(BLOCK_LOG_FILE))?;
         block.attach(engine);
         let interval = Duration::from_millis(c.metric_flush_interval_ms.max(1));
         let (stop, stopped) = mpsc::channel::<()>();
         let (m, b, e) = (metric.clone(), block.clone(), engine.clone());
-        let thread = std::thread::Builder::new()
-            .name("sentinel-logs".into())
-            .spawn(move || {
-                // Runs until `Logs` is dropped (the stop sender is dropped, or sends).
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                    let now = e.now_millis();
-                    if let Err(err) = m.flush_once(now) {
-                        tracing::warn!(error = %err, "metric log write failed");
-                    }
-                    if let Err(err) = b.flush_once(now) {
-                        tracing::warn!(error = %err, "block log write failed");
-                    }
+        let thread = std::thread::Builder::new().name("sentinel-logs".into()).spawn(move || {
+            // Runs until `Logs` is dropped (the stop sender is dropped, or sends).
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
+                let now = e.now_millis();
+                if let Err(err) = m.flush_once(now) {
+                    tracing::warn!(error = %err, "metric log write failed");
                 }
-            })?;
-        Ok(Logs {
-            metric,
-            block,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+                if let Err(err) = b.flush_once(now) {
+                    tracing::warn!(error = %err, "block log write failed");
+                }
+            }
+        })?;
+        Ok(Logs { metric, block, stop: Some(stop), thread: Some(thread) })
     }
 
     /// The metric log writer.
@@ -129,13 +115,8 @@ mod tests {
             metric_flush_interval_ms: 5,
             ..Config::default()
         };
-        let engine = Sentinel::builder()
-            .config(config)
-            .manual_clock(clock.clone())
-            .build();
-        engine
-            .load_flow_rules(vec![FlowRule::new("api").count(1.0)])
-            .unwrap();
+        let engine = Sentinel::builder().config(config).manual_clock(clock.clone()).build();
+        engine.load_flow_rules(vec![FlowRule::new("api").count(1.0)]).unwrap();
         let logs = Logs::start(&engine).unwrap();
         drop(engine.enter("api"));
         drop(engine.enter("api"));
@@ -149,10 +130,7 @@ mod tests {
                 && std::fs::read_to_string(&block).is_ok_and(|t| t.contains("api,FlowException"))
         };
         while !done() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "logs not written within 30 s"
-            );
+            assert!(std::time::Instant::now() < deadline, "logs not written within 30 s");
             std::thread::sleep(Duration::from_millis(2)); // poll interval, not a wait for time to pass
         }
         drop(logs);
