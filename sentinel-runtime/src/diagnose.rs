@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use crate::circuit_breaker::{DegradeGrade, DegradeRule};
+use crate::circuit_breaker::{BreakerSnapshot, BreakerState, DegradeGrade, DegradeRule};
 use crate::flow::{ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 use crate::{NodeStats, RuleKind, Sentinel, LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
 
@@ -40,15 +40,6 @@ pub struct RuleFinding {
     pub applies: bool,
     /// Reasons the rule does not (or cannot) fire, each with what to do.
     pub problems: Vec<String>,
-}
-
-/// Circuit-breaker states of the resource (filled in by the circuit breaker module).
-#[derive(Clone, Debug, PartialEq)]
-pub enum BreakerStates {
-    /// This build does not expose breaker states.
-    Unavailable,
-    /// One entry per breaker: the degrade rule's index and its state in words.
-    States(Vec<(usize, String)>),
 }
 
 /// Whether errors reach the statistics.
@@ -83,8 +74,8 @@ pub struct Diagnosis {
     pub flow: Vec<RuleFinding>,
     /// Degrade rules of the resource.
     pub degrade: Vec<RuleFinding>,
-    /// Breaker states of the degrade rules.
-    pub breakers: BreakerStates,
+    /// The circuit breakers that apply to the resource and their states ([`Sentinel::circuit_breakers`]).
+    pub breakers: Vec<BreakerSnapshot>,
     /// Hot-parameter rules of the resource.
     pub param_flow: Vec<RuleFinding>,
     /// Authority rules of the resource.
@@ -270,7 +261,13 @@ fn flow_finding(
     f
 }
 
-fn degrade_finding(index: usize, rule: &DegradeRule, stats: Option<&NodeStats>) -> RuleFinding {
+fn degrade_finding(
+    index: usize,
+    rule: &DegradeRule,
+    stats: Option<&NodeStats>,
+    breaker: Option<&BreakerSnapshot>,
+    now_ms: u64,
+) -> RuleFinding {
     let interval_s = f64::from(rule.stat_interval_ms.max(1)) / 1000.0;
     let (summary, current) = match rule.grade {
         DegradeGrade::SlowRequestRatio => (
@@ -305,6 +302,30 @@ fn degrade_finding(index: usize, rule: &DegradeRule, stats: Option<&NodeStats>) 
         applies: true,
         problems: Vec::new(),
     };
+    // The breaker's own bucket, when it has one, is what the rule compares.
+    let mut from_breaker = false;
+    if let Some(b) = breaker {
+        let ratio = if b.interval_total == 0 { 0.0 } else { b.interval_bad as f64 / b.interval_total as f64 };
+        match rule.grade {
+            DegradeGrade::SlowRequestRatio => {
+                f.current = Some(ratio);
+                f.threshold = Some(rule.slow_ratio_threshold);
+            }
+            DegradeGrade::ErrorRatio => f.current = Some(ratio),
+            DegradeGrade::ErrorCount => f.current = Some(b.interval_bad as f64),
+        }
+        from_breaker = true;
+        match b.state {
+            BreakerState::Open => f.problems.push(format!(
+                "the breaker is OPEN: calls are blocked for another {} ms, then one probe is let through",
+                b.retry_at_ms.map_or(0, |r| r.saturating_sub(now_ms))
+            )),
+            BreakerState::HalfOpen => f.problems.push(
+                "the breaker is HALF_OPEN: one probe call is out; its outcome closes or reopens the breaker".into(),
+            ),
+            BreakerState::Closed => {}
+        }
+    }
     if let Some(s) = stats {
         let recent_qps = s.pass_qps.max(s.previous_pass_qps);
         let per_interval = recent_qps * interval_s;
@@ -331,19 +352,13 @@ fn degrade_finding(index: usize, rule: &DegradeRule, stats: Option<&NodeStats>) 
         f.applies = false;
         f.problems.push("the resource was never entered: there is nothing to measure".to_string());
     }
-    if rule.grade == DegradeGrade::SlowRequestRatio {
+    if rule.grade == DegradeGrade::SlowRequestRatio && !from_breaker {
         f.problems.push(format!(
             "note: the current number is the average rt (ms); the breaker counts calls slower than {} ms",
             rule.count
         ));
     }
     f
-}
-
-/// The breaker states of `resource`. The circuit breaker module fills this in (from
-/// `Sentinel::circuit_breakers(resource)`) when it exposes its states.
-fn breaker_states(_engine: &Sentinel, _resource: &str) -> BreakerStates {
-    BreakerStates::Unavailable
 }
 
 impl Sentinel {
@@ -385,7 +400,15 @@ impl Sentinel {
         } else {
             own
         };
-        let degrade = degrade_of.iter().map(|(i, r)| degrade_finding(*i, r, stats.as_ref())).collect();
+        let breakers = self.circuit_breakers(resource);
+        let now_ms = self.now_millis();
+        let degrade = degrade_of
+            .iter()
+            .map(|(i, r)| {
+                let breaker = breakers.iter().find(|b| *b.rule == **r);
+                degrade_finding(*i, r, stats.as_ref(), breaker, now_ms)
+            })
+            .collect();
 
         let param_flow = self
             .param_flow_rules()
@@ -537,7 +560,7 @@ impl Sentinel {
             calls_without_origin,
             flow,
             degrade,
-            breakers: breaker_states(self, resource),
+            breakers,
             param_flow,
             authority,
             system,
@@ -603,14 +626,22 @@ impl fmt::Display for Diagnosis {
         }
         write_findings(f, "Flow rules", &self.flow)?;
         write_findings(f, "Degrade rules", &self.degrade)?;
-        match &self.breakers {
-            BreakerStates::Unavailable => writeln!(f, "Circuit breaker states: not available in this build")?,
-            BreakerStates::States(v) if v.is_empty() => writeln!(f, "Circuit breaker states: no breaker")?,
-            BreakerStates::States(v) => {
-                writeln!(f, "Circuit breaker states:")?;
-                for (i, s) in v {
-                    writeln!(f, "  #{i} {s}")?;
-                }
+        if self.breakers.is_empty() {
+            writeln!(f, "Circuit breakers: none")?;
+        } else {
+            writeln!(f, "Circuit breakers:")?;
+            for b in &self.breakers {
+                writeln!(
+                    f,
+                    "  {:?} count {} ({}): {}, {} of {} calls bad in the current interval{}",
+                    b.rule.grade,
+                    b.rule.count,
+                    if b.is_default { "default rule `*`" } else { "own rule" },
+                    b.state,
+                    b.interval_bad,
+                    b.interval_total,
+                    b.retry_at_ms.map(|r| format!(", next probe at {r} ms")).unwrap_or_default()
+                )?;
             }
         }
         write_findings(f, "Hot-parameter rules", &self.param_flow)?;
@@ -662,7 +693,7 @@ mod tests {
         let text = d.to_string();
         assert!(text.contains("[DOES NOT APPLY]"), "{text}");
         assert!(text.contains("limit_app \"default\""), "{text}");
-        assert!(text.contains("Circuit breaker states: not available"), "{text}");
+        assert!(text.contains("Circuit breakers: none"), "{text}");
     }
 
     #[test]
@@ -737,14 +768,14 @@ mod tests {
         let stats = engine.cluster_stats("api").unwrap();
         let rule =
             DegradeRule::new("api", DegradeGrade::ErrorRatio).count(0.5).time_window_sec(5).min_request_amount(10);
-        let f = degrade_finding(0, &rule, Some(&stats));
+        let f = degrade_finding(0, &rule, Some(&stats), None, clock.now_millis());
         assert!(!f.applies);
         assert!(f.problems[0].contains("min_request_amount 10 is not reachable"), "{:?}", f.problems);
         assert!(f.problems[1].contains("no error was traced"), "{:?}", f.problems);
 
         let reachable =
             DegradeRule::new("api", DegradeGrade::ErrorCount).count(1.0).time_window_sec(5).min_request_amount(1);
-        let f = degrade_finding(0, &reachable, Some(&stats));
+        let f = degrade_finding(0, &reachable, Some(&stats), None, clock.now_millis());
         assert!(f.applies, "{:?}", f.problems);
 
         let d = engine.diagnose("api");
@@ -756,5 +787,31 @@ mod tests {
         let d = engine.diagnose("api");
         assert_eq!(d.errors.exceptions, 1);
         assert!(d.errors.hint.is_none());
+    }
+
+    #[test]
+    fn an_open_breaker_is_shown_with_its_state_and_numbers() {
+        let (engine, clock) = engine();
+        engine
+            .load_degrade_rules(vec![DegradeRule::new("pay", DegradeGrade::ErrorCount)
+                .count(1.0)
+                .time_window_sec(10)
+                .min_request_amount(1)])
+            .unwrap();
+        let pay = engine.resource("pay");
+        for _ in 0..3 {
+            if let Ok(mut e) = pay.enter() {
+                e.set_error();
+            }
+        }
+        let d = engine.diagnose("pay");
+        assert_eq!(d.breakers.len(), 1);
+        assert_eq!(d.breakers[0].state, BreakerState::Open);
+        let f = &d.degrade[0];
+        assert!(f.problems.iter().any(|p| p.contains("the breaker is OPEN")), "{:?}", f.problems);
+        let text = d.to_string();
+        assert!(text.contains("ErrorCount count 1 (own rule): OPEN"), "{text}");
+        clock.advance_millis(10_000);
+        assert!(pay.enter().is_ok(), "the probe");
     }
 }

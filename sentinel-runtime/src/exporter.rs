@@ -4,7 +4,7 @@
 //! Every series is labelled with `app` and `resource`. The engine keeps sliding windows, not totals since
 //! start, so the numbers are gauges: the per-second rates of the sliding 1 s window, the sums of the last
 //! minute, the average response time and the calls in flight (use `avg_over_time`/`max_over_time` rather
-//! than `rate()` on them).
+//! than `rate()` on them); and the state of every circuit breaker.
 //!
 //! ```
 //! use sentinel_runtime::{Sentinel, exporter};
@@ -16,6 +16,7 @@
 
 use std::fmt::Write as _;
 
+use crate::circuit_breaker::{BreakerState, DegradeGrade};
 use crate::{NodeStats, Sentinel};
 
 struct Family {
@@ -99,7 +100,7 @@ pub fn render(engine: &Sentinel) -> String {
     let mut names = engine.resource_names();
     names.sort();
     let stats: Vec<(String, NodeStats)> =
-        names.into_iter().filter_map(|n| engine.cluster_stats(&n).map(|s| (escape(&n), s))).collect();
+        names.iter().filter_map(|n| engine.cluster_stats(n).map(|s| (escape(n), s))).collect();
     let mut out = String::new();
     for f in FAMILIES {
         let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
@@ -108,13 +109,38 @@ pub fn render(engine: &Sentinel) -> String {
             let _ = writeln!(out, "{}{{app=\"{app}\",resource=\"{name}\"}} {}", f.name, number((f.value)(s)));
         }
     }
-    render_breakers(engine, &app, &mut out);
+    render_breakers(engine, &app, &names, &mut out);
     out
 }
 
-/// Circuit-breaker states (`sentinel_circuit_breaker_state{app,resource,rule} 0 closed / 1 open / 2
-/// half-open`): filled in once the circuit breaker module exposes its states.
-fn render_breakers(_engine: &Sentinel, _app: &str, _out: &mut String) {}
+/// Circuit-breaker states: `sentinel_circuit_breaker_state{app, resource, rule, grade}` = 0 closed, 1 open,
+/// 2 half-open; `rule` is the rule's position in [`Sentinel::degrade_rules`].
+fn render_breakers(engine: &Sentinel, app: &str, names: &[String], out: &mut String) {
+    let rules = engine.degrade_rules();
+    let _ =
+        writeln!(out, "# HELP sentinel_circuit_breaker_state Circuit breaker state: 0 closed, 1 open, 2 half-open.");
+    let _ = writeln!(out, "# TYPE sentinel_circuit_breaker_state gauge");
+    for name in names {
+        for b in engine.circuit_breakers(name) {
+            let index = rules.iter().position(|r| *r == *b.rule).map(|i| i.to_string()).unwrap_or_default();
+            let grade = match b.rule.grade {
+                DegradeGrade::SlowRequestRatio => "slow_request_ratio",
+                DegradeGrade::ErrorRatio => "error_ratio",
+                DegradeGrade::ErrorCount => "error_count",
+            };
+            let state = match b.state {
+                BreakerState::Closed => 0,
+                BreakerState::Open => 1,
+                BreakerState::HalfOpen => 2,
+            };
+            let _ = writeln!(
+                out,
+                "sentinel_circuit_breaker_state{{app=\"{app}\",resource=\"{}\",rule=\"{index}\",grade=\"{grade}\"}} {state}",
+                escape(name)
+            );
+        }
+    }
+}
 
 #[cfg(feature = "http-exporter")]
 pub use http::MetricsServer;
@@ -211,6 +237,18 @@ mod tests {
         e.set_error();
         clock.advance_millis(10);
         drop(e);
+        engine
+            .load_degrade_rules(vec![crate::circuit_breaker::DegradeRule::new(
+                "quote\"d\\name",
+                DegradeGrade::ErrorCount,
+            )
+            .count(0.0)
+            .time_window_sec(5)
+            .min_request_amount(1)])
+            .unwrap();
+        let mut e = engine.enter("quote\"d\\name").unwrap();
+        e.set_error();
+        drop(e);
         let held = engine.enter("held").unwrap();
         (engine, held)
     }
@@ -224,10 +262,14 @@ mod tests {
         assert!(text.contains("sentinel_block_qps{app=\"shop\",resource=\"pay\"} 1\n"));
         assert!(text.contains("sentinel_avg_rt_milliseconds{app=\"shop\",resource=\"pay\"} 4\n"), "{text}");
         assert!(
-            text.contains("sentinel_exception_last_minute{app=\"shop\",resource=\"quote\\\"d\\\\name\"} 1\n"),
+            text.contains("sentinel_exception_last_minute{app=\"shop\",resource=\"quote\\\"d\\\\name\"} 2\n"),
             "{text}"
         );
         assert!(text.contains("sentinel_threads{app=\"shop\",resource=\"held\"} 1\n"));
+        assert!(
+            text.contains("sentinel_circuit_breaker_state{app=\"shop\",resource=\"quote\\\"d\\\\name\",rule=\"0\",grade=\"error_count\"} 1\n"),
+            "{text}"
+        );
         // Every sample line is `name{labels} value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (series, value) = line.rsplit_once(' ').unwrap();
