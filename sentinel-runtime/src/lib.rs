@@ -15,6 +15,42 @@
 //!     Err(blocked) => eprintln!("{blocked}"),
 //! };
 //! ```
+//!
+//! # Guide
+//!
+//! **Resources and entries.** A resource is a name (and an [`EntryType`]: inbound calls count toward system
+//! rules). [`Sentinel::resource`] gives a cheap handle; [`Resource::enter`] runs the checks and returns an
+//! [`Entry`] or a [`BlockError`]. The entry exits when dropped, on every path (early return, `?`, panic);
+//! [`Entry::trace`] marks the call as failed for statistics and circuit breakers. Annotated functions
+//! (`#[sentinel_resource]`) hold their handle in a `static` and do no lookup per call.
+//!
+//! **Contexts and origins.** A context is a named entrance with a caller origin
+//! ([`Sentinel::enter_context`]); nested entries form a call tree below it. Without one, entries use the
+//! default context with an empty origin. Flow rules choose the node they read by `limit_app` (a specific
+//! origin, `"other"`, `"default"`) and strategy (direct, relate, chain).
+//!
+//! **Rules.** Each kind has a data type with builder methods ([`flow::FlowRule`],
+//! [`circuit_breaker::DegradeRule`], [`system::SystemRule`], [`param_flow::ParamFlowRule`],
+//! [`authority::AuthorityRule`]) and a `load_*_rules` method that replaces the kind's whole set. An invalid
+//! rule rejects the set with [`RuleError`], naming the rule and the field; the rules in force stay. Equal
+//! rules keep their state (a rate limiter's last pass, a breaker's state) across reloads.
+//!
+//! **Reading numbers.** [`Sentinel::cluster_stats`], [`Sentinel::origin_stats`],
+//! [`Sentinel::context_stats`], [`Sentinel::entrance_stats`], [`Sentinel::inbound_stats`] and
+//! [`Sentinel::tree`] return [`NodeStats`] (pass/block/success/exception per second, response times,
+//! concurrency, last-minute totals).
+//!
+//! **Testing.** Build an isolated engine with a [`clock::ManualClock`] and advance it; nothing sleeps,
+//! nothing is shared between tests. [`Sentinel::leak`] and [`Sentinel::scoped`] let such an engine stand in
+//! for the global one, so annotated functions can be tested the same way.
+//!
+//! **Extending.** [`Sentinel::add_slot`] inserts a check at any order of the chain;
+//! [`Sentinel::on_block`] observes every blocked call.
+//!
+//! **Performance.** Entry and exit take no lock and make no allocation. Counters are striped per thread
+//! (plain stores to a cache line only that thread writes), rules are read under a `seize` guard, the clock is
+//! a cached millisecond timestamp (like Java's `TimeUtil`), and reject-style limits reserve their pass with a
+//! single compare-and-swap, which makes them exact under concurrency.
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 

@@ -415,3 +415,50 @@ fn block_error_says_which_rule_blocked_what() {
     let text = err.to_string();
     assert!(text.contains("`queryOrder` blocked by flow rule") && text.contains("limit 0"), "{text}");
 }
+
+#[test]
+fn thread_grade_is_exact_under_concurrent_callers() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("pool").grade(FlowGrade::Thread).count(3.0)]).unwrap();
+    let threads = 8;
+    // Every thread tries once while all hold their entries: exactly `count` get one.
+    let start = Arc::new(Barrier::new(threads));
+    let hold = Arc::new(Barrier::new(threads));
+    let passed = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (engine, start, hold, passed) = (engine.clone(), start.clone(), hold.clone(), passed.clone());
+            std::thread::spawn(move || {
+                let pool = engine.resource("pool");
+                start.wait();
+                let entry = pool.enter();
+                if entry.is_ok() {
+                    passed.fetch_add(1, Ordering::Relaxed);
+                }
+                hold.wait(); // nobody exits before everybody tried
+                drop(entry);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(passed.load(Ordering::Relaxed), 3);
+    assert_eq!(engine.cluster_stats("pool").unwrap().threads, 0);
+    assert!(engine.resource("pool").enter().is_ok(), "permits were released at exit");
+}
+
+#[test]
+fn a_clock_that_goes_backwards_does_not_reopen_the_window() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("back").count(3.0)]).unwrap();
+    clock.advance_millis(2_000);
+    assert_eq!(burst(&engine, "back", 5), 3);
+    clock.set_millis(T0 + 1_200); // 800 ms back in time
+    assert_eq!(burst(&engine, "back", 5), 0, "the newer window still holds the passes");
+    clock.set_millis(T0 + 3_001);
+    assert_eq!(burst(&engine, "back", 5), 3);
+    let stats = engine.cluster_stats("back").unwrap();
+    assert_eq!(stats.minute_pass, 6);
+    assert_eq!(stats.threads, 0);
+}

@@ -67,7 +67,7 @@ thread_local! {
 /// This thread's stripe (the shared one while the thread is being torn down).
 #[inline]
 pub(crate) fn lease() -> Lease {
-    LEASE.try_with(|h| h.0).unwrap_or(Lease { index: owned_stripes(), exclusive: false })
+    LEASE.try_with(|h| h.0).unwrap_or_else(|_| Lease { index: owned_stripes(), exclusive: false })
 }
 
 /// Adds `v` to a counter of the given stripe.

@@ -39,7 +39,7 @@ const RESETTING: u64 = u64::MAX - 1;
 pub struct BucketTotals {
     /// Counts indexed by [`MetricEvent`].
     pub counts: [u64; EVENT_COUNT],
-    /// Smallest response time seen, in microseconds ([`MAX_RT_MICROS`] when none).
+    /// Smallest response time seen, in microseconds (5 000 000, Java's `statisticMaxRt`, when none).
     pub min_rt_micros: u64,
 }
 
