@@ -19,6 +19,9 @@ use crate::Sentinel;
 
 const INDEX_SUFFIX: &str = ".idx";
 
+/// The name Java's metric log gives the global inbound node (all `In` entries).
+pub const TOTAL_INBOUND: &str = "__total_inbound_traffic__";
+
 /// One line of the metric log: a resource's totals over one second.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MetricLine {
@@ -207,9 +210,8 @@ impl MetricLogWriter {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let after = state.last_second;
         let mut by_second: BTreeMap<u64, Vec<MetricLine>> = BTreeMap::new();
-        for name in self.engine.resource_names() {
-            let concurrency = self.engine.cluster_stats(&name).map(|s| s.threads).unwrap_or(0);
-            for (second, t) in self.engine.resource_seconds(&name) {
+        let mut add = |name: &str, concurrency: u64, seconds: Vec<(u64, crate::stat::BucketTotals)>| {
+            for (second, t) in seconds {
                 if second >= boundary || after.is_some_and(|a| second <= a) {
                     continue;
                 }
@@ -217,7 +219,7 @@ impl MetricLogWriter {
                 let rt_ms = t.get(MetricEvent::RtMicros).checked_div(success).map_or(0, |us| us / 1000);
                 by_second.entry(second).or_default().push(MetricLine {
                     timestamp_ms: second,
-                    resource: name.clone(),
+                    resource: name.to_string(),
                     pass: t.get(MetricEvent::Pass),
                     block: t.get(MetricEvent::Block),
                     success,
@@ -228,7 +230,14 @@ impl MetricLogWriter {
                     classification: 0,
                 });
             }
+        };
+        for name in self.engine.resource_names() {
+            let concurrency = self.engine.cluster_stats(&name).map(|s| s.threads).unwrap_or(0);
+            add(&name, concurrency, self.engine.resource_seconds(&name));
         }
+        // Java also writes the global inbound node under this name (the dashboard's "total" line).
+        let inbound = &self.engine.shared.inbound;
+        add(TOTAL_INBOUND, inbound.cur_threads(), inbound.seconds(self.engine.now_millis()));
         let mut written = 0;
         for (second, lines) in by_second {
             self.write_second(&mut state, second, &lines)?;
@@ -475,6 +484,21 @@ mod tests {
         // The newest seconds are still found.
         let found = MetricSearcher::new(dir.path(), "app").find(Some("api"), T0 + 11_000, T0 + 11_000).unwrap();
         assert_eq!(found.len(), 1);
+    }
+
+    #[test]
+    fn inbound_traffic_gets_the_java_total_line() {
+        let (engine, clock, dir) = setup("app");
+        let w = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
+        let web = engine.resource_typed("web", crate::EntryType::In);
+        drop(web.enter().unwrap());
+        drop(web.enter().unwrap());
+        drop(engine.enter("outbound").unwrap());
+        clock.advance_millis(1000);
+        assert_eq!(w.flush_once(clock.now_millis()).unwrap(), 3);
+        let total = MetricSearcher::new(dir.path(), "app").find(Some(TOTAL_INBOUND), T0, T0).unwrap();
+        assert_eq!(total.len(), 1);
+        assert_eq!((total[0].pass, total[0].success), (2, 2), "only In entries count");
     }
 
     #[test]

@@ -27,7 +27,7 @@ mod metric;
 mod time;
 
 pub use block::{BlockLogWriter, BLOCK_LOG_FILE};
-pub use metric::{metric_file_base_name, MetricLine, MetricLogWriter, MetricSearcher};
+pub use metric::{metric_file_base_name, MetricLine, MetricLogWriter, MetricSearcher, TOTAL_INBOUND};
 
 use std::io;
 use std::sync::mpsc::{self, RecvTimeoutError};
