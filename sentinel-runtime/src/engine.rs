@@ -523,6 +523,7 @@ impl Sentinel {
         if self.shared.flow.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
+        self.warn_unknown_rule_resources(crate::error::RuleKind::Flow);
         Ok(())
     }
     /// The flow rules in force.
@@ -535,6 +536,7 @@ impl Sentinel {
         if self.shared.degrade.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
+        self.warn_unknown_rule_resources(crate::error::RuleKind::Degrade);
         Ok(())
     }
     /// The degrade rules in force.
@@ -557,6 +559,7 @@ impl Sentinel {
         if self.shared.param.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
+        self.warn_unknown_rule_resources(crate::error::RuleKind::ParamFlow);
         Ok(())
     }
     /// The hot-parameter rules in force.
@@ -569,6 +572,7 @@ impl Sentinel {
         if self.shared.authority.load(rules.into_iter().collect())? {
             self.shared.refresh_rules();
         }
+        self.warn_unknown_rule_resources(crate::error::RuleKind::Authority);
         Ok(())
     }
     /// The authority rules in force.

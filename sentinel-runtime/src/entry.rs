@@ -523,6 +523,10 @@ impl Checks {
 }
 
 impl<'r> Entry<'r> {
+    pub(crate) fn shared(&self) -> &Shared {
+        self.shared
+    }
+
     /// The resource's name.
     pub fn resource(&self) -> &str {
         self.res.name()

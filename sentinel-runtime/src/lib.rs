@@ -71,8 +71,10 @@ pub mod flow;
 mod inspect;
 #[cfg(feature = "logs")]
 pub mod log;
+mod macro_support;
 mod node;
 pub mod param_flow;
+pub mod registry;
 mod resource;
 mod rules;
 pub mod slot;
@@ -86,6 +88,7 @@ pub use entry::{Entry, EntryBuilder};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit};
 pub use inspect::{NodeStats, TreeNode};
 pub use resource::{EntryType, Resource};
+pub use sentinel_macros::sentinel_resource;
 
 /// `limit_app` meaning every caller.
 pub const LIMIT_APP_DEFAULT: &str = "default";
@@ -98,7 +101,11 @@ pub mod __private {
     use std::sync::OnceLock;
 
     pub use crate::context::CarriedContext;
+    pub use crate::macro_support::*;
+    pub use crate::param_flow::HotParam;
+    pub use crate::registry::ResourceDescriptor;
     use crate::{EntryType, Resource, Sentinel};
+    pub use inventory;
 
     /// One annotated function's cached resource handle (a `static` in the generated code).
     pub struct ResourceSite {

@@ -1,0 +1,438 @@
+//! Stage 3: generate the function.
+//!
+//! The generated body: a `static` resource site and an `inventory` descriptor; enter (or `decide` and await the
+//! queueing timer, in async code); on a block, dispatch to the block handler / fallback / `Err(E::from(..))`;
+//! run the user's body in its own closure or async block (so `return` and `?` come back to us); on an `Err`,
+//! apply the ignore / trace lists, trace, and call the fallback. The entry exits when it goes out of scope:
+//! on every return path and on unwind. Our locals are `Span::mixed_site()` so user code cannot see or shadow
+//! them.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{Ident, ReturnType, Type};
+
+use crate::attr::{EntryKind, ErrorMatch};
+use crate::validate::{Plan, Reuse, Shape};
+
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+/// `tokens` with every span set to `span`, so that an error about them points at the user's token (used only on
+/// absolute paths and types, never on our hygienic locals).
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            if let TokenTree::Group(g) = &t {
+                let mut ng = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                ng.set_span(span);
+                t = TokenTree::Group(ng);
+            } else {
+                t.set_span(span);
+            }
+            t
+        })
+        .collect()
+}
+
+/// A type as users write it (`Option<String>`, not `Option < String >`).
+pub fn type_string(tokens: &TokenStream) -> String {
+    tokens
+        .to_string()
+        .replace(" < ", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" :: ", "::")
+        .replace(":: ", "::")
+        .replace(" ,", ",")
+        .replace("& ", "&")
+        .replace(" (", "(")
+        .replace("( ", "(")
+        .replace(" )", ")")
+}
+
+fn contains_impl(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Group(g) => contains_impl(g.stream()),
+        _ => false,
+    })
+}
+
+/// `if false { let r: R = loop {}; return r; }`: fixes the type the body's `return` and `?` produce to the
+/// declared return type, so inference and type errors behave as in the user's own function.
+fn fake_return_edge(ty: Option<&Type>) -> TokenStream {
+    let Some(ty) = ty else {
+        return TokenStream::new();
+    };
+    if contains_impl(ty.to_token_stream()) {
+        return TokenStream::new();
+    }
+    let ret = local("__sentinel_ret");
+    quote_spanned! {ty.span()=>
+        #[allow(
+            unknown_lints,
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::empty_loop,
+            clippy::let_unit_value,
+            clippy::needless_return,
+            clippy::unreachable
+        )]
+        if false {
+            let #ret: #ty = loop {};
+            return #ret;
+        }
+    }
+}
+
+pub fn expand(plan: &Plan<'_>) -> TokenStream {
+    let args = plan.args;
+    let func = plan.func;
+    let sig = &func.sig;
+    let krate = match &args.krate {
+        Some(k) => k.value.to_token_stream(),
+        None => quote!(::sentinel_runtime),
+    };
+    let private = quote!(#krate::__private);
+    let is_async = !matches!(plan.shape, Shape::Sync);
+
+    let fn_name = sig.ident.to_string();
+    let fn_name = fn_name.strip_prefix("r#").unwrap_or(&fn_name).to_string();
+    let name = match &args.name {
+        Some(k) => k.value.to_token_stream(),
+        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+    };
+    let entry_type = match args.entry_type.as_ref().map(|k| k.value) {
+        Some(EntryKind::In) => quote!(#krate::EntryType::In),
+        _ => quote!(#krate::EntryType::Out),
+    };
+
+    let site = Ident::new("__SENTINEL_SITE", Span::mixed_site());
+    let has_bh = args.block_handler.is_some();
+    let has_fb = args.fallback.is_some();
+    let has_dfb = args.default_fallback.is_some();
+    // The site and the descriptor live in a block of their own, so their names are not in scope in the body.
+    let site_ref = local("__sentinel_site");
+    let registration = quote! {
+        let #site_ref: &'static #private::ResourceSite = {
+            static #site: #private::ResourceSite = #private::ResourceSite::new(#name, #entry_type);
+            #private::inventory::submit! {
+                #private::ResourceDescriptor {
+                    name: #name,
+                    entry_type: #entry_type,
+                    function: #fn_name,
+                    module_path: ::core::module_path!(),
+                    file: ::core::file!(),
+                    line: ::core::line!(),
+                    is_async: #is_async,
+                    has_block_handler: #has_bh,
+                    has_fallback: #has_fb,
+                    has_default_fallback: #has_dfb,
+                }
+            }
+            &#site
+        };
+    };
+
+    // The entry builder.
+    let mut builder = quote!(#site_ref.resource().entry());
+    if let Some(p) = &args.params {
+        let values = p.value.iter().map(|e| {
+            let private = respan(private.clone(), e.span());
+            quote_spanned!(e.span()=> #private::hot_param(&(#e)))
+        });
+        builder = quote!(#builder.args(&[#(#values),*]));
+    }
+    if let Some(o) = &args.origin {
+        let e = &o.value;
+        builder = quote!(#builder.origin(#private::as_str(&(#e))));
+    }
+    if let Some(c) = &args.context {
+        let e = &c.value;
+        builder = quote!(#builder.context(#private::as_str(&(#e))));
+    }
+
+    let entry = local("__sentinel_entry");
+    let decision = local("__sentinel_decision");
+    let block = local("__sentinel_block");
+    let result = local("__sentinel_result");
+    let error = local("__sentinel_error");
+    let delay = local("__sentinel_delay");
+    let await_output = |call: TokenStream| -> TokenStream {
+        if is_async {
+            quote!(#private::handler_output(#call).await)
+        } else {
+            call
+        }
+    };
+
+    // Arguments as handlers receive them: before the body (block path) and after it (fallback).
+    let names: Vec<&Ident> = plan.params.iter().map(|p| &p.name).collect();
+    let clone_vars: Vec<Ident> =
+        (0..plan.params.len()).map(|i| local(&format!("__sentinel_fallback_arg{i}"))).collect();
+    let mut clones = TokenStream::new();
+    let mut reused = Vec::new();
+    if has_fb {
+        for (p, var) in plan.params.iter().zip(&clone_vars) {
+            let n = &p.name;
+            match p.reuse {
+                Reuse::Clone => {
+                    clones.extend(quote_spanned!(p.span=> let #var = #private::clone_for_fallback(&#n);));
+                    reused.push(var.to_token_stream());
+                }
+                Reuse::MutRef => reused.push(n.to_token_stream()),
+            }
+        }
+    }
+
+    // Block dispatch (SPEC §1 step 1).
+    let output_ty: Option<&Type> = match (&plan.shape, &sig.output) {
+        (_, ReturnType::Default) => None,
+        (Shape::AsyncTrait { .. }, ReturnType::Type(..)) => None,
+        (_, ReturnType::Type(_, ty)) => Some(ty),
+    };
+    // Handlers are called through a `fn` pointer typed from the signature when possible, so a mismatch reads
+    // "expected fn pointer `fn(u64, String, BlockError) -> R`, found fn item `fn(u64, BlockError) -> R`" on the
+    // handler's path; else through `Handler` (a trait over `FnOnce`).
+    let block_error_ty = quote!(#krate::BlockError);
+    let ret_ptr = if is_async {
+        quote!(_)
+    } else {
+        match (&sig.output, &plan.output) {
+            (ReturnType::Default, _) => quote!(()),
+            (_, Some(t)) => t.to_token_stream(),
+            (_, None) => quote!(_),
+        }
+    };
+    let err_ptr = match &plan.error_ty {
+        Some(e) => e.to_token_stream(),
+        None => quote!(_),
+    };
+    let param_tys: Vec<&TokenStream> = plan.params.iter().map(|p| &p.ty).collect();
+    let handler_var = local("__sentinel_handler");
+    let call = |path: &syn::ExprPath, last_ty: &TokenStream, call_args: Vec<TokenStream>, all_args: bool, via: &str| {
+        let span = path.span();
+        let call = if plan.typed_handlers {
+            let tys: Vec<TokenStream> =
+                if all_args { param_tys.iter().map(|t| respan((*t).clone(), span)).collect() } else { Vec::new() };
+            let last_ty = respan(last_ty.clone(), span);
+            let ret_ptr = respan(ret_ptr.clone(), span);
+            quote_spanned! {span=>
+                {
+                    #[allow(clippy::type_complexity)]
+                    let #handler_var: fn(#(#tys,)* #last_ty) -> #ret_ptr = #path;
+                    #handler_var(#(#call_args),*)
+                }
+            }
+        } else {
+            let via = Ident::new(via, span);
+            let private = respan(private.clone(), span);
+            if all_args {
+                quote_spanned!(span=> #private::#via(#path, (#(#call_args,)*)))
+            } else {
+                quote_spanned!(span=> #private::#via(#path, #(#call_args)*))
+            }
+        };
+        await_output(call)
+    };
+    let with_names = |last: TokenStream| -> Vec<TokenStream> {
+        let mut v: Vec<TokenStream> = names.iter().map(|n| n.to_token_stream()).collect();
+        v.push(last);
+        v
+    };
+    // `E: From<BlockError>` is required on the error type: errors about it point there.
+    let error_span = match (&plan.error_ty, output_ty) {
+        (Some(e), _) => e.span(),
+        (None, Some(t)) => t.span(),
+        (None, None) => sig.ident.span(),
+    };
+    let private_at_error = respan(private.clone(), error_span);
+    let on_block = if let Some(h) = &args.block_handler {
+        call(&h.value, &block_error_ty, with_names(block.to_token_stream()), true, "call_block_handler")
+    } else if let Some(f) = &args.fallback {
+        let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
+        call(&f.value, &err_ptr, with_names(converted), true, "call_fallback")
+    } else if let Some(f) = &args.default_fallback {
+        let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
+        call(&f.value, &err_ptr, vec![converted], false, "call_default_fallback")
+    } else {
+        quote_spanned!(error_span=> #private_at_error::blocked_result(#block))
+    };
+
+    let mutability = if plan.returns_result { quote!(mut) } else { TokenStream::new() };
+    let enter = if is_async {
+        quote! {
+            let #decision = #builder.decide();
+            let #mutability #entry = match #decision {
+                ::core::result::Result::Ok(e) => e,
+                ::core::result::Result::Err(#block) => return #on_block,
+            };
+            if let ::core::option::Option::Some(#delay) = #private::queue_delay(&#entry) {
+                #delay.await;
+            }
+        }
+    } else {
+        quote! {
+            let #decision = #builder.enter();
+            let #mutability #entry = match #decision {
+                ::core::result::Result::Ok(e) => e,
+                ::core::result::Result::Err(#block) => return #on_block,
+            };
+        }
+    };
+
+    // The user's body, in its own scope.
+    let user_block = &func.block;
+    let pattern_lets: Vec<TokenStream> = plan
+        .params
+        .iter()
+        .filter_map(|p| {
+            p.pattern.as_ref().map(|pat| {
+                let n = &p.name;
+                quote!(let #pat = #n;)
+            })
+        })
+        .collect();
+    let edge = fake_return_edge(output_ty);
+
+    let outcome = if plan.returns_result {
+        // Error dispatch (SPEC §1 step 2).
+        let mut checks = TokenStream::new();
+        let mut conds = Vec::new();
+        let matcher = |m: &ErrorMatch| match m {
+            ErrorMatch::Patterns(pats) => quote!(::core::matches!(&#error, #(#pats)|*)),
+            ErrorMatch::Predicate(p) => {
+                let private = respan(private.clone(), p.span());
+                quote_spanned!(p.span()=> #private::call_error_predicate(#p, &#error))
+            }
+        };
+        if let Some(ig) = &args.exceptions_to_ignore {
+            let v = local("__sentinel_ignored");
+            let m = matcher(&ig.value);
+            checks.extend(quote!(#[allow(unused_variables)] let #v: bool = #m;));
+            conds.push(quote!(!#v));
+        }
+        if let Some(tr) = &args.exceptions_to_trace {
+            let v = local("__sentinel_traced");
+            let m = matcher(&tr.value);
+            checks.extend(quote!(#[allow(unused_variables)] let #v: bool = #m;));
+            conds.push(quote!(#v));
+        }
+        let on_traced = if let Some(f) = &args.fallback {
+            let mut v = reused.clone();
+            v.push(error.to_token_stream());
+            call(&f.value, &err_ptr, v, true, "call_fallback")
+        } else if let Some(f) = &args.default_fallback {
+            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback")
+        } else {
+            quote!(::core::result::Result::Err(#error))
+        };
+        let traced = quote! {
+            #private::trace_error(&mut #entry);
+            #on_traced
+        };
+        let handle_err = if conds.is_empty() {
+            traced
+        } else {
+            quote! {
+                #checks
+                if #(#conds)&&* {
+                    #traced
+                } else {
+                    ::core::result::Result::Err(#error)
+                }
+            }
+        };
+        let run_body = match &plan.shape {
+            Shape::Sync => quote! {
+                let #result = #private::run_body(|| {
+                    #edge
+                    #(#pattern_lets)*
+                    #user_block
+                });
+            },
+            Shape::Async => quote! {
+                let #result = async move {
+                    #edge
+                    #(#pattern_lets)*
+                    #user_block
+                }
+                .await;
+            },
+            Shape::AsyncTrait { future, .. } => quote! {
+                let #result = #future.await;
+            },
+        };
+        quote! {
+            #clones
+            #run_body
+            match #result {
+                ::core::result::Result::Err(#error) => { #handle_err }
+                ok => ok,
+            }
+        }
+    } else {
+        let body = match &plan.shape {
+            Shape::AsyncTrait { future, .. } => quote!(#future.await),
+            _ => quote!(#(#pattern_lets)* #user_block),
+        };
+        body
+    };
+
+    let attrs = &func.attrs;
+    let vis = &func.vis;
+    // Pattern parameters get a name in the signature and are destructured inside the body.
+    let mut sig = sig.clone();
+    for (input, p) in sig.inputs.iter_mut().zip(&plan.params) {
+        if let (syn::FnArg::Typed(t), Some(_)) = (input, &p.pattern) {
+            *t.pat = syn::Pat::Ident(syn::PatIdent {
+                attrs: Vec::new(),
+                by_ref: None,
+                mutability: None,
+                ident: p.name.clone(),
+                subpat: None,
+            });
+        }
+    }
+    let new_block = match &plan.shape {
+        Shape::Sync => quote! {
+            {
+                #registration
+                #enter
+                #outcome
+            }
+        },
+        Shape::Async => {
+            let edge = fake_return_edge(output_ty);
+            quote! {
+                {
+                    #registration
+                    #private::in_context(async move {
+                        #edge
+                        #enter
+                        #outcome
+                    })
+                    .await
+                }
+            }
+        }
+        Shape::AsyncTrait { prefix, .. } => quote! {
+            {
+                #(#prefix)*
+                #registration
+                ::std::boxed::Box::pin(#private::in_context(async move {
+                    #enter
+                    #outcome
+                }))
+            }
+        },
+    };
+    quote! {
+        #(#attrs)*
+        #vis #sig
+        #new_block
+    }
+}

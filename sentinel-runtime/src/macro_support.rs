@@ -1,0 +1,288 @@
+//! Support for the code `#[sentinel_resource]` generates: typed helper calls whose names and
+//! `#[diagnostic::on_unimplemented]` messages make a wrong signature read as what was expected, and the
+//! wrapper future that carries the context of an async resource across `.await` points.
+//!
+//! Everything here is re-exported through `crate::__private` and is not a public API.
+
+use std::future::Future;
+use std::mem::ManuallyDrop;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::context::CarriedContext;
+use crate::error::BlockError;
+use crate::param_flow::HotParam;
+use crate::Entry;
+
+/// A function that can be called with the tuple `Args` (the handler of an annotated function).
+///
+/// Implemented for every `FnOnce` of up to 16 arguments; the macro calls handlers through it so that a
+/// wrong arity or parameter type is reported on the handler's path with the expected signature.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be called as a `#[sentinel_resource]` handler with the arguments `{Args}`",
+    label = "expected a function taking `{Args}`",
+    note = "a `block_handler` takes the function's parameters, then `BlockError`; a `fallback` takes the \
+            function's parameters, then the error; a `default_fallback` takes only the error"
+)]
+pub trait Handler<Args> {
+    /// What the handler returns.
+    type Output;
+    /// Calls the handler.
+    fn call_handler(self, args: Args) -> Self::Output;
+}
+
+macro_rules! impl_handler {
+    ($($a:ident),*) => {
+        impl<Func, Out, $($a),*> Handler<($($a,)*)> for Func
+        where
+            Func: FnOnce($($a),*) -> Out,
+        {
+            type Output = Out;
+            #[inline(always)]
+            #[allow(non_snake_case)]
+            fn call_handler(self, ($($a,)*): ($($a,)*)) -> Out {
+                self($($a),*)
+            }
+        }
+    };
+}
+impl_handler!();
+impl_handler!(A1);
+impl_handler!(A1, A2);
+impl_handler!(A1, A2, A3);
+impl_handler!(A1, A2, A3, A4);
+impl_handler!(A1, A2, A3, A4, A5);
+impl_handler!(A1, A2, A3, A4, A5, A6);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15);
+impl_handler!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15, A16);
+
+/// Runs the body of a sync annotated function, in a closure of its own so that `return` and `?` come back to
+/// the generated code. Taking an `FnOnce` lets the body return borrows of its arguments (`&mut self.x`).
+#[inline(always)]
+pub fn run_body<R, F: FnOnce() -> R>(body: F) -> R {
+    body()
+}
+
+/// Calls a `block_handler` with the function's arguments and the block error.
+#[inline(always)]
+pub fn call_block_handler<H: Handler<Args>, Args>(handler: H, args: Args) -> H::Output {
+    handler.call_handler(args)
+}
+
+/// Calls a `fallback` with the function's arguments and the error.
+#[inline(always)]
+pub fn call_fallback<H: Handler<Args>, Args>(handler: H, args: Args) -> H::Output {
+    handler.call_handler(args)
+}
+
+/// Calls a `default_fallback` with the error.
+#[inline(always)]
+pub fn call_default_fallback<H: Handler<(E,)>, E>(handler: H, error: E) -> H::Output {
+    handler.call_handler((error,))
+}
+
+/// Calls an `exceptions_to_ignore` / `exceptions_to_trace` predicate.
+#[inline(always)]
+pub fn call_error_predicate<E, P: FnOnce(&E) -> bool>(predicate: P, error: &E) -> bool {
+    predicate(error)
+}
+
+/// A handler's output in an `async fn`: the value itself (a sync handler) or a future of it (an async handler).
+#[diagnostic::on_unimplemented(
+    message = "a handler of this `#[sentinel_resource]` async fn returns `{Self}`, but the function returns `{R}`",
+    label = "this handler must return `{R}` (or a future whose output is `{R}`)"
+)]
+pub trait HandlerOutput<R, Marker> {
+    /// The future that yields the function's return value.
+    type Future: Future<Output = R>;
+    /// Turns the handler's output into that future.
+    fn into_output(self) -> Self::Future;
+}
+
+/// Marker: a sync handler's output.
+#[derive(Debug)]
+pub enum SyncOutput {}
+/// Marker: an async handler's output.
+#[derive(Debug)]
+pub enum AsyncOutput {}
+
+impl<R> HandlerOutput<R, SyncOutput> for R {
+    type Future = std::future::Ready<R>;
+    #[inline(always)]
+    fn into_output(self) -> Self::Future {
+        std::future::ready(self)
+    }
+}
+
+impl<F: Future> HandlerOutput<F::Output, AsyncOutput> for F {
+    type Future = F;
+    #[inline(always)]
+    fn into_output(self) -> F {
+        self
+    }
+}
+
+/// Awaits a handler's output in an `async fn`, whether the handler is sync or async.
+#[inline(always)]
+pub fn handler_output<R, M, O: HandlerOutput<R, M>>(output: O) -> HandlerFuture<O, R, M> {
+    HandlerFuture { fut: output.into_output(), _marker: std::marker::PhantomData }
+}
+
+/// The future of a handler's output. Its `Output` is `R` itself (not a projection through the impl that is
+/// chosen later), so the return type of the annotated function decides between a sync and an async handler.
+#[must_use = "futures do nothing unless polled"]
+pub struct HandlerFuture<O: HandlerOutput<R, M>, R, M> {
+    fut: O::Future,
+    _marker: std::marker::PhantomData<fn() -> (R, M)>,
+}
+
+impl<O: HandlerOutput<R, M>, R, M> Future for HandlerFuture<O, R, M> {
+    type Output = R;
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
+        // SAFETY: `fut` is structurally pinned: never moved out, and `HandlerFuture` has no `Drop` impl.
+        unsafe { self.map_unchecked_mut(|s| &mut s.fut) }.poll(cx)
+    }
+}
+
+/// The error type of a function with no `block_handler`, which must be built from a [`BlockError`].
+#[diagnostic::on_unimplemented(
+    message = "a blocked call of this `#[sentinel_resource]` function cannot return `{Self}`: \
+               `From<BlockError>` is not implemented for it",
+    label = "`{Self}` cannot be built from a `BlockError`",
+    note = "add `block_handler = your_handler` to the attribute, or implement \
+            `From<sentinel_runtime::BlockError>` for `{Self}`"
+)]
+pub trait FromBlockError: Sized {
+    /// Builds the error.
+    fn from_block_error(err: BlockError) -> Self;
+}
+
+impl<E: From<BlockError>> FromBlockError for E {
+    #[inline]
+    fn from_block_error(err: BlockError) -> Self {
+        E::from(err)
+    }
+}
+
+/// The error of a blocked call with no `block_handler` (for the fallback, or returned as `Err`).
+#[inline]
+pub fn block_error_into<E: FromBlockError>(err: BlockError) -> E {
+    E::from_block_error(err)
+}
+
+/// The value of a blocked call with no `block_handler` and no fallback: `Err(E::from(err))`.
+#[inline]
+pub fn blocked_result<T, E: FromBlockError>(err: BlockError) -> Result<T, E> {
+    Err(E::from_block_error(err))
+}
+
+/// Clones an argument before the body runs, so a `fallback` can receive it after the body consumed it.
+#[inline(always)]
+pub fn clone_for_fallback<T: Clone>(arg: &T) -> T {
+    arg.clone()
+}
+
+/// One `params = [...]` value, as a hot parameter.
+#[inline(always)]
+pub fn hot_param<T: HotParam>(value: &T) -> &dyn HotParam {
+    value
+}
+
+/// An `origin = ...` / `context = ...` value, as text.
+#[inline(always)]
+pub fn as_str<S: AsRef<str> + ?Sized>(value: &S) -> &str {
+    value.as_ref()
+}
+
+/// The timer an async entry awaits when a queueing rule (rate limiter, warm-up queueing, occupy) made it wait.
+/// `None` when it need not wait, or when the engine runs on a manual clock.
+#[inline]
+pub fn queue_delay(entry: &Entry<'_>) -> Option<futures_timer::Delay> {
+    let wait = entry.waited();
+    if wait.is_zero() || entry.shared().clock.manual().is_some() {
+        None
+    } else {
+        Some(futures_timer::Delay::new(Duration::from_nanos(wait.as_nanos() as u64)))
+    }
+}
+
+/// Marks the entry as failed by a traced error.
+#[inline(always)]
+pub fn trace_error(entry: &mut Entry<'_>) {
+    entry.set_error();
+}
+
+pin_project_lite::pin_project! {
+    /// A future that carries a Sentinel context: installed in the thread-local during every poll and while the
+    /// inner future is dropped, so nested resources see their parent, and a cancelled entry exits in the right
+    /// context. `Send` exactly when the inner future is.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct InContext<F> {
+        #[pin]
+        inner: ManuallyDrop<F>,
+        carried: CarriedContext,
+    }
+
+    impl<F> PinnedDrop for InContext<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            let inner = this.inner;
+            this.carried.scope(|| {
+                // SAFETY: the inner future is pinned in place and dropped exactly once, here; it is never
+                // touched again.
+                unsafe { ManuallyDrop::drop(inner.get_unchecked_mut()) }
+            });
+        }
+    }
+}
+
+impl<F> InContext<F> {
+    /// Wraps `inner`, carrying the calling thread's current context (and test engine, if one is scoped).
+    pub fn new(inner: F) -> Self {
+        InContext { inner: ManuallyDrop::new(inner), carried: CarriedContext::capture() }
+    }
+}
+
+impl<F: Future> Future for InContext<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        // SAFETY: `inner` is structurally pinned; `ManuallyDrop` is a transparent wrapper.
+        let inner = unsafe { this.inner.map_unchecked_mut(|f| &mut **f) };
+        this.carried.scope(|| inner.poll(cx))
+    }
+}
+
+/// Wraps the body future of an annotated `async fn`, carrying the caller's context.
+#[inline(always)]
+pub fn in_context<F: Future>(inner: F) -> InContext<F> {
+    InContext::new(inner)
+}
+
+impl crate::Sentinel {
+    /// The async form of [`Sentinel::scoped`](crate::Sentinel::scoped): `fut` runs with this engine standing
+    /// in for the global one during every poll, on whatever thread polls it. Meant for tests of annotated
+    /// `async fn`s on multi-threaded executors.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build().leak();
+    /// let fut = engine.scoped_future(async { Sentinel::current().config().app_name.clone() });
+    /// assert_eq!(futures::executor::block_on(fut), engine.config().app_name);
+    /// ```
+    pub fn scoped_future<F: Future>(&'static self, fut: F) -> impl Future<Output = F::Output> {
+        self.scoped(|| InContext::new(fut))
+    }
+}

@@ -1,0 +1,8 @@
+use sentinel_runtime::sentinel_resource;
+
+#[sentinel_resource(block_handler = "blocked")]
+fn get(id: u64) -> String {
+    format!("{id}")
+}
+
+fn main() {}

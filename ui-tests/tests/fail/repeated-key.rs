@@ -1,0 +1,12 @@
+use sentinel_runtime::{sentinel_resource, BlockError};
+
+#[sentinel_resource(name = "get", block_handler = blocked, name = "get_again")]
+fn get(id: u64) -> String {
+    format!("{id}")
+}
+
+fn blocked(_id: u64, _b: BlockError) -> String {
+    String::new()
+}
+
+fn main() {}
