@@ -44,6 +44,16 @@ pub struct Config {
     pub max_contexts: usize,
     /// Most resources; past it new resources pass unchecked.
     pub max_resources: usize,
+    /// Directory of the metric and block logs (default `~/logs/csp`, as Java's).
+    pub log_dir: std::path::PathBuf,
+    /// How often the metric log writer runs, in ms (default 1000).
+    pub metric_flush_interval_ms: u64,
+    /// Size at which a metric log file rolls over, in bytes (default 50 MiB, as Java's).
+    pub metric_log_file_size: u64,
+    /// Most metric log files kept (default 6, as Java's).
+    pub metric_log_file_count: usize,
+    /// The clock of an engine built without an explicit one.
+    pub clock: crate::config::ClockKind,
 }
 
 impl Default for Config {
@@ -52,6 +62,11 @@ impl Default for Config {
             app_name: "sentinel-rs-app".to_string(),
             max_contexts: DEFAULT_MAX_CONTEXTS,
             max_resources: DEFAULT_MAX_RESOURCES,
+            log_dir: crate::config::default_log_dir(),
+            metric_flush_interval_ms: crate::config::DEFAULT_METRIC_FLUSH_INTERVAL_MS,
+            metric_log_file_size: crate::config::DEFAULT_METRIC_LOG_FILE_SIZE,
+            metric_log_file_count: crate::config::DEFAULT_METRIC_LOG_FILE_COUNT,
+            clock: crate::config::ClockKind::System,
         }
     }
 }
@@ -101,7 +116,10 @@ impl SentinelBuilder {
     }
     /// Builds the engine.
     pub fn build(self) -> Sentinel {
-        let clock = self.clock.unwrap_or_else(|| EngineClock::System(SystemClock::new()));
+        let clock = self.clock.unwrap_or_else(|| match self.config.clock {
+            crate::config::ClockKind::System => EngineClock::System(SystemClock::new()),
+            crate::config::ClockKind::Manual { start_ms } => EngineClock::Manual(ManualClock::at_millis(start_ms)),
+        });
         let default_ctx = Box::new(ContextInfo {
             id: 0,
             entrance: EntranceNode { name: DEFAULT_CONTEXT_NAME.into(), children: Children::default() },

@@ -57,12 +57,20 @@
 pub mod authority;
 pub mod circuit_breaker;
 pub mod clock;
+pub mod config;
 pub mod context;
+#[cfg(feature = "serde")]
+pub mod datasource;
+pub mod diagnose;
 mod engine;
 mod entry;
 mod error;
+#[cfg(feature = "prometheus")]
+pub mod exporter;
 pub mod flow;
 mod inspect;
+#[cfg(feature = "logs")]
+pub mod log;
 mod macro_support;
 mod node;
 pub mod param_flow;
@@ -74,6 +82,7 @@ pub mod stat;
 pub mod system;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
+pub use diagnose::Diagnosis;
 pub use engine::{AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_RESOURCES};
 pub use entry::{Entry, EntryBuilder};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit};

@@ -1,0 +1,200 @@
+//! Engine configuration from environment variables.
+//!
+//! | variable | field | Java's property |
+//! |----------|-------|-----------------|
+//! | `SENTINEL_APP_NAME` | [`Config::app_name`] | `csp.sentinel.app.name` / `project.name` |
+//! | `SENTINEL_LOG_DIR` | [`Config::log_dir`] | `csp.sentinel.log.dir` |
+//! | `SENTINEL_METRIC_FLUSH_INTERVAL_MS` | [`Config::metric_flush_interval_ms`] | `csp.sentinel.metric.flush.interval` (s) |
+//! | `SENTINEL_METRIC_LOG_FILE_SIZE` | [`Config::metric_log_file_size`] (bytes) | `csp.sentinel.metric.file.single.size` |
+//! | `SENTINEL_METRIC_LOG_FILE_COUNT` | [`Config::metric_log_file_count`] | `csp.sentinel.metric.file.total.count` |
+//! | `SENTINEL_MAX_CONTEXTS` | [`Config::max_contexts`] | |
+//! | `SENTINEL_MAX_RESOURCES` | [`Config::max_resources`] | |
+//! | `SENTINEL_CLOCK` | [`Config::clock`]: `system`, `manual` (now) or `manual:<epoch ms>` | |
+//!
+//! Unset or empty variables keep the defaults; a value that does not parse is an error naming the variable.
+//!
+//! ```
+//! use sentinel_runtime::Config;
+//! let config = Config::from_vars([("SENTINEL_APP_NAME", "orders"), ("SENTINEL_MAX_RESOURCES", "100")]).unwrap();
+//! assert_eq!(config.app_name, "orders");
+//! assert_eq!(config.max_resources, 100);
+//! assert!(Config::from_vars([("SENTINEL_MAX_RESOURCES", "many")]).is_err());
+//! ```
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::engine::{Config, SentinelBuilder};
+
+/// Java's default metric flush interval.
+pub const DEFAULT_METRIC_FLUSH_INTERVAL_MS: u64 = 1000;
+/// Java's default metric log file size (50 MiB).
+pub const DEFAULT_METRIC_LOG_FILE_SIZE: u64 = 50 * 1024 * 1024;
+/// Java's default number of metric log files kept.
+pub const DEFAULT_METRIC_LOG_FILE_COUNT: usize = 6;
+
+/// Which clock an engine uses when the builder is given none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClockKind {
+    /// The system clock.
+    #[default]
+    System,
+    /// A manual clock starting at `start_ms` (ms since the epoch); advance it through
+    /// [`Sentinel::manual_clock`](crate::Sentinel::manual_clock).
+    Manual {
+        /// The start time.
+        start_ms: u64,
+    },
+}
+
+/// A configuration variable has a value that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {variable}={value:?} is invalid: {reason}")]
+pub struct ConfigError {
+    /// The variable.
+    pub variable: String,
+    /// Its value.
+    pub value: String,
+    /// What was expected.
+    pub reason: String,
+}
+
+/// Java's default log directory: `~/logs/csp`.
+pub fn default_log_dir() -> PathBuf {
+    match std::env::var_os("HOME").or_else(|| std::env::var_os("USERPROFILE")) {
+        Some(home) if !home.is_empty() => PathBuf::from(home).join("logs").join("csp"),
+        _ => std::env::temp_dir().join("logs").join("csp"),
+    }
+}
+
+fn parse<T: FromStr>(variable: &str, value: &str, what: &str) -> Result<T, ConfigError> {
+    value.trim().parse().map_err(|_| ConfigError {
+        variable: variable.to_string(),
+        value: value.to_string(),
+        reason: format!("expected {what}"),
+    })
+}
+
+fn positive<T: FromStr + PartialOrd + Default>(variable: &str, value: &str) -> Result<T, ConfigError> {
+    let v: T = parse(variable, value, "a positive integer")?;
+    if v <= T::default() {
+        return Err(ConfigError {
+            variable: variable.to_string(),
+            value: value.to_string(),
+            reason: "expected a positive integer".into(),
+        });
+    }
+    Ok(v)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Config {
+    /// The defaults, overridden by the `SENTINEL_*` environment variables (see [the module](crate::config)).
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_vars(std::env::vars())
+    }
+
+    /// The defaults, overridden by the given `SENTINEL_*` variables (testable without touching the process
+    /// environment). Other variables are ignored.
+    pub fn from_vars<K: AsRef<str>, V: AsRef<str>>(
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        for (k, v) in vars {
+            let (k, v) = (k.as_ref(), v.as_ref());
+            if v.trim().is_empty() {
+                continue;
+            }
+            match k {
+                "SENTINEL_APP_NAME" => c.app_name = v.trim().to_string(),
+                "SENTINEL_LOG_DIR" => c.log_dir = PathBuf::from(v),
+                "SENTINEL_METRIC_FLUSH_INTERVAL_MS" => c.metric_flush_interval_ms = positive(k, v)?,
+                "SENTINEL_METRIC_LOG_FILE_SIZE" => c.metric_log_file_size = positive(k, v)?,
+                "SENTINEL_METRIC_LOG_FILE_COUNT" => c.metric_log_file_count = positive(k, v)?,
+                "SENTINEL_MAX_CONTEXTS" => c.max_contexts = positive(k, v)?,
+                "SENTINEL_MAX_RESOURCES" => c.max_resources = positive(k, v)?,
+                "SENTINEL_CLOCK" => {
+                    let v2 = v.trim().to_ascii_lowercase();
+                    c.clock = match v2.as_str() {
+                        "system" => ClockKind::System,
+                        "manual" => ClockKind::Manual { start_ms: now_ms() },
+                        other => match other.strip_prefix("manual:") {
+                            Some(ms) => ClockKind::Manual { start_ms: parse(k, ms, "`manual:<epoch ms>`")? },
+                            None => {
+                                return Err(ConfigError {
+                                    variable: k.to_string(),
+                                    value: v.to_string(),
+                                    reason: "expected `system`, `manual` or `manual:<epoch ms>`".into(),
+                                })
+                            }
+                        },
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(c)
+    }
+}
+
+impl SentinelBuilder {
+    /// A builder configured from the environment ([`Config::from_env`]).
+    pub fn from_env() -> Result<SentinelBuilder, ConfigError> {
+        Ok(SentinelBuilder::default().config(Config::from_env()?))
+    }
+}
+
+impl crate::Sentinel {
+    /// The engine's manual clock, if it runs on one (built with a manual clock or `SENTINEL_CLOCK=manual`).
+    pub fn manual_clock(&self) -> Option<crate::clock::ManualClock> {
+        self.shared.clock.manual().cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Sentinel;
+
+    #[test]
+    fn variables_override_the_defaults() {
+        let c = Config::from_vars([
+            ("SENTINEL_APP_NAME", " orders "),
+            ("SENTINEL_LOG_DIR", "/var/log/sentinel"),
+            ("SENTINEL_METRIC_FLUSH_INTERVAL_MS", "250"),
+            ("SENTINEL_METRIC_LOG_FILE_SIZE", "1048576"),
+            ("SENTINEL_METRIC_LOG_FILE_COUNT", "3"),
+            ("SENTINEL_MAX_CONTEXTS", "10"),
+            ("SENTINEL_MAX_RESOURCES", "20"),
+            ("SENTINEL_CLOCK", "manual:1700000000000"),
+            ("PATH", "/usr/bin"),
+        ])
+        .unwrap();
+        assert_eq!(c.app_name, "orders");
+        assert_eq!(c.log_dir, PathBuf::from("/var/log/sentinel"));
+        assert_eq!(c.metric_flush_interval_ms, 250);
+        assert_eq!(c.metric_log_file_size, 1 << 20);
+        assert_eq!(c.metric_log_file_count, 3);
+        assert_eq!((c.max_contexts, c.max_resources), (10, 20));
+        assert_eq!(c.clock, ClockKind::Manual { start_ms: 1_700_000_000_000 });
+        let engine = Sentinel::builder().config(c).build();
+        assert_eq!(engine.now_millis(), 1_700_000_000_000);
+        engine.manual_clock().unwrap().advance_millis(5);
+        assert_eq!(engine.now_millis(), 1_700_000_000_005);
+    }
+
+    #[test]
+    fn empty_variables_keep_defaults_and_bad_ones_are_named() {
+        let c = Config::from_vars([("SENTINEL_APP_NAME", ""), ("SENTINEL_CLOCK", "system")]).unwrap();
+        assert_eq!(c.app_name, Config::default().app_name);
+        assert_eq!(c.clock, ClockKind::System);
+        let e = Config::from_vars([("SENTINEL_METRIC_LOG_FILE_COUNT", "0")]).unwrap_err();
+        assert_eq!(e.variable, "SENTINEL_METRIC_LOG_FILE_COUNT");
+        let e = Config::from_vars([("SENTINEL_CLOCK", "sundial")]).unwrap_err();
+        assert!(e.to_string().contains("SENTINEL_CLOCK"), "{e}");
+        assert!(Sentinel::builder().build().manual_clock().is_none());
+    }
+}

@@ -1,0 +1,119 @@
+//! Errors of the rule formats and of the file data source.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::Format;
+use crate::RuleError;
+
+/// A document could not be read as rules: where, which field, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    /// The format being read.
+    pub format: Format,
+    /// 1-based line of the problem, when the parser knows it.
+    pub line: Option<usize>,
+    /// 1-based column of the problem, when the parser knows it.
+    pub column: Option<usize>,
+    /// Path of the field, e.g. `[0].grade` or `flowRules[2].clusterConfig.flowId`.
+    pub field: Option<String>,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl ParseError {
+    pub(crate) fn new(
+        format: Format,
+        line: Option<usize>,
+        column: Option<usize>,
+        field: Option<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        ParseError { format, line, column, field, message: message.into() }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} error", self.format)?;
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, " at line {l}, column {c}")?,
+            (Some(l), None) => write!(f, " at line {l}")?,
+            _ => {}
+        }
+        if let Some(field) = &self.field {
+            write!(f, " in field `{field}`")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Rules could not be written in a format.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("could not write rules as {format}: {message}")]
+pub struct SerializeError {
+    /// The format.
+    pub format: Format,
+    /// Why.
+    pub message: String,
+}
+
+impl SerializeError {
+    pub(crate) fn new(format: Format, message: String) -> Self {
+        SerializeError { format, message }
+    }
+}
+
+/// A rules file could not be applied; the rules in force stay.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The file (or every rules file of the directory) is gone.
+    #[error("rules file {} is missing (deleted or moved); the rules in force stay", path.display())]
+    Missing {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The file could not be read.
+    #[error("could not read rules file {}: {source}; the rules in force stay", path.display())]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// Syntax error, wrong type, unknown field or bad code.
+    #[error("rules file {}: {error}; the rules in force stay", path.display())]
+    Parse {
+        /// The path.
+        path: PathBuf,
+        /// Where and why.
+        #[source]
+        error: ParseError,
+    },
+    /// A rule is invalid (the engine rejected the set).
+    #[error("rules file {}: {error}", path.display())]
+    Invalid {
+        /// The path.
+        path: PathBuf,
+        /// The rule, by its position in the file, and the field.
+        #[source]
+        error: RuleError,
+    },
+}
+
+impl SourceError {
+    /// The file the error is about.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            SourceError::Missing { path }
+            | SourceError::Read { path, .. }
+            | SourceError::Parse { path, .. }
+            | SourceError::Invalid { path, .. } => path,
+        }
+    }
+}

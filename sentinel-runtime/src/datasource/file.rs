@@ -1,0 +1,286 @@
+//! A rules file (or directory) applied to an engine, reloaded on demand or when it changes.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::{file_stem, parse_rules, Format, RuleSet, SourceError, ALL_KINDS};
+use crate::authority::AuthorityRule;
+use crate::circuit_breaker::DegradeRule;
+use crate::flow::FlowRule;
+use crate::param_flow::ParamFlowRule;
+use crate::system::SystemRule;
+use crate::{RuleError, RuleKind, Sentinel};
+
+/// What a reload did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The file(s) changed and their rules are in force.
+    Applied {
+        /// The kinds the file(s) hold.
+        kinds: Vec<RuleKind>,
+    },
+    /// The content equals what was applied last: nothing to do.
+    Unchanged,
+}
+
+type Listener = dyn Fn(&Result<Reloaded, SourceError>) + Send + Sync;
+
+#[derive(Clone, Debug)]
+enum Layout {
+    /// One document with every kind (`{"flowRules": [...], ...}`).
+    Combined(PathBuf),
+    /// One kind's list (the file is named like `flow-rules.json`).
+    Single(PathBuf, RuleKind),
+    /// A directory with one file per kind, named `flow-rules.json`, `degrade-rules.yaml`, ...
+    Dir(PathBuf),
+}
+
+#[derive(Default)]
+struct State {
+    /// The (path, content) pairs applied last.
+    applied: Option<Vec<(PathBuf, String)>>,
+    /// Files of a directory seen at the last reload.
+    present: Vec<PathBuf>,
+    last_error: Option<SourceError>,
+}
+
+struct Inner {
+    engine: Sentinel,
+    layout: Layout,
+    state: Mutex<State>,
+    listeners: Mutex<Vec<Arc<Listener>>>,
+}
+
+/// A rules file or directory applied to an engine.
+///
+/// * a directory: one file per kind, named `flow-rules`, `degrade-rules`, `system-rules`, `authority-rules`,
+///   `param-flow-rules`, with the extension `.json`, `.yaml`/`.yml` or `.toml` (each a list, as Java's files);
+/// * a file named like one of those: that kind's list;
+/// * any other file: a combined document ([`RuleSet`]).
+///
+/// [`reload_now`](FileDataSource::reload_now) reads and applies it; with the `file-watch` feature,
+/// [`watch`](FileDataSource::watch) does so whenever it changes. A file that cannot be read, parsed or
+/// validated is reported (with its path, line and field) and the rules in force stay; so does a deleted file.
+///
+/// ```
+/// use sentinel_runtime::{Sentinel, datasource::FileDataSource};
+/// let dir = std::env::temp_dir().join(format!("sentinel-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let file = dir.join("rules.json");
+/// std::fs::write(&file, r#"{"flowRules": [{"resource": "api", "grade": 1, "count": 10}]}"#).unwrap();
+/// let engine = Sentinel::builder().build();
+/// let source = FileDataSource::new(&engine, &file);
+/// source.reload_now().unwrap();
+/// assert_eq!(engine.flow_rules()[0].count, 10.0);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// ```
+#[derive(Clone)]
+pub struct FileDataSource {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for FileDataSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileDataSource").field("layout", &self.inner.layout).finish_non_exhaustive()
+    }
+}
+
+fn kind_of_file(path: &Path) -> Option<RuleKind> {
+    let stem = path.file_stem()?.to_str()?;
+    ALL_KINDS.into_iter().find(|k| file_stem(*k) == stem)
+}
+
+fn format_of(path: &Path) -> Format {
+    Format::from_path(path).unwrap_or(Format::Json)
+}
+
+const EXTENSIONS: [&str; 4] = ["json", "yaml", "yml", "toml"];
+
+impl FileDataSource {
+    /// A data source for the file or directory at `path`. A file need not exist yet (a directory must, to be
+    /// taken for one). Nothing is read until [`reload_now`](FileDataSource::reload_now) or
+    /// [`watch`](FileDataSource::watch).
+    pub fn new(engine: &Sentinel, path: impl AsRef<Path>) -> Self {
+        let path = path.as_ref().to_path_buf();
+        let layout = if path.is_dir() {
+            Layout::Dir(path)
+        } else if let Some(kind) = kind_of_file(&path) {
+            Layout::Single(path, kind)
+        } else {
+            Layout::Combined(path)
+        };
+        FileDataSource {
+            inner: Arc::new(Inner {
+                engine: engine.clone(),
+                layout,
+                state: Mutex::new(State::default()),
+                listeners: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// A data source for a file holding one kind's list (Java's per-kind files), whatever its name.
+    ///
+    /// ```
+    /// use sentinel_runtime::{RuleKind, Sentinel, datasource::FileDataSource};
+    /// let dir = std::env::temp_dir().join(format!("sentinel-doc-kind-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let file = dir.join("FlowRule.json");
+    /// std::fs::write(&file, r#"[{"resource": "api", "count": 3}]"#).unwrap();
+    /// let engine = Sentinel::builder().build();
+    /// FileDataSource::for_kind(&engine, &file, RuleKind::Flow).reload_now().unwrap();
+    /// assert_eq!(engine.flow_rules()[0].count, 3.0);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// ```
+    pub fn for_kind(engine: &Sentinel, path: impl AsRef<Path>, kind: RuleKind) -> Self {
+        FileDataSource {
+            inner: Arc::new(Inner {
+                engine: engine.clone(),
+                layout: Layout::Single(path.as_ref().to_path_buf(), kind),
+                state: Mutex::new(State::default()),
+                listeners: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The file or directory watched.
+    pub fn path(&self) -> &Path {
+        match &self.inner.layout {
+            Layout::Combined(p) | Layout::Single(p, _) | Layout::Dir(p) => p,
+        }
+    }
+
+    pub(crate) fn is_dir(&self) -> bool {
+        matches!(self.inner.layout, Layout::Dir(_))
+    }
+
+    /// Whether a changed path concerns this source (used by the watcher).
+    pub(crate) fn concerns(&self, changed: &Path) -> bool {
+        let Some(name) = changed.file_name() else {
+            return false;
+        };
+        match &self.inner.layout {
+            Layout::Combined(p) | Layout::Single(p, _) => p.file_name() == Some(name),
+            Layout::Dir(_) => kind_of_file(Path::new(name)).is_some(),
+        }
+    }
+
+    /// Calls `f` with the outcome of every reload (by [`reload_now`](FileDataSource::reload_now) or the
+    /// watcher): a good place to log rejected files.
+    pub fn on_reload(&self, f: impl Fn(&Result<Reloaded, SourceError>) + Send + Sync + 'static) {
+        self.inner.listeners.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(f));
+    }
+
+    /// The error of the last reload, if it failed.
+    pub fn last_error(&self) -> Option<SourceError> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).last_error.clone()
+    }
+
+    /// Reads the file(s) now and applies them if they changed. On any error the rules in force stay.
+    pub fn reload_now(&self) -> Result<Reloaded, SourceError> {
+        let result = {
+            let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            let r = self.reload_locked(&mut state);
+            state.last_error = r.as_ref().err().cloned();
+            r
+        };
+        match &result {
+            Ok(Reloaded::Applied { kinds }) => {
+                tracing::info!(path = %self.path().display(), ?kinds, "rules reloaded")
+            }
+            Ok(Reloaded::Unchanged) => {}
+            Err(e) => tracing::warn!(error = %e, "rules file rejected"),
+        }
+        let listeners: Vec<Arc<Listener>> = self.inner.listeners.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for l in listeners {
+            l(&result);
+        }
+        result
+    }
+
+    fn reload_locked(&self, state: &mut State) -> Result<Reloaded, SourceError> {
+        let inputs = self.read_inputs(state)?;
+        if state.applied.as_ref() == Some(&inputs) {
+            return Ok(Reloaded::Unchanged);
+        }
+        let mut set = RuleSet::default();
+        for (path, text) in &inputs {
+            let format = format_of(path);
+            let parsed = self
+                .parse_file(path, text, format)
+                .map_err(|error| SourceError::Parse { path: path.clone(), error })?;
+            set.merge(parsed);
+        }
+        let kinds = set.apply(&self.inner.engine).map_err(|error| {
+            let path = self.path_for_error(&inputs, &error);
+            SourceError::Invalid { path, error }
+        })?;
+        state.applied = Some(inputs);
+        Ok(Reloaded::Applied { kinds })
+    }
+
+    fn parse_file(&self, path: &Path, text: &str, format: Format) -> Result<RuleSet, super::ParseError> {
+        let kind = match &self.inner.layout {
+            Layout::Combined(_) => return RuleSet::parse(text, format),
+            Layout::Single(_, kind) => *kind,
+            Layout::Dir(_) => match kind_of_file(path) {
+                Some(k) => k,
+                None => return RuleSet::parse(text, format),
+            },
+        };
+        let mut set = RuleSet::default();
+        match kind {
+            RuleKind::Flow => set.flow = Some(parse_rules::<FlowRule>(text, format)?),
+            RuleKind::Degrade => set.degrade = Some(parse_rules::<DegradeRule>(text, format)?),
+            RuleKind::System => set.system = Some(parse_rules::<SystemRule>(text, format)?),
+            RuleKind::Authority => set.authority = Some(parse_rules::<AuthorityRule>(text, format)?),
+            RuleKind::ParamFlow => set.param_flow = Some(parse_rules::<ParamFlowRule>(text, format)?),
+        }
+        Ok(set)
+    }
+
+    fn path_for_error(&self, inputs: &[(PathBuf, String)], error: &RuleError) -> PathBuf {
+        let RuleError::Invalid { kind, .. } = error;
+        if self.is_dir() {
+            if let Some((p, _)) = inputs.iter().find(|(p, _)| kind_of_file(p) == Some(*kind)) {
+                return p.clone();
+            }
+        }
+        self.path().to_path_buf()
+    }
+
+    fn read_inputs(&self, state: &mut State) -> Result<Vec<(PathBuf, String)>, SourceError> {
+        match &self.inner.layout {
+            Layout::Combined(p) | Layout::Single(p, _) => Ok(vec![(p.clone(), read(p)?)]),
+            Layout::Dir(dir) => {
+                let mut found = Vec::new();
+                for kind in ALL_KINDS {
+                    for ext in EXTENSIONS {
+                        let p = dir.join(format!("{}.{ext}", file_stem(kind)));
+                        if p.is_file() {
+                            found.push(p);
+                            break;
+                        }
+                    }
+                }
+                let gone: Vec<PathBuf> = state.present.iter().filter(|p| !found.contains(p)).cloned().collect();
+                state.present = found.clone();
+                if let Some(path) = gone.into_iter().next() {
+                    return Err(SourceError::Missing { path });
+                }
+                if found.is_empty() {
+                    return Err(SourceError::Missing { path: dir.clone() });
+                }
+                found.into_iter().map(|p| read(&p).map(|t| (p, t))).collect()
+            }
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<String, SourceError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SourceError::Missing { path: path.to_path_buf() }),
+        Err(e) => Err(SourceError::Read { path: path.to_path_buf(), source: Arc::new(e) }),
+    }
+}

@@ -1,0 +1,433 @@
+//! Rules as data: Sentinel's own rule JSON (and the same fields in YAML and TOML), and a file data source
+//! that hot-reloads a rules file or directory.
+//!
+//! # The format
+//! Field names and numeric codes are Java Sentinel's, so a rule set exported from a Java setup (a dashboard
+//! push to a config center, `getRules` output, a `FileRefreshableDataSource` file) loads as it is:
+//!
+//! | kind | fields (codes) |
+//! |------|----------------|
+//! | flow | `resource`, `limitApp`, `grade` (0 thread, 1 QPS), `count`, `strategy` (0 direct, 1 relate, 2 chain), `refResource`, `controlBehavior` (0 reject, 1 warm up, 2 rate limiter, 3 warm up + rate limiter), `warmUpPeriodSec`, `maxQueueingTimeMs`, `clusterMode`, `clusterConfig` {`flowId`, `thresholdType` (0 avg local, 1 global), `fallbackToLocalWhenFail`, `sampleCount`, `windowIntervalMs`} |
+//! | degrade | `resource`, `limitApp`, `grade` (0 slow ratio, 1 error ratio, 2 error count), `count`, `timeWindow`, `minRequestAmount`, `statIntervalMs`, `slowRatioThreshold` |
+//! | system | `highestSystemLoad`, `highestCpuUsage`, `qps`, `avgRt`, `maxThread` (negative, e.g. Java's -1, = not set) |
+//! | authority | `resource`, `limitApp` (comma-separated origins), `strategy` (0 white, 1 black) |
+//! | param flow | `resource`, `paramIdx` (required), `grade`, `count`, `controlBehavior`, `maxQueueingTimeMs`, `burstCount`, `durationInSec`, `paramFlowItemList` [{`object`, `count`, `classType`}], `clusterMode`, `clusterConfig` |
+//!
+//! Absent (or `null`) fields take Java's defaults. Every rule may carry `id` (kept).
+//!
+//! **Unknown fields.** Java (fastjson) ignores every unknown field, which hides typos (`"grad": 0` silently
+//! becomes a QPS rule). We accept the fields Java's rule classes and the dashboard's rule entities really
+//! carry — `app`, `ip`, `port`, `gmtCreate`, `gmtModified`, `regex: false`, `hotItems`, and the token-service
+//! fields of `clusterConfig` (`strategy`, `resourceTimeout`, `resourceTimeoutStrategy`,
+//! `acquireRefuseStrategy`, `clientOfflineTime`, `prefetchCntRatio`) — and report any other as an error with
+//! its line and path. `regex: true` is reported as unsupported.
+//!
+//! **Param item values.** `classType` is read as Java reads it (`int`/`java.lang.Integer`, `long`, `short`,
+//! `byte` → integer; `double`/`float` → float; `boolean`; `char`; `String`/`java.lang.String` or none →
+//! string; an unknown class → string, with a warning). Unlike Java, a value that does not parse as its class
+//! (`"abc"` as `int`, `"yes"` as `boolean`) is an error instead of a silently dropped item.
+//!
+//! # Documents
+//! * One kind per document (Java's files): a list of rules — a JSON or YAML array; in TOML, `[[rules]]`
+//!   tables. See [`parse_rules`] / [`rules_to_string`].
+//! * All kinds in one document ([`RuleSet`]): `{"flowRules": [...], "degradeRules": [...], "systemRules":
+//!   [...], "authorityRules": [...], "paramFlowRules": [...]}`. A kind left out is not managed by the document.
+//!
+//! ```
+//! use sentinel_runtime::datasource::{parse_rules, Format};
+//! use sentinel_runtime::flow::{FlowRule, FlowGrade};
+//! let rules: Vec<FlowRule> =
+//!     parse_rules(r#"[{"resource": "getUser", "grade": 1, "count": 20, "limitApp": "default"}]"#, Format::Json)
+//!         .unwrap();
+//! assert_eq!(rules[0].grade, FlowGrade::Qps);
+//! assert_eq!(rules[0].count, 20.0);
+//! ```
+
+mod error;
+mod file;
+mod java;
+#[cfg(feature = "file-watch")]
+mod watch;
+
+pub use error::{ParseError, SerializeError, SourceError};
+pub use file::{FileDataSource, Reloaded};
+#[cfg(feature = "file-watch")]
+pub use watch::{WatchError, Watcher};
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::authority::AuthorityRule;
+use crate::circuit_breaker::DegradeRule;
+use crate::flow::FlowRule;
+use crate::param_flow::ParamFlowRule;
+use crate::system::SystemRule;
+use crate::{RuleError, RuleKind, Sentinel};
+
+/// A document format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// JSON (Sentinel's own).
+    Json,
+    /// YAML, same field names.
+    Yaml,
+    /// TOML, same field names.
+    Toml,
+}
+
+impl Format {
+    /// The format a file's extension names (`.json`, `.yaml`/`.yml`, `.toml`), if any.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
+            "json" => Some(Format::Json),
+            "yaml" | "yml" => Some(Format::Yaml),
+            "toml" => Some(Format::Toml),
+            _ => None,
+        }
+    }
+    /// The usual file extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Yaml => "yaml",
+            Format::Toml => "toml",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Json => "JSON",
+            Format::Yaml => "YAML",
+            Format::Toml => "TOML",
+        })
+    }
+}
+
+mod sealed {
+    pub trait Sealed {
+        type Wire: serde::Serialize + serde::de::DeserializeOwned + Clone;
+        fn wrap(self) -> Self::Wire;
+        fn unwrap(w: Self::Wire) -> Self;
+    }
+}
+
+/// A rule type with a Sentinel data format: [`FlowRule`], [`DegradeRule`], [`SystemRule`],
+/// [`AuthorityRule`], [`ParamFlowRule`].
+pub trait RuleData: Clone + Sized + sealed::Sealed {
+    /// The kind.
+    const KIND: RuleKind;
+    /// The key of this kind in a [`RuleSet`] document (`flowRules`, ...).
+    const KEY: &'static str;
+    /// The stem of this kind's file in a rules directory (`flow-rules`, ...).
+    const FILE_STEM: &'static str;
+}
+
+macro_rules! rule_data {
+    ($rule:ty, $wire:ident, $java:ident, $kind:expr, $key:literal, $stem:literal) => {
+        impl sealed::Sealed for $rule {
+            type Wire = java::$wire;
+            fn wrap(self) -> java::$wire {
+                java::$wire(java::$java(self))
+            }
+            fn unwrap(w: java::$wire) -> Self {
+                w.0 .0
+            }
+        }
+        impl RuleData for $rule {
+            const KIND: RuleKind = $kind;
+            const KEY: &'static str = $key;
+            const FILE_STEM: &'static str = $stem;
+        }
+    };
+}
+
+rule_data!(FlowRule, FlowWire, JavaFlowRule, RuleKind::Flow, "flowRules", "flow-rules");
+rule_data!(DegradeRule, DegradeWire, JavaDegradeRule, RuleKind::Degrade, "degradeRules", "degrade-rules");
+rule_data!(SystemRule, SystemWire, JavaSystemRule, RuleKind::System, "systemRules", "system-rules");
+rule_data!(AuthorityRule, AuthorityWire, JavaAuthorityRule, RuleKind::Authority, "authorityRules", "authority-rules");
+rule_data!(ParamFlowRule, ParamFlowWire, JavaParamFlowRule, RuleKind::ParamFlow, "paramFlowRules", "param-flow-rules");
+
+/// The file stem of a kind's file in a rules directory.
+pub fn file_stem(kind: RuleKind) -> &'static str {
+    match kind {
+        RuleKind::Flow => FlowRule::FILE_STEM,
+        RuleKind::Degrade => DegradeRule::FILE_STEM,
+        RuleKind::System => SystemRule::FILE_STEM,
+        RuleKind::Authority => AuthorityRule::FILE_STEM,
+        RuleKind::ParamFlow => ParamFlowRule::FILE_STEM,
+    }
+}
+
+/// Every kind, in the order a [`RuleSet`] is applied.
+pub const ALL_KINDS: [RuleKind; 5] =
+    [RuleKind::Authority, RuleKind::System, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade];
+
+/// TOML documents must be tables: a single kind's list sits under `rules`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlList<W> {
+    rules: Vec<W>,
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text.as_bytes()[..offset];
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let col = before.iter().rev().take_while(|b| **b != b'\n').count() + 1;
+    (line, col)
+}
+
+fn field_of(path: &serde_path_to_error::Path) -> Option<String> {
+    let p = path.to_string();
+    // `?` stands for a key the parser had not finished reading (e.g. a file cut in the middle of one).
+    let p = p.trim_end_matches(".?").trim_end_matches('?');
+    (p != "." && !p.is_empty()).then(|| p.to_string())
+}
+
+/// Deserializes `text` in `format`, reporting the line, column and field path of the first problem.
+pub(crate) fn from_text<T: DeserializeOwned>(text: &str, format: Format) -> Result<T, ParseError> {
+    match format {
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                let field = field_of(e.path());
+                let inner = e.into_inner();
+                ParseError::new(format, Some(inner.line()), Some(inner.column()), field, strip_json_position(&inner))
+            })?;
+            de.end().map_err(|e| {
+                ParseError::new(format, Some(e.line()), Some(e.column()), None, strip_json_position(&e))
+            })?;
+            Ok(value)
+        }
+        Format::Yaml => {
+            let de = serde_yaml_ng::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let field = field_of(e.path());
+                let inner = e.into_inner();
+                let (line, col) = match inner.location() {
+                    Some(l) => (Some(l.line()), Some(l.column())),
+                    None => (None, None),
+                };
+                ParseError::new(format, line, col, field, strip_yaml_position(&inner.to_string()))
+            })
+        }
+        Format::Toml => {
+            let de = toml::Deserializer::parse(text).map_err(|e| toml_error(text, None, e))?;
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let field = field_of(e.path());
+                toml_error(text, field, e.into_inner())
+            })
+        }
+    }
+}
+
+fn toml_error(text: &str, field: Option<String>, e: toml::de::Error) -> ParseError {
+    let (line, col) = match e.span() {
+        Some(span) => {
+            let (l, c) = line_col(text, span.start);
+            (Some(l), Some(c))
+        }
+        None => (None, None),
+    };
+    ParseError::new(Format::Toml, line, col, field, e.message().to_string())
+}
+
+/// serde_json appends " at line L column C" to its messages: we report the position separately.
+fn strip_json_position(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" at line ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// serde_yaml prefixes its messages with the path (`.[0]: `) and appends the position: both are reported
+/// separately.
+fn strip_yaml_position(s: &str) -> String {
+    let s = match s.rfind(" at line ") {
+        Some(i) => &s[..i],
+        None => s,
+    };
+    match s.split_once(": ") {
+        Some((path, rest)) if path.starts_with('.') || path.starts_with('[') => rest.to_string(),
+        _ => s.to_string(),
+    }
+}
+
+pub(crate) fn to_text<T: Serialize>(value: &T, format: Format) -> Result<String, SerializeError> {
+    match format {
+        Format::Json => serde_json::to_string_pretty(value).map_err(|e| SerializeError::new(format, e.to_string())),
+        Format::Yaml => serde_yaml_ng::to_string(value).map_err(|e| SerializeError::new(format, e.to_string())),
+        Format::Toml => toml::to_string_pretty(value).map_err(|e| SerializeError::new(format, e.to_string())),
+    }
+}
+
+/// Parses one kind's rules: a JSON or YAML list, or TOML `[[rules]]` tables.
+///
+/// Errors carry the line, column and path of the first problem (syntax, wrong type, unknown field, bad
+/// code). The rules are not validated here: the engine validates them when they are loaded.
+pub fn parse_rules<R: RuleData>(text: &str, format: Format) -> Result<Vec<R>, ParseError> {
+    let wires: Vec<R::Wire> = match format {
+        Format::Toml => from_text::<TomlList<R::Wire>>(text, format)?.rules,
+        _ => from_text(text, format)?,
+    };
+    Ok(wires.into_iter().map(R::unwrap).collect())
+}
+
+/// Writes one kind's rules in Sentinel's shape (the inverse of [`parse_rules`]).
+pub fn rules_to_string<R: RuleData>(rules: &[R], format: Format) -> Result<String, SerializeError> {
+    let wires: Vec<R::Wire> = rules.iter().cloned().map(R::wrap).collect();
+    match format {
+        Format::Toml => to_text(&TomlList { rules: wires }, format),
+        _ => to_text(&wires, format),
+    }
+}
+
+/// Rules of any kinds, as one document holds them. `None` means "this document does not manage that kind".
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RuleSet {
+    /// Flow rules.
+    pub flow: Option<Vec<FlowRule>>,
+    /// Degrade (circuit breaker) rules.
+    pub degrade: Option<Vec<DegradeRule>>,
+    /// System rules.
+    pub system: Option<Vec<SystemRule>>,
+    /// Authority rules.
+    pub authority: Option<Vec<AuthorityRule>>,
+    /// Hot-parameter rules.
+    pub param_flow: Option<Vec<ParamFlowRule>>,
+}
+
+fn unwrap_all<R: RuleData>(v: Option<Vec<R::Wire>>) -> Option<Vec<R>> {
+    v.map(|v| v.into_iter().map(R::unwrap).collect())
+}
+fn wrap_all<R: RuleData>(v: &Option<Vec<R>>) -> Option<Vec<R::Wire>> {
+    v.as_ref().map(|v| v.iter().cloned().map(R::wrap).collect())
+}
+
+impl RuleSet {
+    /// Parses a combined document: `{"flowRules": [...], "degradeRules": [...], ...}`.
+    ///
+    /// ```
+    /// use sentinel_runtime::datasource::{Format, RuleSet};
+    /// let set = RuleSet::parse("[[flowRules]]\nresource = \"a\"\ncount = 5\n", Format::Toml).unwrap();
+    /// assert_eq!(set.flow.unwrap()[0].count, 5.0);
+    /// assert!(set.degrade.is_none());
+    /// ```
+    pub fn parse(text: &str, format: Format) -> Result<RuleSet, ParseError> {
+        let dto: java::RuleSetDto = from_text(text, format)?;
+        Ok(RuleSet {
+            flow: unwrap_all(dto.flow_rules),
+            degrade: unwrap_all(dto.degrade_rules),
+            system: unwrap_all(dto.system_rules),
+            authority: unwrap_all(dto.authority_rules),
+            param_flow: unwrap_all(dto.param_flow_rules),
+        })
+    }
+
+    /// Writes the set as a combined document.
+    pub fn to_string(&self, format: Format) -> Result<String, SerializeError> {
+        let dto = java::RuleSetDto {
+            flow_rules: wrap_all(&self.flow),
+            degrade_rules: wrap_all(&self.degrade),
+            system_rules: wrap_all(&self.system),
+            authority_rules: wrap_all(&self.authority),
+            param_flow_rules: wrap_all(&self.param_flow),
+        };
+        to_text(&dto, format)
+    }
+
+    /// The kinds the set holds.
+    pub fn kinds(&self) -> Vec<RuleKind> {
+        ALL_KINDS.into_iter().filter(|k| self.has(*k)).collect()
+    }
+
+    fn has(&self, kind: RuleKind) -> bool {
+        match kind {
+            RuleKind::Flow => self.flow.is_some(),
+            RuleKind::Degrade => self.degrade.is_some(),
+            RuleKind::System => self.system.is_some(),
+            RuleKind::Authority => self.authority.is_some(),
+            RuleKind::ParamFlow => self.param_flow.is_some(),
+        }
+    }
+
+    /// Adds the rules of `other` (kinds `other` holds replace this set's).
+    pub fn merge(&mut self, other: RuleSet) {
+        if other.flow.is_some() {
+            self.flow = other.flow;
+        }
+        if other.degrade.is_some() {
+            self.degrade = other.degrade;
+        }
+        if other.system.is_some() {
+            self.system = other.system;
+        }
+        if other.authority.is_some() {
+            self.authority = other.authority;
+        }
+        if other.param_flow.is_some() {
+            self.param_flow = other.param_flow;
+        }
+    }
+
+    /// The rules the engine has in force, for the given kinds.
+    pub fn snapshot(engine: &Sentinel, kinds: &[RuleKind]) -> RuleSet {
+        let mut s = RuleSet::default();
+        for k in kinds {
+            match k {
+                RuleKind::Flow => s.flow = Some(engine.flow_rules()),
+                RuleKind::Degrade => s.degrade = Some(engine.degrade_rules()),
+                RuleKind::System => s.system = Some(engine.system_rules()),
+                RuleKind::Authority => s.authority = Some(engine.authority_rules()),
+                RuleKind::ParamFlow => s.param_flow = Some(engine.param_flow_rules()),
+            }
+        }
+        s
+    }
+
+    fn load_kind(&self, engine: &Sentinel, kind: RuleKind) -> Result<(), RuleError> {
+        match kind {
+            RuleKind::Flow => self.flow.clone().map_or(Ok(()), |r| engine.load_flow_rules(r)),
+            RuleKind::Degrade => self.degrade.clone().map_or(Ok(()), |r| engine.load_degrade_rules(r)),
+            RuleKind::System => self.system.clone().map_or(Ok(()), |r| engine.load_system_rules(r)),
+            RuleKind::Authority => self.authority.clone().map_or(Ok(()), |r| engine.load_authority_rules(r)),
+            RuleKind::ParamFlow => self.param_flow.clone().map_or(Ok(()), |r| engine.load_param_flow_rules(r)),
+        }
+    }
+
+    /// Loads every kind the set holds into the engine, as one change: if any kind is rejected, the kinds
+    /// loaded before it are put back and the engine's rules are as they were.
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, datasource::{Format, RuleSet}};
+    /// let engine = Sentinel::builder().build();
+    /// let set = RuleSet::parse(r#"{"flowRules": [{"resource": "a", "count": 1}]}"#, Format::Json).unwrap();
+    /// set.apply(&engine).unwrap();
+    /// assert_eq!(engine.flow_rules().len(), 1);
+    /// ```
+    pub fn apply(&self, engine: &Sentinel) -> Result<Vec<RuleKind>, RuleError> {
+        let kinds = self.kinds();
+        let before = RuleSet::snapshot(engine, &kinds);
+        for (i, kind) in kinds.iter().enumerate() {
+            if let Err(e) = self.load_kind(engine, *kind) {
+                for done in &kinds[..i] {
+                    // Reloading the previous set of a kind cannot fail: it was in force.
+                    if let Err(rollback) = before.load_kind(engine, *done) {
+                        tracing::error!(kind = %done, error = %rollback, "could not restore the previous rules");
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(kinds)
+    }
+}
+
+#[cfg(test)]
+mod tests;

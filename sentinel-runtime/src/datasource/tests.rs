@@ -1,0 +1,542 @@
+use super::*;
+use crate::authority::AuthorityStrategy;
+use crate::circuit_breaker::DegradeGrade;
+use crate::clock::ManualClock;
+use crate::flow::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowStrategy};
+use crate::param_flow::{ParamFlowItem, ParamItemValue};
+
+const FORMATS: [Format; 3] = [Format::Json, Format::Yaml, Format::Toml];
+
+fn sample_flow() -> Vec<FlowRule> {
+    vec![
+        FlowRule::new("getUser").count(20.0).id(7),
+        FlowRule::new("getUser").count(5.0).limit_app("appA").grade(FlowGrade::Thread),
+        FlowRule::new("createOrder").count(100.0).control_behavior(ControlBehavior::WarmUp).warm_up_period_sec(30),
+        FlowRule::new("pay").count(10.0).relate("createOrder").control_behavior(ControlBehavior::RateLimiter),
+        FlowRule::new("list")
+            .count(50.5)
+            .chain("web")
+            .control_behavior(ControlBehavior::WarmUpRateLimiter)
+            .cold_factor(5),
+        FlowRule {
+            cluster_mode: true,
+            cluster_config: Some(ClusterConfig {
+                flow_id: Some(111),
+                threshold_type: ClusterThresholdType::Global,
+                fallback_to_local_when_fail: false,
+                sample_count: 5,
+                window_interval_ms: 2000,
+            }),
+            ..FlowRule::new("cluster").count(33.0)
+        },
+    ]
+}
+
+fn sample_degrade() -> Vec<DegradeRule> {
+    vec![
+        DegradeRule::new("getUser", DegradeGrade::SlowRequestRatio)
+            .count(50.0)
+            .time_window_sec(10)
+            .slow_ratio_threshold(0.5),
+        DegradeRule::new("pay", DegradeGrade::ErrorRatio).count(0.25).time_window_sec(5).min_request_amount(20),
+        DegradeRule::new("*", DegradeGrade::ErrorCount).count(3.0).time_window_sec(1).stat_interval_ms(60_000),
+    ]
+}
+
+fn sample_system() -> Vec<SystemRule> {
+    vec![
+        SystemRule { qps: Some(1000.0), ..Default::default() },
+        SystemRule { highest_system_load: Some(4.5), highest_cpu_usage: Some(0.8), ..Default::default() },
+        SystemRule { id: Some(3), avg_rt: Some(200), max_thread: Some(64), ..Default::default() },
+    ]
+}
+
+fn sample_authority() -> Vec<AuthorityRule> {
+    vec![
+        AuthorityRule::new("getUser", "appA,appB", AuthorityStrategy::White),
+        AuthorityRule::new("pay", "bad", AuthorityStrategy::Black),
+    ]
+}
+
+fn sample_param() -> Vec<ParamFlowRule> {
+    vec![
+        ParamFlowRule::new("getUser", 0)
+            .count(5.0)
+            .burst_count(2)
+            .duration_in_sec(3)
+            .item(ParamItemValue::Int(7), 100.0)
+            .item(ParamItemValue::Int(1 << 40), 1.0)
+            .item(ParamItemValue::Str("7".into()), 50.0)
+            .item(ParamItemValue::Bool(true), 3.0)
+            .item(ParamItemValue::Float(2.5), 4.0)
+            .item(ParamItemValue::Char('x'), 0.0),
+        ParamFlowRule::new("search", -1)
+            .grade(FlowGrade::Thread)
+            .count(2.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(300),
+    ]
+}
+
+fn round_trip<R: RuleData + PartialEq + std::fmt::Debug>(rules: Vec<R>) {
+    for f in FORMATS {
+        let text = rules_to_string(&rules, f).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let back: Vec<R> = parse_rules(&text, f).unwrap_or_else(|e| panic!("{f}: {e}\n{text}"));
+        assert_eq!(back, rules, "{f} round trip of\n{text}");
+    }
+}
+
+#[test]
+fn flow_rules_round_trip_in_every_format() {
+    round_trip(sample_flow());
+}
+
+#[test]
+fn degrade_rules_round_trip_in_every_format() {
+    round_trip(sample_degrade());
+}
+
+#[test]
+fn system_rules_round_trip_in_every_format() {
+    round_trip(sample_system());
+}
+
+#[test]
+fn authority_rules_round_trip_in_every_format() {
+    round_trip(sample_authority());
+}
+
+#[test]
+fn param_flow_rules_round_trip_in_every_format() {
+    round_trip(sample_param());
+}
+
+#[test]
+fn rule_set_round_trips_and_keeps_absent_kinds_absent() {
+    let set = RuleSet {
+        flow: Some(sample_flow()),
+        degrade: Some(sample_degrade()),
+        system: None,
+        authority: Some(Vec::new()),
+        param_flow: Some(sample_param()),
+    };
+    for f in FORMATS {
+        let text = set.to_string(f).unwrap();
+        assert_eq!(RuleSet::parse(&text, f).unwrap(), set, "{f}:\n{text}");
+    }
+    assert_eq!(set.kinds(), vec![RuleKind::Authority, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade]);
+}
+
+#[test]
+fn java_codes_and_names_are_written() {
+    let text = rules_to_string(&[FlowRule::new("a").count(3.0).relate("b")], Format::Json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let r = &v[0];
+    assert_eq!(r["grade"], 1);
+    assert_eq!(r["strategy"], 1);
+    assert_eq!(r["refResource"], "b");
+    assert_eq!(r["controlBehavior"], 0);
+    assert_eq!(r["limitApp"], "default");
+    assert_eq!(r["warmUpPeriodSec"], 10);
+    assert_eq!(r["maxQueueingTimeMs"], 500);
+    assert!(r.get("coldFactor").is_none(), "the default cold factor is not written");
+
+    let text = rules_to_string(&sample_system()[..1], Format::Json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v[0]["qps"], 1000.0);
+    assert_eq!(v[0]["maxThread"], -1, "unset is Java's -1");
+    assert_eq!(v[0]["highestSystemLoad"], -1.0);
+
+    let text = rules_to_string(&sample_degrade()[..1], Format::Json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v[0]["timeWindow"], 10);
+    assert_eq!(v[0]["slowRatioThreshold"], 0.5);
+    assert_eq!(v[0]["statIntervalMs"], 1000);
+    assert_eq!(v[0]["minRequestAmount"], 5);
+}
+
+/// Rules as a Java setup exports them: the dashboard's entities (`id`, `app`, `ip`, `port`, `gmtCreate`,
+/// `gmtModified`), Java's cluster config fields, `regex: false`, `hotItems`.
+#[test]
+fn java_dashboard_export_loads_as_it_is() {
+    let flow = r#"[
+      {"id": 1, "app": "order-service", "ip": "10.0.0.5", "port": 8719, "resource": "GET:/orders",
+       "limitApp": "default", "grade": 1, "count": 20.0, "strategy": 0, "refResource": null,
+       "controlBehavior": 0, "warmUpPeriodSec": 10, "maxQueueingTimeMs": 500, "clusterMode": false,
+       "clusterConfig": {"flowId": null, "thresholdType": 0, "fallbackToLocalWhenFail": true, "strategy": 0,
+                         "sampleCount": 10, "windowIntervalMs": 1000, "resourceTimeout": 2000,
+                         "resourceTimeoutStrategy": 0, "acquireRefuseStrategy": 0, "clientOfflineTime": 2000},
+       "gmtCreate": 1700000000000, "gmtModified": 1700000000000, "regex": false},
+      {"resource": "cluster-resource", "grade": 1, "count": 33, "clusterMode": true,
+       "clusterConfig": {"flowId": 111, "thresholdType": 1, "fallbackToLocalWhenFail": false}}
+    ]"#;
+    let rules: Vec<FlowRule> = parse_rules(flow, Format::Json).unwrap();
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].id, Some(1));
+    assert_eq!(rules[0].resource, "GET:/orders");
+    assert_eq!(rules[0].ref_resource, None);
+    assert_eq!(rules[1].cluster_config.as_ref().unwrap().threshold_type, ClusterThresholdType::Global);
+    assert!(!rules[1].cluster_config.as_ref().unwrap().fallback_to_local_when_fail);
+    assert_eq!(rules[1].cluster_config.as_ref().unwrap().sample_count, 10, "Java's default");
+
+    let degrade = r#"[{"resource": "pay", "limitApp": "default", "grade": 2, "count": 5, "timeWindow": 10,
+        "minRequestAmount": 5, "statIntervalMs": 60000, "slowRatioThreshold": 1.0, "app": "x", "id": 3}]"#;
+    let d: Vec<DegradeRule> = parse_rules(degrade, Format::Json).unwrap();
+    assert_eq!(d[0].grade, DegradeGrade::ErrorCount);
+    assert_eq!(d[0].stat_interval_ms, 60_000);
+
+    let system = r#"[{"id": 9, "app": "x", "ip": "1.2.3.4", "port": 8719, "highestSystemLoad": -1.0,
+        "highestCpuUsage": -1, "qps": 800, "avgRt": -1, "maxThread": -1, "resource": null, "limitApp": null}]"#;
+    let s: Vec<SystemRule> = parse_rules(system, Format::Json).unwrap();
+    assert_eq!(s[0], SystemRule { id: Some(9), qps: Some(800.0), ..Default::default() });
+
+    let authority = r#"[{"resource": "getUser", "limitApp": "appA,appB", "strategy": 1, "gmtCreate": 1}]"#;
+    let a: Vec<AuthorityRule> = parse_rules(authority, Format::Json).unwrap();
+    assert_eq!(a[0].strategy, AuthorityStrategy::Black);
+
+    let param = r#"[{"resource": "getUser", "limitApp": "default", "grade": 1, "paramIdx": 0, "count": 5,
+        "controlBehavior": 0, "maxQueueingTimeMs": 0, "burstCount": 0, "durationInSec": 1,
+        "paramFlowItemList": [
+          {"object": "7", "count": 100, "classType": "int"},
+          {"object": "9", "count": 1, "classType": "java.lang.Long"},
+          {"object": "7", "count": 50, "classType": "java.lang.String"},
+          {"object": "vip", "count": 10},
+          {"object": "TRUE", "count": 2, "classType": "java.lang.Boolean"},
+          {"object": "1.5", "count": 3, "classType": "float"},
+          {"object": "q", "count": 4, "classType": "char"}
+        ],
+        "hotItems": {"7": 100}, "clusterMode": false, "clusterConfig": {"flowId": 5}}]"#;
+    let p: Vec<ParamFlowRule> = parse_rules(param, Format::Json).unwrap();
+    let items: Vec<ParamItemValue> = p[0].items.iter().map(|i| i.value.clone()).collect();
+    assert_eq!(
+        items,
+        vec![
+            ParamItemValue::Int(7),
+            ParamItemValue::Int(9),
+            ParamItemValue::Str("7".into()),
+            ParamItemValue::Str("vip".into()),
+            ParamItemValue::Bool(true),
+            ParamItemValue::Float(1.5),
+            ParamItemValue::Char('q'),
+        ]
+    );
+    assert_eq!(p[0].items[0], ParamFlowItem { value: ParamItemValue::Int(7), count: 100.0 });
+    assert!(!p[0].cluster_config.as_ref().unwrap().fallback_to_local_when_fail, "param cluster default is false");
+}
+
+#[test]
+fn absent_fields_take_java_defaults() {
+    let r: Vec<FlowRule> = parse_rules(r#"[{"resource": "a"}]"#, Format::Json).unwrap();
+    assert_eq!(r[0], FlowRule::new("a"));
+    let r: Vec<FlowRule> = parse_rules(r#"[{"resource": "a", "limitApp": ""}]"#, Format::Json).unwrap();
+    assert_eq!(r[0].limit_app, "default", "blank limitApp is default, as in Java");
+    let d: Vec<DegradeRule> = parse_rules(r#"[{"resource": "a", "count": 1}]"#, Format::Json).unwrap();
+    assert_eq!(d[0].min_request_amount, 5);
+    assert_eq!(d[0].grade, DegradeGrade::SlowRequestRatio);
+    let s: Vec<SystemRule> = parse_rules("[{}]", Format::Json).unwrap();
+    assert_eq!(s[0], SystemRule::default());
+}
+
+#[test]
+fn unknown_field_is_reported_with_line_and_path() {
+    let text = "[\n  {\"resource\": \"a\",\n   \"grad\": 0}\n]";
+    let e = parse_rules::<FlowRule>(text, Format::Json).unwrap_err();
+    assert_eq!(e.line, Some(3));
+    assert!(e.message.contains("unknown field `grad`"), "{e}");
+    assert!(e.to_string().contains("line 3"), "{e}");
+
+    let e = RuleSet::parse("{\"flowRule\": []}", Format::Json).unwrap_err();
+    assert!(e.message.contains("unknown field `flowRule`"), "{e}");
+}
+
+#[test]
+fn wrong_type_is_reported_with_field_path() {
+    let text = "{\"flowRules\": [\n {\"resource\": \"a\"},\n {\"resource\": \"b\", \"count\": \"ten\"}\n]}";
+    let e = RuleSet::parse(text, Format::Json).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("flowRules[1].count"));
+    assert_eq!(e.line, Some(3));
+    assert!(e.message.contains("invalid type"), "{e}");
+}
+
+#[test]
+fn bad_code_is_reported_with_what_is_expected() {
+    let e = parse_rules::<FlowRule>("[{\"resource\": \"a\", \"grade\": 7}]", Format::Json).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("[0].grade"));
+    assert!(e.message.contains("1 (QPS)"), "{e}");
+    let e = parse_rules::<DegradeRule>("- resource: a\n  grade: 3\n", Format::Yaml).unwrap_err();
+    assert!(e.line.is_some(), "{e}");
+    assert_eq!(e.field.as_deref(), Some("[0].grade"));
+    assert!(e.message.starts_with("invalid value"), "{e}");
+    let e = parse_rules::<AuthorityRule>("[[rules]]\nresource = \"a\"\nstrategy = 2\n", Format::Toml).unwrap_err();
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.message.contains("white list"), "{e}");
+}
+
+#[test]
+fn bad_param_item_value_and_regex_are_errors() {
+    let e = parse_rules::<ParamFlowRule>(
+        r#"[{"resource": "a", "paramIdx": 0, "paramFlowItemList": [{"object": "abc", "count": 1, "classType": "int"}]}]"#,
+        Format::Json,
+    )
+    .unwrap_err();
+    assert!(e.message.contains("not a valid int"), "{e}");
+    let e = parse_rules::<ParamFlowRule>(r#"[{"resource": "a", "count": 1}]"#, Format::Json).unwrap_err();
+    assert!(e.message.contains("paramIdx"), "{e}");
+    let e = parse_rules::<FlowRule>(r#"[{"resource": "a.*", "regex": true}]"#, Format::Json).unwrap_err();
+    assert!(e.message.contains("regex"), "{e}");
+}
+
+#[test]
+fn syntax_errors_carry_positions_in_every_format() {
+    let e = parse_rules::<FlowRule>("[{\"resource\": \"a\",\n \"count\": 1,,}]", Format::Json).unwrap_err();
+    assert_eq!(e.line, Some(2));
+    assert!(e.column.is_some());
+    let e = parse_rules::<FlowRule>("- resource: a\n  count: [1\n", Format::Yaml).unwrap_err();
+    assert!(e.line.is_some(), "{e}");
+    let e = parse_rules::<FlowRule>("[[rules]]\nresource = \"a\"\ncount = \n", Format::Toml).unwrap_err();
+    assert_eq!(e.line, Some(3), "{e}");
+    let e = parse_rules::<FlowRule>("[] trailing", Format::Json).unwrap_err();
+    assert!(e.message.contains("trailing"), "{e}");
+}
+
+#[test]
+fn yaml_and_toml_use_the_same_field_names() {
+    let yaml = "flowRules:\n  - resource: api\n    grade: 0\n    count: 4\n    limitApp: appA\n";
+    let toml = "[[flowRules]]\nresource = \"api\"\ngrade = 0\ncount = 4\nlimitApp = \"appA\"\n";
+    let a = RuleSet::parse(yaml, Format::Yaml).unwrap();
+    let b = RuleSet::parse(toml, Format::Toml).unwrap();
+    assert_eq!(a, b);
+    let r = &a.flow.unwrap()[0];
+    assert_eq!(
+        (r.grade, r.count, r.limit_app.as_str(), r.strategy),
+        (FlowGrade::Thread, 4.0, "appA", FlowStrategy::Direct)
+    );
+}
+
+#[test]
+fn applied_rule_set_limits_calls() {
+    let clock = ManualClock::at_millis(1_700_000_000_000);
+    let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+    let set = RuleSet::parse(r#"{"flowRules": [{"resource": "api", "grade": 1, "count": 2}]}"#, Format::Json).unwrap();
+    assert_eq!(set.apply(&engine).unwrap(), vec![RuleKind::Flow]);
+    let api = engine.resource("api");
+    let passed = (0..5).filter(|_| api.enter().is_ok()).count();
+    assert_eq!(passed, 2);
+}
+
+#[test]
+fn invalid_rule_set_is_rejected_and_rules_stay() {
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_000_000)).build();
+    engine.load_flow_rules(vec![FlowRule::new("api").count(3.0)]).unwrap();
+    let set = RuleSet::parse(r#"{"flowRules": [{"resource": "api", "count": -1}]}"#, Format::Json).unwrap();
+    let e = set.apply(&engine).unwrap_err();
+    let RuleError::Invalid { field, index, .. } = &e;
+    assert_eq!((*field, *index), ("count", 0));
+    assert_eq!(engine.flow_rules(), vec![FlowRule::new("api").count(3.0)]);
+}
+
+/// A set whose second kind is rejected leaves the first kind as it was. (Degrade validation lives in the
+/// circuit breaker module: where it accepts everything, the set simply applies.)
+#[test]
+fn a_rejected_kind_rolls_back_the_kinds_loaded_before_it() {
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_000_000)).build();
+    engine.load_flow_rules(vec![FlowRule::new("api").count(3.0)]).unwrap();
+    let set = RuleSet {
+        flow: Some(vec![FlowRule::new("api").count(9.0)]),
+        degrade: Some(vec![DegradeRule::new("api", DegradeGrade::ErrorRatio).count(0.5).time_window_sec(0)]),
+        ..Default::default()
+    };
+    match set.apply(&engine) {
+        Err(RuleError::Invalid { kind, field, .. }) => {
+            assert_eq!((kind, field), (RuleKind::Degrade, "time_window_sec"));
+            assert_eq!(engine.flow_rules(), vec![FlowRule::new("api").count(3.0)], "flow rolled back");
+        }
+        Ok(kinds) => {
+            assert_eq!(kinds, vec![RuleKind::Flow, RuleKind::Degrade]);
+            assert_eq!(engine.flow_rules(), vec![FlowRule::new("api").count(9.0)]);
+        }
+    }
+}
+
+mod file_source {
+    use super::*;
+    use std::fs;
+
+    fn engine() -> (Sentinel, ManualClock) {
+        let clock = ManualClock::at_millis(1_700_000_000_000);
+        (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
+    }
+
+    fn flow_doc(count: u32) -> String {
+        format!("{{\"flowRules\": [{{\"resource\": \"api\", \"grade\": 1, \"count\": {count}}}]}}")
+    }
+
+    fn passes(engine: &Sentinel, clock: &ManualClock) -> usize {
+        clock.advance_millis(1000);
+        let api = engine.resource("api");
+        (0..10).filter(|_| api.enter().is_ok()).count()
+    }
+
+    #[test]
+    fn an_edit_takes_effect() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.json");
+        fs::write(&path, flow_doc(2)).unwrap();
+        let (engine, clock) = engine();
+        let src = FileDataSource::new(&engine, &path);
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Applied { kinds: vec![RuleKind::Flow] });
+        assert_eq!(passes(&engine, &clock), 2);
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Unchanged);
+        fs::write(&path, flow_doc(5)).unwrap();
+        assert!(matches!(src.reload_now().unwrap(), Reloaded::Applied { .. }));
+        assert_eq!(passes(&engine, &clock), 5);
+    }
+
+    #[test]
+    fn a_half_written_file_does_not_replace_good_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.json");
+        fs::write(&path, flow_doc(2)).unwrap();
+        let (engine, clock) = engine();
+        let src = FileDataSource::new(&engine, &path);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        src.on_reload(move |r| s2.lock().unwrap().push(r.is_ok()));
+        src.reload_now().unwrap();
+        let full = flow_doc(9);
+        fs::write(&path, &full[..full.len() / 2]).unwrap();
+        let err = src.reload_now().unwrap_err();
+        match &err {
+            SourceError::Parse { path: p, error } => {
+                assert_eq!(p, &path);
+                assert_eq!(error.line, Some(1));
+            }
+            other => panic!("unexpected {other}"),
+        }
+        assert!(err.to_string().contains("rules.json"), "{err}");
+        assert!(src.last_error().is_some());
+        assert_eq!(passes(&engine, &clock), 2, "the good rules stay");
+        fs::write(&path, full).unwrap();
+        src.reload_now().unwrap();
+        assert!(src.last_error().is_none());
+        assert_eq!(passes(&engine, &clock), 9);
+        assert_eq!(*seen.lock().unwrap(), vec![true, false, true]);
+    }
+
+    #[test]
+    fn an_invalid_rule_or_unknown_field_is_reported_with_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.yaml");
+        fs::write(&path, "flowRules:\n  - resource: api\n    count: 2\n").unwrap();
+        let (engine, clock) = engine();
+        let src = FileDataSource::new(&engine, &path);
+        src.reload_now().unwrap();
+
+        fs::write(&path, "flowRules:\n  - resource: api\n    count: -4\n").unwrap();
+        match src.reload_now().unwrap_err() {
+            SourceError::Invalid { path: p, error: RuleError::Invalid { field, .. } } => {
+                assert_eq!((p, field), (path.clone(), "count"))
+            }
+            other => panic!("unexpected {other}"),
+        }
+        fs::write(&path, "flowRules:\n  - resource: api\n    count: 3\n    limitapp: appA\n").unwrap();
+        match src.reload_now().unwrap_err() {
+            SourceError::Parse { error, .. } => {
+                assert_eq!(error.line, Some(4));
+                assert!(error.message.contains("limitapp"), "{error}");
+            }
+            other => panic!("unexpected {other}"),
+        }
+        assert_eq!(passes(&engine, &clock), 2);
+    }
+
+    #[test]
+    fn deleting_the_file_is_reported_and_keeps_the_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("flow-rules.json");
+        fs::write(&path, r#"[{"resource": "api", "count": 4}]"#).unwrap();
+        let (engine, clock) = engine();
+        let src = FileDataSource::new(&engine, &path);
+        src.reload_now().unwrap();
+        fs::remove_file(&path).unwrap();
+        let err = src.reload_now().unwrap_err();
+        assert!(matches!(&err, SourceError::Missing { path: p } if p == &path), "{err}");
+        assert_eq!(passes(&engine, &clock), 4);
+        fs::write(&path, r#"[{"resource": "api", "count": 1}]"#).unwrap();
+        src.reload_now().unwrap();
+        assert_eq!(passes(&engine, &clock), 1);
+    }
+
+    #[test]
+    fn a_directory_holds_one_file_per_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("flow-rules.json"), r#"[{"resource": "api", "count": 3}]"#).unwrap();
+        fs::write(
+            dir.path().join("degrade-rules.yaml"),
+            "- resource: api\n  grade: 1\n  count: 0.5\n  timeWindow: 5\n",
+        )
+        .unwrap();
+        fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let (engine, clock) = engine();
+        let src = FileDataSource::new(&engine, dir.path());
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Applied { kinds: vec![RuleKind::Flow, RuleKind::Degrade] });
+        assert_eq!(passes(&engine, &clock), 3);
+
+        fs::write(dir.path().join("degrade-rules.yaml"), "- resource: api\n  grade: 9\n").unwrap();
+        let err = src.reload_now().unwrap_err();
+        assert_eq!(err.path(), dir.path().join("degrade-rules.yaml"));
+
+        fs::remove_file(dir.path().join("degrade-rules.yaml")).unwrap();
+        let err = src.reload_now().unwrap_err();
+        assert!(matches!(err, SourceError::Missing { .. }), "{err}");
+        assert_eq!(passes(&engine, &clock), 3);
+        // Reported once; the next change of the other files applies.
+        fs::write(dir.path().join("flow-rules.json"), r#"[{"resource": "api", "count": 6}]"#).unwrap();
+        src.reload_now().unwrap();
+        assert_eq!(passes(&engine, &clock), 6);
+    }
+
+    #[test]
+    fn a_java_per_kind_file_loads_whatever_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("FlowRule.json");
+        fs::write(&path, r#"[{"resource": "api", "grade": 1, "count": 4, "limitApp": "default"}]"#).unwrap();
+        let (engine, clock) = engine();
+        let src = FileDataSource::for_kind(&engine, &path, RuleKind::Flow);
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Applied { kinds: vec![RuleKind::Flow] });
+        assert_eq!(passes(&engine, &clock), 4);
+    }
+
+    #[cfg(feature = "file-watch")]
+    #[test]
+    fn the_watcher_reloads_on_change() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.toml");
+        fs::write(&path, "[[flowRules]]\nresource = \"api\"\ncount = 2\n").unwrap();
+        let (engine, clock) = engine();
+        let src = FileDataSource::new(&engine, &path);
+        src.reload_now().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        src.on_reload(move |r| {
+            let _ = tx.lock().unwrap().send(r.clone().map_err(|e| e.to_string()));
+        });
+        let _watcher = src.watch(Duration::from_millis(50)).unwrap();
+        fs::write(&path, "[[flowRules]]\nresource = \"api\"\ncount = 7\n").unwrap();
+        // Wait (generously) for the reload the write causes; no timing is asserted.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(Reloaded::Applied { .. })) => break,
+                Ok(_) => continue,
+                Err(e) => panic!("no reload within 30 s: {e}"),
+            }
+        }
+        assert_eq!(passes(&engine, &clock), 7);
+    }
+}
+
+use std::sync::{Arc, Mutex};
