@@ -209,7 +209,7 @@ fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CheckCx<'_>, es: &mu
         if blocked.is_some() {
             return;
         }
-        match st.decide(&v.key(), cx.acquire, cx.now_nanos) {
+        match st.decide(&v.key(), cx.acquire, cx.now_nanos, || cx.shared.clock.precise_nanos()) {
             ValueDecision::Pass => {}
             ValueDecision::Wait(w) => wait = wait.max(w),
             ValueDecision::Permit(cell) => es.push(cell),

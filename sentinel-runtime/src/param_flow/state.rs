@@ -192,11 +192,18 @@ impl ParamRuleState {
 
     /// Decides one value.
     #[inline]
-    pub(crate) fn decide(&self, key: &ValueKey, acquire: u32, now_nanos: u64) -> ValueDecision {
+    /// `now_nanos` is the entry's (possibly cached) time; the rate limiter spaces calls with `precise()`.
+    pub(crate) fn decide(
+        &self,
+        key: &ValueKey,
+        acquire: u32,
+        now_nanos: u64,
+        precise: impl FnOnce() -> u64,
+    ) -> ValueDecision {
         let threshold = self.threshold_for(key);
         match self.mode {
             Mode::Bucket => self.bucket(key, threshold, acquire as i64, now_nanos / NANOS_PER_MILLI),
-            Mode::Throttle { max_queue_nanos } => self.throttle(key, threshold, acquire, now_nanos, max_queue_nanos),
+            Mode::Throttle { max_queue_nanos } => self.throttle(key, threshold, acquire, precise(), max_queue_nanos),
             Mode::Thread => self.thread(key, threshold),
         }
     }
@@ -313,7 +320,7 @@ mod tests {
     fn bucket_keeps_time_and_tokens_together() {
         let s = ParamRuleState::new(ParamFlowRule::new("r", 0).count(3.0).burst_count(1));
         let k = ParamValue::Int(1).key();
-        assert!(matches!(s.decide(&k, 1, 5_000 * NANOS_PER_MILLI), ValueDecision::Pass));
+        assert!(matches!(s.decide(&k, 1, 5_000 * NANOS_PER_MILLI, || 5_000 * NANOS_PER_MILLI), ValueDecision::Pass));
         assert_eq!(s.peek(&k).unwrap().raw(), (5_000, 3), "first sight: max (3 + 1) - 1 left");
     }
 
@@ -323,7 +330,7 @@ mod tests {
         let s = ParamRuleState::new(ParamFlowRule::new("r", 0).count(1.0).duration_in_sec(60));
         let cap = s.capacity();
         for v in 0..300_000i64 {
-            assert!(matches!(s.decide(&ParamValue::Int(v).key(), 1, 0), ValueDecision::Pass));
+            assert!(matches!(s.decide(&ParamValue::Int(v).key(), 1, 0, || 0), ValueDecision::Pass));
         }
         assert!(s.tracked() <= cap && cap <= 200_000, "{} of {cap}", s.tracked());
         assert!(s.tracked() > cap / 2);
@@ -334,7 +341,7 @@ mod tests {
         let s = ParamRuleState::with_capacity(ParamFlowRule::new("r", 0).count(1.0), Some(1024));
         for v in 0..100_000u32 {
             let text = format!("user-{v}");
-            let _ = s.decide(&ParamValue::Str(&text).key(), 1, 0);
+            let _ = s.decide(&ParamValue::Str(&text).key(), 1, 0, || 0);
             assert!(s.tracked() <= 1024);
         }
     }

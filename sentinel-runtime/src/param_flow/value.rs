@@ -136,6 +136,11 @@ impl ValueKey {
 /// let err = profile.entry().args(&[&alice]).enter().unwrap_err();
 /// assert!(matches!(err, BlockError::ParamFlow { ref value, .. } if value == "1"));
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a hot parameter",
+    label = "not a hot parameter",
+    note = "implement `sentinel_runtime::param_flow::HotParam` for `{Self}` (its `visit_values` yields the values to limit by), or pass a field that is one (an integer, string, bool, char, float, or a collection of them)"
+)]
 pub trait HotParam {
     /// Calls `f` with each value this argument contributes: one for a scalar, each element for a collection,
     /// none for an absent value (which always passes).
