@@ -1,23 +1,24 @@
 //! Per-user limiting with a hot-parameter rule: each user id gets its own budget of calls per second,
 //! a VIP user a larger one, and a thread-grade rule caps each region's calls in flight.
 //!
+//! The annotated function hands its arguments to the rules with `params = [...]` (by reference, no clone).
+//!
 //! Run: `cargo run --example hot_params`
 
 use std::time::{Duration, Instant};
 
 use sentinel_runtime::flow::FlowGrade;
 use sentinel_runtime::param_flow::{ParamFlowRule, ParamItemValue};
-use sentinel_runtime::{BlockError, Sentinel};
+use sentinel_runtime::{sentinel_resource, BlockError, Sentinel};
 
-/// The guarded operation: argument 0 is the user id, argument 1 the region.
-fn get_profile(engine: &Sentinel, user_id: u64, region: &str) -> Result<String, BlockError> {
-    let resource = engine.resource("getProfile");
-    let _entry = resource.entry().args(&[&user_id, &region]).enter()?;
+/// The guarded operation: hot parameter 0 is the user id, 1 the region.
+#[sentinel_resource(name = "getProfile", params = [user_id, region])]
+fn get_profile(user_id: u64, region: &str) -> Result<String, BlockError> {
     Ok(format!("profile of user {user_id} ({region})"))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let engine = Sentinel::builder().app_name("hot-params-example").build();
+    let engine = Sentinel::global();
     engine.load_param_flow_rules(vec![
         // 5 calls per second per user id; user 42 is a VIP with 20.
         ParamFlowRule::new("getProfile", 0).count(5.0).item(ParamItemValue::Int(42), 20.0),
@@ -31,7 +32,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for user in users {
             let (mut ok, mut blocked, mut last) = (0, 0, None);
             for _ in 0..25 {
-                match get_profile(&engine, user, "eu-west") {
+                match get_profile(user, "eu-west") {
                     Ok(_) => ok += 1,
                     Err(e) => {
                         blocked += 1;
@@ -51,6 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // The thread-grade rule: a third concurrent call from the same region is blocked while two are in flight.
+    // Manual entries take the same hot parameters with `args`.
     let resource = engine.resource("getProfile");
     let a = resource.entry().args(&[&1u64, &"us-east"]).enter()?;
     let b = resource.entry().args(&[&2u64, &"us-east"]).enter()?;

@@ -35,8 +35,10 @@ pub type ErrorFilter = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
 /// Called for every blocked call: the error, the time (ms) and the permits asked.
 pub type BlockListener = dyn Fn(&BlockError, u64, u32) + Send + Sync;
 
-/// Engine settings.
+/// Engine settings. Build it from [`Config::default`] (or the environment) and set fields: new fields may be
+/// added in later versions.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Config {
     /// The application's name (shown by the dashboard and logs).
     pub app_name: String,
