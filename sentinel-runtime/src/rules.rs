@@ -12,6 +12,7 @@ use arc_swap::ArcSwap;
 use crate::authority::ResourceAuthority;
 use crate::circuit_breaker::ResourceBreakers;
 use crate::engine::Shared;
+use crate::error::RuleError;
 use crate::flow::ResourceFlowRules;
 use crate::node::DefaultNode;
 use crate::param_flow::{HotParam, ResourceParamRules};
@@ -90,4 +91,68 @@ pub(crate) struct ExitCx<'a> {
     pub(crate) now_ms: u64,
     pub(crate) rt_micros: u64,
     pub(crate) error: bool,
+}
+
+/// The rule list of one kind as loaded (deduplicated), and the lock that serializes loads of that kind.
+pub(crate) struct RuleList<R> {
+    rules: ArcSwap<Vec<R>>,
+    load_lock: std::sync::Mutex<()>,
+}
+
+impl<R> Default for RuleList<R> {
+    fn default() -> Self {
+        RuleList { rules: ArcSwap::from_pointee(Vec::new()), load_lock: std::sync::Mutex::new(()) }
+    }
+}
+
+impl<R: Clone + PartialEq> RuleList<R> {
+    /// Replaces the list: every rule is validated first (the first invalid one rejects the whole set and
+    /// nothing changes), normalized and deduplicated. Unless the result equals the list in force, `install`
+    /// builds and publishes the compiled rules (it may still reject the set), then the list is stored.
+    /// Returns whether anything changed.
+    pub(crate) fn replace(
+        &self,
+        rules: Vec<R>,
+        validate: impl Fn(&R, usize) -> Result<(), RuleError>,
+        normalize: impl Fn(R) -> R,
+        install: impl FnOnce(&[R]) -> Result<(), RuleError>,
+    ) -> Result<bool, RuleError> {
+        for (i, r) in rules.iter().enumerate() {
+            validate(r, i)?;
+        }
+        let mut unique: Vec<R> = Vec::with_capacity(rules.len());
+        for r in rules.into_iter().map(normalize) {
+            if !unique.contains(&r) {
+                unique.push(r);
+            }
+        }
+        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if **self.rules.load() == unique {
+            return Ok(false);
+        }
+        install(&unique)?;
+        self.rules.store(Arc::new(unique));
+        Ok(true)
+    }
+
+    /// The rules in force.
+    pub(crate) fn get(&self) -> Vec<R> {
+        self.rules.load().as_ref().clone()
+    }
+}
+
+/// Groups compiled rule states by resource, reusing the state of a rule equal to one in force (so a reload
+/// keeps a limiter's or a counter's state) and building the others with `new`.
+pub(crate) fn group_reusing<R, S>(
+    unique: &[R],
+    resource: impl Fn(&R) -> &str,
+    reuse: impl Fn(&R) -> Option<Arc<S>>,
+    new: impl Fn(&R) -> S,
+) -> HashMap<String, Vec<Arc<S>>> {
+    let mut by_resource: HashMap<String, Vec<Arc<S>>> = HashMap::new();
+    for rule in unique {
+        let state = reuse(rule).unwrap_or_else(|| Arc::new(new(rule)));
+        by_resource.entry(resource(rule).to_string()).or_default().push(state);
+    }
+    by_resource
 }

@@ -1,34 +1,14 @@
 //! Circuit breakers make no heap allocation on entry and exit, closed, open or probing: counted with a
-//! counting global allocator (its own test binary: the counter is process-wide).
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+//! counting global allocator (per thread).
 
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::ManualClock;
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::Sentinel;
 
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocations;
 
 #[test]
 fn closed_open_and_probing_breakers_allocate_nothing() {
@@ -61,7 +41,7 @@ fn closed_open_and_probing_breakers_allocate_nothing() {
         }
     };
     cycle(100); // warm up: nodes, thread-locals
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     cycle(10_000);
-    assert_eq!(ALLOCATIONS.load(Ordering::Relaxed) - before, 0, "allocations in 10k breaker cycles");
+    assert_eq!(allocations() - before, 0, "allocations in 10k breaker cycles");
 }

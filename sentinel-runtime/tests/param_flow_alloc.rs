@@ -1,41 +1,15 @@
 //! Hot-parameter, system and authority checks make no heap allocation on a passing call once the value is
 //! tracked (counted per thread with a counting global allocator).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
 use sentinel_runtime::flow::{ControlBehavior, FlowGrade};
 use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::system::SystemRule;
 use sentinel_runtime::{EntryType, Sentinel};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn allocations() -> usize {
-    ALLOCATIONS.with(|c| c.get())
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocations;
 
 #[test]
 fn passing_calls_on_tracked_values_allocate_nothing() {

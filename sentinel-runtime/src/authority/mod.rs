@@ -25,9 +25,10 @@ mod rule;
 pub use rule::{AuthorityRule, AuthorityStrategy};
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::error::{BlockError, RuleError, RuleKind};
+use crate::rules::RuleList;
 use crate::rules::{CheckCx, RuleMap};
 
 /// The authority rules in force for one resource.
@@ -42,8 +43,7 @@ pub(crate) struct ResourceAuthority {
 #[derive(Default)]
 pub(crate) struct AuthorityManager {
     map: RuleMap<ResourceAuthority>,
-    rules: arc_swap::ArcSwap<Vec<AuthorityRule>>,
-    load_lock: Mutex<()>,
+    rules: RuleList<AuthorityRule>,
 }
 
 /// Checks one authority rule; the first invalid field is reported.
@@ -61,34 +61,27 @@ pub(crate) fn validate(rule: &AuthorityRule, index: usize) -> Result<(), RuleErr
 impl AuthorityManager {
     /// Validates and replaces the rule set; `Ok(false)` when it equals the one in force.
     pub(crate) fn load(&self, rules: Vec<AuthorityRule>) -> Result<bool, RuleError> {
-        for (i, r) in rules.iter().enumerate() {
-            validate(r, i)?;
-        }
-        let mut unique: Vec<AuthorityRule> = Vec::with_capacity(rules.len());
-        for r in rules {
-            if !unique.contains(&r) {
-                unique.push(r);
-            }
-        }
-        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if **self.rules.load() == unique {
-            return Ok(false);
-        }
-        let mut by_resource: HashMap<String, ResourceAuthority> = HashMap::new();
-        for rule in &unique {
-            let list: Box<[Box<str>]> = rule.limit_app.split(',').map(Box::from).collect();
-            let e = by_resource
-                .entry(rule.resource.clone())
-                .or_insert_with(|| ResourceAuthority { rules: Vec::new(), lists: Vec::new() });
-            e.rules.push(Arc::new(rule.clone()));
-            e.lists.push(list);
-        }
-        self.map.store(by_resource.into_iter().map(|(k, v)| (k, Arc::new(v))).collect());
-        self.rules.store(Arc::new(unique));
-        Ok(true)
+        self.rules.replace(
+            rules,
+            validate,
+            |r| r,
+            |unique| {
+                let mut by_resource: HashMap<String, ResourceAuthority> = HashMap::new();
+                for rule in unique {
+                    let list: Box<[Box<str>]> = rule.limit_app.split(',').map(Box::from).collect();
+                    let e = by_resource
+                        .entry(rule.resource.clone())
+                        .or_insert_with(|| ResourceAuthority { rules: Vec::new(), lists: Vec::new() });
+                    e.rules.push(Arc::new(rule.clone()));
+                    e.lists.push(list);
+                }
+                self.map.store(by_resource.into_iter().map(|(k, v)| (k, Arc::new(v))).collect());
+                Ok(())
+            },
+        )
     }
     pub(crate) fn rules(&self) -> Vec<AuthorityRule> {
-        self.rules.load().as_ref().clone()
+        self.rules.get()
     }
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceAuthority>> {
         self.map.get(name)

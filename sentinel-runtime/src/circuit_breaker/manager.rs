@@ -11,6 +11,7 @@ use super::breaker::{Breaker, BreakerState};
 use super::rule::{DegradeGrade, DegradeRule};
 use super::{ResourceBreakers, MAX_RULES_PER_RESOURCE};
 use crate::error::{RuleError, RuleKind};
+use crate::rules::RuleList;
 use crate::rules::RuleMap;
 use crate::{Sentinel, LIMIT_APP_DEFAULT};
 
@@ -48,10 +49,9 @@ pub(crate) struct DegradeManager {
     /// Breakers of the resources that have rules of their own.
     map: RuleMap<ResourceBreakers>,
     /// Every rule in force (deduplicated), in load order.
-    rules: ArcSwap<Vec<DegradeRule>>,
+    rules: RuleList<DegradeRule>,
     /// The default rules and, per resource that uses them, that resource's own breakers built from them.
     defaults: Mutex<Defaults>,
-    load_lock: Mutex<()>,
     observers: ArcSwap<Vec<(String, Arc<StateObserver>)>>,
 }
 
@@ -110,26 +110,14 @@ fn build(rules: &[Arc<DegradeRule>], old: Option<&ResourceBreakers>, is_default:
 impl DegradeManager {
     /// Validates and replaces the rule set; `Ok(true)` when something changed.
     pub(crate) fn load(&self, rules: Vec<DegradeRule>) -> Result<bool, RuleError> {
-        for (i, r) in rules.iter().enumerate() {
-            validate(r, i)?;
-        }
-        let original: Vec<DegradeRule> = rules.into_iter().map(normalize).collect();
-        let mut unique: Vec<DegradeRule> = Vec::with_capacity(original.len());
-        for r in original.iter().cloned() {
-            if !unique.contains(&r) {
-                unique.push(r);
-            }
-        }
-        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if **self.rules.load() == unique {
-            return Ok(false);
-        }
+        self.rules.replace(rules, validate, normalize, |unique| self.install(unique))
+    }
 
+    fn install(&self, unique: &[DegradeRule]) -> Result<(), RuleError> {
         let mut by_resource: HashMap<String, Vec<Arc<DegradeRule>>> = HashMap::new();
-        for rule in &unique {
+        for (index, rule) in unique.iter().enumerate() {
             let rules = by_resource.entry(rule.resource.clone()).or_default();
             if rules.len() == MAX_RULES_PER_RESOURCE {
-                let index = original.iter().position(|r| *r == *rule).unwrap_or(0);
                 let reason = format!("has more than {MAX_RULES_PER_RESOURCE} degrade rules");
                 return Err(RuleError::invalid(RuleKind::Degrade, index, &rule.resource, "resource", reason));
             }
@@ -162,12 +150,11 @@ impl DegradeManager {
             defaults.rules = default_rules;
         }
         self.map.store(map);
-        self.rules.store(Arc::new(unique));
-        Ok(true)
+        Ok(())
     }
 
     pub(crate) fn rules(&self) -> Vec<DegradeRule> {
-        self.rules.load().as_ref().clone()
+        self.rules.get()
     }
 
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceBreakers>> {

@@ -5,15 +5,12 @@ mod rule;
 
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use arc_swap::ArcSwap;
-
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::resource::ResourceInner;
-use crate::rules::{CheckCx, ExitCx, RuleMap};
+use crate::rules::{group_reusing, CheckCx, ExitCx, RuleList, RuleMap};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
@@ -140,8 +137,7 @@ impl EntryState {
 #[derive(Default)]
 pub(crate) struct FlowManager {
     map: RuleMap<ResourceFlowRules>,
-    rules: ArcSwap<Vec<FlowRule>>,
-    load_lock: std::sync::Mutex<()>,
+    rules: RuleList<FlowRule>,
 }
 
 /// Checks one flow rule; the first invalid field is reported.
@@ -197,46 +193,34 @@ fn normalize(mut rule: FlowRule) -> FlowRule {
 impl FlowManager {
     /// Validates and replaces the rule set; `Ok(false)` when it equals the one in force.
     pub(crate) fn load(&self, rules: Vec<FlowRule>) -> Result<bool, RuleError> {
-        for (i, r) in rules.iter().enumerate() {
-            validate(r, i)?;
-        }
-        let mut unique: Vec<FlowRule> = Vec::with_capacity(rules.len());
-        for r in rules.into_iter().map(normalize) {
-            if !unique.contains(&r) {
-                unique.push(r);
-            }
-        }
-        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if **self.rules.load() == unique {
-            return Ok(false);
-        }
-        let old = self.map.snapshot();
-        let mut by_resource: HashMap<String, Vec<Arc<FlowRuleState>>> = HashMap::new();
-        for rule in &unique {
-            let reused = old.get(&rule.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
-            let state = reused.unwrap_or_else(|| Arc::new(FlowRuleState::new(rule.clone())));
-            by_resource.entry(rule.resource.clone()).or_default().push(state);
-        }
-        let map = by_resource
-            .into_iter()
-            .map(|(name, mut rules)| {
-                // Specific origins (and "other") before "default", keeping the given order otherwise.
-                rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
-                let named_origins = rules
-                    .iter()
-                    .map(|s| s.rule.limit_app.clone())
-                    .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
-                    .collect();
-                (name, Arc::new(ResourceFlowRules { rules, named_origins }))
-            })
-            .collect();
-        self.map.store(map);
-        self.rules.store(Arc::new(unique));
-        Ok(true)
+        self.rules.replace(rules, validate, normalize, |unique| {
+            let old = self.map.snapshot();
+            let by_resource = group_reusing(
+                unique,
+                |r| &r.resource,
+                |r| old.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r).cloned()),
+                |r| FlowRuleState::new(r.clone()),
+            );
+            let map = by_resource
+                .into_iter()
+                .map(|(name, mut rules)| {
+                    // Specific origins (and "other") before "default", keeping the given order otherwise.
+                    rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
+                    let named_origins = rules
+                        .iter()
+                        .map(|s| s.rule.limit_app.clone())
+                        .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
+                        .collect();
+                    (name, Arc::new(ResourceFlowRules { rules, named_origins }))
+                })
+                .collect();
+            self.map.store(map);
+            Ok(())
+        })
     }
 
     pub(crate) fn rules(&self) -> Vec<FlowRule> {
-        self.rules.load().as_ref().clone()
+        self.rules.get()
     }
 
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceFlowRules>> {

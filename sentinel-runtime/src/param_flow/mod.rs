@@ -59,11 +59,11 @@ pub use rule::{ParamFlowItem, ParamFlowRule, ParamItemValue};
 pub use state::{counter_capacity, BASE_PARAM_MAX_CAPACITY, TOTAL_MAX_CAPACITY};
 pub use value::{HotParam, ParamValue};
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::flow::ControlBehavior;
+use crate::rules::{group_reusing, RuleList};
 use crate::rules::{CheckCx, ExitCx, RuleMap};
 
 pub(crate) use state::ParamRuleState;
@@ -154,40 +154,28 @@ fn normalize(mut rule: ParamFlowRule) -> ParamFlowRule {
 #[derive(Default)]
 pub(crate) struct ParamFlowManager {
     map: RuleMap<ResourceParamRules>,
-    rules: arc_swap::ArcSwap<Vec<ParamFlowRule>>,
-    load_lock: Mutex<()>,
+    rules: RuleList<ParamFlowRule>,
 }
 
 impl ParamFlowManager {
     /// Validates and replaces the rule set; `Ok(true)` when something changed. A rule equal to one in force
     /// keeps its counters.
     pub(crate) fn load(&self, rules: Vec<ParamFlowRule>) -> Result<bool, RuleError> {
-        for (i, r) in rules.iter().enumerate() {
-            validate(r, i)?;
-        }
-        let mut unique: Vec<ParamFlowRule> = Vec::with_capacity(rules.len());
-        for r in rules.into_iter().map(normalize) {
-            if !unique.contains(&r) {
-                unique.push(r);
-            }
-        }
-        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if **self.rules.load() == unique {
-            return Ok(false);
-        }
-        let old = self.map.snapshot();
-        let mut by_resource: HashMap<String, Vec<Arc<ParamRuleState>>> = HashMap::new();
-        for rule in &unique {
-            let reused = old.get(&rule.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *rule).cloned());
-            let st = reused.unwrap_or_else(|| Arc::new(ParamRuleState::new(rule.clone())));
-            by_resource.entry(rule.resource.clone()).or_default().push(st);
-        }
-        self.map.store(by_resource.into_iter().map(|(k, rules)| (k, Arc::new(ResourceParamRules { rules }))).collect());
-        self.rules.store(Arc::new(unique));
-        Ok(true)
+        self.rules.replace(rules, validate, normalize, |unique| {
+            let old = self.map.snapshot();
+            let by_resource = group_reusing(
+                unique,
+                |r| &r.resource,
+                |r| old.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r).cloned()),
+                |r| ParamRuleState::new(r.clone()),
+            );
+            self.map
+                .store(by_resource.into_iter().map(|(k, rules)| (k, Arc::new(ResourceParamRules { rules }))).collect());
+            Ok(())
+        })
     }
     pub(crate) fn rules(&self) -> Vec<ParamFlowRule> {
-        self.rules.load().as_ref().clone()
+        self.rules.get()
     }
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceParamRules>> {
         self.map.get(name)
