@@ -47,6 +47,8 @@ const GEN_MASK: u64 = (1 << (64 - TOKEN_BITS)) - 1;
 pub(crate) const MAX_TOKENS: u64 = TOKEN_MASK - 1;
 /// The pool while a bucket is being closed.
 const CLOSED: u64 = u64::MAX;
+/// `Meta::limit` before the first bucket: a NaN bit pattern no limit has.
+const UNSET_LIMIT: u64 = 0x7FF8_5E47_1A11_0001;
 /// No bucket opened yet.
 const NONE: u64 = u64::MAX;
 /// `moving`: one started move in the high half, one move in progress in the low half.
@@ -134,12 +136,23 @@ enum Step {
     Again,
 }
 
+/// A stripe's tokens, with the bucket and limit they were issued for: the common call reads this one cache
+/// line only. The copies are written before tokens are credited, and a token spent with a compare-and-swap
+/// on `word` proves no close drained the stripe since, so the copies read with it are those of its
+/// generation.
+struct Local {
+    /// `pack(generation, tokens)`.
+    word: AtomicU64,
+    bucket: AtomicU64,
+    limit: AtomicU64,
+}
+
 /// Exact admission for one node (see the module documentation).
 pub(crate) struct AdmissionWindow {
     meta: CachePadded<Meta>,
     pool: CachePadded<Pool>,
     /// One word per stripe: `pack(generation, tokens)`.
-    locals: Box<[CachePadded<AtomicU64>]>,
+    locals: Box<[CachePadded<Local>]>,
     /// For a second rule with another limit on this node.
     secondary: CasWindow,
 }
@@ -184,7 +197,7 @@ impl AdmissionWindow {
         AdmissionWindow {
             meta: CachePadded::new(Meta {
                 bucket: AtomicU64::new(NONE),
-                limit: AtomicU64::new(0),
+                limit: AtomicU64::new(UNSET_LIMIT),
                 budget: AtomicU64::new(0),
             }),
             pool: CachePadded::new(Pool {
@@ -193,7 +206,15 @@ impl AdmissionWindow {
                 base: AtomicU64::new(0),
                 borrowed: AtomicU64::new(0),
             }),
-            locals: (0..stripe::total_stripes()).map(|_| CachePadded::new(AtomicU64::new(pack(0, 0)))).collect(),
+            locals: (0..stripe::total_stripes())
+                .map(|_| {
+                    CachePadded::new(Local {
+                        word: AtomicU64::new(pack(0, 0)),
+                        bucket: AtomicU64::new(NONE),
+                        limit: AtomicU64::new(UNSET_LIMIT),
+                    })
+                })
+                .collect(),
             secondary: CasWindow::new(),
         }
     }
@@ -216,34 +237,56 @@ impl AdmissionWindow {
     #[inline(always)]
     fn reserve(&self, now_ms: u64, acquire: u32, limit: f64, borrowed: &dyn Fn(u64) -> u64) -> Option<u64> {
         let bucket = now_ms / BUCKET_MS;
-        let idx = stripe_index().min(self.locals.len() - 1);
+        let idx = stripe_index();
         let local = &self.locals[idx];
         let a = acquire as u64;
         loop {
-            let open = self.meta.bucket.load(Ordering::Acquire);
-            if open == NONE || bucket > open || self.meta.limit.load(Ordering::Relaxed) != limit.to_bits() {
-                self.open(bucket, limit, borrowed);
-                continue;
-            }
-            if a == 0 {
-                return self.zero(now_ms, open, limit, borrowed);
-            }
-            let v = local.load(Ordering::Acquire);
-            if tokens_of(v) >= a {
-                if local.compare_exchange(v, v - a, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                    return Some(open);
+            let v = local.word.load(Ordering::Acquire);
+            if tokens_of(v) >= a && a > 0 {
+                let open = local.bucket.load(Ordering::Relaxed);
+                if bucket <= open && local.limit.load(Ordering::Relaxed) == limit.to_bits() {
+                    if local.word.compare_exchange(v, v - a, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                        return Some(open);
+                    }
+                    continue;
                 }
-                continue;
             }
-            if a > self.meta.budget.load(Ordering::Relaxed) {
-                // More than the whole bucket holds (a zero limit, say): no scan can find enough.
-                return None;
-            }
-            match self.refill(bucket, idx, a, limit, borrowed) {
+            match self.slow(bucket, now_ms, idx, a, limit, borrowed) {
                 Step::Done(r) => return r,
                 Step::Again => continue,
             }
         }
+    }
+
+    /// The stripe's tokens do not serve the call (none left, a later bucket, another limit, `acquire == 0`).
+    #[cold]
+    #[inline(never)]
+    fn slow(&self, bucket: u64, now_ms: u64, idx: usize, a: u64, limit: f64, borrowed: &dyn Fn(u64) -> u64) -> Step {
+        let local = &self.locals[idx];
+        let open = self.meta.bucket.load(Ordering::Acquire);
+        // Before the first bucket `open` is `NONE` (no bucket is later) and the limit is `UNSET_LIMIT`
+        // (no rule's limit: a NaN count is rejected by validation), so this opens the first bucket.
+        if bucket > open || self.meta.limit.load(Ordering::Relaxed) != limit.to_bits() {
+            self.open(bucket, limit, borrowed);
+            return Step::Again;
+        }
+        if a == 0 {
+            return Step::Done(self.zero(now_ms, open, limit, borrowed));
+        }
+        let v = local.word.load(Ordering::Acquire);
+        if tokens_of(v) >= a {
+            // Tokens whose copies did not match while the open bucket does (a refill of another thread
+            // sharing the stripe raced with the read): spend them under the open bucket's view.
+            if local.word.compare_exchange(v, v - a, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                return Step::Done(Some(open));
+            }
+            return Step::Again;
+        }
+        if a > self.meta.budget.load(Ordering::Relaxed) {
+            // More than the whole bucket holds (a zero limit, say): no scan can find enough.
+            return Step::Done(None);
+        }
+        self.refill(bucket, idx, a, limit, borrowed)
     }
 
     /// `acquire == 0`: passes while the window is within the limit.
@@ -282,7 +325,7 @@ impl AdmissionWindow {
             }
             let ok = self.pool.word.compare_exchange(p, p - chunk, Ordering::AcqRel, Ordering::Acquire).is_ok();
             if ok && rest > 0 {
-                self.credit(idx, g, rest, open);
+                self.credit(idx, g, rest, open, limit);
             }
             if rest > 0 {
                 self.pool.moving.fetch_sub(1, Ordering::AcqRel);
@@ -295,8 +338,11 @@ impl AdmissionWindow {
 
     /// Adds `n` tokens of generation `g` (bucket `open`) to a stripe; if the generation was closed meanwhile,
     /// gives them to the pool instead.
-    fn credit(&self, idx: usize, g: u64, n: u64, open: u64) {
+    fn credit(&self, idx: usize, g: u64, n: u64, open: u64, limit: f64) {
         let local = &self.locals[idx];
+        local.bucket.store(open, Ordering::Relaxed);
+        local.limit.store(limit.to_bits(), Ordering::Relaxed);
+        let local = &local.word;
         let mut v = local.load(Ordering::Acquire);
         loop {
             if gen_of(v) != g {
@@ -373,7 +419,7 @@ impl AdmissionWindow {
                 if have >= a || stale {
                     break;
                 }
-                let local = &self.locals[(idx + k) % n];
+                let local = &self.locals[(idx + k) % n].word;
                 let mut v = local.load(Ordering::Acquire);
                 loop {
                     if gen_of(v) != g {
@@ -437,7 +483,7 @@ impl AdmissionWindow {
         let ng = (g + 1) & GEN_MASK;
         let mut left = tokens_of(p);
         for l in self.locals.iter() {
-            let v = l.swap(pack(ng, 0), Ordering::AcqRel);
+            let v = l.word.swap(pack(ng, 0), Ordering::AcqRel);
             if gen_of(v) == g {
                 left += tokens_of(v);
             }
@@ -501,7 +547,7 @@ impl AdmissionWindow {
         let p = self.pool.word.load(Ordering::Acquire);
         let mut left = if p == CLOSED { 0 } else { tokens_of(p) };
         for l in self.locals.iter() {
-            left += tokens_of(l.load(Ordering::Acquire));
+            left += tokens_of(l.word.load(Ordering::Acquire));
         }
         let used = self.meta.budget.load(Ordering::Acquire).saturating_sub(left);
         if bucket <= open {
