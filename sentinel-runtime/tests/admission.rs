@@ -218,3 +218,44 @@ fn a_changed_limit_applies_in_the_open_bucket() {
     engine.load_flow_rules([FlowRule::new("c").count(20.0)]).unwrap();
     assert_eq!(concurrent_burst(&engine, "c", 4, 10, 1), 14);
 }
+
+/// On its first call, enters the resource again (the window is full: that call blocks and finds no token)
+/// and then denies the outer call, whose token goes back.
+struct NestedThenDeny {
+    engine: Sentinel,
+    calls: AtomicUsize,
+    nested_blocked: Arc<AtomicUsize>,
+}
+
+impl Slot for NestedThenDeny {
+    fn name(&self) -> &'static str {
+        "nested-then-deny"
+    }
+    fn entry(&self, _: &SlotEntry<'_>) -> Result<(), String> {
+        if self.calls.fetch_add(1, Ordering::Relaxed) == 0 {
+            if matches!(self.engine.resource("n").enter(), Err(BlockError::Flow { .. })) {
+                self.nested_blocked.fetch_add(1, Ordering::Relaxed);
+            }
+            return Err("deny the first call".into());
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_token_given_back_after_a_call_found_none_is_admitted() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("n").count(1.0)]).unwrap();
+    let nested_blocked = Arc::new(AtomicUsize::new(0));
+    let slot =
+        NestedThenDeny { engine: engine.clone(), calls: AtomicUsize::new(0), nested_blocked: nested_blocked.clone() };
+    engine.add_slot(-1800, slot);
+    let n = engine.resource("n");
+    assert!(n.enter().is_err(), "denied by the slot after taking the only token");
+    assert_eq!(nested_blocked.load(Ordering::Relaxed), 1, "the nested call was blocked by the flow rule");
+    // The nested call inside the slot found no token (and remembered the window as drained); the outer
+    // call's token came back afterwards, so it is there for the next call.
+    assert!(n.enter().is_ok(), "the returned token admits a call");
+    assert!(matches!(n.enter(), Err(BlockError::Flow { .. })));
+    assert_eq!(engine.cluster_stats("n").unwrap().pass_qps, 1.0);
+}

@@ -19,6 +19,15 @@
 //!   bucket used (`budget − tokens left`), and opens the next pool. Every word carries a generation tag, so a
 //!   token of a closed generation can be neither spent nor credited.
 //!
+//! - **Over the limit.** A scan that found no token anywhere is remembered (with the `moving` count it saw);
+//!   until a token is added (a move, a release, a bucket opening), blocked calls block without scanning or
+//!   writing shared words.
+//!
+//! A call can block while enough tokens are left only (a) when a bucket closes while another thread holds a
+//! chunk between the pool and its stripe (the chunk counts as used by the closing bucket: the next bucket's
+//! budget is lower by at most that chunk; within the same bucket it goes back to the pool), or (b) after 1000
+//! scans in a row each overlapped by another thread's token move. Neither over-admits.
+//!
 //! A time that goes backwards is counted in the newest bucket (never panics, never over-admits). Budgets are
 //! capped at 2^50 − 2 tokens per bucket (about 1.1e15): a larger limit admits at most that many per bucket.
 //! Generation tags are 14 bits: a thread would have to stall across 16384 bucket openings between reading a
@@ -122,7 +131,12 @@ struct Pool {
     /// `pack(generation, tokens)`, or `CLOSED`.
     word: AtomicU64,
     /// Moves that hold tokens outside the pool and the stripes: started (high half), in progress (low half).
+    /// Releases and bucket openings, which add tokens, count as started moves too.
     moving: AtomicU64,
+    /// The value of `moving` right after a quiet scan found no token anywhere (`u64::MAX`: none). While
+    /// `moving` still has that value, no token was added since: a call blocks without scanning (so that
+    /// calls over the limit stay cheap and do not write shared words).
+    drained: AtomicU64,
     /// Passes in the window not paid with the open bucket's tokens: the previous bucket's passes and the
     /// passes prioritized calls borrowed in the open bucket.
     base: AtomicU64,
@@ -203,6 +217,7 @@ impl AdmissionWindow {
             pool: CachePadded::new(Pool {
                 word: AtomicU64::new(pack(0, 0)),
                 moving: AtomicU64::new(0),
+                drained: AtomicU64::new(u64::MAX),
                 base: AtomicU64::new(0),
                 borrowed: AtomicU64::new(0),
             }),
@@ -346,7 +361,7 @@ impl AdmissionWindow {
         let mut v = local.load(Ordering::Acquire);
         loop {
             if gen_of(v) != g {
-                self.give_back(open, n);
+                self.give_back(open, n, false);
                 return;
             }
             let t = (tokens_of(v) + n).min(MAX_TOKENS);
@@ -358,8 +373,9 @@ impl AdmissionWindow {
     }
 
     /// Returns `n` tokens of bucket `bucket` to the pool, if that bucket is still open (else they are dropped:
-    /// the closed bucket counted them as used, which only lowers what later buckets admit).
-    fn give_back(&self, bucket: u64, n: u64) {
+    /// the closed bucket counted them as used, which only lowers what later buckets admit). `announce` when
+    /// the caller is not inside a move already: the tokens added then count as a move for blocked callers.
+    fn give_back(&self, bucket: u64, n: u64, announce: bool) {
         if n == 0 {
             return;
         }
@@ -377,6 +393,9 @@ impl AdmissionWindow {
             }
             let t = (tokens_of(p) + n).min(MAX_TOKENS);
             if self.pool.word.compare_exchange(p, pack(gen_of(p), t), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if announce {
+                    self.pool.moving.fetch_add(1 << 32, Ordering::AcqRel);
+                }
                 return;
             }
         }
@@ -387,6 +406,9 @@ impl AdmissionWindow {
     #[cold]
     fn gather(&self, open: u64, idx: usize, a: u64) -> Step {
         let n = self.locals.len();
+        if self.pool.drained.load(Ordering::Acquire) == self.pool.moving.load(Ordering::Acquire) {
+            return Step::Done(None);
+        }
         for _ in 0..GATHER_RETRIES {
             let before = self.pool.moving.fetch_add(MOVE_START, Ordering::AcqRel);
             let mut have = 0u64;
@@ -444,7 +466,7 @@ impl AdmissionWindow {
                 return Step::Done(Some(open));
             }
             // Not enough (or the bucket closed under us): put back what was taken.
-            self.give_back(open, have);
+            self.give_back(open, have, false);
             let after = self.pool.moving.fetch_sub(1, Ordering::AcqRel);
             let quiet = (before & 0xFFFF_FFFF) == 0 && (after >> 32) == ((before >> 32) + 1) & 0xFFFF_FFFF;
             if stale {
@@ -452,6 +474,9 @@ impl AdmissionWindow {
                 return Step::Again;
             }
             if quiet {
+                if have == 0 {
+                    self.pool.drained.store(after.wrapping_sub(1), Ordering::Release);
+                }
                 return Step::Done(None);
             }
             std::thread::yield_now();
@@ -513,6 +538,7 @@ impl AdmissionWindow {
         self.meta.limit.store(limit.to_bits(), Ordering::Release);
         self.meta.bucket.store(target, Ordering::Release);
         self.pool.word.store(pack(ng, tokens), Ordering::Release);
+        self.pool.moving.fetch_add(1 << 32, Ordering::AcqRel);
     }
 
     /// For a second rule on a node this entry already reserved on: reserves in the secondary window (the first
@@ -561,7 +587,7 @@ impl AdmissionWindow {
 
     /// Gives a reservation back (if its bucket is still open).
     pub(crate) fn release(&self, r: Reservation) {
-        self.give_back(r.bucket_start() / BUCKET_MS, r.count as u64);
+        self.give_back(r.bucket_start() / BUCKET_MS, r.count as u64, true);
         if r.secondary() != 0 {
             self.secondary.release_tagged(r.secondary() - 1, r.count);
         }
