@@ -25,8 +25,9 @@
 //!
 //! A call can block while enough tokens are left only (a) when a bucket closes while another thread holds a
 //! chunk between the pool and its stripe (the chunk counts as used by the closing bucket: the next bucket's
-//! budget is lower by at most that chunk; within the same bucket it goes back to the pool), or (b) after 1000
-//! scans in a row each overlapped by another thread's token move. Neither over-admits.
+//! budget is lower by at most that chunk; within the same bucket it goes back to the pool), (b) after 1000
+//! scans in a row each overlapped by another thread's token move, or (c) while the limit of the open bucket
+//! is being changed (a call may compare its `acquire` with the budget of the other limit). None over-admits.
 //!
 //! A time that goes backwards is counted in the newest bucket (never panics, never over-admits). Budgets are
 //! capped at 2^50 − 2 tokens per bucket (about 1.1e15): a larger limit admits at most that many per bucket.
