@@ -175,11 +175,11 @@ pub(crate) fn reject_qps(
     acquire: u32,
     limit: f64,
     prioritized: bool,
-    already_reserved: bool,
+    held: Option<&mut Reservation>,
 ) -> Decision {
     let borrowed = |start: u64| node.borrowed_at(start);
-    if already_reserved {
-        return if node.admission.within(now_ms, limit, &borrowed) {
+    if let Some(held) = held {
+        return if node.admission.within(now_ms, acquire, limit, &borrowed, held) {
             Decision::Pass { reservation: None, wait_nanos: 0 }
         } else {
             Decision::Block

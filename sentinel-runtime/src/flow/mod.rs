@@ -81,8 +81,8 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    fn has_reservation(&self, node: &StatNode) -> bool {
-        self.reservations.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
+    fn held(&mut self, node: &StatNode) -> Option<&mut Reservation> {
+        self.reservations.iter_mut().flatten().find(|(p, _)| std::ptr::eq(p.0, node)).map(|(_, r)| r)
     }
     fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
         if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
@@ -314,12 +314,12 @@ pub(crate) fn check(
             FlowGrade::Qps => match &st.controller {
                 Controller::Reject if !owned => read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count),
                 Controller::Reject => {
-                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, scratch.has_reservation(node))
+                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, scratch.held(node))
                 }
                 Controller::WarmUp(w) => {
                     w.sync(cx.now_ms, node);
                     if owned {
-                        reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, scratch.has_reservation(node))
+                        reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, scratch.held(node))
                     } else {
                         read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= w.allowed_qps())
                     }
