@@ -179,13 +179,13 @@ pub(crate) fn reject_qps(
 ) -> Decision {
     let borrowed = |start: u64| node.borrowed_at(start);
     if let Some(held) = held {
-        return if node.admission.within(now_ms, acquire, limit, &borrowed, held) {
+        return if node.admission().within(now_ms, acquire, limit, &borrowed, held) {
             Decision::Pass { reservation: None, wait_nanos: 0 }
         } else {
             Decision::Block
         };
     }
-    if let Some(r) = node.admission.try_reserve(now_ms, acquire, limit, &borrowed) {
+    if let Some(r) = node.admission().try_reserve(now_ms, acquire, limit, &borrowed) {
         return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
     }
     if prioritized {
@@ -210,7 +210,7 @@ fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64) -
     let window = interval_ms / sample_count as u64;
     let mut earliest = (now_ms - now_ms % window + window) as i64 - interval_ms as i64;
     let mut idx = 0u64;
-    let mut current_pass = node.admission.total(now_ms, &|start| node.borrowed_at(start)) as i64;
+    let mut current_pass = node.admission().total(now_ms, &|start| node.borrowed_at(start)) as i64;
     while earliest < now_ms as i64 {
         let wait = idx * window + window - now_ms % window;
         if wait >= OCCUPY_TIMEOUT_MS {

@@ -92,7 +92,7 @@ impl Scratch {
     fn release(&mut self) {
         for r in self.reservations.iter_mut() {
             if let Some((p, res)) = r.take() {
-                p.get().admission.release(res);
+                p.get().admission().release(res);
             }
         }
     }

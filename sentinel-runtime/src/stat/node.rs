@@ -39,7 +39,8 @@ pub struct StatNode {
     threads: Box<[CachePadded<AtomicI64>]>,
     /// Exact pass counter for reject-style QPS rules (see `flow`): a single word, touched only when such a
     /// rule reads this node.
-    pub(crate) admission: super::admission::AdmissionWindow,
+    /// Allocated on first use: most nodes are never read by a reject rule.
+    admission: std::sync::OnceLock<Box<super::admission::AdmissionWindow>>,
     /// Exact concurrency count for thread-grade rules.
     pub(crate) thread_gate: crate::flow::ThreadGate,
 }
@@ -64,9 +65,15 @@ impl StatNode {
             minute: PlainWindow::new(MINUTE_SAMPLE_COUNT, MINUTE_INTERVAL_MS),
             borrowed: PlainWindow::new(SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS),
             threads: (0..stripe::total_stripes()).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
-            admission: super::admission::AdmissionWindow::new(),
+            admission: std::sync::OnceLock::new(),
             thread_gate: Default::default(),
         }
+    }
+
+    /// The exact admission window of reject-style QPS rules reading this node.
+    #[inline]
+    pub(crate) fn admission(&self) -> &super::admission::AdmissionWindow {
+        self.admission.get_or_init(|| Box::new(super::admission::AdmissionWindow::new()))
     }
 
     /// Passes borrowed by prioritized calls for the bucket starting at `start`.
