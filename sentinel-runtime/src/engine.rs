@@ -120,6 +120,7 @@ impl SentinelBuilder {
     pub fn build(self) -> Sentinel {
         let clock = self.clock.unwrap_or_else(|| match self.config.clock {
             crate::config::ClockKind::System => EngineClock::System(SystemClock::new()),
+            crate::config::ClockKind::Precise => EngineClock::System(SystemClock::precise()),
             crate::config::ClockKind::Manual { start_ms } => EngineClock::Manual(ManualClock::at_millis(start_ms)),
         });
         let default_ctx = Box::new(ContextInfo {
