@@ -49,8 +49,8 @@
 //!
 //! **Performance.** Entry and exit take no lock and make no allocation. Counters are striped per thread
 //! (plain stores to a cache line only that thread writes), rules are read under a `seize` guard, the clock is
-//! a cached millisecond timestamp (like Java's `TimeUtil`), and reject-style limits reserve their pass with a
-//! single compare-and-swap, which makes them exact under concurrency.
+//! a cached millisecond timestamp (like Java's `TimeUtil`), and reject-style limits spend tokens leased per
+//! thread from an exact per-bucket budget, so they never over-admit and still scale with cores.
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
