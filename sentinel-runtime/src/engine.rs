@@ -136,7 +136,8 @@ impl SentinelBuilder {
                 config: self.config,
                 enabled: AtomicBool::new(true),
                 inbound: StatNode::new(),
-                registry: Mutex::new(Registry::default()),
+                resources: papaya::HashMap::new(),
+                registry_lock: Mutex::new(()),
                 resource_list: boxcar::Vec::new(),
                 resource_generation: AtomicUsize::new(0),
                 default_ctx,
@@ -164,11 +165,6 @@ impl SentinelBuilder {
     }
 }
 
-#[derive(Default)]
-struct Registry {
-    by_name: HashMap<Arc<str>, Arc<ResourceInner>>,
-}
-
 /// State shared by every handle of one engine.
 pub(crate) struct Shared {
     pub(crate) id: u64,
@@ -178,7 +174,9 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) enabled: AtomicBool,
     pub(crate) inbound: StatNode,
-    registry: Mutex<Registry>,
+    /// Resources by name: read lock-free; `registry_lock` serializes creation and rule refreshes.
+    resources: papaya::HashMap<Arc<str>, Arc<ResourceInner>>,
+    registry_lock: Mutex<()>,
     resource_list: boxcar::Vec<Arc<ResourceInner>>,
     /// Bumped whenever a resource is created (lets cached negative lookups stay valid without a lock).
     pub(crate) resource_generation: AtomicUsize,
@@ -290,7 +288,7 @@ impl Shared {
 
     /// A resource by name, if one was created.
     pub(crate) fn find_resource(&self, name: &str) -> Option<Arc<ResourceInner>> {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner()).by_name.get(name).cloned()
+        self.resources.pin().get(name).cloned()
     }
 
     fn rules_for(&self, name: &str) -> ResourceRules {
@@ -305,11 +303,9 @@ impl Shared {
 
     /// Rebuilds every resource's rules after a manager changed.
     pub(crate) fn refresh_rules(&self) {
-        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        for (name, inner) in reg.by_name.iter() {
-            if inner.checked {
-                inner.set_rules(&self.collector, self.rules_for(name));
-            }
+        let _guard = self.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, inner) in self.resource_list.iter() {
+            inner.set_rules(&self.collector, self.rules_for(&inner.name));
         }
     }
 
@@ -463,12 +459,22 @@ impl Sentinel {
     /// A handle to the resource `name` with the given entry type.
     pub fn resource_typed(&self, name: &str, entry_type: EntryType) -> Resource {
         let shared = &self.shared;
-        let mut reg = shared.registry.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(inner) = reg.by_name.get(name) {
+        if let Some(inner) = shared.resources.pin().get(name) {
+            return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
+        }
+        self.create_resource(name, entry_type)
+    }
+
+    #[cold]
+    fn create_resource(&self, name: &str, entry_type: EntryType) -> Resource {
+        let shared = &self.shared;
+        let _guard = shared.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let resources = shared.resources.pin();
+        if let Some(inner) = resources.get(name) {
             return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
         }
         let name: Arc<str> = name.into();
-        let checked = reg.by_name.len() < shared.config.max_resources;
+        let checked = resources.len() < shared.config.max_resources;
         if !checked && !shared.warned_resources.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 max = shared.config.max_resources,
@@ -479,7 +485,7 @@ impl Sentinel {
         let rules = if checked { shared.rules_for(&name) } else { ResourceRules::default() };
         let inner = Arc::new(ResourceInner::new(name.clone(), rules, checked));
         if checked {
-            reg.by_name.insert(name, inner.clone());
+            resources.insert(name, inner.clone());
             shared.resource_list.push(inner.clone());
             shared.resource_generation.fetch_add(1, Ordering::Release);
         }
