@@ -131,7 +131,6 @@ impl SentinelBuilder {
         Sentinel {
             shared: Arc::new(Shared {
                 id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
-                collector: seize::Collector::new(),
                 clock,
                 config: self.config,
                 enabled: AtomicBool::new(true),
@@ -168,8 +167,6 @@ impl SentinelBuilder {
 /// State shared by every handle of one engine.
 pub(crate) struct Shared {
     pub(crate) id: u64,
-    /// Reclaims rule sets replaced while entries may still read them.
-    pub(crate) collector: seize::Collector,
     pub(crate) clock: EngineClock,
     pub(crate) config: Config,
     pub(crate) enabled: AtomicBool,
@@ -304,9 +301,12 @@ impl Shared {
     /// Rebuilds every resource's rules after a manager changed.
     pub(crate) fn refresh_rules(&self) {
         let _guard = self.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
+        // One grace period for the whole refresh, when `retired` drops (after the lock is released).
+        let mut retired = crate::rcu::RetireBatch::new();
         for (_, inner) in self.resource_list.iter() {
-            inner.set_rules(&self.collector, self.rules_for(&inner.name));
+            inner.set_rules(self.rules_for(&inner.name), &mut retired);
         }
+        drop(_guard);
     }
 
     pub(crate) fn error_filter_accepts(&self, err: &(dyn StdError + 'static)) -> bool {

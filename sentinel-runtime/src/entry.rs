@@ -208,7 +208,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 now_ms,
             };
             let mut scratch = flow::Scratch::default();
-            if let Err(block) = inner.with_rules(&shared.collector, |rules| checks.run(&cx, rules, &mut scratch)) {
+            if let Err(block) = inner.with_rules(|rules| checks.run(&cx, rules, &mut scratch)) {
                 let w = Writer::at(now_ms);
                 nodes.for_each(|n| n.block_with(&w, self.acquire));
                 shared.on_block(&block, now_ms, self.acquire);
@@ -639,7 +639,7 @@ impl Drop for Entry<'_> {
         }
         if inner.has_breakers.load(Ordering::Acquire) {
             let degrade = &mut self.checks.degrade;
-            inner.with_rules(&shared.collector, |rules| {
+            inner.with_rules(|rules| {
                 if let Some(b) = rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
                     circuit_breaker::on_exit(b, &xcx, degrade);
                 }

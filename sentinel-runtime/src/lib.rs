@@ -48,7 +48,8 @@
 //! [`Sentinel::on_block`] observes every blocked call.
 //!
 //! **Performance.** Entry and exit take no lock and make no allocation. Counters are striped per thread
-//! (plain stores to a cache line only that thread writes), rules are read under a `seize` guard, the clock is
+//! (plain stores to a cache line only that thread writes), rules are read in an RCU section
+//! whose only fence on the reader's side is a compiler fence (the writer runs a process-wide `membarrier`), the clock is
 //! a cached millisecond timestamp (like Java's `TimeUtil`), and reject-style limits spend tokens leased per
 //! thread from an exact per-bucket budget, so they never over-admit and still scale with cores.
 #![deny(missing_docs)]
@@ -74,6 +75,7 @@ pub mod log;
 mod macro_support;
 mod node;
 pub mod param_flow;
+mod rcu;
 pub mod registry;
 mod resource;
 mod rules;

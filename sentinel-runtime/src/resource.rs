@@ -1,12 +1,13 @@
 //! Resources and their handles.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::engine::Shared;
 use crate::entry::EntryBuilder;
 use crate::error::BlockError;
 use crate::node::{ClusterNode, DefaultNode};
+use crate::rcu::{RcuPtr, RetireBatch};
 use crate::rules::ResourceRules;
 use crate::Entry;
 
@@ -24,8 +25,8 @@ pub enum EntryType {
 pub(crate) struct ResourceInner {
     pub(crate) name: Arc<str>,
     pub(crate) cluster: ClusterNode,
-    /// The rules in force, read under a `seize` guard (no reference count, no locked instruction on read).
-    rules: AtomicPtr<ResourceRules>,
+    /// The rules in force, read in an RCU section (no reference count, no locked instruction on read).
+    rules: RcuPtr<ResourceRules>,
     /// Whether `rules` holds anything: lets an entry skip the load entirely.
     pub(crate) has_rules: AtomicBool,
     /// Whether `rules` holds circuit breakers (the only rules an exit needs).
@@ -44,7 +45,7 @@ impl ResourceInner {
         ResourceInner {
             name,
             cluster: ClusterNode::new(),
-            rules: AtomicPtr::new(Box::into_raw(Box::new(rules))),
+            rules: RcuPtr::new(rules),
             has_rules: AtomicBool::new(has),
             has_breakers: AtomicBool::new(breakers),
             checked,
@@ -54,24 +55,19 @@ impl ResourceInner {
         }
     }
 
-    pub(crate) fn set_rules(&self, collector: &seize::Collector, rules: ResourceRules) {
+    /// Publishes `rules`; the previous set goes to `retired`, freed after a grace period.
+    pub(crate) fn set_rules(&self, rules: ResourceRules, retired: &mut RetireBatch<ResourceRules>) {
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
-        let old = self.rules.swap(Box::into_raw(Box::new(rules)), Ordering::AcqRel);
+        retired.push(self.rules.replace(rules));
         self.has_rules.store(has, Ordering::Release);
         self.has_breakers.store(breakers, Ordering::Release);
-        // SAFETY: `old` came from `Box::into_raw`, is unlinked, and is freed once no guard can still see it.
-        unsafe { collector.retire(old, seize::reclaim::boxed) };
     }
 
     /// Runs `f` on the rules in force.
-    #[inline]
-    pub(crate) fn with_rules<R>(&self, collector: &seize::Collector, f: impl FnOnce(&ResourceRules) -> R) -> R {
-        use seize::Guard;
-        let guard = collector.enter();
-        let ptr = guard.protect(&self.rules, Ordering::Acquire);
-        // SAFETY: the pointer is never null (always a boxed set), and the guard keeps it alive during `f`.
-        f(unsafe { &*ptr })
+    #[inline(always)]
+    pub(crate) fn with_rules<R>(&self, f: impl FnOnce(&ResourceRules) -> R) -> R {
+        self.rules.read(f)
     }
 
     /// This resource's node in context `ctx_id` (0 is the default context), created on first use.
@@ -106,13 +102,6 @@ impl ResourceInner {
         let mut v: Vec<_> = self.default_ctx_node.get().cloned().into_iter().collect();
         v.extend(self.ctx_nodes.iter().map(|(_, n)| n.clone()));
         v
-    }
-}
-
-impl Drop for ResourceInner {
-    fn drop(&mut self) {
-        // SAFETY: no guard can be active (we have `&mut self`); earlier sets were retired to the collector.
-        drop(unsafe { Box::from_raw(*self.rules.get_mut()) });
     }
 }
 

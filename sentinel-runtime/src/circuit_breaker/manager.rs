@@ -268,11 +268,9 @@ impl Sentinel {
     pub fn circuit_breakers(&self, resource: &str) -> Vec<BreakerSnapshot> {
         let now_ms = self.shared.now_ms();
         if let Some(inner) = self.shared.find_resource(resource) {
-            return inner.with_rules(&self.shared.collector, |rules| {
-                match rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
-                    Some(b) => snapshot(b, now_ms),
-                    None => Vec::new(),
-                }
+            return inner.with_rules(|rules| match rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
+                Some(b) => snapshot(b, now_ms),
+                None => Vec::new(),
             });
         }
         match self.shared.degrade.for_resource(resource) {

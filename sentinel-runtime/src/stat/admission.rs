@@ -90,22 +90,9 @@ fn floor_tokens(x: f64) -> u64 {
     }
 }
 
-thread_local! {
-    /// This thread's stripe, cached: a plain thread-local read (the lease itself has a destructor, so every
-    /// access to it checks its state). Exclusivity only matters for speed here: every write to a stripe's
-    /// token word is a compare-and-swap.
-    static STRIPE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
-}
-
 #[inline(always)]
 fn stripe_index() -> usize {
-    let i = STRIPE.with(|c| c.get());
-    if i != usize::MAX {
-        return i;
-    }
-    let i = stripe::lease().index;
-    STRIPE.with(|c| c.set(i));
-    i
+    stripe::lease().index
 }
 
 fn backoff(spins: &mut u32) {

@@ -4,11 +4,12 @@
 //! A thread leases a stripe on first use and gives it back when it exits. Threads beyond the number of
 //! stripes share one extra stripe, written with atomic read-modify-write operations.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// Most owned stripes (one bit each in the lease map).
-const MAX_OWNED: usize = 64;
+pub(crate) const MAX_OWNED: usize = 64;
 
 static LEASED: AtomicU64 = AtomicU64::new(0);
 
@@ -54,6 +55,8 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
+        // From now on this thread writes as a sharer: another thread may lease the stripe.
+        CACHED.with(|c| c.set(SHARED_LEASE));
         if self.0.exclusive {
             LEASED.fetch_and(!(1 << self.0.index), Ordering::AcqRel);
         }
@@ -62,12 +65,38 @@ impl Drop for Held {
 
 thread_local! {
     static LEASE: Held = Held::acquire();
+    /// The lease, cached in a thread-local without destructor (a plain read; the lease itself has a
+    /// destructor, so every access to it checks its state): `index << 1 | exclusive`, or `UNSET`.
+    static CACHED: Cell<usize> = const { Cell::new(UNSET) };
 }
 
+const UNSET: usize = usize::MAX;
+/// Marks the cache of a thread whose lease was given back (it writes to the shared stripe).
+const SHARED_LEASE: usize = usize::MAX - 1;
+
 /// This thread's stripe (the shared one while the thread is being torn down).
-#[inline]
+#[inline(always)]
 pub(crate) fn lease() -> Lease {
-    LEASE.try_with(|h| h.0).unwrap_or_else(|_| Lease { index: owned_stripes(), exclusive: false })
+    let c = CACHED.with(|c| c.get());
+    if c < SHARED_LEASE {
+        return Lease { index: c >> 1, exclusive: c & 1 == 1 };
+    }
+    lease_slow(c)
+}
+
+#[cold]
+fn lease_slow(cached: usize) -> Lease {
+    let shared = Lease { index: owned_stripes(), exclusive: false };
+    if cached == SHARED_LEASE {
+        return shared;
+    }
+    match LEASE.try_with(|h| h.0) {
+        Ok(l) => {
+            CACHED.with(|c| c.set(l.index << 1 | l.exclusive as usize));
+            l
+        }
+        Err(_) => shared,
+    }
 }
 
 /// Adds `v` to a counter of the given stripe.
