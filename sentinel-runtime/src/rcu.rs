@@ -49,9 +49,10 @@ fn register() -> bool {
 /// A fast flag mirroring `expedited()`, read on the hot path without touching the `OnceLock`.
 static LIGHT_OK: AtomicBool = AtomicBool::new(false);
 
-/// The reader's side of the asymmetric fence.
+/// The fast side of the asymmetric fence (a compiler fence when `membarrier` is available): orders this
+/// thread's earlier stores before its later loads with respect to any thread that runs [`heavy`].
 #[inline(always)]
-fn light() {
+pub(crate) fn light() {
     if LIGHT_OK.load(Ordering::Relaxed) {
         compiler_fence(Ordering::SeqCst);
     } else {
@@ -68,8 +69,8 @@ fn light_slow() {
     fence(Ordering::SeqCst);
 }
 
-/// The writer's side of the asymmetric fence.
-fn heavy() {
+/// The slow side of the asymmetric fence: a full barrier on every thread of the process (microseconds).
+pub(crate) fn heavy() {
     #[cfg(target_os = "linux")]
     if expedited() {
         use rustix::thread::{membarrier, MembarrierCommand};
