@@ -214,6 +214,17 @@ impl Shared {
         }
     }
 
+    /// The context with id `id` (0: the default context).
+    pub(crate) fn context_by_id(&self, id: u32) -> Option<&ContextInfo> {
+        if id == 0 {
+            return Some(&self.default_ctx);
+        }
+        match self.context_list.get(id as usize - 1) {
+            Some(c) if c.id == id => Some(c),
+            _ => self.context_list.iter().map(|(_, c)| c).find(|c| c.id == id),
+        }
+    }
+
     /// The context named `name`, created on first use; `None` past the cap.
     pub(crate) fn context(&self, name: &str) -> Option<&ContextInfo> {
         if name == DEFAULT_CONTEXT_NAME {

@@ -87,10 +87,10 @@ impl ClusterNode {
 
     /// The node of an origin (by interned id), created on first use.
     #[inline]
-    pub(crate) fn origin_node(&self, origin_id: u32, origin: &Arc<str>) -> &StatNode {
+    pub(crate) fn origin_node(&self, origin_id: u32, origin: &Arc<str>) -> &OriginNode {
         for (_, n) in self.origins.iter() {
             if n.origin_id == origin_id {
-                return &n.stat;
+                return n;
             }
         }
         self.create_origin(origin_id, origin)
@@ -102,13 +102,13 @@ impl ClusterNode {
     }
 
     #[cold]
-    fn create_origin(&self, origin_id: u32, origin: &Arc<str>) -> &StatNode {
+    fn create_origin(&self, origin_id: u32, origin: &Arc<str>) -> &OriginNode {
         let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, n)) = self.origins.iter().find(|(_, n)| n.origin_id == origin_id) {
-            return &n.stat;
+            return n;
         }
         let idx = self.origins.push(OriginNode { origin_id, origin: origin.clone(), stat: StatNode::new() });
-        &self.origins[idx].stat
+        &self.origins[idx]
     }
 
     /// Every origin node.

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::resource::ResourceInner;
-use crate::rules::{group_reusing, CheckCx, ExitCx, RuleList, RuleMap};
+use crate::rules::{group_reusing, CheckCx, RuleList, RuleMap};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
@@ -68,10 +68,10 @@ pub(crate) enum Verdict {
 
 const MAX_HELD: usize = 2;
 
-/// Concurrency permits an entry holds until it exits.
+/// Concurrency permits an entry holds until it exits (each of the entry's acquire count).
 #[derive(Debug, Default)]
 pub(crate) struct EntryState {
-    permits: [Option<(NodePtr, u32)>; MAX_HELD],
+    permits: [Option<NodePtr>; MAX_HELD],
 }
 
 /// Reservations taken while deciding an entry: given back if a later check blocks it.
@@ -82,11 +82,11 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     fn held(&mut self, node: &StatNode) -> Option<&mut Reservation> {
-        self.reservations.iter_mut().flatten().find(|(p, _)| std::ptr::eq(p.0, node)).map(|(_, r)| r)
+        self.reservations.iter_mut().flatten().find(|(p, _)| std::ptr::eq(p.0.as_ptr(), node)).map(|(_, r)| r)
     }
     fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
         if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
-            *slot = Some((NodePtr(node), r));
+            *slot = Some((NodePtr::of(node), r));
         }
     }
     fn release(&mut self) {
@@ -99,12 +99,15 @@ impl Scratch {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct NodePtr(*const StatNode);
+struct NodePtr(std::ptr::NonNull<StatNode>);
 
 impl NodePtr {
+    fn of(node: &StatNode) -> NodePtr {
+        NodePtr(std::ptr::NonNull::from(node))
+    }
     /// SAFETY: every node lives as long as its engine, and an entry keeps its engine alive.
     fn get(&self) -> &StatNode {
-        unsafe { &*self.0 }
+        unsafe { self.0.as_ref() }
     }
 }
 
@@ -113,20 +116,21 @@ impl EntryState {
         self.permits[0].is_some()
     }
     fn has_permit(&self, node: &StatNode) -> bool {
-        self.permits.iter().flatten().any(|(p, _)| std::ptr::eq(p.0, node))
+        self.permits.iter().flatten().any(|p| std::ptr::eq(p.0.as_ptr(), node))
     }
-    fn push_permit(&mut self, node: &StatNode, n: u32) -> bool {
+    fn push_permit(&mut self, node: &StatNode) -> bool {
         match self.permits.iter_mut().find(|s| s.is_none()) {
             Some(slot) => {
-                *slot = Some((NodePtr(node), n));
+                *slot = Some(NodePtr::of(node));
                 true
             }
             None => false,
         }
     }
-    pub(crate) fn release_permits(&mut self) {
+    /// Gives back the permits (each of `n`, the entry's acquire count).
+    pub(crate) fn release_permits(&mut self, n: u32) {
         for s in self.permits.iter_mut() {
-            if let Some((p, n)) = s.take() {
+            if let Some(p) = s.take() {
                 p.get().release_thread_permit(n);
             }
         }
@@ -339,18 +343,18 @@ pub(crate) fn check(
                 wait_nanos += w;
             }
             Decision::ThreadPermit => {
-                if !es.push_permit(node, cx.acquire) {
+                if !es.push_permit(node) {
                     node.release_thread_permit(cx.acquire);
                 }
             }
             Decision::Occupied { wait_nanos: w } => {
                 scratch.release();
-                es.release_permits();
+                es.release_permits(cx.acquire);
                 return Ok(Verdict::Occupied { wait_nanos: wait_nanos + w });
             }
             Decision::Block => {
                 scratch.release();
-                es.release_permits();
+                es.release_permits(cx.acquire);
                 return Err(BlockError::Flow {
                     resource: cx.resource.name.clone(),
                     rule: st.rule.clone(),
@@ -363,14 +367,14 @@ pub(crate) fn check(
 }
 
 /// A later check blocked the call: give back reservations and permits.
-pub(crate) fn on_later_block(es: &mut EntryState, scratch: &mut Scratch) {
+pub(crate) fn on_later_block(es: &mut EntryState, scratch: &mut Scratch, acquire: u32) {
     scratch.release();
-    es.release_permits();
+    es.release_permits(acquire);
 }
 
 /// The call completed: release its concurrency permits.
-pub(crate) fn on_exit(_cx: &ExitCx<'_>, es: &mut EntryState) {
-    es.release_permits();
+pub(crate) fn on_exit(es: &mut EntryState, acquire: u32) {
+    es.release_permits(acquire);
 }
 
 /// Exact concurrency gate on a node, used by thread-grade rules.

@@ -64,7 +64,7 @@ use std::sync::Arc;
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::flow::ControlBehavior;
 use crate::rules::{group_reusing, RuleList};
-use crate::rules::{CheckCx, ExitCx, RuleMap};
+use crate::rules::{CheckCx, RuleMap};
 
 pub(crate) use state::ParamRuleState;
 use state::{ValueCell, ValueDecision};
@@ -75,38 +75,34 @@ pub(crate) struct ResourceParamRules {
 }
 
 /// The most per-value thread permits one call holds (see the module docs).
-pub const MAX_THREAD_PERMITS: usize = 8;
+pub const MAX_THREAD_PERMITS: usize = 2;
 
 /// What an entry remembers for its hot-parameter rules: the per-value thread permits to release at exit.
 /// Fixed size: taking a permit never allocates.
 #[derive(Debug, Default)]
 pub(crate) struct EntryState {
+    /// Filled from the front.
     permits: [Option<Arc<ValueCell>>; MAX_THREAD_PERMITS],
-    held: u8,
 }
 
 impl EntryState {
     /// Whether the entry holds something to release at exit.
     #[inline]
     pub(crate) fn is_active(&self) -> bool {
-        self.held != 0
+        self.permits[0].is_some()
     }
     fn push(&mut self, cell: Arc<ValueCell>) {
-        match self.permits.get_mut(self.held as usize) {
-            Some(slot) => {
-                *slot = Some(cell);
-                self.held += 1;
-            }
+        match self.permits.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => *slot = Some(cell),
             None => cell.release_thread(), // beyond the fixed storage: checked, not counted
         }
     }
     fn release_all(&mut self) {
-        for slot in self.permits.iter_mut().take(self.held as usize) {
+        for slot in self.permits.iter_mut() {
             if let Some(c) = slot.take() {
                 c.release_thread();
             }
         }
-        self.held = 0;
     }
 }
 
@@ -242,7 +238,7 @@ pub(crate) fn on_later_block(_state: &ResourceParamRules, _cx: &CheckCx<'_>, es:
 }
 
 /// A call that passed completed: give back the thread permits.
-pub(crate) fn on_exit(_cx: &ExitCx<'_>, es: &mut EntryState) {
+pub(crate) fn on_exit(es: &mut EntryState) {
     es.release_all();
 }
 
