@@ -190,7 +190,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         let origin_node: Option<&'r OriginNode> =
             if origin.id == 0 { None } else { Some(inner.cluster.origin_node(origin.id, &origin.name)) };
         let inbound = self.entry_type == EntryType::In;
-        let nodes = Nodes::new(node, inner, origin_node, inbound, shared);
+        let own = node.records();
+        let nodes = Nodes::new(node, own, inner, origin_node, inbound, shared);
 
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
@@ -252,6 +253,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             touches_tls,
             fresh,
             inbound,
+            own,
             occupied: checks.occupied,
             flow: checks.flow,
             param: checks.param,
@@ -263,7 +265,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 /// The nodes an entry records on.
 #[derive(Clone, Copy)]
 struct Nodes<'r> {
-    node: &'r StatNode,
+    /// The context's node, unless it shows the cluster node's numbers.
+    node: Option<&'r StatNode>,
     cluster: &'r StatNode,
     origin: Option<&'r StatNode>,
     inbound: Option<&'r StatNode>,
@@ -273,13 +276,14 @@ impl<'r> Nodes<'r> {
     #[inline(always)]
     fn new(
         node: &'r DefaultNode,
+        own: bool,
         inner: &'r ResourceInner,
         origin: Option<&'r OriginNode>,
         inbound: bool,
         shared: &'r Shared,
     ) -> Self {
         Nodes {
-            node: &node.stat,
+            node: own.then_some(&node.stat),
             cluster: &inner.cluster.stat,
             origin: origin.map(|o| &o.stat),
             inbound: inbound.then_some(&shared.inbound),
@@ -288,7 +292,9 @@ impl<'r> Nodes<'r> {
 
     #[inline(always)]
     fn for_each(&self, f: impl Fn(&StatNode)) {
-        f(self.node);
+        if let Some(n) = self.node {
+            f(n);
+        }
         f(self.cluster);
         if let Some(o) = self.origin {
             f(o);
@@ -334,6 +340,8 @@ pub struct Entry<'r> {
     /// Whether the entry started its own context (rather than running in an active one).
     fresh: bool,
     inbound: bool,
+    /// Whether the context's node recorded the entry (see [`DefaultNode`]).
+    own: bool,
     occupied: bool,
     flow: flow::EntryState,
     param: param_flow::EntryState,
@@ -376,6 +384,7 @@ impl<'r> Entry<'r> {
             touches_tls: false,
             fresh: false,
             inbound: false,
+            own: false,
             occupied: false,
             flow: Default::default(),
             param: Default::default(),
@@ -665,7 +674,7 @@ impl Drop for Entry<'_> {
         }
         let (acquire, error) = (self.acquire, self.error);
         let w = Writer::at(now_ms);
-        let nodes = Nodes::new(node, inner, self.origin_node, self.inbound, shared);
+        let nodes = Nodes::new(node, self.own, inner, self.origin_node, self.inbound, shared);
         nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
 
         if self.flow.is_active() {

@@ -112,7 +112,7 @@ fn tree_of(node: &Arc<DefaultNode>, now_ms: u64, depth: usize) -> TreeNode {
     } else {
         node.children().iter().map(|c| tree_of(c, now_ms, depth + 1)).collect()
     };
-    TreeNode { name: node.resource.to_string(), stats: NodeStats::read(&node.stat, now_ms), children }
+    TreeNode { name: node.resource.to_string(), stats: NodeStats::read(node.stats(), now_ms), children }
 }
 
 impl Sentinel {
@@ -146,7 +146,7 @@ impl Sentinel {
         r.nodes()
             .iter()
             .find(|n| self.context_name(n.context_id).as_deref() == Some(context))
-            .map(|n| NodeStats::read(&n.stat, now))
+            .map(|n| NodeStats::read(n.stats(), now))
     }
 
     /// A context's entrance numbers: the sums of the resources entered directly in it.
@@ -154,7 +154,7 @@ impl Sentinel {
         let now = self.shared.now_ms();
         let ctx = self.shared.contexts().find(|c| &**c.name() == context)?;
         let children: Vec<NodeStats> =
-            ctx.entrance.children.list().iter().map(|c| NodeStats::read(&c.stat, now)).collect();
+            ctx.entrance.children.list().iter().map(|c| NodeStats::read(c.stats(), now)).collect();
         Some(NodeStats::sum(&children))
     }
 

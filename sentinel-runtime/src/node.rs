@@ -1,26 +1,70 @@
 //! The statistics tree: default nodes per (resource, context), cluster nodes per resource with their origin
 //! nodes, entrance nodes per context.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::stat::StatNode;
 
 /// A resource's node in one context. Children are the resources entered while this one was active.
+///
+/// The default context's node of a resource entered in no other context would count exactly what the
+/// resource's cluster node counts, so until the resource is first entered in a named context (or a chain rule
+/// names the default context) it records nothing and reads the cluster node's numbers: an entry in the default
+/// context then records on one node instead of two. From that moment on it records its own calls; the
+/// numbers it shows then start from that moment.
 pub struct DefaultNode {
     pub(crate) resource: Arc<str>,
     pub(crate) context_id: u32,
     pub(crate) stat: StatNode,
     pub(crate) children: Children,
+    /// For the default context's node: the resource's cluster node, whose numbers it shows while not `split`.
+    cluster: Option<NonNull<StatNode>>,
+    /// Whether this node records its own calls.
+    split: AtomicBool,
 }
+
+// SAFETY: `cluster` points to the cluster node of the resource that owns this node; the resource lives as long
+// as its engine, which outlives every node of it, and `StatNode` is `Sync`.
+unsafe impl Send for DefaultNode {}
+unsafe impl Sync for DefaultNode {}
 
 impl DefaultNode {
     pub(crate) fn new(resource: Arc<str>, context_id: u32) -> Self {
-        DefaultNode { resource, context_id, stat: StatNode::new(), children: Children::default() }
+        DefaultNode {
+            resource,
+            context_id,
+            stat: StatNode::new(),
+            children: Children::default(),
+            cluster: None,
+            split: AtomicBool::new(true),
+        }
+    }
+    /// The default context's node, showing `cluster`'s numbers until split.
+    pub(crate) fn new_default(resource: Arc<str>, cluster: &StatNode, split: bool) -> Self {
+        DefaultNode { cluster: Some(NonNull::from(cluster)), split: AtomicBool::new(split), ..Self::new(resource, 0) }
     }
     /// The nodes entered below this one.
     pub fn children(&self) -> Vec<Arc<DefaultNode>> {
         self.children.list()
+    }
+    /// Whether calls must be recorded on this node (false: it shows its cluster node's numbers).
+    #[inline(always)]
+    pub(crate) fn records(&self) -> bool {
+        self.split.load(Ordering::Relaxed)
+    }
+    /// From now on, this node records its own calls.
+    pub(crate) fn split(&self) {
+        self.split.store(true, Ordering::Relaxed);
+    }
+    /// The numbers this node shows.
+    pub(crate) fn stats(&self) -> &StatNode {
+        match self.cluster {
+            // SAFETY: see the `Send`/`Sync` note: the cluster node outlives this node.
+            Some(c) if !self.records() => unsafe { c.as_ref() },
+            _ => &self.stat,
+        }
     }
 }
 

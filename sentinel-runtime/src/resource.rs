@@ -34,12 +34,15 @@ pub(crate) struct ResourceInner {
     /// False for resources past the cap: their entries pass unchecked.
     pub(crate) checked: bool,
     default_ctx_node: OnceLock<Arc<DefaultNode>>,
+    /// Whether the default context's node must record its own calls from its creation (a rule reads it).
+    split_default: AtomicBool,
     ctx_nodes: boxcar::Vec<Arc<DefaultNode>>,
     insert: Mutex<()>,
 }
 
 impl ResourceInner {
     pub(crate) fn new(name: Arc<str>, rules: ResourceRules, checked: bool) -> Self {
+        let split_default = rules.flow.as_ref().is_some_and(|f| f.reads_default_context());
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
         ResourceInner {
@@ -50,6 +53,7 @@ impl ResourceInner {
             has_breakers: AtomicBool::new(breakers),
             checked,
             default_ctx_node: OnceLock::new(),
+            split_default: AtomicBool::new(split_default),
             ctx_nodes: boxcar::Vec::new(),
             insert: Mutex::new(()),
         }
@@ -57,6 +61,9 @@ impl ResourceInner {
 
     /// Publishes `rules`; the previous set goes to `retired`, freed after a grace period.
     pub(crate) fn set_rules(&self, rules: ResourceRules, retired: &mut RetireBatch<ResourceRules>) {
+        if rules.flow.as_ref().is_some_and(|f| f.reads_default_context()) {
+            self.split_default_node();
+        }
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
         retired.push(self.rules.replace(rules));
@@ -77,7 +84,7 @@ impl ResourceInner {
             if let Some(n) = self.default_ctx_node.get() {
                 return n;
             }
-            return self.default_ctx_node.get_or_init(|| Arc::new(DefaultNode::new(self.name.clone(), 0)));
+            return self.create_default_node();
         }
         for (_, n) in self.ctx_nodes.iter() {
             if n.context_id == ctx_id {
@@ -88,13 +95,34 @@ impl ResourceInner {
     }
 
     #[cold]
+    fn create_default_node(&self) -> &Arc<DefaultNode> {
+        let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
+        let split = self.ctx_nodes.count() > 0 || self.split_default.load(Ordering::Relaxed);
+        self.default_ctx_node
+            .get_or_init(|| Arc::new(DefaultNode::new_default(self.name.clone(), &self.cluster.stat, split)))
+    }
+
+    #[cold]
     fn create_ctx_node(&self, ctx_id: u32) -> &Arc<DefaultNode> {
         let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, n)) = self.ctx_nodes.iter().find(|(_, n)| n.context_id == ctx_id) {
             return n;
         }
+        // The default context's node no longer counts what the cluster node counts.
+        if let Some(d) = self.default_ctx_node.get() {
+            d.split();
+        }
         let idx = self.ctx_nodes.push(Arc::new(DefaultNode::new(self.name.clone(), ctx_id)));
         &self.ctx_nodes[idx]
+    }
+
+    /// Makes the default context's node record its own calls (a rule reads it).
+    fn split_default_node(&self) {
+        let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
+        self.split_default.store(true, Ordering::Relaxed);
+        if let Some(d) = self.default_ctx_node.get() {
+            d.split();
+        }
     }
 
     /// Every default node of the resource (one per context it was entered in).

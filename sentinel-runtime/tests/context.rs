@@ -135,3 +135,65 @@ fn a_scoped_engine_stands_in_for_the_global_one() {
     assert!(std::ptr::eq(engine.scoped(Sentinel::current), engine));
     assert!(std::ptr::eq(Sentinel::current(), Sentinel::global()));
 }
+
+#[test]
+fn the_default_context_node_shows_the_cluster_numbers_until_a_named_context_is_used() {
+    let engine = engine();
+    let r = engine.resource("shared-node");
+    for _ in 0..3 {
+        drop(r.enter().unwrap());
+    }
+    let default_stats = engine.context_stats("shared-node", DEFAULT_CONTEXT_NAME).unwrap();
+    assert_eq!(default_stats.pass_qps, 3.0, "all calls so far were in the default context");
+    assert_eq!(default_stats, engine.cluster_stats("shared-node").unwrap());
+
+    // A named context: from now on the default context's node counts only its own calls.
+    {
+        let _ctx = engine.enter_context("web", "").unwrap();
+        drop(r.enter().unwrap());
+        drop(r.enter().unwrap());
+    }
+    drop(r.enter().unwrap());
+    assert_eq!(engine.cluster_stats("shared-node").unwrap().pass_qps, 6.0);
+    assert_eq!(engine.context_stats("shared-node", "web").unwrap().pass_qps, 2.0);
+    assert_eq!(engine.context_stats("shared-node", DEFAULT_CONTEXT_NAME).unwrap().pass_qps, 1.0);
+    // Thread counts stay balanced on every node.
+    let held = r.enter().unwrap();
+    assert_eq!(engine.context_stats("shared-node", DEFAULT_CONTEXT_NAME).unwrap().threads, 1);
+    drop(held);
+    assert_eq!(engine.context_stats("shared-node", DEFAULT_CONTEXT_NAME).unwrap().threads, 0);
+    assert_eq!(engine.cluster_stats("shared-node").unwrap().threads, 0);
+}
+
+#[test]
+fn an_entry_in_flight_across_the_split_exits_on_the_nodes_it_entered() {
+    let engine = engine();
+    let r = engine.resource("split-in-flight");
+    let before = r.enter().unwrap(); // recorded on the cluster node only
+    {
+        let _ctx = engine.enter_context("rpc", "").unwrap();
+        drop(r.enter().unwrap());
+    }
+    drop(before);
+    assert_eq!(engine.context_stats("split-in-flight", DEFAULT_CONTEXT_NAME).unwrap().threads, 0);
+    assert_eq!(engine.cluster_stats("split-in-flight").unwrap().threads, 0);
+    assert_eq!(engine.cluster_stats("split-in-flight").unwrap().pass_qps, 2.0);
+}
+
+#[test]
+fn a_chain_rule_on_the_default_context_limits_calls_in_it_only() {
+    let engine = engine();
+    engine.load_flow_rules([FlowRule::new("chained").count(2.0).chain(DEFAULT_CONTEXT_NAME)]).unwrap();
+    let r = engine.resource("chained");
+    for _ in 0..2 {
+        drop(r.enter().unwrap());
+    }
+    assert!(r.enter().is_err(), "a third call in the default context in the same window is over the limit");
+    {
+        let _ctx = engine.enter_context("batch", "").unwrap();
+        assert!(r.enter().is_ok(), "the rule does not read other contexts");
+    }
+    assert_eq!(engine.context_stats("chained", DEFAULT_CONTEXT_NAME).unwrap().pass_qps, 2.0);
+    assert_eq!(engine.context_stats("chained", DEFAULT_CONTEXT_NAME).unwrap().block_qps, 1.0);
+    assert_eq!(engine.cluster_stats("chained").unwrap().pass_qps, 3.0);
+}

@@ -60,6 +60,16 @@ pub(crate) struct ResourceFlowRules {
     named_origins: Vec<String>,
 }
 
+impl ResourceFlowRules {
+    /// Whether a rule reads the resource's node in the default context (a chain rule naming it).
+    pub(crate) fn reads_default_context(&self) -> bool {
+        self.rules.iter().any(|st| {
+            st.rule.strategy == FlowStrategy::Chain
+                && st.rule.ref_resource.as_deref() == Some(crate::DEFAULT_CONTEXT_NAME)
+        })
+    }
+}
+
 /// What the flow check decided for the entry.
 pub(crate) enum Verdict {
     Pass { wait_nanos: u64 },
@@ -279,7 +289,7 @@ fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a 
                 }
             }
         }
-        FlowStrategy::Chain => (cx.context_name == r).then_some(&cx.node.stat),
+        FlowStrategy::Chain => (cx.context_name == r).then_some(cx.node.stats()),
         FlowStrategy::Direct => None,
     }
 }
