@@ -36,6 +36,15 @@ pub(crate) struct FlowRuleState {
 }
 
 impl FlowRuleState {
+    fn is_simple(&self) -> bool {
+        let r = &*self.rule;
+        r.grade == FlowGrade::Qps
+            && matches!(self.controller, Controller::Reject)
+            && r.strategy == FlowStrategy::Direct
+            && matches!(self.limit_app, LimitApp::Default)
+            && !r.cluster_mode
+    }
+
     fn new(rule: FlowRule) -> Self {
         let controller = Controller::for_rule(&rule);
         let limit_app = match rule.limit_app.as_str() {
@@ -58,6 +67,9 @@ pub(crate) struct ResourceFlowRules {
     pub(crate) rules: Vec<Arc<FlowRuleState>>,
     /// Origins named by a rule of this resource (an origin named here is not "other").
     named_origins: Vec<String>,
+    /// The resource's only rule is a local reject-style QPS limit on its own cluster node for every origin
+    /// (the common rule): checked without the general loop.
+    simple: bool,
 }
 
 impl ResourceFlowRules {
@@ -225,7 +237,8 @@ impl FlowManager {
                         .map(|s| s.rule.limit_app.clone())
                         .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
                         .collect();
-                    (name, Arc::new(ResourceFlowRules { rules, named_origins }))
+                    let simple = rules.len() == 1 && rules[0].is_simple();
+                    (name, Arc::new(ResourceFlowRules { rules, named_origins, simple }))
                 })
                 .collect();
             self.map.store(map);
@@ -301,6 +314,16 @@ pub(crate) fn check(
     es: &mut EntryState,
     scratch: &mut Scratch,
 ) -> Result<Verdict, BlockError> {
+    if rules.simple {
+        let st = &rules.rules[0];
+        let node = &cx.resource.cluster.stat;
+        let decision = reject_qps(node, cx.now_ms, cx.acquire, st.rule.count, cx.prioritized, None);
+        let mut wait_nanos = 0u64;
+        return match apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
+            Some(r) => r,
+            None => Ok(Verdict::Pass { wait_nanos }),
+        };
+    }
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
         let rule = &*st.rule;
@@ -345,35 +368,53 @@ pub(crate) fn check(
                 }
             },
         };
-        match decision {
-            Decision::Pass { reservation, wait_nanos: w } => {
-                if let Some(r) = reservation {
-                    scratch.push_reservation(node, r);
-                }
-                wait_nanos += w;
-            }
-            Decision::ThreadPermit => {
-                if !es.push_permit(node) {
-                    node.release_thread_permit(cx.acquire);
-                }
-            }
-            Decision::Occupied { wait_nanos: w } => {
-                scratch.release();
-                es.release_permits(cx.acquire);
-                return Ok(Verdict::Occupied { wait_nanos: wait_nanos + w });
-            }
-            Decision::Block => {
-                scratch.release();
-                es.release_permits(cx.acquire);
-                return Err(BlockError::Flow {
-                    resource: cx.resource.name.clone(),
-                    rule: st.rule.clone(),
-                    origin: cx.origin.clone(),
-                });
-            }
+        if let Some(r) = apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
+            return r;
         }
     }
     Ok(Verdict::Pass { wait_nanos })
+}
+
+/// Acts on one rule's decision: `Some` ends the check (occupied or blocked), `None` goes on to the next rule.
+#[inline(always)]
+fn apply(
+    decision: Decision,
+    st: &FlowRuleState,
+    node: &StatNode,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+    scratch: &mut Scratch,
+    wait_nanos: &mut u64,
+) -> Option<Result<Verdict, BlockError>> {
+    match decision {
+        Decision::Pass { reservation, wait_nanos: w } => {
+            if let Some(r) = reservation {
+                scratch.push_reservation(node, r);
+            }
+            *wait_nanos += w;
+            None
+        }
+        Decision::ThreadPermit => {
+            if !es.push_permit(node) {
+                node.release_thread_permit(cx.acquire);
+            }
+            None
+        }
+        Decision::Occupied { wait_nanos: w } => {
+            scratch.release();
+            es.release_permits(cx.acquire);
+            Some(Ok(Verdict::Occupied { wait_nanos: *wait_nanos + w }))
+        }
+        Decision::Block => {
+            scratch.release();
+            es.release_permits(cx.acquire);
+            Some(Err(BlockError::Flow {
+                resource: cx.resource.name.clone(),
+                rule: st.rule.clone(),
+                origin: cx.origin.clone(),
+            }))
+        }
+    }
 }
 
 /// A later check blocked the call: give back reservations and permits.
