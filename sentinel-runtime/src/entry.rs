@@ -210,7 +210,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 entry_type: self.entry_type,
                 acquire: self.acquire,
                 prioritized: self.prioritized,
-                args: self.args,
+                args: &self.args,
                 now_nanos,
                 now_ms,
             };
