@@ -1,9 +1,15 @@
 //! A tight loop of entries for profiling (`perf record`); not part of the documented examples.
+use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::{flow::FlowRule, Sentinel};
 
 fn main() {
     let engine = Sentinel::builder().build();
-    engine.load_flow_rules([FlowRule::new("pass").count(1e15)]).expect("valid rule");
+    engine
+        .load_flow_rules([FlowRule::new("pass").count(1e15), FlowRule::new("breaker").count(1e15)])
+        .expect("valid rule");
+    // "breaker": the same flow rule plus a closed error-count circuit breaker.
+    let breaker = DegradeRule::new("breaker", DegradeGrade::ErrorCount).count(1e9).time_window_sec(10);
+    engine.load_degrade_rules([breaker]).expect("valid rule");
     let name = std::env::args().nth(1).unwrap_or_else(|| "pass".to_string());
     let iterations: u64 = std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(50_000_000);
     let r = engine.resource(&name);

@@ -108,6 +108,7 @@ impl ReadGuard {
         } else {
             let p = (phase - 1) as usize & 1;
             SHARED[p].fetch_add(1, Ordering::SeqCst);
+            SHARED_DEPTH.with(|d| d.set(d.get() + 1));
             ReadGuard { slot: Slot::Shared { phase: p } }
         }
     }
@@ -132,10 +133,32 @@ impl Drop for ReadGuard {
             }
             Slot::Shared { phase } => {
                 SHARED[phase].fetch_sub(1, Ordering::Release);
+                SHARED_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
             }
         }
     }
 }
+
+thread_local! {
+    /// Read sections this thread has open on the shared stripe (owned stripes tell it by their mark).
+    static SHARED_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this thread is inside a read section (it cannot wait for a grace period: it would wait for itself).
+fn in_read_section() -> bool {
+    let lease = stripe::lease();
+    if lease.exclusive {
+        SLOTS[lease.index].load(Ordering::Relaxed) != 0
+    } else {
+        SHARED_DEPTH.with(|d| d.get()) > 0
+    }
+}
+
+type Deferred = Vec<Box<dyn Send>>;
+
+/// Values retired by threads inside a read section (e.g. rules loaded by a circuit breaker observer, which
+/// runs at exit inside the section that reads the breakers): freed after the next grace period.
+static DEFERRED: Mutex<Deferred> = Mutex::new(Vec::new());
 
 /// Waits until every read section that could have seen pointers unpublished before this call has ended.
 pub(crate) fn synchronize() {
@@ -203,11 +226,11 @@ pub(crate) struct Retired<T> {
 }
 
 /// Values waiting for a grace period; dropping the batch runs one grace period and then frees them.
-pub(crate) struct RetireBatch<T> {
+pub(crate) struct RetireBatch<T: Send + 'static> {
     items: Vec<Retired<T>>,
 }
 
-impl<T> RetireBatch<T> {
+impl<T: Send + 'static> RetireBatch<T> {
     pub(crate) fn new() -> Self {
         RetireBatch { items: Vec::new() }
     }
@@ -216,12 +239,21 @@ impl<T> RetireBatch<T> {
     }
 }
 
-impl<T> Drop for RetireBatch<T> {
+impl<T: Send + 'static> Drop for RetireBatch<T> {
     fn drop(&mut self) {
-        if !self.items.is_empty() {
-            synchronize();
-            self.items.clear();
+        if self.items.is_empty() {
+            return;
         }
+        if in_read_section() {
+            // Waiting here would wait for this thread's own section: free them after a later grace period.
+            let mut d = DEFERRED.lock().unwrap_or_else(|e| e.into_inner());
+            d.extend(self.items.drain(..).map(|r| Box::new(r) as Box<dyn Send>));
+            return;
+        }
+        let deferred = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(|e| e.into_inner()));
+        synchronize();
+        self.items.clear();
+        drop(deferred);
     }
 }
 
@@ -269,6 +301,31 @@ mod tests {
         }
         assert_eq!(freed.load(Ordering::SeqCst), 200);
         p.read(|v| assert_eq!(v.1, 200));
+    }
+
+    #[test]
+    fn a_writer_inside_a_read_section_defers_instead_of_waiting_for_itself() {
+        let freed = Arc::new(AtomicUsize::new(0));
+        let p = RcuPtr::new(Counted(freed.clone(), 1));
+        p.read(|v| {
+            let mut batch = RetireBatch::new();
+            batch.push(p.replace(Counted(freed.clone(), 2)));
+            drop(batch); // must not deadlock
+            assert_eq!(v.1, 1, "the value this section reads is still alive");
+            assert_eq!(freed.load(Ordering::SeqCst), 0);
+        });
+        // The next grace period outside a section frees it.
+        let mut batch = RetireBatch::new();
+        batch.push(p.replace(Counted(freed.clone(), 3)));
+        drop(batch);
+        // Another test's grace period may have taken the deferred value: it frees it when that period ends.
+        let mut rounds = 0;
+        while freed.load(Ordering::SeqCst) < 2 && rounds < 10_000 {
+            synchronize();
+            std::thread::yield_now();
+            rounds += 1;
+        }
+        assert_eq!(freed.load(Ordering::SeqCst), 2);
     }
 
     #[test]
