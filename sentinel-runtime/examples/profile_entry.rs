@@ -4,9 +4,10 @@ use sentinel_runtime::{flow::FlowRule, Sentinel};
 
 fn main() {
     let engine = Sentinel::builder().build();
-    engine
-        .load_flow_rules([FlowRule::new("pass").count(1e15), FlowRule::new("breaker").count(1e15)])
-        .expect("valid rule");
+    // "pass": a passing flow rule; "block": a blocking one; "no-rule" (or any other name): none.
+    let flow =
+        [FlowRule::new("pass").count(1e15), FlowRule::new("breaker").count(1e15), FlowRule::new("block").count(0.0)];
+    engine.load_flow_rules(flow).expect("valid rule");
     // "breaker": the same flow rule plus a closed error-count circuit breaker.
     let breaker = DegradeRule::new("breaker", DegradeGrade::ErrorCount).count(1e9).time_window_sec(10);
     engine.load_degrade_rules([breaker]).expect("valid rule");

@@ -155,6 +155,7 @@ impl SentinelBuilder {
                 has_custom_slots: AtomicBool::new(false),
                 error_filter: ArcSwapOption::empty(),
                 block_listeners: ArcSwap::from_pointee(Vec::new()),
+                has_block_listeners: AtomicBool::new(false),
                 warned_contexts: AtomicBool::new(false),
                 warned_resources: AtomicBool::new(false),
                 sites: Mutex::new(HashMap::new()),
@@ -194,6 +195,8 @@ pub(crate) struct Shared {
     pub(crate) has_custom_slots: AtomicBool,
     error_filter: ArcSwapOption<Box<ErrorFilter>>,
     block_listeners: ArcSwap<Vec<Arc<BlockListener>>>,
+    /// Whether `block_listeners` holds any: a blocked call then skips loading them.
+    has_block_listeners: AtomicBool,
     warned_contexts: AtomicBool,
     warned_resources: AtomicBool,
     /// Resources of annotated call sites, when this engine stands in for the global one.
@@ -327,7 +330,15 @@ impl Shared {
         }
     }
 
+    #[inline]
     pub(crate) fn on_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
+        if self.has_block_listeners.load(Ordering::Acquire) {
+            self.notify_block(err, now_ms, acquire);
+        }
+    }
+
+    #[cold]
+    fn notify_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
         let listeners = self.block_listeners.load();
         for l in listeners.iter() {
             l(err, now_ms, acquire);
@@ -556,6 +567,7 @@ impl Sentinel {
             v.push(f.clone());
             v
         });
+        self.shared.has_block_listeners.store(true, Ordering::Release);
     }
 
     /// Replaces the flow rules. An invalid rule rejects the whole set and the rules in force stay.
