@@ -327,6 +327,8 @@ pub(crate) struct Breaker {
     counts: Counts,
     /// How long the breaker stays open, ms.
     open_ms: u64,
+    /// Slow-ratio rule: a call is bad iff it is slow (else iff it has an error).
+    slow_grade: bool,
     /// Slow-ratio rules: a call is slow iff its rt in µs is above this.
     slow_rt_micros: u64,
     min_request: u64,
@@ -347,6 +349,7 @@ impl Breaker {
             state: AtomicU64::new(state_word(CLOSED, 0)),
             counts: Counts::new(rule.stat_interval_ms as u64),
             open_ms: rule.time_window_sec as u64 * 1000,
+            slow_grade: rule.grade == DegradeGrade::SlowRequestRatio,
             slow_rt_micros,
             min_request: rule.min_request_amount as u64,
             rule,
@@ -406,31 +409,33 @@ impl Breaker {
 
     /// A call that passed completed. `probe`: this call is the breaker's half-open probe (its completion
     /// decides); otherwise it is counted and, while CLOSED, may trip the breaker.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_complete(&self, now_ms: u64, rt_micros: u64, error: bool, probe: bool, mgr: &DegradeManager) {
-        let bad = match self.rule.grade {
-            DegradeGrade::SlowRequestRatio => rt_micros > self.slow_rt_micros,
-            DegradeGrade::ErrorRatio | DegradeGrade::ErrorCount => error,
-        };
+        let bad = if self.slow_grade { rt_micros > self.slow_rt_micros } else { error };
         let key = self.counts.add(now_ms, bad);
+        // A good call in an interval without a bad call cannot trip the breaker: done.
+        if probe || bad || self.counts.maybe_bad(key) {
+            self.complete_slow(key, now_ms, bad, probe, mgr);
+        }
+    }
+
+    /// A completion that decides: the probe's, a bad call's, or one in an interval that has a bad call.
+    #[cold]
+    #[inline(never)]
+    fn complete_slow(&self, key: u64, now_ms: u64, bad: bool, probe: bool, mgr: &DegradeManager) {
         if probe {
             self.finish_probe(now_ms, bad, mgr);
             return;
         }
         if bad {
             self.counts.mark_bad(key);
-        } else if self.counts.maybe_bad(key) {
-            fence(Ordering::SeqCst);
         } else {
-            // No bad call in the interval: nothing can trip.
-            return;
+            fence(Ordering::SeqCst);
         }
         self.decide(key, now_ms, mgr);
     }
 
     /// Sums the interval's counts (this call's included) and trips the breaker if they call for it.
-    #[cold]
-    #[inline(never)]
     fn decide(&self, key: u64, now_ms: u64, mgr: &DegradeManager) {
         let (total, bad_count) = self.counts.sum(key);
         if total < self.min_request {
@@ -598,6 +603,37 @@ mod tests {
             assert_eq!(b.counts(now), (THREADS * PER_THREAD, 1), "round {round}");
             assert_eq!(b.state(), BreakerState::Open, "round {round}");
         }
+    }
+
+    #[test]
+    fn a_good_and_a_bad_call_completing_at_the_same_instant_always_trip_together() {
+        // The store-buffering race: the good call's count may still be in its core's store buffer when the
+        // bad call sums, and the good call may read the mark before the bad call's store is visible. One of
+        // the two must see the other (the barrier), so the pair's final counts (2 calls, 1 error) trip.
+        const ROUNDS: usize = 10_000;
+        let mgr = DegradeManager::default();
+        let breakers: Vec<Breaker> =
+            (0..ROUNDS).map(|_| Breaker::new(rule(DegradeGrade::ErrorCount, 0.0, 2), false)).collect();
+        let arrived = std::sync::atomic::AtomicUsize::new(0);
+        let now = 1_700_000_000_000;
+        std::thread::scope(|s| {
+            for bad in [false, true] {
+                let (breakers, mgr, arrived) = (&breakers, &mgr, &arrived);
+                s.spawn(move || {
+                    for (round, b) in breakers.iter().enumerate() {
+                        // Both threads start each round together (spinning, so they overlap closely).
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        while arrived.load(Ordering::SeqCst) < 2 * (round + 1) {
+                            std::hint::spin_loop();
+                        }
+                        b.on_complete(now, 10, bad, false, mgr);
+                    }
+                });
+            }
+        });
+        let missed = breakers.iter().filter(|b| b.state() != BreakerState::Open).count();
+        assert_eq!(missed, 0, "{missed} of {ROUNDS} rounds missed the trip");
+        assert!(breakers.iter().all(|b| b.counts(now) == (2, 1)));
     }
 
     #[test]
