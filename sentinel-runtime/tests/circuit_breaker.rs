@@ -406,6 +406,102 @@ fn many_threads_at_the_retry_time_get_exactly_one_probe() {
     }
 }
 
+// ---- counts under concurrency ----
+
+/// `calls` completions of `res` on this thread at the frozen clock; those with `error(i)` fail.
+fn complete(res: &Resource, calls: usize, error: impl Fn(usize) -> bool) {
+    for i in 0..calls {
+        let mut e = res.enter().unwrap_or_else(|b| panic!("call {i} blocked: {b}"));
+        if error(i) {
+            e.set_error();
+        }
+    }
+}
+
+#[test]
+fn error_counts_from_many_threads_are_summed_exactly_and_trip_at_the_expected_completion() {
+    const THREADS: usize = 6;
+    const ERRORS_PER_THREAD: usize = 40;
+    let (engine, _clock, seen) = engine();
+    let limit = THREADS * ERRORS_PER_THREAD;
+    engine.load_degrade_rules(vec![error_count_rule("api", limit as f64, 1)]).unwrap();
+    let api = engine.resource("api");
+    // Exactly `count` errors among three times as many calls, completed concurrently: not above the count.
+    let start = Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                start.wait();
+                complete(&api, 4 * ERRORS_PER_THREAD, |i| i % 4 == 1);
+            });
+        }
+    });
+    let snap = &engine.circuit_breakers("api")[0];
+    assert_eq!((snap.interval_total, snap.interval_bad), (4 * limit as u64, limit as u64));
+    assert_eq!(snap.state, BreakerState::Closed);
+    assert!(transitions(&seen).is_empty());
+    // Good calls on yet other threads do not trip it; the next error does, seeing every error before it.
+    std::thread::scope(|s| {
+        s.spawn(|| complete(&api, 10, |_| false));
+    });
+    assert_eq!(state(&engine, "api"), BreakerState::Closed);
+    std::thread::scope(|s| {
+        s.spawn(|| complete(&api, 1, |_| true));
+    });
+    assert_eq!(state(&engine, "api"), BreakerState::Open);
+    assert_eq!(transitions(&seen), vec![(BreakerState::Closed, BreakerState::Open, Some(limit as f64 + 1.0))]);
+}
+
+#[test]
+fn error_ratio_trips_on_the_good_call_that_reaches_min_request_amount() {
+    let (engine, clock, seen) = engine();
+    engine
+        .load_degrade_rules(vec![DegradeRule::new("api", DegradeGrade::ErrorRatio)
+            .count(0.5)
+            .min_request_amount(3)
+            .time_window_sec(10)])
+        .unwrap();
+    let api = engine.resource("api");
+    assert!(call(&api, &clock, 100, true));
+    assert!(call(&api, &clock, 100, true));
+    assert_eq!(state(&engine, "api"), BreakerState::Closed); // 2 < 3 calls
+    assert!(call(&api, &clock, 100, false)); // 2 of 3 > 0.5
+    assert_eq!(state(&engine, "api"), BreakerState::Open);
+    assert_eq!(transitions(&seen), vec![(BreakerState::Closed, BreakerState::Open, Some(2.0 / 3.0))]);
+}
+
+#[test]
+fn a_trip_that_needs_every_concurrent_completion_of_the_interval_is_not_missed() {
+    const THREADS: usize = 4;
+    const PER_THREAD: usize = 150;
+    let (engine, _clock, _) = engine();
+    for round in 0..20 {
+        // Any error trips, but only once all the calls of the round are in: the decision is the interval's
+        // last completion's, whichever thread it is on, and it is most often a good call.
+        let name = format!("api{round}");
+        engine
+            .load_degrade_rules(vec![DegradeRule::new(name.as_str(), DegradeGrade::ErrorRatio)
+                .count(0.0)
+                .min_request_amount((THREADS * PER_THREAD) as u32)
+                .time_window_sec(10)])
+            .unwrap();
+        let res = engine.resource(&name);
+        let start = Barrier::new(THREADS);
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (res, start) = (&res, &start);
+                s.spawn(move || {
+                    start.wait();
+                    complete(res, PER_THREAD, |i| t == round % THREADS && i == (round * 41) % PER_THREAD);
+                });
+            }
+        });
+        let snap = &engine.circuit_breakers(&name)[0];
+        assert_eq!((snap.interval_total, snap.interval_bad), ((THREADS * PER_THREAD) as u64, 1), "round {round}");
+        assert_eq!(snap.state, BreakerState::Open, "round {round}");
+    }
+}
+
 // ---- several breakers, default rules, reloads ----
 
 #[test]

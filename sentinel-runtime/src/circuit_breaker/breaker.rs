@@ -1,11 +1,15 @@
 //! One circuit breaker: its statistics bucket and its CLOSED / OPEN / HALF_OPEN state machine.
 //!
-//! Both the state and the counts live in single atomic words, so every transition and every recorded call is
-//! one compare-exchange: no lock, and a consistent view of the counts right after each call is recorded.
+//! The state lives in one atomic word, so every transition is one compare-exchange. The counts are striped
+//! per thread: a good call completing in an interval without a bad call adds to its own stripe and returns,
+//! with no locked instruction; the other completions sum the stripes and decide (see [`Counts`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
+
+use crate::rcu;
+use crate::stat::stripe;
 
 use super::manager::DegradeManager;
 use super::rule::{DegradeGrade, DegradeRule};
@@ -52,90 +56,257 @@ fn decode_state(word: u64) -> BreakerState {
     }
 }
 
-// Counts word: `tag (22 bits) | total (21 bits) | bad (21 bits)`, where `tag` is the interval number
-// (`now_ms / stat_interval_ms`, counted from the epoch) modulo 2^22 and `bad` counts slow calls (slow-ratio
-// rules) or calls with an error (error rules).
-const COUNT_BITS: u32 = 21;
-const TAG_BITS: u32 = 22;
-const COUNT_MAX: u64 = (1 << COUNT_BITS) - 1;
-const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
-/// A reading of the clock at most this many intervals older than the stored interval counts into it.
+// ---- Counts ----
+//
+// A breaker counts completed calls per interval in stripes (see `crate::stat::stripe`): every thread adds to
+// its own stripe's cache line, with plain stores when it owns the stripe. The current interval is named by a
+// key, `start_ms << SEQ_BITS | seq`, where `seq` counts the key changes (a new interval, or an emptying when a
+// probe closes the breaker). Each stripe has two slots, used by alternate keys (`seq` parity), so the counts
+// of the previous key stay readable while the next key fills. A slot holds the key its counts belong to; the
+// thread that writes it first under a new key empties it (a seqlock: readers discard a slot that changed
+// while they read it).
+//
+// Deciding needs the interval's totals, the sum over every stripe. A completion can trip a CLOSED breaker only
+// if the interval holds a bad call (with no bad call, every ratio and count is 0, never above a threshold
+// that is >= 0). So a bad call raises `bad_mark` to its key + 1 and every completion that finds the mark at
+// or above its key + 1 sums the stripes and decides; a good call that finds it lower returns at once, with
+// no locked instruction and no fence (a compiler fence only).
+//
+// Why no trip is missed (a trip the single-word design made on the interval's last completion, which saw the
+// final counts). Call a completion "deciding" when it sums. Every deciding completion runs, after its own
+// stripe write and before summing, a full fence: `fence(SeqCst)`, or the process-wide barrier
+// (`rcu::heavy`, a full fence on every thread of the process) for a bad call that is the first to raise the
+// mark to its key + 1 or finds the mark above its key + 1. Take a key K with at least one bad call (without
+// one, nothing can trip) and let L be the deciding completion of K whose fence comes last.
+// (1) Every deciding completion of K wrote its stripe before its fence, which precedes L's: L's sum sees it.
+// (2) A good call G of K that did not decide wrote its stripe, ran a compiler fence, and read the mark at
+//     most K. The mark only grows (`fetch_max`), so G's read comes before, in the mark's modification
+//     order, the first write that made the mark exceed K, and before every later one. Let M be the bad call
+//     of K that ran the barrier after such a write: the first one to raise the mark to K + 1 runs it; if the
+//     mark exceeded K + 1 first (a bad call of a newer key), every bad call of K runs it, after its own
+//     `fetch_max`. M's barrier is a full fence on G's thread at a point where G's mark read does not see M's
+//     write yet, hence after G's stripe write (program order, kept by the compiler fence); the barrier ends
+//     before M sums, and M's fence is at or before L's. So L's sum sees G's write too.
+// L therefore decides on the interval's final counts, as the last compare-exchange of the single-word design
+// did. Every sum includes the completion making it and every completion that happened before it, plus
+// possibly some concurrent ones (the stripes are read one after the other, not as one snapshot).
+// Without `membarrier` (not Linux), the compiler fence of a good call is a full fence: the same argument.
+// The race is exercised by `a_good_and_a_bad_call_completing_at_the_same_instant_always_trip_together`,
+// which misses trips within a few thousand rounds when the barrier is replaced by a plain fence.
+
+/// Bits of the key that count key changes.
+const SEQ_BITS: u32 = 20;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+/// The latest interval start a key holds (ms since the epoch, in the year 2527); later starts are clamped.
+const MAX_START: u64 = (u64::MAX >> SEQ_BITS) - 1;
+/// A slot's key before its first write.
+const EMPTY: u64 = u64::MAX;
+/// A slot's key while it is being emptied.
+const BUSY: u64 = u64::MAX - 1;
+/// A reading of the clock at most this many intervals older than the current interval counts into it.
 const MAX_LAG: u64 = 8;
 
-#[inline]
-fn pack(tag: u64, total: u64, bad: u64) -> u64 {
-    (tag << (2 * COUNT_BITS)) | (total << COUNT_BITS) | bad
+#[inline(always)]
+fn start_of(key: u64) -> u64 {
+    key >> SEQ_BITS
 }
 
-#[inline]
-fn unpack(word: u64) -> (u64, u64, u64) {
-    (word >> (2 * COUNT_BITS), (word >> COUNT_BITS) & COUNT_MAX, word & COUNT_MAX)
+/// One stripe's counts under one key.
+struct Slot {
+    key: AtomicU64,
+    total: AtomicU64,
+    bad: AtomicU64,
 }
 
-/// One tumbling bucket of `stat_interval_ms`, aligned to multiples of the interval since the epoch.
+/// One stripe: the slots of alternate keys, in one cache line (both written by the stripe's thread only).
+#[repr(align(64))]
+struct StripeSlots([Slot; 2]);
+
+impl StripeSlots {
+    fn new() -> Self {
+        let slot = || Slot { key: AtomicU64::new(EMPTY), total: AtomicU64::new(0), bad: AtomicU64::new(0) };
+        StripeSlots([slot(), slot()])
+    }
+}
+
+/// The counts of one tumbling interval of `stat_interval_ms`, aligned to multiples of the interval since
+/// the epoch, striped per thread.
 ///
-/// A call is counted by one compare-exchange that also starts a new interval when the stored one is over, so
-/// a count is never lost at an interval boundary. A caller whose clock reading is a little older (up to 8
-/// intervals) than the interval already stored counts into the stored interval (it completed at its boundary);
-/// a clock that goes further back starts a new interval. Per interval the counts go up to 2,097,151; past that
-/// both are halved, which keeps the ratio. The interval is stored modulo 2^22: counts left untouched for
-/// within 8 intervals of an exact multiple of 2^22 intervals (48 days at 1 s) would be taken for current.
-struct Bucket {
-    word: AtomicU64,
+/// A caller whose clock reading is a little older (up to 8 intervals) than the current interval counts into
+/// the current interval (it completed at its boundary); a clock that goes further back starts a new
+/// interval. Counts are exact for threads that own a stripe; threads beyond the owned stripes share one and
+/// count with atomic additions (one of them reading the clock two intervals late can empty the shared
+/// stripe's slot of the newer interval). After 2^20 emptyings (closing probes) within one interval, a key
+/// repeats and stale counts could be taken for current.
+struct Counts {
+    /// The current key.
+    cur: AtomicU64,
+    /// 1 + the newest key in which a bad call was recorded; 0 when none.
+    bad_mark: AtomicU64,
     interval_ms: u64,
+    stripes: Box<[StripeSlots]>,
 }
 
-impl Bucket {
+impl Counts {
     fn new(interval_ms: u64) -> Self {
-        Bucket { word: AtomicU64::new(0), interval_ms: interval_ms.max(1) }
+        Counts {
+            // No interval: the first call starts one.
+            cur: AtomicU64::new(MAX_START << SEQ_BITS),
+            bad_mark: AtomicU64::new(0),
+            interval_ms: interval_ms.max(1),
+            stripes: (0..stripe::total_stripes()).map(|_| StripeSlots::new()).collect(),
+        }
     }
 
-    #[inline]
-    fn tag(&self, now_ms: u64) -> u64 {
-        (now_ms / self.interval_ms) & TAG_MASK
+    /// The key a call completing at `now_ms` counts under (no division unless `now_ms` left the interval).
+    #[inline(always)]
+    fn key(&self, now_ms: u64) -> u64 {
+        let cur = self.cur.load(Ordering::Acquire);
+        if now_ms.wrapping_sub(start_of(cur)) < self.interval_ms {
+            cur
+        } else {
+            self.advance(now_ms)
+        }
     }
 
-    /// Counts one completed call; returns the interval's `(total, bad)` including it.
-    #[inline]
-    fn record(&self, now_ms: u64, bad: bool) -> (u64, u64) {
-        let tag = self.tag(now_ms);
-        let mut cur = self.word.load(Ordering::Relaxed);
+    #[cold]
+    #[inline(never)]
+    fn advance(&self, now_ms: u64) -> u64 {
+        let iv = self.interval_ms;
+        let aligned = (now_ms - now_ms % iv).min(MAX_START);
+        let mut cur = self.cur.load(Ordering::Acquire);
         loop {
-            let (ctag, t, b) = unpack(cur);
-            let (ntag, mut t, mut b) = if ctag == tag {
-                (tag, t, b)
-            } else if ctag.wrapping_sub(tag) & TAG_MASK <= MAX_LAG {
-                // The stored interval is newer than our reading of the clock: count into it.
-                (ctag, t, b)
-            } else {
-                (tag, 0, 0)
-            };
-            if t == COUNT_MAX {
-                t /= 2;
-                b /= 2;
+            let s = start_of(cur);
+            if now_ms.wrapping_sub(s) < iv || aligned == s {
+                return cur;
             }
-            t += 1;
-            b += bad as u64;
-            match self.word.compare_exchange_weak(cur, pack(ntag, t, b), Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return (t, b),
+            if aligned < s && s - aligned <= MAX_LAG * iv {
+                // The current interval is newer than our reading of the clock: count into it.
+                return cur;
+            }
+            let next = (aligned << SEQ_BITS) | (cur.wrapping_add(1) & SEQ_MASK);
+            match self.cur.compare_exchange(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return next,
                 Err(actual) => cur = actual,
             }
         }
     }
 
+    /// Counts one completed call in this thread's stripe; returns the key it was counted under.
+    #[inline(always)]
+    fn add(&self, now_ms: u64, bad: bool) -> u64 {
+        let key = self.key(now_ms);
+        let lease = stripe::lease();
+        if let Some(s) = self.stripes.get(lease.index) {
+            let slot = &s.0[(key & 1) as usize];
+            if slot.key.load(Ordering::Relaxed) == key {
+                stripe::add(&slot.total, 1, lease.exclusive);
+                if bad {
+                    stripe::add(&slot.bad, 1, lease.exclusive);
+                }
+                return key;
+            }
+        }
+        self.add_slow(now_ms, bad)
+    }
+
+    /// The slot is not at the key yet: empty it (or, for a stale key, count under the current one).
+    #[cold]
+    #[inline(never)]
+    fn add_slow(&self, now_ms: u64, bad: bool) -> u64 {
+        let lease = stripe::lease();
+        // The lease always names one of the stripes; the shared one is the last.
+        let s = &self.stripes[lease.index.min(self.stripes.len() - 1)];
+        let exclusive = lease.exclusive && lease.index < self.stripes.len();
+        loop {
+            // Read the key again: the interval may have moved on while this call read it.
+            let key = self.key(now_ms);
+            let slot = &s.0[(key & 1) as usize];
+            let k = slot.key.load(Ordering::Acquire);
+            if k == key {
+                stripe::add(&slot.total, 1, exclusive);
+                if bad {
+                    stripe::add(&slot.bad, 1, exclusive);
+                }
+                return key;
+            }
+            if exclusive {
+                slot.key.store(BUSY, Ordering::Relaxed);
+            } else if k == BUSY || slot.key.compare_exchange(k, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Readers that see the emptied counts see BUSY on their second look at the key.
+            fence(Ordering::Release);
+            slot.total.store(0, Ordering::Relaxed);
+            slot.bad.store(0, Ordering::Relaxed);
+            slot.key.store(key, Ordering::Release);
+        }
+    }
+
+    /// A bad call was counted under `key`: raise the mark, then fence so that this call's sum sees every
+    /// completion of the interval that did not see the mark (see the argument above).
+    #[inline]
+    fn mark_bad(&self, key: u64) {
+        let m = key + 1;
+        if self.bad_mark.load(Ordering::Relaxed) != m && self.bad_mark.fetch_max(m, Ordering::SeqCst) != m {
+            // First to mark this key (or the mark names a newer key): wait until every thread is past its
+            // good calls' compiler fences.
+            rcu::heavy();
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a bad call was recorded under `key` or a newer key (ordered after this thread's count by a
+    /// compiler fence: see the argument above).
+    #[inline(always)]
+    fn maybe_bad(&self, key: u64) -> bool {
+        rcu::light();
+        self.bad_mark.load(Ordering::Relaxed) > key
+    }
+
+    /// The `(total, bad)` summed over the stripes' slots at `key`.
+    fn sum(&self, key: u64) -> (u64, u64) {
+        let p = (key & 1) as usize;
+        let (mut total, mut bad) = (0, 0);
+        for s in self.stripes.iter() {
+            let slot = &s.0[p];
+            if slot.key.load(Ordering::Acquire) != key {
+                continue;
+            }
+            let (t, b) = (slot.total.load(Ordering::Relaxed), slot.bad.load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            if slot.key.load(Ordering::Relaxed) == key {
+                total += t;
+                bad += b;
+            }
+        }
+        (total, bad)
+    }
+
     /// The current interval's `(total, bad)`.
     fn read(&self, now_ms: u64) -> (u64, u64) {
-        let (ctag, t, b) = unpack(self.word.load(Ordering::Relaxed));
-        if ctag == self.tag(now_ms) {
-            (t, b)
+        let cur = self.cur.load(Ordering::Acquire);
+        if now_ms.wrapping_sub(start_of(cur)) < self.interval_ms {
+            fence(Ordering::SeqCst);
+            self.sum(cur)
         } else {
             (0, 0)
         }
     }
 
-    /// Empties the current interval.
+    /// Empties the counts: a new key for the interval of `now_ms`.
     fn reset(&self, now_ms: u64) {
-        self.word.store(pack(self.tag(now_ms), 0, 0), Ordering::Relaxed);
+        let aligned = (now_ms - now_ms % self.interval_ms).min(MAX_START);
+        let mut cur = self.cur.load(Ordering::Acquire);
+        loop {
+            let next = (aligned << SEQ_BITS) | (cur.wrapping_add(1) & SEQ_MASK);
+            match self.cur.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
     }
 }
 
@@ -156,9 +327,11 @@ pub(crate) struct Breaker {
     /// Whether it was built from a default (`"*"`) rule.
     pub(crate) is_default: bool,
     state: AtomicU64,
-    bucket: Bucket,
+    counts: Counts,
     /// How long the breaker stays open, ms.
     open_ms: u64,
+    /// Slow-ratio rule: a call is bad iff it is slow (else iff it has an error).
+    slow_grade: bool,
     /// Slow-ratio rules: a call is slow iff its rt in µs is above this.
     slow_rt_micros: u64,
     min_request: u64,
@@ -177,8 +350,9 @@ impl Breaker {
         Breaker {
             is_default,
             state: AtomicU64::new(state_word(CLOSED, 0)),
-            bucket: Bucket::new(rule.stat_interval_ms as u64),
+            counts: Counts::new(rule.stat_interval_ms as u64),
             open_ms: rule.time_window_sec as u64 * 1000,
+            slow_grade: rule.grade == DegradeGrade::SlowRequestRatio,
             slow_rt_micros,
             min_request: rule.min_request_amount as u64,
             rule,
@@ -197,7 +371,7 @@ impl Breaker {
 
     /// The current interval's `(total, bad)` counts.
     pub(crate) fn counts(&self, now_ms: u64) -> (u64, u64) {
-        self.bucket.read(now_ms)
+        self.counts.read(now_ms)
     }
 
     /// Reads the state for an entry, changing nothing.
@@ -238,17 +412,35 @@ impl Breaker {
 
     /// A call that passed completed. `probe`: this call is the breaker's half-open probe (its completion
     /// decides); otherwise it is counted and, while CLOSED, may trip the breaker.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_complete(&self, now_ms: u64, rt_micros: u64, error: bool, probe: bool, mgr: &DegradeManager) {
-        let bad = match self.rule.grade {
-            DegradeGrade::SlowRequestRatio => rt_micros > self.slow_rt_micros,
-            DegradeGrade::ErrorRatio | DegradeGrade::ErrorCount => error,
-        };
-        let (total, bad_count) = self.bucket.record(now_ms, bad);
+        let bad = if self.slow_grade { rt_micros > self.slow_rt_micros } else { error };
+        let key = self.counts.add(now_ms, bad);
+        // A good call in an interval without a bad call cannot trip the breaker: done.
+        if probe || bad || self.counts.maybe_bad(key) {
+            self.complete_slow(key, now_ms, bad, probe, mgr);
+        }
+    }
+
+    /// A completion that decides: the probe's, a bad call's, or one in an interval that has a bad call.
+    #[cold]
+    #[inline(never)]
+    fn complete_slow(&self, key: u64, now_ms: u64, bad: bool, probe: bool, mgr: &DegradeManager) {
         if probe {
             self.finish_probe(now_ms, bad, mgr);
             return;
         }
+        if bad {
+            self.counts.mark_bad(key);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+        self.decide(key, now_ms, mgr);
+    }
+
+    /// Sums the interval's counts (this call's included) and trips the breaker if they call for it.
+    fn decide(&self, key: u64, now_ms: u64, mgr: &DegradeManager) {
+        let (total, bad_count) = self.counts.sum(key);
         if total < self.min_request {
             return;
         }
@@ -293,7 +485,7 @@ impl Breaker {
                 mgr.notify(BreakerState::HalfOpen, BreakerState::Open, &self.rule, Some(1.0));
             }
         } else {
-            self.bucket.reset(now_ms);
+            self.counts.reset(now_ms);
             if self.state.compare_exchange(w, state_word(CLOSED, 0), Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 mgr.notify(BreakerState::HalfOpen, BreakerState::Closed, &self.rule, None);
             }
@@ -305,33 +497,203 @@ impl Breaker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn bucket_counts_within_an_interval_and_restarts_at_the_next() {
-        let b = Bucket::new(1000);
-        assert_eq!(b.record(5_000, false), (1, 0));
-        assert_eq!(b.record(5_999, true), (2, 1));
-        assert_eq!(b.read(5_500), (2, 1));
-        // Aligned to the epoch: 6000 starts a new interval.
-        assert_eq!(b.record(6_000, true), (1, 1));
-        assert_eq!(b.read(6_999), (1, 1));
-        assert_eq!(b.read(7_000), (0, 0));
+    fn rule(grade: DegradeGrade, count: f64, min: u32) -> Arc<DegradeRule> {
+        Arc::new(DegradeRule::new("r", grade).count(count).min_request_amount(min).time_window_sec(10))
     }
 
     #[test]
-    fn bucket_counts_a_late_reading_into_the_newer_interval_and_survives_time_going_back() {
-        let b = Bucket::new(100);
-        b.record(1_000, false);
-        assert_eq!(b.record(950, true), (2, 1));
-        assert_eq!(b.read(1_050), (2, 1));
+    fn counts_within_an_interval_and_restart_at_the_next() {
+        let c = Counts::new(1000);
+        let k = c.add(5_000, false);
+        assert_eq!(c.add(5_999, true), k);
+        assert_eq!(c.sum(k), (2, 1));
+        assert_eq!(c.read(5_500), (2, 1));
+        // Aligned to the epoch: 6000 starts a new interval; the previous one stays readable under its key.
+        let k2 = c.add(6_000, true);
+        assert_ne!(k2, k);
+        assert_eq!(c.read(6_999), (1, 1));
+        assert_eq!(c.sum(k), (2, 1));
+        assert_eq!(c.read(7_000), (0, 0));
+        // Two intervals later the slot of `k` is reused and emptied.
+        let k3 = c.add(7_000, false);
+        assert_eq!(k3 & 1, k & 1);
+        assert_eq!(c.sum(k3), (1, 0));
+        assert_eq!(c.sum(k), (0, 0));
     }
 
     #[test]
-    fn bucket_halves_both_counts_when_full() {
-        let b = Bucket::new(1000);
-        b.word.store(pack(b.tag(0), COUNT_MAX, COUNT_MAX / 2), Ordering::Relaxed);
-        let (t, bad) = b.record(0, false);
-        assert_eq!(t, COUNT_MAX / 2 + 1);
-        assert_eq!(bad, COUNT_MAX / 4);
+    fn counts_a_late_reading_into_the_newer_interval_and_restart_when_time_goes_far_back() {
+        let c = Counts::new(100);
+        let k = c.add(1_000, false);
+        assert_eq!(c.add(950, true), k);
+        assert_eq!(c.read(1_050), (2, 1));
+        // More than 8 intervals back: a new interval.
+        let back = c.add(100, true);
+        assert_ne!(back, k);
+        assert_eq!(c.read(150), (1, 1));
+    }
+
+    #[test]
+    fn reset_empties_the_current_interval() {
+        let c = Counts::new(1000);
+        c.add(5_000, true);
+        c.add(5_100, false);
+        c.reset(5_200);
+        assert_eq!(c.read(5_300), (0, 0));
+        c.add(5_300, false);
+        assert_eq!(c.read(5_400), (1, 0));
+        // Several resets in a row keep emptying.
+        c.reset(5_500);
+        c.reset(5_500);
+        assert_eq!(c.read(5_600), (0, 0));
+    }
+
+    #[test]
+    fn only_bad_calls_mark_the_interval() {
+        let c = Counts::new(1000);
+        let k = c.add(5_000, false);
+        assert!(!c.maybe_bad(k));
+        let k = c.add(5_001, true);
+        c.mark_bad(k);
+        assert!(c.maybe_bad(k));
+        // The next interval starts unmarked.
+        let k2 = c.add(6_000, false);
+        assert!(!c.maybe_bad(k2));
+    }
+
+    #[test]
+    fn counts_from_more_threads_than_stripes_sum_exactly() {
+        const PER_THREAD: u64 = 10_000;
+        // Beyond the owned stripes, threads share one with atomic additions: both kinds of writer.
+        let threads = stripe::total_stripes() as u64 + 3;
+        let c = Counts::new(1000);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let c = &c;
+                s.spawn(move || {
+                    for i in 0..PER_THREAD {
+                        c.add(5_000 + i % 1000, (i + t) % 10 == 0);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.read(5_999), (threads * PER_THREAD, threads * PER_THREAD / 10));
+    }
+
+    #[test]
+    fn a_good_call_reaching_min_request_amount_trips_even_when_calls_complete_concurrently() {
+        const THREADS: u64 = 4;
+        const PER_THREAD: u64 = 200;
+        let mgr = DegradeManager::default();
+        for round in 0..20 {
+            // Error ratio > 0 with every call of the round needed: only the interval's final counts trip,
+            // whichever completion comes last (one error among thousands of good calls).
+            let b = Breaker::new(rule(DegradeGrade::ErrorRatio, 0.0, (THREADS * PER_THREAD) as u32), false);
+            let now = 1_700_000_000_000;
+            let start = std::sync::Barrier::new(THREADS as usize);
+            std::thread::scope(|s| {
+                for t in 0..THREADS {
+                    let (b, mgr, start) = (&b, &mgr, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        for i in 0..PER_THREAD {
+                            let error = t == round % THREADS && i == (round * 37) % PER_THREAD;
+                            b.on_complete(now, 10, error, false, mgr);
+                        }
+                    });
+                }
+            });
+            assert_eq!(b.counts(now), (THREADS * PER_THREAD, 1), "round {round}");
+            assert_eq!(b.state(), BreakerState::Open, "round {round}");
+        }
+    }
+
+    #[test]
+    fn a_good_and_a_bad_call_completing_at_the_same_instant_always_trip_together() {
+        // The store-buffering race: the good call's count may still be in its core's store buffer when the
+        // bad call sums, and the good call may read the mark before the bad call's store is visible. One of
+        // the two must see the other (the barrier), so the pair's final counts (2 calls, 1 error) trip.
+        const ROUNDS: usize = 10_000;
+        let mgr = DegradeManager::default();
+        let breakers: Vec<Breaker> =
+            (0..ROUNDS).map(|_| Breaker::new(rule(DegradeGrade::ErrorCount, 0.0, 2), false)).collect();
+        let arrived = std::sync::atomic::AtomicUsize::new(0);
+        let now = 1_700_000_000_000;
+        std::thread::scope(|s| {
+            for bad in [false, true] {
+                let (breakers, mgr, arrived) = (&breakers, &mgr, &arrived);
+                s.spawn(move || {
+                    for (round, b) in breakers.iter().enumerate() {
+                        // Both threads start each round together (spinning, so they overlap closely).
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        while arrived.load(Ordering::SeqCst) < 2 * (round + 1) {
+                            std::hint::spin_loop();
+                        }
+                        b.on_complete(now, 10, bad, false, mgr);
+                    }
+                });
+            }
+        });
+        let missed = breakers.iter().filter(|b| b.state() != BreakerState::Open).count();
+        assert_eq!(missed, 0, "{missed} of {ROUNDS} rounds missed the trip");
+        assert!(breakers.iter().all(|b| b.counts(now) == (2, 1)));
+    }
+
+    #[test]
+    fn error_count_sums_errors_from_all_threads_exactly() {
+        const THREADS: u64 = 4;
+        const ERRORS_PER_THREAD: u64 = 25;
+        let mgr = DegradeManager::default();
+        let limit = THREADS * ERRORS_PER_THREAD;
+        let b = Breaker::new(rule(DegradeGrade::ErrorCount, limit as f64, 1), false);
+        let now = 1_700_000_000_000;
+        // Exactly `count` errors (not above it) with good calls in between, from several threads: closed.
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                let (b, mgr) = (&b, &mgr);
+                s.spawn(move || {
+                    for _ in 0..ERRORS_PER_THREAD {
+                        b.on_complete(now, 10, true, false, mgr);
+                        b.on_complete(now, 10, false, false, mgr);
+                    }
+                });
+            }
+        });
+        assert_eq!(b.counts(now), (2 * limit, limit));
+        assert_eq!(b.state(), BreakerState::Closed);
+        // One more error, from yet another thread: above the count.
+        std::thread::scope(|s| {
+            s.spawn(|| b.on_complete(now, 10, true, false, &mgr));
+        });
+        assert_eq!(b.state(), BreakerState::Open);
+    }
+
+    #[test]
+    fn slow_calls_are_strictly_above_the_rule_count_in_microseconds() {
+        let mgr = DegradeManager::default();
+        let r = Arc::new(
+            DegradeRule::new("r", DegradeGrade::SlowRequestRatio)
+                .count(5.0)
+                .slow_ratio_threshold(1.0)
+                .min_request_amount(2)
+                .time_window_sec(1),
+        );
+        let b = Breaker::new(r, false);
+        b.on_complete(10_000, 5_000, false, false, &mgr);
+        b.on_complete(10_000, 5_001, false, false, &mgr);
+        assert_eq!(b.counts(10_000), (2, 1));
+        assert_eq!(b.state(), BreakerState::Closed);
+        // A new interval of slow calls only: the ratio is exactly 1.0 and so is the threshold.
+        b.on_complete(11_000, 5_001, false, false, &mgr);
+        assert_eq!(b.state(), BreakerState::Closed);
+        b.on_complete(11_000, 9_000, false, false, &mgr);
+        assert_eq!(b.state(), BreakerState::Open);
+    }
+
+    #[test]
+    fn a_stripe_takes_one_cache_line() {
+        assert_eq!(std::mem::size_of::<StripeSlots>(), 64);
+        assert_eq!(std::mem::align_of::<StripeSlots>(), 64);
     }
 
     #[test]

@@ -56,8 +56,10 @@
 //! - A breaker past its retry time is not flipped to HALF_OPEN and back by calls that another breaker of the
 //!   same resource blocks anyway (Java flips it, and tells the observers, on each such call); a call that
 //!   does pass holds the probes of every due breaker, and its completion decides each of them.
-//! - No count is lost when concurrent calls start a new statistics interval (one compare-exchange per call),
-//!   and the counts a breaker trips on are exactly those of the interval including the call just completed.
+//! - Counts are kept per thread stripe: a good call completing in an interval without a bad call costs no
+//!   locked instruction. A completion that may trip the breaker (a bad call, or any call in an interval
+//!   that has one) sums the stripes; the interval's last completion decides on the interval's final counts
+//!   (this call included), so no trip on them is missed however the calls interleave.
 //! - A resource has at most [`MAX_RULES_PER_RESOURCE`] degrade rules.
 
 mod breaker;
