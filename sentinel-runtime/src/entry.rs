@@ -306,15 +306,19 @@ impl<'r> Nodes<'r> {
 }
 
 /// What the checks decided and what they hold until exit.
+///
+/// Laid out so that the 16-byte states sit at 16-byte offsets: they are zeroed with 16-byte stores and copied
+/// into the entry with 16-byte loads, and a load that straddles two stores still in flight stalls.
 #[derive(Default)]
+#[repr(C, align(16))]
 struct Checks {
-    wait_nanos: u64,
-    occupied: bool,
-    /// Bit i set: the user slot at index i passed (its exit hook runs).
-    slots_passed: u32,
     flow: flow::EntryState,
     param: param_flow::EntryState,
     degrade: circuit_breaker::EntryState,
+    wait_nanos: u64,
+    /// Bit i set: the user slot at index i passed (its exit hook runs).
+    slots_passed: u32,
+    occupied: bool,
 }
 
 /// A call that passed the checks. Dropping it exits the resource: on return, early return, `?` and unwind.
