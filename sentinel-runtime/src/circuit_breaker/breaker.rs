@@ -105,6 +105,10 @@ const EMPTY: u64 = u64::MAX;
 const BUSY: u64 = u64::MAX - 1;
 /// A reading of the clock at most this many intervals older than the current interval counts into it.
 const MAX_LAG: u64 = 8;
+/// The shared bad count: its count bits, and the key bits that tag it.
+const BAD_COUNT_BITS: u32 = 24;
+const BAD_COUNT_MASK: u64 = (1 << BAD_COUNT_BITS) - 1;
+const BAD_TAG_MASK: u64 = (1 << (64 - BAD_COUNT_BITS)) - 1;
 
 #[inline(always)]
 fn start_of(key: u64) -> u64 {
@@ -143,6 +147,10 @@ struct Counts {
     cur: AtomicU64,
     /// 1 + the newest key in which a bad call was recorded; 0 when none.
     bad_mark: AtomicU64,
+    /// The bad calls of one key, written by bad calls only: `key's low 40 bits << 24 | count` (the count
+    /// saturates at 2^24 - 1). Lets a completion in an interval with bad calls skip the sum when the bad
+    /// count alone shows that no threshold can be crossed.
+    bad_count: AtomicU64,
     interval_ms: u64,
     stripes: Box<[StripeSlots]>,
 }
@@ -153,6 +161,7 @@ impl Counts {
             // No interval: the first call starts one.
             cur: AtomicU64::new(MAX_START << SEQ_BITS),
             bad_mark: AtomicU64::new(0),
+            bad_count: AtomicU64::new(u64::MAX),
             interval_ms: interval_ms.max(1),
             stripes: (0..stripe::total_stripes()).map(|_| StripeSlots::new()).collect(),
         }
@@ -242,6 +251,28 @@ impl Counts {
             slot.bad.store(0, Ordering::Relaxed);
             slot.key.store(key, Ordering::Release);
         }
+    }
+
+    /// Counts a bad call of `key` in the shared bad count (a locked instruction: bad calls only); returns the
+    /// key's bad calls so far, this one included.
+    fn count_bad(&self, key: u64) -> u64 {
+        let tag = (key & BAD_TAG_MASK) << BAD_COUNT_BITS;
+        let mut w = self.bad_count.load(Ordering::Relaxed);
+        loop {
+            let next =
+                if w & !BAD_COUNT_MASK == tag { tag | ((w & BAD_COUNT_MASK) + 1).min(BAD_COUNT_MASK) } else { tag | 1 };
+            match self.bad_count.compare_exchange_weak(w, next, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => return next & BAD_COUNT_MASK,
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// The bad calls of `key` (`None`: not known, e.g. saturated or another key's count).
+    fn bad_of(&self, key: u64) -> Option<u64> {
+        let w = self.bad_count.load(Ordering::Acquire);
+        let n = w & BAD_COUNT_MASK;
+        (w & !BAD_COUNT_MASK == (key & BAD_TAG_MASK) << BAD_COUNT_BITS && n < BAD_COUNT_MASK).then_some(n)
     }
 
     /// A bad call was counted under `key`: raise the mark, then fence so that this call's sum sees every
@@ -430,22 +461,53 @@ impl Breaker {
             self.finish_probe(now_ms, bad, mgr);
             return;
         }
-        if bad {
+        let bad_calls = if bad {
+            let n = self.counts.count_bad(key);
             self.counts.mark_bad(key);
+            Some(n)
         } else {
             fence(Ordering::SeqCst);
+            self.counts.bad_of(key)
+        };
+        // The bad count alone can show that no threshold can be crossed yet: then the stripes need no sum.
+        // Every completion here ran a full fence after its own count and reads the bad count after it, so a
+        // bad call counted after this read sums with this call's count included (the shared count's
+        // compare-exchange is a full fence on its thread): whoever decides last still sees every call.
+        if bad_calls.is_some_and(|n| !self.could_trip(n)) {
+            return;
         }
         self.decide(key, now_ms, mgr);
     }
 
+    /// Whether an interval with `bad` bad calls can meet the rule's threshold (a necessary condition: every
+    /// trip needs at least `max(min_request_amount, 1)` calls).
+    fn could_trip(&self, bad: u64) -> bool {
+        let min = self.min_request.max(1) as f64;
+        let bad = bad as f64;
+        match self.rule.grade {
+            DegradeGrade::ErrorCount => bad > self.rule.count,
+            // ratio > r with total >= min needs bad > r * min.
+            DegradeGrade::ErrorRatio => bad > self.rule.count * min,
+            DegradeGrade::SlowRequestRatio => {
+                let t = self.rule.slow_ratio_threshold;
+                // A threshold of 1.0 trips at a ratio of exactly 1.0: bad == total >= min.
+                if t >= 1.0 {
+                    bad >= min
+                } else {
+                    bad > t * min
+                }
+            }
+        }
+    }
+
     /// Sums the interval's counts (this call's included) and trips the breaker if they call for it.
     fn decide(&self, key: u64, now_ms: u64, mgr: &DegradeManager) {
-        let (total, bad_count) = self.counts.sum(key);
-        if total < self.min_request {
-            return;
-        }
         let w = self.state.load(Ordering::Acquire);
         if w & STATE_MASK != CLOSED {
+            return; // only a closed breaker trips
+        }
+        let (total, bad_count) = self.counts.sum(key);
+        if total < self.min_request {
             return;
         }
         let snapshot = match self.rule.grade {
@@ -606,6 +668,49 @@ mod tests {
             assert_eq!(b.counts(now), (THREADS * PER_THREAD, 1), "round {round}");
             assert_eq!(b.state(), BreakerState::Open, "round {round}");
         }
+    }
+
+    #[test]
+    fn the_bad_count_prefilter_never_hides_a_trip() {
+        let mgr = DegradeManager::default();
+        let now = 1_700_000_000_000;
+        // Error ratio 0.5 with min 4: two bad calls can never exceed it at 4 calls; a third can.
+        let b = Breaker::new(rule(DegradeGrade::ErrorRatio, 0.5, 4), false);
+        assert!(!b.could_trip(2) && b.could_trip(3));
+        for bad in [true, true, false, false] {
+            b.on_complete(now, 10, bad, false, &mgr);
+        }
+        assert_eq!(b.state(), BreakerState::Closed, "2 of 4 is not above 0.5");
+        b.on_complete(now, 10, true, false, &mgr);
+        assert_eq!(b.state(), BreakerState::Open, "3 of 5 is");
+
+        // The trip on a good call: three bad calls wait for min_request_amount, the good fourth call trips.
+        let b = Breaker::new(rule(DegradeGrade::ErrorRatio, 0.5, 4), false);
+        for _ in 0..3 {
+            b.on_complete(now, 10, true, false, &mgr);
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+        b.on_complete(now, 10, false, false, &mgr);
+        assert_eq!(b.state(), BreakerState::Open);
+
+        // Error count 3: the fourth error trips, however many good calls come between.
+        let b = Breaker::new(rule(DegradeGrade::ErrorCount, 3.0, 1), false);
+        for i in 0..300 {
+            b.on_complete(now, 10, i % 100 == 0, false, &mgr);
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+        b.on_complete(now, 10, true, false, &mgr);
+        assert_eq!(b.state(), BreakerState::Open);
+
+        // Slow ratio 1.0 trips at exactly 1.0: every call slow, at min_request_amount.
+        let mut r = DegradeRule::new("r", DegradeGrade::SlowRequestRatio).count(1.0).min_request_amount(3);
+        r = r.slow_ratio_threshold(1.0).time_window_sec(10);
+        let b = Breaker::new(Arc::new(r), false);
+        assert!(!b.could_trip(2) && b.could_trip(3));
+        for _ in 0..3 {
+            b.on_complete(now, 5_000, false, false, &mgr);
+        }
+        assert_eq!(b.state(), BreakerState::Open);
     }
 
     #[test]
