@@ -8,11 +8,15 @@
 
 use std::hint::black_box;
 
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::measurement::Measurement;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::Sentinel;
+
+#[path = "support/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::ThreadCpuTime;
 
 /// A flow rule that always passes and a closed error-count breaker that never trips.
 fn engine(with_breaker: bool) -> Sentinel {
@@ -23,41 +27,6 @@ fn engine(with_breaker: bool) -> Sentinel {
         engine.load_degrade_rules(vec![rule]).expect("valid degrade rule");
     }
     engine
-}
-
-/// The calling thread's CPU time, in nanoseconds.
-struct ThreadCpuTime;
-
-fn thread_cpu_nanos() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-static WALL: WallTime = WallTime;
-
-impl Measurement for ThreadCpuTime {
-    type Intermediate = u64;
-    type Value = u64;
-    fn start(&self) -> u64 {
-        thread_cpu_nanos()
-    }
-    fn end(&self, start: u64) -> u64 {
-        thread_cpu_nanos().saturating_sub(start)
-    }
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-    fn zero(&self) -> u64 {
-        0
-    }
-    fn to_f64(&self, v: &u64) -> f64 {
-        *v as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        WALL.formatter()
-    }
 }
 
 fn wall(c: &mut Criterion) {

@@ -1,17 +1,24 @@
 //! Entry + exit cost of sentinel-runtime next to its peers, measured in the same run.
 //!
 //! Run: `RUST_BACKTRACE= cargo bench -p sentinel-runtime --bench entry` (sentinel-core is ~3× slower with
-//! RUST_BACKTRACE=1 because it captures backtraces in its errors).
+//! RUST_BACKTRACE=1 because it captures backtraces in its errors). The one-thread cases run twice: wall time
+//! (`entry_exit_1_thread`) and the benchmark thread's CPU time (`entry_exit_1_thread_cpu`), which time spent
+//! descheduled on a busy machine does not inflate.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use criterion::measurement::Measurement;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use sentinel_runtime::clock::{Clock, SystemClock};
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::{Resource, Sentinel};
+
+#[path = "support/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::ThreadCpuTime;
 
 fn engine() -> Sentinel {
     let engine = Sentinel::builder().build();
@@ -31,8 +38,17 @@ fn clock(c: &mut Criterion) {
 }
 
 fn single_thread(c: &mut Criterion) {
+    single_thread_in(c, "entry_exit_1_thread");
+}
+
+fn single_thread_cpu(c: &mut Criterion<ThreadCpuTime>) {
+    single_thread_in(c, "entry_exit_1_thread_cpu");
+}
+
+/// Entry + exit on one thread, next to the peers; `group` names the measurement (wall or CPU time).
+fn single_thread_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     let engine = engine();
-    let mut g = c.benchmark_group("entry_exit_1_thread");
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
     for name in ["no-rule", "one-rule-pass"] {
         let r = engine.resource(name);
@@ -52,7 +68,8 @@ fn single_thread(c: &mut Criterion) {
     let limiter = governor::RateLimiter::direct(quota);
     g.bench_function(BenchmarkId::new("governor", "check-pass"), |b| b.iter(|| black_box(limiter.check().is_ok())));
 
-    sentinel_core::init_default().expect("sentinel-core init");
+    static INIT: std::sync::Once = std::sync::Once::new();
+    INIT.call_once(|| sentinel_core::init_default().expect("sentinel-core init"));
     sentinel_core::flow::load_rules(vec![Arc::new(sentinel_core::flow::Rule {
         resource: "core-pass".into(),
         threshold: 1e15,
@@ -120,4 +137,9 @@ fn two_threads(c: &mut Criterion) {
 }
 
 criterion_group!(benches, clock, single_thread, two_threads);
-criterion_main!(benches);
+criterion_group! {
+    name = benches_cpu;
+    config = Criterion::default().with_measurement(ThreadCpuTime);
+    targets = single_thread_cpu
+}
+criterion_main!(benches, benches_cpu);
