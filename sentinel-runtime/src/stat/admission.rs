@@ -30,7 +30,7 @@
 //! (stealing, closing) only while holding its `claim` word (a sequence number, odd while held; claims are taken
 //! in ascending stripe order and no one waits for anything else while holding one, so they cannot deadlock),
 //! and only after one process-wide barrier (`rcu::heavy`) run once their claims are set (a close takes every
-//! claim and runs one barrier for all stripes). The owner spends `a` tokens by reading `claim` (`c0`, even;
+//! claim and runs at most one barrier for all stripes). The owner spends `a` tokens by reading `claim` (`c0`, even;
 //! acquire), `word` and `spent`, storing `spent + a`, running the compiler-only side of the asymmetric fence
 //! (`rcu::light`), and reading `claim` again. The fence pair orders like a full fence on both sides (Dekker):
 //! for every claim set after `c0`, either the claimer's reads of `spent` (after its barrier) see the spend, or
@@ -48,10 +48,12 @@
 //!
 //! A stripe whose `word` is below its `spent` has such a restore pending: a scan that sees one is not quiet.
 //! The common call thus costs a thread-local read, six loads and one store to a cache line its thread owns
-//! (plus the fence's flag), and no locked instruction; process-wide barriers run once per bucket closing and
-//! once per gathering scan that finds tokens on other owned stripes (near the limit only: a scan over the
-//! limit that finds none is remembered, see above). The shared stripe (threads beyond the owned ones) keeps one word spent with
-//! compare-and-swap.
+//! (plus the fence's flag), and no locked instruction. Process-wide barriers run only when a bucket closes
+//! while other threads' stripes still hold tokens (a closer needs none for its own stripe, nor for a stripe
+//! it drains empty: an owner's spend racing with that close read tokens a thief took since, overlapping the
+//! thief's claim, and is settled), and when a gathering scan finds tokens on other owned stripes (near the
+//! limit only: a scan over the limit that finds none is remembered, see above). The shared stripe (threads
+//! beyond the owned ones) keeps one word spent with compare-and-swap.
 //!
 //! A call can block while enough tokens are left only (a) when a bucket closes while another thread holds a
 //! chunk between the pool and its stripe (the chunk counts as used by the closing bucket: the next bucket's
@@ -409,7 +411,7 @@ impl AdmissionWindow {
         // Before the first bucket `open` is `NONE` (no bucket is later) and the limit is `UNSET_LIMIT`
         // (no rule's limit: a NaN count is rejected by validation), so this opens the first bucket.
         if bucket > open || self.meta.limit.load(Ordering::Relaxed) != limit.to_bits() {
-            self.open(bucket, limit, borrowed);
+            self.open(bucket, limit, borrowed, if shared { usize::MAX } else { idx });
             return Step::Again;
         }
         if a == 0 {
@@ -455,7 +457,7 @@ impl AdmissionWindow {
             }
             let open = self.meta.bucket.load(Ordering::Acquire);
             if open == NONE || bucket > open || self.meta.limit.load(Ordering::Relaxed) != limit.to_bits() {
-                self.open(bucket, limit, borrowed);
+                self.open(bucket, limit, borrowed, if owner { idx } else { usize::MAX });
                 continue;
             }
             let (g, left) = (gen_of(p), tokens_of(p));
@@ -659,10 +661,11 @@ impl AdmissionWindow {
     }
 
     /// Closes the open bucket (drains every stripe) and opens the bucket `bucket` for `limit` (or re-opens the
-    /// same bucket for a changed limit). Returns at once if someone else already did.
+    /// same bucket for a changed limit). Returns at once if someone else already did. `own`: the stripe the
+    /// caller owns (`usize::MAX` for none).
     #[cold]
     #[inline(never)]
-    fn open(&self, bucket: u64, limit: f64, borrowed: &dyn Fn(u64) -> u64) {
+    fn open(&self, bucket: u64, limit: f64, borrowed: &dyn Fn(u64) -> u64, own: usize) {
         let mut spins = 0;
         let p = loop {
             let p = self.pool.word.load(Ordering::Acquire);
@@ -687,9 +690,21 @@ impl AdmissionWindow {
         for (k, l) in self.locals[..owned].iter().enumerate() {
             held[k] = l.lock();
         }
-        rcu::heavy();
+        // The words first (no owner spends from the new, empty ones). A stripe drained with no token needs no
+        // barrier: an owner's spend racing with this close read tokens a thief has taken since, overlapping
+        // the thief's claim (which ran a barrier), so the owner settles it, and is told below that it was not
+        // counted. Nor does the caller's own stripe: its owner is not spending.
+        let mut words = [0u64; stripe::MAX_OWNED + 1];
+        let mut barrier = false;
         for (k, l) in self.locals.iter().enumerate() {
-            let v = l.word.swap(pack(ng, 0), Ordering::AcqRel);
+            words[k] = l.word.swap(pack(ng, 0), Ordering::AcqRel);
+            barrier |= k < owned && k != own && gen_of(words[k]) == g && tokens_of(words[k]) > 0;
+        }
+        if barrier {
+            rcu::heavy();
+        }
+        for (k, l) in self.locals.iter().enumerate() {
+            let v = words[k];
             if gen_of(v) != g {
                 continue;
             }
