@@ -303,10 +303,12 @@ impl Shared {
     }
 
     fn rules_for(&self, name: &str) -> ResourceRules {
+        let flow = self.flow.for_resource(name);
         ResourceRules {
             authority: self.authority.for_resource(name),
             param: self.param.for_resource(name),
-            flow: self.flow.for_resource(name),
+            flow_simple: flow.as_ref().and_then(|f| f.simple_limit()),
+            flow,
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
         }

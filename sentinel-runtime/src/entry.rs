@@ -416,7 +416,11 @@ impl Checks {
             passed |= 1 << PHASE_PARAM;
         }
         if let Some(f) = &rules.flow {
-            match flow::check(f, cx, &mut self.flow, scratch) {
+            let verdict = match rules.flow_simple {
+                Some(limit) => flow::check_simple(f, limit, cx, &mut self.flow, scratch),
+                None => flow::check(f, cx, &mut self.flow, scratch),
+            };
+            match verdict {
                 Ok(flow::Verdict::Pass { wait_nanos }) => self.wait_nanos += wait_nanos,
                 Ok(flow::Verdict::Occupied { wait_nanos }) => {
                     // A prioritized call borrowed a later window: it passes without the breakers.

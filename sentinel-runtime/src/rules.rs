@@ -25,6 +25,10 @@ pub(crate) struct ResourceRules {
     pub(crate) authority: Option<Arc<ResourceAuthority>>,
     pub(crate) param: Option<Arc<ResourceParamRules>>,
     pub(crate) flow: Option<Arc<ResourceFlowRules>>,
+    /// The limit of the resource's only flow rule when that rule is simple (a local reject-style QPS limit on
+    /// the resource's cluster node for every origin): kept here so that the common check reads it from the
+    /// rules it already holds.
+    pub(crate) flow_simple: Option<f64>,
     /// Degrade rules of the resource itself.
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
     /// The default (`"*"`) breakers, used only when the resource has none of its own.

@@ -73,6 +73,11 @@ pub(crate) struct ResourceFlowRules {
 }
 
 impl ResourceFlowRules {
+    /// The limit of the only rule, when it is simple.
+    pub(crate) fn simple_limit(&self) -> Option<f64> {
+        self.simple.then(|| self.rules[0].rule.count)
+    }
+
     /// Whether a rule reads the resource's node in the default context (a chain rule naming it).
     pub(crate) fn reads_default_context(&self) -> bool {
         self.rules.iter().any(|st| {
@@ -314,15 +319,8 @@ pub(crate) fn check(
     es: &mut EntryState,
     scratch: &mut Scratch,
 ) -> Result<Verdict, BlockError> {
-    if rules.simple {
-        let st = &rules.rules[0];
-        let node = &cx.resource.cluster.stat;
-        let decision = reject_qps(node, cx.now_ms, cx.acquire, st.rule.count, cx.prioritized, None);
-        let mut wait_nanos = 0u64;
-        return match apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
-            Some(r) => r,
-            None => Ok(Verdict::Pass { wait_nanos }),
-        };
+    if let Some(limit) = rules.simple_limit() {
+        return check_simple(rules, limit, cx, es, scratch);
     }
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
@@ -373,6 +371,34 @@ pub(crate) fn check(
         }
     }
     Ok(Verdict::Pass { wait_nanos })
+}
+
+/// The check of a resource whose only rule is simple (see [`ResourceFlowRules::simple_limit`]), inlined into
+/// the entry.
+#[inline(always)]
+pub(crate) fn check_simple(
+    rules: &ResourceFlowRules,
+    limit: f64,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+    scratch: &mut Scratch,
+) -> Result<Verdict, BlockError> {
+    let node = &cx.resource.cluster.stat;
+    match reject_qps(node, cx.now_ms, cx.acquire, limit, cx.prioritized, None) {
+        Decision::Pass { reservation, wait_nanos } => {
+            if let Some(r) = reservation {
+                scratch.push_reservation(node, r);
+            }
+            Ok(Verdict::Pass { wait_nanos })
+        }
+        decision => {
+            let mut wait_nanos = 0u64;
+            match apply(decision, &rules.rules[0], node, cx, es, scratch, &mut wait_nanos) {
+                Some(r) => r,
+                None => Ok(Verdict::Pass { wait_nanos }),
+            }
+        }
+    }
 }
 
 /// Acts on one rule's decision: `Some` ends the check (occupied or blocked), `None` goes on to the next rule.
