@@ -417,7 +417,10 @@ impl Checks {
         }
         if let Some(f) = &rules.flow {
             let verdict = match rules.flow_simple {
-                Some(limit) => flow::check_simple(f, limit, cx, &mut self.flow, scratch),
+                Some(limit) => {
+                    let later_checks = rules.degrade.is_some() || rules.default_degrade.is_some();
+                    flow::check_simple(f, limit, cx, &mut self.flow, scratch, later_checks)
+                }
                 None => flow::check(f, cx, &mut self.flow, scratch),
             };
             match verdict {

@@ -320,7 +320,7 @@ pub(crate) fn check(
     scratch: &mut Scratch,
 ) -> Result<Verdict, BlockError> {
     if let Some(limit) = rules.simple_limit() {
-        return check_simple(rules, limit, cx, es, scratch);
+        return check_simple(rules, limit, cx, es, scratch, true);
     }
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
@@ -376,17 +376,21 @@ pub(crate) fn check(
 /// The check of a resource whose only rule is simple (see [`ResourceFlowRules::simple_limit`]), inlined into
 /// the entry.
 #[inline(always)]
+///
+/// `later_checks`: whether a check after the flow check may still block the call (then the reservation is
+/// kept in `scratch`, to give back).
 pub(crate) fn check_simple(
     rules: &ResourceFlowRules,
     limit: f64,
     cx: &CheckCx<'_>,
     es: &mut EntryState,
     scratch: &mut Scratch,
+    later_checks: bool,
 ) -> Result<Verdict, BlockError> {
     let node = &cx.resource.cluster.stat;
     match reject_qps(node, cx.now_ms, cx.acquire, limit, cx.prioritized, None) {
         Decision::Pass { reservation, wait_nanos } => {
-            if let Some(r) = reservation {
+            if let (Some(r), true) = (reservation, later_checks) {
                 scratch.push_reservation(node, r);
             }
             Ok(Verdict::Pass { wait_nanos })
