@@ -290,17 +290,11 @@ impl<'r> Nodes<'r> {
         }
     }
 
+    /// Calls `f` on each node: one call site, so `f` is inlined once rather than outlined.
     #[inline(always)]
     fn for_each(&self, f: impl Fn(&StatNode)) {
-        if let Some(n) = self.node {
+        for n in [Some(self.cluster), self.node, self.origin, self.inbound].into_iter().flatten() {
             f(n);
-        }
-        f(self.cluster);
-        if let Some(o) = self.origin {
-            f(o);
-        }
-        if let Some(i) = self.inbound {
-            f(i);
         }
     }
 }
