@@ -304,14 +304,21 @@ impl Shared {
 
     fn rules_for(&self, name: &str) -> ResourceRules {
         let flow = self.flow.for_resource(name);
-        ResourceRules {
+        let mut rules = ResourceRules {
             authority: self.authority.for_resource(name),
             param: self.param.for_resource(name),
             flow_simple: flow.as_ref().and_then(|f| f.simple_limit()),
+            lone_flow_limit: None,
             flow,
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
-        }
+        };
+        let alone = rules.authority.is_none()
+            && rules.param.is_none()
+            && rules.degrade.is_none()
+            && rules.default_degrade.is_none();
+        rules.lone_flow_limit = rules.flow_simple.filter(|_| alone);
+        rules
     }
 
     /// Rebuilds every resource's rules after a manager changed.

@@ -200,26 +200,25 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             || (inbound && shared.system.active())
             || shared.has_custom_slots.load(Ordering::Acquire);
         if needs_checks {
-            let cx = CheckCx {
-                shared,
-                resource: inner,
-                node,
-                origin_node: nodes.origin,
-                origin: &origin.name,
-                context_name: ctx.name(),
-                entry_type: self.entry_type,
-                acquire: self.acquire,
-                prioritized: self.prioritized,
-                args: &self.args,
-                now_nanos,
-                now_ms,
-            };
-            let mut scratch = flow::Scratch::default();
-            if let Err(block) = inner.with_rules(|rules| checks.run(&cx, rules, &mut scratch)) {
-                let w = Writer::at(now_ms);
-                nodes.for_each(|n| n.block_with(&w, self.acquire));
-                shared.on_block(&block, now_ms, self.acquire);
-                return Err(block);
+            // The common case: one simple flow rule and nothing else to check.
+            let lone = !self.prioritized
+                && !(inbound && shared.system.active())
+                && !shared.has_custom_slots.load(Ordering::Acquire);
+            let decided = inner.with_rules(|rules| match (rules.lone_flow_limit, &rules.flow) {
+                (Some(limit), Some(f)) if lone => {
+                    Some(flow::check_lone(f, limit, inner, now_ms, self.acquire, &origin.name))
+                }
+                _ => None,
+            });
+            match decided {
+                Some(Ok(())) => {}
+                Some(Err(block)) => {
+                    let w = Writer::at(now_ms);
+                    nodes.for_each(|n| n.block_with(&w, self.acquire));
+                    shared.on_block(&block, now_ms, self.acquire);
+                    return Err(block);
+                }
+                None => self.run_checks(&mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos)?,
             }
         }
 
@@ -258,6 +257,45 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             flow: checks.flow,
             param: checks.param,
             degrade: checks.degrade,
+        })
+    }
+}
+
+impl EntryBuilder<'_, '_> {
+    /// Every check in slot order (the general path); a block is recorded and reported here.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn run_checks(
+        &self,
+        checks: &mut Checks,
+        shared: &Shared,
+        inner: &ResourceInner,
+        node: &DefaultNode,
+        ctx: &crate::context::ContextInfo,
+        origin: &crate::context::OriginInfo,
+        nodes: &Nodes<'_>,
+        now_nanos: u64,
+    ) -> Result<(), BlockError> {
+        let now_ms = now_nanos / NANOS_PER_MILLI;
+        let cx = CheckCx {
+            shared,
+            resource: inner,
+            node,
+            origin_node: nodes.origin,
+            origin: &origin.name,
+            context_name: ctx.name(),
+            entry_type: self.entry_type,
+            acquire: self.acquire,
+            prioritized: self.prioritized,
+            args: &self.args,
+            now_nanos,
+            now_ms,
+        };
+        let mut scratch = flow::Scratch::default();
+        inner.with_rules(|rules| checks.run(&cx, rules, &mut scratch)).inspect_err(|block| {
+            let w = Writer::at(now_ms);
+            nodes.for_each(|n| n.block_with(&w, self.acquire));
+            shared.on_block(block, now_ms, self.acquire);
         })
     }
 }

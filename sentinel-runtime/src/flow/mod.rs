@@ -405,6 +405,30 @@ pub(crate) fn check_simple(
     }
 }
 
+/// The whole check of a resource whose only rule of any kind is one simple flow rule (`limit`, the only rule
+/// of `rules`), for a call that is not prioritized.
+#[inline(always)]
+pub(crate) fn check_lone(
+    rules: &ResourceFlowRules,
+    limit: f64,
+    resource: &ResourceInner,
+    now_ms: u64,
+    acquire: u32,
+    origin: &Arc<str>,
+) -> Result<(), BlockError> {
+    let node = &resource.cluster.stat;
+    match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
+        Some(_) => Ok(()),
+        None => Err(lone_block(rules, resource, origin)),
+    }
+}
+
+#[cold]
+fn lone_block(rules: &ResourceFlowRules, resource: &ResourceInner, origin: &Arc<str>) -> BlockError {
+    // A simple rule set holds exactly one rule.
+    BlockError::Flow { resource: resource.name.clone(), rule: rules.rules[0].rule.clone(), origin: origin.clone() }
+}
+
 /// Acts on one rule's decision: `Some` ends the check (occupied or blocked), `None` goes on to the next rule.
 #[inline(always)]
 fn apply(
