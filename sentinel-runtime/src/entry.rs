@@ -201,11 +201,11 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             || shared.has_custom_slots.load(Ordering::Acquire);
         if needs_checks {
             // The common case: one simple flow rule and nothing else to check.
-            let lone = !self.prioritized
-                && !(inbound && shared.system.active())
-                && !shared.has_custom_slots.load(Ordering::Acquire);
+            let general = self.prioritized
+                || (inbound && shared.system.active())
+                || shared.has_custom_slots.load(Ordering::Acquire);
             let decided = inner.with_rules(|rules| match (rules.lone_flow_limit, &rules.flow) {
-                (Some(limit), Some(f)) if lone => {
+                (Some(limit), Some(f)) if !general => {
                     Some(flow::check_lone(f, limit, inner, now_ms, self.acquire, &origin.name))
                 }
                 _ => None,
