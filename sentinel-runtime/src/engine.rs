@@ -308,16 +308,13 @@ impl Shared {
             authority: self.authority.for_resource(name),
             param: self.param.for_resource(name),
             flow_simple: flow.as_ref().and_then(|f| f.simple_limit()),
-            lone_flow_limit: None,
+            fast_path: false,
             flow,
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
         };
-        let alone = rules.authority.is_none()
-            && rules.param.is_none()
-            && rules.degrade.is_none()
-            && rules.default_degrade.is_none();
-        rules.lone_flow_limit = rules.flow_simple.filter(|_| alone);
+        rules.fast_path =
+            rules.authority.is_none() && rules.param.is_none() && (rules.flow.is_none() || rules.flow_simple.is_some());
         rules
     }
 

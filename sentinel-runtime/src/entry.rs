@@ -200,25 +200,30 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             || (inbound && shared.system.active())
             || shared.has_custom_slots.load(Ordering::Acquire);
         if needs_checks {
-            // The common case: one simple flow rule and nothing else to check.
+            // The common case (one simple flow rule, closed breakers, nothing else) is decided without building
+            // the general check context; anything else takes the general path, in the same read section.
             let general = self.prioritized
                 || (inbound && shared.system.active())
                 || shared.has_custom_slots.load(Ordering::Acquire);
-            let decided = inner.with_rules(|rules| match (rules.lone_flow_limit, &rules.flow) {
-                (Some(limit), Some(f)) if !general => {
-                    Some(flow::check_lone(f, limit, inner, now_ms, self.acquire, &origin.name))
+            let decided = inner.with_rules(|rules| {
+                if !general && rules.fast_path {
+                    let breakers = rules.degrade.as_ref().or(rules.default_degrade.as_ref());
+                    if breakers.is_none_or(|b| b.all_closed(now_ms)) {
+                        return match (rules.flow_simple, &rules.flow) {
+                            (Some(limit), Some(f)) => {
+                                flow::check_lone(f, limit, inner, now_ms, self.acquire, &origin.name)
+                            }
+                            _ => Ok(()),
+                        };
+                    }
                 }
-                _ => None,
+                self.run_checks(rules, &mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos)
             });
-            match decided {
-                Some(Ok(())) => {}
-                Some(Err(block)) => {
-                    let w = Writer::at(now_ms);
-                    nodes.for_each(|n| n.block_with(&w, self.acquire));
-                    shared.on_block(&block, now_ms, self.acquire);
-                    return Err(block);
-                }
-                None => self.run_checks(&mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos)?,
+            if let Err(block) = decided {
+                let w = Writer::at(now_ms);
+                nodes.for_each(|n| n.block_with(&w, self.acquire));
+                shared.on_block(&block, now_ms, self.acquire);
+                return Err(block);
             }
         }
 
@@ -262,11 +267,12 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 }
 
 impl EntryBuilder<'_, '_> {
-    /// Every check in slot order (the general path); a block is recorded and reported here.
+    /// Every check in slot order (the general path), on the rules read by the caller.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn run_checks(
         &self,
+        rules: &ResourceRules,
         checks: &mut Checks,
         shared: &Shared,
         inner: &ResourceInner,
@@ -276,7 +282,6 @@ impl EntryBuilder<'_, '_> {
         nodes: &Nodes<'_>,
         now_nanos: u64,
     ) -> Result<(), BlockError> {
-        let now_ms = now_nanos / NANOS_PER_MILLI;
         let cx = CheckCx {
             shared,
             resource: inner,
@@ -289,14 +294,10 @@ impl EntryBuilder<'_, '_> {
             prioritized: self.prioritized,
             args: &self.args,
             now_nanos,
-            now_ms,
+            now_ms: now_nanos / NANOS_PER_MILLI,
         };
         let mut scratch = flow::Scratch::default();
-        inner.with_rules(|rules| checks.run(&cx, rules, &mut scratch)).inspect_err(|block| {
-            let w = Writer::at(now_ms);
-            nodes.for_each(|n| n.block_with(&w, self.acquire));
-            shared.on_block(block, now_ms, self.acquire);
-        })
+        checks.run(&cx, rules, &mut scratch)
     }
 }
 

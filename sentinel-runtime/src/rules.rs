@@ -29,8 +29,9 @@ pub(crate) struct ResourceRules {
     /// the resource's cluster node for every origin): kept here so that the common check reads it from the
     /// rules it already holds.
     pub(crate) flow_simple: Option<f64>,
-    /// `flow_simple` when the resource has no other rule at all: its entries are checked by that rule alone.
-    pub(crate) lone_flow_limit: Option<f64>,
+    /// No authority or hot-parameter rule, and no flow rule or one simple one: an entry that is not
+    /// prioritized, while every breaker is closed, is checked by the flow rule alone.
+    pub(crate) fast_path: bool,
     /// Degrade rules of the resource itself.
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
     /// The default (`"*"`) breakers, used only when the resource has none of its own.

@@ -85,6 +85,14 @@ pub(crate) struct ResourceBreakers {
     pub(crate) breakers: Vec<Arc<Breaker>>,
 }
 
+impl ResourceBreakers {
+    /// Whether every breaker is closed now (an entry then passes them all and holds no probe).
+    #[inline]
+    pub(crate) fn all_closed(&self, now_ms: u64) -> bool {
+        self.breakers.iter().all(|b| b.peek(now_ms) == Peek::Closed)
+    }
+}
+
 /// Most degrade rules one resource can have (an entry tracks the probes it holds in one `u64`).
 pub const MAX_RULES_PER_RESOURCE: usize = 64;
 
