@@ -18,6 +18,8 @@ use crate::rules::{CheckCx, ExitCx, ResourceRules};
 use crate::slot::{SlotEntry, SlotExit};
 use crate::stat::{StatNode, Writer};
 use crate::{circuit_breaker, flow, param_flow};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// Options for one entry. Made by [`Resource::entry`].
@@ -32,39 +34,72 @@ pub struct EntryBuilder<'r, 'a> {
     prioritized: bool,
 }
 
-/// A resource handle borrowed (no reference counting) or owned (a `'static` entry): 16 bytes.
-enum ResRef<'r> {
-    Borrowed(&'r Resource),
-    Owned(Arc<Shared>, Arc<ResourceInner>),
+/// A resource handle borrowed (no reference counting) or owned (a `'static` entry): two direct pointers, so
+/// the exit reaches the engine and the resource without a match or a second dereference.
+struct ResRef<'r> {
+    shared: NonNull<Shared>,
+    /// The resource; bit 0 set when this handle owns one reference count on both (released on drop).
+    inner: NonNull<ResourceInner>,
+    _borrow: PhantomData<&'r Resource>,
 }
 
-impl ResRef<'_> {
-    #[inline(always)]
-    fn shared(&self) -> &Shared {
-        match self {
-            ResRef::Borrowed(r) => &r.shared,
-            ResRef::Owned(s, _) => s,
+// SAFETY: a `ResRef` stands for a `&Resource` or for the two `Arc`s of a `Resource`, all `Send` and `Sync`.
+unsafe impl Send for ResRef<'_> {}
+unsafe impl Sync for ResRef<'_> {}
+
+const OWNED: usize = 1;
+
+impl<'r> ResRef<'r> {
+    fn borrowed(r: &'r Resource) -> Self {
+        ResRef { shared: NonNull::from(&*r.shared), inner: NonNull::from(&*r.inner), _borrow: PhantomData }
+    }
+    fn owned(r: Resource) -> ResRef<'static> {
+        let shared = Arc::into_raw(r.shared) as *mut Shared;
+        let inner = Arc::into_raw(r.inner) as *mut ResourceInner;
+        // SAFETY: `Arc::into_raw` never returns null; `ResourceInner` is 8-aligned, so bit 0 is free.
+        unsafe {
+            ResRef {
+                shared: NonNull::new_unchecked(shared),
+                inner: NonNull::new_unchecked(inner.map_addr(|a| a | OWNED)),
+                _borrow: PhantomData,
+            }
         }
     }
     #[inline(always)]
-    fn inner(&self) -> &ResourceInner {
-        match self {
-            ResRef::Borrowed(r) => &r.inner,
-            ResRef::Owned(_, i) => i,
+    fn shared(&self) -> &'r Shared {
+        // SAFETY: borrowed, the resource outlives `'r`; owned, the handle holds a count until it drops (and
+        // every `&'r` taken from it is used only while the entry that holds it lives).
+        unsafe { &*self.shared.as_ptr() }
+    }
+    #[inline(always)]
+    fn inner(&self) -> &'r ResourceInner {
+        // SAFETY: as for `shared`; the tag bit is masked off.
+        unsafe { &*self.inner.as_ptr().map_addr(|a| a & !OWNED) }
+    }
+}
+
+impl Drop for ResRef<'_> {
+    fn drop(&mut self) {
+        if self.inner.as_ptr().addr() & OWNED != 0 {
+            // SAFETY: owned: both pointers came from `Arc::into_raw` in `owned` and are released once, here.
+            unsafe {
+                drop(Arc::from_raw(self.shared.as_ptr()));
+                drop(Arc::from_raw(self.inner.as_ptr().map_addr(|a| a & !OWNED)));
+            }
         }
     }
 }
 
 impl<'r> EntryBuilder<'r, 'static> {
     pub(crate) fn new(res: &'r Resource) -> Self {
-        Self::with(ResRef::Borrowed(res), res.entry_type)
+        Self::with(ResRef::borrowed(res), res.entry_type)
     }
 }
 
 impl EntryBuilder<'static, 'static> {
     pub(crate) fn owned(res: Resource) -> Self {
         let entry_type = res.entry_type;
-        Self::with(ResRef::Owned(res.shared, res.inner), entry_type)
+        Self::with(ResRef::owned(res), entry_type)
     }
 }
 
@@ -142,10 +177,9 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// The whole entry path; the entry is built once, in place, at the end.
     #[inline(always)]
     fn build(self, sleep: bool) -> Result<Entry<'r>, BlockError> {
-        // SAFETY: `Shared` and `ResourceInner` sit behind `Arc`s that the entry keeps (borrowed or owned) for
-        // its whole life, so these references stay valid after `self.res` moves into the entry.
-        let shared: &'r Shared = unsafe { &*(self.res.shared() as *const Shared) };
-        let inner: &'r ResourceInner = unsafe { &*(self.res.inner() as *const ResourceInner) };
+        // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
+        let shared: &'r Shared = self.res.shared();
+        let inner: &'r ResourceInner = self.res.inner();
         let outer = context::current();
         if !shared.enabled.load(Ordering::Relaxed) || !inner.checked {
             return Ok(Entry::unchecked(self.res));
