@@ -79,13 +79,21 @@ impl<'r> ResRef<'r> {
 }
 
 impl Drop for ResRef<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
         if self.inner.as_ptr().addr() & OWNED != 0 {
-            // SAFETY: owned: both pointers came from `Arc::into_raw` in `owned` and are released once, here.
-            unsafe {
-                drop(Arc::from_raw(self.shared.as_ptr()));
-                drop(Arc::from_raw(self.inner.as_ptr().map_addr(|a| a & !OWNED)));
-            }
+            self.release();
+        }
+    }
+}
+
+impl ResRef<'_> {
+    #[cold]
+    fn release(&mut self) {
+        // SAFETY: owned: both pointers came from `Arc::into_raw` in `owned` and are released once, here.
+        unsafe {
+            drop(Arc::from_raw(self.shared.as_ptr()));
+            drop(Arc::from_raw(self.inner.as_ptr().map_addr(|a| a & !OWNED)));
         }
     }
 }
@@ -320,7 +328,7 @@ impl EntryBuilder<'_, '_> {
             shared,
             resource: inner,
             node,
-            origin_node: nodes.origin,
+            origin_node: nodes.origin(),
             origin: &origin.name,
             context_name: ctx.name(),
             entry_type: self.entry_type,
@@ -335,14 +343,13 @@ impl EntryBuilder<'_, '_> {
     }
 }
 
-/// The nodes an entry records on.
-#[derive(Clone, Copy)]
+/// The nodes an entry records on: the cluster node first, then the context's node (unless it shows the
+/// cluster node's numbers), the origin's and the inbound node when there are.
+///
+/// Kept as one array and visited by reference: copying it into a temporary would read it back with 16-byte
+/// loads while its 8-byte stores are still in flight (a store-forwarding stall).
 struct Nodes<'r> {
-    /// The context's node, unless it shows the cluster node's numbers.
-    node: Option<&'r StatNode>,
-    cluster: &'r StatNode,
-    origin: Option<&'r StatNode>,
-    inbound: Option<&'r StatNode>,
+    list: [Option<&'r StatNode>; 4],
 }
 
 impl<'r> Nodes<'r> {
@@ -356,17 +363,25 @@ impl<'r> Nodes<'r> {
         shared: &'r Shared,
     ) -> Self {
         Nodes {
-            node: own.then_some(&node.stat),
-            cluster: &inner.cluster.stat,
-            origin: origin.map(|o| &o.stat),
-            inbound: inbound.then_some(&shared.inbound),
+            list: [
+                Some(&inner.cluster.stat),
+                own.then_some(&node.stat),
+                origin.map(|o| &o.stat),
+                inbound.then_some(&shared.inbound),
+            ],
         }
+    }
+
+    /// The origin's node, if the call has an origin.
+    #[inline(always)]
+    fn origin(&self) -> Option<&'r StatNode> {
+        self.list[2]
     }
 
     /// Calls `f` on each node: one call site, so `f` is inlined once rather than outlined.
     #[inline(always)]
     fn for_each(&self, f: impl Fn(&StatNode)) {
-        for n in [Some(self.cluster), self.node, self.origin, self.inbound].into_iter().flatten() {
+        for n in self.list.iter().flatten() {
             f(n);
         }
     }
