@@ -3,7 +3,7 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::stat::StatNode;
 
@@ -117,42 +117,78 @@ pub(crate) struct OriginNode {
     pub(crate) stat: StatNode,
 }
 
+/// Origin ids covered by a cluster node's direct index (ids are dense: 1, 2, … per engine).
+const INDEXED_ORIGINS: usize = BLOCKS * BLOCK;
+const BLOCK: usize = 256;
+const BLOCKS: usize = 256;
+
+/// A block of the origin index: slot `id % BLOCK` points to the origin node of `id`, null until it exists.
+type OriginBlock = [AtomicPtr<OriginNode>; BLOCK];
+
 /// A resource's node over all contexts, with a node per caller origin.
 pub(crate) struct ClusterNode {
     pub(crate) stat: StatNode,
     origins: boxcar::Vec<OriginNode>,
+    /// The origin nodes by origin id (two levels, allocated on first use), so that finding the node of a
+    /// call's origin costs three loads however many origins call the resource. Ids past the index are found
+    /// by a scan.
+    index: OnceLock<Box<[OnceLock<Box<OriginBlock>>; BLOCKS]>>,
     insert: Mutex<()>,
 }
 
 impl ClusterNode {
     pub(crate) fn new() -> Self {
-        ClusterNode { stat: StatNode::new(), origins: boxcar::Vec::new(), insert: Mutex::new(()) }
+        ClusterNode {
+            stat: StatNode::new(),
+            origins: boxcar::Vec::new(),
+            index: OnceLock::new(),
+            insert: Mutex::new(()),
+        }
     }
 
     /// The node of an origin (by interned id), created on first use.
     #[inline]
     pub(crate) fn origin_node(&self, origin_id: u32, origin: &Arc<str>) -> &OriginNode {
-        for (_, n) in self.origins.iter() {
-            if n.origin_id == origin_id {
-                return n;
-            }
+        match self.find(origin_id) {
+            Some(n) => n,
+            None => self.create_origin(origin_id, origin),
         }
-        self.create_origin(origin_id, origin)
     }
 
     /// The node of an origin if one was created.
     pub(crate) fn find_origin(&self, origin_id: u32) -> Option<&StatNode> {
-        self.origins.iter().find(|(_, n)| n.origin_id == origin_id).map(|(_, n)| &n.stat)
+        self.find(origin_id).map(|n| &n.stat)
+    }
+
+    #[inline]
+    fn find(&self, origin_id: u32) -> Option<&OriginNode> {
+        let id = origin_id as usize;
+        if id < INDEXED_ORIGINS {
+            let block = self.index.get()?[id / BLOCK].get()?;
+            let p = block[id % BLOCK].load(Ordering::Acquire);
+            // SAFETY: the pointer is to an element of `origins`, which never moves or frees its elements
+            // while the cluster node lives.
+            return (!p.is_null()).then(|| unsafe { &*p });
+        }
+        self.origins.iter().map(|(_, n)| n).find(|n| n.origin_id == origin_id)
     }
 
     #[cold]
     fn create_origin(&self, origin_id: u32, origin: &Arc<str>) -> &OriginNode {
         let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, n)) = self.origins.iter().find(|(_, n)| n.origin_id == origin_id) {
+        if let Some(n) = self.find(origin_id) {
             return n;
         }
         let idx = self.origins.push(OriginNode { origin_id, origin: origin.clone(), stat: StatNode::new() });
-        &self.origins[idx]
+        let node = &self.origins[idx];
+        let id = origin_id as usize;
+        if id < INDEXED_ORIGINS {
+            let top = self.index.get_or_init(|| Box::new([const { OnceLock::new() }; BLOCKS]));
+            let block =
+                top[id / BLOCK].get_or_init(|| Box::new([const { AtomicPtr::new(std::ptr::null_mut()) }; BLOCK]));
+            block[id % BLOCK].store(node as *const OriginNode as *mut OriginNode, Ordering::Release);
+        }
+        node
     }
 
     /// Every origin node.

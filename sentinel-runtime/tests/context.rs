@@ -197,3 +197,21 @@ fn a_chain_rule_on_the_default_context_limits_calls_in_it_only() {
     assert_eq!(engine.context_stats("chained", DEFAULT_CONTEXT_NAME).unwrap().block_qps, 1.0);
     assert_eq!(engine.cluster_stats("chained").unwrap().pass_qps, 3.0);
 }
+
+#[test]
+fn every_origin_of_a_resource_keeps_its_own_node_among_many() {
+    let engine = engine();
+    let r = engine.resource("many-callers");
+    for i in 0..600u32 {
+        let origin = format!("caller-{i}");
+        for _ in 0..(i % 3 + 1) {
+            drop(r.entry().origin(&origin).enter().unwrap());
+        }
+    }
+    assert_eq!(engine.origins_of("many-callers").len(), 600);
+    for i in [0u32, 1, 2, 255, 256, 257, 511, 599] {
+        let stats = engine.origin_stats("many-callers", &format!("caller-{i}")).unwrap();
+        assert_eq!(stats.pass_qps, (i % 3 + 1) as f64, "caller-{i}");
+    }
+    assert_eq!(engine.cluster_stats("many-callers").unwrap().pass_qps, (0..600).map(|i| i % 3 + 1).sum::<u32>() as f64);
+}
