@@ -96,7 +96,9 @@ impl ReadGuard {
     #[inline(always)]
     pub(crate) fn enter() -> ReadGuard {
         let lease = stripe::lease();
-        let phase = PHASE.load(Ordering::Relaxed);
+        // Acquire: a section that sees the new phase (and so is not waited for by the writer that flipped it)
+        // also sees the pointers that writer published before flipping.
+        let phase = PHASE.load(Ordering::Acquire);
         if lease.exclusive {
             let s = &SLOTS[lease.index];
             let prev = s.load(Ordering::Relaxed);
