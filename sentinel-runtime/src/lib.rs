@@ -47,11 +47,13 @@
 //! **Extending.** [`Sentinel::add_slot`] inserts a check at any order of the chain;
 //! [`Sentinel::on_block`] observes every blocked call.
 //!
-//! **Performance.** Entry and exit take no lock and make no allocation. Counters are striped per thread
-//! (plain stores to a cache line only that thread writes), rules are read in an RCU section
-//! whose only fence on the reader's side is a compiler fence (the writer runs a process-wide `membarrier`), the clock is
-//! a cached millisecond timestamp (like Java's `TimeUtil`), and reject-style limits spend tokens leased per
-//! thread from an exact per-bucket budget, so they never over-admit and still scale with cores.
+//! **Performance.** Entry and exit take no lock and make no allocation (hot-parameter rules excepted: their
+//! per-value cache takes a shard read lock). Counters are striped per thread (plain stores to a cache line
+//! only that thread writes); rules are read in an RCU section whose only fence on the reader's side is a
+//! compiler fence (the writer runs a process-wide `membarrier`); the clock is a cached millisecond timestamp
+//! (like Java's `TimeUtil`); reject-style limits spend tokens leased to the thread from an exact per-bucket
+//! budget with plain stores, so they never over-admit and still scale with cores; closed circuit breakers
+//! count good calls the same way. An entry with one passing flow rule costs about 27 ns (see the README).
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
