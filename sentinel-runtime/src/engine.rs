@@ -543,6 +543,9 @@ impl Sentinel {
     }
 
     /// Adds a user slot at `order` (see [`crate::slot`] for the built-in orders).
+    ///
+    /// A slot's `entry` runs while the call reads the resource's rules: loading rules from it is fine (they
+    /// take effect for later calls), but a slot that blocks holds back rule reloads until it returns.
     pub fn add_slot(&self, order: i32, slot: impl Slot) {
         let slot: Arc<dyn Slot> = Arc::new(slot);
         self.shared.custom_slots.rcu(|cur| {

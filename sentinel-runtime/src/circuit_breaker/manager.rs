@@ -229,6 +229,8 @@ impl Sentinel {
     /// It is called on every transition of every breaker of this engine with `(previous, new, rule,
     /// snapshot)`; see [`StateObserver`](crate::circuit_breaker::StateObserver) for the snapshot. It runs on
     /// the thread that caused the transition, so keep it short. A panic in an observer is caught and logged.
+    /// It runs while that call reads the resource's rules: loading rules from it is fine (they take effect
+    /// for later calls), but an observer that blocks holds back rule reloads until it returns.
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
