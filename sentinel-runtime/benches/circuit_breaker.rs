@@ -71,6 +71,27 @@ fn closed_breaker<M: Measurement>(c: &mut Criterion<M>, group: &str) {
         })
     });
 
+    // Intervals with bad calls: one call in 100 fails, under an error-ratio breaker that never trips (ratio
+    // 0.5, min 1,000,000 calls). Completions after an interval's first error take the deciding path.
+    let errors = Sentinel::builder().build();
+    errors.load_flow_rules(vec![FlowRule::new("res").count(1e12)]).expect("valid flow rule");
+    let rule = DegradeRule::new("res", DegradeGrade::ErrorRatio).count(0.5).min_request_amount(1_000_000);
+    errors.load_degrade_rules(vec![rule.time_window_sec(10)]).expect("valid degrade rule");
+    let res = errors.resource("res");
+    let mut n = 0u32;
+    g.bench_function("sentinel-rs/flow_rule+error_ratio_breaker_1pct_errors", |b| {
+        b.iter(|| {
+            let e = res.enter();
+            n = n.wrapping_add(1);
+            if let Ok(mut e) = e {
+                if n.is_multiple_of(100) {
+                    e.set_error();
+                }
+                black_box(&e);
+            }
+        })
+    });
+
     let fs = failsafe::Config::new().build();
     g.bench_function("failsafe/closed_call", |b| {
         b.iter(|| {
