@@ -498,14 +498,7 @@ impl Checks {
             passed |= 1 << PHASE_PARAM;
         }
         if let Some(f) = &rules.flow {
-            let verdict = match rules.flow_simple {
-                Some(limit) => {
-                    let later_checks = rules.degrade.is_some() || rules.default_degrade.is_some();
-                    flow::check_simple(f, limit, cx, &mut self.flow, scratch, later_checks)
-                }
-                None => flow::check(f, cx, &mut self.flow, scratch),
-            };
-            match verdict {
+            match flow::check(f, cx, &mut self.flow, scratch) {
                 Ok(flow::Verdict::Pass { wait_nanos }) => self.wait_nanos += wait_nanos,
                 Ok(flow::Verdict::Occupied { wait_nanos }) => {
                     // A prioritized call borrowed a later window: it passes without the breakers.

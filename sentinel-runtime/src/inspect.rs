@@ -185,6 +185,6 @@ impl Sentinel {
     }
 
     fn context_name(&self, id: u32) -> Option<String> {
-        self.shared.contexts().find(|c| c.id == id).map(|c| c.name().to_string())
+        self.shared.context_by_id(id).map(|c| c.name().to_string())
     }
 }

@@ -320,7 +320,7 @@ pub(crate) fn check(
     scratch: &mut Scratch,
 ) -> Result<Verdict, BlockError> {
     if let Some(limit) = rules.simple_limit() {
-        return check_simple(rules, limit, cx, es, scratch, true);
+        return check_simple(rules, limit, cx, es, scratch);
     }
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
@@ -373,24 +373,20 @@ pub(crate) fn check(
     Ok(Verdict::Pass { wait_nanos })
 }
 
-/// The check of a resource whose only rule is simple (see [`ResourceFlowRules::simple_limit`]), inlined into
-/// the entry.
+/// The check of a resource whose only rule is simple (see [`ResourceFlowRules::simple_limit`]), without the
+/// general rule loop.
 #[inline(always)]
-///
-/// `later_checks`: whether a check after the flow check may still block the call (then the reservation is
-/// kept in `scratch`, to give back).
-pub(crate) fn check_simple(
+fn check_simple(
     rules: &ResourceFlowRules,
     limit: f64,
     cx: &CheckCx<'_>,
     es: &mut EntryState,
     scratch: &mut Scratch,
-    later_checks: bool,
 ) -> Result<Verdict, BlockError> {
     let node = &cx.resource.cluster.stat;
     match reject_qps(node, cx.now_ms, cx.acquire, limit, cx.prioritized, None) {
         Decision::Pass { reservation, wait_nanos } => {
-            if let (Some(r), true) = (reservation, later_checks) {
+            if let Some(r) = reservation {
                 scratch.push_reservation(node, r);
             }
             Ok(Verdict::Pass { wait_nanos })
@@ -416,10 +412,9 @@ pub(crate) fn check_lone(
     acquire: u32,
     origin: &Arc<str>,
 ) -> Result<(), BlockError> {
-    let node = &resource.cluster.stat;
-    match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
-        Some(_) => Ok(()),
-        None => Err(lone_block(rules, resource, origin)),
+    match reject_qps(&resource.cluster.stat, now_ms, acquire, limit, false, None) {
+        Decision::Pass { .. } => Ok(()),
+        _ => Err(lone_block(rules, resource, origin)),
     }
 }
 
