@@ -1,0 +1,130 @@
+//! Test support for sentinel-rs: find the real external programs a test needs (`redis-server`,
+//! `chromedriver`, `prometheus`, `promtool`, `valgrind`), start them on a port and in a directory of the test's
+//! own, and stop them when the test ends.
+//!
+//! A program that is missing skips the test with a printed notice; with `CI=true` in the environment a
+//! missing program is a failure instead (the project's test command, `scripts/test`, installs them).
+#![deny(missing_docs)]
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether the tests run in CI (`CI=true`): then every external program is required.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The path of the program `name` on `PATH` (or in `/usr/sbin`, `/usr/bin`), if installed.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/bin", "/usr/bin", "/usr/sbin", "/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The program `name`, which `test` needs. Missing: `None` after a printed notice (the caller returns and the
+/// test counts as passed), or a panic when [`in_ci`] (CI must run every test).
+pub fn require_program(name: &str, test: &str) -> Option<PathBuf> {
+    match find_program(name) {
+        Some(p) => Some(p),
+        None if in_ci() => panic!("{test}: `{name}` is not installed, and CI=true requires it (run scripts/test)"),
+        None => {
+            eprintln!("SKIPPED {test}: `{name}` is not installed (scripts/test installs it; CI=true makes this a failure)");
+            None
+        }
+    }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
+pub fn free_port() -> u16 {
+    TcpListener::bind(("127.0.0.1", 0)).and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind 127.0.0.1:0")
+}
+
+/// Waits until something accepts TCP connections at `addr`, polling every 10 ms; false after `timeout`.
+/// (This waits for a server to start, never for time to pass.)
+pub fn wait_for_tcp(addr: SocketAddr, timeout: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// A child process that is killed (and reaped) when dropped, with a temporary directory of its own.
+pub struct Server {
+    child: Option<Child>,
+    /// The server's own directory (removed when the server is dropped).
+    pub dir: tempfile::TempDir,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    name: String,
+}
+
+impl Server {
+    /// Starts `cmd` (whose working directory becomes a fresh temporary directory when `cwd` is not set) and
+    /// waits until it accepts connections on `addr`. Panics with the program's output if it does not.
+    pub fn start(name: &str, mut cmd: Command, dir: tempfile::TempDir, addr: SocketAddr) -> Server {
+        cmd.current_dir(dir.path()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("could not start {name}: {e}"));
+        let mut server = Server { child: Some(child), dir, addr, name: name.to_string() };
+        if !wait_for_tcp(addr, Duration::from_secs(20)) {
+            let out = server.kill_and_output();
+            panic!("{name} did not listen on {addr} within 20 s; its output:\n{out}");
+        }
+        server
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Sends a signal to the process (`"STOP"`, `"CONT"`, `"KILL"`, ...), through `kill(1)`.
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status();
+    }
+
+    /// Kills the process and returns what it printed.
+    pub fn kill_and_output(&mut self) -> String {
+        let Some(mut child) = self.child.take() else { return String::new() };
+        self.signal("CONT");
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut out = String::new();
+        if let Some(mut s) = child.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        if let Some(mut s) = child.stderr.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        out
+    }
+
+    /// The server's name (for messages).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill_and_output();
+    }
+}
+
+/// A fresh temporary directory.
+pub fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("create a temporary directory")
+}
