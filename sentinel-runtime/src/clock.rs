@@ -6,8 +6,11 @@
 //! so that no test has to sleep for time to pass.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, in nanoseconds since the Unix epoch.
@@ -128,23 +131,36 @@ impl Clock for SystemClock {
 /// clock.advance(Duration::from_millis(250));
 /// assert_eq!(clock.now_nanos(), 1_250_000_000);
 /// ```
+///
+/// Timers made by [`Sentinel::sleep`](crate::Sentinel::sleep) on an engine with a manual clock complete when
+/// the clock is moved past their deadline.
 #[derive(Clone, Debug, Default)]
 pub struct ManualClock {
     nanos: Arc<AtomicU64>,
+    timers: Arc<Mutex<ManualTimers>>,
+}
+
+/// Wakers of the timers waiting for a manual clock to reach their deadlines.
+#[derive(Debug, Default)]
+struct ManualTimers {
+    next_id: u64,
+    waiting: Vec<(u64, u64, Waker)>,
 }
 
 impl ManualClock {
     /// A clock at the given number of nanoseconds since the epoch.
     pub fn at_nanos(nanos: u64) -> Self {
-        ManualClock { nanos: Arc::new(AtomicU64::new(nanos)) }
+        ManualClock { nanos: Arc::new(AtomicU64::new(nanos)), timers: Default::default() }
     }
     /// A clock at the given number of milliseconds since the epoch.
     pub fn at_millis(millis: u64) -> Self {
         Self::at_nanos(millis.saturating_mul(1_000_000))
     }
-    /// Moves the clock forward.
+    /// Moves the clock forward (saturating at `u64::MAX` nanoseconds), and wakes the timers now due.
     pub fn advance(&self, by: Duration) {
-        self.nanos.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self.nanos.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_add(by)));
+        self.wake_due();
     }
     /// Moves the clock forward by `ms` milliseconds.
     pub fn advance_millis(&self, ms: u64) {
@@ -152,11 +168,48 @@ impl ManualClock {
     }
     /// Sets the clock to an absolute time (it may go backwards, which the engine tolerates).
     pub fn set_millis(&self, millis: u64) {
-        self.nanos.store(millis.saturating_mul(1_000_000), Ordering::SeqCst);
+        self.set_nanos(millis.saturating_mul(1_000_000));
     }
     /// Sets the clock to an absolute time in nanoseconds.
     pub fn set_nanos(&self, nanos: u64) {
         self.nanos.store(nanos, Ordering::SeqCst);
+        self.wake_due();
+    }
+    fn timers(&self) -> std::sync::MutexGuard<'_, ManualTimers> {
+        self.timers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn wake_due(&self) {
+        let now = self.nanos.load(Ordering::SeqCst);
+        let due: Vec<Waker> = {
+            let mut t = self.timers();
+            let (due, waiting) = std::mem::take(&mut t.waiting).into_iter().partition(|(d, _, _)| *d <= now);
+            t.waiting = waiting;
+            due.into_iter().map(|(_, _, w)| w).collect()
+        };
+        due.into_iter().for_each(Waker::wake);
+    }
+    /// Registers (or refreshes) the waker of timer `id` for `deadline`; returns the timer's id.
+    fn register(&self, id: Option<u64>, deadline: u64, waker: &Waker) -> u64 {
+        let mut t = self.timers();
+        if let Some(id) = id {
+            if let Some(slot) = t.waiting.iter_mut().find(|(_, i, _)| *i == id) {
+                slot.2.clone_from(waker);
+                return id;
+            }
+        }
+        let id = id.unwrap_or_else(|| {
+            t.next_id += 1;
+            t.next_id
+        });
+        t.waiting.push((deadline, id, waker.clone()));
+        id
+    }
+    fn deregister(&self, id: u64) {
+        self.timers().waiting.retain(|(_, i, _)| *i != id);
+    }
+    /// How many timers wait for this clock (tests use it to know that a future is asleep).
+    pub fn pending_timers(&self) -> usize {
+        self.timers().waiting.len()
     }
     /// The current time in milliseconds.
     pub fn now_millis(&self) -> u64 {
@@ -213,6 +266,76 @@ impl fmt::Debug for EngineClock {
             EngineClock::System(_) => f.write_str("SystemClock"),
             EngineClock::Manual(c) => write!(f, "ManualClock({} ms)", c.now_millis()),
             EngineClock::Custom(_) => f.write_str("CustomClock"),
+        }
+    }
+}
+
+/// A timer on an engine's clock: made by [`Sentinel::sleep`](crate::Sentinel::sleep).
+///
+/// On the system clock it is a real timer (runtime-agnostic: it needs no tokio); on a [`ManualClock`] it
+/// completes when the clock is moved past its deadline, so tests never wait for real time to pass.
+#[must_use = "futures do nothing unless polled"]
+pub struct Sleep {
+    inner: SleepInner,
+}
+
+enum SleepInner {
+    Real(futures_timer::Delay),
+    Manual { clock: ManualClock, deadline: u64, id: Option<u64> },
+}
+
+impl Sleep {
+    pub(crate) fn new(clock: &EngineClock, duration: Duration) -> Sleep {
+        let inner = match clock {
+            EngineClock::Manual(c) => {
+                let d = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+                SleepInner::Manual { clock: c.clone(), deadline: c.now_nanos().saturating_add(d), id: None }
+            }
+            _ => SleepInner::Real(futures_timer::Delay::new(duration)),
+        };
+        Sleep { inner }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match &mut self.inner {
+            SleepInner::Real(d) => Pin::new(d).poll(cx),
+            SleepInner::Manual { clock, deadline, id } => {
+                if clock.now_nanos() >= *deadline {
+                    if let Some(i) = id.take() {
+                        clock.deregister(i);
+                    }
+                    return Poll::Ready(());
+                }
+                *id = Some(clock.register(*id, *deadline, cx.waker()));
+                // The clock may have moved between the check and the registration.
+                if clock.now_nanos() >= *deadline {
+                    if let Some(i) = id.take() {
+                        clock.deregister(i);
+                    }
+                    return Poll::Ready(());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let SleepInner::Manual { clock, id: Some(i), .. } = &self.inner {
+            clock.deregister(*i);
+        }
+    }
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            SleepInner::Real(_) => f.write_str("Sleep(system clock)"),
+            SleepInner::Manual { deadline, .. } => write!(f, "Sleep(manual clock, until {deadline} ns)"),
         }
     }
 }

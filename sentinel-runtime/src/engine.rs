@@ -469,6 +469,25 @@ impl Sentinel {
         self.shared.now_ms()
     }
 
+    /// A timer of `duration` on the engine's clock: a real, runtime-agnostic timer on the system clock; on a
+    /// [`ManualClock`] it completes when the clock is moved past its deadline (nothing waits for real time).
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, clock::ManualClock};
+    /// use std::{future::Future, time::Duration};
+    /// let clock = ManualClock::at_millis(1_000);
+    /// let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+    /// let mut sleep = std::pin::pin!(engine.sleep(Duration::from_millis(50)));
+    /// let waker = futures::task::noop_waker();
+    /// let mut cx = std::task::Context::from_waker(&waker);
+    /// assert!(sleep.as_mut().poll(&mut cx).is_pending());
+    /// clock.advance_millis(50);
+    /// assert!(sleep.as_mut().poll(&mut cx).is_ready());
+    /// ```
+    pub fn sleep(&self, duration: std::time::Duration) -> crate::clock::Sleep {
+        crate::clock::Sleep::new(&self.shared.clock, duration)
+    }
+
     /// Turns all checking on or off (off: entries pass and nothing is recorded).
     pub fn set_enabled(&self, on: bool) {
         self.shared.enabled.store(on, Ordering::Relaxed);

@@ -706,6 +706,24 @@ impl<'r> Entry<'r> {
         }
     }
 
+    /// Marks the call as timed out after `limit`: it counts as an exception, and its response time is `limit`
+    /// (so a slow-call breaker sees it as slow), whenever it is dropped afterwards. For time limits enforced
+    /// outside the entry (the macro's `timeout_ms`, the web layer's `timeout`).
+    pub fn set_timed_out(&mut self, limit: Duration) {
+        if self.node.is_none() {
+            return;
+        }
+        self.error = true;
+        let limit_nanos = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
+        // The response time is measured from `created_nanos` at exit: place the start `limit` before now.
+        self.created_nanos = self.res.shared().clock.now_nanos().saturating_sub(limit_nanos);
+    }
+
+    /// The error a timed-out call reports (see [`Entry::set_timed_out`]).
+    pub fn timeout_error(&self, limit: Duration) -> crate::Timeout {
+        crate::Timeout { resource: self.res.inner().name.clone(), limit }
+    }
+
     /// Whether an error was traced.
     pub fn has_error(&self) -> bool {
         self.error

@@ -289,3 +289,16 @@ impl RuleError {
         RuleError::Invalid { kind, index, resource: resource.to_string(), field, reason: reason.into() }
     }
 }
+
+/// A guarded call ran past its time limit (the macro's `timeout_ms`, the web layer's `timeout`).
+///
+/// The call counts as an exception and as a slow call whose response time is the limit; an error type that
+/// implements `From<Timeout>` receives it (for the fallback, or as the returned `Err`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{resource}` timed out after {} ms", limit.as_millis())]
+pub struct Timeout {
+    /// The resource.
+    pub resource: Arc<str>,
+    /// The time limit that ran out.
+    pub limit: std::time::Duration,
+}

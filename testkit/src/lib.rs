@@ -38,7 +38,9 @@ pub fn require_program(name: &str, test: &str) -> Option<PathBuf> {
         Some(p) => Some(p),
         None if in_ci() => panic!("{test}: `{name}` is not installed, and CI=true requires it (run scripts/test)"),
         None => {
-            eprintln!("SKIPPED {test}: `{name}` is not installed (scripts/test installs it; CI=true makes this a failure)");
+            eprintln!(
+                "SKIPPED {test}: `{name}` is not installed (scripts/test installs it; CI=true makes this a failure)"
+            );
             None
         }
     }
