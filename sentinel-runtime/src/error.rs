@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::authority::AuthorityRule;
 use crate::circuit_breaker::DegradeRule;
@@ -69,6 +70,8 @@ pub enum BlockError {
         rule: Arc<FlowRule>,
         /// The caller's origin (empty when none).
         origin: Arc<str>,
+        /// When the call could pass if retried, as seen when it was blocked (see [`BlockError::retry_after`]).
+        retry_after: Option<Duration>,
     },
     /// An open circuit breaker.
     Degrade {
@@ -78,6 +81,8 @@ pub enum BlockError {
         rule: Arc<DegradeRule>,
         /// The caller's origin.
         origin: Arc<str>,
+        /// Time left until the breaker lets a probe through (see [`BlockError::retry_after`]).
+        retry_after: Option<Duration>,
     },
     /// System adaptive protection.
     System {
@@ -87,6 +92,8 @@ pub enum BlockError {
         limit: SystemLimit,
         /// The caller's origin.
         origin: Arc<str>,
+        /// For the QPS limit, when the inbound window could admit the call (see [`BlockError::retry_after`]).
+        retry_after: Option<Duration>,
     },
     /// A hot-parameter rule.
     ParamFlow {
@@ -98,6 +105,8 @@ pub enum BlockError {
         value: String,
         /// The caller's origin.
         origin: Arc<str>,
+        /// When the value's counter could admit the call (see [`BlockError::retry_after`]).
+        retry_after: Option<Duration>,
     },
     /// An authority (white/black list) rule.
     Authority {
@@ -155,6 +164,45 @@ impl BlockError {
             BlockError::Custom { .. } => "CustomBlockException",
         }
     }
+    /// How long after the block a retry of the same call could pass, when the rule that blocked knows it.
+    ///
+    /// Computed where the block was decided, from the state of the rule at that moment (nothing is computed
+    /// on the passing path, and nothing is allocated):
+    ///
+    /// | blocked by | retry after |
+    /// |---|---|
+    /// | a QPS flow rule (reject, warm-up), the system QPS limit | the end of the 500 ms bucket after which the sliding second leaves room for the call: the current bucket's end, or the next one's when the current bucket alone is full |
+    /// | a rate limiter (flow or hot-parameter) | the wait beyond the queueing limit: retried then, the call queues at most `max_queueing_time_ms` |
+    /// | a hot-parameter token bucket | the refill that gives the value enough tokens |
+    /// | an open circuit breaker | the time left until the breaker's retry time (when a probe may pass) |
+    ///
+    /// `None` where no time is known: thread-grade limits (they free up when calls finish), a half-open breaker
+    /// whose probe is out, the other system limits, authority rules, custom slots, and limits that can never
+    /// admit the call (a count below the call's acquire count). The web layer turns it into `Retry-After` and
+    /// `grpc-retry-pushback-ms`.
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, clock::ManualClock, flow::FlowRule};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::at_millis(1_000_100); // 100 ms into a 500 ms bucket
+    /// let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+    /// engine.load_flow_rules([FlowRule::new("api").count(1.0)]).unwrap();
+    /// let api = engine.resource("api");
+    /// let _first = api.enter().unwrap();
+    /// let blocked = api.enter().unwrap_err();
+    /// // The current bucket holds the one pass the limit allows: room comes when it slides out of the window.
+    /// assert_eq!(blocked.retry_after(), Some(Duration::from_millis(900)));
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            BlockError::Flow { retry_after, .. }
+            | BlockError::Degrade { retry_after, .. }
+            | BlockError::System { retry_after, .. }
+            | BlockError::ParamFlow { retry_after, .. } => *retry_after,
+            BlockError::Authority { .. } | BlockError::Custom { .. } => None,
+        }
+    }
     /// The `limitApp` of the rule that blocked (`"default"` where the rule has none).
     pub fn limit_app(&self) -> &str {
         match self {
@@ -177,7 +225,7 @@ impl fmt::Display for BlockError {
             }
         };
         match self {
-            BlockError::Flow { resource, rule, origin: o } => write!(
+            BlockError::Flow { resource, rule, origin: o, .. } => write!(
                 f,
                 "`{resource}` blocked by flow rule ({:?} {:?} limit {} for `{}`, {:?}){}",
                 rule.grade,
@@ -187,7 +235,7 @@ impl fmt::Display for BlockError {
                 rule.control_behavior,
                 origin(o)
             ),
-            BlockError::Degrade { resource, rule, origin: o } => write!(
+            BlockError::Degrade { resource, rule, origin: o, .. } => write!(
                 f,
                 "`{resource}` blocked by an open circuit breaker ({:?}, count {}, open for {} s){}",
                 rule.grade,
@@ -195,10 +243,10 @@ impl fmt::Display for BlockError {
                 rule.time_window_sec,
                 origin(o)
             ),
-            BlockError::System { resource, limit, origin: o } => {
+            BlockError::System { resource, limit, origin: o, .. } => {
                 write!(f, "`{resource}` blocked by system protection: {limit}{}", origin(o))
             }
-            BlockError::ParamFlow { resource, rule, value, origin: o }
+            BlockError::ParamFlow { resource, rule, value, origin: o, .. }
                 if rule.grade == crate::flow::FlowGrade::Thread =>
             {
                 write!(
@@ -209,7 +257,7 @@ impl fmt::Display for BlockError {
                     origin(o)
                 )
             }
-            BlockError::ParamFlow { resource, rule, value, origin: o } => write!(
+            BlockError::ParamFlow { resource, rule, value, origin: o, .. } => write!(
                 f,
                 "`{resource}` blocked by hot-parameter rule on argument {}: value {value} over {} per {} s{}",
                 rule.param_idx,

@@ -73,7 +73,7 @@ fn a_blocked_fast_path_call_names_the_rule_resource_and_origin() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("pay").count(0.0)]).unwrap();
     match engine.resource("pay").entry().origin("shop").enter() {
-        Err(BlockError::Flow { resource, rule, origin }) => {
+        Err(BlockError::Flow { resource, rule, origin, .. }) => {
             assert_eq!(&*resource, "pay");
             assert_eq!(rule.resource, "pay");
             assert_eq!(&*origin, "shop");

@@ -201,7 +201,7 @@ fn block_error_carries_rule_value_and_origin() {
     let (e, _clock) = engine(vec![ParamFlowRule::new("res", 0).count(0.0)]);
     let err = e.resource("res").entry().origin("appA").args(&[&"alice"]).enter().unwrap_err();
     match &err {
-        BlockError::ParamFlow { resource, rule, value, origin } => {
+        BlockError::ParamFlow { resource, rule, value, origin, .. } => {
             assert_eq!(&**resource, "res");
             assert_eq!(rule.param_idx, 0);
             assert_eq!(value, "alice");

@@ -182,8 +182,18 @@ fn take_probes(state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntrySt
     Ok(())
 }
 
+#[cold]
 fn degrade_block(b: &Breaker, cx: &CheckCx<'_>) -> BlockError {
-    BlockError::Degrade { resource: cx.resource.name.clone(), rule: b.rule.clone(), origin: cx.origin.clone() }
+    // Open: a probe may pass at the retry time. Half-open (the probe is out) or a probe another caller won:
+    // the probe's completion decides, at a time nobody knows.
+    let retry_after =
+        b.retry_ms().filter(|&at| at > cx.now_ms).map(|at| std::time::Duration::from_millis(at - cx.now_ms));
+    BlockError::Degrade {
+        resource: cx.resource.name.clone(),
+        rule: b.rule.clone(),
+        origin: cx.origin.clone(),
+        retry_after,
+    }
 }
 
 /// A slot after the breakers blocked the call that passed them: its probes go back to OPEN, keeping their

@@ -1,6 +1,7 @@
 //! Traffic-shaping controllers: reject, warm-up, rate limiter, warm-up rate limiter.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::clock::NANOS_PER_MILLI;
 use crate::stat::admission::Reservation;
@@ -17,8 +18,8 @@ pub(crate) enum Decision {
     Occupied { wait_nanos: u64 },
     /// Pass with a concurrency permit on the node, released at exit.
     ThreadPermit,
-    /// Block.
-    Block,
+    /// Block; a retry could pass after `retry_after` (when known).
+    Block { retry_after: Option<Duration> },
 }
 
 /// Java's `OccupyTimeoutProperty` default: a prioritized request waits less than this.
@@ -116,7 +117,7 @@ impl Throttle {
             return Decision::Pass { reservation: None, wait_nanos: 0 };
         }
         if qps <= 0.0 || qps.is_nan() {
-            return Decision::Block;
+            return Decision::Block { retry_after: None };
         }
         let cost = (acquire as f64 * 1e9 / qps).round() as u64;
         let mut last = self.latest_passed.load(Ordering::Acquire);
@@ -130,7 +131,8 @@ impl Throttle {
             } else {
                 let wait = expected - now_nanos;
                 if wait > self.max_queue_nanos {
-                    return Decision::Block;
+                    // Retried after the wait beyond the queueing limit, the call queues at most that limit.
+                    return Decision::Block { retry_after: Some(Duration::from_nanos(wait - self.max_queue_nanos)) };
                 }
                 match self.latest_passed.compare_exchange_weak(last, expected, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => return Decision::Pass { reservation: None, wait_nanos: wait },
@@ -182,7 +184,7 @@ pub(crate) fn reject_qps(
         return if node.admission().within(now_ms, acquire, limit, &borrowed, held) {
             Decision::Pass { reservation: None, wait_nanos: 0 }
         } else {
-            Decision::Block
+            Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit, false) }
         };
     }
     if let Some(r) = node.admission().try_reserve(now_ms, acquire, limit, &borrowed) {
@@ -195,7 +197,7 @@ pub(crate) fn reject_qps(
             return Decision::Occupied { wait_nanos: wait * NANOS_PER_MILLI };
         }
     }
-    Decision::Block
+    Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit, false) }
 }
 
 /// Java's `StatisticNode.tryOccupyNext`: how long a prioritized request must wait for a later bucket to have

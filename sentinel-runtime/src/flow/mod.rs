@@ -260,11 +260,13 @@ impl FlowManager {
     }
 }
 
-fn read_only(pass: bool) -> Decision {
+/// A check that only reads a node: `retry_after` is computed only when it blocks.
+#[inline(always)]
+fn read_only(pass: bool, retry_after: impl FnOnce() -> Option<std::time::Duration>) -> Decision {
     if pass {
         Decision::Pass { reservation: None, wait_nanos: 0 }
     } else {
-        Decision::Block
+        Decision::Block { retry_after: retry_after() }
     }
 }
 
@@ -336,18 +338,25 @@ pub(crate) fn check(
         // read it. Every other node is entered only through this resource's rules and is reserved exactly.
         let owned = rule.strategy != FlowStrategy::Relate;
         let decision = match rule.grade {
-            FlowGrade::Thread if !owned => read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count),
+            // Concurrency frees up when calls finish: no retry time is known.
+            FlowGrade::Thread if !owned => {
+                read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count, || None)
+            }
             FlowGrade::Thread => {
                 if es.has_permit(node) {
-                    read_only(node.thread_permits() as f64 <= rule.count)
+                    read_only(node.thread_permits() as f64 <= rule.count, || None)
                 } else if node.try_thread_permit(cx.acquire, rule.count) {
                     Decision::ThreadPermit
                 } else {
-                    Decision::Block
+                    Decision::Block { retry_after: None }
                 }
             }
             FlowGrade::Qps => match &st.controller {
-                Controller::Reject if !owned => read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count),
+                Controller::Reject if !owned => {
+                    read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count, || {
+                        node.qps_retry_after(cx.now_ms, cx.acquire, rule.count, true)
+                    })
+                }
                 Controller::Reject => {
                     reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, scratch.held(node))
                 }
@@ -356,7 +365,10 @@ pub(crate) fn check(
                     if owned {
                         reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, scratch.held(node))
                     } else {
-                        read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= w.allowed_qps())
+                        let allowed = w.allowed_qps();
+                        read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= allowed, || {
+                            node.qps_retry_after(cx.now_ms, cx.acquire, allowed, true)
+                        })
                     }
                 }
                 Controller::RateLimiter(t) => t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, rule.count),
@@ -417,14 +429,24 @@ pub(crate) fn check_lone(
     let node = &resource.cluster.stat;
     match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
         Some(_) => Ok(()),
-        None => Err(lone_block(rules, resource, origin)),
+        None => Err(lone_block(rules, resource, origin, node.qps_retry_after(now_ms, acquire, limit, false))),
     }
 }
 
 #[cold]
-fn lone_block(rules: &ResourceFlowRules, resource: &ResourceInner, origin: &Arc<str>) -> BlockError {
+fn lone_block(
+    rules: &ResourceFlowRules,
+    resource: &ResourceInner,
+    origin: &Arc<str>,
+    retry_after: Option<std::time::Duration>,
+) -> BlockError {
     // A simple rule set holds exactly one rule.
-    BlockError::Flow { resource: resource.name.clone(), rule: rules.rules[0].rule.clone(), origin: origin.clone() }
+    BlockError::Flow {
+        resource: resource.name.clone(),
+        rule: rules.rules[0].rule.clone(),
+        origin: origin.clone(),
+        retry_after,
+    }
 }
 
 /// Acts on one rule's decision: `Some` ends the check (occupied or blocked), `None` goes on to the next rule.
@@ -457,13 +479,14 @@ fn apply(
             es.release_permits(cx.acquire);
             Some(Ok(Verdict::Occupied { wait_nanos: *wait_nanos + w }))
         }
-        Decision::Block => {
+        Decision::Block { retry_after } => {
             scratch.release();
             es.release_permits(cx.acquire);
             Some(Err(BlockError::Flow {
                 resource: cx.resource.name.clone(),
                 rule: st.rule.clone(),
                 origin: cx.origin.clone(),
+                retry_after,
             }))
         }
     }

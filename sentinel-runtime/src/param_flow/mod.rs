@@ -185,10 +185,13 @@ fn argument<'a>(args: &'a [&'a dyn HotParam], idx: i32) -> Option<&'a dyn HotPar
     usize::try_from(i).ok().and_then(|i| args.get(i)).copied()
 }
 
-/// Checks one rule against one argument; `Err(value text)` when a value is over its limit.
-fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<u64, String> {
+/// A value over its limit: its text, and when a retry could pass.
+type Blocked = (String, Option<std::time::Duration>);
+
+/// Checks one rule against one argument; `Err` when a value is over its limit.
+fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<u64, Blocked> {
     let mut wait = 0u64;
-    let mut blocked: Option<String> = None;
+    let mut blocked: Option<Blocked> = None;
     arg.visit_values(&mut |v| {
         if blocked.is_some() {
             return;
@@ -197,7 +200,7 @@ fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CheckCx<'_>, es: &mu
             ValueDecision::Pass => {}
             ValueDecision::Wait(w) => wait = wait.max(w),
             ValueDecision::Permit(cell) => es.push(cell),
-            ValueDecision::Block => blocked = Some(v.to_string()),
+            ValueDecision::Block(retry_after) => blocked = Some((v.to_string(), retry_after)),
         }
     });
     match blocked {
@@ -218,13 +221,14 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CheckCx<'_>, es: &mut Entry
         let Some(arg) = argument(cx.args, rule.param_idx) else { continue };
         match check_rule(st, arg, cx, es) {
             Ok(w) => wait = wait.saturating_add(w),
-            Err(value) => {
+            Err((value, retry_after)) => {
                 es.release_all();
                 return Err(BlockError::ParamFlow {
                     resource: cx.resource.name.clone(),
                     rule: st.rule.clone(),
                     value,
                     origin: cx.origin.clone(),
+                    retry_after,
                 });
             }
         }

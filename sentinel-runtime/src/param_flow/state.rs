@@ -76,7 +76,8 @@ pub(crate) enum ValueDecision {
     Wait(u64),
     /// Pass holding one in-flight permit on this cell, released at exit.
     Permit(Arc<ValueCell>),
-    Block,
+    /// Block; a retry could pass after this long (when known).
+    Block(Option<std::time::Duration>),
 }
 
 /// A loaded rule with its counters.
@@ -212,11 +213,11 @@ impl ParamRuleState {
     /// that concurrent callers never over-admit.
     fn bucket(&self, key: &ValueKey, count: i64, acquire: i64, now_ms: u64) -> ValueDecision {
         if count <= 0 {
-            return ValueDecision::Block;
+            return ValueDecision::Block(None);
         }
         let max = count.saturating_add(self.burst);
         if acquire > max {
-            return ValueDecision::Block;
+            return ValueDecision::Block(None);
         }
         let (cell, created) = self.cell(key, || ValueCell::new(now_ms, (max - acquire) as u64));
         if created {
@@ -231,13 +232,13 @@ impl ParamRuleState {
                 let add = (elapsed as u128 * count as u128 / self.duration_ms as u128).min(i64::MAX as u128) as i64;
                 let rest = if tokens.saturating_add(add) > max { max - acquire } else { tokens + add - acquire };
                 if rest < 0 {
-                    return ValueDecision::Block;
+                    return self.bucket_block(now_ms, count, acquire, last_ms, tokens);
                 }
                 pack(now_ms, rest as u64)
             } else {
                 let rest = tokens - acquire;
                 if rest < 0 {
-                    return ValueDecision::Block;
+                    return self.bucket_block(now_ms, count, acquire, last_ms, tokens);
                 }
                 pack(last_ms, rest as u64)
             };
@@ -248,11 +249,23 @@ impl ParamRuleState {
         }
     }
 
+    /// A value's bucket holds `tokens` at `last_ms` (its last refill), fewer than `acquire`: the retry time is
+    /// the first refill (strictly more than `duration` after `last_ms`) that adds the tokens missing.
+    #[cold]
+    fn bucket_block(&self, now_ms: u64, count: i64, acquire: i64, last_ms: u64, tokens: i64) -> ValueDecision {
+        let missing = acquire.saturating_sub(tokens.max(0)).max(1) as u128;
+        // add = elapsed * count / duration >= missing  <=>  elapsed >= ceil(missing * duration / count)
+        let for_tokens = (missing * self.duration_ms as u128).div_ceil(count as u128);
+        let elapsed = for_tokens.max(self.duration_ms as u128 + 1).min(u64::MAX as u128) as u64;
+        let at = last_ms.saturating_add(elapsed);
+        ValueDecision::Block(Some(std::time::Duration::from_millis(at.saturating_sub(now_ms).max(1))))
+    }
+
     /// Java's `ParamFlowChecker.passThrottleLocalCheck`: one call per `1000 * duration / count` ms per value,
     /// waiting strictly less than the queueing time. Kept in nanoseconds (Java rounds the cost to ms).
     fn throttle(&self, key: &ValueKey, count: i64, acquire: u32, now_nanos: u64, max_queue: u64) -> ValueDecision {
         if count <= 0 {
-            return ValueDecision::Block;
+            return ValueDecision::Block(None);
         }
         let (cell, created) = self.cell(key, || ValueCell::new(0, now_nanos));
         if created {
@@ -268,7 +281,9 @@ impl ParamRuleState {
             } else if expected - now_nanos < max_queue {
                 (expected, expected - now_nanos)
             } else {
-                return ValueDecision::Block;
+                // Retried once the wait is strictly below the queueing time, the call queues.
+                let beyond = (expected - now_nanos - max_queue).saturating_add(1);
+                return ValueDecision::Block(Some(std::time::Duration::from_nanos(beyond)));
             };
             match cell.state.compare_exchange_weak(cur, pack(0, next), Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return if wait == 0 { ValueDecision::Pass } else { ValueDecision::Wait(wait) },
@@ -280,14 +295,15 @@ impl ParamRuleState {
     /// Thread grade: take one in-flight permit if the value has fewer than its threshold.
     fn thread(&self, key: &ValueKey, threshold: i64) -> ValueDecision {
         if threshold <= 0 {
-            return ValueDecision::Block;
+            return ValueDecision::Block(None);
         }
         let (cell, _) = self.cell(key, || ValueCell::new(0, 0));
         let limit = threshold as u128;
         let taken = cell.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1));
         match taken {
             Ok(_) => ValueDecision::Permit(cell),
-            Err(_) => ValueDecision::Block,
+            // In-flight calls free up when they finish: no retry time is known.
+            Err(_) => ValueDecision::Block(None),
         }
     }
 

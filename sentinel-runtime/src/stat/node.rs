@@ -285,6 +285,39 @@ impl StatNode {
         self.second.bucket_at(start).map(|t| t.get(MetricEvent::Pass)).unwrap_or(0) + self.borrowed_at(start)
     }
 
+    /// How long until a QPS limit of `limit` over the per-second window could admit `acquire` more passes,
+    /// for a call blocked now (block paths only): the end of the current bucket when the passes counted in it
+    /// leave room once the older bucket slides out, else when every bucket of the window starts after now.
+    /// `None` when the limit can never admit `acquire`.
+    ///
+    /// `by_pass_qps`: the limit is checked on [`pass_qps`](Self::pass_qps) (read-only checks: relate rules,
+    /// system QPS), which still counts a bucket exactly one interval old (Java's `isWindowDeprecated` is a
+    /// strict comparison): room comes 1 ms after the bucket boundary. The exact admission of reject rules
+    /// starts a new budget at the boundary itself.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn qps_retry_after(
+        &self,
+        now_ms: u64,
+        acquire: u32,
+        limit: f64,
+        by_pass_qps: bool,
+    ) -> Option<std::time::Duration> {
+        // `!(a <= b)` is also true for a NaN limit.
+        if !(acquire as f64 <= limit) {
+            return None;
+        }
+        let bucket = super::window::BUCKET_MS;
+        let to_end = bucket - now_ms % bucket;
+        let current = self.window_pass_at(now_ms) as f64;
+        let ms = if current + acquire as f64 <= limit {
+            to_end
+        } else {
+            to_end + bucket * (super::window::SAMPLES as u64 - 1)
+        };
+        Some(std::time::Duration::from_millis(ms + u64::from(by_pass_qps)))
+    }
+
     /// Requests waiting in (borrowed from) later buckets.
     pub(crate) fn waiting(&self, now_ms: u64) -> u64 {
         let mut w = 0;

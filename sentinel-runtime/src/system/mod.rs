@@ -192,13 +192,20 @@ impl SystemManager {
     /// Checks an inbound call against the system limits, in Java's order.
     pub(crate) fn check(&self, cx: &CheckCx<'_>) -> Result<(), BlockError> {
         let t = **self.thresholds.load();
-        let block =
-            |limit| Err(BlockError::System { resource: cx.resource.name.clone(), limit, origin: cx.origin.clone() });
+        let block_after = |limit, retry_after| {
+            Err(BlockError::System {
+                resource: cx.resource.name.clone(),
+                limit,
+                origin: cx.origin.clone(),
+                retry_after,
+            })
+        };
+        let block = |limit| block_after(limit, None);
         let node = &cx.shared.inbound;
         let now = cx.now_ms;
         if let Some(limit) = t.qps {
             if node.pass_qps(now) + cx.acquire as f64 > limit {
-                return block(SystemLimit::Qps { limit });
+                return block_after(SystemLimit::Qps { limit }, node.qps_retry_after(now, cx.acquire, limit, true));
             }
         }
         let threads = node.cur_threads();
