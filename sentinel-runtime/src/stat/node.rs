@@ -303,8 +303,8 @@ impl StatNode {
         limit: f64,
         by_pass_qps: bool,
     ) -> Option<std::time::Duration> {
-        // `!(a <= b)` is also true for a NaN limit.
-        if !(acquire as f64 <= limit) {
+        // A NaN limit never admits either.
+        if limit.is_nan() || limit < acquire as f64 {
             return None;
         }
         let bucket = super::window::BUCKET_MS;
