@@ -556,6 +556,27 @@ impl Sentinel {
         self.resource(name).entry_owned()
     }
 
+    /// Whether a loaded flow, degrade, hot-parameter or authority rule names `resource` (system rules and
+    /// default `"*"` breakers name no resource and do not count). Four map lookups, no allocation.
+    ///
+    /// Integrations that take resource names from requests (the web layer) bound how many distinct names
+    /// they create, and use this to give a name that a rule targets its own resource past that bound.
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, flow::FlowRule};
+    /// let engine = Sentinel::builder().build();
+    /// engine.load_flow_rules([FlowRule::new("GET:/orders/{id}").count(10.0)]).unwrap();
+    /// assert!(engine.has_rules_for("GET:/orders/{id}"));
+    /// assert!(!engine.has_rules_for("GET:/orders"));
+    /// ```
+    pub fn has_rules_for(&self, resource: &str) -> bool {
+        let s = &self.shared;
+        s.flow.for_resource(resource).is_some()
+            || s.degrade.for_resource(resource).is_some()
+            || s.param.for_resource(resource).is_some()
+            || s.authority.for_resource(resource).is_some()
+    }
+
     /// Names of every resource entered or created so far.
     pub fn resource_names(&self) -> Vec<String> {
         self.shared.resources().map(|r| r.name.to_string()).collect()

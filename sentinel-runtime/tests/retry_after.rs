@@ -1,4 +1,5 @@
-//! `BlockError::retry_after`: when a blocked call could pass if retried, filled where the block is decided.
+//! `BlockError::retry_after` (when a blocked call could pass if retried, filled where the block is decided), and
+//! `Sentinel::has_rules_for`, the two core facts the web layer builds on.
 //! Every test checks the figure against the engine itself: retried just before it the call is still blocked,
 //! retried at it the call passes.
 
@@ -256,4 +257,24 @@ fn relate_rule_reading_another_resource_reports_that_resource_window() {
     assert!(e.resource("read").enter().is_err());
     clock.advance_millis(1);
     assert!(e.resource("read").enter().is_ok());
+}
+
+#[test]
+fn has_rules_for_sees_every_kind_that_names_a_resource_and_not_default_breakers() {
+    let (e, _clock) = engine_at(0);
+    assert!(!e.has_rules_for("a"));
+    e.load_degrade_rules([
+        DegradeRule::new("b", DegradeGrade::ErrorCount).count(1.0).time_window_sec(1),
+        DegradeRule::new("*", DegradeGrade::ErrorCount).count(1.0).time_window_sec(1),
+    ])
+    .unwrap();
+    e.load_param_flow_rules([ParamFlowRule::new("c", 0).count(1.0)]).unwrap();
+    e.load_authority_rules([AuthorityRule::new("d", "x", AuthorityStrategy::Black)]).unwrap();
+    e.load_flow_rules([FlowRule::new("a").count(1.0)]).unwrap();
+    for name in ["a", "b", "c", "d"] {
+        assert!(e.has_rules_for(name), "{name}");
+    }
+    assert!(!e.has_rules_for("z"), "a default `*` breaker names no resource");
+    e.load_flow_rules([]).unwrap();
+    assert!(!e.has_rules_for("a"));
 }
