@@ -84,6 +84,8 @@ mod rules;
 pub mod slot;
 pub mod stat;
 pub mod system;
+#[cfg(feature = "tower")]
+pub mod web;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::Diagnosis;

@@ -1,0 +1,242 @@
+//! [`ResponseFuture`]: waits out a queueing decision, runs the service as the request's context, enforces
+//! the time limit, and judges the response.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use super::block_response as block;
+use super::body::{BodyWatch, ResponseBody};
+use super::layer::{ExitOn, Shared};
+use super::outcome::{GrpcCode, Outcome};
+use super::scope::RequestEntry;
+use crate::clock::Sleep;
+
+/// A request that passed its checks: its entry, and what judging its response needs.
+pub(crate) struct Guard {
+    entry: RequestEntry,
+    grpc: bool,
+    shared: Arc<Shared>,
+}
+
+impl Guard {
+    pub(crate) fn new(entry: RequestEntry, grpc: bool, shared: Arc<Shared>) -> Self {
+        Guard { entry, grpc, shared }
+    }
+    pub(crate) fn wait(&self) -> Duration {
+        self.entry.wait()
+    }
+    #[inline]
+    pub(crate) fn in_scope<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        self.entry.in_scope(f)
+    }
+    fn judge(&mut self, outcome: Outcome) {
+        if (self.shared.config.trace_if)(outcome) {
+            self.error();
+        }
+    }
+    fn error(&mut self) {
+        if let Some(e) = self.entry.entry_mut() {
+            e.set_error();
+        }
+    }
+    fn timeout(&self) -> Option<Sleep> {
+        self.shared.config.timeout.map(|d| self.shared.config.engine.sleep(d))
+    }
+
+    /// Judges the service's response and decides where the entry exits: now (dropped here) or at the end of
+    /// the body (moved into it).
+    fn finish<B, E>(mut self, result: Result<Response<B>, E>) -> Result<Response<ResponseBody<B>>, E> {
+        let response = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.error();
+                return Err(e);
+            }
+        };
+        let hold = if self.grpc {
+            match GrpcCode::from_headers(response.headers()) {
+                // A trailers-only response: the call ended with this status.
+                Some(code) => {
+                    self.judge(Outcome::Grpc(code));
+                    false
+                }
+                None if response.status() != StatusCode::OK => {
+                    self.judge(Outcome::Http(response.status()));
+                    false
+                }
+                // The status comes in the trailers.
+                None => true,
+            }
+        } else {
+            self.judge(Outcome::Http(response.status()));
+            self.shared.config.exit_on == ExitOn::BodyEnd
+        };
+        if !hold {
+            return Ok(response.map(ResponseBody::inner));
+        }
+        let trace_if = self.shared.config.trace_if.clone();
+        let watch = BodyWatch { entry: self.entry, grpc: self.grpc, trace_if };
+        Ok(response.map(|b| ResponseBody::watched(b, watch)))
+    }
+}
+
+pin_project! {
+    /// The future of a [`SentinelService`](super::SentinelService) call.
+    ///
+    /// Dropping it before it completes (the client went away, an outer timeout) drops the service's future
+    /// and exits the request's entry without counting an error.
+    pub struct ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<S, B>,
+        guard: Option<Guard>,
+    }
+
+    impl<S, B> PinnedDrop for ResponseFuture<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        fn drop(this: Pin<&mut Self>) {
+            // The service's future goes first, as the request's context (entries it still holds exit as
+            // children of the request's entry), then the entry.
+            let mut this = this.project();
+            if let Some(guard) = this.guard.as_mut() {
+                guard.in_scope(|| this.state.set(State::Done));
+            }
+        }
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        /// A queueing rule asked the call to wait.
+        Waiting { sleep: Sleep, call: Option<(S, Request<B>)> },
+        /// The service runs.
+        Calling { #[pin] future: S::Future, timeout: Option<Sleep> },
+        /// No resource guards this request.
+        Unguarded { #[pin] future: S::Future },
+        /// The layer's own response (a blocked call).
+        Respond { response: Option<Response<Bytes>> },
+        Done,
+    }
+}
+
+impl<S, B> ResponseFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    pub(crate) fn unguarded(future: S::Future) -> Self {
+        ResponseFuture { state: State::Unguarded { future }, guard: None }
+    }
+    pub(crate) fn blocked(response: Response<Bytes>) -> Self {
+        ResponseFuture { state: State::Respond { response: Some(response) }, guard: None }
+    }
+    pub(crate) fn calling(future: S::Future, guard: Guard) -> Self {
+        let timeout = guard.timeout();
+        ResponseFuture { state: State::Calling { future, timeout }, guard: Some(guard) }
+    }
+    pub(crate) fn waiting(sleep: Sleep, service: S, request: Request<B>, guard: Guard) -> Self {
+        ResponseFuture { state: State::Waiting { sleep, call: Some((service, request)) }, guard: Some(guard) }
+    }
+}
+
+const POLLED_AFTER_COMPLETION: &str = "`ResponseFuture` polled after it completed";
+
+impl<S, B, ResBody> Future for ResponseFuture<S, B>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Waiting { sleep, call } => {
+                    if Pin::new(sleep).poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let Some((mut service, request)) = call.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
+                    let (future, timeout) = match this.guard.as_mut() {
+                        Some(g) => (g.in_scope(|| service.call(request)), g.timeout()),
+                        None => (service.call(request), None),
+                    };
+                    this.state.set(State::Calling { future, timeout });
+                }
+                StateProj::Calling { future, timeout } => {
+                    let polled = match this.guard.as_mut() {
+                        Some(g) => g.in_scope(|| future.poll(cx)),
+                        None => future.poll(cx),
+                    };
+                    if let Poll::Ready(result) = polled {
+                        this.state.set(State::Done);
+                        return Poll::Ready(match this.guard.take() {
+                            Some(g) => g.finish(result),
+                            None => result.map(|r| r.map(ResponseBody::inner)),
+                        });
+                    }
+                    let timed_out = timeout.as_mut().is_some_and(|t| Pin::new(t).poll(cx).is_ready());
+                    if !timed_out {
+                        return Poll::Pending;
+                    }
+                    let mut guard = this.guard.take();
+                    let grpc = guard.as_ref().is_some_and(|g| g.grpc);
+                    if let Some(g) = guard.as_mut() {
+                        // The service's future is dropped as the request's context, then the entry exits as a
+                        // timed-out call (an error whose response time is the limit).
+                        g.in_scope(|| this.state.set(State::Done));
+                        if let (Some(limit), Some(e)) = (g.shared.config.timeout, g.entry.entry_mut()) {
+                            e.set_timed_out(limit);
+                        }
+                    }
+                    drop(guard);
+                    return Poll::Ready(Ok(block::timeout_response(grpc).map(ResponseBody::full)));
+                }
+                StateProj::Unguarded { future } => {
+                    let result = std::task::ready!(future.poll(cx));
+                    this.state.set(State::Done);
+                    return Poll::Ready(result.map(|r| r.map(ResponseBody::inner)));
+                }
+                StateProj::Respond { response } => {
+                    let Some(response) = response.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
+                    this.state.set(State::Done);
+                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                }
+                StateProj::Done => panic!("{POLLED_AFTER_COMPLETION}"),
+            }
+        }
+    }
+}
+
+impl<S, B> std::fmt::Debug for ResponseFuture<S, B>
+where
+    S: Service<Request<B>>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Waiting { .. } => "waiting",
+            State::Calling { .. } => "calling",
+            State::Unguarded { .. } => "unguarded",
+            State::Respond { .. } => "blocked",
+            State::Done => "done",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("entry", &self.guard.as_ref().map(|g| &g.entry))
+            .finish()
+    }
+}

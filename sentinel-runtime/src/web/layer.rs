@@ -1,0 +1,243 @@
+//! [`SentinelLayer`]: the configuration, shared by every service it wraps.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use tower_layer::Layer;
+
+use super::body::OutcomeFn;
+use super::extract::ValueFn;
+use super::naming::{Naming, ResourceCache};
+use super::outcome::{is_error_by_default, Outcome};
+use super::request::RequestView;
+use super::service::SentinelService;
+use crate::{BlockError, Sentinel};
+
+/// The context requests enter (as Java's web adapters enter `sentinel_web_servlet_context`): chain rules name
+/// it to limit a resource only when it is called from a request.
+pub const WEB_CONTEXT_NAME: &str = "sentinel_web_context";
+
+/// Builds the response for a blocked request.
+pub(crate) type BlockFn = Arc<dyn Fn(&BlockError, &RequestView<'_>) -> Response<Bytes> + Send + Sync>;
+
+/// When a request's entry exits (for HTTP; a gRPC call always holds it until its body ends, because its
+/// status comes in the trailers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExitOn {
+    /// When the service's response (its head) is ready: the response time and the concurrency count cover
+    /// the handler, not the transfer of the body.
+    #[default]
+    Response,
+    /// When the response body ends (its last frame, trailers or an error) or is dropped: for streaming
+    /// responses whose work happens while the body streams (server-sent events, large downloads).
+    BodyEnd,
+}
+
+/// What every service of one layer shares: the configuration and the resources named so far.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) cache: ResourceCache,
+}
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) engine: Sentinel,
+    pub(crate) naming: Naming,
+    pub(crate) origin: Option<ValueFn>,
+    pub(crate) params: Vec<ValueFn>,
+    pub(crate) on_blocked: Option<BlockFn>,
+    pub(crate) trace_if: OutcomeFn,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) exit_on: ExitOn,
+    pub(crate) context: Arc<str>,
+}
+
+/// A tower [`Layer`] that guards every request with a Sentinel entry: an inbound resource named after the
+/// request's route, with the caller's origin and hot parameters taken from the request.
+///
+/// Blocked requests get a response, never an error (axum services are infallible): HTTP 429 with
+/// `Retry-After` for flow, hot-parameter and system rules, 503 with `Retry-After` for an open circuit
+/// breaker, 403 for an authority rule; for gRPC calls `RESOURCE_EXHAUSTED`, `UNAVAILABLE` or
+/// `PERMISSION_DENIED`, with `grpc-retry-pushback-ms` when the rule knows when a retry can pass. HTTP 5xx,
+/// gRPC statuses other than `OK` and errors of the service count as errors for statistics and circuit
+/// breakers ([`trace_if`](Self::trace_if) replaces that predicate). A request whose future is dropped
+/// (the client went away, an outer timeout) exits its entry without an error.
+///
+/// ```
+/// use sentinel_runtime::{Sentinel, web::{extract, SentinelLayer, TrustedProxies}};
+/// use http::HeaderName;
+/// use std::time::Duration;
+///
+/// let engine = Sentinel::builder().build();
+/// let layer = SentinelLayer::new(&engine)
+///     .origin(extract::header(HeaderName::from_static("x-caller")))
+///     .param(extract::client_ip(TrustedProxies::none())) // `param_idx: 0` of hot-parameter rules
+///     .timeout(Duration::from_secs(2));
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct SentinelLayer {
+    shared: Arc<Shared>,
+}
+
+impl SentinelLayer {
+    /// A layer that enters resources of `engine`.
+    pub fn new(engine: &Sentinel) -> Self {
+        let config = Config {
+            engine: engine.clone(),
+            naming: Naming::default(),
+            origin: None,
+            params: Vec::new(),
+            on_blocked: None,
+            trace_if: Arc::new(is_error_by_default),
+            timeout: None,
+            exit_on: ExitOn::Response,
+            context: WEB_CONTEXT_NAME.into(),
+        };
+        SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }) }
+    }
+
+    /// A layer on the process-wide engine ([`Sentinel::global`]).
+    pub fn global() -> Self {
+        Self::new(Sentinel::global())
+    }
+
+    fn update(self, f: impl FnOnce(&mut Config)) -> Self {
+        let mut config = match Arc::try_unwrap(self.shared) {
+            Ok(shared) => shared.config,
+            Err(shared) => shared.config.clone(),
+        };
+        f(&mut config);
+        // A new configuration starts with no resources named (the old names may not hold any more).
+        SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }) }
+    }
+
+    /// Names each request's resource with `f` instead of the default (`METHOD:/route/{template}`, the gRPC
+    /// method path, or the cleaned path); `None` lets the request through unguarded (health checks, say).
+    /// The names count against [`max_resources`](Self::max_resources).
+    ///
+    /// ```
+    /// # use sentinel_runtime::{Sentinel, web::SentinelLayer};
+    /// let layer = SentinelLayer::new(&Sentinel::builder().build())
+    ///     .resource_name(|req| (req.path() != "/health").then(|| format!("api:{}", req.method()).into()));
+    /// # let _ = layer;
+    /// ```
+    pub fn resource_name<F>(self, f: F) -> Self
+    where
+        F: for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>> + Send + Sync + 'static,
+    {
+        self.update(|c| c.naming.namer = Some(Arc::new(f)))
+    }
+
+    /// Cleans the path of a request that has no route template (no axum `MatchedPath`, not gRPC) before it
+    /// becomes the resource name; `None` lets the request through unguarded. The default is
+    /// [`clean_path`](super::clean_path), which folds identifiers into `{id}`.
+    pub fn path_cleaner<F>(self, f: F) -> Self
+    where
+        F: for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + Send + Sync + 'static,
+    {
+        self.update(|c| c.naming.cleaner = Arc::new(f))
+    }
+
+    /// Whether HTTP resource names start with the method (`GET:/users/{id}`; default true). gRPC names never
+    /// do.
+    pub fn method_prefix(self, on: bool) -> Self {
+        self.update(|c| c.naming.method_prefix = on)
+    }
+
+    /// How many distinct request-derived names (cleaned paths, gRPC paths, custom names) get their own
+    /// resource (default [`DEFAULT_MAX_RESOURCES`](super::DEFAULT_MAX_RESOURCES)); past it, a name gets its
+    /// own only when a rule names it, and the others share [`OVERFLOW_RESOURCE`](super::OVERFLOW_RESOURCE).
+    /// Route templates are not counted.
+    pub fn max_resources(self, n: usize) -> Self {
+        self.update(|c| c.naming.max_resources = n)
+    }
+
+    /// Takes the caller's origin (for `limit_app` of flow rules and for authority rules) from the request;
+    /// see [`extract`](super::extract) for ready-made ones (a header, the peer or client IP).
+    pub fn origin<F>(self, f: F) -> Self
+    where
+        F: for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>> + Send + Sync + 'static,
+    {
+        self.update(|c| c.origin = Some(Arc::new(f)))
+    }
+
+    /// Adds a hot parameter taken from the request: the first call gives `param_idx: 0` of the resource's
+    /// hot-parameter rules, the next `1`, and so on. `None` is an absent value, which always passes. See
+    /// [`extract`](super::extract) for ready-made ones (client IP, header, query parameter, cookie, host:
+    /// the strategies of Sentinel's gateway parameter items).
+    pub fn param<F>(self, f: F) -> Self
+    where
+        F: for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>> + Send + Sync + 'static,
+    {
+        self.update(|c| c.params.push(Arc::new(f)))
+    }
+
+    /// Builds the response for a blocked request instead of the default
+    /// ([`block::default_response`](super::block::default_response)).
+    pub fn on_blocked<F>(self, f: F) -> Self
+    where
+        F: Fn(&BlockError, &RequestView<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.update(|c| c.on_blocked = Some(Arc::new(f)))
+    }
+
+    /// Decides which outcomes count as errors for statistics and circuit breakers (default:
+    /// [`is_error_by_default`], HTTP 5xx and gRPC statuses other than `OK`). An `Err` from the service always
+    /// counts.
+    pub fn trace_if<F>(self, f: F) -> Self
+    where
+        F: Fn(Outcome) -> bool + Send + Sync + 'static,
+    {
+        self.update(|c| c.trace_if = Arc::new(f))
+    }
+
+    /// A time limit for the service's response (from the moment it is called, after any queueing wait):
+    /// past it the service's future is dropped, the call counts as an error and as a slow call whose
+    /// response time is the limit, and the client gets 504 (`DEADLINE_EXCEEDED` for gRPC). The timer runs on
+    /// the engine's clock ([`Sentinel::sleep`]), so a manual clock drives it in tests.
+    pub fn timeout(self, limit: Duration) -> Self {
+        self.update(|c| c.timeout = Some(limit))
+    }
+
+    /// When an HTTP request's entry exits (default [`ExitOn::Response`]).
+    pub fn exit_on(self, exit_on: ExitOn) -> Self {
+        self.update(|c| c.exit_on = exit_on)
+    }
+
+    /// The context requests enter (default [`WEB_CONTEXT_NAME`]).
+    pub fn context_name(self, name: impl Into<String>) -> Self {
+        let name: Arc<str> = name.into().into();
+        self.update(|c| c.context = name)
+    }
+}
+
+impl<S> Layer<S> for SentinelLayer {
+    type Service = SentinelService<S>;
+
+    fn layer(&self, inner: S) -> SentinelService<S> {
+        SentinelService::new(inner, self.shared.clone())
+    }
+}
+
+impl fmt::Debug for SentinelLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.shared.config;
+        f.debug_struct("SentinelLayer")
+            .field("engine", &c.engine)
+            .field("custom_names", &c.naming.namer.is_some())
+            .field("method_prefix", &c.naming.method_prefix)
+            .field("max_resources", &c.naming.max_resources)
+            .field("origin", &c.origin.is_some())
+            .field("params", &c.params.len())
+            .field("timeout", &c.timeout)
+            .field("exit_on", &c.exit_on)
+            .field("context", &c.context)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,94 @@
+//! The web middleware (feature `tower`): a tower [`Layer`](tower_layer::Layer) that guards every request of
+//! an axum, tonic or hyper 1 service with a Sentinel entry.
+//!
+//! ```text
+//! request ─▶ SentinelService ─ name the resource (route template, gRPC method, cleaned path)
+//!                             ─ origin and hot parameters from the request
+//!                             ─ enter an inbound resource ── blocked ─▶ 429 / 503 / 403 (gRPC status)
+//!                             ─ wait out a queueing decision on a timer (never blocking a worker)
+//!                             ─ call the service as the request's context (nested resources are its children)
+//!                             ─ time limit ─▶ 504 / DEADLINE_EXCEEDED
+//!                             ─ 5xx, gRPC non-OK, Err ─▶ traced; exit at the response or the body's end
+//! ```
+//!
+//! # axum
+//!
+//! Add it with `route_layer` (unmatched paths stay 404 and are not counted) or `layer`; with feature `axum`
+//! the resource is `METHOD:/route/{template}` from axum's `MatchedPath`, so `/users/1` and `/users/2` are one
+//! resource, `GET:/users/{id}`, and the peer address comes from `ConnectInfo`.
+//!
+//! ```
+//! # #[cfg(feature = "axum")] {
+//! use axum::{routing::get, Router};
+//! use http::HeaderName;
+//! use sentinel_runtime::{Sentinel, flow::FlowRule, web::{extract, SentinelLayer}};
+//!
+//! let engine = Sentinel::global();
+//! engine.load_flow_rules([FlowRule::new("GET:/users/{id}").count(100.0)]).unwrap();
+//! let app: Router = Router::new()
+//!     .route("/users/{id}", get(|| async { "a user" }))
+//!     .route_layer(SentinelLayer::new(engine).origin(extract::header(HeaderName::from_static("x-caller"))));
+//! # let _ = app; }
+//! ```
+//!
+//! # tonic
+//!
+//! `Server::builder().layer(SentinelLayer::new(engine))`: a call's resource is its method path
+//! (`/shop.Orders/Get`), a blocked call gets `RESOURCE_EXHAUSTED`, `UNAVAILABLE` or `PERMISSION_DENIED` with
+//! `grpc-retry-pushback-ms`, and the entry lives until the call's last message (its status is in the
+//! trailers), so server-streaming calls count as in flight while they stream. With feature `tonic` the peer
+//! address comes from `TcpConnectInfo`, and `BlockError` and `Timeout` convert into `tonic::Status`, so an
+//! annotated function returning `Result<_, Status>` needs no handlers.
+//!
+//! # hyper
+//!
+//! hyper 1 calls `Service::call(&self)`: wrap the layered service with hyper-util's `TowerToHyperService`
+//! (it clones the service per request). Insert a [`PeerAddr`] in the request's extensions for the
+//! peer-address extractors (the examples in the repository's README show the accept loop).
+//!
+//! # Behaviour
+//!
+//! - **Names.** See [`SentinelLayer::resource_name`], [`clean_path`], and [`SentinelLayer::max_resources`]:
+//!   the default never makes one resource per distinct URL (the query string is never part of a name).
+//! - **Entries** are inbound ([`EntryType::In`](crate::EntryType), so system rules apply), in the context
+//!   [`WEB_CONTEXT_NAME`], with the origin and hot parameters the layer's closures take from the request.
+//!   A queueing rule's wait (rate limiter, prioritized occupy) is a timer on the engine's clock: the worker
+//!   serves other requests meanwhile.
+//! - **Errors.** An `Err` from the service, an HTTP 5xx and a gRPC status other than `OK` (in the response
+//!   headers or in the trailers) count as errors ([`SentinelLayer::trace_if`]). A dropped response future or
+//!   body (client gone) exits the entry without an error.
+//! - **Blocked calls** get [`block::default_response`] or [`SentinelLayer::on_blocked`]'s response; with
+//!   `Retry-After` / `grpc-retry-pushback-ms` from [`BlockError::retry_after`](crate::BlockError::retry_after).
+//! - **Cost** when the layer is not used: none (nothing in the core knows about it). Per request: a route
+//!   lookup by borrowed key, the entry, and no allocation beyond the extractors that must build a value
+//!   (an IP address as text).
+
+mod block_response;
+mod body;
+mod client_ip;
+pub mod extract;
+mod future;
+mod layer;
+mod naming;
+mod outcome;
+mod request;
+mod scope;
+mod service;
+#[cfg(feature = "tonic")]
+mod tonic;
+
+/// Responses for blocked calls: the defaults, for use in a custom [`SentinelLayer::on_blocked`].
+pub mod block {
+    pub use super::block_response::{
+        default_response, grpc_code, grpc_response, http_response, http_status, GRPC_RETRY_PUSHBACK_MS,
+    };
+}
+
+pub use body::ResponseBody;
+pub use client_ip::{InvalidProxy, TrustedProxies};
+pub use future::ResponseFuture;
+pub use layer::{ExitOn, SentinelLayer, WEB_CONTEXT_NAME};
+pub use naming::{clean_path, DEFAULT_MAX_RESOURCES, OVERFLOW_RESOURCE};
+pub use outcome::{is_error_by_default, GrpcCode, Outcome};
+pub use request::{PeerAddr, RequestView};
+pub use service::SentinelService;

@@ -1,0 +1,297 @@
+//! Resource names for requests, and the bounded cache from a request's route to its resource handle.
+//!
+//! The default name is `METHOD:/route/{template}` from axum's matched route, the full method path for gRPC
+//! (`/pkg.Service/Method`), and otherwise `METHOD:` and the path through a cleaner that folds identifiers
+//! (numbers, UUIDs, long hex or opaque segments) into `{id}`. A request's name is looked up by borrowed
+//! key (no string is built per request once the route was seen).
+//!
+//! Names that come from the request itself (cleaned paths, gRPC paths, a custom namer's output) are
+//! bounded: past [`DEFAULT_MAX_RESOURCES`] distinct names, a new name gets its own resource only when a rule
+//! names it ([`Sentinel::has_rules_for`](crate::Sentinel::has_rules_for)); the others share
+//! [`OVERFLOW_RESOURCE`]. Route templates are the application's own and are not counted.
+
+use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use http::Method;
+
+use super::request::RequestView;
+use crate::{EntryType, Resource, Sentinel};
+
+/// How many distinct request-derived names (cleaned paths, gRPC paths, custom names) a layer gives their
+/// own resources by default, besides route templates and names that rules target.
+pub const DEFAULT_MAX_RESOURCES: usize = 1000;
+
+/// The resource shared by request-derived names past the layer's bound that no rule names.
+pub const OVERFLOW_RESOURCE: &str = "sentinel_web_overflow";
+
+/// Names a request's resource: `None` lets the request through unguarded.
+pub(crate) type NameFn = Arc<dyn for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>> + Send + Sync>;
+/// Cleans a path (no route template known): `None` lets the request through unguarded.
+pub(crate) type CleanFn = Arc<dyn for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + Send + Sync>;
+
+/// The default path cleaner: each segment that looks like an identifier becomes `{id}`, so
+/// `/users/42/orders/9f1c...` is `/users/{id}/orders/{id}`. A segment is an identifier when it is all
+/// digits, a UUID, at least 16 hexadecimal digits, or longer than 32 bytes. Borrows the path when nothing
+/// changes. A hostile client can still send many distinct words; the layer's bound on names covers that.
+///
+/// ```
+/// use sentinel_runtime::web::clean_path;
+/// assert_eq!(clean_path("/users/42/orders"), Some("/users/{id}/orders".into()));
+/// assert_eq!(clean_path("/files/0f8fad5b-d9cb-469f-a165-70867728950e"), Some("/files/{id}".into()));
+/// assert_eq!(clean_path("/health"), Some("/health".into()));
+/// ```
+pub fn clean_path(path: &str) -> Option<Cow<'_, str>> {
+    if !path.split('/').any(is_identifier) {
+        return Some(Cow::Borrowed(path));
+    }
+    let mut out = String::with_capacity(path.len());
+    for (i, seg) in path.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        out.push_str(if is_identifier(seg) { "{id}" } else { seg });
+    }
+    Some(Cow::Owned(out))
+}
+
+fn is_identifier(seg: &str) -> bool {
+    let b = seg.as_bytes();
+    if b.is_empty() {
+        return false;
+    }
+    b.len() > 32
+        || b.iter().all(u8::is_ascii_digit)
+        || (b.len() >= 16 && b.iter().all(u8::is_ascii_hexdigit))
+        || is_uuid(b)
+}
+
+fn is_uuid(b: &[u8]) -> bool {
+    b.len() == 36
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { *c == b'-' } else { c.is_ascii_hexdigit() })
+}
+
+/// A cached route: the method prefix (when the name has one) and the rest of the name.
+struct RouteKey {
+    method: Option<Method>,
+    name: Box<str>,
+}
+
+/// The borrowed form of [`RouteKey`], hashed the same way.
+struct RouteRef<'a> {
+    method: Option<&'a Method>,
+    name: &'a str,
+}
+
+fn hash_route<H: Hasher>(method: Option<&Method>, name: &str, h: &mut H) {
+    match method {
+        Some(m) => {
+            h.write_u8(1);
+            m.hash(h);
+        }
+        None => h.write_u8(0),
+    }
+    name.hash(h);
+}
+
+impl Hash for RouteKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        hash_route(self.method.as_ref(), &self.name, h)
+    }
+}
+impl Hash for RouteRef<'_> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        hash_route(self.method, self.name, h)
+    }
+}
+impl PartialEq for RouteKey {
+    fn eq(&self, o: &Self) -> bool {
+        self.method == o.method && self.name == o.name
+    }
+}
+impl Eq for RouteKey {}
+impl papaya::Equivalent<RouteKey> for RouteRef<'_> {
+    fn equivalent(&self, key: &RouteKey) -> bool {
+        self.method == key.method.as_ref() && self.name == &*key.name
+    }
+}
+
+impl RouteRef<'_> {
+    fn resource_name(&self) -> String {
+        match self.method {
+            Some(m) => format!("{m}:{}", self.name),
+            None => self.name.to_string(),
+        }
+    }
+}
+
+/// Where a request's name came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A route template of the application: bounded by its routes, never counted.
+    Route,
+    /// The request itself: counted against the bound.
+    Request,
+}
+
+/// How a layer names requests, and the resources it has named.
+pub(crate) struct Naming {
+    pub(crate) namer: Option<NameFn>,
+    pub(crate) cleaner: CleanFn,
+    pub(crate) method_prefix: bool,
+    pub(crate) max_resources: usize,
+}
+
+impl Clone for Naming {
+    fn clone(&self) -> Self {
+        Naming {
+            namer: self.namer.clone(),
+            cleaner: self.cleaner.clone(),
+            method_prefix: self.method_prefix,
+            max_resources: self.max_resources,
+        }
+    }
+}
+
+impl Default for Naming {
+    fn default() -> Self {
+        Naming { namer: None, cleaner: Arc::new(clean_path), method_prefix: true, max_resources: DEFAULT_MAX_RESOURCES }
+    }
+}
+
+/// The resources a layer (and every service it made) has named, by route.
+#[derive(Default)]
+pub(crate) struct ResourceCache {
+    map: papaya::HashMap<RouteKey, Resource>,
+    /// Request-derived names in `map`.
+    counted: AtomicUsize,
+    overflow: OnceLock<Resource>,
+}
+
+impl ResourceCache {
+    /// The resource for `req`, or `None` when the namer or cleaner lets it through unguarded.
+    pub(crate) fn resolve(
+        &self,
+        naming: &Naming,
+        engine: &Sentinel,
+        req: &RequestView<'_>,
+        grpc: bool,
+    ) -> Option<Resource> {
+        let (name, method, source) = match &naming.namer {
+            Some(f) => (f(req)?, None, Source::Request),
+            None if grpc => (Cow::Borrowed(req.path()), None, Source::Request),
+            None => {
+                let method = naming.method_prefix.then(|| req.method());
+                match req.matched_path() {
+                    Some(route) => (Cow::Borrowed(route), method, Source::Route),
+                    None => ((naming.cleaner)(req.path())?, method, Source::Request),
+                }
+            }
+        };
+        let key = RouteRef { method, name: &name };
+        let map = self.map.pin();
+        if let Some(r) = map.get(&key) {
+            return Some(r.clone());
+        }
+        Some(self.insert(naming, engine, key, source))
+    }
+
+    #[cold]
+    fn insert(&self, naming: &Naming, engine: &Sentinel, key: RouteRef<'_>, source: Source) -> Resource {
+        let name = key.resource_name();
+        if source == Source::Request && self.counted.load(Ordering::Relaxed) >= naming.max_resources {
+            if engine.has_rules_for(&name) {
+                // A name a rule targets always gets its own resource (not cached past the bound).
+                return engine.resource_typed(&name, EntryType::In);
+            }
+            if self.overflow.get().is_none() {
+                tracing::warn!(
+                    max = naming.max_resources,
+                    resource = %name,
+                    "web layer: too many distinct request-derived resource names; names no rule targets now share `{OVERFLOW_RESOURCE}`"
+                );
+            }
+            return self.overflow.get_or_init(|| engine.resource_typed(OVERFLOW_RESOURCE, EntryType::In)).clone();
+        }
+        let resource = engine.resource_typed(&name, EntryType::In);
+        let owned = RouteKey { method: key.method.cloned(), name: key.name.into() };
+        let map = self.map.pin();
+        match map.try_insert(owned, resource.clone()) {
+            Ok(_) if source == Source::Request => {
+                self.counted.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        resource
+    }
+
+    /// Distinct names cached (tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Request;
+
+    #[test]
+    fn identifiers_are_folded_and_words_kept() {
+        fn c(p: &str) -> Option<String> {
+            clean_path(p).map(|s| s.into_owned())
+        }
+        assert_eq!(c("/").as_deref(), Some("/"));
+        assert_eq!(c("/users/123").as_deref(), Some("/users/{id}"));
+        assert_eq!(c("/a/507f1f77bcf86cd799439011/b").as_deref(), Some("/a/{id}/b"));
+        assert_eq!(c("/blog/my-first-post").as_deref(), Some("/blog/my-first-post"));
+        assert_eq!(c(&format!("/t/{}", "x".repeat(33))).as_deref(), Some("/t/{id}"));
+        assert_eq!(c("/v2/deadbeef").as_deref(), Some("/v2/deadbeef"), "short hex words stay");
+    }
+
+    #[test]
+    fn a_thousand_ids_on_one_path_share_one_cached_resource() {
+        let engine = Sentinel::builder().build();
+        let cache = ResourceCache::default();
+        let naming = Naming::default();
+        for id in 0..1000 {
+            let req = Request::get(format!("/users/{id}?page={id}")).body(()).unwrap();
+            let r = cache.resolve(&naming, &engine, &RequestView::new(&req), false).unwrap();
+            assert_eq!(r.name(), "GET:/users/{id}");
+        }
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn past_the_bound_unnamed_paths_share_the_overflow_resource_and_ruled_ones_do_not() {
+        let engine = Sentinel::builder().build();
+        engine.load_flow_rules([crate::flow::FlowRule::new("GET:/late").count(5.0)]).unwrap();
+        let cache = ResourceCache::default();
+        let naming = Naming { max_resources: 3, ..Naming::default() };
+        let name = |path: &str| {
+            let req = Request::get(path).body(()).unwrap();
+            cache.resolve(&naming, &engine, &RequestView::new(&req), false).unwrap().name().to_string()
+        };
+        for w in ["a", "b", "c"] {
+            assert_eq!(name(&format!("/{w}")), format!("GET:/{w}"));
+        }
+        assert_eq!(name("/d"), OVERFLOW_RESOURCE);
+        assert_eq!(name("/late"), "GET:/late", "a rule targets it");
+        assert_eq!(name("/a"), "GET:/a", "names seen before the bound keep their resource");
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn grpc_calls_are_named_by_their_full_method_path() {
+        let engine = Sentinel::builder().build();
+        let cache = ResourceCache::default();
+        let req = Request::post("/shop.Orders/Get").header("content-type", "application/grpc").body(()).unwrap();
+        let v = RequestView::new(&req);
+        assert_eq!(cache.resolve(&Naming::default(), &engine, &v, v.is_grpc()).unwrap().name(), "/shop.Orders/Get");
+    }
+}

@@ -1,0 +1,147 @@
+//! [`SentinelService`]: enters the request's resource, then calls the wrapped service.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use super::block_response as block;
+use super::extract::ValueFn;
+use super::future::{Guard, ResponseFuture};
+use super::layer::Shared;
+use super::request::RequestView;
+use super::scope::RequestEntry;
+use crate::param_flow::HotParam;
+use crate::EntryType;
+
+/// The service made by [`SentinelLayer`](super::SentinelLayer): each request enters an inbound resource
+/// before the wrapped service sees it. Cheap to clone (the configuration is shared).
+pub struct SentinelService<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> SentinelService<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
+        SentinelService { inner, shared }
+    }
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone> Clone for SentinelService<S> {
+    fn clone(&self) -> Self {
+        SentinelService { inner: self.inner.clone(), shared: self.shared.clone() }
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for SentinelService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelService").field("inner", &self.inner).finish_non_exhaustive()
+    }
+}
+
+/// What the checks decided for a request.
+enum Decision {
+    /// No resource: the request goes through unguarded.
+    Unguarded,
+    Blocked(Response<Bytes>),
+    Passed(RequestEntry, bool),
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for SentinelService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Body<Data = Bytes>,
+{
+    type Response = Response<super::ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let decision = decide(&self.shared, &req);
+        match decision {
+            Decision::Unguarded => ResponseFuture::unguarded(self.inner.call(req)),
+            Decision::Blocked(response) => ResponseFuture::blocked(response),
+            Decision::Passed(entry, grpc) => {
+                let mut guard = Guard::new(entry, grpc, self.shared.clone());
+                let wait = guard.wait();
+                if wait.is_zero() {
+                    let future = guard.in_scope(|| self.inner.call(req));
+                    ResponseFuture::calling(future, guard)
+                } else {
+                    // The call runs after the wait: take the service that is ready and leave a clone in its place
+                    // (a clone of a ready service may not be ready itself).
+                    let clone = self.inner.clone();
+                    let ready = std::mem::replace(&mut self.inner, clone);
+                    let sleep = self.shared.config.engine.sleep(wait);
+                    ResponseFuture::waiting(sleep, ready, req, guard)
+                }
+            }
+        }
+    }
+}
+
+/// Names the request's resource and runs its checks.
+fn decide<B>(shared: &Shared, req: &Request<B>) -> Decision {
+    let config = &shared.config;
+    let view = RequestView::new(req);
+    let grpc = view.is_grpc();
+    let Some(resource) = shared.cache.resolve(&config.naming, &config.engine, &view, grpc) else {
+        return Decision::Unguarded;
+    };
+    let origin = config.origin.as_ref().and_then(|f| f(&view));
+    let entered = with_params(&config.params, &view, |args| {
+        let builder = resource.entry_owned().entry_type(EntryType::In).context(&config.context).args(args);
+        match origin.as_deref() {
+            Some(o) => RequestEntry::enter(builder.origin(o)),
+            None => RequestEntry::enter(builder),
+        }
+    });
+    match entered {
+        Ok(entry) => Decision::Passed(entry, grpc),
+        Err(blocked) => Decision::Blocked(match &config.on_blocked {
+            Some(f) => f(&blocked, &view),
+            None => block::default_response(&blocked, &view),
+        }),
+    }
+}
+
+/// Hot parameters kept on the stack up to this many.
+const INLINE_PARAMS: usize = 8;
+
+/// Runs `f` with the request's hot-parameter values, in the order the layer's extractors were added.
+fn with_params<R>(params: &[ValueFn], view: &RequestView<'_>, f: impl FnOnce(&[&dyn HotParam]) -> R) -> R {
+    if params.is_empty() {
+        return f(&[]);
+    }
+    if params.len() <= INLINE_PARAMS {
+        let values: [Option<Cow<'_, str>>; INLINE_PARAMS] =
+            std::array::from_fn(|i| params.get(i).and_then(|p| p(view)));
+        let refs: [&dyn HotParam; INLINE_PARAMS] = std::array::from_fn(|i| &values[i] as &dyn HotParam);
+        return f(&refs[..params.len()]);
+    }
+    let values: Vec<Option<Cow<'_, str>>> = params.iter().map(|p| p(view)).collect();
+    let refs: Vec<&dyn HotParam> = values.iter().map(|v| v as &dyn HotParam).collect();
+    f(&refs)
+}
