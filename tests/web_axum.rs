@@ -356,7 +356,7 @@ async fn a_request_past_its_time_limit_gets_504_and_counts_as_an_error_and_a_slo
                 .time_window_sec(10)])
             .unwrap();
         let layer = SentinelLayer::new(&engine).timeout(Duration::from_millis(250));
-        let app = Router::new().route("/slow", get(|| std::future::pending::<&'static str>())).route_layer(layer);
+        let app = Router::new().route("/slow", get(std::future::pending::<&'static str>)).route_layer(layer);
         let addr = serve(app).await;
         let slow = tokio::spawn(get_status(format!("http://{addr}/slow")));
         until("the request's time limit is armed", || clock.pending_timers() == 1).await;
