@@ -1,0 +1,79 @@
+//! The hello-world axum service of the web layer's load benchmark (`scripts/bench-web` drives it with wrk).
+//!
+//! `cargo run --release --example web_bench_server -- --variant VARIANT [--addr 127.0.0.1:8080] [--workers 1]`
+//!
+//! Variants, one layer each on `GET /hello`:
+//! - `none`: no layer;
+//! - `sentinel`: `SentinelLayer` with one flow rule that always passes (checked on every request);
+//! - `governor`: tower-governor's `GovernorLayer`, one global limit that never limits;
+//! - `ratelimit`: tower's `RateLimitLayer` that never limits (not `Clone`: behind a `BufferLayer` with axum's
+//!   `HandleErrorLayer`, as axum's docs show).
+
+use std::error::Error;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{BoxError, Router};
+use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::web::SentinelLayer;
+use sentinel_runtime::Sentinel;
+use tower::ServiceBuilder;
+
+async fn hello() -> &'static str {
+    "hello"
+}
+
+fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
+    let routes = Router::new().route("/hello", get(hello));
+    Ok(match variant {
+        "none" => routes,
+        "sentinel" => {
+            let engine = Sentinel::global();
+            engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
+            routes.route_layer(SentinelLayer::new(engine))
+        }
+        "governor" => {
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
+                .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .finish()
+                .ok_or("governor config")?;
+            routes.route_layer(tower_governor::GovernorLayer::new(config))
+        }
+        "ratelimit" => routes.route_layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(|_: BoxError| async { StatusCode::TOO_MANY_REQUESTS }))
+                .buffer(1024)
+                .rate_limit(u64::MAX, Duration::from_secs(1)),
+        ),
+        other => return Err(format!("unknown variant `{other}`: none, sentinel, governor or ratelimit").into()),
+    })
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let mut variant = String::from("none");
+    let mut addr: SocketAddr = ([127, 0, 0, 1], 8080).into();
+    let mut workers = 1usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let v = args.next().ok_or_else(|| format!("{a} needs a value"))?;
+        match a.as_str() {
+            "--variant" => variant = v,
+            "--addr" => addr = v.parse()?,
+            "--workers" => workers = v.parse()?,
+            other => return Err(format!("unknown argument `{other}`").into()),
+        }
+    }
+    let app = app(&variant)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        println!("{variant} on http://{}", listener.local_addr()?);
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+        Ok(())
+    })
+}

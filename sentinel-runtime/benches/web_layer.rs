@@ -1,0 +1,98 @@
+//! One request through a ready service, with and without the Sentinel web layer (`--features axum`).
+//!
+//! `RUST_BACKTRACE= cargo bench -p sentinel-runtime --features axum --bench web_layer`
+//!
+//! Each iteration builds a request, waits for the service to be ready, calls it and drives the response
+//! future to completion (every service here answers at once, so one poll does it): what a server does per
+//! request minus the network. Variants, in the same run:
+//! - `service_fn`: a bare tower `service_fn` ("/hello", named by its cleaned path), alone, behind the
+//!   `SentinelLayer` with one passing flow rule, and behind tower's `RateLimit` configured not to limit;
+//! - `axum_router`: an axum `Router` with a `/users/{id}` route, alone, behind `route_layer(SentinelLayer)`
+//!   with one passing flow rule (named by `MatchedPath`), and with an origin header and a client-IP hot
+//!   parameter as well (with a hot-parameter rule that passes).
+
+use std::convert::Infallible;
+use std::future::ready;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use futures::FutureExt;
+use http::{HeaderName, Request, Response};
+use http_body_util::Full;
+use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::param_flow::ParamFlowRule;
+use sentinel_runtime::web::{extract, PeerAddr, SentinelLayer, TrustedProxies};
+use sentinel_runtime::Sentinel;
+use tower::{Layer, Service, ServiceExt};
+
+/// Builds a request, calls the service once it is ready and completes the response future.
+fn one_call<S, B>(svc: &mut S, make: &impl Fn() -> Request<B>)
+where
+    S: Service<Request<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let ready = svc.ready().now_or_never().expect("ready at once").expect("no error");
+    let res = ready.call(make()).now_or_never().expect("answered at once").expect("no error");
+    black_box(res);
+}
+
+fn engine() -> Sentinel {
+    let engine = Sentinel::builder().build();
+    // Far above anything a bench reaches: the rule is checked on every call and always passes.
+    engine
+        .load_flow_rules([FlowRule::new("GET:/hello").count(1e12), FlowRule::new("GET:/users/{id}").count(1e12)])
+        .expect("valid rules");
+    engine
+}
+
+fn service_fn(c: &mut Criterion) {
+    let mut g = c.benchmark_group("service_fn");
+    g.throughput(Throughput::Elements(1));
+    let hello = tower::service_fn(|_req: Request<()>| {
+        ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"hello")))))
+    });
+    let make = || Request::get("/hello").body(()).expect("a valid request");
+
+    let mut bare = hello;
+    g.bench_function("bare", |b| b.iter(|| one_call(&mut bare, &make)));
+
+    let engine = engine();
+    let mut guarded = SentinelLayer::new(&engine).layer(hello);
+    g.bench_function("sentinel_one_passing_rule", |b| b.iter(|| one_call(&mut guarded, &make)));
+
+    let mut limited = tower::limit::RateLimitLayer::new(u64::MAX, Duration::from_secs(1)).layer(hello);
+    g.bench_function("tower_rate_limit_not_limiting", |b| b.iter(|| one_call(&mut limited, &make)));
+    g.finish();
+}
+
+fn axum_router(c: &mut Criterion) {
+    let mut g = c.benchmark_group("axum_router");
+    g.throughput(Throughput::Elements(1));
+    let routes = || axum::Router::new().route("/users/{id}", axum::routing::get(|| async { "a user" }));
+    let make = || {
+        let mut req =
+            Request::get("/users/42").header("x-caller", "shop").body(Body::empty()).expect("a valid request");
+        req.extensions_mut().insert(PeerAddr(([10, 0, 0, 7], 40000).into()));
+        req
+    };
+
+    let mut bare = routes();
+    g.bench_function("bare", |b| b.iter(|| one_call(&mut bare, &make)));
+
+    let engine = engine();
+    let mut guarded = routes().route_layer(SentinelLayer::new(&engine));
+    g.bench_function("sentinel_one_passing_rule", |b| b.iter(|| one_call(&mut guarded, &make)));
+
+    engine.load_param_flow_rules([ParamFlowRule::new("GET:/users/{id}", 0).count(1e12)]).expect("a valid rule");
+    let layer = SentinelLayer::new(&engine)
+        .origin(extract::header(HeaderName::from_static("x-caller")))
+        .param(extract::client_ip(TrustedProxies::none()));
+    let mut extracting = routes().route_layer(layer);
+    g.bench_function("sentinel_origin_and_client_ip_param", |b| b.iter(|| one_call(&mut extracting, &make)));
+    g.finish();
+}
+
+criterion_group!(benches, service_fn, axum_router);
+criterion_main!(benches);
