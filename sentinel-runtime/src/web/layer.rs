@@ -21,6 +21,9 @@ use crate::{BlockError, Sentinel};
 /// it to limit a resource only when it is called from a request.
 pub const WEB_CONTEXT_NAME: &str = "sentinel_web_context";
 
+/// Decides whether a request is prioritized.
+pub(crate) type PriorityFn = Arc<dyn Fn(&RequestView<'_>) -> bool + Send + Sync>;
+
 /// Builds the response for a blocked request.
 pub(crate) type BlockFn = Arc<dyn Fn(&BlockError, &RequestView<'_>) -> Response<Bytes> + Send + Sync>;
 
@@ -50,6 +53,7 @@ pub(crate) struct Config {
     pub(crate) naming: Naming,
     pub(crate) origin: Option<ValueFn>,
     pub(crate) params: Vec<ValueFn>,
+    pub(crate) prioritized: Option<PriorityFn>,
     pub(crate) on_blocked: Option<BlockFn>,
     pub(crate) trace_if: OutcomeFn,
     pub(crate) timeout: Option<Duration>,
@@ -93,6 +97,7 @@ impl SentinelLayer {
             naming: Naming::default(),
             origin: None,
             params: Vec::new(),
+            prioritized: None,
             on_blocked: None,
             trace_if: Arc::new(is_error_by_default),
             timeout: None,
@@ -178,6 +183,16 @@ impl SentinelLayer {
         self.update(|c| c.params.push(Arc::new(f)))
     }
 
+    /// Marks the requests `f` picks as prioritized: over a QPS limit such a request may borrow from the next
+    /// window and wait for it (Sentinel's prioritized occupy, less than 500 ms) instead of being blocked. The
+    /// wait is a timer: the worker serves other requests meanwhile.
+    pub fn prioritized<F>(self, f: F) -> Self
+    where
+        F: Fn(&RequestView<'_>) -> bool + Send + Sync + 'static,
+    {
+        self.update(|c| c.prioritized = Some(Arc::new(f)))
+    }
+
     /// Builds the response for a blocked request instead of the default
     /// ([`block::default_response`](super::block::default_response)).
     pub fn on_blocked<F>(self, f: F) -> Self
@@ -235,6 +250,7 @@ impl fmt::Debug for SentinelLayer {
             .field("max_resources", &c.naming.max_resources)
             .field("origin", &c.origin.is_some())
             .field("params", &c.params.len())
+            .field("prioritized", &c.prioritized.is_some())
             .field("timeout", &c.timeout)
             .field("exit_on", &c.exit_on)
             .field("context", &c.context)

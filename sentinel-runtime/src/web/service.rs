@@ -111,8 +111,14 @@ fn decide<B>(shared: &Shared, req: &Request<B>) -> Decision {
         return Decision::Unguarded;
     };
     let origin = config.origin.as_ref().and_then(|f| f(&view));
+    let prioritized = config.prioritized.as_ref().is_some_and(|f| f(&view));
     let entered = with_params(&config.params, &view, |args| {
-        let builder = resource.entry_owned().entry_type(EntryType::In).context(&config.context).args(args);
+        let builder = resource
+            .entry_owned()
+            .entry_type(EntryType::In)
+            .context(&config.context)
+            .args(args)
+            .prioritized(prioritized);
         match origin.as_deref() {
             Some(o) => RequestEntry::enter(builder.origin(o)),
             None => RequestEntry::enter(builder),

@@ -1,0 +1,240 @@
+//! The web layer's service driven directly (no network): errors of the wrapped service and of its body,
+//! readiness, queueing and prioritized waits on the engine's timer, cancellation while queued, system rules,
+//! hot parameters past the inline ones, unguarded requests.
+#![cfg(feature = "tower")]
+
+use std::convert::Infallible;
+use std::future::{ready, Future};
+use std::pin::pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::FutureExt;
+use http::{HeaderName, Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, StreamBody};
+use sentinel_runtime::clock::ManualClock;
+use sentinel_runtime::flow::{ControlBehavior, FlowRule};
+use sentinel_runtime::param_flow::ParamFlowRule;
+use sentinel_runtime::system::SystemRule;
+use sentinel_runtime::web::{extract, ExitOn, SentinelLayer};
+use sentinel_runtime::Sentinel;
+use tower::{Layer, Service, ServiceExt};
+
+fn engine() -> (Sentinel, ManualClock) {
+    let clock = ManualClock::at_millis(1_700_000_000_000);
+    let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+    engine.set_system_readings(None, None);
+    (engine, clock)
+}
+
+fn hello(_req: Request<()>) -> impl Future<Output = Result<Response<Full<Bytes>>, Infallible>> {
+    ready(Ok(Response::new(Full::new(Bytes::from_static(b"hello")))))
+}
+
+fn get(path: &str) -> Request<()> {
+    Request::get(path).body(()).unwrap()
+}
+
+/// Calls a ready service once and drives the response future to completion (it must not wait).
+fn call_now<S: Service<Request<()>>>(svc: &mut S, req: Request<()>) -> Result<S::Response, S::Error> {
+    let ready = svc.ready().now_or_never().expect("ready")?;
+    ready.call(req).now_or_never().expect("answered without waiting")
+}
+
+fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+    let waker = futures::task::noop_waker();
+    std::pin::Pin::new(f).poll(&mut Context::from_waker(&waker))
+}
+
+#[test]
+fn an_error_of_the_wrapped_service_is_traced_and_returned_as_it_is() {
+    let (engine, _clock) = engine();
+    let failing = tower::service_fn(|_req: Request<()>| {
+        ready(Err::<Response<Full<Bytes>>, _>(std::io::Error::other("the database is down")))
+    });
+    let mut svc = SentinelLayer::new(&engine).layer(failing);
+    let err = call_now(&mut svc, get("/orders")).unwrap_err();
+    assert_eq!(err.to_string(), "the database is down");
+    let s = engine.cluster_stats("GET:/orders").unwrap();
+    assert_eq!((s.minute_pass, s.minute_exception, s.threads), (1, 1, 0));
+}
+
+#[test]
+fn a_body_error_is_traced_when_the_entry_waits_for_the_end_of_the_body() {
+    let (engine, _clock) = engine();
+    let streaming = tower::service_fn(|_req: Request<()>| {
+        let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+            Ok(Frame::data(Bytes::from_static(b"part"))),
+            Err(std::io::Error::other("connection to the store lost")),
+        ];
+        ready(Ok::<_, Infallible>(Response::new(StreamBody::new(futures::stream::iter(frames)))))
+    });
+    let mut svc = SentinelLayer::new(&engine).exit_on(ExitOn::BodyEnd).layer(streaming);
+    let res = call_now(&mut svc, get("/export")).unwrap();
+    assert_eq!(engine.cluster_stats("GET:/export").unwrap().threads, 1, "the body has not ended");
+    let err = futures::executor::block_on(res.into_body().collect()).unwrap_err();
+    assert_eq!(err.to_string(), "connection to the store lost");
+    let s = engine.cluster_stats("GET:/export").unwrap();
+    assert_eq!((s.threads, s.minute_exception), (0, 1));
+}
+
+#[test]
+fn a_dropped_body_exits_the_entry_without_an_error() {
+    let (engine, _clock) = engine();
+    let mut svc = SentinelLayer::new(&engine).exit_on(ExitOn::BodyEnd).layer(tower::service_fn(hello));
+    let res = call_now(&mut svc, get("/hello")).unwrap();
+    assert_eq!(engine.cluster_stats("GET:/hello").unwrap().threads, 1);
+    drop(res);
+    let s = engine.cluster_stats("GET:/hello").unwrap();
+    assert_eq!((s.threads, s.minute_success, s.minute_exception), (0, 1, 0));
+}
+
+/// A service that is not ready until told.
+#[derive(Clone)]
+struct Gate(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Service<Request<()>> for Gate {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    }
+    fn call(&mut self, _req: Request<()>) -> Self::Future {
+        ready(Ok(Response::new(Full::new(Bytes::new()))))
+    }
+}
+
+#[test]
+fn readiness_is_the_wrapped_services_so_backpressure_passes_through() {
+    let (engine, _clock) = engine();
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut svc = SentinelLayer::new(&engine).layer(Gate(open.clone()));
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    assert!(svc.poll_ready(&mut cx).is_pending());
+    open.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(svc.poll_ready(&mut cx).is_ready());
+}
+
+#[test]
+fn a_queued_request_waits_on_the_engine_timer_and_a_dropped_one_exits_without_an_error() {
+    let (engine, clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("GET:/hello")
+            .count(2.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(2_000)])
+        .unwrap();
+    let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+    assert_eq!(call_now(&mut svc, get("/hello")).unwrap().status(), StatusCode::OK);
+
+    // The next pass is 500 ms away: the future waits on a timer of the engine's clock.
+    let mut queued = svc.ready().now_or_never().unwrap().unwrap().call(get("/hello"));
+    assert!(poll_once(&mut queued).is_pending());
+    assert_eq!(clock.pending_timers(), 1);
+    assert_eq!(engine.cluster_stats("GET:/hello").unwrap().threads, 1, "it passed and waits to run");
+    clock.advance_millis(499);
+    assert!(poll_once(&mut queued).is_pending());
+    clock.advance_millis(1);
+    match poll_once(&mut queued) {
+        Poll::Ready(Ok(res)) => assert_eq!(res.status(), StatusCode::OK),
+        other => panic!("the queued request should have run: {:?}", other.map(|r| r.map(|r| r.status()))),
+    }
+
+    // Another one queues (500 ms more), and the client goes away while it waits.
+    let mut dropped = svc.ready().now_or_never().unwrap().unwrap().call(get("/hello"));
+    assert!(poll_once(&mut dropped).is_pending());
+    drop(dropped);
+    assert_eq!(clock.pending_timers(), 0, "its timer is gone");
+    let s = engine.cluster_stats("GET:/hello").unwrap();
+    assert_eq!((s.threads, s.minute_pass, s.minute_success, s.minute_exception), (0, 3, 3, 0));
+}
+
+#[test]
+fn a_prioritized_request_over_the_limit_waits_for_the_next_window_instead_of_being_blocked() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:/hello").count(1.0)]).unwrap();
+    let layer = SentinelLayer::new(&engine).prioritized(|req| req.header("x-priority") == Some("high"));
+    let mut svc = layer.layer(tower::service_fn(hello));
+    let high = || Request::get("/hello").header("x-priority", "high").body(()).unwrap();
+    clock.advance_millis(100);
+    assert_eq!(call_now(&mut svc, get("/hello")).unwrap().status(), StatusCode::OK); // in [T0, T0+500)
+    clock.advance_millis(500); // T0+600: the pass is still in the window
+    assert_eq!(call_now(&mut svc, get("/hello")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    let mut waiting = svc.ready().now_or_never().unwrap().unwrap().call(high());
+    assert!(poll_once(&mut waiting).is_pending(), "it borrows the next bucket and waits 400 ms for it");
+    assert_eq!(clock.pending_timers(), 1);
+    clock.advance_millis(399);
+    assert!(poll_once(&mut waiting).is_pending());
+    clock.advance_millis(1);
+    assert!(matches!(poll_once(&mut waiting), Poll::Ready(Ok(ref r)) if r.status() == StatusCode::OK));
+}
+
+#[test]
+fn requests_are_inbound_so_system_rules_apply() {
+    let (engine, _clock) = engine();
+    engine.load_system_rules([SystemRule { qps: Some(1.0), ..Default::default() }]).unwrap();
+    let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+    assert_eq!(call_now(&mut svc, get("/a")).unwrap().status(), StatusCode::OK);
+    let res = call_now(&mut svc, get("/b")).unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The system check reads the pass qps, which still counts a bucket exactly one second old: room comes
+    // 1001 ms later, and `Retry-After` rounds up to whole seconds.
+    assert_eq!(res.headers()["retry-after"], "2");
+    let body = futures::executor::block_on(res.into_body().collect()).unwrap().to_bytes();
+    assert_eq!(body, "Too Many Requests: blocked by Sentinel system protection\n");
+}
+
+#[test]
+fn hot_parameters_past_the_inline_ones_reach_their_indexes() {
+    let (engine, _clock) = engine();
+    engine.load_param_flow_rules([ParamFlowRule::new("GET:/p", 9).count(1.0)]).unwrap();
+    let mut layer = SentinelLayer::new(&engine);
+    for i in 0..10 {
+        let name = HeaderName::try_from(format!("p{i}")).unwrap();
+        layer = layer.param(extract::header(name));
+    }
+    let mut svc = layer.layer(tower::service_fn(hello));
+    let req = |v: &str| Request::get("/p").header("p9", v).header("p0", "same").body(()).unwrap();
+    assert_eq!(call_now(&mut svc, req("x")).unwrap().status(), StatusCode::OK);
+    assert_eq!(call_now(&mut svc, req("x")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(call_now(&mut svc, req("y")).unwrap().status(), StatusCode::OK);
+}
+
+#[test]
+fn a_namer_that_returns_none_leaves_the_request_unguarded() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:/health").count(0.0)]).unwrap();
+    let layer = SentinelLayer::new(&engine).path_cleaner(|p| (p != "/health").then_some(p.into()));
+    let mut svc = layer.layer(tower::service_fn(hello));
+    assert_eq!(call_now(&mut svc, get("/health")).unwrap().status(), StatusCode::OK);
+    assert!(engine.resource_names().is_empty());
+}
+
+#[test]
+fn clones_of_a_service_share_the_layer_and_keep_working_after_a_queued_call() {
+    let (engine, clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("GET:/hello")
+            .count(10.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(1_000)])
+        .unwrap();
+    let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+    let mut other = svc.clone();
+    assert_eq!(call_now(&mut other, get("/hello")).unwrap().status(), StatusCode::OK);
+    let mut queued = pin!(svc.ready().now_or_never().unwrap().unwrap().call(get("/hello")));
+    let waker = futures::task::noop_waker();
+    assert!(queued.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+    // The queued call took the ready service; the one left in its place serves the next call.
+    clock.advance_millis(200);
+    assert_eq!(call_now(&mut svc, get("/hello")).unwrap().status(), StatusCode::OK);
+    assert!(matches!(queued.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(_))));
+    assert_eq!(engine.resource_names(), vec!["GET:/hello".to_string()]);
+}
