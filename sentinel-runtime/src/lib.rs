@@ -44,6 +44,11 @@
 //! nothing is shared between tests. [`Sentinel::leak`] and [`Sentinel::scoped`] let such an engine stand in
 //! for the global one, so annotated functions can be tested the same way.
 //!
+//! **Web services.** With feature `axum`, `tonic` or `tower`, `web::SentinelLayer` guards every request of
+//! an axum, tonic or hyper 1 service: an inbound resource per route template or gRPC method, the caller's
+//! origin and hot parameters from the request, 429 / 503 / 403 (or the gRPC status) with `Retry-After`
+//! from the rule that blocked ([`BlockError::retry_after`]).
+//!
 //! **Extending.** [`Sentinel::add_slot`] inserts a check at any order of the chain;
 //! [`Sentinel::on_block`] observes every blocked call.
 //!
