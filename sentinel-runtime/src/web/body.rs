@@ -9,25 +9,34 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::outcome::{GrpcCode, Outcome};
+use super::outcome::{is_error_by_default, GrpcCode, Outcome};
 use super::scope::RequestEntry;
 
 /// Decides whether an outcome counts as an error.
 pub(crate) type OutcomeFn = Arc<dyn Fn(Outcome) -> bool + Send + Sync>;
+
+/// Whether `outcome` counts as an error: the layer's predicate, or [`is_error_by_default`].
+#[inline]
+pub(crate) fn is_error(trace_if: &Option<OutcomeFn>, outcome: Outcome) -> bool {
+    match trace_if {
+        Some(f) => f(outcome),
+        None => is_error_by_default(outcome),
+    }
+}
 
 /// Holds a request's entry until the body ends: then a gRPC status in the trailers is judged, and the
 /// entry exits. Dropped before the end (the client went away), the entry exits without an error.
 pub(crate) struct BodyWatch {
     pub(crate) entry: RequestEntry,
     pub(crate) grpc: bool,
-    pub(crate) trace_if: OutcomeFn,
+    pub(crate) trace_if: Option<OutcomeFn>,
 }
 
 impl BodyWatch {
     fn trailers(&mut self, trailers: &http::HeaderMap) {
         if self.grpc {
             if let Some(code) = GrpcCode::from_headers(trailers) {
-                if (self.trace_if)(Outcome::Grpc(code)) {
+                if is_error(&self.trace_if, Outcome::Grpc(code)) {
                     self.error();
                 }
             }

@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -13,22 +12,33 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::block_response as block;
-use super::body::{BodyWatch, ResponseBody};
-use super::layer::{ExitOn, Shared};
+use super::body::{is_error, BodyWatch, OutcomeFn, ResponseBody};
+use super::layer::{Config, ExitOn};
 use super::outcome::{GrpcCode, Outcome};
 use super::scope::RequestEntry;
 use crate::clock::Sleep;
+use crate::Sentinel;
 
-/// A request that passed its checks: its entry, and what judging its response needs.
+/// A request that passed its checks: its entry, and what judging its response needs (copied from the
+/// layer's configuration, taking a reference count only for what the layer customized).
 pub(crate) struct Guard {
     entry: RequestEntry,
     grpc: bool,
-    shared: Arc<Shared>,
+    exit_on: ExitOn,
+    trace_if: Option<OutcomeFn>,
+    /// The time limit, and the engine whose clock runs its timer.
+    timeout: Option<(Duration, Sentinel)>,
 }
 
 impl Guard {
-    pub(crate) fn new(entry: RequestEntry, grpc: bool, shared: Arc<Shared>) -> Self {
-        Guard { entry, grpc, shared }
+    pub(crate) fn new(entry: RequestEntry, grpc: bool, config: &Config) -> Self {
+        Guard {
+            entry,
+            grpc,
+            exit_on: config.exit_on,
+            trace_if: config.trace_if.clone(),
+            timeout: config.timeout.map(|d| (d, config.engine.clone())),
+        }
     }
     pub(crate) fn wait(&self) -> Duration {
         self.entry.wait()
@@ -38,7 +48,7 @@ impl Guard {
         self.entry.in_scope(f)
     }
     fn judge(&mut self, outcome: Outcome) {
-        if (self.shared.config.trace_if)(outcome) {
+        if is_error(&self.trace_if, outcome) {
             self.error();
         }
     }
@@ -48,7 +58,7 @@ impl Guard {
         }
     }
     fn timeout(&self) -> Option<Sleep> {
-        self.shared.config.timeout.map(|d| self.shared.config.engine.sleep(d))
+        self.timeout.as_ref().map(|(d, engine)| engine.sleep(*d))
     }
 
     /// Judges the service's response and decides where the entry exits: now (dropped here) or at the end of
@@ -77,13 +87,12 @@ impl Guard {
             }
         } else {
             self.judge(Outcome::Http(response.status()));
-            self.shared.config.exit_on == ExitOn::BodyEnd
+            self.exit_on == ExitOn::BodyEnd
         };
         if !hold {
             return Ok(response.map(ResponseBody::inner));
         }
-        let trace_if = self.shared.config.trace_if.clone();
-        let watch = BodyWatch { entry: self.entry, grpc: self.grpc, trace_if };
+        let watch = BodyWatch { entry: self.entry, grpc: self.grpc, trace_if: self.trace_if };
         Ok(response.map(|b| ResponseBody::watched(b, watch)))
     }
 }
@@ -199,8 +208,8 @@ where
                         // The service's future is dropped as the request's context, then the entry exits as a
                         // timed-out call (an error whose response time is the limit).
                         g.in_scope(|| this.state.set(State::Done));
-                        if let (Some(limit), Some(e)) = (g.shared.config.timeout, g.entry.entry_mut()) {
-                            e.set_timed_out(limit);
+                        if let (Some((limit, _)), Some(e)) = (&g.timeout, g.entry.entry_mut()) {
+                            e.set_timed_out(*limit);
                         }
                     }
                     drop(guard);

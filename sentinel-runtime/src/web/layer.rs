@@ -12,7 +12,9 @@ use tower_layer::Layer;
 use super::body::OutcomeFn;
 use super::extract::ValueFn;
 use super::naming::{Naming, ResourceCache};
-use super::outcome::{is_error_by_default, Outcome};
+#[cfg(doc)]
+use super::outcome::is_error_by_default;
+use super::outcome::Outcome;
 use super::request::RequestView;
 use super::service::SentinelService;
 use crate::{BlockError, Sentinel};
@@ -55,7 +57,8 @@ pub(crate) struct Config {
     pub(crate) params: Vec<ValueFn>,
     pub(crate) prioritized: Option<PriorityFn>,
     pub(crate) on_blocked: Option<BlockFn>,
-    pub(crate) trace_if: OutcomeFn,
+    /// `None`: [`is_error_by_default`] (no reference count per request).
+    pub(crate) trace_if: Option<OutcomeFn>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) exit_on: ExitOn,
     pub(crate) context: Arc<str>,
@@ -99,7 +102,7 @@ impl SentinelLayer {
             params: Vec::new(),
             prioritized: None,
             on_blocked: None,
-            trace_if: Arc::new(is_error_by_default),
+            trace_if: None,
             timeout: None,
             exit_on: ExitOn::Response,
             context: WEB_CONTEXT_NAME.into(),
@@ -209,7 +212,7 @@ impl SentinelLayer {
     where
         F: Fn(Outcome) -> bool + Send + Sync + 'static,
     {
-        self.update(|c| c.trace_if = Arc::new(f))
+        self.update(|c| c.trace_if = Some(Arc::new(f)))
     }
 
     /// A time limit for the service's response (from the moment it is called, after any queueing wait):

@@ -174,6 +174,7 @@ pub(crate) struct ResourceCache {
 
 impl ResourceCache {
     /// The resource for `req`, or `None` when the namer or cleaner lets it through unguarded.
+    #[cfg(test)]
     pub(crate) fn resolve(
         &self,
         naming: &Naming,
@@ -181,6 +182,19 @@ impl ResourceCache {
         req: &RequestView<'_>,
         grpc: bool,
     ) -> Option<Resource> {
+        self.with_resource(naming, engine, req, grpc, Resource::clone)
+    }
+
+    /// Runs `f` on the resource for `req` (borrowed from the cache: no reference count is taken), or gives
+    /// `None` when the namer or cleaner lets the request through unguarded.
+    pub(crate) fn with_resource<R>(
+        &self,
+        naming: &Naming,
+        engine: &Sentinel,
+        req: &RequestView<'_>,
+        grpc: bool,
+        f: impl FnOnce(&Resource) -> R,
+    ) -> Option<R> {
         let (name, method, source) = match &naming.namer {
             Some(f) => (f(req)?, None, Source::Request),
             None if grpc => (Cow::Borrowed(req.path()), None, Source::Request),
@@ -195,9 +209,9 @@ impl ResourceCache {
         let key = RouteRef { method, name: &name };
         let map = self.map.pin();
         if let Some(r) = map.get(&key) {
-            return Some(r.clone());
+            return Some(f(r));
         }
-        Some(self.insert(naming, engine, key, source))
+        Some(f(&self.insert(naming, engine, key, source)))
     }
 
     #[cold]

@@ -84,7 +84,7 @@ where
             Decision::Unguarded => ResponseFuture::unguarded(self.inner.call(req)),
             Decision::Blocked(response) => ResponseFuture::blocked(response),
             Decision::Passed(entry, grpc) => {
-                let mut guard = Guard::new(entry, grpc, self.shared.clone());
+                let mut guard = Guard::new(entry, grpc, &self.shared.config);
                 let wait = guard.wait();
                 if wait.is_zero() {
                     let future = guard.in_scope(|| self.inner.call(req));
@@ -107,26 +107,26 @@ fn decide<B>(shared: &Shared, req: &Request<B>) -> Decision {
     let config = &shared.config;
     let view = RequestView::new(req);
     let grpc = view.is_grpc();
-    let Some(resource) = shared.cache.resolve(&config.naming, &config.engine, &view, grpc) else {
-        return Decision::Unguarded;
-    };
-    let origin = config.origin.as_ref().and_then(|f| f(&view));
-    let prioritized = config.prioritized.as_ref().is_some_and(|f| f(&view));
-    let entered = with_params(&config.params, &view, |args| {
-        let builder = resource
-            .entry_owned()
-            .entry_type(EntryType::In)
-            .context(&config.context)
-            .args(args)
-            .prioritized(prioritized);
-        match origin.as_deref() {
-            Some(o) => RequestEntry::enter(builder.origin(o)),
-            None => RequestEntry::enter(builder),
-        }
+    let entered = shared.cache.with_resource(&config.naming, &config.engine, &view, grpc, |resource| {
+        let origin = config.origin.as_ref().and_then(|f| f(&view));
+        let prioritized = config.prioritized.as_ref().is_some_and(|f| f(&view));
+        with_params(&config.params, &view, |args| {
+            let builder = resource
+                .entry_owned()
+                .entry_type(EntryType::In)
+                .context(&config.context)
+                .args(args)
+                .prioritized(prioritized);
+            match origin.as_deref() {
+                Some(o) => RequestEntry::enter(builder.origin(o)),
+                None => RequestEntry::enter(builder),
+            }
+        })
     });
     match entered {
-        Ok(entry) => Decision::Passed(entry, grpc),
-        Err(blocked) => Decision::Blocked(match &config.on_blocked {
+        None => Decision::Unguarded,
+        Some(Ok(entry)) => Decision::Passed(entry, grpc),
+        Some(Err(blocked)) => Decision::Blocked(match &config.on_blocked {
             Some(f) => f(&blocked, &view),
             None => block::default_response(&blocked, &view),
         }),
