@@ -54,7 +54,8 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn load_rules(engine: &Sentinel, variant: u8) {
     // `q`, `t` and `b` keep equal rules (and so their state) across reloads; the rest changes every time.
-    let mut flow = vec![FlowRule::new("q").count(QPS as f64), FlowRule::new("t").grade(FlowGrade::Thread).count(THREADS as f64)];
+    let mut flow =
+        vec![FlowRule::new("q").count(QPS as f64), FlowRule::new("t").grade(FlowGrade::Thread).count(THREADS as f64)];
     if variant % 2 == 1 {
         flow.push(FlowRule::new("w").count(1e9 + variant as f64));
     }
@@ -62,7 +63,9 @@ fn load_rules(engine: &Sentinel, variant: u8) {
     let breaker = DegradeRule::new("b", DegradeGrade::ErrorCount).count(1.0).min_request_amount(1).time_window_sec(1);
     let mut degrade = vec![breaker];
     if variant >= 2 {
-        degrade.push(DegradeRule::new("w", DegradeGrade::ErrorRatio).count(0.99).min_request_amount(1000).time_window_sec(1));
+        degrade.push(
+            DegradeRule::new("w", DegradeGrade::ErrorRatio).count(0.99).min_request_amount(1000).time_window_sec(1),
+        );
     }
     engine.load_degrade_rules(degrade).unwrap();
 }

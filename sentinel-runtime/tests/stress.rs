@@ -103,7 +103,10 @@ fn entries_moved_between_threads_under_reloads_leave_nothing_in_flight() {
     let engine = Sentinel::builder().build();
     engine.load_flow_rules([FlowRule::new("conc").grade(FlowGrade::Thread).count(3.0)]).unwrap();
     engine
-        .load_degrade_rules([DegradeRule::new("hot", DegradeGrade::ErrorRatio).count(0.9).min_request_amount(5).time_window_sec(1)])
+        .load_degrade_rules([DegradeRule::new("hot", DegradeGrade::ErrorRatio)
+            .count(0.9)
+            .min_request_amount(5)
+            .time_window_sec(1)])
         .unwrap();
     engine.load_param_flow_rules([ParamFlowRule::new("conc", 0).count(1e6)]).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -140,4 +143,47 @@ fn entries_moved_between_threads_under_reloads_leave_nothing_in_flight() {
     assert!(moved > 0, "some entries were dropped on another thread");
     assert_eq!(engine.cluster_stats("conc").unwrap().threads, 0);
     assert_eq!(engine.cluster_stats("hot").unwrap().threads, 0);
+}
+
+/// Prioritized calls over the limit borrow from the next buckets: concurrently they borrow exactly what one
+/// thread alone would (the decision to borrow and the borrow are one step).
+#[test]
+fn concurrent_prioritized_calls_borrow_no_more_than_sequential_ones() {
+    let threads = 32 * scale();
+    let t0 = 1_700_000_000_000u64;
+    for round in 0..10 * scale() {
+        let run = |concurrent: bool| {
+            let clock = ManualClock::at_millis(t0 - t0 % 1000 + 200);
+            let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+            engine.load_flow_rules([FlowRule::new("p").count(10.0)]).unwrap();
+            let r = engine.resource("p");
+            while r.enter().is_ok() {}
+            // The next bucket has no budget left; the one after starts within the occupy timeout.
+            clock.advance_millis(500);
+            let occupied = Arc::new(AtomicU64::new(0));
+            let try_one = |r: &sentinel_runtime::Resource, occupied: &AtomicU64| {
+                if r.entry().prioritized(true).decide().is_ok_and(|e| e.is_occupied()) {
+                    occupied.fetch_add(1, Ordering::Relaxed);
+                }
+            };
+            if concurrent {
+                let barrier = Arc::new(Barrier::new(threads));
+                let hs: Vec<_> = (0..threads)
+                    .map(|_| {
+                        let (r, barrier, occupied) = (r.clone(), barrier.clone(), occupied.clone());
+                        std::thread::spawn(move || {
+                            barrier.wait();
+                            try_one(&r, &occupied);
+                        })
+                    })
+                    .collect();
+                hs.into_iter().for_each(|h| h.join().unwrap());
+            } else {
+                (0..threads).for_each(|_| try_one(&r, &occupied));
+            }
+            occupied.load(Ordering::Relaxed)
+        };
+        let (concurrent, sequential) = (run(true), run(false));
+        assert_eq!(concurrent, sequential, "round {round}: {concurrent} borrowed concurrently, {sequential} alone");
+    }
 }

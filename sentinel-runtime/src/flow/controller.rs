@@ -206,6 +206,10 @@ pub(crate) fn reject_qps(
         return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
     }
     if prioritized {
+        // Deciding to borrow reads what is already borrowed and then adds to it: prioritized callers of one
+        // node decide one at a time, or two of them could both take the last room (a cold path: only calls
+        // over the limit get here).
+        let _one_at_a_time = occupy_lock(node);
         let wait = try_occupy_next(node, now_ms, acquire, limit);
         if wait < OCCUPY_TIMEOUT_MS {
             node.add_waiting(now_ms, now_ms + wait, acquire);
@@ -213,6 +217,13 @@ pub(crate) fn reject_qps(
         }
     }
     Decision::Block
+}
+
+/// The lock that serializes the borrowing decisions of prioritized calls on `node` (striped by address).
+fn occupy_lock(node: &StatNode) -> std::sync::MutexGuard<'static, ()> {
+    static LOCKS: [std::sync::Mutex<()>; 16] = [const { std::sync::Mutex::new(()) }; 16];
+    let i = (node as *const StatNode as usize >> 6) % LOCKS.len();
+    LOCKS[i].lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Java's `StatisticNode.tryOccupyNext`: how long a prioritized request must wait for a later bucket to have
