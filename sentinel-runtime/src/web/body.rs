@@ -43,9 +43,7 @@ impl BodyWatch {
         }
     }
     fn error(&mut self) {
-        if let Some(e) = self.entry.entry_mut() {
-            e.set_error();
-        }
+        self.entry.entry_mut().set_error();
     }
 }
 

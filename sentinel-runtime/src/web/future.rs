@@ -53,9 +53,7 @@ impl Guard {
         }
     }
     fn error(&mut self) {
-        if let Some(e) = self.entry.entry_mut() {
-            e.set_error();
-        }
+        self.entry.entry_mut().set_error();
     }
     fn timeout(&self) -> Option<Sleep> {
         self.timeout.as_ref().map(|(d, engine)| engine.sleep(*d))
@@ -208,8 +206,8 @@ where
                         // The service's future is dropped as the request's context, then the entry exits as a
                         // timed-out call (an error whose response time is the limit).
                         g.in_scope(|| this.state.set(State::Done));
-                        if let (Some((limit, _)), Some(e)) = (&g.timeout, g.entry.entry_mut()) {
-                            e.set_timed_out(*limit);
+                        if let Some((limit, _)) = g.timeout {
+                            g.entry.entry_mut().set_timed_out(limit);
                         }
                     }
                     drop(guard);
