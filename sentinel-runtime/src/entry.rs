@@ -473,11 +473,12 @@ impl Flags {
     const OCCUPIED: u8 = 16;
     #[inline(always)]
     fn of(touches_tls: bool, fresh: bool, inbound: bool, own: bool, occupied: bool) -> u8 {
-        (touches_tls as u8) * Self::TOUCHES_TLS
-            | (fresh as u8) * Self::FRESH
-            | (inbound as u8) * Self::INBOUND
-            | (own as u8) * Self::OWN
-            | (occupied as u8) * Self::OCCUPIED
+        let bit = |on: bool, bit: u8| if on { bit } else { 0 };
+        bit(touches_tls, Self::TOUCHES_TLS)
+            | bit(fresh, Self::FRESH)
+            | bit(inbound, Self::INBOUND)
+            | bit(own, Self::OWN)
+            | bit(occupied, Self::OCCUPIED)
     }
 }
 
