@@ -77,6 +77,7 @@ pub mod log;
 mod macro_support;
 mod node;
 pub mod param_flow;
+pub mod pattern;
 mod rcu;
 pub mod registry;
 mod resource;
