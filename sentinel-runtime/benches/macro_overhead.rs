@@ -1,5 +1,7 @@
 //! What `#[sentinel_resource]` costs: an annotated call next to the same plain call and to a manual entry on a
-//! cached resource handle, sync and async, on the global engine with no rules (the pass path).
+//! cached resource handle, sync and async, on the global engine with no rules (the pass path). Also a method
+//! named from `Self` (`module::Type::method`) and an async fn with `timeout_ms` (what the timer costs when it
+//! is used; functions without it generate no timer code at all).
 //!
 //! `cargo bench -p sentinel-runtime --bench macro_overhead -- --warm-up-time 1 --measurement-time 3`
 
@@ -19,6 +21,28 @@ impl From<BlockError> for BenchError {
     fn from(_: BlockError) -> Self {
         BenchError
     }
+}
+
+impl From<sentinel_runtime::Timeout> for BenchError {
+    fn from(_: sentinel_runtime::Timeout) -> Self {
+        BenchError
+    }
+}
+
+struct Service;
+
+impl Service {
+    #[inline(never)]
+    #[sentinel_resource]
+    fn method(&self, x: u64) -> Result<u64, BenchError> {
+        Ok(black_box(x) + 1)
+    }
+}
+
+#[inline(never)]
+#[sentinel_resource(name = "bench.annotated_timeout", timeout_ms = 200)]
+async fn annotated_timeout(x: u64) -> Result<u64, BenchError> {
+    Ok(black_box(x) + 1)
 }
 
 #[inline(never)]
@@ -77,6 +101,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("plain_call", |b| b.iter(|| plain(black_box(7))));
     g.bench_function("manual_entry", |b| b.iter(|| manual(black_box(7))));
     g.bench_function("annotated", |b| b.iter(|| annotated(black_box(7))));
+    g.bench_function("annotated_method_named_from_self", |b| b.iter(|| Service.method(black_box(7))));
     g.finish();
 
     let mut g = c.benchmark_group("macro_overhead_async");
@@ -84,6 +109,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("plain_call", |b| b.iter(|| poll_ready(plain_async(black_box(7)))));
     g.bench_function("manual_entry", |b| b.iter(|| poll_ready(manual_async(black_box(7)))));
     g.bench_function("annotated", |b| b.iter(|| poll_ready(annotated_async(black_box(7)))));
+    g.bench_function("annotated_timeout_ms_200", |b| b.iter(|| poll_ready(annotated_timeout(black_box(7)))));
     g.finish();
 }
 
