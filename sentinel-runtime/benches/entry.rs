@@ -135,6 +135,31 @@ fn regex_rules(c: &mut Criterion) {
     g.finish();
 }
 
+/// What the Prometheus exporter costs a call: entry + exit of a resource with one passing rule on an engine
+/// without the exporter and on one with it attached (each completed call goes into a histogram; counters cost
+/// nothing, they come from the windows). Needs `--features prometheus`.
+#[cfg(feature = "prometheus")]
+fn exporter(c: &mut Criterion) {
+    let without = engine();
+    let with = engine();
+    sentinel_runtime::exporter::attach(&with, Default::default()).expect("default buckets");
+    let mut g = c.benchmark_group("exporter");
+    g.throughput(Throughput::Elements(1));
+    for (label, engine) in [("one-rule-pass, no exporter", &without), ("one-rule-pass, exporter attached", &with)] {
+        let r = engine.resource("one-rule-pass");
+        g.bench_function(label, |b| {
+            b.iter(|| {
+                let e = r.enter();
+                black_box(&e);
+            })
+        });
+    }
+    g.finish();
+}
+
+#[cfg(not(feature = "prometheus"))]
+fn exporter(_: &mut Criterion) {}
+
 /// Runs `iters` calls on each of `threads` threads at once; returns wall time divided by the thread count, so
 /// criterion's per-iteration figure is the aggregate time per call (lower is more throughput).
 fn parallel(threads: usize, iters: u64, f: Arc<dyn Fn() + Send + Sync>) -> Duration {
@@ -184,7 +209,7 @@ fn two_threads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, clock, single_thread, two_threads, regex_rules);
+criterion_group!(benches, clock, single_thread, two_threads, regex_rules, exporter);
 criterion_group! {
     name = benches_cpu;
     config = Criterion::default().with_measurement(ThreadCpuTime);

@@ -76,6 +76,7 @@ mod inspect;
 pub mod log;
 mod macro_support;
 mod node;
+mod observe;
 pub mod param_flow;
 pub mod pattern;
 mod rcu;
