@@ -19,18 +19,18 @@
 //! engine
 //!     .load_authority_rules([AuthorityRule::new("admin/.*", "ops", AuthorityStrategy::White).regex(true)])
 //!     .unwrap();
+//! assert!(engine.resource("admin/users").entry().origin("web").enter().is_err());
 //! let (list, get) = (engine.resource("order_list"), engine.resource("order_get"));
 //! let _a = list.enter().unwrap();
 //! assert!(list.enter().is_err()); // order_list used its own limit of 1 ...
 //! assert!(get.enter().is_ok()); // ... order_get has its own
-//! assert!(engine.resource("admin/users").entry().origin("web").enter().is_err());
 //! let d = engine.diagnose("order_get");
 //! assert_eq!(d.flow[0].pattern.as_deref(), Some("order_.*"));
 //! ```
 //!
 //! The syntax is the [`regex`](https://docs.rs/regex) crate's, which is Java's for everything resource
 //! patterns usually hold (classes, alternation, repetition, groups, escapes). A pattern it cannot compile is a
-//! [`RuleError`](crate::RuleError) naming the rule and the field `resource`, and the rules in force stay:
+//! [`RuleError`] naming the rule and the field `resource`, and the rules in force stay:
 //! look-around and backreferences do not exist there (matching runs in linear time whatever the pattern),
 //! and a pattern that compiles to more than 1 MiB is refused, so a pushed rule cannot exhaust memory.
 //! Character classes such as `\w` and `\d` are Unicode-aware (Java's are ASCII unless `(?U)` is given).

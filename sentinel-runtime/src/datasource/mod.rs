@@ -23,7 +23,7 @@
 //!
 //! **`regex`.** Flow, degrade and authority rules with `"regex": true` load as they are: `resource` is a
 //! pattern over whole resource names and each matching resource is governed separately (see
-//! [`crate::pattern`]); a pattern that does not compile is a [`RuleError`](crate::RuleError) at load, naming
+//! [`crate::pattern`]); a pattern that does not compile is a [`RuleError`] at load, naming
 //! the rule. Hot-parameter rules refuse `"regex": true` (Java ignores it there).
 //!
 //! **Param item values.** `classType` is read as Java reads it (`int`/`java.lang.Integer`, `long`, `short`,
