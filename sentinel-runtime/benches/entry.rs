@@ -91,6 +91,14 @@ fn single_thread_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
 /// them (same run): a resource's rules are resolved when rules load or the resource is created, so the
 /// patterns must cost nothing per call. Also a resource whose only rule comes from a pattern.
 fn regex_rules(c: &mut Criterion) {
+    regex_rules_in(c, "regex_rules");
+}
+
+fn regex_rules_cpu(c: &mut Criterion<ThreadCpuTime>) {
+    regex_rules_in(c, "regex_rules_cpu");
+}
+
+fn regex_rules_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
     use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
     let plain = engine();
@@ -116,7 +124,7 @@ fn regex_rules(c: &mut Criterion) {
                 .regex(true)
         }))
         .expect("valid rules");
-    let mut g = c.benchmark_group("regex_rules");
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
     for (label, engine, name) in [
         ("exact one-rule-pass, no patterns", &plain, "one-rule-pass"),
@@ -138,12 +146,20 @@ fn regex_rules(c: &mut Criterion) {
 /// What the Prometheus exporter costs a call: entry + exit of a resource with one passing rule on an engine
 /// without the exporter and on one with it attached (each completed call goes into a histogram; counters cost
 /// nothing, they come from the windows). Needs `--features prometheus`.
-#[cfg(feature = "prometheus")]
 fn exporter(c: &mut Criterion) {
+    exporter_in(c, "exporter");
+}
+
+fn exporter_cpu(c: &mut Criterion<ThreadCpuTime>) {
+    exporter_in(c, "exporter_cpu");
+}
+
+#[cfg(feature = "prometheus")]
+fn exporter_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     let without = engine();
     let with = engine();
     sentinel_runtime::exporter::attach(&with, Default::default()).expect("default buckets");
-    let mut g = c.benchmark_group("exporter");
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
     for (label, engine) in [("one-rule-pass, no exporter", &without), ("one-rule-pass, exporter attached", &with)] {
         let r = engine.resource("one-rule-pass");
@@ -158,7 +174,7 @@ fn exporter(c: &mut Criterion) {
 }
 
 #[cfg(not(feature = "prometheus"))]
-fn exporter(_: &mut Criterion) {}
+fn exporter_in<M: Measurement>(_: &mut Criterion<M>, _: &str) {}
 
 /// Runs `iters` calls on each of `threads` threads at once; returns wall time divided by the thread count, so
 /// criterion's per-iteration figure is the aggregate time per call (lower is more throughput).
@@ -213,6 +229,6 @@ criterion_group!(benches, clock, single_thread, two_threads, regex_rules, export
 criterion_group! {
     name = benches_cpu;
     config = Criterion::default().with_measurement(ThreadCpuTime);
-    targets = single_thread_cpu
+    targets = single_thread_cpu, regex_rules_cpu, exporter_cpu
 }
 criterion_main!(benches, benches_cpu);
