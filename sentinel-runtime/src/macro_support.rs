@@ -213,10 +213,14 @@ pub const fn checked_timeout_ms(ms: u64) -> u64 {
 }
 
 /// Races the body of a function with `timeout_ms` against a timer of `limit` on the entry's engine clock (a
-/// manual clock completes it when advanced; the system clock uses a runtime-agnostic timer).
+/// manual clock completes it when advanced; the system clock uses a runtime-agnostic timer). The limit counts
+/// from now; the timer itself is made only if the body does not finish on its first poll (a real timer costs
+/// about a microsecond to arm).
 #[inline]
 pub fn time_limited<F: Future>(entry: &Entry<'_>, limit: Duration, body: F) -> TimeLimited<F> {
-    TimeLimited { body: Some(body), timer: crate::clock::Sleep::new(&entry.shared().clock, limit) }
+    let clock = entry.shared().clock.clone();
+    let start_nanos = clock.now_nanos();
+    TimeLimited { body: Some(body), timer: None, clock, start_nanos, limit }
 }
 
 /// The call ran out of time: the entry counts it as an exception whose response time is `limit`, and the
@@ -236,7 +240,10 @@ pin_project_lite::pin_project! {
         #[pin]
         body: Option<F>,
         #[pin]
-        timer: crate::clock::Sleep,
+        timer: Option<crate::clock::Sleep>,
+        clock: crate::clock::EngineClock,
+        start_nanos: u64,
+        limit: Duration,
     }
 }
 
@@ -252,8 +259,14 @@ impl<F: Future> Future for TimeLimited<F> {
             this.body.set(None);
             return Poll::Ready(Some(out));
         }
-        if this.timer.poll(cx).is_ready() {
+        if this.timer.is_none() {
+            let elapsed = Duration::from_nanos(this.clock.now_nanos().saturating_sub(*this.start_nanos));
+            this.timer.set(Some(crate::clock::Sleep::new(this.clock, this.limit.saturating_sub(elapsed))));
+        }
+        let timer_done = this.timer.as_mut().as_pin_mut().is_some_and(|t| t.poll(cx).is_ready());
+        if timer_done {
             this.body.set(None);
+            this.timer.set(None);
             return Poll::Ready(None);
         }
         Poll::Pending
