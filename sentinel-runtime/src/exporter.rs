@@ -12,6 +12,9 @@
 //! folded in at each render and every 15 s in the background; the current second is added on top), so they
 //! cost the calls nothing. The histogram and the blocks by kind are recorded by each call once the exporter
 //! is attached (by [`attach`], or by the first [`render`]); until then a call pays one load and a branch.
+//! Attached, the histogram is written on thread-owned stripes (plain stores): entry + exit with one passing
+//! rule measured 67.2 ns against 53.6 ns without (thread CPU time, the same run of the `entry` bench, group
+//! `exporter_cpu`, on a 2-core machine under a load of 8–10 where the same call measures 27 ns unloaded).
 //!
 //! ```
 //! use sentinel_runtime::{Sentinel, exporter};
