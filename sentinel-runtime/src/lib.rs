@@ -90,7 +90,7 @@ pub use diagnose::Diagnosis;
 pub use engine::{AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_RESOURCES};
 pub use entry::{Entry, EntryBuilder};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
-pub use inspect::{NodeStats, TreeNode};
+pub use inspect::{NodeStats, SecondTotals, TreeNode};
 pub use resource::{EntryType, Resource};
 pub use sentinel_macros::sentinel_resource;
 
