@@ -111,6 +111,12 @@ impl SentinelBuilder {
         self.config.max_resources = n;
         self
     }
+    /// Uses the clock of `other` (an integration's private engine keeps the application's time).
+    #[cfg_attr(not(feature = "transport"), allow(dead_code))]
+    pub(crate) fn clock_of(mut self, other: &Sentinel) -> Self {
+        self.clock = Some(other.shared.clock.clone());
+        self
+    }
     /// Replaces the whole configuration.
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;

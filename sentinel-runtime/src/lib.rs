@@ -71,6 +71,8 @@ mod error;
 #[cfg(feature = "prometheus")]
 pub mod exporter;
 pub mod flow;
+#[cfg(feature = "transport")]
+mod http_server;
 mod inspect;
 #[cfg(feature = "logs")]
 pub mod log;
@@ -84,6 +86,8 @@ mod rules;
 pub mod slot;
 pub mod stat;
 pub mod system;
+#[cfg(feature = "transport")]
+pub mod transport;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::Diagnosis;
