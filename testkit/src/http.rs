@@ -23,14 +23,29 @@ impl RawResponse {
     }
 }
 
-/// Sends `request` (every byte as given) to `addr` and reads the answer until the server closes the
-/// connection (10 s timeouts). Panics on an I/O error or an answer that is not HTTP.
+/// Sends `request` (every byte as given) to `addr` and reads the answer: its `Content-Length` bytes, or
+/// until the server closes the connection (10 s timeouts). Panics on an I/O error or an answer that is not
+/// HTTP.
 pub fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
     s.write_all(request).expect("send the request");
     let mut bytes = Vec::new();
-    s.read_to_end(&mut bytes).expect("read the answer");
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match s.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && !bytes.is_empty() => 0,
+            Err(e) => panic!("read the answer: {e}"),
+        };
+        if n == 0 {
+            break;
+        }
+        bytes.extend_from_slice(&buf[..n]);
+        if complete(&bytes) {
+            break;
+        }
+    }
     parse_response(&bytes).unwrap_or_else(|| panic!("not an HTTP answer: {:?}", String::from_utf8_lossy(&bytes)))
 }
 
@@ -74,6 +89,15 @@ pub fn form_encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// Whether `bytes` hold a whole answer with a `Content-Length`.
+fn complete(bytes: &[u8]) -> bool {
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+    let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
+    let length =
+        head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
+    length.is_some_and(|n| bytes.len() >= end + 4 + n)
 }
 
 fn parse_response(bytes: &[u8]) -> Option<RawResponse> {

@@ -115,6 +115,8 @@ struct Overview {
     /// End of the last complete second (ms): the numbers are of the second before it.
     second: u64,
     history_seconds: usize,
+    /// The rules file pushed rules are written back to, if any.
+    data_source: Option<String>,
     resources: Vec<ResourceVo>,
     transitions: Vec<TransitionVo>,
 }
@@ -175,6 +177,7 @@ fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
         now: c.engine.now_millis(),
         second: boundary,
         history_seconds: c.history.seconds(),
+        data_source: c.source.as_ref().map(|s| s.path().display().to_string()),
         resources,
         transitions: transitions.iter().take(30).map(vo).collect(),
     })
