@@ -34,22 +34,20 @@ use sentinel_runtime::{Config, Sentinel};
 const SAMPLE: &str = include_str!("rules/dashboard-demo-rules.json");
 
 fn duration_arg() -> Result<Option<Duration>, Box<dyn Error>> {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--duration" => {
-                let v = args.next().ok_or("--duration needs a number of seconds")?;
-                let secs: u64 = v.parse().map_err(|_| format!("--duration: `{v}` is not a number of seconds"))?;
-                return Ok(Some(Duration::from_secs(secs)));
-            }
-            "-h" | "--help" => {
-                println!("usage: dashboard_demo [--duration SECS]");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument `{other}` (usage: dashboard_demo [--duration SECS])").into()),
+    const USAGE: &str = "usage: dashboard_demo [--duration SECS]";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] => Ok(None),
+        ["--duration", secs] => {
+            let secs: u64 = secs.parse().map_err(|_| format!("--duration: `{secs}` is not a number of seconds"))?;
+            Ok(Some(Duration::from_secs(secs)))
         }
+        ["-h" | "--help"] => {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        other => Err(format!("unexpected arguments {other:?} ({USAGE})").into()),
     }
-    Ok(None)
 }
 
 /// Runs `f` about `per_second` times a second on a thread of its own until `stop`.

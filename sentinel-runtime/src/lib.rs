@@ -44,6 +44,10 @@
 //! nothing is shared between tests. [`Sentinel::leak`] and [`Sentinel::scoped`] let such an engine stand in
 //! for the global one, so annotated functions can be tested the same way.
 //!
+//! **The Sentinel Dashboard.** With the `transport` feature, `transport::CommandCenter` serves the
+//! dashboard's command protocol, sends it heartbeats, keeps 5 minutes of per-second history and serves a
+//! live console of its own, on `127.0.0.1:8719`; rules pushed from either are written back to the rules file.
+//!
 //! **Extending.** [`Sentinel::add_slot`] inserts a check at any order of the chain;
 //! [`Sentinel::on_block`] observes every blocked call.
 //!
