@@ -295,6 +295,17 @@ impl Shared {
         &self.origin_list[i]
     }
 
+    /// The origin with id `id` (0: no origin).
+    pub(crate) fn origin_by_id(&self, id: u32) -> Option<&OriginInfo> {
+        if id == 0 {
+            return Some(&self.empty_origin);
+        }
+        match self.origin_list.get(id as usize - 1) {
+            Some(o) if o.id == id => Some(o),
+            _ => self.origin_list.iter().map(|(_, o)| o).find(|o| o.id == id),
+        }
+    }
+
     /// The interned id of an origin, if it was ever seen.
     pub(crate) fn origin_id(&self, name: &str) -> Option<u32> {
         if name.is_empty() {
@@ -353,7 +364,11 @@ impl Shared {
     fn notify_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
         let listeners = self.block_listeners.load();
         for l in listeners.iter() {
-            l(err, now_ms, acquire);
+            // A listener's panic is contained (like a breaker observer's): the caller gets its BlockError.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(err, now_ms, acquire))).is_err() {
+                static LOGGED: std::sync::Once = std::sync::Once::new();
+                LOGGED.call_once(|| tracing::error!(resource = %err.resource(), "a block listener panicked"));
+            }
         }
     }
 
@@ -575,8 +590,10 @@ impl Sentinel {
         let slot: Arc<dyn Slot> = Arc::new(slot);
         self.shared.custom_slots.rcu(|cur| {
             let mut next = CustomSlots::clone(cur);
-            next.slots.push((order, slot.clone()));
-            next.slots.sort_by_key(|(o, _)| *o);
+            next.slots.push((order, next.next_id, slot.clone()));
+            next.next_id += 1;
+            // Stable: slots of the same order run in the order they were added.
+            next.slots.sort_by_key(|(o, _, _)| *o);
             next
         });
         self.shared.has_custom_slots.store(true, Ordering::Release);

@@ -76,6 +76,11 @@ impl<'r> ResRef<'r> {
         // SAFETY: as for `shared`; the tag bit is masked off.
         unsafe { &*self.inner.as_ptr().map_addr(|a| a & !OWNED) }
     }
+    /// Whether this handle owns its counts (an entry made by `entry_owned`).
+    #[inline(always)]
+    fn is_owned(&self) -> bool {
+        self.inner.as_ptr().addr() & OWNED != 0
+    }
 }
 
 impl Drop for ResRef<'_> {
@@ -158,15 +163,27 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 
     /// Runs the checks; a queueing decision sleeps the thread (with a manual clock, nothing sleeps: see
     /// [`Entry::waited`]).
+    ///
+    /// An entry of a borrowed handle ([`Resource::entry`]) becomes the innermost entry of this thread's
+    /// context until it exits: entries made meanwhile on this thread are its children and inherit its context
+    /// and origin. Such an entry belongs to this thread's stack; exit it here. An entry of an owned handle
+    /// ([`Resource::entry_owned`]) joins the active context but never changes the thread's context (like
+    /// Java's `SphU.asyncEntry`), so it may move to and exit on any thread; [`Entry::in_scope`] and
+    /// [`Entry::instrument`] run work with it as the innermost entry.
     #[inline(always)]
     pub fn enter(self) -> Result<Entry<'r>, BlockError> {
-        self.build(true)
+        let install = !self.res.is_owned();
+        self.build(true, install)
     }
 
     /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread. The
     /// returned future holds only the entry (not the hot-parameter arguments), so it is `Send`.
+    ///
+    /// The entry joins the active context (if any) but never changes the thread's context: the future may be
+    /// polled on any thread and the entry dropped anywhere. Use [`Entry::instrument`] to run a future with
+    /// the entry as its innermost entry.
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
-        let decided = self.build(false);
+        let decided = self.build(false, false);
         async move {
             let e = decided?;
             if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
@@ -177,14 +194,17 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     }
 
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
+    /// Like [`enter`](EntryBuilder::enter), a borrowed handle's entry becomes the thread's innermost entry.
     #[inline(always)]
     pub fn decide(self) -> Result<Entry<'r>, BlockError> {
-        self.build(false)
+        let install = !self.res.is_owned();
+        self.build(false, install)
     }
 
-    /// The whole entry path; the entry is built once, in place, at the end.
+    /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
+    /// innermost entry of the thread's context (a borrowed, synchronous entry).
     #[inline(always)]
-    fn build(self, sleep: bool) -> Result<Entry<'r>, BlockError> {
+    fn build(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
         let inner: &'r ResourceInner = self.res.inner();
@@ -197,7 +217,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         let fresh = outer.engine_id != shared.id;
         let (state, touches_tls) = if !fresh {
             // An active context (a null one was refused by the context cap: Java's NullContext).
-            (outer, true)
+            (outer, install)
         } else {
             let st = match (self.context, self.origin) {
                 (None, None) => shared.default_state(outer.override_engine),
@@ -211,7 +231,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 }
             };
             // Another engine's context is active: enter without touching it.
-            (st, outer.engine_id == 0)
+            (st, install && outer.engine_id == 0)
         };
         if state.ctx.is_null() {
             // Past the context cap: pass unchecked.
@@ -339,7 +359,16 @@ impl EntryBuilder<'_, '_> {
             now_ms: now_nanos / NANOS_PER_MILLI,
         };
         let mut scratch = flow::Scratch::default();
-        checks.run(&cx, rules, &mut scratch)
+        // User code runs in the checks (slots, `HotParam` impls): if it panics, what the earlier checks took
+        // (thread permits, reserved tokens, per-value permits, a half-open probe) goes back before the panic
+        // goes on, or the resource would stay blocked.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| checks.run(&cx, rules, &mut scratch))) {
+            Ok(r) => r,
+            Err(panic) => {
+                checks.undo_all(&cx, rules, &mut scratch);
+                std::panic::resume_unwind(panic)
+            }
+        }
     }
 }
 
@@ -541,8 +570,8 @@ impl Checks {
         for (order, phase) in PHASES {
             if let Some(c) = &custom {
                 while next_custom < c.slots.len() && c.slots[next_custom].0 < order {
-                    self.run_custom(cx, &c.slots[next_custom].1, next_custom)
-                        .inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
+                    let (_, id, slot) = &c.slots[next_custom];
+                    self.run_custom(cx, slot, *id).inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
                     next_custom += 1;
                 }
             }
@@ -592,8 +621,8 @@ impl Checks {
         }
         if let Some(c) = &custom {
             while next_custom < c.slots.len() {
-                self.run_custom(cx, &c.slots[next_custom].1, next_custom)
-                    .inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
+                let (_, id, slot) = &c.slots[next_custom];
+                self.run_custom(cx, slot, *id).inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
                 next_custom += 1;
             }
         }
@@ -604,7 +633,7 @@ impl Checks {
         &mut self,
         cx: &CheckCx<'_>,
         slot: &std::sync::Arc<dyn crate::slot::Slot>,
-        index: usize,
+        id: u32,
     ) -> Result<(), BlockError> {
         let e = SlotEntry {
             resource: &cx.resource.name,
@@ -616,8 +645,8 @@ impl Checks {
         };
         match slot.entry(&e) {
             Ok(()) => {
-                if index < MAX_SLOT_EXITS {
-                    self.slots_passed |= 1 << index;
+                if (id as usize) < MAX_SLOT_EXITS {
+                    self.slots_passed |= 1 << id;
                 }
                 Ok(())
             }
@@ -628,6 +657,19 @@ impl Checks {
                 origin: cx.origin.clone(),
             }),
         }
+    }
+
+    /// A check panicked: give back whatever any check took so far (each kind knows what it holds).
+    #[cold]
+    fn undo_all(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, scratch: &mut flow::Scratch) {
+        if let Some(p) = &rules.param {
+            param_flow::on_later_block(p, cx, &mut self.param);
+        }
+        flow::on_later_block(&mut self.flow, scratch, cx.acquire);
+        if let Some(d) = rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
+            circuit_breaker::on_later_block(d, cx, &mut self.degrade);
+        }
+        self.slots_passed = 0;
     }
 
     /// A later check blocked: give back what the earlier ones took.
@@ -732,6 +774,79 @@ impl<'r> Entry<'r> {
     /// Exits now (the same as dropping the entry).
     pub fn exit(self) {}
 
+    /// The thread-context state in which this entry is the innermost entry (`None` when unchecked).
+    fn scope_state(&self, override_engine: *const crate::Sentinel) -> Option<ContextState> {
+        let node = self.node?;
+        let shared = self.res.shared();
+        let ctx = shared.context_by_id(node.context_id)?;
+        let origin = shared.origin_by_id(self.origin_node.map_or(0, |o| o.origin_id))?;
+        Some(ContextState {
+            engine_id: shared.id,
+            ctx: ctx as *const crate::context::ContextInfo,
+            origin: origin as *const crate::context::OriginInfo,
+            cur_node: node as *const DefaultNode,
+            depth: self.depth,
+            override_engine,
+        })
+    }
+
+    /// Runs `f` with this entry as the innermost entry of the thread's context: entries made in `f` are its
+    /// children in the call tree and inherit its context and origin. The thread's context is put back after
+    /// `f` (also when `f` panics). Meant for owned entries ([`Resource::entry_owned`], [`EntryBuilder::enter_async`]),
+    /// which never install themselves.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let request = engine.resource("GET:/orders").entry_owned().origin("appA").enter().unwrap();
+    /// let db = engine.resource("db");
+    /// request.in_scope(|| {
+    ///     let db = db.enter().unwrap();
+    ///     assert_eq!(db.origin(), "appA");
+    /// });
+    /// assert!(engine.current_context().is_none());
+    /// ```
+    pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(ContextState);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                context::set_current(self.0);
+            }
+        }
+        let cur = context::current();
+        let Some(state) = self.scope_state(cur.override_engine) else { return f() };
+        context::set_current(state);
+        let _restore = Restore(cur);
+        f()
+    }
+
+    /// A future that runs `fut` with this entry as its innermost entry, on whatever thread polls it (the
+    /// entry's context is installed during every poll and while `fut` is dropped), and yields `fut`'s output
+    /// with the entry, so the caller can trace an error before the entry exits. Dropped early (cancelled),
+    /// it drops `fut`, then the entry: the call exits without an error.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let request = engine.resource("GET:/orders").entry_owned().origin("appA").enter().unwrap();
+    /// let db = engine.resource("db");
+    /// let work = async {
+    ///     // Entered while the request's entry is installed: its child, with its origin.
+    ///     let db = db.enter().unwrap();
+    ///     db.origin().to_string()
+    /// };
+    /// let (origin, mut entry) = futures::executor::block_on(request.instrument(work));
+    /// assert_eq!(origin, "appA");
+    /// entry.set_error(); // e.g. the response was a 5xx; the entry exits when dropped
+    /// ```
+    pub fn instrument<F: std::future::Future>(self, fut: F) -> Instrumented<'r, F> {
+        let carried = match self.scope_state(context::current().override_engine) {
+            Some(state) => crate::context::CarriedContext::from_state(state),
+            None => crate::context::CarriedContext::capture(),
+        };
+        Instrumented { inner: crate::macro_support::InContext::carrying(fut, carried), entry: Some(self) }
+    }
+
     /// Puts back the thread's context as it was before this entry, unless it was already unwound.
     #[inline]
     fn restore_context(&self, shared: &Shared, node: &DefaultNode) {
@@ -787,6 +902,11 @@ impl Drop for Entry<'_> {
         if self.param.is_active() {
             param_flow::on_exit(&mut self.param);
         }
+        // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
+        // this entry installed in the thread's context.
+        if self.touches_tls {
+            self.restore_context(shared, node);
+        }
         if inner.has_breakers.load(Ordering::Acquire) {
             let xcx = ExitCx { shared, now_ms, rt_micros, error };
             let degrade = &mut self.degrade;
@@ -799,26 +919,67 @@ impl Drop for Entry<'_> {
         if self.slots_passed != 0 {
             self.exit_slots(shared, inner, rt_micros, error);
         }
-        if self.touches_tls {
-            self.restore_context(shared, node);
-        }
     }
 }
 
 impl Entry<'_> {
+    /// Runs the exit hooks of the slots that passed this entry (matched by id). Every hook runs even if one
+    /// panics; the first panic then goes on, unless the thread is already unwinding (a second panic would
+    /// abort the process), in which case it is logged.
     #[cold]
     fn exit_slots(&self, shared: &Shared, inner: &ResourceInner, rt_micros: u64, error: bool) {
         let slots = shared.custom_slots.load();
         let exit = SlotExit { resource: &inner.name, rt_micros, error };
-        for (i, (_, s)) in slots.slots.iter().enumerate().take(MAX_SLOT_EXITS) {
-            if self.slots_passed & (1 << i) != 0 {
-                s.exit(&exit);
+        let mut first_panic = None;
+        for (_, id, s) in slots.slots.iter() {
+            if (*id as usize) < MAX_SLOT_EXITS && self.slots_passed & (1 << id) != 0 {
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.exit(&exit))) {
+                    first_panic.get_or_insert(p);
+                }
+            }
+        }
+        if let Some(p) = first_panic {
+            if std::thread::panicking() {
+                tracing::error!(resource = %inner.name, "a slot's exit hook panicked while the thread was unwinding");
+            } else {
+                std::panic::resume_unwind(p);
             }
         }
     }
 }
 
-/// User slots whose exit hooks an entry runs: the first 32 in order.
+pin_project_lite::pin_project! {
+    /// A future run with an entry as its innermost entry: see [`Entry::instrument`]. `Send` when the inner
+    /// future is.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Instrumented<'r, F> {
+        // Declared first, so it is dropped before the entry.
+        #[pin]
+        inner: crate::macro_support::InContext<F>,
+        entry: Option<Entry<'r>>,
+    }
+}
+
+impl<'r, F: std::future::Future> std::future::Future for Instrumented<'r, F> {
+    type Output = (F::Output, Entry<'r>);
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.inner.poll(cx));
+        match this.entry.take() {
+            Some(entry) => std::task::Poll::Ready((out, entry)),
+            None => panic!("`Instrumented` polled after it completed"),
+        }
+    }
+}
+
+impl<F> fmt::Debug for Instrumented<'_, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Instrumented").field("entry", &self.entry).finish_non_exhaustive()
+    }
+}
+
+/// User slots whose exit hooks an entry runs: the first 32 added.
 const MAX_SLOT_EXITS: usize = 32;
 
 impl fmt::Debug for Entry<'_> {

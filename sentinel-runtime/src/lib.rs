@@ -96,7 +96,7 @@ pub mod transport;
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::Diagnosis;
 pub use engine::{AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_RESOURCES};
-pub use entry::{Entry, EntryBuilder};
+pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
 pub use inspect::{NodeStats, SecondTotals, TreeNode};
 pub use resource::{EntryType, Resource};

@@ -249,7 +249,12 @@ pin_project_lite::pin_project! {
 impl<F> InContext<F> {
     /// Wraps `inner`, carrying the calling thread's current context (and test engine, if one is scoped).
     pub fn new(inner: F) -> Self {
-        InContext { inner: ManuallyDrop::new(inner), carried: CarriedContext::capture() }
+        Self::carrying(inner, CarriedContext::capture())
+    }
+
+    /// Wraps `inner`, carrying `carried`.
+    pub(crate) fn carrying(inner: F, carried: CarriedContext) -> Self {
+        InContext { inner: ManuallyDrop::new(inner), carried }
     }
 }
 

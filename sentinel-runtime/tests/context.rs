@@ -38,7 +38,8 @@ fn nested_entries_form_the_call_tree() {
 fn default_context_is_used_and_cleared_after_the_last_exit() {
     let engine = engine();
     assert_eq!(engine.current_context(), None);
-    let e = engine.enter("x").unwrap();
+    let x = engine.resource("x");
+    let e = x.enter().unwrap();
     assert_eq!(engine.current_context(), Some((DEFAULT_CONTEXT_NAME.to_string(), String::new())));
     assert_eq!(e.context_name(), DEFAULT_CONTEXT_NAME);
     drop(e);
