@@ -229,6 +229,16 @@ async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
     assert!(error.contains("count") && error.contains("POST /checkout"), "{error}");
     assert_eq!(engine.flow_rules()[0].count, 3.0, "the rules in force stay");
 
+    // The global switch.
+    c.find(Locator::Css("label.switch")).await.unwrap().click().await.unwrap();
+    wait_for_js(&c, "return document.querySelector('#switch-text').textContent === 'Protection off'", "the switch off")
+        .await;
+    assert!(!engine.is_enabled());
+    c.find(Locator::Css("label.switch")).await.unwrap().click().await.unwrap();
+    wait_for_js(&c, "return document.querySelector('#switch-text').textContent === 'Protection on'", "the switch on")
+        .await;
+    assert!(engine.is_enabled());
+
     // Diagnose at a click.
     c.find(Locator::Css("button[data-tab='resources']")).await.unwrap().click().await.unwrap();
     c.find(Locator::Css("[data-resource='POST /checkout'] button.diagnose")).await.unwrap().click().await.unwrap();

@@ -546,3 +546,56 @@ fn a_dashboard_that_is_down_never_affects_the_application() {
     assert_eq!(passes(&engine, &clock, "api", 10), 3, "the application's calls are checked as always");
     assert_eq!(get(center.local_addr(), "/getSwitch", &[]).status, 200, "the command server still answers");
 }
+
+#[cfg(feature = "logs")]
+#[test]
+fn metric_answers_older_seconds_from_the_metric_log() {
+    use sentinel_runtime::log::MetricLogWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at_millis(T0);
+    let mut config = sentinel_runtime::Config::default();
+    config.app_name = "logged".into();
+    config.log_dir = dir.path().to_path_buf();
+    let engine = Sentinel::builder().config(config).manual_clock(clock.clone()).build();
+    let writer = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
+    let api = engine.resource("api");
+    // Ten minutes of traffic logged before the command center started: its memory holds none of it.
+    for s in 0..600u64 {
+        for _ in 0..(s % 4 + 1) {
+            drop(api.enter().unwrap());
+        }
+        clock.advance_millis(1000);
+        if s % 30 == 0 {
+            writer.flush_once(clock.now_millis()).unwrap();
+        }
+    }
+    writer.flush_once(clock.now_millis()).unwrap();
+    let center = start(&engine);
+    let old = fetch_metrics(&center, T0 + 10_000, T0 + 19_000);
+    let got: Vec<(u64, u64)> = old.iter().filter(|l| l.resource == "api").map(|l| (l.timestamp, l.pass)).collect();
+    let want: Vec<(u64, u64)> = (10..20).map(|s| (T0 + s * 1000, s % 4 + 1)).collect();
+    assert_eq!(got, want, "from the log, in the same format");
+    // Across the boundary: log lines, then memory, no second twice.
+    let recent = fetch_metrics(&center, T0 + 500_000, T0 + 600_000);
+    let seconds: Vec<u64> = recent.iter().filter(|l| l.resource == "api").map(|l| l.timestamp).collect();
+    let mut unique = seconds.clone();
+    unique.dedup();
+    assert_eq!(seconds, unique, "no second twice");
+    assert_eq!(seconds.len(), 100, "every second from 500 s to 599 s");
+}
+
+#[test]
+fn the_server_can_run_on_the_applications_runtime() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let (engine, _clock) = engine("shop");
+    let center = CommandCenter::builder(&engine).port(0).runtime(runtime.handle().clone()).start().unwrap();
+    assert_eq!(get(center.local_addr(), "/getSwitch", &[]).body, "Sentinel switch value: true");
+    let addr = center.local_addr();
+    drop(center);
+    // Stopped: the listener is closed once the runtime has run the shutdown.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "still listening 30 s after the drop");
+        std::thread::sleep(Duration::from_millis(5)); // polls for the condition
+    }
+}

@@ -169,10 +169,6 @@ pub struct CommandCenterBuilder {
     runtime: Option<tokio::runtime::Handle>,
 }
 
-fn env(var: &'static str) -> Option<String> {
-    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
-}
-
 impl CommandCenterBuilder {
     fn new(engine: &Sentinel) -> Self {
         CommandCenterBuilder {
@@ -207,7 +203,13 @@ impl CommandCenterBuilder {
     /// | `SENTINEL_DASHBOARD_SERVER` | dashboards to send heartbeats to: `host[:port]`, comma-separated, `http://` optional |
     /// | `SENTINEL_HEARTBEAT_CLIENT_IP` | the IP reported to the dashboard (containers, several interfaces) |
     /// | `SENTINEL_HEARTBEAT_INTERVAL_MS` | time between heartbeats |
-    pub fn env(mut self) -> Result<Self, EnvError> {
+    pub fn env(self) -> Result<Self, EnvError> {
+        self.env_from(|var| std::env::var(var).ok())
+    }
+
+    /// [`env`](Self::env) with the variables from `get` (a test's own, say).
+    fn env_from(mut self, get: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let env = |var: &'static str| get(var).filter(|v| !v.trim().is_empty());
         let bad = |var: &'static str, value: &str, reason: &str| EnvError {
             var,
             value: value.to_string(),
@@ -406,7 +408,9 @@ impl CommandCenterBuilder {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                sampled.history.sample(&sampled.engine);
+                // Reading every resource's seconds takes a while with thousands of them: off the event loop.
+                let center = sampled.clone();
+                let _ = tokio::task::spawn_blocking(move || center.history.sample(&center.engine)).await;
             }
         }));
         if !dashboards.is_empty() {
@@ -552,7 +556,9 @@ async fn dispatch(
     let name = uri.path().strip_prefix('/').unwrap_or(uri.path());
     if method == Method::GET || method == Method::HEAD {
         if let Some((content_type, content)) = console::asset(name) {
-            if let Err(denied) = s.access.check(&headers, false) {
+            // The page's own files hold no data and need no token (a browser cannot send one when it opens
+            // a page): the page asks for the token when a command needs it. The host check still applies.
+            if let Err(denied) = s.access.check_host(&headers) {
                 return denied_response(&denied);
             }
             let mut r = respond(StatusCode::OK, content_type, content.to_string());
@@ -629,5 +635,53 @@ fn denied_response(denied: &security::Denied) -> Response {
             r
         }
         _ => text(StatusCode::FORBIDDEN, denied.message()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(vars: &[(&str, &str)]) -> Result<CommandCenterBuilder, EnvError> {
+        let vars: Vec<(String, String)> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        CommandCenterBuilder::new(&Sentinel::builder().build())
+            .env_from(move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn the_environment_configures_bind_port_token_dashboards_and_heartbeats() {
+        let b = from(&[
+            ("SENTINEL_COMMAND_BIND", "0.0.0.0"),
+            ("SENTINEL_COMMAND_PORT", "9000"),
+            ("SENTINEL_COMMAND_TOKEN", " secret-token-123456 "),
+            ("SENTINEL_DASHBOARD_SERVER", "http://10.0.0.5:8080,dash:8081"),
+            ("SENTINEL_HEARTBEAT_CLIENT_IP", "10.1.2.3"),
+            ("SENTINEL_HEARTBEAT_INTERVAL_MS", "2500"),
+        ])
+        .unwrap();
+        assert_eq!((b.bind, b.port), ("0.0.0.0".parse::<IpAddr>().unwrap(), 9000));
+        assert_eq!(b.token.as_deref(), Some("secret-token-123456"));
+        assert_eq!(b.dashboards, "http://10.0.0.5:8080,dash:8081");
+        assert_eq!(b.advertise_ip, Some("10.1.2.3".parse().unwrap()));
+        assert_eq!(b.heartbeat_interval, Duration::from_millis(2500));
+        let b = from(&[("SENTINEL_COMMAND_BIND", "[::1]:7000")]).unwrap();
+        assert_eq!((b.bind, b.port), ("::1".parse::<IpAddr>().unwrap(), 7000));
+        let b = from(&[]).unwrap();
+        assert_eq!((b.bind, b.port), (IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_PORT));
+    }
+
+    #[test]
+    fn a_bad_variable_is_a_typed_error_naming_it() {
+        for (var, value) in [
+            ("SENTINEL_COMMAND_BIND", "localhost"),
+            ("SENTINEL_COMMAND_PORT", "99999"),
+            ("SENTINEL_DASHBOARD_SERVER", "https://dash:8080"),
+            ("SENTINEL_HEARTBEAT_CLIENT_IP", "my-host"),
+            ("SENTINEL_HEARTBEAT_INTERVAL_MS", "0"),
+        ] {
+            let e = from(&[(var, value)]).unwrap_err();
+            assert_eq!((e.var, e.value.as_str()), (var, value), "{e}");
+            assert!(e.to_string().contains(var), "{e}");
+        }
     }
 }

@@ -64,8 +64,8 @@ impl Access {
         Access { token: token.map(|t| t.into_bytes().into_boxed_slice()), reads_need_token, loopback }
     }
 
-    /// Checks a request for a command (`write`: it changes something).
-    pub(crate) fn check(&self, headers: &HeaderMap, write: bool) -> Result<(), Denied> {
+    /// Checks that a loopback server is asked for under a loopback name.
+    pub(crate) fn check_host(&self, headers: &HeaderMap) -> Result<(), Denied> {
         if self.loopback {
             if let Some(host) = headers.get(HOST).and_then(|h| h.to_str().ok()) {
                 if !is_loopback_host(host) {
@@ -73,6 +73,12 @@ impl Access {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Checks a request for a command (`write`: it changes something).
+    pub(crate) fn check(&self, headers: &HeaderMap, write: bool) -> Result<(), Denied> {
+        self.check_host(headers)?;
         if write && is_cross_site(headers) {
             return Err(Denied::CrossSite);
         }
