@@ -418,7 +418,19 @@ impl FakeDashboard {
 
     /// The next heartbeat, answered with `reply` (the dashboard's `Result` JSON).
     fn next(&self, reply: &str) -> Beat {
-        let (mut s, _) = self.listener.accept().unwrap();
+        self.listener.set_nonblocking(true).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut s = loop {
+            match self.listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(std::time::Instant::now() < deadline, "no heartbeat within 30 s");
+                    std::thread::sleep(Duration::from_millis(5)); // polls for the connection
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        s.set_nonblocking(false).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut reader = BufReader::new(s.try_clone().unwrap());
         let mut line = String::new();
