@@ -373,7 +373,10 @@ impl Sentinel {
             .filter_map(|n| self.shared.contexts().find(|c| c.id == n.context_id).map(|c| c.name().to_string()))
             .collect();
         let stats = self.cluster_stats(resource);
-        let origins = self.origins_of(resource);
+        // Origins named by rules have a node before any call: only origins that called (in the last minute)
+        // were seen.
+        let mut origins = self.origins_of(resource);
+        origins.retain(|(_, s)| calls(s) > 0);
         let with_origin: u64 = origins.iter().map(|(_, s)| calls(s)).sum();
         let calls_without_origin = stats.as_ref().map(|s| calls(s).saturating_sub(with_origin)).unwrap_or(0);
         let seen = Seen { origins: &origins, without_origin: calls_without_origin };

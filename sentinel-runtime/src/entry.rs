@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::clock::NANOS_PER_MILLI;
-use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
+use crate::context::{self, ContextState, OriginInfo, DEFAULT_CONTEXT_NAME};
 use crate::engine::Shared;
 use crate::error::BlockError;
 use crate::node::{DefaultNode, OriginNode};
@@ -249,8 +249,11 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             unsafe { (*state.cur_node).children.ensure(node_arc) };
         }
         let node: &'r DefaultNode = node_arc;
-        let origin_node: Option<&'r OriginNode> =
-            if origin.id == 0 { None } else { Some(inner.cluster.origin_node(origin.id, &origin.name)) };
+        let origin_node: Option<&'r OriginNode> = if origin.id == 0 {
+            None
+        } else {
+            Some(inner.cluster.origin_node(origin.id, &origin.name, shared.config.max_origins_per_resource))
+        };
         let inbound = self.entry_type == EntryType::In;
         let own = node.records();
         let nodes = Nodes::new(node, own, inner, origin_node, inbound, shared);
@@ -309,6 +312,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             res: self.res,
             node: Some(node),
             origin_node,
+            origin: Some(origin),
             parent: state.cur_node,
             created_nanos: now_nanos,
             wait_nanos: checks.wait_nanos,
@@ -316,11 +320,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             acquire: self.acquire,
             slots_passed: checks.slots_passed,
             error: false,
-            touches_tls,
-            fresh,
-            inbound,
-            own,
-            occupied: checks.occupied,
+            flags: Flags::of(touches_tls, fresh, inbound, own, checks.occupied),
             flow: checks.flow,
             param: checks.param,
             degrade: checks.degrade,
@@ -441,26 +441,44 @@ pub struct Entry<'r> {
     /// The node recorded on (`None`: an unchecked entry, which records nothing).
     node: Option<&'r DefaultNode>,
     origin_node: Option<&'r OriginNode>,
+    /// The caller's origin (`None` for an unchecked entry).
+    origin: Option<&'r OriginInfo>,
     /// The innermost entry's node before this one (restored at exit); null at the entrance.
     parent: *const DefaultNode,
     created_nanos: u64,
     wait_nanos: u64,
     depth: u32,
     acquire: u32,
-    /// Bit i set: the user slot at index i passed (its exit hook runs).
+    /// Bit i set: the user slot with id i passed (its exit hook runs).
     slots_passed: u32,
     error: bool,
-    /// Whether the entry set the thread's context (and restores it at exit).
-    touches_tls: bool,
-    /// Whether the entry started its own context (rather than running in an active one).
-    fresh: bool,
-    inbound: bool,
-    /// Whether the context's node recorded the entry (see [`DefaultNode`]).
-    own: bool,
-    occupied: bool,
+    /// [`Flags`] bits.
+    flags: u8,
     flow: flow::EntryState,
     param: param_flow::EntryState,
     degrade: circuit_breaker::EntryState,
+}
+
+/// Bits of [`Entry::flags`] (one byte keeps the entry within two cache lines).
+struct Flags;
+impl Flags {
+    /// The entry set the thread's context (and restores it at exit).
+    const TOUCHES_TLS: u8 = 1;
+    /// The entry started its own context (rather than running in an active one).
+    const FRESH: u8 = 2;
+    const INBOUND: u8 = 4;
+    /// The context's node recorded the entry (see [`DefaultNode`]).
+    const OWN: u8 = 8;
+    /// A prioritized call admitted by borrowing a later window.
+    const OCCUPIED: u8 = 16;
+    #[inline(always)]
+    fn of(touches_tls: bool, fresh: bool, inbound: bool, own: bool, occupied: bool) -> u8 {
+        (touches_tls as u8) * Self::TOUCHES_TLS
+            | (fresh as u8) * Self::FRESH
+            | (inbound as u8) * Self::INBOUND
+            | (own as u8) * Self::OWN
+            | (occupied as u8) * Self::OCCUPIED
+    }
 }
 
 // SAFETY: the parent pointer refers to an engine-owned `Sync` node that outlives the entry (the entry borrows
@@ -489,6 +507,7 @@ impl<'r> Entry<'r> {
             res,
             node: None,
             origin_node: None,
+            origin: None,
             parent: std::ptr::null(),
             created_nanos: 0,
             wait_nanos: 0,
@@ -496,11 +515,7 @@ impl<'r> Entry<'r> {
             acquire: 0,
             slots_passed: 0,
             error: false,
-            touches_tls: false,
-            fresh: false,
-            inbound: false,
-            own: false,
-            occupied: false,
+            flags: 0,
             flow: Default::default(),
             param: Default::default(),
             degrade: Default::default(),
@@ -707,7 +722,7 @@ impl<'r> Entry<'r> {
     }
     /// The caller's origin (empty when none).
     pub fn origin(&self) -> &str {
-        self.origin_node.map_or("", |o| &o.origin)
+        self.origin.map_or("", |o| &o.name)
     }
     /// The context's name (empty for an unchecked entry).
     pub fn context_name(&self) -> &str {
@@ -722,7 +737,7 @@ impl<'r> Entry<'r> {
     }
     /// Whether this was a prioritized call admitted by borrowing a later window.
     pub fn is_occupied(&self) -> bool {
-        self.occupied
+        self.flags & Flags::OCCUPIED != 0
     }
     /// Whether the entry was checked at all (false when the engine is disabled or a cap was reached).
     pub fn is_checked(&self) -> bool {
@@ -779,7 +794,7 @@ impl<'r> Entry<'r> {
         let node = self.node?;
         let shared = self.res.shared();
         let ctx = shared.context_by_id(node.context_id)?;
-        let origin = shared.origin_by_id(self.origin_node.map_or(0, |o| o.origin_id))?;
+        let origin = self.origin?;
         Some(ContextState {
             engine_id: shared.id,
             ctx: ctx as *const crate::context::ContextInfo,
@@ -858,7 +873,7 @@ impl<'r> Entry<'r> {
         if unsafe { (*cur.ctx).id } != node.context_id {
             return; // another context of the engine is active now
         }
-        let outer = if self.fresh {
+        let outer = if self.flags & Flags::FRESH != 0 {
             ContextState { override_engine: cur.override_engine, ..ContextState::NONE }
         } else {
             ContextState { cur_node: self.parent, depth: self.depth - 1, ..cur }
@@ -893,7 +908,8 @@ impl Drop for Entry<'_> {
         }
         let (acquire, error) = (self.acquire, self.error);
         let w = Writer::at(now_ms);
-        let nodes = Nodes::new(node, self.own, inner, self.origin_node, self.inbound, shared);
+        let (own, inbound) = (self.flags & Flags::OWN != 0, self.flags & Flags::INBOUND != 0);
+        let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
         nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
 
         if self.flow.is_active() {
@@ -904,7 +920,7 @@ impl Drop for Entry<'_> {
         }
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
-        if self.touches_tls {
+        if self.flags & Flags::TOUCHES_TLS != 0 {
             self.restore_context(shared, node);
         }
         if inner.has_breakers.load(Ordering::Acquire) {
@@ -989,7 +1005,7 @@ impl fmt::Debug for Entry<'_> {
             .field("checked", &self.is_checked())
             .field("error", &self.error)
             .field("waited", &self.waited())
-            .field("occupied", &self.occupied)
+            .field("occupied", &self.is_occupied())
             .finish()
     }
 }

@@ -95,7 +95,10 @@ pub mod transport;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::Diagnosis;
-pub use engine::{AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_RESOURCES};
+pub use engine::{
+    AlreadyInitialized, Config, Sentinel, SentinelBuilder, WeakSentinel, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS,
+    DEFAULT_MAX_ORIGINS_PER_RESOURCE, DEFAULT_MAX_RESOURCES, UNTRACKED_ORIGIN,
+};
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
 pub use inspect::{NodeStats, SecondTotals, TreeNode};

@@ -45,9 +45,13 @@ impl ResourceInner {
         let split_default = rules.flow.as_ref().is_some_and(|f| f.reads_default_context());
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
+        let cluster = ClusterNode::new();
+        for (id, name) in &rules.named_origins {
+            cluster.ensure_named_origin(*id, name);
+        }
         ResourceInner {
             name,
-            cluster: ClusterNode::new(),
+            cluster,
             rules: RcuPtr::new(rules),
             has_rules: AtomicBool::new(has),
             has_breakers: AtomicBool::new(breakers),
@@ -63,6 +67,9 @@ impl ResourceInner {
     pub(crate) fn set_rules(&self, rules: ResourceRules, retired: &mut RetireBatch<ResourceRules>) {
         if rules.flow.as_ref().is_some_and(|f| f.reads_default_context()) {
             self.split_default_node();
+        }
+        for (id, name) in &rules.named_origins {
+            self.cluster.ensure_named_origin(*id, name);
         }
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();

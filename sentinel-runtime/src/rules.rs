@@ -36,6 +36,8 @@ pub(crate) struct ResourceRules {
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
     /// The default (`"*"`) breakers, used only when the resource has none of its own.
     pub(crate) default_degrade: Option<Arc<ResourceBreakers>>,
+    /// Origins the resource's flow rules name (interned id, name): each always has its own origin node.
+    pub(crate) named_origins: Vec<(u32, Arc<str>)>,
 }
 
 impl ResourceRules {

@@ -201,7 +201,7 @@ fn a_chain_rule_on_the_default_context_limits_calls_in_it_only() {
 
 #[test]
 fn every_origin_of_a_resource_keeps_its_own_node_among_many() {
-    let engine = engine();
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_origins_per_resource(1000).build();
     let r = engine.resource("many-callers");
     for i in 0..600u32 {
         let origin = format!("caller-{i}");

@@ -55,7 +55,17 @@ pub(crate) fn validate(rule: &AuthorityRule, index: usize) -> Result<(), RuleErr
     if rule.limit_app.trim().is_empty() {
         return bad("limit_app", "must list at least one origin (comma-separated)");
     }
+    if rule.limit_app.split(',').any(|o| o == crate::UNTRACKED_ORIGIN) {
+        return bad("limit_app", "lists the reserved origin of untracked callers; choose another name");
+    }
     Ok(())
+}
+
+impl ResourceAuthority {
+    /// Every origin the resource's lists name.
+    pub(crate) fn listed_origins(&self) -> impl Iterator<Item = &str> {
+        self.lists.iter().flat_map(|l| l.iter().map(|o| &**o))
+    }
 }
 
 impl AuthorityManager {

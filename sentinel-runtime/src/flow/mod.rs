@@ -177,6 +177,9 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
     if rule.resource.trim().is_empty() {
         return bad("resource", "must not be blank");
     }
+    if rule.limit_app == crate::UNTRACKED_ORIGIN {
+        return bad("limit_app", "names the reserved origin of untracked callers; choose another name");
+    }
     if !rule.count.is_finite() || rule.count < 0.0 {
         return bad("count", "must be a finite number >= 0");
     }
@@ -194,12 +197,29 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         if rule.cold_factor <= 1 {
             return bad("cold_factor", "must be > 1");
         }
-        if rule.count <= 0.0 {
-            return bad("count", "must be > 0 for warm-up behaviours");
+        if rule.count < 1.0 {
+            // Java accepts it and then admits nothing at all (its cold rate is under one call per second).
+            return bad("count", "must be >= 1 for warm-up behaviours (one call per second at least)");
+        }
+        if rule.count * rule.warm_up_period_sec as f64 > controller::MAX_WARM_UP_TOKENS {
+            return bad(
+                "count",
+                &format!(
+                    "times warm_up_period_sec must be at most 2^52 ({}) for the warm-up token bucket",
+                    controller::MAX_WARM_UP_TOKENS
+                ),
+            );
         }
     }
-    if rule.grade == FlowGrade::Qps && queue && rule.max_queueing_time_ms == 0 {
-        return bad("max_queueing_time_ms", "must be > 0 for queueing behaviours");
+    // `max_queueing_time_ms = 0` is valid (strict spacing, never wait), as in Java.
+    if rule.grade == FlowGrade::Qps && queue && rule.count > 0.0 && rule.count < controller::MIN_RATE_LIMITER_QPS {
+        return bad(
+            "count",
+            &format!(
+                "is below the slowest rate the rate limiter can space ({:e} per second: one call per 584 years)",
+                controller::MIN_RATE_LIMITER_QPS
+            ),
+        );
     }
     if rule.cluster_mode {
         match &rule.cluster_config {
@@ -257,6 +277,13 @@ impl FlowManager {
 
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceFlowRules>> {
         self.map.get(name)
+    }
+}
+
+impl ResourceFlowRules {
+    /// The origins the rules name in `limit_app` (neither `default` nor `other`).
+    pub(crate) fn named_origins(&self) -> &[String] {
+        &self.named_origins
     }
 }
 
