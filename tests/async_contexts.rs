@@ -153,7 +153,7 @@ async fn slow() -> Result<(), AppError> {
 #[sentinel_resource(name = "async_contexts.panics")]
 async fn panics(n: u64) -> Result<(), AppError> {
     tokio::task::yield_now().await;
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         panic!("body panics");
     }
     Ok(())

@@ -473,11 +473,11 @@ impl Flags {
     const OCCUPIED: u8 = 16;
     #[inline(always)]
     fn of(touches_tls: bool, fresh: bool, inbound: bool, own: bool, occupied: bool) -> u8 {
-        (touches_tls as u8) * Self::TOUCHES_TLS
-            | (fresh as u8) * Self::FRESH
-            | (inbound as u8) * Self::INBOUND
-            | (own as u8) * Self::OWN
-            | (occupied as u8) * Self::OCCUPIED
+        ((touches_tls as u8) * Self::TOUCHES_TLS)
+            | ((fresh as u8) * Self::FRESH)
+            | ((inbound as u8) * Self::INBOUND)
+            | ((own as u8) * Self::OWN)
+            | ((occupied as u8) * Self::OCCUPIED)
     }
 }
 
