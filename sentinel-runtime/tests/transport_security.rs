@@ -250,3 +250,25 @@ fn the_command_server_limits_itself_with_a_flow_rule_of_its_own() {
     assert_eq!(get(addr, "/getSwitch", &[]).status, 200, "the next second");
     assert!(engine.resource_names().iter().all(|n| n != COMMAND_RESOURCE), "the application's engine is not touched");
 }
+
+#[test]
+fn only_allowed_peers_connect_and_a_trusted_peer_writes_without_the_token() {
+    let (engine, _) = engine();
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    // The allow list names another address only: this machine's own requests are refused.
+    let closed = CommandCenter::builder(&engine).port(0).allow_peer("10.9.9.9".parse().unwrap()).start().unwrap();
+    let r = get(closed.local_addr(), "/getSwitch", &[]);
+    assert_eq!(r.status, 403);
+    assert!(r.body.contains("allow list"), "{}", r.body);
+    assert_eq!(get(closed.local_addr(), "/", &[]).status, 403, "the console too");
+    // A token is set, and 127.0.0.1 (standing for the dashboard's address) is trusted: it writes without one.
+    let trusted = CommandCenter::builder(&engine)
+        .port(0)
+        .token("trusted-peer-secret-token")
+        .allow_peer(loopback)
+        .trust_peer(loopback)
+        .start()
+        .unwrap();
+    assert_eq!(get(trusted.local_addr(), "/setSwitch?value=false", &[]).status, 200);
+    assert!(!engine.is_enabled());
+}

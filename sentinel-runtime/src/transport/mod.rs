@@ -40,6 +40,9 @@
 //!   unless a token is set; every write command then needs `Authorization: Bearer <token>` (compared in
 //!   constant time), and every read too with [`CommandCenterBuilder::token_for_reads`].
 //! - Writes sent by a browser from another site (`Origin`, `Sec-Fetch-Site`) are refused.
+//! - [`CommandCenterBuilder::allow_peer`] limits the peers that may connect at all;
+//!   [`CommandCenterBuilder::trust_peer`] lets the dashboard's address write without the token (the dashboard
+//!   cannot send one).
 //! - Bodies are capped (`413`), headers must arrive within 5 s and a request complete within 10 s (a client
 //!   that sends a byte a second is dropped), at most 64 connections are served at once (`503` past it),
 //!   malformed input gets `400`.
@@ -77,7 +80,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::response::Response;
 use axum::Router;
 use hyper::body::Bytes;
@@ -158,6 +161,8 @@ pub struct CommandCenterBuilder {
     port: u16,
     token: Option<String>,
     token_for_reads: bool,
+    allowed_peers: Vec<IpAddr>,
+    trusted_peers: Vec<IpAddr>,
     dashboards: String,
     advertise_ip: Option<IpAddr>,
     heartbeat_interval: Duration,
@@ -177,6 +182,8 @@ impl CommandCenterBuilder {
             port: DEFAULT_PORT,
             token: None,
             token_for_reads: false,
+            allowed_peers: Vec::new(),
+            trusted_peers: Vec::new(),
             dashboards: String::new(),
             advertise_ip: None,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
@@ -200,6 +207,8 @@ impl CommandCenterBuilder {
     /// | `SENTINEL_COMMAND_BIND` | address to bind (`0.0.0.0`, `10.1.2.3`, or with a port: `10.1.2.3:8719`) |
     /// | `SENTINEL_COMMAND_PORT` | port (0: any free port) |
     /// | `SENTINEL_COMMAND_TOKEN` | the token writes need |
+    /// | `SENTINEL_COMMAND_ALLOW` | the only peers (IPs, comma-separated) that may connect |
+    /// | `SENTINEL_COMMAND_TRUSTED` | peers (IPs, comma-separated) that need no token: the dashboard's address |
     /// | `SENTINEL_DASHBOARD_SERVER` | dashboards to send heartbeats to: `host[:port]`, comma-separated, `http://` optional |
     /// | `SENTINEL_HEARTBEAT_CLIENT_IP` | the IP reported to the dashboard (containers, several interfaces) |
     /// | `SENTINEL_HEARTBEAT_INTERVAL_MS` | time between heartbeats |
@@ -234,6 +243,19 @@ impl CommandCenterBuilder {
         }
         if let Some(v) = env("SENTINEL_COMMAND_TOKEN") {
             self.token = Some(v.trim().to_string());
+        }
+        let ips = |var: &'static str, v: &str| -> Result<Vec<IpAddr>, EnvError> {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().map_err(|_| bad(var, v, "expected IP addresses, comma-separated")))
+                .collect()
+        };
+        if let Some(v) = env("SENTINEL_COMMAND_ALLOW") {
+            self.allowed_peers = ips("SENTINEL_COMMAND_ALLOW", &v)?;
+        }
+        if let Some(v) = env("SENTINEL_COMMAND_TRUSTED") {
+            self.trusted_peers = ips("SENTINEL_COMMAND_TRUSTED", &v)?;
         }
         if let Some(v) = env("SENTINEL_DASHBOARD_SERVER") {
             heartbeat::parse_dashboards(&v).map_err(|e| bad("SENTINEL_DASHBOARD_SERVER", &v, &e.reason))?;
@@ -274,6 +296,20 @@ impl CommandCenterBuilder {
     /// Requires the token for every command and the console too, not only for writes.
     pub fn token_for_reads(mut self, on: bool) -> Self {
         self.token_for_reads = on;
+        self
+    }
+
+    /// Lets `ip` connect; once one peer is allowed, every other is refused with `403` (list `127.0.0.1` too
+    /// if local tools should still reach the server).
+    pub fn allow_peer(mut self, ip: IpAddr) -> Self {
+        self.allowed_peers.push(ip);
+        self
+    }
+
+    /// Lets requests from `ip` run write commands without the token: the Sentinel Dashboard's address, since
+    /// the dashboard cannot send one. Trust an address only where it cannot be spoofed (a private network).
+    pub fn trust_peer(mut self, ip: IpAddr) -> Self {
+        self.trusted_peers.push(ip);
         self
     }
 
@@ -394,7 +430,8 @@ impl CommandCenterBuilder {
         }
         let state = Arc::new(ServerState {
             center: center.clone(),
-            access: Access::new(self.token, self.token_for_reads, self.bind.is_loopback()),
+            access: Access::new(self.token, self.token_for_reads, self.bind.is_loopback())
+                .with_peers(self.allowed_peers, self.trusted_peers),
             guard: guard_engine.resource(COMMAND_RESOURCE),
             max_body_bytes: self.limits.max_body_bytes,
         });
@@ -540,6 +577,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 /// Every request: the server's own flow rule, then the console's files or a command.
 async fn dispatch(
     State(s): State<Arc<ServerState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -558,7 +596,7 @@ async fn dispatch(
         if let Some((content_type, content)) = console::asset(name) {
             // The page's own files hold no data and need no token (a browser cannot send one when it opens
             // a page): the page asks for the token when a command needs it. The host check still applies.
-            if let Err(denied) = s.access.check_host(&headers) {
+            if let Err(denied) = s.access.check_peer(peer.ip()).and_then(|()| s.access.check_host(&headers)) {
                 return denied_response(&denied);
             }
             let mut r = respond(StatusCode::OK, content_type, content.to_string());
@@ -576,7 +614,7 @@ async fn dispatch(
         let shown: String = name.chars().take(200).collect();
         return text(StatusCode::BAD_REQUEST, format!("Unknown command `{shown}`"));
     };
-    if let Err(denied) = s.access.check(&headers, command.write) {
+    if let Err(denied) = s.access.check(&headers, peer.ip(), command.write) {
         return denied_response(&denied);
     }
     let mut params = Params::default();
@@ -657,6 +695,8 @@ mod tests {
             ("SENTINEL_DASHBOARD_SERVER", "http://10.0.0.5:8080,dash:8081"),
             ("SENTINEL_HEARTBEAT_CLIENT_IP", "10.1.2.3"),
             ("SENTINEL_HEARTBEAT_INTERVAL_MS", "2500"),
+            ("SENTINEL_COMMAND_ALLOW", "10.0.0.5, 127.0.0.1"),
+            ("SENTINEL_COMMAND_TRUSTED", "10.0.0.5"),
         ])
         .unwrap();
         assert_eq!((b.bind, b.port), ("0.0.0.0".parse::<IpAddr>().unwrap(), 9000));
@@ -664,6 +704,8 @@ mod tests {
         assert_eq!(b.dashboards, "http://10.0.0.5:8080,dash:8081");
         assert_eq!(b.advertise_ip, Some("10.1.2.3".parse().unwrap()));
         assert_eq!(b.heartbeat_interval, Duration::from_millis(2500));
+        assert_eq!(b.allowed_peers, ["10.0.0.5".parse::<IpAddr>().unwrap(), "127.0.0.1".parse().unwrap()]);
+        assert_eq!(b.trusted_peers, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
         let b = from(&[("SENTINEL_COMMAND_BIND", "[::1]:7000")]).unwrap();
         assert_eq!((b.bind, b.port), ("::1".parse::<IpAddr>().unwrap(), 7000));
         let b = from(&[]).unwrap();
@@ -678,6 +720,7 @@ mod tests {
             ("SENTINEL_DASHBOARD_SERVER", "https://dash:8080"),
             ("SENTINEL_HEARTBEAT_CLIENT_IP", "my-host"),
             ("SENTINEL_HEARTBEAT_INTERVAL_MS", "0"),
+            ("SENTINEL_COMMAND_TRUSTED", "10.0.0.5,dashboard"),
         ] {
             let e = from(&[(var, value)]).unwrap_err();
             assert_eq!((e.var, e.value.as_str()), (var, value), "{e}");

@@ -6,8 +6,12 @@
 //! - Bound anywhere else, the server refuses to start without a token.
 //! - With a token, every write command (and, if asked, every read) needs `Authorization: Bearer <token>`;
 //!   the comparison takes the same time wherever the tokens differ.
+//! - With an allow list, only the peers it names reach the server at all (`403` for the others); a trusted
+//!   peer (the Sentinel Dashboard's address: it cannot send a token) needs no token.
 //! - A write that a browser sends from another site (its `Origin` is not this server, or `Sec-Fetch-Site`
 //!   says cross-site) is refused, so a page the user visits cannot change rules through the user's browser.
+
+use std::net::IpAddr;
 
 use hyper::header::{HeaderMap, AUTHORIZATION, HOST, ORIGIN};
 use subtle::ConstantTimeEq;
@@ -24,6 +28,8 @@ pub(crate) enum Denied {
     ForeignHost(String),
     /// A write sent by a browser from another site (403).
     CrossSite,
+    /// A peer the allow list does not name (403).
+    NotAllowed(IpAddr),
 }
 
 impl Denied {
@@ -43,6 +49,9 @@ impl Denied {
                 "Forbidden: this command center listens on loopback only and does not answer for host `{h}` \
                  (use 127.0.0.1, localhost or [::1])"
             ),
+            Denied::NotAllowed(ip) => {
+                format!("Forbidden: {ip} is not on this command center's allow list")
+            }
             Denied::CrossSite => {
                 "Forbidden: a write command was sent by a web page of another site; open the console on this \
                  server or use a command-line client"
@@ -57,11 +66,38 @@ pub(crate) struct Access {
     token: Option<Box<[u8]>>,
     reads_need_token: bool,
     loopback: bool,
+    /// Peers allowed to connect (empty: any peer that reaches the address).
+    allowed: Vec<IpAddr>,
+    /// Peers that need no token.
+    trusted: Vec<IpAddr>,
 }
 
 impl Access {
     pub(crate) fn new(token: Option<String>, reads_need_token: bool, loopback: bool) -> Self {
-        Access { token: token.map(|t| t.into_bytes().into_boxed_slice()), reads_need_token, loopback }
+        Access {
+            token: token.map(|t| t.into_bytes().into_boxed_slice()),
+            reads_need_token,
+            loopback,
+            allowed: Vec::new(),
+            trusted: Vec::new(),
+        }
+    }
+
+    /// Only `allowed` peers may connect; `trusted` ones need no token.
+    pub(crate) fn with_peers(mut self, allowed: Vec<IpAddr>, trusted: Vec<IpAddr>) -> Self {
+        self.allowed = allowed.into_iter().map(|ip| ip.to_canonical()).collect();
+        self.trusted = trusted.into_iter().map(|ip| ip.to_canonical()).collect();
+        self
+    }
+
+    /// Checks the peer against the allow list (an IPv4 peer of a v6 socket is compared as IPv4).
+    pub(crate) fn check_peer(&self, peer: IpAddr) -> Result<(), Denied> {
+        let peer = peer.to_canonical();
+        if self.allowed.is_empty() || self.allowed.contains(&peer) {
+            Ok(())
+        } else {
+            Err(Denied::NotAllowed(peer))
+        }
     }
 
     /// Checks that a loopback server is asked for under a loopback name.
@@ -76,14 +112,16 @@ impl Access {
         Ok(())
     }
 
-    /// Checks a request for a command (`write`: it changes something).
-    pub(crate) fn check(&self, headers: &HeaderMap, write: bool) -> Result<(), Denied> {
+    /// Checks a request for a command from `peer` (`write`: it changes something).
+    pub(crate) fn check(&self, headers: &HeaderMap, peer: IpAddr, write: bool) -> Result<(), Denied> {
+        self.check_peer(peer)?;
         self.check_host(headers)?;
         if write && is_cross_site(headers) {
             return Err(Denied::CrossSite);
         }
         if let Some(token) = &self.token {
-            if (write || self.reads_need_token) && !token_matches(headers, token) {
+            let trusted = self.trusted.contains(&peer.to_canonical());
+            if (write || self.reads_need_token) && !trusted && !token_matches(headers, token) {
                 return Err(Denied::Unauthorized { write });
             }
         }
@@ -140,6 +178,21 @@ fn is_cross_site(headers: &HeaderMap) -> bool {
 mod tests {
     use super::*;
 
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn the_allow_list_and_trusted_peers() {
+        let dashboard: IpAddr = "10.0.0.9".parse().unwrap();
+        let access =
+            Access::new(Some("token-token-token".into()), false, false).with_peers(vec![dashboard], vec![dashboard]);
+        assert_eq!(access.check(&headers(&[]), LOCAL, false), Err(Denied::NotAllowed(LOCAL)));
+        assert_eq!(access.check(&headers(&[]), dashboard, true), Ok(()), "trusted: no token needed");
+        let mapped: IpAddr = "::ffff:10.0.0.9".parse().unwrap();
+        assert_eq!(access.check(&headers(&[]), mapped, true), Ok(()), "an IPv4 peer on a v6 socket");
+        let open = Access::new(Some("token-token-token".into()), false, false);
+        assert_eq!(open.check(&headers(&[]), LOCAL, true), Err(Denied::Unauthorized { write: true }));
+    }
+
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
@@ -158,28 +211,28 @@ mod tests {
         }
         let access = Access::new(None, false, true);
         assert!(matches!(
-            access.check(&headers(&[("host", "rebound.example:8719")]), false),
+            access.check(&headers(&[("host", "rebound.example:8719")]), LOCAL, false),
             Err(Denied::ForeignHost(_))
         ));
-        assert_eq!(access.check(&headers(&[("host", "127.0.0.1:8719")]), true), Ok(()));
+        assert_eq!(access.check(&headers(&[("host", "127.0.0.1:8719")]), LOCAL, true), Ok(()));
     }
 
     #[test]
     fn the_token_is_needed_for_writes_and_optionally_for_reads() {
         let access = Access::new(Some("s3cret-token".into()), false, false);
-        assert_eq!(access.check(&headers(&[]), false), Ok(()));
-        assert_eq!(access.check(&headers(&[]), true), Err(Denied::Unauthorized { write: true }));
+        assert_eq!(access.check(&headers(&[]), LOCAL, false), Ok(()));
+        assert_eq!(access.check(&headers(&[]), LOCAL, true), Err(Denied::Unauthorized { write: true }));
         assert_eq!(
-            access.check(&headers(&[("authorization", "Bearer wrong")]), true),
+            access.check(&headers(&[("authorization", "Bearer wrong")]), LOCAL, true),
             Err(Denied::Unauthorized { write: true })
         );
-        assert_eq!(access.check(&headers(&[("authorization", "Bearer s3cret-token")]), true), Ok(()));
+        assert_eq!(access.check(&headers(&[("authorization", "Bearer s3cret-token")]), LOCAL, true), Ok(()));
         assert_eq!(
-            access.check(&headers(&[("authorization", "s3cret-token")]), true),
+            access.check(&headers(&[("authorization", "s3cret-token")]), LOCAL, true),
             Err(Denied::Unauthorized { write: true })
         );
         let strict = Access::new(Some("t".into()), true, false);
-        assert_eq!(strict.check(&headers(&[]), false), Err(Denied::Unauthorized { write: false }));
+        assert_eq!(strict.check(&headers(&[]), LOCAL, false), Err(Denied::Unauthorized { write: false }));
     }
 
     #[test]
@@ -190,12 +243,16 @@ mod tests {
             ("origin", "http://127.0.0.1:8719"),
             ("sec-fetch-site", "same-origin"),
         ]);
-        assert_eq!(access.check(&same, true), Ok(()));
+        assert_eq!(access.check(&same, LOCAL, true), Ok(()));
         let other = headers(&[("host", "127.0.0.1:8719"), ("origin", "https://evil.example")]);
-        assert_eq!(access.check(&other, true), Err(Denied::CrossSite));
-        assert_eq!(access.check(&other, false), Ok(()), "reads are not refused for it");
+        assert_eq!(access.check(&other, LOCAL, true), Err(Denied::CrossSite));
+        assert_eq!(access.check(&other, LOCAL, false), Ok(()), "reads are not refused for it");
         let fetch = headers(&[("host", "127.0.0.1:8719"), ("sec-fetch-site", "cross-site")]);
-        assert_eq!(access.check(&fetch, true), Err(Denied::CrossSite));
-        assert_eq!(access.check(&headers(&[("host", "127.0.0.1:8719")]), true), Ok(()), "curl and the dashboard");
+        assert_eq!(access.check(&fetch, LOCAL, true), Err(Denied::CrossSite));
+        assert_eq!(
+            access.check(&headers(&[("host", "127.0.0.1:8719")]), LOCAL, true),
+            Ok(()),
+            "curl and the dashboard"
+        );
     }
 }
