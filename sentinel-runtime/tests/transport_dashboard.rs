@@ -611,3 +611,14 @@ fn the_server_can_run_on_the_applications_runtime() {
         std::thread::sleep(Duration::from_millis(5)); // polls for the condition
     }
 }
+
+#[test]
+fn a_command_center_can_be_kept_in_a_static_or_moved_to_another_thread() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<CommandCenter>();
+    let (engine, _clock) = engine("shop");
+    let center = start(&engine);
+    let addr = center.local_addr();
+    std::thread::spawn(move || drop(center)).join().unwrap();
+    assert!(std::net::TcpStream::connect(addr).is_err(), "stopped when dropped (on a thread of its own: at once)");
+}
