@@ -152,7 +152,9 @@ fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
                     interval_total: b.interval_total,
                     interval_bad: b.interval_bad,
                     is_default: b.is_default,
-                    last: transitions.iter().find(|t| *t.rule == *b.rule).map(vo),
+                    // A default (`"*"`) rule's breakers share one rule, and observers are not told whose
+                    // breaker moved: no last transition is shown for them (the list shows them under `*`).
+                    last: if b.is_default { None } else { transitions.iter().find(|t| *t.rule == *b.rule).map(vo) },
                 })
                 .collect();
             let t = last.map(|l| l.totals).unwrap_or_default();
