@@ -600,6 +600,35 @@ mod write_back {
         assert_eq!(fs::read_to_string(&combined).unwrap(), "{ not json");
     }
 
+    #[cfg(feature = "file-watch")]
+    #[test]
+    fn the_reload_a_write_triggers_finds_nothing_to_do() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.json");
+        fs::write(&path, r#"{"flowRules": [{"resource": "api", "count": 1}]}"#).unwrap();
+        let engine = Sentinel::builder().build();
+        let src = FileDataSource::new(&engine, &path);
+        src.reload_now().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        src.on_reload(move |r| {
+            let _ = tx.lock().unwrap().send(r.clone().map_err(|e| e.to_string()));
+        });
+        let _watcher = src.watch(Duration::from_millis(50)).unwrap();
+        let rules = vec![FlowRule::new("api").count(6.0)];
+        engine.load_flow_rules(rules.clone()).unwrap();
+        src.write_rules(&RuleSet { flow: Some(rules), ..RuleSet::default() }).unwrap();
+        // The watcher sees the rename and reloads: it finds what is in force (waits generously; no timing
+        // is asserted).
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(r) => assert_eq!(r, Ok(Reloaded::Unchanged)),
+            Err(e) => panic!("the watcher did not report the write within 30 s: {e}"),
+        }
+        assert_eq!(engine.flow_rules()[0].count, 6.0);
+    }
+
     #[test]
     fn a_failed_write_is_an_io_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
