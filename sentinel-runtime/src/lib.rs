@@ -27,7 +27,16 @@
 //! **Contexts and origins.** A context is a named entrance with a caller origin
 //! ([`Sentinel::enter_context`]); nested entries form a call tree below it. Without one, entries use the
 //! default context with an empty origin. Flow rules choose the node they read by `limit_app` (a specific
-//! origin, `"other"`, `"default"`) and strategy (direct, relate, chain).
+//! origin, `"other"`, `"default"`) and strategy (direct, relate, chain). Origins are bounded
+//! ([`Config::max_origins`], [`Config::max_origins_per_resource`]): callers past the caps run as
+//! [`UNTRACKED_ORIGIN`], while origins that rules name are always tracked.
+//!
+//! **Entries across threads and `.await`.** An entry of a borrowed handle ([`Resource::enter`]) is the
+//! innermost entry of its thread until it exits (later entries nest under it). An owned entry
+//! ([`Resource::entry_owned`]) and any [`EntryBuilder::enter_async`] entry joins the active context but never
+//! changes a thread's context: it can move into a future or a response body and exit on any thread.
+//! [`Entry::in_scope`] and [`Entry::instrument`] run work with it as the innermost entry (the web layer
+//! wraps each request's handler this way). Annotated `async fn`s carry their context in their future.
 //!
 //! **Rules.** Each kind has a data type with builder methods ([`flow::FlowRule`],
 //! [`circuit_breaker::DegradeRule`], [`system::SystemRule`], [`param_flow::ParamFlowRule`],

@@ -953,6 +953,62 @@ mod tests {
         }
     }
 
+    /// Without any injected delay (preemption only): readers yield inside their sections while two writers
+    /// replace continuously; a value dropped while a reader still held it is counted. Bounded by grace
+    /// periods, not time; `SENTINEL_STRESS_SCALE=<n>` runs n times as many.
+    #[test]
+    fn readers_preempted_in_their_sections_never_see_a_freed_value() {
+        const IDS: usize = 1 << 16;
+        static DROPPED: std::sync::OnceLock<Vec<AtomicBool>> = std::sync::OnceLock::new();
+        let dropped = DROPPED.get_or_init(|| (0..IDS).map(|_| AtomicBool::new(false)).collect());
+        struct V(usize);
+        impl Drop for V {
+            fn drop(&mut self) {
+                DROPPED.get().unwrap()[self.0 % IDS].store(true, Ordering::SeqCst);
+            }
+        }
+        let scale: usize = std::env::var("SENTINEL_STRESS_SCALE").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+        let grace_periods = 1000 * scale.max(1);
+        let p = Arc::new(RcuPtr::new(V(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let violations = Arc::new(AtomicUsize::new(0));
+        let readers: Vec<_> = (0..2 * stripe::owned_stripes() + 2)
+            .map(|_| {
+                let (p, stop, violations) = (p.clone(), stop.clone(), violations.clone());
+                std::thread::spawn(move || {
+                    let dropped = DROPPED.get().unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        p.read(|v| {
+                            let id = v.0 % IDS;
+                            std::thread::yield_now();
+                            if dropped[id].load(Ordering::SeqCst) {
+                                violations.fetch_add(1, Ordering::SeqCst);
+                            }
+                        });
+                    }
+                })
+            })
+            .collect();
+        let next = Arc::new(AtomicUsize::new(1));
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (p, next) = (p.clone(), next.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..grace_periods / 2 {
+                        let id = next.fetch_add(1, Ordering::Relaxed) % IDS;
+                        let mut b = RetireBatch::new();
+                        b.push(p.replace(V(id)));
+                    }
+                })
+            })
+            .collect();
+        writers.into_iter().for_each(|w| w.join().unwrap());
+        stop.store(true, Ordering::Relaxed);
+        readers.into_iter().for_each(|r| r.join().unwrap());
+        let _ = dropped;
+        assert_eq!(violations.load(Ordering::SeqCst), 0, "values dropped while a reader held them");
+    }
+
     /// The hooked interleavings again, under valgrind's memcheck: no invalid read of a freed value.
     #[test]
     fn forced_interleavings_pass_under_memcheck() {

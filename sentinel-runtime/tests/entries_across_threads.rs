@@ -228,3 +228,24 @@ fn borrowed_entries_still_nest_on_their_own_thread() {
     let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
     assert_eq!(depth(&default.children), 2);
 }
+
+#[test]
+fn handles_and_entries_that_outlive_the_engine_handle_still_exit_cleanly() {
+    let engine = Sentinel::builder().build();
+    engine.load_flow_rules([FlowRule::new("a").count(1e9)]).unwrap();
+    let ctx_engine = engine.clone();
+    let ctx = ctx_engine.enter_context("ctx", "orig").unwrap();
+    let e1 = engine.enter("a").unwrap();
+    let r = engine.resource("a");
+    let e2 = r.entry_owned().enter().unwrap();
+    drop(ctx);
+    drop(ctx_engine);
+    drop(engine);
+    // The engine handle is gone; the resource handle and the owned entries keep its state alive.
+    let e3 = r.enter().unwrap();
+    drop(e1);
+    std::thread::spawn(move || drop(e2)).join().unwrap();
+    drop(e3);
+    let e4 = r.enter().unwrap();
+    assert_eq!(e4.resource(), "a");
+}

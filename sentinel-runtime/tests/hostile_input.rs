@@ -258,3 +258,24 @@ fn extreme_rule_values_never_panic_or_wrap() {
     clock.advance_millis(10);
     let _ = engine.resource("huge").enter();
 }
+
+#[test]
+fn a_clock_that_goes_back_or_wraps_never_admits_past_the_limit() {
+    let (engine, clock) = engine_with(10, 10);
+    engine.load_flow_rules([FlowRule::new("q").count(5.0)]).unwrap();
+    let breaker = DegradeRule::new("q", DegradeGrade::ErrorCount).count(100.0).min_request_amount(1).time_window_sec(1);
+    engine.load_degrade_rules([breaker]).unwrap();
+    let r = engine.resource("q");
+    let passed = |n| (0..n).filter(|_| r.enter().is_ok()).count();
+    assert_eq!(passed(10), 5);
+    clock.set_millis(T0 - 10_000);
+    assert_eq!(passed(10), 0, "ten seconds back: the window in force is not reopened");
+    clock.set_millis(0);
+    let _ = passed(10);
+    clock.set_millis(T0);
+    let _ = passed(10);
+    clock.set_nanos(u64::MAX - 1);
+    assert!(passed(10) <= 5);
+    clock.advance_millis(10);
+    assert!(passed(10) <= 5);
+}
