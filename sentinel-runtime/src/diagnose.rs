@@ -40,6 +40,8 @@ pub struct RuleFinding {
     pub applies: bool,
     /// Reasons the rule does not (or cannot) fire, each with what to do.
     pub problems: Vec<String>,
+    /// For a `regex` rule: the pattern that matched the resource's name (see [`crate::pattern`]).
+    pub pattern: Option<String>,
 }
 
 /// Whether errors reach the statistics.
@@ -163,13 +165,14 @@ fn flow_finding(
         threshold: Some(rule.count),
         applies: true,
         problems: Vec::new(),
+        pattern: rule.regex.then(|| rule.resource.clone()),
     };
     let cluster = engine.cluster_stats(resource);
 
     // Who is subject to the rule (limit_app), as Java's node selection decides.
     let named: Vec<&str> = all
         .iter()
-        .filter(|r| r.resource == rule.resource)
+        .filter(|r| engine.flow_rule_applies(r, resource))
         .map(|r| r.limit_app.as_str())
         .filter(|a| *a != LIMIT_APP_DEFAULT && *a != LIMIT_APP_OTHER)
         .collect();
@@ -301,6 +304,7 @@ fn degrade_finding(
         threshold: Some(rule.count),
         applies: true,
         problems: Vec::new(),
+        pattern: rule.regex.then(|| rule.resource.clone()),
     };
     // The breaker's own bucket, when it has one, is what the rule compares.
     let mut from_breaker = false;
@@ -362,6 +366,24 @@ fn degrade_finding(
 }
 
 impl Sentinel {
+    /// Whether the flow rule applies to `resource`: it names it, or it is a regex rule whose pattern matches.
+    fn flow_rule_applies(&self, rule: &FlowRule, resource: &str) -> bool {
+        if rule.regex {
+            self.shared.flow.pattern_matches(&rule.resource, resource)
+        } else {
+            rule.resource == resource
+        }
+    }
+
+    /// Whether the degrade rule is one of `resource`'s own (named or matched).
+    fn degrade_rule_applies(&self, rule: &DegradeRule, resource: &str) -> bool {
+        if rule.regex {
+            self.shared.degrade.pattern_matches(&rule.resource, resource)
+        } else {
+            rule.resource == resource
+        }
+    }
+
     /// Explains the state of `resource` and its rules: see [the module](crate::diagnose).
     pub fn diagnose(&self, resource: &str) -> Diagnosis {
         let inner = self.shared.find_resource(resource);
@@ -385,13 +407,13 @@ impl Sentinel {
         let flow = all_flow
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.resource == resource)
+            .filter(|(_, r)| self.flow_rule_applies(r, resource))
             .map(|(i, r)| flow_finding(self, resource, i, r, &all_flow, &seen, &contexts))
             .collect();
 
         let degrade_rules = self.degrade_rules();
         let own: Vec<(usize, &DegradeRule)> =
-            degrade_rules.iter().enumerate().filter(|(_, r)| r.resource == resource).collect();
+            degrade_rules.iter().enumerate().filter(|(_, r)| self.degrade_rule_applies(r, resource)).collect();
         let mut notes = Vec::new();
         let degrade_of: Vec<(usize, &DegradeRule)> = if own.is_empty() {
             let defaults: Vec<(usize, &DegradeRule)> =
@@ -439,6 +461,7 @@ impl Sentinel {
                      function's parameters); a call without that argument passes"
                         .to_string(),
                 ],
+                pattern: None,
             })
             .collect();
 
@@ -446,7 +469,13 @@ impl Sentinel {
             .authority_rules()
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.resource == resource)
+            .filter(|(_, r)| {
+                if r.regex {
+                    self.shared.authority.pattern_matches(&r.resource, resource)
+                } else {
+                    r.resource == resource
+                }
+            })
             .map(|(i, r)| {
                 let list: Vec<&str> = r.limit_app.split(',').collect();
                 let mut problems = Vec::new();
@@ -473,6 +502,7 @@ impl Sentinel {
                         problems.push(format!("{listed} of the {} origins seen are in the list", origins.len()));
                         problems
                     },
+                    pattern: r.regex.then(|| r.resource.clone()),
                 }
             })
             .collect();
@@ -516,6 +546,7 @@ impl Sentinel {
                     threshold: None,
                     applies: inbound.minute_pass + inbound.minute_block > 0,
                     problems,
+                    pattern: None,
                 }
             })
             .collect();
@@ -581,6 +612,9 @@ fn write_findings(f: &mut fmt::Formatter<'_>, title: &str, findings: &[RuleFindi
     for r in findings {
         let mark = if r.applies { "" } else { "  [DOES NOT APPLY]" };
         writeln!(f, "  #{} {}{mark}", r.index, r.summary)?;
+        if let Some(p) = &r.pattern {
+            writeln!(f, "     matched by pattern: `{p}` (regex rule)")?;
+        }
         writeln!(f, "     reads: {}", r.reads)?;
         match (r.current, r.threshold) {
             (Some(c), Some(t)) => writeln!(f, "     now: {c:.2} against threshold {t}")?,

@@ -132,6 +132,12 @@ impl SentinelBuilder {
         self.config.max_resources = n;
         self
     }
+    /// Uses the clock of `other` (an integration's private engine keeps the application's time).
+    #[cfg_attr(not(feature = "transport"), allow(dead_code))]
+    pub(crate) fn clock_of(mut self, other: &Sentinel) -> Self {
+        self.clock = Some(other.shared.clock.clone());
+        self
+    }
     /// Sets the cap on tracked caller origins (see [`Config::max_origins`]).
     pub fn max_origins(mut self, n: usize) -> Self {
         self.config.max_origins = n;
@@ -195,6 +201,7 @@ impl SentinelBuilder {
                 warned_resources: AtomicBool::new(false),
                 sites: Mutex::new(HashMap::new()),
                 site_list: boxcar::Vec::new(),
+                observers: crate::observe::Observers::default(),
             }),
         }
     }
@@ -242,6 +249,8 @@ pub(crate) struct Shared {
     /// Resources of annotated call sites, when this engine stands in for the global one.
     sites: Mutex<HashMap<usize, usize>>,
     site_list: boxcar::Vec<Resource>,
+    /// What integrations observe beyond the windows (histograms, blocks by kind), once one asks.
+    pub(crate) observers: crate::observe::Observers,
 }
 
 impl Shared {
@@ -395,6 +404,15 @@ impl Shared {
         rules.fast_path =
             rules.authority.is_none() && rules.param.is_none() && (rules.flow.is_none() || rules.flow_simple.is_some());
         rules
+    }
+
+    /// Runs `f` on every resource while no resource can be created.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn for_each_resource_locked(&self, f: impl Fn(&ResourceInner)) {
+        let _guard = self.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, inner) in self.resource_list.iter() {
+            f(inner);
+        }
     }
 
     /// Rebuilds every resource's rules after a manager changed.
@@ -657,6 +675,7 @@ impl Sentinel {
         let rules = if checked { shared.rules_for(&name) } else { ResourceRules::default() };
         let inner = Arc::new(ResourceInner::new(name.clone(), rules, checked));
         if checked {
+            shared.observers.start(&inner);
             resources.insert(name, inner.clone());
             shared.resource_list.push(inner.clone());
             shared.resource_generation.fetch_add(1, Ordering::Release);

@@ -288,6 +288,9 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 let w = Writer::at(now_ms);
                 nodes.for_each(|n| n.block_with(&w, self.acquire));
                 shared.on_block(&block, now_ms, self.acquire);
+                if let Some(o) = inner.observed.get() {
+                    o.record_block(&block, self.acquire);
+                }
                 return Err(block);
             }
         }
@@ -473,11 +476,12 @@ impl Flags {
     const OCCUPIED: u8 = 16;
     #[inline(always)]
     fn of(touches_tls: bool, fresh: bool, inbound: bool, own: bool, occupied: bool) -> u8 {
-        ((touches_tls as u8) * Self::TOUCHES_TLS)
-            | ((fresh as u8) * Self::FRESH)
-            | ((inbound as u8) * Self::INBOUND)
-            | ((own as u8) * Self::OWN)
-            | ((occupied as u8) * Self::OCCUPIED)
+        let bit = |on: bool, bit: u8| if on { bit } else { 0 };
+        bit(touches_tls, Self::TOUCHES_TLS)
+            | bit(fresh, Self::FRESH)
+            | bit(inbound, Self::INBOUND)
+            | bit(own, Self::OWN)
+            | bit(occupied, Self::OCCUPIED)
     }
 }
 
@@ -911,6 +915,9 @@ impl Drop for Entry<'_> {
         let (own, inbound) = (self.flags & Flags::OWN != 0, self.flags & Flags::INBOUND != 0);
         let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
         nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
+        if let Some(o) = inner.observed.get() {
+            o.record_rt(rt_micros);
+        }
 
         if self.flow.is_active() {
             flow::on_exit(&mut self.flow, acquire);

@@ -57,6 +57,9 @@
 //! an axum, tonic or hyper 1 service: an inbound resource per route template or gRPC method, the caller's
 //! origin and hot parameters from the request, 429 / 503 / 403 (or the gRPC status) with `Retry-After`
 //! from the rule that blocked ([`BlockError::retry_after`]).
+//! **The Sentinel Dashboard.** With the `transport` feature, `transport::CommandCenter` serves the
+//! dashboard's command protocol, sends it heartbeats, keeps 5 minutes of per-second history and serves a
+//! live console of its own, on `127.0.0.1:8719`; rules pushed from either are written back to the rules file.
 //!
 //! **Extending.** [`Sentinel::add_slot`] inserts a check at any order of the chain;
 //! [`Sentinel::on_block`] observes every blocked call.
@@ -85,12 +88,16 @@ mod error;
 #[cfg(feature = "prometheus")]
 pub mod exporter;
 pub mod flow;
+#[cfg(feature = "transport")]
+mod http_server;
 mod inspect;
 #[cfg(feature = "logs")]
 pub mod log;
 mod macro_support;
 mod node;
+mod observe;
 pub mod param_flow;
+pub mod pattern;
 mod rcu;
 pub mod registry;
 mod resource;
@@ -100,6 +107,8 @@ pub mod stat;
 pub mod system;
 #[cfg(feature = "tower")]
 pub mod web;
+#[cfg(feature = "transport")]
+pub mod transport;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::Diagnosis;
@@ -109,7 +118,7 @@ pub use engine::{
 };
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
-pub use inspect::{NodeStats, TreeNode};
+pub use inspect::{NodeStats, SecondTotals, TreeNode};
 pub use resource::{EntryType, Resource};
 pub use sentinel_macros::sentinel_resource;
 
@@ -135,12 +144,37 @@ pub mod __private {
         name: &'static str,
         entry_type: EntryType,
         global: OnceLock<Resource>,
+        /// For a method whose impl block carries no attribute: `module::function`, completed with the type's
+        /// name from `Self` at the first call (a `static` cannot name `Self`).
+        method: Option<(&'static str, &'static str)>,
+        method_name: OnceLock<Box<str>>,
+        descriptor: OnceLock<ResourceDescriptor>,
     }
 
     impl ResourceSite {
         /// A site for the resource `name`.
         pub const fn new(name: &'static str, entry_type: EntryType) -> Self {
-            ResourceSite { name, entry_type, global: OnceLock::new() }
+            ResourceSite {
+                name,
+                entry_type,
+                global: OnceLock::new(),
+                method: None,
+                method_name: OnceLock::new(),
+                descriptor: OnceLock::new(),
+            }
+        }
+
+        /// A site for the method `function` of a type of module `module`, named `module::Type::function` from
+        /// `Self` at the first call (see [`ResourceSite::method_resource`]).
+        pub const fn method(module: &'static str, function: &'static str, entry_type: EntryType) -> Self {
+            ResourceSite {
+                name: "",
+                entry_type,
+                global: OnceLock::new(),
+                method: Some((module, function)),
+                method_name: OnceLock::new(),
+                descriptor: OnceLock::new(),
+            }
         }
 
         /// The resource in the engine this thread uses: no lookup once cached.
@@ -151,16 +185,45 @@ pub mod __private {
                 if let Some(r) = self.global.get() {
                     return r;
                 }
-                return self.init_global();
+                return self.init_global(self.name);
             }
             // SAFETY: only `&'static Sentinel` values are installed as overrides.
             let engine: &'static Sentinel = unsafe { &*s.override_engine };
             engine.site_resource(self as *const Self as usize, self.name, self.entry_type)
         }
 
+        /// The resource of a method site: `self_type` is `core::any::type_name::<Self>`, read once.
+        #[inline]
+        pub fn method_resource(&'static self, self_type: fn() -> &'static str) -> &'static Resource {
+            let s = crate::context::current();
+            if s.override_engine.is_null() {
+                if let Some(r) = self.global.get() {
+                    return r;
+                }
+                return self.init_global(self.method_name(self_type));
+            }
+            // SAFETY: only `&'static Sentinel` values are installed as overrides.
+            let engine: &'static Sentinel = unsafe { &*s.override_engine };
+            engine.site_resource(self as *const Self as usize, self.method_name(self_type), self.entry_type)
+        }
+
+        fn method_name(&'static self, self_type: fn() -> &'static str) -> &'static str {
+            self.method_name.get_or_init(|| {
+                let (module, function) = self.method.unwrap_or(("", ""));
+                crate::registry::method_resource_name(module, self_type(), function).into_boxed_str()
+            })
+        }
+
+        /// The registry's descriptor of a method site: `base` with the name found at the first call, once
+        /// there was one.
+        pub fn resolved_descriptor(&'static self, base: &ResourceDescriptor) -> Option<&'static ResourceDescriptor> {
+            let name: &'static str = self.method_name.get()?;
+            Some(self.descriptor.get_or_init(|| ResourceDescriptor { name, resolve: None, ..*base }))
+        }
+
         #[cold]
-        fn init_global(&'static self) -> &'static Resource {
-            self.global.get_or_init(|| Sentinel::global().resource_typed(self.name, self.entry_type))
+        fn init_global(&'static self, name: &str) -> &'static Resource {
+            self.global.get_or_init(|| Sentinel::global().resource_typed(name, self.entry_type))
         }
     }
 }

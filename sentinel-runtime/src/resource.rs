@@ -31,6 +31,9 @@ pub(crate) struct ResourceInner {
     pub(crate) has_rules: AtomicBool,
     /// Whether `rules` holds circuit breakers (the only rules an exit needs).
     pub(crate) has_breakers: AtomicBool,
+    /// Response-time histogram and blocks by kind, once an integration observes them (next to
+    /// `has_breakers`, which every exit reads).
+    pub(crate) observed: OnceLock<crate::observe::Observed>,
     /// False for resources past the cap: their entries pass unchecked.
     pub(crate) checked: bool,
     default_ctx_node: OnceLock<Arc<DefaultNode>>,
@@ -55,6 +58,7 @@ impl ResourceInner {
             rules: RcuPtr::new(rules),
             has_rules: AtomicBool::new(has),
             has_breakers: AtomicBool::new(breakers),
+            observed: OnceLock::new(),
             checked,
             default_ctx_node: OnceLock::new(),
             split_default: AtomicBool::new(split_default),

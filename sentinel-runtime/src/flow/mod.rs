@@ -5,12 +5,16 @@ mod rule;
 
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
 
 use crate::error::{BlockError, RuleError, RuleKind};
+use crate::pattern::{Compiler, Patterns};
 use crate::resource::ResourceInner;
-use crate::rules::{group_reusing, CheckCx, RuleList, RuleMap};
+use crate::rules::{group_reusing, CheckCx, RuleList};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
@@ -167,8 +171,50 @@ impl EntryState {
 /// Holds the flow rules.
 #[derive(Default)]
 pub(crate) struct FlowManager {
-    map: RuleMap<ResourceFlowRules>,
+    set: ArcSwap<FlowRuleSet>,
     rules: RuleList<FlowRule>,
+}
+
+/// The compiled flow rules of one load.
+#[derive(Default)]
+struct FlowRuleSet {
+    /// Rules naming their resource exactly.
+    exact: HashMap<String, Arc<ResourceFlowRules>>,
+    /// Regex rules, by pattern.
+    patterns: Patterns<FlowRule>,
+    /// The rules of each resource that matches a pattern (its exact rules, then its own state of every
+    /// matching regex rule), resolved when the resource is created or the set loads.
+    matched: Mutex<HashMap<String, Arc<ResourceFlowRules>>>,
+}
+
+impl FlowRuleSet {
+    /// The rules of `name` when it matches a pattern: its exact rules, then a state of its own for each
+    /// matching regex rule (reusing the state in `old` of an equal rule, so a reload keeps it).
+    fn resolve(&self, name: &str, old: Option<&ResourceFlowRules>) -> Option<Arc<ResourceFlowRules>> {
+        let mut hits = self.patterns.matching(name).peekable();
+        hits.peek()?;
+        let mut rules: Vec<Arc<FlowRuleState>> = self.exact.get(name).map(|e| e.rules.clone()).unwrap_or_default();
+        for (_, rule) in hits {
+            let reused = old.and_then(|o| o.rules.iter().find(|s| *s.rule == *rule).cloned());
+            rules.push(reused.unwrap_or_else(|| Arc::new(FlowRuleState::new(rule.clone()))));
+        }
+        Some(Arc::new(ResourceFlowRules::new(rules)))
+    }
+}
+
+impl ResourceFlowRules {
+    /// One resource's rules: specific origins (and "other") before "default", keeping the given order
+    /// otherwise (Java's `FlowRuleComparator`).
+    fn new(mut rules: Vec<Arc<FlowRuleState>>) -> Self {
+        rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
+        let named_origins = rules
+            .iter()
+            .map(|s| s.rule.limit_app.clone())
+            .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
+            .collect();
+        let simple = rules.len() == 1 && rules[0].is_simple();
+        ResourceFlowRules { rules, named_origins, simple }
+    }
 }
 
 /// Checks one flow rule; the first invalid field is reported.
@@ -221,6 +267,12 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
             ),
         );
     }
+    if rule.cluster_mode && rule.regex {
+        return bad(
+            "cluster_mode",
+            "cannot be combined with regex: one cluster flow id cannot count each matching resource separately",
+        );
+    }
     if rule.cluster_mode {
         match &rule.cluster_config {
             None => return bad("cluster_config", "is required when cluster_mode is on"),
@@ -244,29 +296,38 @@ fn normalize(mut rule: FlowRule) -> FlowRule {
 impl FlowManager {
     /// Validates and replaces the rule set; `Ok(false)` when it equals the one in force.
     pub(crate) fn load(&self, rules: Vec<FlowRule>) -> Result<bool, RuleError> {
-        self.rules.replace(rules, validate, normalize, |unique| {
-            let old = self.map.snapshot();
+        let old = self.set.load_full();
+        let compiler = Compiler::new(RuleKind::Flow, &old.patterns);
+        let check = |rule: &FlowRule, index: usize| {
+            validate(rule, index)?;
+            if rule.regex {
+                compiler.check(index, &rule.resource)?;
+            }
+            Ok(())
+        };
+        self.rules.replace(rules, check, normalize, |unique| {
+            let (regex, exact): (Vec<&FlowRule>, Vec<&FlowRule>) = unique.iter().partition(|r| r.regex);
             let by_resource = group_reusing(
-                unique,
+                exact.iter().copied(),
                 |r| &r.resource,
-                |r| old.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r).cloned()),
+                |r| old.exact.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r).cloned()),
                 |r| FlowRuleState::new(r.clone()),
             );
-            let map = by_resource
+            let exact = by_resource.into_iter().map(|(name, rules)| (name, Arc::new(ResourceFlowRules::new(rules))));
+            let compiled = compiler.finish();
+            let mut set = FlowRuleSet {
+                exact: exact.collect(),
+                patterns: Patterns::group(regex.into_iter().map(|r| (r.resource.as_str(), r.clone())), &compiled),
+                matched: Mutex::default(),
+            };
+            // Resolve again the resources that matched a pattern, keeping the state of rules that stay.
+            let old_matched = std::mem::take(&mut *old.matched.lock().unwrap_or_else(|e| e.into_inner()));
+            let matched = old_matched
                 .into_iter()
-                .map(|(name, mut rules)| {
-                    // Specific origins (and "other") before "default", keeping the given order otherwise.
-                    rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
-                    let named_origins = rules
-                        .iter()
-                        .map(|s| s.rule.limit_app.clone())
-                        .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
-                        .collect();
-                    let simple = rules.len() == 1 && rules[0].is_simple();
-                    (name, Arc::new(ResourceFlowRules { rules, named_origins, simple }))
-                })
+                .filter_map(|(name, rules)| set.resolve(&name, Some(&rules)).map(|r| (name, r)))
                 .collect();
-            self.map.store(map);
+            set.matched = Mutex::new(matched);
+            self.set.store(Arc::new(set));
             Ok(())
         })
     }
@@ -275,8 +336,29 @@ impl FlowManager {
         self.rules.get()
     }
 
+    /// The rules of the resource `name`, exact and matched (resolved once per resource and rule set: called
+    /// when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceFlowRules>> {
-        self.map.get(name)
+        let set = self.set.load();
+        if set.patterns.is_empty() {
+            return set.exact.get(name).cloned();
+        }
+        let mut matched = set.matched.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = matched.get(name) {
+            return Some(r.clone());
+        }
+        match set.resolve(name, None) {
+            Some(r) => {
+                matched.insert(name.to_string(), r.clone());
+                Some(r)
+            }
+            None => set.exact.get(name).cloned(),
+        }
+    }
+
+    /// Whether the regex rule pattern `pattern` of the set in force matches `name`.
+    pub(crate) fn pattern_matches(&self, pattern: &str, name: &str) -> bool {
+        self.set.load().patterns.get(pattern).is_some_and(|p| p.matches(name))
     }
 }
 
