@@ -105,10 +105,10 @@ mod rules;
 pub mod slot;
 pub mod stat;
 pub mod system;
-#[cfg(feature = "tower")]
-pub mod web;
 #[cfg(feature = "transport")]
 pub mod transport;
+#[cfg(feature = "tower")]
+pub mod web;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::Diagnosis;
