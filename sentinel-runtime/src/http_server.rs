@@ -72,6 +72,7 @@ pub(crate) enum Runtime {
     /// A thread of its own (named so), with a current-thread runtime.
     OwnThread(String),
     /// The application's runtime.
+    #[cfg_attr(not(feature = "transport"), allow(dead_code))]
     Handle(tokio::runtime::Handle),
 }
 

@@ -88,7 +88,7 @@ mod error;
 #[cfg(feature = "prometheus")]
 pub mod exporter;
 pub mod flow;
-#[cfg(feature = "transport")]
+#[cfg(any(feature = "transport", feature = "http-exporter"))]
 mod http_server;
 mod inspect;
 #[cfg(feature = "logs")]

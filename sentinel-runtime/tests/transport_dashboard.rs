@@ -622,3 +622,18 @@ fn a_command_center_can_be_kept_in_a_static_or_moved_to_another_thread() {
     std::thread::spawn(move || drop(center)).join().unwrap();
     assert!(std::net::TcpStream::connect(addr).is_err(), "stopped when dropped (on a thread of its own: at once)");
 }
+
+/// With the `prometheus` feature, Prometheus can scrape the command port itself.
+#[cfg(feature = "prometheus")]
+#[test]
+fn the_command_port_serves_prometheus_metrics() {
+    let (engine, _clock) = engine("shop");
+    drop(engine.enter("checkout").unwrap());
+    let center = start(&engine);
+    let r = get(center.local_addr(), "/metrics", &[]);
+    assert_eq!(r.status, 200);
+    let content_type = r.headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.as_str());
+    assert_eq!(content_type, Some(sentinel_runtime::exporter::CONTENT_TYPE));
+    assert!(r.body.contains("# TYPE sentinel_pass_total counter"), "{}", r.body);
+    assert!(r.body.contains("resource=\"checkout\""), "{}", r.body);
+}

@@ -607,6 +607,18 @@ async fn dispatch(
             return r;
         }
     }
+    #[cfg(feature = "prometheus")]
+    if name == "metrics" && (method == Method::GET || method == Method::HEAD) {
+        // Prometheus scrapes the command port too: a read, with the same access rules as the other reads.
+        if let Err(denied) = s.access.check(&headers, peer.ip(), false) {
+            return denied_response(&denied);
+        }
+        let engine = s.center.engine.clone();
+        return match tokio::task::spawn_blocking(move || crate::exporter::render(&engine)).await {
+            Ok(body) => respond(StatusCode::OK, crate::exporter::CONTENT_TYPE, body),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("rendering failed: {e}")),
+        };
+    }
     if name.trim().is_empty() {
         return text(StatusCode::BAD_REQUEST, "Invalid command");
     }
