@@ -21,7 +21,7 @@ use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::flow::{ControlBehavior, FlowRule};
 use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::web::{extract, ExitOn, SentinelLayer, TrustedProxies, WEB_CONTEXT_NAME};
-use sentinel_runtime::Sentinel;
+use sentinel_runtime::{Sentinel, DEFAULT_CONTEXT_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use web_support::{bounded, client, engine_at, serve, stats, until};
 
@@ -60,9 +60,9 @@ async fn a_request_within_its_limit_passes_and_counts_on_its_route_resource() {
         assert_eq!((status, retry, body.as_str()), (StatusCode::OK, None, "hello"));
         let s = stats(&engine, "GET:/hello");
         assert_eq!((s.minute_pass, s.minute_success, s.minute_exception, s.threads), (1, 1, 0, 0));
-        // Inbound: the global inbound node counts it (system rules apply), in the web context.
+        // Inbound: the global inbound node counts it (system rules apply), in the default context.
         assert_eq!(engine.inbound_stats().minute_pass, 1);
-        assert_eq!(engine.context_stats("GET:/hello", WEB_CONTEXT_NAME).unwrap().minute_pass, 1);
+        assert_eq!(engine.tree().iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), [DEFAULT_CONTEXT_NAME]);
     })
     .await
 }
@@ -387,9 +387,9 @@ async fn resources_entered_by_the_handler_nest_under_the_request_and_inherit_its
                 entry.origin().to_string()
             }
         };
-        let app = Router::new()
-            .route("/nested", get(handler))
-            .route_layer(SentinelLayer::new(&engine).origin(extract::header(caller())));
+        // In a named context (as Java's web adapters), which chain rules can name.
+        let layer = SentinelLayer::new(&engine).origin(extract::header(caller())).context_name(WEB_CONTEXT_NAME);
+        let app = Router::new().route("/nested", get(handler)).route_layer(layer);
         let addr = serve(app).await;
         let body = client().get(format!("http://{addr}/nested")).header("x-caller", "shop").send().await.unwrap();
         assert_eq!(body.text().await.unwrap(), "shop", "the nested entry has the request's origin");
@@ -397,6 +397,33 @@ async fn resources_entered_by_the_handler_nest_under_the_request_and_inherit_its
         let web = engine.tree().into_iter().find(|n| n.name == WEB_CONTEXT_NAME).expect("the web context");
         let request = web.children.iter().find(|n| n.name == "GET:/nested").expect("the request's resource");
         assert_eq!(request.children.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["db.query"]);
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_chain_rule_on_the_named_web_context_limits_only_calls_made_by_requests() {
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        engine.load_flow_rules([FlowRule::new("db.query").count(0.0).chain(WEB_CONTEXT_NAME)]).unwrap();
+        let handler_engine = engine.clone();
+        let handler = move || {
+            let engine = handler_engine.clone();
+            async move {
+                let db = engine.resource("db.query");
+                if db.enter().is_ok() {
+                    "passed"
+                } else {
+                    "blocked"
+                }
+            }
+        };
+        let layer = SentinelLayer::new(&engine).context_name(WEB_CONTEXT_NAME);
+        let app = Router::new().route("/orders", get(handler)).route_layer(layer);
+        let addr = serve(app).await;
+        assert_eq!(get_status(format!("http://{addr}/orders")).await.2, "blocked");
+        // The same resource called outside a request (a background job) is not limited by the chain rule.
+        assert!(engine.resource("db.query").enter().is_ok());
     })
     .await
 }

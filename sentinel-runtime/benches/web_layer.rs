@@ -62,6 +62,9 @@ fn service_fn(c: &mut Criterion) {
     let mut guarded = SentinelLayer::new(&engine).layer(hello);
     g.bench_function("sentinel_one_passing_rule", |b| b.iter(|| one_call(&mut guarded, &make)));
 
+    // tower's limiter keeps a tokio timer: it is made (and polled) inside a runtime.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime");
+    let _in_runtime = rt.enter();
     let mut limited = tower::limit::RateLimitLayer::new(u64::MAX, Duration::from_secs(1)).layer(hello);
     g.bench_function("tower_rate_limit_not_limiting", |b| b.iter(|| one_call(&mut limited, &make)));
     g.finish();

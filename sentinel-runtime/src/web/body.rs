@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::layer::Judging;
 use super::outcome::{is_error_by_default, GrpcCode, Outcome};
 use super::scope::RequestEntry;
 
@@ -17,7 +18,7 @@ pub(crate) type OutcomeFn = Arc<dyn Fn(Outcome) -> bool + Send + Sync>;
 
 /// Whether `outcome` counts as an error: the layer's predicate, or [`is_error_by_default`].
 #[inline]
-pub(crate) fn is_error(trace_if: &Option<OutcomeFn>, outcome: Outcome) -> bool {
+pub(crate) fn is_error(trace_if: Option<&OutcomeFn>, outcome: Outcome) -> bool {
     match trace_if {
         Some(f) => f(outcome),
         None => is_error_by_default(outcome),
@@ -29,14 +30,14 @@ pub(crate) fn is_error(trace_if: &Option<OutcomeFn>, outcome: Outcome) -> bool {
 pub(crate) struct BodyWatch {
     pub(crate) entry: RequestEntry,
     pub(crate) grpc: bool,
-    pub(crate) trace_if: Option<OutcomeFn>,
+    pub(crate) judging: Option<Arc<Judging>>,
 }
 
 impl BodyWatch {
     fn trailers(&mut self, trailers: &http::HeaderMap) {
         if self.grpc {
             if let Some(code) = GrpcCode::from_headers(trailers) {
-                if is_error(&self.trace_if, Outcome::Grpc(code)) {
+                if is_error(self.judging.as_ref().and_then(|j| j.trace_if.as_ref()), Outcome::Grpc(code)) {
                     self.error();
                 }
             }
@@ -63,7 +64,8 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<B> {
-        Inner { #[pin] body: B, watch: Option<BodyWatch> },
+        // Boxed: most responses hold nothing, and a response is moved several times on its way out.
+        Inner { #[pin] body: B, watch: Option<Box<BodyWatch>> },
         Full { data: Option<Bytes> },
     }
 }
@@ -74,7 +76,7 @@ impl<B> ResponseBody<B> {
         ResponseBody { kind: Kind::Inner { body, watch: None } }
     }
     /// The service's body, holding the entry until it ends.
-    pub(crate) fn watched(body: B, watch: BodyWatch) -> Self {
+    pub(crate) fn watched(body: B, watch: Box<BodyWatch>) -> Self {
         ResponseBody { kind: Kind::Inner { body, watch: Some(watch) } }
     }
     /// The layer's own body.

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -13,11 +14,10 @@ use tower_service::Service;
 
 use super::block_response as block;
 use super::body::{is_error, BodyWatch, OutcomeFn, ResponseBody};
-use super::layer::{Config, ExitOn};
+use super::layer::{Config, ExitOn, Judging};
 use super::outcome::{GrpcCode, Outcome};
 use super::scope::RequestEntry;
 use crate::clock::Sleep;
-use crate::Sentinel;
 
 /// A request that passed its checks: its entry, and what judging its response needs (copied from the
 /// layer's configuration, taking a reference count only for what the layer customized).
@@ -25,20 +25,13 @@ pub(crate) struct Guard {
     entry: RequestEntry,
     grpc: bool,
     exit_on: ExitOn,
-    trace_if: Option<OutcomeFn>,
-    /// The time limit, and the engine whose clock runs its timer.
-    timeout: Option<(Duration, Sentinel)>,
+    /// A custom predicate and the time limit, when the layer has them.
+    judging: Option<Arc<Judging>>,
 }
 
 impl Guard {
     pub(crate) fn new(entry: RequestEntry, grpc: bool, config: &Config) -> Self {
-        Guard {
-            entry,
-            grpc,
-            exit_on: config.exit_on,
-            trace_if: config.trace_if.clone(),
-            timeout: config.timeout.map(|d| (d, config.engine.clone())),
-        }
+        Guard { entry, grpc, exit_on: config.exit_on, judging: config.judging.clone() }
     }
     pub(crate) fn wait(&self) -> Duration {
         self.entry.wait()
@@ -47,8 +40,14 @@ impl Guard {
     pub(crate) fn in_scope<R>(&mut self, f: impl FnOnce() -> R) -> R {
         self.entry.in_scope(f)
     }
+    fn trace_if(&self) -> Option<&OutcomeFn> {
+        self.judging.as_ref().and_then(|j| j.trace_if.as_ref())
+    }
+    fn limit(&self) -> Option<Duration> {
+        self.judging.as_ref().and_then(|j| j.timeout)
+    }
     fn judge(&mut self, outcome: Outcome) {
-        if is_error(&self.trace_if, outcome) {
+        if is_error(self.trace_if(), outcome) {
             self.error();
         }
     }
@@ -56,42 +55,49 @@ impl Guard {
         self.entry.entry_mut().set_error();
     }
     fn timeout(&self) -> Option<Sleep> {
-        self.timeout.as_ref().map(|(d, engine)| engine.sleep(*d))
+        let j = self.judging.as_ref()?;
+        j.timeout.map(|d| j.engine.sleep(d))
     }
+}
 
-    /// Judges the service's response and decides where the entry exits: now (dropped here) or at the end of
-    /// the body (moved into it).
-    fn finish<B, E>(mut self, result: Result<Response<B>, E>) -> Result<Response<ResponseBody<B>>, E> {
-        let response = match result {
-            Ok(r) => r,
-            Err(e) => {
-                self.error();
-                return Err(e);
-            }
-        };
-        let hold = if self.grpc {
-            match GrpcCode::from_headers(response.headers()) {
-                // A trailers-only response: the call ended with this status.
-                Some(code) => {
-                    self.judge(Outcome::Grpc(code));
-                    false
-                }
-                None if response.status() != StatusCode::OK => {
-                    self.judge(Outcome::Http(response.status()));
-                    false
-                }
-                // The status comes in the trailers.
-                None => true,
-            }
-        } else {
-            self.judge(Outcome::Http(response.status()));
-            self.exit_on == ExitOn::BodyEnd
-        };
-        if !hold {
-            return Ok(response.map(ResponseBody::inner));
+/// Judges the service's response and decides where the request's entry exits: now (dropped in place) or at
+/// the end of the body (moved into it).
+fn finish<B, E>(slot: &mut Option<Guard>, result: Result<Response<B>, E>) -> Result<Response<ResponseBody<B>>, E> {
+    let Some(g) = slot.as_mut() else {
+        return result.map(|r| r.map(ResponseBody::inner));
+    };
+    let response = match result {
+        Ok(r) => r,
+        Err(e) => {
+            g.error();
+            *slot = None;
+            return Err(e);
         }
-        let watch = BodyWatch { entry: self.entry, grpc: self.grpc, trace_if: self.trace_if };
-        Ok(response.map(|b| ResponseBody::watched(b, watch)))
+    };
+    let hold = if g.grpc {
+        match GrpcCode::from_headers(response.headers()) {
+            // A trailers-only response: the call ended with this status.
+            Some(code) => {
+                g.judge(Outcome::Grpc(code));
+                false
+            }
+            None if response.status() != StatusCode::OK => {
+                g.judge(Outcome::Http(response.status()));
+                false
+            }
+            // The status comes in the trailers.
+            None => true,
+        }
+    } else {
+        g.judge(Outcome::Http(response.status()));
+        g.exit_on == ExitOn::BodyEnd
+    };
+    match slot.take() {
+        Some(g) if hold => {
+            let watch = Box::new(BodyWatch { entry: g.entry, grpc: g.grpc, judging: g.judging });
+            Ok(response.map(|b| ResponseBody::watched(b, watch)))
+        }
+        _ => Ok(response.map(ResponseBody::inner)),
     }
 }
 
@@ -130,14 +136,14 @@ pin_project! {
     where
         S: Service<Request<B>>,
     {
-        /// A queueing rule asked the call to wait.
-        Waiting { sleep: Sleep, call: Option<(S, Request<B>)> },
+        /// A queueing rule asked the call to wait (boxed: the rare case should not make every future larger).
+        Waiting { sleep: Sleep, call: Option<Box<(S, Request<B>)>> },
         /// The service runs.
         Calling { #[pin] future: S::Future, timeout: Option<Sleep> },
         /// No resource guards this request.
         Unguarded { #[pin] future: S::Future },
-        /// The layer's own response (a blocked call).
-        Respond { response: Option<Response<Bytes>> },
+        /// The layer's own response (a blocked call; boxed for the same reason).
+        Respond { response: Option<Box<Response<Bytes>>> },
         Done,
     }
 }
@@ -149,7 +155,7 @@ where
     pub(crate) fn unguarded(future: S::Future) -> Self {
         ResponseFuture { state: State::Unguarded { future }, guard: None }
     }
-    pub(crate) fn blocked(response: Response<Bytes>) -> Self {
+    pub(crate) fn blocked(response: Box<Response<Bytes>>) -> Self {
         ResponseFuture { state: State::Respond { response: Some(response) }, guard: None }
     }
     pub(crate) fn calling(future: S::Future, guard: Guard) -> Self {
@@ -157,7 +163,7 @@ where
         ResponseFuture { state: State::Calling { future, timeout }, guard: Some(guard) }
     }
     pub(crate) fn waiting(sleep: Sleep, service: S, request: Request<B>, guard: Guard) -> Self {
-        ResponseFuture { state: State::Waiting { sleep, call: Some((service, request)) }, guard: Some(guard) }
+        ResponseFuture { state: State::Waiting { sleep, call: Some(Box::new((service, request))) }, guard: Some(guard) }
     }
 }
 
@@ -177,7 +183,8 @@ where
                     if Pin::new(sleep).poll(cx).is_pending() {
                         return Poll::Pending;
                     }
-                    let Some((mut service, request)) = call.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
+                    let Some(boxed) = call.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
+                    let (mut service, request) = *boxed;
                     let (future, timeout) = match this.guard.as_mut() {
                         Some(g) => (g.in_scope(|| service.call(request)), g.timeout()),
                         None => (service.call(request), None),
@@ -191,10 +198,7 @@ where
                     };
                     if let Poll::Ready(result) = polled {
                         this.state.set(State::Done);
-                        return Poll::Ready(match this.guard.take() {
-                            Some(g) => g.finish(result),
-                            None => result.map(|r| r.map(ResponseBody::inner)),
-                        });
+                        return Poll::Ready(finish(this.guard, result));
                     }
                     let timed_out = timeout.as_mut().is_some_and(|t| Pin::new(t).poll(cx).is_ready());
                     if !timed_out {
@@ -206,7 +210,7 @@ where
                         // The service's future is dropped as the request's context, then the entry exits as a
                         // timed-out call (an error whose response time is the limit).
                         g.in_scope(|| this.state.set(State::Done));
-                        if let Some((limit, _)) = g.timeout {
+                        if let Some(limit) = g.limit() {
                             g.entry.entry_mut().set_timed_out(limit);
                         }
                     }
@@ -221,7 +225,7 @@ where
                 StateProj::Respond { response } => {
                     let Some(response) = response.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                    return Poll::Ready(Ok((*response).map(ResponseBody::full)));
                 }
                 StateProj::Done => panic!("{POLLED_AFTER_COMPLETION}"),
             }

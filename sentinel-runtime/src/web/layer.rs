@@ -19,8 +19,9 @@ use super::request::RequestView;
 use super::service::SentinelService;
 use crate::{BlockError, Sentinel};
 
-/// The context requests enter (as Java's web adapters enter `sentinel_web_servlet_context`): chain rules name
-/// it to limit a resource only when it is called from a request.
+/// A context name for requests, as Java's web adapters enter `sentinel_web_servlet_context`: with
+/// [`SentinelLayer::context_name`]`(WEB_CONTEXT_NAME)`, chain rules that name it limit a resource only when it
+/// is called from a request.
 pub const WEB_CONTEXT_NAME: &str = "sentinel_web_context";
 
 /// Decides whether a request is prioritized.
@@ -43,6 +44,13 @@ pub enum ExitOn {
     BodyEnd,
 }
 
+/// The parts of the configuration a request's guard keeps until the response (or its body) ends.
+pub(crate) struct Judging {
+    pub(crate) trace_if: Option<OutcomeFn>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) engine: Sentinel,
+}
+
 /// What every service of one layer shares: the configuration and the resources named so far.
 pub(crate) struct Shared {
     pub(crate) config: Config,
@@ -57,9 +65,12 @@ pub(crate) struct Config {
     pub(crate) params: Vec<ValueFn>,
     pub(crate) prioritized: Option<PriorityFn>,
     pub(crate) on_blocked: Option<BlockFn>,
-    /// `None`: [`is_error_by_default`] (no reference count per request).
+    /// `None`: [`is_error_by_default`].
     pub(crate) trace_if: Option<OutcomeFn>,
     pub(crate) timeout: Option<Duration>,
+    /// What a request's guard needs beyond the defaults (a custom predicate, a time limit): shared, and
+    /// `None` when the layer uses neither, so a request takes no reference count for it.
+    pub(crate) judging: Option<Arc<Judging>>,
     pub(crate) exit_on: ExitOn,
     pub(crate) context: Arc<str>,
 }
@@ -104,8 +115,9 @@ impl SentinelLayer {
             on_blocked: None,
             trace_if: None,
             timeout: None,
+            judging: None,
             exit_on: ExitOn::Response,
-            context: WEB_CONTEXT_NAME.into(),
+            context: crate::DEFAULT_CONTEXT_NAME.into(),
         };
         SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }) }
     }
@@ -121,6 +133,13 @@ impl SentinelLayer {
             Err(shared) => shared.config.clone(),
         };
         f(&mut config);
+        config.judging = (config.trace_if.is_some() || config.timeout.is_some()).then(|| {
+            Arc::new(Judging {
+                trace_if: config.trace_if.clone(),
+                timeout: config.timeout,
+                engine: config.engine.clone(),
+            })
+        });
         // A new configuration starts with no resources named (the old names may not hold any more).
         SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }) }
     }
@@ -228,7 +247,10 @@ impl SentinelLayer {
         self.update(|c| c.exit_on = exit_on)
     }
 
-    /// The context requests enter (default [`WEB_CONTEXT_NAME`]).
+    /// The context requests enter. By default they enter the engine's default context
+    /// ([`DEFAULT_CONTEXT_NAME`](crate::DEFAULT_CONTEXT_NAME)), which costs nothing per request; a named context
+    /// (for instance [`WEB_CONTEXT_NAME`], as Java's web adapters do) lets chain rules tell requests from other
+    /// callers of a resource, for a lookup and a second node to record on per request.
     pub fn context_name(self, name: impl Into<String>) -> Self {
         let name: Arc<str> = name.into().into();
         self.update(|c| c.context = name)

@@ -50,8 +50,9 @@
 //!
 //! - **Names.** See [`SentinelLayer::resource_name`], [`clean_path`], and [`SentinelLayer::max_resources`]:
 //!   the default never makes one resource per distinct URL (the query string is never part of a name).
-//! - **Entries** are inbound ([`EntryType::In`](crate::EntryType), so system rules apply), in the context
-//!   [`WEB_CONTEXT_NAME`], with the origin and hot parameters the layer's closures take from the request.
+//! - **Entries** are inbound ([`EntryType::In`](crate::EntryType), so system rules apply), in the default
+//!   context (or the one [`SentinelLayer::context_name`] names, such as [`WEB_CONTEXT_NAME`]), with the
+//!   origin and hot parameters the layer's closures take from the request.
 //!   A queueing rule's wait (rate limiter, prioritized occupy) is a timer on the engine's clock: the worker
 //!   serves other requests meanwhile.
 //! - **Errors.** An `Err` from the service, an HTTP 5xx and a gRPC status other than `OK` (in the response

@@ -44,7 +44,7 @@ pub(crate) type CleanFn = Arc<dyn for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + 
 /// assert_eq!(clean_path("/health"), Some("/health".into()));
 /// ```
 pub fn clean_path(path: &str) -> Option<Cow<'_, str>> {
-    if !path.split('/').any(is_identifier) {
+    if !has_identifier(path.as_bytes()) {
         return Some(Cow::Borrowed(path));
     }
     let mut out = String::with_capacity(path.len());
@@ -57,15 +57,42 @@ pub fn clean_path(path: &str) -> Option<Cow<'_, str>> {
     Some(Cow::Owned(out))
 }
 
+/// Whether a segment of `path` is an identifier: one pass over the bytes (the common path has none).
+fn has_identifier(path: &[u8]) -> bool {
+    let mut start = 0;
+    let (mut digits, mut hex) = (true, true);
+    for (i, &c) in path.iter().enumerate() {
+        if c == b'/' {
+            let len = i - start;
+            if len > 0 && (len > 32 || digits || (hex && len >= 16) || (len == 36 && is_uuid(&path[start..i]))) {
+                return true;
+            }
+            start = i + 1;
+            (digits, hex) = (true, true);
+        } else {
+            digits &= c.is_ascii_digit();
+            hex &= c.is_ascii_hexdigit();
+        }
+    }
+    let len = path.len() - start;
+    len > 0 && (len > 32 || digits || (hex && len >= 16) || (len == 36 && is_uuid(&path[start..])))
+}
+
+/// One pass over the segment's bytes.
 fn is_identifier(seg: &str) -> bool {
     let b = seg.as_bytes();
     if b.is_empty() {
         return false;
     }
-    b.len() > 32
-        || b.iter().all(u8::is_ascii_digit)
-        || (b.len() >= 16 && b.iter().all(u8::is_ascii_hexdigit))
-        || is_uuid(b)
+    if b.len() > 32 {
+        return true;
+    }
+    let (mut digits, mut hex) = (true, true);
+    for &c in b {
+        digits &= c.is_ascii_digit();
+        hex &= c.is_ascii_hexdigit();
+    }
+    digits || (hex && b.len() >= 16) || is_uuid(b)
 }
 
 fn is_uuid(b: &[u8]) -> bool {
@@ -163,10 +190,51 @@ impl Default for Naming {
     }
 }
 
+/// Slots of a [`RouteMemo`].
+const MEMO_SLOTS: usize = 4;
+
+/// The last few routes one service saw, with their resources: with `route_layer`, axum wraps each route in a
+/// service of its own, which then sees one route template (one per method), found here by comparing the
+/// method and the template, without hashing or the shared map. Only names the cache holds are remembered
+/// (they never change); a service that sees more routes than slots uses the cache for the others.
+#[derive(Default)]
+pub(crate) struct RouteMemo {
+    slots: [OnceLock<Remembered>; MEMO_SLOTS],
+}
+
+/// A remembered route: the method prefix, the rest of the name, the resource.
+type Remembered = (Option<Method>, Box<str>, Resource);
+
+impl RouteMemo {
+    #[inline]
+    fn get(&self, key: &RouteRef<'_>) -> Option<&Resource> {
+        for slot in &self.slots {
+            match slot.get() {
+                Some((m, n, r)) if m.as_ref() == key.method && **n == *key.name => return Some(r),
+                Some(_) => continue,
+                None => return None,
+            }
+        }
+        None
+    }
+    #[cold]
+    fn remember(&self, key: &RouteRef<'_>, resource: &Resource) {
+        for slot in &self.slots {
+            if slot.get().is_none() {
+                let _ = slot.set((key.method.cloned(), key.name.into(), resource.clone()));
+                return;
+            }
+        }
+    }
+}
+
 /// The resources a layer (and every service it made) has named, by route.
+///
+/// Keys are hashed with foldhash, seeded per process (a route key is short and the map is bounded, so the
+/// cost of SipHash buys nothing here).
 #[derive(Default)]
 pub(crate) struct ResourceCache {
-    map: papaya::HashMap<RouteKey, Resource>,
+    map: papaya::HashMap<RouteKey, Resource, foldhash::fast::RandomState>,
     /// Request-derived names in `map`.
     counted: AtomicUsize,
     overflow: OnceLock<Resource>,
@@ -182,17 +250,18 @@ impl ResourceCache {
         req: &RequestView<'_>,
         grpc: bool,
     ) -> Option<Resource> {
-        self.with_resource(naming, engine, req, grpc, Resource::clone)
+        self.with_resource(naming, engine, req, grpc, None, Resource::clone)
     }
 
-    /// Runs `f` on the resource for `req` (borrowed from the cache: no reference count is taken), or gives
-    /// `None` when the namer or cleaner lets the request through unguarded.
+    /// Runs `f` on the resource for `req` (borrowed from the cache or the service's memo: no reference count
+    /// is taken), or gives `None` when the namer or cleaner lets the request through unguarded.
     pub(crate) fn with_resource<R>(
         &self,
         naming: &Naming,
         engine: &Sentinel,
         req: &RequestView<'_>,
         grpc: bool,
+        memo: Option<&RouteMemo>,
         f: impl FnOnce(&Resource) -> R,
     ) -> Option<R> {
         let (name, method, source) = match &naming.namer {
@@ -207,8 +276,14 @@ impl ResourceCache {
             }
         };
         let key = RouteRef { method, name: &name };
+        if let Some(r) = memo.and_then(|m| m.get(&key)) {
+            return Some(f(r));
+        }
         let map = self.map.pin();
         if let Some(r) = map.get(&key) {
+            if let Some(m) = memo {
+                m.remember(&key, r);
+            }
             return Some(f(r));
         }
         Some(f(&self.insert(naming, engine, key, source)))
@@ -266,6 +341,28 @@ mod tests {
         assert_eq!(c("/blog/my-first-post").as_deref(), Some("/blog/my-first-post"));
         assert_eq!(c(&format!("/t/{}", "x".repeat(33))).as_deref(), Some("/t/{id}"));
         assert_eq!(c("/v2/deadbeef").as_deref(), Some("/v2/deadbeef"), "short hex words stay");
+        // The one-pass scan agrees with the segment test on every segment shape.
+        for p in ["", "/", "//", "/a/", "/1", "/a/1/", "/0f8fad5b-d9cb-469f-a165-70867728950e/x", "/abcdefabcdefabcd"] {
+            assert_eq!(has_identifier(p.as_bytes()), p.split('/').any(is_identifier), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn a_service_memo_answers_its_routes_and_leaves_the_rest_to_the_cache() {
+        let engine = Sentinel::builder().build();
+        let cache = ResourceCache::default();
+        let memo = RouteMemo::default();
+        let naming = Naming::default();
+        let name = |path: &str| {
+            let req = Request::get(path).body(()).unwrap();
+            cache.with_resource(&naming, &engine, &RequestView::new(&req), false, Some(&memo), |r| r.name().to_string())
+        };
+        for p in ["/a", "/b", "/c", "/d", "/e", "/f", "/a", "/f"] {
+            assert_eq!(name(p).as_deref(), Some(format!("GET:{p}").as_str()));
+        }
+        let held: Vec<_> = memo.slots.iter().filter_map(|s| s.get()).map(|(_, n, _)| n.to_string()).collect();
+        // The first routes seen are remembered (a miss in the cache inserts; the next sight remembers).
+        assert_eq!(held, ["/a", "/f"]);
     }
 
     #[test]

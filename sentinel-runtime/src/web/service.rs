@@ -14,6 +14,7 @@ use super::block_response as block;
 use super::extract::ValueFn;
 use super::future::{Guard, ResponseFuture};
 use super::layer::Shared;
+use super::naming::RouteMemo;
 use super::request::RequestView;
 use super::scope::RequestEntry;
 use crate::param_flow::HotParam;
@@ -23,12 +24,18 @@ use crate::EntryType;
 /// before the wrapped service sees it. Cheap to clone (the configuration is shared).
 pub struct SentinelService<S> {
     inner: S,
-    shared: Arc<Shared>,
+    state: Arc<ServiceState>,
+}
+
+/// What the clones of one service share: the layer, and the routes this service saw.
+struct ServiceState {
+    layer: Arc<Shared>,
+    memo: RouteMemo,
 }
 
 impl<S> SentinelService<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        SentinelService { inner, shared }
+    pub(crate) fn new(inner: S, layer: Arc<Shared>) -> Self {
+        SentinelService { inner, state: Arc::new(ServiceState { layer, memo: RouteMemo::default() }) }
     }
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
@@ -46,7 +53,7 @@ impl<S> SentinelService<S> {
 
 impl<S: Clone> Clone for SentinelService<S> {
     fn clone(&self) -> Self {
-        SentinelService { inner: self.inner.clone(), shared: self.shared.clone() }
+        SentinelService { inner: self.inner.clone(), state: self.state.clone() }
     }
 }
 
@@ -60,8 +67,9 @@ impl<S: fmt::Debug> fmt::Debug for SentinelService<S> {
 enum Decision {
     /// No resource: the request goes through unguarded.
     Unguarded,
-    Blocked(Response<Bytes>),
-    Passed(RequestEntry, bool),
+    /// Boxed: a blocked call allocates its response anyway, and a passing one should not move its size.
+    Blocked(Box<Response<Bytes>>),
+    Passed(Guard),
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for SentinelService<S>
@@ -79,22 +87,23 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let decision = decide(&self.shared, &req);
+        let decision = decide(&self.state, &req);
         match decision {
             Decision::Unguarded => ResponseFuture::unguarded(self.inner.call(req)),
             Decision::Blocked(response) => ResponseFuture::blocked(response),
-            Decision::Passed(entry, grpc) => {
-                let mut guard = Guard::new(entry, grpc, &self.shared.config);
+            Decision::Passed(mut guard) => {
                 let wait = guard.wait();
                 if wait.is_zero() {
-                    let future = guard.in_scope(|| self.inner.call(req));
+                    let inner = &mut self.inner;
+                    let mut req = Some(req);
+                    let future = guard.in_scope(|| inner.call(req.take().expect("the request is called once")));
                     ResponseFuture::calling(future, guard)
                 } else {
                     // The call runs after the wait: take the service that is ready and leave a clone in its place
                     // (a clone of a ready service may not be ready itself).
                     let clone = self.inner.clone();
                     let ready = std::mem::replace(&mut self.inner, clone);
-                    let sleep = self.shared.config.engine.sleep(wait);
+                    let sleep = self.state.layer.config.engine.sleep(wait);
                     ResponseFuture::waiting(sleep, ready, req, guard)
                 }
             }
@@ -103,11 +112,13 @@ where
 }
 
 /// Names the request's resource and runs its checks.
-fn decide<B>(shared: &Shared, req: &Request<B>) -> Decision {
+fn decide<B>(state: &ServiceState, req: &Request<B>) -> Decision {
+    let shared = &*state.layer;
     let config = &shared.config;
     let view = RequestView::new(req);
     let grpc = view.is_grpc();
-    let entered = shared.cache.with_resource(&config.naming, &config.engine, &view, grpc, |resource| {
+    let memo = Some(&state.memo);
+    let entered = shared.cache.with_resource(&config.naming, &config.engine, &view, grpc, memo, |resource| {
         let origin = config.origin.as_ref().and_then(|f| f(&view));
         let prioritized = config.prioritized.as_ref().is_some_and(|f| f(&view));
         with_params(&config.params, &view, |args| {
@@ -125,11 +136,11 @@ fn decide<B>(shared: &Shared, req: &Request<B>) -> Decision {
     });
     match entered {
         None => Decision::Unguarded,
-        Some(Ok(entry)) => Decision::Passed(entry, grpc),
-        Some(Err(blocked)) => Decision::Blocked(match &config.on_blocked {
+        Some(Ok(entry)) => Decision::Passed(Guard::new(entry, grpc, config)),
+        Some(Err(blocked)) => Decision::Blocked(Box::new(match &config.on_blocked {
             Some(f) => f(&blocked, &view),
             None => block::default_response(&blocked, &view),
-        }),
+        })),
     }
 }
 
