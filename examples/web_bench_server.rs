@@ -68,9 +68,10 @@ fn main() -> Result<(), Box<dyn Error>> {
             other => return Err(format!("unknown argument `{other}`").into()),
         }
     }
-    let app = app(&variant)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build()?;
     rt.block_on(async move {
+        // Built inside the runtime: tower's limiter keeps a tokio timer.
+        let app = app(&variant)?;
         let listener = tokio::net::TcpListener::bind(addr).await?;
         println!("{variant} on http://{}", listener.local_addr()?);
         axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;

@@ -81,18 +81,20 @@ fn axum_router(c: &mut Criterion) {
         req
     };
 
-    let mut bare = routes();
+    // `with_state(())` turns the handlers into routes once, as `axum::serve` does (a `Router` called as it
+    // is would rebuild its routes, layers included, on every request).
+    let mut bare = routes().with_state(());
     g.bench_function("bare", |b| b.iter(|| one_call(&mut bare, &make)));
 
     let engine = engine();
-    let mut guarded = routes().route_layer(SentinelLayer::new(&engine));
+    let mut guarded = routes().route_layer(SentinelLayer::new(&engine)).with_state(());
     g.bench_function("sentinel_one_passing_rule", |b| b.iter(|| one_call(&mut guarded, &make)));
 
     engine.load_param_flow_rules([ParamFlowRule::new("GET:/users/{id}", 0).count(1e12)]).expect("a valid rule");
     let layer = SentinelLayer::new(&engine)
         .origin(extract::header(HeaderName::from_static("x-caller")))
         .param(extract::client_ip(TrustedProxies::none()));
-    let mut extracting = routes().route_layer(layer);
+    let mut extracting = routes().route_layer(layer).with_state(());
     g.bench_function("sentinel_origin_and_client_ip_param", |b| b.iter(|| one_call(&mut extracting, &make)));
     g.finish();
 }
