@@ -606,6 +606,36 @@ impl Sentinel {
         self.warn_unknown_rule_resources(crate::error::RuleKind::Flow);
         Ok(())
     }
+    /// The state of every cluster-mode flow rule in force, in rule order: how it is decided now (leasing from
+    /// the shared limit, falling back to a local limit, and why), the tokens in hand, the live instances and
+    /// counters of calls to the token service. Cluster mode needs a token service (the `cluster-redis`
+    /// feature's `cluster::RedisCluster`); without one the rules are decided locally (see
+    /// [`ClusterRuleMode::NoService`](crate::flow::ClusterRuleMode::NoService)).
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, flow::{ClusterConfig, ClusterRuleMode, FlowRule}};
+    /// let engine = Sentinel::builder().build();
+    /// let mut rule = FlowRule::new("api").count(100.0);
+    /// rule.cluster_mode = true;
+    /// rule.cluster_config = Some(ClusterConfig::default());
+    /// engine.load_flow_rules([rule]).unwrap();
+    /// assert_eq!(engine.cluster_status()[0].mode, ClusterRuleMode::NoService);
+    /// ```
+    pub fn cluster_status(&self) -> Vec<crate::flow::ClusterRuleStatus> {
+        self.shared.flow.cluster_status(self.shared.now_ms())
+    }
+
+    #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
+    /// Registers (`Some`) or removes the cluster token service of this engine.
+    pub(crate) fn set_cluster_service(
+        &self,
+        service: Option<Arc<dyn crate::flow::cluster::TokenService>>,
+    ) -> Result<(), RuleError> {
+        self.shared.flow.set_cluster_service(service)?;
+        self.shared.refresh_rules();
+        Ok(())
+    }
+
     /// The flow rules in force.
     pub fn flow_rules(&self) -> Vec<FlowRule> {
         self.shared.flow.rules()

@@ -14,6 +14,7 @@ use crate::param_flow::HotParam;
 use crate::resource::ResourceInner;
 use crate::resource::{EntryType, Resource};
 
+use crate::flow::cluster::Wait;
 use crate::rules::{CheckCx, ExitCx, ResourceRules};
 use crate::slot::{SlotEntry, SlotExit};
 use crate::stat::{StatNode, Writer};
@@ -177,20 +178,43 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     }
 
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
+    /// A cluster rule with no leased token in hand is decided by its local fallback.
     #[inline(always)]
     pub fn decide(self) -> Result<Entry<'r>, BlockError> {
         self.build(false)
     }
 
-    /// The whole entry path; the entry is built once, in place, at the end.
+    /// The whole entry path, waiting as `sleep` says.
     #[inline(always)]
     fn build(self, sleep: bool) -> Result<Entry<'r>, BlockError> {
+        match self.build_in(if sleep { Wait::Blocking(0) } else { Wait::Now }) {
+            Ok(decided) => decided,
+            Err((b, _)) => b.decide_now(),
+        }
+    }
+
+    /// Decides without waiting (never reached: only async waits hand a call back).
+    #[cold]
+    #[inline(never)]
+    fn decide_now(self) -> Result<Entry<'r>, BlockError> {
+        match self.build_in(Wait::Now) {
+            Ok(decided) => decided,
+            Err((b, _)) => b.decide_now(),
+        }
+    }
+
+    /// The whole entry path; the entry is built once, in place, at the end. `Err` gives the builder back
+    /// with the wait a cluster rule asked for (only with [`Wait::Async`]: a blocking wait happens here).
+    #[inline(always)]
+    #[allow(clippy::type_complexity)]
+    fn build_in(self, wait: Wait) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::cluster::Pending)> {
+        let sleep = matches!(wait, Wait::Blocking(_));
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
         let inner: &'r ResourceInner = self.res.inner();
         let outer = context::current();
         if !shared.enabled.load(Ordering::Relaxed) || !inner.checked {
-            return Ok(Entry::unchecked(self.res));
+            return Ok(Ok(Entry::unchecked(self.res)));
         }
 
         // The context: the active one, or a fresh one owned by this entry.
@@ -215,7 +239,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         };
         if state.ctx.is_null() {
             // Past the context cap: pass unchecked.
-            return Ok(Entry::unchecked(self.res));
+            return Ok(Ok(Entry::unchecked(self.res)));
         }
         // SAFETY: contexts and origins are never freed while the engine (kept alive by `res`) lives.
         let ctx = unsafe { &*state.ctx };
@@ -259,13 +283,27 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                         };
                     }
                 }
-                self.run_checks(rules, &mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos)
+                self.run_checks(rules, &mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos, wait)
             });
             if let Err(block) = decided {
-                let w = Writer::at(now_ms);
-                nodes.for_each(|n| n.block_with(&w, self.acquire));
-                shared.on_block(&block, now_ms, self.acquire);
-                return Err(block);
+                let block = if checks.pending {
+                    // A cluster rule's lease is empty: wait outside the rules' read section.
+                    let Some(p) = flow::cluster::take_pending() else {
+                        return Ok(Err(block));
+                    };
+                    if let Wait::Async(_) = wait {
+                        return Err((self, p));
+                    }
+                    self.recheck_after_wait(p, &mut checks, shared, inner, node, ctx, origin, &nodes).err()
+                } else {
+                    Some(block)
+                };
+                if let Some(block) = block {
+                    let w = Writer::at(now_ms);
+                    nodes.for_each(|n| n.block_with(&w, self.acquire));
+                    shared.on_block(&block, now_ms, self.acquire);
+                    return Ok(Err(block));
+                }
             }
         }
 
@@ -285,7 +323,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         if sleep && checks.wait_nanos > 0 && shared.clock.manual().is_none() {
             std::thread::sleep(Duration::from_nanos(checks.wait_nanos));
         }
-        Ok(Entry {
+        Ok(Ok(Entry {
             res: self.res,
             node: Some(node),
             origin_node,
@@ -304,11 +342,56 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             flow: checks.flow,
             param: checks.param,
             degrade: checks.degrade,
-        })
+        }))
     }
 }
 
 impl EntryBuilder<'_, '_> {
+    /// A cluster rule asked the call to wait (`p`): blocks the thread until its lease changed or the wait's
+    /// deadline passed, and decides again, as often as the lease changes before the deadline.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn recheck_after_wait(
+        &self,
+        mut p: flow::cluster::Pending,
+        checks: &mut Checks,
+        shared: &Shared,
+        inner: &ResourceInner,
+        node: &DefaultNode,
+        ctx: &crate::context::ContextInfo,
+        origin: &crate::context::OriginInfo,
+        nodes: &Nodes<'_>,
+    ) -> Result<(), BlockError> {
+        loop {
+            p.wait_blocking();
+            // The checks undid what they took when the call was asked to wait.
+            *checks = Checks::default();
+            let now_nanos = shared.clock.now_nanos();
+            let decided = inner.with_rules(|rules| {
+                self.run_checks(
+                    rules,
+                    checks,
+                    shared,
+                    inner,
+                    node,
+                    ctx,
+                    origin,
+                    nodes,
+                    now_nanos,
+                    Wait::Blocking(p.deadline()),
+                )
+            });
+            match decided {
+                Err(_) if checks.pending => match flow::cluster::take_pending() {
+                    Some(again) => p = again,
+                    None => return decided,
+                },
+                decided => return decided,
+            }
+        }
+    }
+
     /// Every check in slot order (the general path), on the rules read by the caller.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
@@ -323,6 +406,7 @@ impl EntryBuilder<'_, '_> {
         origin: &crate::context::OriginInfo,
         nodes: &Nodes<'_>,
         now_nanos: u64,
+        cluster_wait: Wait,
     ) -> Result<(), BlockError> {
         let cx = CheckCx {
             shared,
@@ -337,9 +421,14 @@ impl EntryBuilder<'_, '_> {
             args: &self.args,
             now_nanos,
             now_ms: now_nanos / NANOS_PER_MILLI,
+            cluster_wait,
         };
         let mut scratch = flow::Scratch::default();
-        checks.run(&cx, rules, &mut scratch)
+        let r = checks.run(&cx, rules, &mut scratch);
+        if r.is_err() && !matches!(cluster_wait, Wait::Now) {
+            checks.pending = flow::cluster::has_pending();
+        }
+        r
     }
 }
 
@@ -401,6 +490,8 @@ struct Checks {
     /// Bit i set: the user slot at index i passed (its exit hook runs).
     slots_passed: u32,
     occupied: bool,
+    /// A cluster rule asked the call to wait (the wait is in `flow::cluster::take_pending`).
+    pending: bool,
 }
 
 /// A call that passed the checks. Dropping it exits the resource: on return, early return, `?` and unwind.

@@ -92,6 +92,8 @@ pub(crate) struct CheckCx<'a> {
     pub(crate) args: &'a &'a [&'a dyn HotParam],
     pub(crate) now_nanos: u64,
     pub(crate) now_ms: u64,
+    /// Whether a cluster rule whose lease is empty may make the call wait, and how.
+    pub(crate) cluster_wait: crate::flow::cluster::Wait,
 }
 
 /// What the exit hooks see of an entry that passed.
@@ -142,6 +144,12 @@ impl<R: Clone + PartialEq> RuleList<R> {
         install(&unique)?;
         self.rules.store(Arc::new(unique));
         Ok(true)
+    }
+
+    /// Builds and publishes the compiled rules again from the list in force (under the load lock).
+    pub(crate) fn reinstall(&self, install: impl FnOnce(&[R]) -> Result<(), RuleError>) -> Result<(), RuleError> {
+        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        install(&self.rules.load())
     }
 
     /// The rules in force.

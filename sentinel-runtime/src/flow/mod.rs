@@ -1,8 +1,10 @@
 //! Flow control: QPS and concurrency limits with node selection by origin, relation and chain.
 
+pub(crate) mod cluster;
 mod controller;
 mod rule;
 
+pub use cluster::{ClusterRuleMode, ClusterRuleStatus};
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -33,6 +35,8 @@ pub(crate) struct FlowRuleState {
     ref_resource: OnceLock<Arc<ResourceInner>>,
     /// Registry generation at the last failed lookup of `ref_resource`.
     ref_miss_generation: AtomicUsize,
+    /// Cluster mode with a token service registered: the rule's leased tokens.
+    pub(crate) lease: OnceLock<Arc<cluster::RuleLease>>,
 }
 
 impl FlowRuleState {
@@ -58,6 +62,7 @@ impl FlowRuleState {
             controller,
             ref_resource: OnceLock::new(),
             ref_miss_generation: AtomicUsize::new(usize::MAX),
+            lease: OnceLock::new(),
         }
     }
 }
@@ -105,9 +110,16 @@ pub(crate) struct EntryState {
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
+    /// Tokens taken from cluster leases: the lease, its key, the count.
+    leased: [Option<(std::ptr::NonNull<cluster::RuleLease>, u64, u32)>; MAX_HELD],
 }
 
 impl Scratch {
+    fn push_leased(&mut self, lease: &cluster::RuleLease, key: u64, n: u32) {
+        if let Some(slot) = self.leased.iter_mut().find(|s| s.is_none()) {
+            *slot = Some((std::ptr::NonNull::from(lease), key, n));
+        }
+    }
     fn held(&mut self, node: &StatNode) -> Option<&mut Reservation> {
         self.reservations.iter_mut().flatten().find(|(p, _)| std::ptr::eq(p.0.as_ptr(), node)).map(|(_, r)| r)
     }
@@ -120,6 +132,12 @@ impl Scratch {
         for r in self.reservations.iter_mut() {
             if let Some((p, res)) = r.take() {
                 p.get().admission().release(res);
+            }
+        }
+        for t in self.leased.iter_mut() {
+            if let Some((p, key, n)) = t.take() {
+                // SAFETY: a lease lives as long as its rule state, which the check being undone holds.
+                unsafe { p.as_ref() }.release(key, n as u64);
             }
         }
     }
@@ -169,6 +187,8 @@ impl EntryState {
 pub(crate) struct FlowManager {
     map: RuleMap<ResourceFlowRules>,
     rules: RuleList<FlowRule>,
+    /// The cluster token service, if one is registered.
+    cluster: cluster::Registration,
 }
 
 /// Checks one flow rule; the first invalid field is reported.
@@ -202,13 +222,38 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         return bad("max_queueing_time_ms", "must be > 0 for queueing behaviours");
     }
     if rule.cluster_mode {
-        match &rule.cluster_config {
-            None => return bad("cluster_config", "is required when cluster_mode is on"),
-            Some(c) if c.flow_id.is_none() => return bad("cluster_config.flow_id", "is required in cluster mode"),
-            Some(c) if c.sample_count == 0 || c.window_interval_ms == 0 => {
-                return bad("cluster_config", "sample_count and window_interval_ms must be > 0")
-            }
-            Some(_) => {}
+        let Some(c) = &rule.cluster_config else {
+            return bad("cluster_config", "is required when cluster_mode is on");
+        };
+        if c.flow_id == Some(0) {
+            return bad("cluster_config.flow_id", "must be > 0 (or absent: the rule is then keyed by its resource)");
+        }
+        if c.sample_count == 0 {
+            return bad("cluster_config.sample_count", "must be > 0");
+        }
+        if c.window_interval_ms == 0 {
+            return bad("cluster_config.window_interval_ms", "must be > 0");
+        }
+        if c.window_interval_ms % c.sample_count as u64 != 0 {
+            return bad(
+                "cluster_config.window_interval_ms",
+                "must be a multiple of sample_count (the window is split into equal buckets)",
+            );
+        }
+        if rule.grade != FlowGrade::Qps {
+            return bad("grade", "cluster mode limits QPS only; use a local rule for concurrency");
+        }
+        if rule.control_behavior != ControlBehavior::Reject {
+            return bad(
+                "control_behavior",
+                "cluster mode admits or rejects (as Java's token server does); use Reject in cluster mode",
+            );
+        }
+        if rule.strategy == FlowStrategy::Relate {
+            return bad(
+                "strategy",
+                "cluster mode counts the rule's own calls; relate is not supported in cluster mode",
+            );
         }
     }
     Ok(())
@@ -224,31 +269,71 @@ fn normalize(mut rule: FlowRule) -> FlowRule {
 impl FlowManager {
     /// Validates and replaces the rule set; `Ok(false)` when it equals the one in force.
     pub(crate) fn load(&self, rules: Vec<FlowRule>) -> Result<bool, RuleError> {
-        self.rules.replace(rules, validate, normalize, |unique| {
-            let old = self.map.snapshot();
-            let by_resource = group_reusing(
-                unique,
-                |r| &r.resource,
-                |r| old.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r).cloned()),
-                |r| FlowRuleState::new(r.clone()),
-            );
-            let map = by_resource
-                .into_iter()
-                .map(|(name, mut rules)| {
-                    // Specific origins (and "other") before "default", keeping the given order otherwise.
-                    rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
-                    let named_origins = rules
-                        .iter()
-                        .map(|s| s.rule.limit_app.clone())
-                        .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
-                        .collect();
-                    let simple = rules.len() == 1 && rules[0].is_simple();
-                    (name, Arc::new(ResourceFlowRules { rules, named_origins, simple }))
-                })
-                .collect();
-            self.map.store(map);
-            Ok(())
-        })
+        self.rules.replace(rules, validate, normalize, |unique| self.install(unique))
+    }
+
+    #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
+    /// Registers (or removes) the cluster token service: cluster rules in force get leases from it (rules
+    /// whose leases came from another service are rebuilt). The caller refreshes the resources' rules.
+    pub(crate) fn set_cluster_service(&self, service: Option<Arc<dyn cluster::TokenService>>) -> Result<(), RuleError> {
+        self.cluster.set(service);
+        self.rules.reinstall(|unique| self.install(unique))
+    }
+
+    /// The state of every cluster-mode rule in force, in rule order.
+    pub(crate) fn cluster_status(&self, now_ms: u64) -> Vec<ClusterRuleStatus> {
+        let map = self.map.snapshot();
+        self.rules
+            .get()
+            .into_iter()
+            .filter(|r| r.cluster_mode)
+            .map(|r| {
+                let state = map.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == r).cloned());
+                match state.as_ref().and_then(|s| s.lease.get()) {
+                    Some(lease) => lease.status(now_ms),
+                    None => cluster::ClusterRuleStatus::without_service(r),
+                }
+            })
+            .collect()
+    }
+
+    /// Compiles and publishes `unique` (validated, deduplicated), reusing the states of equal rules in force.
+    fn install(&self, unique: &[FlowRule]) -> Result<(), RuleError> {
+        let service = self.cluster.service();
+        let old = self.map.snapshot();
+        // A state keeps its lease only while the lease comes from the service registered now.
+        let reusable = |s: &FlowRuleState| match (s.lease.get(), &service) {
+            (None, _) => true,
+            (Some(l), Some(svc)) => cluster::bound_to(l, svc),
+            (Some(_), None) => false,
+        };
+        let by_resource = group_reusing(
+            unique,
+            |r| &r.resource,
+            |r| old.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r && reusable(s)).cloned()),
+            |r| FlowRuleState::new(r.clone()),
+        );
+        if let Some(svc) = &service {
+            for st in by_resource.values().flatten().filter(|s| s.rule.cluster_mode) {
+                cluster::lease_for(&st.lease, &st.rule, svc);
+            }
+        }
+        let map = by_resource
+            .into_iter()
+            .map(|(name, mut rules)| {
+                // Specific origins (and "other") before "default", keeping the given order otherwise.
+                rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
+                let named_origins = rules
+                    .iter()
+                    .map(|s| s.rule.limit_app.clone())
+                    .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
+                    .collect();
+                let simple = rules.len() == 1 && rules[0].is_simple();
+                (name, Arc::new(ResourceFlowRules { rules, named_origins, simple }))
+            })
+            .collect();
+        self.map.store(map);
+        Ok(())
     }
 
     pub(crate) fn rules(&self) -> Vec<FlowRule> {
@@ -325,9 +410,21 @@ pub(crate) fn check(
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
         let rule = &*st.rule;
-        if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
-            // No token service is connected: cluster rules without local fallback pass.
-            continue;
+        if rule.cluster_mode {
+            if let Some(lease) = st.lease.get() {
+                let Some(node) = select_node(st, rules, cx) else {
+                    continue;
+                };
+                let decision = lease.check(node, cx, scratch);
+                if let Some(r) = apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
+                    return r;
+                }
+                continue;
+            }
+            if !cluster::no_service(rule) {
+                // No token service: cluster rules without local fallback pass (Java's behaviour).
+                continue;
+            }
         }
         let Some(node) = select_node(st, rules, cx) else {
             continue;
