@@ -164,12 +164,22 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         self.build(true)
     }
 
-    /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread. The
-    /// returned future holds only the entry (not the hot-parameter arguments), so it is `Send`.
+    /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread, and so
+    /// does a cluster rule whose leased tokens ran out (it awaits the token service, at most its timeout,
+    /// then decides again). The returned future holds only the entry (not the hot-parameter arguments), so
+    /// it is `Send`; with hot-parameter arguments, a cluster rule with no token in hand is decided at once by
+    /// its local fallback instead of waiting (deciding again would need the arguments).
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
-        let decided = self.build(false);
+        let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
+        let first = match self.build_in(wait) {
+            Ok(decided) => Ok(decided),
+            Err((b, pending)) => Err((Retry::of(b), pending)),
+        };
         async move {
-            let e = decided?;
+            let e = match first {
+                Ok(decided) => decided?,
+                Err((retry, pending)) => retry.run(pending).await?,
+            };
             if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
                 futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
             }
@@ -182,6 +192,24 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     #[inline(always)]
     pub fn decide(self) -> Result<Entry<'r>, BlockError> {
         self.build(false)
+    }
+
+    /// One step of an async entry (annotated `async fn`s): the decision, or `None` when a cluster rule's
+    /// lease is empty and the call must await `pending` and then decide again (with a new builder).
+    /// `deadline`: the deadline of the wait under way (0 before the first wait).
+    #[inline(always)]
+    pub(crate) fn decide_step(
+        self,
+        deadline: u64,
+        pending: &mut Option<flow::cluster::Pending>,
+    ) -> Option<Result<Entry<'r>, BlockError>> {
+        match self.build_in(Wait::Async(deadline)) {
+            Ok(decided) => Some(decided),
+            Err((_, p)) => {
+                *pending = Some(p);
+                None
+            }
+        }
     }
 
     /// The whole entry path, waiting as `sleep` says.
@@ -429,6 +457,56 @@ impl EntryBuilder<'_, '_> {
             checks.pending = flow::cluster::has_pending();
         }
         r
+    }
+}
+
+/// What an async entry needs to decide again after waiting for a cluster lease: the handle and the options,
+/// owned (the origin and context names are copied; there are no hot-parameter arguments).
+struct Retry<'r> {
+    res: ResRef<'r>,
+    entry_type: EntryType,
+    acquire: u32,
+    origin: Option<String>,
+    context: Option<String>,
+    prioritized: bool,
+}
+
+impl<'r> Retry<'r> {
+    #[cold]
+    fn of(b: EntryBuilder<'r, '_>) -> Self {
+        Retry {
+            res: b.res,
+            entry_type: b.entry_type,
+            acquire: b.acquire,
+            origin: b.origin.map(str::to_owned),
+            context: b.context.map(str::to_owned),
+            prioritized: b.prioritized,
+        }
+    }
+
+    /// Awaits the lease, decides again, and so on until the call is decided (at the latest when the wait's
+    /// deadline passed: then by the rule's local fallback).
+    async fn run(mut self, mut pending: flow::cluster::Pending) -> Result<Entry<'r>, BlockError> {
+        loop {
+            let deadline = pending.deadline();
+            pending.wait_async().await;
+            let b = EntryBuilder {
+                res: self.res,
+                entry_type: self.entry_type,
+                acquire: self.acquire,
+                origin: self.origin.as_deref(),
+                context: self.context.as_deref(),
+                args: &[],
+                prioritized: self.prioritized,
+            };
+            match b.build_in(Wait::Async(deadline)) {
+                Ok(decided) => return decided,
+                Err((b, again)) => {
+                    self.res = b.res;
+                    pending = again;
+                }
+            }
+        }
     }
 }
 

@@ -549,6 +549,14 @@ impl Pending {
             guard = g;
         }
     }
+
+    /// Awaits the lease's change or the deadline, without blocking the thread.
+    pub(crate) fn wait_async(self) -> PendingFuture {
+        let left = self.deadline_nanos.saturating_sub(mono_nanos());
+        let sleep = futures_timer::Delay::new(Duration::from_nanos(left));
+        let id = self.lease.next_waiter.fetch_add(1, Ordering::Relaxed);
+        PendingFuture { pending: self, sleep, id, registered: false }
+    }
 }
 
 /// Nanoseconds on a monotonic clock of the process (never 0). Calls wait for a token service in real time
@@ -557,6 +565,54 @@ pub(crate) fn mono_nanos() -> u64 {
     static ANCHOR: OnceLock<std::time::Instant> = OnceLock::new();
     let anchor = *ANCHOR.get_or_init(std::time::Instant::now);
     u64::try_from(anchor.elapsed().as_nanos()).unwrap_or(u64::MAX).saturating_add(1)
+}
+
+pin_project_lite::pin_project! {
+    /// Completes when a waiting call's lease changed or its deadline passed.
+    pub(crate) struct PendingFuture {
+        pending: Pending,
+        #[pin]
+        sleep: futures_timer::Delay,
+        id: u64,
+        registered: bool,
+    }
+
+    impl PinnedDrop for PendingFuture {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if *this.registered {
+                let mut w = this.pending.lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
+                w.retain(|(id, _)| id != this.id);
+            }
+        }
+    }
+}
+
+impl std::future::Future for PendingFuture {
+    type Output = ();
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let this = self.project();
+        let lease = &this.pending.lease;
+        if lease.version.load(Ordering::Acquire) != this.pending.version {
+            return std::task::Poll::Ready(());
+        }
+        if this.sleep.poll(cx).is_ready() {
+            return std::task::Poll::Ready(());
+        }
+        {
+            let mut w = lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            match w.iter_mut().find(|(id, _)| id == this.id) {
+                Some((_, waker)) => waker.clone_from(cx.waker()),
+                None => w.push((*this.id, cx.waker().clone())),
+            }
+            *this.registered = true;
+        }
+        // A change published before the registration would have found no waker to wake.
+        if lease.version.load(Ordering::Acquire) != this.pending.version {
+            return std::task::Poll::Ready(());
+        }
+        std::task::Poll::Pending
+    }
 }
 
 /// The engine's cluster registration: the service, if one is registered.
@@ -600,6 +656,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::flow::{ClusterConfig, FlowRule};
     use crate::{BlockError, Sentinel};
+    use std::future::Future;
     use std::sync::Weak;
 
     /// A token service that hands out tokens only when the test says so (or, with `fill_on_wake`, at once).
@@ -740,6 +797,66 @@ mod tests {
         let api = engine.resource("api");
         assert!(api.enter().is_err(), "the local rule blocks");
         assert_eq!(lease.in_hand().0, 4, "the cluster token came back");
+    }
+
+    #[test]
+    fn async_cluster_call_awaits_the_lease_without_blocking_and_passes_when_tokens_arrive() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0)]);
+        let api = engine.resource("api");
+        let mut fut = std::pin::pin!(api.entry().enter_async());
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(fut.as_mut().poll(&mut cx).is_pending(), "waiting for the service, the thread free");
+        assert_eq!(svc.wakes.load(Ordering::Relaxed), 1);
+        let lease = svc.lease();
+        lease.replace(T0 + 99, 2);
+        lease.changed();
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(_entry)) => {}
+            other => panic!("expected a pass, got {:?}", other.map(|r| r.map(|_| ()))),
+        }
+        assert_eq!(lease.in_hand().0, 1);
+    }
+
+    #[test]
+    fn annotated_async_fn_awaits_the_lease_and_decides_again_with_fresh_arguments() {
+        // What `#[sentinel_resource]` generates for an `async fn`: decide, await the wait, decide again.
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0)]);
+        let api = engine.resource("api");
+        let mut fut = std::pin::pin!(async {
+            let mut wait = crate::__private::AsyncWait::new();
+            let mut decisions = 0;
+            loop {
+                decisions += 1;
+                match crate::__private::decide_async(api.entry(), &mut wait) {
+                    Some(d) => break (d.map(|_| ()), decisions),
+                    None => wait.wait().await,
+                }
+            }
+        });
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        let lease = svc.lease();
+        lease.replace(T0 + 99, 1);
+        lease.changed();
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready((Ok(()), 2)) => {}
+            other => panic!("expected a pass on the second decision, got {:?}", other.map(|(r, n)| (r.is_ok(), n))),
+        }
+    }
+
+    #[test]
+    fn async_wait_that_times_out_decides_by_the_local_fallback() {
+        let svc = FakeService::new(0, Duration::from_millis(1));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 1.0)]);
+        let api = engine.resource("api");
+        assert!(futures::executor::block_on(api.entry().enter_async()).is_ok(), "fallback: 1 per second");
+        assert!(futures::executor::block_on(api.entry().enter_async()).is_err(), "fallback: over 1 per second");
+        let st = &engine.cluster_status()[0];
+        assert_eq!((st.waits, st.wait_timeouts), (2, 2));
     }
 
     #[test]
