@@ -636,6 +636,24 @@ impl Sentinel {
         Ok(())
     }
 
+    /// Removes the cluster token service `service` if it is the one registered (another may have replaced it).
+    #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
+    pub(crate) fn unregister_cluster_service(
+        &self,
+        service: &Arc<dyn crate::flow::cluster::TokenService>,
+    ) -> Result<(), RuleError> {
+        if self.shared.flow.cluster_service().is_some_and(|s| Arc::ptr_eq(&s, service)) {
+            self.set_cluster_service(None)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a cluster token service is registered on this engine (a running cluster client): Java's
+    /// cluster mode "client" (`getClusterMode` answers 0), else "not started" (-1).
+    pub fn has_cluster_service(&self) -> bool {
+        self.shared.flow.cluster_service().is_some()
+    }
+
     /// The flow rules in force.
     pub fn flow_rules(&self) -> Vec<FlowRule> {
         self.shared.flow.rules()

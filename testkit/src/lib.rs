@@ -6,6 +6,8 @@
 //! missing program is a failure instead (the project's test command, `scripts/test`, installs them).
 #![deny(missing_docs)]
 
+pub mod redis;
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

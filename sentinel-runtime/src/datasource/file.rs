@@ -155,6 +155,7 @@ impl FileDataSource {
     }
 
     /// Whether a changed path concerns this source (used by the watcher).
+    #[cfg_attr(not(feature = "file-watch"), allow(dead_code))]
     pub(crate) fn concerns(&self, changed: &Path) -> bool {
         let Some(name) = changed.file_name() else {
             return false;

@@ -26,7 +26,6 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 
-use crate::clock::NANOS_PER_MILLI;
 use crate::rules::CheckCx;
 use crate::stat::admission::{AdmissionWindow, Mode};
 use crate::stat::StatNode;
@@ -320,6 +319,11 @@ impl RuleLease {
         if !self.requested.load(Ordering::Relaxed) && !self.requested.swap(true, Ordering::AcqRel) {
             self.service.wake();
         }
+    }
+
+    /// Calls blocked so far because the shared window was used up.
+    pub(crate) fn exhausted_blocks(&self) -> u64 {
+        self.counters.exhausted.load(Ordering::Relaxed)
     }
 
     /// Calls ask for tokens when a chunk leaves fewer than `n` in the pool.
@@ -646,9 +650,6 @@ pub(crate) fn lease_for(slot: &OnceLock<Arc<RuleLease>>, rule: &Arc<FlowRule>, s
 pub(crate) fn bound_to(lease: &RuleLease, service: &Arc<dyn TokenService>) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(&lease.service), Arc::as_ptr(service))
 }
-
-/// Nanoseconds in a millisecond, for the service's conversions.
-pub(crate) const NANOS_PER_MS: u64 = NANOS_PER_MILLI;
 
 #[cfg(test)]
 mod tests {

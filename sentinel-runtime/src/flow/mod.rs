@@ -280,6 +280,11 @@ impl FlowManager {
         self.rules.reinstall(|unique| self.install(unique))
     }
 
+    /// The cluster token service, if one is registered.
+    pub(crate) fn cluster_service(&self) -> Option<Arc<dyn cluster::TokenService>> {
+        self.cluster.service()
+    }
+
     /// The state of every cluster-mode rule in force, in rule order.
     pub(crate) fn cluster_status(&self, now_ms: u64) -> Vec<ClusterRuleStatus> {
         let map = self.map.snapshot();
