@@ -11,8 +11,9 @@
 //! given back to their bucket in the next call, so the window counts only what was spent.
 //!
 //! **Few round trips.** The client learns the rule's rate on this instance (tokens spent per ms) and asks
-//! for what it expects to spend until the bucket ends (plus a quarter), so at a steady rate one call per
-//! bucket suffices; callers ask for more when the pool falls below what a round trip's worth of calls
+//! for what it expects to spend until the bucket ends (plus a quarter), at most a fair share of the window
+//! (`window ÷ live instances`) per call, so at a steady rate one call per bucket suffices and instances that
+//! all want more than the window holds share it; callers ask for more when the pool falls below what a round trip's worth of calls
 //! needs (the low-water mark), before it runs dry. While the window is used up, Redis says when it frees
 //! room again and calls block locally until then, without a round trip each.
 
@@ -74,6 +75,8 @@ pub(crate) struct Driver {
     exhausted_seen: u64,
     /// Calls wanted tokens while the window was used up: lease as soon as it frees room.
     pub(crate) ask_when_free: bool,
+    /// Calls were blocked on a used-up window since the last lease: ask for a whole fair share.
+    pressed: bool,
 }
 
 impl Driver {
@@ -100,6 +103,7 @@ impl Driver {
             exhausted_until: 0,
             exhausted_seen: 0,
             ask_when_free: false,
+            pressed: false,
         }
     }
 
@@ -137,8 +141,14 @@ impl Driver {
             _ => (0, self.bucket_ms as f64),
         };
         let expected = (self.rate * horizon * 1.25).ceil();
+        // At most a fair share of the window per call: instances that all want more than the window holds
+        // each get about their share, and a lone busy one comes back for the rest.
+        let fair = (self.window_allowance() / self.live.max(1) as f64).ceil().max(1.0) as u64;
+        if self.pressed {
+            return fair;
+        }
         let want = if self.rate > 0.0 { expected } else { share };
-        (want.max(1.0) as u64).saturating_sub(in_hand).max(1).min(self.window_allowance().max(1.0) as u64)
+        (want.max(1.0) as u64).saturating_sub(in_hand).clamp(1, fair)
     }
 
     /// Whether the window is used up at `now_ms` (no lease call is worth making).
@@ -147,10 +157,13 @@ impl Driver {
     }
 
     /// Whether calls were blocked on the used-up window since the last look (ask as soon as it frees room).
+    /// Such calls show a demand the spending rate does not (it only shows what was granted): the next lease
+    /// asks for a whole fair share.
     pub(crate) fn demand_while_exhausted(&mut self, lease: &RuleLease) -> bool {
         let blocked = lease.exhausted_blocks();
         let more = blocked > self.exhausted_seen;
         self.exhausted_seen = blocked;
+        self.pressed |= more;
         more
     }
 
@@ -165,6 +178,7 @@ impl Driver {
     ) -> LeaseCall {
         self.measure(lease, now);
         let want = self.want(lease, now_ms);
+        self.pressed = false;
         self.call(want, member, ttl)
     }
 
