@@ -18,6 +18,13 @@ use sentinel_testkit::redis::RedisServer;
 
 const WORKER_ENV: &str = "SENTINEL_CLUSTER_WORKER";
 
+/// The tests of this file run one at a time: they measure latencies and per-window sums in real time, and
+/// the multi-process ones keep the machine's cores busy.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn wall_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
@@ -128,6 +135,7 @@ fn cluster_worker() {
     while wall_ms() < plan.start_at {
         std::thread::sleep(Duration::from_millis(1));
     }
+    let stalls = stall_probe(plan.end_at, plan.window_ms);
     let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
     let mut ambiguous = 0u64;
     let mut errors = 0u64;
@@ -145,18 +153,77 @@ fn cluster_worker() {
                     ambiguous += 1;
                 }
             }
-            Err(sentinel_runtime::BlockError::Flow { .. }) => {}
+            // Over the limit: try again soon (a load far above the limit without starving the machine's
+            // other processes, Redis among them, of the CPU).
+            Err(sentinel_runtime::BlockError::Flow { .. }) => std::thread::sleep(Duration::from_micros(20)),
             Err(_) => errors += 1,
         }
     }
     let status = engine.cluster_status();
     let windows: Vec<String> = per_window.iter().map(|(w, n)| format!("{w}:{n}")).collect();
+    let st = &status[0];
+    let stalled: Vec<String> = stalls.join().unwrap_or_default().iter().map(u64::to_string).collect();
     println!(
-        "\nCLUSTER_WORKER_RESULT ambiguous={ambiguous} errors={errors} round_trips={} windows={}",
-        status[0].round_trips,
+        "\nCLUSTER_WORKER_RESULT ambiguous={ambiguous} errors={errors} round_trips={} waits={} timeouts={} \
+         local={} failures={} stalls={} windows={}",
+        st.round_trips,
+        st.waits,
+        st.wait_timeouts,
+        st.fallback_decisions,
+        st.failures,
+        stalled.join(","),
         windows.join(",")
     );
     drop(client);
+}
+
+/// Windows (by wall-clock window index) in which this process was frozen for a fifth of a window or more: a
+/// thread that only sleeps 1 ms at a time saw a longer gap. On a machine whose CPUs are oversubscribed a
+/// process (or all of them) can be descheduled for that long; such a window cannot admit its count, whatever
+/// the limiter does. Runs until `end_at` (wall ms).
+fn stall_probe(end_at: u64, window_ms: u64) -> std::thread::JoinHandle<Vec<u64>> {
+    std::thread::spawn(move || {
+        let mut stalled = std::collections::BTreeSet::new();
+        let mut last = wall_ms();
+        while last < end_at {
+            std::thread::sleep(Duration::from_millis(1));
+            let now = wall_ms();
+            if now - last >= window_ms / 5 {
+                stalled.extend(last / window_ms..=now / window_ms);
+            }
+            last = now;
+        }
+        stalled.into_iter().collect()
+    })
+}
+
+/// The same from the outside, for Redis: a PING every 2 ms from the test process until `end_at`; windows in
+/// which one took a fifth of a window or more (Redis, or this process, was descheduled).
+fn redis_stall_probe(url: String, end_at: u64, window_ms: u64) -> std::thread::JoinHandle<Vec<u64>> {
+    std::thread::spawn(move || {
+        let mut stalled = std::collections::BTreeSet::new();
+        let Ok(mut conn) = redis::Client::open(url).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        else {
+            return Vec::new();
+        };
+        while wall_ms() < end_at {
+            let before = wall_ms();
+            let _ = redis::cmd("PING").query::<String>(&mut conn);
+            let after = wall_ms();
+            if after - before >= window_ms / 5 {
+                stalled.extend(before / window_ms..=after / window_ms);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        stalled.into_iter().collect()
+    })
+}
+
+/// The windows any probe saw stalled.
+fn stalled_windows(redis: std::thread::JoinHandle<Vec<u64>>, reports: &[Report]) -> std::collections::BTreeSet<u64> {
+    let mut stalled: std::collections::BTreeSet<u64> = redis.join().unwrap_or_default().into_iter().collect();
+    stalled.extend(reports.iter().flat_map(|r| r.stalls.iter().copied()));
+    stalled
 }
 
 /// A worker's report: admitted calls per window, and its ambiguous and erroneous calls.
@@ -165,6 +232,9 @@ struct Report {
     windows: BTreeMap<u64, u64>,
     ambiguous: u64,
     errors: u64,
+    stalls: Vec<u64>,
+    /// The worker's line, for failure messages.
+    line: String,
 }
 
 fn report_of(child: Child) -> Report {
@@ -174,11 +244,14 @@ fn report_of(child: Child) -> Report {
         .lines()
         .find_map(|l| l.find("CLUSTER_WORKER_RESULT ").map(|i| &l[i + "CLUSTER_WORKER_RESULT ".len()..]))
         .unwrap_or_else(|| panic!("a worker printed no result (status {}):\n{text}", out.status));
-    let mut r = Report::default();
+    let mut r = Report { line: line.chars().take(300).collect(), ..Report::default() };
     for field in line.split(' ') {
         match field.split_once('=') {
             Some(("ambiguous", v)) => r.ambiguous = v.parse().unwrap(),
             Some(("errors", v)) => r.errors = v.parse().unwrap(),
+            Some(("stalls", v)) => {
+                r.stalls = v.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().unwrap()).collect()
+            }
             Some(("windows", v)) => {
                 for pair in v.split(',').filter(|p| !p.is_empty()) {
                     let (w, n) = pair.split_once(':').unwrap();
@@ -203,6 +276,7 @@ fn sums(reports: &[Report]) -> BTreeMap<u64, u64> {
 
 #[test]
 fn several_processes_hammering_one_global_rule_admit_the_count_per_window_and_no_more() {
+    let _serial = one_at_a_time();
     let Some(redis) = RedisServer::start("several_processes_hammering_one_global_rule") else { return };
     // 2500/s over windows of 200 ms (two buckets of 100 ms): 500 calls per window for all processes.
     let (count, window_ms, windows) = (2500.0, 200u64, 20u64);
@@ -221,6 +295,7 @@ fn several_processes_hammering_one_global_rule_admit_the_count_per_window_and_no
         member_ttl_ms: 2000,
     };
     let children: Vec<Child> = (0..3).map(|i| plan.spawn(&format!("worker-{i}"))).collect();
+    let redis_stalls = redis_stall_probe(redis.url(), end_at, window_ms);
     let reports: Vec<Report> = children.into_iter().map(report_of).collect();
     let total = sums(&reports);
     // The first window warms the leases up; the last may be cut short.
@@ -228,15 +303,27 @@ fn several_processes_hammering_one_global_rule_admit_the_count_per_window_and_no
         (start_at / window_ms + 1..end_at / window_ms - 1).map(|w| (w, total.get(&w).copied().unwrap_or(0))).collect();
     assert_eq!(measured.len() as u64, windows);
     let ambiguous: u64 = reports.iter().map(|r| r.ambiguous).sum();
-    eprintln!("admitted per window of {window_ms} ms (limit {per_window}): {measured:?}; ambiguous {ambiguous}");
+    let stalled = stalled_windows(redis_stalls, &reports);
+    eprintln!(
+        "admitted per window of {window_ms} ms (limit {per_window}): {measured:?}; ambiguous {ambiguous}; windows in \
+         which the machine stalled: {stalled:?}"
+    );
     assert!(reports.iter().all(|r| r.errors == 0), "no caller got an error: {reports:?}");
+    let mut checked = 0;
     for (w, n) in &measured {
         assert!(*n <= per_window, "window {w} admitted {n} > {per_window} across processes: {measured:?}");
+        if stalled.contains(w) {
+            // A frozen process (or Redis) cannot admit in time: not a sign of under-admission.
+            continue;
+        }
+        checked += 1;
         assert!(
             *n + ambiguous >= per_window * 95 / 100,
-            "window {w} admitted {n} < 95% of {per_window} across processes: {measured:?}"
+            "window {w} admitted {n} < 95% of {per_window} across processes: {measured:?}\n{:#?}",
+            reports.iter().map(|r| &r.line).collect::<Vec<_>>()
         );
     }
+    assert!(checked >= windows * 3 / 4, "the machine stalled in too many windows to judge: {stalled:?}");
     // A call that waited for the next bucket's lease starts before the boundary and passes after it: at
     // most one per process (one calling thread each) per boundary.
     assert!(ambiguous <= 3 * (windows + 2), "calls stamped across a window boundary: {ambiguous}");
@@ -246,6 +333,7 @@ fn several_processes_hammering_one_global_rule_admit_the_count_per_window_and_no
 
 #[test]
 fn average_local_total_follows_the_live_instances_when_one_stops_heartbeating() {
+    let _serial = one_at_a_time();
     let Some(redis) = RedisServer::start("average_local_total_follows_the_live_instances") else { return };
     // 1000/s per instance over windows of 200 ms: 200 per instance per window.
     let (count, window_ms) = (1000.0, 200u64);
@@ -266,6 +354,7 @@ fn average_local_total_follows_the_live_instances_when_one_stops_heartbeating() 
         member_ttl_ms: ttl_ms,
     };
     let mut children: Vec<Child> = (0..3).map(|i| plan.spawn(&format!("avg-{i}"))).collect();
+    let redis_stalls = redis_stall_probe(redis.url(), end_at, window_ms);
     let leaving = children.remove(2);
     while wall_ms() < killed_at {
         std::thread::sleep(Duration::from_millis(5));
@@ -289,18 +378,25 @@ fn average_local_total_follows_the_live_instances_when_one_stops_heartbeating() 
         .map(|w| (w, total.get(&w).copied().unwrap_or(0)))
         .collect();
     assert!(after.len() >= 6, "{after:?}");
+    let stalled = stalled_windows(redis_stalls, &reports);
+    let mut checked = 0;
     for (w, n) in &after {
         assert!(
             *n <= 2 * per_instance,
             "window {w} admitted {n} > {} for two live instances: {after:?}",
             2 * per_instance
         );
+        if stalled.contains(w) {
+            continue;
+        }
+        checked += 1;
         assert!(
             *n + ambiguous >= 2 * per_instance * 95 / 100,
             "window {w} admitted {n} < 95% of {} for two live instances: {after:?}",
             2 * per_instance
         );
     }
+    assert!(checked >= after.len() * 3 / 4, "the machine stalled in too many windows to judge: {stalled:?}");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -372,6 +468,7 @@ fn instance(url: &str, ns: &str, count: f64, timeout: Duration) -> (Sentinel, Cl
 
 #[test]
 fn hung_redis_makes_calls_fall_back_within_the_timeout_to_their_share_of_the_count() {
+    let _serial = one_at_a_time();
     captured_logs();
     let Some(redis) = RedisServer::start("hung_redis_makes_calls_fall_back") else { return };
     let timeout = Duration::from_millis(20);
@@ -417,6 +514,7 @@ fn hung_redis_makes_calls_fall_back_within_the_timeout_to_their_share_of_the_cou
 
 #[test]
 fn fallback_local_limit_admits_exactly_the_instance_share_per_second() {
+    let _serial = one_at_a_time();
     let Some(redis) = RedisServer::start("fallback_local_limit_admits_exactly_the_instance_share") else { return };
     let (engine, _client) = instance(&redis.url(), "share", 300.0, Duration::from_millis(20));
     let (_b, _cb) = instance(&redis.url(), "share", 300.0, Duration::from_millis(20));
@@ -460,6 +558,7 @@ fn fallback_local_limit_admits_exactly_the_instance_share_per_second() {
 
 #[test]
 fn wrong_password_falls_back_with_a_log_line_that_names_the_credentials() {
+    let _serial = one_at_a_time();
     captured_logs();
     let Some(redis) = RedisServer::start_with("wrong_password_falls_back", &["--requirepass", "right"]) else {
         return;
@@ -480,6 +579,7 @@ fn wrong_password_falls_back_with_a_log_line_that_names_the_credentials() {
 
 #[test]
 fn script_error_falls_back_and_recovers_once_the_key_is_fixed() {
+    let _serial = one_at_a_time();
     captured_logs();
     let Some(redis) = RedisServer::start("script_error_falls_back") else { return };
     let (engine, client) = instance(&redis.url(), "wrongtype", 50.0, Duration::from_millis(50));
@@ -519,6 +619,7 @@ async fn guarded_call() -> Result<(), sentinel_runtime::BlockError> {
 
 #[test]
 fn async_callers_await_an_empty_lease_without_blocking_their_executor() {
+    let _serial = one_at_a_time();
     let Some(redis) = RedisServer::start("async_callers_await_an_empty_lease") else { return };
     let engine = Sentinel::builder().app_name("async").build().leak();
     engine.load_flow_rules([cluster_rule("async-api", 1000.0, ClusterThresholdType::Global, 1000, 2)]).unwrap();
@@ -559,6 +660,7 @@ fn async_callers_await_an_empty_lease_without_blocking_their_executor() {
 
 #[test]
 fn published_rules_are_in_force_within_a_second_and_a_malformed_document_changes_nothing() {
+    let _serial = one_at_a_time();
     let Some(redis) = RedisServer::start("published_rules_are_in_force_within_a_second") else { return };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut conn = rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
@@ -595,7 +697,8 @@ fn published_rules_are_in_force_within_a_second_and_a_malformed_document_changes
 
 #[test]
 fn redis_data_source_reconnects_by_itself_and_reads_what_it_missed() {
-    let Some(mut redis) = RedisServer::start("redis_data_source_reconnects_by_itself") else { return };
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("redis_data_source_reconnects_by_itself") else { return };
     let (key, channel) = ("rules", "rules:changed");
     let engine = Sentinel::builder().build();
     let source = RedisDataSource::builder(redis.url())
@@ -605,10 +708,9 @@ fn redis_data_source_reconnects_by_itself_and_reads_what_it_missed() {
         .unwrap();
     assert!(source.wait_for(1, Duration::from_secs(5)), "the missing key is reported");
     assert!(source.is_connected());
-    redis.restart();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut conn = rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
-    // Written while the data source was disconnected: read when it reconnects.
+    // Written without an announcement while the data source is connected: read once it reconnects.
     rt.block_on(
         redis::cmd("SET")
             .arg(key)
@@ -616,13 +718,25 @@ fn redis_data_source_reconnects_by_itself_and_reads_what_it_missed() {
             .query_async::<()>(&mut conn),
     )
     .unwrap();
+    assert!(engine.flow_rules().is_empty(), "nothing was announced");
+    // The server drops the subscription (as a failover or a network cut would).
+    rt.block_on(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async::<i64>(&mut conn)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline && engine.flow_rules().is_empty() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(engine.flow_rules().len(), 1, "reconnected and read the key");
-    assert!(matches!(
-        source.last_error(),
-        None | Some(sentinel_runtime::cluster::RedisSourceError::Unavailable { .. })
-    ));
+    // A server restart: the data source subscribes again by itself and takes announcements again.
+    let mut redis = redis;
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let doc = r#"{"flowRules": [{"resource": "db", "count": 4}]}"#;
+    while Instant::now() < deadline && engine.flow_rules()[0].count != 4.0 {
+        if let Ok(mut c) = rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()) {
+            let _ = rt.block_on(redis::cmd("PUBLISH").arg(channel).arg(doc).query_async::<i64>(&mut c));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(engine.flow_rules()[0].count, 4.0, "announcements after the restart are applied");
+    assert!(source.is_connected());
 }

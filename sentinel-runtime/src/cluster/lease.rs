@@ -73,7 +73,11 @@ pub(crate) struct Driver {
     /// for it, when last looked at (more since means demand: ask again as soon as it frees room).
     exhausted_until: u64,
     exhausted_seen: u64,
-    /// Calls wanted tokens while the window was used up: lease as soon as it frees room.
+    /// The engine time by which Redis is in the bucket after the last reply's (its latest estimate): a call
+    /// made before it, once the lease ended, would get tokens it could not spend.
+    next_bucket_at: u64,
+    /// Calls wanted tokens while no lease call was worth making ([`Driver::hold_until`]): lease as soon as
+    /// one is.
     pub(crate) ask_when_free: bool,
     /// Calls were blocked on a used-up window since the last lease: ask for a whole fair share.
     pressed: bool,
@@ -102,6 +106,7 @@ impl Driver {
             next_beat: now,
             exhausted_until: 0,
             exhausted_seen: 0,
+            next_bucket_at: 0,
             ask_when_free: false,
             pressed: false,
         }
@@ -151,9 +156,17 @@ impl Driver {
         (want.max(1.0) as u64).saturating_sub(in_hand).clamp(1, fair)
     }
 
-    /// Whether the window is used up at `now_ms` (no lease call is worth making).
-    pub(crate) fn exhausted(&self, now_ms: u64) -> bool {
-        now_ms < self.exhausted_until
+    /// Until when (engine ms) no lease call is worth making: the window is used up, or the lease of the
+    /// current bucket ended (its margin) and Redis is not in the next bucket yet; 0 when a call is worth it.
+    pub(crate) fn hold_until(&self, now_ms: u64) -> u64 {
+        if now_ms < self.exhausted_until {
+            return self.exhausted_until;
+        }
+        let lease_over = self.cur.is_none_or(|c| now_ms > c.valid_until);
+        if lease_over && now_ms < self.next_bucket_at {
+            return self.next_bucket_at;
+        }
+        0
     }
 
     /// Whether calls were blocked on the used-up window since the last look (ask as soon as it frees room).
@@ -257,8 +270,10 @@ impl Driver {
                 }
             }
         }
+        // Latest estimates (from the reply's arrival): asking earlier could find Redis still before them.
+        self.next_bucket_at = (t1_ms as i64).saturating_add(bucket_end - r.redis_ms).max(0) as u64;
         if call.want > r.granted && r.left == 0 && r.retry_at_ms > r.redis_ms {
-            self.exhausted_until = t0_ms.saturating_add((r.retry_at_ms - r.redis_ms) as u64);
+            self.exhausted_until = t1_ms.saturating_add((r.retry_at_ms - r.redis_ms) as u64);
         } else {
             self.exhausted_until = 0;
         }
@@ -280,11 +295,8 @@ impl Driver {
         now >= self.next_beat || !self.returns.is_empty()
     }
 
-    /// Engine times (ms) at which the driver wants to act: the end of its lease, the end of a used-up window.
+    /// Engine times (ms) at which the driver wants to act: the end of its lease.
     pub(crate) fn deadlines_ms(&self) -> impl Iterator<Item = u64> + '_ {
-        self.cur
-            .map(|c| c.valid_until + 1)
-            .into_iter()
-            .chain((self.ask_when_free && self.exhausted_until > 0).then_some(self.exhausted_until))
+        self.cur.map(|c| c.valid_until + 1).into_iter()
     }
 }

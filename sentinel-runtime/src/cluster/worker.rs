@@ -279,8 +279,8 @@ impl Worker {
             let Some(lease) = d.lease.upgrade() else { continue };
             let asked = lease.take_request();
             let demand = d.demand_while_exhausted(&lease);
-            if d.exhausted(now_ms) {
-                // Ask again as soon as the window frees room (see `next_wake`).
+            if d.hold_until(now_ms) > 0 {
+                // Ask as soon as a lease call is worth it (see `next_wake`).
                 d.ask_when_free |= asked || demand;
                 if all || d.beat_due(now) {
                     calls.push((i, d.beat_call(&self.member, ttl)));
@@ -413,6 +413,10 @@ impl Worker {
             next = next.min(d.next_beat());
             for t in d.deadlines_ms() {
                 next = next.min(ms(t));
+            }
+            if d.ask_when_free {
+                // A deferred lease call: when it is worth making.
+                next = next.min(ms(d.hold_until(now_ms)));
             }
         }
         next.max(now)
