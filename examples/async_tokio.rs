@@ -1,23 +1,34 @@
 //! `#[sentinel_resource]` on `async fn`s under tokio: nested resources form a call tree across `.await`, a rate
-//! limiter spaces calls by awaiting a timer (the worker thread stays free), and a cancelled call exits its entry.
+//! limiter spaces calls by awaiting a timer (the worker thread stays free), a cancelled call exits its entry, and
+//! `timeout_ms` gives a call a time limit that counts as an exception (and a slow call) for circuit breakers.
 //!
 //! Run with `cargo run --example async_tokio`.
 
 use std::time::{Duration, Instant};
 
 use sentinel_runtime::flow::{ControlBehavior, FlowRule};
-use sentinel_runtime::{sentinel_resource, BlockError, Sentinel};
+use sentinel_runtime::{sentinel_resource, BlockError, Sentinel, Timeout};
 
 #[derive(Debug)]
 enum ApiError {
     Blocked(String),
+    TimedOut(Timeout),
 }
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ApiError::Blocked(kind) => write!(f, "blocked ({kind})"),
+            ApiError::TimedOut(t) => write!(f, "{t}"),
         }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<Timeout> for ApiError {
+    fn from(t: Timeout) -> Self {
+        ApiError::TimedOut(t)
     }
 }
 
@@ -56,6 +67,18 @@ fn report_blocked(_b: BlockError) -> String {
     "report unavailable".to_string()
 }
 
+/// A downstream that hangs, given 30 ms: then the body is dropped and the fallback answers.
+#[sentinel_resource(name = "fetchPrice", timeout_ms = 30, fallback = last_known_price)]
+async fn fetch_price(sku: u64) -> Result<u64, ApiError> {
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    Ok(sku * 100)
+}
+
+fn last_known_price(sku: u64, e: ApiError) -> Result<u64, ApiError> {
+    println!("  fetchPrice: {e}; answering with the last known price");
+    Ok(sku * 99)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sentinel = Sentinel::global();
@@ -87,6 +110,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("slow report timed out: {}", timed_out.is_err());
     let s = sentinel.cluster_stats("slowReport").ok_or("slowReport was never entered")?;
     println!("slowReport: {} in flight, {} exceptions", s.threads, s.minute_exception);
+
+    // A time limit of the resource's own: the call is cut at 30 ms and counted as an exception whose response
+    // time is the limit, so slow-call and error breakers see it.
+    println!("price of sku 7: {}", fetch_price(7).await?);
+    let s = sentinel.cluster_stats("fetchPrice").ok_or("fetchPrice was never entered")?;
+    println!("fetchPrice: {} in flight, {} exceptions, avg rt {} ms", s.threads, s.minute_exception, s.avg_rt_ms);
 
     println!("call tree:");
     for ctx in sentinel.tree() {

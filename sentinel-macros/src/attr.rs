@@ -16,10 +16,11 @@ mod kw {
     syn::custom_keyword!(params);
     syn::custom_keyword!(origin);
     syn::custom_keyword!(context);
+    syn::custom_keyword!(timeout_ms);
 }
 
 const KEYS: &str = "`name`, `entry_type`, `block_handler`, `fallback`, `default_fallback`, \
-                    `exceptions_to_ignore`, `exceptions_to_trace`, `params`, `origin`, `context`, `crate`";
+                    `exceptions_to_ignore`, `exceptions_to_trace`, `params`, `origin`, `context`, `timeout_ms`, `crate`";
 
 /// `In` or `Out`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -55,7 +56,49 @@ pub struct Args {
     pub params: Option<Keyed<Vec<Expr>>>,
     pub origin: Option<Keyed<Expr>>,
     pub context: Option<Keyed<Expr>>,
+    /// The time limit in milliseconds: an integer literal or a constant expression of type `u64`.
+    pub timeout_ms: Option<Keyed<Expr>>,
     pub krate: Option<Keyed<Path>>,
+}
+
+impl Args {
+    /// Whether no argument was given.
+    pub fn is_empty(&self) -> bool {
+        self.name.is_none()
+            && self.entry_type.is_none()
+            && self.block_handler.is_none()
+            && self.fallback.is_none()
+            && self.default_fallback.is_none()
+            && self.exceptions_to_ignore.is_none()
+            && self.exceptions_to_trace.is_none()
+            && self.params.is_none()
+            && self.origin.is_none()
+            && self.context.is_none()
+            && self.timeout_ms.is_none()
+            && self.krate.is_none()
+    }
+}
+
+/// `timeout_ms = 200` or `timeout_ms = SOME_CONST`: a literal must be a positive integer.
+fn parse_timeout(input: ParseStream<'_>) -> syn::Result<Expr> {
+    let expr: Expr = input.parse()?;
+    if let Expr::Lit(syn::ExprLit { lit, .. }) = &expr {
+        let ok = match lit {
+            syn::Lit::Int(i) => match i.base10_parse::<u64>() {
+                Ok(0) => return Err(syn::Error::new(i.span(), "`timeout_ms` must be greater than 0")),
+                Ok(_) => i.suffix().is_empty() || i.suffix() == "u64",
+                Err(_) => false,
+            },
+            _ => false,
+        };
+        if !ok {
+            return Err(syn::Error::new_spanned(
+                lit,
+                "`timeout_ms` takes a number of milliseconds: an integer literal such as `200`, or a `u64` constant",
+            ));
+        }
+    }
+    Ok(expr)
 }
 
 fn set<T>(slot: &mut Option<Keyed<T>>, key: Span, key_name: &str, value: T) -> syn::Result<()> {
@@ -187,6 +230,10 @@ impl Parse for Args {
                 let k: kw::context = input.parse()?;
                 input.parse::<Token![=]>()?;
                 set(&mut args.context, k.span, "context", input.parse()?)?;
+            } else if la.peek(kw::timeout_ms) {
+                let k: kw::timeout_ms = input.parse()?;
+                input.parse::<Token![=]>()?;
+                set(&mut args.timeout_ms, k.span, "timeout_ms", parse_timeout(input)?)?;
             } else if la.peek(Token![crate]) {
                 let k: Token![crate] = input.parse()?;
                 input.parse::<Token![=]>()?;
@@ -262,5 +309,16 @@ mod tests {
         assert!(parse("exceptions_to_ignore = [A +]").is_err());
         assert!(parse("params = a").is_err());
         assert!(parse("block_handler = 1").is_err());
+        assert!(parse("timeout_ms = 0").is_err());
+        assert!(parse("timeout_ms = \"200ms\"").is_err());
+        assert!(parse("timeout_ms = 1.5").is_err());
+    }
+
+    #[test]
+    fn timeout_takes_a_literal_or_a_constant() {
+        assert!(parse("timeout_ms = 200").unwrap().timeout_ms.is_some());
+        assert!(parse("timeout_ms = 200u64").is_ok());
+        assert!(parse("timeout_ms = LIMIT_MS").is_ok());
+        assert!(parse("timeout_ms = config::LIMIT_MS").is_ok());
     }
 }

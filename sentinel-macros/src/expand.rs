@@ -13,7 +13,7 @@ use syn::spanned::Spanned;
 use syn::{Ident, ReturnType, Type};
 
 use crate::attr::{EntryKind, ErrorMatch};
-use crate::validate::{Plan, Reuse, Shape};
+use crate::validate::{Naming, Plan, Reuse, Shape};
 
 fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
@@ -101,10 +101,14 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
 
     let fn_name = sig.ident.to_string();
     let fn_name = fn_name.strip_prefix("r#").unwrap_or(&fn_name).to_string();
-    let name = match &args.name {
-        Some(k) => k.value.to_token_stream(),
-        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+    let name = match (&args.name, &plan.naming) {
+        (Some(k), _) => k.value.to_token_stream(),
+        (None, Naming::ImplType(ty)) => quote!(::core::concat!(::core::module_path!(), "::", #ty, "::", #fn_name)),
+        // Named at the first call; the registry shows this placeholder until then.
+        (None, Naming::SelfType) => quote!(::core::concat!(::core::module_path!(), "::Self::", #fn_name)),
+        (None, _) => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
     };
+    let from_self = matches!(plan.naming, Naming::SelfType);
     let entry_type = match args.entry_type.as_ref().map(|k| k.value) {
         Some(EntryKind::In) => quote!(#krate::EntryType::In),
         _ => quote!(#krate::EntryType::Out),
@@ -116,9 +120,30 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     let has_dfb = args.default_fallback.is_some();
     // The site and the descriptor live in a block of their own, so their names are not in scope in the body.
     let site_ref = local("__sentinel_site");
+    let resolve_fn = local("__sentinel_resolve");
+    let (new_site, resolver, resolve) = if from_self {
+        (
+            quote!(#private::ResourceSite::method(::core::module_path!(), #fn_name, #entry_type)),
+            quote! {
+                fn #resolve_fn(
+                    base: &'static #private::ResourceDescriptor,
+                ) -> ::core::option::Option<&'static #private::ResourceDescriptor> {
+                    #site.resolved_descriptor(base)
+                }
+            },
+            quote!(::core::option::Option::Some(#resolve_fn)),
+        )
+    } else {
+        (
+            quote!(#private::ResourceSite::new(#name, #entry_type)),
+            TokenStream::new(),
+            quote!(::core::option::Option::None),
+        )
+    };
     let registration = quote! {
         let #site_ref: &'static #private::ResourceSite = {
-            static #site: #private::ResourceSite = #private::ResourceSite::new(#name, #entry_type);
+            static #site: #private::ResourceSite = #new_site;
+            #resolver
             #private::inventory::submit! {
                 #private::ResourceDescriptor {
                     name: #name,
@@ -131,6 +156,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                     has_block_handler: #has_bh,
                     has_fallback: #has_fb,
                     has_default_fallback: #has_dfb,
+                    resolve: #resolve,
                 }
             }
             &#site
@@ -138,7 +164,12 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     };
 
     // The entry builder.
-    let mut builder = quote!(#site_ref.resource().entry());
+    let resource = if from_self {
+        quote!(#site_ref.method_resource(::core::any::type_name::<Self>))
+    } else {
+        quote!(#site_ref.resource())
+    };
+    let mut builder = quote!(#resource.entry());
     if let Some(p) = &args.params {
         let values = p.value.iter().map(|e| {
             let private = respan(private.clone(), e.span());
@@ -355,15 +386,15 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 }
             }
         };
-        let run_body = match &plan.shape {
-            Shape::Sync => quote! {
+        let run_body = match (&plan.shape, &args.timeout_ms) {
+            (Shape::Sync, _) => quote! {
                 let #result = #private::run_body(|| {
                     #edge
                     #(#pattern_lets)*
                     #user_block
                 });
             },
-            Shape::Async => quote! {
+            (Shape::Async, None) => quote! {
                 let #result = async move {
                     #edge
                     #(#pattern_lets)*
@@ -371,9 +402,47 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 }
                 .await;
             },
-            Shape::AsyncTrait { future, .. } => quote! {
+            (Shape::AsyncTrait { future, .. }, None) => quote! {
                 let #result = #future.await;
             },
+            (shape, Some(timeout)) => {
+                // The body races a timer on the engine's clock; when the time is up the body's future is dropped
+                // (exiting what it entered), the call counts as an exception whose response time is the limit,
+                // and `E::from(Timeout)` goes to the fallback or is returned. Timeouts are always traced.
+                let body = match shape {
+                    Shape::AsyncTrait { future, .. } => future.to_token_stream(),
+                    _ => quote! {
+                        async move {
+                            #edge
+                            #(#pattern_lets)*
+                            #user_block
+                        }
+                    },
+                };
+                let limit = local("__sentinel_limit");
+                let ms = &timeout.value;
+                let checked = quote_spanned!(ms.span()=> const { #private::checked_timeout_ms(#ms) });
+                let on_timeout = if let Some(f) = &args.fallback {
+                    let mut v = reused.clone();
+                    v.push(error.to_token_stream());
+                    call(&f.value, &err_ptr, v, true, "call_fallback")
+                } else if let Some(f) = &args.default_fallback {
+                    call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback")
+                } else {
+                    quote!(::core::result::Result::Err(#error))
+                };
+                let timed_out = quote_spanned!(error_span=> #private_at_error::timed_out(&mut #entry, #limit));
+                quote! {
+                    let #limit = ::core::time::Duration::from_millis(#checked);
+                    let #result = match #private::time_limited(&#entry, #limit, #body).await {
+                        ::core::option::Option::Some(r) => r,
+                        ::core::option::Option::None => {
+                            let #error = #timed_out;
+                            return #on_timeout;
+                        }
+                    };
+                }
+            }
         };
         quote! {
             #clones

@@ -12,14 +12,18 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 
 mod attr;
 mod expand;
+mod impl_block;
 mod validate;
 
 /// Marks a function as a Sentinel resource: every call enters the resource, runs the checks of its rules, and
 /// exits when the call returns, returns early, fails with `?` or panics.
 ///
 /// Arguments: `name`, `entry_type`, `block_handler`, `fallback`, `default_fallback`, `exceptions_to_ignore`,
-/// `exceptions_to_trace`, `params`, `origin`, `context`, `crate`. See the crate documentation (the macro's
-/// README) for their meaning, the dispatch order, async functions and examples.
+/// `exceptions_to_trace`, `params`, `origin`, `context`, `timeout_ms`, `crate`. See the crate documentation
+/// (the macro's README) for their meaning, the dispatch order, async functions and examples.
+///
+/// On an impl block (without arguments) it names the block's annotated methods `module::Type::method` after
+/// the type as written, at compile time.
 ///
 /// ```
 /// use sentinel_runtime::{sentinel_resource, BlockError};
@@ -42,11 +46,14 @@ pub fn sentinel_resource(attr: TokenStream, item: TokenStream) -> TokenStream {
         Ok(a) => a,
         Err(e) => return with_error(original, e),
     };
+    if let Ok(block) = syn::parse::<syn::ItemImpl>(item.clone()) {
+        return impl_block::expand(&args, block).into();
+    }
     let func: syn::ItemFn = match syn::parse(item) {
         Ok(f) => f,
         Err(_) => return with_error(original.clone(), not_a_function(original)),
     };
-    match validate::validate(&args, &func) {
+    match validate::validate(&args, &func, None) {
         Ok(plan) => expand::expand(&plan).into(),
         Err(e) => with_error(original, e),
     }
@@ -71,7 +78,6 @@ fn not_a_function(original: TokenStream2) -> syn::Error {
     let what = match syn::parse2::<syn::Item>(original) {
         Ok(syn::Item::Struct(_)) => "a struct",
         Ok(syn::Item::Enum(_)) => "an enum",
-        Ok(syn::Item::Impl(_)) => "an impl block (put it on each method instead)",
         Ok(syn::Item::Mod(_)) => "a module",
         Ok(syn::Item::Trait(_)) => "a trait",
         Ok(syn::Item::Static(_)) | Ok(syn::Item::Const(_)) => "a constant or static",

@@ -42,10 +42,24 @@ pub struct Param {
     pub ty: TokenStream,
 }
 
+/// Where the default resource name comes from.
+pub enum Naming {
+    /// `name = ".."` was given.
+    Explicit,
+    /// A free function (or an associated function that does not mention `Self`): `module::function`.
+    Free,
+    /// A method of an impl block that carries the attribute: `module::Type::method`, `Type` as written.
+    ImplType(String),
+    /// A method (it has a receiver or mentions `Self` in its signature) of an impl block without the
+    /// attribute: `module::Type::method`, `Type` found from `Self` at the first call.
+    SelfType,
+}
+
 /// Everything the expansion needs.
 pub struct Plan<'a> {
     pub args: &'a Args,
     pub func: &'a ItemFn,
+    pub naming: Naming,
     pub shape: Shape,
     pub returns_result: bool,
     pub params: Vec<Param>,
@@ -208,8 +222,17 @@ fn key_error<T>(k: &Option<Keyed<T>>, msg: &str, errors: &mut Option<syn::Error>
     }
 }
 
-/// Checks the function and the arguments together.
-pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
+fn mentions_self(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|t| match t {
+        TokenTree::Ident(i) => i == "Self",
+        TokenTree::Group(g) => mentions_self(g.stream()),
+        _ => false,
+    })
+}
+
+/// Checks the function and the arguments together. `impl_type` is the type of the impl block when the
+/// attribute is on the block (its methods are named after it).
+pub fn validate<'a>(args: &'a Args, func: &'a ItemFn, impl_type: Option<String>) -> syn::Result<Plan<'a>> {
     let sig = &func.sig;
     let mut errors = None;
     if let Some(c) = &sig.constness {
@@ -275,6 +298,30 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
         key_error(&args.default_fallback, &msg("default_fallback"), &mut errors);
         key_error(&args.exceptions_to_ignore, &msg("exceptions_to_ignore"), &mut errors);
         key_error(&args.exceptions_to_trace, &msg("exceptions_to_trace"), &mut errors);
+        if args.timeout_ms.is_some() && is_async {
+            key_error(
+                &args.timeout_ms,
+                &format!(
+                    "`timeout_ms` needs a function that returns `Result<_, E>` with `E: From<sentinel_runtime::Timeout>`: \
+                     a call that runs out of time returns `Err(E::from(timeout))` (or passes it to the fallback), and \
+                     `{}` returns `{returned}`",
+                    sig.ident
+                ),
+                &mut errors,
+            );
+        }
+    }
+    if args.timeout_ms.is_some() && !is_async {
+        key_error(
+            &args.timeout_ms,
+            &format!(
+                "`timeout_ms` needs an `async fn`: when the time is up the macro drops the body's future, and a sync \
+                 function's body cannot be stopped once it runs (a thread cannot be cancelled); make `{}` async, or \
+                 bound the time inside it (a client or socket timeout)",
+                sig.ident
+            ),
+            &mut errors,
+        );
     }
 
     let mut params = Vec::new();
@@ -339,7 +386,14 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn) -> syn::Result<Plan<'a>> {
             let typed_handlers = output_ty.is_none_or(|t| !has_elided_lifetime(t.to_token_stream()))
                 && !(is_async && params.iter().any(borrows));
             let error_ty = output_ty.filter(|_| returns_result).and_then(result_error_ty);
-            Ok(Plan { args, func, shape, returns_result, params, typed_handlers, output, error_ty })
+            let is_method = sig.receiver().is_some() || mentions_self(sig.to_token_stream());
+            let naming = match impl_type {
+                _ if args.name.is_some() => Naming::Explicit,
+                Some(ty) => Naming::ImplType(ty),
+                None if is_method => Naming::SelfType,
+                None => Naming::Free,
+            };
+            Ok(Plan { args, func, naming, shape, returns_result, params, typed_handlers, output, error_ty })
         }
     }
 }
@@ -383,7 +437,7 @@ mod tests {
         };
         let args = Args::default();
         // u8 is not a Result and there is no block handler: the error names the future's output type.
-        let e = validate(&args, &f).err().unwrap().to_string();
+        let e = validate(&args, &f, None).err().unwrap().to_string();
         assert!(e.contains("returns `u8`"), "{e}");
     }
 }

@@ -87,6 +87,95 @@ fn single_thread_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     g.finish();
 }
 
+/// An exactly named resource's entry with regex rules loaded for other names, next to the same entry without
+/// them (same run): a resource's rules are resolved when rules load or the resource is created, so the
+/// patterns must cost nothing per call. Also a resource whose only rule comes from a pattern.
+fn regex_rules(c: &mut Criterion) {
+    regex_rules_in(c, "regex_rules");
+}
+
+fn regex_rules_cpu(c: &mut Criterion<ThreadCpuTime>) {
+    regex_rules_in(c, "regex_rules_cpu");
+}
+
+fn regex_rules_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
+    use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+    use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
+    let plain = engine();
+    let with_patterns = engine();
+    let flow = (0..100).map(|i| FlowRule::new(format!("other-{i}/.*")).regex(true).count(1.0));
+    let flow: Vec<FlowRule> = with_patterns
+        .flow_rules()
+        .into_iter()
+        .chain(flow)
+        .chain([FlowRule::new("matched/.*").regex(true).count(1e15)])
+        .collect();
+    with_patterns.load_flow_rules(flow).expect("valid rules");
+    with_patterns
+        .load_authority_rules(
+            (0..100).map(|i| AuthorityRule::new(format!("other-{i}/.*"), "a,b", AuthorityStrategy::Black).regex(true)),
+        )
+        .expect("valid rules");
+    with_patterns
+        .load_degrade_rules((0..100).map(|i| {
+            DegradeRule::new(format!("other-{i}/.*"), DegradeGrade::ErrorCount)
+                .count(5.0)
+                .time_window_sec(1)
+                .regex(true)
+        }))
+        .expect("valid rules");
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(1));
+    for (label, engine, name) in [
+        ("exact one-rule-pass, no patterns", &plain, "one-rule-pass"),
+        ("exact one-rule-pass, 300 patterns for other names", &with_patterns, "one-rule-pass"),
+        ("no rule, 300 patterns for other names", &with_patterns, "no-rule"),
+        ("rule from a pattern", &with_patterns, "matched/x"),
+    ] {
+        let r = engine.resource(name);
+        g.bench_function(label, |b| {
+            b.iter(|| {
+                let e = r.enter();
+                black_box(&e);
+            })
+        });
+    }
+    g.finish();
+}
+
+/// What the Prometheus exporter costs a call: entry + exit of a resource with one passing rule on an engine
+/// without the exporter and on one with it attached (each completed call goes into a histogram; counters cost
+/// nothing, they come from the windows). Needs `--features prometheus`.
+fn exporter(c: &mut Criterion) {
+    exporter_in(c, "exporter");
+}
+
+fn exporter_cpu(c: &mut Criterion<ThreadCpuTime>) {
+    exporter_in(c, "exporter_cpu");
+}
+
+#[cfg(feature = "prometheus")]
+fn exporter_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
+    let without = engine();
+    let with = engine();
+    sentinel_runtime::exporter::attach(&with, Default::default()).expect("default buckets");
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(1));
+    for (label, engine) in [("one-rule-pass, no exporter", &without), ("one-rule-pass, exporter attached", &with)] {
+        let r = engine.resource("one-rule-pass");
+        g.bench_function(label, |b| {
+            b.iter(|| {
+                let e = r.enter();
+                black_box(&e);
+            })
+        });
+    }
+    g.finish();
+}
+
+#[cfg(not(feature = "prometheus"))]
+fn exporter_in<M: Measurement>(_: &mut Criterion<M>, _: &str) {}
+
 /// Runs `iters` calls on each of `threads` threads at once; returns wall time divided by the thread count, so
 /// criterion's per-iteration figure is the aggregate time per call (lower is more throughput).
 fn parallel(threads: usize, iters: u64, f: Arc<dyn Fn() + Send + Sync>) -> Duration {
@@ -136,10 +225,10 @@ fn two_threads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, clock, single_thread, two_threads);
+criterion_group!(benches, clock, single_thread, two_threads, regex_rules, exporter);
 criterion_group! {
     name = benches_cpu;
     config = Criterion::default().with_measurement(ThreadCpuTime);
-    targets = single_thread_cpu
+    targets = single_thread_cpu, regex_rules_cpu, exporter_cpu
 }
 criterion_main!(benches, benches_cpu);

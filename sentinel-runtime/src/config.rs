@@ -9,6 +9,8 @@
 //! | `SENTINEL_METRIC_LOG_FILE_COUNT` | [`Config::metric_log_file_count`] | `csp.sentinel.metric.file.total.count` |
 //! | `SENTINEL_MAX_CONTEXTS` | [`Config::max_contexts`] | |
 //! | `SENTINEL_MAX_RESOURCES` | [`Config::max_resources`] | |
+//! | `SENTINEL_MAX_ORIGINS` | [`Config::max_origins`] | |
+//! | `SENTINEL_MAX_ORIGINS_PER_RESOURCE` | [`Config::max_origins_per_resource`] | |
 //! | `SENTINEL_CLOCK` | [`Config::clock`]: `system` (cached, ms), `precise`, `manual` (now) or `manual:<epoch ms>` | |
 //!
 //! Unset or empty variables keep the defaults; a value that does not parse is an error naming the variable.
@@ -118,6 +120,8 @@ impl Config {
                 "SENTINEL_METRIC_LOG_FILE_COUNT" => c.metric_log_file_count = positive(k, v)?,
                 "SENTINEL_MAX_CONTEXTS" => c.max_contexts = positive(k, v)?,
                 "SENTINEL_MAX_RESOURCES" => c.max_resources = positive(k, v)?,
+                "SENTINEL_MAX_ORIGINS" => c.max_origins = positive(k, v)?,
+                "SENTINEL_MAX_ORIGINS_PER_RESOURCE" => c.max_origins_per_resource = positive(k, v)?,
                 "SENTINEL_CLOCK" => {
                     let v2 = v.trim().to_ascii_lowercase();
                     c.clock = match v2.as_str() {
@@ -171,6 +175,8 @@ mod tests {
             ("SENTINEL_METRIC_LOG_FILE_SIZE", "1048576"),
             ("SENTINEL_METRIC_LOG_FILE_COUNT", "3"),
             ("SENTINEL_MAX_CONTEXTS", "10"),
+            ("SENTINEL_MAX_ORIGINS", "30"),
+            ("SENTINEL_MAX_ORIGINS_PER_RESOURCE", "40"),
             ("SENTINEL_MAX_RESOURCES", "20"),
             ("SENTINEL_CLOCK", "manual:1700000000000"),
             ("PATH", "/usr/bin"),
@@ -182,6 +188,7 @@ mod tests {
         assert_eq!(c.metric_log_file_size, 1 << 20);
         assert_eq!(c.metric_log_file_count, 3);
         assert_eq!((c.max_contexts, c.max_resources), (10, 20));
+        assert_eq!((c.max_origins, c.max_origins_per_resource), (30, 40));
         assert_eq!(c.clock, ClockKind::Manual { start_ms: 1_700_000_000_000 });
         let engine = Sentinel::builder().config(c).build();
         assert_eq!(engine.now_millis(), 1_700_000_000_000);

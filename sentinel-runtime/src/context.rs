@@ -191,6 +191,11 @@ impl CarriedContext {
         CarriedContext { state: current() }
     }
 
+    /// Carries `state` (an entry's scope, see [`Entry::instrument`](crate::Entry::instrument)).
+    pub(crate) fn from_state(state: ContextState) -> Self {
+        CarriedContext { state }
+    }
+
     /// Installs the carried context on this thread for the duration of `f`, then carries away what `f` left.
     #[inline]
     pub fn scope<R>(&mut self, f: impl FnOnce() -> R) -> R {

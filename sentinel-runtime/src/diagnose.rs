@@ -40,6 +40,8 @@ pub struct RuleFinding {
     pub applies: bool,
     /// Reasons the rule does not (or cannot) fire, each with what to do.
     pub problems: Vec<String>,
+    /// For a `regex` rule: the pattern that matched the resource's name (see [`crate::pattern`]).
+    pub pattern: Option<String>,
 }
 
 /// Whether errors reach the statistics.
@@ -167,13 +169,14 @@ fn flow_finding(
         threshold: Some(rule.count),
         applies: true,
         problems: Vec::new(),
+        pattern: rule.regex.then(|| rule.resource.clone()),
     };
     let cluster = engine.cluster_stats(resource);
 
     // Who is subject to the rule (limit_app), as Java's node selection decides.
     let named: Vec<&str> = all
         .iter()
-        .filter(|r| r.resource == rule.resource)
+        .filter(|r| engine.flow_rule_applies(r, resource))
         .map(|r| r.limit_app.as_str())
         .filter(|a| *a != LIMIT_APP_DEFAULT && *a != LIMIT_APP_OTHER)
         .collect();
@@ -327,6 +330,7 @@ fn degrade_finding(
         threshold: Some(rule.count),
         applies: true,
         problems: Vec::new(),
+        pattern: rule.regex.then(|| rule.resource.clone()),
     };
     // The breaker's own bucket, when it has one, is what the rule compares.
     let mut from_breaker = false;
@@ -388,6 +392,24 @@ fn degrade_finding(
 }
 
 impl Sentinel {
+    /// Whether the flow rule applies to `resource`: it names it, or it is a regex rule whose pattern matches.
+    fn flow_rule_applies(&self, rule: &FlowRule, resource: &str) -> bool {
+        if rule.regex {
+            self.shared.flow.pattern_matches(&rule.resource, resource)
+        } else {
+            rule.resource == resource
+        }
+    }
+
+    /// Whether the degrade rule is one of `resource`'s own (named or matched).
+    fn degrade_rule_applies(&self, rule: &DegradeRule, resource: &str) -> bool {
+        if rule.regex {
+            self.shared.degrade.pattern_matches(&rule.resource, resource)
+        } else {
+            rule.resource == resource
+        }
+    }
+
     /// Explains the state of `resource` and its rules: see [the module](crate::diagnose).
     pub fn diagnose(&self, resource: &str) -> Diagnosis {
         let inner = self.shared.find_resource(resource);
@@ -399,7 +421,10 @@ impl Sentinel {
             .filter_map(|n| self.shared.contexts().find(|c| c.id == n.context_id).map(|c| c.name().to_string()))
             .collect();
         let stats = self.cluster_stats(resource);
-        let origins = self.origins_of(resource);
+        // Origins named by rules have a node before any call: only origins that called (in the last minute)
+        // were seen.
+        let mut origins = self.origins_of(resource);
+        origins.retain(|(_, s)| calls(s) > 0);
         let with_origin: u64 = origins.iter().map(|(_, s)| calls(s)).sum();
         let calls_without_origin = stats.as_ref().map(|s| calls(s).saturating_sub(with_origin)).unwrap_or(0);
         let seen = Seen { origins: &origins, without_origin: calls_without_origin };
@@ -410,7 +435,7 @@ impl Sentinel {
         let flow = all_flow
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.resource == resource)
+            .filter(|(_, r)| self.flow_rule_applies(r, resource))
             .map(|(i, r)| {
                 let c = cluster.iter().find(|c| c.rule == *r);
                 flow_finding(self, resource, i, r, &all_flow, &seen, &contexts, c)
@@ -419,7 +444,7 @@ impl Sentinel {
 
         let degrade_rules = self.degrade_rules();
         let own: Vec<(usize, &DegradeRule)> =
-            degrade_rules.iter().enumerate().filter(|(_, r)| r.resource == resource).collect();
+            degrade_rules.iter().enumerate().filter(|(_, r)| self.degrade_rule_applies(r, resource)).collect();
         let mut notes = Vec::new();
         let degrade_of: Vec<(usize, &DegradeRule)> = if own.is_empty() {
             let defaults: Vec<(usize, &DegradeRule)> =
@@ -467,6 +492,7 @@ impl Sentinel {
                      function's parameters); a call without that argument passes"
                         .to_string(),
                 ],
+                pattern: None,
             })
             .collect();
 
@@ -474,7 +500,13 @@ impl Sentinel {
             .authority_rules()
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.resource == resource)
+            .filter(|(_, r)| {
+                if r.regex {
+                    self.shared.authority.pattern_matches(&r.resource, resource)
+                } else {
+                    r.resource == resource
+                }
+            })
             .map(|(i, r)| {
                 let list: Vec<&str> = r.limit_app.split(',').collect();
                 let mut problems = Vec::new();
@@ -501,6 +533,7 @@ impl Sentinel {
                         problems.push(format!("{listed} of the {} origins seen are in the list", origins.len()));
                         problems
                     },
+                    pattern: r.regex.then(|| r.resource.clone()),
                 }
             })
             .collect();
@@ -544,6 +577,7 @@ impl Sentinel {
                     threshold: None,
                     applies: inbound.minute_pass + inbound.minute_block > 0,
                     problems,
+                    pattern: None,
                 }
             })
             .collect();
@@ -610,6 +644,9 @@ fn write_findings(f: &mut fmt::Formatter<'_>, title: &str, findings: &[RuleFindi
     for r in findings {
         let mark = if r.applies { "" } else { "  [DOES NOT APPLY]" };
         writeln!(f, "  #{} {}{mark}", r.index, r.summary)?;
+        if let Some(p) = &r.pattern {
+            writeln!(f, "     matched by pattern: `{p}` (regex rule)")?;
+        }
         writeln!(f, "     reads: {}", r.reads)?;
         match (r.current, r.threshold) {
             (Some(c), Some(t)) => writeln!(f, "     now: {c:.2} against threshold {t}")?,

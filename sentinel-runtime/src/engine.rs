@@ -26,6 +26,18 @@ use crate::system::{SystemManager, SystemRule};
 pub const DEFAULT_MAX_CONTEXTS: usize = 2000;
 /// Default cap on resources (Java's `MAX_SLOT_CHAIN_SIZE`).
 pub const DEFAULT_MAX_RESOURCES: usize = 6000;
+/// Default cap on the distinct caller origins an engine tracks; origins named by rules are always tracked and
+/// not counted. Calls from further origins run as [`UNTRACKED_ORIGIN`].
+pub const DEFAULT_MAX_ORIGINS: usize = 4096;
+/// Default cap on the origin nodes of one resource; origins named by the resource's flow rules always get
+/// their own node and are not counted. Further origins share the resource's [`UNTRACKED_ORIGIN`] node.
+pub const DEFAULT_MAX_ORIGINS_PER_RESOURCE: usize = 256;
+/// The origin of calls whose origin is past a cap (a name no rule may use): it is not named by any rule, so
+/// white lists block it, black lists and origin-specific rules never match it, and `other` rules count it
+/// on one shared node.
+pub const UNTRACKED_ORIGIN: &str = "(untracked)";
+/// The id of [`UNTRACKED_ORIGIN`].
+pub(crate) const UNTRACKED_ORIGIN_ID: u32 = u32::MAX;
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -46,6 +58,13 @@ pub struct Config {
     pub max_contexts: usize,
     /// Most resources; past it new resources pass unchecked.
     pub max_resources: usize,
+    /// Most distinct caller origins tracked (origins named by rules excepted); past it calls from new
+    /// origins run as [`UNTRACKED_ORIGIN`]. Each tracked origin costs about 100 bytes in the engine.
+    pub max_origins: usize,
+    /// Most origin nodes per resource (origins named by the resource's flow rules excepted); past it further
+    /// origins share the resource's [`UNTRACKED_ORIGIN`] node. Each origin node costs the memory of a node's
+    /// statistics (see the README).
+    pub max_origins_per_resource: usize,
     /// Directory of the metric and block logs (default `~/logs/csp`, as Java's).
     pub log_dir: std::path::PathBuf,
     /// How often the metric log writer runs, in ms (default 1000).
@@ -64,6 +83,8 @@ impl Default for Config {
             app_name: "sentinel-rs-app".to_string(),
             max_contexts: DEFAULT_MAX_CONTEXTS,
             max_resources: DEFAULT_MAX_RESOURCES,
+            max_origins: DEFAULT_MAX_ORIGINS,
+            max_origins_per_resource: DEFAULT_MAX_ORIGINS_PER_RESOURCE,
             log_dir: crate::config::default_log_dir(),
             metric_flush_interval_ms: crate::config::DEFAULT_METRIC_FLUSH_INTERVAL_MS,
             metric_log_file_size: crate::config::DEFAULT_METRIC_LOG_FILE_SIZE,
@@ -111,6 +132,16 @@ impl SentinelBuilder {
         self.config.max_resources = n;
         self
     }
+    /// Sets the cap on tracked caller origins (see [`Config::max_origins`]).
+    pub fn max_origins(mut self, n: usize) -> Self {
+        self.config.max_origins = n;
+        self
+    }
+    /// Sets the cap on origin nodes per resource (see [`Config::max_origins_per_resource`]).
+    pub fn max_origins_per_resource(mut self, n: usize) -> Self {
+        self.config.max_origins_per_resource = n;
+        self
+    }
     /// Replaces the whole configuration.
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
@@ -128,6 +159,7 @@ impl SentinelBuilder {
             entrance: EntranceNode { name: DEFAULT_CONTEXT_NAME.into(), children: Children::default() },
         });
         let empty_origin = Box::new(OriginInfo { id: 0, name: "".into() });
+        let untracked_origin = Box::new(OriginInfo { id: UNTRACKED_ORIGIN_ID, name: UNTRACKED_ORIGIN.into() });
         Sentinel {
             shared: Arc::new(Shared {
                 id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
@@ -144,6 +176,9 @@ impl SentinelBuilder {
                 intern_lock: Mutex::new(()),
                 context_list: boxcar::Vec::new(),
                 empty_origin,
+                untracked_origin,
+                unnamed_origins: AtomicUsize::new(0),
+                warned_origins: AtomicBool::new(false),
                 origins: papaya::HashMap::new(),
                 origin_list: boxcar::Vec::new(),
                 flow: FlowManager::default(),
@@ -160,6 +195,7 @@ impl SentinelBuilder {
                 warned_resources: AtomicBool::new(false),
                 sites: Mutex::new(HashMap::new()),
                 site_list: boxcar::Vec::new(),
+                observers: crate::observe::Observers::default(),
             }),
         }
     }
@@ -184,6 +220,11 @@ pub(crate) struct Shared {
     intern_lock: Mutex<()>,
     context_list: boxcar::Vec<ContextInfo>,
     empty_origin: Box<OriginInfo>,
+    /// The origin of calls from origins past the cap.
+    untracked_origin: Box<OriginInfo>,
+    /// Origins interned that no rule named when they were first seen (counted against the cap).
+    unnamed_origins: AtomicUsize,
+    warned_origins: AtomicBool,
     origins: papaya::HashMap<Arc<str>, usize>,
     origin_list: boxcar::Vec<OriginInfo>,
     pub(crate) flow: FlowManager,
@@ -202,6 +243,8 @@ pub(crate) struct Shared {
     /// Resources of annotated call sites, when this engine stands in for the global one.
     sites: Mutex<HashMap<usize, usize>>,
     site_list: boxcar::Vec<Resource>,
+    /// What integrations observe beyond the windows (histograms, blocks by kind), once one asks.
+    pub(crate) observers: crate::observe::Observers,
 }
 
 impl Shared {
@@ -265,7 +308,7 @@ impl Shared {
         Some(&self.context_list[i])
     }
 
-    /// The interned origin.
+    /// The interned origin; [`UNTRACKED_ORIGIN`]'s once the cap on origins no rule names is reached.
     pub(crate) fn origin(&self, name: &str) -> &OriginInfo {
         if name.is_empty() {
             return &self.empty_origin;
@@ -273,18 +316,41 @@ impl Shared {
         if let Some(&i) = self.origins.pin().get(name) {
             return &self.origin_list[i];
         }
-        self.create_origin(name)
+        self.create_origin(name, false)
+    }
+
+    /// Interns an origin a rule names: always tracked, not counted against the cap.
+    pub(crate) fn named_origin(&self, name: &str) -> &OriginInfo {
+        match self.origins.pin().get(name) {
+            Some(&i) => &self.origin_list[i],
+            None => self.create_origin(name, true),
+        }
     }
 
     #[cold]
-    fn create_origin(&self, name: &str) -> &OriginInfo {
+    fn create_origin(&self, name: &str, named: bool) -> &OriginInfo {
         let _guard = self.intern_lock.lock().unwrap_or_else(|e| e.into_inner());
         let map = self.origins.pin();
         if let Some(&i) = map.get(name) {
             return &self.origin_list[i];
         }
+        if !named {
+            if self.unnamed_origins.load(Ordering::Relaxed) >= self.config.max_origins {
+                if !self.warned_origins.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        max = self.config.max_origins,
+                        origin = name,
+                        "origin cap reached: calls from new origins run as `{UNTRACKED_ORIGIN}`"
+                    );
+                }
+                return &self.untracked_origin;
+            }
+            self.unnamed_origins.fetch_add(1, Ordering::Relaxed);
+        }
         let name: Arc<str> = name.into();
-        let i = self.origin_list.push(OriginInfo { id: self.origin_list.count() as u32 + 1, name: name.clone() });
+        let id =
+            u32::try_from(self.origin_list.count() + 1).unwrap_or(UNTRACKED_ORIGIN_ID).min(UNTRACKED_ORIGIN_ID - 1);
+        let i = self.origin_list.push(OriginInfo { id, name: name.clone() });
         map.insert(name, i);
         &self.origin_list[i]
     }
@@ -293,6 +359,9 @@ impl Shared {
     pub(crate) fn origin_id(&self, name: &str) -> Option<u32> {
         if name.is_empty() {
             return Some(0);
+        }
+        if name == UNTRACKED_ORIGIN {
+            return Some(UNTRACKED_ORIGIN_ID);
         }
         self.origins.pin().get(name).map(|&i| self.origin_list[i].id)
     }
@@ -304,8 +373,21 @@ impl Shared {
 
     fn rules_for(&self, name: &str) -> ResourceRules {
         let flow = self.flow.for_resource(name);
+        // Origins the rules name are always tracked: interned here (and given their own node on this
+        // resource when a flow rule reads it).
+        let named_origins = flow
+            .as_ref()
+            .map(|f| f.named_origins().iter().map(|o| self.named_origin(o)).map(|o| (o.id, o.name.clone())).collect())
+            .unwrap_or_default();
+        let authority = self.authority.for_resource(name);
+        if let Some(a) = &authority {
+            for o in a.listed_origins() {
+                self.named_origin(o);
+            }
+        }
         let mut rules = ResourceRules {
-            authority: self.authority.for_resource(name),
+            named_origins,
+            authority,
             param: self.param.for_resource(name),
             flow_simple: flow.as_ref().and_then(|f| f.simple_limit()),
             fast_path: false,
@@ -316,6 +398,15 @@ impl Shared {
         rules.fast_path =
             rules.authority.is_none() && rules.param.is_none() && (rules.flow.is_none() || rules.flow_simple.is_some());
         rules
+    }
+
+    /// Runs `f` on every resource while no resource can be created.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn for_each_resource_locked(&self, f: impl Fn(&ResourceInner)) {
+        let _guard = self.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, inner) in self.resource_list.iter() {
+            f(inner);
+        }
     }
 
     /// Rebuilds every resource's rules after a manager changed.
@@ -347,7 +438,11 @@ impl Shared {
     fn notify_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
         let listeners = self.block_listeners.load();
         for l in listeners.iter() {
-            l(err, now_ms, acquire);
+            // A listener's panic is contained (like a breaker observer's): the caller gets its BlockError.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(err, now_ms, acquire))).is_err() {
+                static LOGGED: std::sync::Once = std::sync::Once::new();
+                LOGGED.call_once(|| tracing::error!(resource = %err.resource(), "a block listener panicked"));
+            }
         }
     }
 
@@ -393,6 +488,37 @@ impl fmt::Debug for Sentinel {
             .field("app_name", &self.shared.config.app_name)
             .field("clock", &self.shared.clock)
             .finish_non_exhaustive()
+    }
+}
+
+/// A handle to an engine that does not keep it alive: for observers, slots and listeners that the engine
+/// itself holds (a strong [`Sentinel`] captured there would keep the engine alive forever).
+///
+/// ```
+/// use sentinel_runtime::Sentinel;
+/// let engine = Sentinel::builder().build();
+/// let weak = engine.downgrade();
+/// engine.on_block(move |err, _, _| {
+///     if let Some(engine) = weak.upgrade() {
+///         let _ = engine.diagnose(err.resource());
+///     }
+/// });
+/// ```
+#[derive(Clone, Default)]
+pub struct WeakSentinel {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl WeakSentinel {
+    /// The engine, if it is still alive.
+    pub fn upgrade(&self) -> Option<Sentinel> {
+        self.shared.upgrade().map(|shared| Sentinel { shared })
+    }
+}
+
+impl fmt::Debug for WeakSentinel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakSentinel").field("alive", &(self.shared.strong_count() > 0)).finish()
     }
 }
 
@@ -457,6 +583,17 @@ impl Sentinel {
             // SAFETY: only `&'static Sentinel` values are installed as overrides.
             unsafe { &*s.override_engine }
         }
+    }
+
+    /// A handle that does not keep the engine alive (see [`WeakSentinel`]).
+    pub fn downgrade(&self) -> WeakSentinel {
+        WeakSentinel { shared: Arc::downgrade(&self.shared) }
+    }
+
+    /// How many distinct caller origins the engine tracks now (at most [`Config::max_origins`] plus the
+    /// origins rules name).
+    pub fn tracked_origins(&self) -> usize {
+        self.shared.origins.pin().len()
     }
 
     /// The engine's settings.
@@ -532,6 +669,7 @@ impl Sentinel {
         let rules = if checked { shared.rules_for(&name) } else { ResourceRules::default() };
         let inner = Arc::new(ResourceInner::new(name.clone(), rules, checked));
         if checked {
+            shared.observers.start(&inner);
             resources.insert(name, inner.clone());
             shared.resource_list.push(inner.clone());
             shared.resource_generation.fetch_add(1, Ordering::Release);
@@ -569,8 +707,10 @@ impl Sentinel {
         let slot: Arc<dyn Slot> = Arc::new(slot);
         self.shared.custom_slots.rcu(|cur| {
             let mut next = CustomSlots::clone(cur);
-            next.slots.push((order, slot.clone()));
-            next.slots.sort_by_key(|(o, _)| *o);
+            next.slots.push((order, next.next_id, slot.clone()));
+            next.next_id += 1;
+            // Stable: slots of the same order run in the order they were added.
+            next.slots.sort_by_key(|(o, _, _)| *o);
             next
         });
         self.shared.has_custom_slots.store(true, Ordering::Release);

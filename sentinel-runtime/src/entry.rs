@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::clock::NANOS_PER_MILLI;
-use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
+use crate::context::{self, ContextState, OriginInfo, DEFAULT_CONTEXT_NAME};
 use crate::engine::Shared;
 use crate::error::BlockError;
 use crate::node::{DefaultNode, OriginNode};
@@ -76,6 +76,11 @@ impl<'r> ResRef<'r> {
     fn inner(&self) -> &'r ResourceInner {
         // SAFETY: as for `shared`; the tag bit is masked off.
         unsafe { &*self.inner.as_ptr().map_addr(|a| a & !OWNED) }
+    }
+    /// Whether this handle owns its counts (an entry made by `entry_owned`).
+    #[inline(always)]
+    fn is_owned(&self) -> bool {
+        self.inner.as_ptr().addr() & OWNED != 0
     }
 }
 
@@ -159,9 +164,17 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 
     /// Runs the checks; a queueing decision sleeps the thread (with a manual clock, nothing sleeps: see
     /// [`Entry::waited`]).
+    ///
+    /// An entry of a borrowed handle ([`Resource::entry`]) becomes the innermost entry of this thread's
+    /// context until it exits: entries made meanwhile on this thread are its children and inherit its context
+    /// and origin. Such an entry belongs to this thread's stack; exit it here. An entry of an owned handle
+    /// ([`Resource::entry_owned`]) joins the active context but never changes the thread's context (like
+    /// Java's `SphU.asyncEntry`), so it may move to and exit on any thread; [`Entry::in_scope`] and
+    /// [`Entry::instrument`] run work with it as the innermost entry.
     #[inline(always)]
     pub fn enter(self) -> Result<Entry<'r>, BlockError> {
-        self.build(true)
+        let install = !self.res.is_owned();
+        self.build(true, install)
     }
 
     /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread, and so
@@ -169,9 +182,13 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// then decides again). The returned future holds only the entry (not the hot-parameter arguments), so
     /// it is `Send`; with hot-parameter arguments, a cluster rule with no token in hand is decided at once by
     /// its local fallback instead of waiting (deciding again would need the arguments).
+    ///
+    /// The entry joins the active context (if any) but never changes the thread's context: the future may be
+    /// polled on any thread and the entry dropped anywhere. Use [`Entry::instrument`] to run a future with
+    /// the entry as its innermost entry.
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
         let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
-        let first = match self.build_in(wait) {
+        let first = match self.build_in(wait, false) {
             Ok(decided) => Ok(decided),
             Err((b, pending)) => Err((Retry::of(b), pending)),
         };
@@ -188,22 +205,26 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     }
 
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
+    /// Like [`enter`](EntryBuilder::enter), a borrowed handle's entry becomes the thread's innermost entry.
     /// A cluster rule with no leased token in hand is decided by its local fallback.
     #[inline(always)]
     pub fn decide(self) -> Result<Entry<'r>, BlockError> {
-        self.build(false)
+        let install = !self.res.is_owned();
+        self.build(false, install)
     }
 
-    /// One step of an async entry (annotated `async fn`s): the decision, or `None` when a cluster rule's
-    /// lease is empty and the call must await `pending` and then decide again (with a new builder).
-    /// `deadline`: the deadline of the wait under way (0 before the first wait).
+    /// One step of an async entry (annotated `async fn`s): the decision (installed like
+    /// [`decide`](EntryBuilder::decide)'s), or `None` when a cluster rule's lease is empty and the call must
+    /// await `pending` and then decide again (with a new builder). `deadline`: the deadline of the wait under
+    /// way (0 before the first wait).
     #[inline(always)]
     pub(crate) fn decide_step(
         self,
         deadline: u64,
         pending: &mut Option<flow::cluster::Pending>,
     ) -> Option<Result<Entry<'r>, BlockError>> {
-        match self.build_in(Wait::Async(deadline)) {
+        let install = !self.res.is_owned();
+        match self.build_in(Wait::Async(deadline), install) {
             Ok(decided) => Some(decided),
             Err((_, p)) => {
                 *pending = Some(p);
@@ -212,30 +233,35 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
     }
 
-    /// The whole entry path, waiting as `sleep` says.
+    /// The whole entry path, waiting as `sleep` says; `install` as for [`build_in`](Self::build_in).
     #[inline(always)]
-    fn build(self, sleep: bool) -> Result<Entry<'r>, BlockError> {
-        match self.build_in(if sleep { Wait::Blocking(0) } else { Wait::Now }) {
+    fn build(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
+        match self.build_in(if sleep { Wait::Blocking(0) } else { Wait::Now }, install) {
             Ok(decided) => decided,
-            Err((b, _)) => b.decide_now(),
+            Err((b, _)) => b.decide_now(install),
         }
     }
 
     /// Decides without waiting (never reached: only async waits hand a call back).
     #[cold]
     #[inline(never)]
-    fn decide_now(self) -> Result<Entry<'r>, BlockError> {
-        match self.build_in(Wait::Now) {
+    fn decide_now(self, install: bool) -> Result<Entry<'r>, BlockError> {
+        match self.build_in(Wait::Now, install) {
             Ok(decided) => decided,
-            Err((b, _)) => b.decide_now(),
+            Err((b, _)) => b.decide_now(install),
         }
     }
 
-    /// The whole entry path; the entry is built once, in place, at the end. `Err` gives the builder back
+    /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
+    /// innermost entry of the thread's context (a borrowed, synchronous entry). `Err` gives the builder back
     /// with the wait a cluster rule asked for (only with [`Wait::Async`]: a blocking wait happens here).
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn build_in(self, wait: Wait) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::cluster::Pending)> {
+    fn build_in(
+        self,
+        wait: Wait,
+        install: bool,
+    ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::cluster::Pending)> {
         let sleep = matches!(wait, Wait::Blocking(_));
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
@@ -249,7 +275,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         let fresh = outer.engine_id != shared.id;
         let (state, touches_tls) = if !fresh {
             // An active context (a null one was refused by the context cap: Java's NullContext).
-            (outer, true)
+            (outer, install)
         } else {
             let st = match (self.context, self.origin) {
                 (None, None) => shared.default_state(outer.override_engine),
@@ -263,7 +289,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 }
             };
             // Another engine's context is active: enter without touching it.
-            (st, outer.engine_id == 0)
+            (st, install && outer.engine_id == 0)
         };
         if state.ctx.is_null() {
             // Past the context cap: pass unchecked.
@@ -281,8 +307,11 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             unsafe { (*state.cur_node).children.ensure(node_arc) };
         }
         let node: &'r DefaultNode = node_arc;
-        let origin_node: Option<&'r OriginNode> =
-            if origin.id == 0 { None } else { Some(inner.cluster.origin_node(origin.id, &origin.name)) };
+        let origin_node: Option<&'r OriginNode> = if origin.id == 0 {
+            None
+        } else {
+            Some(inner.cluster.origin_node(origin.id, &origin.name, shared.config.max_origins_per_resource))
+        };
         let inbound = self.entry_type == EntryType::In;
         let own = node.records();
         let nodes = Nodes::new(node, own, inner, origin_node, inbound, shared);
@@ -330,6 +359,9 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                     let w = Writer::at(now_ms);
                     nodes.for_each(|n| n.block_with(&w, self.acquire));
                     shared.on_block(&block, now_ms, self.acquire);
+                    if let Some(o) = inner.observed.get() {
+                        o.record_block(&block, self.acquire);
+                    }
                     return Ok(Err(block));
                 }
             }
@@ -355,6 +387,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             res: self.res,
             node: Some(node),
             origin_node,
+            origin: Some(origin),
             parent: state.cur_node,
             created_nanos: now_nanos,
             wait_nanos: checks.wait_nanos,
@@ -362,11 +395,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             acquire: self.acquire,
             slots_passed: checks.slots_passed,
             error: false,
-            touches_tls,
-            fresh,
-            inbound,
-            own,
-            occupied: checks.occupied,
+            flags: Flags::of(touches_tls, fresh, inbound, own, checks.occupied),
             flow: checks.flow,
             param: checks.param,
             degrade: checks.degrade,
@@ -452,11 +481,23 @@ impl EntryBuilder<'_, '_> {
             cluster_wait,
         };
         let mut scratch = flow::Scratch::default();
-        let r = checks.run(&cx, rules, &mut scratch);
-        if r.is_err() && !matches!(cluster_wait, Wait::Now) {
-            checks.pending = flow::cluster::has_pending();
+        // User code runs in the checks (slots, `HotParam` impls): if it panics, what the earlier checks took
+        // (thread permits, reserved tokens, per-value permits, a half-open probe) goes back before the panic
+        // goes on, or the resource would stay blocked.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| checks.run(&cx, rules, &mut scratch))) {
+            Ok(r) => {
+                if r.is_err() && !matches!(cluster_wait, Wait::Now) {
+                    checks.pending = flow::cluster::has_pending();
+                }
+                r
+            }
+            Err(panic) => {
+                checks.undo_all(&cx, rules, &mut scratch);
+                // No wait is left behind for a later entry on this thread.
+                let _ = flow::cluster::take_pending();
+                std::panic::resume_unwind(panic)
+            }
         }
-        r
     }
 }
 
@@ -499,7 +540,7 @@ impl<'r> Retry<'r> {
                 args: &[],
                 prioritized: self.prioritized,
             };
-            match b.build_in(Wait::Async(deadline)) {
+            match b.build_in(Wait::Async(deadline), false) {
                 Ok(decided) => return decided,
                 Err((b, again)) => {
                     self.res = b.res;
@@ -581,26 +622,45 @@ pub struct Entry<'r> {
     /// The node recorded on (`None`: an unchecked entry, which records nothing).
     node: Option<&'r DefaultNode>,
     origin_node: Option<&'r OriginNode>,
+    /// The caller's origin (`None` for an unchecked entry).
+    origin: Option<&'r OriginInfo>,
     /// The innermost entry's node before this one (restored at exit); null at the entrance.
     parent: *const DefaultNode,
     created_nanos: u64,
     wait_nanos: u64,
     depth: u32,
     acquire: u32,
-    /// Bit i set: the user slot at index i passed (its exit hook runs).
+    /// Bit i set: the user slot with id i passed (its exit hook runs).
     slots_passed: u32,
     error: bool,
-    /// Whether the entry set the thread's context (and restores it at exit).
-    touches_tls: bool,
-    /// Whether the entry started its own context (rather than running in an active one).
-    fresh: bool,
-    inbound: bool,
-    /// Whether the context's node recorded the entry (see [`DefaultNode`]).
-    own: bool,
-    occupied: bool,
+    /// [`Flags`] bits.
+    flags: u8,
     flow: flow::EntryState,
     param: param_flow::EntryState,
     degrade: circuit_breaker::EntryState,
+}
+
+/// Bits of [`Entry::flags`] (one byte keeps the entry within two cache lines).
+struct Flags;
+impl Flags {
+    /// The entry set the thread's context (and restores it at exit).
+    const TOUCHES_TLS: u8 = 1;
+    /// The entry started its own context (rather than running in an active one).
+    const FRESH: u8 = 2;
+    const INBOUND: u8 = 4;
+    /// The context's node recorded the entry (see [`DefaultNode`]).
+    const OWN: u8 = 8;
+    /// A prioritized call admitted by borrowing a later window.
+    const OCCUPIED: u8 = 16;
+    #[inline(always)]
+    fn of(touches_tls: bool, fresh: bool, inbound: bool, own: bool, occupied: bool) -> u8 {
+        let bit = |on: bool, bit: u8| if on { bit } else { 0 };
+        bit(touches_tls, Self::TOUCHES_TLS)
+            | bit(fresh, Self::FRESH)
+            | bit(inbound, Self::INBOUND)
+            | bit(own, Self::OWN)
+            | bit(occupied, Self::OCCUPIED)
+    }
 }
 
 // SAFETY: the parent pointer refers to an engine-owned `Sync` node that outlives the entry (the entry borrows
@@ -629,6 +689,7 @@ impl<'r> Entry<'r> {
             res,
             node: None,
             origin_node: None,
+            origin: None,
             parent: std::ptr::null(),
             created_nanos: 0,
             wait_nanos: 0,
@@ -636,11 +697,7 @@ impl<'r> Entry<'r> {
             acquire: 0,
             slots_passed: 0,
             error: false,
-            touches_tls: false,
-            fresh: false,
-            inbound: false,
-            own: false,
-            occupied: false,
+            flags: 0,
             flow: Default::default(),
             param: Default::default(),
             degrade: Default::default(),
@@ -710,8 +767,8 @@ impl Checks {
         for (order, phase) in PHASES {
             if let Some(c) = &custom {
                 while next_custom < c.slots.len() && c.slots[next_custom].0 < order {
-                    self.run_custom(cx, &c.slots[next_custom].1, next_custom)
-                        .inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
+                    let (_, id, slot) = &c.slots[next_custom];
+                    self.run_custom(cx, slot, *id).inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
                     next_custom += 1;
                 }
             }
@@ -761,8 +818,8 @@ impl Checks {
         }
         if let Some(c) = &custom {
             while next_custom < c.slots.len() {
-                self.run_custom(cx, &c.slots[next_custom].1, next_custom)
-                    .inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
+                let (_, id, slot) = &c.slots[next_custom];
+                self.run_custom(cx, slot, *id).inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
                 next_custom += 1;
             }
         }
@@ -773,7 +830,7 @@ impl Checks {
         &mut self,
         cx: &CheckCx<'_>,
         slot: &std::sync::Arc<dyn crate::slot::Slot>,
-        index: usize,
+        id: u32,
     ) -> Result<(), BlockError> {
         let e = SlotEntry {
             resource: &cx.resource.name,
@@ -785,8 +842,8 @@ impl Checks {
         };
         match slot.entry(&e) {
             Ok(()) => {
-                if index < MAX_SLOT_EXITS {
-                    self.slots_passed |= 1 << index;
+                if (id as usize) < MAX_SLOT_EXITS {
+                    self.slots_passed |= 1 << id;
                 }
                 Ok(())
             }
@@ -797,6 +854,19 @@ impl Checks {
                 origin: cx.origin.clone(),
             }),
         }
+    }
+
+    /// A check panicked: give back whatever any check took so far (each kind knows what it holds).
+    #[cold]
+    fn undo_all(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, scratch: &mut flow::Scratch) {
+        if let Some(p) = &rules.param {
+            param_flow::on_later_block(p, cx, &mut self.param);
+        }
+        flow::on_later_block(&mut self.flow, scratch, cx.acquire);
+        if let Some(d) = rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
+            circuit_breaker::on_later_block(d, cx, &mut self.degrade);
+        }
+        self.slots_passed = 0;
     }
 
     /// A later check blocked: give back what the earlier ones took.
@@ -834,7 +904,7 @@ impl<'r> Entry<'r> {
     }
     /// The caller's origin (empty when none).
     pub fn origin(&self) -> &str {
-        self.origin_node.map_or("", |o| &o.origin)
+        self.origin.map_or("", |o| &o.name)
     }
     /// The context's name (empty for an unchecked entry).
     pub fn context_name(&self) -> &str {
@@ -849,7 +919,7 @@ impl<'r> Entry<'r> {
     }
     /// Whether this was a prioritized call admitted by borrowing a later window.
     pub fn is_occupied(&self) -> bool {
-        self.occupied
+        self.flags & Flags::OCCUPIED != 0
     }
     /// Whether the entry was checked at all (false when the engine is disabled or a cap was reached).
     pub fn is_checked(&self) -> bool {
@@ -901,6 +971,79 @@ impl<'r> Entry<'r> {
     /// Exits now (the same as dropping the entry).
     pub fn exit(self) {}
 
+    /// The thread-context state in which this entry is the innermost entry (`None` when unchecked).
+    fn scope_state(&self, override_engine: *const crate::Sentinel) -> Option<ContextState> {
+        let node = self.node?;
+        let shared = self.res.shared();
+        let ctx = shared.context_by_id(node.context_id)?;
+        let origin = self.origin?;
+        Some(ContextState {
+            engine_id: shared.id,
+            ctx: ctx as *const crate::context::ContextInfo,
+            origin: origin as *const crate::context::OriginInfo,
+            cur_node: node as *const DefaultNode,
+            depth: self.depth,
+            override_engine,
+        })
+    }
+
+    /// Runs `f` with this entry as the innermost entry of the thread's context: entries made in `f` are its
+    /// children in the call tree and inherit its context and origin. The thread's context is put back after
+    /// `f` (also when `f` panics). Meant for owned entries ([`Resource::entry_owned`], [`EntryBuilder::enter_async`]),
+    /// which never install themselves.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let request = engine.resource("GET:/orders").entry_owned().origin("appA").enter().unwrap();
+    /// let db = engine.resource("db");
+    /// request.in_scope(|| {
+    ///     let db = db.enter().unwrap();
+    ///     assert_eq!(db.origin(), "appA");
+    /// });
+    /// assert!(engine.current_context().is_none());
+    /// ```
+    pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(ContextState);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                context::set_current(self.0);
+            }
+        }
+        let cur = context::current();
+        let Some(state) = self.scope_state(cur.override_engine) else { return f() };
+        context::set_current(state);
+        let _restore = Restore(cur);
+        f()
+    }
+
+    /// A future that runs `fut` with this entry as its innermost entry, on whatever thread polls it (the
+    /// entry's context is installed during every poll and while `fut` is dropped), and yields `fut`'s output
+    /// with the entry, so the caller can trace an error before the entry exits. Dropped early (cancelled),
+    /// it drops `fut`, then the entry: the call exits without an error.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let request = engine.resource("GET:/orders").entry_owned().origin("appA").enter().unwrap();
+    /// let db = engine.resource("db");
+    /// let work = async {
+    ///     // Entered while the request's entry is installed: its child, with its origin.
+    ///     let db = db.enter().unwrap();
+    ///     db.origin().to_string()
+    /// };
+    /// let (origin, mut entry) = futures::executor::block_on(request.instrument(work));
+    /// assert_eq!(origin, "appA");
+    /// entry.set_error(); // e.g. the response was a 5xx; the entry exits when dropped
+    /// ```
+    pub fn instrument<F: std::future::Future>(self, fut: F) -> Instrumented<'r, F> {
+        let carried = match self.scope_state(context::current().override_engine) {
+            Some(state) => crate::context::CarriedContext::from_state(state),
+            None => crate::context::CarriedContext::capture(),
+        };
+        Instrumented { inner: crate::macro_support::InContext::carrying(fut, carried), entry: Some(self) }
+    }
+
     /// Puts back the thread's context as it was before this entry, unless it was already unwound.
     #[inline]
     fn restore_context(&self, shared: &Shared, node: &DefaultNode) {
@@ -912,7 +1055,7 @@ impl<'r> Entry<'r> {
         if unsafe { (*cur.ctx).id } != node.context_id {
             return; // another context of the engine is active now
         }
-        let outer = if self.fresh {
+        let outer = if self.flags & Flags::FRESH != 0 {
             ContextState { override_engine: cur.override_engine, ..ContextState::NONE }
         } else {
             ContextState { cur_node: self.parent, depth: self.depth - 1, ..cur }
@@ -947,14 +1090,23 @@ impl Drop for Entry<'_> {
         }
         let (acquire, error) = (self.acquire, self.error);
         let w = Writer::at(now_ms);
-        let nodes = Nodes::new(node, self.own, inner, self.origin_node, self.inbound, shared);
+        let (own, inbound) = (self.flags & Flags::OWN != 0, self.flags & Flags::INBOUND != 0);
+        let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
         nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
+        if let Some(o) = inner.observed.get() {
+            o.record_rt(rt_micros);
+        }
 
         if self.flow.is_active() {
             flow::on_exit(&mut self.flow, acquire);
         }
         if self.param.is_active() {
             param_flow::on_exit(&mut self.param);
+        }
+        // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
+        // this entry installed in the thread's context.
+        if self.flags & Flags::TOUCHES_TLS != 0 {
+            self.restore_context(shared, node);
         }
         if inner.has_breakers.load(Ordering::Acquire) {
             let xcx = ExitCx { shared, now_ms, rt_micros, error };
@@ -968,26 +1120,67 @@ impl Drop for Entry<'_> {
         if self.slots_passed != 0 {
             self.exit_slots(shared, inner, rt_micros, error);
         }
-        if self.touches_tls {
-            self.restore_context(shared, node);
-        }
     }
 }
 
 impl Entry<'_> {
+    /// Runs the exit hooks of the slots that passed this entry (matched by id). Every hook runs even if one
+    /// panics; the first panic then goes on, unless the thread is already unwinding (a second panic would
+    /// abort the process), in which case it is logged.
     #[cold]
     fn exit_slots(&self, shared: &Shared, inner: &ResourceInner, rt_micros: u64, error: bool) {
         let slots = shared.custom_slots.load();
         let exit = SlotExit { resource: &inner.name, rt_micros, error };
-        for (i, (_, s)) in slots.slots.iter().enumerate().take(MAX_SLOT_EXITS) {
-            if self.slots_passed & (1 << i) != 0 {
-                s.exit(&exit);
+        let mut first_panic = None;
+        for (_, id, s) in slots.slots.iter() {
+            if (*id as usize) < MAX_SLOT_EXITS && self.slots_passed & (1 << id) != 0 {
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.exit(&exit))) {
+                    first_panic.get_or_insert(p);
+                }
+            }
+        }
+        if let Some(p) = first_panic {
+            if std::thread::panicking() {
+                tracing::error!(resource = %inner.name, "a slot's exit hook panicked while the thread was unwinding");
+            } else {
+                std::panic::resume_unwind(p);
             }
         }
     }
 }
 
-/// User slots whose exit hooks an entry runs: the first 32 in order.
+pin_project_lite::pin_project! {
+    /// A future run with an entry as its innermost entry: see [`Entry::instrument`]. `Send` when the inner
+    /// future is.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Instrumented<'r, F> {
+        // Declared first, so it is dropped before the entry.
+        #[pin]
+        inner: crate::macro_support::InContext<F>,
+        entry: Option<Entry<'r>>,
+    }
+}
+
+impl<'r, F: std::future::Future> std::future::Future for Instrumented<'r, F> {
+    type Output = (F::Output, Entry<'r>);
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.inner.poll(cx));
+        match this.entry.take() {
+            Some(entry) => std::task::Poll::Ready((out, entry)),
+            None => panic!("`Instrumented` polled after it completed"),
+        }
+    }
+}
+
+impl<F> fmt::Debug for Instrumented<'_, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Instrumented").field("entry", &self.entry).finish_non_exhaustive()
+    }
+}
+
+/// User slots whose exit hooks an entry runs: the first 32 added.
 const MAX_SLOT_EXITS: usize = 32;
 
 impl fmt::Debug for Entry<'_> {
@@ -997,7 +1190,7 @@ impl fmt::Debug for Entry<'_> {
             .field("checked", &self.is_checked())
             .field("error", &self.error)
             .field("waited", &self.waited())
-            .field("occupied", &self.occupied)
+            .field("occupied", &self.is_occupied())
             .finish()
     }
 }

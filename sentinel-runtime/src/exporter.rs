@@ -1,146 +1,45 @@
-//! Prometheus text exposition of per-resource numbers (feature `prometheus`), and a small HTTP endpoint on
-//! loopback serving it (feature `http-exporter`).
+//! Prometheus metrics of every resource (feature `prometheus`), and a small HTTP endpoint on loopback serving
+//! them (feature `http-exporter`).
 //!
-//! Every series is labelled with `app` and `resource`. The engine keeps sliding windows, not totals since
-//! start, so the numbers are gauges: the per-second rates of the sliding 1 s window, the sums of the last
-//! minute, the average response time and the calls in flight (use `avg_over_time`/`max_over_time` rather
-//! than `rate()` on them); and the state of every circuit breaker.
+//! [`render`] writes the text format with Prometheus's conventions: counters (`_total`) for passes, blocks by
+//! rule kind, successes and exceptions, so `rate()` and `increase()` work; a response-time histogram
+//! (`sentinel_response_time_seconds`, buckets configurable through [`attach`]); gauges for calls in flight
+//! and circuit breaker states; one `# HELP` and `# TYPE` per family; label values escaped; labels only
+//! `app`, `resource` and fixed sets (no origin or other caller-given value), so the series stay bounded.
+//!
+//! The engine keeps sliding windows, not totals since start. The counters of passes, successes and
+//! exceptions are accumulated by the exporter from the engine's per-second history (complete seconds are
+//! folded in at each render and every 15 s in the background; the current second is added on top), so they
+//! cost the calls nothing. The histogram and the blocks by kind are recorded by each call once the exporter
+//! is attached (by [`attach`], or by the first [`render`]); until then a call pays one load and a branch.
+//! Attached, the histogram is written on thread-owned stripes (plain stores): entry + exit with one passing
+//! rule measured 67.2 ns against 53.6 ns without (thread CPU time, the same run of the `entry` bench, group
+//! `exporter_cpu`, on a 2-core machine under a load of 8–10 where the same call measures 27 ns unloaded).
 //!
 //! ```
 //! use sentinel_runtime::{Sentinel, exporter};
 //! let engine = Sentinel::builder().app_name("shop").build();
+//! exporter::attach(&engine, exporter::ExporterConfig::default()).unwrap();
 //! drop(engine.enter("checkout").unwrap());
 //! let text = exporter::render(&engine);
-//! assert!(text.contains("sentinel_pass_qps{app=\"shop\",resource=\"checkout\"} 1"));
+//! assert!(text.contains("# TYPE sentinel_pass_total counter"));
+//! assert!(text.contains("sentinel_pass_total{app=\"shop\",resource=\"checkout\"} 1"));
+//! assert!(text.contains("sentinel_response_time_seconds_count{app=\"shop\",resource=\"checkout\"} 1"));
 //! ```
+//!
+//! A Prometheus scrape configuration for `MetricsServer` (feature `http-exporter`):
+//!
+//! ```yaml
+//! scrape_configs:
+//!   - job_name: my-service
+//!     static_configs: [{ targets: ["127.0.0.1:9464"] }]
+//! ```
+//!
+//! and a resource's pass rate: `rate(sentinel_pass_total{resource="checkout"}[1m])`.
 
-use std::fmt::Write as _;
+mod prometheus;
 
-use crate::circuit_breaker::{BreakerState, DegradeGrade};
-use crate::{NodeStats, Sentinel};
-
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    value: fn(&NodeStats) -> f64,
-}
-
-const FAMILIES: &[Family] = &[
-    Family { name: "sentinel_pass_qps", help: "Passed calls per second (sliding 1 s window).", value: |s| s.pass_qps },
-    Family {
-        name: "sentinel_block_qps",
-        help: "Blocked calls per second (sliding 1 s window).",
-        value: |s| s.block_qps,
-    },
-    Family {
-        name: "sentinel_success_qps",
-        help: "Completed calls per second (sliding 1 s window).",
-        value: |s| s.success_qps,
-    },
-    Family {
-        name: "sentinel_exception_qps",
-        help: "Completed calls with a traced error per second (sliding 1 s window).",
-        value: |s| s.exception_qps,
-    },
-    Family {
-        name: "sentinel_avg_rt_milliseconds",
-        help: "Average response time of completed calls (sliding 1 s window).",
-        value: |s| s.avg_rt_ms,
-    },
-    Family { name: "sentinel_threads", help: "Calls in flight.", value: |s| s.threads as f64 },
-    Family {
-        name: "sentinel_pass_last_minute",
-        help: "Passed calls over the last minute.",
-        value: |s| s.minute_pass as f64,
-    },
-    Family {
-        name: "sentinel_block_last_minute",
-        help: "Blocked calls over the last minute.",
-        value: |s| s.minute_block as f64,
-    },
-    Family {
-        name: "sentinel_success_last_minute",
-        help: "Completed calls over the last minute.",
-        value: |s| s.minute_success as f64,
-    },
-    Family {
-        name: "sentinel_exception_last_minute",
-        help: "Completed calls with a traced error over the last minute.",
-        value: |s| s.minute_exception as f64,
-    },
-];
-
-/// Escapes a label value: backslash, double quote and newline.
-fn escape(v: &str) -> String {
-    let mut s = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => s.push_str("\\\\"),
-            '"' => s.push_str("\\\""),
-            '\n' => s.push_str("\\n"),
-            c => s.push(c),
-        }
-    }
-    s
-}
-
-fn number(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
-}
-
-/// The engine's per-resource numbers in the Prometheus text format (version 0.0.4), resources sorted by name.
-pub fn render(engine: &Sentinel) -> String {
-    let app = escape(&engine.config().app_name);
-    let mut names = engine.resource_names();
-    names.sort();
-    let stats: Vec<(String, NodeStats)> =
-        names.iter().filter_map(|n| engine.cluster_stats(n).map(|s| (escape(n), s))).collect();
-    let mut out = String::new();
-    for f in FAMILIES {
-        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
-        let _ = writeln!(out, "# TYPE {} gauge", f.name);
-        for (name, s) in &stats {
-            let _ = writeln!(out, "{}{{app=\"{app}\",resource=\"{name}\"}} {}", f.name, number((f.value)(s)));
-        }
-    }
-    render_breakers(engine, &app, &names, &mut out);
-    out
-}
-
-/// Circuit-breaker states: `sentinel_circuit_breaker_state{app, resource, rule, grade}` = 0 closed, 1 open,
-/// 2 half-open; `rule` is the rule's position in [`Sentinel::degrade_rules`].
-fn render_breakers(engine: &Sentinel, app: &str, names: &[String], out: &mut String) {
-    let rules = engine.degrade_rules();
-    let _ =
-        writeln!(out, "# HELP sentinel_circuit_breaker_state Circuit breaker state: 0 closed, 1 open, 2 half-open.");
-    let _ = writeln!(out, "# TYPE sentinel_circuit_breaker_state gauge");
-    for name in names {
-        for b in engine.circuit_breakers(name) {
-            let index = rules.iter().position(|r| *r == *b.rule).map(|i| i.to_string()).unwrap_or_default();
-            let grade = match b.rule.grade {
-                DegradeGrade::SlowRequestRatio => "slow_request_ratio",
-                DegradeGrade::ErrorRatio => "error_ratio",
-                DegradeGrade::ErrorCount => "error_count",
-            };
-            let state = match b.state {
-                BreakerState::Closed => 0,
-                BreakerState::Open => 1,
-                BreakerState::HalfOpen => 2,
-            };
-            let _ = writeln!(
-                out,
-                "sentinel_circuit_breaker_state{{app=\"{app}\",resource=\"{}\",rule=\"{index}\",grade=\"{grade}\"}} {state}",
-                escape(name)
-            );
-        }
-    }
-}
+pub use prometheus::{attach, render, ExporterConfig, ExporterError, DEFAULT_BUCKETS};
 
 #[cfg(feature = "http-exporter")]
 pub use http::MetricsServer;
@@ -221,8 +120,10 @@ mod http {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::circuit_breaker::DegradeGrade;
     use crate::clock::ManualClock;
     use crate::flow::FlowRule;
+    use crate::Sentinel;
 
     fn engine() -> (Sentinel, crate::Entry<'static>) {
         let clock = ManualClock::at_millis(1_700_000_000_000);
@@ -257,23 +158,30 @@ mod tests {
     fn renders_every_resource_with_help_type_and_escaped_labels() {
         let (engine, _held) = engine();
         let text = render(&engine);
-        assert!(text.contains("# TYPE sentinel_pass_qps gauge\n"));
-        assert!(text.contains("sentinel_pass_qps{app=\"shop\",resource=\"pay\"} 2\n"), "{text}");
-        assert!(text.contains("sentinel_block_qps{app=\"shop\",resource=\"pay\"} 1\n"));
-        assert!(text.contains("sentinel_avg_rt_milliseconds{app=\"shop\",resource=\"pay\"} 4\n"), "{text}");
-        assert!(
-            text.contains("sentinel_exception_last_minute{app=\"shop\",resource=\"quote\\\"d\\\\name\"} 2\n"),
-            "{text}"
-        );
-        assert!(text.contains("sentinel_threads{app=\"shop\",resource=\"held\"} 1\n"));
+        assert!(text.contains("# TYPE sentinel_pass_total counter\n"));
+        assert!(text.contains("sentinel_pass_total{app=\"shop\",resource=\"pay\"} 2\n"), "{text}");
+        assert!(text.contains("sentinel_block_total{app=\"shop\",resource=\"pay\",kind=\"flow\"} 0\n"), "{text}");
+        assert!(text.contains("sentinel_exception_total{app=\"shop\",resource=\"quote\\\"d\\\\name\"} 2\n"), "{text}");
+        assert!(text.contains("sentinel_concurrency{app=\"shop\",resource=\"held\"} 1\n"));
         assert!(
             text.contains("sentinel_circuit_breaker_state{app=\"shop\",resource=\"quote\\\"d\\\\name\",rule=\"0\",grade=\"error_count\"} 1\n"),
             "{text}"
         );
-        // Every sample line is `name{labels} value`.
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
+        // One `# HELP` and one `# TYPE` per family, before its samples; every sample is `name{labels} value`.
+        let mut seen = std::collections::HashSet::new();
+        let mut current = String::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap().to_string();
+                assert!(seen.insert(name.clone()), "family {name} declared twice");
+                current = name;
+                continue;
+            }
+            if line.starts_with('#') {
+                continue;
+            }
             let (series, value) = line.rsplit_once(' ').unwrap();
-            assert!(series.starts_with("sentinel_") && series.ends_with('}'), "{line}");
+            assert!(series.starts_with(&current) && series.ends_with('}'), "{line} outside its family {current}");
             value.parse::<f64>().unwrap();
         }
     }
@@ -295,7 +203,7 @@ mod tests {
         let ok = fetch("/metrics");
         assert!(ok.starts_with("HTTP/1.0 200") || ok.starts_with("HTTP/1.1 200"), "{ok}");
         assert!(ok.contains("text/plain; version=0.0.4"));
-        assert!(ok.contains("sentinel_pass_qps{app=\"shop\",resource=\"pay\"} 2"));
+        assert!(ok.contains("sentinel_pass_total{app=\"shop\",resource=\"pay\"} 2"));
         let missing = fetch("/nope");
         assert!(missing.contains(" 404 "), "{missing}");
     }

@@ -107,10 +107,20 @@ pub struct TreeNode {
 }
 
 fn tree_of(node: &Arc<DefaultNode>, now_ms: u64, depth: usize) -> TreeNode {
-    let children = if depth > 64 {
-        Vec::new() // a recursive call chain: stop
+    tree_below(node, now_ms, &mut Vec::with_capacity(depth + 8))
+}
+
+/// A node's tree; `path` holds its ancestors. A node entered inside itself (recursion) is shown once more
+/// below itself, without its children again, so the tree stays finite however the calls recurse.
+fn tree_below(node: &Arc<DefaultNode>, now_ms: u64, path: &mut Vec<*const DefaultNode>) -> TreeNode {
+    let me = Arc::as_ptr(node);
+    let children = if path.contains(&me) || path.len() > 64 {
+        Vec::new()
     } else {
-        node.children().iter().map(|c| tree_of(c, now_ms, depth + 1)).collect()
+        path.push(me);
+        let c = node.children().iter().map(|c| tree_below(c, now_ms, path)).collect();
+        path.pop();
+        c
     };
     TreeNode { name: node.resource.to_string(), stats: NodeStats::read(node.stats(), now_ms), children }
 }

@@ -27,7 +27,16 @@
 //! **Contexts and origins.** A context is a named entrance with a caller origin
 //! ([`Sentinel::enter_context`]); nested entries form a call tree below it. Without one, entries use the
 //! default context with an empty origin. Flow rules choose the node they read by `limit_app` (a specific
-//! origin, `"other"`, `"default"`) and strategy (direct, relate, chain).
+//! origin, `"other"`, `"default"`) and strategy (direct, relate, chain). Origins are bounded
+//! ([`Config::max_origins`], [`Config::max_origins_per_resource`]): callers past the caps run as
+//! [`UNTRACKED_ORIGIN`], while origins that rules name are always tracked.
+//!
+//! **Entries across threads and `.await`.** An entry of a borrowed handle ([`Resource::enter`]) is the
+//! innermost entry of its thread until it exits (later entries nest under it). An owned entry
+//! ([`Resource::entry_owned`]) and any [`EntryBuilder::enter_async`] entry joins the active context but never
+//! changes a thread's context: it can move into a future or a response body and exit on any thread.
+//! [`Entry::in_scope`] and [`Entry::instrument`] run work with it as the innermost entry (the web layer
+//! wraps each request's handler this way). Annotated `async fn`s carry their context in their future.
 //!
 //! **Rules.** Each kind has a data type with builder methods ([`flow::FlowRule`],
 //! [`circuit_breaker::DegradeRule`], [`system::SystemRule`], [`param_flow::ParamFlowRule`],
@@ -78,7 +87,9 @@ mod inspect;
 pub mod log;
 mod macro_support;
 mod node;
+mod observe;
 pub mod param_flow;
+pub mod pattern;
 mod rcu;
 pub mod registry;
 mod resource;
@@ -89,8 +100,11 @@ pub mod system;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::Diagnosis;
-pub use engine::{AlreadyInitialized, Config, Sentinel, SentinelBuilder, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_RESOURCES};
-pub use entry::{Entry, EntryBuilder};
+pub use engine::{
+    AlreadyInitialized, Config, Sentinel, SentinelBuilder, WeakSentinel, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS,
+    DEFAULT_MAX_ORIGINS_PER_RESOURCE, DEFAULT_MAX_RESOURCES, UNTRACKED_ORIGIN,
+};
+pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
 pub use inspect::{NodeStats, TreeNode};
 pub use resource::{EntryType, Resource};
@@ -118,12 +132,37 @@ pub mod __private {
         name: &'static str,
         entry_type: EntryType,
         global: OnceLock<Resource>,
+        /// For a method whose impl block carries no attribute: `module::function`, completed with the type's
+        /// name from `Self` at the first call (a `static` cannot name `Self`).
+        method: Option<(&'static str, &'static str)>,
+        method_name: OnceLock<Box<str>>,
+        descriptor: OnceLock<ResourceDescriptor>,
     }
 
     impl ResourceSite {
         /// A site for the resource `name`.
         pub const fn new(name: &'static str, entry_type: EntryType) -> Self {
-            ResourceSite { name, entry_type, global: OnceLock::new() }
+            ResourceSite {
+                name,
+                entry_type,
+                global: OnceLock::new(),
+                method: None,
+                method_name: OnceLock::new(),
+                descriptor: OnceLock::new(),
+            }
+        }
+
+        /// A site for the method `function` of a type of module `module`, named `module::Type::function` from
+        /// `Self` at the first call (see [`ResourceSite::method_resource`]).
+        pub const fn method(module: &'static str, function: &'static str, entry_type: EntryType) -> Self {
+            ResourceSite {
+                name: "",
+                entry_type,
+                global: OnceLock::new(),
+                method: Some((module, function)),
+                method_name: OnceLock::new(),
+                descriptor: OnceLock::new(),
+            }
         }
 
         /// The resource in the engine this thread uses: no lookup once cached.
@@ -134,16 +173,45 @@ pub mod __private {
                 if let Some(r) = self.global.get() {
                     return r;
                 }
-                return self.init_global();
+                return self.init_global(self.name);
             }
             // SAFETY: only `&'static Sentinel` values are installed as overrides.
             let engine: &'static Sentinel = unsafe { &*s.override_engine };
             engine.site_resource(self as *const Self as usize, self.name, self.entry_type)
         }
 
+        /// The resource of a method site: `self_type` is `core::any::type_name::<Self>`, read once.
+        #[inline]
+        pub fn method_resource(&'static self, self_type: fn() -> &'static str) -> &'static Resource {
+            let s = crate::context::current();
+            if s.override_engine.is_null() {
+                if let Some(r) = self.global.get() {
+                    return r;
+                }
+                return self.init_global(self.method_name(self_type));
+            }
+            // SAFETY: only `&'static Sentinel` values are installed as overrides.
+            let engine: &'static Sentinel = unsafe { &*s.override_engine };
+            engine.site_resource(self as *const Self as usize, self.method_name(self_type), self.entry_type)
+        }
+
+        fn method_name(&'static self, self_type: fn() -> &'static str) -> &'static str {
+            self.method_name.get_or_init(|| {
+                let (module, function) = self.method.unwrap_or(("", ""));
+                crate::registry::method_resource_name(module, self_type(), function).into_boxed_str()
+            })
+        }
+
+        /// The registry's descriptor of a method site: `base` with the name found at the first call, once
+        /// there was one.
+        pub fn resolved_descriptor(&'static self, base: &ResourceDescriptor) -> Option<&'static ResourceDescriptor> {
+            let name: &'static str = self.method_name.get()?;
+            Some(self.descriptor.get_or_init(|| ResourceDescriptor { name, resolve: None, ..*base }))
+        }
+
         #[cold]
-        fn init_global(&'static self) -> &'static Resource {
-            self.global.get_or_init(|| Sentinel::global().resource_typed(self.name, self.entry_type))
+        fn init_global(&'static self, name: &str) -> &'static Resource {
+            self.global.get_or_init(|| Sentinel::global().resource_typed(name, self.entry_type))
         }
     }
 }

@@ -186,6 +186,93 @@ pub fn blocked_result<T, E: FromBlockError>(err: BlockError) -> Result<T, E> {
     Err(E::from_block_error(err))
 }
 
+/// The error type of a function with `timeout_ms`, which must be built from a [`Timeout`](crate::Timeout).
+#[diagnostic::on_unimplemented(
+    message = "a timed-out call of this `#[sentinel_resource]` function cannot return `{Self}`: \
+               `From<Timeout>` is not implemented for it",
+    label = "`{Self}` cannot be built from a `Timeout`",
+    note = "implement `From<sentinel_runtime::Timeout>` for `{Self}` (a call that runs past `timeout_ms` returns \
+            `Err(E::from(timeout))`, or passes it to the fallback)"
+)]
+pub trait FromTimeout: Sized {
+    /// Builds the error.
+    fn from_timeout(timeout: crate::Timeout) -> Self;
+}
+
+impl<E: From<crate::Timeout>> FromTimeout for E {
+    #[inline]
+    fn from_timeout(timeout: crate::Timeout) -> Self {
+        E::from(timeout)
+    }
+}
+
+/// `timeout_ms`, checked when the constant is evaluated (at compile time).
+pub const fn checked_timeout_ms(ms: u64) -> u64 {
+    assert!(ms > 0, "`timeout_ms` must be greater than 0");
+    ms
+}
+
+/// Races the body of a function with `timeout_ms` against a timer of `limit` on the entry's engine clock (a
+/// manual clock completes it when advanced; the system clock uses a runtime-agnostic timer). The limit counts
+/// from now; the timer itself is made only if the body does not finish on its first poll (a real timer costs
+/// about a microsecond to arm).
+#[inline]
+pub fn time_limited<F: Future>(entry: &Entry<'_>, limit: Duration, body: F) -> TimeLimited<F> {
+    let clock = entry.shared().clock.clone();
+    let start_nanos = clock.now_nanos();
+    TimeLimited { body: Some(body), timer: None, clock, start_nanos, limit }
+}
+
+/// The call ran out of time: the entry counts it as an exception whose response time is `limit`, and the
+/// function's error is built from the [`Timeout`](crate::Timeout).
+#[inline]
+pub fn timed_out<E: FromTimeout>(entry: &mut Entry<'_>, limit: Duration) -> E {
+    entry.set_timed_out(limit);
+    E::from_timeout(entry.timeout_error(limit))
+}
+
+pin_project_lite::pin_project! {
+    /// The body of a function with `timeout_ms` and its timer: `Some(output)` when the body finished first,
+    /// `None` when the time ran out. The body's future is dropped as soon as the time is up (in the poll that
+    /// sees it, so inside the caller's context), which exits every entry it holds.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct TimeLimited<F> {
+        #[pin]
+        body: Option<F>,
+        #[pin]
+        timer: Option<crate::clock::Sleep>,
+        clock: crate::clock::EngineClock,
+        start_nanos: u64,
+        limit: Duration,
+    }
+}
+
+impl<F: Future> Future for TimeLimited<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        let mut this = self.project();
+        let Some(body) = this.body.as_mut().as_pin_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(out) = body.poll(cx) {
+            this.body.set(None);
+            return Poll::Ready(Some(out));
+        }
+        if this.timer.is_none() {
+            let elapsed = Duration::from_nanos(this.clock.now_nanos().saturating_sub(*this.start_nanos));
+            this.timer.set(Some(crate::clock::Sleep::new(this.clock, this.limit.saturating_sub(elapsed))));
+        }
+        let timer_done = this.timer.as_mut().as_pin_mut().is_some_and(|t| t.poll(cx).is_ready());
+        if timer_done {
+            this.body.set(None);
+            this.timer.set(None);
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
+}
+
 /// Clones an argument before the body runs, so a `fallback` can receive it after the body consumed it.
 #[inline(always)]
 pub fn clone_for_fallback<T: Clone>(arg: &T) -> T {
@@ -282,7 +369,12 @@ pin_project_lite::pin_project! {
 impl<F> InContext<F> {
     /// Wraps `inner`, carrying the calling thread's current context (and test engine, if one is scoped).
     pub fn new(inner: F) -> Self {
-        InContext { inner: ManuallyDrop::new(inner), carried: CarriedContext::capture() }
+        Self::carrying(inner, CarriedContext::capture())
+    }
+
+    /// Wraps `inner`, carrying `carried`.
+    pub(crate) fn carrying(inner: F, carried: CarriedContext) -> Self {
+        InContext { inner: ManuallyDrop::new(inner), carried }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::stat::StatNode;
 
@@ -74,10 +74,12 @@ impl std::fmt::Debug for DefaultNode {
     }
 }
 
-/// Child links of a node: appended once, read by the tree view.
+/// Child links of a node: appended once, read by the tree view. Weak, because the nodes are owned by their
+/// resources and a resource entered inside itself (recursion) is its own child: strong links would form a
+/// cycle that outlives the engine.
 #[derive(Default)]
 pub(crate) struct Children {
-    list: boxcar::Vec<Arc<DefaultNode>>,
+    list: boxcar::Vec<Weak<DefaultNode>>,
     insert: Mutex<()>,
     /// The child linked last: lets the common case skip the scan.
     last: AtomicPtr<DefaultNode>,
@@ -96,17 +98,18 @@ impl Children {
 
     #[cold]
     fn ensure_slow(&self, child: &Arc<DefaultNode>, ptr: *mut DefaultNode) {
-        if !self.list.iter().any(|(_, c)| Arc::ptr_eq(c, child)) {
+        let linked = |list: &boxcar::Vec<Weak<DefaultNode>>| list.iter().any(|(_, c)| std::ptr::eq(c.as_ptr(), ptr));
+        if !linked(&self.list) {
             let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
-            if !self.list.iter().any(|(_, c)| Arc::ptr_eq(c, child)) {
-                self.list.push(child.clone());
+            if !linked(&self.list) {
+                self.list.push(Arc::downgrade(child));
             }
         }
         self.last.store(ptr, Ordering::Relaxed);
     }
 
     pub(crate) fn list(&self) -> Vec<Arc<DefaultNode>> {
-        self.list.iter().map(|(_, c)| c.clone()).collect()
+        self.list.iter().filter_map(|(_, c)| c.upgrade()).collect()
     }
 }
 
@@ -126,9 +129,16 @@ const BLOCKS: usize = 256;
 type OriginBlock = [AtomicPtr<OriginNode>; BLOCK];
 
 /// A resource's node over all contexts, with a node per caller origin.
+///
+/// Origin nodes are bounded: origins named by the resource's flow rules always get one; other origins get
+/// one until the cap, and share the untracked origin's node after it.
 pub(crate) struct ClusterNode {
     pub(crate) stat: StatNode,
     origins: boxcar::Vec<OriginNode>,
+    /// Origin nodes made for origins no rule of the resource named (counted against the cap).
+    unnamed: std::sync::atomic::AtomicUsize,
+    /// The node shared by the origins past the cap (and by the engine's untracked origin).
+    untracked: OnceLock<Box<OriginNode>>,
     /// The origin nodes by origin id (two levels, allocated on first use), so that finding the node of a
     /// call's origin costs three loads however many origins call the resource. Ids past the index are found
     /// by a scan.
@@ -141,17 +151,27 @@ impl ClusterNode {
         ClusterNode {
             stat: StatNode::new(),
             origins: boxcar::Vec::new(),
+            unnamed: std::sync::atomic::AtomicUsize::new(0),
+            untracked: OnceLock::new(),
             index: OnceLock::new(),
             insert: Mutex::new(()),
         }
     }
 
-    /// The node of an origin (by interned id), created on first use.
+    /// The node of an origin (by interned id), created on first use while fewer than `cap` origins the
+    /// resource's rules do not name have one; the untracked node after that.
     #[inline]
-    pub(crate) fn origin_node(&self, origin_id: u32, origin: &Arc<str>) -> &OriginNode {
+    pub(crate) fn origin_node(&self, origin_id: u32, origin: &Arc<str>, cap: usize) -> &OriginNode {
         match self.find(origin_id) {
             Some(n) => n,
-            None => self.create_origin(origin_id, origin),
+            None => self.create_origin(origin_id, origin, Some(cap)),
+        }
+    }
+
+    /// Makes sure an origin named by a rule of the resource has its own node (whatever the cap).
+    pub(crate) fn ensure_named_origin(&self, origin_id: u32, origin: &Arc<str>) {
+        if origin_id != crate::engine::UNTRACKED_ORIGIN_ID && self.find(origin_id).is_none() {
+            self.create_origin(origin_id, origin, None);
         }
     }
 
@@ -160,8 +180,21 @@ impl ClusterNode {
         self.find(origin_id).map(|n| &n.stat)
     }
 
+    fn untracked_node(&self) -> &OriginNode {
+        self.untracked.get_or_init(|| {
+            Box::new(OriginNode {
+                origin_id: crate::engine::UNTRACKED_ORIGIN_ID,
+                origin: crate::UNTRACKED_ORIGIN.into(),
+                stat: StatNode::new(),
+            })
+        })
+    }
+
     #[inline]
     fn find(&self, origin_id: u32) -> Option<&OriginNode> {
+        if origin_id == crate::engine::UNTRACKED_ORIGIN_ID {
+            return Some(self.untracked_node());
+        }
         let id = origin_id as usize;
         if id < INDEXED_ORIGINS {
             let block = self.index.get()?[id / BLOCK].get()?;
@@ -174,10 +207,17 @@ impl ClusterNode {
     }
 
     #[cold]
-    fn create_origin(&self, origin_id: u32, origin: &Arc<str>) -> &OriginNode {
+    fn create_origin(&self, origin_id: u32, origin: &Arc<str>, cap: Option<usize>) -> &OriginNode {
+        use std::sync::atomic::Ordering::Relaxed;
         let _g = self.insert.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = self.find(origin_id) {
             return n;
+        }
+        if let Some(cap) = cap {
+            if self.unnamed.load(Relaxed) >= cap {
+                return self.untracked_node();
+            }
+            self.unnamed.fetch_add(1, Relaxed);
         }
         let idx = self.origins.push(OriginNode { origin_id, origin: origin.clone(), stat: StatNode::new() });
         let node = &self.origins[idx];
@@ -191,9 +231,9 @@ impl ClusterNode {
         node
     }
 
-    /// Every origin node.
+    /// Every origin node (the untracked one last, if any call used it).
     pub(crate) fn origins(&self) -> impl Iterator<Item = &OriginNode> {
-        self.origins.iter().map(|(_, n)| n)
+        self.origins.iter().map(|(_, n)| n).chain(self.untracked.get().map(|b| &**b))
     }
 }
 

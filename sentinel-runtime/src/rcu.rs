@@ -1,20 +1,54 @@
 //! Read-mostly pointers whose readers execute no locked instruction: the rules of a resource are read on every
 //! entry (and at exit when it has circuit breakers) and replaced only when rules are loaded.
 //!
-//! A reader marks its stripe's slot with the current phase, reads, and clears the slot. The mark and the read
-//! are ordered by an asymmetric fence: on the reader's side a compiler fence only; on the writer's side a
-//! process-wide barrier (Linux `membarrier`, private expedited). Where that barrier is unavailable, readers
-//! issue a full fence instead (correct, a little slower).
+//! # Protocol
 //!
-//! A writer publishes the new pointer, flips the phase, runs the process-wide barrier, and waits until no slot
-//! still shows the old phase; only then may the old values be freed. The barrier guarantees that a reader
-//! either had its mark visible to the writer's scan, or performs its read after the new pointer was published.
-//! Readers that start after the flip mark the new phase, so a writer never waits for more than the read
-//! sections already under way. Threads beyond the number of owned stripes share two counters (one per phase),
-//! updated with atomic read-modify-write operations.
+//! A reader loads the global phase (1 or 2), stores it as the mark of its stripe's slot, runs the light side
+//! of an asymmetric fence, reads the pointer, and clears the mark when the section ends. Nested sections keep
+//! the outer mark. Threads beyond the number of owned stripes count their sections in one of two shared
+//! counters (one per phase) with atomic read-modify-writes instead of a mark.
+//!
+//! A writer publishes the new pointer, then runs a grace period, after which the old values may be freed. A
+//! grace period is **two** flips: each flip stores the other phase, runs the heavy side of the fence, and waits
+//! until no slot shows (and no shared counter counts) the phase it flipped away from.
+//!
+//! The asymmetric fence: on the reader's side a compiler fence; on the writer's side a process-wide barrier
+//! (Linux `membarrier`, private expedited), which runs a full fence on every CPU that runs a thread of the
+//! process. Together they order like a full fence on both sides: for the pattern "reader stores its mark, then
+//! loads the pointer" against "writer stores the phase (after the pointer), then loads the marks", at least one
+//! of the two loads sees the other side's store (the store-buffering litmus test forbids both missing).
+//! Where the barrier is unavailable, or switched off (`SENTINEL_MEMBARRIER=off`, read once), readers and
+//! writers both run full fences. If the barrier fails after readers came to rely on it, readers are switched
+//! to full fences and the writer retries the barrier (falling back to the kernel's global barrier) until one
+//! succeeds, so that no section that relied on a compiler fence alone is left unordered; this is logged once.
+//!
+//! # Why no reader that can still see an old pointer is missed
+//!
+//! Let `W` be a writer that unpublished pointer `P` (its swap happens before its first flip) and `R` a read
+//! section that loads `P`. Take `W`'s flip that waits for the phase `q` that `R` marked (of its two flips, one
+//! flips from `q` to the other phase, whatever the phase was when `W` began: the flips alternate). That flip
+//! stored the other phase after the swap, ran the heavy fence, and then scanned the slots.
+//!
+//! - If the scan saw `R`'s mark, `W` waits for `R`'s section to end before it frees `P`.
+//! - If the scan missed `R`'s mark, apply the store-buffering argument to `W: swap the pointer; heavy fence;
+//!   load R's slot` against `R: store the mark; light fence; load the pointer`: since `W`'s load missed `R`'s
+//!   store, `R`'s load sees `W`'s swap or a later store, that is the new pointer or a later one, never `P`.
+//!   Contradiction. (The phase itself only lets `W` stop waiting: sections that start after a flip mark the
+//!   new phase.)
+//!
+//! The marks are read with acquire and cleared with release, so everything `R` did inside its section happens
+//! before `W` frees what it read. A reader preempted between loading the phase and storing its mark (a
+//! "stale" mark, possibly of a phase several flips old) is covered by the same argument: only the order of its
+//! mark store and pointer load matters, and every grace period waits for both phases in turn. With a single flip
+//! per grace period this fails: a reader that loaded phase 1 before writer `A` flipped to 2, and stored its
+//! mark after `A`'s scan, holds `A`'s new pointer with a mark of 1; writer `B` then flips 2 → 1, waits only for
+//! marks of 2, and frees what the reader holds (the `stale_phase_*` tests reproduce it with a hook between
+//! the phase load and the mark store, and `model` checks both protocols over every interleaving).
+//!
+//! The shared counters follow the same argument with the counter increment as the mark store.
 
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{compiler_fence, fence, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, Once};
 
 use crossbeam_utils::CachePadded;
 
@@ -29,10 +63,41 @@ static PHASE: AtomicU64 = AtomicU64::new(1);
 /// Serializes writers' grace periods.
 static WRITERS: Mutex<()> = Mutex::new(());
 
-/// Whether the process-wide barrier is available (decided once, before any reader relies on it).
-fn expedited() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(register)
+/// Not decided yet: the first fence decides (readers use full fences until then).
+const MODE_UNSET: u8 = 0;
+/// The process-wide barrier is registered: readers use compiler fences.
+const MODE_EXPEDITED: u8 = 1;
+/// No process-wide barrier (unavailable, switched off, or failed): full fences on both sides.
+const MODE_FENCE: u8 = 2;
+
+/// How the asymmetric fence is implemented in this process.
+static MODE: AtomicU8 = AtomicU8::new(MODE_UNSET);
+
+/// Decides the mode once: registers for the process-wide barrier unless `SENTINEL_MEMBARRIER=off`.
+fn init_mode() -> u8 {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let off = std::env::var("SENTINEL_MEMBARRIER").is_ok_and(|v| matches!(v.as_str(), "off" | "0" | "false"));
+        let mode = if off {
+            tracing::info!("SENTINEL_MEMBARRIER=off: rule reads and exact limits use full fences");
+            MODE_FENCE
+        } else if register() {
+            MODE_EXPEDITED
+        } else {
+            tracing::info!("the process-wide memory barrier (membarrier) is unavailable: using full fences");
+            MODE_FENCE
+        };
+        MODE.store(mode, Ordering::SeqCst);
+    });
+    MODE.load(Ordering::SeqCst)
+}
+
+#[inline(always)]
+fn mode() -> u8 {
+    match MODE.load(Ordering::Relaxed) {
+        MODE_UNSET => init_mode(),
+        m => m,
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -46,14 +111,29 @@ fn register() -> bool {
     false
 }
 
-/// A fast flag mirroring `expedited()`, read on the hot path without touching the `OnceLock`.
-static LIGHT_OK: AtomicBool = AtomicBool::new(false);
+/// One process-wide barrier: `Ok` when it ran on every CPU running a thread of this process.
+#[cfg(target_os = "linux")]
+fn process_barrier(global: bool) -> Result<(), String> {
+    use rustix::thread::{membarrier, MembarrierCommand};
+    #[cfg(test)]
+    if test_hooks::FAIL_BARRIERS.load(Ordering::SeqCst) > 0 {
+        test_hooks::FAIL_BARRIERS.fetch_sub(1, Ordering::SeqCst);
+        return Err("injected failure (test)".into());
+    }
+    let cmd = if global { MembarrierCommand::Global } else { MembarrierCommand::PrivateExpedited };
+    membarrier(cmd).map_err(|e| e.to_string())
+}
 
-/// The fast side of the asymmetric fence (a compiler fence when `membarrier` is available): orders this
-/// thread's earlier stores before its later loads with respect to any thread that runs [`heavy`].
+#[cfg(not(target_os = "linux"))]
+fn process_barrier(_global: bool) -> Result<(), String> {
+    Err("no process-wide barrier on this platform".into())
+}
+
+/// The fast side of the asymmetric fence (a compiler fence when the process-wide barrier is in use): orders
+/// this thread's earlier stores before its later loads with respect to any thread that runs [`heavy`].
 #[inline(always)]
 pub(crate) fn light() {
-    if LIGHT_OK.load(Ordering::Relaxed) {
+    if MODE.load(Ordering::Relaxed) == MODE_EXPEDITED {
         compiler_fence(Ordering::SeqCst);
     } else {
         light_slow();
@@ -62,24 +142,44 @@ pub(crate) fn light() {
 
 #[cold]
 fn light_slow() {
-    if expedited() {
-        LIGHT_OK.store(true, Ordering::Relaxed);
-    }
-    // Until the flag is seen set (and always without membarrier), a full fence.
+    let _ = mode();
+    // Until the mode is decided, and always without the process-wide barrier: a full fence.
     fence(Ordering::SeqCst);
 }
 
 /// The slow side of the asymmetric fence: a full barrier on every thread of the process (microseconds).
 pub(crate) fn heavy() {
-    #[cfg(target_os = "linux")]
-    if expedited() {
-        use rustix::thread::{membarrier, MembarrierCommand};
-        // Once registered, the private expedited command has no failure mode (its errors are for processes
-        // that did not register and for unknown commands).
-        let _ = membarrier(MembarrierCommand::PrivateExpedited);
-        return;
+    if mode() == MODE_EXPEDITED {
+        match process_barrier(false) {
+            Ok(()) => return,
+            Err(e) => degrade(&e),
+        }
     }
     fence(Ordering::SeqCst);
+}
+
+/// The barrier failed while readers rely on it: switch every reader to full fences, then run barriers until one
+/// succeeds, so that the sections that started with a compiler fence alone are ordered too.
+#[cold]
+fn degrade(error: &str) {
+    static LOGGED: Once = Once::new();
+    LOGGED.call_once(|| {
+        tracing::error!(
+            error,
+            "the process-wide memory barrier failed; switching rule reads and exact limits to full fences"
+        );
+    });
+    MODE.store(MODE_FENCE, Ordering::SeqCst);
+    let mut backoff = std::time::Duration::from_micros(50);
+    loop {
+        // Either barrier orders every CPU running a thread of the process after the mode store above: from
+        // then on every section runs full fences, and those that did not are ordered by this barrier.
+        if process_barrier(false).is_ok() || process_barrier(true).is_ok() {
+            return;
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Marks a read section on this thread's stripe; clears it on drop (also on unwind).
@@ -96,9 +196,11 @@ impl ReadGuard {
     #[inline(always)]
     pub(crate) fn enter() -> ReadGuard {
         let lease = stripe::lease();
-        // Acquire: a section that sees the new phase (and so is not waited for by the writer that flipped it)
+        // Acquire: a section that sees the new phase (and so is not waited for by the flip that stored it)
         // also sees the pointers that writer published before flipping.
         let phase = PHASE.load(Ordering::Acquire);
+        #[cfg(test)]
+        test_hooks::after_phase_load();
         if lease.exclusive {
             let s = &SLOTS[lease.index];
             let prev = s.load(Ordering::Relaxed);
@@ -110,6 +212,7 @@ impl ReadGuard {
         } else {
             let p = (phase - 1) as usize & 1;
             SHARED[p].fetch_add(1, Ordering::SeqCst);
+            light();
             SHARED_DEPTH.with(|d| d.set(d.get() + 1));
             ReadGuard { slot: Slot::Shared { phase: p } }
         }
@@ -119,7 +222,7 @@ impl ReadGuard {
     #[inline(always)]
     pub(crate) fn load<'g, T>(&'g self, ptr: &AtomicPtr<T>) -> &'g T {
         // SAFETY: pointers published in an `RcuPtr` are never null and are freed only after a grace period,
-        // which waits for this section to end.
+        // which waits for this section to end (see the module docs for the argument).
         unsafe { &*ptr.load(Ordering::Acquire) }
     }
 }
@@ -162,22 +265,39 @@ type Deferred = Vec<Box<dyn Send>>;
 /// runs at exit inside the section that reads the breakers): freed after the next grace period.
 static DEFERRED: Mutex<Deferred> = Mutex::new(Vec::new());
 
-/// Waits until every read section that could have seen pointers unpublished before this call has ended.
+/// Waits until every read section that could have seen pointers unpublished before this call has ended: two
+/// flips of the phase (see the module docs for why one is not enough).
 pub(crate) fn synchronize() {
     let _w = WRITERS.lock().unwrap_or_else(|e| e.into_inner());
+    flip_and_wait();
+    #[cfg(test)]
+    test_hooks::between_flips();
+    flip_and_wait();
+    fence(Ordering::SeqCst);
+}
+
+/// Stores the other phase, runs the heavy fence, and waits until no section of the old phase remains.
+fn flip_and_wait() {
     let old = PHASE.load(Ordering::Relaxed);
     let new = if old == 1 { 2 } else { 1 };
     PHASE.store(new, Ordering::SeqCst);
     heavy();
-    let p = (old - 1) as usize & 1;
+    let shared = &SHARED[(old - 1) as usize & 1];
     let mut spins = 0u32;
-    for s in SLOTS.iter().chain(std::iter::once(&SHARED[p])) {
+    for s in SLOTS.iter().chain(std::iter::once(shared)) {
+        let is_shared = std::ptr::eq(s, shared);
+        let mut reported = false;
         loop {
             let v = s.load(Ordering::Acquire);
-            let busy = if std::ptr::eq(s, &SHARED[p]) { v != 0 } else { v == old };
+            let busy = if is_shared { v != 0 } else { v == old };
             if !busy {
                 break;
             }
+            #[cfg(test)]
+            if !reported {
+                test_hooks::writer_waits();
+            }
+            reported = true;
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
@@ -185,8 +305,8 @@ pub(crate) fn synchronize() {
                 std::thread::yield_now();
             }
         }
+        let _ = reported;
     }
-    fence(Ordering::SeqCst);
 }
 
 /// A pointer to a boxed `T` that readers load inside a [`ReadGuard`] section.
@@ -259,10 +379,259 @@ impl<T: Send + 'static> Drop for RetireBatch<T> {
     }
 }
 
+/// An exhaustive check of the grace-period protocol: every interleaving of a few readers and writers, each step
+/// one atomic access, under sequential consistency (which the fence pairs of the real code provide for the
+/// accesses that matter: see the module docs). It finds the use after free of one flip per grace period and
+/// proves two flips free of it, for readers on owned stripes (marks) and on the shared stripe (counters).
+#[cfg(test)]
+mod model {
+    use std::collections::HashSet;
+
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+    struct Reader {
+        shared: bool,
+        pc: u8,
+        phase: u8,
+        value: u8,
+        sections_left: u8,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+    struct Writer {
+        pc: u8,
+        new: u8,
+        old: u8,
+        flip: u8,
+        from: u8,
+        scan: u8,
+    }
+
+    #[derive(Clone, PartialEq, Eq, Hash, Debug)]
+    struct State {
+        phase: u8,
+        ptr: u8,
+        /// Bit v: value v was freed.
+        freed: u16,
+        marks: Vec<u8>,
+        shared: [u8; 2],
+        lock: bool,
+        readers: Vec<Reader>,
+        writers: Vec<Writer>,
+    }
+
+    /// Explores every interleaving; returns a trace (thread indices) to a read of a freed value, if any.
+    pub(super) fn find_use_after_free(
+        flips: u8,
+        shared_readers: &[bool],
+        sections: u8,
+        writers: u8,
+    ) -> Option<Vec<usize>> {
+        let init = State {
+            phase: 1,
+            ptr: 0,
+            freed: 0,
+            marks: vec![0; shared_readers.len()],
+            shared: [0, 0],
+            lock: false,
+            readers: shared_readers
+                .iter()
+                .map(|&shared| Reader { shared, pc: 0, phase: 0, value: 0, sections_left: sections })
+                .collect(),
+            writers: (0..writers).map(|i| Writer { pc: 0, new: i + 1, old: 0, flip: 0, from: 0, scan: 0 }).collect(),
+        };
+        let mut seen = HashSet::new();
+        let mut stack = vec![(init, Vec::new())];
+        while let Some((state, trace)) = stack.pop() {
+            if !seen.insert(state.clone()) {
+                continue;
+            }
+            let threads = state.readers.len() + state.writers.len();
+            for t in 0..threads {
+                let mut next = state.clone();
+                match step(&mut next, t, flips) {
+                    Step::Blocked => {}
+                    Step::Moved => {
+                        let mut tr = trace.clone();
+                        tr.push(t);
+                        stack.push((next, tr));
+                    }
+                    Step::UseAfterFree => {
+                        let mut tr = trace.clone();
+                        tr.push(t);
+                        return Some(tr);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    enum Step {
+        Moved,
+        Blocked,
+        UseAfterFree,
+    }
+
+    fn step(s: &mut State, t: usize, flips: u8) -> Step {
+        let nr = s.readers.len();
+        if t < nr {
+            let r = &mut s.readers[t];
+            match r.pc {
+                0 if r.sections_left > 0 => {
+                    r.phase = s.phase;
+                    r.pc = 1;
+                }
+                1 => {
+                    if r.shared {
+                        s.shared[(r.phase - 1) as usize] += 1;
+                    } else {
+                        s.marks[t] = r.phase;
+                    }
+                    r.pc = 2;
+                }
+                2 => {
+                    r.value = s.ptr;
+                    r.pc = 3;
+                }
+                3 => {
+                    if s.freed & (1 << r.value) != 0 {
+                        return Step::UseAfterFree;
+                    }
+                    r.pc = 4;
+                }
+                4 => {
+                    if r.shared {
+                        s.shared[(r.phase - 1) as usize] -= 1;
+                    } else {
+                        s.marks[t] = 0;
+                    }
+                    r.sections_left -= 1;
+                    r.pc = 0;
+                }
+                _ => return Step::Blocked,
+            }
+            return Step::Moved;
+        }
+        let readers = s.readers.clone();
+        let w = &mut s.writers[t - nr];
+        match w.pc {
+            // Publish the new value (before the grace period, as `RcuPtr::replace`).
+            0 => {
+                w.old = s.ptr;
+                s.ptr = w.new;
+                w.pc = 1;
+            }
+            // Grace periods are serialized.
+            1 if !s.lock => {
+                s.lock = true;
+                w.pc = 2;
+            }
+            // A flip.
+            2 => {
+                w.from = s.phase;
+                s.phase = 3 - s.phase;
+                w.scan = 0;
+                w.pc = 3;
+            }
+            // Scan one reader's mark (or the shared counter of the old phase).
+            3 => {
+                let i = w.scan as usize;
+                if i < readers.len() {
+                    let busy =
+                        if readers[i].shared { s.shared[(w.from - 1) as usize] != 0 } else { s.marks[i] == w.from };
+                    if busy {
+                        return Step::Blocked;
+                    }
+                    w.scan += 1;
+                } else {
+                    w.flip += 1;
+                    w.pc = if w.flip < flips { 2 } else { 4 };
+                }
+            }
+            // Free the unpublished value.
+            4 => {
+                s.freed |= 1 << w.old;
+                s.lock = false;
+                w.pc = 5;
+            }
+            _ => return Step::Blocked,
+        }
+        Step::Moved
+    }
+}
+
+#[cfg(test)]
+mod model_tests {
+    use super::model::find_use_after_free;
+
+    #[test]
+    fn model_one_flip_per_grace_period_frees_what_a_stale_reader_holds() {
+        let trace = find_use_after_free(1, &[false], 1, 2);
+        assert!(trace.is_some(), "the single-flip protocol has the stale-phase use after free");
+        assert!(find_use_after_free(1, &[true], 1, 2).is_some(), "also on the shared stripe");
+    }
+
+    #[test]
+    fn model_two_flips_per_grace_period_never_free_what_a_reader_holds() {
+        for readers in [&[false][..], &[true], &[false, false], &[false, true], &[true, true]] {
+            for sections in 1..=2 {
+                assert_eq!(
+                    find_use_after_free(2, readers, sections, 2),
+                    None,
+                    "readers {readers:?}, {sections} sections"
+                );
+            }
+        }
+        assert_eq!(find_use_after_free(2, &[true], 1, 3), None, "three writers");
+        assert_eq!(find_use_after_free(2, &[false], 2, 3), None, "three writers");
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    //! Test-only points where a test makes a thread stop, to force an interleaving (a preemption there).
+    use std::cell::RefCell;
+    use std::sync::atomic::AtomicU32;
+
+    type Hook = RefCell<Option<Box<dyn FnMut()>>>;
+
+    thread_local! {
+        /// Runs once on this thread between a reader's phase load and its mark.
+        pub(crate) static AFTER_PHASE_LOAD: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread when its grace period first finds a section it has to wait for.
+        pub(crate) static WRITER_WAITS: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread between the two flips of its grace period.
+        pub(crate) static BETWEEN_FLIPS: Hook = const { RefCell::new(None) };
+    }
+
+    /// Process-wide barriers that fail (pretend to) before the next one succeeds.
+    pub(crate) static FAIL_BARRIERS: AtomicU32 = AtomicU32::new(0);
+
+    fn run(hook: &'static std::thread::LocalKey<Hook>) {
+        // `try_with`: a section may run while thread-locals are torn down.
+        if let Ok(Some(mut f)) = hook.try_with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+    pub(crate) fn after_phase_load() {
+        run(&AFTER_PHASE_LOAD);
+    }
+    pub(crate) fn writer_waits() {
+        run(&WRITER_WAITS);
+    }
+    pub(crate) fn between_flips() {
+        run(&BETWEEN_FLIPS);
+    }
+    /// Sets `hook` on this thread.
+    pub(crate) fn set(hook: &'static std::thread::LocalKey<Hook>, f: impl FnMut() + 'static) {
+        hook.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::sync::Arc;
 
     struct Counted(Arc<AtomicUsize>, u64);
@@ -343,5 +712,326 @@ mod tests {
             assert_ne!(SLOTS[lease.index].load(Ordering::Relaxed), 0, "the inner exit must not clear the mark");
         }
         assert_eq!(*outer.load(&p.ptr), 7);
+    }
+
+    // ---- Forced interleavings: a reader stopped between its phase load and its mark ----
+
+    use super::test_hooks::{AFTER_PHASE_LOAD, BETWEEN_FLIPS, WRITER_WAITS};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Where the reader stops, relative to writer A's grace period.
+    #[derive(Clone, Copy, Debug)]
+    enum StaleAt {
+        /// It loads the phase before writer A's grace period and marks it after.
+        BeforeGracePeriod,
+        /// It loads the phase between writer A's two flips and marks it after the second.
+        BetweenFlips,
+    }
+
+    fn retire(p: &RcuPtr<Counted>, freed: &Arc<AtomicUsize>, id: u64) {
+        let mut batch = RetireBatch::new();
+        batch.push(p.replace(Counted(freed.clone(), id)));
+    }
+
+    /// Runs `f` on a thread whose stripe is shared (`shared`) or owned. For a shared stripe, threads are
+    /// started until one gets the shared stripe (the others hold the owned ones until `f` returns); a thread
+    /// keeps its stripe for its whole life, so the one that runs `f` stays on it.
+    fn spawn_on_stripe<R: Send + 'static>(
+        shared: bool,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> std::thread::JoinHandle<R> {
+        if !shared {
+            return std::thread::spawn(move || {
+                assert!(stripe::lease().exclusive || stripe::owned_stripes() == 0);
+                f()
+            });
+        }
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        let mut f = Some(f);
+        loop {
+            let (lease_tx, lease_rx) = mpsc::channel::<bool>();
+            let (run_tx, run_rx) = mpsc::channel::<Box<dyn FnOnce() -> R + Send>>();
+            let release_rx = release_rx.clone();
+            let release_tx = release_tx.clone();
+            let h = std::thread::spawn(move || {
+                let exclusive = stripe::lease().exclusive;
+                lease_tx.send(exclusive).unwrap();
+                if exclusive {
+                    // Hold the owned stripe until the reader is done (it holds the last sender).
+                    drop(release_tx);
+                    let _ = release_rx.lock().unwrap().recv();
+                    None
+                } else {
+                    let f = run_rx.recv().unwrap();
+                    let r = f();
+                    drop(release_tx);
+                    Some(r)
+                }
+            });
+            if !lease_rx.recv().unwrap() {
+                run_tx.send(Box::new(f.take().unwrap())).unwrap();
+                return std::thread::spawn(move || h.join().unwrap().unwrap());
+            }
+        }
+    }
+
+    fn stale_phase_reader_is_waited_for(shared: bool, at: StaleAt) {
+        let freed = Arc::new(AtomicUsize::new(0));
+        let p = Arc::new(RcuPtr::new(Counted(freed.clone(), 0)));
+        let (start_tx, start_rx) = mpsc::channel::<()>();
+        let (phase_loaded_tx, phase_loaded_rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (holding_tx, holding_rx) = mpsc::channel::<u64>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let pr = p.clone();
+        let reader = spawn_on_stripe(shared, move || {
+            assert_eq!(stripe::lease().exclusive, !shared);
+            start_rx.recv().unwrap();
+            test_hooks::set(&AFTER_PHASE_LOAD, move || {
+                phase_loaded_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            });
+            pr.read(|v| {
+                holding_tx.send(v.1).unwrap();
+                done_rx.recv().unwrap();
+                // Read the value again: a use after free if a writer freed it (memcheck reports it).
+                // SAFETY: `v` is a live reference for the whole section; that is what this test checks.
+                unsafe { std::ptr::read_volatile(&v.1) }
+            })
+        });
+        // Writer A: a whole grace period while the reader sits between its phase load and its mark.
+        match at {
+            StaleAt::BeforeGracePeriod => {
+                start_tx.send(()).unwrap();
+                phase_loaded_rx.recv().unwrap();
+            }
+            StaleAt::BetweenFlips => test_hooks::set(&BETWEEN_FLIPS, move || {
+                start_tx.send(()).unwrap();
+                phase_loaded_rx.recv().unwrap();
+            }),
+        }
+        retire(&p, &freed, 1);
+        assert_eq!(freed.load(Ordering::SeqCst), 1, "writer A freed value 0");
+        go_tx.send(()).unwrap();
+        assert_eq!(holding_rx.recv().unwrap(), 1, "the reader holds value 1");
+        // Writer B retires value 1: its grace period must wait for the reader.
+        let (waits_tx, waits_rx) = mpsc::channel::<()>();
+        let (pw, fw) = (p.clone(), freed.clone());
+        let writer_b = std::thread::spawn(move || {
+            test_hooks::set(&WRITER_WAITS, move || waits_tx.send(()).unwrap());
+            retire(&pw, &fw, 2);
+        });
+        loop {
+            match waits_rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(()) => break,
+                Err(_) => assert!(
+                    !writer_b.is_finished(),
+                    "{at:?}, shared stripe {shared}: writer B's grace period ended while the reader held value 1"
+                ),
+            }
+        }
+        assert_eq!(freed.load(Ordering::SeqCst), 1, "value 1 is alive while the reader holds it");
+        done_tx.send(()).unwrap();
+        assert_eq!(reader.join().unwrap(), 1);
+        writer_b.join().unwrap();
+        assert_eq!(freed.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn hooked_stale_phase_reader_on_an_owned_stripe_is_waited_for() {
+        stale_phase_reader_is_waited_for(false, StaleAt::BeforeGracePeriod);
+    }
+
+    #[test]
+    fn hooked_stale_phase_reader_on_the_shared_stripe_is_waited_for() {
+        stale_phase_reader_is_waited_for(true, StaleAt::BeforeGracePeriod);
+    }
+
+    #[test]
+    fn hooked_reader_that_loads_the_phase_between_two_flips_is_waited_for_on_an_owned_stripe() {
+        stale_phase_reader_is_waited_for(false, StaleAt::BetweenFlips);
+    }
+
+    #[test]
+    fn hooked_reader_that_loads_the_phase_between_two_flips_is_waited_for_on_the_shared_stripe() {
+        stale_phase_reader_is_waited_for(true, StaleAt::BetweenFlips);
+    }
+
+    /// Through the engine: an entry whose rules read section started with a stale phase sits in a user slot
+    /// (it holds its `ResourceRules`) while two reloads run; the second must wait for it.
+    #[test]
+    fn hooked_entry_in_a_user_slot_across_two_reloads_keeps_its_rules_alive() {
+        use crate::flow::FlowRule;
+        use crate::slot::{Slot, SlotEntry};
+        use crate::Sentinel;
+        struct Hold(Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>);
+        impl Slot for Hold {
+            fn name(&self) -> &'static str {
+                "hold"
+            }
+            fn entry(&self, _: &SlotEntry<'_>) -> Result<(), String> {
+                let pair = self.0.lock().unwrap().take();
+                if let Some((tx, rx)) = pair {
+                    tx.send(()).unwrap();
+                    rx.recv().unwrap();
+                }
+                Ok(())
+            }
+        }
+        let engine = Sentinel::builder().build();
+        engine.load_flow_rules([FlowRule::new("r").count(1e9)]).unwrap();
+        let (in_slot_tx, in_slot_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        // Before the flow slot: after it returns, the flow check reads the rules the section holds.
+        engine.add_slot(-6500, Hold(Mutex::new(Some((in_slot_tx, release_rx)))));
+        let r = engine.resource("r");
+        let (phase_loaded_tx, phase_loaded_rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            test_hooks::set(&AFTER_PHASE_LOAD, move || {
+                phase_loaded_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            });
+            r.enter().map(drop).map_err(|e| e.to_string())
+        });
+        phase_loaded_rx.recv().unwrap();
+        engine.load_flow_rules([FlowRule::new("r").count(2e9)]).unwrap(); // writer A
+        go_tx.send(()).unwrap();
+        in_slot_rx.recv().unwrap();
+        let (waits_tx, waits_rx) = mpsc::channel::<()>();
+        let e2 = engine.clone();
+        let writer_b = std::thread::spawn(move || {
+            test_hooks::set(&WRITER_WAITS, move || waits_tx.send(()).unwrap());
+            e2.load_flow_rules([FlowRule::new("r").count(3e9)]).unwrap()
+        });
+        loop {
+            match waits_rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(()) => break,
+                Err(_) => assert!(!writer_b.is_finished(), "the entry's ResourceRules were freed under it"),
+            }
+        }
+        release_tx.send(()).unwrap();
+        assert_eq!(reader.join().unwrap(), Ok(()));
+        writer_b.join().unwrap();
+        assert_eq!(engine.flow_rules()[0].count, 3e9);
+    }
+
+    /// A failing process-wide barrier switches readers to full fences and is retried until one succeeds:
+    /// grace periods stay correct (readers keep seeing whole values, nothing is freed early).
+    #[test]
+    fn a_failing_process_barrier_falls_back_to_full_fences() {
+        let expedited = mode() == MODE_EXPEDITED;
+        if expedited {
+            test_hooks::FAIL_BARRIERS.store(3, Ordering::SeqCst);
+        }
+        let freed = Arc::new(AtomicUsize::new(0));
+        let p = Arc::new(RcuPtr::new(Counted(freed.clone(), 0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (p, stop) = (p.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seen = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    p.read(|v| {
+                        assert!(v.1 >= seen);
+                        seen = v.1;
+                    });
+                }
+            })
+        };
+        for i in 1..=20 {
+            retire(&p, &freed, i);
+        }
+        stop.store(true, Ordering::Relaxed);
+        reader.join().unwrap();
+        assert_eq!(freed.load(Ordering::SeqCst), 20);
+        if expedited {
+            assert_eq!(MODE.load(Ordering::SeqCst), MODE_FENCE, "a failed barrier leaves full fences in force");
+            assert_eq!(test_hooks::FAIL_BARRIERS.load(Ordering::SeqCst), 0, "the failures were retried");
+        }
+    }
+
+    /// Without any injected delay (preemption only): readers yield inside their sections while two writers
+    /// replace continuously; a value dropped while a reader still held it is counted. Bounded by grace
+    /// periods, not time; `SENTINEL_STRESS_SCALE=<n>` runs n times as many.
+    #[test]
+    fn readers_preempted_in_their_sections_never_see_a_freed_value() {
+        const IDS: usize = 1 << 16;
+        static DROPPED: std::sync::OnceLock<Vec<AtomicBool>> = std::sync::OnceLock::new();
+        let dropped = DROPPED.get_or_init(|| (0..IDS).map(|_| AtomicBool::new(false)).collect());
+        struct V(usize);
+        impl Drop for V {
+            fn drop(&mut self) {
+                DROPPED.get().unwrap()[self.0 % IDS].store(true, Ordering::SeqCst);
+            }
+        }
+        let scale: usize = std::env::var("SENTINEL_STRESS_SCALE").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+        let grace_periods = 1000 * scale.max(1);
+        let p = Arc::new(RcuPtr::new(V(0)));
+        let stop = Arc::new(AtomicBool::new(false));
+        let violations = Arc::new(AtomicUsize::new(0));
+        let readers: Vec<_> = (0..2 * stripe::owned_stripes() + 2)
+            .map(|_| {
+                let (p, stop, violations) = (p.clone(), stop.clone(), violations.clone());
+                std::thread::spawn(move || {
+                    let dropped = DROPPED.get().unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        p.read(|v| {
+                            let id = v.0 % IDS;
+                            std::thread::yield_now();
+                            if dropped[id].load(Ordering::SeqCst) {
+                                violations.fetch_add(1, Ordering::SeqCst);
+                            }
+                        });
+                    }
+                })
+            })
+            .collect();
+        let next = Arc::new(AtomicUsize::new(1));
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (p, next) = (p.clone(), next.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..grace_periods / 2 {
+                        let id = next.fetch_add(1, Ordering::Relaxed) % IDS;
+                        let mut b = RetireBatch::new();
+                        b.push(p.replace(V(id)));
+                    }
+                })
+            })
+            .collect();
+        writers.into_iter().for_each(|w| w.join().unwrap());
+        stop.store(true, Ordering::Relaxed);
+        readers.into_iter().for_each(|r| r.join().unwrap());
+        let _ = dropped;
+        assert_eq!(violations.load(Ordering::SeqCst), 0, "values dropped while a reader held them");
+    }
+
+    /// The hooked interleavings again, under valgrind's memcheck: no invalid read of a freed value.
+    #[test]
+    fn forced_interleavings_pass_under_memcheck() {
+        const INNER: &str = "SENTINEL_RCU_UNDER_MEMCHECK";
+        if std::env::var_os(INNER).is_some() {
+            return; // this is the run under valgrind
+        }
+        let Some(valgrind) = sentinel_testkit::require_program("valgrind", "forced_interleavings_pass_under_memcheck")
+        else {
+            return;
+        };
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(valgrind)
+            .args(["--tool=memcheck", "--error-exitcode=99", "--quiet"])
+            .arg(&exe)
+            .args(["--test-threads=1", "rcu::tests::hooked_"])
+            .env(INNER, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "memcheck run failed ({}):\n{stdout}\n{stderr}", out.status);
+        assert!(!stderr.contains("Invalid read"), "memcheck reports an invalid read:\n{stderr}");
+        assert!(stdout.contains("5 passed"), "the hooked tests did not all run under memcheck:\n{stdout}");
     }
 }

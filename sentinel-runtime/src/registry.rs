@@ -14,9 +14,14 @@ use crate::resource::EntryType;
 use crate::Sentinel;
 
 /// What the macro records about one annotated function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct ResourceDescriptor {
     /// The resource name.
+    ///
+    /// A method annotated in an impl block without `#[sentinel_resource]` on the block is named
+    /// `module::Type::method` from `Self`, which is known only once the method runs: until its first call its
+    /// descriptor holds `module::Self::method` (see [`ResourceDescriptor::named_at_first_call`]). With the
+    /// attribute on the impl block the name is known at compile time.
     pub name: &'static str,
     /// Inbound or outbound.
     pub entry_type: EntryType,
@@ -36,6 +41,56 @@ pub struct ResourceDescriptor {
     pub has_fallback: bool,
     /// Whether it has a `default_fallback`.
     pub has_default_fallback: bool,
+    /// For a method named from `Self` at its first call: finds the descriptor with the name it got. Set by the
+    /// macro; read it through [`Sentinel::registered_resources`].
+    #[doc(hidden)]
+    pub resolve: Option<fn(&'static ResourceDescriptor) -> Option<&'static ResourceDescriptor>>,
+}
+
+impl PartialEq for ResourceDescriptor {
+    fn eq(&self, other: &Self) -> bool {
+        // Every field but the resolver (a function's address says nothing about it).
+        self.name == other.name
+            && self.entry_type == other.entry_type
+            && self.function == other.function
+            && self.module_path == other.module_path
+            && self.file == other.file
+            && self.line == other.line
+            && self.is_async == other.is_async
+            && self.has_block_handler == other.has_block_handler
+            && self.has_fallback == other.has_fallback
+            && self.has_default_fallback == other.has_default_fallback
+            && self.resolve.is_some() == other.resolve.is_some()
+    }
+}
+
+impl Eq for ResourceDescriptor {}
+
+impl ResourceDescriptor {
+    /// Whether this is a method whose name is found from `Self` at its first call and was not found yet (its
+    /// impl block carries no `#[sentinel_resource]`): [`name`](ResourceDescriptor::name) is a placeholder.
+    pub fn named_at_first_call(&self) -> bool {
+        self.resolve.is_some()
+    }
+
+    /// Whether a resource named `name` may be this method once it is named (`module::<any type>::function`).
+    fn may_name(&self, name: &str) -> bool {
+        let Some(rest) = name.strip_prefix(self.module_path).and_then(|r| r.strip_prefix("::")) else {
+            return false;
+        };
+        rest.strip_suffix(self.function)
+            .and_then(|t| t.strip_suffix("::"))
+            .is_some_and(|ty| !ty.is_empty() && !ty.contains("::"))
+    }
+}
+
+/// `module::Type::function`, where `Type` is the last segment of `type_name` (`core::any::type_name::<Self>()`)
+/// without generic arguments: a method's default resource name.
+pub(crate) fn method_resource_name(module: &str, type_name: &str, function: &str) -> String {
+    let before_generics = type_name.split('<').next().unwrap_or(type_name);
+    let ty = before_generics.rsplit("::").next().unwrap_or(before_generics);
+    let ty = ty.trim_start_matches(['&', '*']).trim_start_matches("mut ").trim_start_matches("dyn ").trim();
+    format!("{module}::{ty}::{function}")
 }
 
 inventory::collect!(ResourceDescriptor);
@@ -66,8 +121,17 @@ impl fmt::Display for UnknownRuleResource {
 
 impl Sentinel {
     /// Every function annotated with `#[sentinel_resource]` in the binary, sorted by resource name.
+    ///
+    /// A method named from `Self` (its impl block carries no `#[sentinel_resource]`) is listed under its name
+    /// once it was called, and under a placeholder before (see [`ResourceDescriptor::name`]).
     pub fn registered_resources() -> Vec<&'static ResourceDescriptor> {
-        let mut v: Vec<_> = inventory::iter::<ResourceDescriptor>.into_iter().collect();
+        let mut v: Vec<&'static ResourceDescriptor> = inventory::iter::<ResourceDescriptor>
+            .into_iter()
+            .map(|d| match d.resolve {
+                Some(resolve) => resolve(d).unwrap_or(d),
+                None => d,
+            })
+            .collect();
         v.sort_by(|a, b| a.name.cmp(b.name).then(a.file.cmp(b.file)).then(a.line.cmp(&b.line)));
         v
     }
@@ -77,7 +141,8 @@ impl Sentinel {
     pub fn prebuild_registered_resources(&self) -> usize {
         let known: BTreeSet<String> = self.resource_names().into_iter().collect();
         let mut created = 0;
-        for d in inventory::iter::<ResourceDescriptor> {
+        // A method named from `Self` that was never called has no name yet.
+        for d in Sentinel::registered_resources().into_iter().filter(|d| !d.named_at_first_call()) {
             if !known.contains(d.name) {
                 let _ = self.resource_typed(d.name, d.entry_type);
                 created += 1;
@@ -124,10 +189,13 @@ impl Sentinel {
 
     fn rule_resources(&self, kind: RuleKind) -> BTreeSet<String> {
         match kind {
-            RuleKind::Flow => self.flow_rules().into_iter().map(|r| r.resource).collect(),
-            RuleKind::Degrade => self.degrade_rules().into_iter().map(|r| r.resource).collect(),
+            // A regex rule names no resource: it applies to those that match, now or later.
+            RuleKind::Flow => self.flow_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect(),
+            RuleKind::Degrade => self.degrade_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect(),
             RuleKind::ParamFlow => self.param_flow_rules().into_iter().map(|r| r.resource).collect(),
-            RuleKind::Authority => self.authority_rules().into_iter().map(|r| r.resource).collect(),
+            RuleKind::Authority => {
+                self.authority_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect()
+            }
             RuleKind::System => BTreeSet::new(),
         }
     }
@@ -138,12 +206,14 @@ impl Sentinel {
             return Vec::new();
         }
         let mut known: BTreeSet<String> = self.resource_names().into_iter().collect();
-        known.extend(inventory::iter::<ResourceDescriptor>.into_iter().map(|d| d.name.to_string()));
+        let registered = Sentinel::registered_resources();
+        known.extend(registered.iter().filter(|d| !d.named_at_first_call()).map(|d| d.name.to_string()));
         known.extend(Sentinel::declared_resources());
+        let unnamed: Vec<_> = registered.iter().filter(|d| d.named_at_first_call()).collect();
         names
             .into_iter()
             // "*" holds the default circuit breaker, which applies to every resource.
-            .filter(|n| n != "*" && !known.contains(n))
+            .filter(|n| n != "*" && !known.contains(n) && !unnamed.iter().any(|d| d.may_name(n)))
             .map(|resource| {
                 let suggestion = closest(&resource, known.iter().map(String::as_str)).map(str::to_string);
                 UnknownRuleResource { kind, resource, suggestion }
@@ -178,6 +248,15 @@ fn closest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a s
 mod tests {
     use super::*;
     use crate::flow::FlowRule;
+
+    #[test]
+    fn a_method_is_named_after_the_last_segment_of_its_type_without_generics() {
+        let name = |t: &str| method_resource_name("app::shop", t, "get");
+        assert_eq!(name("app::shop::Orders"), "app::shop::Orders::get");
+        assert_eq!(name("app::shop::Cache<alloc::string::String, app::Item>"), "app::shop::Cache::get");
+        assert_eq!(name("&app::shop::Orders"), "app::shop::Orders::get");
+        assert_eq!(name("Orders"), "app::shop::Orders::get");
+    }
 
     #[test]
     fn closest_name_is_suggested_for_a_typo() {

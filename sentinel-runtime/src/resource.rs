@@ -31,6 +31,9 @@ pub(crate) struct ResourceInner {
     pub(crate) has_rules: AtomicBool,
     /// Whether `rules` holds circuit breakers (the only rules an exit needs).
     pub(crate) has_breakers: AtomicBool,
+    /// Response-time histogram and blocks by kind, once an integration observes them (next to
+    /// `has_breakers`, which every exit reads).
+    pub(crate) observed: OnceLock<crate::observe::Observed>,
     /// False for resources past the cap: their entries pass unchecked.
     pub(crate) checked: bool,
     default_ctx_node: OnceLock<Arc<DefaultNode>>,
@@ -45,12 +48,17 @@ impl ResourceInner {
         let split_default = rules.flow.as_ref().is_some_and(|f| f.reads_default_context());
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
+        let cluster = ClusterNode::new();
+        for (id, name) in &rules.named_origins {
+            cluster.ensure_named_origin(*id, name);
+        }
         ResourceInner {
             name,
-            cluster: ClusterNode::new(),
+            cluster,
             rules: RcuPtr::new(rules),
             has_rules: AtomicBool::new(has),
             has_breakers: AtomicBool::new(breakers),
+            observed: OnceLock::new(),
             checked,
             default_ctx_node: OnceLock::new(),
             split_default: AtomicBool::new(split_default),
@@ -63,6 +71,9 @@ impl ResourceInner {
     pub(crate) fn set_rules(&self, rules: ResourceRules, retired: &mut RetireBatch<ResourceRules>) {
         if rules.flow.as_ref().is_some_and(|f| f.reads_default_context()) {
             self.split_default_node();
+        }
+        for (id, name) in &rules.named_origins {
+            self.cluster.ensure_named_origin(*id, name);
         }
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();

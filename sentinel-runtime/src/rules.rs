@@ -36,6 +36,8 @@ pub(crate) struct ResourceRules {
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
     /// The default (`"*"`) breakers, used only when the resource has none of its own.
     pub(crate) default_degrade: Option<Arc<ResourceBreakers>>,
+    /// Origins the resource's flow rules name (interned id, name): each always has its own origin node.
+    pub(crate) named_origins: Vec<(u32, Arc<str>)>,
 }
 
 impl ResourceRules {
@@ -160,8 +162,8 @@ impl<R: Clone + PartialEq> RuleList<R> {
 
 /// Groups compiled rule states by resource, reusing the state of a rule equal to one in force (so a reload
 /// keeps a limiter's or a counter's state) and building the others with `new`.
-pub(crate) fn group_reusing<R, S>(
-    unique: &[R],
+pub(crate) fn group_reusing<'a, R: 'a, S>(
+    unique: impl IntoIterator<Item = &'a R>,
     resource: impl Fn(&R) -> &str,
     reuse: impl Fn(&R) -> Option<Arc<S>>,
     new: impl Fn(&R) -> S,

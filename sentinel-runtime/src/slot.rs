@@ -87,5 +87,9 @@ pub trait Slot: Send + Sync + 'static {
 /// User slots sorted by order, split around the built-in checks.
 #[derive(Clone, Default)]
 pub(crate) struct CustomSlots {
-    pub(crate) slots: Vec<(i32, Arc<dyn Slot>)>,
+    /// `(order, id, slot)`: the id is the slot's position in the order slots were added (slots are never
+    /// removed), so an entry remembers which slots passed it by id even when a slot is added before it exits.
+    pub(crate) slots: Vec<(i32, u32, Arc<dyn Slot>)>,
+    /// The id of the next slot added.
+    pub(crate) next_id: u32,
 }

@@ -38,7 +38,8 @@ fn nested_entries_form_the_call_tree() {
 fn default_context_is_used_and_cleared_after_the_last_exit() {
     let engine = engine();
     assert_eq!(engine.current_context(), None);
-    let e = engine.enter("x").unwrap();
+    let x = engine.resource("x");
+    let e = x.enter().unwrap();
     assert_eq!(engine.current_context(), Some((DEFAULT_CONTEXT_NAME.to_string(), String::new())));
     assert_eq!(e.context_name(), DEFAULT_CONTEXT_NAME);
     drop(e);
@@ -200,7 +201,7 @@ fn a_chain_rule_on_the_default_context_limits_calls_in_it_only() {
 
 #[test]
 fn every_origin_of_a_resource_keeps_its_own_node_among_many() {
-    let engine = engine();
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_origins_per_resource(1000).build();
     let r = engine.resource("many-callers");
     for i in 0..600u32 {
         let origin = format!("caller-{i}");

@@ -343,10 +343,7 @@ fn validation_names_the_field() {
             "warm_up_period_sec",
         ),
         (FlowRule::new("x").count(1.0).control_behavior(ControlBehavior::WarmUp).cold_factor(1), "cold_factor"),
-        (
-            FlowRule::new("x").count(1.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(0),
-            "max_queueing_time_ms",
-        ),
+        (FlowRule::new("x").count(0.5).control_behavior(ControlBehavior::WarmUp), "count"),
         (FlowRule { cluster_mode: true, ..FlowRule::new("x").count(1.0) }, "cluster_config"),
         (
             FlowRule {

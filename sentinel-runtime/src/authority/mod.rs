@@ -27,9 +27,11 @@ pub use rule::{AuthorityRule, AuthorityStrategy};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use crate::error::{BlockError, RuleError, RuleKind};
-use crate::rules::RuleList;
-use crate::rules::{CheckCx, RuleMap};
+use crate::pattern::{Compiler, Patterns};
+use crate::rules::{CheckCx, RuleList};
 
 /// The authority rules in force for one resource.
 #[derive(Debug)]
@@ -42,8 +44,18 @@ pub(crate) struct ResourceAuthority {
 /// Holds the authority rules.
 #[derive(Default)]
 pub(crate) struct AuthorityManager {
-    map: RuleMap<ResourceAuthority>,
+    set: ArcSwap<AuthoritySet>,
     rules: RuleList<AuthorityRule>,
+}
+
+/// One rule with its origin list, split once at load.
+type ListedRule = (Arc<AuthorityRule>, Box<[Box<str>]>);
+
+/// The compiled authority rules of one load.
+#[derive(Default)]
+struct AuthoritySet {
+    exact: HashMap<String, Arc<ResourceAuthority>>,
+    patterns: Patterns<ListedRule>,
 }
 
 /// Checks one authority rule; the first invalid field is reported.
@@ -55,27 +67,53 @@ pub(crate) fn validate(rule: &AuthorityRule, index: usize) -> Result<(), RuleErr
     if rule.limit_app.trim().is_empty() {
         return bad("limit_app", "must list at least one origin (comma-separated)");
     }
+    if rule.limit_app.split(',').any(|o| o == crate::UNTRACKED_ORIGIN) {
+        return bad("limit_app", "lists the reserved origin of untracked callers; choose another name");
+    }
     Ok(())
+}
+
+fn listed(rule: &AuthorityRule) -> ListedRule {
+    (Arc::new(rule.clone()), rule.limit_app.split(',').map(Box::from).collect())
+}
+
+impl ResourceAuthority {
+    /// Every origin the resource's lists name.
+    pub(crate) fn listed_origins(&self) -> impl Iterator<Item = &str> {
+        self.lists.iter().flat_map(|l| l.iter().map(|o| &**o))
+    }
 }
 
 impl AuthorityManager {
     /// Validates and replaces the rule set; `Ok(false)` when it equals the one in force.
     pub(crate) fn load(&self, rules: Vec<AuthorityRule>) -> Result<bool, RuleError> {
+        let old = self.set.load_full();
+        let compiler = Compiler::new(RuleKind::Authority, &old.patterns);
+        let check = |rule: &AuthorityRule, index: usize| {
+            validate(rule, index)?;
+            if rule.regex {
+                compiler.check(index, &rule.resource)?;
+            }
+            Ok(())
+        };
         self.rules.replace(
             rules,
-            validate,
+            check,
             |r| r,
             |unique| {
-                let mut by_resource: HashMap<String, ResourceAuthority> = HashMap::new();
-                for rule in unique {
-                    let list: Box<[Box<str>]> = rule.limit_app.split(',').map(Box::from).collect();
-                    let e = by_resource
+                let mut exact: HashMap<String, ResourceAuthority> = HashMap::new();
+                for rule in unique.iter().filter(|r| !r.regex) {
+                    let (rule, list) = listed(rule);
+                    let e = exact
                         .entry(rule.resource.clone())
                         .or_insert_with(|| ResourceAuthority { rules: Vec::new(), lists: Vec::new() });
-                    e.rules.push(Arc::new(rule.clone()));
+                    e.rules.push(rule);
                     e.lists.push(list);
                 }
-                self.map.store(by_resource.into_iter().map(|(k, v)| (k, Arc::new(v))).collect());
+                let regex = unique.iter().filter(|r| r.regex).map(|r| (r.resource.as_str(), listed(r)));
+                let patterns = Patterns::group(regex, &compiler.finish());
+                let exact = exact.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
+                self.set.store(Arc::new(AuthoritySet { exact, patterns }));
                 Ok(())
             },
         )
@@ -83,8 +121,28 @@ impl AuthorityManager {
     pub(crate) fn rules(&self) -> Vec<AuthorityRule> {
         self.rules.get()
     }
+    /// The rules of the resource `name`: its exact rules, then those of every pattern it matches (resolved
+    /// when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceAuthority>> {
-        self.map.get(name)
+        let set = self.set.load();
+        let exact = set.exact.get(name);
+        let mut hits = set.patterns.matching(name).peekable();
+        if hits.peek().is_none() {
+            return exact.cloned();
+        }
+        let mut resolved = match exact {
+            Some(e) => ResourceAuthority { rules: e.rules.clone(), lists: e.lists.clone() },
+            None => ResourceAuthority { rules: Vec::new(), lists: Vec::new() },
+        };
+        for (_, (rule, list)) in hits {
+            resolved.rules.push(rule.clone());
+            resolved.lists.push(list.clone());
+        }
+        Some(Arc::new(resolved))
+    }
+    /// Whether the regex rule pattern `pattern` of the set in force matches `name`.
+    pub(crate) fn pattern_matches(&self, pattern: &str, name: &str) -> bool {
+        self.set.load().patterns.get(pattern).is_some_and(|p| p.matches(name))
     }
 }
 

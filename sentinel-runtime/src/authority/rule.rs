@@ -21,8 +21,11 @@ pub enum AuthorityStrategy {
 pub struct AuthorityRule {
     /// An id of the rule's source.
     pub id: Option<u64>,
-    /// The resource.
+    /// The resource, or a pattern when `regex` is set.
     pub resource: String,
+    /// Whether `resource` is a regular expression (Java's `regex`): the rule applies to every resource whose
+    /// whole name matches it.
+    pub regex: bool,
     /// Comma-separated origins, matched exactly.
     pub limit_app: String,
     /// White or black list.
@@ -32,6 +35,11 @@ pub struct AuthorityRule {
 impl AuthorityRule {
     /// A rule for `resource` over the comma-separated `origins`.
     pub fn new(resource: impl Into<String>, origins: impl Into<String>, strategy: AuthorityStrategy) -> Self {
-        AuthorityRule { id: None, resource: resource.into(), limit_app: origins.into(), strategy }
+        AuthorityRule { id: None, resource: resource.into(), regex: false, limit_app: origins.into(), strategy }
+    }
+    /// Reads `resource` as a regular expression over whole resource names (see [`crate::pattern`]).
+    pub fn regex(mut self, regex: bool) -> Self {
+        self.regex = regex;
+        self
     }
 }

@@ -11,8 +11,8 @@ use super::breaker::{Breaker, BreakerState};
 use super::rule::{DegradeGrade, DegradeRule};
 use super::{ResourceBreakers, MAX_RULES_PER_RESOURCE};
 use crate::error::{RuleError, RuleKind};
+use crate::pattern::{Compiler, Patterns};
 use crate::rules::RuleList;
-use crate::rules::RuleMap;
 use crate::{Sentinel, LIMIT_APP_DEFAULT};
 
 /// The resource name of default rules: they apply to every resource without degrade rules of its own.
@@ -46,13 +46,52 @@ pub struct BreakerSnapshot {
 /// Holds the degrade rules and their breakers.
 #[derive(Default)]
 pub(crate) struct DegradeManager {
-    /// Breakers of the resources that have rules of their own.
-    map: RuleMap<ResourceBreakers>,
+    /// Breakers of the resources that have rules of their own (exact or matched).
+    set: ArcSwap<DegradeSet>,
     /// Every rule in force (deduplicated), in load order.
     rules: RuleList<DegradeRule>,
     /// The default rules and, per resource that uses them, that resource's own breakers built from them.
     defaults: Mutex<Defaults>,
     observers: ArcSwap<Vec<(String, Arc<StateObserver>)>>,
+}
+
+/// The breakers of one load of the degrade rules.
+#[derive(Default)]
+struct DegradeSet {
+    /// Breakers of resources named exactly by rules.
+    exact: HashMap<String, Arc<ResourceBreakers>>,
+    /// Regex rules, by pattern.
+    patterns: Patterns<Arc<DegradeRule>>,
+    /// The breakers of each resource that matches a pattern (those of its exact rules, then one of its own
+    /// for every matching regex rule), resolved when the resource is created or the set loads.
+    matched: Mutex<HashMap<String, Arc<ResourceBreakers>>>,
+}
+
+impl DegradeSet {
+    /// The breakers of `name` when it matches a pattern, reusing those in `old` of equal rules.
+    fn resolve(&self, name: &str, old: Option<&ResourceBreakers>) -> Option<Arc<ResourceBreakers>> {
+        let mut hits = self.patterns.matching(name).peekable();
+        hits.peek()?;
+        let mut breakers: Vec<Arc<Breaker>> = self.exact.get(name).map(|e| e.breakers.clone()).unwrap_or_default();
+        for (_, rule) in hits {
+            if breakers.len() == MAX_RULES_PER_RESOURCE {
+                tracing::warn!(
+                    resource = name,
+                    max = MAX_RULES_PER_RESOURCE,
+                    "more degrade rules match the resource than it can hold; the rest are ignored"
+                );
+                break;
+            }
+            let reused = old.and_then(|o| o.breakers.iter().find(|b| *b.rule == **rule).cloned());
+            breakers.push(reused.unwrap_or_else(|| Arc::new(Breaker::new(rule.clone(), false))));
+        }
+        Some(Arc::new(ResourceBreakers { breakers }))
+    }
+
+    /// Whether `name` has degrade rules of its own (exact or matched): the default rules then do not apply.
+    fn has_own(&self, name: &str) -> bool {
+        self.exact.contains_key(name) || self.patterns.any_match(name)
+    }
 }
 
 #[derive(Default)]
@@ -110,12 +149,38 @@ fn build(rules: &[Arc<DegradeRule>], old: Option<&ResourceBreakers>, is_default:
 impl DegradeManager {
     /// Validates and replaces the rule set; `Ok(true)` when something changed.
     pub(crate) fn load(&self, rules: Vec<DegradeRule>) -> Result<bool, RuleError> {
-        self.rules.replace(rules, validate, normalize, |unique| self.install(unique))
+        let old = self.set.load_full();
+        let compiler = Compiler::new(RuleKind::Degrade, &old.patterns);
+        let check = |rule: &DegradeRule, index: usize| {
+            validate(rule, index)?;
+            if rule.regex {
+                compiler.check(index, &rule.resource)?;
+            }
+            Ok(())
+        };
+        self.rules.replace(rules, check, normalize, |unique| self.install(unique, &old, &compiler))
     }
 
-    fn install(&self, unique: &[DegradeRule]) -> Result<(), RuleError> {
+    fn install(
+        &self,
+        unique: &[DegradeRule],
+        old: &DegradeSet,
+        compiler: &Compiler<'_, Arc<DegradeRule>>,
+    ) -> Result<(), RuleError> {
         let mut by_resource: HashMap<String, Vec<Arc<DegradeRule>>> = HashMap::new();
+        let mut by_pattern: HashMap<&str, usize> = HashMap::new();
+        let mut regex = Vec::new();
         for (index, rule) in unique.iter().enumerate() {
+            if rule.regex {
+                let n = by_pattern.entry(&rule.resource).or_default();
+                if *n == MAX_RULES_PER_RESOURCE {
+                    let reason = format!("has more than {MAX_RULES_PER_RESOURCE} degrade rules");
+                    return Err(RuleError::invalid(RuleKind::Degrade, index, &rule.resource, "resource", reason));
+                }
+                *n += 1;
+                regex.push((rule.resource.as_str(), Arc::new(rule.clone())));
+                continue;
+            }
             let rules = by_resource.entry(rule.resource.clone()).or_default();
             if rules.len() == MAX_RULES_PER_RESOURCE {
                 let reason = format!("has more than {MAX_RULES_PER_RESOURCE} degrade rules");
@@ -124,14 +189,20 @@ impl DegradeManager {
             rules.push(Arc::new(rule.clone()));
         }
         let default_rules = by_resource.remove(DEFAULT_RESOURCE).unwrap_or_default();
-        let old = self.map.snapshot();
-        let map = by_resource
+        let exact = by_resource
             .into_iter()
             .map(|(name, rules)| {
-                let built = build(&rules, old.get(&name).map(|o| &**o), false);
+                let built = build(&rules, old.exact.get(&name).map(|o| &**o), false);
                 (name, Arc::new(built))
             })
             .collect();
+        let mut set =
+            DegradeSet { exact, patterns: Patterns::group(regex, &compiler.finish()), matched: Mutex::default() };
+        // Resolve again the resources that matched a pattern, keeping the breakers of rules that stay.
+        let old_matched = std::mem::take(&mut *old.matched.lock().unwrap_or_else(|e| e.into_inner()));
+        let matched =
+            old_matched.into_iter().filter_map(|(name, b)| set.resolve(&name, Some(&b)).map(|r| (name, r))).collect();
+        set.matched = Mutex::new(matched);
 
         let mut defaults = self.defaults.lock().unwrap_or_else(|e| e.into_inner());
         if defaults.rules != default_rules {
@@ -149,7 +220,7 @@ impl DegradeManager {
             };
             defaults.rules = default_rules;
         }
-        self.map.store(map);
+        self.set.store(Arc::new(set));
         Ok(())
     }
 
@@ -157,15 +228,41 @@ impl DegradeManager {
         self.rules.get()
     }
 
+    /// The breakers of the resource `name` from its own rules, exact and matched (resolved once per resource
+    /// and rule set: called when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceBreakers>> {
-        self.map.get(name)
+        let set = self.set.load();
+        if set.patterns.is_empty() {
+            return set.exact.get(name).cloned();
+        }
+        let mut matched = set.matched.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = matched.get(name) {
+            return Some(b.clone());
+        }
+        match set.resolve(name, None) {
+            Some(b) => {
+                matched.insert(name.to_string(), b.clone());
+                Some(b)
+            }
+            None => set.exact.get(name).cloned(),
+        }
+    }
+
+    /// The breakers of exact rules for `name`, without resolving patterns (for names that are not resources).
+    pub(crate) fn exact_for(&self, name: &str) -> Option<Arc<ResourceBreakers>> {
+        self.set.load().exact.get(name).cloned()
+    }
+
+    /// Whether the regex rule pattern `pattern` of the set in force matches `name`.
+    pub(crate) fn pattern_matches(&self, pattern: &str, name: &str) -> bool {
+        self.set.load().patterns.get(pattern).is_some_and(|p| p.matches(name))
     }
 
     /// The breakers built from the default (`"*"`) rules for `name`, created on first use; `None` when there
     /// are no default rules or the resource has degrade rules of its own. Each resource gets its own breakers
     /// (as in Java Sentinel): one slow resource does not open the breaker of another.
     pub(crate) fn default_breakers_for(&self, name: &str) -> Option<Arc<ResourceBreakers>> {
-        if name == DEFAULT_RESOURCE || self.map.get(name).is_some() {
+        if name == DEFAULT_RESOURCE || self.set.load().has_own(name) {
             return None;
         }
         let mut defaults = self.defaults.lock().unwrap_or_else(|e| e.into_inner());
@@ -275,7 +372,7 @@ impl Sentinel {
                 None => Vec::new(),
             });
         }
-        match self.shared.degrade.for_resource(resource) {
+        match self.shared.degrade.exact_for(resource) {
             Some(b) => snapshot(&b, now_ms),
             None => Vec::new(),
         }

@@ -23,8 +23,12 @@ pub enum DegradeGrade {
 pub struct DegradeRule {
     /// An id of the rule's source.
     pub id: Option<u64>,
-    /// The resource (or `"*"` for the default rule of resources without their own).
+    /// The resource (or `"*"` for the default rule of resources without their own), or a pattern when
+    /// `regex` is set.
     pub resource: String,
+    /// Whether `resource` is a regular expression (Java's `regex`): every resource whose whole name matches
+    /// it gets its own breaker from the rule.
+    pub regex: bool,
     /// Kept for compatibility with Sentinel's rule format (`"default"`).
     pub limit_app: String,
     /// What trips the breaker.
@@ -46,6 +50,7 @@ impl Default for DegradeRule {
         DegradeRule {
             id: None,
             resource: String::new(),
+            regex: false,
             limit_app: crate::LIMIT_APP_DEFAULT.to_string(),
             grade: DegradeGrade::SlowRequestRatio,
             count: 0.0,
@@ -85,6 +90,11 @@ impl DegradeRule {
     /// Sets the slow ratio threshold.
     pub fn slow_ratio_threshold(mut self, r: f64) -> Self {
         self.slow_ratio_threshold = r;
+        self
+    }
+    /// Reads `resource` as a regular expression over whole resource names (see [`crate::pattern`]).
+    pub fn regex(mut self, regex: bool) -> Self {
+        self.regex = regex;
         self
     }
 }

@@ -71,9 +71,13 @@ code!(AuthorityCode, AuthorityStrategy, "0 (white list) or 1 (black list)", {
 // to the engine (`app`, `ip`, `port`, `gmtCreate`, `gmtModified`); `id` is kept (it is part of the rule).
 // Any other unknown field is an error.
 
-fn check_regex(regex: Option<bool>) -> Result<(), String> {
+/// Hot-parameter rules carry Java's `regex` field, which Java ignores there (it reads the pattern as an exact
+/// name): a rule that sets it is refused rather than silently misread.
+fn check_no_regex(regex: Option<bool>) -> Result<(), String> {
     if regex == Some(true) {
-        return Err("`regex: true` (resource name patterns) is not supported; name the resource exactly".into());
+        return Err("`regex: true` is not supported by hot-parameter rules (Java ignores it there and reads the \
+                    pattern as an exact name); name the resource exactly"
+            .into());
     }
     Ok(())
 }
@@ -191,11 +195,11 @@ pub struct JavaFlowRule(pub FlowRule);
 impl TryFrom<FlowRuleDto> for JavaFlowRule {
     type Error = String;
     fn try_from(d: FlowRuleDto) -> Result<Self, String> {
-        check_regex(d.regex)?;
         let def = FlowRule::default();
         Ok(JavaFlowRule(FlowRule {
             id: d.id,
             resource: d.resource,
+            regex: d.regex.unwrap_or(false),
             limit_app: limit_app_or_default(d.limit_app),
             grade: d.grade.map(|c| c.0).unwrap_or(def.grade),
             count: d.count.unwrap_or(def.count),
@@ -227,7 +231,7 @@ impl From<JavaFlowRule> for FlowRuleDto {
             cold_factor: (r.cold_factor != 3).then_some(r.cold_factor),
             cluster_mode: Some(r.cluster_mode),
             cluster_config: r.cluster_config.as_ref().map(ClusterConfigDto::from_config),
-            regex: None,
+            regex: r.regex.then_some(true),
             app: None,
             ip: None,
             port: None,
@@ -282,11 +286,11 @@ pub struct JavaDegradeRule(pub DegradeRule);
 impl TryFrom<DegradeRuleDto> for JavaDegradeRule {
     type Error = String;
     fn try_from(d: DegradeRuleDto) -> Result<Self, String> {
-        check_regex(d.regex)?;
         let def = DegradeRule::default();
         Ok(JavaDegradeRule(DegradeRule {
             id: d.id,
             resource: d.resource,
+            regex: d.regex.unwrap_or(false),
             limit_app: limit_app_or_default(d.limit_app),
             grade: d.grade.map(|c| c.0).unwrap_or(def.grade),
             count: d.count.unwrap_or(def.count),
@@ -310,7 +314,7 @@ impl From<JavaDegradeRule> for DegradeRuleDto {
             min_request_amount: Some(r.min_request_amount),
             stat_interval_ms: Some(r.stat_interval_ms),
             slow_ratio_threshold: Some(r.slow_ratio_threshold),
-            regex: None,
+            regex: r.regex.then_some(true),
             app: None,
             ip: None,
             port: None,
@@ -441,10 +445,10 @@ pub struct JavaAuthorityRule(pub AuthorityRule);
 impl TryFrom<AuthorityRuleDto> for JavaAuthorityRule {
     type Error = String;
     fn try_from(d: AuthorityRuleDto) -> Result<Self, String> {
-        check_regex(d.regex)?;
         Ok(JavaAuthorityRule(AuthorityRule {
             id: d.id,
             resource: d.resource,
+            regex: d.regex.unwrap_or(false),
             // The origin list is kept as given: an empty list is the rule's own (invalid) business.
             limit_app: d.limit_app.unwrap_or_default(),
             strategy: d.strategy.map(|c| c.0).unwrap_or_default(),
@@ -459,7 +463,7 @@ impl From<JavaAuthorityRule> for AuthorityRuleDto {
             resource: r.resource,
             limit_app: Some(r.limit_app),
             strategy: Some(AuthorityCode(r.strategy)),
-            regex: None,
+            regex: r.regex.then_some(true),
             app: None,
             ip: None,
             port: None,
@@ -677,7 +681,7 @@ pub struct JavaParamFlowRule(pub ParamFlowRule);
 impl TryFrom<ParamFlowRuleDto> for JavaParamFlowRule {
     type Error = String;
     fn try_from(d: ParamFlowRuleDto) -> Result<Self, String> {
-        check_regex(d.regex)?;
+        check_no_regex(d.regex)?;
         let def = ParamFlowRule::default();
         Ok(JavaParamFlowRule(ParamFlowRule {
             id: d.id,

@@ -17,10 +17,14 @@
 //!
 //! **Unknown fields.** Java (fastjson) ignores every unknown field, which hides typos (`"grad": 0` silently
 //! becomes a QPS rule). We accept the fields Java's rule classes and the dashboard's rule entities really
-//! carry — `app`, `ip`, `port`, `gmtCreate`, `gmtModified`, `regex: false`, `hotItems`, and the token-service
-//! fields of `clusterConfig` (`strategy`, `resourceTimeout`, `resourceTimeoutStrategy`,
-//! `acquireRefuseStrategy`, `clientOfflineTime`, `prefetchCntRatio`) — and report any other as an error with
-//! its line and path. `regex: true` is reported as unsupported.
+//! carry — `app`, `ip`, `port`, `gmtCreate`, `gmtModified`, `hotItems`, and the token-service fields of
+//! `clusterConfig` (`strategy`, `resourceTimeout`, `resourceTimeoutStrategy`, `acquireRefuseStrategy`,
+//! `clientOfflineTime`, `prefetchCntRatio`) — and report any other as an error with its line and path.
+//!
+//! **`regex`.** Flow, degrade and authority rules with `"regex": true` load as they are: `resource` is a
+//! pattern over whole resource names and each matching resource is governed separately (see
+//! [`crate::pattern`]); a pattern that does not compile is a [`RuleError`] at load, naming
+//! the rule. Hot-parameter rules refuse `"regex": true` (Java ignores it there).
 //!
 //! **Param item values.** `classType` is read as Java reads it (`int`/`java.lang.Integer`, `long`, `short`,
 //! `byte` → integer; `double`/`float` → float; `boolean`; `char`; `String`/`java.lang.String` or none →

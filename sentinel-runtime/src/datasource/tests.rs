@@ -313,8 +313,35 @@ fn bad_param_item_value_and_regex_are_errors() {
     assert!(e.message.contains("not a valid int"), "{e}");
     let e = parse_rules::<ParamFlowRule>(r#"[{"resource": "a", "count": 1}]"#, Format::Json).unwrap_err();
     assert!(e.message.contains("paramIdx"), "{e}");
-    let e = parse_rules::<FlowRule>(r#"[{"resource": "a.*", "regex": true}]"#, Format::Json).unwrap_err();
+    let e = parse_rules::<ParamFlowRule>(r#"[{"resource": "a.*", "paramIdx": 0, "regex": true}]"#, Format::Json)
+        .unwrap_err();
     assert!(e.message.contains("regex"), "{e}");
+}
+
+#[test]
+fn regex_rules_of_flow_degrade_and_authority_load_as_patterns() {
+    let flow =
+        parse_rules::<FlowRule>(r#"[{"resource": "order.*", "regex": true, "count": 2}]"#, Format::Json).unwrap();
+    assert!(flow[0].regex);
+    assert_eq!(flow[0].resource, "order.*");
+    let degrade = parse_rules::<DegradeRule>(
+        r#"[{"resource": "pay.*", "regex": true, "grade": 2, "count": 1, "timeWindow": 5}]"#,
+        Format::Json,
+    )
+    .unwrap();
+    assert!(degrade[0].regex);
+    let authority = parse_rules::<AuthorityRule>(
+        r#"[{"resource": "admin.*", "regex": true, "limitApp": "ops", "strategy": 0}]"#,
+        Format::Json,
+    )
+    .unwrap();
+    assert!(authority[0].regex);
+    // `regex: false` names the resource exactly, and a written rule keeps the flag.
+    let exact = parse_rules::<FlowRule>(r#"[{"resource": "a.*", "regex": false}]"#, Format::Json).unwrap();
+    assert!(!exact[0].regex);
+    let text = rules_to_string(&flow, Format::Json).unwrap();
+    assert!(text.contains(r#""regex":true"#) || text.contains(r#""regex": true"#), "{text}");
+    assert_eq!(parse_rules::<FlowRule>(&text, Format::Json).unwrap(), flow);
 }
 
 #[test]

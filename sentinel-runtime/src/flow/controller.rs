@@ -37,12 +37,18 @@ pub(crate) struct WarmUp {
 }
 
 impl WarmUp {
+    /// Java's token bucket for `count` (≥ 1), `period_sec` and `cold_factor` (> 1); `count × period_sec` is
+    /// validated to be at most [`MAX_WARM_UP_TOKENS`], so no token arithmetic can overflow.
     pub(crate) fn new(count: f64, period_sec: u32, cold_factor: u32) -> Self {
         let cf = cold_factor as f64;
         let period = period_sec as f64;
-        let warning_token = ((period * count) as i64) / (cold_factor as i64 - 1);
-        let max_token = warning_token + (2.0 * period * count / (1.0 + cf)) as i64;
-        let slope = (cf - 1.0) / count / (max_token - warning_token) as f64;
+        let warning_token = ((period * count) as i64) / (cold_factor as i64 - 1).max(1);
+        let max_token = warning_token.saturating_add((2.0 * period * count / (1.0 + cf)) as i64);
+        // Java divides by `max_token - warning_token` even when it is 0; the infinite slope then makes the
+        // allowed rate NaN and nothing ever passes. Without a warming band there is nothing to warm: the full
+        // count applies.
+        let band = max_token - warning_token;
+        let slope = if band > 0 { (cf - 1.0) / count / band as f64 } else { 0.0 };
         WarmUp {
             count,
             cold_factor: cf,
@@ -87,17 +93,28 @@ impl WarmUp {
         }
     }
 
-    /// The QPS allowed now: below the warning line the full count, above it the warming rate.
+    /// The QPS allowed now: below the warning line the full count, above it the warming rate, never under
+    /// one call per second. (Java's rate can fall under one call per second when `count / cold_factor < 1`:
+    /// then no call ever passes, the bucket never drains, and the resource stays blocked for good. Where
+    /// Java's rate is at least one call per second, it is used as it is.)
     pub(crate) fn allowed_qps(&self) -> f64 {
         let rest = self.stored_tokens.load(Ordering::Acquire);
         if rest >= self.warning_token {
             let above = (rest - self.warning_token) as f64;
-            (1.0 / (above * self.slope + 1.0 / self.count)).next_up()
+            (1.0 / (above * self.slope + 1.0 / self.count)).next_up().max(1.0)
         } else {
             self.count
         }
     }
 }
+
+/// The most tokens a warm-up bucket may hold (`count × warm_up_period_sec`): token counts stay exact in
+/// an `f64` and their arithmetic cannot overflow an `i64`.
+pub(crate) const MAX_WARM_UP_TOKENS: f64 = (1u64 << 52) as f64;
+
+/// The smallest rate the rate limiter spaces (calls per second): one call per `u64::MAX` nanoseconds is
+/// about one call per 584 years; a slower rate cannot be represented.
+pub(crate) const MIN_RATE_LIMITER_QPS: f64 = 1e9 / u64::MAX as f64;
 
 /// Uniform spacing (leaky bucket): one pass every `1/count` s, queueing up to a bound.
 pub(crate) struct Throttle {
@@ -189,6 +206,10 @@ pub(crate) fn reject_qps(
         return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
     }
     if prioritized {
+        // Deciding to borrow reads what is already borrowed and then adds to it: prioritized callers of one
+        // node decide one at a time, or two of them could both take the last room (a cold path: only calls
+        // over the limit get here).
+        let _one_at_a_time = occupy_lock(node);
         let wait = try_occupy_next(node, now_ms, acquire, limit);
         if wait < OCCUPY_TIMEOUT_MS {
             node.add_waiting(now_ms, now_ms + wait, acquire);
@@ -196,6 +217,13 @@ pub(crate) fn reject_qps(
         }
     }
     Decision::Block
+}
+
+/// The lock that serializes the borrowing decisions of prioritized calls on `node` (striped by address).
+fn occupy_lock(node: &StatNode) -> std::sync::MutexGuard<'static, ()> {
+    static LOCKS: [std::sync::Mutex<()>; 16] = [const { std::sync::Mutex::new(()) }; 16];
+    let i = (node as *const StatNode as usize >> 6) % LOCKS.len();
+    LOCKS[i].lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Java's `StatisticNode.tryOccupyNext`: how long a prioritized request must wait for a later bucket to have

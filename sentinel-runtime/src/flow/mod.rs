@@ -7,12 +7,16 @@ mod rule;
 pub use cluster::{ClusterRuleMode, ClusterRuleStatus};
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
 
 use crate::error::{BlockError, RuleError, RuleKind};
+use crate::pattern::{Compiler, Patterns};
 use crate::resource::ResourceInner;
-use crate::rules::{group_reusing, CheckCx, RuleList, RuleMap};
+use crate::rules::{group_reusing, CheckCx, RuleList};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
@@ -185,10 +189,52 @@ impl EntryState {
 /// Holds the flow rules.
 #[derive(Default)]
 pub(crate) struct FlowManager {
-    map: RuleMap<ResourceFlowRules>,
+    set: ArcSwap<FlowRuleSet>,
     rules: RuleList<FlowRule>,
     /// The cluster token service, if one is registered.
     cluster: cluster::Registration,
+}
+
+/// The compiled flow rules of one load.
+#[derive(Default)]
+struct FlowRuleSet {
+    /// Rules naming their resource exactly.
+    exact: HashMap<String, Arc<ResourceFlowRules>>,
+    /// Regex rules, by pattern.
+    patterns: Patterns<FlowRule>,
+    /// The rules of each resource that matches a pattern (its exact rules, then its own state of every
+    /// matching regex rule), resolved when the resource is created or the set loads.
+    matched: Mutex<HashMap<String, Arc<ResourceFlowRules>>>,
+}
+
+impl FlowRuleSet {
+    /// The rules of `name` when it matches a pattern: its exact rules, then a state of its own for each
+    /// matching regex rule (reusing the state in `old` of an equal rule, so a reload keeps it).
+    fn resolve(&self, name: &str, old: Option<&ResourceFlowRules>) -> Option<Arc<ResourceFlowRules>> {
+        let mut hits = self.patterns.matching(name).peekable();
+        hits.peek()?;
+        let mut rules: Vec<Arc<FlowRuleState>> = self.exact.get(name).map(|e| e.rules.clone()).unwrap_or_default();
+        for (_, rule) in hits {
+            let reused = old.and_then(|o| o.rules.iter().find(|s| *s.rule == *rule).cloned());
+            rules.push(reused.unwrap_or_else(|| Arc::new(FlowRuleState::new(rule.clone()))));
+        }
+        Some(Arc::new(ResourceFlowRules::new(rules)))
+    }
+}
+
+impl ResourceFlowRules {
+    /// One resource's rules: specific origins (and "other") before "default", keeping the given order
+    /// otherwise (Java's `FlowRuleComparator`).
+    fn new(mut rules: Vec<Arc<FlowRuleState>>) -> Self {
+        rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
+        let named_origins = rules
+            .iter()
+            .map(|s| s.rule.limit_app.clone())
+            .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
+            .collect();
+        let simple = rules.len() == 1 && rules[0].is_simple();
+        ResourceFlowRules { rules, named_origins, simple }
+    }
 }
 
 /// Checks one flow rule; the first invalid field is reported.
@@ -196,6 +242,9 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
     let bad = |field, reason: &str| Err(RuleError::invalid(RuleKind::Flow, index, &rule.resource, field, reason));
     if rule.resource.trim().is_empty() {
         return bad("resource", "must not be blank");
+    }
+    if rule.limit_app == crate::UNTRACKED_ORIGIN {
+        return bad("limit_app", "names the reserved origin of untracked callers; choose another name");
     }
     if !rule.count.is_finite() || rule.count < 0.0 {
         return bad("count", "must be a finite number >= 0");
@@ -214,12 +263,35 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         if rule.cold_factor <= 1 {
             return bad("cold_factor", "must be > 1");
         }
-        if rule.count <= 0.0 {
-            return bad("count", "must be > 0 for warm-up behaviours");
+        if rule.count < 1.0 {
+            // Java accepts it and then admits nothing at all (its cold rate is under one call per second).
+            return bad("count", "must be >= 1 for warm-up behaviours (one call per second at least)");
+        }
+        if rule.count * rule.warm_up_period_sec as f64 > controller::MAX_WARM_UP_TOKENS {
+            return bad(
+                "count",
+                &format!(
+                    "times warm_up_period_sec must be at most 2^52 ({}) for the warm-up token bucket",
+                    controller::MAX_WARM_UP_TOKENS
+                ),
+            );
         }
     }
-    if rule.grade == FlowGrade::Qps && queue && rule.max_queueing_time_ms == 0 {
-        return bad("max_queueing_time_ms", "must be > 0 for queueing behaviours");
+    // `max_queueing_time_ms = 0` is valid (strict spacing, never wait), as in Java.
+    if rule.grade == FlowGrade::Qps && queue && rule.count > 0.0 && rule.count < controller::MIN_RATE_LIMITER_QPS {
+        return bad(
+            "count",
+            &format!(
+                "is below the slowest rate the rate limiter can space ({:e} per second: one call per 584 years)",
+                controller::MIN_RATE_LIMITER_QPS
+            ),
+        );
+    }
+    if rule.cluster_mode && rule.regex {
+        return bad(
+            "cluster_mode",
+            "cannot be combined with regex: one cluster flow id cannot count each matching resource separately",
+        );
     }
     if rule.cluster_mode {
         let Some(c) = &rule.cluster_config else {
@@ -269,15 +341,31 @@ fn normalize(mut rule: FlowRule) -> FlowRule {
 impl FlowManager {
     /// Validates and replaces the rule set; `Ok(false)` when it equals the one in force.
     pub(crate) fn load(&self, rules: Vec<FlowRule>) -> Result<bool, RuleError> {
-        self.rules.replace(rules, validate, normalize, |unique| self.install(unique))
+        let old = self.set.load_full();
+        let compiler = Compiler::new(RuleKind::Flow, &old.patterns);
+        let check = |rule: &FlowRule, index: usize| {
+            validate(rule, index)?;
+            if rule.regex {
+                compiler.check(index, &rule.resource)?;
+            }
+            Ok(())
+        };
+        self.rules.replace(rules, check, normalize, |unique| self.install(unique, &old, &compiler))
     }
 
-    #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
     /// Registers (or removes) the cluster token service: cluster rules in force get leases from it (rules
     /// whose leases came from another service are rebuilt). The caller refreshes the resources' rules.
+    #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
     pub(crate) fn set_cluster_service(&self, service: Option<Arc<dyn cluster::TokenService>>) -> Result<(), RuleError> {
         self.cluster.set(service);
-        self.rules.reinstall(|unique| self.install(unique))
+        self.rules.reinstall(|unique| {
+            let old = self.set.load_full();
+            let compiler = Compiler::new(RuleKind::Flow, &old.patterns);
+            for (index, rule) in unique.iter().enumerate().filter(|(_, r)| r.regex) {
+                compiler.check(index, &rule.resource)?;
+            }
+            self.install(unique, &old, &compiler)
+        })
     }
 
     /// The cluster token service, if one is registered.
@@ -287,13 +375,13 @@ impl FlowManager {
 
     /// The state of every cluster-mode rule in force, in rule order.
     pub(crate) fn cluster_status(&self, now_ms: u64) -> Vec<ClusterRuleStatus> {
-        let map = self.map.snapshot();
+        let set = self.set.load();
         self.rules
             .get()
             .into_iter()
             .filter(|r| r.cluster_mode)
             .map(|r| {
-                let state = map.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == r).cloned());
+                let state = set.exact.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == r).cloned());
                 match state.as_ref().and_then(|s| s.lease.get()) {
                     Some(lease) => lease.status(now_ms),
                     None => cluster::ClusterRuleStatus::without_service(r),
@@ -302,42 +390,52 @@ impl FlowManager {
             .collect()
     }
 
-    /// Compiles and publishes `unique` (validated, deduplicated), reusing the states of equal rules in force.
-    fn install(&self, unique: &[FlowRule]) -> Result<(), RuleError> {
+    /// Compiles and publishes `unique` (validated, deduplicated), reusing the states of equal rules of `old`.
+    fn install(
+        &self,
+        unique: &[FlowRule],
+        old: &FlowRuleSet,
+        compiler: &Compiler<'_, FlowRule>,
+    ) -> Result<(), RuleError> {
         let service = self.cluster.service();
-        let old = self.map.snapshot();
         // A state keeps its lease only while the lease comes from the service registered now.
         let reusable = |s: &FlowRuleState| match (s.lease.get(), &service) {
             (None, _) => true,
             (Some(l), Some(svc)) => cluster::bound_to(l, svc),
             (Some(_), None) => false,
         };
+        let (regex, exact): (Vec<&FlowRule>, Vec<&FlowRule>) = unique.iter().partition(|r| r.regex);
         let by_resource = group_reusing(
-            unique,
+            exact.iter().copied(),
             |r| &r.resource,
-            |r| old.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r && reusable(s)).cloned()),
+            |r| {
+                old.exact
+                    .get(&r.resource)
+                    .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r && reusable(s)).cloned())
+            },
             |r| FlowRuleState::new(r.clone()),
         );
         if let Some(svc) = &service {
+            // Cluster rules are exact (validation refuses regex ones).
             for st in by_resource.values().flatten().filter(|s| s.rule.cluster_mode) {
                 cluster::lease_for(&st.lease, &st.rule, svc);
             }
         }
-        let map = by_resource
+        let exact = by_resource.into_iter().map(|(name, rules)| (name, Arc::new(ResourceFlowRules::new(rules))));
+        let compiled = compiler.finish();
+        let mut set = FlowRuleSet {
+            exact: exact.collect(),
+            patterns: Patterns::group(regex.into_iter().map(|r| (r.resource.as_str(), r.clone())), &compiled),
+            matched: Mutex::default(),
+        };
+        // Resolve again the resources that matched a pattern, keeping the state of rules that stay.
+        let old_matched = std::mem::take(&mut *old.matched.lock().unwrap_or_else(|e| e.into_inner()));
+        let matched = old_matched
             .into_iter()
-            .map(|(name, mut rules)| {
-                // Specific origins (and "other") before "default", keeping the given order otherwise.
-                rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
-                let named_origins = rules
-                    .iter()
-                    .map(|s| s.rule.limit_app.clone())
-                    .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
-                    .collect();
-                let simple = rules.len() == 1 && rules[0].is_simple();
-                (name, Arc::new(ResourceFlowRules { rules, named_origins, simple }))
-            })
+            .filter_map(|(name, rules)| set.resolve(&name, Some(&rules)).map(|r| (name, r)))
             .collect();
-        self.map.store(map);
+        set.matched = Mutex::new(matched);
+        self.set.store(Arc::new(set));
         Ok(())
     }
 
@@ -345,8 +443,36 @@ impl FlowManager {
         self.rules.get()
     }
 
+    /// The rules of the resource `name`, exact and matched (resolved once per resource and rule set: called
+    /// when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceFlowRules>> {
-        self.map.get(name)
+        let set = self.set.load();
+        if set.patterns.is_empty() {
+            return set.exact.get(name).cloned();
+        }
+        let mut matched = set.matched.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = matched.get(name) {
+            return Some(r.clone());
+        }
+        match set.resolve(name, None) {
+            Some(r) => {
+                matched.insert(name.to_string(), r.clone());
+                Some(r)
+            }
+            None => set.exact.get(name).cloned(),
+        }
+    }
+
+    /// Whether the regex rule pattern `pattern` of the set in force matches `name`.
+    pub(crate) fn pattern_matches(&self, pattern: &str, name: &str) -> bool {
+        self.set.load().patterns.get(pattern).is_some_and(|p| p.matches(name))
+    }
+}
+
+impl ResourceFlowRules {
+    /// The origins the rules name in `limit_app` (neither `default` nor `other`).
+    pub(crate) fn named_origins(&self) -> &[String] {
+        &self.named_origins
     }
 }
 

@@ -84,8 +84,11 @@ impl Default for ClusterConfig {
 pub struct FlowRule {
     /// An id of the rule's source (kept as given; used in logs).
     pub id: Option<u64>,
-    /// The resource the rule limits.
+    /// The resource the rule limits: its exact name, or a pattern when `regex` is set.
     pub resource: String,
+    /// Whether `resource` is a regular expression (Java's `regex`): the rule applies to every resource whose
+    /// whole name matches it, and each matching resource is limited separately (its own count and state).
+    pub regex: bool,
     /// `"default"` (all callers), `"other"` (each origin not named by another rule), or an origin name.
     pub limit_app: String,
     /// QPS or threads.
@@ -115,6 +118,7 @@ impl Default for FlowRule {
         FlowRule {
             id: None,
             resource: String::new(),
+            regex: false,
             limit_app: crate::LIMIT_APP_DEFAULT.to_string(),
             grade: FlowGrade::Qps,
             count: 0.0,
@@ -185,6 +189,21 @@ impl FlowRule {
     /// Sets the rule id.
     pub fn id(mut self, id: u64) -> Self {
         self.id = Some(id);
+        self
+    }
+    /// Reads `resource` as a regular expression over whole resource names (see [`crate::pattern`]).
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, flow::FlowRule};
+    /// let engine = Sentinel::builder().build();
+    /// engine.load_flow_rules([FlowRule::new("GET:/orders/.*").regex(true).count(1.0)]).unwrap();
+    /// let (a, b) = (engine.resource("GET:/orders/1"), engine.resource("GET:/orders/2"));
+    /// let _first = a.enter().unwrap();
+    /// assert!(a.enter().is_err()); // each matching resource has its own limit of 1 ...
+    /// assert!(b.enter().is_ok()); // ... so the other one still passes
+    /// ```
+    pub fn regex(mut self, regex: bool) -> Self {
+        self.regex = regex;
         self
     }
 }

@@ -1,0 +1,368 @@
+//! The Prometheus text: monotonic counters accumulated from the engine's per-second buckets, a response-time
+//! histogram and blocks by kind recorded by the core once the exporter is attached ([`crate::observe`]), and
+//! gauges read at render time.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use crate::circuit_breaker::{BreakerState, DegradeGrade};
+use crate::engine::Shared;
+use crate::observe::{ObservedSnapshot, BLOCK_KIND_NAMES};
+use crate::stat::MetricEvent;
+use crate::Sentinel;
+
+/// The default upper bounds of the response-time histogram, in seconds: 1 ms to 10 s, dense where calls to
+/// caches and databases (1–50 ms) and to remote services (50 ms–2.5 s) usually fall.
+pub const DEFAULT_BUCKETS: [f64; 14] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0];
+
+/// How often a background thread folds complete seconds into the counters, so that scrapes further apart
+/// than the engine's one-minute history lose nothing.
+const ACCUMULATE_EVERY: Duration = Duration::from_secs(15);
+
+/// Settings of the exporter: [`attach`] it with them, or let the first [`render`] attach the defaults.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ExporterConfig {
+    /// Upper bounds of the response-time histogram's buckets, in seconds, increasing (`+Inf` is implied).
+    pub buckets: Vec<f64>,
+}
+
+impl Default for ExporterConfig {
+    fn default() -> Self {
+        ExporterConfig { buckets: DEFAULT_BUCKETS.to_vec() }
+    }
+}
+
+impl ExporterConfig {
+    /// Sets the histogram's bucket bounds (seconds, increasing).
+    pub fn buckets(mut self, bounds: impl Into<Vec<f64>>) -> Self {
+        self.buckets = bounds.into();
+        self
+    }
+}
+
+/// Why [`attach`] refused a configuration. The exporter in force (if any) stays as it was.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExporterError {
+    /// No bucket bound was given.
+    #[error("the response-time histogram needs at least one bucket bound (seconds, e.g. [0.01, 0.1, 1.0])")]
+    NoBuckets,
+    /// A bound is not a finite number of at least a microsecond.
+    #[error(
+        "histogram bucket bound #{index} ({value}) must be a finite number of seconds >= 0.000001; `+Inf` is implied"
+    )]
+    BadBucket {
+        /// The bound's position.
+        index: usize,
+        /// The bound.
+        value: f64,
+    },
+    /// A bound does not increase on the previous one (at microsecond resolution).
+    #[error("histogram bucket bounds must increase: #{index} ({value} s) is not above the bound before it")]
+    UnorderedBuckets {
+        /// The bound's position.
+        index: usize,
+        /// The bound.
+        value: f64,
+    },
+    /// The engine's exporter was already attached (or rendered) with other buckets.
+    #[error(
+        "the exporter of this engine already records with buckets {in_force:?}: attach it once, at start-up, \
+         before the first render"
+    )]
+    AlreadyAttached {
+        /// The bounds in force, in seconds.
+        in_force: Vec<f64>,
+    },
+}
+
+/// Starts the exporter on `engine`: from now on every resource records a response-time histogram with
+/// `config`'s buckets, and blocked calls by rule kind (the counters of passes, successes and exceptions come
+/// from the engine's per-second history and need nothing recorded). Call it at start-up, so the histogram
+/// covers every call; otherwise the first [`render`] attaches the defaults. Attaching again with the same
+/// configuration is a no-op.
+///
+/// ```
+/// use sentinel_runtime::{Sentinel, exporter::{self, ExporterConfig}};
+/// let engine = Sentinel::builder().build();
+/// exporter::attach(&engine, ExporterConfig::default().buckets([0.005, 0.05, 0.5])).unwrap();
+/// drop(engine.enter("checkout").unwrap());
+/// assert!(exporter::render(&engine).contains("le=\"0.005\""));
+/// assert!(exporter::attach(&engine, ExporterConfig::default()).is_err()); // other buckets
+/// ```
+pub fn attach(engine: &Sentinel, config: ExporterConfig) -> Result<(), ExporterError> {
+    let micros = bounds_micros(&config.buckets)?;
+    let state = state_with(engine, micros.clone(), &config.buckets);
+    if *state.bounds_micros != *micros {
+        return Err(ExporterError::AlreadyAttached { in_force: state.bounds_seconds.to_vec() });
+    }
+    Ok(())
+}
+
+fn bounds_micros(seconds: &[f64]) -> Result<Arc<[u64]>, ExporterError> {
+    if seconds.is_empty() {
+        return Err(ExporterError::NoBuckets);
+    }
+    let mut out: Vec<u64> = Vec::with_capacity(seconds.len());
+    for (index, &value) in seconds.iter().enumerate() {
+        if !value.is_finite() || value < 1e-6 {
+            return Err(ExporterError::BadBucket { index, value });
+        }
+        let micros = (value * 1e6).round() as u64;
+        if out.last().is_some_and(|prev| micros <= *prev) {
+            return Err(ExporterError::UnorderedBuckets { index, value });
+        }
+        out.push(micros);
+    }
+    Ok(out.into())
+}
+
+/// What the exporter keeps with an engine.
+struct ExporterState {
+    bounds_micros: Arc<[u64]>,
+    bounds_seconds: Box<[f64]>,
+    counters: Mutex<HashMap<String, Totals>>,
+}
+
+/// One resource's counters: every complete second before `through_ms`, summed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Totals {
+    through_ms: u64,
+    pass: u64,
+    success: u64,
+    exception: u64,
+}
+
+impl Totals {
+    fn add(&mut self, t: &crate::stat::BucketTotals) {
+        self.pass += t.get(MetricEvent::Pass);
+        self.success += t.get(MetricEvent::Success);
+        self.exception += t.get(MetricEvent::Exception);
+    }
+}
+
+/// The exporter of `engine`, attached with `micros` (`seconds`) when it has none yet.
+fn state_with(engine: &Sentinel, micros: Arc<[u64]>, seconds: &[f64]) -> Arc<ExporterState> {
+    let shared = &engine.shared;
+    let mut fresh = false;
+    let state = shared.observers.extension(|| {
+        fresh = true;
+        let in_force = shared.observe(micros.clone());
+        let bounds_seconds =
+            if *in_force == *micros { seconds.into() } else { in_force.iter().map(|m| *m as f64 / 1e6).collect() };
+        ExporterState { bounds_micros: in_force, bounds_seconds, counters: Mutex::new(HashMap::new()) }
+    });
+    if fresh {
+        track(Arc::downgrade(&engine.shared), Arc::downgrade(&state));
+    }
+    state
+}
+
+fn state(engine: &Sentinel) -> Arc<ExporterState> {
+    static DEFAULT_MICROS: OnceLock<Arc<[u64]>> = OnceLock::new();
+    let micros = DEFAULT_MICROS.get_or_init(|| DEFAULT_BUCKETS.iter().map(|s| (s * 1e6).round() as u64).collect());
+    state_with(engine, micros.clone(), &DEFAULT_BUCKETS)
+}
+
+type Tracked = Vec<(Weak<Shared>, Weak<ExporterState>)>;
+
+/// Hands the exporter to the background thread that folds complete seconds into its counters (one thread
+/// for every engine of the process; it forgets an engine once it is dropped).
+fn track(engine: Weak<Shared>, state: Weak<ExporterState>) {
+    static TRACKED: Mutex<Tracked> = Mutex::new(Vec::new());
+    static THREAD: OnceLock<()> = OnceLock::new();
+    TRACKED.lock().unwrap_or_else(|e| e.into_inner()).push((engine, state));
+    THREAD.get_or_init(|| {
+        let spawned = std::thread::Builder::new().name("sentinel-metrics-accumulate".into()).spawn(|| loop {
+            std::thread::sleep(ACCUMULATE_EVERY);
+            let live: Vec<(Sentinel, Arc<ExporterState>)> = {
+                let mut tracked = TRACKED.lock().unwrap_or_else(|e| e.into_inner());
+                tracked.retain(|(e, s)| e.strong_count() > 0 && s.strong_count() > 0);
+                tracked.iter().filter_map(|(e, s)| Some((Sentinel { shared: e.upgrade()? }, s.upgrade()?))).collect()
+            };
+            for (engine, state) in live {
+                state.accumulate(&engine);
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no background accumulation of metrics: counters are updated on render only");
+        }
+    });
+}
+
+impl ExporterState {
+    /// Folds every complete second not counted yet into the counters, and returns each resource's counters
+    /// with the current (incomplete) second added: a counter read now is never above one read later, since
+    /// the current second only grows until it is folded in.
+    fn accumulate(&self, engine: &Sentinel) -> HashMap<String, Totals> {
+        let now_ms = engine.now_millis();
+        let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = HashMap::new();
+        for name in engine.resource_names() {
+            let t = counters.entry(name.clone()).or_default();
+            let mut current = *t;
+            for (second, totals) in engine.resource_seconds(&name) {
+                if second < t.through_ms {
+                    continue; // counted already (or the clock went back)
+                }
+                if second + 1000 <= now_ms {
+                    t.add(&totals);
+                    t.through_ms = second + 1000;
+                    current.add(&totals);
+                } else {
+                    current.add(&totals);
+                }
+            }
+            out.insert(name, current);
+        }
+        out
+    }
+}
+
+/// Escapes a label value: backslash, double quote and newline.
+fn escape(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// One resource's numbers, read once per render.
+struct Row {
+    labels: String,
+    totals: Totals,
+    concurrency: u64,
+    observed: ObservedSnapshot,
+}
+
+/// The engine's metrics in the Prometheus text format (version 0.0.4), resources sorted by name. Attaches
+/// the exporter with the default configuration on first use (see [`attach`]).
+///
+/// Families (every series is labelled with `app` and `resource`; no label comes from a caller, so the series
+/// are bounded by the resource cap):
+/// - `sentinel_pass_total`, `sentinel_success_total` (completed calls), `sentinel_exception_total`
+///   (completed with a traced error): counters;
+/// - `sentinel_block_total{kind}`: blocked calls by the kind of rule that blocked them (`flow`, `degrade`,
+///   `system`, `param_flow`, `authority`, `custom`), counted from the attach;
+/// - `sentinel_response_time_seconds`: histogram of completed calls' response times, from the attach;
+/// - `sentinel_concurrency`: calls in flight (gauge);
+/// - `sentinel_circuit_breaker_state{rule, grade}`: 0 closed, 1 open, 2 half-open (gauge); `rule` is the
+///   rule's position in [`Sentinel::degrade_rules`].
+pub fn render(engine: &Sentinel) -> String {
+    let state = state(engine);
+    let counters = state.accumulate(engine);
+    let app = escape(&engine.config().app_name);
+    let mut names = engine.resource_names();
+    names.sort();
+    let rows: Vec<Row> = names
+        .iter()
+        .map(|name| Row {
+            labels: format!("app=\"{app}\",resource=\"{}\"", escape(name)),
+            totals: counters.get(name).copied().unwrap_or_default(),
+            concurrency: engine.cluster_stats(name).map_or(0, |s| s.threads),
+            observed: engine
+                .shared
+                .find_resource(name)
+                .and_then(|r| r.observed.get().map(|o| o.snapshot()))
+                .unwrap_or_default(),
+        })
+        .collect();
+
+    let mut out = String::with_capacity(256 + rows.len() * (40 * (8 + state.bounds_seconds.len())));
+    let counter = |out: &mut String, name: &str, help: &str, value: fn(&Totals) -> u64| {
+        family(out, name, "counter", help);
+        for r in &rows {
+            let _ = writeln!(out, "{name}{{{}}} {}", r.labels, value(&r.totals));
+        }
+    };
+    counter(&mut out, "sentinel_pass_total", "Calls that passed every check.", |t| t.pass);
+    counter(&mut out, "sentinel_success_total", "Calls that completed (with or without an error).", |t| t.success);
+    counter(&mut out, "sentinel_exception_total", "Completed calls with a traced error (or a timeout).", |t| {
+        t.exception
+    });
+
+    family(&mut out, "sentinel_block_total", "counter", "Calls blocked, by the kind of rule that blocked them.");
+    for r in &rows {
+        for (kind, n) in BLOCK_KIND_NAMES.iter().zip(r.observed.blocks) {
+            let _ = writeln!(out, "sentinel_block_total{{{},kind=\"{kind}\"}} {n}", r.labels);
+        }
+    }
+
+    let h = "sentinel_response_time_seconds";
+    family(&mut out, h, "histogram", "Response time of completed calls.");
+    for r in &rows {
+        let cumulative = &r.observed.cumulative;
+        let count = |i: usize| cumulative.get(i).copied().unwrap_or(0);
+        for (i, le) in state.bounds_seconds.iter().enumerate() {
+            let _ = writeln!(out, "{h}_bucket{{{},le=\"{le}\"}} {}", r.labels, count(i));
+        }
+        let total = count(state.bounds_seconds.len());
+        let _ = writeln!(out, "{h}_bucket{{{},le=\"+Inf\"}} {total}", r.labels);
+        let _ = writeln!(out, "{h}_sum{{{}}} {}", r.labels, r.observed.sum_micros as f64 / 1e6);
+        let _ = writeln!(out, "{h}_count{{{}}} {total}", r.labels);
+    }
+
+    family(&mut out, "sentinel_concurrency", "gauge", "Calls in flight.");
+    for r in &rows {
+        let _ = writeln!(out, "sentinel_concurrency{{{}}} {}", r.labels, r.concurrency);
+    }
+
+    render_breakers(engine, &app, &names, &mut out);
+    out
+}
+
+fn render_breakers(engine: &Sentinel, app: &str, names: &[String], out: &mut String) {
+    let rules = engine.degrade_rules();
+    family(out, "sentinel_circuit_breaker_state", "gauge", "Circuit breaker state: 0 closed, 1 open, 2 half-open.");
+    for name in names {
+        for b in engine.circuit_breakers(name) {
+            let index = rules.iter().position(|r| *r == *b.rule).map(|i| i.to_string()).unwrap_or_default();
+            let grade = match b.rule.grade {
+                DegradeGrade::SlowRequestRatio => "slow_request_ratio",
+                DegradeGrade::ErrorRatio => "error_ratio",
+                DegradeGrade::ErrorCount => "error_count",
+            };
+            let state = match b.state {
+                BreakerState::Closed => 0,
+                BreakerState::Open => 1,
+                BreakerState::HalfOpen => 2,
+            };
+            let _ = writeln!(
+                out,
+                "sentinel_circuit_breaker_state{{app=\"{app}\",resource=\"{}\",rule=\"{index}\",grade=\"{grade}\"}} {state}",
+                escape(name)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_bounds_are_validated() {
+        assert_eq!(bounds_micros(&[]), Err(ExporterError::NoBuckets));
+        assert!(matches!(bounds_micros(&[0.1, f64::NAN]), Err(ExporterError::BadBucket { index: 1, .. })));
+        assert!(matches!(bounds_micros(&[0.1, f64::INFINITY]), Err(ExporterError::BadBucket { index: 1, .. })));
+        assert!(matches!(bounds_micros(&[-1.0]), Err(ExporterError::BadBucket { index: 0, .. })));
+        assert!(matches!(bounds_micros(&[0.1, 0.1]), Err(ExporterError::UnorderedBuckets { index: 1, .. })));
+        assert!(matches!(bounds_micros(&[0.001, 0.0010000001]), Err(ExporterError::UnorderedBuckets { index: 1, .. })));
+        assert_eq!(&*bounds_micros(&[0.001, 0.25, 2.0]).unwrap(), &[1_000, 250_000, 2_000_000]);
+    }
+}

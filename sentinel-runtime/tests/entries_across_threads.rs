@@ -1,0 +1,251 @@
+//! Entries that leave the thread they were entered on (issue 10 §3): an owned entry joins the active context
+//! but never changes a thread's context, so it may move anywhere, exit there with exact statistics, and leave
+//! both threads' contexts as they would be without it. `Entry::in_scope` and `Entry::instrument` run work
+//! with it as the innermost entry.
+
+use std::sync::mpsc;
+
+use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+use sentinel_runtime::clock::ManualClock;
+use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::{Sentinel, TreeNode, DEFAULT_CONTEXT_NAME};
+
+const T0: u64 = 1_700_000_000_000;
+
+fn engine() -> Sentinel {
+    Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build()
+}
+
+fn depth(nodes: &[TreeNode]) -> usize {
+    nodes.iter().map(|n| 1 + depth(&n.children)).max().unwrap_or(0)
+}
+
+#[test]
+fn an_owned_entry_dropped_on_another_thread_leaves_no_origin_on_the_first_thread() {
+    let engine = engine();
+    let r = engine.resource("api");
+    let (tx, rx) = mpsc::channel();
+    let (dropped_tx, dropped_rx) = mpsc::channel::<()>();
+    let (r2, eng) = (r.clone(), engine.clone());
+    let first = std::thread::spawn(move || {
+        let e = r2.entry_owned().origin("good").enter().unwrap();
+        let during = eng.current_context();
+        tx.send(e).unwrap();
+        // The entry is gone from this thread: an origin-less call here runs in a fresh default context,
+        // before and after the other thread dropped it.
+        let before = r2.enter().unwrap().origin().to_string();
+        dropped_rx.recv().unwrap();
+        let after = r2.enter().unwrap().origin().to_string();
+        (during, before, after, eng.current_context())
+    });
+    let e = rx.recv().unwrap();
+    drop(e);
+    dropped_tx.send(()).unwrap();
+    let (during, before, after, ctx) = first.join().unwrap();
+    assert_eq!(during, None, "an owned entry never installs itself");
+    assert_eq!((before.as_str(), after.as_str()), ("", ""));
+    assert_eq!(ctx, None, "no context is left on the first thread");
+}
+
+#[test]
+fn after_an_owned_entry_moves_away_an_origin_specific_rule_still_applies_on_the_first_thread() {
+    let engine = engine();
+    engine.load_authority_rules([AuthorityRule::new("api", "evil", AuthorityStrategy::Black)]).unwrap();
+    engine.load_flow_rules([FlowRule::new("api").limit_app("appB").count(0.0)]).unwrap();
+    let r = engine.resource("api");
+    let (tx, rx) = mpsc::channel();
+    let r2 = r.clone();
+    let first = std::thread::spawn(move || {
+        let e = r2.entry_owned().origin("good").enter().unwrap();
+        tx.send(e).unwrap();
+        let evil = r2.entry().origin("evil").enter().map(drop);
+        let app_b = r2.entry().origin("appB").enter().map(drop);
+        let good = r2.entry().origin("good").enter().map(drop);
+        (evil.is_err(), app_b.is_err(), good.is_ok())
+    });
+    drop(rx.recv().unwrap());
+    assert_eq!(first.join().unwrap(), (true, true, true), "each call is checked with its own origin");
+}
+
+#[test]
+fn an_owned_entry_of_one_caller_moved_away_does_not_make_a_black_list_block_unrelated_calls() {
+    let engine = engine();
+    engine.load_authority_rules([AuthorityRule::new("api", "evil", AuthorityStrategy::Black)]).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let eng = engine.clone();
+    let first = std::thread::spawn(move || {
+        let e = eng.resource("other").entry_owned().origin("evil").enter().unwrap();
+        tx.send(e).unwrap();
+        (0..1000).filter(|_| eng.resource("api").enter().is_ok()).count()
+    });
+    let e = rx.recv().unwrap();
+    assert_eq!(first.join().unwrap(), 1000, "no origin-less call inherits the moved entry's origin");
+    drop(e);
+}
+
+#[test]
+fn owned_entries_moved_away_never_nest_later_calls_under_themselves() {
+    let engine = engine();
+    let r = engine.resource("a");
+    let (tx, rx) = mpsc::channel();
+    let (r2, eng) = (r.clone(), engine.clone());
+    let first = std::thread::spawn(move || {
+        for _ in 0..5 {
+            tx.send(r2.entry_owned().enter().unwrap()).unwrap();
+        }
+        drop(r2.enter().unwrap());
+        eng.tree()
+    });
+    let moved: Vec<_> = (0..5).map(|_| rx.recv().unwrap()).collect();
+    let tree = first.join().unwrap();
+    drop(moved);
+    let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
+    assert_eq!(depth(&default.children), 1, "resource `a` is not nested under itself: {tree:?}");
+}
+
+#[test]
+fn an_owned_entry_exits_with_exact_statistics_wherever_it_is_dropped() {
+    let engine = engine();
+    let r = engine.resource("moved");
+    let entries: Vec<_> = (0..10).map(|_| r.entry_owned().origin("appA").enter().unwrap()).collect();
+    assert_eq!(engine.cluster_stats("moved").unwrap().threads, 10);
+    std::thread::scope(|s| {
+        for (i, mut e) in entries.into_iter().enumerate() {
+            s.spawn(move || {
+                if i % 2 == 0 {
+                    e.set_error();
+                }
+                drop(e);
+            });
+        }
+    });
+    let stats = engine.cluster_stats("moved").unwrap();
+    assert_eq!((stats.threads, stats.pass_qps, stats.success_qps, stats.exception_qps), (0, 10.0, 10.0, 5.0));
+    let origin = engine.origin_stats("moved", "appA").unwrap();
+    assert_eq!((origin.threads, origin.pass_qps), (0, 10.0));
+    assert_eq!(engine.current_context(), None, "the entering thread keeps no context");
+}
+
+#[test]
+fn an_owned_entry_joins_the_active_context_without_changing_it() {
+    let engine = engine();
+    let outer = engine.resource("outer");
+    let _ctx = engine.enter_context("web", "appA").unwrap();
+    let parent = outer.enter().unwrap();
+    let owned = engine.resource("async-child").entry_owned().enter().unwrap();
+    assert_eq!(owned.origin(), "appA", "it inherits the context's origin");
+    assert_eq!(owned.context_name(), "web");
+    // The thread's innermost entry is still `outer`: a borrowed entry made now is outer's child, not owned's.
+    let sibling_res = engine.resource("sibling");
+    let sibling = sibling_res.enter().unwrap();
+    drop(sibling);
+    drop(owned);
+    drop(parent);
+    let tree = engine.tree();
+    let web = tree.iter().find(|t| t.name == "web").unwrap();
+    let outer_node = &web.children[0];
+    let mut children: Vec<&str> = outer_node.children.iter().map(|c| c.name.as_str()).collect();
+    children.sort();
+    assert_eq!(children, ["async-child", "sibling"]);
+    assert!(outer_node.children.iter().all(|c| c.children.is_empty()));
+}
+
+#[test]
+fn in_scope_makes_an_owned_entry_the_innermost_entry_and_puts_the_context_back_even_on_panic() {
+    let engine = engine();
+    let request = engine.resource("GET:/orders").entry_owned().origin("appA").enter().unwrap();
+    assert_eq!(engine.current_context(), None);
+    let db_res = engine.resource("db");
+    let inner_origin = request.in_scope(|| {
+        let db = db_res.enter().unwrap();
+        let o = db.origin().to_string();
+        drop(db);
+        o
+    });
+    assert_eq!(inner_origin, "appA");
+    assert_eq!(engine.current_context(), None);
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        request.in_scope(|| {
+            let _db = db_res.enter().unwrap();
+            panic!("handler panics");
+        })
+    }));
+    assert!(res.is_err());
+    assert_eq!(engine.current_context(), None, "the scope was undone by the unwind");
+    drop(request);
+    let tree = engine.tree();
+    let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
+    let req = default.children.iter().find(|n| n.name == "GET:/orders").unwrap();
+    assert_eq!(req.children.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["db"]);
+    assert_eq!(engine.cluster_stats("db").unwrap().threads, 0);
+}
+
+#[test]
+fn instrument_runs_a_future_on_other_threads_with_the_entry_installed() {
+    let engine = engine();
+    let request = engine.resource("GET:/users").entry_owned().origin("appB").enter().unwrap();
+    let eng = engine.clone();
+    let fut = request.instrument(async move {
+        let db_res = eng.resource("users-db");
+        let db = db_res.enter().unwrap();
+        (db.origin().to_string(), db.context_name().to_string())
+    });
+    // Polled on another thread than the one that made the entry.
+    let ((origin, context), entry) = std::thread::spawn(move || futures::executor::block_on(fut)).join().unwrap();
+    assert_eq!((origin.as_str(), context.as_str()), ("appB", DEFAULT_CONTEXT_NAME));
+    assert_eq!(engine.cluster_stats("GET:/users").unwrap().threads, 1, "the entry is alive until dropped");
+    drop(entry);
+    assert_eq!(engine.cluster_stats("GET:/users").unwrap().threads, 0);
+    assert_eq!(engine.current_context(), None);
+}
+
+#[test]
+fn enter_async_never_changes_the_context_of_the_thread_that_built_its_future() {
+    let engine = engine();
+    engine.load_authority_rules([AuthorityRule::new("api", "evil", AuthorityStrategy::Black)]).unwrap();
+    let r = engine.resource("other");
+    // Built here (the checks run now), polled on another thread.
+    let fut = r.entry_owned().origin("evil").enter_async();
+    assert_eq!(engine.current_context(), None, "building the future installs nothing");
+    assert!(engine.resource("api").enter().is_ok(), "an origin-less call here is not `evil`");
+    let entry = std::thread::spawn(move || futures::executor::block_on(fut)).join().unwrap().unwrap();
+    assert_eq!(entry.origin(), "evil");
+    drop(entry);
+    assert_eq!(engine.cluster_stats("other").unwrap().threads, 0);
+}
+
+#[test]
+fn borrowed_entries_still_nest_on_their_own_thread() {
+    let engine = engine();
+    let (a, b) = (engine.resource("a"), engine.resource("b"));
+    let ea = a.entry().origin("appA").enter().unwrap();
+    let eb = b.enter().unwrap();
+    assert_eq!(eb.origin(), "appA");
+    drop(eb);
+    drop(ea);
+    assert_eq!(engine.current_context(), None);
+    let tree = engine.tree();
+    let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
+    assert_eq!(depth(&default.children), 2);
+}
+
+#[test]
+fn handles_and_entries_that_outlive_the_engine_handle_still_exit_cleanly() {
+    let engine = Sentinel::builder().build();
+    engine.load_flow_rules([FlowRule::new("a").count(1e9)]).unwrap();
+    let ctx_engine = engine.clone();
+    let ctx = ctx_engine.enter_context("ctx", "orig").unwrap();
+    let e1 = engine.enter("a").unwrap();
+    let r = engine.resource("a");
+    let e2 = r.entry_owned().enter().unwrap();
+    drop(ctx);
+    drop(ctx_engine);
+    drop(engine);
+    // The engine handle is gone; the resource handle and the owned entries keep its state alive.
+    let e3 = r.enter().unwrap();
+    drop(e1);
+    std::thread::spawn(move || drop(e2)).join().unwrap();
+    drop(e3);
+    let e4 = r.enter().unwrap();
+    assert_eq!(e4.resource(), "a");
+}
