@@ -132,6 +132,12 @@ impl SentinelBuilder {
         self.config.max_resources = n;
         self
     }
+    /// Uses the clock of `other` (an integration's private engine keeps the application's time).
+    #[cfg_attr(not(feature = "transport"), allow(dead_code))]
+    pub(crate) fn clock_of(mut self, other: &Sentinel) -> Self {
+        self.clock = Some(other.shared.clock.clone());
+        self
+    }
     /// Sets the cap on tracked caller origins (see [`Config::max_origins`]).
     pub fn max_origins(mut self, n: usize) -> Self {
         self.config.max_origins = n;

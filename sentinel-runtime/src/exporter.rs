@@ -48,74 +48,75 @@ pub use http::MetricsServer;
 mod http {
     use std::io;
     use std::net::{Ipv4Addr, SocketAddr};
-    use std::sync::Arc;
-    use std::thread::JoinHandle;
 
+    use axum::http::{header, StatusCode};
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+    use axum::Router;
+
+    use crate::http_server::{HttpServer, Limits, Runtime};
     use crate::Sentinel;
 
-    /// Serves `GET /metrics` on a loopback address until dropped.
+    /// Serves `GET /metrics` until dropped, on the project's one HTTP stack (hyper + axum, a thread and
+    /// runtime of its own). With the command center running (feature `transport`), its port serves
+    /// `/metrics` too.
     pub struct MetricsServer {
-        server: Arc<tiny_http::Server>,
-        addr: SocketAddr,
-        thread: Option<JoinHandle<()>>,
+        server: HttpServer,
     }
 
     impl std::fmt::Debug for MetricsServer {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.debug_struct("MetricsServer").field("addr", &self.addr).finish_non_exhaustive()
+            f.debug_struct("MetricsServer").field("addr", &self.server.local_addr()).finish_non_exhaustive()
         }
     }
 
     impl MetricsServer {
         /// Binds `127.0.0.1:port` (0 picks a free port) and serves the engine's metrics at `/metrics`.
         pub fn serve_loopback(engine: &Sentinel, port: u16) -> io::Result<MetricsServer> {
-            let server = tiny_http::Server::http(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
-                .map_err(|e| io::Error::other(e.to_string()))?;
-            let addr = server
-                .server_addr()
-                .to_ip()
-                .ok_or_else(|| io::Error::other("the metrics server is not bound to an IP address"))?;
-            let server = Arc::new(server);
-            let (s, engine) = (server.clone(), engine.clone());
-            let thread = std::thread::Builder::new().name("sentinel-metrics-http".into()).spawn(move || {
-                for request in s.incoming_requests() {
-                    let path = request.url().split('?').next().unwrap_or("");
-                    let response = if *request.method() == tiny_http::Method::Get && path == "/metrics" {
-                        let header = tiny_http::Header::from_bytes(
-                            &b"Content-Type"[..],
-                            &b"text/plain; version=0.0.4; charset=utf-8"[..],
-                        );
-                        let mut r = tiny_http::Response::from_string(super::render(&engine));
-                        if let Ok(h) = header {
-                            r = r.with_header(h);
+            Self::serve(engine, SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+        }
+
+        /// Binds `addr` and serves the engine's metrics at `/metrics`. Bound beyond loopback, whoever reaches
+        /// the address can read the metrics (resource names and rates; nothing can be changed through it).
+        pub fn serve(engine: &Sentinel, addr: SocketAddr) -> io::Result<MetricsServer> {
+            let listener = std::net::TcpListener::bind(addr)?;
+            let engine = engine.clone();
+            let router = Router::new()
+                .route(
+                    "/metrics",
+                    get(move || {
+                        let engine = engine.clone();
+                        async move {
+                            // Rendering reads every resource: off the server's event loop.
+                            match tokio::task::spawn_blocking(move || super::render(&engine)).await {
+                                Ok(text) => ([(header::CONTENT_TYPE, super::CONTENT_TYPE)], text).into_response(),
+                                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering failed: {e}\n"))
+                                    .into_response(),
+                            }
                         }
-                        r
-                    } else {
-                        tiny_http::Response::from_string("not found: use GET /metrics\n").with_status_code(404)
-                    };
-                    if let Err(e) = request.respond(response) {
-                        tracing::debug!(error = %e, "metrics response failed");
-                    }
-                }
-            })?;
-            Ok(MetricsServer { server, addr, thread: Some(thread) })
+                    }),
+                )
+                .fallback(|| async { (StatusCode::NOT_FOUND, "not found: use GET /metrics\n") });
+            let limits = Limits { max_body_bytes: 0, ..Limits::default() };
+            let server = HttpServer::start(
+                listener,
+                router,
+                limits,
+                Runtime::OwnThread("sentinel-metrics-http".into()),
+                Vec::new(),
+            )?;
+            Ok(MetricsServer { server })
         }
 
         /// The address bound.
         pub fn local_addr(&self) -> SocketAddr {
-            self.addr
-        }
-    }
-
-    impl Drop for MetricsServer {
-        fn drop(&mut self) {
-            self.server.unblock();
-            if let Some(t) = self.thread.take() {
-                let _ = t.join();
-            }
+            self.server.local_addr()
         }
     }
 }
+
+/// The content type of the Prometheus text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 #[cfg(test)]
 mod tests {

@@ -95,6 +95,47 @@ impl NodeStats {
     }
 }
 
+/// A node's totals over one whole second, in the units of Sentinel's metric lines (the metric log, the
+/// dashboard's `metric` command).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SecondTotals {
+    /// Start of the second, ms since the epoch.
+    pub start_ms: u64,
+    /// Passed calls.
+    pub pass: u64,
+    /// Blocked calls.
+    pub block: u64,
+    /// Completed calls (Java's "success": with or without error).
+    pub success: u64,
+    /// Completed calls with a traced error.
+    pub exception: u64,
+    /// Average response time of the completed calls, whole ms (0 when none completed).
+    pub rt_ms: u64,
+    /// Prioritized calls that borrowed a later window.
+    pub occupied_pass: u64,
+}
+
+impl SecondTotals {
+    pub(crate) fn new(start_ms: u64, t: &crate::stat::BucketTotals) -> Self {
+        let success = t.get(MetricEvent::Success);
+        SecondTotals {
+            start_ms,
+            pass: t.get(MetricEvent::Pass),
+            block: t.get(MetricEvent::Block),
+            success,
+            exception: t.get(MetricEvent::Exception),
+            rt_ms: t.get(MetricEvent::RtMicros).checked_div(success).map_or(0, |us| us / 1000),
+            occupied_pass: t.get(MetricEvent::OccupiedPass),
+        }
+    }
+
+    /// The complete seconds (before the one `now_ms` is in) of `node` with at least one event, oldest first.
+    pub(crate) fn complete(node: &StatNode, now_ms: u64) -> Vec<SecondTotals> {
+        let boundary = now_ms - now_ms % 1000;
+        node.seconds(now_ms).into_iter().filter(|(s, _)| *s < boundary).map(|(s, t)| Self::new(s, &t)).collect()
+    }
+}
+
 /// A node of the call tree (for the `tree` command and diagnostics).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TreeNode {
@@ -192,6 +233,21 @@ impl Sentinel {
             Some(r) => r.cluster.stat.seconds(self.shared.now_ms()),
             None => Vec::new(),
         }
+    }
+
+    /// A resource's complete seconds over the last minute (the second in progress left out), oldest first,
+    /// seconds with no event left out: what the metric log and the dashboard's `metric` command report.
+    pub fn resource_complete_seconds(&self, resource: &str) -> Vec<SecondTotals> {
+        match self.shared.find_resource(resource) {
+            Some(r) => SecondTotals::complete(&r.cluster.stat, self.shared.now_ms()),
+            None => Vec::new(),
+        }
+    }
+
+    /// The complete seconds of the global inbound node (all `In` entries), as
+    /// [`resource_complete_seconds`](Sentinel::resource_complete_seconds).
+    pub fn inbound_complete_seconds(&self) -> Vec<SecondTotals> {
+        SecondTotals::complete(&self.shared.inbound, self.shared.now_ms())
     }
 
     fn context_name(&self, id: u32) -> Option<String> {

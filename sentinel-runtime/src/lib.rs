@@ -53,6 +53,10 @@
 //! nothing is shared between tests. [`Sentinel::leak`] and [`Sentinel::scoped`] let such an engine stand in
 //! for the global one, so annotated functions can be tested the same way.
 //!
+//! **The Sentinel Dashboard.** With the `transport` feature, `transport::CommandCenter` serves the
+//! dashboard's command protocol, sends it heartbeats, keeps 5 minutes of per-second history and serves a
+//! live console of its own, on `127.0.0.1:8719`; rules pushed from either are written back to the rules file.
+//!
 //! **Extending.** [`Sentinel::add_slot`] inserts a check at any order of the chain;
 //! [`Sentinel::on_block`] observes every blocked call.
 //!
@@ -82,6 +86,8 @@ mod error;
 #[cfg(feature = "prometheus")]
 pub mod exporter;
 pub mod flow;
+#[cfg(any(feature = "transport", feature = "http-exporter"))]
+mod http_server;
 mod inspect;
 #[cfg(feature = "logs")]
 pub mod log;
@@ -97,6 +103,8 @@ mod rules;
 pub mod slot;
 pub mod stat;
 pub mod system;
+#[cfg(feature = "transport")]
+pub mod transport;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::Diagnosis;
@@ -106,7 +114,7 @@ pub use engine::{
 };
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
-pub use inspect::{NodeStats, TreeNode};
+pub use inspect::{NodeStats, SecondTotals, TreeNode};
 pub use resource::{EntryType, Resource};
 pub use sentinel_macros::sentinel_resource;
 

@@ -6,6 +6,7 @@
 //! missing program is a failure instead (the project's test command, `scripts/test`, installs them).
 #![deny(missing_docs)]
 
+pub mod http;
 pub mod redis;
 
 use std::io::Read;

@@ -117,3 +117,47 @@ impl SourceError {
         }
     }
 }
+
+/// Rules could not be written back to a rules file; the file is as it was (the write is atomic).
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The source is a file of one kind and was asked to write another.
+    #[error("rules file {} holds only {holds} rules and cannot store {kind} rules", path.display())]
+    WrongKind {
+        /// The file.
+        path: PathBuf,
+        /// The kind the file holds.
+        holds: crate::RuleKind,
+        /// The kind that was to be written.
+        kind: crate::RuleKind,
+    },
+    /// The file's current content is not a valid rules document, so its other kinds cannot be kept: it is
+    /// left untouched (fix or remove it, then push again).
+    #[error("rules file {} is not valid ({error}); it was left untouched", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why it does not parse.
+        #[source]
+        error: ParseError,
+    },
+    /// The rules could not be written in the file's format.
+    #[error("rules file {}: {error}", path.display())]
+    Serialize {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        error: SerializeError,
+    },
+    /// The temporary file could not be written, synced or renamed over the file.
+    #[error("could not write rules file {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+}

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::{file_stem, parse_rules, Format, RuleSet, SourceError, ALL_KINDS};
+use super::{file_stem, parse_rules, rules_to_string, Format, RuleSet, SourceError, WriteError, ALL_KINDS};
 use crate::authority::AuthorityRule;
 use crate::circuit_breaker::DegradeRule;
 use crate::flow::FlowRule;
@@ -61,6 +61,10 @@ struct Inner {
 /// [`reload_now`](FileDataSource::reload_now) reads and applies it; with the `file-watch` feature,
 /// [`watch`](FileDataSource::watch) does so whenever it changes. A file that cannot be read, parsed or
 /// validated is reported (with its path, line and field) and the rules in force stay; so does a deleted file.
+///
+/// It is also writable: [`write_rules`](FileDataSource::write_rules) stores rules (say, pushed from the
+/// Sentinel Dashboard) back into the file(s), atomically and in the file's own format, so they survive a
+/// restart.
 ///
 /// ```
 /// use sentinel_runtime::{Sentinel, datasource::FileDataSource};
@@ -199,6 +203,102 @@ impl FileDataSource {
         result
     }
 
+    /// Writes the kinds `set` holds back to the file(s), so that they are what a restart loads; the kinds it
+    /// does not hold stay as the file has them. Each file is written atomically in its own format (JSON,
+    /// YAML or TOML): a temporary file in the same directory, synced, then renamed over the file (which keeps
+    /// its permissions), so a reader sees the old content or the new, never a mix.
+    ///
+    /// * a combined document keeps its other kinds (it must parse, or it is left untouched:
+    ///   [`WriteError::Unreadable`]);
+    /// * a single-kind file takes only its own kind ([`WriteError::WrongKind`] for another);
+    /// * a directory gets the kind's file, `flow-rules.json` and so on (the existing file's extension is kept).
+    ///
+    /// The write does not load the rules: load them into the engine first (only rules it accepted should
+    /// be stored). The reload that the change triggers (a watcher sees it) finds the content it just wrote
+    /// and does nothing, so the write and the watcher never fight.
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, datasource::{FileDataSource, RuleSet}, flow::FlowRule};
+    /// let dir = std::env::temp_dir().join(format!("sentinel-doc-write-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let file = dir.join("rules.json");
+    /// let engine = Sentinel::builder().build();
+    /// let source = FileDataSource::new(&engine, &file);
+    /// let rules = vec![FlowRule::new("api").count(5.0)];
+    /// engine.load_flow_rules(rules.clone()).unwrap();
+    /// source.write_rules(&RuleSet { flow: Some(rules), ..RuleSet::default() }).unwrap();
+    /// // A restart: a new engine loads the file.
+    /// let restarted = Sentinel::builder().build();
+    /// FileDataSource::new(&restarted, &file).reload_now().unwrap();
+    /// assert_eq!(restarted.flow_rules()[0].count, 5.0);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// ```
+    pub fn write_rules(&self, set: &RuleSet) -> Result<(), WriteError> {
+        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let writes: Vec<(PathBuf, String)> = match &self.inner.layout {
+            Layout::Combined(path) => {
+                let format = format_of(path);
+                let mut doc = match std::fs::read_to_string(path) {
+                    Ok(text) if text.trim().is_empty() => RuleSet::default(),
+                    Ok(text) => RuleSet::parse(&text, format)
+                        .map_err(|error| WriteError::Unreadable { path: path.clone(), error })?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => RuleSet::default(),
+                    Err(e) => return Err(WriteError::Io { path: path.clone(), source: Arc::new(e) }),
+                };
+                doc.merge(set.clone());
+                let text =
+                    doc.to_string(format).map_err(|error| WriteError::Serialize { path: path.clone(), error })?;
+                vec![(path.clone(), text)]
+            }
+            Layout::Single(path, holds) => {
+                if let Some(kind) = set.kinds().into_iter().find(|k| k != holds) {
+                    return Err(WriteError::WrongKind { path: path.clone(), holds: *holds, kind });
+                }
+                match kind_text(set, *holds, format_of(path)) {
+                    Some(text) => {
+                        vec![(path.clone(), text.map_err(|error| WriteError::Serialize { path: path.clone(), error })?)]
+                    }
+                    None => Vec::new(),
+                }
+            }
+            Layout::Dir(dir) => {
+                let mut out = Vec::new();
+                for kind in set.kinds() {
+                    let existing = EXTENSIONS
+                        .iter()
+                        .map(|ext| dir.join(format!("{}.{ext}", file_stem(kind))))
+                        .find(|p| p.is_file());
+                    let path = existing.unwrap_or_else(|| dir.join(format!("{}.json", file_stem(kind))));
+                    if let Some(text) = kind_text(set, kind, format_of(&path)) {
+                        out.push((path.clone(), text.map_err(|error| WriteError::Serialize { path, error })?));
+                    }
+                }
+                out
+            }
+        };
+        for (path, text) in &writes {
+            write_atomically(path, text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
+            // What was just written is what is in force: the reload it triggers finds nothing to do. A source
+            // never loaded yet stays so (its next reload applies the whole file).
+            if let Some(applied) = state.applied.as_mut() {
+                match applied.iter_mut().find(|(p, _)| p == path) {
+                    Some(entry) => entry.1 = text.clone(),
+                    None => applied.push((path.clone(), text.clone())),
+                }
+                if self.is_dir() {
+                    applied.sort_by_key(|(p, _)| kind_order(p));
+                    if !state.present.contains(path) {
+                        state.present.push(path.clone());
+                        state.present.sort_by_key(|p| kind_order(p));
+                    }
+                }
+            }
+        }
+        drop(state);
+        tracing::info!(path = %self.path().display(), kinds = ?set.kinds(), "rules written back");
+        Ok(())
+    }
+
     fn reload_locked(&self, state: &mut State) -> Result<Reloaded, SourceError> {
         let inputs = self.read_inputs(state)?;
         if state.applied.as_ref() == Some(&inputs) {
@@ -284,4 +384,43 @@ fn read(path: &Path) -> Result<String, SourceError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SourceError::Missing { path: path.to_path_buf() }),
         Err(e) => Err(SourceError::Read { path: path.to_path_buf(), source: Arc::new(e) }),
     }
+}
+
+/// A kind's rules of `set` as one kind's list in `format`; `None` if `set` does not hold the kind.
+fn kind_text(set: &RuleSet, kind: RuleKind, format: Format) -> Option<Result<String, super::SerializeError>> {
+    match kind {
+        RuleKind::Flow => set.flow.as_deref().map(|r| rules_to_string::<FlowRule>(r, format)),
+        RuleKind::Degrade => set.degrade.as_deref().map(|r| rules_to_string::<DegradeRule>(r, format)),
+        RuleKind::System => set.system.as_deref().map(|r| rules_to_string::<SystemRule>(r, format)),
+        RuleKind::Authority => set.authority.as_deref().map(|r| rules_to_string::<AuthorityRule>(r, format)),
+        RuleKind::ParamFlow => set.param_flow.as_deref().map(|r| rules_to_string::<ParamFlowRule>(r, format)),
+    }
+}
+
+/// The position of a directory's rules file in the order the directory is read.
+fn kind_order(path: &Path) -> usize {
+    kind_of_file(path).and_then(|k| ALL_KINDS.iter().position(|x| *x == k)).unwrap_or(usize::MAX)
+}
+
+/// Replaces `path` with `text` atomically: a temporary file in the same directory (so the rename does not
+/// cross file systems), synced to disk, given the old file's permissions, renamed over `path`; then the
+/// directory is synced so the rename itself survives a crash.
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(&dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        tmp.as_file().set_permissions(meta.permissions())?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all(); // not every platform syncs directories; the rename is done either way
+    }
+    Ok(())
 }

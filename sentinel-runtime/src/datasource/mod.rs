@@ -53,7 +53,7 @@ mod java;
 #[cfg(feature = "file-watch")]
 mod watch;
 
-pub use error::{ParseError, SerializeError, SourceError};
+pub use error::{ParseError, SerializeError, SourceError, WriteError};
 pub use file::{FileDataSource, Reloaded};
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};

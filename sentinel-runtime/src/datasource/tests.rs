@@ -597,4 +597,107 @@ mod file_source {
     }
 }
 
+mod write_back {
+    use super::*;
+    use std::fs;
+
+    fn flow(count: f64) -> RuleSet {
+        RuleSet { flow: Some(vec![FlowRule::new("api").count(count)]), ..RuleSet::default() }
+    }
+
+    #[test]
+    fn a_combined_document_keeps_its_other_kinds_and_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.yaml");
+        fs::write(&path, "flowRules:\n- resource: api\n  count: 1\ndegradeRules:\n- resource: db\n  grade: 2\n  count: 3\n  timeWindow: 5\n").unwrap();
+        let engine = Sentinel::builder().build();
+        let src = FileDataSource::new(&engine, &path);
+        src.reload_now().unwrap();
+        src.write_rules(&flow(8.0)).unwrap();
+        let back = RuleSet::parse(&fs::read_to_string(&path).unwrap(), Format::Yaml).unwrap();
+        assert_eq!(back.flow.unwrap()[0].count, 8.0);
+        assert_eq!(back.degrade.unwrap()[0].resource, "db", "the other kind stays");
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Unchanged, "the write is what is in force");
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
+    }
+
+    #[test]
+    fn a_directory_gets_the_kind_file_in_its_existing_format() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("flow-rules.toml"), "[[rules]]\nresource = \"api\"\ncount = 1\n").unwrap();
+        let engine = Sentinel::builder().build();
+        let src = FileDataSource::new(&engine, dir.path());
+        src.reload_now().unwrap();
+        let degrade = vec![DegradeRule::new("db", crate::circuit_breaker::DegradeGrade::ErrorCount).count(2.0)];
+        let set = RuleSet { degrade: Some(degrade), ..flow(4.0) };
+        src.write_rules(&set).unwrap();
+        let toml = fs::read_to_string(dir.path().join("flow-rules.toml")).unwrap();
+        assert_eq!(parse_rules::<FlowRule>(&toml, Format::Toml).unwrap()[0].count, 4.0);
+        let json = fs::read_to_string(dir.path().join("degrade-rules.json")).unwrap();
+        assert_eq!(parse_rules::<DegradeRule>(&json, Format::Json).unwrap()[0].resource, "db");
+        assert_eq!(src.reload_now().unwrap(), Reloaded::Unchanged);
+    }
+
+    #[test]
+    fn a_single_kind_file_refuses_another_kind_and_an_invalid_document_is_left_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let single = dir.path().join("flow-rules.json");
+        let engine = Sentinel::builder().build();
+        let src = FileDataSource::new(&engine, &single);
+        let set = RuleSet { system: Some(vec![SystemRule::default()]), ..RuleSet::default() };
+        let err = src.write_rules(&set).unwrap_err();
+        assert!(matches!(err, WriteError::WrongKind { .. }), "{err}");
+        src.write_rules(&flow(3.0)).unwrap();
+        assert_eq!(parse_rules::<FlowRule>(&fs::read_to_string(&single).unwrap(), Format::Json).unwrap().len(), 1);
+
+        let combined = dir.path().join("rules.json");
+        fs::write(&combined, "{ not json").unwrap();
+        let err = FileDataSource::new(&engine, &combined).write_rules(&flow(3.0)).unwrap_err();
+        assert!(matches!(err, WriteError::Unreadable { .. }), "{err}");
+        assert_eq!(fs::read_to_string(&combined).unwrap(), "{ not json");
+    }
+
+    #[cfg(feature = "file-watch")]
+    #[test]
+    fn the_reload_a_write_triggers_finds_nothing_to_do() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.json");
+        fs::write(&path, r#"{"flowRules": [{"resource": "api", "count": 1}]}"#).unwrap();
+        let engine = Sentinel::builder().build();
+        let src = FileDataSource::new(&engine, &path);
+        src.reload_now().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        src.on_reload(move |r| {
+            let _ = tx.lock().unwrap().send(r.clone().map_err(|e| e.to_string()));
+        });
+        let _watcher = src.watch(Duration::from_millis(50)).unwrap();
+        let rules = vec![FlowRule::new("api").count(6.0)];
+        engine.load_flow_rules(rules.clone()).unwrap();
+        src.write_rules(&RuleSet { flow: Some(rules), ..RuleSet::default() }).unwrap();
+        // The watcher sees the rename and reloads: it finds what is in force (waits generously; no timing
+        // is asserted).
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(r) => assert_eq!(r, Ok(Reloaded::Unchanged)),
+            Err(e) => panic!("the watcher did not report the write within 30 s: {e}"),
+        }
+        assert_eq!(engine.flow_rules()[0].count, 6.0);
+    }
+
+    #[test]
+    fn a_failed_write_is_an_io_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // The directory is gone: the temporary file cannot be created next to the rules file.
+        let path = dir.path().join("gone").join("rules.json");
+        let engine = Sentinel::builder().build();
+        let err = FileDataSource::new(&engine, &path).write_rules(&flow(3.0)).unwrap_err();
+        assert!(matches!(err, WriteError::Io { .. }), "{err}");
+        assert!(err.to_string().contains("rules.json"), "{err}");
+        assert!(!path.exists());
+    }
+}
+
 use std::sync::{Arc, Mutex};

@@ -14,8 +14,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 use super::time::{format_date, format_date_time};
-use crate::stat::MetricEvent;
-use crate::Sentinel;
+use crate::{SecondTotals, Sentinel};
 
 const INDEX_SUFFIX: &str = ".idx";
 
@@ -45,6 +44,24 @@ pub struct MetricLine {
     pub concurrency: u64,
     /// Java's resource classification (0: common).
     pub classification: i32,
+}
+
+impl MetricLine {
+    /// The line of a resource's second, with the concurrency read when the line is made.
+    pub fn of_second(resource: &str, t: &SecondTotals, concurrency: u64) -> Self {
+        MetricLine {
+            timestamp_ms: t.start_ms,
+            resource: resource.to_string(),
+            pass: t.pass,
+            block: t.block,
+            success: t.success,
+            exception: t.exception,
+            rt_ms: t.rt_ms,
+            occupied_pass: t.occupied_pass,
+            concurrency,
+            classification: 0,
+        }
+    }
 }
 
 impl fmt::Display for MetricLine {
@@ -210,34 +227,21 @@ impl MetricLogWriter {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let after = state.last_second;
         let mut by_second: BTreeMap<u64, Vec<MetricLine>> = BTreeMap::new();
-        let mut add = |name: &str, concurrency: u64, seconds: Vec<(u64, crate::stat::BucketTotals)>| {
-            for (second, t) in seconds {
-                if second >= boundary || after.is_some_and(|a| second <= a) {
+        let mut add = |name: &str, concurrency: u64, seconds: Vec<SecondTotals>| {
+            for t in seconds {
+                if t.start_ms >= boundary || after.is_some_and(|a| t.start_ms <= a) {
                     continue;
                 }
-                let success = t.get(MetricEvent::Success);
-                let rt_ms = t.get(MetricEvent::RtMicros).checked_div(success).map_or(0, |us| us / 1000);
-                by_second.entry(second).or_default().push(MetricLine {
-                    timestamp_ms: second,
-                    resource: name.to_string(),
-                    pass: t.get(MetricEvent::Pass),
-                    block: t.get(MetricEvent::Block),
-                    success,
-                    exception: t.get(MetricEvent::Exception),
-                    rt_ms,
-                    occupied_pass: t.get(MetricEvent::OccupiedPass),
-                    concurrency,
-                    classification: 0,
-                });
+                by_second.entry(t.start_ms).or_default().push(MetricLine::of_second(name, &t, concurrency));
             }
         };
         for name in self.engine.resource_names() {
             let concurrency = self.engine.cluster_stats(&name).map(|s| s.threads).unwrap_or(0);
-            add(&name, concurrency, self.engine.resource_seconds(&name));
+            add(&name, concurrency, self.engine.resource_complete_seconds(&name));
         }
         // Java also writes the global inbound node under this name (the dashboard's "total" line).
         let inbound = &self.engine.shared.inbound;
-        add(TOTAL_INBOUND, inbound.cur_threads(), inbound.seconds(self.engine.now_millis()));
+        add(TOTAL_INBOUND, inbound.cur_threads(), self.engine.inbound_complete_seconds());
         let mut written = 0;
         for (second, lines) in by_second {
             self.write_second(&mut state, second, &lines)?;

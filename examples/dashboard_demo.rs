@@ -1,0 +1,140 @@
+//! A small service with synthetic traffic, its rules in a file, and the command center with the built-in
+//! console on 127.0.0.1:8719: open the console in a browser, or point a Sentinel Dashboard at it.
+//!
+//! Run: `cargo run --example dashboard_demo` (stops on Ctrl-C), or `-- --duration 30` to stop by itself.
+//!
+//! - `GET /api/orders`: about 50 calls a second against a flow limit of 40, so some are blocked;
+//! - `GET /api/search`: a hot-parameter limit of 15 calls a second per user, one user is greedy;
+//! - `inventory.reserve`: fails in bursts every 40 s; its error-ratio breaker trips, probes after 5 s and
+//!   closes when the downstream has recovered;
+//! - `report.generate`: slow, at most 2 in flight (a thread-grade flow rule).
+//!
+//! The rules come from `rules.json` in a directory of the demo's own (printed at start; a copy of
+//! `examples/rules/dashboard-demo-rules.json` the first time). Rules pushed from the console or from the
+//! dashboard are written back to it, so they are still in force after a restart of the demo.
+//!
+//! With a Sentinel Dashboard (Java 8+, `sentinel-dashboard-1.8.x.jar` from Sentinel's releases):
+//!
+//! ```sh
+//! java -Dserver.port=8080 -jar sentinel-dashboard-1.8.9.jar &
+//! SENTINEL_DASHBOARD_SERVER=127.0.0.1:8080 cargo run --example dashboard_demo
+//! ```
+//!
+//! then log in at http://127.0.0.1:8080 (sentinel / sentinel): the app `dashboard-demo` appears within 10 s.
+
+use std::error::Error;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sentinel_runtime::datasource::FileDataSource;
+use sentinel_runtime::transport::CommandCenter;
+use sentinel_runtime::{Config, Sentinel};
+
+const SAMPLE: &str = include_str!("rules/dashboard-demo-rules.json");
+
+fn duration_arg() -> Result<Option<Duration>, Box<dyn Error>> {
+    const USAGE: &str = "usage: dashboard_demo [--duration SECS]";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] => Ok(None),
+        ["--duration", secs] => {
+            let secs: u64 = secs.parse().map_err(|_| format!("--duration: `{secs}` is not a number of seconds"))?;
+            Ok(Some(Duration::from_secs(secs)))
+        }
+        ["-h" | "--help"] => {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        other => Err(format!("unexpected arguments {other:?} ({USAGE})").into()),
+    }
+}
+
+/// Runs `f` about `per_second` times a second on a thread of its own until `stop`.
+fn traffic(stop: &Arc<AtomicBool>, per_second: u32, mut f: impl FnMut(u64) + Send + 'static) {
+    let stop = stop.clone();
+    std::thread::spawn(move || {
+        let gap = Duration::from_secs(1) / per_second;
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            f(n);
+            n += 1;
+            std::thread::sleep(gap);
+        }
+    });
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let duration = duration_arg()?;
+    let dir = std::env::temp_dir().join("sentinel-dashboard-demo");
+    std::fs::create_dir_all(&dir)?;
+    let rules = dir.join("rules.json");
+    if !rules.exists() {
+        std::fs::write(&rules, SAMPLE)?;
+    }
+
+    let mut config = Config::default();
+    config.app_name = "dashboard-demo".into();
+    config.log_dir = dir.join("logs");
+    let engine = Sentinel::builder().config(config).build();
+    let source = FileDataSource::new(&engine, &rules);
+    source.reload_now()?;
+    let _watch = source.watch(Duration::from_millis(200))?;
+    // The metric log lets the `metric` command answer for seconds older than the 5 minutes kept in memory.
+    let _logs = sentinel_runtime::log::Logs::start(&engine)?;
+    let center = CommandCenter::from_env(&engine)?.data_source(source).start()?;
+
+    println!("Sentinel console:  {}", center.console_url());
+    println!("rules file:        {} (pushed rules are written back here)", rules.display());
+    println!("commands:          curl '{}getRules?type=flow'", center.console_url());
+    println!("Sentinel Dashboard: java -Dserver.port=8080 -jar sentinel-dashboard-1.8.9.jar, then run this demo");
+    println!(
+        "                    with SENTINEL_DASHBOARD_SERVER=127.0.0.1:8080 (advertised ip {})",
+        center.advertised_ip()
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let orders = engine.resource("GET /api/orders");
+    traffic(&stop, 50, move |_| {
+        if let Ok(e) = orders.enter() {
+            std::thread::sleep(Duration::from_millis(2));
+            drop(e);
+        }
+    });
+    let search = engine.clone();
+    traffic(&stop, 60, move |n| {
+        // One user in three calls is the greedy one.
+        let user: u64 = if n % 3 == 0 { 42 } else { n % 97 };
+        let _ = search.entry("GET /api/search").args(&[&user]).enter();
+    });
+    let inventory = engine.resource("inventory.reserve");
+    let started = Instant::now();
+    traffic(&stop, 30, move |_| {
+        if let Ok(mut e) = inventory.enter() {
+            // The downstream fails for 8 s out of every 40 s.
+            if started.elapsed().as_secs() % 40 >= 32 {
+                e.set_error();
+            }
+        }
+    });
+    let report = engine.resource("report.generate");
+    for _ in 0..3 {
+        let report = report.clone();
+        traffic(&stop, 2, move |_| {
+            if let Ok(e) = report.enter() {
+                std::thread::sleep(Duration::from_millis(700));
+                drop(e);
+            }
+        });
+    }
+
+    match duration {
+        Some(d) => std::thread::sleep(d),
+        None => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+    }
+    stop.store(true, Ordering::Relaxed);
+    println!("done after {} s", started.elapsed().as_secs());
+    Ok(())
+}

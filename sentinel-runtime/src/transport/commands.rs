@@ -1,0 +1,491 @@
+//! The commands: the ones the Sentinel Dashboard calls, in its formats, and the ones people use with curl.
+//!
+//! Formats follow Java's `sentinel-transport-common` handlers where the dashboard parses them (metric lines,
+//! NodeVo JSON, fastjson rule JSON, the exact `success` replies); the differences are listed in the module
+//! docs of [`transport`](super).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use super::breakers::Transitions;
+use super::history::{History, LineRecord};
+use crate::authority::AuthorityRule;
+use crate::circuit_breaker::DegradeRule;
+use crate::datasource::{parse_rules, rules_to_string, FileDataSource, Format, RuleData, RuleSet};
+use crate::flow::FlowRule;
+use crate::param_flow::ParamFlowRule;
+use crate::system::SystemRule;
+use crate::{NodeStats, RuleKind, Sentinel};
+
+/// The reply to a write whose rules took effect but could not be written back to the data source.
+pub const WRITE_DATA_SOURCE_FAILED: &str = "partial success (write data source failed)";
+
+/// The Sentinel version the command center speaks (the dashboard uses it to choose how to call).
+pub(crate) const PROTOCOL_VERSION: &str = "1.8.9";
+
+/// The version reported to the dashboard (`v`) and by the `version` command: Java's protocol version, then
+/// ours (the dashboard ignores what follows the `-`).
+pub(crate) fn version() -> String {
+    format!("{PROTOCOL_VERSION}-sentinel-rs-{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// What the machine reports about itself (heartbeats, `basicInfo`).
+#[derive(Clone, Debug)]
+pub(crate) struct MachineInfo {
+    pub(crate) app: String,
+    pub(crate) app_type: u8,
+    pub(crate) hostname: String,
+    pub(crate) ip: String,
+    pub(crate) port: u16,
+}
+
+/// The state commands run on.
+pub(crate) struct Center {
+    pub(crate) engine: Sentinel,
+    pub(crate) history: History,
+    pub(crate) transitions: Arc<Transitions>,
+    pub(crate) source: Option<FileDataSource>,
+    pub(crate) machine: MachineInfo,
+    /// Serializes rule pushes, so that what is in force and what is written back are the same push.
+    pub(crate) writes: Mutex<()>,
+}
+
+/// A command's parameters: the query string and the form body, each URL-decoded once.
+#[derive(Debug, Default)]
+pub(crate) struct Params(pub(crate) HashMap<String, String>);
+
+impl Params {
+    /// Parses `k=v&...` (form encoding: `+` is a space), later keys replacing earlier ones, as Java does.
+    pub(crate) fn add_form(&mut self, text: &str) {
+        for (k, v) in form_urlencoded::parse(text.as_bytes()) {
+            self.0.insert(k.into_owned(), v.into_owned());
+        }
+    }
+
+    /// A parameter, if present and not blank.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(|v| v.as_str()).filter(|v| !v.trim().is_empty())
+    }
+
+    fn number<T: std::str::FromStr>(&self, key: &str, what: &str) -> Result<Option<T>, CommandError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.trim().parse().map(Some).map_err(|_| {
+                CommandError(format!("`{key}` must be {what}, not `{}`", v.chars().take(40).collect::<String>()))
+            }),
+        }
+    }
+}
+
+/// A successful answer.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) body: String,
+    pub(crate) json: bool,
+    /// Why a write-back failed (the rules are in force): sent as `X-Sentinel-Write-Error`.
+    pub(crate) write_error: Option<String>,
+}
+
+impl Reply {
+    pub(crate) fn text(body: impl Into<String>) -> Self {
+        Reply { body: body.into(), json: false, write_error: None }
+    }
+    pub(crate) fn json(value: &impl Serialize) -> Result<Self, CommandError> {
+        let body =
+            serde_json::to_string(value).map_err(|e| CommandError(format!("could not encode the answer: {e}")))?;
+        Ok(Reply { body, json: true, write_error: None })
+    }
+    fn json_text(body: String) -> Self {
+        Reply { body, json: true, write_error: None }
+    }
+}
+
+/// A command failed: answered `400` with this message (nothing was changed).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct CommandError(pub(crate) String);
+
+pub(crate) type Handler = fn(&Center, &Params) -> Result<Reply, CommandError>;
+
+/// One command.
+pub(crate) struct Command {
+    /// Its name: the request path without the leading `/`.
+    pub(crate) name: &'static str,
+    /// What it does and what it takes (the `api` command lists it).
+    pub(crate) desc: &'static str,
+    /// Whether it changes the application (writes need the token, when one is set).
+    pub(crate) write: bool,
+    pub(crate) run: Handler,
+}
+
+const COMMANDS: &[Command] = &[
+    Command {
+        name: "metric",
+        desc: "per-second metric lines of complete seconds, accept param: startTime={ms}&endTime={ms}&maxLines={n}&identity={resource}",
+        write: false,
+        run: metric,
+    },
+    Command { name: "jsonTree", desc: "get tree node VO start from root node", write: false, run: json_tree },
+    Command {
+        name: "clusterNode",
+        desc: "get all clusterNode VO, use type=notZero to ignore those nodes with totalRequest <=0",
+        write: false,
+        run: cluster_node,
+    },
+    Command {
+        name: "getRules",
+        desc: "get all active rules by type, request param: type={flow|degrade|system|authority}",
+        write: false,
+        run: get_rules,
+    },
+    Command {
+        name: "setRules",
+        desc: "modify the rules, accept param: type={flow|degrade|system|authority}&data={ruleJson}",
+        write: true,
+        run: set_rules,
+    },
+    Command { name: "getParamFlowRules", desc: "get all active param flow rules", write: false, run: get_param_rules },
+    Command {
+        name: "setParamFlowRules",
+        desc: "set param flow rules, accept param: data={paramFlowRuleJson}",
+        write: true,
+        run: set_param_rules,
+    },
+    Command { name: "version", desc: "get sentinel version", write: false, run: |_, _| Ok(Reply::text(version())) },
+    Command { name: "basicInfo", desc: "get sentinel config info", write: false, run: basic_info },
+    Command { name: "getSwitch", desc: "get sentinel switch status", write: false, run: get_switch },
+    Command { name: "setSwitch", desc: "set sentinel switch, accept param: value={true|false}", write: true, run: set_switch },
+    Command { name: "systemStatus", desc: "get system status", write: false, run: system_status },
+    Command { name: "api", desc: "get all available command handlers", write: false, run: api },
+    Command {
+        name: "diagnose",
+        desc: "explain what the rules of a resource do and why they fire or not, accept param: resource={name}",
+        write: false,
+        run: diagnose,
+    },
+];
+
+/// Every command the server knows.
+pub(crate) fn all() -> impl Iterator<Item = &'static Command> {
+    COMMANDS.iter().chain(super::cluster::COMMANDS).chain(super::console::COMMANDS)
+}
+
+/// The command named `name`.
+pub(crate) fn find(name: &str) -> Option<&'static Command> {
+    all().find(|c| c.name == name)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// metric
+
+fn metric(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let Some(start) = p.number::<u64>("startTime", "a time in ms since the epoch")? else {
+        return Ok(Reply::text("")); // as Java: no start, no lines
+    };
+    let end = p.number::<u64>("endTime", "a time in ms since the epoch")?;
+    let max_lines = p.number::<usize>("maxLines", "a number of lines")?.unwrap_or(6000).min(12_000);
+    let identity = p.get("identity");
+    c.history.sample(&c.engine);
+    let covered = c.history.covered_from_ms();
+    let mut lines = Vec::new();
+    if start < covered {
+        lines.extend(older_lines(c, start, end.unwrap_or(u64::MAX).min(covered - 1), identity));
+    }
+    lines.extend(c.history.lines(start.max(covered), end.unwrap_or(u64::MAX), identity));
+    if end.is_none() {
+        lines.truncate(max_lines);
+    }
+    let mut out = String::with_capacity(lines.len() * 64);
+    for l in &lines {
+        l.write_thin(&mut out);
+    }
+    Ok(Reply::text(out))
+}
+
+/// Seconds older than the in-memory history, from the metric log (feature `logs`).
+#[cfg(feature = "logs")]
+fn older_lines(c: &Center, from: u64, to: u64, identity: Option<&str>) -> Vec<LineRecord> {
+    let config = c.engine.config();
+    if !config.log_dir.is_dir() {
+        return Vec::new();
+    }
+    match crate::log::MetricSearcher::new(&config.log_dir, &config.app_name).find(identity, from, to) {
+        Ok(found) => found
+            .into_iter()
+            .map(|m| LineRecord {
+                resource: Arc::from(m.resource.as_str()),
+                totals: crate::SecondTotals {
+                    start_ms: m.timestamp_ms,
+                    pass: m.pass,
+                    block: m.block,
+                    success: m.success,
+                    exception: m.exception,
+                    rt_ms: m.rt_ms,
+                    occupied_pass: m.occupied_pass,
+                },
+                concurrency: m.concurrency,
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, dir = %config.log_dir.display(), "could not read the metric log");
+            Vec::new()
+        }
+    }
+}
+
+#[cfg(not(feature = "logs"))]
+fn older_lines(_: &Center, _: u64, _: u64, _: Option<&str>) -> Vec<LineRecord> {
+    Vec::new()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Nodes
+
+/// Java's `NodeVo` (fastjson: camelCase, nulls left out).
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodeVo {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_id: Option<String>,
+    resource: String,
+    thread_num: u64,
+    pass_qps: u64,
+    block_qps: u64,
+    total_qps: u64,
+    average_rt: u64,
+    success_qps: u64,
+    exception_qps: u64,
+    one_minute_pass: u64,
+    one_minute_block: u64,
+    one_minute_exception: u64,
+    one_minute_total: u64,
+    timestamp: u64,
+}
+
+impl NodeVo {
+    fn of(resource: &str, s: &NodeStats, now_ms: u64) -> Self {
+        NodeVo {
+            id: None,
+            parent_id: None,
+            resource: resource.to_string(),
+            thread_num: s.threads,
+            // Java truncates the rates to integers.
+            pass_qps: s.pass_qps as u64,
+            block_qps: s.block_qps as u64,
+            total_qps: s.total_qps as u64,
+            average_rt: s.avg_rt_ms as u64,
+            success_qps: s.success_qps as u64,
+            exception_qps: s.exception_qps as u64,
+            one_minute_pass: s.minute_pass,
+            one_minute_block: s.minute_block,
+            one_minute_exception: s.minute_exception,
+            one_minute_total: s.minute_pass + s.minute_block,
+            timestamp: now_ms,
+        }
+    }
+}
+
+fn sum(stats: impl Iterator<Item = NodeStats>) -> NodeStats {
+    let mut s = NodeStats::default();
+    let mut rt = 0.0;
+    for c in stats {
+        s.threads += c.threads;
+        s.pass_qps += c.pass_qps;
+        s.block_qps += c.block_qps;
+        s.total_qps += c.total_qps;
+        s.success_qps += c.success_qps;
+        s.exception_qps += c.exception_qps;
+        s.minute_pass += c.minute_pass;
+        s.minute_block += c.minute_block;
+        s.minute_exception += c.minute_exception;
+        rt += c.avg_rt_ms * c.success_qps;
+    }
+    if s.success_qps > 0.0 {
+        s.avg_rt_ms = rt / s.success_qps;
+    }
+    s
+}
+
+fn json_tree(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    fn visit(node: &crate::TreeNode, parent: &str, now: u64, out: &mut Vec<NodeVo>) {
+        let id = uuid::Uuid::new_v4().to_string();
+        out.push(NodeVo {
+            id: Some(id.clone()),
+            parent_id: Some(parent.to_string()),
+            ..NodeVo::of(&node.name, &node.stats, now)
+        });
+        for child in &node.children {
+            visit(child, &id, now, out);
+        }
+    }
+    let now = c.engine.now_millis();
+    let tree = c.engine.tree();
+    let root_id = uuid::Uuid::new_v4().to_string();
+    let root_stats = sum(tree.iter().map(|t| t.stats.clone()));
+    let mut out = vec![NodeVo { id: Some(root_id.clone()), ..NodeVo::of("machine-root", &root_stats, now) }];
+    for entrance in &tree {
+        visit(entrance, &root_id, now, &mut out);
+    }
+    Reply::json(&out)
+}
+
+fn cluster_node(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let not_zero = p.get("type").is_some_and(|t| t.eq_ignore_ascii_case("notZero"));
+    let now = c.engine.now_millis();
+    let mut names = c.engine.resource_names();
+    names.sort();
+    let list: Vec<NodeVo> = names
+        .iter()
+        .filter_map(|n| c.engine.cluster_stats(n).map(|s| NodeVo::of(n, &s, now)))
+        .filter(|vo| !not_zero || vo.one_minute_total > 0)
+        .collect();
+    Reply::json(&list)
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Rules
+
+fn kind_param(p: &Params) -> Result<RuleKind, CommandError> {
+    match p.get("type").map(|t| t.trim().to_ascii_lowercase()).as_deref() {
+        Some("flow") => Ok(RuleKind::Flow),
+        Some("degrade") => Ok(RuleKind::Degrade),
+        Some("system") => Ok(RuleKind::System),
+        Some("authority") => Ok(RuleKind::Authority),
+        Some(other) => Err(CommandError(format!(
+            "invalid type `{}`: use flow, degrade, system or authority (hot-parameter rules: getParamFlowRules / setParamFlowRules)",
+            other.chars().take(40).collect::<String>()
+        ))),
+        None => Err(CommandError("invalid type: `type` is required (flow, degrade, system or authority)".into())),
+    }
+}
+
+fn to_json<R: RuleData>(rules: &[R]) -> Result<Reply, CommandError> {
+    rules_to_string(rules, Format::Json)
+        .map(Reply::json_text)
+        .map_err(|e| CommandError(format!("could not encode the rules: {e}")))
+}
+
+/// The rules of `kind` in force, in Sentinel's JSON.
+pub(crate) fn rules_json(engine: &Sentinel, kind: RuleKind) -> Result<Reply, CommandError> {
+    match kind {
+        RuleKind::Flow => to_json(&engine.flow_rules()),
+        RuleKind::Degrade => to_json(&engine.degrade_rules()),
+        RuleKind::System => to_json(&engine.system_rules()),
+        RuleKind::Authority => to_json(&engine.authority_rules()),
+        RuleKind::ParamFlow => to_json(&engine.param_flow_rules()),
+    }
+}
+
+fn get_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    rules_json(&c.engine, kind_param(p)?)
+}
+
+fn get_param_rules(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    rules_json(&c.engine, RuleKind::ParamFlow)
+}
+
+fn set_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let kind = kind_param(p)?;
+    push_rules(c, kind, p)
+}
+
+fn set_param_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    push_rules(c, RuleKind::ParamFlow, p)
+}
+
+/// Parses `data` (decoded once, unlike Java), loads it (the engine validates it: nothing changes on an
+/// error), then writes it back to the data source, if there is one.
+fn push_rules(c: &Center, kind: RuleKind, p: &Params) -> Result<Reply, CommandError> {
+    let Some(data) = p.0.get("data") else {
+        return Err(CommandError(format!("`data` is required: a JSON array of {kind} rules (`[]` removes them all)")));
+    };
+    let parse_err = |e: crate::datasource::ParseError| CommandError(format!("invalid {kind} rules in `data`: {e}"));
+    let mut set = RuleSet::default();
+    match kind {
+        RuleKind::Flow => set.flow = Some(parse_rules::<FlowRule>(data, Format::Json).map_err(parse_err)?),
+        RuleKind::Degrade => set.degrade = Some(parse_rules::<DegradeRule>(data, Format::Json).map_err(parse_err)?),
+        RuleKind::System => set.system = Some(parse_rules::<SystemRule>(data, Format::Json).map_err(parse_err)?),
+        RuleKind::Authority => {
+            set.authority = Some(parse_rules::<AuthorityRule>(data, Format::Json).map_err(parse_err)?)
+        }
+        RuleKind::ParamFlow => {
+            set.param_flow = Some(parse_rules::<ParamFlowRule>(data, Format::Json).map_err(parse_err)?)
+        }
+    }
+    let _serial = c.writes.lock().unwrap_or_else(|e| e.into_inner());
+    set.apply(&c.engine).map_err(|e| CommandError(e.to_string()))?;
+    tracing::info!(%kind, "rules pushed through the command center are in force");
+    if let Some(source) = &c.source {
+        if let Err(e) = source.write_rules(&set) {
+            tracing::warn!(error = %e, "the pushed rules are in force but could not be written back");
+            return Ok(Reply { write_error: Some(e.to_string()), ..Reply::text(WRITE_DATA_SOURCE_FAILED) });
+        }
+    }
+    Ok(Reply::text("success"))
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// For people
+
+fn basic_info(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    #[derive(Serialize)]
+    struct Info<'a> {
+        machine: &'a str,
+        ip: &'a str,
+    }
+    Reply::json(&Info { machine: &c.machine.hostname, ip: &c.machine.ip })
+}
+
+fn get_switch(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    Ok(Reply::text(format!("Sentinel switch value: {}", c.engine.is_enabled())))
+}
+
+fn set_switch(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    // Java reads anything but `true` as false, so a typo turns protection off: here it is an error.
+    let value = match p.get("value").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        Some("true") => true,
+        Some("false") => false,
+        other => {
+            return Err(CommandError(format!(
+                "`value` must be true or false, not `{}`; the switch is unchanged",
+                other.unwrap_or("").chars().take(40).collect::<String>()
+            )))
+        }
+    };
+    c.engine.set_enabled(value);
+    tracing::info!(value, "Sentinel switch set through the command center");
+    Ok(Reply::text(format!("Sentinel set switch value: {value}")))
+}
+
+fn system_status(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    #[derive(Serialize)]
+    struct Status {
+        rqps: f64,
+        qps: f64,
+        b: f64,
+        r: f64,
+        t: u64,
+    }
+    let s = c.engine.inbound_stats();
+    Reply::json(&Status { rqps: s.success_qps, qps: s.pass_qps, b: s.block_qps, r: s.avg_rt_ms, t: s.threads })
+}
+
+fn api(_: &Center, _: &Params) -> Result<Reply, CommandError> {
+    #[derive(Serialize)]
+    struct Api {
+        url: String,
+        desc: &'static str,
+    }
+    let list: Vec<Api> = all().map(|c| Api { url: format!("/{}", c.name), desc: c.desc }).collect();
+    Reply::json(&list)
+}
+
+fn diagnose(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let Some(resource) = p.get("resource") else {
+        return Err(CommandError("`resource` is required: the name of the resource to explain".into()));
+    };
+    Ok(Reply::text(c.engine.diagnose(resource).to_string()))
+}

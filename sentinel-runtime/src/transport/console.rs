@@ -1,0 +1,227 @@
+//! The built-in console: a page served at `/` (HTML, CSS and JavaScript written here and embedded in the
+//! binary; nothing is loaded from elsewhere), and the two commands it reads besides the dashboard's.
+//!
+//! - `console/overview`: every resource's last complete second (pass, block, success, exception, average
+//!   rt), its concurrency, its breakers with their last transitions, and the global switch;
+//! - `console/history?after={ms}`: per-second series of every resource, for the 5-minute charts (only the
+//!   seconds after `after` when given, so the page fetches a few numbers a second).
+//!
+//! Rules are read and written through `getRules` / `setRules` (and the hot-parameter pair), the switch
+//! through `setSwitch`, the diagnosis through `diagnose`: the page uses the same commands as everyone.
+
+use serde::Serialize;
+
+use super::commands::{version, Center, Command, CommandError, Params, Reply};
+use super::history::TOTAL_INBOUND;
+use crate::circuit_breaker::{BreakerState, DegradeGrade};
+
+/// The page.
+pub(crate) const INDEX_HTML: &str = include_str!("console/index.html");
+/// Its stylesheet.
+pub(crate) const CONSOLE_CSS: &str = include_str!("console/console.css");
+/// Its script.
+pub(crate) const CONSOLE_JS: &str = include_str!("console/console.js");
+/// Its icon.
+pub(crate) const FAVICON_SVG: &str = include_str!("console/favicon.svg");
+
+/// An embedded file: `(path, content type, content)`.
+pub(crate) fn asset(path: &str) -> Option<(&'static str, &'static str)> {
+    match path {
+        "" | "index.html" => Some(("text/html; charset=utf-8", INDEX_HTML)),
+        "console.css" => Some(("text/css; charset=utf-8", CONSOLE_CSS)),
+        "console.js" => Some(("text/javascript; charset=utf-8", CONSOLE_JS)),
+        "favicon.svg" | "favicon.ico" => Some(("image/svg+xml", FAVICON_SVG)),
+        _ => None,
+    }
+}
+
+pub(crate) const COMMANDS: &[Command] = &[
+    Command {
+        name: "console/overview",
+        desc: "the console's live view: every resource's last complete second, concurrency, breakers and the switch",
+        write: false,
+        run: overview,
+    },
+    Command {
+        name: "console/history",
+        desc: "per-second series of every resource for the console's charts, accept param: after={ms}",
+        write: false,
+        run: history,
+    },
+];
+
+fn state_name(s: BreakerState) -> &'static str {
+    match s {
+        BreakerState::Closed => "CLOSED",
+        BreakerState::Open => "OPEN",
+        BreakerState::HalfOpen => "HALF_OPEN",
+    }
+}
+
+fn grade_name(g: DegradeGrade) -> &'static str {
+    match g {
+        DegradeGrade::SlowRequestRatio => "slow ratio",
+        DegradeGrade::ErrorRatio => "error ratio",
+        DegradeGrade::ErrorCount => "error count",
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TransitionVo {
+    at: u64,
+    resource: String,
+    grade: &'static str,
+    from: &'static str,
+    to: &'static str,
+    snapshot: Option<f64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BreakerVo {
+    grade: &'static str,
+    count: f64,
+    state: &'static str,
+    retry_at: Option<u64>,
+    interval_total: u64,
+    interval_bad: u64,
+    is_default: bool,
+    last: Option<TransitionVo>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceVo {
+    name: String,
+    pass: u64,
+    block: u64,
+    success: u64,
+    exception: u64,
+    rt: u64,
+    concurrency: u64,
+    minute_pass: u64,
+    minute_block: u64,
+    breakers: Vec<BreakerVo>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Overview {
+    app: String,
+    version: String,
+    enabled: bool,
+    now: u64,
+    /// End of the last complete second (ms): the numbers are of the second before it.
+    second: u64,
+    history_seconds: usize,
+    /// The rules file pushed rules are written back to, if any.
+    data_source: Option<String>,
+    resources: Vec<ResourceVo>,
+    transitions: Vec<TransitionVo>,
+}
+
+fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    let boundary = c.history.sample(&c.engine);
+    let transitions = c.transitions.newest_first();
+    let vo = |t: &super::breakers::Transition| TransitionVo {
+        at: t.at_ms,
+        resource: t.rule.resource.clone(),
+        grade: grade_name(t.rule.grade),
+        from: state_name(t.from),
+        to: state_name(t.to),
+        snapshot: t.snapshot.filter(|v| v.is_finite()),
+    };
+    let mut names = c.engine.resource_names();
+    names.sort();
+    let resources = names
+        .into_iter()
+        .filter(|n| n != TOTAL_INBOUND)
+        .map(|name| {
+            let last = c.history.last_second(&name, boundary);
+            let stats = c.engine.cluster_stats(&name).unwrap_or_default();
+            let breakers = c
+                .engine
+                .circuit_breakers(&name)
+                .into_iter()
+                .map(|b| BreakerVo {
+                    grade: grade_name(b.rule.grade),
+                    count: b.rule.count,
+                    state: state_name(b.state),
+                    retry_at: b.retry_at_ms,
+                    interval_total: b.interval_total,
+                    interval_bad: b.interval_bad,
+                    is_default: b.is_default,
+                    // A default (`"*"`) rule's breakers share one rule, and observers are not told whose
+                    // breaker moved: no last transition is shown for them (the list shows them under `*`).
+                    last: if b.is_default { None } else { transitions.iter().find(|t| *t.rule == *b.rule).map(vo) },
+                })
+                .collect();
+            let t = last.map(|l| l.totals).unwrap_or_default();
+            ResourceVo {
+                name,
+                pass: t.pass,
+                block: t.block,
+                success: t.success,
+                exception: t.exception,
+                rt: t.rt_ms,
+                concurrency: stats.threads,
+                minute_pass: stats.minute_pass,
+                minute_block: stats.minute_block,
+                breakers,
+            }
+        })
+        .collect();
+    Reply::json(&Overview {
+        app: c.machine.app.clone(),
+        version: version(),
+        enabled: c.engine.is_enabled(),
+        now: c.engine.now_millis(),
+        second: boundary,
+        history_seconds: c.history.seconds(),
+        data_source: c.source.as_ref().map(|s| s.path().display().to_string()),
+        resources,
+        transitions: transitions.iter().take(30).map(vo).collect(),
+    })
+}
+
+#[derive(Serialize)]
+struct SeriesVo<'a> {
+    name: &'a str,
+    pass: &'a [u64],
+    block: &'a [u64],
+    success: &'a [u64],
+    exception: &'a [u64],
+    rt: &'a [u64],
+}
+
+#[derive(Serialize)]
+struct HistoryVo<'a> {
+    /// Start of the first second (ms).
+    start: u64,
+    /// Seconds in each series.
+    count: usize,
+    series: Vec<SeriesVo<'a>>,
+}
+
+fn history(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let after = match p.get("after") {
+        None => None,
+        Some(a) => Some(a.trim().parse::<u64>().map_err(|_| CommandError("`after` must be a time in ms".into()))?),
+    };
+    let boundary = c.history.sample(&c.engine);
+    let (start, count, series) = c.history.series(after, boundary);
+    let series = series
+        .iter()
+        .filter(|(n, _)| &**n != TOTAL_INBOUND)
+        .map(|(n, s)| SeriesVo {
+            name: n,
+            pass: &s.pass,
+            block: &s.block,
+            success: &s.success,
+            exception: &s.exception,
+            rt: &s.rt_ms,
+        })
+        .collect();
+    Reply::json(&HistoryVo { start, count, series })
+}

@@ -1,0 +1,274 @@
+//! The command center's security defaults and limits, against real sockets.
+#![cfg(feature = "transport")]
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::time::{Duration, Instant};
+
+use sentinel_runtime::clock::ManualClock;
+use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::transport::{CommandCenter, StartError, COMMAND_RESOURCE};
+use sentinel_runtime::Sentinel;
+use sentinel_testkit::http::{get, post_form, raw_request};
+
+const T0: u64 = 1_700_000_000_000;
+
+fn engine() -> (Sentinel, ManualClock) {
+    let clock = ManualClock::at_millis(T0);
+    (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
+}
+
+#[test]
+fn a_non_loopback_bind_without_a_token_fails_to_start() {
+    let (engine, _) = engine();
+    let err = CommandCenter::builder(&engine).bind(IpAddr::V4(Ipv4Addr::UNSPECIFIED)).port(0).start().unwrap_err();
+    assert!(matches!(err, StartError::TokenRequired { .. }), "{err}");
+    assert!(err.to_string().contains("token"), "{err}");
+    let center = CommandCenter::builder(&engine)
+        .bind(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        .port(0)
+        .token("a-long-enough-secret-token")
+        .start()
+        .expect("with a token it starts");
+    assert!(center.local_addr().ip().is_unspecified());
+}
+
+#[test]
+fn writes_without_the_token_get_401_and_change_nothing() {
+    let (engine, _) = engine();
+    let token = "0123456789abcdef-token";
+    let center = CommandCenter::builder(&engine).port(0).token(token).start().unwrap();
+    let addr = center.local_addr();
+    let r = get(addr, "/setSwitch?value=false", &[]);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    assert!(r.body.contains("Authorization: Bearer"), "{}", r.body);
+    let r = post_form(addr, "/setRules", &[("type", "flow"), ("data", r#"[{"resource":"a","count":1}]"#)], &[]);
+    assert_eq!(r.status, 401);
+    let r = get(addr, "/setSwitch?value=false", &["Authorization: Bearer wrong-token-of-other-length"]);
+    assert_eq!(r.status, 401);
+    let r = get(addr, "/setSwitch?value=false", &["Authorization: Bearer 0123456789abcdef-tokeX"]);
+    assert_eq!(r.status, 401, "same length, one byte off");
+    assert!(engine.is_enabled());
+    assert!(engine.flow_rules().is_empty());
+
+    assert_eq!(get(addr, "/getRules?type=flow", &[]).status, 200, "reads need no token by default");
+    assert_eq!(get(addr, "/", &[]).status, 200, "nor does the console page");
+    let auth = format!("Authorization: Bearer {token}");
+    assert_eq!(get(addr, "/setSwitch?value=false", &[&auth]).status, 200);
+    assert!(!engine.is_enabled());
+}
+
+#[test]
+fn the_token_can_be_required_for_reads_too() {
+    let (engine, _) = engine();
+    let center =
+        CommandCenter::builder(&engine).port(0).token("reads-too-secret-token").token_for_reads(true).start().unwrap();
+    let addr = center.local_addr();
+    assert_eq!(get(addr, "/metric?startTime=0", &[]).status, 401);
+    assert_eq!(get(addr, "/console/overview", &[]).status, 401, "the console's data needs it");
+    assert_eq!(get(addr, "/", &[]).status, 200, "the page itself holds no data: it asks for the token");
+    assert_eq!(get(addr, "/getRules?type=flow", &["Authorization: Bearer reads-too-secret-token"]).status, 200);
+}
+
+#[test]
+fn an_oversize_body_gets_413_announced_or_chunked() {
+    let (engine, _) = engine();
+    let center = CommandCenter::builder(&engine).port(0).max_body_bytes(1024).start().unwrap();
+    let addr = center.local_addr();
+    let data = format!(r#"[{{"resource":"{}","count":1}}]"#, "x".repeat(2000));
+    let r = post_form(addr, "/setRules", &[("type", "flow"), ("data", &data)], &[]);
+    assert_eq!(r.status, 413);
+    assert!(r.body.contains("1024"), "{}", r.body);
+    let body = format!("type=flow&data={}", "a".repeat(3000));
+    let chunked = format!(
+        "POST /setRules HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    );
+    assert_eq!(raw_request(addr, chunked.as_bytes()).status, 413, "found while reading");
+    assert!(engine.flow_rules().is_empty());
+    let small = post_form(addr, "/setRules", &[("type", "flow"), ("data", r#"[{"resource":"a","count":1}]"#)], &[]);
+    assert_eq!(small.status, 200, "{}", small.body);
+}
+
+/// Sends `bytes` one at a time, `gap` apart, until the server closes the connection; returns how many were
+/// sent before it did (or all of them).
+fn trickle(addr: std::net::SocketAddr, first: &[u8], bytes: &[u8], gap: Duration) -> (usize, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(first).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+    let mut answer = Vec::new();
+    for (i, b) in bytes.iter().enumerate() {
+        if s.write_all(&[*b]).is_err() {
+            return (i, answer);
+        }
+        std::thread::sleep(gap); // the client is slow on purpose: this is its pace, not a wait for time
+        let mut buf = [0u8; 512];
+        match s.read(&mut buf) {
+            Ok(0) => return (i + 1, answer),
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return (i + 1, answer),
+        }
+    }
+    (bytes.len(), answer)
+}
+
+#[test]
+fn a_client_that_sends_one_byte_at_a_time_is_dropped() {
+    let (engine, _) = engine();
+    let center = CommandCenter::builder(&engine)
+        .port(0)
+        .header_read_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_millis(300))
+        .start()
+        .unwrap();
+    let addr = center.local_addr();
+    let request = format!("GET /getSwitch HTTP/1.1\r\nHost: {addr}\r\nX-Padding: {}\r\n\r\n", "p".repeat(200));
+    let (sent, _) = trickle(addr, b"", request.as_bytes(), Duration::from_millis(20));
+    assert!(sent < request.len(), "dropped before its headers were complete ({sent} of {} bytes)", request.len());
+
+    // A slow body: the headers arrive, the body trickles.
+    let slow_body = format!(
+        "POST /setSwitch HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 200\r\n\r\nvalue=false&{}",
+        "x".repeat(190)
+    );
+    let head_len = slow_body.find("\r\n\r\n").unwrap() + 4;
+    let (head, body) = slow_body.as_bytes().split_at(head_len);
+    let (sent, answer) = trickle(addr, head, body, Duration::from_millis(20));
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(sent < body.len(), "dropped mid-body ({sent} of {} body bytes)", body.len());
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(engine.is_enabled(), "the incomplete request changed nothing");
+    assert_eq!(get(addr, "/getSwitch", &[]).status, 200, "others are served");
+}
+
+#[test]
+fn a_thousand_concurrent_connections_do_not_hold_up_the_applications_calls() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("api").count(1000.0)]).unwrap();
+    let center = CommandCenter::builder(&engine).port(0).header_read_timeout(Duration::from_secs(30)).start().unwrap();
+    let addr = center.local_addr();
+    let mut idle = Vec::new();
+    for _ in 0..1000 {
+        idle.push(TcpStream::connect(addr).expect("connect"));
+    }
+    // While a thousand sockets sit on the server, the application's own calls are checked and counted as
+    // always (the server runs on its own thread and only reads statistics).
+    let api = engine.resource("api");
+    let passed = (0..1500).filter(|_| api.enter().is_ok()).count();
+    assert_eq!(passed, 1000, "exactly the rule's count, the server's load notwithstanding");
+    clock.advance_millis(1000);
+    assert_eq!(engine.cluster_stats("api").unwrap().minute_pass, 1000);
+    // The sockets past the connection cap were answered 503 and closed at once.
+    let mut refused = 0;
+    for s in idle.iter_mut().rev().take(50) {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = String::new();
+        let _ = s.read_to_string(&mut buf);
+        if buf.starts_with("HTTP/1.1 503") {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 50, "over the cap: refused, not queued");
+    drop(idle);
+    // Once they are gone, the server answers again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = write!(s, "GET /getSwitch HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let mut buf = String::new();
+        let _ = s.read_to_string(&mut buf);
+        if buf.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server did not recover: {buf}");
+        std::thread::sleep(Duration::from_millis(10)); // polls for the condition
+    }
+}
+
+#[test]
+fn malformed_input_gets_400_and_changes_nothing() {
+    let (engine, _) = engine();
+    engine.load_flow_rules([FlowRule::new("api").count(5.0)]).unwrap();
+    let center = CommandCenter::builder(&engine).port(0).start().unwrap();
+    let addr = center.local_addr();
+    let garbage = raw_request(addr, b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03 not http at all\r\n\r\n");
+    assert_eq!(garbage.status, 400);
+    let not_utf8 = b"POST /setRules HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 4\r\nConnection: close\r\n\r\n\xff\xfe\xfd\xfc";
+    assert_eq!(raw_request(addr, not_utf8).status, 400);
+    let json = format!(
+        "POST /setRules HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]"
+    );
+    let r = raw_request(addr, json.as_bytes());
+    assert_eq!(r.status, 415);
+    assert_eq!(r.body, "Only form-encoded post request is supported");
+    let unknown = get(addr, "/nope", &[]);
+    assert_eq!((unknown.status, unknown.body.as_str()), (400, "Unknown command `nope`"));
+    assert_eq!(engine.flow_rules().len(), 1);
+    assert_eq!(engine.flow_rules()[0].count, 5.0);
+}
+
+#[test]
+fn a_page_under_a_foreign_host_name_or_another_sites_write_is_refused() {
+    let (engine, _) = engine();
+    let center = CommandCenter::builder(&engine).port(0).start().unwrap();
+    let addr = center.local_addr();
+    // DNS rebinding: a page of rebind.example, whose name now resolves to 127.0.0.1.
+    let req = "GET /getRules?type=flow HTTP/1.1\r\nHost: rebind.example:8719\r\nConnection: close\r\n\r\n";
+    let r = raw_request(addr, req.as_bytes());
+    assert_eq!(r.status, 403);
+    assert!(r.body.contains("loopback"), "{}", r.body);
+    // A form on another site posting to the loopback port through the user's browser.
+    let r = post_form(
+        addr,
+        "/setSwitch",
+        &[("value", "false")],
+        &["Origin: https://evil.example", "Sec-Fetch-Site: cross-site"],
+    );
+    assert_eq!(r.status, 403);
+    assert!(engine.is_enabled());
+    let own = format!("Origin: http://{addr}");
+    assert_eq!(
+        post_form(addr, "/setSwitch", &[("value", "false")], &[&own, "Sec-Fetch-Site: same-origin"]).status,
+        200
+    );
+}
+
+#[test]
+fn the_command_server_limits_itself_with_a_flow_rule_of_its_own() {
+    let (engine, clock) = engine();
+    let center = CommandCenter::builder(&engine).port(0).command_qps(3.0).start().unwrap();
+    let addr = center.local_addr();
+    let statuses: Vec<u16> = (0..5).map(|_| get(addr, "/getSwitch", &[]).status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    let r = get(addr, "/version", &[]);
+    assert!(r.body.contains(COMMAND_RESOURCE), "{}", r.body);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    clock.advance_millis(1000);
+    assert_eq!(get(addr, "/getSwitch", &[]).status, 200, "the next second");
+    assert!(engine.resource_names().iter().all(|n| n != COMMAND_RESOURCE), "the application's engine is not touched");
+}
+
+#[test]
+fn only_allowed_peers_connect_and_a_trusted_peer_writes_without_the_token() {
+    let (engine, _) = engine();
+    let loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    // The allow list names another address only: this machine's own requests are refused.
+    let closed = CommandCenter::builder(&engine).port(0).allow_peer("10.9.9.9".parse().unwrap()).start().unwrap();
+    let r = get(closed.local_addr(), "/getSwitch", &[]);
+    assert_eq!(r.status, 403);
+    assert!(r.body.contains("allow list"), "{}", r.body);
+    assert_eq!(get(closed.local_addr(), "/", &[]).status, 403, "the console too");
+    // A token is set, and 127.0.0.1 (standing for the dashboard's address) is trusted: it writes without one.
+    let trusted = CommandCenter::builder(&engine)
+        .port(0)
+        .token("trusted-peer-secret-token")
+        .allow_peer(loopback)
+        .trust_peer(loopback)
+        .start()
+        .unwrap();
+    assert_eq!(get(trusted.local_addr(), "/setSwitch?value=false", &[]).status, 200);
+    assert!(!engine.is_enabled());
+}
