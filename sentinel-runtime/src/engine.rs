@@ -800,6 +800,12 @@ impl Sentinel {
         self.shared.flow.cluster_service().is_some()
     }
 
+    /// The cluster token service registered on this engine, if any: where it keeps the shared limits, its
+    /// timeout, whether it reaches them now (for the dashboard's cluster pages).
+    pub fn cluster_service_info(&self) -> Option<crate::flow::ClusterServiceInfo> {
+        self.shared.flow.cluster_service().map(|s| s.info())
+    }
+
     /// The flow rules in force.
     pub fn flow_rules(&self) -> Vec<FlowRule> {
         self.shared.flow.rules()

@@ -153,7 +153,6 @@ impl RedisClusterBuilder {
             .enable_all()
             .build()
             .map_err(|source| ClusterError::Thread { what: "cluster I/O", source })?;
-        let service = Arc::new(worker::Service::new(opts.timeout));
         let shared = Arc::new(worker::Shared {
             stop: std::sync::atomic::AtomicBool::new(false),
             status: Mutex::new(ClusterClientStatus {
@@ -167,6 +166,7 @@ impl RedisClusterBuilder {
             }),
             status_changed: Condvar::new(),
         });
+        let service = Arc::new(worker::Service::new(opts.timeout, &client, shared.clone(), engine.now_millis()));
         let w =
             worker::Worker::new(engine.clone(), service.clone(), shared.clone(), opts, namespace, member, rt, client);
         let thread = std::thread::Builder::new()

@@ -36,14 +36,25 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 /// reference to the engine (the engine holds it).
 pub(crate) struct Service {
     timeout: Duration,
+    /// The Redis server's host and port, and the engine time the client started.
+    host: String,
+    port: u16,
+    since_ms: u64,
+    /// The client's state (whether Redis answers).
+    shared: Arc<Shared>,
     /// Leases attached since the worker last looked.
     attached: Mutex<Vec<Weak<RuleLease>>>,
     pub(crate) thread: OnceLock<std::thread::Thread>,
 }
 
 impl Service {
-    pub(crate) fn new(timeout: Duration) -> Service {
-        Service { timeout, attached: Mutex::new(Vec::new()), thread: OnceLock::new() }
+    pub(crate) fn new(timeout: Duration, client: &redis::Client, shared: Arc<Shared>, since_ms: u64) -> Service {
+        let (host, port) = match client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
+            redis::ConnectionAddr::Unix(path) => (path.display().to_string(), 0),
+            other => (other.to_string(), 0),
+        };
+        Service { timeout, host, port, since_ms, shared, attached: Mutex::new(Vec::new()), thread: OnceLock::new() }
     }
 }
 
@@ -60,6 +71,16 @@ impl TokenService for Service {
     }
     fn timeout(&self) -> Duration {
         self.timeout
+    }
+    fn info(&self) -> crate::flow::ClusterServiceInfo {
+        crate::flow::ClusterServiceInfo {
+            kind: "redis",
+            host: self.host.clone(),
+            port: self.port,
+            timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+            connected: self.shared.status.lock().unwrap_or_else(|e| e.into_inner()).connected,
+            since_ms: self.since_ms,
+        }
     }
 }
 

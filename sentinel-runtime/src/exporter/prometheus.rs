@@ -362,7 +362,8 @@ fn render_cluster(engine: &Sentinel, app: &str, out: &mut String) {
         };
         let _ = writeln!(out, "sentinel_cluster_mode{{{l}}} {mode}");
     }
-    let counters: [(&str, &str, fn(&crate::flow::ClusterRuleStatus) -> u64); 4] = [
+    type Counter = (&'static str, &'static str, fn(&crate::flow::ClusterRuleStatus) -> u64);
+    let counters: [Counter; 4] = [
         ("sentinel_cluster_tokens_leased_total", "Tokens leased from the shared limit.", |s| s.tokens_leased),
         ("sentinel_cluster_round_trips_total", "Calls to the token service.", |s| s.round_trips),
         ("sentinel_cluster_failures_total", "Failed calls to the token service.", |s| s.failures),

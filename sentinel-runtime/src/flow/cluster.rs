@@ -48,6 +48,28 @@ pub(crate) trait TokenService: Send + Sync + 'static {
     fn wake(&self);
     /// How long a call waits for tokens when its rule's lease is empty.
     fn timeout(&self) -> Duration;
+    /// What the service tells about itself (the dashboard's cluster pages show it).
+    fn info(&self) -> ClusterServiceInfo;
+}
+
+/// The cluster token service registered on an engine: [`Sentinel::cluster_service_info`].
+///
+/// [`Sentinel::cluster_service_info`]: crate::Sentinel::cluster_service_info
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterServiceInfo {
+    /// What keeps the shared limits (`redis`).
+    pub kind: &'static str,
+    /// The host of the shared state (the Redis server).
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// How long a call with an empty lease waits, in ms.
+    pub timeout_ms: u64,
+    /// Whether the service reaches its shared state now.
+    pub connected: bool,
+    /// Engine time (ms) at which the service was started.
+    pub since_ms: u64,
 }
 
 const MODE_LEASING: u8 = 0;
@@ -691,6 +713,16 @@ mod tests {
         }
         fn timeout(&self) -> Duration {
             self.timeout
+        }
+        fn info(&self) -> ClusterServiceInfo {
+            ClusterServiceInfo {
+                kind: "test",
+                host: "nowhere".into(),
+                port: 0,
+                timeout_ms: self.timeout.as_millis() as u64,
+                connected: true,
+                since_ms: 0,
+            }
         }
     }
 

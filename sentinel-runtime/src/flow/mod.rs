@@ -4,7 +4,7 @@ pub(crate) mod cluster;
 mod controller;
 mod rule;
 
-pub use cluster::{ClusterRuleMode, ClusterRuleStatus};
+pub use cluster::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 
 use std::collections::HashMap;
