@@ -236,25 +236,11 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// The whole entry path, waiting as `sleep` says; `install` as for [`build_in`](Self::build_in).
     #[inline(always)]
     fn build(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
-        match self.build_in(if sleep { Wait::Blocking(0) } else { Wait::Now }, install) {
-            Ok(decided) => decided,
-            Err((b, _)) => b.decide_now(install),
-        }
+        self.build_as::<Result<Entry<'r>, BlockError>>(if sleep { Wait::Blocking(0) } else { Wait::Now }, install)
     }
 
-    /// Decides without waiting (never reached: only async waits hand a call back).
-    #[cold]
-    #[inline(never)]
-    fn decide_now(self, install: bool) -> Result<Entry<'r>, BlockError> {
-        match self.build_in(Wait::Now, install) {
-            Ok(decided) => decided,
-            Err((b, _)) => b.decide_now(install),
-        }
-    }
-
-    /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
-    /// innermost entry of the thread's context (a borrowed, synchronous entry). `Err` gives the builder back
-    /// with the wait a cluster rule asked for (only with [`Wait::Async`]: a blocking wait happens here).
+    /// [`build_as`](Self::build_as) for an async caller: `Err` gives the builder back with the wait a cluster
+    /// rule asked for.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
     fn build_in(
@@ -262,13 +248,23 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         wait: Wait,
         install: bool,
     ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::cluster::Pending)> {
+        self.build_as::<MayWait<'r, 'a>>(wait, install)
+    }
+
+    /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
+    /// innermost entry of the thread's context (a borrowed, synchronous entry). A cluster rule's wait blocks
+    /// here ([`Wait::Blocking`]) or, for an outcome that can hand the call back ([`MayWait`], with
+    /// [`Wait::Async`]), returns the builder and the wait. The outcome type is static, so the synchronous
+    /// path compiles to what it was before cluster waits existed.
+    #[inline(always)]
+    fn build_as<O: Outcome<'r, 'a>>(self, wait: Wait, install: bool) -> O {
         let sleep = matches!(wait, Wait::Blocking(_));
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
         let inner: &'r ResourceInner = self.res.inner();
         let outer = context::current();
         if !shared.enabled.load(Ordering::Relaxed) || !inner.checked {
-            return Ok(Ok(Entry::unchecked(self.res)));
+            return O::decided(Ok(Entry::unchecked(self.res)));
         }
 
         // The context: the active one, or a fresh one owned by this entry.
@@ -293,7 +289,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         };
         if state.ctx.is_null() {
             // Past the context cap: pass unchecked.
-            return Ok(Ok(Entry::unchecked(self.res)));
+            return O::decided(Ok(Entry::unchecked(self.res)));
         }
         // SAFETY: contexts and origins are never freed while the engine (kept alive by `res`) lives.
         let ctx = unsafe { &*state.ctx };
@@ -319,6 +315,12 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
         let mut checks = Checks::default();
+        // The wait mode rides in `checks` (blocking is its zero: `enter` stores nothing); a retry's deadline
+        // is kept where only the cluster rule's slow path looks for it.
+        if wait.mode() != 0 {
+            checks.wait_mode = wait.mode();
+        }
+        let _deadline = flow::cluster::DeadlineScope::enter(wait.deadline());
         let needs_checks = inner.has_rules.load(Ordering::Acquire)
             || (inbound && shared.system.active())
             || shared.has_custom_slots.load(Ordering::Acquire);
@@ -340,16 +342,16 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                         };
                     }
                 }
-                self.run_checks(rules, &mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos, wait)
+                self.run_checks(rules, &mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos)
             });
             if let Err(block) = decided {
-                let block = if checks.pending {
+                let block = if asks_to_wait(&block, wait) {
                     // A cluster rule's lease is empty: wait outside the rules' read section.
                     let Some(p) = flow::cluster::take_pending() else {
-                        return Ok(Err(block));
+                        return O::decided(Err(block));
                     };
-                    if let Wait::Async(_) = wait {
-                        return Err((self, p));
+                    if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
+                        return O::wait(self, p, block);
                     }
                     self.recheck_after_wait(p, &mut checks, shared, inner, node, ctx, origin, &nodes).err()
                 } else {
@@ -362,7 +364,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                     if let Some(o) = inner.observed.get() {
                         o.record_block(&block, self.acquire);
                     }
-                    return Ok(Err(block));
+                    return O::decided(Err(block));
                 }
             }
         }
@@ -383,7 +385,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         if sleep && checks.wait_nanos > 0 && shared.clock.manual().is_none() {
             std::thread::sleep(Duration::from_nanos(checks.wait_nanos));
         }
-        Ok(Ok(Entry {
+        O::decided(Ok(Entry {
             res: self.res,
             node: Some(node),
             origin_node,
@@ -424,23 +426,12 @@ impl EntryBuilder<'_, '_> {
             p.wait_blocking();
             // The checks undid what they took when the call was asked to wait.
             *checks = Checks::default();
+            let _deadline = flow::cluster::DeadlineScope::enter(p.deadline());
             let now_nanos = shared.clock.now_nanos();
-            let decided = inner.with_rules(|rules| {
-                self.run_checks(
-                    rules,
-                    checks,
-                    shared,
-                    inner,
-                    node,
-                    ctx,
-                    origin,
-                    nodes,
-                    now_nanos,
-                    Wait::Blocking(p.deadline()),
-                )
-            });
+            let decided = inner
+                .with_rules(|rules| self.run_checks(rules, checks, shared, inner, node, ctx, origin, nodes, now_nanos));
             match decided {
-                Err(_) if checks.pending => match flow::cluster::take_pending() {
+                Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::cluster::take_pending() {
                     Some(again) => p = again,
                     None => return decided,
                 },
@@ -463,7 +454,6 @@ impl EntryBuilder<'_, '_> {
         origin: &crate::context::OriginInfo,
         nodes: &Nodes<'_>,
         now_nanos: u64,
-        cluster_wait: Wait,
     ) -> Result<(), BlockError> {
         let cx = CheckCx {
             shared,
@@ -478,19 +468,14 @@ impl EntryBuilder<'_, '_> {
             args: &self.args,
             now_nanos,
             now_ms: now_nanos / NANOS_PER_MILLI,
-            cluster_wait,
+            cluster_wait: Wait::of_mode(checks.wait_mode),
         };
         let mut scratch = flow::Scratch::default();
         // User code runs in the checks (slots, `HotParam` impls): if it panics, what the earlier checks took
         // (thread permits, reserved tokens, per-value permits, a half-open probe) goes back before the panic
         // goes on, or the resource would stay blocked.
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| checks.run(&cx, rules, &mut scratch))) {
-            Ok(r) => {
-                if r.is_err() && !matches!(cluster_wait, Wait::Now) {
-                    checks.pending = flow::cluster::has_pending();
-                }
-                r
-            }
+            Ok(r) => r,
             Err(panic) => {
                 checks.undo_all(&cx, rules, &mut scratch);
                 // No wait is left behind for a later entry on this thread.
@@ -498,6 +483,42 @@ impl EntryBuilder<'_, '_> {
                 std::panic::resume_unwind(panic)
             }
         }
+    }
+}
+
+/// What the entry path returns ([`EntryBuilder::build_as`]): a decision, or, for async callers, the
+/// builder and the wait a cluster rule asked for.
+trait Outcome<'r, 'a>: Sized {
+    /// Whether the call may be handed back to wait (else a cluster wait blocks the thread).
+    const HANDS_BACK: bool;
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
+    /// The call must wait (only called when [`HANDS_BACK`](Outcome::HANDS_BACK)); `block` is what the
+    /// checks answered meanwhile.
+    fn wait(b: EntryBuilder<'r, 'a>, p: flow::cluster::Pending, block: BlockError) -> Self;
+}
+
+impl<'r, 'a> Outcome<'r, 'a> for Result<Entry<'r>, BlockError> {
+    const HANDS_BACK: bool = false;
+    #[inline(always)]
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
+        d
+    }
+    fn wait(_: EntryBuilder<'r, 'a>, _: flow::cluster::Pending, block: BlockError) -> Self {
+        Err(block)
+    }
+}
+
+/// A decision, or the builder back with a cluster wait.
+type MayWait<'r, 'a> = Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, flow::cluster::Pending)>;
+
+impl<'r, 'a> Outcome<'r, 'a> for MayWait<'r, 'a> {
+    const HANDS_BACK: bool = true;
+    #[inline(always)]
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
+        Ok(d)
+    }
+    fn wait(b: EntryBuilder<'r, 'a>, p: flow::cluster::Pending, _: BlockError) -> Self {
+        Err((b, p))
     }
 }
 
@@ -609,8 +630,18 @@ struct Checks {
     /// Bit i set: the user slot at index i passed (its exit hook runs).
     slots_passed: u32,
     occupied: bool,
-    /// A cluster rule asked the call to wait (the wait is in `flow::cluster::take_pending`).
-    pending: bool,
+    /// [`Wait::mode`] of the call (0, the default: it may block its thread).
+    wait_mode: u8,
+}
+
+/// Whether a check that answered `block` asked the call to wait for a cluster lease instead (the wait is in
+/// `flow::cluster::take_pending`): only a cluster rule's flow block can be one, and only when the call may
+/// wait. Looked at on the blocked path only.
+#[inline(always)]
+fn asks_to_wait(block: &BlockError, wait: Wait) -> bool {
+    !matches!(wait, Wait::Now)
+        && matches!(block, BlockError::Flow { rule, .. } if rule.cluster_mode)
+        && flow::cluster::has_pending()
 }
 
 /// A call that passed the checks. Dropping it exits the resource: on return, early return, `?` and unwind.

@@ -472,13 +472,14 @@ impl RuleLease {
         }
         self.request();
         let now = mono_nanos();
-        let deadline = match cx.cluster_wait {
-            Wait::Now => return self.fallback(node, cx, scratch),
-            Wait::Blocking(0) | Wait::Async(0) => {
+        let deadline = match (cx.cluster_wait, DeadlineScope::current()) {
+            (Wait::Now, _) => return self.fallback(node, cx, scratch),
+            // A call deciding again after a wait keeps that wait's deadline.
+            (_, d) if d != 0 => d,
+            _ => {
                 self.counters.waits.fetch_add(1, Ordering::Relaxed);
                 now.saturating_add(self.timeout_nanos)
             }
-            Wait::Blocking(d) | Wait::Async(d) => d,
         };
         if now >= deadline {
             self.counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
@@ -510,17 +511,50 @@ pub(crate) fn no_service(rule: &FlowRule) -> bool {
 }
 
 /// Whether (and how) a call whose lease is empty waits for the token service.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wait {
     /// It does not wait: decided by the local fallback at once ([`EntryBuilder::decide`]).
     ///
     /// [`EntryBuilder::decide`]: crate::EntryBuilder::decide
-    #[default]
     Now,
     /// It blocks its thread until the deadline ([`mono_nanos`]; 0: not waited yet).
     Blocking(u64),
-    /// It awaits (the caller retries after [`pending`] completes), until the deadline (0: not waited yet).
+    /// It awaits (the caller retries after [`take_pending`]'s wait completes), until the deadline (0: not
+    /// waited yet).
     Async(u64),
+}
+
+const MODE_BLOCKING: u8 = 0;
+const MODE_NOW: u8 = 1;
+const MODE_ASYNC: u8 = 2;
+
+impl Wait {
+    /// The kind of wait as one byte (blocking is 0), without the deadline.
+    #[inline(always)]
+    pub(crate) fn mode(self) -> u8 {
+        match self {
+            Wait::Blocking(_) => MODE_BLOCKING,
+            Wait::Now => MODE_NOW,
+            Wait::Async(_) => MODE_ASYNC,
+        }
+    }
+    /// The deadline of a wait under way (0: none).
+    #[inline(always)]
+    pub(crate) fn deadline(self) -> u64 {
+        match self {
+            Wait::Blocking(d) | Wait::Async(d) => d,
+            Wait::Now => 0,
+        }
+    }
+    /// The wait of [`mode`](Self::mode) `m` (its deadline is in [`DeadlineScope`]).
+    #[inline(always)]
+    pub(crate) fn of_mode(m: u8) -> Wait {
+        match m {
+            MODE_NOW => Wait::Now,
+            MODE_ASYNC => Wait::Async(0),
+            _ => Wait::Blocking(0),
+        }
+    }
 }
 
 /// A call that found its lease empty and waits for the token service.
@@ -532,6 +566,38 @@ pub(crate) struct Pending {
 
 thread_local! {
     static PENDING: Cell<Option<Pending>> = const { Cell::new(None) };
+    static DEADLINE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The deadline of the wait a call decides again after (0: none), for the checks made meanwhile on this
+/// thread: set for the scope of one decision, read only on a cluster rule's slow path.
+pub(crate) struct DeadlineScope(bool);
+
+impl DeadlineScope {
+    /// Sets `deadline` for the scope (nothing when 0: the common case costs one compare).
+    #[inline(always)]
+    pub(crate) fn enter(deadline: u64) -> DeadlineScope {
+        if deadline != 0 {
+            Self::set(deadline);
+        }
+        DeadlineScope(deadline != 0)
+    }
+    #[cold]
+    fn set(deadline: u64) {
+        let _ = DEADLINE.try_with(|c| c.set(deadline));
+    }
+    fn current() -> u64 {
+        DEADLINE.try_with(Cell::get).unwrap_or(0)
+    }
+}
+
+impl Drop for DeadlineScope {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.0 {
+            Self::set(0);
+        }
+    }
 }
 
 fn set_pending(p: Pending) {
