@@ -397,12 +397,15 @@ impl Shared {
             param: self.param.for_resource(name),
             flow_simple: flow.as_ref().and_then(|f| f.simple_limit()),
             fast_path: false,
+            lone_cluster: false,
             flow,
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
         };
         rules.fast_path =
             rules.authority.is_none() && rules.param.is_none() && (rules.flow.is_none() || rules.flow_simple.is_some());
+        rules.lone_cluster =
+            rules.authority.is_none() && rules.param.is_none() && rules.flow.as_ref().is_some_and(|f| f.lone_cluster());
         rules
     }
 

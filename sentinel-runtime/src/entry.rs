@@ -440,6 +440,11 @@ impl EntryBuilder<'_, '_> {
         }
     }
 
+    /// Whether the call needs every check whatever its rules (the system rules or user slots apply).
+    fn is_general(&self, shared: &Shared) -> bool {
+        (self.entry_type == EntryType::In && shared.system.active()) || shared.has_custom_slots.load(Ordering::Acquire)
+    }
+
     /// Every check in slot order (the general path), on the rules read by the caller.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
@@ -455,6 +460,18 @@ impl EntryBuilder<'_, '_> {
         nodes: &Nodes<'_>,
         now_nanos: u64,
     ) -> Result<(), BlockError> {
+        if rules.lone_cluster && !self.prioritized && !self.is_general(shared) {
+            // A lone cluster rule with a leased token in hand, decided before the general check context is
+            // built (here rather than beside the fast path, which then compiles as before); without a token
+            // in hand, the general path below waits, falls back or blocks.
+            let breakers = rules.degrade.as_ref().or(rules.default_degrade.as_ref());
+            let now_ms = now_nanos / NANOS_PER_MILLI;
+            if let Some(f) = &rules.flow {
+                if breakers.is_none_or(|b| b.all_closed(now_ms)) && flow::check_lone_cluster(f, now_ms, self.acquire) {
+                    return Ok(());
+                }
+            }
+        }
         let cx = CheckCx {
             shared,
             resource: inner,

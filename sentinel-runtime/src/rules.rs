@@ -32,6 +32,10 @@ pub(crate) struct ResourceRules {
     /// No authority or hot-parameter rule, and no flow rule or one simple one: an entry that is not
     /// prioritized, while every breaker is closed, is checked by the flow rule alone.
     pub(crate) fast_path: bool,
+    /// No authority or hot-parameter rule, and one flow rule, a cluster rule for every caller: an entry that
+    /// is not prioritized, while every breaker is closed and a leased token is in hand, is decided by it
+    /// alone.
+    pub(crate) lone_cluster: bool,
     /// Degrade rules of the resource itself.
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
     /// The default (`"*"`) breakers, used only when the resource has none of its own.

@@ -437,6 +437,13 @@ impl RuleLease {
 
     // ----- the flow check's side --------------------------------------------------------------------------
 
+    /// Spends `acquire` leased tokens if they are in hand (the lone rule's fast path: nothing to give back
+    /// later, since no check follows).
+    #[inline(always)]
+    pub(crate) fn take_in_hand(&self, now_ms: u64, acquire: u32) -> bool {
+        acquire > 0 && self.window.lease_take(now_ms, acquire, self).is_some()
+    }
+
     /// Decides a call on the rule (on `node`, the node the rule selected): spends leased tokens, or takes the
     /// slow path.
     #[inline(always)]

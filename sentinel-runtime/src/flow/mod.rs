@@ -44,6 +44,13 @@ pub(crate) struct FlowRuleState {
 }
 
 impl FlowRuleState {
+    /// A cluster rule (QPS and reject, by validation) for every caller on the resource's own node.
+    fn is_lone_cluster(&self) -> bool {
+        self.rule.cluster_mode
+            && self.rule.strategy == FlowStrategy::Direct
+            && matches!(self.limit_app, LimitApp::Default)
+    }
+
     fn is_simple(&self) -> bool {
         let r = &*self.rule;
         r.grade == FlowGrade::Qps
@@ -79,12 +86,20 @@ pub(crate) struct ResourceFlowRules {
     /// The resource's only rule is a local reject-style QPS limit on its own cluster node for every origin
     /// (the common rule): checked without the general loop.
     simple: bool,
+    /// The resource's only rule is a cluster rule for every caller on the resource's own node: a call with a
+    /// leased token in hand is decided without the general loop ([`check_lone_cluster`]).
+    lone_cluster: bool,
 }
 
 impl ResourceFlowRules {
     /// The limit of the only rule, when it is simple.
     pub(crate) fn simple_limit(&self) -> Option<f64> {
         self.simple.then(|| self.rules[0].rule.count)
+    }
+
+    /// Whether the only rule is a cluster rule for every caller on the resource's own node.
+    pub(crate) fn lone_cluster(&self) -> bool {
+        self.lone_cluster
     }
 
     /// Whether a rule reads the resource's node in the default context (a chain rule naming it).
@@ -233,7 +248,8 @@ impl ResourceFlowRules {
             .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
             .collect();
         let simple = rules.len() == 1 && rules[0].is_simple();
-        ResourceFlowRules { rules, named_origins, simple }
+        let lone_cluster = rules.len() == 1 && rules[0].is_lone_cluster();
+        ResourceFlowRules { rules, named_origins, simple, lone_cluster }
     }
 }
 
@@ -646,6 +662,17 @@ pub(crate) fn check_lone(
     match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
         Some(_) => Ok(()),
         None => Err(lone_block(rules, resource, origin)),
+    }
+}
+
+/// The whole check of a resource whose only rule is a cluster rule for every caller (and only closed
+/// breakers), for a call that is not prioritized: true when a leased token paid for it. Anything else (no
+/// token in hand, no token service) takes the general path, which waits, falls back or blocks.
+#[inline(always)]
+pub(crate) fn check_lone_cluster(rules: &ResourceFlowRules, now_ms: u64, acquire: u32) -> bool {
+    match rules.rules[0].lease.get() {
+        Some(lease) => lease.take_in_hand(now_ms, acquire),
+        None => false,
     }
 }
 
