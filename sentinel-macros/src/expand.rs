@@ -338,6 +338,18 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         .collect();
     let edge = fake_return_edge(output_ty);
 
+    // An error (traced, or a timeout) goes to the fallback, the default fallback, or is returned.
+    let to_fallback = || {
+        if let Some(f) = &args.fallback {
+            let mut v = reused.clone();
+            v.push(error.to_token_stream());
+            call(&f.value, &err_ptr, v, true, "call_fallback")
+        } else if let Some(f) = &args.default_fallback {
+            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback")
+        } else {
+            quote!(::core::result::Result::Err(#error))
+        }
+    };
     let outcome = if plan.returns_result {
         // Error dispatch (SPEC §1 step 2).
         let mut checks = TokenStream::new();
@@ -361,15 +373,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
             checks.extend(quote!(#[allow(unused_variables)] let #v: bool = #m;));
             conds.push(quote!(#v));
         }
-        let on_traced = if let Some(f) = &args.fallback {
-            let mut v = reused.clone();
-            v.push(error.to_token_stream());
-            call(&f.value, &err_ptr, v, true, "call_fallback")
-        } else if let Some(f) = &args.default_fallback {
-            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback")
-        } else {
-            quote!(::core::result::Result::Err(#error))
-        };
+        let on_traced = to_fallback();
         let traced = quote! {
             #private::trace_error(&mut #entry);
             #on_traced
@@ -422,15 +426,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 let limit = local("__sentinel_limit");
                 let ms = &timeout.value;
                 let checked = quote_spanned!(ms.span()=> const { #private::checked_timeout_ms(#ms) });
-                let on_timeout = if let Some(f) = &args.fallback {
-                    let mut v = reused.clone();
-                    v.push(error.to_token_stream());
-                    call(&f.value, &err_ptr, v, true, "call_fallback")
-                } else if let Some(f) = &args.default_fallback {
-                    call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback")
-                } else {
-                    quote!(::core::result::Result::Err(#error))
-                };
+                let on_timeout = to_fallback();
                 let timed_out = quote_spanned!(error_span=> #private_at_error::timed_out(&mut #entry, #limit));
                 quote! {
                     let #limit = ::core::time::Duration::from_millis(#checked);
