@@ -192,6 +192,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     let result = local("__sentinel_result");
     let error = local("__sentinel_error");
     let delay = local("__sentinel_delay");
+    let cluster_wait = local("__sentinel_cluster_wait");
     let await_output = |call: TokenStream| -> TokenStream {
         if is_async {
             quote!(#private::handler_output(#call).await)
@@ -296,7 +297,15 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     let mutability = if plan.returns_result { quote!(mut) } else { TokenStream::new() };
     let enter = if is_async {
         quote! {
-            let #decision = #builder.decide();
+            // Decided now; a cluster rule whose leased tokens ran out makes the call await its token
+            // service (without blocking the executor) and decide again, with the arguments re-borrowed.
+            let mut #cluster_wait = #private::AsyncWait::new();
+            let #decision = loop {
+                match #private::decide_async(#builder, &mut #cluster_wait) {
+                    ::core::option::Option::Some(d) => break d,
+                    ::core::option::Option::None => #cluster_wait.wait().await,
+                }
+            };
             let #mutability #entry = match #decision {
                 ::core::result::Result::Ok(e) => e,
                 ::core::result::Result::Err(#block) => return #on_block,

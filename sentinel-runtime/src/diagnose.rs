@@ -18,7 +18,7 @@
 use std::fmt;
 
 use crate::circuit_breaker::{BreakerSnapshot, BreakerState, DegradeGrade, DegradeRule};
-use crate::flow::{ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
+use crate::flow::{ClusterRuleMode, ClusterRuleStatus, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 use crate::{NodeStats, RuleKind, Sentinel, LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
 
 /// What the diagnosis found about one rule.
@@ -88,6 +88,8 @@ pub struct Diagnosis {
     pub errors: ErrorTracing,
     /// Other observations.
     pub notes: Vec<String>,
+    /// The resource's cluster-mode flow rules: how each is decided now and why ([`Sentinel::cluster_status`]).
+    pub cluster: Vec<ClusterRuleStatus>,
 }
 
 fn origin_label(o: &str) -> String {
@@ -132,6 +134,7 @@ fn flow_value(grade: FlowGrade, s: &NodeStats) -> f64 {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn flow_finding(
     engine: &Sentinel,
     resource: &str,
@@ -140,6 +143,7 @@ fn flow_finding(
     all: &[FlowRule],
     seen: &Seen<'_>,
     contexts: &[String],
+    cluster_state: Option<&ClusterRuleStatus>,
 ) -> RuleFinding {
     let grade = match rule.grade {
         FlowGrade::Qps => "QPS",
@@ -248,12 +252,34 @@ fn flow_finding(
         }
     }
 
-    if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
-        f.applies = false;
-        f.problems.push(
-            "cluster mode without `fallback_to_local_when_fail`: when no token service answers the rule is skipped"
-                .to_string(),
-        );
+    if rule.cluster_mode {
+        let fallback = rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail);
+        match cluster_state.map(|c| c.mode) {
+            Some(ClusterRuleMode::Leasing) => {}
+            Some(ClusterRuleMode::Fallback) => f.problems.push(format!(
+                "cluster mode is falling back to a local limit of {}/s on this instance: {}",
+                cluster_state.map_or(rule.count, |c| c.local_limit),
+                cluster_state.and_then(|c| c.reason.clone()).unwrap_or_else(|| "the token service fails".into())
+            )),
+            Some(ClusterRuleMode::Passing) => {
+                f.applies = false;
+                f.problems.push(format!(
+                    "cluster mode without `fallback_to_local_when_fail` while the token service fails: every call                      passes ({})",
+                    cluster_state.and_then(|c| c.reason.clone()).unwrap_or_else(|| "no reason given".into())
+                ));
+            }
+            _ if !fallback => {
+                f.applies = false;
+                f.problems.push(
+                    "cluster mode without `fallback_to_local_when_fail` and no token service (enable `cluster-redis`                      and start `cluster::RedisCluster`): the rule is skipped"
+                        .to_string(),
+                );
+            }
+            _ => f.problems.push(
+                "cluster mode with no token service: decided locally with the whole count on this instance (start                  `cluster::RedisCluster` with the `cluster-redis` feature for one limit across instances)"
+                    .to_string(),
+            ),
+        }
     }
     if matches!(rule.control_behavior, ControlBehavior::WarmUp | ControlBehavior::WarmUpRateLimiter) {
         f.problems.push(format!(
@@ -404,11 +430,16 @@ impl Sentinel {
         let seen = Seen { origins: &origins, without_origin: calls_without_origin };
 
         let all_flow = self.flow_rules();
+        let cluster: Vec<ClusterRuleStatus> =
+            self.cluster_status().into_iter().filter(|c| c.rule.resource == resource).collect();
         let flow = all_flow
             .iter()
             .enumerate()
             .filter(|(_, r)| self.flow_rule_applies(r, resource))
-            .map(|(i, r)| flow_finding(self, resource, i, r, &all_flow, &seen, &contexts))
+            .map(|(i, r)| {
+                let c = cluster.iter().find(|c| c.rule == *r);
+                flow_finding(self, resource, i, r, &all_flow, &seen, &contexts, c)
+            })
             .collect();
 
         let degrade_rules = self.degrade_rules();
@@ -600,6 +631,7 @@ impl Sentinel {
             system,
             errors: ErrorTracing { completions, exceptions, hint },
             notes,
+            cluster,
         }
     }
 }
@@ -662,6 +694,9 @@ impl fmt::Display for Diagnosis {
             writeln!(f, "  note: {n}")?;
         }
         write_findings(f, "Flow rules", &self.flow)?;
+        for c in &self.cluster {
+            writeln!(f, "  {c}")?;
+        }
         write_findings(f, "Degrade rules", &self.degrade)?;
         if self.breakers.is_empty() {
             writeln!(f, "Circuit breakers: none")?;

@@ -397,12 +397,15 @@ impl Shared {
             param: self.param.for_resource(name),
             flow_simple: flow.as_ref().and_then(|f| f.simple_limit()),
             fast_path: false,
+            lone_cluster: false,
             flow,
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
         };
         rules.fast_path =
             rules.authority.is_none() && rules.param.is_none() && (rules.flow.is_none() || rules.flow_simple.is_some());
+        rules.lone_cluster =
+            rules.authority.is_none() && rules.param.is_none() && rules.flow.as_ref().is_some_and(|f| f.lone_cluster());
         rules
     }
 
@@ -773,6 +776,60 @@ impl Sentinel {
         self.warn_unknown_rule_resources(crate::error::RuleKind::Flow);
         Ok(())
     }
+    /// The state of every cluster-mode flow rule in force, in rule order: how it is decided now (leasing from
+    /// the shared limit, falling back to a local limit, and why), the tokens in hand, the live instances and
+    /// counters of calls to the token service. Cluster mode needs a token service (the `cluster-redis`
+    /// feature's `cluster::RedisCluster`); without one the rules are decided locally (see
+    /// [`ClusterRuleMode::NoService`](crate::flow::ClusterRuleMode::NoService)).
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, flow::{ClusterConfig, ClusterRuleMode, FlowRule}};
+    /// let engine = Sentinel::builder().build();
+    /// let mut rule = FlowRule::new("api").count(100.0);
+    /// rule.cluster_mode = true;
+    /// rule.cluster_config = Some(ClusterConfig::default());
+    /// engine.load_flow_rules([rule]).unwrap();
+    /// assert_eq!(engine.cluster_status()[0].mode, ClusterRuleMode::NoService);
+    /// ```
+    pub fn cluster_status(&self) -> Vec<crate::flow::ClusterRuleStatus> {
+        self.shared.flow.cluster_status(self.shared.now_ms())
+    }
+
+    #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
+    /// Registers (`Some`) or removes the cluster token service of this engine.
+    pub(crate) fn set_cluster_service(
+        &self,
+        service: Option<Arc<dyn crate::flow::cluster::TokenService>>,
+    ) -> Result<(), RuleError> {
+        self.shared.flow.set_cluster_service(service)?;
+        self.shared.refresh_rules();
+        Ok(())
+    }
+
+    /// Removes the cluster token service `service` if it is the one registered (another may have replaced it).
+    #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
+    pub(crate) fn unregister_cluster_service(
+        &self,
+        service: &Arc<dyn crate::flow::cluster::TokenService>,
+    ) -> Result<(), RuleError> {
+        if self.shared.flow.cluster_service().is_some_and(|s| Arc::ptr_eq(&s, service)) {
+            self.set_cluster_service(None)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a cluster token service is registered on this engine (a running cluster client): Java's
+    /// cluster mode "client" (`getClusterMode` answers 0), else "not started" (-1).
+    pub fn has_cluster_service(&self) -> bool {
+        self.shared.flow.cluster_service().is_some()
+    }
+
+    /// The cluster token service registered on this engine, if any: where it keeps the shared limits, its
+    /// timeout, whether it reaches them now (for the dashboard's cluster pages).
+    pub fn cluster_service_info(&self) -> Option<crate::flow::ClusterServiceInfo> {
+        self.shared.flow.cluster_service().map(|s| s.info())
+    }
+
     /// The flow rules in force.
     pub fn flow_rules(&self) -> Vec<FlowRule> {
         self.shared.flow.rules()

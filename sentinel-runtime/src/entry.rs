@@ -14,6 +14,7 @@ use crate::param_flow::HotParam;
 use crate::resource::ResourceInner;
 use crate::resource::{EntryType, Resource};
 
+use crate::flow::cluster::Wait;
 use crate::rules::{CheckCx, ExitCx, ResourceRules};
 use crate::slot::{SlotEntry, SlotExit};
 use crate::stat::{StatNode, Writer};
@@ -176,16 +177,26 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         self.build(true, install)
     }
 
-    /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread. The
-    /// returned future holds only the entry (not the hot-parameter arguments), so it is `Send`.
+    /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread, and so
+    /// does a cluster rule whose leased tokens ran out (it awaits the token service, at most its timeout,
+    /// then decides again). The returned future holds only the entry (not the hot-parameter arguments), so
+    /// it is `Send`; with hot-parameter arguments, a cluster rule with no token in hand is decided at once by
+    /// its local fallback instead of waiting (deciding again would need the arguments).
     ///
     /// The entry joins the active context (if any) but never changes the thread's context: the future may be
     /// polled on any thread and the entry dropped anywhere. Use [`Entry::instrument`] to run a future with
     /// the entry as its innermost entry.
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
-        let decided = self.build(false, false);
+        let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
+        let first = match self.build_in(wait, false) {
+            Ok(decided) => Ok(decided),
+            Err((b, pending)) => Err((Retry::of(b), pending)),
+        };
         async move {
-            let e = decided?;
+            let e = match first {
+                Ok(decided) => decided?,
+                Err((retry, pending)) => retry.run(pending).await?,
+            };
             if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
                 futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
             }
@@ -195,22 +206,65 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
     /// Like [`enter`](EntryBuilder::enter), a borrowed handle's entry becomes the thread's innermost entry.
+    /// A cluster rule with no leased token in hand is decided by its local fallback.
     #[inline(always)]
     pub fn decide(self) -> Result<Entry<'r>, BlockError> {
         let install = !self.res.is_owned();
         self.build(false, install)
     }
 
-    /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
-    /// innermost entry of the thread's context (a borrowed, synchronous entry).
+    /// One step of an async entry (annotated `async fn`s): the decision (installed like
+    /// [`decide`](EntryBuilder::decide)'s), or `None` when a cluster rule's lease is empty and the call must
+    /// await `pending` and then decide again (with a new builder). `deadline`: the deadline of the wait under
+    /// way (0 before the first wait).
+    #[inline(always)]
+    pub(crate) fn decide_step(
+        self,
+        deadline: u64,
+        pending: &mut Option<flow::cluster::Pending>,
+    ) -> Option<Result<Entry<'r>, BlockError>> {
+        let install = !self.res.is_owned();
+        match self.build_in(Wait::Async(deadline), install) {
+            Ok(decided) => Some(decided),
+            Err((_, p)) => {
+                *pending = Some(p);
+                None
+            }
+        }
+    }
+
+    /// The whole entry path, waiting as `sleep` says; `install` as for [`build_in`](Self::build_in).
     #[inline(always)]
     fn build(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
+        self.build_as::<Result<Entry<'r>, BlockError>>(if sleep { Wait::Blocking(0) } else { Wait::Now }, install)
+    }
+
+    /// [`build_as`](Self::build_as) for an async caller: `Err` gives the builder back with the wait a cluster
+    /// rule asked for.
+    #[inline(always)]
+    #[allow(clippy::type_complexity)]
+    fn build_in(
+        self,
+        wait: Wait,
+        install: bool,
+    ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::cluster::Pending)> {
+        self.build_as::<MayWait<'r, 'a>>(wait, install)
+    }
+
+    /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
+    /// innermost entry of the thread's context (a borrowed, synchronous entry). A cluster rule's wait blocks
+    /// here ([`Wait::Blocking`]) or, for an outcome that can hand the call back ([`MayWait`], with
+    /// [`Wait::Async`]), returns the builder and the wait. The outcome type is static, so the synchronous
+    /// path compiles to what it was before cluster waits existed.
+    #[inline(always)]
+    fn build_as<O: Outcome<'r, 'a>>(self, wait: Wait, install: bool) -> O {
+        let sleep = matches!(wait, Wait::Blocking(_));
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
         let inner: &'r ResourceInner = self.res.inner();
         let outer = context::current();
         if !shared.enabled.load(Ordering::Relaxed) || !inner.checked {
-            return Ok(Entry::unchecked(self.res));
+            return O::decided(Ok(Entry::unchecked(self.res)));
         }
 
         // The context: the active one, or a fresh one owned by this entry.
@@ -235,7 +289,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         };
         if state.ctx.is_null() {
             // Past the context cap: pass unchecked.
-            return Ok(Entry::unchecked(self.res));
+            return O::decided(Ok(Entry::unchecked(self.res)));
         }
         // SAFETY: contexts and origins are never freed while the engine (kept alive by `res`) lives.
         let ctx = unsafe { &*state.ctx };
@@ -261,6 +315,12 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
         let mut checks = Checks::default();
+        // The wait mode rides in `checks` (blocking is its zero: `enter` stores nothing); a retry's deadline
+        // is kept where only the cluster rule's slow path looks for it.
+        if wait.mode() != 0 {
+            checks.wait_mode = wait.mode();
+        }
+        let _deadline = flow::cluster::DeadlineScope::enter(wait.deadline());
         let needs_checks = inner.has_rules.load(Ordering::Acquire)
             || (inbound && shared.system.active())
             || shared.has_custom_slots.load(Ordering::Acquire);
@@ -285,13 +345,27 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 self.run_checks(rules, &mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos)
             });
             if let Err(block) = decided {
-                let w = Writer::at(now_ms);
-                nodes.for_each(|n| n.block_with(&w, self.acquire));
-                shared.on_block(&block, now_ms, self.acquire);
-                if let Some(o) = inner.observed.get() {
-                    o.record_block(&block, self.acquire);
+                let block = if asks_to_wait(&block, wait) {
+                    // A cluster rule's lease is empty: wait outside the rules' read section.
+                    let Some(p) = flow::cluster::take_pending() else {
+                        return O::decided(Err(block));
+                    };
+                    if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
+                        return O::wait(self, p, block);
+                    }
+                    self.recheck_after_wait(p, &mut checks, shared, inner, node, ctx, origin, &nodes).err()
+                } else {
+                    Some(block)
+                };
+                if let Some(block) = block {
+                    let w = Writer::at(now_ms);
+                    nodes.for_each(|n| n.block_with(&w, self.acquire));
+                    shared.on_block(&block, now_ms, self.acquire);
+                    if let Some(o) = inner.observed.get() {
+                        o.record_block(&block, self.acquire);
+                    }
+                    return O::decided(Err(block));
                 }
-                return Err(block);
             }
         }
 
@@ -311,7 +385,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         if sleep && checks.wait_nanos > 0 && shared.clock.manual().is_none() {
             std::thread::sleep(Duration::from_nanos(checks.wait_nanos));
         }
-        Ok(Entry {
+        O::decided(Ok(Entry {
             res: self.res,
             node: Some(node),
             origin_node,
@@ -327,11 +401,50 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             flow: checks.flow,
             param: checks.param,
             degrade: checks.degrade,
-        })
+        }))
     }
 }
 
 impl EntryBuilder<'_, '_> {
+    /// A cluster rule asked the call to wait (`p`): blocks the thread until its lease changed or the wait's
+    /// deadline passed, and decides again, as often as the lease changes before the deadline.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn recheck_after_wait(
+        &self,
+        mut p: flow::cluster::Pending,
+        checks: &mut Checks,
+        shared: &Shared,
+        inner: &ResourceInner,
+        node: &DefaultNode,
+        ctx: &crate::context::ContextInfo,
+        origin: &crate::context::OriginInfo,
+        nodes: &Nodes<'_>,
+    ) -> Result<(), BlockError> {
+        loop {
+            p.wait_blocking();
+            // The checks undid what they took when the call was asked to wait.
+            *checks = Checks::default();
+            let _deadline = flow::cluster::DeadlineScope::enter(p.deadline());
+            let now_nanos = shared.clock.now_nanos();
+            let decided = inner
+                .with_rules(|rules| self.run_checks(rules, checks, shared, inner, node, ctx, origin, nodes, now_nanos));
+            match decided {
+                Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::cluster::take_pending() {
+                    Some(again) => p = again,
+                    None => return decided,
+                },
+                decided => return decided,
+            }
+        }
+    }
+
+    /// Whether the call needs every check whatever its rules (the system rules or user slots apply).
+    fn is_general(&self, shared: &Shared) -> bool {
+        (self.entry_type == EntryType::In && shared.system.active()) || shared.has_custom_slots.load(Ordering::Acquire)
+    }
+
     /// Every check in slot order (the general path), on the rules read by the caller.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
@@ -347,6 +460,18 @@ impl EntryBuilder<'_, '_> {
         nodes: &Nodes<'_>,
         now_nanos: u64,
     ) -> Result<(), BlockError> {
+        if rules.lone_cluster && !self.prioritized && !self.is_general(shared) {
+            // A lone cluster rule with a leased token in hand, decided before the general check context is
+            // built (here rather than beside the fast path, which then compiles as before); without a token
+            // in hand, the general path below waits, falls back or blocks.
+            let breakers = rules.degrade.as_ref().or(rules.default_degrade.as_ref());
+            let now_ms = now_nanos / NANOS_PER_MILLI;
+            if let Some(f) = &rules.flow {
+                if breakers.is_none_or(|b| b.all_closed(now_ms)) && flow::check_lone_cluster(f, now_ms, self.acquire) {
+                    return Ok(());
+                }
+            }
+        }
         let cx = CheckCx {
             shared,
             resource: inner,
@@ -360,6 +485,7 @@ impl EntryBuilder<'_, '_> {
             args: &self.args,
             now_nanos,
             now_ms: now_nanos / NANOS_PER_MILLI,
+            cluster_wait: Wait::of_mode(checks.wait_mode),
         };
         let mut scratch = flow::Scratch::default();
         // User code runs in the checks (slots, `HotParam` impls): if it panics, what the earlier checks took
@@ -369,7 +495,95 @@ impl EntryBuilder<'_, '_> {
             Ok(r) => r,
             Err(panic) => {
                 checks.undo_all(&cx, rules, &mut scratch);
+                // No wait is left behind for a later entry on this thread.
+                let _ = flow::cluster::take_pending();
                 std::panic::resume_unwind(panic)
+            }
+        }
+    }
+}
+
+/// What the entry path returns ([`EntryBuilder::build_as`]): a decision, or, for async callers, the
+/// builder and the wait a cluster rule asked for.
+trait Outcome<'r, 'a>: Sized {
+    /// Whether the call may be handed back to wait (else a cluster wait blocks the thread).
+    const HANDS_BACK: bool;
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
+    /// The call must wait (only called when [`HANDS_BACK`](Outcome::HANDS_BACK)); `block` is what the
+    /// checks answered meanwhile.
+    fn wait(b: EntryBuilder<'r, 'a>, p: flow::cluster::Pending, block: BlockError) -> Self;
+}
+
+impl<'r, 'a> Outcome<'r, 'a> for Result<Entry<'r>, BlockError> {
+    const HANDS_BACK: bool = false;
+    #[inline(always)]
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
+        d
+    }
+    fn wait(_: EntryBuilder<'r, 'a>, _: flow::cluster::Pending, block: BlockError) -> Self {
+        Err(block)
+    }
+}
+
+/// A decision, or the builder back with a cluster wait.
+type MayWait<'r, 'a> = Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, flow::cluster::Pending)>;
+
+impl<'r, 'a> Outcome<'r, 'a> for MayWait<'r, 'a> {
+    const HANDS_BACK: bool = true;
+    #[inline(always)]
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
+        Ok(d)
+    }
+    fn wait(b: EntryBuilder<'r, 'a>, p: flow::cluster::Pending, _: BlockError) -> Self {
+        Err((b, p))
+    }
+}
+
+/// What an async entry needs to decide again after waiting for a cluster lease: the handle and the options,
+/// owned (the origin and context names are copied; there are no hot-parameter arguments).
+struct Retry<'r> {
+    res: ResRef<'r>,
+    entry_type: EntryType,
+    acquire: u32,
+    origin: Option<String>,
+    context: Option<String>,
+    prioritized: bool,
+}
+
+impl<'r> Retry<'r> {
+    #[cold]
+    fn of(b: EntryBuilder<'r, '_>) -> Self {
+        Retry {
+            res: b.res,
+            entry_type: b.entry_type,
+            acquire: b.acquire,
+            origin: b.origin.map(str::to_owned),
+            context: b.context.map(str::to_owned),
+            prioritized: b.prioritized,
+        }
+    }
+
+    /// Awaits the lease, decides again, and so on until the call is decided (at the latest when the wait's
+    /// deadline passed: then by the rule's local fallback).
+    async fn run(mut self, mut pending: flow::cluster::Pending) -> Result<Entry<'r>, BlockError> {
+        loop {
+            let deadline = pending.deadline();
+            pending.wait_async().await;
+            let b = EntryBuilder {
+                res: self.res,
+                entry_type: self.entry_type,
+                acquire: self.acquire,
+                origin: self.origin.as_deref(),
+                context: self.context.as_deref(),
+                args: &[],
+                prioritized: self.prioritized,
+            };
+            match b.build_in(Wait::Async(deadline), false) {
+                Ok(decided) => return decided,
+                Err((b, again)) => {
+                    self.res = b.res;
+                    pending = again;
+                }
             }
         }
     }
@@ -433,6 +647,18 @@ struct Checks {
     /// Bit i set: the user slot at index i passed (its exit hook runs).
     slots_passed: u32,
     occupied: bool,
+    /// [`Wait::mode`] of the call (0, the default: it may block its thread).
+    wait_mode: u8,
+}
+
+/// Whether a check that answered `block` asked the call to wait for a cluster lease instead (the wait is in
+/// `flow::cluster::take_pending`): only a cluster rule's flow block can be one, and only when the call may
+/// wait. Looked at on the blocked path only.
+#[inline(always)]
+fn asks_to_wait(block: &BlockError, wait: Wait) -> bool {
+    !matches!(wait, Wait::Now)
+        && matches!(block, BlockError::Flow { rule, .. } if rule.cluster_mode)
+        && flow::cluster::has_pending()
 }
 
 /// A call that passed the checks. Dropping it exits the resource: on return, early return, `?` and unwind.

@@ -77,6 +77,8 @@
 pub mod authority;
 pub mod circuit_breaker;
 pub mod clock;
+#[cfg(feature = "cluster-redis")]
+pub mod cluster;
 pub mod config;
 pub mod context;
 #[cfg(feature = "serde")]

@@ -291,6 +291,39 @@ pub fn as_str<S: AsRef<str> + ?Sized>(value: &S) -> &str {
     value.as_ref()
 }
 
+/// The wait of an annotated `async fn` whose cluster rule has no leased token in hand (see [`decide_async`]).
+#[derive(Default)]
+pub struct AsyncWait {
+    pending: Option<crate::flow::cluster::Pending>,
+    /// The deadline of the wait under way (0: none yet), kept for the next decision.
+    deadline: u64,
+}
+
+impl AsyncWait {
+    /// No wait yet.
+    pub fn new() -> Self {
+        AsyncWait::default()
+    }
+
+    /// Awaits the token service (at most until the wait's deadline), without blocking the thread.
+    pub async fn wait(&mut self) {
+        if let Some(p) = self.pending.take() {
+            self.deadline = p.deadline();
+            p.wait_async().await;
+        }
+    }
+}
+
+/// Decides an async entry: `None` when the call must `wait` (a cluster rule's lease is empty) and then be
+/// decided again with a fresh builder (the arguments are borrowed again, so the future holds none of them).
+#[inline(always)]
+pub fn decide_async<'r>(
+    builder: crate::EntryBuilder<'r, '_>,
+    wait: &mut AsyncWait,
+) -> Option<Result<Entry<'r>, BlockError>> {
+    builder.decide_step(wait.deadline, &mut wait.pending)
+}
+
 /// The timer an async entry awaits when a queueing rule (rate limiter, warm-up queueing, occupy) made it wait.
 /// `None` when it need not wait, or when the engine runs on a manual clock.
 #[inline]

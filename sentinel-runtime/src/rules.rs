@@ -32,6 +32,10 @@ pub(crate) struct ResourceRules {
     /// No authority or hot-parameter rule, and no flow rule or one simple one: an entry that is not
     /// prioritized, while every breaker is closed, is checked by the flow rule alone.
     pub(crate) fast_path: bool,
+    /// No authority or hot-parameter rule, and one flow rule, a cluster rule for every caller: an entry that
+    /// is not prioritized, while every breaker is closed and a leased token is in hand, is decided by it
+    /// alone.
+    pub(crate) lone_cluster: bool,
     /// Degrade rules of the resource itself.
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
     /// The default (`"*"`) breakers, used only when the resource has none of its own.
@@ -94,6 +98,8 @@ pub(crate) struct CheckCx<'a> {
     pub(crate) args: &'a &'a [&'a dyn HotParam],
     pub(crate) now_nanos: u64,
     pub(crate) now_ms: u64,
+    /// Whether a cluster rule whose lease is empty may make the call wait, and how.
+    pub(crate) cluster_wait: crate::flow::cluster::Wait,
 }
 
 /// What the exit hooks see of an entry that passed.
@@ -144,6 +150,12 @@ impl<R: Clone + PartialEq> RuleList<R> {
         install(&unique)?;
         self.rules.store(Arc::new(unique));
         Ok(true)
+    }
+
+    /// Builds and publishes the compiled rules again from the list in force (under the load lock).
+    pub(crate) fn reinstall(&self, install: impl FnOnce(&[R]) -> Result<(), RuleError>) -> Result<(), RuleError> {
+        let _g = self.load_lock.lock().unwrap_or_else(|e| e.into_inner());
+        install(&self.rules.load())
     }
 
     /// The rules in force.

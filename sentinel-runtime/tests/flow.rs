@@ -348,10 +348,34 @@ fn validation_names_the_field() {
         (
             FlowRule {
                 cluster_mode: true,
-                cluster_config: Some(ClusterConfig::default()),
+                cluster_config: Some(ClusterConfig { flow_id: Some(0), ..ClusterConfig::default() }),
                 ..FlowRule::new("x").count(1.0)
             },
             "cluster_config.flow_id",
+        ),
+        (
+            FlowRule {
+                cluster_mode: true,
+                cluster_config: Some(ClusterConfig { sample_count: 3, ..ClusterConfig::default() }),
+                ..FlowRule::new("x").count(1.0)
+            },
+            "cluster_config.window_interval_ms",
+        ),
+        (
+            FlowRule {
+                cluster_mode: true,
+                cluster_config: Some(ClusterConfig::default()),
+                ..FlowRule::new("x").count(1.0).grade(FlowGrade::Thread)
+            },
+            "grade",
+        ),
+        (
+            FlowRule {
+                cluster_mode: true,
+                cluster_config: Some(ClusterConfig::default()),
+                ..FlowRule::new("x").count(1.0).control_behavior(ControlBehavior::WarmUp)
+            },
+            "control_behavior",
         ),
     ];
     let (engine, _clock) = engine();

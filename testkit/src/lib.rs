@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod http;
+pub mod redis;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};

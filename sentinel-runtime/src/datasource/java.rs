@@ -53,6 +53,13 @@ code!(BehaviorCode, ControlBehavior, "0 (reject), 1 (warm up), 2 (rate limiter) 
 code!(ThresholdCode, ClusterThresholdType, "0 (average local) or 1 (global)", {
     0 => ClusterThresholdType::AvgLocal, 1 => ClusterThresholdType::Global
 });
+/// Java's `ClusterFlowConfig.strategy`: only 0 (normal) is valid, as `FlowRuleUtil.checkClusterField` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterStrategy {
+    /// The only cluster strategy.
+    Normal,
+}
+code!(ClusterStrategyCode, ClusterStrategy, "0 (the only cluster strategy)", { 0 => ClusterStrategy::Normal });
 code!(DegradeGradeCode, DegradeGrade, "0 (slow request ratio), 1 (error ratio) or 2 (error count)", {
     0 => DegradeGrade::SlowRequestRatio, 1 => DegradeGrade::ErrorRatio, 2 => DegradeGrade::ErrorCount
 });
@@ -99,9 +106,9 @@ pub struct ClusterConfigDto {
     sample_count: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     window_interval_ms: Option<u64>,
-    // Java fields of the token service we accept and do not use.
     #[serde(default, skip_serializing)]
-    strategy: Option<IgnoredAny>,
+    strategy: Option<ClusterStrategyCode>,
+    // Java fields of the token service we accept and do not use.
     #[serde(default, skip_serializing)]
     resource_timeout: Option<IgnoredAny>,
     #[serde(default, skip_serializing)]

@@ -273,6 +273,37 @@ fn bad_code_is_reported_with_what_is_expected() {
 }
 
 #[test]
+fn cluster_config_fields_are_read_and_checked_as_java_checks_them() {
+    let doc = r#"[{"resource": "api", "grade": 1, "count": 1000, "clusterMode": true,
+        "clusterConfig": {"flowId": 42, "thresholdType": 1, "fallbackToLocalWhenFail": false, "strategy": 0,
+                          "sampleCount": 4, "windowIntervalMs": 2000, "resourceTimeout": 2000}}]"#;
+    let rules = parse_rules::<FlowRule>(doc, Format::Json).unwrap();
+    let c = rules[0].cluster_config.as_ref().unwrap();
+    assert_eq!(
+        (c.flow_id, c.threshold_type, c.fallback_to_local_when_fail),
+        (Some(42), ClusterThresholdType::Global, false)
+    );
+    assert_eq!((c.sample_count, c.window_interval_ms), (4, 2000));
+    // Java's only cluster strategy is 0.
+    let e = parse_rules::<FlowRule>(&doc.replace(r#""strategy": 0"#, r#""strategy": 1"#), Format::Json).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("[0].clusterConfig.strategy"), "{e}");
+    // A window that does not split into equal buckets, and a zero flow id, are rejected with the field.
+    let engine = Sentinel::builder().build();
+    for (bad, field) in [
+        (doc.replace(r#""sampleCount": 4"#, r#""sampleCount": 3"#), "cluster_config.window_interval_ms"),
+        (doc.replace(r#""flowId": 42"#, r#""flowId": 0"#), "cluster_config.flow_id"),
+        (doc.replace(r#""sampleCount": 4"#, r#""sampleCount": 0"#), "cluster_config.sample_count"),
+    ] {
+        let rules = parse_rules::<FlowRule>(&bad, Format::Json).unwrap();
+        match engine.load_flow_rules(rules) {
+            Err(RuleError::Invalid { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected an error on {field}, got {other:?}"),
+        }
+    }
+    assert!(engine.flow_rules().is_empty(), "nothing was loaded");
+}
+
+#[test]
 fn bad_param_item_value_and_regex_are_errors() {
     let e = parse_rules::<ParamFlowRule>(
         r#"[{"resource": "a", "paramIdx": 0, "paramFlowItemList": [{"object": "abc", "count": 1, "classType": "int"}]}]"#,

@@ -262,7 +262,11 @@ struct Row {
 /// - `sentinel_response_time_seconds`: histogram of completed calls' response times, from the attach;
 /// - `sentinel_concurrency`: calls in flight (gauge);
 /// - `sentinel_circuit_breaker_state{rule, grade}`: 0 closed, 1 open, 2 half-open (gauge); `rule` is the
-///   rule's position in [`Sentinel::degrade_rules`].
+///   rule's position in [`Sentinel::degrade_rules`];
+/// - with cluster-mode flow rules, `sentinel_cluster_mode{rule}` (0 no token service, 1 leasing, 2 local
+///   fallback, 3 passing: gauge) and the counters `sentinel_cluster_tokens_leased_total`,
+///   `sentinel_cluster_round_trips_total`, `sentinel_cluster_failures_total` and
+///   `sentinel_cluster_local_decisions_total`; `rule` is the rule's position in [`Sentinel::flow_rules`].
 pub fn render(engine: &Sentinel) -> String {
     let state = state(engine);
     let counters = state.accumulate(engine);
@@ -323,7 +327,54 @@ pub fn render(engine: &Sentinel) -> String {
     }
 
     render_breakers(engine, &app, &names, &mut out);
+    render_cluster(engine, &app, &mut out);
     out
+}
+
+/// Cluster-mode flow rules (only when there are): how each is decided, and its counters
+/// ([`Sentinel::cluster_status`]).
+fn render_cluster(engine: &Sentinel, app: &str, out: &mut String) {
+    use crate::flow::ClusterRuleMode;
+    let states = engine.cluster_status();
+    if states.is_empty() {
+        return;
+    }
+    let rules = engine.flow_rules();
+    let labels: Vec<String> = states
+        .iter()
+        .map(|s| {
+            let index = rules.iter().position(|r| *r == s.rule).map(|i| i.to_string()).unwrap_or_default();
+            format!("app=\"{app}\",resource=\"{}\",rule=\"{index}\"", escape(&s.rule.resource))
+        })
+        .collect();
+    family(
+        out,
+        "sentinel_cluster_mode",
+        "gauge",
+        "How a cluster flow rule is decided: 0 no token service, 1 leasing, 2 local fallback, 3 passing.",
+    );
+    for (s, l) in states.iter().zip(&labels) {
+        let mode = match s.mode {
+            ClusterRuleMode::Leasing => 1,
+            ClusterRuleMode::Fallback => 2,
+            ClusterRuleMode::Passing => 3,
+            _ => 0,
+        };
+        let _ = writeln!(out, "sentinel_cluster_mode{{{l}}} {mode}");
+    }
+    type Counter = (&'static str, &'static str, fn(&crate::flow::ClusterRuleStatus) -> u64);
+    let counters: [Counter; 4] = [
+        ("sentinel_cluster_tokens_leased_total", "Tokens leased from the shared limit.", |s| s.tokens_leased),
+        ("sentinel_cluster_round_trips_total", "Calls to the token service.", |s| s.round_trips),
+        ("sentinel_cluster_failures_total", "Failed calls to the token service.", |s| s.failures),
+        ("sentinel_cluster_local_decisions_total", "Calls decided by the local fallback.", |s| s.fallback_decisions),
+    ];
+    for (name, help, value) in counters {
+        family(out, name, "counter", help);
+        for (s, l) in states.iter().zip(&labels) {
+            let _ = writeln!(out, "{name}{{{l}}} {}", value(s));
+        }
+    }
 }
 
 fn render_breakers(engine: &Sentinel, app: &str, names: &[String], out: &mut String) {
@@ -354,6 +405,21 @@ fn render_breakers(engine: &Sentinel, app: &str, names: &[String], out: &mut Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_rules_show_how_they_are_decided() {
+        let engine = Sentinel::builder().app_name("shop").build();
+        assert!(!render(&engine).contains("sentinel_cluster_mode"), "no cluster rule, no cluster family");
+        let rule = crate::flow::FlowRule {
+            cluster_mode: true,
+            cluster_config: Some(crate::flow::ClusterConfig::default()),
+            ..crate::flow::FlowRule::new("api").count(5.0)
+        };
+        engine.load_flow_rules([crate::flow::FlowRule::new("db").count(1.0), rule]).unwrap();
+        let text = render(&engine);
+        assert!(text.contains("sentinel_cluster_mode{app=\"shop\",resource=\"api\",rule=\"1\"} 0"), "{text}");
+        assert!(text.contains("sentinel_cluster_local_decisions_total{app=\"shop\",resource=\"api\",rule=\"1\"} 0"));
+    }
 
     #[test]
     fn bucket_bounds_are_validated() {

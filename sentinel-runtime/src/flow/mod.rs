@@ -1,8 +1,10 @@
 //! Flow control: QPS and concurrency limits with node selection by origin, relation and chain.
 
+pub(crate) mod cluster;
 mod controller;
 mod rule;
 
+pub use cluster::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 
 use std::collections::HashMap;
@@ -37,9 +39,18 @@ pub(crate) struct FlowRuleState {
     ref_resource: OnceLock<Arc<ResourceInner>>,
     /// Registry generation at the last failed lookup of `ref_resource`.
     ref_miss_generation: AtomicUsize,
+    /// Cluster mode with a token service registered: the rule's leased tokens.
+    pub(crate) lease: OnceLock<Arc<cluster::RuleLease>>,
 }
 
 impl FlowRuleState {
+    /// A cluster rule (QPS and reject, by validation) for every caller on the resource's own node.
+    fn is_lone_cluster(&self) -> bool {
+        self.rule.cluster_mode
+            && self.rule.strategy == FlowStrategy::Direct
+            && matches!(self.limit_app, LimitApp::Default)
+    }
+
     fn is_simple(&self) -> bool {
         let r = &*self.rule;
         r.grade == FlowGrade::Qps
@@ -62,6 +73,7 @@ impl FlowRuleState {
             controller,
             ref_resource: OnceLock::new(),
             ref_miss_generation: AtomicUsize::new(usize::MAX),
+            lease: OnceLock::new(),
         }
     }
 }
@@ -74,12 +86,20 @@ pub(crate) struct ResourceFlowRules {
     /// The resource's only rule is a local reject-style QPS limit on its own cluster node for every origin
     /// (the common rule): checked without the general loop.
     simple: bool,
+    /// The resource's only rule is a cluster rule for every caller on the resource's own node: a call with a
+    /// leased token in hand is decided without the general loop ([`check_lone_cluster`]).
+    lone_cluster: bool,
 }
 
 impl ResourceFlowRules {
     /// The limit of the only rule, when it is simple.
     pub(crate) fn simple_limit(&self) -> Option<f64> {
         self.simple.then(|| self.rules[0].rule.count)
+    }
+
+    /// Whether the only rule is a cluster rule for every caller on the resource's own node.
+    pub(crate) fn lone_cluster(&self) -> bool {
+        self.lone_cluster
     }
 
     /// Whether a rule reads the resource's node in the default context (a chain rule naming it).
@@ -109,9 +129,16 @@ pub(crate) struct EntryState {
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
+    /// Tokens taken from cluster leases: the lease, its key, the count.
+    leased: [Option<(std::ptr::NonNull<cluster::RuleLease>, u64, u32)>; MAX_HELD],
 }
 
 impl Scratch {
+    fn push_leased(&mut self, lease: &cluster::RuleLease, key: u64, n: u32) {
+        if let Some(slot) = self.leased.iter_mut().find(|s| s.is_none()) {
+            *slot = Some((std::ptr::NonNull::from(lease), key, n));
+        }
+    }
     fn held(&mut self, node: &StatNode) -> Option<&mut Reservation> {
         self.reservations.iter_mut().flatten().find(|(p, _)| std::ptr::eq(p.0.as_ptr(), node)).map(|(_, r)| r)
     }
@@ -124,6 +151,12 @@ impl Scratch {
         for r in self.reservations.iter_mut() {
             if let Some((p, res)) = r.take() {
                 p.get().admission().release(res);
+            }
+        }
+        for t in self.leased.iter_mut() {
+            if let Some((p, key, n)) = t.take() {
+                // SAFETY: a lease lives as long as its rule state, which the check being undone holds.
+                unsafe { p.as_ref() }.release(key, n as u64);
             }
         }
     }
@@ -173,6 +206,8 @@ impl EntryState {
 pub(crate) struct FlowManager {
     set: ArcSwap<FlowRuleSet>,
     rules: RuleList<FlowRule>,
+    /// The cluster token service, if one is registered.
+    cluster: cluster::Registration,
 }
 
 /// The compiled flow rules of one load.
@@ -213,7 +248,8 @@ impl ResourceFlowRules {
             .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
             .collect();
         let simple = rules.len() == 1 && rules[0].is_simple();
-        ResourceFlowRules { rules, named_origins, simple }
+        let lone_cluster = rules.len() == 1 && rules[0].is_lone_cluster();
+        ResourceFlowRules { rules, named_origins, simple, lone_cluster }
     }
 }
 
@@ -274,13 +310,38 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         );
     }
     if rule.cluster_mode {
-        match &rule.cluster_config {
-            None => return bad("cluster_config", "is required when cluster_mode is on"),
-            Some(c) if c.flow_id.is_none() => return bad("cluster_config.flow_id", "is required in cluster mode"),
-            Some(c) if c.sample_count == 0 || c.window_interval_ms == 0 => {
-                return bad("cluster_config", "sample_count and window_interval_ms must be > 0")
-            }
-            Some(_) => {}
+        let Some(c) = &rule.cluster_config else {
+            return bad("cluster_config", "is required when cluster_mode is on");
+        };
+        if c.flow_id == Some(0) {
+            return bad("cluster_config.flow_id", "must be > 0 (or absent: the rule is then keyed by its resource)");
+        }
+        if c.sample_count == 0 {
+            return bad("cluster_config.sample_count", "must be > 0");
+        }
+        if c.window_interval_ms == 0 {
+            return bad("cluster_config.window_interval_ms", "must be > 0");
+        }
+        if c.window_interval_ms % c.sample_count as u64 != 0 {
+            return bad(
+                "cluster_config.window_interval_ms",
+                "must be a multiple of sample_count (the window is split into equal buckets)",
+            );
+        }
+        if rule.grade != FlowGrade::Qps {
+            return bad("grade", "cluster mode limits QPS only; use a local rule for concurrency");
+        }
+        if rule.control_behavior != ControlBehavior::Reject {
+            return bad(
+                "control_behavior",
+                "cluster mode admits or rejects (as Java's token server does); use Reject in cluster mode",
+            );
+        }
+        if rule.strategy == FlowStrategy::Relate {
+            return bad(
+                "strategy",
+                "cluster mode counts the rule's own calls; relate is not supported in cluster mode",
+            );
         }
     }
     Ok(())
@@ -305,31 +366,93 @@ impl FlowManager {
             }
             Ok(())
         };
-        self.rules.replace(rules, check, normalize, |unique| {
-            let (regex, exact): (Vec<&FlowRule>, Vec<&FlowRule>) = unique.iter().partition(|r| r.regex);
-            let by_resource = group_reusing(
-                exact.iter().copied(),
-                |r| &r.resource,
-                |r| old.exact.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r).cloned()),
-                |r| FlowRuleState::new(r.clone()),
-            );
-            let exact = by_resource.into_iter().map(|(name, rules)| (name, Arc::new(ResourceFlowRules::new(rules))));
-            let compiled = compiler.finish();
-            let mut set = FlowRuleSet {
-                exact: exact.collect(),
-                patterns: Patterns::group(regex.into_iter().map(|r| (r.resource.as_str(), r.clone())), &compiled),
-                matched: Mutex::default(),
-            };
-            // Resolve again the resources that matched a pattern, keeping the state of rules that stay.
-            let old_matched = std::mem::take(&mut *old.matched.lock().unwrap_or_else(|e| e.into_inner()));
-            let matched = old_matched
-                .into_iter()
-                .filter_map(|(name, rules)| set.resolve(&name, Some(&rules)).map(|r| (name, r)))
-                .collect();
-            set.matched = Mutex::new(matched);
-            self.set.store(Arc::new(set));
-            Ok(())
+        self.rules.replace(rules, check, normalize, |unique| self.install(unique, &old, &compiler))
+    }
+
+    /// Registers (or removes) the cluster token service: cluster rules in force get leases from it (rules
+    /// whose leases came from another service are rebuilt). The caller refreshes the resources' rules.
+    #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
+    pub(crate) fn set_cluster_service(&self, service: Option<Arc<dyn cluster::TokenService>>) -> Result<(), RuleError> {
+        self.cluster.set(service);
+        self.rules.reinstall(|unique| {
+            let old = self.set.load_full();
+            let compiler = Compiler::new(RuleKind::Flow, &old.patterns);
+            for (index, rule) in unique.iter().enumerate().filter(|(_, r)| r.regex) {
+                compiler.check(index, &rule.resource)?;
+            }
+            self.install(unique, &old, &compiler)
         })
+    }
+
+    /// The cluster token service, if one is registered.
+    pub(crate) fn cluster_service(&self) -> Option<Arc<dyn cluster::TokenService>> {
+        self.cluster.service()
+    }
+
+    /// The state of every cluster-mode rule in force, in rule order.
+    pub(crate) fn cluster_status(&self, now_ms: u64) -> Vec<ClusterRuleStatus> {
+        let set = self.set.load();
+        self.rules
+            .get()
+            .into_iter()
+            .filter(|r| r.cluster_mode)
+            .map(|r| {
+                let state = set.exact.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == r).cloned());
+                match state.as_ref().and_then(|s| s.lease.get()) {
+                    Some(lease) => lease.status(now_ms),
+                    None => cluster::ClusterRuleStatus::without_service(r),
+                }
+            })
+            .collect()
+    }
+
+    /// Compiles and publishes `unique` (validated, deduplicated), reusing the states of equal rules of `old`.
+    fn install(
+        &self,
+        unique: &[FlowRule],
+        old: &FlowRuleSet,
+        compiler: &Compiler<'_, FlowRule>,
+    ) -> Result<(), RuleError> {
+        let service = self.cluster.service();
+        // A state keeps its lease only while the lease comes from the service registered now.
+        let reusable = |s: &FlowRuleState| match (s.lease.get(), &service) {
+            (None, _) => true,
+            (Some(l), Some(svc)) => cluster::bound_to(l, svc),
+            (Some(_), None) => false,
+        };
+        let (regex, exact): (Vec<&FlowRule>, Vec<&FlowRule>) = unique.iter().partition(|r| r.regex);
+        let by_resource = group_reusing(
+            exact.iter().copied(),
+            |r| &r.resource,
+            |r| {
+                old.exact
+                    .get(&r.resource)
+                    .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r && reusable(s)).cloned())
+            },
+            |r| FlowRuleState::new(r.clone()),
+        );
+        if let Some(svc) = &service {
+            // Cluster rules are exact (validation refuses regex ones).
+            for st in by_resource.values().flatten().filter(|s| s.rule.cluster_mode) {
+                cluster::lease_for(&st.lease, &st.rule, svc);
+            }
+        }
+        let exact = by_resource.into_iter().map(|(name, rules)| (name, Arc::new(ResourceFlowRules::new(rules))));
+        let compiled = compiler.finish();
+        let mut set = FlowRuleSet {
+            exact: exact.collect(),
+            patterns: Patterns::group(regex.into_iter().map(|r| (r.resource.as_str(), r.clone())), &compiled),
+            matched: Mutex::default(),
+        };
+        // Resolve again the resources that matched a pattern, keeping the state of rules that stay.
+        let old_matched = std::mem::take(&mut *old.matched.lock().unwrap_or_else(|e| e.into_inner()));
+        let matched = old_matched
+            .into_iter()
+            .filter_map(|(name, rules)| set.resolve(&name, Some(&rules)).map(|r| (name, r)))
+            .collect();
+        set.matched = Mutex::new(matched);
+        self.set.store(Arc::new(set));
+        Ok(())
     }
 
     pub(crate) fn rules(&self) -> Vec<FlowRule> {
@@ -436,9 +559,21 @@ pub(crate) fn check(
     let mut wait_nanos = 0u64;
     for st in &rules.rules {
         let rule = &*st.rule;
-        if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
-            // No token service is connected: cluster rules without local fallback pass.
-            continue;
+        if rule.cluster_mode {
+            if let Some(lease) = st.lease.get() {
+                let Some(node) = select_node(st, rules, cx) else {
+                    continue;
+                };
+                let decision = lease.check(node, cx, scratch);
+                if let Some(r) = apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
+                    return r;
+                }
+                continue;
+            }
+            if !cluster::no_service(rule) {
+                // No token service: cluster rules without local fallback pass (Java's behaviour).
+                continue;
+            }
         }
         let Some(node) = select_node(st, rules, cx) else {
             continue;
@@ -539,6 +674,17 @@ pub(crate) fn check_lone(
     match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
         Some(_) => Ok(()),
         None => Err(lone_block(rules, resource, origin, node.qps_retry_after(now_ms, acquire, limit, false))),
+    }
+}
+
+/// The whole check of a resource whose only rule is a cluster rule for every caller (and only closed
+/// breakers), for a call that is not prioritized: true when a leased token paid for it. Anything else (no
+/// token in hand, no token service) takes the general path, which waits, falls back or blocks.
+#[inline(always)]
+pub(crate) fn check_lone_cluster(rules: &ResourceFlowRules, now_ms: u64, acquire: u32) -> bool {
+    match rules.rules[0].lease.get() {
+        Some(lease) => lease.take_in_hand(now_ms, acquire),
+        None => false,
     }
 }
 

@@ -70,6 +70,12 @@
 //! word and writing it back for a tag to be mistaken (an owner's `spent` is reset when it credits a chunk, so
 //! an idle owner's old count is not mistaken either).
 //!
+//! **Leases.** The same machinery spends tokens that an owner hands out as a whole (a cluster rule's lease
+//! from its token service): [`AdmissionWindow::lease_replace`] closes the pool like a bucket change (the
+//! unspent tokens are counted and returned to the owner) and opens it with the new tokens and the last
+//! millisecond they may be spent in, which the common call compares instead of a bucket index;
+//! [`AdmissionWindow::lease_add`] tops the pool up. Callers never open a lease themselves ([`Mode`]).
+//!
 //! A second reject rule with a different limit on a node this entry already reserved on reserves in a plain
 //! compare-and-swap window ([`CasWindow`]) that counts only the calls reaching that rule (rare: two rules on
 //! one node).
@@ -217,6 +223,27 @@ impl Local {
     }
 }
 
+/// How a window's tokens are issued: by the window itself per bucket ([`Buckets`]), or by an owner that
+/// replaces them as a whole (a cluster lease). Static, so that the local limits' path is compiled as before.
+pub(crate) trait Mode {
+    /// Whether a caller that finds a later key (or another limit) opens it itself. Lease callers never do:
+    /// an expired lease gives no tokens until its owner replaces it.
+    const OPENS: bool;
+    /// A caller took a chunk from the pool; `left` tokens remain in it (not counting the stripes').
+    #[inline(always)]
+    fn took_chunk(&self, _left: u64) {}
+}
+
+/// A window's own buckets: budgets computed from the limit and the previous bucket.
+pub(crate) struct Buckets;
+
+impl Mode for Buckets {
+    const OPENS: bool = true;
+}
+
+/// The limit a lease's tokens are tagged with (any fixed value: leases have no limit of their own).
+const LEASE_LIMIT: f64 = 0.0;
+
 /// Exact admission for one node (see the module documentation).
 pub(crate) struct AdmissionWindow {
     meta: CachePadded<Meta>,
@@ -316,7 +343,20 @@ impl AdmissionWindow {
     /// The bucket (index) whose tokens paid for `acquire` passes, or `None`: block.
     #[inline(always)]
     fn reserve(&self, now_ms: u64, acquire: u32, limit: f64, borrowed: &dyn Fn(u64) -> u64) -> Option<u64> {
-        let bucket = now_ms / BUCKET_MS;
+        self.reserve_in(now_ms / BUCKET_MS, now_ms, acquire, limit, borrowed, &Buckets)
+    }
+
+    /// [`reserve`](Self::reserve) at the key `bucket` (a bucket index, or a lease's time: see [`Mode`]).
+    #[inline(always)]
+    fn reserve_in<M: Mode>(
+        &self,
+        bucket: u64,
+        now_ms: u64,
+        acquire: u32,
+        limit: f64,
+        borrowed: &dyn Fn(u64) -> u64,
+        mode: &M,
+    ) -> Option<u64> {
         let lease = stripe::lease();
         let idx = lease.index;
         let local = &self.locals[idx];
@@ -339,7 +379,7 @@ impl AdmissionWindow {
                         continue;
                     }
                 }
-                match self.slow(bucket, now_ms, idx, false, a, limit, borrowed) {
+                match self.slow(bucket, now_ms, idx, false, a, limit, borrowed, mode) {
                     Step::Done(r) => return r,
                     Step::Again => continue,
                 }
@@ -356,7 +396,7 @@ impl AdmissionWindow {
                     continue;
                 }
             }
-            match self.slow(bucket, now_ms, idx, true, a, limit, borrowed) {
+            match self.slow(bucket, now_ms, idx, true, a, limit, borrowed, mode) {
                 Step::Done(r) => return r,
                 Step::Again => continue,
             }
@@ -396,7 +436,7 @@ impl AdmissionWindow {
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    fn slow(
+    fn slow<M: Mode>(
         &self,
         bucket: u64,
         now_ms: u64,
@@ -405,12 +445,17 @@ impl AdmissionWindow {
         a: u64,
         limit: f64,
         borrowed: &dyn Fn(u64) -> u64,
+        mode: &M,
     ) -> Step {
         let local = &self.locals[idx];
         let open = self.meta.bucket.load(Ordering::Acquire);
         // Before the first bucket `open` is `NONE` (no bucket is later) and the limit is `UNSET_LIMIT`
         // (no rule's limit: a NaN count is rejected by validation), so this opens the first bucket.
         if bucket > open || self.meta.limit.load(Ordering::Relaxed) != limit.to_bits() {
+            if !M::OPENS {
+                // A lease that expired (or none yet): only its owner replaces it.
+                return Step::Done(None);
+            }
             self.open(bucket, limit, borrowed, if shared { usize::MAX } else { idx });
             return Step::Again;
         }
@@ -432,7 +477,7 @@ impl AdmissionWindow {
             // More than the whole bucket holds (a zero limit, say): no scan can find enough.
             return Step::Done(None);
         }
-        self.refill(bucket, idx, !shared, a, limit, borrowed)
+        self.refill(bucket, idx, !shared, a, limit, borrowed, mode)
     }
 
     /// `acquire == 0`: passes while the window is within the limit.
@@ -447,7 +492,17 @@ impl AdmissionWindow {
 
     /// The stripe's tokens do not cover the call: take a chunk from the pool, or gather.
     #[cold]
-    fn refill(&self, bucket: u64, idx: usize, owner: bool, a: u64, limit: f64, borrowed: &dyn Fn(u64) -> u64) -> Step {
+    #[allow(clippy::too_many_arguments)]
+    fn refill<M: Mode>(
+        &self,
+        bucket: u64,
+        idx: usize,
+        owner: bool,
+        a: u64,
+        limit: f64,
+        borrowed: &dyn Fn(u64) -> u64,
+        mode: &M,
+    ) -> Step {
         let mut spins = 0;
         loop {
             let p = self.pool.word.load(Ordering::Acquire);
@@ -457,6 +512,9 @@ impl AdmissionWindow {
             }
             let open = self.meta.bucket.load(Ordering::Acquire);
             if open == NONE || bucket > open || self.meta.limit.load(Ordering::Relaxed) != limit.to_bits() {
+                if !M::OPENS {
+                    return Step::Done(None);
+                }
                 self.open(bucket, limit, borrowed, if owner { idx } else { usize::MAX });
                 continue;
             }
@@ -477,6 +535,7 @@ impl AdmissionWindow {
                 self.pool.moving.fetch_sub(1, Ordering::AcqRel);
             }
             if ok {
+                mode.took_chunk(left - chunk);
                 return Step::Done(Some(open));
             }
         }
@@ -497,7 +556,7 @@ impl AdmissionWindow {
         let mut v = local.load(Ordering::Acquire);
         loop {
             if gen_of(v) != g {
-                self.give_back(open, n, false);
+                let _ = self.give_back(open, n, false);
                 return;
             }
             let t = (tokens_of(v) + n).min(MAX_TOKENS);
@@ -511,9 +570,9 @@ impl AdmissionWindow {
     /// Returns `n` tokens of bucket `bucket` to the pool, if that bucket is still open (else they are dropped:
     /// the closed bucket counted them as used, which only lowers what later buckets admit). `announce` when
     /// the caller is not inside a move already: the tokens added then count as a move for blocked callers.
-    fn give_back(&self, bucket: u64, n: u64, announce: bool) {
+    fn give_back(&self, bucket: u64, n: u64, announce: bool) -> bool {
         if n == 0 {
-            return;
+            return true;
         }
         let mut spins = 0;
         loop {
@@ -525,14 +584,14 @@ impl AdmissionWindow {
             // The bookkeeping changes only while the pool is closed: a successful swap below proves it was
             // read for the generation of `p`.
             if self.meta.bucket.load(Ordering::Acquire) != bucket {
-                return;
+                return false;
             }
             let t = (tokens_of(p) + n).min(MAX_TOKENS);
             if self.pool.word.compare_exchange(p, pack(gen_of(p), t), Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if announce {
                     self.pool.moving.fetch_add(1 << 32, Ordering::AcqRel);
                 }
-                return;
+                return true;
             }
         }
     }
@@ -643,7 +702,7 @@ impl AdmissionWindow {
                 return Step::Done(Some(open));
             }
             // Not enough (or the bucket closed under us): put back what was taken.
-            self.give_back(open, have, false);
+            let _ = self.give_back(open, have, false);
             let after = self.pool.moving.fetch_sub(1, Ordering::AcqRel);
             let quiet = !pending && (before & 0xFFFF_FFFF) == 0 && (after >> 32) == ((before >> 32) + 1) & 0xFFFF_FFFF;
             if stale {
@@ -666,6 +725,39 @@ impl AdmissionWindow {
     #[cold]
     #[inline(never)]
     fn open(&self, bucket: u64, limit: f64, borrowed: &dyn Fn(u64) -> u64, own: usize) {
+        let done = || {
+            let open = self.meta.bucket.load(Ordering::Acquire);
+            open != NONE && bucket <= open && self.meta.limit.load(Ordering::Acquire) == limit.to_bits()
+        };
+        let Some((ng, left)) = self.close(own, done) else {
+            return;
+        };
+        let open = self.meta.bucket.load(Ordering::Acquire);
+        let used = self.meta.budget.load(Ordering::Acquire).saturating_sub(left);
+        let (target, base, bor, budget, tokens);
+        if open != NONE && bucket <= open {
+            // Same bucket, another limit: what was used stays used.
+            target = open;
+            base = self.pool.base.load(Ordering::Acquire);
+            bor = self.pool.borrowed.load(Ordering::Acquire);
+            tokens = floor_tokens(limit - base as f64).saturating_sub(used);
+            budget = used + tokens;
+        } else {
+            target = bucket;
+            bor = borrowed(bucket * BUCKET_MS);
+            let prev =
+                if open != NONE && bucket == open + 1 { used + self.pool.borrowed.load(Ordering::Acquire) } else { 0 };
+            base = prev + bor;
+            budget = floor_tokens(limit - base as f64);
+            tokens = budget;
+        }
+        self.publish(ng, target, limit, base, bor, budget, tokens);
+    }
+
+    /// Closes the pool and drains every stripe (unless `done` says, before the pool is closed, that someone
+    /// else already opened what the caller wants): returns the next generation and the tokens left unspent.
+    /// The pool stays closed until [`publish`](Self::publish). `own`: the stripe the caller owns.
+    fn close(&self, own: usize, done: impl Fn() -> bool) -> Option<(u64, u64)> {
         let mut spins = 0;
         let p = loop {
             let p = self.pool.word.load(Ordering::Acquire);
@@ -673,9 +765,8 @@ impl AdmissionWindow {
                 backoff(&mut spins);
                 continue;
             }
-            let open = self.meta.bucket.load(Ordering::Acquire);
-            if open != NONE && bucket <= open && self.meta.limit.load(Ordering::Acquire) == limit.to_bits() {
-                return;
+            if done() {
+                return None;
             }
             if self.pool.word.compare_exchange(p, CLOSED, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 break p;
@@ -722,25 +813,12 @@ impl AdmissionWindow {
         for (k, l) in self.locals[..owned].iter().enumerate() {
             l.unlock(held[k]);
         }
-        let open = self.meta.bucket.load(Ordering::Acquire);
-        let used = self.meta.budget.load(Ordering::Acquire).saturating_sub(left);
-        let (target, base, bor, budget, tokens);
-        if open != NONE && bucket <= open {
-            // Same bucket, another limit: what was used stays used.
-            target = open;
-            base = self.pool.base.load(Ordering::Acquire);
-            bor = self.pool.borrowed.load(Ordering::Acquire);
-            tokens = floor_tokens(limit - base as f64).saturating_sub(used);
-            budget = used + tokens;
-        } else {
-            target = bucket;
-            bor = borrowed(bucket * BUCKET_MS);
-            let prev =
-                if open != NONE && bucket == open + 1 { used + self.pool.borrowed.load(Ordering::Acquire) } else { 0 };
-            base = prev + bor;
-            budget = floor_tokens(limit - base as f64);
-            tokens = budget;
-        }
+        Some((ng, left))
+    }
+
+    /// Opens generation `ng` (the pool closed by [`close`](Self::close)) for `target` and `limit`.
+    #[allow(clippy::too_many_arguments)]
+    fn publish(&self, ng: u64, target: u64, limit: f64, base: u64, bor: u64, budget: u64, tokens: u64) {
         self.pool.base.store(base, Ordering::Release);
         self.pool.borrowed.store(bor, Ordering::Release);
         self.meta.budget.store(budget, Ordering::Release);
@@ -748,6 +826,66 @@ impl AdmissionWindow {
         self.meta.bucket.store(target, Ordering::Release);
         self.pool.word.store(pack(ng, tokens), Ordering::Release);
         self.pool.moving.fetch_add(1 << 32, Ordering::AcqRel);
+    }
+
+    /// Spends `acquire` tokens of the lease in force if `now_ms` is within it (at most its `valid_until`);
+    /// returns the lease's key (its `valid_until`) for [`lease_release`](Self::lease_release), or `None`:
+    /// not enough tokens left, or the lease expired. Leases are the same exact machinery as the buckets: the
+    /// common call spends from the thread's own stripe with plain stores.
+    #[inline(always)]
+    pub(crate) fn lease_take<M: Mode>(&self, now_ms: u64, acquire: u32, mode: &M) -> Option<u64> {
+        debug_assert!(!M::OPENS);
+        self.reserve_in(now_ms, now_ms, acquire, LEASE_LIMIT, &|_| 0, mode)
+    }
+
+    /// Replaces the lease in force (its unspent tokens are taken out) with `tokens` usable up to
+    /// `valid_until` (ms, inclusive; 0: none). Returns the tokens the replaced lease left unspent. Tokens a
+    /// caller was moving from the pool to its stripe at that moment count as spent (never as left).
+    pub(crate) fn lease_replace(&self, valid_until: u64, tokens: u64) -> u64 {
+        let (ng, left) = self.close(usize::MAX, || false).unwrap_or((0, 0));
+        let tokens = tokens.min(MAX_TOKENS);
+        // A budget no call exceeds: a lease is topped up without a new budget.
+        self.publish(ng, valid_until, LEASE_LIMIT, 0, 0, MAX_TOKENS, tokens);
+        left
+    }
+
+    /// Adds `tokens` to the lease valid up to `valid_until`; false if that lease was replaced (the tokens
+    /// were not added).
+    pub(crate) fn lease_add(&self, valid_until: u64, tokens: u64) -> bool {
+        self.meta.limit.load(Ordering::Acquire) == LEASE_LIMIT.to_bits() && self.give_back(valid_until, tokens, true)
+    }
+
+    /// Gives back `n` tokens taken from the lease `key` (if it is still in force).
+    pub(crate) fn lease_release(&self, key: u64, n: u64) {
+        let _ = self.give_back(key, n, true);
+    }
+
+    /// The tokens of the lease in force not spent yet (an estimate while callers take them).
+    pub(crate) fn lease_left(&self) -> u64 {
+        let p = self.pool.word.load(Ordering::Acquire);
+        if p == CLOSED {
+            return 0;
+        }
+        let g = gen_of(p);
+        let owned = self.owned();
+        let mut left = tokens_of(p);
+        for (k, l) in self.locals.iter().enumerate() {
+            let v = l.word.load(Ordering::Acquire);
+            if gen_of(v) != g {
+                continue;
+            }
+            let s = if k < owned { spent_in(l.spent.load(Ordering::Acquire), g) } else { 0 };
+            left += tokens_of(v).saturating_sub(s);
+        }
+        left
+    }
+
+    /// The `valid_until` of the lease in force (0 when none).
+    pub(crate) fn lease_valid_until(&self) -> u64 {
+        match self.meta.bucket.load(Ordering::Acquire) {
+            NONE => 0,
+            v => v,
+        }
     }
 
     /// For a second rule on a node this entry already reserved on: reserves in the secondary window (the first
@@ -799,7 +937,7 @@ impl AdmissionWindow {
 
     /// Gives a reservation back (if its bucket is still open).
     pub(crate) fn release(&self, r: Reservation) {
-        self.give_back(r.bucket_start() / BUCKET_MS, r.count as u64, true);
+        let _ = self.give_back(r.bucket_start() / BUCKET_MS, r.count as u64, true);
         if r.secondary() != 0 {
             self.secondary.release_tagged(r.secondary() - 1, r.count);
         }
@@ -1128,6 +1266,99 @@ mod tests {
                 }
                 now.fetch_add(2 * BUCKET_MS, Ordering::Relaxed);
             }
+        });
+        assert!(wrong.is_empty(), "{wrong:?}");
+    }
+
+    /// A lease owner for the tests: counts the chunks taken below a low-water mark.
+    struct TestLease {
+        low_water: u64,
+        signals: AtomicU64,
+    }
+
+    impl Mode for TestLease {
+        const OPENS: bool = false;
+        fn took_chunk(&self, left: u64) {
+            if left < self.low_water {
+                self.signals.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn drain_lease(w: &AdmissionWindow, now_ms: u64, acquire: u32, m: &TestLease) -> u64 {
+        let mut got = 0;
+        while w.lease_take(now_ms, acquire, m).is_some() {
+            got += acquire as u64;
+        }
+        got
+    }
+
+    #[test]
+    fn lease_tokens_are_spent_exactly_and_the_rest_comes_back_on_replace() {
+        let m = TestLease { low_water: 10, signals: AtomicU64::new(0) };
+        let w = AdmissionWindow::new();
+        assert!(w.lease_take(T0, 1, &m).is_none(), "no lease yet");
+        assert_eq!(w.lease_replace(T0 + 99, 50), 0);
+        let key = w.lease_take(T0, 5, &m).expect("a lease in force");
+        assert_eq!(key, T0 + 99);
+        w.lease_release(key, 5);
+        assert_eq!(drain_lease(&w, T0 + 10, 3, &m), 48, "50 tokens, 3 at a time");
+        assert!(m.signals.load(Ordering::Relaxed) > 0, "the owner heard that the pool ran low");
+        assert!(w.lease_add(T0 + 99, 7));
+        assert_eq!(drain_lease(&w, T0 + 20, 1, &m), 9, "2 left plus 7 added");
+        assert!(w.lease_add(T0 + 99, 4));
+        assert_eq!(w.lease_left(), 4);
+        assert!(w.lease_take(T0 + 100, 1, &m).is_none(), "expired after its last millisecond");
+        assert_eq!(w.lease_replace(T0 + 199, 10), 4, "the unspent tokens come back to the owner");
+        assert!(!w.lease_add(T0 + 99, 4), "the replaced lease takes no more tokens");
+        assert_eq!(drain_lease(&w, T0 + 150, 1, &m), 10);
+        assert_eq!(w.lease_replace(0, 0), 0);
+        assert!(w.lease_take(T0 + 150, 1, &m).is_none(), "revoked");
+    }
+
+    #[test]
+    fn lease_spent_by_many_threads_while_topped_up_and_replaced_never_exceeds_what_was_granted() {
+        // Threads spend while the owner tops the lease up and replaces it: in every lease, what the threads
+        // spent plus what came back on replace is exactly what was granted.
+        let threads = 4;
+        let m = TestLease { low_water: 0, signals: AtomicU64::new(0) };
+        let w = AdmissionWindow::new();
+        let spent: Vec<AtomicU64> = (0..64).map(|_| AtomicU64::new(0)).collect();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut wrong = Vec::new();
+        std::thread::scope(|sc| {
+            for t in 0..threads {
+                let (w, m, spent, stop) = (&w, &m, &spent, &stop);
+                sc.spawn(move || {
+                    let acquire = [1u32, 2, 1, 3][t];
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Some(key) = w.lease_take(T0, acquire, m) {
+                            spent[(key - T0) as usize].fetch_add(acquire as u64, Ordering::Relaxed);
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+            for lease in 1..64u64 {
+                let mut granted = 40 + lease * 7;
+                w.lease_replace(T0 + lease, granted);
+                for _ in 0..3 {
+                    std::thread::yield_now();
+                    if w.lease_add(T0 + lease, 11) {
+                        granted += 11;
+                    }
+                }
+                std::thread::yield_now();
+                let left = w.lease_replace(T0 + lease, 0);
+                // The zero-token lease under the same key ends it: nothing more is spent from it.
+                let _ = w.lease_replace(0, 0);
+                let used = spent[lease as usize].load(Ordering::Relaxed);
+                if used + left > granted {
+                    wrong.push(format!("lease {lease}: granted {granted}, spent {used}, left {left}"));
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
         });
         assert!(wrong.is_empty(), "{wrong:?}");
     }

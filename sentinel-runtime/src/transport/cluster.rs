@@ -1,10 +1,14 @@
 //! The cluster flow control commands, in one place.
 //!
-//! Cluster flow control is not set up in this application yet, so `getClusterMode` answers mode `-1` ("not
-//! started"), which the dashboard's cluster page shows as such, and `setClusterMode` explains why it cannot
-//! change it. The other cluster commands (`cluster/client/*`, `cluster/server/*`) are not registered: the
-//! dashboard takes their `Unknown command` answer for "unsupported". When cluster flow control exists, its
-//! commands are added to [`COMMANDS`] here.
+//! While a cluster token service runs on the engine (`cluster::RedisCluster`, feature `cluster-redis`),
+//! `getClusterMode` answers mode `0` (Java's "client": the application asks a shared limit) with
+//! `clientAvailable`, and `cluster/client/fetchConfig` tells where the shared limits are kept (the Redis host
+//! and port as `serverHost` and `serverPort`, the timeout as `requestTimeout`, and `clientState` 2 while Redis
+//! answers, 1 while it does not): the dashboard's cluster pages show it as a connected client. There is no
+//! token server to run (`serverAvailable` is false; `setClusterMode?mode=1` explains why). Without a service,
+//! `getClusterMode` answers mode `-1` ("not started"). The other cluster commands (`cluster/server/*`, and
+//! changing the client's server) are not registered: the dashboard takes their `Unknown command` answer for
+//! "unsupported". Each rule's cluster state is `Sentinel::cluster_status`.
 
 use serde::Serialize;
 
@@ -12,6 +16,8 @@ use super::commands::{Center, Command, CommandError, Params, Reply};
 
 /// Java's `ClusterStateManager.CLUSTER_NOT_STARTED`.
 pub(crate) const CLUSTER_NOT_STARTED: i32 = -1;
+/// Java's `ClusterStateManager.CLUSTER_CLIENT`.
+pub(crate) const CLUSTER_CLIENT: i32 = 0;
 
 pub(crate) const COMMANDS: &[Command] = &[
     Command { name: "getClusterMode", desc: "get cluster mode status", write: false, run: get_cluster_mode },
@@ -20,6 +26,12 @@ pub(crate) const COMMANDS: &[Command] = &[
         desc: "set cluster mode, accept param: mode={0|1} 0:client mode 1:server mode",
         write: true,
         run: set_cluster_mode,
+    },
+    Command {
+        name: "cluster/client/fetchConfig",
+        desc: "get cluster client config",
+        write: false,
+        run: fetch_client_config,
     },
 ];
 
@@ -32,22 +44,66 @@ struct ClusterMode {
     server_available: bool,
 }
 
-fn get_cluster_mode(_: &Center, _: &Params) -> Result<Reply, CommandError> {
-    Reply::json(&ClusterMode {
-        mode: CLUSTER_NOT_STARTED,
-        last_modified: -1,
-        client_available: false,
-        server_available: false,
-    })
+fn get_cluster_mode(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    let mode = match c.engine.cluster_service_info() {
+        Some(info) => ClusterMode {
+            mode: CLUSTER_CLIENT,
+            last_modified: i64::try_from(info.since_ms).unwrap_or(i64::MAX),
+            client_available: true,
+            server_available: false,
+        },
+        None => ClusterMode {
+            mode: CLUSTER_NOT_STARTED,
+            last_modified: -1,
+            client_available: false,
+            server_available: false,
+        },
+    };
+    Reply::json(&mode)
 }
 
-fn set_cluster_mode(_: &Center, p: &Params) -> Result<Reply, CommandError> {
+/// Java's `ClusterClientStateEntity`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClientConfig {
+    server_host: String,
+    server_port: u16,
+    /// `ClientConstants`: 0 off, 1 pending, 2 started.
+    client_state: i32,
+    request_timeout: u64,
+}
+
+fn fetch_client_config(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    match c.engine.cluster_service_info() {
+        Some(info) => Reply::json(&ClientConfig {
+            server_host: info.host,
+            server_port: info.port,
+            client_state: if info.connected { 2 } else { 1 },
+            request_timeout: info.timeout_ms,
+        }),
+        None => Reply::json(&ClientConfig {
+            server_host: String::new(),
+            server_port: 0,
+            client_state: 0,
+            request_timeout: 0,
+        }),
+    }
+}
+
+fn set_cluster_mode(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let running = c.engine.has_cluster_service();
     match p.get("mode").map(str::trim) {
+        // Already a client of the shared limit on Redis.
+        Some("0") if running => Ok(Reply::text("success")),
         Some("0") => Err(CommandError(
-            "token client mode not available: cluster flow control is not set up in this application".into(),
+            "token client mode not available: start cluster::RedisCluster in the application (feature \
+             cluster-redis) to use cluster flow control"
+                .into(),
         )),
         Some("1") => Err(CommandError(
-            "token server mode not available: cluster flow control is not set up in this application".into(),
+            "token server mode not available: cluster flow control runs on Redis, there is no token server to \
+             start"
+                .into(),
         )),
         _ => Err(CommandError("invalid parameter: `mode` must be 0 (client) or 1 (server)".into())),
     }

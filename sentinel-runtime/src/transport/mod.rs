@@ -16,7 +16,8 @@
 //! # What it serves
 //! The commands the dashboard calls, in its formats (Java's `sentinel-transport-common`): `metric`,
 //! `jsonTree`, `clusterNode`, `getRules` / `setRules` (flow, degrade, system, authority),
-//! `getParamFlowRules` / `setParamFlowRules`, `getClusterMode` (mode -1: cluster flow control not started);
+//! `getParamFlowRules` / `setParamFlowRules`, `getClusterMode` and `cluster/client/fetchConfig` (mode 0, a
+//! client of the shared limits, while `cluster::RedisCluster` runs; else -1, not started);
 //! and for people with curl: `version`, `basicInfo`, `getSwitch` / `setSwitch`, `systemStatus`, `api`,
 //! `diagnose?resource=`. A command is the path (`GET /getRules?type=flow`); parameters come from the query
 //! string and a form-encoded body, each decoded once. Answers are `200` with the result, `400` with the

@@ -1,0 +1,162 @@
+//! The cluster client's settings and its errors.
+
+use std::time::Duration;
+
+/// Settings of a [`RedisCluster`](super::RedisCluster) client, with their defaults.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ClusterOptions {
+    /// The Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS is not built in).
+    pub url: String,
+    /// The namespace of the keys (the application's shared limits): the engine's app name when `None`.
+    /// Every instance of one application must use the same.
+    pub namespace: Option<String>,
+    /// How long a call whose lease is empty waits for Redis, and the bound on every Redis call (default
+    /// 20 ms, Java's token client timeout). Past it the call is decided by the local fallback.
+    pub timeout: Duration,
+    /// How often the instance renews its membership of each rule (default 1 s).
+    pub heartbeat_interval: Duration,
+    /// How long a membership lasts without renewal (default 3 s): an instance that stops (a crash, a
+    /// network split) no longer counts after this long.
+    pub member_ttl: Duration,
+    /// A lease is not spent in the last this-long of its Redis bucket (default 2 ms), to absorb the
+    /// difference between the instances' clocks' rates and the cached clock's resolution.
+    pub lease_margin: Duration,
+    /// The longest pause between two attempts to reach a failing Redis (default 1 s; the first retry
+    /// comes after 100 ms, then the pause doubles).
+    pub retry_max: Duration,
+    /// This instance's name in the membership sets (default `host:pid:random`).
+    pub instance_id: Option<String>,
+}
+
+impl ClusterOptions {
+    /// The defaults, for the Redis at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        ClusterOptions {
+            url: url.into(),
+            namespace: None,
+            timeout: Duration::from_millis(20),
+            heartbeat_interval: Duration::from_secs(1),
+            member_ttl: Duration::from_secs(3),
+            lease_margin: Duration::from_millis(2),
+            retry_max: Duration::from_secs(1),
+            instance_id: None,
+        }
+    }
+
+    /// Checks the settings against each other.
+    pub(crate) fn validate(&self) -> Result<(), ClusterError> {
+        let bad = |field: &'static str, reason: &str| Err(ClusterError::Option { field, reason: reason.to_string() });
+        if self.timeout.is_zero() {
+            return bad("timeout", "must be > 0");
+        }
+        if self.heartbeat_interval.is_zero() {
+            return bad("heartbeat_interval", "must be > 0");
+        }
+        if self.member_ttl <= self.heartbeat_interval {
+            return bad(
+                "member_ttl",
+                "must be longer than heartbeat_interval, or live instances would expire between beats",
+            );
+        }
+        if self.retry_max.is_zero() {
+            return bad("retry_max", "must be > 0");
+        }
+        if let Some(ns) = &self.namespace {
+            if ns.trim().is_empty() {
+                return bad("namespace", "must not be blank (leave it unset to use the app name)");
+            }
+        }
+        if let Some(id) = &self.instance_id {
+            if id.trim().is_empty() {
+                return bad("instance_id", "must not be blank (leave it unset for host:pid:random)");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why the cluster client (or the Redis data source) could not start, or is not ready.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The Redis URL does not parse.
+    #[error("invalid Redis URL `{url}`: {reason} (expected redis://[user:password@]host:port[/db])")]
+    Url {
+        /// The URL given (with any password replaced by `***`).
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// A setting is out of range.
+    #[error("invalid cluster option `{field}`: {reason}")]
+    Option {
+        /// The setting.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The background thread could not be started.
+    #[error("could not start the {what} thread: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Redis was not reached in time (the client keeps trying in the background; rules fall back meanwhile).
+    #[error("Redis is not available: {reason}")]
+    Unavailable {
+        /// The last failure.
+        reason: String,
+    },
+    /// A data source key or channel is blank.
+    #[error("invalid Redis data source: {reason}")]
+    Source {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The URL with its password hidden (for messages and logs).
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    match rest.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info.split_once(':').map_or("", |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Opens a client for `url` (no connection yet).
+pub(crate) fn client_for(url: &str) -> Result<redis::Client, ClusterError> {
+    redis::Client::open(url).map_err(|e| ClusterError::Url { url: redact(url), reason: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_in_messages() {
+        assert_eq!(redact("redis://:secret@127.0.0.1:6379"), "redis://:***@127.0.0.1:6379");
+        assert_eq!(redact("redis://app:secret@h:1/2"), "redis://app:***@h:1/2");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        let e = client_for("http://:pw@x").map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains(":***@") && !e.to_string().contains("pw"), "{e}");
+    }
+
+    #[test]
+    fn options_that_contradict_each_other_are_refused() {
+        let mut o = ClusterOptions::new("redis://127.0.0.1");
+        o.member_ttl = o.heartbeat_interval;
+        assert!(matches!(o.validate(), Err(ClusterError::Option { field: "member_ttl", .. })));
+        let mut o = ClusterOptions::new("redis://127.0.0.1");
+        o.timeout = Duration::ZERO;
+        assert!(matches!(o.validate(), Err(ClusterError::Option { field: "timeout", .. })));
+        assert!(ClusterOptions::new("redis://127.0.0.1").validate().is_ok());
+    }
+}

@@ -1,0 +1,421 @@
+//! Rules from Redis: Java's `RedisDataSource` semantics.
+//!
+//! Each source is a key holding a rule document (one kind's list in Sentinel's JSON, as Java's data source
+//! holds, or a combined [`RuleSet`](crate::datasource::RuleSet) document) and a channel on which updates
+//! are announced: the message is the new document. A publisher writes both at once, as Java's documentation
+//! says:
+//!
+//! ```text
+//! MULTI
+//! SET sentinel:shop:flow-rules '[{"resource": "queryOrder", "count": 100}]'
+//! PUBLISH sentinel:shop:flow-rules:changed '[{"resource": "queryOrder", "count": 100}]'
+//! EXEC
+//! ```
+//!
+//! The data source reads every key when it starts and whenever it reconnects (so an update published while
+//! it was disconnected is not missed), and applies each message at once. A document that does not parse or
+//! that the engine rejects is reported (logged, and given to [`RedisDataSource::on_reload`] listeners) and
+//! the rules in force stay. Losing the connection is reported too, and the data source reconnects by itself
+//! (after 100 ms, then doubling up to a bound).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use crate::datasource::{parse_rules, Format, ParseError, RuleSet};
+use crate::{RuleError, RuleKind, Sentinel};
+
+use super::config::{client_for, redact, ClusterError};
+
+/// One key and its channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Source {
+    /// `None`: a combined document.
+    kind: Option<RuleKind>,
+    key: String,
+    channel: String,
+}
+
+/// What happened to one source: a reload's outcome, given to [`RedisDataSource::on_reload`] listeners.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum RedisReload {
+    /// The document changed and its rules are in force.
+    Applied {
+        /// The key (or the channel's key) the document came from.
+        key: String,
+        /// The kinds it holds.
+        kinds: Vec<RuleKind>,
+    },
+    /// The document equals the one applied last.
+    Unchanged {
+        /// The key.
+        key: String,
+    },
+    /// The key does not exist (yet): nothing to apply.
+    Missing {
+        /// The key.
+        key: String,
+    },
+    /// The document was not applied; the rules in force stay.
+    Rejected(RedisSourceError),
+}
+
+/// Why a document from Redis was not applied, or why the data source is not connected.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisSourceError {
+    /// Not a rule document (syntax, wrong type, unknown field, bad code).
+    #[error("rules from Redis key `{key}`: {error}; the rules in force stay")]
+    Parse {
+        /// The key of the source.
+        key: String,
+        /// Where and why.
+        #[source]
+        error: ParseError,
+    },
+    /// A rule is invalid (the engine rejected the set).
+    #[error("rules from Redis key `{key}`: {error}")]
+    Invalid {
+        /// The key of the source.
+        key: String,
+        /// The rule and the field.
+        #[source]
+        error: RuleError,
+    },
+    /// Redis is unreachable (the data source reconnects by itself).
+    #[error("Redis data source at {url}: {reason}; reconnecting, the rules in force stay")]
+    Unavailable {
+        /// The URL (password hidden).
+        url: String,
+        /// The failure.
+        reason: String,
+    },
+}
+
+type Listener = dyn Fn(&RedisReload) + Send + Sync;
+
+struct Inner {
+    engine: Sentinel,
+    url: String,
+    client: redis::Client,
+    sources: Vec<Source>,
+    retry_max: Duration,
+    /// The text applied last, per source.
+    applied: Mutex<Vec<Option<String>>>,
+    last_error: Mutex<Option<RedisSourceError>>,
+    listeners: Mutex<Vec<Arc<Listener>>>,
+    connected: AtomicBool,
+    stop: AtomicBool,
+    stop_notify: tokio::sync::Notify,
+    /// Bumped after every applied or rejected document (for [`RedisDataSource::wait_for`]).
+    events: Mutex<u64>,
+    events_changed: std::sync::Condvar,
+}
+
+/// Rules read from Redis keys and reloaded when a change is announced on their channels.
+///
+/// ```no_run
+/// use sentinel_runtime::{RuleKind, Sentinel, cluster::RedisDataSource};
+/// let engine = Sentinel::builder().app_name("shop").build();
+/// let source = RedisDataSource::builder("redis://127.0.0.1:6379")
+///     .rules(RuleKind::Flow, "sentinel:shop:flow-rules", "sentinel:shop:flow-rules:changed")
+///     .rules(RuleKind::Degrade, "sentinel:shop:degrade-rules", "sentinel:shop:degrade-rules:changed")
+///     .start(&engine)?;
+/// source.on_reload(|r| println!("{r:?}"));
+/// # Ok::<(), sentinel_runtime::cluster::ClusterError>(())
+/// ```
+#[must_use = "dropping the data source stops it"]
+pub struct RedisDataSource {
+    inner: Arc<Inner>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RedisDataSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisDataSource")
+            .field("url", &redact(&self.inner.url))
+            .field("sources", &self.inner.sources)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The sources of a [`RedisDataSource`] before it starts.
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `start` is called"]
+pub struct RedisDataSourceBuilder {
+    url: String,
+    sources: Vec<Source>,
+    retry_max: Duration,
+}
+
+impl RedisDataSource {
+    /// A data source on the Redis at `url`; add its keys with [`RedisDataSourceBuilder::rules`] or
+    /// [`RedisDataSourceBuilder::rule_set`].
+    pub fn builder(url: impl Into<String>) -> RedisDataSourceBuilder {
+        RedisDataSourceBuilder { url: url.into(), sources: Vec::new(), retry_max: Duration::from_secs(2) }
+    }
+
+    /// Calls `f` after every reload (a document applied, unchanged, missing or rejected, or the connection
+    /// lost).
+    pub fn on_reload(&self, f: impl Fn(&RedisReload) + Send + Sync + 'static) {
+        self.inner.listeners.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(f));
+    }
+
+    /// The last failure, until a document is applied again.
+    pub fn last_error(&self) -> Option<RedisSourceError> {
+        self.inner.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether the data source is subscribed (connected) now.
+    pub fn is_connected(&self) -> bool {
+        self.inner.connected.load(Ordering::Acquire)
+    }
+
+    /// Waits (at most `timeout`) until `n` documents in all were applied or rejected since the start;
+    /// returns whether that happened. For tests and start-up checks.
+    pub fn wait_for(&self, n: u64, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut events = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
+        while *events < n {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            events =
+                self.inner.events_changed.wait_timeout(events, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+
+    /// Stops the data source (as dropping it does).
+    pub fn stop(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.inner.stop.store(true, Ordering::Release);
+            self.inner.stop_notify.notify_one();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RedisDataSource {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+impl RedisDataSourceBuilder {
+    /// One kind's rules (a JSON list, as Java's data source holds) in `key`, updates announced on `channel`.
+    pub fn rules(mut self, kind: RuleKind, key: impl Into<String>, channel: impl Into<String>) -> Self {
+        self.sources.push(Source { kind: Some(kind), key: key.into(), channel: channel.into() });
+        self
+    }
+
+    /// A combined document (`{"flowRules": [...], "degradeRules": [...]}`) in `key`, updates on `channel`.
+    pub fn rule_set(mut self, key: impl Into<String>, channel: impl Into<String>) -> Self {
+        self.sources.push(Source { kind: None, key: key.into(), channel: channel.into() });
+        self
+    }
+
+    /// The longest pause between reconnection attempts (default 2 s).
+    pub fn retry_max(mut self, d: Duration) -> Self {
+        self.retry_max = d;
+        self
+    }
+
+    /// Starts the data source on its own thread: reads every key, subscribes to the channels. A Redis that
+    /// is down is not an error (it is reported and retried); bad settings are.
+    pub fn start(self, engine: &Sentinel) -> Result<RedisDataSource, ClusterError> {
+        if self.sources.is_empty() {
+            return Err(ClusterError::Source { reason: "no key: add one with `rules` or `rule_set`".into() });
+        }
+        for s in &self.sources {
+            if s.key.trim().is_empty() || s.channel.trim().is_empty() {
+                return Err(ClusterError::Source { reason: format!("blank key or channel in {s:?}") });
+            }
+        }
+        if self.retry_max.is_zero() {
+            return Err(ClusterError::Option { field: "retry_max", reason: "must be > 0".into() });
+        }
+        let client = client_for(&self.url)?;
+        let inner = Arc::new(Inner {
+            engine: engine.clone(),
+            url: self.url,
+            client,
+            applied: Mutex::new(vec![None; self.sources.len()]),
+            sources: self.sources,
+            retry_max: self.retry_max,
+            last_error: Mutex::new(None),
+            listeners: Mutex::new(Vec::new()),
+            connected: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            stop_notify: tokio::sync::Notify::new(),
+            events: Mutex::new(0),
+            events_changed: std::sync::Condvar::new(),
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| ClusterError::Thread { what: "Redis data source", source })?;
+        let run = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name("sentinel-redis-rules".into())
+            .spawn(move || rt.block_on(run.run()))
+            .map_err(|source| ClusterError::Thread { what: "Redis data source", source })?;
+        Ok(RedisDataSource { inner, thread: Some(thread) })
+    }
+}
+
+impl Inner {
+    async fn run(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(100).min(self.retry_max);
+        while !self.stop.load(Ordering::Acquire) {
+            match self.session(&mut pause).await {
+                Ok(()) => break,
+                Err(reason) => {
+                    let was = self.connected.swap(false, Ordering::AcqRel);
+                    let e = RedisSourceError::Unavailable { url: redact(&self.url), reason };
+                    if was {
+                        tracing::warn!(error = %e, "Redis data source lost its connection");
+                    } else {
+                        tracing::debug!(error = %e, "Redis data source: not connected");
+                    }
+                    self.report(RedisReload::Rejected(e), false);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.stop_notify.notified() => break,
+                    }
+                    pause = (pause * 2).min(self.retry_max);
+                }
+            }
+        }
+    }
+
+    /// One connection: subscribe, read every key, then apply messages until the connection drops (`Err`) or
+    /// the data source stops (`Ok`).
+    async fn session(&self, pause: &mut Duration) -> Result<(), String> {
+        let timeout = Duration::from_secs(2);
+        let mut pubsub = tokio::time::timeout(timeout, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| "no answer within 2 s".to_string())?
+            .map_err(|e| e.to_string())?;
+        for s in &self.sources {
+            tokio::time::timeout(timeout, pubsub.subscribe(&s.channel))
+                .await
+                .map_err(|_| "SUBSCRIBE: no answer within 2 s".to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+        if !self.connected.swap(true, Ordering::AcqRel) {
+            tracing::info!(url = %redact(&self.url), "Redis data source connected");
+        }
+        // After subscribing, so that no update falls between the read and the subscription.
+        let mut conn = tokio::time::timeout(timeout, self.client.get_multiplexed_async_connection())
+            .await
+            .map_err(|_| "no answer within 2 s".to_string())?
+            .map_err(|e| e.to_string())?;
+        for (i, s) in self.sources.iter().enumerate() {
+            let value: Option<String> =
+                tokio::time::timeout(timeout, redis::cmd("GET").arg(&s.key).query_async(&mut conn))
+                    .await
+                    .map_err(|_| format!("GET {}: no answer within 2 s", s.key))?
+                    .map_err(|e| e.to_string())?;
+            match value {
+                Some(text) => self.apply(i, &text),
+                None => {
+                    tracing::info!(key = %s.key, "Redis data source: the key holds no rules yet");
+                    self.report(RedisReload::Missing { key: s.key.clone() }, true);
+                }
+            }
+        }
+        drop(conn);
+        *pause = Duration::from_millis(100).min(self.retry_max);
+        let mut messages = pubsub.on_message();
+        loop {
+            tokio::select! {
+                m = messages.next() => match m {
+                    Some(msg) => {
+                        let channel = msg.get_channel_name().to_string();
+                        let text: Result<String, _> = msg.get_payload();
+                        for (i, _) in self.sources.iter().enumerate().filter(|(_, s)| s.channel == channel) {
+                            match &text {
+                                Ok(t) => self.apply(i, t),
+                                Err(e) => self.reject(i, ParseError::new(Format::Json, None, None, None, format!("the message is not text: {e}"))),
+                            }
+                        }
+                    }
+                    None => return Err("the subscription connection closed".to_string()),
+                },
+                _ = self.stop_notify.notified() => return Ok(()),
+            }
+        }
+    }
+
+    fn apply(&self, i: usize, text: &str) {
+        let s = &self.sources[i];
+        {
+            let applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+            if applied[i].as_deref() == Some(text) {
+                drop(applied);
+                self.report(RedisReload::Unchanged { key: s.key.clone() }, true);
+                return;
+            }
+        }
+        let set = match parse(s.kind, text) {
+            Ok(set) => set,
+            Err(error) => return self.reject(i, error),
+        };
+        match set.apply(&self.engine) {
+            Ok(kinds) => {
+                self.applied.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(text.to_string());
+                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                tracing::info!(key = %s.key, ?kinds, "Redis data source: rules applied");
+                self.report(RedisReload::Applied { key: s.key.clone(), kinds }, true);
+            }
+            Err(error) => {
+                let e = RedisSourceError::Invalid { key: s.key.clone(), error };
+                tracing::warn!(error = %e, "Redis data source: rules rejected, the rules in force stay");
+                self.report(RedisReload::Rejected(e), true);
+            }
+        }
+    }
+
+    fn reject(&self, i: usize, error: ParseError) {
+        let e = RedisSourceError::Parse { key: self.sources[i].key.clone(), error };
+        tracing::warn!(error = %e, "Redis data source: malformed rules, the rules in force stay");
+        self.report(RedisReload::Rejected(e), true);
+    }
+
+    fn report(&self, r: RedisReload, document: bool) {
+        if let RedisReload::Rejected(e) = &r {
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+        }
+        let listeners: Vec<Arc<Listener>> = self.listeners.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for l in listeners {
+            l(&r);
+        }
+        if document {
+            *self.events.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            self.events_changed.notify_all();
+        }
+    }
+}
+
+/// Parses one source's document: one kind's list, or a combined document.
+fn parse(kind: Option<RuleKind>, text: &str) -> Result<RuleSet, ParseError> {
+    let mut set = RuleSet::default();
+    match kind {
+        None => return RuleSet::parse(text, Format::Json),
+        Some(RuleKind::Flow) => set.flow = Some(parse_rules(text, Format::Json)?),
+        Some(RuleKind::Degrade) => set.degrade = Some(parse_rules(text, Format::Json)?),
+        Some(RuleKind::System) => set.system = Some(parse_rules(text, Format::Json)?),
+        Some(RuleKind::Authority) => set.authority = Some(parse_rules(text, Format::Json)?),
+        Some(RuleKind::ParamFlow) => set.param_flow = Some(parse_rules(text, Format::Json)?),
+    }
+    Ok(set)
+}

@@ -1,0 +1,180 @@
+//! The two Lua scripts the cluster client runs, and their replies.
+//!
+//! Both take the time from Redis (`TIME`, so every instance shares one clock), renew this instance's
+//! membership of the rule, drop members whose membership expired, and apply the tokens the instance gives
+//! back (a lease that ended with tokens left, per bucket). The lease script then sums the buckets of the
+//! sliding window (dropping expired ones), grants at most what is left under the limit (`count` per window
+//! for global thresholds, `count × live instances` for average-local ones) in the current bucket, and tells
+//! when the window frees room again if it is used up. Scripts run through EVALSHA, loaded again on
+//! `NOSCRIPT` (the client's script helper).
+
+use redis::{FromRedisValue, RedisError, Value};
+
+use super::keys::RuleKeys;
+
+/// Renews the membership, gives tokens back, leases.
+const LEASE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local want = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[3])
+local blen = tonumber(ARGV[6])
+local n = tonumber(ARGV[7])
+local cur = math.floor(now / blen)
+local oldest = cur - n + 1
+if ttl > 0 then
+  redis.call('ZADD', KEYS[2], now + ttl, ARGV[2])
+else
+  redis.call('ZREM', KEYS[2], ARGV[2])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('PEXPIRE', KEYS[2], math.max(ttl, 1) * 2)
+local live = redis.call('ZCARD', KEYS[2])
+local nr = tonumber(ARGV[8])
+for i = 0, nr - 1 do
+  local b = tonumber(ARGV[9 + 2 * i])
+  local c = tonumber(ARGV[10 + 2 * i])
+  if b >= oldest and b <= cur then
+    local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
+    local back = math.min(v, c)
+    if back > 0 then
+      redis.call('HINCRBY', KEYS[1], tostring(b), -back)
+    end
+  end
+end
+local fields = redis.call('HGETALL', KEYS[1])
+local used = 0
+local buckets = {}
+for i = 1, #fields, 2 do
+  local b = tonumber(fields[i])
+  local v = tonumber(fields[i + 1])
+  if b == nil or v == nil or b < oldest then
+    redis.call('HDEL', KEYS[1], fields[i])
+  elseif b <= cur then
+    used = used + v
+    buckets[#buckets + 1] = {b, v}
+  end
+end
+local limit = tonumber(ARGV[4])
+if ARGV[5] ~= '1' then
+  limit = limit * math.max(live, 1)
+end
+limit = math.floor(limit + 1e-9)
+local avail = limit - used
+if avail < 0 then avail = 0 end
+local grant = want
+if grant > avail then grant = avail end
+if grant > 0 then
+  redis.call('HINCRBY', KEYS[1], tostring(cur), grant)
+  buckets[#buckets + 1] = {cur, grant}
+end
+if want > 0 or nr > 0 then
+  redis.call('PEXPIRE', KEYS[1], blen * n * 2)
+end
+local retry = 0
+if want > 0 and avail - grant <= 0 then
+  table.sort(buckets, function(x, y) return x[1] < y[1] end)
+  local need = used + grant - limit + 1
+  local freed = 0
+  retry = (cur + n) * blen
+  for _, e in ipairs(buckets) do
+    freed = freed + e[2]
+    if freed >= need then
+      retry = (e[1] + n) * blen
+      break
+    end
+  end
+end
+return {grant, now, cur, live, avail - grant, retry}
+"#;
+
+/// The compiled lease script (its SHA is computed once).
+pub(crate) struct Scripts {
+    lease: redis::Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts { lease: redis::Script::new(LEASE) }
+    }
+}
+
+/// What one script call asks.
+#[derive(Clone, Debug)]
+pub(crate) struct LeaseCall {
+    /// Tokens wanted (0: only renew the membership and give tokens back).
+    pub(crate) want: u64,
+    /// This instance's member name.
+    pub(crate) member: String,
+    /// Membership lifetime, ms (0: leave).
+    pub(crate) ttl_ms: u64,
+    /// The allowance per window: `count × window_interval / 1 s` (per instance for average-local).
+    pub(crate) allowance: f64,
+    /// Global threshold (else average-local).
+    pub(crate) global: bool,
+    /// Bucket length, ms.
+    pub(crate) bucket_ms: u64,
+    /// Buckets per window.
+    pub(crate) sample_count: u32,
+    /// Tokens given back: (bucket index, count).
+    pub(crate) returns: Vec<(i64, u64)>,
+}
+
+/// The script's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeaseReply {
+    /// Tokens granted, in bucket `bucket`.
+    pub(crate) granted: u64,
+    /// Redis time of the call (ms since the epoch).
+    pub(crate) redis_ms: i64,
+    /// The bucket the tokens belong to.
+    pub(crate) bucket: i64,
+    /// Live instances of the rule (this one included, unless it left).
+    pub(crate) live: u64,
+    /// Tokens still free in the window after this grant.
+    pub(crate) left: u64,
+    /// When the window is used up: the Redis time it frees room for one call (0 otherwise).
+    pub(crate) retry_at_ms: i64,
+}
+
+impl FromRedisValue for LeaseReply {
+    fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
+        let items: Vec<i64> = FromRedisValue::from_redis_value(v)?;
+        match items[..] {
+            [granted, redis_ms, bucket, live, left, retry_at_ms] => Ok(LeaseReply {
+                granted: granted.max(0) as u64,
+                redis_ms,
+                bucket,
+                live: live.max(0) as u64,
+                left: left.max(0) as u64,
+                retry_at_ms,
+            }),
+            _ => Err(format!("the lease script returned {} values, expected 6", items.len()).into()),
+        }
+    }
+}
+
+impl Scripts {
+    /// Runs the lease script for `keys` (EVALSHA, loading it on NOSCRIPT).
+    pub(crate) async fn lease(
+        &self,
+        conn: &mut redis::aio::ConnectionManager,
+        keys: &RuleKeys,
+        call: &LeaseCall,
+    ) -> Result<LeaseReply, RedisError> {
+        let mut inv = self.lease.key(&keys.window);
+        inv.key(&keys.members)
+            .arg(call.want)
+            .arg(&call.member)
+            .arg(call.ttl_ms)
+            .arg(format!("{}", call.allowance))
+            .arg(if call.global { "1" } else { "0" })
+            .arg(call.bucket_ms)
+            .arg(call.sample_count)
+            .arg(call.returns.len());
+        for (b, n) in &call.returns {
+            inv.arg(*b).arg(*n);
+        }
+        inv.invoke_async(conn).await
+    }
+}

@@ -1,0 +1,989 @@
+//! The one interface between the flow check and a cluster token service.
+//!
+//! A flow rule in cluster mode is decided against a limit shared by every instance. The core knows nothing
+//! of how that limit is kept (the Redis service lives in [`crate::cluster`], behind the `cluster-redis`
+//! feature): a service registered on the engine ([`TokenService`]) gets one [`RuleLease`] per cluster rule
+//! in force, and keeps it filled with tokens it obtained from the shared limit. The flow check spends them
+//! on the calling thread with the exact, lock-free machinery of the local limits
+//! ([`AdmissionWindow`]'s lease mode): no network, lock or allocation while tokens are in hand.
+//!
+//! When the lease runs low, the call that notices tells the service (one flag and a wake-up that must not
+//! block). When it is empty, a call waits for the service at most the service's timeout: outside the rules'
+//! read section, by blocking the thread ([`Resource::enter`](crate::Resource::enter)) or by awaiting
+//! ([`EntryBuilder::enter_async`](crate::EntryBuilder::enter_async) and annotated `async fn`s, through
+//! [`pending`]). A call whose wait times out, and every call while the service reports a failure, is decided
+//! by the rule's local fallback: a local limit the service sets (count ÷ live instances for global
+//! thresholds), or a pass when the rule has no `fallback_to_local_when_fail`. A call never sees an error
+//! from the service.
+
+// Without a token service in the build (`cluster-redis`), the service's side of the interface is unused.
+#![cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::task::Waker;
+use std::time::Duration;
+
+use crate::rules::CheckCx;
+use crate::stat::admission::{AdmissionWindow, Mode};
+use crate::stat::StatNode;
+
+use super::controller::{reject_qps, Decision};
+use super::rule::{ClusterThresholdType, FlowRule};
+use super::Scratch;
+
+/// A cluster token service: keeps the leases of the cluster rules in force filled.
+///
+/// Registered with [`Sentinel::set_cluster_service`](crate::Sentinel); the engine calls
+/// [`attach`](TokenService::attach) for each cluster rule that comes into force (and for those in force at
+/// registration), and [`wake`](TokenService::wake) when a lease asks for tokens.
+pub(crate) trait TokenService: Send + Sync + 'static {
+    /// A cluster rule came into force: lease tokens for it. Keep the lease weakly (it is dropped when the
+    /// rule is no longer in force). Must not block.
+    fn attach(&self, lease: &Arc<RuleLease>);
+    /// A lease asked for tokens ([`RuleLease::take_request`]). Called on the calling thread of an entry:
+    /// must not block, lock or allocate.
+    fn wake(&self);
+    /// How long a call waits for tokens when its rule's lease is empty.
+    fn timeout(&self) -> Duration;
+    /// What the service tells about itself (the dashboard's cluster pages show it).
+    fn info(&self) -> ClusterServiceInfo;
+}
+
+/// The cluster token service registered on an engine: [`Sentinel::cluster_service_info`].
+///
+/// [`Sentinel::cluster_service_info`]: crate::Sentinel::cluster_service_info
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterServiceInfo {
+    /// What keeps the shared limits (`redis`).
+    pub kind: &'static str,
+    /// The host of the shared state (the Redis server).
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// How long a call with an empty lease waits, in ms.
+    pub timeout_ms: u64,
+    /// Whether the service reaches its shared state now.
+    pub connected: bool,
+    /// Engine time (ms) at which the service was started.
+    pub since_ms: u64,
+}
+
+const MODE_LEASING: u8 = 0;
+const MODE_FALLBACK: u8 = 1;
+const MODE_DETACHED: u8 = 2;
+
+/// How a cluster-mode flow rule is decided right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ClusterRuleMode {
+    /// No token service is registered (or it stopped): the rule is decided as Java decides it without one,
+    /// by its whole `count` locally when it falls back to local, else every call passes.
+    NoService,
+    /// Calls spend tokens leased from the shared limit.
+    Leasing,
+    /// The token service is failing: calls are decided by a local limit (see
+    /// [`ClusterRuleStatus::local_limit`]).
+    Fallback,
+    /// The token service is failing and the rule does not fall back to local: calls pass (as in Java).
+    Passing,
+}
+
+impl fmt::Display for ClusterRuleMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClusterRuleMode::NoService => "no token service",
+            ClusterRuleMode::Leasing => "leasing",
+            ClusterRuleMode::Fallback => "local fallback",
+            ClusterRuleMode::Passing => "passing (no local fallback)",
+        })
+    }
+}
+
+/// The state of one cluster-mode flow rule: [`Sentinel::cluster_status`](crate::Sentinel::cluster_status).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ClusterRuleStatus {
+    /// The rule.
+    pub rule: FlowRule,
+    /// Where the token service keeps the rule's shared limit (a Redis key), once known.
+    pub key: Option<String>,
+    /// How the rule is decided now.
+    pub mode: ClusterRuleMode,
+    /// Why, in words (the last failure while falling back).
+    pub reason: Option<String>,
+    /// Tokens in hand (leased, not spent yet).
+    pub tokens_in_hand: u64,
+    /// How long the lease in force may still be spent, in ms.
+    pub lease_valid_for_ms: u64,
+    /// The shared window is used up for this long (ms): calls are blocked without asking the service.
+    pub exhausted_for_ms: u64,
+    /// Live instances of the rule, as last seen by the service.
+    pub live_instances: Option<u64>,
+    /// The local limit (calls per second on this instance) that falling back uses.
+    pub local_limit: f64,
+    /// Tokens leased so far.
+    pub tokens_leased: u64,
+    /// Leased tokens given back unspent (a lease that ended with tokens left).
+    pub tokens_returned: u64,
+    /// Calls made to the token service for this rule (leases and heartbeats).
+    pub round_trips: u64,
+    /// Failed calls to the token service.
+    pub failures: u64,
+    /// Calls that found the lease empty and waited for the service.
+    pub waits: u64,
+    /// Of which were decided locally because the wait timed out.
+    pub wait_timeouts: u64,
+    /// Calls decided by the local fallback (passed and blocked).
+    pub fallback_decisions: u64,
+    /// Calls blocked because the shared window was used up.
+    pub exhausted_blocks: u64,
+}
+
+impl fmt::Display for ClusterRuleStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.rule;
+        write!(f, "cluster rule on `{}` (count {}", r.resource, r.count)?;
+        if let Some(c) = &r.cluster_config {
+            let t = match c.threshold_type {
+                ClusterThresholdType::Global => "global",
+                ClusterThresholdType::AvgLocal => "per instance",
+            };
+            write!(f, " {t}, window {} ms / {} buckets", c.window_interval_ms, c.sample_count)?;
+        }
+        write!(f, "): {}", self.mode)?;
+        if let Some(k) = &self.key {
+            write!(f, ", key `{k}`")?;
+        }
+        if let Some(n) = self.live_instances {
+            write!(f, ", {n} live instance(s)")?;
+        }
+        if self.mode == ClusterRuleMode::Leasing {
+            write!(f, ", {} token(s) in hand for {} ms", self.tokens_in_hand, self.lease_valid_for_ms)?;
+            if self.exhausted_for_ms > 0 {
+                write!(f, ", window used up for {} ms", self.exhausted_for_ms)?;
+            }
+        } else {
+            write!(f, ", local limit {}/s", self.local_limit)?;
+        }
+        if let Some(why) = &self.reason {
+            write!(f, "; {why}")?;
+        }
+        write!(
+            f,
+            " [leased {}, returned {}, round trips {}, failures {}, waits {} ({} timed out), decided locally {}, \
+             blocked on a used-up window {}]",
+            self.tokens_leased,
+            self.tokens_returned,
+            self.round_trips,
+            self.failures,
+            self.waits,
+            self.wait_timeouts,
+            self.fallback_decisions,
+            self.exhausted_blocks
+        )
+    }
+}
+
+impl ClusterRuleStatus {
+    /// The status of a cluster rule with no token service.
+    pub(crate) fn without_service(rule: FlowRule) -> Self {
+        ClusterRuleStatus {
+            local_limit: rule.count,
+            rule,
+            key: None,
+            mode: ClusterRuleMode::NoService,
+            reason: None,
+            tokens_in_hand: 0,
+            lease_valid_for_ms: 0,
+            exhausted_for_ms: 0,
+            live_instances: None,
+            tokens_leased: 0,
+            tokens_returned: 0,
+            round_trips: 0,
+            failures: 0,
+            waits: 0,
+            wait_timeouts: 0,
+            fallback_decisions: 0,
+            exhausted_blocks: 0,
+        }
+    }
+}
+
+/// What the service reports about a lease, for [`ClusterRuleStatus`].
+#[derive(Default)]
+struct Report {
+    key: Option<String>,
+    reason: Option<String>,
+    live: Option<u64>,
+}
+
+/// One cluster rule's tokens, filled by the token service and spent by the flow check.
+pub(crate) struct RuleLease {
+    rule: Arc<FlowRule>,
+    window: AdmissionWindow,
+    service: Arc<dyn TokenService>,
+    mode: AtomicU8,
+    /// Engine time (ms) before which an empty lease blocks the call without asking the service.
+    exhausted_until: AtomicU64,
+    /// Bits of the local limit (calls per second) that falling back uses.
+    fallback_limit: AtomicU64,
+    /// Tokens left in the pool below which a call asks for more.
+    low_water: AtomicU64,
+    /// A call asked for tokens since the service last looked.
+    requested: AtomicBool,
+    /// Bumped by the service whenever what callers wait for may have changed.
+    version: AtomicU64,
+    timeout_nanos: u64,
+    waiters: Mutex<Vec<(u64, Waker)>>,
+    changed: Condvar,
+    next_waiter: AtomicU64,
+    report: Mutex<Report>,
+    pub(crate) counters: LeaseCounters,
+}
+
+/// Counters of a lease (see [`ClusterRuleStatus`]); written off the common path only.
+#[derive(Default)]
+pub(crate) struct LeaseCounters {
+    pub(crate) leased: AtomicU64,
+    pub(crate) returned: AtomicU64,
+    pub(crate) round_trips: AtomicU64,
+    pub(crate) failures: AtomicU64,
+    waits: AtomicU64,
+    wait_timeouts: AtomicU64,
+    fallback: AtomicU64,
+    exhausted: AtomicU64,
+}
+
+impl fmt::Debug for RuleLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuleLease").field("resource", &self.rule.resource).finish_non_exhaustive()
+    }
+}
+
+impl Mode for RuleLease {
+    const OPENS: bool = false;
+    #[inline(always)]
+    fn took_chunk(&self, left: u64) {
+        if left < self.low_water.load(Ordering::Relaxed) {
+            self.request();
+        }
+    }
+}
+
+fn local_limit_of(rule: &FlowRule, live: u64) -> f64 {
+    match rule.cluster_config.as_ref().map(|c| c.threshold_type) {
+        Some(ClusterThresholdType::Global) => rule.count / live.max(1) as f64,
+        _ => rule.count,
+    }
+}
+
+impl RuleLease {
+    fn new(rule: Arc<FlowRule>, service: Arc<dyn TokenService>) -> Self {
+        let timeout_nanos = u64::try_from(service.timeout().as_nanos()).unwrap_or(u64::MAX);
+        RuleLease {
+            fallback_limit: AtomicU64::new(local_limit_of(&rule, 1).to_bits()),
+            rule,
+            window: AdmissionWindow::new(),
+            service,
+            mode: AtomicU8::new(MODE_LEASING),
+            exhausted_until: AtomicU64::new(0),
+            low_water: AtomicU64::new(0),
+            requested: AtomicBool::new(false),
+            version: AtomicU64::new(0),
+            timeout_nanos,
+            waiters: Mutex::new(Vec::new()),
+            changed: Condvar::new(),
+            next_waiter: AtomicU64::new(0),
+            report: Mutex::new(Report::default()),
+            counters: LeaseCounters::default(),
+        }
+    }
+
+    /// The rule.
+    pub(crate) fn rule(&self) -> &Arc<FlowRule> {
+        &self.rule
+    }
+
+    // ----- the service's side -----------------------------------------------------------------------------
+
+    /// Replaces the lease in force with `tokens` usable up to engine time `valid_until` (ms, inclusive; 0:
+    /// none). Returns the tokens the replaced lease left unspent.
+    pub(crate) fn replace(&self, valid_until: u64, tokens: u64) -> u64 {
+        self.window.lease_replace(valid_until, tokens)
+    }
+
+    /// Adds tokens to the lease valid up to `valid_until`; false if that lease was replaced.
+    pub(crate) fn add(&self, valid_until: u64, tokens: u64) -> bool {
+        self.window.lease_add(valid_until, tokens)
+    }
+
+    /// Gives back `n` tokens a call took from the lease `key` (a later check blocked the call).
+    pub(crate) fn release(&self, key: u64, n: u64) {
+        self.window.lease_release(key, n);
+    }
+
+    /// Tokens in hand and the last millisecond they may be spent in.
+    pub(crate) fn in_hand(&self) -> (u64, u64) {
+        (self.window.lease_left(), self.window.lease_valid_until())
+    }
+
+    /// Whether a call asked for tokens since the last time (and clears the request).
+    pub(crate) fn take_request(&self) -> bool {
+        self.requested.swap(false, Ordering::AcqRel)
+    }
+
+    /// Asks for tokens at once, as a call that found the lease low would.
+    pub(crate) fn request(&self) {
+        if !self.requested.load(Ordering::Relaxed) && !self.requested.swap(true, Ordering::AcqRel) {
+            self.service.wake();
+        }
+    }
+
+    /// Calls blocked so far because the shared window was used up.
+    pub(crate) fn exhausted_blocks(&self) -> u64 {
+        self.counters.exhausted.load(Ordering::Relaxed)
+    }
+
+    /// Calls ask for tokens when a chunk leaves fewer than `n` in the pool.
+    pub(crate) fn set_low_water(&self, n: u64) {
+        self.low_water.store(n, Ordering::Relaxed);
+    }
+
+    /// The shared window is used up until engine time `until_ms` (0: it is not).
+    pub(crate) fn set_exhausted_until(&self, until_ms: u64) {
+        self.exhausted_until.store(until_ms, Ordering::Release);
+    }
+
+    /// Cluster mode works: calls spend leased tokens.
+    pub(crate) fn set_leasing(&self, live: Option<u64>) {
+        if let Some(n) = live {
+            self.fallback_limit.store(local_limit_of(&self.rule, n).to_bits(), Ordering::Relaxed);
+        }
+        let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        if live.is_some() {
+            r.live = live;
+        }
+        r.reason = None;
+        drop(r);
+        self.mode.store(MODE_LEASING, Ordering::Release);
+    }
+
+    /// The service fails (`why`): calls are decided by the local fallback (the limit for the live
+    /// instances last seen) until [`set_leasing`](Self::set_leasing).
+    pub(crate) fn set_fallback(&self, why: String) {
+        self.report.lock().unwrap_or_else(|e| e.into_inner()).reason = Some(why);
+        self.mode.store(MODE_FALLBACK, Ordering::Release);
+    }
+
+    /// The service stopped: the rule is decided as with no service.
+    pub(crate) fn detach(&self) {
+        self.report.lock().unwrap_or_else(|e| e.into_inner()).reason = Some("the token service stopped".into());
+        self.mode.store(MODE_DETACHED, Ordering::Release);
+        self.window.lease_replace(0, 0);
+    }
+
+    /// Where the service keeps the rule (for the status).
+    pub(crate) fn set_key(&self, key: String) {
+        self.report.lock().unwrap_or_else(|e| e.into_inner()).key = Some(key);
+    }
+
+    /// Wakes the calls waiting for this lease: call after every change they may wait for (tokens, the
+    /// window used up, a failure).
+    pub(crate) fn changed(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+        let wakers = std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+        self.changed.notify_all();
+        for (_, w) in wakers {
+            w.wake();
+        }
+    }
+
+    /// This rule's state.
+    pub(crate) fn status(&self, now_ms: u64) -> ClusterRuleStatus {
+        let (tokens, valid_until) = self.in_hand();
+        let r = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        let fallback = self.rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail);
+        let mode = match self.mode.load(Ordering::Acquire) {
+            MODE_LEASING => ClusterRuleMode::Leasing,
+            MODE_FALLBACK if fallback => ClusterRuleMode::Fallback,
+            MODE_FALLBACK => ClusterRuleMode::Passing,
+            _ => ClusterRuleMode::NoService,
+        };
+        let c = &self.counters;
+        ClusterRuleStatus {
+            rule: (*self.rule).clone(),
+            key: r.key.clone(),
+            mode,
+            reason: r.reason.clone(),
+            tokens_in_hand: if valid_until >= now_ms { tokens } else { 0 },
+            lease_valid_for_ms: (valid_until + 1).saturating_sub(now_ms),
+            exhausted_for_ms: self.exhausted_until.load(Ordering::Acquire).saturating_sub(now_ms),
+            live_instances: r.live,
+            local_limit: f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
+            tokens_leased: c.leased.load(Ordering::Relaxed),
+            tokens_returned: c.returned.load(Ordering::Relaxed),
+            round_trips: c.round_trips.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+            waits: c.waits.load(Ordering::Relaxed),
+            wait_timeouts: c.wait_timeouts.load(Ordering::Relaxed),
+            fallback_decisions: c.fallback.load(Ordering::Relaxed),
+            exhausted_blocks: c.exhausted.load(Ordering::Relaxed),
+        }
+    }
+
+    // ----- the flow check's side --------------------------------------------------------------------------
+
+    /// Spends `acquire` leased tokens if they are in hand (the lone rule's fast path: nothing to give back
+    /// later, since no check follows).
+    #[inline(always)]
+    pub(crate) fn take_in_hand(&self, now_ms: u64, acquire: u32) -> bool {
+        acquire > 0 && self.window.lease_take(now_ms, acquire, self).is_some()
+    }
+
+    /// Decides a call on the rule (on `node`, the node the rule selected): spends leased tokens, or takes the
+    /// slow path.
+    #[inline(always)]
+    pub(crate) fn check(self: &Arc<Self>, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
+        if cx.acquire > 0 {
+            if let Some(key) = self.window.lease_take(cx.now_ms, cx.acquire, &**self) {
+                scratch.push_leased(self, key, cx.acquire);
+                return Decision::Pass { reservation: None, wait_nanos: 0 };
+            }
+        }
+        self.check_slow(node, cx, scratch)
+    }
+
+    /// No leased token for the call: `acquire == 0`, an empty or expired lease, or a failing service.
+    #[cold]
+    #[inline(never)]
+    fn check_slow(self: &Arc<Self>, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
+        if cx.acquire == 0 {
+            return Decision::Pass { reservation: None, wait_nanos: 0 };
+        }
+        if self.mode.load(Ordering::Acquire) != MODE_LEASING {
+            return self.fallback(node, cx, scratch);
+        }
+        // Read before the second look at the pool: a change published after it is not missed.
+        let version = self.version.load(Ordering::Acquire);
+        if let Some(key) = self.window.lease_take(cx.now_ms, cx.acquire, &**self) {
+            scratch.push_leased(self, key, cx.acquire);
+            return Decision::Pass { reservation: None, wait_nanos: 0 };
+        }
+        if cx.now_ms < self.exhausted_until.load(Ordering::Acquire) {
+            self.counters.exhausted.fetch_add(1, Ordering::Relaxed);
+            return Decision::Block;
+        }
+        self.request();
+        let now = mono_nanos();
+        let deadline = match (cx.cluster_wait, DeadlineScope::current()) {
+            (Wait::Now, _) => return self.fallback(node, cx, scratch),
+            // A call deciding again after a wait keeps that wait's deadline.
+            (_, d) if d != 0 => d,
+            _ => {
+                self.counters.waits.fetch_add(1, Ordering::Relaxed);
+                now.saturating_add(self.timeout_nanos)
+            }
+        };
+        if now >= deadline {
+            self.counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+            return self.fallback(node, cx, scratch);
+        }
+        // The call waits outside the rules' read section and is decided again (see `take_pending`).
+        set_pending(Pending { lease: self.clone(), deadline_nanos: deadline, version });
+        Decision::Block
+    }
+
+    /// The local decision: the fallback limit on the rule's node, or a pass without local fallback.
+    fn fallback(&self, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
+        self.counters.fallback.fetch_add(1, Ordering::Relaxed);
+        let limit = match self.mode.load(Ordering::Acquire) {
+            // As with no service at all (Java's behaviour): the whole count.
+            MODE_DETACHED => self.rule.count,
+            _ => f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
+        };
+        if !no_service(&self.rule) {
+            return Decision::Pass { reservation: None, wait_nanos: 0 };
+        }
+        reject_qps(node, cx.now_ms, cx.acquire, limit, false, scratch.held(node))
+    }
+}
+
+/// Whether a cluster rule falls back to a local limit (else it passes) when it has no working service.
+pub(crate) fn no_service(rule: &FlowRule) -> bool {
+    rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail)
+}
+
+/// Whether (and how) a call whose lease is empty waits for the token service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// It does not wait: decided by the local fallback at once ([`EntryBuilder::decide`]).
+    ///
+    /// [`EntryBuilder::decide`]: crate::EntryBuilder::decide
+    Now,
+    /// It blocks its thread until the deadline ([`mono_nanos`]; 0: not waited yet).
+    Blocking(u64),
+    /// It awaits (the caller retries after [`take_pending`]'s wait completes), until the deadline (0: not
+    /// waited yet).
+    Async(u64),
+}
+
+const MODE_BLOCKING: u8 = 0;
+const MODE_NOW: u8 = 1;
+const MODE_ASYNC: u8 = 2;
+
+impl Wait {
+    /// The kind of wait as one byte (blocking is 0), without the deadline.
+    #[inline(always)]
+    pub(crate) fn mode(self) -> u8 {
+        match self {
+            Wait::Blocking(_) => MODE_BLOCKING,
+            Wait::Now => MODE_NOW,
+            Wait::Async(_) => MODE_ASYNC,
+        }
+    }
+    /// The deadline of a wait under way (0: none).
+    #[inline(always)]
+    pub(crate) fn deadline(self) -> u64 {
+        match self {
+            Wait::Blocking(d) | Wait::Async(d) => d,
+            Wait::Now => 0,
+        }
+    }
+    /// The wait of [`mode`](Self::mode) `m` (its deadline is in [`DeadlineScope`]).
+    #[inline(always)]
+    pub(crate) fn of_mode(m: u8) -> Wait {
+        match m {
+            MODE_NOW => Wait::Now,
+            MODE_ASYNC => Wait::Async(0),
+            _ => Wait::Blocking(0),
+        }
+    }
+}
+
+/// A call that found its lease empty and waits for the token service.
+pub(crate) struct Pending {
+    lease: Arc<RuleLease>,
+    deadline_nanos: u64,
+    version: u64,
+}
+
+thread_local! {
+    static PENDING: Cell<Option<Pending>> = const { Cell::new(None) };
+    static DEADLINE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The deadline of the wait a call decides again after (0: none), for the checks made meanwhile on this
+/// thread: set for the scope of one decision, read only on a cluster rule's slow path.
+pub(crate) struct DeadlineScope(bool);
+
+impl DeadlineScope {
+    /// Sets `deadline` for the scope (nothing when 0: the common case costs one compare).
+    #[inline(always)]
+    pub(crate) fn enter(deadline: u64) -> DeadlineScope {
+        if deadline != 0 {
+            Self::set(deadline);
+        }
+        DeadlineScope(deadline != 0)
+    }
+    #[cold]
+    fn set(deadline: u64) {
+        let _ = DEADLINE.try_with(|c| c.set(deadline));
+    }
+    fn current() -> u64 {
+        DEADLINE.try_with(Cell::get).unwrap_or(0)
+    }
+}
+
+impl Drop for DeadlineScope {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.0 {
+            Self::set(0);
+        }
+    }
+}
+
+fn set_pending(p: Pending) {
+    PENDING.with(|c| c.set(Some(p)));
+}
+
+/// Whether a check on this thread asked for a wait not taken yet.
+pub(crate) fn has_pending() -> bool {
+    PENDING
+        .try_with(|c| {
+            let p = c.take();
+            let some = p.is_some();
+            c.set(p);
+            some
+        })
+        .unwrap_or(false)
+}
+
+/// The wait a check on this thread just asked for (taken: asking again returns `None`).
+pub(crate) fn take_pending() -> Option<Pending> {
+    PENDING.try_with(|c| c.take()).ok().flatten()
+}
+
+impl Pending {
+    /// The deadline, to decide the call again with ([`Wait::Blocking`] / [`Wait::Async`]).
+    pub(crate) fn deadline(&self) -> u64 {
+        self.deadline_nanos
+    }
+
+    fn ready(&self) -> bool {
+        self.lease.version.load(Ordering::Acquire) != self.version || mono_nanos() >= self.deadline_nanos
+    }
+
+    /// Blocks the thread until the lease changes or the deadline passes.
+    pub(crate) fn wait_blocking(&self) {
+        let mut guard = self.lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        while !self.ready() {
+            let left = self.deadline_nanos.saturating_sub(mono_nanos());
+            let (g, _) =
+                self.lease.changed.wait_timeout(guard, Duration::from_nanos(left)).unwrap_or_else(|e| e.into_inner());
+            guard = g;
+        }
+    }
+
+    /// Awaits the lease's change or the deadline, without blocking the thread.
+    pub(crate) fn wait_async(self) -> PendingFuture {
+        let left = self.deadline_nanos.saturating_sub(mono_nanos());
+        let sleep = futures_timer::Delay::new(Duration::from_nanos(left));
+        let id = self.lease.next_waiter.fetch_add(1, Ordering::Relaxed);
+        PendingFuture { pending: self, sleep, id, registered: false }
+    }
+}
+
+/// Nanoseconds on a monotonic clock of the process (never 0). Calls wait for a token service in real time
+/// whatever the engine's clock: the service (and the shared limit's time) runs in real time.
+pub(crate) fn mono_nanos() -> u64 {
+    static ANCHOR: OnceLock<std::time::Instant> = OnceLock::new();
+    let anchor = *ANCHOR.get_or_init(std::time::Instant::now);
+    u64::try_from(anchor.elapsed().as_nanos()).unwrap_or(u64::MAX).saturating_add(1)
+}
+
+pin_project_lite::pin_project! {
+    /// Completes when a waiting call's lease changed or its deadline passed.
+    pub(crate) struct PendingFuture {
+        pending: Pending,
+        #[pin]
+        sleep: futures_timer::Delay,
+        id: u64,
+        registered: bool,
+    }
+
+    impl PinnedDrop for PendingFuture {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if *this.registered {
+                let mut w = this.pending.lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
+                w.retain(|(id, _)| id != this.id);
+            }
+        }
+    }
+}
+
+impl std::future::Future for PendingFuture {
+    type Output = ();
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let this = self.project();
+        let lease = &this.pending.lease;
+        if lease.version.load(Ordering::Acquire) != this.pending.version {
+            return std::task::Poll::Ready(());
+        }
+        if this.sleep.poll(cx).is_ready() {
+            return std::task::Poll::Ready(());
+        }
+        {
+            let mut w = lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            match w.iter_mut().find(|(id, _)| id == this.id) {
+                Some((_, waker)) => waker.clone_from(cx.waker()),
+                None => w.push((*this.id, cx.waker().clone())),
+            }
+            *this.registered = true;
+        }
+        // A change published before the registration would have found no waker to wake.
+        if lease.version.load(Ordering::Acquire) != this.pending.version {
+            return std::task::Poll::Ready(());
+        }
+        std::task::Poll::Pending
+    }
+}
+
+/// The engine's cluster registration: the service, if one is registered.
+#[derive(Default)]
+pub(crate) struct Registration {
+    service: Mutex<Option<Arc<dyn TokenService>>>,
+}
+
+impl Registration {
+    pub(crate) fn service(&self) -> Option<Arc<dyn TokenService>> {
+        self.service.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub(crate) fn set(&self, s: Option<Arc<dyn TokenService>>) -> Option<Arc<dyn TokenService>> {
+        std::mem::replace(&mut *self.service.lock().unwrap_or_else(|e| e.into_inner()), s)
+    }
+}
+
+/// The lease of a cluster rule state, made (and attached) on first need when a service is registered.
+pub(crate) fn lease_for(slot: &OnceLock<Arc<RuleLease>>, rule: &Arc<FlowRule>, service: &Arc<dyn TokenService>) {
+    let mut made = false;
+    let lease = slot.get_or_init(|| {
+        made = true;
+        Arc::new(RuleLease::new(rule.clone(), service.clone()))
+    });
+    if made {
+        service.attach(lease);
+    }
+}
+
+/// Whether `lease` is bound to `service`.
+pub(crate) fn bound_to(lease: &RuleLease, service: &Arc<dyn TokenService>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(&lease.service), Arc::as_ptr(service))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::flow::{ClusterConfig, FlowRule};
+    use crate::{BlockError, Sentinel};
+    use std::future::Future;
+    use std::sync::Weak;
+
+    /// A token service that hands out tokens only when the test says so (or, with `fill_on_wake`, at once).
+    struct FakeService {
+        leases: Mutex<Vec<Weak<RuleLease>>>,
+        wakes: AtomicU64,
+        fill_on_wake: u64,
+        timeout: Duration,
+    }
+
+    impl FakeService {
+        fn new(fill_on_wake: u64, timeout: Duration) -> Arc<FakeService> {
+            Arc::new(FakeService { leases: Mutex::new(Vec::new()), wakes: AtomicU64::new(0), fill_on_wake, timeout })
+        }
+        fn lease(&self) -> Arc<RuleLease> {
+            self.leases.lock().unwrap().iter().find_map(Weak::upgrade).expect("a lease was attached")
+        }
+    }
+
+    impl TokenService for FakeService {
+        fn attach(&self, lease: &Arc<RuleLease>) {
+            self.leases.lock().unwrap().push(Arc::downgrade(lease));
+        }
+        fn wake(&self) {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            if self.fill_on_wake > 0 {
+                let lease = self.lease();
+                lease.replace(u64::MAX - 1, self.fill_on_wake);
+                lease.changed();
+            }
+        }
+        fn timeout(&self) -> Duration {
+            self.timeout
+        }
+        fn info(&self) -> ClusterServiceInfo {
+            ClusterServiceInfo {
+                kind: "test",
+                host: "nowhere".into(),
+                port: 0,
+                timeout_ms: self.timeout.as_millis() as u64,
+                connected: true,
+                since_ms: 0,
+            }
+        }
+    }
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn cluster_rule(resource: &str, count: f64) -> FlowRule {
+        FlowRule {
+            cluster_mode: true,
+            cluster_config: Some(ClusterConfig {
+                threshold_type: ClusterThresholdType::Global,
+                ..ClusterConfig::default()
+            }),
+            ..FlowRule::new(resource).count(count)
+        }
+    }
+
+    fn engine_with(service: &Arc<FakeService>, rules: Vec<FlowRule>) -> (Sentinel, ManualClock) {
+        let clock = ManualClock::at_millis(T0);
+        let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+        engine.load_flow_rules(rules).unwrap();
+        let svc: Arc<dyn TokenService> = service.clone();
+        engine.set_cluster_service(Some(svc)).unwrap();
+        (engine, clock)
+    }
+
+    #[test]
+    fn cluster_calls_spend_exactly_the_leased_tokens_then_block_while_the_window_is_used_up() {
+        let svc = FakeService::new(0, Duration::from_millis(1));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0)]);
+        let lease = svc.lease();
+        lease.replace(T0 + 99, 7);
+        lease.set_exhausted_until(T0 + 100);
+        let api = engine.resource("api");
+        let passed = (0..20).filter(|_| api.enter().is_ok()).count();
+        assert_eq!(passed, 7, "the leased tokens, no more");
+        assert!(matches!(api.enter(), Err(BlockError::Flow { .. })));
+        let st = &engine.cluster_status()[0];
+        assert_eq!(st.mode, ClusterRuleMode::Leasing);
+        assert_eq!(st.exhausted_blocks, 14);
+        assert_eq!(st.waits, 0, "a used-up window blocks without waiting for the service");
+    }
+
+    #[test]
+    fn cluster_call_with_an_empty_lease_waits_for_the_service_and_passes_with_its_tokens() {
+        let svc = FakeService::new(3, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0)]);
+        let api = engine.resource("api");
+        assert!(api.enter().is_ok(), "the service filled the lease while the call waited");
+        assert_eq!(svc.wakes.load(Ordering::Relaxed), 1);
+        assert_eq!(engine.cluster_status()[0].tokens_in_hand, 2);
+        assert_eq!(engine.cluster_status()[0].wait_timeouts, 0);
+    }
+
+    #[test]
+    fn cluster_call_whose_wait_times_out_is_decided_by_the_local_fallback() {
+        let svc = FakeService::new(0, Duration::from_millis(1));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 2.0)]);
+        let api = engine.resource("api");
+        let passed = (0..5).filter(|_| api.enter().is_ok()).count();
+        assert_eq!(passed, 2, "the local fallback limit (count ÷ 1 live instance)");
+        let st = &engine.cluster_status()[0];
+        assert_eq!(st.wait_timeouts, 5);
+        assert_eq!(st.fallback_decisions, 5);
+    }
+
+    #[test]
+    fn cluster_rule_in_fallback_limits_each_instance_to_its_share_of_a_global_count() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, clock) = engine_with(&svc, vec![cluster_rule("api", 12.0)]);
+        let lease = svc.lease();
+        lease.set_leasing(Some(4));
+        lease.set_fallback("redis down".into());
+        let api = engine.resource("api");
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 3, "12 ÷ 4 live instances");
+        let st = &engine.cluster_status()[0];
+        assert_eq!(st.mode, ClusterRuleMode::Fallback);
+        assert_eq!(st.reason.as_deref(), Some("redis down"));
+        assert_eq!(st.local_limit, 3.0);
+        assert_eq!(svc.wakes.load(Ordering::Relaxed), 0, "falling back asks nothing of the service");
+        clock.advance_millis(1000);
+        lease.set_leasing(None);
+        lease.replace(T0 + 1999, 5);
+        lease.set_exhausted_until(T0 + 2000);
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 5, "leasing again");
+    }
+
+    #[test]
+    fn cluster_rule_without_local_fallback_passes_while_the_service_fails() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let mut rule = cluster_rule("api", 1.0);
+        rule.cluster_config.as_mut().unwrap().fallback_to_local_when_fail = false;
+        let (engine, _clock) = engine_with(&svc, vec![rule]);
+        svc.lease().set_fallback("redis down".into());
+        let api = engine.resource("api");
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 10);
+        assert_eq!(engine.cluster_status()[0].mode, ClusterRuleMode::Passing);
+    }
+
+    #[test]
+    fn leased_token_is_given_back_when_a_later_rule_blocks_the_call() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0), FlowRule::new("api").count(0.0)]);
+        let lease = svc.lease();
+        lease.replace(T0 + 99, 4);
+        let api = engine.resource("api");
+        assert!(api.enter().is_err(), "the local rule blocks");
+        assert_eq!(lease.in_hand().0, 4, "the cluster token came back");
+    }
+
+    #[test]
+    fn async_cluster_call_awaits_the_lease_without_blocking_and_passes_when_tokens_arrive() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0)]);
+        let api = engine.resource("api");
+        let mut fut = std::pin::pin!(api.entry().enter_async());
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(fut.as_mut().poll(&mut cx).is_pending(), "waiting for the service, the thread free");
+        assert_eq!(svc.wakes.load(Ordering::Relaxed), 1);
+        let lease = svc.lease();
+        lease.replace(T0 + 99, 2);
+        lease.changed();
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(Ok(_entry)) => {}
+            other => panic!("expected a pass, got {:?}", other.map(|r| r.map(|_| ()))),
+        }
+        assert_eq!(lease.in_hand().0, 1);
+    }
+
+    #[test]
+    fn annotated_async_fn_awaits_the_lease_and_decides_again_with_fresh_arguments() {
+        // What `#[sentinel_resource]` generates for an `async fn`: decide, await the wait, decide again.
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0)]);
+        let api = engine.resource("api");
+        let mut fut = std::pin::pin!(async {
+            let mut wait = crate::__private::AsyncWait::new();
+            let mut decisions = 0;
+            loop {
+                decisions += 1;
+                match crate::__private::decide_async(api.entry(), &mut wait) {
+                    Some(d) => break (d.map(|_| ()), decisions),
+                    None => wait.wait().await,
+                }
+            }
+        });
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        let lease = svc.lease();
+        lease.replace(T0 + 99, 1);
+        lease.changed();
+        match fut.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready((Ok(()), 2)) => {}
+            other => panic!("expected a pass on the second decision, got {:?}", other.map(|(r, n)| (r.is_ok(), n))),
+        }
+    }
+
+    #[test]
+    fn async_wait_that_times_out_decides_by_the_local_fallback() {
+        let svc = FakeService::new(0, Duration::from_millis(1));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 1.0)]);
+        let api = engine.resource("api");
+        assert!(futures::executor::block_on(api.entry().enter_async()).is_ok(), "fallback: 1 per second");
+        assert!(futures::executor::block_on(api.entry().enter_async()).is_err(), "fallback: over 1 per second");
+        let st = &engine.cluster_status()[0];
+        assert_eq!((st.waits, st.wait_timeouts), (2, 2));
+    }
+
+    #[test]
+    fn cluster_rule_without_a_service_is_decided_locally_with_its_whole_count() {
+        let clock = ManualClock::at_millis(T0);
+        let engine = Sentinel::builder().manual_clock(clock).build();
+        engine.load_flow_rules([cluster_rule("api", 2.0)]).unwrap();
+        let api = engine.resource("api");
+        assert_eq!((0..5).filter(|_| api.enter().is_ok()).count(), 2);
+        assert_eq!(engine.cluster_status()[0].mode, ClusterRuleMode::NoService);
+    }
+
+    #[test]
+    fn registering_a_service_leases_for_the_cluster_rules_already_in_force_and_keeps_local_ones() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 2.0), FlowRule::new("db").count(1.0)]);
+        assert_eq!(svc.leases.lock().unwrap().len(), 1, "only the cluster rule has a lease");
+        // Reloading an equal set keeps the lease (and its tokens).
+        svc.lease().replace(T0 + 99, 9);
+        engine.load_flow_rules([cluster_rule("api", 2.0), FlowRule::new("db").count(1.0)]).unwrap();
+        assert_eq!(svc.lease().in_hand().0, 9);
+        assert_eq!(svc.leases.lock().unwrap().len(), 1);
+    }
+}

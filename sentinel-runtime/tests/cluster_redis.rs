@@ -1,0 +1,742 @@
+//! Cluster flow control on a real `redis-server` (started per test on a free port): exact per-window sums
+//! across processes, average-local thresholds following the live instances, the fallback when Redis hangs,
+//! dies or answers errors, async callers, and rules from Redis.
+//!
+//! The multi-process tests re-execute this test binary in a worker mode (`cluster_worker`, an ignored test
+//! that runs only when the parent asks for it through `SENTINEL_CLUSTER_WORKER`).
+#![cfg(feature = "cluster-redis")]
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sentinel_runtime::cluster::{ClusterClient, RedisCluster, RedisDataSource};
+use sentinel_runtime::flow::{ClusterConfig, ClusterRuleMode, ClusterThresholdType, FlowRule};
+use sentinel_runtime::{RuleKind, Sentinel};
+use sentinel_testkit::redis::RedisServer;
+
+const WORKER_ENV: &str = "SENTINEL_CLUSTER_WORKER";
+
+/// The tests of this file run one at a time: they measure latencies and per-window sums in real time, and
+/// the multi-process ones keep the machine's cores busy.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn cluster_rule(resource: &str, count: f64, threshold: ClusterThresholdType, window_ms: u64, samples: u32) -> FlowRule {
+    FlowRule {
+        cluster_mode: true,
+        cluster_config: Some(ClusterConfig {
+            threshold_type: threshold,
+            sample_count: samples,
+            window_interval_ms: window_ms,
+            ..ClusterConfig::default()
+        }),
+        ..FlowRule::new(resource).count(count)
+    }
+}
+
+/// Waits (polling the status, at most `within`) until `cond` holds for the engine's first cluster rule.
+fn wait_until(
+    engine: &Sentinel,
+    within: Duration,
+    cond: impl Fn(&sentinel_runtime::flow::ClusterRuleStatus) -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if engine.cluster_status().first().is_some_and(&cond) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Worker processes
+
+/// What a worker does, passed in its environment.
+struct WorkerPlan {
+    url: String,
+    namespace: String,
+    count: f64,
+    global: bool,
+    window_ms: u64,
+    samples: u32,
+    start_at: u64,
+    end_at: u64,
+    member_ttl_ms: u64,
+}
+
+impl WorkerPlan {
+    fn spawn(&self, name: &str) -> Child {
+        Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["cluster_worker", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
+            .env(WORKER_ENV, name)
+            .env("W_URL", &self.url)
+            .env("W_NS", &self.namespace)
+            .env("W_COUNT", self.count.to_string())
+            .env("W_GLOBAL", if self.global { "1" } else { "0" })
+            .env("W_WINDOW", self.window_ms.to_string())
+            .env("W_SAMPLES", self.samples.to_string())
+            .env("W_START", self.start_at.to_string())
+            .env("W_END", self.end_at.to_string())
+            .env("W_TTL", self.member_ttl_ms.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn a worker process")
+    }
+}
+
+fn env_u64(name: &str) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("worker: {name} is not set"))
+}
+
+/// The worker mode: hammers one cluster rule from `W_START` to `W_END` (wall ms) and prints the calls it
+/// admitted per window (by wall-clock window, which on one machine is Redis's clock too). A call whose
+/// decision straddles a window boundary (stamped before and after) is counted apart as ambiguous.
+#[test]
+#[ignore = "a worker process of the multi-process tests, started by them"]
+fn cluster_worker() {
+    let Ok(name) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let plan = WorkerPlan {
+        url: std::env::var("W_URL").expect("W_URL"),
+        namespace: std::env::var("W_NS").expect("W_NS"),
+        count: std::env::var("W_COUNT").ok().and_then(|v| v.parse().ok()).expect("W_COUNT"),
+        global: std::env::var("W_GLOBAL").is_ok_and(|v| v == "1"),
+        window_ms: env_u64("W_WINDOW"),
+        samples: env_u64("W_SAMPLES") as u32,
+        start_at: env_u64("W_START"),
+        end_at: env_u64("W_END"),
+        member_ttl_ms: env_u64("W_TTL"),
+    };
+    let engine = Sentinel::builder().app_name("cluster-test").build();
+    let threshold = if plan.global { ClusterThresholdType::Global } else { ClusterThresholdType::AvgLocal };
+    engine.load_flow_rules([cluster_rule("api", plan.count, threshold, plan.window_ms, plan.samples)]).unwrap();
+    let client = RedisCluster::builder(&plan.url)
+        .namespace(&plan.namespace)
+        .instance_id(&name)
+        .timeout(Duration::from_millis(500))
+        .member_ttl(Duration::from_millis(plan.member_ttl_ms))
+        .heartbeat_interval(Duration::from_millis(plan.member_ttl_ms / 4))
+        .start(&engine)
+        .unwrap();
+    client.wait_connected(Duration::from_secs(10)).unwrap();
+    let api = engine.resource("api");
+    while wall_ms() < plan.start_at {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stalls = stall_probe(plan.end_at, plan.window_ms);
+    let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut ambiguous = 0u64;
+    let mut errors = 0u64;
+    loop {
+        let before = wall_ms();
+        if before >= plan.end_at {
+            break;
+        }
+        match api.enter() {
+            Ok(_entry) => {
+                let after = wall_ms();
+                if before / plan.window_ms == after / plan.window_ms {
+                    *per_window.entry(before / plan.window_ms).or_default() += 1;
+                } else {
+                    ambiguous += 1;
+                }
+            }
+            // Over the limit: try again soon (a load far above the limit without starving the machine's
+            // other processes, Redis among them, of the CPU).
+            Err(sentinel_runtime::BlockError::Flow { .. }) => std::thread::sleep(Duration::from_micros(20)),
+            Err(_) => errors += 1,
+        }
+    }
+    let status = engine.cluster_status();
+    let windows: Vec<String> = per_window.iter().map(|(w, n)| format!("{w}:{n}")).collect();
+    let st = &status[0];
+    let stalled: Vec<String> = stalls.join().unwrap_or_default().iter().map(u64::to_string).collect();
+    println!(
+        "\nCLUSTER_WORKER_RESULT ambiguous={ambiguous} errors={errors} round_trips={} waits={} timeouts={} \
+         local={} failures={} stalls={} windows={}",
+        st.round_trips,
+        st.waits,
+        st.wait_timeouts,
+        st.fallback_decisions,
+        st.failures,
+        stalled.join(","),
+        windows.join(",")
+    );
+    drop(client);
+}
+
+/// Windows (by wall-clock window index) in which this process was frozen for a fifth of a window or more: a
+/// thread that only sleeps 1 ms at a time saw a longer gap. On a machine whose CPUs are oversubscribed a
+/// process (or all of them) can be descheduled for that long; such a window cannot admit its count, whatever
+/// the limiter does. Runs until `end_at` (wall ms).
+fn stall_probe(end_at: u64, window_ms: u64) -> std::thread::JoinHandle<Vec<u64>> {
+    std::thread::spawn(move || {
+        let mut stalled = std::collections::BTreeSet::new();
+        let mut last = wall_ms();
+        while last < end_at {
+            std::thread::sleep(Duration::from_millis(1));
+            let now = wall_ms();
+            if now - last >= window_ms / 5 {
+                stalled.extend(last / window_ms..=now / window_ms);
+            }
+            last = now;
+        }
+        stalled.into_iter().collect()
+    })
+}
+
+/// The same from the outside, for Redis: a PING every 2 ms from the test process until `end_at`; windows in
+/// which one took a fifth of a window or more (Redis, or this process, was descheduled).
+fn redis_stall_probe(url: String, end_at: u64, window_ms: u64) -> std::thread::JoinHandle<Vec<u64>> {
+    std::thread::spawn(move || {
+        let mut stalled = std::collections::BTreeSet::new();
+        let Ok(mut conn) = redis::Client::open(url).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        else {
+            return Vec::new();
+        };
+        while wall_ms() < end_at {
+            let before = wall_ms();
+            let _ = redis::cmd("PING").query::<String>(&mut conn);
+            let after = wall_ms();
+            if after - before >= window_ms / 5 {
+                stalled.extend(before / window_ms..=after / window_ms);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        stalled.into_iter().collect()
+    })
+}
+
+/// The windows any probe saw stalled.
+fn stalled_windows(redis: std::thread::JoinHandle<Vec<u64>>, reports: &[Report]) -> std::collections::BTreeSet<u64> {
+    let mut stalled: std::collections::BTreeSet<u64> = redis.join().unwrap_or_default().into_iter().collect();
+    stalled.extend(reports.iter().flat_map(|r| r.stalls.iter().copied()));
+    stalled
+}
+
+/// A worker's report: admitted calls per window, and its ambiguous and erroneous calls.
+#[derive(Debug, Default)]
+struct Report {
+    windows: BTreeMap<u64, u64>,
+    ambiguous: u64,
+    errors: u64,
+    stalls: Vec<u64>,
+    /// The worker's line, for failure messages.
+    line: String,
+}
+
+fn report_of(child: Child) -> Report {
+    let out = child.wait_with_output().expect("a worker's output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.find("CLUSTER_WORKER_RESULT ").map(|i| &l[i + "CLUSTER_WORKER_RESULT ".len()..]))
+        .unwrap_or_else(|| panic!("a worker printed no result (status {}):\n{text}", out.status));
+    let mut r = Report { line: line.chars().take(300).collect(), ..Report::default() };
+    for field in line.split(' ') {
+        match field.split_once('=') {
+            Some(("ambiguous", v)) => r.ambiguous = v.parse().unwrap(),
+            Some(("errors", v)) => r.errors = v.parse().unwrap(),
+            Some(("stalls", v)) => {
+                r.stalls = v.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().unwrap()).collect()
+            }
+            Some(("windows", v)) => {
+                for pair in v.split(',').filter(|p| !p.is_empty()) {
+                    let (w, n) = pair.split_once(':').unwrap();
+                    r.windows.insert(w.parse().unwrap(), n.parse().unwrap());
+                }
+            }
+            _ => {}
+        }
+    }
+    r
+}
+
+fn sums(reports: &[Report]) -> BTreeMap<u64, u64> {
+    let mut total: BTreeMap<u64, u64> = BTreeMap::new();
+    for r in reports {
+        for (w, n) in &r.windows {
+            *total.entry(*w).or_default() += n;
+        }
+    }
+    total
+}
+
+#[test]
+fn several_processes_hammering_one_global_rule_admit_the_count_per_window_and_no_more() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("several_processes_hammering_one_global_rule") else { return };
+    // 2500/s over windows of 200 ms (two buckets of 100 ms): 500 calls per window for all processes.
+    let (count, window_ms, windows) = (2500.0, 200u64, 20u64);
+    let per_window = (count * window_ms as f64 / 1000.0) as u64;
+    let start_at = (wall_ms() / window_ms + 8) * window_ms;
+    let end_at = start_at + (windows + 2) * window_ms;
+    let plan = WorkerPlan {
+        url: redis.url(),
+        namespace: "exact".into(),
+        count,
+        global: true,
+        window_ms,
+        samples: 2,
+        start_at,
+        end_at,
+        member_ttl_ms: 2000,
+    };
+    let children: Vec<Child> = (0..3).map(|i| plan.spawn(&format!("worker-{i}"))).collect();
+    let redis_stalls = redis_stall_probe(redis.url(), end_at, window_ms);
+    let reports: Vec<Report> = children.into_iter().map(report_of).collect();
+    let total = sums(&reports);
+    // The first window warms the leases up; the last may be cut short.
+    let measured: Vec<(u64, u64)> =
+        (start_at / window_ms + 1..end_at / window_ms - 1).map(|w| (w, total.get(&w).copied().unwrap_or(0))).collect();
+    assert_eq!(measured.len() as u64, windows);
+    let ambiguous: u64 = reports.iter().map(|r| r.ambiguous).sum();
+    let stalled = stalled_windows(redis_stalls, &reports);
+    eprintln!(
+        "admitted per window of {window_ms} ms (limit {per_window}): {measured:?}; ambiguous {ambiguous}; windows in \
+         which the machine stalled: {stalled:?}"
+    );
+    assert!(reports.iter().all(|r| r.errors == 0), "no caller got an error: {reports:?}");
+    let mut checked = 0;
+    for (w, n) in &measured {
+        assert!(*n <= per_window, "window {w} admitted {n} > {per_window} across processes: {measured:?}");
+        if stalled.contains(w) {
+            // A frozen process (or Redis) cannot admit in time: not a sign of under-admission.
+            continue;
+        }
+        checked += 1;
+        assert!(
+            *n + ambiguous >= per_window * 95 / 100,
+            "window {w} admitted {n} < 95% of {per_window} across processes: {measured:?}\n{:#?}",
+            reports.iter().map(|r| &r.line).collect::<Vec<_>>()
+        );
+    }
+    assert!(checked >= windows * 3 / 4, "the machine stalled in too many windows to judge: {stalled:?}");
+    // A call that waited for the next bucket's lease starts before the boundary and passes after it: at
+    // most one per process (one calling thread each) per boundary.
+    assert!(ambiguous <= 3 * (windows + 2), "calls stamped across a window boundary: {ambiguous}");
+    // Every process got a share (none starved for the whole run).
+    assert!(reports.iter().all(|r| r.windows.values().sum::<u64>() > 0), "{reports:?}");
+}
+
+#[test]
+fn average_local_total_follows_the_live_instances_when_one_stops_heartbeating() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("average_local_total_follows_the_live_instances") else { return };
+    // 1000/s per instance over windows of 200 ms: 200 per instance per window.
+    let (count, window_ms) = (1000.0, 200u64);
+    let per_instance = (count * window_ms as f64 / 1000.0) as u64;
+    let ttl_ms = 800;
+    let start_at = (wall_ms() / window_ms + 8) * window_ms;
+    let killed_at = start_at + 8 * window_ms;
+    let end_at = killed_at + ttl_ms + 10 * window_ms;
+    let plan = WorkerPlan {
+        url: redis.url(),
+        namespace: "avg".into(),
+        count,
+        global: false,
+        window_ms,
+        samples: 2,
+        start_at,
+        end_at,
+        member_ttl_ms: ttl_ms,
+    };
+    let mut children: Vec<Child> = (0..3).map(|i| plan.spawn(&format!("avg-{i}"))).collect();
+    let redis_stalls = redis_stall_probe(redis.url(), end_at, window_ms);
+    let leaving = children.remove(2);
+    while wall_ms() < killed_at {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A crash: no goodbye, the membership expires with its TTL.
+    let mut leaving = leaving;
+    let _ = leaving.kill();
+    let _ = leaving.wait();
+    let reports: Vec<Report> = children.into_iter().map(report_of).collect();
+    let total = sums(&reports);
+    assert!(reports.iter().all(|r| r.errors == 0), "no caller got an error");
+    let ambiguous: u64 = reports.iter().map(|r| r.ambiguous).sum();
+    // Before the crash the two survivors share three instances' allowance (the third hammers too, but its
+    // calls are not in these reports): together at most 3 × 200.
+    for w in start_at / window_ms + 1..killed_at / window_ms {
+        let n = total.get(&w).copied().unwrap_or(0);
+        assert!(n <= 3 * per_instance, "window {w}: {n} > {}", 3 * per_instance);
+    }
+    // After the membership expired (and a window to settle): two instances, 2 × 200 per window.
+    let after: Vec<(u64, u64)> = ((killed_at + ttl_ms) / window_ms + 2..end_at / window_ms - 1)
+        .map(|w| (w, total.get(&w).copied().unwrap_or(0)))
+        .collect();
+    assert!(after.len() >= 6, "{after:?}");
+    let stalled = stalled_windows(redis_stalls, &reports);
+    let mut checked = 0;
+    for (w, n) in &after {
+        assert!(
+            *n <= 2 * per_instance,
+            "window {w} admitted {n} > {} for two live instances: {after:?}",
+            2 * per_instance
+        );
+        if stalled.contains(w) {
+            continue;
+        }
+        checked += 1;
+        assert!(
+            *n + ambiguous >= 2 * per_instance * 95 / 100,
+            "window {w} admitted {n} < 95% of {} for two live instances: {after:?}",
+            2 * per_instance
+        );
+    }
+    assert!(checked >= after.len() * 3 / 4, "the machine stalled in too many windows to judge: {stalled:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Faults, in one process
+
+/// Log lines, captured process-wide (the client logs from its own thread).
+fn captured_logs() -> &'static Mutex<Vec<String>> {
+    static LOGS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    let logs = LOGS.get_or_init(|| Mutex::new(Vec::new()));
+    INSTALLED.get_or_init(|| {
+        let _ = tracing::subscriber::set_global_default(Capture(logs));
+    });
+    logs
+}
+
+struct Capture(&'static Mutex<Vec<String>>);
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = write!(self.0, "{}={:?} ", field.name(), value);
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        use std::fmt::Write;
+        let _ = write!(self.0, "{}={} ", field.name(), value);
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() <= tracing::Level::INFO
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        let mut f = Fields(format!("{} ", e.metadata().level()));
+        e.record(&mut f);
+        self.0.lock().unwrap().push(f.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn logged(needle: &str) -> bool {
+    captured_logs().lock().unwrap().iter().any(|l| l.contains(needle))
+}
+
+/// An engine with one global cluster rule on `api` and its client.
+fn instance(url: &str, ns: &str, count: f64, timeout: Duration) -> (Sentinel, ClusterClient) {
+    let engine = Sentinel::builder().app_name("faults").build();
+    engine.load_flow_rules([cluster_rule("api", count, ClusterThresholdType::Global, 1000, 2)]).unwrap();
+    let client = RedisCluster::builder(url)
+        .namespace(ns)
+        .timeout(timeout)
+        .retry_max(Duration::from_millis(300))
+        .heartbeat_interval(Duration::from_millis(200))
+        .member_ttl(Duration::from_millis(1500))
+        .start(&engine)
+        .unwrap();
+    client.wait_connected(Duration::from_secs(5)).unwrap();
+    (engine, client)
+}
+
+#[test]
+fn hung_redis_makes_calls_fall_back_within_the_timeout_to_their_share_of_the_count() {
+    let _serial = one_at_a_time();
+    captured_logs();
+    let Some(redis) = RedisServer::start("hung_redis_makes_calls_fall_back") else { return };
+    let timeout = Duration::from_millis(20);
+    let (engine, _client) = instance(&redis.url(), "hang", 200.0, timeout);
+    // A second instance, so that the count is shared by two.
+    let (_other, _other_client) = instance(&redis.url(), "hang", 200.0, timeout);
+    let api = engine.resource("api");
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.live_instances == Some(2)),
+        "{:?}",
+        engine.cluster_status()
+    );
+    redis.pause();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    let stop_at = Instant::now() + Duration::from_millis(600);
+    while Instant::now() < stop_at {
+        let t = Instant::now();
+        match api.enter() {
+            Ok(_) | Err(sentinel_runtime::BlockError::Flow { .. }) => {}
+            Err(_) => errors += 1,
+        }
+        latencies.push(t.elapsed());
+    }
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    let max = *latencies.last().unwrap();
+    let status = engine.cluster_status()[0].clone();
+    redis.resume();
+    assert_eq!(errors, 0);
+    assert!(p99 <= timeout + Duration::from_millis(5), "p99 {p99:?} (max {max:?}) over the timeout");
+    assert_eq!(status.mode, ClusterRuleMode::Fallback, "{status}");
+    assert_eq!(status.local_limit, 100.0, "count ÷ 2 live instances");
+    assert!(status.reason.as_deref().is_some_and(|r| r.contains("did not answer within 20 ms")), "{status}");
+    assert!(logged("falls back to local limits"), "a log line says why");
+    // Resumed: cluster mode comes back by itself.
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing),
+        "{}",
+        engine.cluster_status()[0]
+    );
+}
+
+#[test]
+fn fallback_local_limit_admits_exactly_the_instance_share_per_second() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("fallback_local_limit_admits_exactly_the_instance_share") else { return };
+    let (engine, _client) = instance(&redis.url(), "share", 300.0, Duration::from_millis(20));
+    let (_b, _cb) = instance(&redis.url(), "share", 300.0, Duration::from_millis(20));
+    let (_c, _cc) = instance(&redis.url(), "share", 300.0, Duration::from_millis(20));
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.live_instances == Some(3)));
+    let mut redis = redis;
+    redis.kill();
+    let api = engine.resource("api");
+    // Until the failure is noticed the calls wait at most the timeout; then they are decided locally.
+    while engine.cluster_status()[0].mode != ClusterRuleMode::Fallback {
+        let _ = api.enter();
+    }
+    // A whole second of the local limiter (its window is aligned on the engine's clock).
+    let next_second = (engine.now_millis() / 1000 + 1) * 1000;
+    while engine.now_millis() < next_second {
+        std::hint::spin_loop();
+    }
+    let mut passed = 0;
+    loop {
+        let ok = api.enter().is_ok();
+        // Read after the call: the limiter read the clock before, so the call was in this second.
+        if engine.now_millis() >= next_second + 1000 {
+            break;
+        }
+        passed += ok as u32;
+    }
+    assert_eq!(passed, 100, "300 ÷ 3 live instances in one second");
+    redis.restart();
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing),
+        "cluster mode resumes after Redis restarts: {}",
+        engine.cluster_status()[0]
+    );
+    let leased = engine.cluster_status()[0].tokens_leased;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline && engine.cluster_status()[0].tokens_leased == leased {
+        let _ = api.enter();
+    }
+    assert!(engine.cluster_status()[0].tokens_leased > leased, "tokens come from Redis again");
+}
+
+#[test]
+fn wrong_password_falls_back_with_a_log_line_that_names_the_credentials() {
+    let _serial = one_at_a_time();
+    captured_logs();
+    let Some(redis) = RedisServer::start_with("wrong_password_falls_back", &["--requirepass", "right"]) else {
+        return;
+    };
+    let url = format!("redis://:wrong@{}", redis.addr());
+    let engine = Sentinel::builder().app_name("auth").build();
+    engine.load_flow_rules([cluster_rule("api", 5.0, ClusterThresholdType::Global, 1000, 2)]).unwrap();
+    let client = RedisCluster::builder(&url).start(&engine).unwrap();
+    let err = client.wait_connected(Duration::from_millis(500)).unwrap_err();
+    assert!(err.to_string().contains("credentials"), "{err}");
+    assert!(!err.to_string().contains("wrong"), "the password is not shown: {err}");
+    let api = engine.resource("api");
+    assert!(wait_until(&engine, Duration::from_secs(2), |s| s.mode == ClusterRuleMode::Fallback));
+    let passed = (0..20).filter(|_| api.enter().is_ok()).count();
+    assert_eq!(passed, 5, "the local fallback, count ÷ 1 instance");
+    assert!(logged("credentials"), "{:?}", captured_logs().lock().unwrap());
+}
+
+#[test]
+fn script_error_falls_back_and_recovers_once_the_key_is_fixed() {
+    let _serial = one_at_a_time();
+    captured_logs();
+    let Some(redis) = RedisServer::start("script_error_falls_back") else { return };
+    let (engine, client) = instance(&redis.url(), "wrongtype", 50.0, Duration::from_millis(50));
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.key.is_some()), "the client names the rule's key");
+    let key = engine.cluster_status()[0].key.clone().unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut conn = rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
+    // Someone overwrote the window with a string: the script fails with WRONGTYPE.
+    rt.block_on(redis::cmd("SET").arg(&key).arg("oops").query_async::<()>(&mut conn)).unwrap();
+    let api = engine.resource("api");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline && engine.cluster_status()[0].mode != ClusterRuleMode::Fallback {
+        let _ = api.enter();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let st = engine.cluster_status()[0].clone();
+    assert_eq!(st.mode, ClusterRuleMode::Fallback, "{st}");
+    assert!(st.reason.as_deref().is_some_and(|r| r.contains("WRONGTYPE")), "{st}");
+    assert!(logged("WRONGTYPE"), "a log line with Redis's error");
+    assert!(client.status().last_error.is_some());
+    rt.block_on(redis::cmd("DEL").arg(&key).query_async::<()>(&mut conn)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && engine.cluster_status()[0].mode != ClusterRuleMode::Leasing {
+        let _ = api.enter();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(engine.cluster_status()[0].mode, ClusterRuleMode::Leasing, "recovered by itself");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Async callers
+
+#[sentinel_runtime::sentinel_resource(name = "async-api")]
+async fn guarded_call() -> Result<(), sentinel_runtime::BlockError> {
+    Ok(())
+}
+
+#[test]
+fn async_callers_await_an_empty_lease_without_blocking_their_executor() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("async_callers_await_an_empty_lease") else { return };
+    let engine = Sentinel::builder().app_name("async").build().leak();
+    engine.load_flow_rules([cluster_rule("async-api", 1000.0, ClusterThresholdType::Global, 1000, 2)]).unwrap();
+    let _client = RedisCluster::builder(redis.url()).timeout(Duration::from_millis(200)).start(engine).unwrap();
+    _client.wait_connected(Duration::from_secs(5)).unwrap();
+    redis.pause();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let ticks = Arc::new(Mutex::new(Vec::new()));
+    let (waited, ticks_during) = engine.scoped(|| {
+        rt.block_on(async {
+            let t = ticks.clone();
+            let ticker = tokio::spawn(async move {
+                for _ in 0..100 {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    t.lock().unwrap().push(Instant::now());
+                }
+            });
+            let start = Instant::now();
+            // Three annotated calls and one manual entry, all waiting for the (hung) Redis at once.
+            let manual = engine.resource("async-api");
+            let (a, b, c, d) =
+                tokio::join!(guarded_call(), guarded_call(), guarded_call(), manual.entry().enter_async());
+            let end = Instant::now();
+            ticker.abort();
+            assert!(a.is_ok() && b.is_ok() && c.is_ok() && d.is_ok(), "decided by the fallback, not an error");
+            let during = ticks.lock().unwrap().iter().filter(|t| **t > start && **t < end).count();
+            (end - start, during)
+        })
+    });
+    redis.resume();
+    assert!(waited >= Duration::from_millis(150), "the calls did wait for Redis: {waited:?}");
+    assert!(waited < Duration::from_millis(600), "they waited together, not one after the other: {waited:?}");
+    assert!(ticks_during >= 10, "the executor kept running other tasks while they waited: {ticks_during} ticks");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Rules from Redis
+
+#[test]
+fn published_rules_are_in_force_within_a_second_and_a_malformed_document_changes_nothing() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("published_rules_are_in_force_within_a_second") else { return };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut conn = rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
+    let (key, channel) = ("sentinel:shop:flow-rules", "sentinel:shop:flow-rules:changed");
+    let publish = |conn: &mut redis::aio::MultiplexedConnection, doc: &str| {
+        // Java's documented way: the key and the message in one transaction.
+        rt.block_on(redis::pipe().atomic().set(key, doc).publish(channel, doc).query_async::<()>(conn)).unwrap();
+    };
+    publish(&mut conn, r#"[{"resource": "api", "grade": 1, "count": 10}]"#);
+    let engine = Sentinel::builder().app_name("shop").build();
+    let source = RedisDataSource::builder(redis.url()).rules(RuleKind::Flow, key, channel).start(&engine).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    source.on_reload(move |r| s.lock().unwrap().push(format!("{r:?}")));
+    assert!(source.wait_for(1, Duration::from_secs(5)), "the key is read at start");
+    assert_eq!(engine.flow_rules()[0].count, 10.0);
+
+    let t = Instant::now();
+    publish(&mut conn, r#"[{"resource": "api", "grade": 1, "count": 20}]"#);
+    assert!(source.wait_for(2, Duration::from_secs(1)), "in force within a second");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(engine.flow_rules()[0].count, 20.0);
+
+    publish(&mut conn, r#"[{"resource": "api", "grade": 1, "count": "lots"}]"#);
+    assert!(source.wait_for(3, Duration::from_secs(1)));
+    assert_eq!(engine.flow_rules()[0].count, 20.0, "a malformed document changes nothing");
+    let e = source.last_error().expect("the bad document is reported");
+    assert!(e.to_string().contains("[0].count") && e.to_string().contains(key), "{e}");
+    publish(&mut conn, r#"[{"resource": "api", "grade": 1, "count": -5}]"#);
+    assert!(source.wait_for(4, Duration::from_secs(1)));
+    assert_eq!(engine.flow_rules()[0].count, 20.0, "an invalid rule changes nothing either");
+    assert!(seen.lock().unwrap().iter().filter(|r| r.contains("Rejected")).count() >= 2);
+}
+
+#[test]
+fn redis_data_source_reconnects_by_itself_and_reads_what_it_missed() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("redis_data_source_reconnects_by_itself") else { return };
+    let (key, channel) = ("rules", "rules:changed");
+    let engine = Sentinel::builder().build();
+    let source = RedisDataSource::builder(redis.url())
+        .rule_set(key, channel)
+        .retry_max(Duration::from_millis(200))
+        .start(&engine)
+        .unwrap();
+    assert!(source.wait_for(1, Duration::from_secs(5)), "the missing key is reported");
+    assert!(source.is_connected());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut conn = rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
+    // Written without an announcement while the data source is connected: read once it reconnects.
+    rt.block_on(
+        redis::cmd("SET")
+            .arg(key)
+            .arg(r#"{"flowRules": [{"resource": "db", "count": 3}]}"#)
+            .query_async::<()>(&mut conn),
+    )
+    .unwrap();
+    assert!(engine.flow_rules().is_empty(), "nothing was announced");
+    // The server drops the subscription (as a failover or a network cut would).
+    rt.block_on(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async::<i64>(&mut conn)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && engine.flow_rules().is_empty() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(engine.flow_rules().len(), 1, "reconnected and read the key");
+    // A server restart: the data source subscribes again by itself and takes announcements again.
+    let mut redis = redis;
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let doc = r#"{"flowRules": [{"resource": "db", "count": 4}]}"#;
+    while Instant::now() < deadline && engine.flow_rules()[0].count != 4.0 {
+        if let Ok(mut c) = rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()) {
+            let _ = rt.block_on(redis::cmd("PUBLISH").arg(channel).arg(doc).query_async::<i64>(&mut c));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(engine.flow_rules()[0].count, 4.0, "announcements after the restart are applied");
+    assert!(source.is_connected());
+}
