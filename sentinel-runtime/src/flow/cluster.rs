@@ -473,9 +473,11 @@ impl RuleLease {
             scratch.push_leased(self, key, cx.acquire);
             return Decision::Pass { reservation: None, wait_nanos: 0 };
         }
-        if cx.now_ms < self.exhausted_until.load(Ordering::Acquire) {
+        let exhausted_until = self.exhausted_until.load(Ordering::Acquire);
+        if cx.now_ms < exhausted_until {
             self.counters.exhausted.fetch_add(1, Ordering::Relaxed);
-            return Decision::Block;
+            // The cluster's window is spent until then.
+            return Decision::Block { retry_after: Some(Duration::from_millis(exhausted_until - cx.now_ms)) };
         }
         self.request();
         let now = mono_nanos();
@@ -494,7 +496,7 @@ impl RuleLease {
         }
         // The call waits outside the rules' read section and is decided again (see `take_pending`).
         set_pending(Pending { lease: self.clone(), deadline_nanos: deadline, version });
-        Decision::Block
+        Decision::Block { retry_after: None }
     }
 
     /// The local decision: the fallback limit on the rule's node, or a pass without local fallback.
