@@ -9,7 +9,8 @@
 //!   `SentinelLayer` with one passing flow rule, and behind tower's `RateLimit` configured not to limit;
 //! - `axum_router`: an axum `Router` with a `/users/{id}` route, alone, behind `route_layer(SentinelLayer)`
 //!   with one passing flow rule (named by `MatchedPath`), and with an origin header and a client-IP hot
-//!   parameter as well (with a hot-parameter rule that passes).
+//!   parameter as well (with a hot-parameter rule that passes), and behind tower-governor's layer with one
+//!   global limit that never limits.
 
 use std::convert::Infallible;
 use std::future::ready;
@@ -96,6 +97,16 @@ fn axum_router(c: &mut Criterion) {
         .param(extract::client_ip(TrustedProxies::none()));
     let mut extracting = routes().route_layer(layer).with_state(());
     g.bench_function("sentinel_origin_and_client_ip_param", |b| b.iter(|| one_call(&mut extracting, &make)));
+
+    // tower-governor's layer, one global limit that never limits (the peer of the load benchmark).
+    let config = tower_governor::governor::GovernorConfigBuilder::default()
+        .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .finish()
+        .expect("a valid governor configuration");
+    let mut governed = routes().route_layer(tower_governor::GovernorLayer::new(config)).with_state(());
+    g.bench_function("tower_governor_not_limiting", |b| b.iter(|| one_call(&mut governed, &make)));
     g.finish();
 }
 
