@@ -4,6 +4,7 @@
 //!
 //! Variants, one layer each on `GET /hello`:
 //! - `none`: no layer;
+//! - `identity`: `route_layer` with tower's `Identity` (what routing through a route layer costs by itself);
 //! - `sentinel`: `SentinelLayer` with one flow rule that always passes (checked on every request);
 //! - `governor`: tower-governor's `GovernorLayer`, one global limit that never limits;
 //! - `ratelimit`: tower's `RateLimitLayer` that never limits (not `Clone`: behind a `BufferLayer` with axum's
@@ -35,6 +36,7 @@ fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
             engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
             routes.route_layer(SentinelLayer::new(engine))
         }
+        "identity" => routes.route_layer(tower::layer::util::Identity::new()),
         "governor" => {
             let config = tower_governor::governor::GovernorConfigBuilder::default()
                 .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
@@ -50,7 +52,9 @@ fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
                 .buffer(1024)
                 .rate_limit(u64::MAX, Duration::from_secs(1)),
         ),
-        other => return Err(format!("unknown variant `{other}`: none, sentinel, governor or ratelimit").into()),
+        other => {
+            return Err(format!("unknown variant `{other}`: none, identity, sentinel, governor or ratelimit").into())
+        }
     })
 }
 
