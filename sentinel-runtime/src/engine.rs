@@ -799,7 +799,7 @@ impl Sentinel {
     /// Registers (`Some`) or removes the cluster token service of this engine.
     pub(crate) fn set_cluster_service(
         &self,
-        service: Option<Arc<dyn crate::flow::cluster::TokenService>>,
+        service: Option<Arc<dyn crate::flow::token_service::TokenService>>,
     ) -> Result<(), RuleError> {
         self.shared.flow.set_cluster_service(service)?;
         self.shared.refresh_rules();
@@ -810,7 +810,7 @@ impl Sentinel {
     #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
     pub(crate) fn unregister_cluster_service(
         &self,
-        service: &Arc<dyn crate::flow::cluster::TokenService>,
+        service: &Arc<dyn crate::flow::token_service::TokenService>,
     ) -> Result<(), RuleError> {
         if self.shared.flow.cluster_service().is_some_and(|s| Arc::ptr_eq(&s, service)) {
             self.set_cluster_service(None)?;

@@ -14,7 +14,7 @@ use crate::param_flow::HotParam;
 use crate::resource::ResourceInner;
 use crate::resource::{EntryType, Resource};
 
-use crate::flow::cluster::Wait;
+use crate::flow::token_service::Wait;
 use crate::rules::{CheckCx, ExitCx, ResourceRules};
 use crate::slot::{SlotEntry, SlotExit};
 use crate::stat::{StatNode, Writer};
@@ -221,7 +221,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     pub(crate) fn decide_step(
         self,
         deadline: u64,
-        pending: &mut Option<flow::cluster::Pending>,
+        pending: &mut Option<flow::token_service::Pending>,
     ) -> Option<Result<Entry<'r>, BlockError>> {
         let install = !self.res.is_owned();
         match self.build_in(Wait::Async(deadline), install) {
@@ -247,7 +247,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         self,
         wait: Wait,
         install: bool,
-    ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::cluster::Pending)> {
+    ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::token_service::Pending)> {
         self.build_as::<MayWait<'r, 'a>>(wait, install)
     }
 
@@ -320,7 +320,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         if wait.mode() != 0 {
             checks.wait_mode = wait.mode();
         }
-        let _deadline = flow::cluster::DeadlineScope::enter(wait.deadline());
+        let _deadline = flow::token_service::DeadlineScope::enter(wait.deadline());
         let needs_checks = inner.has_rules.load(Ordering::Acquire)
             || (inbound && shared.system.active())
             || shared.has_custom_slots.load(Ordering::Acquire);
@@ -347,7 +347,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             if let Err(block) = decided {
                 let block = if asks_to_wait(&block, wait) {
                     // A cluster rule's lease is empty: wait outside the rules' read section.
-                    let Some(p) = flow::cluster::take_pending() else {
+                    let Some(p) = flow::token_service::take_pending() else {
                         return O::decided(Err(block));
                     };
                     if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
@@ -413,7 +413,7 @@ impl EntryBuilder<'_, '_> {
     #[allow(clippy::too_many_arguments)]
     fn recheck_after_wait(
         &self,
-        mut p: flow::cluster::Pending,
+        mut p: flow::token_service::Pending,
         checks: &mut Checks,
         shared: &Shared,
         inner: &ResourceInner,
@@ -426,12 +426,12 @@ impl EntryBuilder<'_, '_> {
             p.wait_blocking();
             // The checks undid what they took when the call was asked to wait.
             *checks = Checks::default();
-            let _deadline = flow::cluster::DeadlineScope::enter(p.deadline());
+            let _deadline = flow::token_service::DeadlineScope::enter(p.deadline());
             let now_nanos = shared.clock.now_nanos();
             let decided = inner
                 .with_rules(|rules| self.run_checks(rules, checks, shared, inner, node, ctx, origin, nodes, now_nanos));
             match decided {
-                Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::cluster::take_pending() {
+                Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::token_service::take_pending() {
                     Some(again) => p = again,
                     None => return decided,
                 },
@@ -496,7 +496,7 @@ impl EntryBuilder<'_, '_> {
             Err(panic) => {
                 checks.undo_all(&cx, rules, &mut scratch);
                 // No wait is left behind for a later entry on this thread.
-                let _ = flow::cluster::take_pending();
+                let _ = flow::token_service::take_pending();
                 std::panic::resume_unwind(panic)
             }
         }
@@ -511,7 +511,7 @@ trait Outcome<'r, 'a>: Sized {
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
     /// The call must wait (only called when [`HANDS_BACK`](Outcome::HANDS_BACK)); `block` is what the
     /// checks answered meanwhile.
-    fn wait(b: EntryBuilder<'r, 'a>, p: flow::cluster::Pending, block: BlockError) -> Self;
+    fn wait(b: EntryBuilder<'r, 'a>, p: flow::token_service::Pending, block: BlockError) -> Self;
 }
 
 impl<'r, 'a> Outcome<'r, 'a> for Result<Entry<'r>, BlockError> {
@@ -520,13 +520,13 @@ impl<'r, 'a> Outcome<'r, 'a> for Result<Entry<'r>, BlockError> {
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
         d
     }
-    fn wait(_: EntryBuilder<'r, 'a>, _: flow::cluster::Pending, block: BlockError) -> Self {
+    fn wait(_: EntryBuilder<'r, 'a>, _: flow::token_service::Pending, block: BlockError) -> Self {
         Err(block)
     }
 }
 
 /// A decision, or the builder back with a cluster wait.
-type MayWait<'r, 'a> = Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, flow::cluster::Pending)>;
+type MayWait<'r, 'a> = Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, flow::token_service::Pending)>;
 
 impl<'r, 'a> Outcome<'r, 'a> for MayWait<'r, 'a> {
     const HANDS_BACK: bool = true;
@@ -534,7 +534,7 @@ impl<'r, 'a> Outcome<'r, 'a> for MayWait<'r, 'a> {
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
         Ok(d)
     }
-    fn wait(b: EntryBuilder<'r, 'a>, p: flow::cluster::Pending, _: BlockError) -> Self {
+    fn wait(b: EntryBuilder<'r, 'a>, p: flow::token_service::Pending, _: BlockError) -> Self {
         Err((b, p))
     }
 }
@@ -565,7 +565,7 @@ impl<'r> Retry<'r> {
 
     /// Awaits the lease, decides again, and so on until the call is decided (at the latest when the wait's
     /// deadline passed: then by the rule's local fallback).
-    async fn run(mut self, mut pending: flow::cluster::Pending) -> Result<Entry<'r>, BlockError> {
+    async fn run(mut self, mut pending: flow::token_service::Pending) -> Result<Entry<'r>, BlockError> {
         loop {
             let deadline = pending.deadline();
             pending.wait_async().await;
@@ -652,13 +652,13 @@ struct Checks {
 }
 
 /// Whether a check that answered `block` asked the call to wait for a cluster lease instead (the wait is in
-/// `flow::cluster::take_pending`): only a cluster rule's flow block can be one, and only when the call may
+/// `flow::token_service::take_pending`): only a cluster rule's flow block can be one, and only when the call may
 /// wait. Looked at on the blocked path only.
 #[inline(always)]
 fn asks_to_wait(block: &BlockError, wait: Wait) -> bool {
     !matches!(wait, Wait::Now)
         && matches!(block, BlockError::Flow { rule, .. } if rule.cluster_mode)
-        && flow::cluster::has_pending()
+        && flow::token_service::has_pending()
 }
 
 /// A call that passed the checks. Dropping it exits the resource: on return, early return, `?` and unwind.

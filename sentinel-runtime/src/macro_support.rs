@@ -294,7 +294,7 @@ pub fn as_str<S: AsRef<str> + ?Sized>(value: &S) -> &str {
 /// The wait of an annotated `async fn` whose cluster rule has no leased token in hand (see [`decide_async`]).
 #[derive(Default)]
 pub struct AsyncWait {
-    pending: Option<crate::flow::cluster::Pending>,
+    pending: Option<crate::flow::token_service::Pending>,
     /// The deadline of the wait under way (0: none yet), kept for the next decision.
     deadline: u64,
 }

@@ -99,7 +99,7 @@ pub(crate) struct CheckCx<'a> {
     pub(crate) now_nanos: u64,
     pub(crate) now_ms: u64,
     /// Whether a cluster rule whose lease is empty may make the call wait, and how.
-    pub(crate) cluster_wait: crate::flow::cluster::Wait,
+    pub(crate) cluster_wait: crate::flow::token_service::Wait,
 }
 
 /// What the exit hooks see of an entry that passed.

@@ -20,7 +20,7 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::flow::cluster::RuleLease;
+use crate::flow::token_service::RuleLease;
 use crate::flow::{ClusterThresholdType, FlowRule};
 
 use super::keys::RuleKeys;

@@ -73,7 +73,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::flow::cluster::TokenService;
+use crate::flow::token_service::TokenService;
 use crate::Sentinel;
 
 /// Cluster flow control on Redis: [`RedisCluster::builder`] sets it up, [`RedisClusterBuilder::start`] runs

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use crate::flow::cluster::{RuleLease, TokenService};
+use crate::flow::token_service::{RuleLease, TokenService};
 use crate::Sentinel;
 
 use super::breaker::{Breaker, Failure, Gate};

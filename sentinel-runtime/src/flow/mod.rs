@@ -1,11 +1,11 @@
 //! Flow control: QPS and concurrency limits with node selection by origin, relation and chain.
 
-pub(crate) mod cluster;
 mod controller;
 mod rule;
+pub(crate) mod token_service;
 
-pub use cluster::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
+pub use token_service::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -40,7 +40,7 @@ pub(crate) struct FlowRuleState {
     /// Registry generation at the last failed lookup of `ref_resource`.
     ref_miss_generation: AtomicUsize,
     /// Cluster mode with a token service registered: the rule's leased tokens.
-    pub(crate) lease: OnceLock<Arc<cluster::RuleLease>>,
+    pub(crate) lease: OnceLock<Arc<token_service::RuleLease>>,
 }
 
 impl FlowRuleState {
@@ -130,11 +130,11 @@ pub(crate) struct EntryState {
 pub(crate) struct Scratch {
     reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
     /// Tokens taken from cluster leases: the lease, its key, the count.
-    leased: [Option<(std::ptr::NonNull<cluster::RuleLease>, u64, u32)>; MAX_HELD],
+    leased: [Option<(std::ptr::NonNull<token_service::RuleLease>, u64, u32)>; MAX_HELD],
 }
 
 impl Scratch {
-    fn push_leased(&mut self, lease: &cluster::RuleLease, key: u64, n: u32) {
+    fn push_leased(&mut self, lease: &token_service::RuleLease, key: u64, n: u32) {
         if let Some(slot) = self.leased.iter_mut().find(|s| s.is_none()) {
             *slot = Some((std::ptr::NonNull::from(lease), key, n));
         }
@@ -207,7 +207,7 @@ pub(crate) struct FlowManager {
     set: ArcSwap<FlowRuleSet>,
     rules: RuleList<FlowRule>,
     /// The cluster token service, if one is registered.
-    cluster: cluster::Registration,
+    cluster: token_service::Registration,
 }
 
 /// The compiled flow rules of one load.
@@ -372,7 +372,10 @@ impl FlowManager {
     /// Registers (or removes) the cluster token service: cluster rules in force get leases from it (rules
     /// whose leases came from another service are rebuilt). The caller refreshes the resources' rules.
     #[cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
-    pub(crate) fn set_cluster_service(&self, service: Option<Arc<dyn cluster::TokenService>>) -> Result<(), RuleError> {
+    pub(crate) fn set_cluster_service(
+        &self,
+        service: Option<Arc<dyn token_service::TokenService>>,
+    ) -> Result<(), RuleError> {
         self.cluster.set(service);
         self.rules.reinstall(|unique| {
             let old = self.set.load_full();
@@ -385,7 +388,7 @@ impl FlowManager {
     }
 
     /// The cluster token service, if one is registered.
-    pub(crate) fn cluster_service(&self) -> Option<Arc<dyn cluster::TokenService>> {
+    pub(crate) fn cluster_service(&self) -> Option<Arc<dyn token_service::TokenService>> {
         self.cluster.service()
     }
 
@@ -400,7 +403,7 @@ impl FlowManager {
                 let state = set.exact.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == r).cloned());
                 match state.as_ref().and_then(|s| s.lease.get()) {
                     Some(lease) => lease.status(now_ms),
-                    None => cluster::ClusterRuleStatus::without_service(r),
+                    None => token_service::ClusterRuleStatus::without_service(r),
                 }
             })
             .collect()
@@ -417,7 +420,7 @@ impl FlowManager {
         // A state keeps its lease only while the lease comes from the service registered now.
         let reusable = |s: &FlowRuleState| match (s.lease.get(), &service) {
             (None, _) => true,
-            (Some(l), Some(svc)) => cluster::bound_to(l, svc),
+            (Some(l), Some(svc)) => token_service::bound_to(l, svc),
             (Some(_), None) => false,
         };
         let (regex, exact): (Vec<&FlowRule>, Vec<&FlowRule>) = unique.iter().partition(|r| r.regex);
@@ -434,7 +437,7 @@ impl FlowManager {
         if let Some(svc) = &service {
             // Cluster rules are exact (validation refuses regex ones).
             for st in by_resource.values().flatten().filter(|s| s.rule.cluster_mode) {
-                cluster::lease_for(&st.lease, &st.rule, svc);
+                token_service::lease_for(&st.lease, &st.rule, svc);
             }
         }
         let exact = by_resource.into_iter().map(|(name, rules)| (name, Arc::new(ResourceFlowRules::new(rules))));
@@ -570,7 +573,7 @@ pub(crate) fn check(
                 }
                 continue;
             }
-            if !cluster::no_service(rule) {
+            if !token_service::no_service(rule) {
                 // No token service: cluster rules without local fallback pass (Java's behaviour).
                 continue;
             }

@@ -1,7 +1,7 @@
 //! The one interface between the flow check and a cluster token service.
 //!
 //! A flow rule in cluster mode is decided against a limit shared by every instance. The core knows nothing
-//! of how that limit is kept (the Redis service lives in [`crate::cluster`], behind the `cluster-redis`
+//! of how that limit is kept (the Redis service lives in the `cluster` module, behind the `cluster-redis`
 //! feature): a service registered on the engine ([`TokenService`]) gets one [`RuleLease`] per cluster rule
 //! in force, and keeps it filled with tokens it obtained from the shared limit. The flow check spends them
 //! on the calling thread with the exact, lock-free machinery of the local limits
