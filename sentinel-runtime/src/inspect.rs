@@ -66,8 +66,8 @@ impl NodeStats {
         }
     }
 
-    /// Sums children (an entrance node); rt averaged over completions.
-    fn sum(children: &[NodeStats]) -> Self {
+    /// Sums children (an entrance node, the machine root); rt averaged over completions.
+    pub(crate) fn sum(children: &[NodeStats]) -> Self {
         let mut s = NodeStats { min_rt_ms: 5000.0, ..Default::default() };
         let mut rt_weighted = 0.0;
         for c in children {

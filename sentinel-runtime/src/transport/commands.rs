@@ -288,27 +288,6 @@ impl NodeVo {
     }
 }
 
-fn sum(stats: impl Iterator<Item = NodeStats>) -> NodeStats {
-    let mut s = NodeStats::default();
-    let mut rt = 0.0;
-    for c in stats {
-        s.threads += c.threads;
-        s.pass_qps += c.pass_qps;
-        s.block_qps += c.block_qps;
-        s.total_qps += c.total_qps;
-        s.success_qps += c.success_qps;
-        s.exception_qps += c.exception_qps;
-        s.minute_pass += c.minute_pass;
-        s.minute_block += c.minute_block;
-        s.minute_exception += c.minute_exception;
-        rt += c.avg_rt_ms * c.success_qps;
-    }
-    if s.success_qps > 0.0 {
-        s.avg_rt_ms = rt / s.success_qps;
-    }
-    s
-}
-
 fn json_tree(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     fn visit(node: &crate::TreeNode, parent: &str, now: u64, out: &mut Vec<NodeVo>) {
         let id = uuid::Uuid::new_v4().to_string();
@@ -324,7 +303,7 @@ fn json_tree(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     let now = c.engine.now_millis();
     let tree = c.engine.tree();
     let root_id = uuid::Uuid::new_v4().to_string();
-    let root_stats = sum(tree.iter().map(|t| t.stats.clone()));
+    let root_stats = NodeStats::sum(&tree.iter().map(|t| t.stats.clone()).collect::<Vec<_>>());
     let mut out = vec![NodeVo { id: Some(root_id.clone()), ..NodeVo::of("machine-root", &root_stats, now) }];
     for entrance in &tree {
         visit(entrance, &root_id, now, &mut out);
