@@ -9,6 +9,12 @@
 //! - `governor`: tower-governor's `GovernorLayer`, one global limit that never limits;
 //! - `ratelimit`: tower's `RateLimitLayer` that never limits (not `Clone`: behind a `BufferLayer` with axum's
 //!   `HandleErrorLayer`, as axum's docs show).
+//!
+//! Two more split the layer's cost (`VARIANTS=... scripts/bench-web`):
+//! - `sentinel-precise`: `sentinel` on an engine with `precise_clock()` (no ticker thread; what the ticker's
+//!   1,000 wake-ups a second cost shows against `sentinel`);
+//! - `sentinel-off-precise`: the same engine switched off, so every entry passes unchecked: what the layer
+//!   does around the engine (naming, the response future, the body), against `identity`.
 
 use std::error::Error;
 use std::net::SocketAddr;
@@ -27,15 +33,23 @@ async fn hello() -> &'static str {
     "hello"
 }
 
+/// `SentinelLayer` over `routes` with one flow rule that always passes; `precise`: the engine reads the
+/// CPU's clock on every call instead of a ticker thread's cached time; `enabled: false`: the engine is
+/// switched off (every entry passes unchecked), which leaves what the layer itself does per request.
+fn sentinel(routes: Router, precise: bool, enabled: bool) -> Result<Router, Box<dyn Error>> {
+    let engine = if precise { Sentinel::builder().precise_clock().build().leak() } else { Sentinel::global() };
+    engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
+    engine.set_enabled(enabled);
+    Ok(routes.route_layer(SentinelLayer::new(engine)))
+}
+
 fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
     let routes = Router::new().route("/hello", get(hello));
     Ok(match variant {
         "none" => routes,
-        "sentinel" => {
-            let engine = Sentinel::global();
-            engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
-            routes.route_layer(SentinelLayer::new(engine))
-        }
+        "sentinel" => sentinel(routes, false, true)?,
+        "sentinel-precise" => sentinel(routes, true, true)?,
+        "sentinel-off-precise" => sentinel(routes, true, false)?,
         "identity" => routes.route_layer(tower::layer::util::Identity::new()),
         "governor" => {
             let config = tower_governor::governor::GovernorConfigBuilder::default()
@@ -53,7 +67,11 @@ fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
                 .rate_limit(u64::MAX, Duration::from_secs(1)),
         ),
         other => {
-            return Err(format!("unknown variant `{other}`: none, identity, sentinel, governor or ratelimit").into())
+            return Err(format!(
+                "unknown variant `{other}`: none, identity, sentinel, governor, ratelimit, sentinel-precise or \
+                 sentinel-off-precise"
+            )
+            .into())
         }
     })
 }

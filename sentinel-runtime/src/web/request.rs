@@ -67,9 +67,11 @@ impl<'a> RequestView<'a> {
     pub fn extensions(&self) -> &'a Extensions {
         self.extensions
     }
-    /// Whether this is a gRPC call (`content-type: application/grpc`, with or without a `+format` suffix).
+    /// Whether this is a gRPC call: a `POST` (the only method gRPC uses) with `content-type:
+    /// application/grpc`, with or without a `+format` suffix.
     pub fn is_grpc(&self) -> bool {
-        self.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| is_grpc_content_type(v.as_bytes()))
+        *self.method == Method::POST
+            && self.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| is_grpc_content_type(v.as_bytes()))
     }
     /// The route template axum matched (`/users/{id}`), when the layer runs inside an axum router
     /// (feature `axum`).
@@ -129,5 +131,16 @@ mod tests {
         assert_eq!((v.path(), v.query(), v.header("x-app")), ("/a/b", Some("x=1"), Some("shop")));
         assert_eq!(v.peer_addr(), Some(addr));
         assert!(!v.is_grpc());
+    }
+
+    #[test]
+    fn only_a_post_with_a_grpc_content_type_is_a_grpc_call() {
+        let call = |method: Method| Request::builder().method(method).header("content-type", "application/grpc");
+        let post = call(Method::POST).body(()).unwrap();
+        assert!(RequestView::new(&post).is_grpc());
+        for method in [Method::GET, Method::PUT, Method::HEAD] {
+            let req = call(method.clone()).body(()).unwrap();
+            assert!(!RequestView::new(&req).is_grpc(), "{method}");
+        }
     }
 }

@@ -95,8 +95,7 @@ where
                 let wait = guard.wait();
                 if wait.is_zero() {
                     let inner = &mut self.inner;
-                    let mut req = Some(req);
-                    let future = guard.in_scope(|| inner.call(req.take().expect("the request is called once")));
+                    let future = guard.in_scope(move || inner.call(req));
                     ResponseFuture::calling(future, guard)
                 } else {
                     // The call runs after the wait: take the service that is ready and leave a clone in its place
@@ -112,6 +111,7 @@ where
 }
 
 /// Names the request's resource and runs its checks.
+#[inline(always)]
 fn decide<B>(state: &ServiceState, req: &Request<B>) -> Decision {
     let shared = &*state.layer;
     let config = &shared.config;
