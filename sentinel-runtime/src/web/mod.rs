@@ -62,7 +62,8 @@
 //!   `Retry-After` / `grpc-retry-pushback-ms` from [`BlockError::retry_after`](crate::BlockError::retry_after).
 //! - **Cost** when the layer is not used: none (nothing in the core knows about it). Per request: a route
 //!   lookup by borrowed key, the entry, and no allocation beyond the extractors that must build a value
-//!   (an IP address as text). axum boxes the layer's response body, as it does any route layer's.
+//!   (an IP address as text). axum's router boxes the layer's response body (one allocation), as it boxes
+//!   every response body that is not its own `Body`.
 //! - **The clock.** The engine's default clock is a millisecond timestamp that a ticker thread refreshes
 //!   1,000 times a second. A server whose process runs on one or two CPUs does better with
 //!   [`SentinelBuilder::precise_clock`](crate::SentinelBuilder::precise_clock) (or `SENTINEL_CLOCK=precise`):
