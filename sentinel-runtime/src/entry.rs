@@ -142,12 +142,14 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     {
         EntryBuilder { origin: Some(origin), ..self }
     }
-    /// The context name, used when no context is active on this thread.
+    /// The context name, used when no context is active on this thread. The default context's name (or an
+    /// empty one) is the same as naming none, and takes the same path as naming none.
     pub fn context<'b>(self, name: &'b str) -> EntryBuilder<'r, 'b>
     where
         'a: 'b,
     {
-        EntryBuilder { context: Some(name), ..self }
+        let context = (!name.is_empty() && name != DEFAULT_CONTEXT_NAME).then_some(name);
+        EntryBuilder { context, ..self }
     }
     /// The call's hot-parameter values, in argument order.
     pub fn args<'b>(self, args: &'b [&'b dyn HotParam]) -> EntryBuilder<'r, 'b>
@@ -275,14 +277,12 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         } else {
             let st = match (self.context, self.origin) {
                 (None, None) => shared.default_state(outer.override_engine),
-                (name, origin) => {
-                    let name = name.filter(|n| !n.is_empty() && *n != DEFAULT_CONTEXT_NAME);
-                    shared.context_state(
-                        name.unwrap_or(DEFAULT_CONTEXT_NAME),
-                        origin.unwrap_or(""),
-                        outer.override_engine,
-                    )
-                }
+                // `name` is never the default context's (`EntryBuilder::context` leaves it out).
+                (name, origin) => shared.context_state(
+                    name.unwrap_or(DEFAULT_CONTEXT_NAME),
+                    origin.unwrap_or(""),
+                    outer.override_engine,
+                ),
             };
             // Another engine's context is active: enter without touching it.
             (st, install && outer.engine_id == 0)

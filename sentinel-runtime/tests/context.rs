@@ -79,6 +79,22 @@ fn an_entry_with_its_own_context_and_origin_exits_it() {
 }
 
 #[test]
+fn an_entry_naming_the_default_context_or_none_enters_the_default_context() {
+    let engine = engine();
+    let r = engine.resource("r");
+    for name in [DEFAULT_CONTEXT_NAME, ""] {
+        let e = r.entry().context(name).origin("appA").enter().unwrap();
+        assert_eq!((e.context_name(), e.origin()), (DEFAULT_CONTEXT_NAME, "appA"), "{name:?}");
+        drop(e);
+        let e = r.entry().context(name).enter().unwrap();
+        assert_eq!((e.context_name(), e.origin()), (DEFAULT_CONTEXT_NAME, ""), "{name:?}");
+    }
+    assert_eq!(engine.current_context(), None);
+    assert_eq!(engine.origin_stats("r", "appA").unwrap().pass_qps, 2.0);
+    assert!(engine.entrance_stats("").is_none());
+}
+
+#[test]
 fn exiting_an_outer_entry_first_unwinds_the_context_and_keeps_counts_exact() {
     let engine = engine();
     let (a, b) = (engine.resource("a"), engine.resource("b"));

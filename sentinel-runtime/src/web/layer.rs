@@ -72,7 +72,8 @@ pub(crate) struct Config {
     /// `None` when the layer uses neither, so a request takes no reference count for it.
     pub(crate) judging: Option<Arc<Judging>>,
     pub(crate) exit_on: ExitOn,
-    pub(crate) context: Arc<str>,
+    /// `None`: the engine's default context (no lookup per request).
+    pub(crate) context: Option<Arc<str>>,
 }
 
 /// A tower [`Layer`] that guards every request with a Sentinel entry: an inbound resource named after the
@@ -117,7 +118,7 @@ impl SentinelLayer {
             timeout: None,
             judging: None,
             exit_on: ExitOn::Response,
-            context: crate::DEFAULT_CONTEXT_NAME.into(),
+            context: None,
         };
         SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }) }
     }
@@ -250,9 +251,12 @@ impl SentinelLayer {
     /// The context requests enter. By default they enter the engine's default context
     /// ([`DEFAULT_CONTEXT_NAME`](crate::DEFAULT_CONTEXT_NAME)), which costs nothing per request; a named context
     /// (for instance [`WEB_CONTEXT_NAME`], as Java's web adapters do) lets chain rules tell requests from other
-    /// callers of a resource, for a lookup and a second node to record on per request.
+    /// callers of a resource, for a lookup and a second node to record on per request. An empty name, or the
+    /// default context's, keeps the default.
     pub fn context_name(self, name: impl Into<String>) -> Self {
-        let name: Arc<str> = name.into().into();
+        let name = name.into();
+        let named = !name.is_empty() && name != crate::DEFAULT_CONTEXT_NAME;
+        let name: Option<Arc<str>> = named.then(|| name.into());
         self.update(|c| c.context = name)
     }
 }
@@ -278,7 +282,7 @@ impl fmt::Debug for SentinelLayer {
             .field("prioritized", &c.prioritized.is_some())
             .field("timeout", &c.timeout)
             .field("exit_on", &c.exit_on)
-            .field("context", &c.context)
+            .field("context", &c.context.as_deref().unwrap_or(crate::DEFAULT_CONTEXT_NAME))
             .finish_non_exhaustive()
     }
 }

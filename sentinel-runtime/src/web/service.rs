@@ -122,12 +122,11 @@ fn decide<B>(state: &ServiceState, req: &Request<B>) -> Decision {
         let origin = config.origin.as_ref().and_then(|f| f(&view));
         let prioritized = config.prioritized.as_ref().is_some_and(|f| f(&view));
         with_params(&config.params, &view, |args| {
-            let builder = resource
-                .entry_owned()
-                .entry_type(EntryType::In)
-                .context(&config.context)
-                .args(args)
-                .prioritized(prioritized);
+            let builder = resource.entry_owned().entry_type(EntryType::In).args(args).prioritized(prioritized);
+            let builder = match config.context.as_deref() {
+                Some(name) => builder.context(name),
+                None => builder,
+            };
             match origin.as_deref() {
                 Some(o) => RequestEntry::enter(builder.origin(o)),
                 None => RequestEntry::enter(builder),
