@@ -15,6 +15,13 @@ use crate::Sentinel;
 /// Name of the context used when none was entered.
 pub const DEFAULT_CONTEXT_NAME: &str = "sentinel_default_context";
 
+/// `name` as the name of a context of its own: `None` for the default context's name or an empty one, which
+/// both mean the default context.
+#[inline]
+pub(crate) fn named_context(name: &str) -> Option<&str> {
+    (!name.is_empty() && name != DEFAULT_CONTEXT_NAME).then_some(name)
+}
+
 /// A context known to an engine.
 pub(crate) struct ContextInfo {
     pub(crate) id: u32,

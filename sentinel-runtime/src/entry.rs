@@ -148,8 +148,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     where
         'a: 'b,
     {
-        let context = (!name.is_empty() && name != DEFAULT_CONTEXT_NAME).then_some(name);
-        EntryBuilder { context, ..self }
+        EntryBuilder { context: context::named_context(name), ..self }
     }
     /// The call's hot-parameter values, in argument order.
     pub fn args<'b>(self, args: &'b [&'b dyn HotParam]) -> EntryBuilder<'r, 'b>

@@ -254,9 +254,7 @@ impl SentinelLayer {
     /// callers of a resource, for a lookup and a second node to record on per request. An empty name, or the
     /// default context's, keeps the default.
     pub fn context_name(self, name: impl Into<String>) -> Self {
-        let name = name.into();
-        let named = !name.is_empty() && name != crate::DEFAULT_CONTEXT_NAME;
-        let name: Option<Arc<str>> = named.then(|| name.into());
+        let name: Option<Arc<str>> = crate::context::named_context(&name.into()).map(Arc::from);
         self.update(|c| c.context = name)
     }
 }
