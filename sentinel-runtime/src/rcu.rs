@@ -629,7 +629,7 @@ pub(crate) mod test_hooks {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::sync::Arc;
@@ -737,7 +737,7 @@ mod tests {
     /// Runs `f` on a thread whose stripe is shared (`shared`) or owned. For a shared stripe, threads are
     /// started until one gets the shared stripe (the others hold the owned ones until `f` returns); a thread
     /// keeps its stripe for its whole life, so the one that runs `f` stays on it.
-    fn spawn_on_stripe<R: Send + 'static>(
+    pub(crate) fn spawn_on_stripe<R: Send + 'static>(
         shared: bool,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> std::thread::JoinHandle<R> {

@@ -55,6 +55,12 @@
 //! limit only: a scan over the limit that finds none is remembered, see above). The shared stripe (threads
 //! beyond the owned ones) keeps one word spent with compare-and-swap.
 //!
+//! **Which bucket paid.** A reservation names the bucket whose tokens paid for it (its generation's), which
+//! [`AdmissionWindow::release`] gives them back to while it is open. Its tokens may be of a later bucket than
+//! the caller's time (which is then counted in the newer bucket) but never of another bucket than it names:
+//! an owner's copies are its own; the shared stripe's bucket copy carries its generation (see `Local`); and a
+//! call that read the open bucket before the tokens it spends reads it again after them.
+//!
 //! A call can block while enough tokens are left only (a) when a bucket closes while another thread holds a
 //! chunk between the pool and its stripe (the chunk counts as used by the closing bucket: the next bucket's
 //! budget is lower by at most that chunk; within the same bucket it goes back to the pool), or when a bucket
@@ -187,16 +193,22 @@ enum Step {
 }
 
 /// A stripe's tokens, with the bucket and limit they were issued for: the common call reads this one cache
-/// line only. The copies are written before tokens are credited. On the shared stripe, a token spent with a
-/// compare-and-swap on `word` proves no close drained the stripe since, so the copies read with it are those
-/// of its generation; on an owned stripe only the owner credits, so tokens of the word's generation were
-/// credited with the copies of that generation.
+/// line only. The copies are written before tokens are credited. On an owned stripe only the owner credits,
+/// so tokens of the word's generation were credited with the copies of that generation. The shared stripe is
+/// credited by many threads, and a credit of a generation closed meanwhile writes its copies before it finds
+/// the stripe in a later generation (and gives its tokens back), so its copies can overwrite those of the
+/// later generation's tokens: there the bucket copy carries the generation it was written for, and a call
+/// spends under it only when that is the generation of the tokens it spends (all copies written for one
+/// generation name its bucket). The limit copy carries no generation: a stale one only lets a call compare
+/// its acquire with the tokens of the other limit while a limit changes (case (c) in the module
+/// documentation); the bucket its reservation names is still the one whose tokens paid for it.
 struct Local {
     /// `pack(generation, tokens)`: tokens credited minus tokens taken out by others (and, on the shared
     /// stripe, minus tokens spent).
     word: AtomicU64,
     /// Owned stripes: `pack(generation, tokens the owner spent of word)`; written by the owner only.
     spent: AtomicU64,
+    /// The bucket (or lease key) the tokens were issued for; on the shared stripe `pack(generation, bucket)`.
     bucket: AtomicU64,
     limit: AtomicU64,
     /// Owned stripes: odd while another thread (or the owner settling a spend) holds the stripe.
@@ -388,8 +400,11 @@ impl AdmissionWindow {
         loop {
             let v = local.word.load(Ordering::Acquire);
             if tokens_of(v) >= a && a > 0 {
-                let open = local.bucket.load(Ordering::Relaxed);
-                if bucket <= open && local.limit.load(Ordering::Relaxed) == limit.to_bits() {
+                // The shared stripe's copy is `pack(generation, bucket)` (see `Local::bucket`): a copy of another
+                // generation than the tokens' (a credit of a closed generation overwrote it) does not serve.
+                let c = local.bucket.load(Ordering::Relaxed);
+                let open = tokens_of(c);
+                if gen_of(c) == gen_of(v) && bucket <= open && local.limit.load(Ordering::Relaxed) == limit.to_bits() {
                     if local.word.compare_exchange(v, v - a, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                         return Some(open);
                     }
@@ -463,10 +478,22 @@ impl AdmissionWindow {
             return Step::Done(self.zero(now_ms, open, limit, borrowed));
         }
         if shared {
+            #[cfg(test)]
+            test_hooks::shared_slow();
             let v = local.word.load(Ordering::Acquire);
             if tokens_of(v) >= a {
                 // Tokens whose copies did not match while the open bucket does (a refill of another thread
-                // sharing the stripe raced with the read): spend them under the open bucket's view.
+                // sharing the stripe raced with the read, or a credit of a closed generation overwrote the
+                // copies): spend them under the open bucket's view. `open` was read before `v`, and the
+                // stripe may hold tokens of a bucket opened since: read again after `v`, the open bucket is
+                // the one `v`'s tokens were issued for if the swap below succeeds (no later bucket opened
+                // before it: that close swapped the stripe to its generation first), so the reservation
+                // names the bucket whose tokens paid for it.
+                if self.meta.bucket.load(Ordering::Acquire) != open
+                    || self.meta.limit.load(Ordering::Acquire) != limit.to_bits()
+                {
+                    return Step::Again;
+                }
                 if local.word.compare_exchange(v, v - a, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     return Step::Done(Some(open));
                 }
@@ -529,6 +556,8 @@ impl AdmissionWindow {
             }
             let ok = self.pool.word.compare_exchange(p, p - chunk, Ordering::AcqRel, Ordering::Acquire).is_ok();
             if ok && rest > 0 {
+                #[cfg(test)]
+                test_hooks::before_credit();
                 self.credit(idx, owner, g, rest, open, limit);
             }
             if rest > 0 {
@@ -545,7 +574,9 @@ impl AdmissionWindow {
     /// gives them to the pool instead. `owner`: the caller owns the stripe.
     fn credit(&self, idx: usize, owner: bool, g: u64, n: u64, open: u64, limit: f64) {
         let local = &self.locals[idx];
-        local.bucket.store(open, Ordering::Relaxed);
+        // Keys fit in 50 bits: bucket indices, and lease times in ms (below 2^45, see `Reservation`).
+        debug_assert!(open <= TOKEN_MASK);
+        local.bucket.store(if owner { open } else { pack(g, open & TOKEN_MASK) }, Ordering::Relaxed);
         local.limit.store(limit.to_bits(), Ordering::Relaxed);
         if owner && gen_of(local.spent.load(Ordering::Relaxed)) != g {
             // Means 0 spent either way; resets a count an idle owner left in an old generation, so that it
@@ -1059,9 +1090,42 @@ impl CasWindow {
 }
 
 #[cfg(test)]
+pub(crate) mod test_hooks {
+    //! Test-only points where a test makes a thread stop, to force an interleaving (a preemption there).
+    use std::cell::RefCell;
+
+    type Hook = RefCell<Option<Box<dyn FnMut()>>>;
+
+    thread_local! {
+        /// Runs once on this thread when a call on the shared stripe reaches the slow path, between its read
+        /// of the open bucket and its read of the stripe's tokens.
+        pub(crate) static SHARED_SLOW: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread between taking a chunk from the pool and crediting the rest to its stripe.
+        pub(crate) static BEFORE_CREDIT: Hook = const { RefCell::new(None) };
+    }
+
+    fn run(hook: &'static std::thread::LocalKey<Hook>) {
+        if let Ok(Some(mut f)) = hook.try_with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+    pub(crate) fn shared_slow() {
+        run(&SHARED_SLOW);
+    }
+    pub(crate) fn before_credit() {
+        run(&BEFORE_CREDIT);
+    }
+    /// Sets `hook` on this thread.
+    pub(crate) fn set(hook: &'static std::thread::LocalKey<Hook>, f: impl FnMut() + 'static) {
+        hook.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{mpsc, Barrier};
+    use crate::rcu::tests::spawn_on_stripe;
+    use std::sync::{mpsc, Arc, Barrier};
 
     /// Owner spends that overlapped a claim, and those of them that were given back (seen in `--nocapture`).
     pub(super) static SETTLES: AtomicU64 = AtomicU64::new(0);
@@ -1139,23 +1203,26 @@ mod tests {
         );
     }
 
-    #[test]
-    fn admission_buckets_closing_while_owners_spend_never_over_admit() {
-        // Threads spend while the clock moves on (every 41st call moves it 60 ms: buckets close under the
-        // spenders, some of whom read an older time). Passes are tallied by the bucket whose tokens paid them:
-        // no two adjacent buckets (one window) admit more than the limit.
+    /// Threads spend while the clock moves on (every 41st call moves it 60 ms: buckets close under the
+    /// spenders, some of whom read an older time). Passes are tallied by the bucket whose tokens paid them:
+    /// no two adjacent buckets (one window) admit more than the limit. `shared`: every spender is on the
+    /// shared stripe (else each gets whatever stripe is free: owned ones, unless other tests hold them).
+    fn buckets_closing_while_spending(shared: bool) {
         let limit = 50.0;
         let threads = 4;
         let steps = 4000u64;
-        let w = AdmissionWindow::new();
-        let now = AtomicU64::new(T0);
-        let calls = AtomicU64::new(0);
+        let w = Arc::new(AdmissionWindow::new());
+        let now = Arc::new(AtomicU64::new(T0));
+        let calls = Arc::new(AtomicU64::new(0));
         let buckets = (steps * 60 / BUCKET_MS + 4) as usize;
-        let passes: Vec<AtomicU64> = (0..buckets).map(|_| AtomicU64::new(0)).collect();
-        std::thread::scope(|sc| {
-            for t in 0..threads {
-                let (w, now, calls, passes) = (&w, &now, &calls, &passes);
-                sc.spawn(move || {
+        let passes: Arc<Vec<AtomicU64>> = Arc::new((0..buckets).map(|_| AtomicU64::new(0)).collect());
+        let start = Arc::new(Barrier::new(threads));
+        let spenders: Vec<_> = (0..threads)
+            .map(|t| {
+                let (w, now, calls, passes, start) =
+                    (w.clone(), now.clone(), calls.clone(), passes.clone(), start.clone());
+                let spend = move || {
+                    start.wait();
                     let acquire = 1 + (t as u32 % 2);
                     loop {
                         let c = calls.fetch_add(1, Ordering::Relaxed);
@@ -1171,9 +1238,17 @@ mod tests {
                             passes[b].fetch_add(acquire as u64, Ordering::Relaxed);
                         }
                     }
-                });
-            }
-        });
+                };
+                if shared {
+                    spawn_on_stripe(true, spend)
+                } else {
+                    std::thread::spawn(spend)
+                }
+            })
+            .collect();
+        for s in spenders {
+            s.join().expect("spender");
+        }
         let passes: Vec<u64> = passes.iter().map(|p| p.load(Ordering::Relaxed)).collect();
         for (b, pair) in passes.windows(2).enumerate() {
             assert!(pair[0] + pair[1] <= limit as u64, "buckets {b} and {} admitted {pair:?}", b + 1);
@@ -1182,6 +1257,94 @@ mod tests {
         // Two buckets later the whole limit is there again, exactly.
         let t_ms = now.load(Ordering::Relaxed) + 2 * BUCKET_MS;
         assert_eq!(drain(&w, t_ms, 1, limit), limit as u64);
+    }
+
+    #[test]
+    fn admission_buckets_closing_while_owners_spend_never_over_admit() {
+        buckets_closing_while_spending(false);
+    }
+
+    #[test]
+    fn admission_buckets_closing_while_shared_stripe_callers_spend_never_over_admit() {
+        buckets_closing_while_spending(true);
+    }
+
+    /// A limit whose bucket budget leaves tokens on a stripe after a chunk is taken for one call.
+    fn chunky_limit(w: &AdmissionWindow) -> f64 {
+        (16 * w.locals.len()).max(50) as f64
+    }
+
+    /// Runs `f` on a thread on the shared stripe and returns what it returned.
+    fn on_shared<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+        spawn_on_stripe(true, f).join().expect("thread on the shared stripe")
+    }
+
+    #[test]
+    fn hooked_shared_stripe_call_that_read_the_open_bucket_before_the_next_one_opened_names_the_bucket_that_paid() {
+        // Bucket X admits the whole limit, so X + 1 has no tokens. A call on the shared stripe at X + 1 reads
+        // the open bucket (X + 1) in the slow path and stops there; meanwhile X + 2 opens and another call on
+        // the shared stripe leaves the rest of its chunk of X + 2 on the stripe. The stopped call then spends
+        // a token of X + 2: its reservation names X + 2 (naming X + 1 tallies limit + 1 passes in the window
+        // of X and X + 1, as a CI run of the test above once did).
+        let w = Arc::new(AdmissionWindow::new());
+        let limit = chunky_limit(&w);
+        assert_eq!(drain(&w, T0, 1, limit), limit as u64);
+        assert!(w.try_reserve(T0 + BUCKET_MS, 1, limit, NO_BORROW).is_none(), "X + 1 has no tokens");
+        let (stopped_tx, stopped_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let ws = w.clone();
+        let stopped = spawn_on_stripe(true, move || {
+            test_hooks::set(&test_hooks::SHARED_SLOW, move || {
+                stopped_tx.send(()).expect("main waits");
+                go_rx.recv().expect("main sends");
+            });
+            ws.try_reserve(T0 + BUCKET_MS, 1, limit, NO_BORROW)
+        });
+        stopped_rx.recv().expect("the call stopped in the slow path");
+        let wo = w.clone();
+        let other = on_shared(move || wo.try_reserve(T0 + 2 * BUCKET_MS, 1, limit, NO_BORROW));
+        assert_eq!(other.map(|r| r.bucket_start()), Some(T0 + 2 * BUCKET_MS));
+        let shared = &w.locals[w.owned()];
+        assert!(tokens_of(shared.word.load(Ordering::Acquire)) > 0, "the rest of the chunk is on the stripe");
+        go_tx.send(()).expect("the stopped call waits");
+        let r = stopped.join().expect("the stopped call");
+        assert_eq!(
+            r.map(|r| r.bucket_start()),
+            Some(T0 + 2 * BUCKET_MS),
+            "X admitted {limit} and X + 1 had no tokens: the pass was paid by X + 2"
+        );
+    }
+
+    #[test]
+    fn hooked_shared_stripe_credit_of_a_closed_bucket_leaves_the_stripe_naming_the_bucket_that_paid() {
+        // A call on the shared stripe takes a chunk of bucket X and stops before crediting the rest to the
+        // stripe; meanwhile X + 1 opens and another call leaves the rest of its chunk of X + 1 on the stripe.
+        // The stopped call's credit (of a closed generation) goes nowhere. A call at a time in X (read before
+        // the clock moved) then spends a token of X + 1 from the stripe: its reservation names X + 1.
+        let w = Arc::new(AdmissionWindow::new());
+        let limit = chunky_limit(&w);
+        let (stopped_tx, stopped_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let ws = w.clone();
+        let stopped = spawn_on_stripe(true, move || {
+            test_hooks::set(&test_hooks::BEFORE_CREDIT, move || {
+                stopped_tx.send(()).expect("main waits");
+                go_rx.recv().expect("main sends");
+            });
+            ws.try_reserve(T0, 1, limit, NO_BORROW)
+        });
+        stopped_rx.recv().expect("the call stopped before its credit");
+        let wo = w.clone();
+        let other = on_shared(move || wo.try_reserve(T0 + BUCKET_MS, 1, limit, NO_BORROW));
+        assert_eq!(other.map(|r| r.bucket_start()), Some(T0 + BUCKET_MS));
+        go_tx.send(()).expect("the stopped call waits");
+        let r = stopped.join().expect("the stopped call");
+        assert_eq!(r.map(|r| r.bucket_start()), Some(T0), "its own token came from X's pool");
+        let shared = &w.locals[w.owned()];
+        assert!(tokens_of(shared.word.load(Ordering::Acquire)) > 0, "the rest of X + 1's chunk is on the stripe");
+        let wl = w.clone();
+        let late = on_shared(move || wl.try_reserve(T0, 1, limit, NO_BORROW));
+        assert_eq!(late.map(|r| r.bucket_start()), Some(T0 + BUCKET_MS), "the token was X + 1's");
     }
 
     #[test]
