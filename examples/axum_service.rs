@@ -95,7 +95,9 @@ async fn order(Path(id): Path<u64>) -> (StatusCode, String) {
 fn app(engine: &Sentinel) -> Result<Router, Box<dyn Error>> {
     let layer = SentinelLayer::new(engine)
         .origin(extract::header(HeaderName::from_static("x-caller")))
-        .param(extract::client_ip(TrustedProxies::new(["127.0.0.1", "::1"])?));
+        .param(extract::client_ip(TrustedProxies::new(["127.0.0.1", "::1"])?))
+        // Responses keep axum's body (axum would box the layer's once more per response).
+        .axum();
     Ok(Router::new()
         .route("/products", get(products))
         .route("/products/{id}", get(product))

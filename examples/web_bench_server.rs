@@ -6,6 +6,7 @@
 //! - `none`: no layer;
 //! - `identity`: `route_layer` with tower's `Identity` (what routing through a route layer costs by itself);
 //! - `sentinel`: `SentinelLayer` with one flow rule that always passes (checked on every request);
+//! - `sentinel-axum`: the same layer in its axum mode (`SentinelLayer::axum`: responses keep axum's body);
 //! - `governor`: tower-governor's `GovernorLayer`, one global limit that never limits;
 //! - `ratelimit`: tower's `RateLimitLayer` that never limits (not `Clone`: behind a `BufferLayer` with axum's
 //!   `HandleErrorLayer`, as axum's docs show).
@@ -36,20 +37,22 @@ async fn hello() -> &'static str {
 /// `SentinelLayer` over `routes` with one flow rule that always passes; `precise`: the engine reads the
 /// CPU's clock on every call instead of a ticker thread's cached time; `enabled: false`: the engine is
 /// switched off (every entry passes unchecked), which leaves what the layer itself does per request.
-fn sentinel(routes: Router, precise: bool, enabled: bool) -> Result<Router, Box<dyn Error>> {
+fn sentinel(routes: Router, precise: bool, enabled: bool, axum: bool) -> Result<Router, Box<dyn Error>> {
     let engine = if precise { Sentinel::builder().precise_clock().build().leak() } else { Sentinel::global() };
     engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
     engine.set_enabled(enabled);
-    Ok(routes.route_layer(SentinelLayer::new(engine)))
+    let layer = SentinelLayer::new(engine);
+    Ok(if axum { routes.route_layer(layer.axum()) } else { routes.route_layer(layer) })
 }
 
 fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
     let routes = Router::new().route("/hello", get(hello));
     Ok(match variant {
         "none" => routes,
-        "sentinel" => sentinel(routes, false, true)?,
-        "sentinel-precise" => sentinel(routes, true, true)?,
-        "sentinel-off-precise" => sentinel(routes, true, false)?,
+        "sentinel" => sentinel(routes, false, true, false)?,
+        "sentinel-axum" => sentinel(routes, false, true, true)?,
+        "sentinel-precise" => sentinel(routes, true, true, false)?,
+        "sentinel-off-precise" => sentinel(routes, true, false, false)?,
         "identity" => routes.route_layer(tower::layer::util::Identity::new()),
         "governor" => {
             let config = tower_governor::governor::GovernorConfigBuilder::default()
@@ -68,8 +71,8 @@ fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
         ),
         other => {
             return Err(format!(
-                "unknown variant `{other}`: none, identity, sentinel, governor, ratelimit, sentinel-precise or \
-                 sentinel-off-precise"
+                "unknown variant `{other}`: none, identity, sentinel, sentinel-axum, governor, ratelimit, \
+                 sentinel-precise or sentinel-off-precise"
             )
             .into())
         }

@@ -345,6 +345,34 @@ async fn a_queued_request_waits_on_a_timer_while_the_single_worker_serves_others
 }
 
 #[tokio::test]
+async fn in_its_axum_mode_the_layer_answers_as_in_the_default_one() {
+    bounded(async {
+        let (engine, clock) = engine_at(100);
+        engine.load_flow_rules([FlowRule::new("GET:/hello").count(1.0)]).unwrap();
+        let layer = SentinelLayer::new(&engine).timeout(Duration::from_millis(250)).axum();
+        let app = Router::new()
+            .route("/hello", get(hello))
+            .route("/fail", get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom") }))
+            .route("/slow", get(std::future::pending::<&'static str>))
+            .route_layer(layer);
+        let addr = serve(app).await;
+        assert_eq!(get_status(format!("http://{addr}/hello")).await, (StatusCode::OK, None, "hello".into()));
+        let (status, retry, body) = get_status(format!("http://{addr}/hello")).await;
+        assert_eq!((status, retry.as_deref()), (StatusCode::TOO_MANY_REQUESTS, Some("1")));
+        assert!(body.contains("flow rule"), "{body}");
+        assert_eq!(get_status(format!("http://{addr}/fail")).await.0, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(stats(&engine, "GET:/fail").minute_exception, 1, "a 5xx is traced");
+        let slow = tokio::spawn(get_status(format!("http://{addr}/slow")));
+        until("the request's time limit is armed", || clock.pending_timers() == 1).await;
+        clock.advance_millis(250);
+        let (status, _, body) = slow.await.unwrap();
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+        assert!(body.contains("time limit"), "{body}");
+    })
+    .await
+}
+
+#[tokio::test]
 async fn a_request_past_its_time_limit_gets_504_and_counts_as_an_error_and_a_slow_call() {
     bounded(async {
         let (engine, clock) = engine_at(0);

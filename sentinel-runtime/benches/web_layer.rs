@@ -90,6 +90,9 @@ fn axum_router(c: &mut Criterion) {
     let engine = engine();
     let mut guarded = routes().route_layer(SentinelLayer::new(&engine)).with_state(());
     g.bench_function("sentinel_one_passing_rule", |b| b.iter(|| one_call(&mut guarded, &make)));
+    // The axum mode: responses keep axum's body (no second box per response).
+    let mut guarded_axum = routes().route_layer(SentinelLayer::new(&engine).axum()).with_state(());
+    g.bench_function("sentinel_axum_one_passing_rule", |b| b.iter(|| one_call(&mut guarded_axum, &make)));
 
     engine.load_param_flow_rules([ParamFlowRule::new("GET:/users/{id}", 0).count(1e12)]).expect("a valid rule");
     let layer = SentinelLayer::new(&engine)

@@ -687,6 +687,17 @@ pub struct Entry<'r> {
     degrade: circuit_breaker::EntryState,
 }
 
+/// Puts the thread's context back when dropped (see [`Entry::scope`]).
+#[must_use = "the entry's scope ends when this is dropped"]
+pub(crate) struct ScopeRestore(ContextState);
+
+impl Drop for ScopeRestore {
+    #[inline]
+    fn drop(&mut self) {
+        context::set_current(self.0);
+    }
+}
+
 /// Bits of [`Entry::flags`] (one byte keeps the entry within two cache lines).
 struct Flags;
 impl Flags {
@@ -1020,6 +1031,7 @@ impl<'r> Entry<'r> {
     pub fn exit(self) {}
 
     /// The thread-context state in which this entry is the innermost entry (`None` when unchecked).
+    #[inline]
     fn scope_state(&self, override_engine: *const crate::Sentinel) -> Option<ContextState> {
         let node = self.node?;
         let shared = self.res.shared();
@@ -1051,18 +1063,22 @@ impl<'r> Entry<'r> {
     /// });
     /// assert!(engine.current_context().is_none());
     /// ```
+    #[inline]
     pub fn in_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        struct Restore(ContextState);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                context::set_current(self.0);
-            }
-        }
-        let cur = context::current();
-        let Some(state) = self.scope_state(cur.override_engine) else { return f() };
-        context::set_current(state);
-        let _restore = Restore(cur);
+        let _scope = self.scope();
         f()
+    }
+
+    /// Installs this entry as the innermost entry of the thread's context until the returned guard drops
+    /// (which puts the thread's context back, also when unwinding); `None` for an unchecked entry, which
+    /// installs nothing. [`in_scope`](Self::in_scope) without a closure, for callers that would otherwise move
+    /// large values into one.
+    #[inline]
+    pub(crate) fn scope(&self) -> Option<ScopeRestore> {
+        let cur = context::current();
+        let state = self.scope_state(cur.override_engine)?;
+        context::set_current(state);
+        Some(ScopeRestore(cur))
     }
 
     /// A future that runs `fut` with this entry as its innermost entry, on whatever thread polls it (the

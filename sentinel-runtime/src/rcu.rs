@@ -734,50 +734,78 @@ pub(crate) mod tests {
         batch.push(p.replace(Counted(freed.clone(), id)));
     }
 
-    /// Runs `f` on a thread whose stripe is shared (`shared`) or owned. For a shared stripe, threads are
-    /// started until one gets the shared stripe (the others hold the owned ones until `f` returns); a thread
-    /// keeps its stripe for its whole life, so the one that runs `f` stays on it.
+    /// Tests that put threads on stripes of a kind ([`spawn_on_stripe`], or as many spenders as there are owned
+    /// stripes) hold this for their whole run: in one test process, one that holds every owned stripe (to reach
+    /// the shared one) would leave none for another that needs an owned one, and the other way round.
+    pub(crate) fn stripe_test_lock() -> std::sync::MutexGuard<'static, ()> {
+        static STRIPE_TESTS: Mutex<()> = Mutex::new(());
+        STRIPE_TESTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `f` on a thread whose stripe is shared (`shared`) or owned; hold [`stripe_test_lock`] meanwhile.
+    ///
+    /// A thread keeps its stripe for its whole life and frees it when it exits. Threads are started until one
+    /// gets a stripe of the kind asked for. For a shared stripe, the others hold the owned ones until `f`
+    /// returns, and the returned handle joins them too, so their stripes are free again when it is joined. For
+    /// an owned stripe, a thread that got the shared one exits at once and the next try waits for it, so a
+    /// stripe that a thread of another test frees on its exit is found (within 60 s, or the test fails).
     pub(crate) fn spawn_on_stripe<R: Send + 'static>(
         shared: bool,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> std::thread::JoinHandle<R> {
-        if !shared {
-            return std::thread::spawn(move || {
-                assert!(stripe::lease().exclusive || stripe::owned_stripes() == 0);
-                f()
-            });
-        }
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let release_rx = Arc::new(Mutex::new(release_rx));
+        let mut holders: Vec<std::thread::JoinHandle<Option<R>>> = Vec::new();
         let mut f = Some(f);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             let (lease_tx, lease_rx) = mpsc::channel::<bool>();
             let (run_tx, run_rx) = mpsc::channel::<Box<dyn FnOnce() -> R + Send>>();
             let release_rx = release_rx.clone();
-            let release_tx = release_tx.clone();
+            let tx = release_tx.clone();
             let h = std::thread::spawn(move || {
                 let exclusive = stripe::lease().exclusive;
                 lease_tx.send(exclusive).unwrap();
-                if exclusive {
-                    // Hold the owned stripe until the reader is done (it holds the last sender).
-                    drop(release_tx);
-                    let _ = release_rx.lock().unwrap().recv();
-                    None
-                } else {
-                    let f = run_rx.recv().unwrap();
-                    let r = f();
-                    drop(release_tx);
-                    Some(r)
+                if exclusive == shared {
+                    // The wrong kind. A holder of an owned stripe keeps it until `f` is done (the thread that
+                    // runs `f` holds the last sender); a thread on the shared stripe just exits.
+                    drop(tx);
+                    if exclusive {
+                        let _ = release_rx.lock().unwrap().recv();
+                    }
+                    return None;
                 }
+                let f = run_rx.recv().unwrap();
+                let r = f();
+                drop(tx);
+                Some(r)
             });
-            if !lease_rx.recv().unwrap() {
+            let exclusive = lease_rx.recv().unwrap();
+            if exclusive != shared {
                 run_tx.send(Box::new(f.take().unwrap())).unwrap();
-                return std::thread::spawn(move || h.join().unwrap().unwrap());
+                drop(release_tx);
+                return std::thread::spawn(move || {
+                    let r = h.join().unwrap().unwrap();
+                    for holder in holders {
+                        holder.join().unwrap();
+                    }
+                    r
+                });
+            }
+            if exclusive {
+                holders.push(h);
+            } else {
+                // Only an owned stripe will do: this thread frees the shared lease as it exits; owned stripes
+                // are free once the threads of other tests that hold them exit.
+                h.join().unwrap();
+                assert!(std::time::Instant::now() < deadline, "no owned stripe became free in 60 s");
+                std::thread::yield_now();
             }
         }
     }
 
     fn stale_phase_reader_is_waited_for(shared: bool, at: StaleAt) {
+        let _stripes = stripe_test_lock();
         let freed = Arc::new(AtomicUsize::new(0));
         let p = Arc::new(RcuPtr::new(Counted(freed.clone(), 0)));
         let (start_tx, start_rx) = mpsc::channel::<()>();

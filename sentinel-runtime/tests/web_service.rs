@@ -238,3 +238,50 @@ fn clones_of_a_service_share_the_layer_and_keep_working_after_a_queued_call() {
     assert!(matches!(queued.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(_))));
     assert_eq!(engine.resource_names(), vec!["GET:/hello".to_string()]);
 }
+
+/// `SentinelLayer::axum`: responses keep axum's `Body` (the service's passes through; the layer's own and
+/// the ones it watches are axum bodies too), and behave as in the default mode: a pass, a block with its
+/// answer, an error traced at the end of a watched body.
+#[cfg(feature = "axum")]
+#[test]
+fn the_axum_body_mode_keeps_axum_bodies_and_answers_as_the_default_mode() {
+    use axum::body::Body;
+    /// The layered service's responses have axum's body, not a wrapper around it.
+    fn call_axum<S>(svc: &mut S, path: &str) -> Response<Body>
+    where
+        S: Service<Request<()>, Response = Response<Body>, Error = Infallible>,
+    {
+        call_now(svc, get(path)).unwrap()
+    }
+    fn text(res: Response<Body>) -> Result<String, axum::Error> {
+        let bytes = futures::executor::block_on(res.into_body().collect())?.to_bytes();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:/hello").count(1.0)]).unwrap();
+    let service = tower::service_fn(|req: Request<()>| {
+        let body = match req.uri().path() {
+            "/export" => Body::from_stream(futures::stream::iter([
+                Ok(Bytes::from_static(b"part")),
+                Err(std::io::Error::other("connection to the store lost")),
+            ])),
+            _ => Body::from("hello"),
+        };
+        ready(Ok::<_, Infallible>(Response::new(body)))
+    });
+    let mut svc = SentinelLayer::new(&engine).axum().layer(service);
+    assert_eq!(text(call_axum(&mut svc, "/hello")).unwrap(), "hello");
+    let blocked = call_axum(&mut svc, "/hello");
+    assert_eq!(blocked.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(blocked.headers().contains_key(http::header::RETRY_AFTER));
+    assert!(text(blocked).unwrap().contains("flow rule"));
+    let s = engine.cluster_stats("GET:/hello").unwrap();
+    assert_eq!((s.minute_pass, s.minute_block, s.minute_success, s.threads), (1, 1, 1, 0));
+
+    let mut watching = SentinelLayer::new(&engine).exit_on(ExitOn::BodyEnd).axum().layer(service);
+    let res = call_axum(&mut watching, "/export");
+    assert_eq!(engine.cluster_stats("GET:/export").unwrap().threads, 1, "the body has not ended");
+    assert!(text(res).unwrap_err().to_string().contains("connection to the store lost"));
+    let s = engine.cluster_stats("GET:/export").unwrap();
+    assert_eq!((s.threads, s.minute_exception), (0, 1));
+}

@@ -1124,7 +1124,7 @@ pub(crate) mod test_hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rcu::tests::spawn_on_stripe;
+    use crate::rcu::tests::{spawn_on_stripe, stripe_test_lock};
     use std::sync::{mpsc, Arc, Barrier};
 
     /// Owner spends that overlapped a claim, and those of them that were given back (seen in `--nocapture`).
@@ -1208,6 +1208,7 @@ mod tests {
     /// no two adjacent buckets (one window) admit more than the limit. `shared`: every spender is on the
     /// shared stripe (else each gets whatever stripe is free: owned ones, unless other tests hold them).
     fn buckets_closing_while_spending(shared: bool) {
+        let _stripes = stripe_test_lock();
         let limit = 50.0;
         let threads = 4;
         let steps = 4000u64;
@@ -1281,6 +1282,7 @@ mod tests {
 
     #[test]
     fn hooked_shared_stripe_call_that_read_the_open_bucket_before_the_next_one_opened_names_the_bucket_that_paid() {
+        let _stripes = stripe_test_lock();
         // Bucket X admits the whole limit, so X + 1 has no tokens. A call on the shared stripe at X + 1 reads
         // the open bucket (X + 1) in the slow path and stops there; meanwhile X + 2 opens and another call on
         // the shared stripe leaves the rest of its chunk of X + 2 on the stripe. The stopped call then spends
@@ -1317,6 +1319,7 @@ mod tests {
 
     #[test]
     fn hooked_shared_stripe_credit_of_a_closed_bucket_leaves_the_stripe_naming_the_bucket_that_paid() {
+        let _stripes = stripe_test_lock();
         // A call on the shared stripe takes a chunk of bucket X and stops before crediting the rest to the
         // stripe; meanwhile X + 1 opens and another call leaves the rest of its chunk of X + 1 on the stripe.
         // The stopped call's credit (of a closed generation) goes nowhere. A call at a time in X (read before

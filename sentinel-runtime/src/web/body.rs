@@ -137,6 +137,66 @@ where
     }
 }
 
+/// How a layer hands back the response body: the type of the bodies of its responses. Sealed; the modes
+/// are [`Wrapped`] (the default) and, with feature `axum`, [`AxumBody`].
+pub trait BodyMode<B>: sealed::Sealed + Send + Sync + 'static {
+    /// The body of the layer's responses.
+    type Body: Body<Data = Bytes>;
+    /// The service's body, with nothing held.
+    #[doc(hidden)]
+    fn plain(body: B) -> Self::Body;
+    /// A body the layer built (one that holds the entry until it ends, or the layer's own).
+    #[doc(hidden)]
+    fn wrap(body: ResponseBody<B>) -> Self::Body;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The default [`BodyMode`]: every response's body is a [`ResponseBody`] around the service's (any body
+/// type: hyper, tonic, axum).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wrapped;
+
+impl sealed::Sealed for Wrapped {}
+
+impl<B: Body<Data = Bytes>> BodyMode<B> for Wrapped {
+    type Body = ResponseBody<B>;
+    #[inline(always)]
+    fn plain(body: B) -> ResponseBody<B> {
+        ResponseBody::inner(body)
+    }
+    #[inline(always)]
+    fn wrap(body: ResponseBody<B>) -> ResponseBody<B> {
+        body
+    }
+}
+
+/// The [`BodyMode`] of [`SentinelLayer::axum`](super::SentinelLayer::axum) (feature `axum`): responses keep
+/// axum's [`Body`](axum::body::Body). The service's body passes through untouched, where axum would box a
+/// [`ResponseBody`] a second time on every response; only a body the layer must watch (until its end) or
+/// writes itself (a blocked call, a timeout) is boxed into an axum `Body`.
+#[cfg(feature = "axum")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AxumBody;
+
+#[cfg(feature = "axum")]
+impl sealed::Sealed for AxumBody {}
+
+#[cfg(feature = "axum")]
+impl BodyMode<axum::body::Body> for AxumBody {
+    type Body = axum::body::Body;
+    #[inline(always)]
+    fn plain(body: axum::body::Body) -> axum::body::Body {
+        body
+    }
+    #[inline]
+    fn wrap(body: ResponseBody<axum::body::Body>) -> axum::body::Body {
+        axum::body::Body::new(body)
+    }
+}
+
 impl<B> std::fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {

@@ -2,6 +2,7 @@
 //! the time limit, and judges the response.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,7 +14,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::block_response as block;
-use super::body::{is_error, BodyWatch, OutcomeFn, ResponseBody};
+use super::body::{is_error, BodyMode, BodyWatch, OutcomeFn, ResponseBody, Wrapped};
 use super::layer::{Config, ExitOn, Judging};
 use super::outcome::{GrpcCode, Outcome};
 use super::scope::RequestEntry;
@@ -30,13 +31,11 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
+    #[inline(always)]
     pub(crate) fn new(entry: RequestEntry, grpc: bool, config: &Config) -> Self {
         Guard { entry, grpc, exit_on: config.exit_on, judging: config.judging.clone() }
     }
-    pub(crate) fn wait(&self) -> Duration {
-        self.entry.wait()
-    }
-    #[inline]
+    #[inline(always)]
     pub(crate) fn in_scope<R>(&mut self, f: impl FnOnce() -> R) -> R {
         self.entry.in_scope(f)
     }
@@ -54,17 +53,26 @@ impl Guard {
     fn error(&mut self) {
         self.entry.entry_mut().set_error();
     }
-    fn timeout(&self) -> Option<Sleep> {
-        let j = self.judging.as_ref()?;
-        j.timeout.map(|d| j.engine.sleep(d))
+    fn timeout(&self) -> Option<Box<Sleep>> {
+        timer(self.judging.as_ref())
     }
+}
+
+/// The time limit's timer, when the layer has one (boxed: only layers with a time limit pay for its room in
+/// every future).
+fn timer(judging: Option<&Arc<Judging>>) -> Option<Box<Sleep>> {
+    let j = judging?;
+    j.timeout.map(|d| Box::new(j.engine.sleep(d)))
 }
 
 /// Judges the service's response and decides where the request's entry exits: now (dropped in place) or at
 /// the end of the body (moved into it).
-fn finish<B, E>(slot: &mut Option<Guard>, result: Result<Response<B>, E>) -> Result<Response<ResponseBody<B>>, E> {
+fn finish<B, E, M: BodyMode<B>>(
+    slot: &mut Option<Guard>,
+    result: Result<Response<B>, E>,
+) -> Result<Response<M::Body>, E> {
     let Some(g) = slot.as_mut() else {
-        return result.map(|r| r.map(ResponseBody::inner));
+        return result.map(|r| r.map(M::plain));
     };
     let response = match result {
         Ok(r) => r,
@@ -95,9 +103,9 @@ fn finish<B, E>(slot: &mut Option<Guard>, result: Result<Response<B>, E>) -> Res
     match slot.take() {
         Some(g) if hold => {
             let watch = Box::new(BodyWatch { entry: g.entry, grpc: g.grpc, judging: g.judging });
-            Ok(response.map(|b| ResponseBody::watched(b, watch)))
+            Ok(response.map(|b| M::wrap(ResponseBody::watched(b, watch))))
         }
-        _ => Ok(response.map(ResponseBody::inner)),
+        _ => Ok(response.map(M::plain)),
     }
 }
 
@@ -105,17 +113,19 @@ pin_project! {
     /// The future of a [`SentinelService`](super::SentinelService) call.
     ///
     /// Dropping it before it completes (the client went away, an outer timeout) drops the service's future
-    /// and exits the request's entry without counting an error.
-    pub struct ResponseFuture<S, B>
+    /// and exits the request's entry without counting an error. `M`: the layer's
+    /// [`BodyMode`](super::BodyMode).
+    pub struct ResponseFuture<S, B, M = Wrapped>
     where
         S: Service<Request<B>>,
     {
         #[pin]
         state: State<S, B>,
         guard: Option<Guard>,
+        mode: PhantomData<fn() -> M>,
     }
 
-    impl<S, B> PinnedDrop for ResponseFuture<S, B>
+    impl<S, B, M> PinnedDrop for ResponseFuture<S, B, M>
     where
         S: Service<Request<B>>,
     {
@@ -139,7 +149,7 @@ pin_project! {
         /// A queueing rule asked the call to wait (boxed: the rare case should not make every future larger).
         Waiting { sleep: Sleep, call: Option<Box<(S, Request<B>)>> },
         /// The service runs.
-        Calling { #[pin] future: S::Future, timeout: Option<Sleep> },
+        Calling { #[pin] future: S::Future, timeout: Option<Box<Sleep>> },
         /// No resource guards this request.
         Unguarded { #[pin] future: S::Future },
         /// The layer's own response (a blocked call; boxed for the same reason).
@@ -148,32 +158,49 @@ pin_project! {
     }
 }
 
-impl<S, B> ResponseFuture<S, B>
+impl<S, B, M> ResponseFuture<S, B, M>
 where
     S: Service<Request<B>>,
 {
     pub(crate) fn unguarded(future: S::Future) -> Self {
-        ResponseFuture { state: State::Unguarded { future }, guard: None }
+        ResponseFuture { state: State::Unguarded { future }, guard: None, mode: PhantomData }
     }
     pub(crate) fn blocked(response: Box<Response<Bytes>>) -> Self {
-        ResponseFuture { state: State::Respond { response: Some(response) }, guard: None }
+        ResponseFuture { state: State::Respond { response: Some(response) }, guard: None, mode: PhantomData }
     }
-    pub(crate) fn calling(future: S::Future, guard: Guard) -> Self {
+    /// Calls `service` as the request's context. Takes the request's entry rather than a guard, and the
+    /// request rather than a closure over it: each is moved once, into the call or the future (a service's
+    /// request and future are large, and each move of them is a copy).
+    #[inline(always)]
+    pub(crate) fn calling(
+        service: &mut S,
+        request: Request<B>,
+        entry: RequestEntry,
+        grpc: bool,
+        config: &Config,
+    ) -> Self {
+        let guard = Guard::new(entry, grpc, config);
         let timeout = guard.timeout();
-        ResponseFuture { state: State::Calling { future, timeout }, guard: Some(guard) }
+        let future = {
+            let _scope = guard.entry.scope();
+            service.call(request)
+        };
+        ResponseFuture { state: State::Calling { future, timeout }, guard: Some(guard), mode: PhantomData }
     }
     pub(crate) fn waiting(sleep: Sleep, service: S, request: Request<B>, guard: Guard) -> Self {
-        ResponseFuture { state: State::Waiting { sleep, call: Some(Box::new((service, request))) }, guard: Some(guard) }
+        let state = State::Waiting { sleep, call: Some(Box::new((service, request))) };
+        ResponseFuture { state, guard: Some(guard), mode: PhantomData }
     }
 }
 
 const POLLED_AFTER_COMPLETION: &str = "`ResponseFuture` polled after it completed";
 
-impl<S, B, ResBody> Future for ResponseFuture<S, B>
+impl<S, B, M, ResBody> Future for ResponseFuture<S, B, M>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    M: BodyMode<ResBody>,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<M::Body>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -198,7 +225,7 @@ where
                     };
                     if let Poll::Ready(result) = polled {
                         this.state.set(State::Done);
-                        return Poll::Ready(finish(this.guard, result));
+                        return Poll::Ready(finish::<_, _, M>(this.guard, result));
                     }
                     let timed_out = timeout.as_mut().is_some_and(|t| Pin::new(t).poll(cx).is_ready());
                     if !timed_out {
@@ -215,17 +242,17 @@ where
                         }
                     }
                     drop(guard);
-                    return Poll::Ready(Ok(block::timeout_response(grpc).map(ResponseBody::full)));
+                    return Poll::Ready(Ok(block::timeout_response(grpc).map(|b| M::wrap(ResponseBody::full(b)))));
                 }
                 StateProj::Unguarded { future } => {
                     let result = std::task::ready!(future.poll(cx));
                     this.state.set(State::Done);
-                    return Poll::Ready(result.map(|r| r.map(ResponseBody::inner)));
+                    return Poll::Ready(result.map(|r| r.map(M::plain)));
                 }
                 StateProj::Respond { response } => {
                     let Some(response) = response.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
                     this.state.set(State::Done);
-                    return Poll::Ready(Ok((*response).map(ResponseBody::full)));
+                    return Poll::Ready(Ok((*response).map(|b| M::wrap(ResponseBody::full(b)))));
                 }
                 StateProj::Done => panic!("{POLLED_AFTER_COMPLETION}"),
             }
@@ -233,7 +260,7 @@ where
     }
 }
 
-impl<S, B> std::fmt::Debug for ResponseFuture<S, B>
+impl<S, B, M> std::fmt::Debug for ResponseFuture<S, B, M>
 where
     S: Service<Request<B>>,
 {

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::body::OutcomeFn;
+use super::body::{OutcomeFn, Wrapped};
 use super::extract::ValueFn;
 use super::naming::{Naming, ResourceCache};
 #[cfg(doc)]
@@ -99,9 +100,19 @@ pub(crate) struct Config {
 ///     .timeout(Duration::from_secs(2));
 /// # let _ = layer;
 /// ```
-#[derive(Clone)]
-pub struct SentinelLayer {
+///
+/// `M` is how responses carry their bodies ([`BodyMode`](super::BodyMode)): by default in a
+/// [`ResponseBody`](super::ResponseBody), which fits every stack; an axum application saves a box per
+/// response with [`axum`](Self::axum).
+pub struct SentinelLayer<M = Wrapped> {
     shared: Arc<Shared>,
+    mode: PhantomData<fn() -> M>,
+}
+
+impl<M> Clone for SentinelLayer<M> {
+    fn clone(&self) -> Self {
+        SentinelLayer { shared: self.shared.clone(), mode: PhantomData }
+    }
 }
 
 impl SentinelLayer {
@@ -120,7 +131,7 @@ impl SentinelLayer {
             exit_on: ExitOn::Response,
             context: None,
         };
-        SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }) }
+        SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }), mode: PhantomData }
     }
 
     /// A layer on the process-wide engine ([`Sentinel::global`]).
@@ -128,6 +139,28 @@ impl SentinelLayer {
         Self::new(Sentinel::global())
     }
 
+    /// The same layer for an axum application (feature `axum`): its responses keep axum's
+    /// [`Body`](axum::body::Body) instead of a [`ResponseBody`](super::ResponseBody), which axum's router
+    /// would box once more on every response ([`AxumBody`](super::AxumBody)). Behaviour is otherwise the
+    /// same. Only for services whose responses have axum's body (routes of a `Router`, with `layer` or
+    /// `route_layer`).
+    ///
+    /// ```
+    /// use axum::{routing::get, Router};
+    /// use sentinel_runtime::{Sentinel, web::SentinelLayer};
+    ///
+    /// let app: Router = Router::new()
+    ///     .route("/users/{id}", get(|| async { "a user" }))
+    ///     .route_layer(SentinelLayer::new(Sentinel::global()).axum());
+    /// # let _ = app;
+    /// ```
+    #[cfg(feature = "axum")]
+    pub fn axum(self) -> SentinelLayer<super::AxumBody> {
+        SentinelLayer { shared: self.shared, mode: PhantomData }
+    }
+}
+
+impl<M> SentinelLayer<M> {
     fn update(self, f: impl FnOnce(&mut Config)) -> Self {
         let mut config = match Arc::try_unwrap(self.shared) {
             Ok(shared) => shared.config,
@@ -142,7 +175,7 @@ impl SentinelLayer {
             })
         });
         // A new configuration starts with no resources named (the old names may not hold any more).
-        SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }) }
+        SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }), mode: PhantomData }
     }
 
     /// Names each request's resource with `f` instead of the default (`METHOD:/route/{template}`, the gRPC
@@ -259,15 +292,15 @@ impl SentinelLayer {
     }
 }
 
-impl<S> Layer<S> for SentinelLayer {
-    type Service = SentinelService<S>;
+impl<S, M> Layer<S> for SentinelLayer<M> {
+    type Service = SentinelService<S, M>;
 
-    fn layer(&self, inner: S) -> SentinelService<S> {
+    fn layer(&self, inner: S) -> SentinelService<S, M> {
         SentinelService::new(inner, self.shared.clone())
     }
 }
 
-impl fmt::Debug for SentinelLayer {
+impl<M> fmt::Debug for SentinelLayer<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.shared.config;
         f.debug_struct("SentinelLayer")

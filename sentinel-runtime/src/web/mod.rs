@@ -15,7 +15,9 @@
 //!
 //! Add it with `route_layer` (unmatched paths stay 404 and are not counted) or `layer`; with feature `axum`
 //! the resource is `METHOD:/route/{template}` from axum's `MatchedPath`, so `/users/1` and `/users/2` are one
-//! resource, `GET:/users/{id}`, and the peer address comes from `ConnectInfo`.
+//! resource, `GET:/users/{id}`, and the peer address comes from `ConnectInfo`. [`SentinelLayer::axum`] keeps
+//! axum's `Body` in the responses, which saves the box axum's router would otherwise put around the layer's
+//! body on every response.
 //!
 //! ```
 //! # #[cfg(feature = "axum")] {
@@ -27,7 +29,7 @@
 //! engine.load_flow_rules([FlowRule::new("GET:/users/{id}").count(100.0)]).unwrap();
 //! let app: Router = Router::new()
 //!     .route("/users/{id}", get(|| async { "a user" }))
-//!     .route_layer(SentinelLayer::new(engine).origin(extract::header(HeaderName::from_static("x-caller"))));
+//!     .route_layer(SentinelLayer::new(engine).origin(extract::header(HeaderName::from_static("x-caller"))).axum());
 //! # let _ = app; }
 //! ```
 //!
@@ -62,8 +64,8 @@
 //!   `Retry-After` / `grpc-retry-pushback-ms` from [`BlockError::retry_after`](crate::BlockError::retry_after).
 //! - **Cost** when the layer is not used: none (nothing in the core knows about it). Per request: a route
 //!   lookup by borrowed key, the entry, and no allocation beyond the extractors that must build a value
-//!   (an IP address as text). axum's router boxes the layer's response body (one allocation), as it boxes
-//!   every response body that is not its own `Body`.
+//!   (an IP address as text). Without [`SentinelLayer::axum`], axum's router boxes the layer's response body
+//!   (one allocation), as it boxes every response body that is not its own `Body`.
 //! - **The clock.** The engine's default clock is a millisecond timestamp that a ticker thread refreshes
 //!   1,000 times a second. A server whose process runs on one or two CPUs does better with
 //!   [`SentinelBuilder::precise_clock`](crate::SentinelBuilder::precise_clock) (or `SENTINEL_CLOCK=precise`):
@@ -91,7 +93,9 @@ pub mod block {
     };
 }
 
-pub use body::ResponseBody;
+#[cfg(feature = "axum")]
+pub use body::AxumBody;
+pub use body::{BodyMode, ResponseBody, Wrapped};
 pub use client_ip::{InvalidProxy, TrustedProxies};
 pub use future::ResponseFuture;
 pub use layer::{ExitOn, SentinelLayer, WEB_CONTEXT_NAME};

@@ -276,17 +276,27 @@ impl ResourceCache {
             }
         };
         let key = RouteRef { method, name: &name };
-        if let Some(r) = memo.and_then(|m| m.get(&key)) {
-            return Some(f(r));
-        }
-        let map = self.map.pin();
-        if let Some(r) = map.get(&key) {
-            if let Some(m) = memo {
-                m.remember(&key, r);
+        // One call of `f` (so it is inlined once); the map is pinned only when the memo does not know the route.
+        let (map, inserted);
+        let resource = match memo.and_then(|m| m.get(&key)) {
+            Some(r) => r,
+            None => {
+                map = self.map.pin();
+                match map.get(&key) {
+                    Some(r) => {
+                        if let Some(m) = memo {
+                            m.remember(&key, r);
+                        }
+                        r
+                    }
+                    None => {
+                        inserted = self.insert(naming, engine, key, source);
+                        &inserted
+                    }
+                }
             }
-            return Some(f(r));
-        }
-        Some(f(&self.insert(naming, engine, key, source)))
+        };
+        Some(f(resource))
     }
 
     #[cold]

@@ -30,6 +30,12 @@ impl RequestEntry {
         self.entry.in_scope(f)
     }
 
+    /// [`in_scope`](Self::in_scope) as a guard: the request's entry is the innermost one until it drops.
+    #[inline(always)]
+    pub(crate) fn scope(&self) -> Option<crate::entry::ScopeRestore> {
+        self.entry.scope()
+    }
+
     /// The entry.
     pub(crate) fn entry_mut(&mut self) -> &mut Entry<'static> {
         &mut self.entry

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -11,6 +12,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::block_response as block;
+use super::body::{BodyMode, Wrapped};
 use super::extract::ValueFn;
 use super::future::{Guard, ResponseFuture};
 use super::layer::Shared;
@@ -21,10 +23,12 @@ use crate::param_flow::HotParam;
 use crate::EntryType;
 
 /// The service made by [`SentinelLayer`](super::SentinelLayer): each request enters an inbound resource
-/// before the wrapped service sees it. Cheap to clone (the configuration is shared).
-pub struct SentinelService<S> {
+/// before the wrapped service sees it. Cheap to clone (the configuration is shared). `M`: the layer's
+/// [`BodyMode`].
+pub struct SentinelService<S, M = Wrapped> {
     inner: S,
     state: Arc<ServiceState>,
+    mode: PhantomData<fn() -> M>,
 }
 
 /// What the clones of one service share: the layer, and the routes this service saw.
@@ -33,9 +37,10 @@ struct ServiceState {
     memo: RouteMemo,
 }
 
-impl<S> SentinelService<S> {
+impl<S, M> SentinelService<S, M> {
     pub(crate) fn new(inner: S, layer: Arc<Shared>) -> Self {
-        SentinelService { inner, state: Arc::new(ServiceState { layer, memo: RouteMemo::default() }) }
+        let state = Arc::new(ServiceState { layer, memo: RouteMemo::default() });
+        SentinelService { inner, state, mode: PhantomData }
     }
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
@@ -51,13 +56,13 @@ impl<S> SentinelService<S> {
     }
 }
 
-impl<S: Clone> Clone for SentinelService<S> {
+impl<S: Clone, M> Clone for SentinelService<S, M> {
     fn clone(&self) -> Self {
-        SentinelService { inner: self.inner.clone(), state: self.state.clone() }
+        SentinelService { inner: self.inner.clone(), state: self.state.clone(), mode: PhantomData }
     }
 }
 
-impl<S: fmt::Debug> fmt::Debug for SentinelService<S> {
+impl<S: fmt::Debug, M> fmt::Debug for SentinelService<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SentinelService").field("inner", &self.inner).finish_non_exhaustive()
     }
@@ -69,17 +74,18 @@ enum Decision {
     Unguarded,
     /// Boxed: a blocked call allocates its response anyway, and a passing one should not move its size.
     Blocked(Box<Response<Bytes>>),
-    Passed(Guard),
+    Passed(RequestEntry),
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for SentinelService<S>
+impl<S, M, ReqBody, ResBody> Service<Request<ReqBody>> for SentinelService<S, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     ResBody: Body<Data = Bytes>,
+    M: BodyMode<ResBody>,
 {
-    type Response = Response<super::ResponseBody<ResBody>>;
+    type Response = Response<M::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqBody>;
+    type Future = ResponseFuture<S, ReqBody, M>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
@@ -87,32 +93,31 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let decision = decide(&self.state, &req);
+        let (decision, grpc) = decide(&self.state, &req);
         match decision {
             Decision::Unguarded => ResponseFuture::unguarded(self.inner.call(req)),
             Decision::Blocked(response) => ResponseFuture::blocked(response),
-            Decision::Passed(mut guard) => {
-                let wait = guard.wait();
+            Decision::Passed(entry) => {
+                let config = &self.state.layer.config;
+                let wait = entry.wait();
                 if wait.is_zero() {
-                    let inner = &mut self.inner;
-                    let future = guard.in_scope(move || inner.call(req));
-                    ResponseFuture::calling(future, guard)
+                    ResponseFuture::calling(&mut self.inner, req, entry, grpc, config)
                 } else {
                     // The call runs after the wait: take the service that is ready and leave a clone in its place
                     // (a clone of a ready service may not be ready itself).
                     let clone = self.inner.clone();
                     let ready = std::mem::replace(&mut self.inner, clone);
-                    let sleep = self.state.layer.config.engine.sleep(wait);
-                    ResponseFuture::waiting(sleep, ready, req, guard)
+                    let sleep = config.engine.sleep(wait);
+                    ResponseFuture::waiting(sleep, ready, req, Guard::new(entry, grpc, config))
                 }
             }
         }
     }
 }
 
-/// Names the request's resource and runs its checks.
+/// Names the request's resource and runs its checks; also tells whether the request is a gRPC call.
 #[inline(always)]
-fn decide<B>(state: &ServiceState, req: &Request<B>) -> Decision {
+fn decide<B>(state: &ServiceState, req: &Request<B>) -> (Decision, bool) {
     let shared = &*state.layer;
     let config = &shared.config;
     let view = RequestView::new(req);
@@ -133,14 +138,15 @@ fn decide<B>(state: &ServiceState, req: &Request<B>) -> Decision {
             }
         })
     });
-    match entered {
+    let decision = match entered {
         None => Decision::Unguarded,
-        Some(Ok(entry)) => Decision::Passed(Guard::new(entry, grpc, config)),
+        Some(Ok(entry)) => Decision::Passed(entry),
         Some(Err(blocked)) => Decision::Blocked(Box::new(match &config.on_blocked {
             Some(f) => f(&blocked, &view),
             None => block::default_response(&blocked, &view),
         })),
-    }
+    };
+    (decision, grpc)
 }
 
 /// Hot parameters kept on the stack up to this many.
