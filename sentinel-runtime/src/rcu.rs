@@ -593,7 +593,8 @@ pub(crate) mod test_hooks {
     use std::cell::RefCell;
     use std::sync::atomic::AtomicU32;
 
-    type Hook = RefCell<Option<Box<dyn FnMut()>>>;
+    /// A test-only stopping point: runs once on the thread that set it.
+    pub(crate) type Hook = RefCell<Option<Box<dyn FnMut()>>>;
 
     thread_local! {
         /// Runs once on this thread between a reader's phase load and its mark.
@@ -607,7 +608,7 @@ pub(crate) mod test_hooks {
     /// Process-wide barriers that fail (pretend to) before the next one succeeds.
     pub(crate) static FAIL_BARRIERS: AtomicU32 = AtomicU32::new(0);
 
-    fn run(hook: &'static std::thread::LocalKey<Hook>) {
+    pub(crate) fn run(hook: &'static std::thread::LocalKey<Hook>) {
         // `try_with`: a section may run while thread-locals are torn down.
         if let Ok(Some(mut f)) = hook.try_with(|h| h.borrow_mut().take()) {
             f();

@@ -1091,10 +1091,11 @@ impl CasWindow {
 
 #[cfg(test)]
 pub(crate) mod test_hooks {
-    //! Test-only points where a test makes a thread stop, to force an interleaving (a preemption there).
+    //! Test-only points where a test makes a thread stop, to force an interleaving (a preemption there); the
+    //! machinery is rcu's (`rcu::test_hooks`).
+    pub(crate) use crate::rcu::test_hooks::set;
+    use crate::rcu::test_hooks::{run, Hook};
     use std::cell::RefCell;
-
-    type Hook = RefCell<Option<Box<dyn FnMut()>>>;
 
     thread_local! {
         /// Runs once on this thread when a call on the shared stripe reaches the slow path, between its read
@@ -1104,20 +1105,11 @@ pub(crate) mod test_hooks {
         pub(crate) static BEFORE_CREDIT: Hook = const { RefCell::new(None) };
     }
 
-    fn run(hook: &'static std::thread::LocalKey<Hook>) {
-        if let Ok(Some(mut f)) = hook.try_with(|h| h.borrow_mut().take()) {
-            f();
-        }
-    }
     pub(crate) fn shared_slow() {
         run(&SHARED_SLOW);
     }
     pub(crate) fn before_credit() {
         run(&BEFORE_CREDIT);
-    }
-    /// Sets `hook` on this thread.
-    pub(crate) fn set(hook: &'static std::thread::LocalKey<Hook>, f: impl FnMut() + 'static) {
-        hook.with(|h| *h.borrow_mut() = Some(Box::new(f)));
     }
 }
 
