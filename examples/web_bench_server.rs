@@ -9,12 +9,16 @@
 //! - `sentinel-axum`: the same layer in its axum mode (`SentinelLayer::axum`: responses keep axum's body);
 //! - `governor`: tower-governor's `GovernorLayer`, one global limit that never limits;
 //! - `ratelimit`: tower's `RateLimitLayer` that never limits (not `Clone`: behind a `BufferLayer` with axum's
-//!   `HandleErrorLayer`, as axum's docs show).
+//!   `HandleErrorLayer`, as axum's docs show);
+//! - `sentinel-per-ip` and `governor-per-ip`: a limit per client address that never limits, as each is
+//!   usually deployed: the layer in its axum mode with the client IP as a hot parameter and a param-flow
+//!   rule on it (besides the flow rule), and tower-governor's default configuration (its key is the peer's
+//!   IP, from `ConnectInfo`).
 //!
 //! Two more split the layer's cost (`VARIANTS=... scripts/bench-web`):
-//! - `sentinel-precise`: `sentinel` on an engine with `precise_clock()` (no ticker thread; what the ticker's
-//!   1,000 wake-ups a second cost shows against `sentinel`);
-//! - `sentinel-off-precise`: the same engine switched off, so every entry passes unchecked: what the layer
+//! - `sentinel-cached`: `sentinel` on an engine with `cached_clock()` (a ticker thread refreshes a millisecond
+//!   timestamp; what its 1,000 wake-ups a second cost shows against `sentinel`);
+//! - `sentinel-off`: `sentinel` with the engine switched off, so every entry passes unchecked: what the layer
 //!   does around the engine (naming, the response future, the body), against `identity`.
 
 use std::error::Error;
@@ -26,7 +30,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{BoxError, Router};
 use sentinel_runtime::flow::FlowRule;
-use sentinel_runtime::web::SentinelLayer;
+use sentinel_runtime::param_flow::ParamFlowRule;
+use sentinel_runtime::web::{extract, SentinelLayer, TrustedProxies};
 use sentinel_runtime::Sentinel;
 use tower::ServiceBuilder;
 
@@ -34,15 +39,24 @@ async fn hello() -> &'static str {
     "hello"
 }
 
-/// `SentinelLayer` over `routes` with one flow rule that always passes; `precise`: the engine reads the
-/// CPU's clock on every call instead of a ticker thread's cached time; `enabled: false`: the engine is
-/// switched off (every entry passes unchecked), which leaves what the layer itself does per request.
-fn sentinel(routes: Router, precise: bool, enabled: bool, axum: bool) -> Result<Router, Box<dyn Error>> {
-    let engine = if precise { Sentinel::builder().precise_clock().build().leak() } else { Sentinel::global() };
+/// `SentinelLayer` over `routes` with one flow rule that always passes; `cached`: the engine reads a ticker
+/// thread's cached time instead of the CPU's clock; `enabled: false`: the engine is switched off (every
+/// entry passes unchecked), which leaves what the layer itself does per request.
+fn sentinel(routes: Router, cached: bool, enabled: bool, axum: bool) -> Result<Router, Box<dyn Error>> {
+    let engine = if cached { Sentinel::builder().cached_clock().build().leak() } else { Sentinel::global() };
     engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
     engine.set_enabled(enabled);
     let layer = SentinelLayer::new(engine);
     Ok(if axum { routes.route_layer(layer.axum()) } else { routes.route_layer(layer) })
+}
+
+/// `SentinelLayer` (axum mode) with the flow rule and a per-client-IP param-flow rule, neither of which limits.
+fn sentinel_per_ip(routes: Router) -> Result<Router, Box<dyn Error>> {
+    let engine = Sentinel::global();
+    engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
+    engine.load_param_flow_rules([ParamFlowRule::new("GET:/hello", 0).count(1e12)])?;
+    let layer = SentinelLayer::new(engine).param(extract::client_ip(TrustedProxies::none()));
+    Ok(routes.route_layer(layer.axum()))
 }
 
 fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
@@ -51,12 +65,21 @@ fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
         "none" => routes,
         "sentinel" => sentinel(routes, false, true, false)?,
         "sentinel-axum" => sentinel(routes, false, true, true)?,
-        "sentinel-precise" => sentinel(routes, true, true, false)?,
-        "sentinel-off-precise" => sentinel(routes, true, false, false)?,
+        "sentinel-cached" => sentinel(routes, true, true, false)?,
+        "sentinel-off" => sentinel(routes, false, false, false)?,
         "identity" => routes.route_layer(tower::layer::util::Identity::new()),
         "governor" => {
             let config = tower_governor::governor::GovernorConfigBuilder::default()
                 .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
+                .per_nanosecond(1)
+                .burst_size(u32::MAX)
+                .finish()
+                .ok_or("governor config")?;
+            routes.route_layer(tower_governor::GovernorLayer::new(config))
+        }
+        "sentinel-per-ip" => sentinel_per_ip(routes)?,
+        "governor-per-ip" => {
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
                 .per_nanosecond(1)
                 .burst_size(u32::MAX)
                 .finish()
@@ -72,7 +95,7 @@ fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
         other => {
             return Err(format!(
                 "unknown variant `{other}`: none, identity, sentinel, sentinel-axum, governor, ratelimit, \
-                 sentinel-precise or sentinel-off-precise"
+                 sentinel-cached, sentinel-off, sentinel-per-ip or governor-per-ip"
             )
             .into())
         }

@@ -21,7 +21,12 @@ mod thread_cpu;
 use thread_cpu::ThreadCpuTime;
 
 fn engine() -> Sentinel {
-    let engine = Sentinel::builder().build();
+    engine_on(Sentinel::builder())
+}
+
+/// The bench's engine, built from `builder` (the default clock, or the cached one beside it).
+fn engine_on(builder: sentinel_runtime::SentinelBuilder) -> Sentinel {
+    let engine = builder.build();
     engine
         .load_flow_rules([FlowRule::new("one-rule-pass").count(1e15), FlowRule::new("one-rule-block").count(0.0)])
         .expect("valid rules");
@@ -31,8 +36,10 @@ fn engine() -> Sentinel {
 fn clock(c: &mut Criterion) {
     let mut g = c.benchmark_group("clock");
     g.throughput(Throughput::Elements(1));
-    let sys = SystemClock::new();
-    g.bench_function("sentinel SystemClock::now_nanos", |b| b.iter(|| black_box(sys.now_nanos())));
+    let precise = SystemClock::new();
+    g.bench_function("sentinel SystemClock::new().now_nanos", |b| b.iter(|| black_box(precise.now_nanos())));
+    let cached = SystemClock::cached();
+    g.bench_function("sentinel SystemClock::cached().now_nanos", |b| b.iter(|| black_box(cached.now_nanos())));
     g.bench_function("std Instant::now", |b| b.iter(|| black_box(Instant::now())));
     g.finish();
 }
@@ -59,6 +66,14 @@ fn single_thread_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
             })
         });
     }
+    let other = engine_on(Sentinel::builder().cached_clock());
+    let r = other.resource("one-rule-pass");
+    g.bench_function(BenchmarkId::new("sentinel-rs", "one-rule-pass-cached-clock"), |b| {
+        b.iter(|| {
+            let e = r.enter();
+            black_box(&e);
+        })
+    });
     let blocked = engine.resource("one-rule-block");
     g.bench_function(BenchmarkId::new("sentinel-rs", "one-rule-block"), |b| {
         b.iter(|| black_box(blocked.enter().is_err()))

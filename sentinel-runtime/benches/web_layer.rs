@@ -10,7 +10,7 @@
 //! - `axum_router`: an axum `Router` with a `/users/{id}` route, alone, behind `route_layer(SentinelLayer)`
 //!   with one passing flow rule (named by `MatchedPath`), and with an origin header and a client-IP hot
 //!   parameter as well (with a hot-parameter rule that passes), and behind tower-governor's layer with one
-//!   global limit that never limits.
+//!   global limit that never limits, and with its default configuration (a limit per peer IP).
 
 use std::convert::Infallible;
 use std::future::ready;
@@ -79,6 +79,8 @@ fn axum_router(c: &mut Criterion) {
         let mut req =
             Request::get("/users/42").header("x-caller", "shop").body(Body::empty()).expect("a valid request");
         req.extensions_mut().insert(PeerAddr(([10, 0, 0, 7], 40000).into()));
+        // What `into_make_service_with_connect_info` adds (tower-governor's default key reads it).
+        req.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(([10, 0, 0, 7], 40000))));
         req
     };
 
@@ -110,6 +112,14 @@ fn axum_router(c: &mut Criterion) {
         .expect("a valid governor configuration");
     let mut governed = routes().route_layer(tower_governor::GovernorLayer::new(config)).with_state(());
     g.bench_function("tower_governor_not_limiting", |b| b.iter(|| one_call(&mut governed, &make)));
+    // Its default configuration: a limit per peer IP (the peer of the client-IP parameter above).
+    let config = tower_governor::governor::GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .finish()
+        .expect("a valid governor configuration");
+    let mut per_ip = routes().route_layer(tower_governor::GovernorLayer::new(config)).with_state(());
+    g.bench_function("tower_governor_per_peer_ip_not_limiting", |b| b.iter(|| one_call(&mut per_ip, &make)));
     g.finish();
 }
 

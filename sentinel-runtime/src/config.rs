@@ -11,7 +11,7 @@
 //! | `SENTINEL_MAX_RESOURCES` | [`Config::max_resources`] | |
 //! | `SENTINEL_MAX_ORIGINS` | [`Config::max_origins`] | |
 //! | `SENTINEL_MAX_ORIGINS_PER_RESOURCE` | [`Config::max_origins_per_resource`] | |
-//! | `SENTINEL_CLOCK` | [`Config::clock`]: `system` (cached, ms), `precise`, `manual` (now) or `manual:<epoch ms>` | |
+//! | `SENTINEL_CLOCK` | [`Config::clock`]: `precise` (the default; `system` is the same), `cached` (ms, a ticker thread), `manual` (now) or `manual:<epoch ms>` | |
 //!
 //! Unset or empty variables keep the defaults; a value that does not parse is an error naming the variable.
 //!
@@ -38,11 +38,14 @@ pub const DEFAULT_METRIC_LOG_FILE_COUNT: usize = 6;
 /// Which clock an engine uses when the builder is given none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ClockKind {
-    /// The system clock, cached at millisecond resolution (one load per read; Java's `TimeUtil`).
+    /// The system clock read on every call (the CPU's time-stamp counter, about 10 ns per read; response times
+    /// to the microsecond; no thread). The default.
     #[default]
-    System,
-    /// The system clock read precisely on every call (microsecond response times, ~10 ns per read).
     Precise,
+    /// The system clock cached at millisecond resolution by a ticker thread that wakes 1,000 times a second
+    /// (Java's `TimeUtil`): a read is one load, but the ticker costs CPU even when the process is idle and
+    /// preempts the workers of a process on few CPUs (see [`SystemClock::cached`](crate::clock::SystemClock::cached)).
+    Cached,
     /// A manual clock starting at `start_ms` (ms since the epoch); advance it through
     /// [`Sentinel::manual_clock`](crate::Sentinel::manual_clock).
     Manual {
@@ -125,8 +128,8 @@ impl Config {
                 "SENTINEL_CLOCK" => {
                     let v2 = v.trim().to_ascii_lowercase();
                     c.clock = match v2.as_str() {
-                        "system" => ClockKind::System,
-                        "precise" => ClockKind::Precise,
+                        "precise" | "system" => ClockKind::Precise,
+                        "cached" => ClockKind::Cached,
                         "manual" => ClockKind::Manual { start_ms: now_ms() },
                         other => match other.strip_prefix("manual:") {
                             Some(ms) => ClockKind::Manual { start_ms: parse(k, ms, "`manual:<epoch ms>`")? },
@@ -134,7 +137,8 @@ impl Config {
                                 return Err(ConfigError {
                                     variable: k.to_string(),
                                     value: v.to_string(),
-                                    reason: "expected `system`, `precise`, `manual` or `manual:<epoch ms>`".into(),
+                                    reason: "expected `precise`, `system`, `cached`, `manual` or `manual:<epoch ms>`"
+                                        .into(),
                                 })
                             }
                         },
@@ -200,7 +204,8 @@ mod tests {
     fn empty_variables_keep_defaults_and_bad_ones_are_named() {
         let c = Config::from_vars([("SENTINEL_APP_NAME", ""), ("SENTINEL_CLOCK", "system")]).unwrap();
         assert_eq!(c.app_name, Config::default().app_name);
-        assert_eq!(c.clock, ClockKind::System);
+        assert_eq!(c.clock, ClockKind::Precise);
+        assert_eq!(Config::default().clock, ClockKind::Precise);
         let e = Config::from_vars([("SENTINEL_METRIC_LOG_FILE_COUNT", "0")]).unwrap_err();
         assert_eq!(e.variable, "SENTINEL_METRIC_LOG_FILE_COUNT");
         let e = Config::from_vars([("SENTINEL_CLOCK", "sundial")]).unwrap_err();
@@ -212,6 +217,15 @@ mod tests {
     fn the_precise_clock_can_be_chosen() {
         let c = Config::from_vars([("SENTINEL_CLOCK", "Precise")]).unwrap();
         assert_eq!(c.clock, ClockKind::Precise);
+        let engine = Sentinel::builder().config(c).build();
+        assert!(engine.manual_clock().is_none());
+        assert!(engine.now_millis() > 1_600_000_000_000, "anchored to the wall clock");
+    }
+
+    #[test]
+    fn the_cached_clock_can_be_chosen() {
+        let c = Config::from_vars([("SENTINEL_CLOCK", " cached ")]).unwrap();
+        assert_eq!(c.clock, ClockKind::Cached);
         let engine = Sentinel::builder().config(c).build();
         assert!(engine.manual_clock().is_none());
         assert!(engine.now_millis() > 1_600_000_000_000, "anchored to the wall clock");

@@ -89,7 +89,7 @@ impl Default for Config {
             metric_flush_interval_ms: crate::config::DEFAULT_METRIC_FLUSH_INTERVAL_MS,
             metric_log_file_size: crate::config::DEFAULT_METRIC_LOG_FILE_SIZE,
             metric_log_file_count: crate::config::DEFAULT_METRIC_LOG_FILE_COUNT,
-            clock: crate::config::ClockKind::System,
+            clock: crate::config::ClockKind::Precise,
         }
     }
 }
@@ -107,9 +107,17 @@ impl SentinelBuilder {
         self.clock = Some(EngineClock::Manual(clock));
         self
     }
-    /// Uses the precise system clock (sub-millisecond response times; about 10 ns more per entry and exit).
+    /// Uses the precise system clock: the default (the CPU's time-stamp counter read at entry and exit, about
+    /// 10 ns each; response times to the microsecond; no thread).
     pub fn precise_clock(mut self) -> Self {
         self.clock = Some(EngineClock::System(SystemClock::precise()));
+        self
+    }
+    /// Uses the cached system clock ([`SystemClock::cached`]): a millisecond timestamp that a ticker thread
+    /// refreshes 1,000 times a second, so a read is one load (6–13 ns less per entry and exit on one
+    /// thread), at the price of the ticker's wake-ups and of millisecond response times.
+    pub fn cached_clock(mut self) -> Self {
+        self.clock = Some(EngineClock::System(SystemClock::cached()));
         self
     }
     /// Uses a clock of your own.
@@ -156,7 +164,7 @@ impl SentinelBuilder {
     /// Builds the engine.
     pub fn build(self) -> Sentinel {
         let clock = self.clock.unwrap_or_else(|| match self.config.clock {
-            crate::config::ClockKind::System => EngineClock::System(SystemClock::new()),
+            crate::config::ClockKind::Cached => EngineClock::System(SystemClock::cached()),
             crate::config::ClockKind::Precise => EngineClock::System(SystemClock::precise()),
             crate::config::ClockKind::Manual { start_ms } => EngineClock::Manual(ManualClock::at_millis(start_ms)),
         });

@@ -66,11 +66,11 @@
 //!   lookup by borrowed key, the entry, and no allocation beyond the extractors that must build a value
 //!   (an IP address as text). Without [`SentinelLayer::axum`], axum's router boxes the layer's response body
 //!   (one allocation), as it boxes every response body that is not its own `Body`.
-//! - **The clock.** The engine's default clock is a millisecond timestamp that a ticker thread refreshes
-//!   1,000 times a second. A server whose process runs on one or two CPUs does better with
-//!   [`SentinelBuilder::precise_clock`](crate::SentinelBuilder::precise_clock) (or `SENTINEL_CLOCK=precise`):
-//!   no thread, one read of the CPU's clock at entry and one at exit. Under load on one pinned CPU the
-//!   precise clock served up to 6 % more requests (`scripts/bench-web`, the README's figures).
+//! - **The clock.** The engine's default clock reads the CPU's time-stamp counter at entry and at exit (no
+//!   thread). [`SentinelBuilder::cached_clock`](crate::SentinelBuilder::cached_clock) (Java's millisecond
+//!   ticker) saves 6–13 ns per entry on one thread, but its 1,000 wake-ups a second cost CPU all the time
+//!   (about 3 % of a core in a KVM guest, loaded or idle) and preempt the worker of a server on one CPU;
+//!   in that VM it pays off only past 1.5–2.7 million entries a second (the README's figures).
 
 mod block_response;
 mod body;

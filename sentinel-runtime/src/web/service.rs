@@ -154,8 +154,11 @@ const INLINE_PARAMS: usize = 8;
 
 /// Runs `f` with the request's hot-parameter values, in the order the layer's extractors were added.
 fn with_params<R>(params: &[ValueFn], view: &RequestView<'_>, f: impl FnOnce(&[&dyn HotParam]) -> R) -> R {
-    if params.is_empty() {
-        return f(&[]);
+    match params {
+        [] => return f(&[]),
+        // The common case, without filling (and dropping) the inline array.
+        [one] => return f(&[&one(view) as &dyn HotParam]),
+        _ => {}
     }
     if params.len() <= INLINE_PARAMS {
         let values: [Option<Cow<'_, str>>; INLINE_PARAMS] =
