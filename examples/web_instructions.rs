@@ -6,73 +6,25 @@
 //! Sends `REQUESTS` (default 10,000) `GET /hello` requests through an axum `Router` on the calling thread:
 //! each builds the request, waits for the router to be ready, calls it and completes the response future,
 //! as a server does per request minus the network and hyper. Callgrind counts only `measured`, which runs
-//! after a warm-up of the same length. The variants are those of `web_bench_server`: no layer, an identity
-//! route layer, `SentinelLayer` with one passing flow rule (in both body modes, on the cached clock,
-//! switched off), tower-governor with one global limit, and a limit per client IP (the layer with a
-//! client-IP hot parameter, and tower-governor's default configuration).
+//! after a warm-up of the same length. The variants are those of `web_bench_server`
+//! (`examples/support/web_variants.rs`), but for `ratelimit`.
 
 use std::error::Error;
 use std::hint::black_box;
-
 use std::net::SocketAddr;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::routing::get;
 use axum::Router;
 use futures::FutureExt;
 use http::Request;
-use sentinel_runtime::flow::FlowRule;
-use sentinel_runtime::param_flow::ParamFlowRule;
-use sentinel_runtime::web::{extract, SentinelLayer, TrustedProxies};
-use sentinel_runtime::Sentinel;
 use tower::{Service, ServiceExt};
+
+#[path = "support/web_variants.rs"]
+mod web_variants;
 
 /// The client of every request.
 const PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 7)), 40000);
-
-fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
-    let routes = Router::new().route("/hello", get(|| async { "hello" }));
-    let sentinel = |routes: Router, engine: Sentinel, enabled: bool, axum: bool| -> Result<Router, Box<dyn Error>> {
-        engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
-        engine.set_enabled(enabled);
-        let layer = SentinelLayer::new(&engine);
-        Ok(if axum { routes.route_layer(layer.axum()) } else { routes.route_layer(layer) })
-    };
-    Ok(match variant {
-        "none" => routes,
-        "identity" => routes.route_layer(tower::layer::util::Identity::new()),
-        "sentinel" => sentinel(routes, Sentinel::builder().build(), true, false)?,
-        "sentinel-axum" => sentinel(routes, Sentinel::builder().build(), true, true)?,
-        "sentinel-cached" => sentinel(routes, Sentinel::builder().cached_clock().build(), true, false)?,
-        "sentinel-off" => sentinel(routes, Sentinel::builder().build(), false, false)?,
-        "governor" => {
-            let config = tower_governor::governor::GovernorConfigBuilder::default()
-                .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
-                .per_nanosecond(1)
-                .burst_size(u32::MAX)
-                .finish()
-                .ok_or("governor config")?;
-            routes.route_layer(tower_governor::GovernorLayer::new(config))
-        }
-        "sentinel-per-ip" => {
-            let engine = Sentinel::builder().build();
-            engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
-            engine.load_param_flow_rules([ParamFlowRule::new("GET:/hello", 0).count(1e12)])?;
-            let layer = SentinelLayer::new(&engine).param(extract::client_ip(TrustedProxies::none()));
-            routes.route_layer(layer.axum())
-        }
-        "governor-per-ip" => {
-            let config = tower_governor::governor::GovernorConfigBuilder::default()
-                .per_nanosecond(1)
-                .burst_size(u32::MAX)
-                .finish()
-                .ok_or("governor config")?;
-            routes.route_layer(tower_governor::GovernorLayer::new(config))
-        }
-        other => return Err(format!("unknown variant `{other}`").into()),
-    })
-}
 
 /// The measured run (callgrind's `--toggle-collect` names it): the same loop as the warm-up.
 #[inline(never)]
@@ -102,7 +54,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     // tower-governor and axum need no reactor for a ready router; a runtime context keeps timers valid.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let _in = rt.enter();
-    let mut router = app(&variant)?.with_state(());
+    if variant == "ratelimit" {
+        // Its buffer's worker is a task that only a running runtime polls; this loop never yields to one.
+        return Err("`ratelimit` needs a running runtime: measure it with scripts/bench-web".into());
+    }
+    let mut router = web_variants::app(&variant)?.with_state(());
     requests(&mut router, n)?;
     measured(&mut router, n)?;
     println!("{variant}: {n} requests");

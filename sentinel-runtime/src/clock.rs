@@ -73,9 +73,9 @@ fn start_ticker() {
 /// every call: about 10 ns, response times to the microsecond, and no thread. [`SystemClock::cached`] reads
 /// a millisecond timestamp that a ticker thread refreshes 1,000 times a second, as Java Sentinel's `TimeUtil`
 /// does: a read is one load, but response times are then whole milliseconds, and the ticker's wake-ups cost
-/// CPU all the time (in a KVM guest each one measured 25–35 µs of CPU, about 3 % of a core) and preempt the
-/// workers of a process that runs on one or two CPUs. Either way the rate limiter spaces calls with the
-/// precise reading.
+/// CPU all the time (in a KVM guest each one measured 24–35 µs of CPU: 2–3 % of a core, idle or loaded) and
+/// preempt the workers of a process that runs on one or two CPUs. Either way the rate limiter spaces calls
+/// with the precise reading.
 #[derive(Clone)]
 pub struct SystemClock {
     cached: bool,

@@ -69,7 +69,7 @@
 //! - **The clock.** The engine's default clock reads the CPU's time-stamp counter at entry and at exit (no
 //!   thread). [`SentinelBuilder::cached_clock`](crate::SentinelBuilder::cached_clock) (Java's millisecond
 //!   ticker) saves 6–13 ns per entry on one thread, but its 1,000 wake-ups a second cost CPU all the time
-//!   (about 3 % of a core in a KVM guest, loaded or idle) and preempt the worker of a server on one CPU;
+//!   (2–3 % of a core in a KVM guest, idle or loaded) and preempt the worker of a server on one CPU;
 //!   in that VM it pays off only past 1.5–2.7 million entries a second (the README's figures).
 
 mod block_response;
