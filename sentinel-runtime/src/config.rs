@@ -11,7 +11,7 @@
 //! | `SENTINEL_MAX_RESOURCES` | [`Config::max_resources`] | |
 //! | `SENTINEL_MAX_ORIGINS` | [`Config::max_origins`] | |
 //! | `SENTINEL_MAX_ORIGINS_PER_RESOURCE` | [`Config::max_origins_per_resource`] | |
-//! | `SENTINEL_CLOCK` | [`Config::clock`]: `precise` (the default; `system` is the same), `cached` (ms, a ticker thread), `manual` (now) or `manual:<epoch ms>` | |
+//! | `SENTINEL_CLOCK` | [`Config::clock`]: `system` (the default: the precise clock), `precise`, `cached` (ms, a ticker thread), `manual` (now) or `manual:<epoch ms>` | |
 //!
 //! Unset or empty variables keep the defaults; a value that does not parse is an error naming the variable.
 //!
@@ -38,9 +38,11 @@ pub const DEFAULT_METRIC_LOG_FILE_COUNT: usize = 6;
 /// Which clock an engine uses when the builder is given none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ClockKind {
-    /// The system clock read on every call (the CPU's time-stamp counter, about 10 ns per read; response times
-    /// to the microsecond; no thread). The default.
+    /// The default system clock: today the precise one ([`ClockKind::Precise`]).
     #[default]
+    System,
+    /// The system clock read on every call (the CPU's time-stamp counter, about 10 ns per read; response times
+    /// to the microsecond; no thread).
     Precise,
     /// The system clock cached at millisecond resolution by a ticker thread that wakes 1,000 times a second
     /// (Java's `TimeUtil`): a read is one load, but the ticker costs CPU even when the process is idle and
@@ -128,7 +130,8 @@ impl Config {
                 "SENTINEL_CLOCK" => {
                     let v2 = v.trim().to_ascii_lowercase();
                     c.clock = match v2.as_str() {
-                        "precise" | "system" => ClockKind::Precise,
+                        "system" => ClockKind::System,
+                        "precise" => ClockKind::Precise,
                         "cached" => ClockKind::Cached,
                         "manual" => ClockKind::Manual { start_ms: now_ms() },
                         other => match other.strip_prefix("manual:") {
@@ -137,7 +140,7 @@ impl Config {
                                 return Err(ConfigError {
                                     variable: k.to_string(),
                                     value: v.to_string(),
-                                    reason: "expected `precise`, `system`, `cached`, `manual` or `manual:<epoch ms>`"
+                                    reason: "expected `system`, `precise`, `cached`, `manual` or `manual:<epoch ms>`"
                                         .into(),
                                 })
                             }
@@ -204,8 +207,8 @@ mod tests {
     fn empty_variables_keep_defaults_and_bad_ones_are_named() {
         let c = Config::from_vars([("SENTINEL_APP_NAME", ""), ("SENTINEL_CLOCK", "system")]).unwrap();
         assert_eq!(c.app_name, Config::default().app_name);
-        assert_eq!(c.clock, ClockKind::Precise);
-        assert_eq!(Config::default().clock, ClockKind::Precise);
+        assert_eq!(c.clock, ClockKind::System);
+        assert_eq!(Config::default().clock, ClockKind::System);
         let e = Config::from_vars([("SENTINEL_METRIC_LOG_FILE_COUNT", "0")]).unwrap_err();
         assert_eq!(e.variable, "SENTINEL_METRIC_LOG_FILE_COUNT");
         let e = Config::from_vars([("SENTINEL_CLOCK", "sundial")]).unwrap_err();
@@ -220,6 +223,25 @@ mod tests {
         let engine = Sentinel::builder().config(c).build();
         assert!(engine.manual_clock().is_none());
         assert!(engine.now_millis() > 1_600_000_000_000, "anchored to the wall clock");
+    }
+
+    /// Whether `engine` reads the cached clock (`None`: not a system clock).
+    fn reads_cached(engine: &Sentinel) -> Option<bool> {
+        match &engine.shared.clock {
+            crate::clock::EngineClock::System(c) => Some(c.is_cached()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn engines_run_on_the_precise_clock_unless_told_otherwise() {
+        assert_eq!(reads_cached(&Sentinel::builder().build()), Some(false));
+        for (v, cached) in [("system", false), ("precise", false), ("cached", true)] {
+            let c = Config::from_vars([("SENTINEL_CLOCK", v)]).unwrap();
+            assert_eq!(reads_cached(&Sentinel::builder().config(c).build()), Some(cached), "{v}");
+        }
+        assert_eq!(reads_cached(&Sentinel::builder().cached_clock().build()), Some(true));
+        assert_eq!(reads_cached(&Sentinel::builder().precise_clock().build()), Some(false));
     }
 
     #[test]

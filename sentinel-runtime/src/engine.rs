@@ -89,7 +89,7 @@ impl Default for Config {
             metric_flush_interval_ms: crate::config::DEFAULT_METRIC_FLUSH_INTERVAL_MS,
             metric_log_file_size: crate::config::DEFAULT_METRIC_LOG_FILE_SIZE,
             metric_log_file_count: crate::config::DEFAULT_METRIC_LOG_FILE_COUNT,
-            clock: crate::config::ClockKind::Precise,
+            clock: crate::config::ClockKind::System,
         }
     }
 }
@@ -165,6 +165,7 @@ impl SentinelBuilder {
     pub fn build(self) -> Sentinel {
         let clock = self.clock.unwrap_or_else(|| match self.config.clock {
             crate::config::ClockKind::Cached => EngineClock::System(SystemClock::cached()),
+            crate::config::ClockKind::System => EngineClock::System(SystemClock::new()),
             crate::config::ClockKind::Precise => EngineClock::System(SystemClock::precise()),
             crate::config::ClockKind::Manual { start_ms } => EngineClock::Manual(ManualClock::at_millis(start_ms)),
         });

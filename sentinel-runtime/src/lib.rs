@@ -69,9 +69,9 @@
 //! only that thread writes); rules are read in an RCU section whose only fence on the reader's side is a
 //! compiler fence (the writer runs a process-wide `membarrier`); the clock is the CPU's time-stamp counter,
 //! read at entry and exit (no ticker thread; Java's cached `TimeUtil` timestamp is
-//! [`SentinelBuilder::cached_clock`]); reject-style limits spend tokens leased to the thread from an exact per-bucket
-//! budget with plain stores, so they never over-admit and still scale with cores; closed circuit breakers
-//! count good calls the same way. An entry with one passing flow rule cost about 27 ns on an Intel Xeon guest
+//! [`SentinelBuilder::cached_clock`]); reject-style limits spend tokens leased to the thread from an exact
+//! per-bucket budget with plain stores, so they never over-admit and still scale with cores; closed circuit
+//! breakers count good calls the same way. An entry with one passing flow rule cost about 27 ns on an Intel Xeon guest
 //! on the cached clock and 36–40 ns on the default one (see the README for the figures and the machines).
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
