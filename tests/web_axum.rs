@@ -362,12 +362,7 @@ async fn in_its_axum_mode_the_layer_answers_as_in_the_default_one() {
         assert!(body.contains("flow rule"), "{body}");
         assert_eq!(get_status(format!("http://{addr}/fail")).await.0, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(stats(&engine, "GET:/fail").minute_exception, 1, "a 5xx is traced");
-        let slow = tokio::spawn(get_status(format!("http://{addr}/slow")));
-        until("the request's time limit is armed", || clock.pending_timers() == 1).await;
-        clock.advance_millis(250);
-        let (status, _, body) = slow.await.unwrap();
-        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
-        assert!(body.contains("time limit"), "{body}");
+        answers_504_past_250_ms(addr, &clock).await;
     })
     .await
 }
@@ -386,12 +381,7 @@ async fn a_request_past_its_time_limit_gets_504_and_counts_as_an_error_and_a_slo
         let layer = SentinelLayer::new(&engine).timeout(Duration::from_millis(250));
         let app = Router::new().route("/slow", get(std::future::pending::<&'static str>)).route_layer(layer);
         let addr = serve(app).await;
-        let slow = tokio::spawn(get_status(format!("http://{addr}/slow")));
-        until("the request's time limit is armed", || clock.pending_timers() == 1).await;
-        clock.advance_millis(250);
-        let (status, _, body) = slow.await.unwrap();
-        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
-        assert!(body.contains("time limit"), "{body}");
+        answers_504_past_250_ms(addr, &clock).await;
         let s = stats(&engine, "GET:/slow");
         assert_eq!((s.minute_exception, s.threads), (1, 0));
         assert_eq!(s.avg_rt_ms, 250.0, "its response time is the limit");
@@ -592,4 +582,15 @@ async fn raw_http_client_sees_the_exact_blocked_response() {
         assert!(raw.ends_with("\r\n\r\nToo Many Requests: blocked by a Sentinel flow rule\n"), "{raw}");
     })
     .await
+}
+
+/// `GET /slow` on `addr` (a handler that never answers, under a layer with a 250 ms time limit) is answered
+/// 504 once `clock` passes the limit.
+async fn answers_504_past_250_ms(addr: SocketAddr, clock: &sentinel_runtime::clock::ManualClock) {
+    let slow = tokio::spawn(get_status(format!("http://{addr}/slow")));
+    until("the request's time limit is armed", || clock.pending_timers() == 1).await;
+    clock.advance_millis(250);
+    let (status, _, body) = slow.await.unwrap();
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert!(body.contains("time limit"), "{body}");
 }

@@ -103,22 +103,16 @@ fn axum_router(c: &mut Criterion) {
     let mut extracting = routes().route_layer(layer).with_state(());
     g.bench_function("sentinel_origin_and_client_ip_param", |b| b.iter(|| one_call(&mut extracting, &make)));
 
-    // tower-governor's layer, one global limit that never limits (the peer of the load benchmark).
-    let config = tower_governor::governor::GovernorConfigBuilder::default()
-        .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
-        .per_nanosecond(1)
-        .burst_size(u32::MAX)
-        .finish()
-        .expect("a valid governor configuration");
-    let mut governed = routes().route_layer(tower_governor::GovernorLayer::new(config)).with_state(());
+    // tower-governor's layer with a limit that never limits: one global limit (the peer of the load
+    // benchmark), and its default configuration, a limit per peer IP (the peer of the client-IP parameter).
+    let mut never = tower_governor::governor::GovernorConfigBuilder::default();
+    never.per_nanosecond(1).burst_size(u32::MAX);
+    let global = never.key_extractor(tower_governor::key_extractor::GlobalKeyExtractor).finish();
+    let global = global.expect("a valid governor configuration");
+    let mut governed = routes().route_layer(tower_governor::GovernorLayer::new(global)).with_state(());
     g.bench_function("tower_governor_not_limiting", |b| b.iter(|| one_call(&mut governed, &make)));
-    // Its default configuration: a limit per peer IP (the peer of the client-IP parameter above).
-    let config = tower_governor::governor::GovernorConfigBuilder::default()
-        .per_nanosecond(1)
-        .burst_size(u32::MAX)
-        .finish()
-        .expect("a valid governor configuration");
-    let mut per_ip = routes().route_layer(tower_governor::GovernorLayer::new(config)).with_state(());
+    let per_ip_config = never.finish().expect("a valid governor configuration");
+    let mut per_ip = routes().route_layer(tower_governor::GovernorLayer::new(per_ip_config)).with_state(());
     g.bench_function("tower_governor_per_peer_ip_not_limiting", |b| b.iter(|| one_call(&mut per_ip, &make)));
     g.finish();
 }
