@@ -175,8 +175,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
             std::process::exit(2);
         }
     };
-    let engine = Sentinel::builder().app_name("axum-shop").build();
-    let rules = FileDataSource::new(&engine, &args.rules);
+    // Kept for the whole process (leaked, like the global engine): the requests' entries then take no
+    // reference count, which every worker would otherwise write.
+    let engine = Sentinel::builder().app_name("axum-shop").build().leak();
+    let rules = FileDataSource::new(engine, &args.rules);
     rules.on_reload(|r| match r {
         Ok(reloaded) => println!("rules: {reloaded:?}"),
         Err(e) => println!("rules: {e} (the rules in force stay)"),
@@ -190,7 +192,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     print_curls(addr);
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let service = app(&engine)?.into_make_service_with_connect_info::<SocketAddr>();
+    let service = app(engine)?.into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move {
         let stopped = async {
             let _ = stop_rx.await;

@@ -216,6 +216,7 @@ fn parallel(threads: usize, iters: u64, f: Arc<dyn Fn() + Send + Sync>) -> Durat
 
 fn two_threads(c: &mut Criterion) {
     let engine = engine();
+    let leaked = engine_on(Sentinel::builder()).leak();
     let mut g = c.benchmark_group("entry_exit_aggregate");
     g.throughput(Throughput::Elements(1));
     for threads in [1usize, 2] {
@@ -226,6 +227,20 @@ fn two_threads(c: &mut Criterion) {
                 black_box(&e);
             });
             g.bench_function(BenchmarkId::new(format!("sentinel-rs {name}"), format!("{threads} threads")), |b| {
+                b.iter_custom(|iters| parallel(threads, iters, f.clone()))
+            });
+        }
+        // Owned entries (what the web layer makes per request), on an engine that can drop (each entry takes a
+        // count on the engine and on the resource: two shared words every thread writes) and on a leaked one
+        // (immortal: no count).
+        for (label, r) in
+            [("owned", engine.resource("one-rule-pass")), ("owned-leaked", leaked.resource("one-rule-pass"))]
+        {
+            let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                let e = r.entry_owned().enter();
+                black_box(&e);
+            });
+            g.bench_function(BenchmarkId::new(format!("sentinel-rs {label}"), format!("{threads} threads")), |b| {
                 b.iter_custom(|iters| parallel(threads, iters, f.clone()))
             });
         }

@@ -181,6 +181,7 @@ impl SentinelBuilder {
                 clock,
                 config: self.config,
                 enabled: AtomicBool::new(true),
+                immortal: AtomicBool::new(false),
                 inbound: StatNode::new(),
                 resources: papaya::HashMap::new(),
                 registry_lock: Mutex::new(()),
@@ -222,6 +223,11 @@ pub(crate) struct Shared {
     pub(crate) clock: EngineClock,
     pub(crate) config: Config,
     pub(crate) enabled: AtomicBool,
+    /// Set once a handle of this engine can never be dropped ([`Sentinel::leak`], the global engine), and
+    /// never cleared: the engine then lives until the process ends, and so do its checked resources (each is
+    /// held by `resource_list`, which only grows). An owned entry of such a resource takes no reference
+    /// count ([`Resource::entry_owned`]).
+    pub(crate) immortal: AtomicBool,
     pub(crate) inbound: StatNode,
     /// Resources by name: read lock-free; `registry_lock` serializes creation and rule refreshes.
     resources: papaya::HashMap<Arc<str>, Arc<ResourceInner>>,
@@ -556,14 +562,15 @@ impl Sentinel {
     /// The process-wide engine (built with defaults on first use).
     #[inline]
     pub fn global() -> &'static Sentinel {
-        GLOBAL.get_or_init(|| Sentinel::builder().build())
+        GLOBAL.get_or_init(|| Sentinel::builder().build().immortal())
     }
 
     /// Sets up the process-wide engine; fails if it was already used or set.
     pub fn init_global(builder: SentinelBuilder) -> Result<&'static Sentinel, AlreadyInitialized> {
         let mut built = Some(builder);
-        let engine = GLOBAL
-            .get_or_init(|| built.take().map(SentinelBuilder::build).unwrap_or_else(|| Sentinel::builder().build()));
+        let engine = GLOBAL.get_or_init(|| {
+            built.take().map(SentinelBuilder::build).unwrap_or_else(|| Sentinel::builder().build()).immortal()
+        });
         if built.is_some() {
             Err(AlreadyInitialized)
         } else {
@@ -571,9 +578,24 @@ impl Sentinel {
         }
     }
 
-    /// Leaks the engine so it can stand in for the global one ([`Sentinel::scoped`]). Meant for tests.
+    /// Leaks the engine, which then lives until the process ends: it can stand in for the global one
+    /// ([`Sentinel::scoped`]), and owned entries of its resources ([`Resource::entry_owned`], the web layer's)
+    /// take no reference count, as on the global engine. Each call leaks one engine: call it once per engine
+    /// the process keeps, not per request or per test case in a loop.
     pub fn leak(self) -> &'static Sentinel {
-        Box::leak(Box::new(self))
+        Box::leak(Box::new(self.immortal()))
+    }
+
+    /// Marks the engine immortal: the caller keeps this handle for the rest of the process (in a static, or
+    /// leaked), so its count on `Shared` is never released and `Shared` is never dropped.
+    ///
+    /// The flag carries no data, so a relaxed store suffices: a thread that reads `true` reads this store,
+    /// made after the handle's count was taken and before the handle reaches where it is never dropped
+    /// (nothing between the two can drop it: the callers only move it there). Whatever the order in which
+    /// other threads see it, the count it stands for is never given back.
+    fn immortal(self) -> Sentinel {
+        self.shared.immortal.store(true, Ordering::Relaxed);
+        self
     }
 
     /// Runs `f` with this engine standing in for the global one on this thread: annotated functions called

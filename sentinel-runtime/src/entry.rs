@@ -39,7 +39,8 @@ pub struct EntryBuilder<'r, 'a> {
 /// the exit reaches the engine and the resource without a match or a second dereference.
 struct ResRef<'r> {
     shared: NonNull<Shared>,
-    /// The resource; bit 0 set when this handle owns one reference count on both (released on drop).
+    /// The resource, with two tag bits: [`COUNTED`] when this handle owns one reference count on both
+    /// (released on drop), [`DETACHED`] when it is an owned entry's (which never changes a thread's context).
     inner: NonNull<ResourceInner>,
     _borrow: PhantomData<&'r Resource>,
 }
@@ -48,46 +49,65 @@ struct ResRef<'r> {
 unsafe impl Send for ResRef<'_> {}
 unsafe impl Sync for ResRef<'_> {}
 
-const OWNED: usize = 1;
+/// Tag bit: the handle owns one count on `shared` and one on `inner`.
+const COUNTED: usize = 1;
+/// Tag bit: the handle is an owned entry's (`Resource::entry_owned`), counted or not.
+const DETACHED: usize = 2;
+const TAGS: usize = COUNTED | DETACHED;
+// The tags live in the low bits of a `ResourceInner` pointer.
+const _: () = assert!(std::mem::align_of::<ResourceInner>() > TAGS);
 
 impl<'r> ResRef<'r> {
     fn borrowed(r: &'r Resource) -> Self {
         ResRef { shared: NonNull::from(&*r.shared), inner: NonNull::from(&*r.inner), _borrow: PhantomData }
     }
+    /// An owned entry's handle that holds no counts, for a resource that lives until the process ends.
+    ///
+    /// # Safety
+    /// `r`'s engine is immortal and `r` is checked: the engine's `Shared` is never dropped
+    /// (`Shared::immortal`), and a checked resource is held by the engine's `resource_list`, which only grows
+    /// and is dropped only with `Shared`. Both pointers then stay valid for the rest of the process.
+    #[inline(always)]
+    unsafe fn immortal(r: &Resource) -> ResRef<'static> {
+        let inner = NonNull::from(&*r.inner).map_addr(|a| a | DETACHED);
+        ResRef { shared: NonNull::from(&*r.shared), inner, _borrow: PhantomData }
+    }
     fn owned(r: Resource) -> ResRef<'static> {
         let shared = Arc::into_raw(r.shared) as *mut Shared;
         let inner = Arc::into_raw(r.inner) as *mut ResourceInner;
-        // SAFETY: `Arc::into_raw` never returns null; `ResourceInner` is 8-aligned, so bit 0 is free.
+        // SAFETY: `Arc::into_raw` never returns null; the tag bits are free (`ResourceInner`'s alignment).
         unsafe {
             ResRef {
                 shared: NonNull::new_unchecked(shared),
-                inner: NonNull::new_unchecked(inner.map_addr(|a| a | OWNED)),
+                inner: NonNull::new_unchecked(inner.map_addr(|a| a | COUNTED | DETACHED)),
                 _borrow: PhantomData,
             }
         }
     }
     #[inline(always)]
     fn shared(&self) -> &'r Shared {
-        // SAFETY: borrowed, the resource outlives `'r`; owned, the handle holds a count until it drops (and
-        // every `&'r` taken from it is used only while the entry that holds it lives).
+        // SAFETY: borrowed, the resource outlives `'r`; counted, the handle holds a count until it drops (and
+        // every `&'r` taken from it is used only while the entry that holds it lives); immortal, it is never
+        // freed.
         unsafe { &*self.shared.as_ptr() }
     }
     #[inline(always)]
     fn inner(&self) -> &'r ResourceInner {
-        // SAFETY: as for `shared`; the tag bit is masked off.
-        unsafe { &*self.inner.as_ptr().map_addr(|a| a & !OWNED) }
+        // SAFETY: as for `shared`; the tag bits are masked off.
+        unsafe { &*self.inner.as_ptr().map_addr(|a| a & !TAGS) }
     }
-    /// Whether this handle owns its counts (an entry made by `entry_owned`).
+    /// Whether this is an owned entry's handle (made by `entry_owned`): its entry never installs itself in
+    /// a thread's context.
     #[inline(always)]
     fn is_owned(&self) -> bool {
-        self.inner.as_ptr().addr() & OWNED != 0
+        self.inner.as_ptr().addr() & DETACHED != 0
     }
 }
 
 impl Drop for ResRef<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.inner.as_ptr().addr() & OWNED != 0 {
+        if self.inner.as_ptr().addr() & COUNTED != 0 {
             self.release();
         }
     }
@@ -96,10 +116,10 @@ impl Drop for ResRef<'_> {
 impl ResRef<'_> {
     #[cold]
     fn release(&mut self) {
-        // SAFETY: owned: both pointers came from `Arc::into_raw` in `owned` and are released once, here.
+        // SAFETY: counted: both pointers came from `Arc::into_raw` in `owned` and are released once, here.
         unsafe {
             drop(Arc::from_raw(self.shared.as_ptr()));
-            drop(Arc::from_raw(self.inner.as_ptr().map_addr(|a| a & !OWNED)));
+            drop(Arc::from_raw(self.inner.as_ptr().map_addr(|a| a & !TAGS)));
         }
     }
 }
@@ -111,9 +131,16 @@ impl<'r> EntryBuilder<'r, 'static> {
 }
 
 impl EntryBuilder<'static, 'static> {
-    pub(crate) fn owned(res: Resource) -> Self {
-        let entry_type = res.entry_type;
-        Self::with(ResRef::owned(res), entry_type)
+    /// An entry that keeps `res` alive: by a clone of its counts, or by nothing when its engine is immortal
+    /// (the global engine, a leaked one) and the resource is checked (held by the engine until it drops).
+    #[inline]
+    pub(crate) fn owned(res: &Resource) -> Self {
+        if res.inner.checked && res.shared.immortal.load(Ordering::Relaxed) {
+            // SAFETY: the engine is immortal (a relaxed load that reads `true` reads the store made when its
+            // last handle was put out of reach of any drop; see `Sentinel::immortal`) and `res` is checked.
+            return Self::with(unsafe { ResRef::immortal(res) }, res.entry_type);
+        }
+        Self::with(ResRef::owned(res.clone()), res.entry_type)
     }
 }
 
@@ -976,6 +1003,13 @@ impl<'r> Entry<'r> {
     pub fn waited(&self) -> Duration {
         Duration::from_nanos(self.wait_nanos)
     }
+    /// Whether [`waited`](Self::waited) is more than zero (the web layer's test, without building a
+    /// `Duration`).
+    #[cfg(feature = "tower")]
+    #[inline(always)]
+    pub(crate) fn waits(&self) -> bool {
+        self.wait_nanos > 0
+    }
     /// Whether this was a prioritized call admitted by borrowing a later window.
     pub fn is_occupied(&self) -> bool {
         self.flags & Flags::OCCUPIED != 0
@@ -1266,5 +1300,59 @@ mod tests {
         // Returned by value on every call: at 128 bytes or less the copy is a few register moves, not a call.
         assert!(std::mem::size_of::<super::Entry<'static>>() <= 128);
         assert!(std::mem::size_of::<Result<super::Entry<'static>, crate::BlockError>>() <= 128);
+    }
+
+    use super::{COUNTED, DETACHED};
+    use crate::Sentinel;
+    use std::sync::Arc;
+
+    fn tags(e: &super::Entry<'_>) -> usize {
+        e.res.inner.as_ptr().addr() & (COUNTED | DETACHED)
+    }
+
+    #[test]
+    fn owned_entries_of_an_engine_that_can_drop_hold_a_count_on_the_engine_and_the_resource() {
+        let engine = Sentinel::builder().build();
+        let r = engine.resource("api");
+        let counts = |r: &crate::Resource| (Arc::strong_count(&r.shared), Arc::strong_count(&r.inner));
+        let before = counts(&r);
+        let e = r.entry_owned().enter().unwrap();
+        assert_eq!(tags(&e), COUNTED | DETACHED);
+        assert_eq!(counts(&r), (before.0 + 1, before.1 + 1));
+        // The entry outlives every handle and the engine itself, and still exits.
+        drop((r, engine));
+        drop(e);
+    }
+
+    #[test]
+    fn owned_entries_of_leaked_and_global_engines_take_no_count_and_still_never_install() {
+        for engine in [Sentinel::builder().build().leak(), Sentinel::global()] {
+            let r = engine.resource("owned-entries-of-immortal-engines");
+            let before = (Arc::strong_count(&r.shared), Arc::strong_count(&r.inner));
+            let e = r.entry_owned().origin("app").enter().unwrap();
+            assert_eq!(tags(&e), DETACHED, "no count, and detached from the thread's context");
+            assert_eq!((Arc::strong_count(&r.shared), Arc::strong_count(&r.inner)), before);
+            assert_eq!(engine.current_context(), None, "an owned entry never installs itself");
+            // Exits on another thread, with the handle gone.
+            drop(r);
+            std::thread::spawn(move || drop(e)).join().unwrap();
+            let stats = engine.cluster_stats("owned-entries-of-immortal-engines").unwrap();
+            assert_eq!(stats.threads, 0);
+        }
+    }
+
+    #[test]
+    fn a_resource_past_the_cap_is_not_held_by_its_engine_so_its_owned_entries_count_even_on_a_leaked_engine() {
+        let engine = Sentinel::builder().max_resources(1).build().leak();
+        let _first = engine.resource("first");
+        let past = engine.resource("past-the-cap");
+        assert!(!past.inner.checked);
+        let e = past.entry_owned().enter().unwrap();
+        assert_eq!(tags(&e), COUNTED | DETACHED);
+        let inner = Arc::downgrade(&past.inner);
+        drop(past);
+        assert!(inner.upgrade().is_some(), "the entry keeps the resource alive");
+        drop(e);
+        assert!(inner.upgrade().is_none(), "and gives it back when it exits");
     }
 }

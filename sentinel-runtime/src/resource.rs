@@ -188,8 +188,11 @@ impl Resource {
         EntryBuilder::new(self)
     }
     /// Starts an entry that owns a clone of this handle: a `'static` entry that can move into a future or a
-    /// response body (middleware). Costs two reference-count updates more than [`Resource::entry`].
+    /// response body (middleware). Costs two reference-count updates more than [`Resource::entry`], except
+    /// on the global engine and on leaked ones ([`Sentinel::leak`](crate::Sentinel::leak)), which live until
+    /// the process ends: their entries need no count.
+    #[inline]
     pub fn entry_owned(&self) -> EntryBuilder<'static, 'static> {
-        EntryBuilder::owned(self.clone())
+        EntryBuilder::owned(self)
     }
 }

@@ -100,12 +100,17 @@ fn finish<B, E, M: BodyMode<B>>(
         g.judge(Outcome::Http(response.status()));
         g.exit_on == ExitOn::BodyEnd
     };
+    if !hold {
+        // The entry exits in place (taking the guard out first would copy it only to drop it).
+        *slot = None;
+        return Ok(response.map(M::plain));
+    }
     match slot.take() {
-        Some(g) if hold => {
+        Some(g) => {
             let watch = Box::new(BodyWatch { entry: g.entry, grpc: g.grpc, judging: g.judging });
             Ok(response.map(|b| M::wrap(ResponseBody::watched(b, watch))))
         }
-        _ => Ok(response.map(M::plain)),
+        None => Ok(response.map(M::plain)),
     }
 }
 

@@ -41,6 +41,13 @@ impl RequestEntry {
         &mut self.entry
     }
 
+    /// Whether the queueing rules ask the call to wait before it runs (cheaper than testing
+    /// [`wait`](Self::wait) for zero).
+    #[inline(always)]
+    pub(crate) fn waits(&self) -> bool {
+        self.entry.waits()
+    }
+
     /// How long the queueing rules ask the call to wait before it runs.
     pub(crate) fn wait(&self) -> std::time::Duration {
         self.entry.waited()

@@ -20,7 +20,7 @@ use super::naming::RouteMemo;
 use super::request::RequestView;
 use super::scope::RequestEntry;
 use crate::param_flow::HotParam;
-use crate::EntryType;
+use crate::{BlockError, EntryType};
 
 /// The service made by [`SentinelLayer`](super::SentinelLayer): each request enters an inbound resource
 /// before the wrapped service sees it. Cheap to clone (the configuration is shared). `M`: the layer's
@@ -68,15 +68,6 @@ impl<S: fmt::Debug, M> fmt::Debug for SentinelService<S, M> {
     }
 }
 
-/// What the checks decided for a request.
-enum Decision {
-    /// No resource: the request goes through unguarded.
-    Unguarded,
-    /// Boxed: a blocked call allocates its response anyway, and a passing one should not move its size.
-    Blocked(Box<Response<Bytes>>),
-    Passed(RequestEntry),
-}
-
 impl<S, M, ReqBody, ResBody> Service<Request<ReqBody>> for SentinelService<S, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
@@ -93,40 +84,39 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let (decision, grpc) = decide(&self.state, &req);
-        match decision {
-            Decision::Unguarded => ResponseFuture::unguarded(self.inner.call(req)),
-            Decision::Blocked(response) => ResponseFuture::blocked(response),
-            Decision::Passed(entry) => {
-                let config = &self.state.layer.config;
-                let wait = entry.wait();
-                if wait.is_zero() {
-                    ResponseFuture::calling(&mut self.inner, req, entry, grpc, config)
-                } else {
-                    // The call runs after the wait: take the service that is ready and leave a clone in its place
-                    // (a clone of a ready service may not be ready itself).
-                    let clone = self.inner.clone();
-                    let ready = std::mem::replace(&mut self.inner, clone);
-                    let sleep = config.engine.sleep(wait);
-                    ResponseFuture::waiting(sleep, ready, req, Guard::new(entry, grpc, config))
-                }
+        let config = &self.state.layer.config;
+        let view = RequestView::new(&req);
+        let grpc = view.is_grpc();
+        // Matched at once (no intermediate decision to move the entry through).
+        match enter(&self.state, &view, grpc) {
+            None => ResponseFuture::unguarded(self.inner.call(req)),
+            Some(Err(blocked)) => ResponseFuture::blocked(Box::new(match &config.on_blocked {
+                Some(f) => f(&blocked, &view),
+                None => block::default_response(&blocked, &view),
+            })),
+            Some(Ok(entry)) if !entry.waits() => ResponseFuture::calling(&mut self.inner, req, entry, grpc, config),
+            Some(Ok(entry)) => {
+                // The call runs after the wait: take the service that is ready and leave a clone in its place
+                // (a clone of a ready service may not be ready itself).
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                let sleep = config.engine.sleep(entry.wait());
+                ResponseFuture::waiting(sleep, ready, req, Guard::new(entry, grpc, config))
             }
         }
     }
 }
 
-/// Names the request's resource and runs its checks; also tells whether the request is a gRPC call.
+/// Names the request's resource and runs its checks: `None` when no resource guards the request.
 #[inline(always)]
-fn decide<B>(state: &ServiceState, req: &Request<B>) -> (Decision, bool) {
+fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Result<RequestEntry, BlockError>> {
     let shared = &*state.layer;
     let config = &shared.config;
-    let view = RequestView::new(req);
-    let grpc = view.is_grpc();
     let memo = Some(&state.memo);
-    let entered = shared.cache.with_resource(&config.naming, &config.engine, &view, grpc, memo, |resource| {
-        let origin = config.origin.as_ref().and_then(|f| f(&view));
-        let prioritized = config.prioritized.as_ref().is_some_and(|f| f(&view));
-        with_params(&config.params, &view, |args| {
+    shared.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
+        let origin = config.origin.as_ref().and_then(|f| f(view));
+        let prioritized = config.prioritized.as_ref().is_some_and(|f| f(view));
+        with_params(&config.params, view, |args| {
             let builder = resource.entry_owned().entry_type(EntryType::In).args(args).prioritized(prioritized);
             let builder = match config.context.as_deref() {
                 Some(name) => builder.context(name),
@@ -137,29 +127,26 @@ fn decide<B>(state: &ServiceState, req: &Request<B>) -> (Decision, bool) {
                 None => RequestEntry::enter(builder),
             }
         })
-    });
-    let decision = match entered {
-        None => Decision::Unguarded,
-        Some(Ok(entry)) => Decision::Passed(entry),
-        Some(Err(blocked)) => Decision::Blocked(Box::new(match &config.on_blocked {
-            Some(f) => f(&blocked, &view),
-            None => block::default_response(&blocked, &view),
-        })),
-    };
-    (decision, grpc)
+    })
 }
 
 /// Hot parameters kept on the stack up to this many.
 const INLINE_PARAMS: usize = 8;
 
-/// Runs `f` with the request's hot-parameter values, in the order the layer's extractors were added.
+/// Runs `f` with the request's hot-parameter values, in the order the layer's extractors were added. Inlined
+/// for none and one (no copy of the entry `f` returns); more take [`with_many_params`].
+#[inline(always)]
 fn with_params<R>(params: &[ValueFn], view: &RequestView<'_>, f: impl FnOnce(&[&dyn HotParam]) -> R) -> R {
     match params {
-        [] => return f(&[]),
+        [] => f(&[]),
         // The common case, without filling (and dropping) the inline array.
-        [one] => return f(&[&one(view) as &dyn HotParam]),
-        _ => {}
+        [one] => f(&[&one(view) as &dyn HotParam]),
+        _ => with_many_params(params, view, f),
     }
+}
+
+#[inline(never)]
+fn with_many_params<R>(params: &[ValueFn], view: &RequestView<'_>, f: impl FnOnce(&[&dyn HotParam]) -> R) -> R {
     if params.len() <= INLINE_PARAMS {
         let values: [Option<Cow<'_, str>>; INLINE_PARAMS] =
             std::array::from_fn(|i| params.get(i).and_then(|p| p(view)));
