@@ -10,7 +10,9 @@
 //! - `axum_router`: an axum `Router` with a `/users/{id}` route, alone, behind `route_layer(SentinelLayer)`
 //!   with one passing flow rule (named by `MatchedPath`), and with an origin header and a client-IP hot
 //!   parameter as well (with a hot-parameter rule that passes), and behind tower-governor's layer with one
-//!   global limit that never limits, and with its default configuration (a limit per peer IP).
+//!   global limit that never limits, and with its default configuration (a limit per peer IP);
+//! - `axum_router_2_threads`: the axum-mode layer called from two threads at once, on an engine that can drop
+//!   and on a leaked one (whose requests' entries take no reference count).
 
 use std::convert::Infallible;
 use std::future::ready;
@@ -117,5 +119,47 @@ fn axum_router(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, service_fn, axum_router);
+/// Two threads calling one router (clones of it: what a multi-thread runtime's workers do), each `iters`
+/// requests; wall time divided by the thread count.
+fn two_threads(router: &axum::Router, iters: u64, make: fn() -> Request<Body>) -> Duration {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (mut router, barrier) = (router.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..iters {
+                    one_call(&mut router, &make);
+                }
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = std::time::Instant::now();
+    for w in workers {
+        w.join().expect("a bench thread");
+    }
+    start.elapsed() / 2
+}
+
+/// The axum mode on two threads, on an engine that can drop (each request's entry takes a count on the
+/// engine and on the resource, words both threads write) and on a leaked one (no count).
+fn axum_router_2_threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("axum_router_2_threads");
+    g.throughput(Throughput::Elements(1));
+    let make = || Request::get("/users/42").body(Body::empty()).expect("a valid request");
+    let dropping = engine();
+    let leaked = engine().leak();
+    for (label, engine) in [("sentinel_axum_engine_that_can_drop", &dropping), ("sentinel_axum_leaked_engine", leaked)]
+    {
+        let router = axum::Router::new()
+            .route("/users/{id}", axum::routing::get(|| async { "a user" }))
+            .route_layer(SentinelLayer::new(engine).axum())
+            .with_state(());
+        g.bench_function(label, |b| b.iter_custom(|iters| two_threads(&router, iters, make)));
+    }
+    g.finish();
+}
+
+criterion_group!(benches, service_fn, axum_router, axum_router_2_threads);
 criterion_main!(benches);
