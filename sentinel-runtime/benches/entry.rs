@@ -7,8 +7,8 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use criterion::measurement::Measurement;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -16,6 +16,9 @@ use sentinel_runtime::clock::{Clock, SystemClock};
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::{Resource, Sentinel};
 
+#[path = "support/parallel.rs"]
+mod parallel;
+use parallel::parallel;
 #[path = "support/thread_cpu.rs"]
 mod thread_cpu;
 use thread_cpu::ThreadCpuTime;
@@ -191,29 +194,6 @@ fn exporter_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
 #[cfg(not(feature = "prometheus"))]
 fn exporter_in<M: Measurement>(_: &mut Criterion<M>, _: &str) {}
 
-/// Runs `iters` calls on each of `threads` threads at once; returns wall time divided by the thread count, so
-/// criterion's per-iteration figure is the aggregate time per call (lower is more throughput).
-fn parallel(threads: usize, iters: u64, f: Arc<dyn Fn() + Send + Sync>) -> Duration {
-    let barrier = Arc::new(Barrier::new(threads + 1));
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            let (barrier, f) = (barrier.clone(), f.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                for _ in 0..iters {
-                    f();
-                }
-            })
-        })
-        .collect();
-    barrier.wait();
-    let start = Instant::now();
-    for h in handles {
-        h.join().expect("bench thread");
-    }
-    start.elapsed() / threads as u32
-}
-
 fn two_threads(c: &mut Criterion) {
     let engine = engine();
     let leaked = engine_on(Sentinel::builder()).leak();
@@ -227,7 +207,12 @@ fn two_threads(c: &mut Criterion) {
                 black_box(&e);
             });
             g.bench_function(BenchmarkId::new(format!("sentinel-rs {name}"), format!("{threads} threads")), |b| {
-                b.iter_custom(|iters| parallel(threads, iters, f.clone()))
+                b.iter_custom(|iters| {
+                    parallel(threads, iters, || {
+                        let f = f.clone();
+                        move || f()
+                    })
+                })
             });
         }
         // Owned entries (what the web layer makes per request), on an engine that can drop (each entry takes a
@@ -241,7 +226,12 @@ fn two_threads(c: &mut Criterion) {
                 black_box(&e);
             });
             g.bench_function(BenchmarkId::new(format!("sentinel-rs {label}"), format!("{threads} threads")), |b| {
-                b.iter_custom(|iters| parallel(threads, iters, f.clone()))
+                b.iter_custom(|iters| {
+                    parallel(threads, iters, || {
+                        let f = f.clone();
+                        move || f()
+                    })
+                })
             });
         }
         let limiter = Arc::new(governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX)));
@@ -249,7 +239,12 @@ fn two_threads(c: &mut Criterion) {
             black_box(limiter.check().is_ok());
         });
         g.bench_function(BenchmarkId::new("governor check-pass", format!("{threads} threads")), |b| {
-            b.iter_custom(|iters| parallel(threads, iters, f.clone()))
+            b.iter_custom(|iters| {
+                parallel(threads, iters, || {
+                    let f = f.clone();
+                    move || f()
+                })
+            })
         });
     }
     g.finish();

@@ -30,6 +30,10 @@ use sentinel_runtime::web::{extract, PeerAddr, SentinelLayer, TrustedProxies};
 use sentinel_runtime::Sentinel;
 use tower::{Layer, Service, ServiceExt};
 
+#[path = "support/parallel.rs"]
+mod parallel;
+use parallel::parallel;
+
 /// Builds a request, calls the service once it is ready and completes the response future.
 fn one_call<S, B>(svc: &mut S, make: &impl Fn() -> Request<B>)
 where
@@ -119,29 +123,6 @@ fn axum_router(c: &mut Criterion) {
     g.finish();
 }
 
-/// Two threads calling one router (clones of it: what a multi-thread runtime's workers do), each `iters`
-/// requests; wall time divided by the thread count.
-fn two_threads(router: &axum::Router, iters: u64, make: fn() -> Request<Body>) -> Duration {
-    let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            let (mut router, barrier) = (router.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                for _ in 0..iters {
-                    one_call(&mut router, &make);
-                }
-            })
-        })
-        .collect();
-    barrier.wait();
-    let start = std::time::Instant::now();
-    for w in workers {
-        w.join().expect("a bench thread");
-    }
-    start.elapsed() / 2
-}
-
 /// The axum mode on two threads, on an engine that can drop (each request's entry takes a count on the
 /// engine and on the resource, words both threads write) and on a leaked one (no count).
 fn axum_router_2_threads(c: &mut Criterion) {
@@ -156,7 +137,12 @@ fn axum_router_2_threads(c: &mut Criterion) {
             .route("/users/{id}", axum::routing::get(|| async { "a user" }))
             .route_layer(SentinelLayer::new(engine).axum())
             .with_state(());
-        g.bench_function(label, |b| b.iter_custom(|iters| two_threads(&router, iters, make)));
+        // Each thread calls its own clone of the router (what a multi-thread runtime's workers do).
+        let worker = || {
+            let mut router = router.clone();
+            move || one_call(&mut router, &make)
+        };
+        g.bench_function(label, |b| b.iter_custom(|iters| parallel(2, iters, worker)));
     }
     g.finish();
 }
