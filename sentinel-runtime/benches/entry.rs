@@ -199,52 +199,37 @@ fn two_threads(c: &mut Criterion) {
     let leaked = engine_on(Sentinel::builder()).leak();
     let mut g = c.benchmark_group("entry_exit_aggregate");
     g.throughput(Throughput::Elements(1));
+    // Owned entries are what the web layer makes per request: on an engine that can drop each takes a count
+    // on the engine and on the resource (two shared words every thread writes), on a leaked one (immortal)
+    // none.
+    let cases = [
+        ("no-rule", engine.resource("no-rule"), false),
+        ("one-rule-pass", engine.resource("one-rule-pass"), false),
+        ("owned", engine.resource("one-rule-pass"), true),
+        ("owned-leaked", leaked.resource("one-rule-pass"), true),
+    ];
     for threads in [1usize, 2] {
-        for name in ["no-rule", "one-rule-pass"] {
-            let r: Resource = engine.resource(name);
-            let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-                let e = r.enter();
-                black_box(&e);
-            });
-            g.bench_function(BenchmarkId::new(format!("sentinel-rs {name}"), format!("{threads} threads")), |b| {
-                b.iter_custom(|iters| {
-                    parallel(threads, iters, || {
-                        let f = f.clone();
-                        move || f()
-                    })
-                })
-            });
-        }
-        // Owned entries (what the web layer makes per request), on an engine that can drop (each entry takes a
-        // count on the engine and on the resource: two shared words every thread writes) and on a leaked one
-        // (immortal: no count).
-        for (label, r) in
-            [("owned", engine.resource("one-rule-pass")), ("owned-leaked", leaked.resource("one-rule-pass"))]
-        {
-            let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-                let e = r.entry_owned().enter();
-                black_box(&e);
-            });
+        for (label, r, owned) in &cases {
+            let worker = || {
+                let (r, owned): (Resource, bool) = (r.clone(), *owned);
+                move || {
+                    let e = if owned { r.entry_owned().enter() } else { r.enter() };
+                    black_box(&e);
+                }
+            };
             g.bench_function(BenchmarkId::new(format!("sentinel-rs {label}"), format!("{threads} threads")), |b| {
-                b.iter_custom(|iters| {
-                    parallel(threads, iters, || {
-                        let f = f.clone();
-                        move || f()
-                    })
-                })
+                b.iter_custom(|iters| parallel(threads, iters, worker))
             });
         }
         let limiter = Arc::new(governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX)));
-        let f: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-            black_box(limiter.check().is_ok());
-        });
+        let worker = || {
+            let limiter = limiter.clone();
+            move || {
+                black_box(limiter.check().is_ok());
+            }
+        };
         g.bench_function(BenchmarkId::new("governor check-pass", format!("{threads} threads")), |b| {
-            b.iter_custom(|iters| {
-                parallel(threads, iters, || {
-                    let f = f.clone();
-                    move || f()
-                })
-            })
+            b.iter_custom(|iters| parallel(threads, iters, worker))
         });
     }
     g.finish();
