@@ -1,8 +1,9 @@
 //! The client's address: the peer, or the address a trusted proxy forwarded in `X-Forwarded-For`.
 
-use std::net::IpAddr;
+use std::borrow::Cow;
+use std::net::{IpAddr, Ipv4Addr};
 
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use super::request::RequestView;
 
@@ -22,9 +23,22 @@ const MAX_HOPS: usize = 32;
 /// assert!(proxies.contains("10.1.2.3".parse().unwrap()));
 /// assert!(TrustedProxies::new(["10.0.0.0/33"]).is_err());
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct TrustedProxies {
-    nets: Vec<IpNet>,
+    /// IPv4 networks as (network address, mask), and IPv6 ones likewise: a test is a mask and a compare.
+    v4: Vec<(u32, u32)>,
+    v6: Vec<(u128, u128)>,
+}
+
+/// The header that proxies append the address they received a request from to.
+const X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+
+impl std::fmt::Debug for TrustedProxies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v4 = self.v4.iter().map(|&(n, m)| IpNet::V4(Ipv4Net::new_assert(n.into(), m.leading_ones() as u8)));
+        let v6 = self.v6.iter().map(|&(n, m)| IpNet::V6(Ipv6Net::new_assert(n.into(), m.leading_ones() as u8)));
+        f.debug_tuple("TrustedProxies").field(&v4.chain(v6).map(|n| n.to_string()).collect::<Vec<_>>()).finish()
+    }
 }
 
 /// A trusted proxy that is neither an address nor a network.
@@ -47,7 +61,7 @@ impl TrustedProxies {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let nets = proxies
+        let nets: Vec<IpNet> = proxies
             .into_iter()
             .map(|p| {
                 let p = p.as_ref().trim();
@@ -56,48 +70,82 @@ impl TrustedProxies {
                     .map_err(|_| InvalidProxy { value: p.to_string() })
             })
             .collect::<Result<_, _>>()?;
-        Ok(TrustedProxies { nets })
+        Ok(TrustedProxies::of(nets))
     }
 
     /// Proxies as networks.
     pub fn from_networks(nets: impl IntoIterator<Item = IpNet>) -> Self {
-        TrustedProxies { nets: nets.into_iter().collect() }
+        TrustedProxies::of(nets)
     }
 
     /// Loopback and the private networks (`127.0.0.0/8`, `10.0.0.0/8`, `172.16.0.0/12`, `192.168.0.0/16`,
     /// `::1`, `fc00::/7`): a service behind a load balancer inside its own network.
     pub fn private_networks() -> Self {
         let nets = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::1/128", "fc00::/7"];
-        TrustedProxies { nets: nets.iter().filter_map(|n| n.parse().ok()).collect() }
+        TrustedProxies::of(nets.iter().filter_map(|n| n.parse().ok()))
+    }
+
+    /// Networks split by family, each kept as its network address and mask.
+    fn of(nets: impl IntoIterator<Item = IpNet>) -> Self {
+        let mut proxies = TrustedProxies::default();
+        for net in nets {
+            match net {
+                IpNet::V4(n) => proxies.v4.push((n.network().to_bits(), n.netmask().to_bits())),
+                IpNet::V6(n) => proxies.v6.push((n.network().to_bits(), n.netmask().to_bits())),
+            }
+        }
+        proxies
     }
 
     /// Whether `ip` is a trusted proxy.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        self.nets.iter().any(|n| n.contains(&ip))
+        match canonical(ip) {
+            IpAddr::V4(a) => self.v4.iter().any(|&(net, mask)| a.to_bits() & mask == net),
+            IpAddr::V6(a) => self.v6.iter().any(|&(net, mask)| a.to_bits() & mask == net),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
     }
 
     /// The client's address for `req` (see the type's docs); `None` when the peer address is unknown.
     pub fn client_ip(&self, req: &RequestView<'_>) -> Option<IpAddr> {
+        self.client(req).map(|(ip, _)| ip)
+    }
+
+    /// The client's address as text, as `Display` writes it: the `X-Forwarded-For` hop itself when it is
+    /// written so already (a plain IPv4 address, whose text has one form), so that the common proxied request
+    /// costs no allocation; the address written out otherwise.
+    pub(crate) fn client_ip_text<'a>(&self, req: &RequestView<'a>) -> Option<Cow<'a, str>> {
+        Some(match self.client(req)? {
+            (_, Some(text)) => Cow::Borrowed(text),
+            (ip, None) => Cow::Owned(ip_text(ip)),
+        })
+    }
+
+    /// The walk behind [`client_ip`](Self::client_ip): the address, and the hop's text when the address is an
+    /// `X-Forwarded-For` hop written as `Display` writes it.
+    fn client<'a>(&self, req: &RequestView<'a>) -> Option<(IpAddr, Option<&'a str>)> {
         let peer = canonical(req.peer_addr()?.ip());
-        if self.nets.is_empty() || !self.contains(peer) {
-            return Some(peer);
+        if self.is_empty() || !self.contains(peer) {
+            return Some((peer, None));
         }
-        let mut nearest = peer;
-        let hops = req.headers().get_all("x-forwarded-for").iter().rev().flat_map(|v| {
+        let mut nearest = (peer, None);
+        let hops = req.headers().get_all(X_FORWARDED_FOR).iter().rev().flat_map(|v| {
             // A header that is not visible ASCII ends the walk (as a malformed hop does).
             let s = v.to_str().unwrap_or("\u{0}");
             s.rsplit(',')
         });
         for hop in hops.take(MAX_HOPS) {
-            let Some(ip) = parse_hop(hop) else {
+            let Some(found) = parse_hop(hop) else {
                 // A malformed hop: nothing to its left can be believed.
                 return Some(nearest);
             };
-            if !self.contains(ip) {
-                return Some(ip);
+            if !self.contains(found.0) {
+                return Some(found);
             }
-            nearest = ip;
+            nearest = found;
         }
         Some(nearest)
     }
@@ -111,10 +159,44 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// One `X-Forwarded-For` hop: an address, possibly with a port (`1.2.3.4:80`, `[::1]:80`).
-fn parse_hop(hop: &str) -> Option<IpAddr> {
+/// One `X-Forwarded-For` hop: an address, possibly with a port (`1.2.3.4:80`, `[::1]:80`), and the hop's
+/// text when it is the address as `Display` writes it. A plain IPv4 literal is: the parser takes exactly
+/// four decimal octets without leading zeros, the one form `Display` writes.
+fn parse_hop(hop: &str) -> Option<(IpAddr, Option<&str>)> {
     let hop = hop.trim();
-    hop.parse::<IpAddr>().ok().or_else(|| hop.parse::<std::net::SocketAddr>().ok().map(|a| a.ip())).map(canonical)
+    if let Ok(v4) = hop.parse::<Ipv4Addr>() {
+        return Some((IpAddr::V4(v4), Some(hop)));
+    }
+    let ip = hop.parse::<IpAddr>().ok().or_else(|| hop.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))?;
+    Some((canonical(ip), None))
+}
+
+/// An address as text, as `Display` writes it; IPv4 (the common case) without the formatting machinery, which
+/// costs several times the rest of a hot-parameter check: the digits go to a stack buffer, then into a string
+/// of the exact length.
+fn ip_text(ip: IpAddr) -> String {
+    let IpAddr::V4(v4) = ip else { return ip.to_string() };
+    let mut buf = [0u8; 15];
+    let mut n = 0;
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            buf[n] = b'.';
+            n += 1;
+        }
+        if octet >= 100 {
+            buf[n] = b'0' + octet / 100;
+            n += 1;
+        }
+        if octet >= 10 {
+            buf[n] = b'0' + octet / 10 % 10;
+            n += 1;
+        }
+        buf[n] = b'0' + octet % 10;
+        n += 1;
+    }
+    // SAFETY: `buf[..n]` holds only the ASCII digits and dots written above, so it is valid UTF-8 (checking
+    // it would cost as much as writing it).
+    unsafe { std::str::from_utf8_unchecked(&buf[..n]) }.to_owned()
 }
 
 #[cfg(test)]
@@ -170,6 +252,62 @@ mod tests {
         let p = TrustedProxies::new(["127.0.0.1"]).unwrap();
         assert!(p.contains("::ffff:127.0.0.1".parse().unwrap()));
         assert_eq!(client(&p, "[::ffff:127.0.0.1]", &["192.0.2.1"]), ip("192.0.2.1"));
+    }
+
+    #[test]
+    fn a_forwarded_ipv4_hop_is_borrowed_as_written_and_other_addresses_are_written_out() {
+        let p = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+        let text = |peer: &str, xff: &[&str]| {
+            let mut b = Request::get("/");
+            for v in xff {
+                b = b.header("x-forwarded-for", *v);
+            }
+            let mut req = b.body(()).unwrap();
+            req.extensions_mut().insert(PeerAddr(format!("{peer}:4000").parse().unwrap()));
+            let view = RequestView::new(&req);
+            let by_address = p.client_ip(&view).map(|ip| ip.to_string());
+            let t = p.client_ip_text(&view).map(|t| (matches!(t, Cow::Borrowed(_)), t.into_owned()));
+            assert_eq!(t.as_ref().map(|(_, s)| s), by_address.as_ref(), "the text is the address's Display");
+            t
+        };
+        let borrowed = |s: &str| Some((true, s.to_string()));
+        let owned = |s: &str| Some((false, s.to_string()));
+        assert_eq!(text("10.0.0.2", &["6.6.6.6, 198.51.100.4 , 10.0.0.1"]), borrowed("198.51.100.4"));
+        assert_eq!(text("10.0.0.2", &["10.9.9.9, 10.0.0.1"]), borrowed("10.9.9.9"));
+        assert_eq!(text("10.0.0.2", &["198.51.100.4:5555"]), owned("198.51.100.4"));
+        assert_eq!(text("10.0.0.2", &["2001:DB8::7"]), owned("2001:db8::7"));
+        assert_eq!(text("10.0.0.2", &["::ffff:192.0.2.1"]), owned("192.0.2.1"));
+        assert_eq!(text("10.0.0.2", &["198.051.100.4"]), owned("10.0.0.2"), "a leading zero is malformed");
+        assert_eq!(text("10.0.0.2", &[]), owned("10.0.0.2"));
+        assert_eq!(text("203.0.113.9", &["1.1.1.1"]), owned("203.0.113.9"));
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        use std::net::Ipv6Addr;
+        let mut v4: Vec<Ipv4Addr> = vec![Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, Ipv4Addr::LOCALHOST];
+        for a in [0u8, 1, 9, 10, 11, 99, 100, 101, 109, 110, 199, 200, 249, 250, 255] {
+            v4.push(Ipv4Addr::new(a, 255 - a, a / 2, a.wrapping_mul(7)));
+        }
+        for ip in v4 {
+            assert_eq!(ip_text(IpAddr::V4(ip)), ip.to_string());
+        }
+        for ip in [Ipv6Addr::LOCALHOST, "2001:db8::7".parse().unwrap(), "::ffff:10.0.0.1".parse().unwrap()] {
+            assert_eq!(ip_text(IpAddr::V6(ip)), ip.to_string());
+        }
+    }
+
+    #[test]
+    fn networks_match_by_prefix_in_their_own_family_and_print_as_given() {
+        let p = TrustedProxies::new(["10.1.2.3/8", "192.168.7.7", "fd00::/8", "::1"]).unwrap();
+        for yes in ["10.255.0.1", "10.0.0.0", "192.168.7.7", "fd12::1", "::1", "::ffff:10.9.9.9"] {
+            assert!(p.contains(yes.parse().unwrap()), "{yes}");
+        }
+        for no in ["11.0.0.1", "192.168.7.8", "fe00::1", "::2", "9.255.255.255"] {
+            assert!(!p.contains(no.parse().unwrap()), "{no}");
+        }
+        assert_eq!(format!("{p:?}"), r#"TrustedProxies(["10.0.0.0/8", "192.168.7.7/32", "fd00::/8", "::1/128"])"#);
+        assert!(!TrustedProxies::none().contains("10.0.0.1".parse().unwrap()));
     }
 
     #[test]
