@@ -5,9 +5,10 @@
 //!
 //! Sends `REQUESTS` (default 10,000) `GET /hello` requests through an axum `Router` on the calling thread:
 //! each builds the request, waits for the router to be ready, calls it and completes the response future,
-//! as a server does per request minus the network and hyper. Callgrind counts only `measured`, which runs
-//! after a warm-up of the same length. The variants are those of `web_bench_server`
-//! (`examples/support/web_variants.rs`), but for `ratelimit`.
+//! as a server does per request minus the network and hyper. The `*-proxied` variants' requests also carry
+//! `X-Forwarded-For: 198.51.100.4`, as from a proxy (the peer, 10.0.0.7, is on a private network).
+//! Callgrind counts only `measured`, which runs after a warm-up of the same length. The variants are those
+//! of `web_bench_server` (`examples/support/web_variants.rs`), but for `ratelimit`.
 
 use std::error::Error;
 use std::hint::black_box;
@@ -28,13 +29,18 @@ const PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr
 
 /// The measured run (callgrind's `--toggle-collect` names it): the same loop as the warm-up.
 #[inline(never)]
-fn measured(router: &mut Router, n: usize) -> Result<(), Box<dyn Error>> {
-    requests(router, n)
+fn measured(router: &mut Router, n: usize, forwarded: bool) -> Result<(), Box<dyn Error>> {
+    requests(router, n, forwarded)
 }
 
-fn requests(router: &mut Router, n: usize) -> Result<(), Box<dyn Error>> {
+/// `forwarded`: each request carries the `X-Forwarded-For` of a proxy (the `*-proxied` variants).
+fn requests(router: &mut Router, n: usize, forwarded: bool) -> Result<(), Box<dyn Error>> {
     for _ in 0..n {
-        let mut req = Request::get("/hello").body(Body::empty())?;
+        let mut req = Request::get("/hello");
+        if forwarded {
+            req = req.header("x-forwarded-for", "198.51.100.4");
+        }
+        let mut req = req.body(Body::empty())?;
         // What `into_make_service_with_connect_info` adds to every request (the per-IP variants read it).
         req.extensions_mut().insert(ConnectInfo(PEER));
         let ready = ServiceExt::<Request<Body>>::ready(router).now_or_never().ok_or("not ready at once")??;
@@ -59,8 +65,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         return Err("`ratelimit` needs a running runtime: measure it with scripts/bench-web".into());
     }
     let mut router = web_variants::app(&variant)?.with_state(());
-    requests(&mut router, n)?;
-    measured(&mut router, n)?;
+    let forwarded = variant.ends_with("-proxied");
+    requests(&mut router, n, forwarded)?;
+    measured(&mut router, n, forwarded)?;
     println!("{variant}: {n} requests");
     Ok(())
 }

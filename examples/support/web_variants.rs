@@ -14,6 +14,11 @@
 //!   usually deployed: the layer in its axum mode with the client IP as a hot parameter and a param-flow
 //!   rule on it (besides the flow rule), and tower-governor's default configuration (its key is the peer's
 //!   IP, from `ConnectInfo`);
+//! - `sentinel-proxied` and `governor-proxied`: the same per-client limits for a service behind proxies
+//!   on private networks, whose client is the address they forward in `X-Forwarded-For`: the client IP with
+//!   `TrustedProxies::private_networks()`, and tower-governor's `SmartIpKeyExtractor` (`web_instructions`
+//!   sends `X-Forwarded-For: 198.51.100.4` from a private peer for these two; wrk sends none, so under it
+//!   both take the peer);
 //! - `ratelimit`: tower's `RateLimitLayer` that never limits (not `Clone`: behind a `BufferLayer` with axum's
 //!   `HandleErrorLayer`, as axum's docs show; its buffer runs a task, so it needs a running runtime).
 
@@ -41,6 +46,8 @@ pub const VARIANTS: &[&str] = &[
     "governor",
     "sentinel-per-ip",
     "governor-per-ip",
+    "sentinel-proxied",
+    "governor-proxied",
     "ratelimit",
 ];
 
@@ -61,15 +68,29 @@ pub fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
             let layer = SentinelLayer::new(engine).param(extract::client_ip(TrustedProxies::none()));
             routes.route_layer(layer.axum())
         }
-        "governor" | "governor-per-ip" => {
-            // A limit that never limits: one global one, or tower-governor's default (per peer IP).
+        "sentinel-proxied" => {
+            let engine = Sentinel::builder().build().leak();
+            engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
+            engine.load_param_flow_rules([ParamFlowRule::new("GET:/hello", 0).count(1e12)])?;
+            let layer = SentinelLayer::new(engine).param(extract::client_ip(TrustedProxies::private_networks()));
+            routes.route_layer(layer.axum())
+        }
+        "governor" | "governor-per-ip" | "governor-proxied" => {
+            // A limit that never limits: one global one, tower-governor's default (per peer IP), or per client
+            // IP as proxies forward it.
             let mut never = tower_governor::governor::GovernorConfigBuilder::default();
             never.per_nanosecond(1).burst_size(u32::MAX);
-            if variant == "governor" {
-                let global = never.key_extractor(tower_governor::key_extractor::GlobalKeyExtractor).finish();
-                routes.route_layer(tower_governor::GovernorLayer::new(global.ok_or("governor config")?))
-            } else {
-                routes.route_layer(tower_governor::GovernorLayer::new(never.finish().ok_or("governor config")?))
+            use tower_governor::key_extractor::{GlobalKeyExtractor, SmartIpKeyExtractor};
+            match variant {
+                "governor" => {
+                    let global = never.key_extractor(GlobalKeyExtractor).finish();
+                    routes.route_layer(tower_governor::GovernorLayer::new(global.ok_or("governor config")?))
+                }
+                "governor-proxied" => {
+                    let smart = never.key_extractor(SmartIpKeyExtractor).finish();
+                    routes.route_layer(tower_governor::GovernorLayer::new(smart.ok_or("governor config")?))
+                }
+                _ => routes.route_layer(tower_governor::GovernorLayer::new(never.finish().ok_or("governor config")?)),
             }
         }
         "ratelimit" => routes.route_layer(

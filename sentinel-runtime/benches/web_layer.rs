@@ -11,8 +11,9 @@
 //!   with one passing flow rule (named by `MatchedPath`), and with an origin header and a client-IP hot
 //!   parameter as well (with a hot-parameter rule that passes), and behind tower-governor's layer with one
 //!   global limit that never limits, and with its default configuration (a limit per peer IP);
-//! - `axum_router_2_threads`: the axum-mode layer called from two threads at once, on an engine that can drop
-//!   and on a leaked one (whose requests' entries take no reference count).
+//! - `axum_router_2_threads`: routers called from two threads at once: bare, the axum-mode layer on an engine
+//!   that can drop and on a leaked one (whose requests' entries take no reference count), with a client-IP hot
+//!   parameter, and tower-governor's layer with a global limit and with its per-peer-IP default.
 
 use std::convert::Infallible;
 use std::future::ready;
@@ -123,21 +124,41 @@ fn axum_router(c: &mut Criterion) {
     g.finish();
 }
 
-/// The axum mode on two threads, on an engine that can drop (each request's entry takes a count on the
-/// engine and on the resource, words both threads write) and on a leaked one (no count).
+/// Routers called from two threads at once, each thread with its own clone (what a multi-thread runtime's
+/// workers do): bare, the axum-mode layer on an engine that can drop (each request's entry takes a count on
+/// the engine and on the resource, words both threads write) and on a leaked one (no count), the latter with a
+/// client-IP hot parameter and a param-flow rule on it as well, and tower-governor's layer with one global limit
+/// and with its default per-peer-IP limit (never limiting).
 fn axum_router_2_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("axum_router_2_threads");
     g.throughput(Throughput::Elements(1));
-    let make = || Request::get("/users/42").body(Body::empty()).expect("a valid request");
+    let make = || {
+        let mut req = Request::get("/users/42").body(Body::empty()).expect("a valid request");
+        // What `into_make_service_with_connect_info` adds (tower-governor's default key reads it).
+        req.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(([10, 0, 0, 7], 40000))));
+        req
+    };
+    let routes = || axum::Router::new().route("/users/{id}", axum::routing::get(|| async { "a user" }));
     let dropping = engine();
     let leaked = engine().leak();
-    for (label, engine) in [("sentinel_axum_engine_that_can_drop", &dropping), ("sentinel_axum_leaked_engine", leaked)]
-    {
-        let router = axum::Router::new()
-            .route("/users/{id}", axum::routing::get(|| async { "a user" }))
-            .route_layer(SentinelLayer::new(engine).axum())
-            .with_state(());
-        // Each thread calls its own clone of the router (what a multi-thread runtime's workers do).
+    let per_client = engine().leak();
+    per_client.load_param_flow_rules([ParamFlowRule::new("GET:/users/{id}", 0).count(1e12)]).expect("a valid rule");
+    let client_ip_layer = SentinelLayer::new(per_client).param(extract::client_ip(TrustedProxies::none())).axum();
+    let mut never = tower_governor::governor::GovernorConfigBuilder::default();
+    never.per_nanosecond(1).burst_size(u32::MAX);
+    let per_ip = never.finish().expect("a valid governor configuration");
+    let global = never.key_extractor(tower_governor::key_extractor::GlobalKeyExtractor).finish();
+    let global = global.expect("a valid governor configuration");
+    let routers = [
+        ("bare", routes()),
+        ("sentinel_axum_engine_that_can_drop", routes().route_layer(SentinelLayer::new(&dropping).axum())),
+        ("sentinel_axum_leaked_engine", routes().route_layer(SentinelLayer::new(leaked).axum())),
+        ("sentinel_axum_client_ip_param", routes().route_layer(client_ip_layer)),
+        ("tower_governor_not_limiting", routes().route_layer(tower_governor::GovernorLayer::new(global))),
+        ("tower_governor_per_peer_ip_not_limiting", routes().route_layer(tower_governor::GovernorLayer::new(per_ip))),
+    ];
+    for (label, router) in routers {
+        let router = router.with_state(());
         let worker = || {
             let mut router = router.clone();
             move || one_call(&mut router, &make)
