@@ -61,20 +61,8 @@ pub fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
         "sentinel-axum" => sentinel(routes, false, true, true)?,
         "sentinel-cached" => sentinel(routes, true, true, false)?,
         "sentinel-off" => sentinel(routes, false, false, false)?,
-        "sentinel-per-ip" => {
-            let engine = Sentinel::builder().build().leak();
-            engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
-            engine.load_param_flow_rules([ParamFlowRule::new("GET:/hello", 0).count(1e12)])?;
-            let layer = SentinelLayer::new(engine).param(extract::client_ip(TrustedProxies::none()));
-            routes.route_layer(layer.axum())
-        }
-        "sentinel-proxied" => {
-            let engine = Sentinel::builder().build().leak();
-            engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
-            engine.load_param_flow_rules([ParamFlowRule::new("GET:/hello", 0).count(1e12)])?;
-            let layer = SentinelLayer::new(engine).param(extract::client_ip(TrustedProxies::private_networks()));
-            routes.route_layer(layer.axum())
-        }
+        "sentinel-per-ip" => per_client(routes, TrustedProxies::none())?,
+        "sentinel-proxied" => per_client(routes, TrustedProxies::private_networks())?,
         "governor" | "governor-per-ip" | "governor-proxied" => {
             // A limit that never limits: one global one, tower-governor's default (per peer IP), or per client
             // IP as proxies forward it.
@@ -101,6 +89,16 @@ pub fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
         ),
         other => return Err(format!("unknown variant `{other}`: one of {}", VARIANTS.join(", ")).into()),
     })
+}
+
+/// The layer in its axum mode with the client IP (behind `trusted` proxies) as a hot parameter, a param-flow
+/// rule on it and a flow rule, none of which ever limits.
+fn per_client(routes: Router, trusted: TrustedProxies) -> Result<Router, Box<dyn Error>> {
+    let engine = Sentinel::builder().build().leak();
+    engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
+    engine.load_param_flow_rules([ParamFlowRule::new("GET:/hello", 0).count(1e12)])?;
+    let layer = SentinelLayer::new(engine).param(extract::client_ip(trusted));
+    Ok(routes.route_layer(layer.axum()))
 }
 
 /// `SentinelLayer` over `routes` with one flow rule that always passes; `cached`: the engine reads a ticker
