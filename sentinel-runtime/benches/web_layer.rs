@@ -55,6 +55,36 @@ fn engine() -> Sentinel {
     engine
 }
 
+/// The peer of every axum request, as `into_make_service_with_connect_info` records it (tower-governor's
+/// default key and the client-IP parameter read it).
+const PEER: ([u8; 4], u16) = ([10, 0, 0, 7], 40000);
+
+/// The routes of the axum benches: one route with a path parameter.
+fn user_routes() -> axum::Router {
+    axum::Router::new().route("/users/{id}", axum::routing::get(|| async { "a user" }))
+}
+
+/// `GET /users/42` from [`PEER`] (through `ConnectInfo`).
+fn user_request() -> Request<Body> {
+    let mut req = Request::get("/users/42").body(Body::empty()).expect("a valid request");
+    req.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(PEER)));
+    req
+}
+
+/// [`user_routes`] behind tower-governor's layer with a limit that never limits: one global limit, and its
+/// default configuration, a limit per peer IP.
+fn governed_routes() -> [axum::Router; 2] {
+    let mut never = tower_governor::governor::GovernorConfigBuilder::default();
+    never.per_nanosecond(1).burst_size(u32::MAX);
+    let per_ip = never.finish().expect("a valid governor configuration");
+    let global = never.key_extractor(tower_governor::key_extractor::GlobalKeyExtractor).finish();
+    let global = global.expect("a valid governor configuration");
+    [
+        user_routes().route_layer(tower_governor::GovernorLayer::new(global)),
+        user_routes().route_layer(tower_governor::GovernorLayer::new(per_ip)),
+    ]
+}
+
 fn service_fn(c: &mut Criterion) {
     let mut g = c.benchmark_group("service_fn");
     g.throughput(Throughput::Elements(1));
@@ -81,45 +111,38 @@ fn service_fn(c: &mut Criterion) {
 fn axum_router(c: &mut Criterion) {
     let mut g = c.benchmark_group("axum_router");
     g.throughput(Throughput::Elements(1));
-    let routes = || axum::Router::new().route("/users/{id}", axum::routing::get(|| async { "a user" }));
     let make = || {
-        let mut req =
-            Request::get("/users/42").header("x-caller", "shop").body(Body::empty()).expect("a valid request");
-        req.extensions_mut().insert(PeerAddr(([10, 0, 0, 7], 40000).into()));
-        // What `into_make_service_with_connect_info` adds (tower-governor's default key reads it).
-        req.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(([10, 0, 0, 7], 40000))));
+        let mut req = user_request();
+        req.headers_mut().insert("x-caller", http::HeaderValue::from_static("shop"));
+        req.extensions_mut().insert(PeerAddr(PEER.into()));
         req
     };
 
     // `with_state(())` turns the handlers into routes once, as `axum::serve` does (a `Router` called as it
     // is would rebuild its routes, layers included, on every request).
-    let mut bare = routes().with_state(());
+    let mut bare = user_routes().with_state(());
     g.bench_function("bare", |b| b.iter(|| one_call(&mut bare, &make)));
 
     let engine = engine();
-    let mut guarded = routes().route_layer(SentinelLayer::new(&engine)).with_state(());
+    let mut guarded = user_routes().route_layer(SentinelLayer::new(&engine)).with_state(());
     g.bench_function("sentinel_one_passing_rule", |b| b.iter(|| one_call(&mut guarded, &make)));
     // The axum mode: responses keep axum's body (no second box per response).
-    let mut guarded_axum = routes().route_layer(SentinelLayer::new(&engine).axum()).with_state(());
+    let mut guarded_axum = user_routes().route_layer(SentinelLayer::new(&engine).axum()).with_state(());
     g.bench_function("sentinel_axum_one_passing_rule", |b| b.iter(|| one_call(&mut guarded_axum, &make)));
 
     engine.load_param_flow_rules([ParamFlowRule::new("GET:/users/{id}", 0).count(1e12)]).expect("a valid rule");
     let layer = SentinelLayer::new(&engine)
         .origin(extract::header(HeaderName::from_static("x-caller")))
         .param(extract::client_ip(TrustedProxies::none()));
-    let mut extracting = routes().route_layer(layer).with_state(());
+    let mut extracting = user_routes().route_layer(layer).with_state(());
     g.bench_function("sentinel_origin_and_client_ip_param", |b| b.iter(|| one_call(&mut extracting, &make)));
 
-    // tower-governor's layer with a limit that never limits: one global limit (the peer of the load
-    // benchmark), and its default configuration, a limit per peer IP (the peer of the client-IP parameter).
-    let mut never = tower_governor::governor::GovernorConfigBuilder::default();
-    never.per_nanosecond(1).burst_size(u32::MAX);
-    let global = never.key_extractor(tower_governor::key_extractor::GlobalKeyExtractor).finish();
-    let global = global.expect("a valid governor configuration");
-    let mut governed = routes().route_layer(tower_governor::GovernorLayer::new(global)).with_state(());
+    // tower-governor: one global limit (the peer of the load benchmark), and a limit per peer IP (the peer of
+    // the client-IP parameter).
+    let [global, per_ip] = governed_routes();
+    let mut governed = global.with_state(());
     g.bench_function("tower_governor_not_limiting", |b| b.iter(|| one_call(&mut governed, &make)));
-    let per_ip_config = never.finish().expect("a valid governor configuration");
-    let mut per_ip = routes().route_layer(tower_governor::GovernorLayer::new(per_ip_config)).with_state(());
+    let mut per_ip = per_ip.with_state(());
     g.bench_function("tower_governor_per_peer_ip_not_limiting", |b| b.iter(|| one_call(&mut per_ip, &make)));
     g.finish();
 }
@@ -132,36 +155,25 @@ fn axum_router(c: &mut Criterion) {
 fn axum_router_2_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("axum_router_2_threads");
     g.throughput(Throughput::Elements(1));
-    let make = || {
-        let mut req = Request::get("/users/42").body(Body::empty()).expect("a valid request");
-        // What `into_make_service_with_connect_info` adds (tower-governor's default key reads it).
-        req.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from(([10, 0, 0, 7], 40000))));
-        req
-    };
-    let routes = || axum::Router::new().route("/users/{id}", axum::routing::get(|| async { "a user" }));
     let dropping = engine();
     let leaked = engine().leak();
     let per_client = engine().leak();
     per_client.load_param_flow_rules([ParamFlowRule::new("GET:/users/{id}", 0).count(1e12)]).expect("a valid rule");
     let client_ip_layer = SentinelLayer::new(per_client).param(extract::client_ip(TrustedProxies::none())).axum();
-    let mut never = tower_governor::governor::GovernorConfigBuilder::default();
-    never.per_nanosecond(1).burst_size(u32::MAX);
-    let per_ip = never.finish().expect("a valid governor configuration");
-    let global = never.key_extractor(tower_governor::key_extractor::GlobalKeyExtractor).finish();
-    let global = global.expect("a valid governor configuration");
+    let [global, per_ip] = governed_routes();
     let routers = [
-        ("bare", routes()),
-        ("sentinel_axum_engine_that_can_drop", routes().route_layer(SentinelLayer::new(&dropping).axum())),
-        ("sentinel_axum_leaked_engine", routes().route_layer(SentinelLayer::new(leaked).axum())),
-        ("sentinel_axum_client_ip_param", routes().route_layer(client_ip_layer)),
-        ("tower_governor_not_limiting", routes().route_layer(tower_governor::GovernorLayer::new(global))),
-        ("tower_governor_per_peer_ip_not_limiting", routes().route_layer(tower_governor::GovernorLayer::new(per_ip))),
+        ("bare", user_routes()),
+        ("sentinel_axum_engine_that_can_drop", user_routes().route_layer(SentinelLayer::new(&dropping).axum())),
+        ("sentinel_axum_leaked_engine", user_routes().route_layer(SentinelLayer::new(leaked).axum())),
+        ("sentinel_axum_client_ip_param", user_routes().route_layer(client_ip_layer)),
+        ("tower_governor_not_limiting", global),
+        ("tower_governor_per_peer_ip_not_limiting", per_ip),
     ];
     for (label, router) in routers {
         let router = router.with_state(());
         let worker = || {
             let mut router = router.clone();
-            move || one_call(&mut router, &make)
+            move || one_call(&mut router, &user_request)
         };
         g.bench_function(label, |b| b.iter_custom(|iters| parallel(2, iters, worker)));
     }

@@ -1,7 +1,7 @@
 //! The client's address: the peer, or the address a trusted proxy forwarded in `X-Forwarded-For`.
 
 use std::borrow::Cow;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
@@ -167,7 +167,8 @@ fn parse_hop(hop: &str) -> Option<(IpAddr, Option<&str>)> {
     if let Ok(v4) = hop.parse::<Ipv4Addr>() {
         return Some((IpAddr::V4(v4), Some(hop)));
     }
-    let ip = hop.parse::<IpAddr>().ok().or_else(|| hop.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))?;
+    // Not IPv4: IPv6, or either with a port.
+    let ip = hop.parse::<Ipv6Addr>().map(IpAddr::V6).ok().or_else(|| hop.parse::<SocketAddr>().ok().map(|a| a.ip()))?;
     Some((canonical(ip), None))
 }
 
@@ -284,7 +285,6 @@ mod tests {
 
     #[test]
     fn addresses_are_written_as_display_writes_them() {
-        use std::net::Ipv6Addr;
         let mut v4: Vec<Ipv4Addr> = vec![Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, Ipv4Addr::LOCALHOST];
         for a in [0u8, 1, 9, 10, 11, 99, 100, 101, 109, 110, 199, 200, 249, 250, 255] {
             v4.push(Ipv4Addr::new(a, 255 - a, a / 2, a.wrapping_mul(7)));
