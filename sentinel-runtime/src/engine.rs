@@ -417,8 +417,9 @@ impl Shared {
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
         };
-        rules.fast_path =
-            rules.authority.is_none() && rules.param.is_none() && (rules.flow.is_none() || rules.flow_simple.is_some());
+        rules.fast_path = rules.authority.is_none()
+            && rules.param.as_ref().is_none_or(|p| p.holds_nothing())
+            && (rules.flow.is_none() || rules.flow_simple.is_some());
         rules.lone_cluster =
             rules.authority.is_none() && rules.param.is_none() && rules.flow.as_ref().is_some_and(|f| f.lone_cluster());
         rules

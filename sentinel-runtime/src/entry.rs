@@ -360,6 +360,12 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 if !general && rules.fast_path {
                     let breakers = rules.degrade.as_ref().or(rules.default_degrade.as_ref());
                     if breakers.is_none_or(|b| b.all_closed(now_ms)) {
+                        if let Some(p) = &rules.param {
+                            // Rules that leave the call holding nothing: a later block or a panic in a
+                            // `HotParam` impl has nothing to give back, so no undo and no unwind guard.
+                            checks.wait_nanos =
+                                self.check_params(p, shared, inner, node, ctx, origin, &nodes, now_nanos)?;
+                        }
                         return match (rules.flow_simple, &rules.flow) {
                             (Some(limit), Some(f)) => {
                                 flow::check_lone(f, limit, inner, now_ms, self.acquire, &origin.name)
@@ -464,6 +470,42 @@ impl EntryBuilder<'_, '_> {
                 decided => return decided,
             }
         }
+    }
+
+    /// The hot-parameter rules on the fast path (rules that leave the call holding nothing): what they ask the
+    /// call to wait, or the block.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn check_params(
+        &self,
+        rules: &param_flow::ResourceParamRules,
+        shared: &Shared,
+        inner: &ResourceInner,
+        node: &DefaultNode,
+        ctx: &crate::context::ContextInfo,
+        origin: &crate::context::OriginInfo,
+        nodes: &Nodes<'_>,
+        now_nanos: u64,
+    ) -> Result<u64, BlockError> {
+        let cx = CheckCx {
+            shared,
+            resource: inner,
+            node,
+            origin_node: nodes.origin(),
+            origin: &origin.name,
+            context_name: ctx.name(),
+            entry_type: self.entry_type,
+            acquire: self.acquire,
+            prioritized: self.prioritized,
+            args: &self.args,
+            now_nanos,
+            now_ms: now_nanos / NANOS_PER_MILLI,
+            // No cluster rule is checked here.
+            cluster_wait: Wait::Now,
+        };
+        // The rules take no permit, so the entry state stays empty.
+        let mut held = param_flow::EntryState::default();
+        param_flow::check(rules, &cx, &mut held)
     }
 
     /// Whether the call needs every check whatever its rules (the system rules or user slots apply).

@@ -29,8 +29,10 @@ pub(crate) struct ResourceRules {
     /// the resource's cluster node for every origin): kept here so that the common check reads it from the
     /// rules it already holds.
     pub(crate) flow_simple: Option<f64>,
-    /// No authority or hot-parameter rule, and no flow rule or one simple one: an entry that is not
-    /// prioritized, while every breaker is closed, is checked by the flow rule alone.
+    /// No authority rule, no hot-parameter rule or only ones that leave a call holding nothing
+    /// ([`ResourceParamRules::holds_nothing`]), and no flow rule or one simple one: an entry that is not
+    /// prioritized, while every breaker is closed, is checked by the hot-parameter rules and the flow rule
+    /// alone, without the general check context.
     pub(crate) fast_path: bool,
     /// No authority or hot-parameter rule, and one flow rule, a cluster rule for every caller: an entry that
     /// is not prioritized, while every breaker is closed and a leased token is in hand, is decided by it

@@ -1,9 +1,15 @@
-//! The common case (one simple flow rule, closed breakers, nothing else) is decided without the general
-//! check path; these tests pin that both paths agree: same window, same order of checks, same errors.
+//! The common case (one simple flow rule, hot-parameter rules that leave a call holding nothing, closed
+//! breakers, nothing else) is decided without the general check path; these tests pin that both paths
+//! agree: same window, same order of checks, same errors.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
 use sentinel_runtime::circuit_breaker::{BreakerState, DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::ManualClock;
-use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::flow::{ControlBehavior, FlowRule};
+use sentinel_runtime::param_flow::{HotParam, ParamFlowRule, ParamValue};
 use sentinel_runtime::{BlockError, Sentinel};
 
 const T0: u64 = 1_700_000_000_000;
@@ -80,4 +86,90 @@ fn a_blocked_fast_path_call_names_the_rule_resource_and_origin() {
         }
         other => panic!("expected a flow block, got {other:?}"),
     }
+}
+
+/// What one call with `value` as its hot parameter met: a pass, or the kind of block.
+fn outcome(engine: &Sentinel, value: &str) -> &'static str {
+    match engine.resource("api").entry().args(&[&value]).enter() {
+        Ok(_) => "pass",
+        Err(BlockError::ParamFlow { .. }) => "param",
+        Err(BlockError::Flow { .. }) => "flow",
+        Err(other) => panic!("unexpected block {other:?}"),
+    }
+}
+
+#[test]
+fn hot_parameter_rules_on_the_fast_path_decide_as_the_general_path_does() {
+    // The same calls on two engines: one whose rules take the fast path, one that an authority rule (which
+    // lets every caller through) sends down the general path.
+    let run = |general: bool| {
+        let (engine, clock) = engine();
+        engine.load_param_flow_rules([ParamFlowRule::new("api", 0).count(2.0)]).unwrap();
+        engine.load_flow_rules([FlowRule::new("api").count(3.0)]).unwrap();
+        if general {
+            engine.load_authority_rules([AuthorityRule::new("api", "nobody", AuthorityStrategy::Black)]).unwrap();
+        }
+        let mut seen = Vec::new();
+        for v in ["a", "a", "a", "b", "b", "c"] {
+            seen.push(outcome(&engine, v));
+        }
+        let stats = engine.cluster_stats("api").unwrap();
+        seen.push(if (stats.pass_qps, stats.block_qps) == (3.0, 3.0) { "counted" } else { "miscounted" });
+        // A new flow window, but not yet a refill for the values (strictly more than the duration).
+        clock.advance_millis(1_000);
+        for v in ["b", "c", "a"] {
+            seen.push(outcome(&engine, v));
+        }
+        seen
+    };
+    let fast = run(false);
+    assert_eq!(
+        fast,
+        [
+            "pass", "pass", "param", // value "a": first sight leaves max - 1 = 1 token, 1 more passes
+            "pass",  // value "b", the flow window's third pass
+            "flow",
+            "flow", // "b" and "c" pass their rule (their tokens are spent, as in Java), the window is full
+            "counted", "param", "pass",
+            "param", // "b" spent both its tokens, "c" has one left, "a" none until the refill
+        ]
+    );
+    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
+}
+
+#[test]
+fn a_hot_parameter_rate_limiter_on_the_fast_path_asks_the_call_to_wait() {
+    let (engine, _clock) = engine();
+    let rule = ParamFlowRule::new("api", 0).count(2.0).control_behavior(ControlBehavior::RateLimiter);
+    engine.load_param_flow_rules([rule.max_queueing_time_ms(1_000)]).unwrap();
+    engine.load_flow_rules([FlowRule::new("api").count(100.0)]).unwrap();
+    let api = engine.resource("api");
+    let first = api.entry().args(&[&7u64]).decide().unwrap();
+    assert_eq!(first.waited(), Duration::ZERO);
+    let second = api.entry().args(&[&7u64]).decide().unwrap();
+    assert_eq!(second.waited(), Duration::from_millis(500), "two a second per value: 500 ms apart");
+    let other = api.entry().args(&[&8u64]).decide().unwrap();
+    assert_eq!(other.waited(), Duration::ZERO, "each value has its own spacing");
+}
+
+/// A user's hot parameter that panics when the checks read it.
+struct Exploding;
+impl HotParam for Exploding {
+    fn visit_values(&self, _f: &mut dyn FnMut(ParamValue<'_>)) {
+        panic!("user HotParam panics (expected by the test)");
+    }
+}
+
+#[test]
+fn a_panicking_hot_parameter_on_the_fast_path_leaves_nothing_taken() {
+    let (engine, _clock) = engine();
+    engine.load_param_flow_rules([ParamFlowRule::new("api", 0).count(5.0)]).unwrap();
+    engine.load_flow_rules([FlowRule::new("api").count(1.0)]).unwrap();
+    let api = engine.resource("api");
+    assert!(catch_unwind(AssertUnwindSafe(|| drop(api.entry().args(&[&Exploding]).enter()))).is_err());
+    let stats = engine.cluster_stats("api").unwrap();
+    assert_eq!((stats.pass_qps, stats.block_qps, stats.threads), (0.0, 0.0, 0), "the call was never counted");
+    // The flow rule's only token of this window is still there.
+    drop(api.entry().args(&[&1u64]).enter().unwrap());
+    assert!(matches!(api.entry().args(&[&2u64]).enter(), Err(BlockError::Flow { .. })));
 }

@@ -247,6 +247,13 @@ pub(crate) fn on_exit(es: &mut EntryState) {
 }
 
 impl ResourceParamRules {
+    /// Whether every rule is local and leaves a call that passed holding nothing (no thread grade, no
+    /// cluster mode): a check that panics or is followed by a block then has nothing to give back, so these
+    /// rules can be checked on the entry's fast path (see `EntryBuilder::build_as`).
+    pub(crate) fn holds_nothing(&self) -> bool {
+        self.rules.iter().all(|s| !s.rule.cluster_mode && !s.holds_permits())
+    }
+
     /// (tracked values, capacity) of each rule, in order (tests and inspection).
     pub(crate) fn tracked(&self) -> Vec<(usize, usize)> {
         self.rules.iter().map(|s| (s.tracked(), s.capacity())).collect()
