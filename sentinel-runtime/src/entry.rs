@@ -472,6 +472,37 @@ impl EntryBuilder<'_, '_> {
         }
     }
 
+    /// What the checks see of this call.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn check_cx<'c>(
+        &'c self,
+        shared: &'c Shared,
+        inner: &'c ResourceInner,
+        node: &'c DefaultNode,
+        ctx: &'c crate::context::ContextInfo,
+        origin: &'c crate::context::OriginInfo,
+        nodes: &Nodes<'c>,
+        now_nanos: u64,
+        cluster_wait: Wait,
+    ) -> CheckCx<'c> {
+        CheckCx {
+            shared,
+            resource: inner,
+            node,
+            origin_node: nodes.origin(),
+            origin: &origin.name,
+            context_name: ctx.name(),
+            entry_type: self.entry_type,
+            acquire: self.acquire,
+            prioritized: self.prioritized,
+            args: &self.args,
+            now_nanos,
+            now_ms: now_nanos / NANOS_PER_MILLI,
+            cluster_wait,
+        }
+    }
+
     /// The hot-parameter rules on the fast path (rules that leave the call holding nothing): what they ask the
     /// call to wait, or the block.
     #[inline(never)]
@@ -487,22 +518,8 @@ impl EntryBuilder<'_, '_> {
         nodes: &Nodes<'_>,
         now_nanos: u64,
     ) -> Result<u64, BlockError> {
-        let cx = CheckCx {
-            shared,
-            resource: inner,
-            node,
-            origin_node: nodes.origin(),
-            origin: &origin.name,
-            context_name: ctx.name(),
-            entry_type: self.entry_type,
-            acquire: self.acquire,
-            prioritized: self.prioritized,
-            args: &self.args,
-            now_nanos,
-            now_ms: now_nanos / NANOS_PER_MILLI,
-            // No cluster rule is checked here.
-            cluster_wait: Wait::Now,
-        };
+        // No cluster rule is checked here.
+        let cx = self.check_cx(shared, inner, node, ctx, origin, nodes, now_nanos, Wait::Now);
         // The rules take no permit, so the entry state stays empty.
         let mut held = param_flow::EntryState::default();
         param_flow::check(rules, &cx, &mut held)
@@ -540,21 +557,7 @@ impl EntryBuilder<'_, '_> {
                 }
             }
         }
-        let cx = CheckCx {
-            shared,
-            resource: inner,
-            node,
-            origin_node: nodes.origin(),
-            origin: &origin.name,
-            context_name: ctx.name(),
-            entry_type: self.entry_type,
-            acquire: self.acquire,
-            prioritized: self.prioritized,
-            args: &self.args,
-            now_nanos,
-            now_ms: now_nanos / NANOS_PER_MILLI,
-            cluster_wait: Wait::of_mode(checks.wait_mode),
-        };
+        let cx = self.check_cx(shared, inner, node, ctx, origin, nodes, now_nanos, Wait::of_mode(checks.wait_mode));
         let mut scratch = flow::Scratch::default();
         // User code runs in the checks (slots, `HotParam` impls): if it panics, what the earlier checks took
         // (thread permits, reserved tokens, per-value permits, a half-open probe) goes back before the panic
