@@ -157,12 +157,12 @@ impl ParamRuleState {
         }
     }
 
-    /// The values tracked now (never above [`capacity`](Self::capacity)).
     /// Whether a call that passed holds something of this rule until it exits (a thread-grade permit).
     pub(crate) fn holds_permits(&self) -> bool {
         self.mode == Mode::Thread
     }
 
+    /// The values tracked now (never above [`capacity`](Self::capacity)).
     pub(crate) fn tracked(&self) -> usize {
         self.counters.len()
     }
