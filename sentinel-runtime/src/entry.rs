@@ -336,7 +336,14 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         };
         let inbound = self.entry_type == EntryType::In;
         let own = node.records();
-        let nodes = Nodes::new(node, own, inner, origin_node, inbound, shared);
+        let site = Site {
+            shared,
+            inner,
+            node,
+            ctx,
+            origin,
+            nodes: Nodes::new(node, own, inner, origin_node, inbound, shared),
+        };
 
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
@@ -363,8 +370,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                         if let Some(p) = &rules.param {
                             // Rules that leave the call holding nothing: a later block or a panic in a
                             // `HotParam` impl has nothing to give back, so no undo and no unwind guard.
-                            checks.wait_nanos =
-                                self.check_params(p, shared, inner, node, ctx, origin, &nodes, now_nanos)?;
+                            checks.wait_nanos = self.check_params(p, &site, now_nanos)?;
                         }
                         return match (rules.flow_simple, &rules.flow) {
                             (Some(limit), Some(f)) => {
@@ -374,7 +380,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                         };
                     }
                 }
-                self.run_checks(rules, &mut checks, shared, inner, node, ctx, origin, &nodes, now_nanos)
+                self.run_checks(rules, &mut checks, &site, now_nanos)
             });
             if let Err(block) = decided {
                 let block = if asks_to_wait(&block, wait) {
@@ -385,13 +391,13 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                     if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
                         return O::wait(self, p, block);
                     }
-                    self.recheck_after_wait(p, &mut checks, shared, inner, node, ctx, origin, &nodes).err()
+                    self.recheck_after_wait(p, &mut checks, &site).err()
                 } else {
                     Some(block)
                 };
                 if let Some(block) = block {
                     let w = Writer::at(now_ms);
-                    nodes.for_each(|n| n.block_with(&w, self.acquire));
+                    site.nodes.for_each(|n| n.block_with(&w, self.acquire));
                     shared.on_block(&block, now_ms, self.acquire);
                     if let Some(o) = inner.observed.get() {
                         o.record_block(&block, self.acquire);
@@ -403,9 +409,9 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 
         let w = Writer::at(now_ms);
         if checks.occupied {
-            nodes.for_each(|n| n.borrowed_pass_with(&w));
+            site.nodes.for_each(|n| n.borrowed_pass_with(&w));
         } else {
-            nodes.for_each(|n| n.pass_with(&w, self.acquire));
+            site.nodes.for_each(|n| n.pass_with(&w, self.acquire));
         }
         if touches_tls {
             context::set_current(ContextState {
@@ -442,26 +448,19 @@ impl EntryBuilder<'_, '_> {
     /// deadline passed, and decides again, as often as the lease changes before the deadline.
     #[cold]
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
     fn recheck_after_wait(
         &self,
         mut p: flow::token_service::Pending,
         checks: &mut Checks,
-        shared: &Shared,
-        inner: &ResourceInner,
-        node: &DefaultNode,
-        ctx: &crate::context::ContextInfo,
-        origin: &crate::context::OriginInfo,
-        nodes: &Nodes<'_>,
+        site: &Site<'_>,
     ) -> Result<(), BlockError> {
         loop {
             p.wait_blocking();
             // The checks undid what they took when the call was asked to wait.
             *checks = Checks::default();
             let _deadline = flow::token_service::DeadlineScope::enter(p.deadline());
-            let now_nanos = shared.clock.now_nanos();
-            let decided = inner
-                .with_rules(|rules| self.run_checks(rules, checks, shared, inner, node, ctx, origin, nodes, now_nanos));
+            let now_nanos = site.shared.clock.now_nanos();
+            let decided = site.inner.with_rules(|rules| self.run_checks(rules, checks, site, now_nanos));
             match decided {
                 Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::token_service::take_pending() {
                     Some(again) => p = again,
@@ -474,25 +473,14 @@ impl EntryBuilder<'_, '_> {
 
     /// What the checks see of this call.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn check_cx<'c>(
-        &'c self,
-        shared: &'c Shared,
-        inner: &'c ResourceInner,
-        node: &'c DefaultNode,
-        ctx: &'c crate::context::ContextInfo,
-        origin: &'c crate::context::OriginInfo,
-        nodes: &Nodes<'c>,
-        now_nanos: u64,
-        cluster_wait: Wait,
-    ) -> CheckCx<'c> {
+    fn check_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64, cluster_wait: Wait) -> CheckCx<'c> {
         CheckCx {
-            shared,
-            resource: inner,
-            node,
-            origin_node: nodes.origin(),
-            origin: &origin.name,
-            context_name: ctx.name(),
+            shared: site.shared,
+            resource: site.inner,
+            node: site.node,
+            origin_node: site.nodes.origin(),
+            origin: &site.origin.name,
+            context_name: site.ctx.name(),
             entry_type: self.entry_type,
             acquire: self.acquire,
             prioritized: self.prioritized,
@@ -506,20 +494,14 @@ impl EntryBuilder<'_, '_> {
     /// The hot-parameter rules on the fast path (rules that leave the call holding nothing): what they ask the
     /// call to wait, or the block.
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
     fn check_params(
         &self,
         rules: &param_flow::ResourceParamRules,
-        shared: &Shared,
-        inner: &ResourceInner,
-        node: &DefaultNode,
-        ctx: &crate::context::ContextInfo,
-        origin: &crate::context::OriginInfo,
-        nodes: &Nodes<'_>,
+        site: &Site<'_>,
         now_nanos: u64,
     ) -> Result<u64, BlockError> {
         // No cluster rule is checked here.
-        let cx = self.check_cx(shared, inner, node, ctx, origin, nodes, now_nanos, Wait::Now);
+        let cx = self.check_cx(site, now_nanos, Wait::Now);
         // The rules take no permit, so the entry state stays empty.
         let mut held = param_flow::EntryState::default();
         param_flow::check(rules, &cx, &mut held)
@@ -531,21 +513,15 @@ impl EntryBuilder<'_, '_> {
     }
 
     /// Every check in slot order (the general path), on the rules read by the caller.
-    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn run_checks(
         &self,
         rules: &ResourceRules,
         checks: &mut Checks,
-        shared: &Shared,
-        inner: &ResourceInner,
-        node: &DefaultNode,
-        ctx: &crate::context::ContextInfo,
-        origin: &crate::context::OriginInfo,
-        nodes: &Nodes<'_>,
+        site: &Site<'_>,
         now_nanos: u64,
     ) -> Result<(), BlockError> {
-        if rules.lone_cluster && !self.prioritized && !self.is_general(shared) {
+        if rules.lone_cluster && !self.prioritized && !self.is_general(site.shared) {
             // A lone cluster rule with a leased token in hand, decided before the general check context is
             // built (here rather than beside the fast path, which then compiles as before); without a token
             // in hand, the general path below waits, falls back or blocks.
@@ -557,7 +533,7 @@ impl EntryBuilder<'_, '_> {
                 }
             }
         }
-        let cx = self.check_cx(shared, inner, node, ctx, origin, nodes, now_nanos, Wait::of_mode(checks.wait_mode));
+        let cx = self.check_cx(site, now_nanos, Wait::of_mode(checks.wait_mode));
         let mut scratch = flow::Scratch::default();
         // User code runs in the checks (slots, `HotParam` impls): if it panics, what the earlier checks took
         // (thread permits, reserved tokens, per-value permits, a half-open probe) goes back before the panic
@@ -658,6 +634,17 @@ impl<'r> Retry<'r> {
             }
         }
     }
+}
+
+/// Where a call stands while it is checked: its engine, its resource, its node in its context, its context and
+/// origin, and the nodes it records on (built once in [`EntryBuilder::build_as`], seen by every check).
+struct Site<'c> {
+    shared: &'c Shared,
+    inner: &'c ResourceInner,
+    node: &'c DefaultNode,
+    ctx: &'c crate::context::ContextInfo,
+    origin: &'c crate::context::OriginInfo,
+    nodes: Nodes<'c>,
 }
 
 /// The nodes an entry records on: the cluster node first, then the context's node (unless it shows the
