@@ -9,16 +9,29 @@
 //! `X-Forwarded-For: 198.51.100.4`, as from a proxy (the peer, 10.0.0.7, is on a private network).
 //! Callgrind counts only `measured`, which runs after a warm-up of the same length. The variants are those
 //! of `web_bench_server` (`examples/support/web_variants.rs`), but for `ratelimit`.
+//!
+//! The `part-*` variants measure one part of a request's work instead, with nothing around it:
+//! - `part-governor-check`: tower-governor's decision alone (the `governor` variant's limiter, checked for the
+//!   global key);
+//! - `part-stats`: the statistics an inbound Sentinel entry must keep, through `StatNode`'s public API: two
+//!   clock reads, a pass and a completion (response time, success) on the resource's node and on the global
+//!   inbound node, and one compare-and-swap standing for the flow rule's exact pass counter;
+//! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer.
 
 use std::error::Error;
 use std::hint::black_box;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use futures::FutureExt;
 use http::Request;
+use sentinel_runtime::clock::{Clock, SystemClock};
+use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::stat::StatNode;
+use sentinel_runtime::{EntryType, Sentinel};
 use tower::{Service, ServiceExt};
 
 #[path = "support/web_variants.rs"]
@@ -53,10 +66,77 @@ fn requests(router: &mut Router, n: usize, forwarded: bool) -> Result<(), Box<dy
     Ok(())
 }
 
+/// The measured run of a `part-*` variant: `n` calls of `part` (callgrind's `--toggle-collect` names it).
+#[inline(never)]
+fn measured_part(part: &mut impl FnMut(), n: usize) {
+    for _ in 0..n {
+        part();
+    }
+}
+
+/// Runs `part` `n` times as a warm-up, then `n` times measured.
+fn run_part(mut part: impl FnMut(), n: usize) {
+    for _ in 0..n {
+        part();
+    }
+    measured_part(&mut part, n);
+}
+
+/// The `part-*` variants (see the top of this file).
+fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
+    match variant {
+        "part-governor-check" => {
+            let mut never = tower_governor::governor::GovernorConfigBuilder::default();
+            never.per_nanosecond(1).burst_size(u32::MAX);
+            let config = never.key_extractor(tower_governor::key_extractor::GlobalKeyExtractor).finish();
+            let limiter = config.ok_or("governor config")?.limiter().clone();
+            run_part(|| assert!(black_box(limiter.check_key(&())).is_ok()), n);
+        }
+        "part-stats" => {
+            let (clock, resource, inbound) = (SystemClock::new(), StatNode::new(), StatNode::new());
+            let passed = AtomicU64::new(0);
+            run_part(
+                || {
+                    let start = clock.now_nanos();
+                    let ms = start / 1_000_000;
+                    let p = passed.load(Ordering::Relaxed);
+                    let admitted = passed.compare_exchange(p, p + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+                    assert!(black_box(admitted));
+                    resource.on_pass(ms, 1);
+                    inbound.on_pass(ms, 1);
+                    let end = clock.now_nanos();
+                    let rt_micros = end.saturating_sub(start) / 1000;
+                    resource.on_complete(end / 1_000_000, rt_micros, 1, false);
+                    inbound.on_complete(end / 1_000_000, rt_micros, 1, false);
+                },
+                n,
+            );
+        }
+        "part-entry" => {
+            let engine = Sentinel::builder().build().leak();
+            engine.load_flow_rules([FlowRule::new("part").count(1e12)])?;
+            let resource = engine.resource("part");
+            run_part(
+                || {
+                    let entry = resource.entry_owned().entry_type(EntryType::In).decide();
+                    assert!(black_box(&entry).is_ok());
+                },
+                n,
+            );
+        }
+        other => return Err(format!("unknown variant `{other}`").into()),
+    }
+    println!("{variant}: {n} calls");
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let variant = args.next().ok_or("usage: web_instructions VARIANT [REQUESTS]")?;
     let n: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(10_000);
+    if variant.starts_with("part-") {
+        return parts(&variant, n);
+    }
     // tower-governor and axum need no reactor for a ready router; a runtime context keeps timers valid.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let _in = rt.enter();
