@@ -73,6 +73,7 @@
 //! per-bucket budget with plain stores, so they never over-admit and still scale with cores; closed circuit
 //! breakers count good calls the same way. An entry with one passing flow rule cost about 27 ns on an Intel Xeon guest
 //! on the cached clock and 36–40 ns on the default one (see the README for the figures and the machines).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
