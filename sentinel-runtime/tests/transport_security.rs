@@ -39,15 +39,15 @@ fn writes_without_the_token_get_401_and_change_nothing() {
     let token = "0123456789abcdef-token";
     let center = CommandCenter::builder(&engine).port(0).token(token).start().unwrap();
     let addr = center.local_addr();
-    let r = get(addr, "/setSwitch?value=false", &[]);
+    let r = post_form(addr, "/setSwitch", &[("value", "false")], &[]);
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), Some("Bearer"));
     assert!(r.body.contains("Authorization: Bearer"), "{}", r.body);
     let r = post_form(addr, "/setRules", &[("type", "flow"), ("data", r#"[{"resource":"a","count":1}]"#)], &[]);
     assert_eq!(r.status, 401);
-    let r = get(addr, "/setSwitch?value=false", &["Authorization: Bearer wrong-token-of-other-length"]);
+    let r = post_form(addr, "/setSwitch", &[("value", "false")], &["Authorization: Bearer wrong-token-of-other-length"]);
     assert_eq!(r.status, 401);
-    let r = get(addr, "/setSwitch?value=false", &["Authorization: Bearer 0123456789abcdef-tokeX"]);
+    let r = post_form(addr, "/setSwitch", &[("value", "false")], &["Authorization: Bearer 0123456789abcdef-tokeX"]);
     assert_eq!(r.status, 401, "same length, one byte off");
     assert!(engine.is_enabled());
     assert!(engine.flow_rules().is_empty());
@@ -55,7 +55,9 @@ fn writes_without_the_token_get_401_and_change_nothing() {
     assert_eq!(get(addr, "/getRules?type=flow", &[]).status, 200, "reads need no token by default");
     assert_eq!(get(addr, "/", &[]).status, 200, "nor does the console page");
     let auth = format!("Authorization: Bearer {token}");
-    assert_eq!(get(addr, "/setSwitch?value=false", &[&auth]).status, 200);
+    assert_eq!(get(addr, "/setSwitch?value=false", &[&auth]).status, 405, "writes by POST only, token or not");
+    assert!(engine.is_enabled());
+    assert_eq!(post_form(addr, "/setSwitch", &[("value", "false")], &[&auth]).status, 200);
     assert!(!engine.is_enabled());
 }
 
@@ -269,6 +271,227 @@ fn only_allowed_peers_connect_and_a_trusted_peer_writes_without_the_token() {
         .trust_peer(loopback)
         .start()
         .unwrap();
-    assert_eq!(get(trusted.local_addr(), "/setSwitch?value=false", &[]).status, 200);
+    assert_eq!(post_form(trusted.local_addr(), "/setSwitch", &[("value", "false")], &[]).status, 200);
     assert!(!engine.is_enabled());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Clients that do not read, peers that hold sockets, writes by GET, Host names off loopback.
+
+/// A connection from `src` (any 127.x address reaches a 127.0.0.1 server on Linux) with a small receive
+/// buffer, so that a client that does not read stalls the server's writes soon.
+fn connect_from(src: IpAddr, addr: std::net::SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let stream = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.bind(std::net::SocketAddr::new(src, 0)).unwrap();
+        socket.connect(addr).await.unwrap()
+    });
+    let stream = stream.into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    stream
+}
+
+/// Everything the server sends on `s` until it closes the connection (a reset after data counts as the end).
+fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return out,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return out,
+            Err(e) => panic!("reading the answer: {e} (after {} bytes)", out.len()),
+        }
+    }
+}
+
+/// The `Content-Length` of an answer's head.
+fn content_length(answer: &[u8]) -> usize {
+    let head = String::from_utf8_lossy(&answer[..answer.len().min(4096)]).to_ascii_lowercase();
+    let line = head.lines().find(|l| l.starts_with("content-length:")).unwrap_or_else(|| panic!("{head}"));
+    line["content-length:".len()..].trim().parse().unwrap()
+}
+
+/// Asks `path` from 127.0.0.1 until the server serves it (each answer comes at once: `503` while the
+/// connection slots are held); panics if it never does.
+fn served_again(addr: std::net::SocketAddr, path: &str) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = get(addr, path, &[]).status;
+        if status != 503 {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the slots were never freed");
+        std::thread::sleep(Duration::from_millis(10)); // polls for the condition
+    }
+}
+
+/// Names 8 KiB long: 1,200 of them make answers of 10 MB, more than the socket buffers of both ends hold.
+fn long_name(k: usize) -> String {
+    format!("{k:05}-{}", "n".repeat(8 * 1024))
+}
+
+/// A client that asks for `path` and reads only the first bytes of the answer (so the server has begun
+/// writing it), then nothing more.
+fn stall_on(addr: std::net::SocketAddr, path: &str) -> TcpStream {
+    let mut s = connect_from(IpAddr::V4(Ipv4Addr::LOCALHOST), addr);
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut first = [0u8; 12];
+    s.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200", "{path}");
+    s
+}
+
+fn big_engine() -> Sentinel {
+    let (engine, _) = engine();
+    engine.load_flow_rules((0..1200).map(|k| FlowRule::new(long_name(k)).count(1.0))).unwrap();
+    for k in 0..1200 {
+        drop(engine.enter(&long_name(k)));
+    }
+    engine
+}
+
+#[test]
+fn a_client_that_does_not_read_its_answer_is_cut_off_at_the_write_timeout_whatever_it_asked() {
+    let engine = big_engine();
+    let center = CommandCenter::builder(&engine)
+        .port(0)
+        .max_connections(1)
+        .write_timeout(Duration::from_millis(300))
+        .start()
+        .unwrap();
+    let addr = center.local_addr();
+    for command in ["/getRules?type=flow", "/jsonTree", "/clusterNode?type=zero", "/console/overview"] {
+        // The only slot is taken by a client that asks for a large answer and stops reading it.
+        let mut stalled = stall_on(addr, command);
+        assert_eq!(served_again(addr, "/getSwitch"), 200, "{command}: served again once the stalled one is dropped");
+        let answer = read_to_close(&mut stalled);
+        let head = answer.windows(4).position(|w| w == b"\r\n\r\n").expect("the head was sent") + 4;
+        let length = content_length(&[&b"HTTP/1.1 200"[..], &answer].concat());
+        assert!(length > 8_000_000, "{command}: a large answer ({length} bytes)");
+        assert!(answer.len() - head < length, "{command}: cut short ({} of {length} bytes)", answer.len() - head);
+    }
+}
+
+#[test]
+fn many_clients_that_do_not_read_hold_every_slot_only_until_the_write_timeout() {
+    let engine = big_engine();
+    let center = CommandCenter::builder(&engine)
+        .port(0)
+        .max_connections(8)
+        .max_connections_per_peer(8)
+        .write_timeout(Duration::from_millis(300))
+        .start()
+        .unwrap();
+    let addr = center.local_addr();
+    let paths = ["/getRules?type=flow", "/jsonTree"];
+    let stalled: Vec<TcpStream> = (0..8).map(|k| stall_on(addr, paths[k % 2])).collect();
+    // Nobody reads, and the answers are larger than every buffer on the way: only the timeout frees a slot.
+    assert_eq!(served_again(addr, "/getSwitch"), 200);
+    drop(stalled);
+}
+
+#[test]
+fn a_client_that_reads_its_large_answer_gets_all_of_it() {
+    let (engine, _) = engine();
+    engine.load_flow_rules((0..1200).map(|k| FlowRule::new(long_name(k)).count(1.0))).unwrap();
+    let center = CommandCenter::builder(&engine).port(0).start().unwrap();
+    let r = get(center.local_addr(), "/getRules?type=flow", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body.len() > 10_000_000 && r.body.ends_with(']'), "{} bytes", r.body.len());
+}
+
+#[test]
+fn a_refused_peer_holding_many_sockets_does_not_lock_out_the_allowed_one() {
+    let (engine, _) = engine();
+    let allowed = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let refused = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
+    let center = CommandCenter::builder(&engine)
+        .port(0)
+        .allow_peer(allowed)
+        .header_read_timeout(Duration::from_secs(60))
+        .start()
+        .unwrap();
+    let addr = center.local_addr();
+    // Three times the connection cap, each with half a request line, held open.
+    let mut held: Vec<TcpStream> = (0..192)
+        .map(|_| {
+            let mut s = connect_from(refused, addr);
+            s.write_all(b"GET /version HTTP/1.1\r\n").unwrap();
+            s
+        })
+        .collect();
+    let r = raw_request_from(allowed, addr, "GET /getSwitch HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let body = "value=false";
+    let write = format!(
+        "POST /setSwitch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert!(raw_request_from(allowed, addr, &write).starts_with("HTTP/1.1 200"));
+    assert!(!engine.is_enabled());
+    // Each refused socket was answered 403 and closed as soon as it was accepted, without a slot.
+    for s in &mut held {
+        let answer = String::from_utf8_lossy(&read_to_close(s)).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 403") && answer.contains("allow list"), "{answer}");
+    }
+}
+
+fn raw_request_from(src: IpAddr, addr: std::net::SocketAddr, request: &str) -> String {
+    let mut s = connect_from(src, addr);
+    s.write_all(request.as_bytes()).unwrap();
+    String::from_utf8_lossy(&read_to_close(&mut s)).into_owned()
+}
+
+/// Opens `n` idle connections from `src`, then one more, which the server answers `503` at once: the
+/// connections before it were accepted (the listener hands them over in order), so they hold their slots.
+fn hold_up_to_the_cap(src: IpAddr, addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+    let held: Vec<TcpStream> = (0..n).map(|_| connect_from(src, addr)).collect();
+    let mut over = connect_from(src, addr);
+    let answer = String::from_utf8_lossy(&read_to_close(&mut over)).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{src} over its cap: {answer}");
+    held
+}
+
+#[test]
+fn one_peer_cannot_take_every_connection_slot() {
+    let (engine, _) = engine();
+    let center = CommandCenter::builder(&engine).port(0).header_read_timeout(Duration::from_secs(60)).start().unwrap();
+    let addr = center.local_addr();
+    let greedy = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
+    let _held = hold_up_to_the_cap(greedy, addr, 16);
+    let mut over = connect_from(greedy, addr);
+    let answer = String::from_utf8_lossy(&read_to_close(&mut over)).into_owned();
+    assert!(answer.contains("Too many connections from your address"), "{answer}");
+    let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let r = raw_request_from(other, addr, "GET /getSwitch HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 200"), "another peer is served: {r}");
+}
+
+#[test]
+fn slots_are_kept_for_the_trusted_dashboard() {
+    let (engine, _) = engine();
+    let dashboard = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9));
+    let center = CommandCenter::builder(&engine)
+        .port(0)
+        .token("trusted-dashboard-secret-token")
+        .trust_peer(dashboard)
+        .max_connections(8)
+        .max_connections_per_peer(2)
+        .header_read_timeout(Duration::from_secs(60))
+        .start()
+        .unwrap();
+    let addr = center.local_addr();
+    // Three peers take 6 of the 8 slots: the other 2 are the dashboard's.
+    let _held: Vec<Vec<TcpStream>> =
+        (3..6).map(|k| hold_up_to_the_cap(IpAddr::V4(Ipv4Addr::new(127, 0, 0, k)), addr, 2)).collect();
+    let get_switch = "GET /getSwitch HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let r = raw_request_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 6)), addr, get_switch);
+    assert!(r.starts_with("HTTP/1.1 503"), "a fourth peer finds no slot: {r}");
+    let r = raw_request_from(dashboard, addr, get_switch);
+    assert!(r.starts_with("HTTP/1.1 200"), "the dashboard does: {r}");
 }
