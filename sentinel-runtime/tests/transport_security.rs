@@ -362,6 +362,7 @@ fn a_client_that_does_not_read_its_answer_is_cut_off_at_the_write_timeout_whatev
         .port(0)
         .max_connections(1)
         .write_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_secs(300)) // building a 10 MB answer in a debug build takes a while
         .start()
         .unwrap();
     let addr = center.local_addr();
@@ -385,6 +386,7 @@ fn many_clients_that_do_not_read_hold_every_slot_only_until_the_write_timeout() 
         .max_connections(8)
         .max_connections_per_peer(8)
         .write_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_secs(300)) // building a 10 MB answer in a debug build takes a while
         .start()
         .unwrap();
     let addr = center.local_addr();
@@ -494,4 +496,157 @@ fn slots_are_kept_for_the_trusted_dashboard() {
     assert!(r.starts_with("HTTP/1.1 503"), "a fourth peer finds no slot: {r}");
     let r = raw_request_from(dashboard, addr, get_switch);
     assert!(r.starts_with("HTTP/1.1 200"), "the dashboard does: {r}");
+}
+
+/// Every write command with parameters that change something, and how to tell it did.
+fn writes() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+    vec![
+        ("setSwitch", vec![("value", "false")]),
+        ("setRules", vec![("type", "flow"), ("data", "[]")]),
+        ("setRules", vec![("type", "degrade"), ("data", "[]")]),
+        ("setRules", vec![("type", "system"), ("data", "[]")]),
+        ("setRules", vec![("type", "authority"), ("data", "[]")]),
+        ("setParamFlowRules", vec![("data", "[]")]),
+        ("setClusterMode", vec![("mode", "0")]),
+    ]
+}
+
+fn query(params: &[(&str, &str)]) -> String {
+    let pairs: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{}={}", sentinel_testkit::http::form_encode(k), sentinel_testkit::http::form_encode(v)))
+        .collect();
+    pairs.join("&")
+}
+
+fn engine_with_one_rule_of_each_kind() -> (Sentinel, tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.json");
+    std::fs::write(
+        &file,
+        r#"{"flowRules": [{"resource": "api", "count": 1}],
+            "degradeRules": [{"resource": "db", "grade": 2, "count": 2, "timeWindow": 10}],
+            "systemRules": [{"qps": 100}],
+            "authorityRules": [{"resource": "api", "limitApp": "bad", "strategy": 1}],
+            "paramFlowRules": [{"resource": "api", "paramIdx": 0, "count": 5}]}"#,
+    )
+    .unwrap();
+    let (engine, _) = engine();
+    sentinel_runtime::datasource::FileDataSource::new(&engine, &file).reload_now().unwrap();
+    (engine, dir, file)
+}
+
+fn rule_counts(engine: &Sentinel) -> [usize; 5] {
+    [
+        engine.flow_rules().len(),
+        engine.degrade_rules().len(),
+        engine.system_rules().len(),
+        engine.authority_rules().len(),
+        engine.param_flow_rules().len(),
+    ]
+}
+
+#[test]
+fn every_write_command_by_get_or_another_method_than_post_is_refused_and_changes_nothing() {
+    let (engine, dir, file) = engine_with_one_rule_of_each_kind();
+    let source = sentinel_runtime::datasource::FileDataSource::new(&engine, &file);
+    let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
+    let addr = center.local_addr();
+    let before = std::fs::read_to_string(&file).unwrap();
+    for (command, params) in writes() {
+        let path = format!("/{command}?{}", query(&params));
+        // An <img> or a link of another site, in a browser that sends no Origin and no Fetch Metadata.
+        let r = get(addr, &path, &["Referer: https://evil.example/"]);
+        assert_eq!(r.status, 405, "GET {path}: {}", r.body);
+        assert_eq!(r.header("allow"), Some("POST"), "{path}");
+        for method in ["HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "X1"] {
+            let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(req.as_bytes()).unwrap();
+            let answer = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
+            assert!(answer.starts_with("HTTP/1.1 405"), "{method} {path}: {answer}");
+        }
+    }
+    assert!(engine.is_enabled(), "the switch stays on");
+    assert_eq!(rule_counts(&engine), [1; 5], "every rule stays in force");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before, "the rules file is untouched");
+    drop(dir);
+}
+
+#[test]
+fn every_write_command_by_post_works() {
+    let (engine, dir, file) = engine_with_one_rule_of_each_kind();
+    let source = sentinel_runtime::datasource::FileDataSource::new(&engine, &file);
+    let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
+    let addr = center.local_addr();
+    for (command, params) in writes() {
+        let r = post_form(addr, &format!("/{command}"), &params, &[]);
+        // No cluster service runs: setClusterMode explains why it cannot switch, by POST as by GET.
+        let expected = if command == "setClusterMode" { 400 } else { 200 };
+        assert_eq!(r.status, expected, "POST {command} {params:?}: {}", r.body);
+    }
+    assert!(!engine.is_enabled());
+    assert_eq!(rule_counts(&engine), [0; 5], "every kind emptied by its push");
+    drop(dir);
+}
+
+#[test]
+fn write_commands_by_get_are_taken_when_allowed_for_old_dashboards() {
+    let (engine, dir, file) = engine_with_one_rule_of_each_kind();
+    let source = sentinel_runtime::datasource::FileDataSource::new(&engine, &file);
+    let center = CommandCenter::builder(&engine).port(0).data_source(source).allow_get_writes(true).start().unwrap();
+    let addr = center.local_addr();
+    for (command, params) in writes() {
+        let r = get(addr, &format!("/{command}?{}", query(&params)), &[]);
+        let expected = if command == "setClusterMode" { 400 } else { 200 };
+        assert_eq!(r.status, expected, "GET {command} {params:?}: {}", r.body);
+        let r = raw_request(addr, format!("PUT /{command} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes());
+        assert_eq!((r.status, r.header("allow")), (405, Some("GET, POST")), "{command}: GET and POST only");
+    }
+    assert!(!engine.is_enabled());
+    assert_eq!(rule_counts(&engine), [0; 5]);
+    // The other checks still apply to them: another site's page is refused.
+    let r = get(addr, "/setSwitch?value=true", &["Sec-Fetch-Site: cross-site"]);
+    assert_eq!(r.status, 403);
+    assert!(!engine.is_enabled());
+    drop(dir);
+}
+
+#[test]
+fn bound_beyond_loopback_reads_too_need_a_host_name_the_server_answers_for() {
+    let (engine, _) = engine();
+    let token = "beyond-loopback-secret-token";
+    let center = CommandCenter::builder(&engine)
+        .bind(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        .port(0)
+        .token(token)
+        .allow_host("sentinel.internal")
+        .start()
+        .unwrap();
+    let addr = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, center.local_addr().port()));
+    let port = addr.port();
+    let auth = format!("Authorization: Bearer {token}");
+    let ask = |path: &str, host: &str, extra: &[&str]| {
+        let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+        for h in extra {
+            req.push_str(h);
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        raw_request(addr, req.as_bytes())
+    };
+    for path in ["/getRules?type=flow", "/metric?startTime=0", "/jsonTree", "/console/overview", "/", "/console.js"] {
+        // A page of rebind.example, whose name now resolves to this server's address.
+        for host in [format!("rebind.example:{port}"), format!("127.0.0.1.nip.io:{port}"), "sentinel.internal.evil".into()] {
+            let r = ask(path, &host, &[]);
+            assert_eq!(r.status, 403, "{path} for {host}: {}", r.body);
+            assert!(r.body.contains("allow_host"), "{}", r.body);
+            assert_eq!(ask(path, &host, &[&auth]).status, 403, "{path} for {host}, token or not");
+        }
+        for host in [format!("127.0.0.1:{port}"), format!("10.1.2.3:{port}"), format!("sentinel.internal:{port}")] {
+            assert_eq!(ask(path, &host, &[]).status, 200, "{path} for {host}");
+        }
+    }
+    let r = post_form(addr, "/setSwitch", &[("value", "false")], &[&auth]);
+    assert_eq!(r.status, 200, "the test's own Host is an address: {}", r.body);
 }

@@ -799,6 +799,9 @@ mod tests {
             ("SENTINEL_HEARTBEAT_INTERVAL_MS", "2500"),
             ("SENTINEL_COMMAND_ALLOW", "10.0.0.5, 127.0.0.1"),
             ("SENTINEL_COMMAND_TRUSTED", "10.0.0.5"),
+            ("SENTINEL_COMMAND_HOSTS", "sentinel.internal, app-1.svc"),
+            ("SENTINEL_COMMAND_GET_WRITES", "TRUE"),
+            ("SENTINEL_COMMAND_WRITE_TIMEOUT_MS", "1500"),
         ])
         .unwrap();
         assert_eq!((b.bind, b.port), ("0.0.0.0".parse::<IpAddr>().unwrap(), 9000));
@@ -808,10 +811,15 @@ mod tests {
         assert_eq!(b.heartbeat_interval, Duration::from_millis(2500));
         assert_eq!(b.allowed_peers, ["10.0.0.5".parse::<IpAddr>().unwrap(), "127.0.0.1".parse().unwrap()]);
         assert_eq!(b.trusted_peers, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
+        assert_eq!(b.allowed_hosts, ["sentinel.internal", "app-1.svc"]);
+        assert!(b.get_writes);
+        assert_eq!(b.limits.write_timeout, Duration::from_millis(1500));
         let b = from(&[("SENTINEL_COMMAND_BIND", "[::1]:7000")]).unwrap();
         assert_eq!((b.bind, b.port), ("::1".parse::<IpAddr>().unwrap(), 7000));
         let b = from(&[]).unwrap();
         assert_eq!((b.bind, b.port), (IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_PORT));
+        assert!(!b.get_writes, "writes by POST only unless asked");
+        assert_eq!(b.limits.write_timeout, Duration::from_secs(10));
     }
 
     #[test]
@@ -823,6 +831,8 @@ mod tests {
             ("SENTINEL_HEARTBEAT_CLIENT_IP", "my-host"),
             ("SENTINEL_HEARTBEAT_INTERVAL_MS", "0"),
             ("SENTINEL_COMMAND_TRUSTED", "10.0.0.5,dashboard"),
+            ("SENTINEL_COMMAND_GET_WRITES", "sometimes"),
+            ("SENTINEL_COMMAND_WRITE_TIMEOUT_MS", "0"),
         ] {
             let e = from(&[(var, value)]).unwrap_err();
             assert_eq!((e.var, e.value.as_str()), (var, value), "{e}");
