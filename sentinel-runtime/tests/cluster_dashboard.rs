@@ -8,7 +8,7 @@ use std::time::Duration;
 use sentinel_runtime::cluster::RedisCluster;
 use sentinel_runtime::transport::CommandCenter;
 use sentinel_runtime::Sentinel;
-use sentinel_testkit::http::get;
+use sentinel_testkit::http::{get, post_form};
 use sentinel_testkit::redis::RedisServer;
 
 fn json(body: &str) -> serde_json::Value {
