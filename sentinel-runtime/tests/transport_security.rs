@@ -45,7 +45,8 @@ fn writes_without_the_token_get_401_and_change_nothing() {
     assert!(r.body.contains("Authorization: Bearer"), "{}", r.body);
     let r = post_form(addr, "/setRules", &[("type", "flow"), ("data", r#"[{"resource":"a","count":1}]"#)], &[]);
     assert_eq!(r.status, 401);
-    let r = post_form(addr, "/setSwitch", &[("value", "false")], &["Authorization: Bearer wrong-token-of-other-length"]);
+    let r =
+        post_form(addr, "/setSwitch", &[("value", "false")], &["Authorization: Bearer wrong-token-of-other-length"]);
     assert_eq!(r.status, 401);
     let r = post_form(addr, "/setSwitch", &[("value", "false")], &["Authorization: Bearer 0123456789abcdef-tokeX"]);
     assert_eq!(r.status, 401, "same length, one byte off");
@@ -600,7 +601,10 @@ fn write_commands_by_get_are_taken_when_allowed_for_old_dashboards() {
         let r = get(addr, &format!("/{command}?{}", query(&params)), &[]);
         let expected = if command == "setClusterMode" { 400 } else { 200 };
         assert_eq!(r.status, expected, "GET {command} {params:?}: {}", r.body);
-        let r = raw_request(addr, format!("PUT /{command} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes());
+        let r = raw_request(
+            addr,
+            format!("PUT /{command} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
         assert_eq!((r.status, r.header("allow")), (405, Some("GET, POST")), "{command}: GET and POST only");
     }
     assert!(!engine.is_enabled());
@@ -637,7 +641,9 @@ fn bound_beyond_loopback_reads_too_need_a_host_name_the_server_answers_for() {
     };
     for path in ["/getRules?type=flow", "/metric?startTime=0", "/jsonTree", "/console/overview", "/", "/console.js"] {
         // A page of rebind.example, whose name now resolves to this server's address.
-        for host in [format!("rebind.example:{port}"), format!("127.0.0.1.nip.io:{port}"), "sentinel.internal.evil".into()] {
+        for host in
+            [format!("rebind.example:{port}"), format!("127.0.0.1.nip.io:{port}"), "sentinel.internal.evil".into()]
+        {
             let r = ask(path, &host, &[]);
             assert_eq!(r.status, 403, "{path} for {host}: {}", r.body);
             assert!(r.body.contains("allow_host"), "{}", r.body);

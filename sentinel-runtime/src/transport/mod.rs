@@ -20,8 +20,10 @@
 //! client of the shared limits, while `cluster::RedisCluster` runs; else -1, not started);
 //! and for people with curl: `version`, `basicInfo`, `getSwitch` / `setSwitch`, `systemStatus`, `api`,
 //! `diagnose?resource=`. A command is the path (`GET /getRules?type=flow`); parameters come from the query
-//! string and a form-encoded body, each decoded once. Answers are `200` with the result, `400` with the
-//! reason (an unknown command: ``Unknown command `x` ``), and nothing changes on an error.
+//! string and a form-encoded body, each decoded once; a command that changes something is a `POST`
+//! (`curl -d value=false http://127.0.0.1:8719/setSwitch`, see the security defaults). Answers are `200`
+//! with the result, `400` with the reason (an unknown command: ``Unknown command `x` ``), and nothing
+//! changes on an error.
 //!
 //! `GET /` is the console: every resource live (pass, block, success, exception per second, average rt,
 //! concurrency), a 5-minute chart each, breaker states and transitions, the rules of each kind (editable,

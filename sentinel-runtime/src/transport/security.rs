@@ -224,7 +224,9 @@ fn host_name(host: &str) -> Option<&str> {
         // [v6]:port
         return rest.split_once(']').map(|(addr, _)| addr);
     }
-    Some(host.rsplit_once(':').map_or(host, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { host }))
+    Some(
+        host.rsplit_once(':').map_or(host, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { host }),
+    )
 }
 
 /// Whether `host` (a `Host` header: name or address, optional port) names this machine's loopback.
@@ -305,7 +307,10 @@ mod tests {
             access.check(&headers(&[("authorization", "Bearer wrong")]), LOCAL, &Method::POST, true),
             Err(Denied::Unauthorized { write: true })
         );
-        assert_eq!(access.check(&headers(&[("authorization", "Bearer s3cret-token")]), LOCAL, &Method::POST, true), Ok(()));
+        assert_eq!(
+            access.check(&headers(&[("authorization", "Bearer s3cret-token")]), LOCAL, &Method::POST, true),
+            Ok(())
+        );
         assert_eq!(
             access.check(&headers(&[("authorization", "s3cret-token")]), LOCAL, &Method::POST, true),
             Err(Denied::Unauthorized { write: true })
@@ -341,7 +346,10 @@ mod tests {
         let h = headers(&[("host", "127.0.0.1:8719")]);
         for method in [Method::GET, Method::HEAD, Method::PUT, Method::DELETE, Method::OPTIONS, Method::PATCH] {
             assert!(
-                matches!(strict.check(&h, LOCAL, &method, true), Err(Denied::WriteNeedsPost { get_allowed: false, .. })),
+                matches!(
+                    strict.check(&h, LOCAL, &method, true),
+                    Err(Denied::WriteNeedsPost { get_allowed: false, .. })
+                ),
                 "{method}"
             );
             if method == Method::GET || method == Method::HEAD {
@@ -397,8 +405,8 @@ mod tests {
     #[test]
     fn peers_are_sorted_before_anything_is_read() {
         let dashboard: IpAddr = "10.0.0.9".parse().unwrap();
-        let access =
-            Access::new(Some("token-token-token".into()), false, false).with_peers(vec![dashboard, LOCAL], vec![dashboard]);
+        let access = Access::new(Some("token-token-token".into()), false, false)
+            .with_peers(vec![dashboard, LOCAL], vec![dashboard]);
         assert_eq!(access.classify(dashboard), PeerClass::Trusted);
         assert_eq!(access.classify("::ffff:10.0.0.9".parse().unwrap()), PeerClass::Trusted);
         assert_eq!(access.classify(LOCAL), PeerClass::Admitted);
