@@ -356,16 +356,22 @@ fn big_engine() -> Sentinel {
     engine
 }
 
-#[test]
-fn a_client_that_does_not_read_its_answer_is_cut_off_at_the_write_timeout_whatever_it_asked() {
-    let engine = big_engine();
-    let center = CommandCenter::builder(&engine)
+/// A command center with `slots` connection slots (any peer may take them all) and a write timeout of 300 ms.
+fn impatient_writer(engine: &Sentinel, slots: usize) -> CommandCenter {
+    CommandCenter::builder(engine)
         .port(0)
-        .max_connections(1)
+        .max_connections(slots)
+        .max_connections_per_peer(slots)
         .write_timeout(Duration::from_millis(300))
         .request_timeout(Duration::from_secs(300)) // building a 10 MB answer in a debug build takes a while
         .start()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn a_client_that_does_not_read_its_answer_is_cut_off_at_the_write_timeout_whatever_it_asked() {
+    let engine = big_engine();
+    let center = impatient_writer(&engine, 1);
     let addr = center.local_addr();
     for command in ["/getRules?type=flow", "/jsonTree", "/clusterNode?type=zero", "/console/overview"] {
         // The only slot is taken by a client that asks for a large answer and stops reading it.
@@ -382,14 +388,7 @@ fn a_client_that_does_not_read_its_answer_is_cut_off_at_the_write_timeout_whatev
 #[test]
 fn many_clients_that_do_not_read_hold_every_slot_only_until_the_write_timeout() {
     let engine = big_engine();
-    let center = CommandCenter::builder(&engine)
-        .port(0)
-        .max_connections(8)
-        .max_connections_per_peer(8)
-        .write_timeout(Duration::from_millis(300))
-        .request_timeout(Duration::from_secs(300)) // building a 10 MB answer in a debug build takes a while
-        .start()
-        .unwrap();
+    let center = impatient_writer(&engine, 8);
     let addr = center.local_addr();
     let paths = ["/getRules?type=flow", "/jsonTree"];
     let stalled: Vec<TcpStream> = (0..8).map(|k| stall_on(addr, paths[k % 2])).collect();
