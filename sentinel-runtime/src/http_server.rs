@@ -2,12 +2,19 @@
 //!
 //! It serves an axum [`Router`] with the limits a server reachable from outside needs, and nothing else:
 //!
-//! - **connections**: at most [`Limits::max_connections`] at once; one more is answered `503` and closed at
-//!   once, so a flood of idle sockets cannot pile up;
+//! - **peers**: [`Limits::peers`] decides from the peer's address alone, before anything is read, whether it
+//!   is served: a refused peer gets a short `403` and the connection is closed at once, holding no slot;
+//! - **connections**: at most [`Limits::max_connections`] at once, at most
+//!   [`Limits::max_connections_per_peer`] from one peer (an IPv4 address, or an IPv6 /64), and the last
+//!   [`Limits::reserved_for_trusted`] slots only for trusted peers; one more is answered `503` and closed at
+//!   once, so a flood of idle sockets cannot pile up nor one peer take every slot;
 //! - **headers**: read within [`Limits::header_read_timeout`] (a client that sends one byte a second is
 //!   dropped), at most 64 KiB;
 //! - **bodies**: at most [`Limits::max_body_bytes`] (`413`: announced by `Content-Length`, or found while
 //!   reading), and the whole request (body included) handled within [`Limits::request_timeout`] (`408`);
+//! - **answers**: written within [`Limits::write_timeout`] from their first byte (a client that does not read
+//!   its answer is dropped), and the whole connection lasts at most the three timeouts added up, so no client
+//!   holds a slot longer, whatever it does;
 //! - one request per connection (`Connection: close`, as Sentinel's own command server does), so no idle
 //!   keep-alive connection holds a slot;
 //! - **shutdown** when the [`HttpServer`] is dropped: the listener closes at once, requests in flight get
@@ -18,12 +25,14 @@
 //! runtime. The port bound is known before [`HttpServer::start`] returns (bind to port 0 for any free port).
 //! Handlers see the peer address as axum's `ConnectInfo<SocketAddr>`.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
@@ -33,7 +42,8 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::{watch, Semaphore};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
 use tower_service::Service;
 
 /// A task run beside the server (on its runtime) until the server stops.
@@ -46,10 +56,20 @@ pub(crate) struct Limits {
     pub(crate) max_body_bytes: usize,
     /// Most connections served at once.
     pub(crate) max_connections: usize,
+    /// Most connections served at once for one peer (an IPv4 address or an IPv6 /64); `None`: a quarter of
+    /// `max_connections` (at least 1).
+    pub(crate) max_connections_per_peer: Option<usize>,
+    /// Slots only trusted peers may take (the others are served while fewer than `max_connections` minus
+    /// this are open).
+    pub(crate) reserved_for_trusted: usize,
+    /// Which peers are served, decided before anything is read from them.
+    pub(crate) peers: PeerPolicy,
     /// Time a client has to send the request line and headers.
     pub(crate) header_read_timeout: Duration,
     /// Time a request (reading its body included) may take.
     pub(crate) request_timeout: Duration,
+    /// Time a client has to take the whole answer, from its first byte.
+    pub(crate) write_timeout: Duration,
     /// Time requests in flight get to finish when the server stops.
     pub(crate) shutdown_grace: Duration,
 }
@@ -59,9 +79,233 @@ impl Default for Limits {
         Limits {
             max_body_bytes: 1 << 20,
             max_connections: 64,
+            max_connections_per_peer: None,
+            reserved_for_trusted: 0,
+            peers: PeerPolicy::default(),
             header_read_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Limits {
+    /// The cap on one peer's connections in force.
+    pub(crate) fn per_peer(&self) -> usize {
+        let max = self.max_connections.max(1);
+        self.max_connections_per_peer.unwrap_or(max / 4).clamp(1, max)
+    }
+
+    /// The longest a connection may last: headers, handling and answer, each within its own timeout.
+    pub(crate) fn connection_deadline(&self) -> Duration {
+        self.header_read_timeout.saturating_add(self.request_timeout).saturating_add(self.write_timeout)
+    }
+}
+
+/// How the server treats a peer, decided from its address alone before anything is read from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PeerClass {
+    /// Answered `403` with this reason and closed at once: it takes no connection slot.
+    Refused(String),
+    /// Served within the caps, outside the reserved slots.
+    Admitted,
+    /// Served within the caps, and may take the reserved slots (the dashboard).
+    Trusted,
+}
+
+/// Sorts peers at accept time (every peer is [`PeerClass::Admitted`] by default).
+#[derive(Clone, Default)]
+pub(crate) struct PeerPolicy(Option<Arc<dyn Fn(IpAddr) -> PeerClass + Send + Sync>>);
+
+impl PeerPolicy {
+    /// A policy that asks `classify`.
+    pub(crate) fn new(classify: impl Fn(IpAddr) -> PeerClass + Send + Sync + 'static) -> Self {
+        PeerPolicy(Some(Arc::new(classify)))
+    }
+
+    fn classify(&self, peer: IpAddr) -> PeerClass {
+        self.0.as_ref().map_or(PeerClass::Admitted, |f| f(peer))
+    }
+}
+
+impl std::fmt::Debug for PeerPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "PeerPolicy(custom)" } else { "PeerPolicy(everyone)" })
+    }
+}
+
+/// What counts as one peer for the per-peer cap: an IPv4 address (IPv4-mapped IPv6 included), or the /64
+/// of an IPv6 address (one host usually holds a whole /64, so counting addresses would cap nothing).
+fn peer_key(peer: IpAddr) -> IpAddr {
+    match peer.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+        v4 => v4,
+    }
+}
+
+/// The connection slots: how many are open in all and per peer.
+struct Slots {
+    max: usize,
+    per_peer: usize,
+    reserved: usize,
+    open: Mutex<Open>,
+}
+
+#[derive(Default)]
+struct Open {
+    total: usize,
+    /// Open connections per peer key; a key leaves when its last connection closes, so the map holds at
+    /// most `max` entries.
+    by_peer: HashMap<IpAddr, usize>,
+}
+
+/// Why no slot was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Full {
+    /// Every slot open to this peer is taken.
+    Server,
+    /// This peer holds its share already.
+    Peer,
+}
+
+impl Slots {
+    fn new(limits: &Limits) -> Self {
+        let max = limits.max_connections.max(1);
+        Slots {
+            max,
+            per_peer: limits.per_peer(),
+            reserved: limits.reserved_for_trusted.min(max - 1),
+            open: Mutex::new(Open::default()),
+        }
+    }
+
+    /// A slot for `peer`, released when the returned guard drops.
+    fn take(self: &Arc<Self>, peer: IpAddr, trusted: bool) -> Result<Slot, Full> {
+        let key = peer_key(peer);
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let cap = if trusted { self.max } else { self.max - self.reserved };
+        if open.total >= cap {
+            return Err(Full::Server);
+        }
+        let mine = open.by_peer.entry(key).or_insert(0);
+        if *mine >= self.per_peer {
+            return Err(Full::Peer);
+        }
+        *mine += 1;
+        open.total += 1;
+        Ok(Slot { slots: self.clone(), key })
+    }
+}
+
+/// One open connection's slot.
+struct Slot {
+    slots: Arc<Slots>,
+    key: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.total = open.total.saturating_sub(1);
+        if let Some(n) = open.by_peer.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.by_peer.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A connection's socket with a deadline on writing the answer: from the first byte written, the client must
+/// take the whole answer within `timeout`, or every later write fails with `TimedOut` (and the connection,
+/// with its slot, is dropped). Reads pass through.
+struct WriteDeadline<T> {
+    io: T,
+    timeout: Duration,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> WriteDeadline<T> {
+    fn new(io: T, timeout: Duration) -> Self {
+        WriteDeadline { io, timeout, deadline: None }
+    }
+
+    /// Whether the deadline has passed; `start` arms it (the first byte of the answer). A pending deadline
+    /// registers the task's waker, so a write stuck on a full socket buffer is woken when it passes.
+    fn passed(&mut self, cx: &mut Context<'_>, start: bool) -> Option<io::Error> {
+        if self.deadline.is_none() && start {
+            self.deadline = Some(Box::pin(tokio::time::sleep(self.timeout)));
+        }
+        let deadline = self.deadline.as_mut()?;
+        deadline.as_mut().poll(cx).is_ready().then(|| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client did not take its answer within {} ms", self.timeout.as_millis()),
+            )
+        })
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for WriteDeadline<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if let Some(e) = self.passed(cx, !buf.is_empty()) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if let Some(e) = self.passed(cx, bufs.iter().any(|b| !b.is_empty())) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(e) = self.passed(cx, false) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if let Some(e) = self.passed(cx, false) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// Answers a connection that is not served (`status` is the status line's code and reason) with `reason` and
+/// closes it, without waiting for anything: what the peer sent so far is read and dropped first, so the close
+/// is a clean one and the peer reads the answer.
+fn turn_away(stream: &tokio::net::TcpStream, status: &str, reason: &str) {
+    let answer = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reason}",
+        reason.len()
+    );
+    let _ = stream.try_write(answer.as_bytes());
+    let mut sink = [0u8; 4096];
+    // Bounded: a peer that keeps sending gets at most 64 KiB read before the close.
+    for _ in 0..16 {
+        match stream.try_read(&mut sink) {
+            Ok(n) if n > 0 => continue,
+            _ => break,
         }
     }
 }
@@ -162,7 +406,7 @@ async fn stop_signal(stopped: &mut watch::Receiver<bool>) {
 }
 
 async fn serve(listener: tokio::net::TcpListener, router: Router, limits: Limits, mut stopped: watch::Receiver<bool>) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let slots = Arc::new(Slots::new(&limits));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let limits = Arc::new(limits);
     loop {
@@ -178,11 +422,26 @@ async fn serve(listener: tokio::net::TcpListener, router: Router, limits: Limits
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Over the connection cap: a short answer, never a queue.
-            let _ =
-                stream.try_write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-            continue;
+        // Refused peers are turned away before they can hold anything: no slot, no read.
+        let trusted = match limits.peers.classify(peer.ip()) {
+            PeerClass::Refused(reason) => {
+                turn_away(&stream, "403 Forbidden", &reason);
+                continue;
+            }
+            PeerClass::Admitted => false,
+            PeerClass::Trusted => true,
+        };
+        let slot = match slots.take(peer.ip(), trusted) {
+            Ok(slot) => slot,
+            // Over a connection cap: a short answer, never a queue.
+            Err(Full::Server) => {
+                turn_away(&stream, "503 Service Unavailable", "Too many connections: try again shortly");
+                continue;
+            }
+            Err(Full::Peer) => {
+                turn_away(&stream, "503 Service Unavailable", "Too many connections from your address");
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
         let service = {
@@ -195,9 +454,12 @@ async fn serve(listener: tokio::net::TcpListener, router: Router, limits: Limits
             .header_read_timeout(limits.header_read_timeout)
             .max_buf_size(64 * 1024)
             .keep_alive(false);
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let io = TokioIo::new(WriteDeadline::new(stream, limits.write_timeout));
+        let conn = graceful.watch(http.serve_connection(io, service));
+        let deadline = limits.connection_deadline();
         tokio::spawn(async move {
-            let _ = conn.await;
+            // Each phase has its own timeout; this bounds the whole, whatever hyper does between them.
+            let _ = tokio::time::timeout(deadline, conn).await;
             drop(slot);
         });
     }
@@ -242,4 +504,98 @@ pub(crate) fn plain(status: StatusCode, text: String) -> Response<axum::body::Bo
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slots(max: usize, per_peer: Option<usize>, reserved: usize) -> Arc<Slots> {
+        let limits = Limits {
+            max_connections: max,
+            max_connections_per_peer: per_peer,
+            reserved_for_trusted: reserved,
+            ..Limits::default()
+        };
+        Arc::new(Slots::new(&limits))
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn one_peer_cannot_take_every_slot() {
+        let slots = slots(8, None, 0);
+        let held: Vec<Slot> = (0..2).map(|_| slots.take(ip("10.0.0.1"), false).unwrap()).collect();
+        assert_eq!(slots.take(ip("10.0.0.1"), false).err(), Some(Full::Peer), "a quarter of 8");
+        assert_eq!(slots.take(ip("::ffff:10.0.0.1"), false).err(), Some(Full::Peer), "the same peer on a v6 socket");
+        let others: Vec<Slot> = (2..8).map(|k| slots.take(ip(&format!("10.0.0.{k}")), false).unwrap()).collect();
+        assert_eq!(slots.take(ip("10.0.0.99"), false).err(), Some(Full::Server), "8 in all");
+        drop(held);
+        assert!(slots.take(ip("10.0.0.1"), false).is_ok(), "its slots came back when they closed");
+        drop(others);
+        assert!(slots.open.lock().unwrap().by_peer.len() <= 1, "closed peers leave the map");
+    }
+
+    #[test]
+    fn an_ipv6_slash_64_counts_as_one_peer() {
+        let slots = slots(64, Some(3), 0);
+        let _held: Vec<Slot> =
+            (1..=3).map(|k| slots.take(ip(&format!("2001:db8:0:1::{k:x}")), false).unwrap()).collect();
+        assert_eq!(slots.take(ip("2001:db8:0:1:ffff::1"), false).err(), Some(Full::Peer), "same /64");
+        assert!(slots.take(ip("2001:db8:0:2::1"), false).is_ok(), "another /64");
+    }
+
+    #[test]
+    fn slots_reserved_for_trusted_peers_stay_free_for_them() {
+        let slots = slots(8, Some(8), 2);
+        let _others: Vec<Slot> = (0..6).map(|k| slots.take(ip(&format!("10.0.0.{k}")), false).unwrap()).collect();
+        assert_eq!(slots.take(ip("10.0.0.50"), false).err(), Some(Full::Server), "6 of 8 for the others");
+        let _dashboard: Vec<Slot> = (0..2).map(|_| slots.take(ip("10.0.0.9"), true).unwrap()).collect();
+        assert_eq!(slots.take(ip("10.0.0.9"), true).err(), Some(Full::Server), "8 in all");
+    }
+
+    #[test]
+    fn the_connection_deadline_adds_up_the_three_timeouts() {
+        let limits = Limits::default();
+        assert_eq!(limits.connection_deadline(), Duration::from_secs(25));
+        assert_eq!(limits.per_peer(), 16);
+        assert_eq!(Limits { max_connections: 2, ..Limits::default() }.per_peer(), 1);
+        assert_eq!(Limits { max_connections_per_peer: Some(100), ..Limits::default() }.per_peer(), 64);
+    }
+
+    /// A socket whose peer never reads: every write waits.
+    struct Stalled;
+
+    impl AsyncRead for Stalled {
+        fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    impl AsyncWrite for Stalled {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<usize>> {
+            Poll::Pending
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_client_does_not_take_fails_at_the_deadline() {
+        use tokio::io::AsyncWriteExt;
+        let mut io = WriteDeadline::new(Stalled, Duration::from_secs(10));
+        // Flushing before any answer does not start the clock.
+        assert!(tokio::time::timeout(Duration::from_secs(60), io.flush()).await.is_err(), "no deadline yet");
+        let started = tokio::time::Instant::now();
+        let e = io.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(10), "on the paused clock: exactly the timeout");
+        assert_eq!(io.flush().await.unwrap_err().kind(), io::ErrorKind::TimedOut, "and every later write");
+    }
 }

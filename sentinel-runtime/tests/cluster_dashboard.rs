@@ -8,7 +8,7 @@ use std::time::Duration;
 use sentinel_runtime::cluster::RedisCluster;
 use sentinel_runtime::transport::CommandCenter;
 use sentinel_runtime::Sentinel;
-use sentinel_testkit::http::get;
+use sentinel_testkit::http::{get, post_form};
 use sentinel_testkit::redis::RedisServer;
 
 fn json(body: &str) -> serde_json::Value {
@@ -34,8 +34,9 @@ fn dashboard_sees_a_cluster_client_while_redis_cluster_runs_and_not_started_afte
     assert_eq!(config["serverPort"], redis.addr().port());
     assert_eq!(config["requestTimeout"], 30);
     assert_eq!(config["clientState"], 2, "started: Redis answers");
-    assert_eq!(get(addr, "/setClusterMode?mode=0", &[]).body, "success", "already a client");
-    let server = get(addr, "/setClusterMode?mode=1", &[]);
+    assert_eq!(post_form(addr, "/setClusterMode", &[("mode", "0")], &[]).body, "success", "already a client");
+    assert_eq!(get(addr, "/setClusterMode?mode=0", &[]).status, 405, "a write, by POST only");
+    let server = post_form(addr, "/setClusterMode", &[("mode", "1")], &[]);
     assert_eq!(server.status, 400);
     assert!(server.body.contains("no token server"), "{}", server.body);
 

@@ -291,13 +291,21 @@ fn set_rules_by_post_is_in_force_at_once_and_in_the_file_after_a_restart() {
 }
 
 #[test]
-fn old_dashboards_get_form_is_decoded_once() {
+fn old_dashboards_get_form_is_decoded_once_when_get_writes_are_allowed() {
     // Dashboards talking to clients < 1.6.0 put the JSON in the query string (URLEncoder). Java decodes
     // `data` a second time and corrupts `+` and `%` in names: a name with both survives here.
     let (engine, clock) = engine("shop");
-    let center = start(&engine);
     let name = "GET /orders?a=1+2&b=100%";
     let query = format!("type=flow&data={}", form_encode(&dashboard_flow_rules(name, 2.0)));
+    let strict = start(&engine);
+    let req = format!("GET /setRules?{query} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", strict.local_addr());
+    let r = raw_request(strict.local_addr(), req.as_bytes());
+    assert_eq!(r.status, 405, "by default writes come by POST: {}", r.body);
+    assert_eq!(r.header("allow"), Some("POST"));
+    assert!(r.body.contains("allow_get_writes"), "the answer says how to serve an old dashboard: {}", r.body);
+    assert!(engine.flow_rules().is_empty());
+
+    let center = CommandCenter::builder(&engine).port(0).allow_get_writes(true).start().unwrap();
     let req = format!("GET /setRules?{query} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", center.local_addr());
     let r = raw_request(center.local_addr(), req.as_bytes());
     assert_eq!((r.status, r.body.as_str()), (200, "success"));
@@ -358,19 +366,21 @@ fn cluster_switch_and_the_commands_for_people() {
     let mode = json(&get(addr, "/getClusterMode", &[]));
     assert_eq!(mode["mode"], -1, "the dashboard shows `not started`");
     assert_eq!((mode["clientAvailable"].as_bool(), mode["serverAvailable"].as_bool()), (Some(false), Some(false)));
-    let set = get(addr, "/setClusterMode?mode=0", &[]);
+    // The Java dashboard's cluster page sends this one by GET: refused unless GET writes are allowed.
+    assert_eq!(get(addr, "/setClusterMode?mode=0", &[]).status, 405);
+    let set = dashboard_post(&center, "setClusterMode", &[("mode", "0")]);
     assert_eq!(set.status, 400);
     // The cluster pages mark a feature unsupported on `Unknown command`.
     let unknown = get(addr, "/cluster/server/info", &[]);
     assert_eq!((unknown.status, unknown.body.as_str()), (400, "Unknown command `cluster/server/info`"));
 
     assert_eq!(get(addr, "/getSwitch", &[]).body, "Sentinel switch value: true");
-    assert_eq!(get(addr, "/setSwitch?value=false", &[]).body, "Sentinel set switch value: false");
+    assert_eq!(dashboard_post(&center, "setSwitch", &[("value", "false")]).body, "Sentinel set switch value: false");
     assert!(!engine.is_enabled());
-    let typo = get(addr, "/setSwitch?value=flase", &[]);
+    let typo = dashboard_post(&center, "setSwitch", &[("value", "flase")]);
     assert_eq!(typo.status, 400, "Java would turn Sentinel off on a typo");
     assert!(!engine.is_enabled());
-    get(addr, "/setSwitch?value=TRUE", &[]);
+    dashboard_post(&center, "setSwitch", &[("value", "TRUE")]);
     assert!(engine.is_enabled());
 
     let version = get(addr, "/version", &[]).body;

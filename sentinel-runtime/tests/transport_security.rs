@@ -39,15 +39,16 @@ fn writes_without_the_token_get_401_and_change_nothing() {
     let token = "0123456789abcdef-token";
     let center = CommandCenter::builder(&engine).port(0).token(token).start().unwrap();
     let addr = center.local_addr();
-    let r = get(addr, "/setSwitch?value=false", &[]);
+    let r = post_form(addr, "/setSwitch", &[("value", "false")], &[]);
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), Some("Bearer"));
     assert!(r.body.contains("Authorization: Bearer"), "{}", r.body);
     let r = post_form(addr, "/setRules", &[("type", "flow"), ("data", r#"[{"resource":"a","count":1}]"#)], &[]);
     assert_eq!(r.status, 401);
-    let r = get(addr, "/setSwitch?value=false", &["Authorization: Bearer wrong-token-of-other-length"]);
+    let r =
+        post_form(addr, "/setSwitch", &[("value", "false")], &["Authorization: Bearer wrong-token-of-other-length"]);
     assert_eq!(r.status, 401);
-    let r = get(addr, "/setSwitch?value=false", &["Authorization: Bearer 0123456789abcdef-tokeX"]);
+    let r = post_form(addr, "/setSwitch", &[("value", "false")], &["Authorization: Bearer 0123456789abcdef-tokeX"]);
     assert_eq!(r.status, 401, "same length, one byte off");
     assert!(engine.is_enabled());
     assert!(engine.flow_rules().is_empty());
@@ -55,7 +56,9 @@ fn writes_without_the_token_get_401_and_change_nothing() {
     assert_eq!(get(addr, "/getRules?type=flow", &[]).status, 200, "reads need no token by default");
     assert_eq!(get(addr, "/", &[]).status, 200, "nor does the console page");
     let auth = format!("Authorization: Bearer {token}");
-    assert_eq!(get(addr, "/setSwitch?value=false", &[&auth]).status, 200);
+    assert_eq!(get(addr, "/setSwitch?value=false", &[&auth]).status, 405, "writes by POST only, token or not");
+    assert!(engine.is_enabled());
+    assert_eq!(post_form(addr, "/setSwitch", &[("value", "false")], &[&auth]).status, 200);
     assert!(!engine.is_enabled());
 }
 
@@ -269,6 +272,386 @@ fn only_allowed_peers_connect_and_a_trusted_peer_writes_without_the_token() {
         .trust_peer(loopback)
         .start()
         .unwrap();
-    assert_eq!(get(trusted.local_addr(), "/setSwitch?value=false", &[]).status, 200);
+    assert_eq!(post_form(trusted.local_addr(), "/setSwitch", &[("value", "false")], &[]).status, 200);
     assert!(!engine.is_enabled());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Clients that do not read, peers that hold sockets, writes by GET, Host names off loopback.
+
+/// A connection from `src` (any 127.x address reaches a 127.0.0.1 server on Linux) with a small receive
+/// buffer, so that a client that does not read stalls the server's writes soon.
+fn connect_from(src: IpAddr, addr: std::net::SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let stream = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.bind(std::net::SocketAddr::new(src, 0)).unwrap();
+        socket.connect(addr).await.unwrap()
+    });
+    let stream = stream.into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    stream
+}
+
+/// Everything the server sends on `s` until it closes the connection (a reset after data counts as the end).
+fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return out,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return out,
+            Err(e) => panic!("reading the answer: {e} (after {} bytes)", out.len()),
+        }
+    }
+}
+
+/// The `Content-Length` of an answer's head.
+fn content_length(answer: &[u8]) -> usize {
+    let head = String::from_utf8_lossy(&answer[..answer.len().min(4096)]).to_ascii_lowercase();
+    let line = head.lines().find(|l| l.starts_with("content-length:")).unwrap_or_else(|| panic!("{head}"));
+    line["content-length:".len()..].trim().parse().unwrap()
+}
+
+/// Asks `path` from 127.0.0.1 until the server serves it (each answer comes at once: `503` while the
+/// connection slots are held); panics if it never does.
+fn served_again(addr: std::net::SocketAddr, path: &str) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = get(addr, path, &[]).status;
+        if status != 503 {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the slots were never freed");
+        std::thread::sleep(Duration::from_millis(10)); // polls for the condition
+    }
+}
+
+/// Names 8 KiB long: 1,200 of them make answers of 10 MB, more than the socket buffers of both ends hold.
+fn long_name(k: usize) -> String {
+    format!("{k:05}-{}", "n".repeat(8 * 1024))
+}
+
+/// A client that asks for `path` and reads only the first bytes of the answer (so the server has begun
+/// writing it), then nothing more.
+fn stall_on(addr: std::net::SocketAddr, path: &str) -> TcpStream {
+    let mut s = connect_from(IpAddr::V4(Ipv4Addr::LOCALHOST), addr);
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut first = [0u8; 12];
+    s.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200", "{path}");
+    s
+}
+
+fn big_engine() -> Sentinel {
+    let (engine, _) = engine();
+    engine.load_flow_rules((0..1200).map(|k| FlowRule::new(long_name(k)).count(1.0))).unwrap();
+    for k in 0..1200 {
+        drop(engine.enter(&long_name(k)));
+    }
+    engine
+}
+
+/// A command center with `slots` connection slots (any peer may take them all) and a write timeout of 300 ms.
+fn impatient_writer(engine: &Sentinel, slots: usize) -> CommandCenter {
+    CommandCenter::builder(engine)
+        .port(0)
+        .max_connections(slots)
+        .max_connections_per_peer(slots)
+        .write_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_secs(300)) // building a 10 MB answer in a debug build takes a while
+        .start()
+        .unwrap()
+}
+
+#[test]
+fn a_client_that_does_not_read_its_answer_is_cut_off_at_the_write_timeout_whatever_it_asked() {
+    let engine = big_engine();
+    let center = impatient_writer(&engine, 1);
+    let addr = center.local_addr();
+    for command in ["/getRules?type=flow", "/jsonTree", "/clusterNode?type=zero", "/console/overview"] {
+        // The only slot is taken by a client that asks for a large answer and stops reading it.
+        let mut stalled = stall_on(addr, command);
+        assert_eq!(served_again(addr, "/getSwitch"), 200, "{command}: served again once the stalled one is dropped");
+        let answer = read_to_close(&mut stalled);
+        let head = answer.windows(4).position(|w| w == b"\r\n\r\n").expect("the head was sent") + 4;
+        let length = content_length(&[&b"HTTP/1.1 200"[..], &answer].concat());
+        assert!(length > 8_000_000, "{command}: a large answer ({length} bytes)");
+        assert!(answer.len() - head < length, "{command}: cut short ({} of {length} bytes)", answer.len() - head);
+    }
+}
+
+#[test]
+fn many_clients_that_do_not_read_hold_every_slot_only_until_the_write_timeout() {
+    let engine = big_engine();
+    let center = impatient_writer(&engine, 8);
+    let addr = center.local_addr();
+    let paths = ["/getRules?type=flow", "/jsonTree"];
+    let stalled: Vec<TcpStream> = (0..8).map(|k| stall_on(addr, paths[k % 2])).collect();
+    // Nobody reads, and the answers are larger than every buffer on the way: only the timeout frees a slot.
+    assert_eq!(served_again(addr, "/getSwitch"), 200);
+    drop(stalled);
+}
+
+#[test]
+fn a_client_that_reads_its_large_answer_gets_all_of_it() {
+    let (engine, _) = engine();
+    engine.load_flow_rules((0..1200).map(|k| FlowRule::new(long_name(k)).count(1.0))).unwrap();
+    let center = CommandCenter::builder(&engine).port(0).start().unwrap();
+    let r = get(center.local_addr(), "/getRules?type=flow", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body.len() > 10_000_000 && r.body.ends_with(']'), "{} bytes", r.body.len());
+}
+
+#[test]
+fn a_refused_peer_holding_many_sockets_does_not_lock_out_the_allowed_one() {
+    let (engine, _) = engine();
+    let allowed = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let refused = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
+    let center = CommandCenter::builder(&engine)
+        .port(0)
+        .allow_peer(allowed)
+        .header_read_timeout(Duration::from_secs(60))
+        .start()
+        .unwrap();
+    let addr = center.local_addr();
+    // Three times the connection cap, each with half a request line, held open.
+    let mut held: Vec<TcpStream> = (0..192)
+        .map(|_| {
+            let mut s = connect_from(refused, addr);
+            s.write_all(b"GET /version HTTP/1.1\r\n").unwrap();
+            s
+        })
+        .collect();
+    let r = raw_request_from(allowed, addr, "GET /getSwitch HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    let body = "value=false";
+    let write = format!(
+        "POST /setSwitch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert!(raw_request_from(allowed, addr, &write).starts_with("HTTP/1.1 200"));
+    assert!(!engine.is_enabled());
+    // Each refused socket was answered 403 and closed as soon as it was accepted, without a slot.
+    for s in &mut held {
+        let answer = String::from_utf8_lossy(&read_to_close(s)).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 403") && answer.contains("allow list"), "{answer}");
+    }
+}
+
+fn raw_request_from(src: IpAddr, addr: std::net::SocketAddr, request: &str) -> String {
+    let mut s = connect_from(src, addr);
+    s.write_all(request.as_bytes()).unwrap();
+    String::from_utf8_lossy(&read_to_close(&mut s)).into_owned()
+}
+
+/// Opens `n` idle connections from `src`, then one more, which the server answers `503` at once: the
+/// connections before it were accepted (the listener hands them over in order), so they hold their slots.
+fn hold_up_to_the_cap(src: IpAddr, addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+    let held: Vec<TcpStream> = (0..n).map(|_| connect_from(src, addr)).collect();
+    let mut over = connect_from(src, addr);
+    let answer = String::from_utf8_lossy(&read_to_close(&mut over)).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{src} over its cap: {answer}");
+    held
+}
+
+#[test]
+fn one_peer_cannot_take_every_connection_slot() {
+    let (engine, _) = engine();
+    let center = CommandCenter::builder(&engine).port(0).header_read_timeout(Duration::from_secs(60)).start().unwrap();
+    let addr = center.local_addr();
+    let greedy = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
+    let _held = hold_up_to_the_cap(greedy, addr, 16);
+    let mut over = connect_from(greedy, addr);
+    let answer = String::from_utf8_lossy(&read_to_close(&mut over)).into_owned();
+    assert!(answer.contains("Too many connections from your address"), "{answer}");
+    let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let r = raw_request_from(other, addr, "GET /getSwitch HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 200"), "another peer is served: {r}");
+}
+
+#[test]
+fn slots_are_kept_for_the_trusted_dashboard() {
+    let (engine, _) = engine();
+    let dashboard = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9));
+    let center = CommandCenter::builder(&engine)
+        .port(0)
+        .token("trusted-dashboard-secret-token")
+        .trust_peer(dashboard)
+        .max_connections(8)
+        .max_connections_per_peer(2)
+        .header_read_timeout(Duration::from_secs(60))
+        .start()
+        .unwrap();
+    let addr = center.local_addr();
+    // Three peers take 6 of the 8 slots: the other 2 are the dashboard's.
+    let _held: Vec<Vec<TcpStream>> =
+        (3..6).map(|k| hold_up_to_the_cap(IpAddr::V4(Ipv4Addr::new(127, 0, 0, k)), addr, 2)).collect();
+    let get_switch = "GET /getSwitch HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let r = raw_request_from(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 6)), addr, get_switch);
+    assert!(r.starts_with("HTTP/1.1 503"), "a fourth peer finds no slot: {r}");
+    let r = raw_request_from(dashboard, addr, get_switch);
+    assert!(r.starts_with("HTTP/1.1 200"), "the dashboard does: {r}");
+}
+
+/// Every write command with parameters that change something, and how to tell it did.
+fn writes() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+    vec![
+        ("setSwitch", vec![("value", "false")]),
+        ("setRules", vec![("type", "flow"), ("data", "[]")]),
+        ("setRules", vec![("type", "degrade"), ("data", "[]")]),
+        ("setRules", vec![("type", "system"), ("data", "[]")]),
+        ("setRules", vec![("type", "authority"), ("data", "[]")]),
+        ("setParamFlowRules", vec![("data", "[]")]),
+        ("setClusterMode", vec![("mode", "0")]),
+    ]
+}
+
+fn query(params: &[(&str, &str)]) -> String {
+    let pairs: Vec<String> = params
+        .iter()
+        .map(|(k, v)| format!("{}={}", sentinel_testkit::http::form_encode(k), sentinel_testkit::http::form_encode(v)))
+        .collect();
+    pairs.join("&")
+}
+
+fn engine_with_one_rule_of_each_kind() -> (Sentinel, tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.json");
+    std::fs::write(
+        &file,
+        r#"{"flowRules": [{"resource": "api", "count": 1}],
+            "degradeRules": [{"resource": "db", "grade": 2, "count": 2, "timeWindow": 10}],
+            "systemRules": [{"qps": 100}],
+            "authorityRules": [{"resource": "api", "limitApp": "bad", "strategy": 1}],
+            "paramFlowRules": [{"resource": "api", "paramIdx": 0, "count": 5}]}"#,
+    )
+    .unwrap();
+    let (engine, _) = engine();
+    sentinel_runtime::datasource::FileDataSource::new(&engine, &file).reload_now().unwrap();
+    (engine, dir, file)
+}
+
+fn rule_counts(engine: &Sentinel) -> [usize; 5] {
+    [
+        engine.flow_rules().len(),
+        engine.degrade_rules().len(),
+        engine.system_rules().len(),
+        engine.authority_rules().len(),
+        engine.param_flow_rules().len(),
+    ]
+}
+
+#[test]
+fn every_write_command_by_get_or_another_method_than_post_is_refused_and_changes_nothing() {
+    let (engine, dir, file) = engine_with_one_rule_of_each_kind();
+    let source = sentinel_runtime::datasource::FileDataSource::new(&engine, &file);
+    let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
+    let addr = center.local_addr();
+    let before = std::fs::read_to_string(&file).unwrap();
+    for (command, params) in writes() {
+        let path = format!("/{command}?{}", query(&params));
+        // An <img> or a link of another site, in a browser that sends no Origin and no Fetch Metadata.
+        let r = get(addr, &path, &["Referer: https://evil.example/"]);
+        assert_eq!(r.status, 405, "GET {path}: {}", r.body);
+        assert_eq!(r.header("allow"), Some("POST"), "{path}");
+        for method in ["HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "X1"] {
+            let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(req.as_bytes()).unwrap();
+            let answer = String::from_utf8_lossy(&read_to_close(&mut s)).into_owned();
+            assert!(answer.starts_with("HTTP/1.1 405"), "{method} {path}: {answer}");
+        }
+    }
+    assert!(engine.is_enabled(), "the switch stays on");
+    assert_eq!(rule_counts(&engine), [1; 5], "every rule stays in force");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), before, "the rules file is untouched");
+    drop(dir);
+}
+
+#[test]
+fn every_write_command_by_post_works() {
+    let (engine, dir, file) = engine_with_one_rule_of_each_kind();
+    let source = sentinel_runtime::datasource::FileDataSource::new(&engine, &file);
+    let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
+    let addr = center.local_addr();
+    for (command, params) in writes() {
+        let r = post_form(addr, &format!("/{command}"), &params, &[]);
+        // No cluster service runs: setClusterMode explains why it cannot switch, by POST as by GET.
+        let expected = if command == "setClusterMode" { 400 } else { 200 };
+        assert_eq!(r.status, expected, "POST {command} {params:?}: {}", r.body);
+    }
+    assert!(!engine.is_enabled());
+    assert_eq!(rule_counts(&engine), [0; 5], "every kind emptied by its push");
+    drop(dir);
+}
+
+#[test]
+fn write_commands_by_get_are_taken_when_allowed_for_old_dashboards() {
+    let (engine, dir, file) = engine_with_one_rule_of_each_kind();
+    let source = sentinel_runtime::datasource::FileDataSource::new(&engine, &file);
+    let center = CommandCenter::builder(&engine).port(0).data_source(source).allow_get_writes(true).start().unwrap();
+    let addr = center.local_addr();
+    for (command, params) in writes() {
+        let r = get(addr, &format!("/{command}?{}", query(&params)), &[]);
+        let expected = if command == "setClusterMode" { 400 } else { 200 };
+        assert_eq!(r.status, expected, "GET {command} {params:?}: {}", r.body);
+        let r = raw_request(
+            addr,
+            format!("PUT /{command} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert_eq!((r.status, r.header("allow")), (405, Some("GET, POST")), "{command}: GET and POST only");
+    }
+    assert!(!engine.is_enabled());
+    assert_eq!(rule_counts(&engine), [0; 5]);
+    // The other checks still apply to them: another site's page is refused.
+    let r = get(addr, "/setSwitch?value=true", &["Sec-Fetch-Site: cross-site"]);
+    assert_eq!(r.status, 403);
+    assert!(!engine.is_enabled());
+    drop(dir);
+}
+
+#[test]
+fn bound_beyond_loopback_reads_too_need_a_host_name_the_server_answers_for() {
+    let (engine, _) = engine();
+    let token = "beyond-loopback-secret-token";
+    let center = CommandCenter::builder(&engine)
+        .bind(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        .port(0)
+        .token(token)
+        .allow_host("sentinel.internal")
+        .start()
+        .unwrap();
+    let addr = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, center.local_addr().port()));
+    let port = addr.port();
+    let auth = format!("Authorization: Bearer {token}");
+    let ask = |path: &str, host: &str, extra: &[&str]| {
+        let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+        for h in extra {
+            req.push_str(h);
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        raw_request(addr, req.as_bytes())
+    };
+    for path in ["/getRules?type=flow", "/metric?startTime=0", "/jsonTree", "/console/overview", "/", "/console.js"] {
+        // A page of rebind.example, whose name now resolves to this server's address.
+        for host in
+            [format!("rebind.example:{port}"), format!("127.0.0.1.nip.io:{port}"), "sentinel.internal.evil".into()]
+        {
+            let r = ask(path, &host, &[]);
+            assert_eq!(r.status, 403, "{path} for {host}: {}", r.body);
+            assert!(r.body.contains("allow_host"), "{}", r.body);
+            assert_eq!(ask(path, &host, &[&auth]).status, 403, "{path} for {host}, token or not");
+        }
+        for host in [format!("127.0.0.1:{port}"), format!("10.1.2.3:{port}"), format!("sentinel.internal:{port}")] {
+            assert_eq!(ask(path, &host, &[]).status, 200, "{path} for {host}");
+        }
+    }
+    let r = post_form(addr, "/setSwitch", &[("value", "false")], &[&auth]);
+    assert_eq!(r.status, 200, "the test's own Host is an address: {}", r.body);
 }

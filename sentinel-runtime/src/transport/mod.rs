@@ -20,8 +20,10 @@
 //! client of the shared limits, while `cluster::RedisCluster` runs; else -1, not started);
 //! and for people with curl: `version`, `basicInfo`, `getSwitch` / `setSwitch`, `systemStatus`, `api`,
 //! `diagnose?resource=`. A command is the path (`GET /getRules?type=flow`); parameters come from the query
-//! string and a form-encoded body, each decoded once. Answers are `200` with the result, `400` with the
-//! reason (an unknown command: ``Unknown command `x` ``), and nothing changes on an error.
+//! string and a form-encoded body, each decoded once; a command that changes something is a `POST`
+//! (`curl -d value=false http://127.0.0.1:8719/setSwitch`, see the security defaults). Answers are `200`
+//! with the result, `400` with the reason (an unknown command: ``Unknown command `x` ``), and nothing
+//! changes on an error.
 //!
 //! `GET /` is the console: every resource live (pass, block, success, exception per second, average rt,
 //! concurrency), a 5-minute chart each, breaker states and transitions, the rules of each kind (editable,
@@ -39,14 +41,27 @@
 //!   DNS rebinding.
 //! - Bound anywhere else, [`start`](CommandCenterBuilder::start) fails with [`StartError::TokenRequired`]
 //!   unless a token is set; every write command then needs `Authorization: Bearer <token>` (compared in
-//!   constant time), and every read too with [`CommandCenterBuilder::token_for_reads`].
+//!   constant time), and every read too with [`CommandCenterBuilder::token_for_reads`]. Every request, reads
+//!   included, must name the server by an IP address, `localhost`, the machine's host name or a name given
+//!   to [`CommandCenterBuilder::allow_host`] (DNS rebinding again: a page of another domain that resolves to
+//!   the server's address cannot read it through a visitor's browser).
+//! - Write commands (`setRules`, `setParamFlowRules`, `setSwitch`, `setClusterMode`) are taken by `POST`
+//!   only, as the dashboard sends them since 1.6 and the console does: a `GET`, which any page can make a
+//!   browser send (an `<img>`), gets `405`. Dashboards older than 1.6 write by `GET`:
+//!   [`CommandCenterBuilder::allow_get_writes`] (or `SENTINEL_COMMAND_GET_WRITES=true`) accepts it again.
+//!   The Java dashboard's cluster page sends `setClusterMode` by `GET` whatever its version; here the mode
+//!   follows the application (`cluster::RedisCluster`), so that button only ever confirmed it.
 //! - Writes sent by a browser from another site (`Origin`, `Sec-Fetch-Site`) are refused.
-//! - [`CommandCenterBuilder::allow_peer`] limits the peers that may connect at all;
+//! - [`CommandCenterBuilder::allow_peer`] limits the peers that may connect at all: any other is answered
+//!   `403` and closed as soon as it connects, before anything is read, so it takes no connection slot;
 //!   [`CommandCenterBuilder::trust_peer`] lets the dashboard's address write without the token (the dashboard
-//!   cannot send one).
+//!   cannot send one) and keeps connection slots for it.
 //! - Bodies are capped (`413`), headers must arrive within 5 s and a request complete within 10 s (a client
-//!   that sends a byte a second is dropped), at most 64 connections are served at once (`503` past it),
-//!   malformed input gets `400`.
+//!   that sends a byte a second is dropped), and the answer must be taken within 10 s of its first byte
+//!   ([`CommandCenterBuilder::write_timeout`]; a client that does not read is dropped), so a connection
+//!   lasts 25 s at most. At most 64 connections are served at once, 16 from one address (an IPv6 /64
+//!   counts as one; every local process is one address on loopback), `503` past either cap; malformed input
+//!   gets `400`.
 //! - The server protects itself with a Sentinel flow rule: every request enters the resource
 //!   [`COMMAND_RESOURCE`] of a private engine (so no dashboard push can remove the rule), limited to
 //!   [`DEFAULT_COMMAND_QPS`] requests per second by default ([`CommandCenterBuilder::command_qps`]); past
@@ -90,7 +105,7 @@ use hyper::{Method, StatusCode, Uri};
 
 use crate::datasource::FileDataSource;
 use crate::flow::FlowRule;
-use crate::http_server::{plain, HttpServer, Limits, Runtime};
+use crate::http_server::{plain, HttpServer, Limits, PeerPolicy, Runtime};
 use crate::{Resource, Sentinel};
 use commands::{Center, MachineInfo, Params};
 use security::Access;
@@ -164,6 +179,8 @@ pub struct CommandCenterBuilder {
     token_for_reads: bool,
     allowed_peers: Vec<IpAddr>,
     trusted_peers: Vec<IpAddr>,
+    allowed_hosts: Vec<String>,
+    get_writes: bool,
     dashboards: String,
     advertise_ip: Option<IpAddr>,
     heartbeat_interval: Duration,
@@ -185,6 +202,8 @@ impl CommandCenterBuilder {
             token_for_reads: false,
             allowed_peers: Vec::new(),
             trusted_peers: Vec::new(),
+            allowed_hosts: Vec::new(),
+            get_writes: false,
             dashboards: String::new(),
             advertise_ip: None,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
@@ -210,6 +229,9 @@ impl CommandCenterBuilder {
     /// | `SENTINEL_COMMAND_TOKEN` | the token writes need |
     /// | `SENTINEL_COMMAND_ALLOW` | the only peers (IPs, comma-separated) that may connect |
     /// | `SENTINEL_COMMAND_TRUSTED` | peers (IPs, comma-separated) that need no token: the dashboard's address |
+    /// | `SENTINEL_COMMAND_HOSTS` | host names (comma-separated) a server bound beyond loopback answers for |
+    /// | `SENTINEL_COMMAND_GET_WRITES` | `true`: write commands by `GET` too (dashboards older than 1.6) |
+    /// | `SENTINEL_COMMAND_WRITE_TIMEOUT_MS` | time a client has to take its answer |
     /// | `SENTINEL_DASHBOARD_SERVER` | dashboards to send heartbeats to: `host[:port]`, comma-separated, `http://` optional |
     /// | `SENTINEL_HEARTBEAT_CLIENT_IP` | the IP reported to the dashboard (containers, several interfaces) |
     /// | `SENTINEL_HEARTBEAT_INTERVAL_MS` | time between heartbeats |
@@ -257,6 +279,22 @@ impl CommandCenterBuilder {
         }
         if let Some(v) = env("SENTINEL_COMMAND_TRUSTED") {
             self.trusted_peers = ips("SENTINEL_COMMAND_TRUSTED", &v)?;
+        }
+        if let Some(v) = env("SENTINEL_COMMAND_HOSTS") {
+            self.allowed_hosts = v.split(',').map(str::trim).filter(|h| !h.is_empty()).map(String::from).collect();
+        }
+        if let Some(v) = env("SENTINEL_COMMAND_GET_WRITES") {
+            self.get_writes = match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => true,
+                "false" | "0" | "no" | "off" => false,
+                _ => return Err(bad("SENTINEL_COMMAND_GET_WRITES", &v, "expected true or false")),
+            };
+        }
+        if let Some(v) = env("SENTINEL_COMMAND_WRITE_TIMEOUT_MS") {
+            let ms: u64 = v.trim().parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
+                bad("SENTINEL_COMMAND_WRITE_TIMEOUT_MS", &v, "expected a number of milliseconds above 0")
+            })?;
+            self.limits.write_timeout = Duration::from_millis(ms);
         }
         if let Some(v) = env("SENTINEL_DASHBOARD_SERVER") {
             heartbeat::parse_dashboards(&v).map_err(|e| bad("SENTINEL_DASHBOARD_SERVER", &v, &e.reason))?;
@@ -309,8 +347,28 @@ impl CommandCenterBuilder {
 
     /// Lets requests from `ip` run write commands without the token: the Sentinel Dashboard's address, since
     /// the dashboard cannot send one. Trust an address only where it cannot be spoofed (a private network).
+    /// A quarter of the connection slots ([`max_connections_per_peer`](Self::max_connections_per_peer)) is
+    /// then kept for trusted peers, so other peers cannot take every slot.
     pub fn trust_peer(mut self, ip: IpAddr) -> Self {
         self.trusted_peers.push(ip);
+        self
+    }
+
+    /// A host name the server answers for when bound beyond loopback (the `Host` of a request), besides IP
+    /// addresses, `localhost` and the machine's host name: a DNS name the server is reached by. Any other
+    /// name gets `403`, reads included, which defeats DNS rebinding. On loopback only loopback names are
+    /// answered, whatever is listed.
+    pub fn allow_host(mut self, name: impl Into<String>) -> Self {
+        self.allowed_hosts.push(name.into());
+        self
+    }
+
+    /// Takes write commands by `GET` too (default: `POST` only; a `GET` write gets `405`). Only for
+    /// Sentinel Dashboards older than 1.6, which put a push in the query string: any web page can make a
+    /// browser send a `GET` to this address, and browsers without Fetch Metadata send no `Origin` with it,
+    /// so turn it on only with a token (and the dashboard as a trusted peer) or on a machine without one.
+    pub fn allow_get_writes(mut self, on: bool) -> Self {
+        self.get_writes = on;
         self
     }
 
@@ -371,6 +429,14 @@ impl CommandCenterBuilder {
         self
     }
 
+    /// The most connections served at once for one peer address (an IPv6 /64 counts as one); default a
+    /// quarter of [`max_connections`](Self::max_connections). Past it, that peer gets `503` while others are
+    /// served. On loopback every local process is the same peer.
+    pub fn max_connections_per_peer(mut self, n: usize) -> Self {
+        self.limits.max_connections_per_peer = Some(n.max(1));
+        self
+    }
+
     /// The time a client has to send its request headers (default 5 s).
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
         self.limits.header_read_timeout = timeout;
@@ -380,6 +446,14 @@ impl CommandCenterBuilder {
     /// The time a request, its body included, may take (default 10 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.limits.request_timeout = timeout;
+        self
+    }
+
+    /// The time a client has to take the whole answer, from its first byte (default 10 s, the Java
+    /// dashboard's own read timeout): a client that stops reading is dropped and its connection slot freed.
+    /// A connection lasts at most the header, request and write timeouts added up.
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.write_timeout = timeout;
         self
     }
 
@@ -429,12 +503,23 @@ impl CommandCenterBuilder {
         if let Err(e) = guard_engine.load_flow_rules([FlowRule::new(COMMAND_RESOURCE).count(self.command_qps)]) {
             tracing::warn!(error = %e, "the command server's own flow rule is invalid; it is served unlimited");
         }
+        let mut limits = self.limits;
+        if !self.trusted_peers.is_empty() {
+            limits.reserved_for_trusted = limits.per_peer();
+        }
+        let access = Arc::new(
+            Access::new(self.token, self.token_for_reads, self.bind.is_loopback())
+                .with_peers(self.allowed_peers, self.trusted_peers)
+                .with_hosts(self.allowed_hosts)
+                .with_get_writes(self.get_writes),
+        );
+        let classify = access.clone();
+        limits.peers = PeerPolicy::new(move |peer| classify.classify(peer));
         let state = Arc::new(ServerState {
             center: center.clone(),
-            access: Access::new(self.token, self.token_for_reads, self.bind.is_loopback())
-                .with_peers(self.allowed_peers, self.trusted_peers),
+            access,
             guard: guard_engine.resource(COMMAND_RESOURCE),
-            max_body_bytes: self.limits.max_body_bytes,
+            max_body_bytes: limits.max_body_bytes,
         });
         let router = Router::new().fallback(dispatch).with_state(state);
 
@@ -460,7 +545,7 @@ impl CommandCenterBuilder {
             Some(h) => Runtime::Handle(h),
             None => Runtime::OwnThread("sentinel-command-center".into()),
         };
-        let server = HttpServer::start(listener, router, self.limits, runtime, tasks)?;
+        let server = HttpServer::start(listener, router, limits, runtime, tasks)?;
         tracing::info!(addr = %server.local_addr(), "Sentinel command center listening");
         Ok(CommandCenter { server, center, observer, heartbeat: status })
     }
@@ -556,7 +641,7 @@ impl Drop for CommandCenter {
 
 struct ServerState {
     center: Arc<Center>,
-    access: Access,
+    access: Arc<Access>,
     guard: Resource,
     max_body_bytes: usize,
 }
@@ -611,7 +696,7 @@ async fn dispatch(
     #[cfg(feature = "prometheus")]
     if name == "metrics" && (method == Method::GET || method == Method::HEAD) {
         // Prometheus scrapes the command port too: a read, with the same access rules as the other reads.
-        if let Err(denied) = s.access.check(&headers, peer.ip(), false) {
+        if let Err(denied) = s.access.check(&headers, peer.ip(), &method, false) {
             return denied_response(&denied);
         }
         let engine = s.center.engine.clone();
@@ -627,7 +712,7 @@ async fn dispatch(
         let shown: String = name.chars().take(200).collect();
         return text(StatusCode::BAD_REQUEST, format!("Unknown command `{shown}`"));
     };
-    if let Err(denied) = s.access.check(&headers, peer.ip(), command.write) {
+    if let Err(denied) = s.access.check(&headers, peer.ip(), &method, command.write) {
         return denied_response(&denied);
     }
     let mut params = Params::default();
@@ -685,6 +770,12 @@ fn denied_response(denied: &security::Denied) -> Response {
             r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             r
         }
+        security::Denied::WriteNeedsPost { get_allowed, .. } => {
+            let mut r = text(StatusCode::METHOD_NOT_ALLOWED, denied.message());
+            let allow = if *get_allowed { "GET, POST" } else { "POST" };
+            r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
+            r
+        }
         _ => text(StatusCode::FORBIDDEN, denied.message()),
     }
 }
@@ -710,6 +801,9 @@ mod tests {
             ("SENTINEL_HEARTBEAT_INTERVAL_MS", "2500"),
             ("SENTINEL_COMMAND_ALLOW", "10.0.0.5, 127.0.0.1"),
             ("SENTINEL_COMMAND_TRUSTED", "10.0.0.5"),
+            ("SENTINEL_COMMAND_HOSTS", "sentinel.internal, app-1.svc"),
+            ("SENTINEL_COMMAND_GET_WRITES", "TRUE"),
+            ("SENTINEL_COMMAND_WRITE_TIMEOUT_MS", "1500"),
         ])
         .unwrap();
         assert_eq!((b.bind, b.port), ("0.0.0.0".parse::<IpAddr>().unwrap(), 9000));
@@ -719,10 +813,15 @@ mod tests {
         assert_eq!(b.heartbeat_interval, Duration::from_millis(2500));
         assert_eq!(b.allowed_peers, ["10.0.0.5".parse::<IpAddr>().unwrap(), "127.0.0.1".parse().unwrap()]);
         assert_eq!(b.trusted_peers, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
+        assert_eq!(b.allowed_hosts, ["sentinel.internal", "app-1.svc"]);
+        assert!(b.get_writes);
+        assert_eq!(b.limits.write_timeout, Duration::from_millis(1500));
         let b = from(&[("SENTINEL_COMMAND_BIND", "[::1]:7000")]).unwrap();
         assert_eq!((b.bind, b.port), ("::1".parse::<IpAddr>().unwrap(), 7000));
         let b = from(&[]).unwrap();
         assert_eq!((b.bind, b.port), (IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_PORT));
+        assert!(!b.get_writes, "writes by POST only unless asked");
+        assert_eq!(b.limits.write_timeout, Duration::from_secs(10));
     }
 
     #[test]
@@ -734,6 +833,8 @@ mod tests {
             ("SENTINEL_HEARTBEAT_CLIENT_IP", "my-host"),
             ("SENTINEL_HEARTBEAT_INTERVAL_MS", "0"),
             ("SENTINEL_COMMAND_TRUSTED", "10.0.0.5,dashboard"),
+            ("SENTINEL_COMMAND_GET_WRITES", "sometimes"),
+            ("SENTINEL_COMMAND_WRITE_TIMEOUT_MS", "0"),
         ] {
             let e = from(&[(var, value)]).unwrap_err();
             assert_eq!((e.var, e.value.as_str()), (var, value), "{e}");
