@@ -71,8 +71,14 @@ impl Template {
         })
     }
 
-    fn matches(&self, host: &str, path: &str) -> bool {
+    /// Whether the call to `authority` (`host` or `host:port`) and `path` matches. A template's host without
+    /// a port matches any port.
+    fn matches(&self, authority: &str, path: &str) -> bool {
         if let Some(h) = &self.host {
+            let host = match h.contains(':') {
+                true => authority,
+                false => authority.rsplit_once(':').filter(|(_, p)| !p.contains(']')).map_or(authority, |(h, _)| h),
+            };
             if !h.eq_ignore_ascii_case(host) {
                 return false;
             }
@@ -128,14 +134,18 @@ impl Naming {
             false => rest.to_owned(),
         };
         let path = view.path();
-        if let Some(t) = self.templates.iter().find(|t| t.matches(view.host(), path)) {
+        let authority = match view.port() {
+            Some(p) => Cow::Owned(format!("{}:{p}", view.host())),
+            None => Cow::Borrowed(view.host()),
+        };
+        if let Some(t) = self.templates.iter().find(|t| t.matches(&authority, path)) {
             return Some(match &t.host {
                 Some(_) => (Cow::Owned(prefix(&t.text)), false),
-                None => (Cow::Owned(prefix(&format!("{}{}", view.host(), t.text))), true),
+                None => (Cow::Owned(prefix(&format!("{authority}{}", t.text))), true),
             });
         }
         let cleaned = (self.cleaner)(path)?;
-        Some((Cow::Owned(prefix(&format!("{}{cleaned}", view.host()))), true))
+        Some((Cow::Owned(prefix(&format!("{authority}{cleaned}"))), true))
     }
 }
 
@@ -248,8 +258,10 @@ mod tests {
         let get = |u: &str| name(&naming, &Request::get(u).body(()).unwrap());
         assert_eq!(get("http://inventory.svc/items/ab-c/stock").as_deref(), Some("GET:inventory.svc/items/{sku}/stock"));
         assert_eq!(get("http://INVENTORY.svc/items/x/stock").as_deref(), Some("GET:inventory.svc/items/{sku}/stock"));
+        assert_eq!(get("http://inventory.svc:81/items/x/stock").as_deref(), Some("GET:inventory.svc/items/{sku}/stock"));
         assert_eq!(get("http://other/items/x/stock").as_deref(), Some("GET:other/items/x/stock"));
         assert_eq!(get("http://accounts/users/bob").as_deref(), Some("GET:accounts/users/{name}"));
+        assert_eq!(get("http://accounts:81/users/bob").as_deref(), Some("GET:accounts:81/users/{name}"));
         assert_eq!(get("http://accounts/users/bob/x").as_deref(), Some("GET:accounts/users/bob/x"));
     }
 
