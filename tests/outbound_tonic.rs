@@ -170,7 +170,7 @@ async fn hyper_util_client_calls_go_through_the_layer_with_body_end_exits_and_ty
             .build_http::<Empty<Bytes>>();
         let mut svc = ServiceBuilder::new().layer(SentinelClientLayer::new(&engine).exit_on(ExitOn::BodyEnd)).service(hyper);
         let get = |path: String| http::Request::get(format!("http://{addr}{path}")).body(Empty::new()).unwrap();
-        use tower::ServiceExt;
+        use tower::{Service, ServiceExt};
         let response = svc.ready().await.unwrap().call(get("/items/1".into())).await.unwrap();
         assert_eq!(stats(&engine, &resource).threads, 1, "held until the body ends");
         assert_eq!(response.into_body().collect().await.unwrap().to_bytes(), "item");
