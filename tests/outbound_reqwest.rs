@@ -14,7 +14,7 @@ use axum::routing::get;
 use axum::Router;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
-use sentinel_runtime::flow::{FlowGrade, FlowRule};
+use sentinel_runtime::flow::{ControlBehavior, FlowGrade, FlowRule};
 use sentinel_runtime::outbound::{ResourceName, SentinelMiddleware};
 use sentinel_runtime::system::SystemRule;
 use sentinel_runtime::web::SentinelLayer;
@@ -68,6 +68,10 @@ async fn downstream() -> (Arc<Downstream>, String) {
         .route("/slow/{id}", get(slow))
         .route("/items/{id}", get(item))
         .route("/busy", get(busy))
+        .route("/fail", get(|State(d): State<Arc<Downstream>>| async move {
+            d.hits.fetch_add(1, Ordering::SeqCst);
+            StatusCode::INTERNAL_SERVER_ERROR
+        }))
         .with_state(d.clone());
     let addr = serve(app).await;
     (d, format!("http://{addr}"))
@@ -253,6 +257,101 @@ async fn system_rules_limit_inbound_requests_and_not_outbound_calls_of_the_same_
             statuses.push(plain.get(format!("http://{order}/orders")).send().await.unwrap().status().as_u16());
         }
         assert_eq!(statuses, [200, 429, 429], "inbound requests are limited by the same engine's system rule");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_time_limit_drops_the_call_and_counts_an_error_and_a_dropped_call_counts_none() {
+    bounded(async {
+        let (engine, clock) = engine_at(0);
+        let (d, base) = downstream().await;
+        let resource = format!("GET:{}/slow/{{id}}", authority(&base));
+        let client = guarded(SentinelMiddleware::new(&engine).timeout(Duration::from_millis(100)));
+        let call = tokio::spawn({
+            let (client, url) = (client.clone(), format!("{base}/slow/1"));
+            async move { client.get(url).send().await }
+        });
+        until("the downstream has the call", || d.hits() == 1).await;
+        until("the time limit's timer is set", || clock.pending_timers() > 0).await;
+        clock.advance_millis(100);
+        match call.await.unwrap() {
+            Err(reqwest_middleware::Error::Middleware(e)) => {
+                let t = e.downcast_ref::<sentinel_runtime::Timeout>().expect("a Timeout");
+                assert_eq!(t.limit, Duration::from_millis(100));
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        let s = stats(&engine, &resource);
+        assert_eq!((s.minute_exception, s.threads), (1, 0));
+        assert!(s.avg_rt_ms >= 100.0, "a timed-out call is a slow call: {s:?}");
+        // A caller that gives up: the entry exits without an error.
+        let call = tokio::spawn({
+            let (client, url) = (client.clone(), format!("{base}/slow/2"));
+            async move { client.get(url).send().await }
+        });
+        until("the downstream has the call", || d.hits() == 2).await;
+        assert_eq!(stats(&engine, &resource).threads, 1);
+        call.abort();
+        until("the dropped call exits", || stats(&engine, &resource).threads == 0).await;
+        assert_eq!(stats(&engine, &resource).minute_exception, 1);
+        d.gate.add_permits(2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_rate_limiter_queues_the_call_on_a_timer_and_sends_it_when_the_wait_is_over() {
+    bounded(async {
+        let (engine, clock) = engine_at(0);
+        let (d, base) = downstream().await;
+        let resource = format!("GET:{}/items/{{id}}", authority(&base));
+        engine
+            .load_flow_rules([FlowRule::new(&resource)
+                .count(1.0)
+                .control_behavior(ControlBehavior::RateLimiter)
+                .max_queueing_time_ms(5_000)])
+            .unwrap();
+        let client = guarded(SentinelMiddleware::new(&engine));
+        assert_eq!(client.get(format!("{base}/items/1")).send().await.unwrap().status(), 200);
+        let queued = tokio::spawn({
+            let (client, url) = (client.clone(), format!("{base}/items/2"));
+            async move { client.get(url).send().await }
+        });
+        until("the queued call waits on the engine's timer", || clock.pending_timers() > 0).await;
+        assert_eq!(d.hits(), 1, "not sent before its turn");
+        clock.advance_millis(1_000);
+        assert_eq!(queued.await.unwrap().unwrap().status(), 200);
+        assert_eq!(d.hits(), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn server_errors_are_traced_and_blocked_calls_get_the_fallback_answer() {
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        let (d, base) = downstream().await;
+        let resource = format!("GET:{}/fail", authority(&base));
+        engine
+            .load_degrade_rules([DegradeRule::new(&resource, DegradeGrade::ErrorRatio)
+                .count(0.5)
+                .min_request_amount(3)
+                .stat_interval_ms(10_000)
+                .time_window_sec(10)])
+            .unwrap();
+        let client = guarded(
+            SentinelMiddleware::new(&engine)
+                .fallback(|b, call| http::Response::new(format!("cached ({}, {})", b.kind_name(), call.path()).into())),
+        );
+        for _ in 0..3 {
+            assert_eq!(client.get(format!("{base}/fail")).send().await.unwrap().status(), 500);
+        }
+        assert_eq!(stats(&engine, &resource).minute_exception, 3);
+        let r = client.get(format!("{base}/fail")).send().await.unwrap();
+        assert_eq!(r.url().path(), "/fail", "the answer keeps the URL called");
+        assert_eq!(r.text().await.unwrap(), "cached (DegradeException, /fail)");
+        assert_eq!(d.hits(), 3);
     })
     .await;
 }
