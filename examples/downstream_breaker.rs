@@ -95,14 +95,14 @@ async fn run(guard: Option<SentinelMiddleware>) -> Vec<Tick> {
     while start.elapsed() < RUN {
         arrivals.tick().await;
         slow.store(start.elapsed() >= SLOW_FROM, Ordering::Relaxed);
-        let (caller, timeline) = (caller.clone(), timeline.clone());
+        let (caller, shared) = (caller.clone(), timeline.clone());
         let url = format!("http://{order_addr}/order");
         tokio::spawn(async move {
             let sent = Instant::now();
             let _ = caller.get(url).send().await;
             let i = (start.elapsed().as_millis() / TICK.as_millis()) as usize;
             let ms = sent.elapsed().as_millis() as u64;
-            if let Some(t) = timeline.lock().expect("the timeline").get_mut(i) {
+            if let Some(t) = shared.lock().expect("the timeline").get_mut(i) {
                 t.done += 1;
                 t.total_ms += ms;
                 t.max_ms = t.max_ms.max(ms);
@@ -113,6 +113,8 @@ async fn run(guard: Option<SentinelMiddleware>) -> Vec<Tick> {
             t.in_flight = t.in_flight.max(state.in_flight.load(Ordering::Relaxed));
         }
     }
+    // Let the last calls finish, so the next run starts on a quiet machine.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let out = timeline.lock().expect("the timeline").clone();
     out
 }
