@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::get;
 use axum::Router;
-use axum::body::Bytes;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::flow::{FlowGrade, FlowRule};
@@ -120,7 +120,7 @@ async fn run(guard: Option<SentinelMiddleware>) -> Vec<Tick> {
 }
 
 fn cell(t: &Tick) -> String {
-    let avg = if t.done == 0 { 0 } else { t.total_ms / t.done };
+    let avg = t.total_ms.checked_div(t.done).unwrap_or(0);
     format!("{:>9} {:>8} {:>7}", t.in_flight, avg, t.max_ms)
 }
 
@@ -145,10 +145,17 @@ async fn main() {
         .fallback(|_, _| http::Response::new(Bytes::from_static(b"stock unknown (fallback)")));
     let guarded = run(Some(guard)).await;
 
-    println!("inventory turns slow (50 ms -> 1 s) at {} ms; one order request every {} ms", SLOW_FROM.as_millis(), ARRIVAL.as_millis());
+    println!(
+        "inventory turns slow (50 ms -> 1 s) at {} ms; one order request every {} ms",
+        SLOW_FROM.as_millis(),
+        ARRIVAL.as_millis()
+    );
     println!();
     println!("{:>7} | {:^26} | {:^26}", "", "without the guard", "with the guard");
-    println!("{:>7} | {:>9} {:>8} {:>7} | {:>9} {:>8} {:>7}", "t (ms)", "in flight", "avg ms", "max ms", "in flight", "avg ms", "max ms");
+    println!(
+        "{:>7} | {:>9} {:>8} {:>7} | {:>9} {:>8} {:>7}",
+        "t (ms)", "in flight", "avg ms", "max ms", "in flight", "avg ms", "max ms"
+    );
     for (i, (a, b)) in bare.iter().zip(&guarded).enumerate() {
         println!("{:>7} | {} | {}", i as u128 * TICK.as_millis(), cell(a), cell(b));
     }

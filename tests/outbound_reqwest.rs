@@ -68,10 +68,13 @@ async fn downstream() -> (Arc<Downstream>, String) {
         .route("/slow/{id}", get(slow))
         .route("/items/{id}", get(item))
         .route("/busy", get(busy))
-        .route("/fail", get(|State(d): State<Arc<Downstream>>| async move {
-            d.hits.fetch_add(1, Ordering::SeqCst);
-            StatusCode::INTERNAL_SERVER_ERROR
-        }))
+        .route(
+            "/fail",
+            get(|State(d): State<Arc<Downstream>>| async move {
+                d.hits.fetch_add(1, Ordering::SeqCst);
+                StatusCode::INTERNAL_SERVER_ERROR
+            }),
+        )
         .with_state(d.clone());
     let addr = serve(app).await;
     (d, format!("http://{addr}"))
@@ -249,7 +252,8 @@ async fn system_rules_limit_inbound_requests_and_not_outbound_calls_of_the_same_
             assert_eq!(client.get(format!("{base}/items/{i}")).send().await.unwrap().status(), 200);
         }
         assert_eq!(d.hits(), 5, "outbound calls pass system rules");
-        let app: Router = Router::new().route("/orders", get(|| async { "ok" })).route_layer(SentinelLayer::new(&engine).axum());
+        let app: Router =
+            Router::new().route("/orders", get(|| async { "ok" })).route_layer(SentinelLayer::new(&engine).axum());
         let order = serve(app).await;
         let plain = web_support::client();
         let mut statuses = Vec::new();
@@ -340,10 +344,10 @@ async fn server_errors_are_traced_and_blocked_calls_get_the_fallback_answer() {
                 .stat_interval_ms(10_000)
                 .time_window_sec(10)])
             .unwrap();
-        let client = guarded(
-            SentinelMiddleware::new(&engine)
-                .fallback(|b, call| http::Response::new(format!("cached ({}, {})", b.kind_name(), call.path()).into())),
-        );
+        let client =
+            guarded(SentinelMiddleware::new(&engine).fallback(|b, call| {
+                http::Response::new(format!("cached ({}, {})", b.kind_name(), call.path()).into())
+            }));
         for _ in 0..3 {
             assert_eq!(client.get(format!("{base}/fail")).send().await.unwrap().status(), 500);
         }

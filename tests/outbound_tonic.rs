@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::routing::get;
 use axum::Router;
-use axum::body::Bytes;
 use http_body_util::{BodyExt, Empty};
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::flow::FlowRule;
@@ -168,7 +168,8 @@ async fn hyper_util_client_calls_go_through_the_layer_with_body_end_exits_and_ty
         engine.load_flow_rules([FlowRule::new(&resource).count(3.0)]).unwrap();
         let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build_http::<Empty<Bytes>>();
-        let mut svc = ServiceBuilder::new().layer(SentinelClientLayer::new(&engine).exit_on(ExitOn::BodyEnd)).service(hyper);
+        let mut svc =
+            ServiceBuilder::new().layer(SentinelClientLayer::new(&engine).exit_on(ExitOn::BodyEnd)).service(hyper);
         let get = |path: String| http::Request::get(format!("http://{addr}{path}")).body(Empty::new()).unwrap();
         use tower::{Service, ServiceExt};
         let response = svc.ready().await.unwrap().call(get("/items/1".into())).await.unwrap();

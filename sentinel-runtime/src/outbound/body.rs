@@ -96,7 +96,9 @@ impl<B> std::fmt::Debug for ClientBody<B> {
             Kind::Inner { call, .. } => {
                 f.debug_struct("ClientBody").field("holds_entry", &call.is_some()).finish_non_exhaustive()
             }
-            Kind::Full { data } => f.debug_struct("ClientBody").field("len", &data.as_ref().map_or(0, Bytes::len)).finish(),
+            Kind::Full { data } => {
+                f.debug_struct("ClientBody").field("len", &data.as_ref().map_or(0, Bytes::len)).finish()
+            }
         }
     }
 }

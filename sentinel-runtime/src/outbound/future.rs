@@ -78,7 +78,10 @@ where
 }
 
 /// Judges the client's answer and decides where the call's entry exits: now, or at the end of the body.
-fn finish<B, E>(slot: &mut Option<Call>, result: Result<Response<B>, E>) -> Result<Response<ClientBody<B>>, ClientError<E>> {
+fn finish<B, E>(
+    slot: &mut Option<Call>,
+    result: Result<Response<B>, E>,
+) -> Result<Response<ClientBody<B>>, ClientError<E>> {
     let Some(mut call) = slot.take() else {
         return result.map(|r| r.map(|b| ClientBody::inner(b, None))).map_err(ClientError::Client);
     };

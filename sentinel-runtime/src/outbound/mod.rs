@@ -67,9 +67,9 @@ mod future;
 mod guard;
 mod layer;
 mod naming;
+mod request;
 #[cfg(feature = "reqwest")]
 mod reqwest;
-mod request;
 mod service;
 mod signal;
 

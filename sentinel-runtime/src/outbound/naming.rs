@@ -256,9 +256,15 @@ mod tests {
             ..Naming::default()
         };
         let get = |u: &str| name(&naming, &Request::get(u).body(()).unwrap());
-        assert_eq!(get("http://inventory.svc/items/ab-c/stock").as_deref(), Some("GET:inventory.svc/items/{sku}/stock"));
+        assert_eq!(
+            get("http://inventory.svc/items/ab-c/stock").as_deref(),
+            Some("GET:inventory.svc/items/{sku}/stock")
+        );
         assert_eq!(get("http://INVENTORY.svc/items/x/stock").as_deref(), Some("GET:inventory.svc/items/{sku}/stock"));
-        assert_eq!(get("http://inventory.svc:81/items/x/stock").as_deref(), Some("GET:inventory.svc/items/{sku}/stock"));
+        assert_eq!(
+            get("http://inventory.svc:81/items/x/stock").as_deref(),
+            Some("GET:inventory.svc/items/{sku}/stock")
+        );
         assert_eq!(get("http://other/items/x/stock").as_deref(), Some("GET:other/items/x/stock"));
         assert_eq!(get("http://accounts/users/bob").as_deref(), Some("GET:accounts/users/{name}"));
         assert_eq!(get("http://accounts:81/users/bob").as_deref(), Some("GET:accounts:81/users/{name}"));

@@ -2,9 +2,9 @@
 
 use futures::future::{select, Either};
 use http::Extensions;
+use reqwest::ResponseBuilderExt;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Error, Middleware, Next, Result};
-use reqwest::ResponseBuilderExt;
 
 use super::body::ClientBody;
 use super::guard::{Admission, Call};

@@ -85,7 +85,8 @@ mod tests {
     #[test]
     fn retry_after_reads_seconds_and_http_dates_on_429_and_503_only() {
         let now = epoch(1_445_412_480_000); // Wed, 21 Oct 2015 07:28:00 GMT
-        let s = |status: u16, v: &str| retry_after(StatusCode::from_u16(status).unwrap(), &headers("retry-after", v), now);
+        let s =
+            |status: u16, v: &str| retry_after(StatusCode::from_u16(status).unwrap(), &headers("retry-after", v), now);
         assert_eq!(s(429, "2"), Some(Duration::from_secs(2)));
         assert_eq!(s(503, " 120 "), Some(Duration::from_secs(120)));
         assert_eq!(s(500, "2"), None);
