@@ -42,7 +42,10 @@ fn engine(breaker: bool) -> Sentinel {
     engine.load_flow_rules([FlowRule::new(RESOURCE).count(1e12)]).expect("a valid rule");
     if breaker {
         engine
-            .load_degrade_rules([DegradeRule::new(RESOURCE, DegradeGrade::SlowRequestRatio).count(1_000.0)])
+            .load_degrade_rules([DegradeRule::new(RESOURCE, DegradeGrade::SlowRequestRatio)
+                .count(1_000.0)
+                .slow_ratio_threshold(0.5)
+                .time_window_sec(10)])
             .expect("a valid rule");
     }
     engine

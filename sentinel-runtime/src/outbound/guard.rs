@@ -74,7 +74,7 @@ impl Shared {
         let Some((name, counted)) = config.naming.name(view, grpc) else { return Admission::Unguarded };
         let target = self.names.target(&config.naming, &config.engine, &name, counted);
         if config.max_pushback.is_some() && config.engine.is_enabled() {
-            if let Some(left) = target.held(config.engine.now_millis()) {
+            if let Some(left) = target.held(&config.engine) {
                 return Admission::Blocked(BlockError::Pushback {
                     resource: Arc::from(target.resource.name()),
                     origin: Arc::from(""),

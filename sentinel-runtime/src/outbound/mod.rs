@@ -49,7 +49,7 @@
 //!
 //! # Behaviour
 //!
-//! - **Names**: see [`naming`](OutboundGuard::route_templates); identifiers in paths never make resources
+//! - **Names**: see [`OutboundGuard::route_templates`] and [`ResourceName`]; identifiers in paths never make resources
 //!   ([`clean_path`](crate::web::clean_path)), and the number of names is bounded
 //!   ([`OutboundGuard::max_resources`]), past which names a rule targets still get their own.
 //! - **Errors** ([`is_downstream_error`], [`OutboundGuard::trace_if`]): transport errors, the time limit,

@@ -71,15 +71,18 @@ impl Template {
         })
     }
 
-    /// Whether the call to `authority` (`host` or `host:port`) and `path` matches. A template's host without
-    /// a port matches any port.
-    fn matches(&self, authority: &str, path: &str) -> bool {
+    /// Whether a call to `host` (and `port`) at `path` matches. A template's host without a port matches
+    /// any port.
+    fn matches(&self, host: &str, port: Option<u16>, path: &str) -> bool {
         if let Some(h) = &self.host {
-            let host = match h.contains(':') {
-                true => authority,
-                false => authority.rsplit_once(':').filter(|(_, p)| !p.contains(']')).map_or(authority, |(h, _)| h),
+            let same = match (h.rsplit_once(':'), port) {
+                (Some((th, tp)), Some(p)) if !tp.contains(']') => {
+                    th.eq_ignore_ascii_case(host) && tp.parse::<u16>().is_ok_and(|tp| tp == p)
+                }
+                (Some((_, tp)), _) if !tp.contains(']') => false,
+                _ => h.eq_ignore_ascii_case(host),
             };
-            if !h.eq_ignore_ascii_case(host) {
+            if !same {
                 return false;
             }
         }
@@ -129,23 +132,36 @@ impl Naming {
         if grpc {
             return Some((Cow::Borrowed(view.path()), true));
         }
-        let prefix = |rest: &str| match self.method_prefix {
-            true => format!("{}:{rest}", view.method()),
-            false => rest.to_owned(),
-        };
         let path = view.path();
-        let authority = match view.port() {
-            Some(p) => Cow::Owned(format!("{}:{p}", view.host())),
-            None => Cow::Borrowed(view.host()),
-        };
-        if let Some(t) = self.templates.iter().find(|t| t.matches(&authority, path)) {
-            return Some(match &t.host {
-                Some(_) => (Cow::Owned(prefix(&t.text)), false),
-                None => (Cow::Owned(prefix(&format!("{authority}{}", t.text))), true),
-            });
+        let template = self.templates.iter().find(|t| t.matches(view.host(), view.port(), path));
+        if let Some(Template { text, host: Some(_), .. }) = template {
+            return Some((Cow::Owned(self.join(view, false, text)), false));
         }
-        let cleaned = (self.cleaner)(path)?;
-        Some((Cow::Owned(prefix(&format!("{authority}{cleaned}"))), true))
+        let rest = match template {
+            Some(t) => Cow::Borrowed(&*t.text),
+            None => (self.cleaner)(path)?,
+        };
+        Some((Cow::Owned(self.join(view, true, &rest)), true))
+    }
+
+    /// `METHOD:` (when the names have it), the call's `host[:port]` (with `authority`), and `rest`, in one
+    /// allocation.
+    fn join(&self, view: &CallView<'_>, authority: bool, rest: &str) -> String {
+        let method = if self.method_prefix { view.method().as_str() } else { "" };
+        let mut name = String::with_capacity(method.len() + 1 + view.host().len() + 6 + rest.len());
+        if self.method_prefix {
+            name.push_str(method);
+            name.push(':');
+        }
+        if authority {
+            name.push_str(view.host());
+            if let Some(p) = view.port() {
+                use std::fmt::Write;
+                let _ = write!(name, ":{p}");
+            }
+        }
+        name.push_str(rest);
+        name
     }
 }
 
@@ -163,9 +179,13 @@ impl Target {
     fn new(resource: Resource, listens: bool) -> Arc<Target> {
         Arc::new(Target { resource, hold_until: AtomicU64::new(0), listens })
     }
-    /// The back-off left at `now_ms`, if any.
-    pub(crate) fn held(&self, now_ms: u64) -> Option<u64> {
+    /// The back-off left now, if any (the clock is read only when a back-off was ever asked for).
+    pub(crate) fn held(&self, engine: &Sentinel) -> Option<u64> {
         let until = self.hold_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return None;
+        }
+        let now_ms = engine.now_millis();
         (until > now_ms).then(|| until - now_ms)
     }
     /// Holds calls back until `until_ms` (a later back-off already recorded stays).
@@ -294,6 +314,6 @@ mod tests {
         // The overflow resource never records a downstream's back-off.
         let overflow = cache.target(&naming, &engine, "d", true);
         overflow.hold(u64::MAX);
-        assert_eq!(overflow.held(0), None);
+        assert_eq!(overflow.held(&engine), None);
     }
 }
