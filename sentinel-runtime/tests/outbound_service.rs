@@ -102,3 +102,27 @@ fn blocked_calls_are_not_sent_and_get_the_error_or_the_fallbacks_answer() {
     assert_eq!(body, "FlowException");
     assert_eq!(sent.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn distinct_hosts_past_the_bound_share_one_resource_and_a_ruled_one_keeps_its_own_and_its_rule() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:host-99/items").count(0.0)]).unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut svc = SentinelClientLayer::new(&engine).max_resources(3).layer(client(sent.clone()));
+    for h in 0..50 {
+        let req = Request::get(format!("http://host-{h}/items")).body(()).unwrap();
+        assert!(matches!(poll(pin!(svc.call(req))), Poll::Ready(Ok(_))));
+    }
+    let req = Request::get("http://host-99/items").body(()).unwrap();
+    assert!(
+        matches!(poll(pin!(svc.call(req))), Poll::Ready(Err(ClientError::Blocked(_)))),
+        "the bound never switches a rule off"
+    );
+    let mut names = engine.resource_names();
+    names.sort();
+    assert_eq!(
+        names,
+        ["GET:host-0/items", "GET:host-1/items", "GET:host-2/items", "GET:host-99/items", "sentinel_outbound_overflow"]
+    );
+    assert_eq!(sent.load(Ordering::SeqCst), 50);
+}

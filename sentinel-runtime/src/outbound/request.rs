@@ -34,8 +34,6 @@ pub struct CallView<'a> {
     query: Option<&'a str>,
     headers: &'a HeaderMap,
     extensions: &'a Extensions,
-    /// reqwest-middleware's own per-request extensions, looked at first.
-    more: Option<&'a Extensions>,
 }
 
 impl<'a> CallView<'a> {
@@ -57,7 +55,6 @@ impl<'a> CallView<'a> {
             query: uri.query(),
             headers: req.headers(),
             extensions: req.extensions(),
-            more: None,
         }
     }
 
@@ -74,7 +71,6 @@ impl<'a> CallView<'a> {
             query: url.query(),
             headers: req.headers(),
             extensions: more,
-            more: None,
         }
     }
 
@@ -106,9 +102,9 @@ impl<'a> CallView<'a> {
     pub fn headers(&self) -> &'a HeaderMap {
         self.headers
     }
-    /// An extension of the request (reqwest-middleware's per-request extensions first, then the request's).
+    /// An extension of the request (for reqwest, reqwest-middleware's per-request extensions).
     pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&'a T> {
-        self.more.and_then(|m| m.get::<T>()).or_else(|| self.extensions.get::<T>())
+        self.extensions.get::<T>()
     }
     /// Whether this is a gRPC call: a `POST` with `content-type: application/grpc` (with or without a
     /// `+format` suffix).
