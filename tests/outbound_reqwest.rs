@@ -92,6 +92,15 @@ fn block_of(r: &Result<reqwest::Response, reqwest_middleware::Error>) -> Option<
     }
 }
 
+/// Sends a GET on a task of its own (it may wait at the downstream).
+fn spawn_get(
+    client: &ClientWithMiddleware,
+    url: String,
+) -> tokio::task::JoinHandle<Result<reqwest::Response, reqwest_middleware::Error>> {
+    let client = client.clone();
+    tokio::spawn(async move { client.get(url).send().await })
+}
+
 fn authority(base: &str) -> &str {
     base.trim_start_matches("http://")
 }
@@ -113,10 +122,7 @@ async fn a_slow_ratio_breaker_opens_on_slow_calls_sends_nothing_while_open_probe
         let client = guarded(SentinelMiddleware::new(&engine));
         // Two calls that take 200 ms of the engine's clock each.
         for i in 1..=2 {
-            let call = tokio::spawn({
-                let (client, url) = (client.clone(), format!("{base}/slow/{i}"));
-                async move { client.get(url).send().await }
-            });
+            let call = spawn_get(&client, format!("{base}/slow/{i}"));
             until("the downstream has the call", || d.hits() == i).await;
             clock.advance_millis(200);
             d.gate.add_permits(1);
@@ -130,10 +136,7 @@ async fn a_slow_ratio_breaker_opens_on_slow_calls_sends_nothing_while_open_probe
         assert_eq!(d.hits(), 2, "nothing was sent while the breaker was open");
         // Half-open: one probe goes out; while it is out, the others are blocked.
         clock.advance_millis(5_000);
-        let probe = tokio::spawn({
-            let (client, url) = (client.clone(), format!("{base}/slow/9"));
-            async move { client.get(url).send().await }
-        });
+        let probe = spawn_get(&client, format!("{base}/slow/9"));
         until("the probe reaches the downstream", || d.hits() == 3).await;
         let r = client.get(format!("{base}/slow/10")).send().await;
         assert!(matches!(block_of(&r), Some(BlockError::Degrade { .. })), "{r:?}");
@@ -158,12 +161,7 @@ async fn a_thread_grade_rule_caps_the_calls_in_flight_at_the_downstream() {
         let resource = format!("GET:{}/slow/{{id}}", authority(&base));
         engine.load_flow_rules([FlowRule::new(&resource).grade(FlowGrade::Thread).count(2.0)]).unwrap();
         let client = guarded(SentinelMiddleware::new(&engine));
-        let calls: Vec<_> = (0..6)
-            .map(|i| {
-                let (client, url) = (client.clone(), format!("{base}/slow/{i}"));
-                tokio::spawn(async move { client.get(url).send().await })
-            })
-            .collect();
+        let calls: Vec<_> = (0..6).map(|i| spawn_get(&client, format!("{base}/slow/{i}"))).collect();
         until("two calls are in flight at the downstream", || d.in_flight.load(Ordering::SeqCst) == 2).await;
         until("the others were blocked", || calls.iter().filter(|c| c.is_finished()).count() == 4).await;
         assert_eq!(d.hits(), 2);
@@ -272,10 +270,7 @@ async fn the_time_limit_drops_the_call_and_counts_an_error_and_a_dropped_call_co
         let (d, base) = downstream().await;
         let resource = format!("GET:{}/slow/{{id}}", authority(&base));
         let client = guarded(SentinelMiddleware::new(&engine).timeout(Duration::from_millis(100)));
-        let call = tokio::spawn({
-            let (client, url) = (client.clone(), format!("{base}/slow/1"));
-            async move { client.get(url).send().await }
-        });
+        let call = spawn_get(&client, format!("{base}/slow/1"));
         until("the downstream has the call", || d.hits() == 1).await;
         until("the time limit's timer is set", || clock.pending_timers() > 0).await;
         clock.advance_millis(100);
@@ -290,10 +285,7 @@ async fn the_time_limit_drops_the_call_and_counts_an_error_and_a_dropped_call_co
         assert_eq!((s.minute_exception, s.threads), (1, 0));
         assert!(s.avg_rt_ms >= 100.0, "a timed-out call is a slow call: {s:?}");
         // A caller that gives up: the entry exits without an error.
-        let call = tokio::spawn({
-            let (client, url) = (client.clone(), format!("{base}/slow/2"));
-            async move { client.get(url).send().await }
-        });
+        let call = spawn_get(&client, format!("{base}/slow/2"));
         until("the downstream has the call", || d.hits() == 2).await;
         assert_eq!(stats(&engine, &resource).threads, 1);
         call.abort();
@@ -318,10 +310,7 @@ async fn a_rate_limiter_queues_the_call_on_a_timer_and_sends_it_when_the_wait_is
             .unwrap();
         let client = guarded(SentinelMiddleware::new(&engine));
         assert_eq!(client.get(format!("{base}/items/1")).send().await.unwrap().status(), 200);
-        let queued = tokio::spawn({
-            let (client, url) = (client.clone(), format!("{base}/items/2"));
-            async move { client.get(url).send().await }
-        });
+        let queued = spawn_get(&client, format!("{base}/items/2"));
         until("the queued call waits on the engine's timer", || clock.pending_timers() > 0).await;
         assert_eq!(d.hits(), 1, "not sent before its turn");
         clock.advance_millis(1_000);
