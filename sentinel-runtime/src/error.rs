@@ -189,6 +189,7 @@ impl BlockError {
     /// | a rate limiter (flow or hot-parameter) | the wait beyond the queueing limit: retried then, the call queues at most `max_queueing_time_ms` |
     /// | a hot-parameter token bucket | the refill that gives the value enough tokens |
     /// | an open circuit breaker | the time left until the breaker's retry time (when a probe may pass) |
+    /// | a downstream's back-off (outbound calls) | the time left of the `Retry-After` / `grpc-retry-pushback-ms` it gave, capped |
     ///
     /// `None` where no time is known: thread-grade limits (they free up when calls finish), a half-open breaker
     /// whose probe is out, the other system limits, authority rules, custom slots, and limits that can never
