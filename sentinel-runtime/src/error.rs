@@ -117,6 +117,17 @@ pub enum BlockError {
         /// The caller's origin.
         origin: Arc<str>,
     },
+    /// The downstream asked its callers to back off (an outbound call's `Retry-After` on a 429 or 503, or
+    /// gRPC's `grpc-retry-pushback-ms`), and the time it gave has not passed: the call was not sent
+    /// ([`outbound`](crate::outbound), feature `tower`).
+    Pushback {
+        /// The resource.
+        resource: Arc<str>,
+        /// The caller's origin (empty when none).
+        origin: Arc<str>,
+        /// Time left until the downstream's back-off ends.
+        retry_after: Duration,
+    },
     /// A user-defined slot.
     Custom {
         /// The resource.
@@ -139,6 +150,7 @@ impl BlockError {
             | BlockError::System { resource, .. }
             | BlockError::ParamFlow { resource, .. }
             | BlockError::Authority { resource, .. }
+            | BlockError::Pushback { resource, .. }
             | BlockError::Custom { resource, .. } => resource,
         }
     }
@@ -150,6 +162,7 @@ impl BlockError {
             | BlockError::System { origin, .. }
             | BlockError::ParamFlow { origin, .. }
             | BlockError::Authority { origin, .. }
+            | BlockError::Pushback { origin, .. }
             | BlockError::Custom { origin, .. } => origin,
         }
     }
@@ -161,6 +174,7 @@ impl BlockError {
             BlockError::System { .. } => "SystemBlockException",
             BlockError::ParamFlow { .. } => "ParamFlowException",
             BlockError::Authority { .. } => "AuthorityException",
+            BlockError::Pushback { .. } => "PushbackException",
             BlockError::Custom { .. } => "CustomBlockException",
         }
     }
@@ -175,6 +189,7 @@ impl BlockError {
     /// | a rate limiter (flow or hot-parameter) | the wait beyond the queueing limit: retried then, the call queues at most `max_queueing_time_ms` |
     /// | a hot-parameter token bucket | the refill that gives the value enough tokens |
     /// | an open circuit breaker | the time left until the breaker's retry time (when a probe may pass) |
+    /// | a downstream's back-off (outbound calls) | the time left of the `Retry-After` / `grpc-retry-pushback-ms` it gave, capped |
     ///
     /// `None` where no time is known: thread-grade limits (they free up when calls finish), a half-open breaker
     /// whose probe is out, the other system limits, authority rules, custom slots, and limits that can never
@@ -200,6 +215,7 @@ impl BlockError {
             | BlockError::Degrade { retry_after, .. }
             | BlockError::System { retry_after, .. }
             | BlockError::ParamFlow { retry_after, .. } => *retry_after,
+            BlockError::Pushback { retry_after, .. } => Some(*retry_after),
             BlockError::Authority { .. } | BlockError::Custom { .. } => None,
         }
     }
@@ -210,7 +226,9 @@ impl BlockError {
             BlockError::Degrade { rule, .. } => &rule.limit_app,
             BlockError::ParamFlow { rule, .. } => &rule.limit_app,
             BlockError::Authority { rule, .. } => &rule.limit_app,
-            BlockError::System { .. } | BlockError::Custom { .. } => crate::LIMIT_APP_DEFAULT,
+            BlockError::System { .. } | BlockError::Pushback { .. } | BlockError::Custom { .. } => {
+                crate::LIMIT_APP_DEFAULT
+            }
         }
     }
 }
@@ -269,6 +287,12 @@ impl fmt::Display for BlockError {
                 f,
                 "`{resource}` blocked by authority rule ({:?} list `{}`): origin `{o}` not allowed",
                 rule.strategy, rule.limit_app
+            ),
+            BlockError::Pushback { resource, retry_after, origin: o } => write!(
+                f,
+                "`{resource}` held back: the downstream asked to retry after {} ms{}",
+                retry_after.as_millis(),
+                origin(o)
             ),
             BlockError::Custom { resource, slot, reason, origin: o } => {
                 write!(f, "`{resource}` blocked by slot `{slot}`: {reason}{}", origin(o))

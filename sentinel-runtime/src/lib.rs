@@ -101,6 +101,8 @@ pub mod log;
 mod macro_support;
 mod node;
 mod observe;
+#[cfg(feature = "tower")]
+pub mod outbound;
 pub mod param_flow;
 pub mod pattern;
 mod rcu;

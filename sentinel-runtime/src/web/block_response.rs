@@ -41,6 +41,7 @@ fn reason(err: &BlockError) -> &'static str {
         BlockError::System { .. } => "blocked by Sentinel system protection",
         BlockError::Degrade { .. } => "blocked by an open Sentinel circuit breaker",
         BlockError::Authority { .. } => "blocked by a Sentinel authority rule",
+        BlockError::Pushback { .. } => "held back by Sentinel: the downstream asked to retry later",
         _ => "blocked by a Sentinel slot",
     }
 }
@@ -53,6 +54,9 @@ fn http_body(err: &BlockError) -> &'static str {
         BlockError::System { .. } => "Too Many Requests: blocked by Sentinel system protection\n",
         BlockError::Degrade { .. } => "Service Unavailable: blocked by an open Sentinel circuit breaker\n",
         BlockError::Authority { .. } => "Forbidden: blocked by a Sentinel authority rule\n",
+        BlockError::Pushback { .. } => {
+            "Too Many Requests: held back by Sentinel, the downstream asked to retry later\n"
+        }
         _ => "Too Many Requests: blocked by a Sentinel slot\n",
     }
 }

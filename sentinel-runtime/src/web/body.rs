@@ -33,7 +33,16 @@ pub(crate) struct BodyWatch {
     pub(crate) judging: Option<Arc<Judging>>,
 }
 
-impl BodyWatch {
+/// What a body holds until it ends (the inbound layer's request entry, the outbound guard's call): told of
+/// the trailers and of an error, dropped at the end of the stream or with the body.
+pub(crate) trait Watch {
+    /// The body ended with these trailers.
+    fn trailers(&mut self, trailers: &http::HeaderMap);
+    /// The body failed.
+    fn error(&mut self);
+}
+
+impl Watch for BodyWatch {
     fn trailers(&mut self, trailers: &http::HeaderMap) {
         if self.grpc {
             if let Some(code) = GrpcCode::from_headers(trailers) {
@@ -57,45 +66,53 @@ pin_project! {
     /// the body is dropped.
     pub struct ResponseBody<B> {
         #[pin]
-        kind: Kind<B>,
+        kind: WatchedBody<B, BodyWatch>,
     }
 }
 
 pin_project! {
-    #[project = KindProj]
-    enum Kind<B> {
+    /// A body that holds a [`Watch`] until it ends, or a short body of the middleware's own.
+    #[project = WatchedProj]
+    pub(crate) enum WatchedBody<B, W> {
         // Boxed: most responses hold nothing, and a response is moved several times on its way out.
-        Inner { #[pin] body: B, watch: Option<Box<BodyWatch>> },
+        Inner { #[pin] body: B, watch: Option<Box<W>> },
         Full { data: Option<Bytes> },
     }
 }
 
-impl<B> ResponseBody<B> {
-    /// The service's body, with nothing held.
-    pub(crate) fn inner(body: B) -> Self {
-        ResponseBody { kind: Kind::Inner { body, watch: None } }
+impl<B, W> WatchedBody<B, W> {
+    /// `body`, holding `watch` (if any) until it ends.
+    pub(crate) fn inner(body: B, watch: Option<Box<W>>) -> Self {
+        WatchedBody::Inner { body, watch }
     }
-    /// The service's body, holding the entry until it ends.
-    pub(crate) fn watched(body: B, watch: Box<BodyWatch>) -> Self {
-        ResponseBody { kind: Kind::Inner { body, watch: Some(watch) } }
-    }
-    /// The layer's own body.
+    /// The middleware's own body.
     pub(crate) fn full(data: Bytes) -> Self {
-        ResponseBody { kind: Kind::Full { data: (!data.is_empty()).then_some(data) } }
+        WatchedBody::Full { data: (!data.is_empty()).then_some(data) }
+    }
+    /// Whether the body holds its watch.
+    pub(crate) fn holds(&self) -> Option<bool> {
+        match self {
+            WatchedBody::Inner { watch, .. } => Some(watch.is_some()),
+            WatchedBody::Full { .. } => None,
+        }
+    }
+    /// The length of the middleware's own body.
+    pub(crate) fn full_len(&self) -> usize {
+        match self {
+            WatchedBody::Full { data } => data.as_ref().map_or(0, Bytes::len),
+            WatchedBody::Inner { .. } => 0,
+        }
     }
 }
 
-impl<B> Body for ResponseBody<B>
-where
-    B: Body<Data = Bytes>,
-{
+impl<B: Body<Data = Bytes>, W: Watch> Body for WatchedBody<B, W> {
     type Data = Bytes;
     type Error = B::Error;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            KindProj::Inner { mut body, watch } => {
+        match self.project() {
+            WatchedProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            WatchedProj::Inner { mut body, watch } => {
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 if let Some(w) = watch {
                     let end = match &frame {
@@ -113,7 +130,7 @@ where
                         None => true,
                     };
                     if end {
-                        // The entry exits now, not when the server gets around to dropping the body.
+                        // The watch is dropped now, not when the server gets around to dropping the body.
                         *watch = None;
                     }
                 }
@@ -123,17 +140,55 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Inner { body, .. } => body.is_end_stream(),
-            Kind::Full { data } => data.is_none(),
+        match self {
+            WatchedBody::Inner { body, .. } => body.is_end_stream(),
+            WatchedBody::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body, .. } => body.size_hint(),
-            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+        match self {
+            WatchedBody::Inner { body, .. } => body.size_hint(),
+            WatchedBody::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
         }
+    }
+}
+
+impl<B> ResponseBody<B> {
+    /// The service's body, with nothing held.
+    pub(crate) fn inner(body: B) -> Self {
+        ResponseBody { kind: WatchedBody::inner(body, None) }
+    }
+    /// The service's body, holding the entry until it ends.
+    pub(crate) fn watched(body: B, watch: Box<BodyWatch>) -> Self {
+        ResponseBody { kind: WatchedBody::inner(body, Some(watch)) }
+    }
+    /// The layer's own body.
+    pub(crate) fn full(data: Bytes) -> Self {
+        ResponseBody { kind: WatchedBody::full(data) }
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    #[inline]
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        self.project().kind.poll_frame(cx)
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.kind.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.kind.size_hint()
     }
 }
 
@@ -199,13 +254,9 @@ impl BodyMode<axum::body::Body> for AxumBody {
 
 impl<B> std::fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kind {
-            Kind::Inner { watch, .. } => {
-                f.debug_struct("ResponseBody").field("holds_entry", &watch.is_some()).finish_non_exhaustive()
-            }
-            Kind::Full { data } => {
-                f.debug_struct("ResponseBody").field("len", &data.as_ref().map_or(0, Bytes::len)).finish()
-            }
+        match self.kind.holds() {
+            Some(held) => f.debug_struct("ResponseBody").field("holds_entry", &held).finish_non_exhaustive(),
+            None => f.debug_struct("ResponseBody").field("len", &self.kind.full_len()).finish(),
         }
     }
 }

@@ -73,7 +73,7 @@
 //!   in that VM it pays off only past 1.5–2.7 million entries a second (the README's figures).
 
 mod block_response;
-mod body;
+pub(crate) mod body;
 mod client_ip;
 pub mod extract;
 mod future;

@@ -1,0 +1,48 @@
+//! [`ClientError`]: why a guarded tower client's call did not return the downstream's answer.
+
+use crate::{BlockError, Timeout};
+
+/// The error of a call through [`SentinelClientLayer`](super::SentinelClientLayer): the call was blocked
+/// (it never went out), ran past the guard's time limit, or the wrapped client failed.
+///
+/// With feature `tonic` it converts into a `tonic::Status` (`RESOURCE_EXHAUSTED`, `UNAVAILABLE` or
+/// `PERMISSION_DENIED` for a block, with `grpc-retry-pushback-ms` when known; `DEADLINE_EXCEEDED` for the time
+/// limit; the client's error as tonic would map it): add `.map_err(tonic::Status::from)` after the layer, and
+/// a generated client returns that status to the caller.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError<E> {
+    /// A rule, or the downstream's own back-off, blocked the call: it was not sent.
+    #[error(transparent)]
+    Blocked(#[from] BlockError),
+    /// The guard's time limit ran out (the call's future was dropped).
+    #[error(transparent)]
+    TimedOut(#[from] Timeout),
+    /// The wrapped client's error.
+    #[error(transparent)]
+    Client(E),
+}
+
+impl<E> ClientError<E> {
+    /// The block, when the call was blocked.
+    pub fn block_error(&self) -> Option<&BlockError> {
+        match self {
+            ClientError::Blocked(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl<E> From<ClientError<E>> for tonic::Status
+where
+    E: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+{
+    fn from(e: ClientError<E>) -> tonic::Status {
+        match e {
+            ClientError::Blocked(b) => b.into(),
+            ClientError::TimedOut(t) => t.into(),
+            ClientError::Client(e) => tonic::Status::from_error(e.into()),
+        }
+    }
+}

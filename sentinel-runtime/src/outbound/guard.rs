@@ -1,0 +1,195 @@
+//! The guard's configuration, shared by the tower layer and the reqwest middleware, and one call's guard:
+//! its entry, the downstream it calls, and how its answer is judged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+
+use super::naming::{NameCache, Naming, Target};
+use super::request::CallView;
+use super::signal::{grpc_pushback, is_downstream_error, millis, retry_after, wall_now};
+use crate::web::{ExitOn, GrpcCode, Outcome};
+use crate::{BlockError, Entry, EntryType, Sentinel};
+
+/// Decides whether an outcome counts as an error.
+pub(crate) type OutcomeFn = Arc<dyn Fn(Outcome) -> bool + Send + Sync>;
+/// Builds the response of a blocked call.
+pub(crate) type FallbackFn = Arc<dyn Fn(&BlockError, &CallView<'_>) -> Response<Bytes> + Send + Sync>;
+
+/// The default cap on a downstream's back-off.
+pub const DEFAULT_MAX_PUSHBACK: Duration = Duration::from_secs(60);
+
+/// A guard's configuration.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) engine: Sentinel,
+    pub(crate) naming: Naming,
+    pub(crate) trace_if: Option<OutcomeFn>,
+    pub(crate) fallback: Option<FallbackFn>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) exit_on: ExitOn,
+    /// `None`: the downstream's back-off signals are ignored.
+    pub(crate) max_pushback: Option<Duration>,
+}
+
+impl Config {
+    pub(crate) fn new(engine: &Sentinel) -> Self {
+        Config {
+            engine: engine.clone(),
+            naming: Naming::default(),
+            trace_if: None,
+            fallback: None,
+            timeout: None,
+            exit_on: ExitOn::Response,
+            max_pushback: Some(DEFAULT_MAX_PUSHBACK),
+        }
+    }
+}
+
+/// What every call of one guard shares: the configuration and the downstreams named so far.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) names: NameCache,
+}
+
+/// What the checks decided for a call.
+pub(crate) enum Admission {
+    /// No resource guards the call.
+    Unguarded,
+    /// The call may go out now.
+    Pass(Call),
+    /// The call may go out after this wait (a queueing rule).
+    Wait(Call, Duration),
+    /// The call must not go out.
+    Blocked(BlockError),
+}
+
+impl Shared {
+    /// Names the call, checks the downstream's back-off, and enters its outbound resource.
+    pub(crate) fn admit(self: &Arc<Self>, view: &CallView<'_>) -> Admission {
+        let config = &self.config;
+        let grpc = view.is_grpc();
+        let Some((name, counted)) = config.naming.name(view, grpc) else { return Admission::Unguarded };
+        let target = self.names.target(&config.naming, &config.engine, &name, counted);
+        if config.max_pushback.is_some() && config.engine.is_enabled() {
+            if let Some(left) = target.held(&config.engine) {
+                return Admission::Blocked(BlockError::Pushback {
+                    resource: Arc::from(target.resource.name()),
+                    origin: Arc::from(""),
+                    retry_after: Duration::from_millis(left),
+                });
+            }
+        }
+        match target.resource.entry_owned().entry_type(EntryType::Out).decide() {
+            Err(blocked) => Admission::Blocked(blocked),
+            Ok(entry) => {
+                let wait = entry.waits().then(|| entry.waited());
+                let call = Call { entry, target, shared: self.clone(), grpc };
+                match wait {
+                    Some(d) => Admission::Wait(call, d),
+                    None => Admission::Pass(call),
+                }
+            }
+        }
+    }
+
+    /// The fallback's response for a blocked call, when the guard has a fallback.
+    pub(crate) fn fallback(&self, blocked: &BlockError, view: &CallView<'_>) -> Option<Response<Bytes>> {
+        self.config.fallback.as_ref().map(|f| f(blocked, view))
+    }
+}
+
+/// One call that went out: dropping it exits its entry (without an error unless one was marked), so a call
+/// whose future the caller drops counts as neither an error nor a success of the downstream's.
+pub(crate) struct Call {
+    entry: Entry<'static>,
+    target: Arc<Target>,
+    shared: Arc<Shared>,
+    pub(crate) grpc: bool,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call").field("entry", &self.entry).field("grpc", &self.grpc).finish()
+    }
+}
+
+impl Call {
+    /// The time limit's timer, when the guard has one.
+    pub(crate) fn timer(&self) -> Option<Box<crate::clock::Sleep>> {
+        let c = &self.shared.config;
+        c.timeout.map(|d| Box::new(c.engine.sleep(d)))
+    }
+
+    /// The guard's time limit.
+    pub(crate) fn limit(&self) -> Option<Duration> {
+        self.shared.config.timeout
+    }
+
+    /// The engine.
+    pub(crate) fn engine(&self) -> &Sentinel {
+        &self.shared.config.engine
+    }
+
+    /// A transport error: counts as an error.
+    pub(crate) fn failed(&mut self) {
+        self.entry.set_error();
+    }
+
+    /// The time limit ran out: an error and a slow call whose response time is the limit.
+    pub(crate) fn timed_out(&mut self, limit: Duration) -> crate::Timeout {
+        self.entry.set_timed_out(limit);
+        self.entry.timeout_error(limit)
+    }
+
+    fn judge(&mut self, outcome: Outcome) {
+        let error = match &self.shared.config.trace_if {
+            Some(f) => f(outcome),
+            None => is_downstream_error(outcome),
+        };
+        if error {
+            self.entry.set_error();
+        }
+    }
+
+    fn listen(&self, asked: Option<Duration>) {
+        if let (Some(asked), Some(cap)) = (asked, self.shared.config.max_pushback) {
+            let now = self.shared.config.engine.now_millis();
+            self.target.hold(now.saturating_add(millis(asked.min(cap))));
+        }
+    }
+
+    /// Judges the answer's head; `true` when the entry must be held until the body ends (a gRPC call whose
+    /// status comes in the trailers, or [`ExitOn::BodyEnd`]).
+    pub(crate) fn head(&mut self, status: StatusCode, headers: &HeaderMap) -> bool {
+        if self.grpc {
+            if let Some(code) = GrpcCode::from_headers(headers) {
+                // A trailers-only answer: the call ended with this status.
+                self.judge(Outcome::Grpc(code));
+                self.listen(grpc_pushback(headers));
+                return false;
+            }
+            if status != StatusCode::OK {
+                self.judge(Outcome::Http(status));
+                self.listen(retry_after(status, headers, wall_now()));
+                return false;
+            }
+            return true;
+        }
+        self.judge(Outcome::Http(status));
+        self.listen(retry_after(status, headers, wall_now()));
+        self.shared.config.exit_on == ExitOn::BodyEnd
+    }
+
+    /// Judges a gRPC call's trailers.
+    pub(crate) fn trailers(&mut self, trailers: &HeaderMap) {
+        if self.grpc {
+            if let Some(code) = GrpcCode::from_headers(trailers) {
+                self.judge(Outcome::Grpc(code));
+            }
+            self.listen(grpc_pushback(trailers));
+        }
+    }
+}

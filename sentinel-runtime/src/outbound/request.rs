@@ -1,0 +1,150 @@
+//! What the guard's closures see of an outbound request, whatever the client: its method, host, path,
+//! headers and extensions, borrowed.
+
+use std::borrow::Cow;
+
+use http::{Extensions, HeaderMap, Method, Request};
+
+/// Names one outbound call's resource explicitly, overriding every other naming rule: insert it in the
+/// request's extensions (for reqwest-middleware, with `RequestBuilder::with_extension`).
+///
+/// ```
+/// use sentinel_runtime::outbound::ResourceName;
+/// let mut req = http::Request::get("http://inventory.svc/items/7").body(()).unwrap();
+/// req.extensions_mut().insert(ResourceName::new("inventory:get-item"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ResourceName(pub Cow<'static, str>);
+
+impl ResourceName {
+    /// The resource `name`.
+    pub fn new(name: impl Into<Cow<'static, str>>) -> Self {
+        ResourceName(name.into())
+    }
+}
+
+/// The head of an outbound request, borrowed from it: what the guard's closures (resource name, fallback)
+/// take, for a tower client's `http::Request` and a reqwest `Request` alike.
+#[derive(Clone, Copy, Debug)]
+pub struct CallView<'a> {
+    method: &'a Method,
+    host: &'a str,
+    port: Option<u16>,
+    path: &'a str,
+    query: Option<&'a str>,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+}
+
+impl<'a> CallView<'a> {
+    /// The view of `req`. The host is the URI's authority host, or else the `Host` header's.
+    pub fn new<B>(req: &'a Request<B>) -> Self {
+        let uri = req.uri();
+        let (host, port) = match uri.authority() {
+            Some(a) => (a.host(), a.port_u16()),
+            None => match req.headers().get(http::header::HOST).and_then(|v| v.to_str().ok()) {
+                Some(h) => split_host(h),
+                None => ("", None),
+            },
+        };
+        CallView {
+            method: req.method(),
+            host,
+            port,
+            path: uri.path(),
+            query: uri.query(),
+            headers: req.headers(),
+            extensions: req.extensions(),
+        }
+    }
+
+    /// The view of a reqwest request, with reqwest-middleware's per-request extensions (reqwest keeps its
+    /// own private).
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn reqwest(req: &'a reqwest::Request, more: &'a Extensions) -> Self {
+        let url = req.url();
+        CallView {
+            method: req.method(),
+            host: url.host_str().unwrap_or(""),
+            port: url.port(),
+            path: url.path(),
+            query: url.query(),
+            headers: req.headers(),
+            extensions: more,
+        }
+    }
+
+    /// The request method.
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+    /// The host the request goes to (empty when the request names none).
+    pub fn host(&self) -> &'a str {
+        self.host
+    }
+    /// The port, when the URL gives one.
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+    /// The path (`/` at least).
+    pub fn path(&self) -> &'a str {
+        if self.path.is_empty() {
+            "/"
+        } else {
+            self.path
+        }
+    }
+    /// The query string, without `?`.
+    pub fn query(&self) -> Option<&'a str> {
+        self.query
+    }
+    /// The request headers.
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+    /// An extension of the request (for reqwest, reqwest-middleware's per-request extensions).
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&'a T> {
+        self.extensions.get::<T>()
+    }
+    /// Whether this is a gRPC call: a `POST` with `content-type: application/grpc` (with or without a
+    /// `+format` suffix).
+    pub fn is_grpc(&self) -> bool {
+        const GRPC: &[u8] = b"application/grpc";
+        *self.method == Method::POST
+            && self.headers.get(http::header::CONTENT_TYPE).is_some_and(|v| {
+                let v = v.as_bytes();
+                v.len() >= GRPC.len()
+                    && v[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+                    && matches!(v.get(GRPC.len()), None | Some(b'+') | Some(b';'))
+            })
+    }
+    /// The per-request override, when the request carries one.
+    pub(crate) fn resource_name(&self) -> Option<&'a ResourceName> {
+        self.extension::<ResourceName>()
+    }
+}
+
+fn split_host(h: &str) -> (&str, Option<u16>) {
+    match h.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || host.starts_with('[') => match port.parse() {
+            Ok(p) => (host, Some(p)),
+            Err(_) => (h, None),
+        },
+        _ => (h, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_view_takes_the_host_from_the_uri_or_the_host_header() {
+        let req = Request::get("http://inventory.svc:8080/items/7?x=1").body(()).unwrap();
+        let v = CallView::new(&req);
+        assert_eq!((v.host(), v.port(), v.path(), v.query()), ("inventory.svc", Some(8080), "/items/7", Some("x=1")));
+        let req = Request::get("/items/7").header("host", "stock:81").body(()).unwrap();
+        let v = CallView::new(&req);
+        assert_eq!((v.host(), v.port()), ("stock", Some(81)));
+    }
+}

@@ -1,0 +1,128 @@
+//! The outbound tower layer around a `service_fn` client, polled by hand on a manual clock: queueing waits
+//! and time limits are timers on the engine's clock, blocks are typed errors or the fallback's answer, and a
+//! request's `ResourceName` extension names its call.
+#![cfg(feature = "tower")]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use sentinel_runtime::clock::ManualClock;
+use sentinel_runtime::flow::{ControlBehavior, FlowRule};
+use sentinel_runtime::outbound::{ClientError, ResourceName, SentinelClientLayer};
+use sentinel_runtime::{BlockError, Sentinel};
+use tower::{Layer, Service};
+
+fn engine() -> (Sentinel, ManualClock) {
+    let clock = ManualClock::at_millis(1_700_000_000_000);
+    (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
+}
+
+/// A client that answers at once and counts its calls.
+fn client(
+    sent: Arc<AtomicUsize>,
+) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
+    tower::service_fn(move |_req: Request<()>| {
+        sent.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok")))))
+    })
+}
+
+fn poll<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(futures::task::noop_waker_ref()))
+}
+
+fn get(path: &str) -> Request<()> {
+    Request::get(format!("http://stock.svc{path}")).body(()).unwrap()
+}
+
+#[test]
+fn a_queued_call_waits_on_the_engines_timer_before_it_is_sent() {
+    let (engine, clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("GET:stock.svc/items/{id}")
+            .count(1.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(5_000)])
+        .unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut svc = SentinelClientLayer::new(&engine).layer(client(sent.clone()));
+    assert!(poll(pin!(svc.call(get("/items/1")))).is_ready());
+    let mut queued = pin!(svc.call(get("/items/2")));
+    assert!(poll(queued.as_mut()).is_pending());
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "not sent before its turn");
+    clock.advance_millis(1_000);
+    assert!(matches!(poll(queued.as_mut()), Poll::Ready(Ok(_))));
+    assert_eq!(sent.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn the_time_limit_drops_a_pending_call_and_counts_a_slow_error() {
+    let (engine, clock) = engine();
+    let mut svc = SentinelClientLayer::new(&engine).timeout(Duration::from_millis(100)).layer(tower::service_fn(
+        |_req: Request<()>| std::future::pending::<Result<Response<Full<Bytes>>, Infallible>>(),
+    ));
+    let mut call = pin!(svc.call(get("/slow")));
+    assert!(poll(call.as_mut()).is_pending());
+    clock.advance_millis(100);
+    match poll(call.as_mut()) {
+        Poll::Ready(Err(ClientError::TimedOut(t))) => assert_eq!(t.limit, Duration::from_millis(100)),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let s = engine.cluster_stats("GET:stock.svc/slow").unwrap();
+    assert_eq!((s.minute_exception, s.threads), (1, 0));
+}
+
+#[test]
+fn blocked_calls_are_not_sent_and_get_the_error_or_the_fallbacks_answer() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("named").count(0.0)]).unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut svc = SentinelClientLayer::new(&engine).layer(client(sent.clone()));
+    let mut req = get("/items/1");
+    req.extensions_mut().insert(ResourceName::new("named"));
+    match poll(pin!(svc.call(req))) {
+        Poll::Ready(Err(ClientError::Blocked(BlockError::Flow { resource, .. }))) => assert_eq!(&*resource, "named"),
+        other => panic!("expected a block, got {other:?}"),
+    }
+    let mut svc = SentinelClientLayer::new(&engine)
+        .fallback(|b, _| Response::new(Bytes::from(b.kind_name())))
+        .layer(client(sent.clone()));
+    let mut req = get("/items/1");
+    req.extensions_mut().insert(ResourceName::new("named"));
+    let Poll::Ready(Ok(answer)) = poll(pin!(svc.call(req))) else { panic!("expected the fallback's answer") };
+    let body = futures::executor::block_on(answer.into_body().collect()).unwrap().to_bytes();
+    assert_eq!(body, "FlowException");
+    assert_eq!(sent.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn distinct_hosts_past_the_bound_share_one_resource_and_a_ruled_one_keeps_its_own_and_its_rule() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:host-99/items").count(0.0)]).unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut svc = SentinelClientLayer::new(&engine).max_resources(3).layer(client(sent.clone()));
+    for h in 0..50 {
+        let req = Request::get(format!("http://host-{h}/items")).body(()).unwrap();
+        assert!(matches!(poll(pin!(svc.call(req))), Poll::Ready(Ok(_))));
+    }
+    let req = Request::get("http://host-99/items").body(()).unwrap();
+    assert!(
+        matches!(poll(pin!(svc.call(req))), Poll::Ready(Err(ClientError::Blocked(_)))),
+        "the bound never switches a rule off"
+    );
+    let mut names = engine.resource_names();
+    names.sort();
+    assert_eq!(
+        names,
+        ["GET:host-0/items", "GET:host-1/items", "GET:host-2/items", "GET:host-99/items", "sentinel_outbound_overflow"]
+    );
+    assert_eq!(sent.load(Ordering::SeqCst), 50);
+}
