@@ -26,6 +26,14 @@ use crate::flow::{ClusterThresholdType, FlowRule};
 use super::keys::RuleKeys;
 use super::script::{LeaseCall, LeaseReply};
 
+/// When a call is made: the instant and engine time, and Redis's clock as last seen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallAt {
+    pub(crate) now: Instant,
+    pub(crate) now_ms: u64,
+    pub(crate) clock: RedisClock,
+}
+
 /// When a call was made: engine time before it was sent and after its reply, its round trip, the instant it
 /// was applied, and the membership renewal interval.
 #[derive(Clone, Copy, Debug)]
@@ -35,6 +43,46 @@ pub(crate) struct CallTimes {
     pub(crate) rtt: Duration,
     pub(crate) now: Instant,
     pub(crate) beat: Duration,
+}
+
+/// What the client knows of Redis's clock, from its replies (the scripts' `TIME`, and a `TIME` when the
+/// client connects and probes).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RedisClock {
+    /// A Redis time and the instant its reply arrived: Redis read it before then, so times estimated from it
+    /// are never ahead of Redis's.
+    anchor: Option<(Instant, i64)>,
+    /// Redis time minus engine time, from a reply and the engine time before its call was sent: never less
+    /// than the true difference (up to the engine clock's resolution).
+    ahead_of_engine: Option<i64>,
+}
+
+impl RedisClock {
+    /// A reply read Redis time `redis_ms`; its call was sent at engine time `sent_ms`, the reply arrived at
+    /// `received`.
+    pub(crate) fn observe(&mut self, redis_ms: i64, sent_ms: u64, received: Instant) {
+        self.anchor = Some((received, redis_ms));
+        self.ahead_of_engine = Some(redis_ms - sent_ms as i64);
+    }
+
+    /// The Redis time from which a call sent at `now` is late (its caller gave up after `timeout`): 0 (no
+    /// deadline) until Redis answered once. Never later than the caller's own deadline on Redis's clock, so
+    /// a call Redis runs after its caller gave up grants nothing.
+    pub(crate) fn deadline(&self, now: Instant, timeout: Duration) -> i64 {
+        match self.anchor {
+            Some((at, ms)) => {
+                let since = i64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(i64::MAX / 2);
+                let timeout = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 4);
+                ms.saturating_add(since).saturating_add(timeout.max(1))
+            }
+            None => 0,
+        }
+    }
+
+    /// The Redis time at engine time `engine_ms` (never earlier than the true one; the same when unknown).
+    fn redis_ms(&self, engine_ms: u64) -> i64 {
+        (engine_ms as i64).saturating_add(self.ahead_of_engine.unwrap_or(0))
+    }
 }
 
 /// The lease in force.
@@ -59,10 +107,19 @@ pub(crate) struct Driver {
     cur: Option<Current>,
     /// Tokens to give back: (bucket, count).
     returns: Vec<(i64, u64)>,
+    /// Calls the local fallback admitted, to count in the window: (bucket, count). Kept until a call that
+    /// carried them got its reply (sent again after a failure: counted twice at worst, never missed).
+    admitted: Vec<(i64, u64)>,
+    /// The window's length, ms.
+    window_ms: u64,
+    /// How long a caller waits for a lease call (the deadline each call carries).
+    timeout: Duration,
     /// Tokens put in the pool so far, and given back so far (to measure what was spent).
     issued: u64,
     returned: u64,
-    /// Spending rate on this instance, tokens per ms, and when it was last measured (with the spent count).
+    /// Demand on this instance, calls per ms (tokens spent, and calls that found no token: blocked on a
+    /// used-up window or decided locally after a timed-out wait), and when it was last measured (with that
+    /// count).
     rate: f64,
     measured: Option<(Instant, u64)>,
     /// Round trip, ms.
@@ -79,15 +136,22 @@ pub(crate) struct Driver {
     /// Calls wanted tokens while no lease call was worth making ([`Driver::hold_until`]): lease as soon as
     /// one is.
     pub(crate) ask_when_free: bool,
-    /// Calls were blocked on a used-up window since the last lease: ask for a whole fair share.
-    pressed: bool,
 }
 
 impl Driver {
-    pub(crate) fn new(lease: &Arc<RuleLease>, keys: RuleKeys, margin: Duration, now: Instant) -> Driver {
+    pub(crate) fn new(
+        lease: &Arc<RuleLease>,
+        keys: RuleKeys,
+        margin: Duration,
+        timeout: Duration,
+        now: Instant,
+    ) -> Driver {
         let rule: &FlowRule = lease.rule();
         let c = rule.cluster_config.clone().unwrap_or_default();
         Driver {
+            admitted: Vec::new(),
+            window_ms: c.window_interval_ms.max(1),
+            timeout,
             lease: Arc::downgrade(lease),
             keys,
             allowance: rule.count * c.window_interval_ms as f64 / 1000.0,
@@ -108,7 +172,6 @@ impl Driver {
             exhausted_seen: 0,
             next_bucket_at: 0,
             ask_when_free: false,
-            pressed: false,
         }
     }
 
@@ -125,7 +188,7 @@ impl Driver {
     fn measure(&mut self, lease: &RuleLease, now: Instant) {
         let (in_hand, valid_until) = lease.in_hand();
         let in_hand = if self.cur.is_some_and(|c| c.valid_until == valid_until) { in_hand } else { 0 };
-        let spent = self.issued.saturating_sub(self.returned).saturating_sub(in_hand);
+        let spent = self.issued.saturating_sub(self.returned).saturating_sub(in_hand) + lease.unserved();
         if let Some((t, s)) = self.measured {
             let dt = now.duration_since(t).as_secs_f64() * 1000.0;
             if dt >= 1.0 {
@@ -147,11 +210,10 @@ impl Driver {
         };
         let expected = (self.rate * horizon * 1.25).ceil();
         // At most a fair share of the window per call: instances that all want more than the window holds
-        // each get about their share, and a lone busy one comes back for the rest.
+        // each get about their share, and a lone busy one comes back for the rest. What a call asks for is
+        // what this instance's demand (calls that found no token included) spends until the bucket ends:
+        // more would sit unspent while others find the window used up.
         let fair = (self.window_allowance() / self.live.max(1) as f64).ceil().max(1.0) as u64;
-        if self.pressed {
-            return fair;
-        }
         let want = if self.rate > 0.0 { expected } else { share };
         (want.max(1.0) as u64).saturating_sub(in_hand).clamp(1, fair)
     }
@@ -162,45 +224,49 @@ impl Driver {
         if now_ms < self.exhausted_until {
             return self.exhausted_until;
         }
+        // Tokens granted now would arrive too late to be spent in Redis's current bucket (they would be
+        // given back at once): only in its last round trips and margin. Earlier in the bucket a call is
+        // worth it, whether or not a lease was granted in it yet.
         let lease_over = self.cur.is_none_or(|c| now_ms > c.valid_until);
-        if lease_over && now_ms < self.next_bucket_at {
+        let too_late_from =
+            self.next_bucket_at.saturating_sub(self.margin_ms + 1 + (2.0 * self.rtt_ms).ceil() as u64);
+        if lease_over && now_ms >= too_late_from && now_ms < self.next_bucket_at {
             return self.next_bucket_at;
         }
         0
     }
 
     /// Whether calls were blocked on the used-up window since the last look (ask as soon as it frees room).
-    /// Such calls show a demand the spending rate does not (it only shows what was granted): the next lease
-    /// asks for a whole fair share.
     pub(crate) fn demand_while_exhausted(&mut self, lease: &RuleLease) -> bool {
         let blocked = lease.exhausted_blocks();
         let more = blocked > self.exhausted_seen;
         self.exhausted_seen = blocked;
-        self.pressed |= more;
         more
     }
 
     /// The lease call to make now.
-    pub(crate) fn lease_call(
-        &mut self,
-        lease: &RuleLease,
-        member: &str,
-        ttl: Duration,
-        now: Instant,
-        now_ms: u64,
-    ) -> LeaseCall {
-        self.measure(lease, now);
-        let want = self.want(lease, now_ms);
-        self.pressed = false;
-        self.call(want, member, ttl)
+    pub(crate) fn lease_call(&mut self, lease: &RuleLease, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
+        self.measure(lease, at.now);
+        let want = self.want(lease, at.now_ms);
+        self.call(Some(lease), want, member, ttl, at)
     }
 
-    /// A membership renewal (no tokens), giving back what is due.
-    pub(crate) fn beat_call(&mut self, member: &str, ttl: Duration) -> LeaseCall {
-        self.call(0, member, ttl)
+    /// A membership renewal (no tokens), giving back what is due and counting what the fallback admitted.
+    pub(crate) fn beat_call(&mut self, lease: &RuleLease, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
+        self.call(Some(lease), 0, member, ttl, at)
     }
 
-    fn call(&mut self, want: u64, member: &str, ttl: Duration) -> LeaseCall {
+    /// Leaving the rule's member set (the rule is gone, or the client stops), with what is due.
+    pub(crate) fn leave_call(&mut self, member: &str, at: &CallAt) -> Option<(RuleKeys, LeaseCall)> {
+        let lease = self.lease.upgrade();
+        let call = self.call(lease.as_deref(), 0, member, Duration::ZERO, at);
+        Some((self.keys.clone(), call))
+    }
+
+    fn call(&mut self, lease: Option<&RuleLease>, want: u64, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
+        if let Some(lease) = lease {
+            self.take_local_admissions(lease, at);
+        }
         LeaseCall {
             want,
             member: member.to_string(),
@@ -209,8 +275,42 @@ impl Driver {
             global: self.global,
             bucket_ms: self.bucket_ms,
             sample_count: self.sample_count,
+            deadline_ms: at.clock.deadline(at.now, self.timeout),
             // Given back at most once: if the call fails they are dropped (counted as spent), never resent.
             returns: std::mem::take(&mut self.returns),
+            admitted: self.admitted.clone(),
+        }
+    }
+
+    /// Moves the calls the fallback admitted since the last look into `admitted`, in Redis buckets: each
+    /// slot's count goes to the bucket its last millisecond falls in on Redis's clock (estimated never
+    /// early), so that it stays in the window at least as long as it should.
+    fn take_local_admissions(&mut self, lease: &RuleLease, at: &CallAt) {
+        let (slots, slot_ms) = lease.take_local_admissions(at.now_ms, self.window_ms);
+        for (start, n) in slots {
+            let bucket = at.clock.redis_ms(start + slot_ms - 1).div_euclid(self.bucket_ms as i64);
+            match self.admitted.iter_mut().find(|(b, _)| *b == bucket) {
+                Some((_, c)) => *c += n,
+                None => self.admitted.push((bucket, n)),
+            }
+        }
+        // Buckets that left the window need not be counted.
+        let newest = at.clock.redis_ms(at.now_ms).div_euclid(self.bucket_ms as i64);
+        self.admitted.retain(|(b, _)| *b > newest - self.sample_count as i64);
+    }
+
+    /// A call that carried `call` got its reply: what it counted is counted.
+    fn counted(&mut self, lease: &RuleLease, call: &LeaseCall) {
+        for (b, n) in &call.admitted {
+            if let Some(i) = self.admitted.iter().position(|(x, _)| x == b) {
+                let left = self.admitted[i].1.saturating_sub(*n);
+                if left == 0 {
+                    self.admitted.swap_remove(i);
+                } else {
+                    self.admitted[i].1 = left;
+                }
+            }
+            lease.counters.reported.fetch_add(*n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -244,6 +344,12 @@ impl Driver {
     /// Applies a reply to `call`, made at the times of `at`.
     pub(crate) fn apply(&mut self, lease: &RuleLease, call: &LeaseCall, r: &LeaseReply, at: &CallTimes) {
         let CallTimes { t0_ms, t1_ms, rtt, now, beat } = *at;
+        self.counted(lease, call);
+        if r.late {
+            // Redis ran it after its deadline (slower than the timeout, yet the reply made it): nothing
+            // granted; ask again.
+            self.ask_when_free |= call.want > 0;
+        }
         self.live = r.live.max(1);
         self.rtt_ms = 0.8 * self.rtt_ms + 0.2 * rtt.as_secs_f64() * 1000.0;
         self.next_beat = now + beat;
@@ -272,8 +378,10 @@ impl Driver {
         }
         // Latest estimates (from the reply's arrival): asking earlier could find Redis still before them.
         self.next_bucket_at = (t1_ms as i64).saturating_add(bucket_end - r.redis_ms).max(0) as u64;
-        if call.want > r.granted && r.left == 0 && r.retry_at_ms > r.redis_ms {
-            self.exhausted_until = t1_ms.saturating_add((r.retry_at_ms - r.redis_ms) as u64);
+        if !r.late && call.want > r.granted && r.left == 0 && r.retry_at_ms > r.redis_ms {
+            // Until the window frees room, or until Redis's next bucket at the latest: leases that end with
+            // the bucket give their unspent tokens back then, which the window's oldest buckets do not show.
+            self.exhausted_until = t1_ms.saturating_add((r.retry_at_ms - r.redis_ms) as u64).min(self.next_bucket_at);
         } else {
             self.exhausted_until = 0;
         }
@@ -290,9 +398,10 @@ impl Driver {
         self.next_beat
     }
 
-    /// Whether the membership is due for renewal, or tokens wait to be given back.
+    /// Whether the membership is due for renewal, or tokens wait to be given back, or admissions to be
+    /// counted.
     pub(crate) fn beat_due(&self, now: Instant) -> bool {
-        now >= self.next_beat || !self.returns.is_empty()
+        now >= self.next_beat || !self.returns.is_empty() || !self.admitted.is_empty()
     }
 
     /// Engine times (ms) at which the driver wants to act: the end of its lease.

@@ -1,8 +1,12 @@
 //! The two Lua scripts the cluster client runs, and their replies.
 //!
 //! Both take the time from Redis (`TIME`, so every instance shares one clock), renew this instance's
-//! membership of the rule, drop members whose membership expired, and apply the tokens the instance gives
-//! back (a lease that ended with tokens left, per bucket). The lease script then sums the buckets of the
+//! membership of the rule, drop members whose membership expired, apply the tokens the instance gives
+//! back (a lease that ended with tokens left, per bucket) and count the calls its local fallback admitted
+//! (per bucket, so that the window does not grant them again). A call carries a deadline in Redis time (the
+//! instant its caller gives up waiting, estimated from an earlier reply so that it is never late): run after
+//! it (Redis hung with the call queued), it grants nothing, so no token goes to a caller that left. The
+//! lease script then sums the buckets of the
 //! sliding window (dropping expired ones), grants at most what is left under the limit (`count` per window
 //! for global thresholds, `count × live instances` for average-local ones) in the current bucket, and tells
 //! when the window frees room again if it is used up. Scripts run through EVALSHA, loaded again on
@@ -17,6 +21,12 @@ const LEASE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local want = tonumber(ARGV[1])
+local deadline = tonumber(ARGV[8])
+local late = 0
+if deadline > 0 and now >= deadline then
+  late = 1
+  want = 0
+end
 local ttl = tonumber(ARGV[3])
 local blen = tonumber(ARGV[6])
 local n = tonumber(ARGV[7])
@@ -30,16 +40,26 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('PEXPIRE', KEYS[2], math.max(ttl, 1) * 2)
 local live = redis.call('ZCARD', KEYS[2])
-local nr = tonumber(ARGV[8])
+local nr = tonumber(ARGV[9])
 for i = 0, nr - 1 do
-  local b = tonumber(ARGV[9 + 2 * i])
-  local c = tonumber(ARGV[10 + 2 * i])
+  local b = tonumber(ARGV[10 + 2 * i])
+  local c = tonumber(ARGV[11 + 2 * i])
   if b >= oldest and b <= cur then
     local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
     local back = math.min(v, c)
     if back > 0 then
       redis.call('HINCRBY', KEYS[1], tostring(b), -back)
     end
+  end
+end
+local at = 10 + 2 * nr
+local na = tonumber(ARGV[at])
+for i = 0, na - 1 do
+  local b = tonumber(ARGV[at + 1 + 2 * i])
+  local c = tonumber(ARGV[at + 2 + 2 * i])
+  if b > cur then b = cur end
+  if b >= oldest and c > 0 then
+    redis.call('HINCRBY', KEYS[1], tostring(b), c)
   end
 end
 local fields = redis.call('HGETALL', KEYS[1])
@@ -68,7 +88,7 @@ if grant > 0 then
   redis.call('HINCRBY', KEYS[1], tostring(cur), grant)
   buckets[#buckets + 1] = {cur, grant}
 end
-if want > 0 or nr > 0 then
+if want > 0 or nr > 0 or na > 0 then
   redis.call('PEXPIRE', KEYS[1], blen * n * 2)
 end
 local retry = 0
@@ -85,7 +105,7 @@ if want > 0 and avail - grant <= 0 then
     end
   end
 end
-return {grant, now, cur, live, avail - grant, retry}
+return {grant, now, cur, live, avail - grant, retry, late}
 "#;
 
 /// The compiled lease script (its SHA is computed once).
@@ -116,8 +136,12 @@ pub(crate) struct LeaseCall {
     pub(crate) bucket_ms: u64,
     /// Buckets per window.
     pub(crate) sample_count: u32,
+    /// The Redis time (ms) from which the call grants nothing (its caller gave up on it by then); 0: none.
+    pub(crate) deadline_ms: i64,
     /// Tokens given back: (bucket index, count).
     pub(crate) returns: Vec<(i64, u64)>,
+    /// Calls admitted without a token (the local fallback), counted in the window: (bucket index, count).
+    pub(crate) admitted: Vec<(i64, u64)>,
 }
 
 /// The script's reply.
@@ -135,26 +159,34 @@ pub(crate) struct LeaseReply {
     pub(crate) left: u64,
     /// When the window is used up: the Redis time it frees room for one call (0 otherwise).
     pub(crate) retry_at_ms: i64,
+    /// The call ran past its deadline (Redis was slower than the caller's timeout): it granted nothing.
+    pub(crate) late: bool,
 }
 
 impl FromRedisValue for LeaseReply {
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
         let items: Vec<i64> = FromRedisValue::from_redis_value(v)?;
         match items[..] {
-            [granted, redis_ms, bucket, live, left, retry_at_ms] => Ok(LeaseReply {
+            [granted, redis_ms, bucket, live, left, retry_at_ms, late] => Ok(LeaseReply {
                 granted: granted.max(0) as u64,
                 redis_ms,
                 bucket,
                 live: live.max(0) as u64,
                 left: left.max(0) as u64,
                 retry_at_ms,
+                late: late != 0,
             }),
-            _ => Err(format!("the lease script returned {} values, expected 6", items.len()).into()),
+            _ => Err(format!("the lease script returned {} values, expected 7", items.len()).into()),
         }
     }
 }
 
 impl Scripts {
+    /// Loads the lease script into Redis's script cache (so that the first lease call is one round trip).
+    pub(crate) async fn load(&self, conn: &mut redis::aio::ConnectionManager) -> Result<(), RedisError> {
+        self.lease.load_async(conn).await.map(|_| ())
+    }
+
     /// Runs the lease script for `keys` (EVALSHA, loading it on NOSCRIPT).
     pub(crate) async fn lease(
         &self,
@@ -171,8 +203,13 @@ impl Scripts {
             .arg(if call.global { "1" } else { "0" })
             .arg(call.bucket_ms)
             .arg(call.sample_count)
+            .arg(call.deadline_ms)
             .arg(call.returns.len());
         for (b, n) in &call.returns {
+            inv.arg(*b).arg(*n);
+        }
+        inv.arg(call.admitted.len());
+        for (b, n) in &call.admitted {
             inv.arg(*b).arg(*n);
         }
         inv.invoke_async(conn).await
