@@ -136,6 +136,9 @@ pub(crate) struct Driver {
     /// Calls wanted tokens while no lease call was worth making ([`Driver::hold_until`]): lease as soon as
     /// one is.
     pub(crate) ask_when_free: bool,
+    /// Tokens spent so far, sampled (engine ms, spent) at most every 50 ms over the last second and a bit:
+    /// what the lease admitted in the second before the client falls back.
+    spent_samples: std::collections::VecDeque<(u64, u64)>,
 }
 
 impl Driver {
@@ -172,6 +175,7 @@ impl Driver {
             exhausted_seen: 0,
             next_bucket_at: 0,
             ask_when_free: false,
+            spent_samples: std::collections::VecDeque::new(),
         }
     }
 
@@ -184,11 +188,35 @@ impl Driver {
         }
     }
 
-    /// Measures the spending rate (tokens per ms) from what left the pool since the last measure.
-    fn measure(&mut self, lease: &RuleLease, now: Instant) {
+    /// Tokens spent from the leases so far.
+    fn spent(&self, lease: &RuleLease) -> u64 {
         let (in_hand, valid_until) = lease.in_hand();
         let in_hand = if self.cur.is_some_and(|c| c.valid_until == valid_until) { in_hand } else { 0 };
-        let spent = self.issued.saturating_sub(self.returned).saturating_sub(in_hand) + lease.unserved();
+        self.issued.saturating_sub(self.returned).saturating_sub(in_hand)
+    }
+
+    /// Samples the tokens spent (every step of the worker; kept at most every 50 ms, over a second).
+    pub(crate) fn sample_spent(&mut self, lease: &RuleLease, now_ms: u64) {
+        if self.spent_samples.back().is_some_and(|(t, _)| now_ms < t + 50) {
+            return;
+        }
+        let spent = self.spent(lease);
+        self.spent_samples.push_back((now_ms, spent));
+        while self.spent_samples.len() > 1 && self.spent_samples[1].0 + 1000 <= now_ms {
+            self.spent_samples.pop_front();
+        }
+    }
+
+    /// Tokens spent from the leases in the last second (or more: counted from the oldest sample at least a
+    /// second old, else since the first).
+    pub(crate) fn spent_last_second(&self, lease: &RuleLease) -> u64 {
+        let base = self.spent_samples.front().map_or(0, |(_, s)| *s);
+        self.spent(lease).saturating_sub(base)
+    }
+
+    /// Measures the spending rate (tokens per ms) from what left the pool since the last measure.
+    fn measure(&mut self, lease: &RuleLease, now: Instant) {
+        let spent = self.spent(lease) + lease.unserved();
         if let Some((t, s)) = self.measured {
             let dt = now.duration_since(t).as_secs_f64() * 1000.0;
             if dt >= 1.0 {

@@ -281,6 +281,7 @@ impl Worker {
         for d in &mut self.drivers {
             if let Some(lease) = d.lease.upgrade() {
                 d.expire(&lease, now_ms);
+                d.sample_spent(&lease, now_ms);
             }
         }
         match self.breaker.gate(now) {
@@ -418,7 +419,16 @@ impl Worker {
             // connection manager).
             self.conn = None;
         }
-        if self.breaker.failure(Instant::now(), f) {
+        let newly = self.breaker.failure(Instant::now(), f);
+        if newly {
+            let now_ms = self.engine.now_millis();
+            for d in &self.drivers {
+                if let Some(lease) = d.lease.upgrade() {
+                    lease.set_fallback_debt(now_ms, d.spent_last_second(&lease));
+                }
+            }
+        }
+        if newly {
             tracing::warn!(
                 url = %redact(&self.opts.url),
                 reason = %why,

@@ -236,6 +236,11 @@ pub(crate) struct RuleLease {
     exhausted_until: AtomicU64,
     /// Bits of the local limit (calls per second) that falling back uses.
     fallback_limit: AtomicU64,
+    /// Calls this instance admitted with leased tokens in the second before it fell back, and the engine
+    /// time (ms) until which they count against the local limit: falling back mid-second does not add a
+    /// whole second's local limit on top of what the lease already admitted.
+    fallback_debt: AtomicU64,
+    fallback_debt_until: AtomicU64,
     /// Tokens left in the pool below which a call asks for more.
     low_water: AtomicU64,
     /// A call asked for tokens since the service last looked.
@@ -381,6 +386,8 @@ impl RuleLease {
         let timeout_nanos = u64::try_from(service.timeout().as_nanos()).unwrap_or(u64::MAX);
         RuleLease {
             fallback_limit: AtomicU64::new(local_limit_of(&rule, 1).to_bits()),
+            fallback_debt: AtomicU64::new(0),
+            fallback_debt_until: AtomicU64::new(0),
             rule,
             window: AdmissionWindow::new(),
             service,
@@ -486,6 +493,13 @@ impl RuleLease {
     pub(crate) fn set_fallback(&self, why: String) {
         self.report.lock().unwrap_or_else(|e| e.into_inner()).reason = Some(why);
         self.mode.store(MODE_FALLBACK, Ordering::Release);
+    }
+
+    /// The service fails from engine time `now_ms`, after this instance spent `spent` leased tokens in the
+    /// second before: the local limit counts them until a second has passed.
+    pub(crate) fn set_fallback_debt(&self, now_ms: u64, spent: u64) {
+        self.fallback_debt.store(spent, Ordering::Relaxed);
+        self.fallback_debt_until.store(now_ms.saturating_add(1000), Ordering::Release);
     }
 
     /// The service stopped: the rule is decided as with no service.
@@ -616,6 +630,11 @@ impl RuleLease {
         let limit = match mode {
             // As with no service at all (Java's behaviour): the whole count.
             MODE_DETACHED => self.rule.count,
+            // Within a second of falling back, what the lease admitted in the second before counts.
+            _ if cx.now_ms < self.fallback_debt_until.load(Ordering::Acquire) => {
+                let limit = f64::from_bits(self.fallback_limit.load(Ordering::Relaxed));
+                (limit - self.fallback_debt.load(Ordering::Relaxed) as f64).max(0.0)
+            }
             _ => f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
         };
         let decision = if no_service(&self.rule) {
