@@ -139,6 +139,11 @@ pub(crate) struct Driver {
     /// Tokens spent so far, sampled (engine ms, spent) at most every 50 ms over the last second and a bit:
     /// what the lease admitted in the second before the client falls back.
     spent_samples: std::collections::VecDeque<(u64, u64)>,
+    /// Tokens still free in the window at the last reply (`u64::MAX` before one).
+    last_left: u64,
+    /// Redis answers again after failing: the rule stays on its local limit until then, while the other
+    /// instances come back and count what their fallbacks admitted (see [`Driver::resume_after`]).
+    pub(crate) probation_until: Option<Instant>,
 }
 
 impl Driver {
@@ -176,6 +181,8 @@ impl Driver {
             next_bucket_at: 0,
             ask_when_free: false,
             spent_samples: std::collections::VecDeque::new(),
+            last_left: u64::MAX,
+            probation_until: None,
         }
     }
 
@@ -212,6 +219,30 @@ impl Driver {
     pub(crate) fn spent_last_second(&self, lease: &RuleLease) -> u64 {
         let base = self.spent_samples.front().map_or(0, |(_, s)| *s);
         self.spent(lease).saturating_sub(base)
+    }
+
+    /// How much lower the local limit is in the second after falling back: what the lease admitted in the
+    /// second before (the instance's local rate stays within its limit), or more when the shared window had
+    /// less room at the last reply than the instances' local limits would admit together (each takes its
+    /// share of that room).
+    pub(crate) fn fallback_debt(&self, lease: &RuleLease) -> u64 {
+        let local = lease.local_limit();
+        let room = self.last_left as f64 / self.live.max(1) as f64;
+        let short = (local - room).max(0.0).ceil() as u64;
+        self.spent_last_second(lease).max(short)
+    }
+
+    /// Redis answers again at `now`: the rule keeps its local limit for `pause` (at most a window) so that
+    /// every instance has come back and counted what its fallback admitted before this one leases again.
+    /// Meanwhile it reports its own local admissions every bucket (at least every 10 ms apart).
+    pub(crate) fn resume_after(&mut self, now: Instant, pause: Duration) {
+        self.probation_until = Some(now + pause.min(Duration::from_millis(self.window_ms)));
+        self.next_beat = now;
+    }
+
+    /// Whether the rule still waits to lease again ([`resume_after`](Self::resume_after)).
+    pub(crate) fn on_probation(&self, now: Instant) -> bool {
+        self.probation_until.is_some_and(|t| now < t)
     }
 
     /// Measures the spending rate (tokens per ms) from what left the pool since the last measure.
@@ -373,6 +404,7 @@ impl Driver {
     pub(crate) fn apply(&mut self, lease: &RuleLease, call: &LeaseCall, r: &LeaseReply, at: &CallTimes) {
         let CallTimes { t0_ms, t1_ms, rtt, now, beat } = *at;
         self.counted(lease, call);
+        self.last_left = r.left;
         if r.late {
             // Redis ran it after its deadline (slower than the timeout, yet the reply made it): nothing
             // granted; ask again.
@@ -416,7 +448,13 @@ impl Driver {
         lease.set_exhausted_until(self.exhausted_until);
         // Ask for more while a round trip's worth of calls (twice over, plus a millisecond) is still in hand.
         lease.set_low_water((self.rate * (2.0 * self.rtt_ms + 1.0)).ceil().max(1.0) as u64);
-        lease.set_leasing(Some(self.live));
+        if self.on_probation(now) {
+            // Report again a bucket from now; lease once the pause is over.
+            self.next_beat = now + Duration::from_millis(self.bucket_ms.max(10)).min(beat);
+        } else {
+            self.probation_until = None;
+            lease.set_leasing(Some(self.live));
+        }
         lease.changed();
     }
 

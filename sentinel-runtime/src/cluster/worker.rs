@@ -320,6 +320,13 @@ impl Worker {
             let Some(lease) = d.lease.upgrade() else { continue };
             let asked = lease.take_request();
             let demand = d.demand_while_exhausted(&lease);
+            if d.probation_until.is_some() {
+                // Resuming: report (the reply of the call made once the pause is over resumes leasing).
+                if all || d.beat_due(now) || !d.on_probation(now) {
+                    calls.push((i, d.beat_call(&lease, &self.member, ttl, &at)));
+                }
+                continue;
+            }
             if d.hold_until(now_ms) > 0 {
                 // Ask as soon as a lease call is worth it (see `next_wake`).
                 d.ask_when_free |= asked || demand;
@@ -398,9 +405,18 @@ impl Worker {
                 url = %redact(&self.opts.url),
                 "cluster flow control: Redis answers again; cluster rules lease from it again"
             );
-            for d in &self.drivers {
+            // Every instance probes within `retry_max` of Redis coming back, and reports what its fallback
+            // admitted with its first call: lease again once they all could (a window at most).
+            let now = Instant::now();
+            let pause = self.opts.retry_max + self.opts.timeout.max(CONNECT_TIMEOUT) + self.opts.timeout;
+            for d in &mut self.drivers {
+                d.resume_after(now, pause);
                 if let Some(lease) = d.lease.upgrade() {
-                    lease.set_leasing(Some(d.live));
+                    lease.set_fallback(
+                        "Redis answers again: leasing resumes once the other instances have counted what their \
+                         fallbacks admitted"
+                            .to_string(),
+                    );
                     lease.changed();
                 }
             }
@@ -422,9 +438,10 @@ impl Worker {
         let newly = self.breaker.failure(Instant::now(), f);
         if newly {
             let now_ms = self.engine.now_millis();
-            for d in &self.drivers {
+            for d in &mut self.drivers {
+                d.probation_until = None;
                 if let Some(lease) = d.lease.upgrade() {
-                    lease.set_fallback_debt(now_ms, d.spent_last_second(&lease));
+                    lease.set_fallback_debt(now_ms, d.fallback_debt(&lease));
                 }
             }
         }
@@ -473,6 +490,9 @@ impl Worker {
             if d.ask_when_free {
                 // A deferred lease call: when it is worth making.
                 next = next.min(ms(d.hold_until(now_ms)));
+            }
+            if let Some(t) = d.probation_until {
+                next = next.min(t);
             }
         }
         next.max(now)

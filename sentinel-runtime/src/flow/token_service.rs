@@ -495,11 +495,16 @@ impl RuleLease {
         self.mode.store(MODE_FALLBACK, Ordering::Release);
     }
 
-    /// The service fails from engine time `now_ms`, after this instance spent `spent` leased tokens in the
-    /// second before: the local limit counts them until a second has passed.
-    pub(crate) fn set_fallback_debt(&self, now_ms: u64, spent: u64) {
-        self.fallback_debt.store(spent, Ordering::Relaxed);
+    /// The service fails from engine time `now_ms`: for a second, the local limit is lower by `debt` (what
+    /// the lease admitted in the second before, or what the shared window had no room for).
+    pub(crate) fn set_fallback_debt(&self, now_ms: u64, debt: u64) {
+        self.fallback_debt.store(debt, Ordering::Relaxed);
         self.fallback_debt_until.store(now_ms.saturating_add(1000), Ordering::Release);
+    }
+
+    /// The local limit (calls per second) that falling back uses.
+    pub(crate) fn local_limit(&self) -> f64 {
+        f64::from_bits(self.fallback_limit.load(Ordering::Relaxed))
     }
 
     /// The service stopped: the rule is decided as with no service.
