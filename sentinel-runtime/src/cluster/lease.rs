@@ -10,12 +10,16 @@
 //! which covers the clocks' rates and the cached clock's resolution). Tokens left when a lease ends are
 //! given back to their bucket in the next call, so the window counts only what was spent.
 //!
-//! **Few round trips.** The client learns the rule's rate on this instance (tokens spent per ms) and asks
-//! for what it expects to spend until the bucket ends (plus a quarter), at most a fair share of the window
-//! (`window ÷ live instances`) per call, so at a steady rate one call per bucket suffices and instances that
-//! all want more than the window holds share it; callers ask for more when the pool falls below what a round trip's worth of calls
-//! needs (the low-water mark), before it runs dry. While the window is used up, Redis says when it frees
-//! room again and calls block locally until then, without a round trip each.
+//! **Few round trips.** The client learns the rule's demand on this instance (tokens spent per ms, plus the
+//! calls that found no token: blocked on a used-up window or decided locally after a timed-out wait) and
+//! asks for what it expects to spend until the bucket ends (plus a quarter), at most a fair share of the
+//! window (`window ÷ live instances`) per call, so at a steady rate one call per bucket suffices, and no
+//! instance holds much more than it spends while others find the window used up; callers ask for more when
+//! the pool falls below what a round trip's worth of calls needs (the low-water mark), before it runs dry.
+//! A lease call is held back only in the last round trips of a bucket (its tokens could not be spent in
+//! it). While the window is used up, Redis says when it frees room again and calls block locally until
+//! then, or until Redis's next bucket at the latest (leases that end give their unspent tokens back),
+//! without a round trip each.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -139,8 +143,9 @@ pub(crate) struct Driver {
     /// Tokens spent so far, sampled (engine ms, spent) at most every 50 ms over the last second and a bit:
     /// what the lease admitted in the second before the client falls back.
     spent_samples: std::collections::VecDeque<(u64, u64)>,
-    /// Tokens still free in the window at the last reply (`u64::MAX` before one).
+    /// Tokens still free in the window at the last reply (`u64::MAX` before one), and when it arrived.
     last_left: u64,
+    last_reply: Option<Instant>,
     /// Redis answers again after failing: the rule stays on its local limit until then, while the other
     /// instances come back and count what their fallbacks admitted (see [`Driver::resume_after`]).
     pub(crate) probation_until: Option<Instant>,
@@ -182,6 +187,7 @@ impl Driver {
             ask_when_free: false,
             spent_samples: std::collections::VecDeque::new(),
             last_left: u64::MAX,
+            last_reply: None,
             probation_until: None,
         }
     }
@@ -227,16 +233,19 @@ impl Driver {
     /// share of that room).
     pub(crate) fn fallback_debt(&self, lease: &RuleLease) -> u64 {
         let local = lease.local_limit();
-        let room = self.last_left as f64 / self.live.max(1) as f64;
+        // The room seen at the last reply, if it is recent (else unknown: no constraint).
+        let recent = self.last_reply.is_some_and(|t| t.elapsed() < Duration::from_secs(1));
+        let left = if recent { self.last_left } else { u64::MAX };
+        let room = left as f64 / self.live.max(1) as f64;
         let short = (local - room).max(0.0).ceil() as u64;
         self.spent_last_second(lease).max(short)
     }
 
-    /// Redis answers again at `now`: the rule keeps its local limit for `pause` (at most a window) so that
-    /// every instance has come back and counted what its fallback admitted before this one leases again.
-    /// Meanwhile it reports its own local admissions every bucket (at least every 10 ms apart).
+    /// Redis answers again at `now`: the rule keeps its local limit for `pause` so that every instance has
+    /// come back and counted what its fallback admitted before this one leases again. Meanwhile it reports
+    /// its own local admissions every bucket (at least every 10 ms apart).
     pub(crate) fn resume_after(&mut self, now: Instant, pause: Duration) {
-        self.probation_until = Some(now + pause.min(Duration::from_millis(self.window_ms)));
+        self.probation_until = Some(now + pause);
         self.next_beat = now;
     }
 
@@ -316,10 +325,10 @@ impl Driver {
     }
 
     /// Leaving the rule's member set (the rule is gone, or the client stops), with what is due.
-    pub(crate) fn leave_call(&mut self, member: &str, at: &CallAt) -> Option<(RuleKeys, LeaseCall)> {
+    pub(crate) fn leave_call(&mut self, member: &str, at: &CallAt) -> (RuleKeys, LeaseCall) {
         let lease = self.lease.upgrade();
         let call = self.call(lease.as_deref(), 0, member, Duration::ZERO, at);
-        Some((self.keys.clone(), call))
+        (self.keys.clone(), call)
     }
 
     fn call(&mut self, lease: Option<&RuleLease>, want: u64, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
@@ -405,6 +414,7 @@ impl Driver {
         let CallTimes { t0_ms, t1_ms, rtt, now, beat } = *at;
         self.counted(lease, call);
         self.last_left = r.left;
+        self.last_reply = Some(now);
         if r.late {
             // Redis ran it after its deadline (slower than the timeout, yet the reply made it): nothing
             // granted; ask again.
@@ -473,5 +483,147 @@ impl Driver {
     /// Engine times (ms) at which the driver wants to act: the end of its lease.
     pub(crate) fn deadlines_ms(&self) -> impl Iterator<Item = u64> + '_ {
         self.cur.map(|c| c.valid_until + 1).into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::token_service::{lease_for, ClusterServiceInfo, TokenService};
+    use crate::flow::ClusterConfig;
+    use std::sync::OnceLock;
+
+    /// A service that is never asked anything (the driver is fed replies by hand).
+    struct Idle;
+
+    impl TokenService for Idle {
+        fn attach(&self, _: &Arc<RuleLease>) {}
+        fn wake(&self) {}
+        fn timeout(&self) -> Duration {
+            Duration::from_millis(20)
+        }
+        fn info(&self) -> ClusterServiceInfo {
+            ClusterServiceInfo {
+                kind: "test",
+                host: String::new(),
+                port: 0,
+                timeout_ms: 20,
+                connected: true,
+                since_ms: 0,
+            }
+        }
+    }
+
+    /// A driver for a global rule of 1000 per second in 10 buckets of 100 ms.
+    fn driver() -> (Driver, Arc<RuleLease>) {
+        let rule = FlowRule {
+            cluster_mode: true,
+            cluster_config: Some(ClusterConfig { threshold_type: ClusterThresholdType::Global, ..Default::default() }),
+            ..FlowRule::new("api").count(1000.0)
+        };
+        let slot = OnceLock::new();
+        let svc: Arc<dyn TokenService> = Arc::new(Idle);
+        lease_for(&slot, &Arc::new(rule), &svc);
+        let lease = slot.get().unwrap().clone();
+        let keys = super::super::keys::keys("ns", "res:api");
+        let d = Driver::new(&lease, keys, Duration::from_millis(2), Duration::from_millis(20), Instant::now());
+        (d, lease)
+    }
+
+    const REDIS_MS: i64 = 1_700_000_000_050; // 50 ms into bucket 17_000_000_000
+    const ENGINE_MS: u64 = 5_000_000;
+
+    fn reply(want: u64, granted: u64, left: u64, retry_at_ms: i64) -> (LeaseCall, LeaseReply) {
+        let call = LeaseCall {
+            want,
+            member: "me".into(),
+            ttl_ms: 3000,
+            allowance: 1000.0,
+            global: true,
+            bucket_ms: 100,
+            sample_count: 10,
+            deadline_ms: 0,
+            returns: Vec::new(),
+            admitted: Vec::new(),
+        };
+        let r = LeaseReply { granted, redis_ms: REDIS_MS, bucket: REDIS_MS / 100, live: 3, left, retry_at_ms, late: false };
+        (call, r)
+    }
+
+    fn times() -> CallTimes {
+        CallTimes {
+            t0_ms: ENGINE_MS,
+            t1_ms: ENGINE_MS + 1,
+            rtt: Duration::from_millis(1),
+            now: Instant::now(),
+            beat: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_lease_call_is_held_back_only_in_the_last_round_trips_of_a_bucket() {
+        let (mut d, lease) = driver();
+        // A renewal (no tokens) answered 50 ms into a bucket, no lease in force: the bucket ends 50 ms later.
+        let (call, r) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &call, &r, &times());
+        assert_eq!(d.hold_until(ENGINE_MS + 2), 0, "mid-bucket, a lease call is worth making");
+        assert_eq!(d.hold_until(ENGINE_MS + 40), 0);
+        assert_eq!(d.hold_until(ENGINE_MS + 49), ENGINE_MS + 51, "its tokens could not be spent in the bucket");
+        assert_eq!(d.hold_until(ENGINE_MS + 51), 0, "the next bucket");
+    }
+
+    #[test]
+    fn a_used_up_window_is_asked_again_at_the_next_bucket_at_the_latest() {
+        let (mut d, lease) = driver();
+        // Nothing left until 900 ms from now (the oldest bucket leaves the window), but leases that end with
+        // this bucket give tokens back then.
+        let (call, r) = reply(50, 0, 0, REDIS_MS + 900);
+        d.apply(&lease, &call, &r, &times());
+        assert_eq!(d.hold_until(ENGINE_MS + 10), ENGINE_MS + 51);
+    }
+
+    #[test]
+    fn a_late_reply_grants_nothing_and_the_lease_is_asked_for_again() {
+        let (mut d, lease) = driver();
+        let (call, mut r) = reply(50, 0, 500, 0);
+        r.late = true;
+        d.apply(&lease, &call, &r, &times());
+        assert!(d.ask_when_free, "asked again");
+        assert_eq!(d.hold_until(ENGINE_MS + 10), 0, "not taken for a used-up window");
+    }
+
+    #[test]
+    fn a_call_deadline_on_redis_time_is_never_later_than_its_caller_gives_up() {
+        let mut clock = RedisClock::default();
+        let now = Instant::now();
+        assert_eq!(clock.deadline(now, Duration::from_millis(20)), 0, "no deadline before Redis answered");
+        // Redis read 1000 before the reply arrived at `now`: 5 ms later Redis is at 1005 or more.
+        clock.observe(1000, 40, now);
+        assert_eq!(clock.deadline(now + Duration::from_millis(5), Duration::from_millis(20)), 1025);
+        assert_eq!(clock.redis_ms(50), 1010, "Redis time from engine time, never early");
+    }
+
+    #[test]
+    fn what_the_fallback_admitted_is_reported_in_redis_buckets_until_a_reply_counts_it() {
+        let (mut d, lease) = driver();
+        let mut clock = RedisClock::default();
+        let now = Instant::now();
+        // Redis is 10 ms ahead of the engine's clock.
+        clock.observe(ENGINE_MS as i64 + 10, ENGINE_MS, now);
+        lease.set_fallback("redis down".into());
+        // Admitted locally in the engine's slot [ENGINE_MS + 100, +200): Redis's bucket of its last ms + 10.
+        let admitted_at = ENGINE_MS + 100;
+        let at = CallAt { now, now_ms: admitted_at + 50, clock };
+        lease.record_local_admissions(admitted_at, 3);
+        let call = d.beat_call(&lease, "me", Duration::from_secs(3), &at);
+        let bucket = (admitted_at as i64 + 99 + 10) / 100;
+        assert_eq!(call.admitted, vec![(bucket, 3)]);
+        // Not answered (a failure): sent again with the next call.
+        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at);
+        assert_eq!(again.admitted, vec![(bucket, 3)]);
+        let (_, r) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &again, &r, &times());
+        assert!(d.beat_call(&lease, "me", Duration::from_secs(3), &at).admitted.is_empty(), "counted once");
+        assert_eq!(lease.counters.reported.load(std::sync::atomic::Ordering::Relaxed), 3);
     }
 }

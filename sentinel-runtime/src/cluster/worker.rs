@@ -268,7 +268,7 @@ impl Worker {
             let mut gone = gone;
             let at = self.call_at(Instant::now(), self.engine.now_millis());
             let leave: Vec<(super::keys::RuleKeys, LeaseCall)> =
-                gone.iter_mut().filter_map(|d| d.leave_call(&self.member, &at)).collect();
+                gone.iter_mut().map(|d| d.leave_call(&self.member, &at)).collect();
             self.leave(leave);
         }
         if before != self.drivers.len() {
@@ -403,10 +403,11 @@ impl Worker {
         if self.breaker.success() {
             tracing::info!(
                 url = %redact(&self.opts.url),
-                "cluster flow control: Redis answers again; cluster rules lease from it again"
+                "cluster flow control: Redis answers again; cluster rules lease from it again once every instance \
+                 could count what its fallback admitted"
             );
             // Every instance probes within `retry_max` of Redis coming back, and reports what its fallback
-            // admitted with its first call: lease again once they all could (a window at most).
+            // admitted with its first call: lease again once they all could.
             let now = Instant::now();
             let pause = self.opts.retry_max + self.opts.timeout.max(CONNECT_TIMEOUT) + self.opts.timeout;
             for d in &mut self.drivers {
@@ -435,17 +436,16 @@ impl Worker {
             // connection manager).
             self.conn = None;
         }
-        let newly = self.breaker.failure(Instant::now(), f);
-        if newly {
+        if self.breaker.failure(Instant::now(), f) {
+            // Falling back now: for a second, the local limits count what the leases admitted.
             let now_ms = self.engine.now_millis();
             for d in &mut self.drivers {
-                d.probation_until = None;
-                if let Some(lease) = d.lease.upgrade() {
+                // A rule still resuming had not leased since it last fell back: nothing to count.
+                let leasing = d.probation_until.take().is_none();
+                if let Some(lease) = d.lease.upgrade().filter(|_| leasing) {
                     lease.set_fallback_debt(now_ms, d.fallback_debt(&lease));
                 }
             }
-        }
-        if newly {
             tracing::warn!(
                 url = %redact(&self.opts.url),
                 reason = %why,
@@ -521,7 +521,7 @@ impl Worker {
                 if let Some(lease) = d.lease.upgrade() {
                     d.expire(&lease, u64::MAX);
                 }
-                out.extend(d.leave_call(&member, &at));
+                out.push(d.leave_call(&member, &at));
             }
             out
         };

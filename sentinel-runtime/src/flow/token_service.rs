@@ -453,6 +453,12 @@ impl RuleLease {
         (self.local.take(now_ms, window_ms), self.local.slot_ms())
     }
 
+    /// Counts `n` calls admitted without a token at engine time `now_ms` (as the fallback does).
+    #[cfg(test)]
+    pub(crate) fn record_local_admissions(&self, now_ms: u64, n: u64) {
+        self.local.record(now_ms, n);
+    }
+
     /// Calls that wanted a token and did not get one from the lease so far: blocked on a used-up window, or
     /// decided locally after their wait timed out (demand the spent tokens do not show).
     pub(crate) fn unserved(&self) -> u64 {
@@ -1106,6 +1112,61 @@ mod tests {
         assert!(futures::executor::block_on(api.entry().enter_async()).is_err(), "fallback: over 1 per second");
         let st = &engine.cluster_status()[0];
         assert_eq!((st.waits, st.wait_timeouts), (2, 2));
+    }
+
+    #[test]
+    fn local_admissions_are_taken_per_slot_within_the_window_and_only_once() {
+        // 1 s in 10 buckets: slots of 100 ms, a ring of 11.
+        let rule = cluster_rule("api", 100.0);
+        let local = LocalAdmissions::for_rule(&rule);
+        assert_eq!(local.slot_ms(), 100);
+        local.record(T0 + 5, 1);
+        local.record(T0 + 99, 2);
+        local.record(T0 + 250, 4);
+        assert_eq!(local.take(T0 + 300, 1000), vec![(T0, 3), (T0 + 200, 4)]);
+        assert!(local.take(T0 + 300, 1000).is_empty(), "taken once");
+        // A slot older than the window is dropped, and its place in the ring reused.
+        local.record(T0 + 300, 1);
+        assert!(local.take(T0 + 1400, 1000).is_empty());
+        local.record(T0 + 1400, 5);
+        local.record(T0 + 300, 7); // a caller whose clock lags: counted in the later slot it finds
+        assert_eq!(local.take(T0 + 1400, 1000), vec![(T0 + 1400, 12)]);
+    }
+
+    #[test]
+    fn windows_with_many_buckets_count_local_admissions_in_coarser_slots() {
+        let mut rule = cluster_rule("api", 100.0);
+        let c = rule.cluster_config.as_mut().unwrap();
+        c.window_interval_ms = 60_000;
+        c.sample_count = 600;
+        let local = LocalAdmissions::for_rule(&rule);
+        assert_eq!(local.slot_ms(), 100 * 19, "600 buckets in at most 32 slots");
+        assert!(local.slots.len() as u64 * local.slot_ms() >= 60_000 + local.slot_ms());
+    }
+
+    #[test]
+    fn calls_the_fallback_admits_are_recorded_for_the_service_and_blocked_ones_are_not() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 3.0)]);
+        let lease = svc.lease();
+        lease.set_fallback("redis down".into());
+        let api = engine.resource("api");
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 3);
+        let (slots, _) = lease.take_local_admissions(T0, 1000);
+        assert_eq!(slots.iter().map(|(_, n)| n).sum::<u64>(), 3, "the 3 admitted, not the 7 blocked");
+    }
+
+    #[test]
+    fn falling_back_mid_second_counts_what_the_lease_admitted_against_the_local_limit() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, clock) = engine_with(&svc, vec![cluster_rule("api", 10.0)]);
+        let lease = svc.lease();
+        lease.set_fallback("redis down".into());
+        lease.set_fallback_debt(T0, 8);
+        let api = engine.resource("api");
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 2, "10 per second, 8 of them leased");
+        clock.advance_millis(1000);
+        assert_eq!((0..20).filter(|_| api.enter().is_ok()).count(), 10, "a second later: the whole local limit");
     }
 
     #[test]
