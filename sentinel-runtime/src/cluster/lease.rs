@@ -143,6 +143,10 @@ pub(crate) struct Driver {
     /// Tokens spent so far, sampled (engine ms, spent) at most every 50 ms over the last second and a bit:
     /// what the lease admitted in the second before the client falls back.
     spent_samples: std::collections::VecDeque<(u64, u64)>,
+    /// The window's generation as last seen (0: none yet), and the tokens granted to this instance per
+    /// bucket still in the window, net of those given back: counted again in a window made afresh.
+    generation: i64,
+    granted_by_bucket: Vec<(i64, u64)>,
     /// Tokens still free in the window at the last reply (`u64::MAX` before one), and when it arrived.
     last_left: u64,
     last_reply: Option<Instant>,
@@ -186,6 +190,8 @@ impl Driver {
             next_bucket_at: 0,
             ask_when_free: false,
             spent_samples: std::collections::VecDeque::new(),
+            generation: 0,
+            granted_by_bucket: Vec::new(),
             last_left: u64::MAX,
             last_reply: None,
             probation_until: None,
@@ -344,6 +350,7 @@ impl Driver {
             bucket_ms: self.bucket_ms,
             sample_count: self.sample_count,
             deadline_ms: at.clock.deadline(at.now, self.timeout),
+            generation: self.generation,
             // Given back at most once: if the call fails they are dropped (counted as spent), never resent.
             returns: std::mem::take(&mut self.returns),
             admitted: self.admitted.clone(),
@@ -356,15 +363,19 @@ impl Driver {
     fn take_local_admissions(&mut self, lease: &RuleLease, at: &CallAt) {
         let (slots, slot_ms) = lease.take_local_admissions(at.now_ms, self.window_ms);
         for (start, n) in slots {
-            let bucket = at.clock.redis_ms(start + slot_ms - 1).div_euclid(self.bucket_ms as i64);
-            match self.admitted.iter_mut().find(|(b, _)| *b == bucket) {
-                Some((_, c)) => *c += n,
-                None => self.admitted.push((bucket, n)),
-            }
+            self.add_admitted(at.clock.redis_ms(start + slot_ms - 1).div_euclid(self.bucket_ms as i64), n);
         }
         // Buckets that left the window need not be counted.
         let newest = at.clock.redis_ms(at.now_ms).div_euclid(self.bucket_ms as i64);
         self.admitted.retain(|(b, _)| *b > newest - self.sample_count as i64);
+    }
+
+    /// Adds `n` calls to count in Redis bucket `bucket`.
+    fn add_admitted(&mut self, bucket: i64, n: u64) {
+        match self.admitted.iter_mut().find(|(b, _)| *b == bucket) {
+            Some((_, c)) => *c += n,
+            None => self.admitted.push((bucket, n)),
+        }
     }
 
     /// A call that carried `call` got its reply: what it counted is counted.
@@ -385,6 +396,9 @@ impl Driver {
     fn give_back(&mut self, lease: &RuleLease, bucket: i64, n: u64) {
         if n == 0 {
             return;
+        }
+        if let Some((_, c)) = self.granted_by_bucket.iter_mut().find(|(b, _)| *b == bucket) {
+            *c = c.saturating_sub(n);
         }
         self.returned += n;
         lease.counters.returned.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
@@ -413,6 +427,28 @@ impl Driver {
     pub(crate) fn apply(&mut self, lease: &RuleLease, call: &LeaseCall, r: &LeaseReply, at: &CallTimes) {
         let CallTimes { t0_ms, t1_ms, rtt, now, beat } = *at;
         self.counted(lease, call);
+        if r.generation != self.generation {
+            if self.generation != 0 {
+                // The window was made afresh (its key was lost): it grants this instance nothing until the
+                // tokens it holds or spent in it are counted there again; ask again with them at once.
+                let oldest = r.bucket - i64::from(self.sample_count) + 1;
+                for (b, n) in std::mem::take(&mut self.granted_by_bucket) {
+                    if b >= oldest && n > 0 {
+                        self.add_admitted(b.min(r.bucket), n);
+                    }
+                }
+                self.ask_when_free = true;
+            }
+            self.generation = r.generation;
+        }
+        if r.granted > 0 {
+            match self.granted_by_bucket.iter_mut().find(|(b, _)| *b == r.bucket) {
+                Some((_, c)) => *c += r.granted,
+                None => self.granted_by_bucket.push((r.bucket, r.granted)),
+            }
+            let oldest = r.bucket - i64::from(self.sample_count) + 1;
+            self.granted_by_bucket.retain(|(b, _)| *b >= oldest);
+        }
         self.last_left = r.left;
         self.last_reply = Some(now);
         if r.late {
@@ -543,10 +579,11 @@ mod tests {
             bucket_ms: 100,
             sample_count: 10,
             deadline_ms: 0,
+            generation: 0,
             returns: Vec::new(),
             admitted: Vec::new(),
         };
-        let r = LeaseReply { granted, redis_ms: REDIS_MS, bucket: REDIS_MS / 100, live: 3, left, retry_at_ms, late: false };
+        let r = LeaseReply { granted, redis_ms: REDIS_MS, bucket: REDIS_MS / 100, live: 3, left, retry_at_ms, late: false, generation: 7 };
         (call, r)
     }
 
@@ -590,6 +627,24 @@ mod tests {
         d.apply(&lease, &call, &r, &times());
         assert!(d.ask_when_free, "asked again");
         assert_eq!(d.hold_until(ENGINE_MS + 10), 0, "not taken for a used-up window");
+    }
+
+    #[test]
+    fn a_window_made_afresh_grants_nothing_until_the_tokens_held_from_the_lost_one_are_counted_again() {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(50, 40, 900, 0);
+        d.apply(&lease, &call, &r, &times());
+        let at = CallAt { now: Instant::now(), now_ms: ENGINE_MS + 2, clock: RedisClock::default() };
+        let next = d.lease_call(&lease, "me", Duration::from_secs(3), &at);
+        assert_eq!(next.generation, 7, "the call names the window it knows");
+        // The key was lost: a new window (generation 8) granted nothing to this call.
+        let (_, mut fresh) = reply(50, 0, 1000, 0);
+        fresh.generation = 8;
+        d.apply(&lease, &next, &fresh, &times());
+        assert!(d.ask_when_free, "asks again at once");
+        let again = d.lease_call(&lease, "me", Duration::from_secs(3), &at);
+        assert_eq!(again.generation, 8);
+        assert_eq!(again.admitted, vec![(REDIS_MS / 100, 40)], "the 40 tokens granted in the lost window");
     }
 
     #[test]

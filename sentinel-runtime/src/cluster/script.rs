@@ -6,7 +6,9 @@
 //! (per bucket, so that the window does not grant them again). A call carries a deadline in Redis time (the
 //! instant its caller gives up waiting, estimated from an earlier reply so that it is never late): run after
 //! it (Redis hung with the call queued), it grants nothing, so no token goes to a caller that left. The
-//! lease script then sums the buckets of the
+//! window hash holds its generation (field `g`, the Redis time it was made): a window made afresh (its key
+//! was lost: a restart, `FLUSHALL`, a failover) grants nothing to a caller that knew another one until it
+//! has counted its own unspent grants in it. The lease script then sums the buckets of the
 //! sliding window (dropping expired ones), grants at most what is left under the limit (`count` per window
 //! for global thresholds, `count × live instances` for average-local ones) in the current bucket, and tells
 //! when the window frees room again if it is used up. Scripts run through EVALSHA, loaded again on
@@ -27,6 +29,15 @@ if deadline > 0 and now >= deadline then
   late = 1
   want = 0
 end
+local gen = tonumber(redis.call('HGET', KEYS[1], 'g') or '0')
+if gen == 0 then
+  gen = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('HSET', KEYS[1], 'g', tostring(gen))
+end
+local known = tonumber(ARGV[9])
+if known ~= 0 and known ~= gen then
+  want = 0
+end
 local ttl = tonumber(ARGV[3])
 local blen = tonumber(ARGV[6])
 local n = tonumber(ARGV[7])
@@ -40,10 +51,10 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('PEXPIRE', KEYS[2], math.max(ttl, 1) * 2)
 local live = redis.call('ZCARD', KEYS[2])
-local nr = tonumber(ARGV[9])
+local nr = tonumber(ARGV[10])
 for i = 0, nr - 1 do
-  local b = tonumber(ARGV[10 + 2 * i])
-  local c = tonumber(ARGV[11 + 2 * i])
+  local b = tonumber(ARGV[11 + 2 * i])
+  local c = tonumber(ARGV[12 + 2 * i])
   if b >= oldest and b <= cur then
     local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
     local back = math.min(v, c)
@@ -52,7 +63,7 @@ for i = 0, nr - 1 do
     end
   end
 end
-local at = 10 + 2 * nr
+local at = 11 + 2 * nr
 local na = tonumber(ARGV[at])
 for i = 0, na - 1 do
   local b = tonumber(ARGV[at + 1 + 2 * i])
@@ -68,7 +79,9 @@ local buckets = {}
 for i = 1, #fields, 2 do
   local b = tonumber(fields[i])
   local v = tonumber(fields[i + 1])
-  if b == nil or v == nil or b < oldest then
+  if fields[i] == 'g' then
+    b = cur + 1
+  elseif b == nil or v == nil or b < oldest then
     redis.call('HDEL', KEYS[1], fields[i])
   elseif b <= cur then
     used = used + v
@@ -88,9 +101,7 @@ if grant > 0 then
   redis.call('HINCRBY', KEYS[1], tostring(cur), grant)
   buckets[#buckets + 1] = {cur, grant}
 end
-if want > 0 or nr > 0 or na > 0 then
-  redis.call('PEXPIRE', KEYS[1], blen * n * 2)
-end
+redis.call('PEXPIRE', KEYS[1], blen * n * 2)
 local retry = 0
 if want > 0 and avail - grant <= 0 then
   table.sort(buckets, function(x, y) return x[1] < y[1] end)
@@ -105,7 +116,7 @@ if want > 0 and avail - grant <= 0 then
     end
   end
 end
-return {grant, now, cur, live, avail - grant, retry, late}
+return {grant, now, cur, live, avail - grant, retry, late, gen}
 "#;
 
 /// The compiled lease script (its SHA is computed once).
@@ -138,6 +149,9 @@ pub(crate) struct LeaseCall {
     pub(crate) sample_count: u32,
     /// The Redis time (ms) from which the call grants nothing (its caller gave up on it by then); 0: none.
     pub(crate) deadline_ms: i64,
+    /// The window's generation the caller knows (0: none yet): a window made afresh since (its key was lost)
+    /// grants nothing to a caller that has not counted its own tokens in it yet.
+    pub(crate) generation: i64,
     /// Tokens given back: (bucket index, count).
     pub(crate) returns: Vec<(i64, u64)>,
     /// Calls admitted without a token (the local fallback), counted in the window: (bucket index, count).
@@ -161,13 +175,15 @@ pub(crate) struct LeaseReply {
     pub(crate) retry_at_ms: i64,
     /// The call ran past its deadline (Redis was slower than the caller's timeout): it granted nothing.
     pub(crate) late: bool,
+    /// The window's generation (set when its key is made: a different one means the key was lost).
+    pub(crate) generation: i64,
 }
 
 impl FromRedisValue for LeaseReply {
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
         let items: Vec<i64> = FromRedisValue::from_redis_value(v)?;
         match items[..] {
-            [granted, redis_ms, bucket, live, left, retry_at_ms, late] => Ok(LeaseReply {
+            [granted, redis_ms, bucket, live, left, retry_at_ms, late, generation] => Ok(LeaseReply {
                 granted: granted.max(0) as u64,
                 redis_ms,
                 bucket,
@@ -175,8 +191,9 @@ impl FromRedisValue for LeaseReply {
                 left: left.max(0) as u64,
                 retry_at_ms,
                 late: late != 0,
+                generation,
             }),
-            _ => Err(format!("the lease script returned {} values, expected 7", items.len()).into()),
+            _ => Err(format!("the lease script returned {} values, expected 8", items.len()).into()),
         }
     }
 }
@@ -204,6 +221,7 @@ impl Scripts {
             .arg(call.bucket_ms)
             .arg(call.sample_count)
             .arg(call.deadline_ms)
+            .arg(call.generation)
             .arg(call.returns.len());
         for (b, n) in &call.returns {
             inv.arg(*b).arg(*n);
