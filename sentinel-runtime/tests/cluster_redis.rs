@@ -761,11 +761,12 @@ fn instance_with(url: &str, ns: &str, rule: FlowRule, timeout: Duration) -> (Sen
     (engine, client)
 }
 
-/// The tokens Redis counts in the rule's window now (the sum of its buckets).
+/// The tokens Redis counts in the rule's window now (the sum of its buckets; the field `g` is the window's
+/// generation, not a bucket).
 fn window_total(url: &str, key: &str) -> u64 {
     let mut conn = redis::Client::open(url).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
-    let buckets: BTreeMap<String, i64> = redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
-    buckets.values().map(|v| (*v).max(0) as u64).sum()
+    let fields: BTreeMap<String, String> = redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
+    fields.iter().filter(|(k, _)| k.as_str() != "g").map(|(_, v)| v.parse::<i64>().unwrap().max(0) as u64).sum()
 }
 
 /// Calls `api` until `stop` says so (given the calls admitted so far) or `within` passes; returns the calls

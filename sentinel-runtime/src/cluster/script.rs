@@ -32,7 +32,7 @@ end
 local gen = tonumber(redis.call('HGET', KEYS[1], 'g') or '0')
 if gen == 0 then
   gen = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  redis.call('HSET', KEYS[1], 'g', tostring(gen))
+  redis.call('HSET', KEYS[1], 'g', string.format('%.0f', gen))
 end
 local known = tonumber(ARGV[9])
 if known ~= 0 and known ~= gen then
