@@ -302,8 +302,7 @@ impl Driver {
         // given back at once): only in its last round trips and margin. Earlier in the bucket a call is
         // worth it, whether or not a lease was granted in it yet.
         let lease_over = self.cur.is_none_or(|c| now_ms > c.valid_until);
-        let too_late_from =
-            self.next_bucket_at.saturating_sub(self.margin_ms + 1 + (2.0 * self.rtt_ms).ceil() as u64);
+        let too_late_from = self.next_bucket_at.saturating_sub(self.margin_ms + 1 + (2.0 * self.rtt_ms).ceil() as u64);
         if lease_over && now_ms >= too_late_from && now_ms < self.next_bucket_at {
             return self.next_bucket_at;
         }
@@ -583,7 +582,16 @@ mod tests {
             returns: Vec::new(),
             admitted: Vec::new(),
         };
-        let r = LeaseReply { granted, redis_ms: REDIS_MS, bucket: REDIS_MS / 100, live: 3, left, retry_at_ms, late: false, generation: 7 };
+        let r = LeaseReply {
+            granted,
+            redis_ms: REDIS_MS,
+            bucket: REDIS_MS / 100,
+            live: 3,
+            left,
+            retry_at_ms,
+            late: false,
+            generation: 7,
+        };
         (call, r)
     }
 
