@@ -452,18 +452,7 @@ fn logged(needle: &str) -> bool {
 
 /// An engine with one global cluster rule on `api` and its client.
 fn instance(url: &str, ns: &str, count: f64, timeout: Duration) -> (Sentinel, ClusterClient) {
-    let engine = Sentinel::builder().app_name("faults").build();
-    engine.load_flow_rules([cluster_rule("api", count, ClusterThresholdType::Global, 1000, 2)]).unwrap();
-    let client = RedisCluster::builder(url)
-        .namespace(ns)
-        .timeout(timeout)
-        .retry_max(Duration::from_millis(300))
-        .heartbeat_interval(Duration::from_millis(200))
-        .member_ttl(Duration::from_millis(1500))
-        .start(&engine)
-        .unwrap();
-    client.wait_connected(Duration::from_secs(5)).unwrap();
-    (engine, client)
+    instance_with(url, ns, cluster_rule("api", count, ClusterThresholdType::Global, 1000, 2), timeout)
 }
 
 #[test]
@@ -744,7 +733,7 @@ fn redis_data_source_reconnects_by_itself_and_reads_what_it_missed() {
 // ---------------------------------------------------------------------------------------------------------
 // Resuming after a fault: what the fallback admitted, abandoned lease calls, leases arriving again
 
-/// An engine with one global cluster rule `rule` on `api` and its client (Redis answering).
+/// An engine with the cluster rule `rule` (on `api`) and its client (Redis answering).
 fn instance_with(url: &str, ns: &str, rule: FlowRule, timeout: Duration) -> (Sentinel, ClusterClient) {
     let engine = Sentinel::builder().app_name("resume").build();
     engine.load_flow_rules([rule]).unwrap();
