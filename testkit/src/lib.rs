@@ -1,4 +1,4 @@
-//! Test support for sentinel-rs: find the real external programs a test needs (`redis-server`,
+//! Test support for sentinel-rs: find the real external programs a test needs (`redis-server`, `etcd`,
 //! `chromedriver`, `prometheus`, `promtool`, `valgrind`), start them on a port and in a directory of the test's
 //! own, and stop them when the test ends.
 //!
@@ -6,6 +6,7 @@
 //! missing program is a failure instead (the project's test command, `scripts/test`, installs them).
 #![deny(missing_docs)]
 
+pub mod etcd;
 pub mod http;
 pub mod redis;
 

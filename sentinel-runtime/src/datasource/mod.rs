@@ -52,11 +52,18 @@ mod file;
 mod java;
 #[cfg(feature = "file-watch")]
 mod watch;
+mod writable;
+#[cfg(feature = "etcd")]
+mod etcd;
 
 pub use error::{ParseError, SerializeError, SourceError, WriteError};
 pub use file::{FileDataSource, Reloaded};
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
+pub use writable::{SourceStatus, WritableDataSource, WriteBackError};
+pub(crate) use writable::now_ms;
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceError};
 
 use std::fmt;
 use std::path::Path;

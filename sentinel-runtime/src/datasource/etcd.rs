@@ -1,0 +1,667 @@
+//! Rules from etcd: Java's `EtcdDataSource` semantics (a key holding Sentinel's JSON, watched), written back
+//! with a transaction on the key's revision.
+//!
+//! Each key holds one kind's list (Java's documents) or a combined [`RuleSet`] document. The data source
+//! reads every key when it starts, then watches them from the revision it read. After a lost connection it
+//! watches again from the last revision it saw, so every change made meanwhile is replayed in order: none is
+//! missed and none is applied twice. If etcd compacted that history away, the keys are read again.
+//!
+//! A document that does not parse or that the engine rejects, and a deleted key, are reported (logged, given
+//! to [`EtcdDataSource::on_reload`] listeners, kept as [`EtcdDataSource::last_error`]) and the rules in force
+//! stay. (Java clears the rules when the key is deleted; [`EtcdDataSourceBuilder::clear_on_delete`] does
+//! that.)
+//!
+//! Written back through [`WritableDataSource`] (the command center's write-back): a transaction puts the
+//! document only if the key's mod revision is still the one this source last saw, so two writers never
+//! silently overwrite each other; the loser gets [`WriteBackError::Conflict`] and the store keeps the
+//! winner's rules, whole.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, TxnOp, WatchOptions};
+use futures::StreamExt;
+
+use super::{now_ms, Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use crate::{RuleError, RuleKind, Sentinel};
+
+/// What happened to one key: given to [`EtcdDataSource::on_reload`] listeners.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum EtcdReload {
+    /// The document changed and its rules are in force.
+    Applied {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+        /// The kinds it holds.
+        kinds: Vec<RuleKind>,
+    },
+    /// The document equals the one applied last (e.g. this source's own write-back).
+    Unchanged {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+    },
+    /// The key does not exist (yet) at start: nothing to apply.
+    Missing {
+        /// The key.
+        key: String,
+    },
+    /// The document was not applied (or the key was deleted); the rules in force stay.
+    Rejected(EtcdSourceError),
+}
+
+/// Why a document from etcd was not applied, or why the data source is not connected.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdSourceError {
+    /// Not a rule document (syntax, wrong type, unknown field, bad code, not UTF-8).
+    #[error("rules from etcd key `{key}` (revision {revision}): {error}; the rules in force stay")]
+    Parse {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+        /// Where and why.
+        #[source]
+        error: ParseError,
+    },
+    /// A rule is invalid (the engine rejected the set).
+    #[error("rules from etcd key `{key}` (revision {revision}): {error}")]
+    Invalid {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+        /// The rule and the field.
+        #[source]
+        error: RuleError,
+    },
+    /// The key was deleted (revision of the delete).
+    #[error("etcd key `{key}` was deleted at revision {revision}; the rules in force stay")]
+    Deleted {
+        /// The key.
+        key: String,
+        /// The revision of the delete.
+        revision: i64,
+    },
+    /// etcd is unreachable (the data source reconnects by itself).
+    #[error("etcd data source at {endpoints}: {reason}; reconnecting, the rules in force stay")]
+    Unavailable {
+        /// The endpoints.
+        endpoints: String,
+        /// The failure.
+        reason: String,
+    },
+    /// Bad settings.
+    #[error("etcd data source: {0}")]
+    Config(String),
+}
+
+#[derive(Clone, Debug)]
+struct Key {
+    /// `None`: a combined document.
+    kind: Option<RuleKind>,
+    key: String,
+}
+
+/// What this source knows of one key.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    /// The revision of the last change of the key this source saw (a put or a delete).
+    revision: i64,
+    /// Whether the key exists as of that change (a write-back then expects `revision`, else an absent key).
+    present: bool,
+    /// The text applied last.
+    applied: Option<String>,
+}
+
+type Listener = dyn Fn(&EtcdReload) + Send + Sync;
+
+struct Inner {
+    engine: Sentinel,
+    endpoints: Vec<String>,
+    user: Option<(String, String)>,
+    keys: Vec<Key>,
+    retry_max: Duration,
+    clear_on_delete: bool,
+    seen: Mutex<Vec<Seen>>,
+    /// The store's revision up to which every change was handled (the watch resumes after it).
+    revision: Mutex<i64>,
+    client: Mutex<Option<Client>>,
+    last_error: Mutex<Option<EtcdSourceError>>,
+    last_load_ms: AtomicU64,
+    listeners: Mutex<Vec<Arc<Listener>>>,
+    connected: AtomicBool,
+    stop: AtomicBool,
+    stop_notify: tokio::sync::Notify,
+    events: Mutex<u64>,
+    events_changed: Condvar,
+}
+
+/// Rules read from etcd keys, applied on change through a watch, written back with a transaction.
+///
+/// ```no_run
+/// use sentinel_runtime::{RuleKind, Sentinel, datasource::EtcdDataSource};
+/// let engine = Sentinel::builder().app_name("shop").build();
+/// let source = EtcdDataSource::builder("http://127.0.0.1:2379")
+///     .rules(RuleKind::Flow, "/sentinel/shop/flow-rules")
+///     .credentials("sentinel", "secret")
+///     .start(&engine)?;
+/// source.on_reload(|r| println!("{r:?}"));
+/// # Ok::<(), sentinel_runtime::datasource::EtcdSourceError>(())
+/// ```
+#[must_use = "dropping the data source stops it"]
+pub struct EtcdDataSource {
+    inner: Arc<Inner>,
+    handle: tokio::runtime::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for EtcdDataSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdDataSource")
+            .field("endpoints", &self.inner.endpoints)
+            .field("keys", &self.inner.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The keys and settings of an [`EtcdDataSource`] before it starts.
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `start` is called"]
+pub struct EtcdDataSourceBuilder {
+    url: String,
+    user: Option<(String, String)>,
+    keys: Vec<Key>,
+    retry_max: Duration,
+    clear_on_delete: bool,
+}
+
+impl EtcdDataSource {
+    /// A data source on the etcd at `url`: `http://host:port`, several separated by commas, credentials
+    /// optionally in the URL (`http://user:password@host:port`). Add keys with
+    /// [`EtcdDataSourceBuilder::rules`] or [`EtcdDataSourceBuilder::rule_set`].
+    pub fn builder(url: impl Into<String>) -> EtcdDataSourceBuilder {
+        EtcdDataSourceBuilder {
+            url: url.into(),
+            user: None,
+            keys: Vec::new(),
+            retry_max: Duration::from_secs(2),
+            clear_on_delete: false,
+        }
+    }
+
+    /// Calls `f` after every document (applied, unchanged, missing, rejected, deleted) and every lost
+    /// connection.
+    pub fn on_reload(&self, f: impl Fn(&EtcdReload) + Send + Sync + 'static) {
+        self.inner.listeners.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(f));
+    }
+
+    /// The last failure, until a document is applied again.
+    pub fn last_error(&self) -> Option<EtcdSourceError> {
+        self.inner.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether the data source is connected (watching) now.
+    pub fn is_connected(&self) -> bool {
+        self.inner.connected.load(Ordering::Acquire)
+    }
+
+    /// Waits (at most `timeout`) until `n` documents in all were handled (applied, unchanged, missing,
+    /// rejected, deleted) since the start; returns whether that happened. For tests and start-up checks.
+    pub fn wait_for(&self, n: u64, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut events = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
+        while *events < n {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            events =
+                self.inner.events_changed.wait_timeout(events, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+
+    /// The number of documents handled so far (see [`wait_for`](Self::wait_for)).
+    pub fn events(&self) -> u64 {
+        *self.inner.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops the data source (as dropping it does).
+    pub fn stop(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.inner.stop.store(true, Ordering::Release);
+            self.inner.stop_notify.notify_one();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for EtcdDataSource {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+impl EtcdDataSourceBuilder {
+    /// One kind's rules (a JSON list, as Java's `EtcdDataSource` reads) in `key`.
+    pub fn rules(mut self, kind: RuleKind, key: impl Into<String>) -> Self {
+        self.keys.push(Key { kind: Some(kind), key: key.into() });
+        self
+    }
+
+    /// A combined document (`{"flowRules": [...], "degradeRules": [...]}`) in `key`.
+    pub fn rule_set(mut self, key: impl Into<String>) -> Self {
+        self.keys.push(Key { kind: None, key: key.into() });
+        self
+    }
+
+    /// etcd user and password (Java's `EtcdConfig` user/password); replaces credentials in the URL.
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// The longest pause between reconnection attempts (default 2 s; the first is 100 ms, then doubling).
+    pub fn retry_max(mut self, d: Duration) -> Self {
+        self.retry_max = d;
+        self
+    }
+
+    /// Whether a deleted key clears its kinds' rules, as Java does (default: no, the rules in force stay and
+    /// the delete is reported).
+    pub fn clear_on_delete(mut self, clear: bool) -> Self {
+        self.clear_on_delete = clear;
+        self
+    }
+
+    /// Starts the data source on its own thread: reads every key, then watches them. An etcd that is down
+    /// is not an error (it is reported and retried); bad settings are.
+    pub fn start(self, engine: &Sentinel) -> Result<EtcdDataSource, EtcdSourceError> {
+        if self.keys.is_empty() {
+            return Err(EtcdSourceError::Config("no key: add one with `rules` or `rule_set`".into()));
+        }
+        if let Some(k) = self.keys.iter().find(|k| k.key.trim().is_empty()) {
+            return Err(EtcdSourceError::Config(format!("blank key in {k:?}")));
+        }
+        if self.retry_max.is_zero() {
+            return Err(EtcdSourceError::Config("`retry_max` must be > 0".into()));
+        }
+        let (endpoints, url_user) = parse_url(&self.url)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| EtcdSourceError::Config(format!("could not start its runtime: {e}")))?;
+        let inner = Arc::new(Inner {
+            engine: engine.clone(),
+            endpoints,
+            user: self.user.or(url_user),
+            seen: Mutex::new(vec![Seen::default(); self.keys.len()]),
+            keys: self.keys,
+            retry_max: self.retry_max,
+            clear_on_delete: self.clear_on_delete,
+            revision: Mutex::new(0),
+            client: Mutex::new(None),
+            last_error: Mutex::new(None),
+            last_load_ms: AtomicU64::new(0),
+            listeners: Mutex::new(Vec::new()),
+            connected: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            stop_notify: tokio::sync::Notify::new(),
+            events: Mutex::new(0),
+            events_changed: Condvar::new(),
+        });
+        let handle = rt.handle().clone();
+        let run = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name("sentinel-etcd-rules".into())
+            .spawn(move || rt.block_on(run.run()))
+            .map_err(|e| EtcdSourceError::Config(format!("could not start its thread: {e}")))?;
+        Ok(EtcdDataSource { inner, handle, thread: Some(thread) })
+    }
+}
+
+/// `http://user:password@host:port,host2:port` → endpoints and credentials.
+fn parse_url(url: &str) -> Result<(Vec<String>, Option<(String, String)>), EtcdSourceError> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let (user, hosts) = match rest.rsplit_once('@') {
+        Some((info, hosts)) => {
+            let (u, p) = info.split_once(':').unwrap_or((info, ""));
+            (Some((u.to_string(), p.to_string())), hosts)
+        }
+        None => (None, rest),
+    };
+    let endpoints: Vec<String> = hosts
+        .split(',')
+        .map(|h| h.trim().trim_end_matches('/'))
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{scheme}://{h}"))
+        .collect();
+    if endpoints.is_empty() {
+        return Err(EtcdSourceError::Config(format!("no endpoint in `{}`", redact(url))));
+    }
+    Ok((endpoints, user))
+}
+
+/// The URL with its password hidden.
+fn redact(url: &str) -> String {
+    match url.split_once("://").and_then(|(s, r)| r.rsplit_once('@').map(|(info, h)| (s, info, h))) {
+        Some((scheme, info, hosts)) => {
+            format!("{scheme}://{}:***@{hosts}", info.split_once(':').map_or(info, |(u, _)| u))
+        }
+        None => url.to_string(),
+    }
+}
+
+impl Inner {
+    fn endpoints(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    async fn run(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(100).min(self.retry_max);
+        while !self.stop.load(Ordering::Acquire) {
+            match self.session(&mut pause).await {
+                Ok(()) => break,
+                Err(reason) => {
+                    *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    let was = self.connected.swap(false, Ordering::AcqRel);
+                    let e = EtcdSourceError::Unavailable { endpoints: self.endpoints(), reason };
+                    if was {
+                        tracing::warn!(error = %e, "etcd data source lost its connection");
+                    } else {
+                        tracing::debug!(error = %e, "etcd data source: not connected");
+                    }
+                    self.report(EtcdReload::Rejected(e), false);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.stop_notify.notified() => break,
+                    }
+                    pause = (pause * 2).min(self.retry_max);
+                }
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Client, String> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        if let Some((u, p)) = &self.user {
+            options = options.with_user(u.clone(), p.clone());
+        }
+        tokio::time::timeout(Duration::from_secs(5), Client::connect(&self.endpoints, Some(options)))
+            .await
+            .map_err(|_| "no answer within 5 s".to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    /// One connection: read the keys (first time, or after a compaction), watch from the last revision,
+    /// apply events until the connection drops (`Err`) or the source stops (`Ok`).
+    async fn session(&self, pause: &mut Duration) -> Result<(), String> {
+        let mut client = self.connect().await?;
+        let mut resume = *self.revision.lock().unwrap_or_else(|e| e.into_inner());
+        if resume == 0 {
+            resume = self.read_all(&mut client).await?;
+        }
+        loop {
+            let mut streams = Vec::with_capacity(self.keys.len());
+            for k in &self.keys {
+                let options = WatchOptions::new().with_start_revision(resume + 1).with_progress_notify();
+                let stream = client.watch(k.key.as_str(), Some(options)).await.map_err(|e| e.to_string())?;
+                streams.push(stream);
+            }
+            *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
+            if !self.connected.swap(true, Ordering::AcqRel) {
+                tracing::info!(endpoints = %self.endpoints(), from = resume + 1, "etcd data source watching");
+            }
+            *pause = Duration::from_millis(100).min(self.retry_max);
+            let mut all = futures::stream::select_all(streams);
+            let compacted = loop {
+                tokio::select! {
+                    m = all.next() => match m {
+                        Some(Ok(resp)) => {
+                            if resp.canceled() || resp.compact_revision() > 0 {
+                                break true;
+                            }
+                            for ev in resp.events() {
+                                self.on_event(ev);
+                            }
+                        }
+                        Some(Err(e)) => return Err(e.to_string()),
+                        None => return Err("the watch stream closed".into()),
+                    },
+                    _ = self.stop_notify.notified() => return Ok(()),
+                }
+            };
+            if compacted {
+                tracing::warn!(from = resume + 1, "etcd compacted the history the watch needed: reading the keys again");
+                resume = self.read_all(&mut client).await?;
+            }
+        }
+    }
+
+    /// Reads every key and applies it; returns the store's revision of the read.
+    async fn read_all(&self, client: &mut Client) -> Result<i64, String> {
+        let mut at = 0;
+        for (i, k) in self.keys.iter().enumerate() {
+            let resp = client.get(k.key.as_str(), None).await.map_err(|e| e.to_string())?;
+            let header = resp.header().map_or(0, |h| h.revision());
+            at = if at == 0 { header } else { at.min(header) };
+            match resp.kvs().first() {
+                Some(kv) => self.put(i, kv.mod_revision(), kv.value(), true),
+                None => {
+                    tracing::info!(key = %k.key, "etcd data source: the key holds no rules yet");
+                    self.report(EtcdReload::Missing { key: k.key.clone() }, true);
+                }
+            }
+        }
+        let mut revision = self.revision.lock().unwrap_or_else(|e| e.into_inner());
+        *revision = (*revision).max(at);
+        Ok(at)
+    }
+
+    fn on_event(&self, ev: &etcd_client::Event) {
+        let Some(kv) = ev.kv() else { return };
+        let Some(i) = self.keys.iter().position(|k| k.key.as_bytes() == kv.key()) else { return };
+        let revision = kv.mod_revision();
+        match ev.event_type() {
+            EventType::Put => self.put(i, revision, kv.value(), false),
+            EventType::Delete => self.deleted(i, revision),
+        }
+        let mut at = self.revision.lock().unwrap_or_else(|e| e.into_inner());
+        *at = (*at).max(revision);
+    }
+
+    fn deleted(&self, i: usize, revision: i64) {
+        let k = &self.keys[i];
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if revision <= seen[i].revision {
+                return;
+            }
+            seen[i] = Seen { revision, present: false, applied: None };
+        }
+        if self.clear_on_delete {
+            let mut set = RuleSet::default();
+            let kinds = k.kind.map_or_else(|| super::ALL_KINDS.to_vec(), |kind| vec![kind]);
+            for kind in kinds {
+                set.merge(RuleSet::parse_entry(Some(kind), "[]", Format::Json).unwrap_or_default());
+            }
+            if let Ok(kinds) = set.apply(&self.engine) {
+                tracing::warn!(key = %k.key, ?kinds, "etcd key deleted: its rules are cleared");
+            }
+        }
+        let e = EtcdSourceError::Deleted { key: k.key.clone(), revision };
+        tracing::warn!(error = %e, "etcd data source: key deleted");
+        self.report(EtcdReload::Rejected(e), true);
+    }
+
+    /// A document at `revision`: applied unless this revision was handled already (a replayed event) or
+    /// the text is what is in force.
+    fn put(&self, i: usize, revision: i64, value: &[u8], initial: bool) {
+        let k = &self.keys[i];
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if revision <= seen[i].revision && !initial {
+                return;
+            }
+            seen[i].revision = revision;
+            seen[i].present = true;
+            let same = seen[i].applied.as_deref().map(str::as_bytes) == Some(value);
+            drop(seen);
+            if same {
+                self.report(EtcdReload::Unchanged { key: k.key.clone(), revision }, true);
+                return;
+            }
+        }
+        let parsed = std::str::from_utf8(value)
+            .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))
+            .and_then(|text| RuleSet::parse_entry(k.kind, text, Format::Json).map(|set| (text, set)));
+        let (text, set) = match parsed {
+            Ok(ok) => ok,
+            Err(error) => {
+                let e = EtcdSourceError::Parse { key: k.key.clone(), revision, error };
+                tracing::warn!(error = %e, "etcd data source: malformed rules, the rules in force stay");
+                return self.report(EtcdReload::Rejected(e), true);
+            }
+        };
+        match set.apply(&self.engine) {
+            Ok(kinds) => {
+                self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied = Some(text.to_string());
+                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.last_load_ms.store(now_ms(), Ordering::Release);
+                tracing::info!(key = %k.key, revision, ?kinds, "etcd data source: rules applied");
+                self.report(EtcdReload::Applied { key: k.key.clone(), revision, kinds }, true);
+            }
+            Err(error) => {
+                let e = EtcdSourceError::Invalid { key: k.key.clone(), revision, error };
+                tracing::warn!(error = %e, "etcd data source: rules rejected, the rules in force stay");
+                self.report(EtcdReload::Rejected(e), true);
+            }
+        }
+    }
+
+    fn report(&self, r: EtcdReload, document: bool) {
+        if let EtcdReload::Rejected(e) = &r {
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+        }
+        let listeners: Vec<Arc<Listener>> = self.listeners.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for l in listeners {
+            l(&r);
+        }
+        if document {
+            *self.events.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            self.events_changed.notify_all();
+        }
+    }
+
+    /// Writes one key with a transaction on its mod revision.
+    async fn write_key(&self, client: &mut Client, i: usize, set: &RuleSet) -> Result<(), WriteBackError> {
+        let k = &self.keys[i];
+        let store = |reason: String| WriteBackError::Store { target: format!("etcd key `{}`", k.key), reason };
+        let expected = {
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen[i].present {
+                seen[i].revision
+            } else {
+                0 // an absent key's mod revision
+            }
+        };
+        let text = match k.kind {
+            Some(kind) => set.kind_to_string(kind, Format::Json),
+            None => {
+                // The kinds the push does not hold stay as this source last read them.
+                let current = self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied.clone();
+                let mut doc = match current.as_deref() {
+                    Some(t) => RuleSet::parse(t, Format::Json).unwrap_or_default(),
+                    None => RuleSet::default(),
+                };
+                doc.merge(set.clone());
+                doc.to_string(Format::Json)
+            }
+        }
+        .map_err(|error| WriteBackError::Serialize { target: k.key.clone(), error })?;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(k.key.as_str(), CompareOp::Equal, expected)])
+            .and_then([TxnOp::put(k.key.as_str(), text.as_str(), None)])
+            .or_else([TxnOp::get(k.key.as_str(), None)]);
+        let resp = client.txn(txn).await.map_err(|e| store(e.to_string()))?;
+        if !resp.succeeded() {
+            return Err(WriteBackError::Conflict {
+                target: format!("etcd key `{}`", k.key),
+                detail: format!("expected mod revision {expected}, another writer changed it"),
+            });
+        }
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        // Our own write is what is in force: its watch event finds nothing to do.
+        seen[i] = Seen { revision, present: true, applied: Some(text) };
+        Ok(())
+    }
+}
+
+impl WritableDataSource for EtcdDataSource {
+    /// Puts each kind of `set` in its key (a combined document keeps the kinds `set` does not hold), in a
+    /// transaction that succeeds only if the key's mod revision is the one this source saw last: a key
+    /// another writer changed meanwhile is not overwritten ([`WriteBackError::Conflict`]).
+    fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
+        let target = format!("etcd {}", self.inner.endpoints());
+        let mut targets = Vec::new();
+        for kind in set.kinds() {
+            match self.inner.keys.iter().position(|k| k.kind.is_none_or(|k| k == kind)) {
+                Some(i) if !targets.contains(&i) => targets.push(i),
+                Some(_) => {}
+                None => return Err(WriteBackError::Unsupported { target, kind }),
+            }
+        }
+        let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(mut client) = client else {
+            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
+        };
+        let inner = self.inner.clone();
+        let kinds = set.kinds();
+        let set = set.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.handle.spawn(async move {
+            let mut result = Ok(());
+            for i in targets {
+                result = inner.write_key(&mut client, i, &set).await;
+                if result.is_err() {
+                    break;
+                }
+            }
+            let _ = tx.send(result);
+        });
+        let result = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| Err(WriteBackError::Store { target, reason: "no answer within 10 s".into() }));
+        match &result {
+            Ok(()) => tracing::info!(?kinds, "rules written back to etcd"),
+            Err(e) => tracing::warn!(error = %e, "rules could not be written back to etcd"),
+        }
+        result
+    }
+
+    fn status(&self) -> SourceStatus {
+        let keys: Vec<&str> = self.inner.keys.iter().map(|k| k.key.as_str()).collect();
+        let at = self.inner.last_load_ms.load(Ordering::Acquire);
+        SourceStatus {
+            connected: self.is_connected(),
+            last_load_ms: (at != 0).then_some(at),
+            last_error: self.last_error().map(|e| e.to_string()),
+            ..SourceStatus::new("etcd", format!("{} {}", self.inner.endpoints(), keys.join(", ")))
+        }
+    }
+}
