@@ -1,5 +1,5 @@
 //! Test support for sentinel-rs: find the real external programs a test needs (`redis-server`, `etcd`,
-//! `chromedriver`, `prometheus`, `promtool`, `valgrind`), start them on a port and in a directory of the test's
+//! ZooKeeper, `chromedriver`, `prometheus`, `promtool`, `valgrind`), start them on a port and in a directory of the test's
 //! own, and stop them when the test ends.
 //!
 //! A program that is missing skips the test with a printed notice; with `CI=true` in the environment a
@@ -9,6 +9,7 @@
 pub mod etcd;
 pub mod http;
 pub mod redis;
+pub mod zookeeper;
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};

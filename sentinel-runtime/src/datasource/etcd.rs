@@ -16,14 +16,14 @@
 //! silently overwrite each other; the loser gets [`WriteBackError::Conflict`] and the store keeps the
 //! winner's rules, whole.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, TxnOp, WatchOptions};
 use futures::StreamExt;
 
-use super::{now_ms, Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use super::remote::{Background, Reports};
+use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
 /// What happened to one key: given to [`EtcdDataSource::on_reload`] listeners.
@@ -120,8 +120,6 @@ struct Seen {
     applied: Option<String>,
 }
 
-type Listener = dyn Fn(&EtcdReload) + Send + Sync;
-
 struct Inner {
     engine: Sentinel,
     endpoints: Vec<String>,
@@ -133,14 +131,7 @@ struct Inner {
     /// The store's revision up to which every change was handled (the watch resumes after it).
     revision: Mutex<i64>,
     client: Mutex<Option<Client>>,
-    last_error: Mutex<Option<EtcdSourceError>>,
-    last_load_ms: AtomicU64,
-    listeners: Mutex<Vec<Arc<Listener>>>,
-    connected: AtomicBool,
-    stop: AtomicBool,
-    stop_notify: tokio::sync::Notify,
-    events: Mutex<u64>,
-    events_changed: Condvar,
+    reports: Reports<EtcdReload, EtcdSourceError>,
 }
 
 /// Rules read from etcd keys, applied on change through a watch, written back with a transaction.
@@ -158,8 +149,7 @@ struct Inner {
 #[must_use = "dropping the data source stops it"]
 pub struct EtcdDataSource {
     inner: Arc<Inner>,
-    handle: tokio::runtime::Handle,
-    thread: Option<std::thread::JoinHandle<()>>,
+    background: Background,
 }
 
 impl std::fmt::Debug for EtcdDataSource {
@@ -199,57 +189,33 @@ impl EtcdDataSource {
     /// Calls `f` after every document (applied, unchanged, missing, rejected, deleted) and every lost
     /// connection.
     pub fn on_reload(&self, f: impl Fn(&EtcdReload) + Send + Sync + 'static) {
-        self.inner.listeners.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(f));
+        self.inner.reports.listen(Arc::new(f));
     }
 
     /// The last failure, until a document is applied again.
     pub fn last_error(&self) -> Option<EtcdSourceError> {
-        self.inner.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner.reports.last_error()
     }
 
     /// Whether the data source is connected (watching) now.
     pub fn is_connected(&self) -> bool {
-        self.inner.connected.load(Ordering::Acquire)
+        self.inner.reports.is_connected()
     }
 
     /// Waits (at most `timeout`) until `n` documents in all were handled (applied, unchanged, missing,
     /// rejected, deleted) since the start; returns whether that happened. For tests and start-up checks.
     pub fn wait_for(&self, n: u64, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut events = self.inner.events.lock().unwrap_or_else(|e| e.into_inner());
-        while *events < n {
-            let now = std::time::Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            events =
-                self.inner.events_changed.wait_timeout(events, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-        }
-        true
+        self.inner.reports.wait_for(n, timeout)
     }
 
     /// The number of documents handled so far (see [`wait_for`](Self::wait_for)).
     pub fn events(&self) -> u64 {
-        *self.inner.events.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.reports.events()
     }
 
     /// Stops the data source (as dropping it does).
     pub fn stop(mut self) {
-        self.stop_now();
-    }
-
-    fn stop_now(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.inner.stop.store(true, Ordering::Release);
-            self.inner.stop_notify.notify_one();
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for EtcdDataSource {
-    fn drop(&mut self) {
-        self.stop_now();
+        self.background.stop();
     }
 }
 
@@ -298,10 +264,6 @@ impl EtcdDataSourceBuilder {
             return Err(EtcdSourceError::Config("`retry_max` must be > 0".into()));
         }
         let (endpoints, url_user) = parse_url(&self.url)?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| EtcdSourceError::Config(format!("could not start its runtime: {e}")))?;
         let inner = Arc::new(Inner {
             engine: engine.clone(),
             endpoints,
@@ -312,22 +274,12 @@ impl EtcdDataSourceBuilder {
             clear_on_delete: self.clear_on_delete,
             revision: Mutex::new(0),
             client: Mutex::new(None),
-            last_error: Mutex::new(None),
-            last_load_ms: AtomicU64::new(0),
-            listeners: Mutex::new(Vec::new()),
-            connected: AtomicBool::new(false),
-            stop: AtomicBool::new(false),
-            stop_notify: tokio::sync::Notify::new(),
-            events: Mutex::new(0),
-            events_changed: Condvar::new(),
+            reports: Reports::new(),
         });
-        let handle = rt.handle().clone();
-        let run = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name("sentinel-etcd-rules".into())
-            .spawn(move || rt.block_on(run.run()))
+        let (run, stop) = (inner.clone(), inner.clone());
+        let background = Background::spawn("sentinel-etcd-rules", move || stop.reports.request_stop(), run.run())
             .map_err(|e| EtcdSourceError::Config(format!("could not start its thread: {e}")))?;
-        Ok(EtcdDataSource { inner, handle, thread: Some(thread) })
+        Ok(EtcdDataSource { inner, background })
     }
 }
 
@@ -370,12 +322,12 @@ impl Inner {
 
     async fn run(self: Arc<Self>) {
         let mut pause = Duration::from_millis(100).min(self.retry_max);
-        while !self.stop.load(Ordering::Acquire) {
+        while !self.reports.is_stopped() {
             match self.session(&mut pause).await {
                 Ok(()) => break,
                 Err(reason) => {
                     *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                    let was = self.connected.swap(false, Ordering::AcqRel);
+                    let was = self.reports.set_connected(false);
                     let e = EtcdSourceError::Unavailable { endpoints: self.endpoints(), reason };
                     if was {
                         tracing::warn!(error = %e, "etcd data source lost its connection");
@@ -383,9 +335,8 @@ impl Inner {
                         tracing::debug!(error = %e, "etcd data source: not connected");
                     }
                     self.report(EtcdReload::Rejected(e), false);
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => {}
-                        _ = self.stop_notify.notified() => break,
+                    if !self.reports.pause(pause).await {
+                        break;
                     }
                     pause = (pause * 2).min(self.retry_max);
                 }
@@ -423,7 +374,7 @@ impl Inner {
                 streams.push(stream);
             }
             *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
-            if !self.connected.swap(true, Ordering::AcqRel) {
+            if !self.reports.set_connected(true) {
                 tracing::info!(endpoints = %self.endpoints(), from = resume + 1, "etcd data source watching");
             }
             *pause = Duration::from_millis(100).min(self.retry_max);
@@ -442,7 +393,7 @@ impl Inner {
                         Some(Err(e)) => return Err(e.to_string()),
                         None => return Err("the watch stream closed".into()),
                     },
-                    _ = self.stop_notify.notified() => return Ok(()),
+                    _ = self.reports.stop_notify.notified() => return Ok(()),
                 }
             };
             if compacted {
@@ -540,8 +491,7 @@ impl Inner {
         match set.apply(&self.engine) {
             Ok(kinds) => {
                 self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied = Some(text.to_string());
-                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                self.last_load_ms.store(now_ms(), Ordering::Release);
+                self.reports.loaded();
                 tracing::info!(key = %k.key, revision, ?kinds, "etcd data source: rules applied");
                 self.report(EtcdReload::Applied { key: k.key.clone(), revision, kinds }, true);
             }
@@ -554,17 +504,11 @@ impl Inner {
     }
 
     fn report(&self, r: EtcdReload, document: bool) {
-        if let EtcdReload::Rejected(e) = &r {
-            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
-        }
-        let listeners: Vec<Arc<Listener>> = self.listeners.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        for l in listeners {
-            l(&r);
-        }
-        if document {
-            *self.events.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-            self.events_changed.notify_all();
-        }
+        let error = match &r {
+            EtcdReload::Rejected(e) => Some(e),
+            _ => None,
+        };
+        self.reports.report(&r, error, document);
     }
 
     /// Writes one key with a transaction on its mod revision.
@@ -633,20 +577,12 @@ impl WritableDataSource for EtcdDataSource {
         let inner = self.inner.clone();
         let kinds = set.kinds();
         let set = set.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.handle.spawn(async move {
-            let mut result = Ok(());
+        let result = self.background.call(&target, Duration::from_secs(10), async move {
             for i in targets {
-                result = inner.write_key(&mut client, i, &set).await;
-                if result.is_err() {
-                    break;
-                }
+                inner.write_key(&mut client, i, &set).await?;
             }
-            let _ = tx.send(result);
+            Ok(())
         });
-        let result = rx
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_else(|_| Err(WriteBackError::Store { target, reason: "no answer within 10 s".into() }));
         match &result {
             Ok(()) => tracing::info!(?kinds, "rules written back to etcd"),
             Err(e) => tracing::warn!(error = %e, "rules could not be written back to etcd"),
@@ -656,10 +592,9 @@ impl WritableDataSource for EtcdDataSource {
 
     fn status(&self) -> SourceStatus {
         let keys: Vec<&str> = self.inner.keys.iter().map(|k| k.key.as_str()).collect();
-        let at = self.inner.last_load_ms.load(Ordering::Acquire);
         SourceStatus {
             connected: self.is_connected(),
-            last_load_ms: (at != 0).then_some(at),
+            last_load_ms: self.inner.reports.last_load_ms(),
             last_error: self.last_error().map(|e| e.to_string()),
             ..SourceStatus::new("etcd", format!("{} {}", self.inner.endpoints(), keys.join(", ")))
         }

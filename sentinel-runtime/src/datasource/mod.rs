@@ -55,6 +55,10 @@ mod watch;
 mod writable;
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod remote;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 pub use error::{ParseError, SerializeError, SourceError, WriteError};
 pub use file::{FileDataSource, Reloaded};
@@ -64,6 +68,8 @@ pub use writable::{SourceStatus, WritableDataSource, WriteBackError};
 pub(crate) use writable::now_ms;
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceError};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::{ZookeeperDataSource, ZookeeperDataSourceBuilder, ZookeeperReload, ZookeeperSourceError};
 
 use std::fmt;
 use std::path::Path;
