@@ -181,3 +181,44 @@ fn etcd_two_engines_pushing_end_with_one_rule_set_whole_and_the_stale_writer_is_
         Ok(()) => assert!(b_view.events() > before_watch),
     }
 }
+
+#[test]
+fn etcd_credentials_from_the_url_or_the_builder_are_used_and_missing_ones_are_reported() {
+    let Some(etcd) = EtcdServer::start("etcd_credentials_from_the_url_or_the_builder") else { return };
+    let mut other = Other::connect(&etcd.url());
+    other.put(KEY, &flow("api", 6.0));
+    other.rt.block_on(async {
+        let c = &mut other.client;
+        c.user_add("root", "rootpw", None).await.expect("add root");
+        c.user_grant_role("root", "root").await.expect("grant root");
+        c.user_add("sentinel", "secret", None).await.expect("add user");
+        c.role_add("rules").await.expect("add role");
+        c.role_grant_permission("rules", etcd_client::Permission::read_write("/sentinel/").with_prefix())
+            .await
+            .expect("grant");
+        c.user_grant_role("sentinel", "rules").await.expect("grant role");
+        c.auth_enable().await.expect("enable auth");
+    });
+
+    let engine = Sentinel::builder().build();
+    let without = source(&engine, &etcd.url());
+    wait_until("refused without credentials", || {
+        without.last_error().is_some_and(|e| matches!(e, EtcdSourceError::Unavailable { .. }))
+    });
+    assert!(engine.flow_rules().is_empty());
+    drop(without);
+
+    let in_url = EtcdDataSource::builder(etcd.url().replace("http://", "http://sentinel:secret@"))
+        .rules(RuleKind::Flow, KEY)
+        .start(&engine)
+        .unwrap();
+    assert!(in_url.wait_for(1, WAIT));
+    assert_eq!(counts(&engine), [("api".to_string(), 6.0)]);
+    drop(in_url);
+
+    let restarted = Sentinel::builder().build();
+    let by_builder =
+        EtcdDataSource::builder(etcd.url()).rules(RuleKind::Flow, KEY).credentials("sentinel", "secret").start(&restarted).unwrap();
+    assert!(by_builder.wait_for(1, WAIT));
+    assert_eq!(counts(&restarted), [("api".to_string(), 6.0)]);
+}

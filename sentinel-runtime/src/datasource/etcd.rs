@@ -22,7 +22,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, TxnOp, WatchOptions};
 use futures::StreamExt;
 
-use super::remote::{Background, Reports};
+use super::remote::{entries_for, entry_text, parse_bytes, Background, Reports};
 use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
@@ -477,9 +477,7 @@ impl Inner {
                 return;
             }
         }
-        let parsed = std::str::from_utf8(value)
-            .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))
-            .and_then(|text| RuleSet::parse_entry(k.kind, text, Format::Json).map(|set| (text, set)));
+        let parsed = parse_bytes(k.kind, value);
         let (text, set) = match parsed {
             Ok(ok) => ok,
             Err(error) => {
@@ -515,28 +513,13 @@ impl Inner {
     async fn write_key(&self, client: &mut Client, i: usize, set: &RuleSet) -> Result<(), WriteBackError> {
         let k = &self.keys[i];
         let store = |reason: String| WriteBackError::Store { target: format!("etcd key `{}`", k.key), reason };
-        let expected = {
+        let (expected, current) = {
             let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            if seen[i].present {
-                seen[i].revision
-            } else {
-                0 // an absent key's mod revision
-            }
+            // An absent key's mod revision is 0.
+            (if seen[i].present { seen[i].revision } else { 0 }, seen[i].applied.clone())
         };
-        let text = match k.kind {
-            Some(kind) => set.kind_to_string(kind, Format::Json),
-            None => {
-                // The kinds the push does not hold stay as this source last read them.
-                let current = self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied.clone();
-                let mut doc = match current.as_deref() {
-                    Some(t) => RuleSet::parse(t, Format::Json).unwrap_or_default(),
-                    None => RuleSet::default(),
-                };
-                doc.merge(set.clone());
-                doc.to_string(Format::Json)
-            }
-        }
-        .map_err(|error| WriteBackError::Serialize { target: k.key.clone(), error })?;
+        // A combined document keeps the kinds the push does not hold as this source last read them.
+        let text = entry_text(k.kind, current.as_deref(), set, &k.key)?;
         let txn = Txn::new()
             .when([Compare::mod_revision(k.key.as_str(), CompareOp::Equal, expected)])
             .and_then([TxnOp::put(k.key.as_str(), text.as_str(), None)])
@@ -562,14 +545,7 @@ impl WritableDataSource for EtcdDataSource {
     /// another writer changed meanwhile is not overwritten ([`WriteBackError::Conflict`]).
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
         let target = format!("etcd {}", self.inner.endpoints());
-        let mut targets = Vec::new();
-        for kind in set.kinds() {
-            match self.inner.keys.iter().position(|k| k.kind.is_none_or(|k| k == kind)) {
-                Some(i) if !targets.contains(&i) => targets.push(i),
-                Some(_) => {}
-                None => return Err(WriteBackError::Unsupported { target, kind }),
-            }
-        }
+        let targets = entries_for(self.inner.keys.iter().map(|e| e.kind), set, &target)?;
         let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let Some(mut client) = client else {
             return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });

@@ -1,6 +1,11 @@
 //! Rules as data: Sentinel's own rule JSON (and the same fields in YAML and TOML), and a file data source
 //! that hot-reloads a rules file or directory.
 //!
+//! The stores rules live in: [`FileDataSource`], Redis (`cluster::RedisDataSource`, feature
+//! `cluster-redis`), ZooKeeper (`ZookeeperDataSource`, feature `zookeeper`) and etcd (`EtcdDataSource`,
+//! feature `etcd`). Each is a [`WritableDataSource`], the interface the command center writes pushed rules
+//! back through; a store of your own implements it too.
+//!
 //! # The format
 //! Field names and numeric codes are Java Sentinel's, so a rule set exported from a Java setup (a dashboard
 //! push to a config center, `getRules` output, a `FileRefreshableDataSource` file) loads as it is:

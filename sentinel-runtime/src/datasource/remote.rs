@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{now_ms, WriteBackError};
+use super::{now_ms, Format, ParseError, RuleSet, WriteBackError};
+use crate::RuleKind;
 
 type Listener<R> = dyn Fn(&R) + Send + Sync;
 
@@ -161,4 +162,48 @@ impl Drop for Background {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The entries (keys, nodes; by index) a push of `set` writes: for each kind, the first entry holding that
+/// kind alone or a combined document. A kind no entry holds is [`WriteBackError::Unsupported`].
+pub(crate) fn entries_for(
+    entries: impl Iterator<Item = Option<RuleKind>> + Clone,
+    set: &RuleSet,
+    target: &str,
+) -> Result<Vec<usize>, WriteBackError> {
+    let mut out = Vec::new();
+    for kind in set.kinds() {
+        match entries.clone().position(|k| k.is_none_or(|k| k == kind)) {
+            Some(i) if !out.contains(&i) => out.push(i),
+            Some(_) => {}
+            None => return Err(WriteBackError::Unsupported { target: target.to_string(), kind }),
+        }
+    }
+    Ok(out)
+}
+
+/// An entry's bytes as rules: one kind's list when `kind` is given, else a combined document.
+pub(crate) fn parse_bytes(kind: Option<RuleKind>, value: &[u8]) -> Result<(&str, RuleSet), ParseError> {
+    let text = std::str::from_utf8(value)
+        .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))?;
+    Ok((text, RuleSet::parse_entry(kind, text, Format::Json)?))
+}
+
+/// The text a write-back puts in an entry: one kind's list, or the combined document last applied from the
+/// entry (`current`) with the kinds of `set` replaced.
+pub(crate) fn entry_text(
+    kind: Option<RuleKind>,
+    current: Option<&str>,
+    set: &RuleSet,
+    target: &str,
+) -> Result<String, WriteBackError> {
+    match kind {
+        Some(kind) => set.kind_to_string(kind, Format::Json),
+        None => {
+            let mut doc = current.and_then(|t| RuleSet::parse(t, Format::Json).ok()).unwrap_or_default();
+            doc.merge(set.clone());
+            doc.to_string(Format::Json)
+        }
+    }
+    .map_err(|error| WriteBackError::Serialize { target: target.to_string(), error })
 }

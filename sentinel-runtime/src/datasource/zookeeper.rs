@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
-use super::remote::{Background, Reports};
-use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use super::remote::{entries_for, entry_text, parse_bytes, Background, Reports};
+use super::{ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
 /// What happened to one node: given to [`ZookeeperDataSource::on_reload`] listeners.
@@ -321,10 +321,11 @@ impl Inner {
     }
 
     async fn connect(&self) -> Result<zk::Client, String> {
-        let mut connector = zk::Client::connector();
-        connector.session_timeout(self.session_timeout).connection_timeout(Duration::from_secs(2));
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .with_connection_timeout(Duration::from_secs(2));
         if let Some((u, p)) = &self.digest {
-            connector.auth("digest".to_string(), format!("{u}:{p}").into_bytes());
+            connector = connector.with_auth("digest", format!("{u}:{p}").as_bytes());
         }
         tokio::time::timeout(Duration::from_secs(5), connector.connect(&self.servers))
             .await
@@ -337,24 +338,7 @@ impl Inner {
     async fn session(&self, pause: &mut Duration) -> Result<(), String> {
         let client = self.connect().await?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut tasks = Vec::new();
-        for (i, n) in self.nodes.iter().enumerate() {
-            let mut watcher = client.watch(&n.path, zk::AddWatchMode::Persistent).await.map_err(|e| e.to_string())?;
-            let tx = tx.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let ev = watcher.changed().await;
-                    let signal = match ev.event_type {
-                        zk::EventType::Session => Signal::State(ev.session_state),
-                        t => Signal::Node(i, t),
-                    };
-                    let terminal = matches!(&signal, Signal::State(s) if s.is_terminated());
-                    if tx.send(signal).is_err() || terminal {
-                        break;
-                    }
-                }
-            }));
-        }
+        let mut tasks = self.watch_all(&client, &tx).await?;
         let mut states = client.state_watcher();
         let result = async {
             self.read_all(&client).await?;
@@ -376,7 +360,12 @@ impl Inner {
                     Signal::Node(i, zk::EventType::NodeDeleted) => self.deleted(i),
                     Signal::Node(i, _) => self.read(&client, i).await?,
                     Signal::State(zk::SessionState::SyncConnected) => {
-                        // Back after a disconnection (same session): read everything again.
+                        // Back after a disconnection (same session): the server may be a restarted one that
+                        // lost the watches, so watch again, then read everything again.
+                        for t in tasks.drain(..) {
+                            t.abort();
+                        }
+                        tasks = self.watch_all(&client, &tx).await?;
                         self.read_all(&client).await?;
                         if !self.reports.set_connected(true) {
                             tracing::info!(servers = %self.servers, "ZooKeeper data source reconnected");
@@ -393,6 +382,35 @@ impl Inner {
             t.abort();
         }
         result
+    }
+
+    /// Sets a persistent watch on every node; each watch's events go to `tx` from a task of its own.
+    async fn watch_all(
+        &self,
+        client: &zk::Client,
+        tx: &tokio::sync::mpsc::UnboundedSender<Signal>,
+    ) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+        let mut tasks = Vec::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate() {
+            let mut watcher = client.watch(&n.path, zk::AddWatchMode::Persistent).await.map_err(|e| e.to_string())?;
+            let tx = tx.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let ev = watcher.changed().await;
+                    let signal = match ev.event_type {
+                        // The session's other states come from the state watcher, once.
+                        zk::EventType::Session if !ev.session_state.is_terminated() => continue,
+                        zk::EventType::Session => Signal::State(ev.session_state),
+                        t => Signal::Node(i, t),
+                    };
+                    let terminal = matches!(&signal, Signal::State(s) if s.is_terminated());
+                    if tx.send(signal).is_err() || terminal {
+                        break;
+                    }
+                }
+            }));
+        }
+        Ok(tasks)
     }
 
     async fn read_all(&self, client: &zk::Client) -> Result<(), String> {
@@ -440,9 +458,7 @@ impl Inner {
                 return self.report(ZookeeperReload::Unchanged { path: n.path.clone() }, true);
             }
         }
-        let parsed = std::str::from_utf8(value)
-            .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))
-            .and_then(|text| RuleSet::parse_entry(n.kind, text, Format::Json).map(|set| (text, set)));
+        let parsed = parse_bytes(n.kind, value);
         let (text, set) = match parsed {
             Ok(ok) => ok,
             Err(error) => {
@@ -483,16 +499,8 @@ impl Inner {
             let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             (seen[i].version, seen[i].applied.clone())
         };
-        let text = match n.kind {
-            Some(kind) => set.kind_to_string(kind, Format::Json),
-            None => {
-                // The kinds the push does not hold stay as this source last read them.
-                let mut doc = current.as_deref().and_then(|t| RuleSet::parse(t, Format::Json).ok()).unwrap_or_default();
-                doc.merge(set.clone());
-                doc.to_string(Format::Json)
-            }
-        }
-        .map_err(|error| WriteBackError::Serialize { target: n.path.clone(), error })?;
+        // A combined document keeps the kinds the push does not hold as this source last read them.
+        let text = entry_text(n.kind, current.as_deref(), set, &n.path)?;
         let conflict = |detail: String| WriteBackError::Conflict { target: target.clone(), detail };
         let version = match expected {
             Some(v) => match client.set_data(&n.path, text.as_bytes(), Some(v)).await {
@@ -532,14 +540,7 @@ impl WritableDataSource for ZookeeperDataSource {
     /// overwritten ([`WriteBackError::Conflict`]).
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
         let target = format!("ZooKeeper {}", self.inner.servers);
-        let mut targets = Vec::new();
-        for kind in set.kinds() {
-            match self.inner.nodes.iter().position(|n| n.kind.is_none_or(|k| k == kind)) {
-                Some(i) if !targets.contains(&i) => targets.push(i),
-                Some(_) => {}
-                None => return Err(WriteBackError::Unsupported { target, kind }),
-            }
-        }
+        let targets = entries_for(self.inner.nodes.iter().map(|e| e.kind), set, &target)?;
         let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let Some(client) = client else {
             return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
