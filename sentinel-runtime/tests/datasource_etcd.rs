@@ -217,8 +217,11 @@ fn etcd_credentials_from_the_url_or_the_builder_are_used_and_missing_ones_are_re
     drop(in_url);
 
     let restarted = Sentinel::builder().build();
-    let by_builder =
-        EtcdDataSource::builder(etcd.url()).rules(RuleKind::Flow, KEY).credentials("sentinel", "secret").start(&restarted).unwrap();
+    let by_builder = EtcdDataSource::builder(etcd.url())
+        .rules(RuleKind::Flow, KEY)
+        .credentials("sentinel", "secret")
+        .start(&restarted)
+        .unwrap();
     assert!(by_builder.wait_for(1, WAIT));
     assert_eq!(counts(&restarted), [("api".to_string(), 6.0)]);
 }

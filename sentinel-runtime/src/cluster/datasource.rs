@@ -429,7 +429,8 @@ impl WritableDataSource for RedisDataSource {
             }
         }
         let timeout = Some(Duration::from_secs(2));
-        let mut conn = self.inner.client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
+        let mut conn =
+            self.inner.client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
         conn.set_read_timeout(timeout).map_err(|e| store(e.to_string()))?;
         conn.set_write_timeout(timeout).map_err(|e| store(e.to_string()))?;
         for s in &self.inner.sources {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, TxnOp, WatchOptions};
 use futures::StreamExt;
 
-use super::remote::{entries_for, entry_text, parse_bytes, Background, Reports};
+use super::remote::{entries_for, entry_text, parse_bytes, source_accessors, Background, Reports};
 use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
@@ -185,39 +185,9 @@ impl EtcdDataSource {
             clear_on_delete: false,
         }
     }
-
-    /// Calls `f` after every document (applied, unchanged, missing, rejected, deleted) and every lost
-    /// connection.
-    pub fn on_reload(&self, f: impl Fn(&EtcdReload) + Send + Sync + 'static) {
-        self.inner.reports.listen(Arc::new(f));
-    }
-
-    /// The last failure, until a document is applied again.
-    pub fn last_error(&self) -> Option<EtcdSourceError> {
-        self.inner.reports.last_error()
-    }
-
-    /// Whether the data source is connected (watching) now.
-    pub fn is_connected(&self) -> bool {
-        self.inner.reports.is_connected()
-    }
-
-    /// Waits (at most `timeout`) until `n` documents in all were handled (applied, unchanged, missing,
-    /// rejected, deleted) since the start; returns whether that happened. For tests and start-up checks.
-    pub fn wait_for(&self, n: u64, timeout: Duration) -> bool {
-        self.inner.reports.wait_for(n, timeout)
-    }
-
-    /// The number of documents handled so far (see [`wait_for`](Self::wait_for)).
-    pub fn events(&self) -> u64 {
-        self.inner.reports.events()
-    }
-
-    /// Stops the data source (as dropping it does).
-    pub fn stop(mut self) {
-        self.background.stop();
-    }
 }
+
+source_accessors!(EtcdDataSource, EtcdReload, EtcdSourceError);
 
 impl EtcdDataSourceBuilder {
     /// One kind's rules (a JSON list, as Java's `EtcdDataSource` reads) in `key`.
@@ -397,7 +367,10 @@ impl Inner {
                 }
             };
             if compacted {
-                tracing::warn!(from = resume + 1, "etcd compacted the history the watch needed: reading the keys again");
+                tracing::warn!(
+                    from = resume + 1,
+                    "etcd compacted the history the watch needed: reading the keys again"
+                );
                 resume = self.read_all(&mut client).await?;
             }
         }

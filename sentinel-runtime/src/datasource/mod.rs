@@ -53,26 +53,26 @@
 //! ```
 
 mod error;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod file;
 mod java;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod remote;
 #[cfg(feature = "file-watch")]
 mod watch;
 mod writable;
-#[cfg(feature = "etcd")]
-mod etcd;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-mod remote;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
 pub use error::{ParseError, SerializeError, SourceError, WriteError};
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceError};
 pub use file::{FileDataSource, Reloaded};
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
-pub use writable::{SourceStatus, WritableDataSource, WriteBackError};
 pub(crate) use writable::now_ms;
-#[cfg(feature = "etcd")]
-pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceError};
+pub use writable::{SourceStatus, WritableDataSource, WriteBackError};
 #[cfg(feature = "zookeeper")]
 pub use zookeeper::{ZookeeperDataSource, ZookeeperDataSourceBuilder, ZookeeperReload, ZookeeperSourceError};
 

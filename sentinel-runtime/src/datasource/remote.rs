@@ -207,3 +207,45 @@ pub(crate) fn entry_text(
     }
     .map_err(|error| WriteBackError::Serialize { target: target.to_string(), error })
 }
+
+/// The accessors every server-backed source offers over its [`Reports`] and [`Background`]: `on_reload`,
+/// `last_error`, `is_connected`, `wait_for`, `events`, `stop`.
+macro_rules! source_accessors {
+    ($source:ty, $reload:ty, $error:ty) => {
+        impl $source {
+            /// Calls `f` after every document (applied, unchanged, missing, rejected, deleted) and every lost
+            /// connection.
+            pub fn on_reload(&self, f: impl Fn(&$reload) + Send + Sync + 'static) {
+                self.inner.reports.listen(std::sync::Arc::new(f));
+            }
+
+            /// The last failure, until a document is applied again.
+            pub fn last_error(&self) -> Option<$error> {
+                self.inner.reports.last_error()
+            }
+
+            /// Whether the data source is connected (watching) now.
+            pub fn is_connected(&self) -> bool {
+                self.inner.reports.is_connected()
+            }
+
+            /// Waits (at most `timeout`) until `n` documents in all were handled (applied, unchanged,
+            /// missing, rejected, deleted) since the start; returns whether that happened. For tests and
+            /// start-up checks.
+            pub fn wait_for(&self, n: u64, timeout: std::time::Duration) -> bool {
+                self.inner.reports.wait_for(n, timeout)
+            }
+
+            /// The number of documents handled so far (see [`wait_for`](Self::wait_for)).
+            pub fn events(&self) -> u64 {
+                self.inner.reports.events()
+            }
+
+            /// Stops the data source (as dropping it does).
+            pub fn stop(mut self) {
+                self.background.stop();
+            }
+        }
+    };
+}
+pub(crate) use source_accessors;

@@ -164,9 +164,13 @@ impl RuleSet {
     /// let set = RuleSet::parse_entry(Some(RuleKind::Flow), r#"[{"resource": "a", "count": 2}]"#, Format::Json).unwrap();
     /// assert_eq!(set.flow.unwrap()[0].count, 2.0);
     /// ```
-    pub fn parse_entry(kind: Option<crate::RuleKind>, text: &str, format: super::Format) -> Result<RuleSet, super::ParseError> {
-        use crate::RuleKind;
+    pub fn parse_entry(
+        kind: Option<crate::RuleKind>,
+        text: &str,
+        format: super::Format,
+    ) -> Result<RuleSet, super::ParseError> {
         use super::parse_rules;
+        use crate::RuleKind;
         let mut set = RuleSet::default();
         match kind {
             None => return RuleSet::parse(text, format),
@@ -181,9 +185,13 @@ impl RuleSet {
 
     /// One kind's rules of the set as that kind's list (Java's per-kind document); an empty list when the
     /// set does not hold the kind.
-    pub fn kind_to_string(&self, kind: crate::RuleKind, format: super::Format) -> Result<String, super::SerializeError> {
-        use crate::RuleKind;
+    pub fn kind_to_string(
+        &self,
+        kind: crate::RuleKind,
+        format: super::Format,
+    ) -> Result<String, super::SerializeError> {
         use super::rules_to_string;
+        use crate::RuleKind;
         match kind {
             RuleKind::Flow => rules_to_string(self.flow.as_deref().unwrap_or_default(), format),
             RuleKind::Degrade => rules_to_string(self.degrade.as_deref().unwrap_or_default(), format),
@@ -195,7 +203,11 @@ impl RuleSet {
 
     /// The text a store entry holds for this set: one kind's list when `kind` is given, else the combined
     /// document of the kinds the set holds.
-    pub fn entry_to_string(&self, kind: Option<crate::RuleKind>, format: super::Format) -> Result<String, super::SerializeError> {
+    pub fn entry_to_string(
+        &self,
+        kind: Option<crate::RuleKind>,
+        format: super::Format,
+    ) -> Result<String, super::SerializeError> {
         match kind {
             Some(k) => self.kind_to_string(k, format),
             None => self.to_string(format),

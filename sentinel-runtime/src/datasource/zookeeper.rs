@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
-use super::remote::{entries_for, entry_text, parse_bytes, Background, Reports};
+use super::remote::{entries_for, entry_text, parse_bytes, source_accessors, Background, Reports};
 use super::{ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
@@ -183,39 +183,9 @@ impl ZookeeperDataSource {
             session_timeout: Duration::from_secs(10),
         }
     }
-
-    /// Calls `f` after every document (applied, unchanged, missing, rejected, deleted) and every lost
-    /// connection or session.
-    pub fn on_reload(&self, f: impl Fn(&ZookeeperReload) + Send + Sync + 'static) {
-        self.inner.reports.listen(Arc::new(f));
-    }
-
-    /// The last failure, until a document is applied again.
-    pub fn last_error(&self) -> Option<ZookeeperSourceError> {
-        self.inner.reports.last_error()
-    }
-
-    /// Whether the data source is connected (watching) now.
-    pub fn is_connected(&self) -> bool {
-        self.inner.reports.is_connected()
-    }
-
-    /// Waits (at most `timeout`) until `n` documents in all were handled since the start; returns whether
-    /// that happened. For tests and start-up checks.
-    pub fn wait_for(&self, n: u64, timeout: Duration) -> bool {
-        self.inner.reports.wait_for(n, timeout)
-    }
-
-    /// The number of documents handled so far (see [`wait_for`](Self::wait_for)).
-    pub fn events(&self) -> u64 {
-        self.inner.reports.events()
-    }
-
-    /// Stops the data source (as dropping it does).
-    pub fn stop(mut self) {
-        self.background.stop();
-    }
 }
+
+source_accessors!(ZookeeperDataSource, ZookeeperReload, ZookeeperSourceError);
 
 impl ZookeeperDataSourceBuilder {
     /// One kind's rules (a JSON list, as Java's `ZookeeperDataSource` reads) in the node at `path`.

@@ -25,7 +25,11 @@ pub fn counts(engine: &Sentinel) -> Vec<(String, f64)> {
 
 /// The resources of a stored flow-rule document.
 pub fn resources(stored: &str) -> Vec<String> {
-    parse_rules::<FlowRule>(stored, Format::Json).expect("a flow rule document").into_iter().map(|r| r.resource).collect()
+    parse_rules::<FlowRule>(stored, Format::Json)
+        .expect("a flow rule document")
+        .into_iter()
+        .map(|r| r.resource)
+        .collect()
 }
 
 /// Waits (at most [`WAIT`]) until `cond` holds, checking every 10 ms; panics with `what` otherwise. (This
