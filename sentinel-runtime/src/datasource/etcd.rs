@@ -22,7 +22,9 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, TxnOp, WatchOptions};
 use futures::StreamExt;
 
-use super::remote::{entries_for, entry_text, parse_bytes, source_accessors, Background, Reports};
+use super::remote::{
+    entries_for, entry_text, parse_bytes, source_accessors, split_credentials, Background, Credentials, Reports,
+};
 use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
@@ -123,7 +125,7 @@ struct Seen {
 struct Inner {
     engine: Sentinel,
     endpoints: Vec<String>,
-    user: Option<(String, String)>,
+    user: Option<Credentials>,
     keys: Vec<Key>,
     retry_max: Duration,
     clear_on_delete: bool,
@@ -166,7 +168,7 @@ impl std::fmt::Debug for EtcdDataSource {
 #[must_use = "a builder does nothing until `start` is called"]
 pub struct EtcdDataSourceBuilder {
     url: String,
-    user: Option<(String, String)>,
+    user: Option<Credentials>,
     keys: Vec<Key>,
     retry_max: Duration,
     clear_on_delete: bool,
@@ -254,15 +256,9 @@ impl EtcdDataSourceBuilder {
 }
 
 /// `http://user:password@host:port,host2:port` → endpoints and credentials.
-fn parse_url(url: &str) -> Result<(Vec<String>, Option<(String, String)>), EtcdSourceError> {
+fn parse_url(url: &str) -> Result<(Vec<String>, Option<Credentials>), EtcdSourceError> {
     let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
-    let (user, hosts) = match rest.rsplit_once('@') {
-        Some((info, hosts)) => {
-            let (u, p) = info.split_once(':').unwrap_or((info, ""));
-            (Some((u.to_string(), p.to_string())), hosts)
-        }
-        None => (None, rest),
-    };
+    let (user, hosts) = split_credentials(rest);
     let endpoints: Vec<String> = hosts
         .split(',')
         .map(|h| h.trim().trim_end_matches('/'))

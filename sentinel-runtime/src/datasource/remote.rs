@@ -11,6 +11,20 @@ use crate::RuleKind;
 
 type Listener<R> = dyn Fn(&R) + Send + Sync;
 
+/// A user name and password.
+pub(crate) type Credentials = (String, String);
+
+/// Splits `user:password@hosts` into the credentials (if any) and the hosts.
+pub(crate) fn split_credentials(address: &str) -> (Option<Credentials>, &str) {
+    match address.rsplit_once('@') {
+        Some((info, hosts)) => {
+            let (u, p) = info.split_once(':').unwrap_or((info, ""));
+            (Some((u.to_string(), p.to_string())), hosts)
+        }
+        None => (None, address),
+    }
+}
+
 /// Listeners, the last error, the count of handled documents and the time of the last load.
 pub(crate) struct Reports<R, E> {
     listeners: Mutex<Vec<Arc<Listener<R>>>>,

@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
-use super::remote::{entries_for, entry_text, parse_bytes, source_accessors, Background, Reports};
+use super::remote::{
+    entries_for, entry_text, parse_bytes, source_accessors, split_credentials, Background, Credentials, Reports,
+};
 use super::{ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
@@ -111,7 +113,7 @@ struct Seen {
 struct Inner {
     engine: Sentinel,
     servers: String,
-    digest: Option<(String, String)>,
+    digest: Option<Credentials>,
     nodes: Vec<Node>,
     retry_max: Duration,
     session_timeout: Duration,
@@ -154,7 +156,7 @@ impl std::fmt::Debug for ZookeeperDataSource {
 #[must_use = "a builder does nothing until `start` is called"]
 pub struct ZookeeperDataSourceBuilder {
     servers: String,
-    digest: Option<(String, String)>,
+    digest: Option<Credentials>,
     nodes: Vec<Node>,
     retry_max: Duration,
     session_timeout: Duration,
@@ -168,15 +170,9 @@ impl ZookeeperDataSource {
     pub fn builder(servers: impl Into<String>) -> ZookeeperDataSourceBuilder {
         let servers: String = servers.into();
         let rest = servers.strip_prefix("zk://").unwrap_or(&servers);
-        let (digest, hosts) = match rest.rsplit_once('@') {
-            Some((info, hosts)) => {
-                let (u, p) = info.split_once(':').unwrap_or((info, ""));
-                (Some((u.to_string(), p.to_string())), hosts.to_string())
-            }
-            None => (None, rest.to_string()),
-        };
+        let (digest, hosts) = split_credentials(rest);
         ZookeeperDataSourceBuilder {
-            servers: hosts,
+            servers: hosts.to_string(),
             digest,
             nodes: Vec::new(),
             retry_max: Duration::from_secs(2),
