@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::datasource::{parse_rules, Format, ParseError, RuleSet};
+use crate::datasource::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
 use super::config::{client_for, redact, ClusterError};
@@ -108,6 +108,8 @@ struct Inner {
     last_error: Mutex<Option<RedisSourceError>>,
     listeners: Mutex<Vec<Arc<Listener>>>,
     connected: AtomicBool,
+    /// When a document was last applied (ms since the Unix epoch; 0: never).
+    last_load_ms: std::sync::atomic::AtomicU64,
     stop: AtomicBool,
     stop_notify: tokio::sync::Notify,
     /// Bumped after every applied or rejected document (for [`RedisDataSource::wait_for`]).
@@ -254,6 +256,7 @@ impl RedisDataSourceBuilder {
             last_error: Mutex::new(None),
             listeners: Mutex::new(Vec::new()),
             connected: AtomicBool::new(false),
+            last_load_ms: std::sync::atomic::AtomicU64::new(0),
             stop: AtomicBool::new(false),
             stop_notify: tokio::sync::Notify::new(),
             events: Mutex::new(0),
@@ -374,6 +377,7 @@ impl Inner {
             Ok(kinds) => {
                 self.applied.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(text.to_string());
                 *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.last_load_ms.store(crate::datasource::now_ms(), Ordering::Release);
                 tracing::info!(key = %s.key, ?kinds, "Redis data source: rules applied");
                 self.report(RedisReload::Applied { key: s.key.clone(), kinds }, true);
             }
@@ -408,14 +412,81 @@ impl Inner {
 
 /// Parses one source's document: one kind's list, or a combined document.
 fn parse(kind: Option<RuleKind>, text: &str) -> Result<RuleSet, ParseError> {
-    let mut set = RuleSet::default();
-    match kind {
-        None => return RuleSet::parse(text, Format::Json),
-        Some(RuleKind::Flow) => set.flow = Some(parse_rules(text, Format::Json)?),
-        Some(RuleKind::Degrade) => set.degrade = Some(parse_rules(text, Format::Json)?),
-        Some(RuleKind::System) => set.system = Some(parse_rules(text, Format::Json)?),
-        Some(RuleKind::Authority) => set.authority = Some(parse_rules(text, Format::Json)?),
-        Some(RuleKind::ParamFlow) => set.param_flow = Some(parse_rules(text, Format::Json)?),
+    RuleSet::parse_entry(kind, text, Format::Json)
+}
+
+impl WritableDataSource for RedisDataSource {
+    /// Writes each kind of `set` to its key and announces it on the key's channel, `SET` and `PUBLISH` in one
+    /// `MULTI` (what Java's Redis data source expects of every writer). A combined document keeps the kinds
+    /// `set` does not hold; the key is `WATCH`ed while it is read and written, and the write retried on the
+    /// fresh document if another writer changed it in between.
+    fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
+        let target = redact(&self.inner.url);
+        let store = |reason: String| WriteBackError::Store { target: target.clone(), reason };
+        for kind in set.kinds() {
+            if !self.inner.sources.iter().any(|s| s.kind.is_none_or(|k| k == kind)) {
+                return Err(WriteBackError::Unsupported { target: target.clone(), kind });
+            }
+        }
+        let timeout = Some(Duration::from_secs(2));
+        let mut conn =
+            self.inner.client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
+        conn.set_read_timeout(timeout).map_err(|e| store(e.to_string()))?;
+        conn.set_write_timeout(timeout).map_err(|e| store(e.to_string()))?;
+        for s in &self.inner.sources {
+            let kinds: Vec<RuleKind> = set.kinds().into_iter().filter(|k| s.kind.is_none_or(|sk| sk == *k)).collect();
+            if kinds.is_empty() {
+                continue;
+            }
+            let mut written = false;
+            for _ in 0..5 {
+                redis::cmd("WATCH").arg(&s.key).query::<()>(&mut conn).map_err(|e| store(e.to_string()))?;
+                let text = match s.kind {
+                    Some(kind) => set.kind_to_string(kind, Format::Json),
+                    None => {
+                        let current: Option<String> =
+                            redis::cmd("GET").arg(&s.key).query(&mut conn).map_err(|e| store(e.to_string()))?;
+                        let mut doc = match current.as_deref().map(str::trim) {
+                            None | Some("") => RuleSet::default(),
+                            Some(t) => RuleSet::parse(t, Format::Json).map_err(|e| {
+                                store(format!("key `{}` holds no valid rules document ({e}); left untouched", s.key))
+                            })?,
+                        };
+                        doc.merge(set.clone());
+                        doc.to_string(Format::Json)
+                    }
+                }
+                .map_err(|error| WriteBackError::Serialize { target: s.key.clone(), error })?;
+                let done: Option<(String, i64)> = redis::pipe()
+                    .atomic()
+                    .set(&s.key, &text)
+                    .publish(&s.channel, &text)
+                    .query(&mut conn)
+                    .map_err(|e| store(e.to_string()))?;
+                if done.is_some() {
+                    written = true;
+                    break;
+                }
+            }
+            if !written {
+                return Err(WriteBackError::Conflict {
+                    target: s.key.clone(),
+                    detail: "the key kept changing while it was written (5 tries)".into(),
+                });
+            }
+        }
+        tracing::info!(url = %target, kinds = ?set.kinds(), "rules written back to Redis");
+        Ok(())
     }
-    Ok(set)
+
+    fn status(&self) -> SourceStatus {
+        let keys: Vec<&str> = self.inner.sources.iter().map(|s| s.key.as_str()).collect();
+        let at = self.inner.last_load_ms.load(Ordering::Acquire);
+        SourceStatus {
+            connected: self.is_connected(),
+            last_load_ms: (at != 0).then_some(at),
+            last_error: self.last_error().map(|e| e.to_string()),
+            ..SourceStatus::new("redis", format!("{} {}", redact(&self.inner.url), keys.join(", ")))
+        }
+    }
 }

@@ -1,6 +1,11 @@
 //! Rules as data: Sentinel's own rule JSON (and the same fields in YAML and TOML), and a file data source
 //! that hot-reloads a rules file or directory.
 //!
+//! The stores rules live in: [`FileDataSource`], Redis (`cluster::RedisDataSource`, feature
+//! `cluster-redis`), ZooKeeper (`ZookeeperDataSource`, feature `zookeeper`) and etcd (`EtcdDataSource`,
+//! feature `etcd`). Each is a [`WritableDataSource`], the interface the command center writes pushed rules
+//! back through; a store of your own implements it too.
+//!
 //! # The format
 //! Field names and numeric codes are Java Sentinel's, so a rule set exported from a Java setup (a dashboard
 //! push to a config center, `getRules` output, a `FileRefreshableDataSource` file) loads as it is:
@@ -48,15 +53,28 @@
 //! ```
 
 mod error;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod file;
 mod java;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod remote;
 #[cfg(feature = "file-watch")]
 mod watch;
+mod writable;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 pub use error::{ParseError, SerializeError, SourceError, WriteError};
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceError};
 pub use file::{FileDataSource, Reloaded};
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
+pub(crate) use writable::now_ms;
+pub use writable::{SourceStatus, WritableDataSource, WriteBackError};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::{ZookeeperDataSource, ZookeeperDataSourceBuilder, ZookeeperReload, ZookeeperSourceError};
 
 use std::fmt;
 use std::path::Path;

@@ -13,7 +13,7 @@ use super::breakers::Transitions;
 use super::history::{History, LineRecord};
 use crate::authority::AuthorityRule;
 use crate::circuit_breaker::DegradeRule;
-use crate::datasource::{parse_rules, rules_to_string, FileDataSource, Format, RuleData, RuleSet};
+use crate::datasource::{parse_rules, rules_to_string, Format, RuleData, RuleSet, WritableDataSource};
 use crate::flow::FlowRule;
 use crate::param_flow::ParamFlowRule;
 use crate::system::SystemRule;
@@ -46,7 +46,7 @@ pub(crate) struct Center {
     pub(crate) engine: Sentinel,
     pub(crate) history: History,
     pub(crate) transitions: Arc<Transitions>,
-    pub(crate) source: Option<FileDataSource>,
+    pub(crate) source: Option<Arc<dyn WritableDataSource>>,
     pub(crate) machine: MachineInfo,
     /// Serializes rule pushes, so that what is in force and what is written back are the same push.
     pub(crate) writes: Mutex<()>,

@@ -105,6 +105,29 @@ struct ResourceVo {
     breakers: Vec<BreakerVo>,
 }
 
+/// The write-back store, as the rules page shows it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SourceStatusVo {
+    kind: String,
+    target: String,
+    connected: bool,
+    last_load: Option<u64>,
+    last_error: Option<String>,
+}
+
+impl From<crate::datasource::SourceStatus> for SourceStatusVo {
+    fn from(s: crate::datasource::SourceStatus) -> Self {
+        SourceStatusVo {
+            kind: s.kind,
+            target: s.target,
+            connected: s.connected,
+            last_load: s.last_load_ms,
+            last_error: s.last_error,
+        }
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Overview {
@@ -115,8 +138,8 @@ struct Overview {
     /// End of the last complete second (ms): the numbers are of the second before it.
     second: u64,
     history_seconds: usize,
-    /// The rules file pushed rules are written back to, if any.
-    data_source: Option<String>,
+    /// The store pushed rules are written back to, if any: which, last load, last error.
+    data_source: Option<SourceStatusVo>,
     resources: Vec<ResourceVo>,
     transitions: Vec<TransitionVo>,
 }
@@ -179,7 +202,7 @@ fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
         now: c.engine.now_millis(),
         second: boundary,
         history_seconds: c.history.seconds(),
-        data_source: c.source.as_ref().map(|s| s.path().display().to_string()),
+        data_source: c.source.as_ref().map(|s| s.status().into()),
         resources,
         transitions: transitions.iter().take(30).map(vo).collect(),
     })

@@ -32,9 +32,10 @@
 //! # Rules pushed from the dashboard survive a restart
 //! With [`CommandCenterBuilder::data_source`], a push is validated by the engine (a rejected push changes
 //! neither the engine nor the file), put in force, and written back to the rules file atomically in the
-//! file's own format ([`FileDataSource::write_rules`](crate::datasource::FileDataSource::write_rules)). The
-//! answer is `success`, or `partial success (write data source failed)` when the rules are in force but the
-//! file could not be written (the reason is in the `X-Sentinel-Write-Error` header and the log).
+//! file's own format ([`FileDataSource::write_rules`](crate::datasource::FileDataSource::write_rules)), or to
+//! any other [`WritableDataSource`] (Redis, etcd, a store of your own). The answer is `success`, or
+//! `partial success (write data source failed)` when the rules are in force but the store could not be
+//! written (the reason is in the `X-Sentinel-Write-Error` header and the log).
 //!
 //! # Security defaults
 //! - Bound to `127.0.0.1` (Java binds every interface). Requests must name a loopback host, which defeats
@@ -103,7 +104,7 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, StatusCode, Uri};
 
-use crate::datasource::FileDataSource;
+use crate::datasource::WritableDataSource;
 use crate::flow::FlowRule;
 use crate::http_server::{plain, HttpServer, Limits, PeerPolicy, Runtime};
 use crate::{Resource, Sentinel};
@@ -185,7 +186,7 @@ pub struct CommandCenterBuilder {
     advertise_ip: Option<IpAddr>,
     heartbeat_interval: Duration,
     app_type: u8,
-    source: Option<FileDataSource>,
+    source: Option<Arc<dyn WritableDataSource>>,
     history_seconds: usize,
     command_qps: f64,
     limits: Limits,
@@ -398,9 +399,11 @@ impl CommandCenterBuilder {
         self
     }
 
-    /// Writes rules pushed through `setRules` / `setParamFlowRules` back to this rules file or directory.
-    pub fn data_source(mut self, source: FileDataSource) -> Self {
-        self.source = Some(source);
+    /// Writes rules pushed through `setRules` / `setParamFlowRules` back to this store: a rules file or
+    /// directory ([`FileDataSource`](crate::datasource::FileDataSource)), Redis, ZooKeeper, etcd, or any
+    /// [`WritableDataSource`] of your own.
+    pub fn data_source(mut self, source: impl WritableDataSource) -> Self {
+        self.source = Some(Arc::new(source));
         self
     }
 

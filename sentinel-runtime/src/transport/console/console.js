@@ -510,8 +510,12 @@
     if (document.activeElement !== sw) sw.checked = o.enabled;
     $('#switch-text').textContent = o.enabled ? 'Protection on' : 'Protection off';
     document.title = o.app + ' · Sentinel console';
-    if (o.dataSource) $('#rules-note').textContent =
-      'Rules take effect as soon as they are applied and are written back to ' + o.dataSource +
+    const ds = o.dataSource;
+    if (ds) $('#rules-note').textContent =
+      'Rules take effect as soon as they are applied and are written back to ' + ds.kind + ' ' + ds.target +
+      (ds.connected ? '' : ' (not connected)') +
+      (ds.lastLoad ? ', last loaded ' + time(ds.lastLoad) : '') +
+      (ds.lastError ? '. Last error: ' + ds.lastError : '') +
       '. Invalid rules are refused with the reason, and the rules in force stay.';
   }
 

@@ -1,0 +1,547 @@
+//! Rules from etcd: Java's `EtcdDataSource` semantics (a key holding Sentinel's JSON, watched), written back
+//! with a transaction on the key's revision.
+//!
+//! Each key holds one kind's list (Java's documents) or a combined [`RuleSet`] document. The data source
+//! reads every key when it starts, then watches them from the revision it read. After a lost connection it
+//! watches again from the last revision it saw, so every change made meanwhile is replayed in order: none is
+//! missed and none is applied twice. If etcd compacted that history away, the keys are read again.
+//!
+//! A document that does not parse or that the engine rejects, and a deleted key, are reported (logged, given
+//! to [`EtcdDataSource::on_reload`] listeners, kept as [`EtcdDataSource::last_error`]) and the rules in force
+//! stay. (Java clears the rules when the key is deleted; [`EtcdDataSourceBuilder::clear_on_delete`] does
+//! that.)
+//!
+//! Written back through [`WritableDataSource`] (the command center's write-back): a transaction puts the
+//! document only if the key's mod revision is still the one this source last saw, so two writers never
+//! silently overwrite each other; the loser gets [`WriteBackError::Conflict`] and the store keeps the
+//! winner's rules, whole.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, TxnOp, WatchOptions};
+use futures::StreamExt;
+
+use super::remote::{
+    entries_for, entry_text, parse_bytes, source_accessors, split_credentials, Background, Credentials, Reports,
+};
+use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use crate::{RuleError, RuleKind, Sentinel};
+
+/// What happened to one key: given to [`EtcdDataSource::on_reload`] listeners.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum EtcdReload {
+    /// The document changed and its rules are in force.
+    Applied {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+        /// The kinds it holds.
+        kinds: Vec<RuleKind>,
+    },
+    /// The document equals the one applied last (e.g. this source's own write-back).
+    Unchanged {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+    },
+    /// The key does not exist (yet) at start: nothing to apply.
+    Missing {
+        /// The key.
+        key: String,
+    },
+    /// The document was not applied (or the key was deleted); the rules in force stay.
+    Rejected(EtcdSourceError),
+}
+
+/// Why a document from etcd was not applied, or why the data source is not connected.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdSourceError {
+    /// Not a rule document (syntax, wrong type, unknown field, bad code, not UTF-8).
+    #[error("rules from etcd key `{key}` (revision {revision}): {error}; the rules in force stay")]
+    Parse {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+        /// Where and why.
+        #[source]
+        error: ParseError,
+    },
+    /// A rule is invalid (the engine rejected the set).
+    #[error("rules from etcd key `{key}` (revision {revision}): {error}")]
+    Invalid {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+        /// The rule and the field.
+        #[source]
+        error: RuleError,
+    },
+    /// The key was deleted (revision of the delete).
+    #[error("etcd key `{key}` was deleted at revision {revision}; the rules in force stay")]
+    Deleted {
+        /// The key.
+        key: String,
+        /// The revision of the delete.
+        revision: i64,
+    },
+    /// etcd is unreachable (the data source reconnects by itself).
+    #[error("etcd data source at {endpoints}: {reason}; reconnecting, the rules in force stay")]
+    Unavailable {
+        /// The endpoints.
+        endpoints: String,
+        /// The failure.
+        reason: String,
+    },
+    /// Bad settings.
+    #[error("etcd data source: {0}")]
+    Config(String),
+}
+
+#[derive(Clone, Debug)]
+struct Key {
+    /// `None`: a combined document.
+    kind: Option<RuleKind>,
+    key: String,
+}
+
+/// What this source knows of one key.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    /// The revision of the last change of the key this source saw (a put or a delete).
+    revision: i64,
+    /// Whether the key exists as of that change (a write-back then expects `revision`, else an absent key).
+    present: bool,
+    /// The text applied last.
+    applied: Option<String>,
+}
+
+struct Inner {
+    engine: Sentinel,
+    endpoints: Vec<String>,
+    user: Option<Credentials>,
+    keys: Vec<Key>,
+    retry_max: Duration,
+    clear_on_delete: bool,
+    seen: Mutex<Vec<Seen>>,
+    /// The store's revision up to which every change was handled (the watch resumes after it).
+    revision: Mutex<i64>,
+    client: Mutex<Option<Client>>,
+    reports: Reports<EtcdReload, EtcdSourceError>,
+}
+
+/// Rules read from etcd keys, applied on change through a watch, written back with a transaction.
+///
+/// ```no_run
+/// use sentinel_runtime::{RuleKind, Sentinel, datasource::EtcdDataSource};
+/// let engine = Sentinel::builder().app_name("shop").build();
+/// let source = EtcdDataSource::builder("http://127.0.0.1:2379")
+///     .rules(RuleKind::Flow, "/sentinel/shop/flow-rules")
+///     .credentials("sentinel", "secret")
+///     .start(&engine)?;
+/// source.on_reload(|r| println!("{r:?}"));
+/// # Ok::<(), sentinel_runtime::datasource::EtcdSourceError>(())
+/// ```
+#[must_use = "dropping the data source stops it"]
+pub struct EtcdDataSource {
+    inner: Arc<Inner>,
+    background: Background,
+}
+
+impl std::fmt::Debug for EtcdDataSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdDataSource")
+            .field("endpoints", &self.inner.endpoints)
+            .field("keys", &self.inner.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The keys and settings of an [`EtcdDataSource`] before it starts.
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `start` is called"]
+pub struct EtcdDataSourceBuilder {
+    url: String,
+    user: Option<Credentials>,
+    keys: Vec<Key>,
+    retry_max: Duration,
+    clear_on_delete: bool,
+}
+
+impl EtcdDataSource {
+    /// A data source on the etcd at `url`: `http://host:port`, several separated by commas, credentials
+    /// optionally in the URL (`http://user:password@host:port`). Add keys with
+    /// [`EtcdDataSourceBuilder::rules`] or [`EtcdDataSourceBuilder::rule_set`].
+    pub fn builder(url: impl Into<String>) -> EtcdDataSourceBuilder {
+        EtcdDataSourceBuilder {
+            url: url.into(),
+            user: None,
+            keys: Vec::new(),
+            retry_max: Duration::from_secs(2),
+            clear_on_delete: false,
+        }
+    }
+}
+
+source_accessors!(EtcdDataSource, EtcdReload, EtcdSourceError);
+
+impl EtcdDataSourceBuilder {
+    /// One kind's rules (a JSON list, as Java's `EtcdDataSource` reads) in `key`.
+    pub fn rules(mut self, kind: RuleKind, key: impl Into<String>) -> Self {
+        self.keys.push(Key { kind: Some(kind), key: key.into() });
+        self
+    }
+
+    /// A combined document (`{"flowRules": [...], "degradeRules": [...]}`) in `key`.
+    pub fn rule_set(mut self, key: impl Into<String>) -> Self {
+        self.keys.push(Key { kind: None, key: key.into() });
+        self
+    }
+
+    /// etcd user and password (Java's `EtcdConfig` user/password); replaces credentials in the URL.
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// The longest pause between reconnection attempts (default 2 s; the first is 100 ms, then doubling).
+    pub fn retry_max(mut self, d: Duration) -> Self {
+        self.retry_max = d;
+        self
+    }
+
+    /// Whether a deleted key clears its kinds' rules, as Java does (default: no, the rules in force stay and
+    /// the delete is reported).
+    pub fn clear_on_delete(mut self, clear: bool) -> Self {
+        self.clear_on_delete = clear;
+        self
+    }
+
+    /// Starts the data source on its own thread: reads every key, then watches them. An etcd that is down
+    /// is not an error (it is reported and retried); bad settings are.
+    pub fn start(self, engine: &Sentinel) -> Result<EtcdDataSource, EtcdSourceError> {
+        if self.keys.is_empty() {
+            return Err(EtcdSourceError::Config("no key: add one with `rules` or `rule_set`".into()));
+        }
+        if let Some(k) = self.keys.iter().find(|k| k.key.trim().is_empty()) {
+            return Err(EtcdSourceError::Config(format!("blank key in {k:?}")));
+        }
+        if self.retry_max.is_zero() {
+            return Err(EtcdSourceError::Config("`retry_max` must be > 0".into()));
+        }
+        let (endpoints, url_user) = parse_url(&self.url)?;
+        let inner = Arc::new(Inner {
+            engine: engine.clone(),
+            endpoints,
+            user: self.user.or(url_user),
+            seen: Mutex::new(vec![Seen::default(); self.keys.len()]),
+            keys: self.keys,
+            retry_max: self.retry_max,
+            clear_on_delete: self.clear_on_delete,
+            revision: Mutex::new(0),
+            client: Mutex::new(None),
+            reports: Reports::new(),
+        });
+        let (run, stop) = (inner.clone(), inner.clone());
+        let background = Background::spawn("sentinel-etcd-rules", move || stop.reports.request_stop(), run.run())
+            .map_err(|e| EtcdSourceError::Config(format!("could not start its thread: {e}")))?;
+        Ok(EtcdDataSource { inner, background })
+    }
+}
+
+/// `http://user:password@host:port,host2:port` → endpoints and credentials.
+fn parse_url(url: &str) -> Result<(Vec<String>, Option<Credentials>), EtcdSourceError> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let (user, hosts) = split_credentials(rest);
+    let endpoints: Vec<String> = hosts
+        .split(',')
+        .map(|h| h.trim().trim_end_matches('/'))
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{scheme}://{h}"))
+        .collect();
+    if endpoints.is_empty() {
+        return Err(EtcdSourceError::Config(format!("no endpoint in `{}`", redact(url))));
+    }
+    Ok((endpoints, user))
+}
+
+/// The URL with its password hidden.
+fn redact(url: &str) -> String {
+    match url.split_once("://").and_then(|(s, r)| r.rsplit_once('@').map(|(info, h)| (s, info, h))) {
+        Some((scheme, info, hosts)) => {
+            format!("{scheme}://{}:***@{hosts}", info.split_once(':').map_or(info, |(u, _)| u))
+        }
+        None => url.to_string(),
+    }
+}
+
+impl Inner {
+    fn endpoints(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    async fn run(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(100).min(self.retry_max);
+        while !self.reports.is_stopped() {
+            match self.session(&mut pause).await {
+                Ok(()) => break,
+                Err(reason) => {
+                    *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    let was = self.reports.set_connected(false);
+                    let e = EtcdSourceError::Unavailable { endpoints: self.endpoints(), reason };
+                    if was {
+                        tracing::warn!(error = %e, "etcd data source lost its connection");
+                    } else {
+                        tracing::debug!(error = %e, "etcd data source: not connected");
+                    }
+                    self.report(EtcdReload::Rejected(e), false);
+                    if !self.reports.pause(pause).await {
+                        break;
+                    }
+                    pause = (pause * 2).min(self.retry_max);
+                }
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Client, String> {
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        if let Some((u, p)) = &self.user {
+            options = options.with_user(u.clone(), p.clone());
+        }
+        tokio::time::timeout(Duration::from_secs(5), Client::connect(&self.endpoints, Some(options)))
+            .await
+            .map_err(|_| "no answer within 5 s".to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    /// One connection: read the keys (first time, or after a compaction), watch from the last revision,
+    /// apply events until the connection drops (`Err`) or the source stops (`Ok`).
+    async fn session(&self, pause: &mut Duration) -> Result<(), String> {
+        let mut client = self.connect().await?;
+        let mut resume = *self.revision.lock().unwrap_or_else(|e| e.into_inner());
+        if resume == 0 {
+            resume = self.read_all(&mut client).await?;
+        }
+        loop {
+            let mut streams = Vec::with_capacity(self.keys.len());
+            for k in &self.keys {
+                let options = WatchOptions::new().with_start_revision(resume + 1).with_progress_notify();
+                let stream = client.watch(k.key.as_str(), Some(options)).await.map_err(|e| e.to_string())?;
+                streams.push(stream);
+            }
+            *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
+            if !self.reports.set_connected(true) {
+                tracing::info!(endpoints = %self.endpoints(), from = resume + 1, "etcd data source watching");
+            }
+            *pause = Duration::from_millis(100).min(self.retry_max);
+            let mut all = futures::stream::select_all(streams);
+            let compacted = loop {
+                tokio::select! {
+                    m = all.next() => match m {
+                        Some(Ok(resp)) => {
+                            if resp.canceled() || resp.compact_revision() > 0 {
+                                break true;
+                            }
+                            for ev in resp.events() {
+                                self.on_event(ev);
+                            }
+                        }
+                        Some(Err(e)) => return Err(e.to_string()),
+                        None => return Err("the watch stream closed".into()),
+                    },
+                    _ = self.reports.stop_notify.notified() => return Ok(()),
+                }
+            };
+            if compacted {
+                tracing::warn!(
+                    from = resume + 1,
+                    "etcd compacted the history the watch needed: reading the keys again"
+                );
+                resume = self.read_all(&mut client).await?;
+            }
+        }
+    }
+
+    /// Reads every key and applies it; returns the store's revision of the read.
+    async fn read_all(&self, client: &mut Client) -> Result<i64, String> {
+        let mut at = 0;
+        for (i, k) in self.keys.iter().enumerate() {
+            let resp = client.get(k.key.as_str(), None).await.map_err(|e| e.to_string())?;
+            let header = resp.header().map_or(0, |h| h.revision());
+            at = if at == 0 { header } else { at.min(header) };
+            match resp.kvs().first() {
+                Some(kv) => self.put(i, kv.mod_revision(), kv.value(), true),
+                None => {
+                    tracing::info!(key = %k.key, "etcd data source: the key holds no rules yet");
+                    self.report(EtcdReload::Missing { key: k.key.clone() }, true);
+                }
+            }
+        }
+        let mut revision = self.revision.lock().unwrap_or_else(|e| e.into_inner());
+        *revision = (*revision).max(at);
+        Ok(at)
+    }
+
+    fn on_event(&self, ev: &etcd_client::Event) {
+        let Some(kv) = ev.kv() else { return };
+        let Some(i) = self.keys.iter().position(|k| k.key.as_bytes() == kv.key()) else { return };
+        let revision = kv.mod_revision();
+        match ev.event_type() {
+            EventType::Put => self.put(i, revision, kv.value(), false),
+            EventType::Delete => self.deleted(i, revision),
+        }
+        let mut at = self.revision.lock().unwrap_or_else(|e| e.into_inner());
+        *at = (*at).max(revision);
+    }
+
+    fn deleted(&self, i: usize, revision: i64) {
+        let k = &self.keys[i];
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if revision <= seen[i].revision {
+                return;
+            }
+            seen[i] = Seen { revision, present: false, applied: None };
+        }
+        if self.clear_on_delete {
+            let mut set = RuleSet::default();
+            let kinds = k.kind.map_or_else(|| super::ALL_KINDS.to_vec(), |kind| vec![kind]);
+            for kind in kinds {
+                set.merge(RuleSet::parse_entry(Some(kind), "[]", Format::Json).unwrap_or_default());
+            }
+            if let Ok(kinds) = set.apply(&self.engine) {
+                tracing::warn!(key = %k.key, ?kinds, "etcd key deleted: its rules are cleared");
+            }
+        }
+        let e = EtcdSourceError::Deleted { key: k.key.clone(), revision };
+        tracing::warn!(error = %e, "etcd data source: key deleted");
+        self.report(EtcdReload::Rejected(e), true);
+    }
+
+    /// A document at `revision`: applied unless this revision was handled already (a replayed event) or
+    /// the text is what is in force.
+    fn put(&self, i: usize, revision: i64, value: &[u8], initial: bool) {
+        let k = &self.keys[i];
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if revision <= seen[i].revision && !initial {
+                return;
+            }
+            seen[i].revision = revision;
+            seen[i].present = true;
+            let same = seen[i].applied.as_deref().map(str::as_bytes) == Some(value);
+            drop(seen);
+            if same {
+                self.report(EtcdReload::Unchanged { key: k.key.clone(), revision }, true);
+                return;
+            }
+        }
+        let parsed = parse_bytes(k.kind, value);
+        let (text, set) = match parsed {
+            Ok(ok) => ok,
+            Err(error) => {
+                let e = EtcdSourceError::Parse { key: k.key.clone(), revision, error };
+                tracing::warn!(error = %e, "etcd data source: malformed rules, the rules in force stay");
+                return self.report(EtcdReload::Rejected(e), true);
+            }
+        };
+        match set.apply(&self.engine) {
+            Ok(kinds) => {
+                self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied = Some(text.to_string());
+                self.reports.loaded();
+                tracing::info!(key = %k.key, revision, ?kinds, "etcd data source: rules applied");
+                self.report(EtcdReload::Applied { key: k.key.clone(), revision, kinds }, true);
+            }
+            Err(error) => {
+                let e = EtcdSourceError::Invalid { key: k.key.clone(), revision, error };
+                tracing::warn!(error = %e, "etcd data source: rules rejected, the rules in force stay");
+                self.report(EtcdReload::Rejected(e), true);
+            }
+        }
+    }
+
+    fn report(&self, r: EtcdReload, document: bool) {
+        let error = match &r {
+            EtcdReload::Rejected(e) => Some(e),
+            _ => None,
+        };
+        self.reports.report(&r, error, document);
+    }
+
+    /// Writes one key with a transaction on its mod revision.
+    async fn write_key(&self, client: &mut Client, i: usize, set: &RuleSet) -> Result<(), WriteBackError> {
+        let k = &self.keys[i];
+        let store = |reason: String| WriteBackError::Store { target: format!("etcd key `{}`", k.key), reason };
+        let (expected, current) = {
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            // An absent key's mod revision is 0.
+            (if seen[i].present { seen[i].revision } else { 0 }, seen[i].applied.clone())
+        };
+        // A combined document keeps the kinds the push does not hold as this source last read them.
+        let text = entry_text(k.kind, current.as_deref(), set, &k.key)?;
+        let txn = Txn::new()
+            .when([Compare::mod_revision(k.key.as_str(), CompareOp::Equal, expected)])
+            .and_then([TxnOp::put(k.key.as_str(), text.as_str(), None)])
+            .or_else([TxnOp::get(k.key.as_str(), None)]);
+        let resp = client.txn(txn).await.map_err(|e| store(e.to_string()))?;
+        if !resp.succeeded() {
+            return Err(WriteBackError::Conflict {
+                target: format!("etcd key `{}`", k.key),
+                detail: format!("expected mod revision {expected}, another writer changed it"),
+            });
+        }
+        let revision = resp.header().map_or(0, |h| h.revision());
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        // Our own write is what is in force: its watch event finds nothing to do.
+        seen[i] = Seen { revision, present: true, applied: Some(text) };
+        Ok(())
+    }
+}
+
+impl WritableDataSource for EtcdDataSource {
+    /// Puts each kind of `set` in its key (a combined document keeps the kinds `set` does not hold), in a
+    /// transaction that succeeds only if the key's mod revision is the one this source saw last: a key
+    /// another writer changed meanwhile is not overwritten ([`WriteBackError::Conflict`]).
+    fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
+        let target = format!("etcd {}", self.inner.endpoints());
+        let targets = entries_for(self.inner.keys.iter().map(|e| e.kind), set, &target)?;
+        let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(mut client) = client else {
+            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
+        };
+        let inner = self.inner.clone();
+        let kinds = set.kinds();
+        let set = set.clone();
+        let result = self.background.call(&target, Duration::from_secs(10), async move {
+            for i in targets {
+                inner.write_key(&mut client, i, &set).await?;
+            }
+            Ok(())
+        });
+        match &result {
+            Ok(()) => tracing::info!(?kinds, "rules written back to etcd"),
+            Err(e) => tracing::warn!(error = %e, "rules could not be written back to etcd"),
+        }
+        result
+    }
+
+    fn status(&self) -> SourceStatus {
+        let keys: Vec<&str> = self.inner.keys.iter().map(|k| k.key.as_str()).collect();
+        SourceStatus {
+            connected: self.is_connected(),
+            last_load_ms: self.inner.reports.last_load_ms(),
+            last_error: self.last_error().map(|e| e.to_string()),
+            ..SourceStatus::new("etcd", format!("{} {}", self.inner.endpoints(), keys.join(", ")))
+        }
+    }
+}

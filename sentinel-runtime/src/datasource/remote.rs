@@ -1,0 +1,265 @@
+//! What the data sources on a server (etcd, ZooKeeper) share: their own thread and runtime, stop on drop,
+//! reports to listeners with a counter tests and start-up checks can wait on, the last error and the time
+//! of the last load, and a blocking call into their runtime for the command center's write-back.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{now_ms, Format, ParseError, RuleSet, WriteBackError};
+use crate::RuleKind;
+
+type Listener<R> = dyn Fn(&R) + Send + Sync;
+
+/// A user name and password.
+pub(crate) type Credentials = (String, String);
+
+/// Splits `user:password@hosts` into the credentials (if any) and the hosts.
+pub(crate) fn split_credentials(address: &str) -> (Option<Credentials>, &str) {
+    match address.rsplit_once('@') {
+        Some((info, hosts)) => {
+            let (u, p) = info.split_once(':').unwrap_or((info, ""));
+            (Some((u.to_string(), p.to_string())), hosts)
+        }
+        None => (None, address),
+    }
+}
+
+/// Listeners, the last error, the count of handled documents and the time of the last load.
+pub(crate) struct Reports<R, E> {
+    listeners: Mutex<Vec<Arc<Listener<R>>>>,
+    last_error: Mutex<Option<E>>,
+    last_load_ms: AtomicU64,
+    connected: AtomicBool,
+    events: Mutex<u64>,
+    events_changed: Condvar,
+    stop: AtomicBool,
+    pub(crate) stop_notify: tokio::sync::Notify,
+}
+
+impl<R, E: Clone> Reports<R, E> {
+    pub(crate) fn new() -> Self {
+        Reports {
+            listeners: Mutex::new(Vec::new()),
+            last_error: Mutex::new(None),
+            last_load_ms: AtomicU64::new(0),
+            connected: AtomicBool::new(false),
+            events: Mutex::new(0),
+            events_changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            stop_notify: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub(crate) fn listen(&self, f: Arc<Listener<R>>) {
+        self.listeners.lock().unwrap_or_else(|e| e.into_inner()).push(f);
+    }
+
+    /// Gives `r` to the listeners; `error` becomes the last error; a `document` (not a connection event)
+    /// counts for [`wait_for`](Self::wait_for).
+    pub(crate) fn report(&self, r: &R, error: Option<&E>, document: bool) {
+        if let Some(e) = error {
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+        }
+        let listeners: Vec<Arc<Listener<R>>> = self.listeners.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for l in listeners {
+            l(r);
+        }
+        if document {
+            *self.events.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            self.events_changed.notify_all();
+        }
+    }
+
+    /// Rules were applied: the last error is cleared and the time kept.
+    pub(crate) fn loaded(&self) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.last_load_ms.store(now_ms(), Ordering::Release);
+    }
+
+    pub(crate) fn last_error(&self) -> Option<E> {
+        self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn last_load_ms(&self) -> Option<u64> {
+        let at = self.last_load_ms.load(Ordering::Acquire);
+        (at != 0).then_some(at)
+    }
+
+    /// Sets whether connected; returns what it was.
+    pub(crate) fn set_connected(&self, now: bool) -> bool {
+        self.connected.swap(now, Ordering::AcqRel)
+    }
+
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn events(&self) -> u64 {
+        *self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn wait_for(&self, n: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        while *events < n {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            events = self.events_changed.wait_timeout(events, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        true
+    }
+
+    /// Asks the source's loop to end.
+    pub(crate) fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.stop_notify.notify_one();
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Sleeps `pause` unless the source stops first (then `false`).
+    pub(crate) async fn pause(&self, pause: Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => true,
+            _ = self.stop_notify.notified() => false,
+        }
+    }
+}
+
+/// A source's thread, with a current-thread runtime of its own; stopped and joined on drop.
+pub(crate) struct Background {
+    handle: tokio::runtime::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+    stop: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Background {
+    /// Runs `run` on a new thread named `name`; `stop` asks it to end.
+    pub(crate) fn spawn<F>(name: &str, stop: impl Fn() + Send + Sync + 'static, run: F) -> std::io::Result<Self>
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let handle = rt.handle().clone();
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || rt.block_on(run))?;
+        Ok(Background { handle, thread: Some(thread), stop: Box::new(stop) })
+    }
+
+    /// Runs `fut` on the source's runtime and waits for it (at most `timeout`), from any thread.
+    pub(crate) fn call<F>(&self, target: &str, timeout: Duration, fut: F) -> Result<(), WriteBackError>
+    where
+        F: std::future::Future<Output = Result<(), WriteBackError>> + Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.handle.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv_timeout(timeout).unwrap_or_else(|_| {
+            Err(WriteBackError::Store { target: target.to_string(), reason: format!("no answer within {timeout:?}") })
+        })
+    }
+
+    pub(crate) fn stop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            (self.stop)();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The entries (keys, nodes; by index) a push of `set` writes: for each kind, the first entry holding that
+/// kind alone or a combined document. A kind no entry holds is [`WriteBackError::Unsupported`].
+pub(crate) fn entries_for(
+    entries: impl Iterator<Item = Option<RuleKind>> + Clone,
+    set: &RuleSet,
+    target: &str,
+) -> Result<Vec<usize>, WriteBackError> {
+    let mut out = Vec::new();
+    for kind in set.kinds() {
+        match entries.clone().position(|k| k.is_none_or(|k| k == kind)) {
+            Some(i) if !out.contains(&i) => out.push(i),
+            Some(_) => {}
+            None => return Err(WriteBackError::Unsupported { target: target.to_string(), kind }),
+        }
+    }
+    Ok(out)
+}
+
+/// An entry's bytes as rules: one kind's list when `kind` is given, else a combined document.
+pub(crate) fn parse_bytes(kind: Option<RuleKind>, value: &[u8]) -> Result<(&str, RuleSet), ParseError> {
+    let text = std::str::from_utf8(value)
+        .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))?;
+    Ok((text, RuleSet::parse_entry(kind, text, Format::Json)?))
+}
+
+/// The text a write-back puts in an entry: one kind's list, or the combined document last applied from the
+/// entry (`current`) with the kinds of `set` replaced.
+pub(crate) fn entry_text(
+    kind: Option<RuleKind>,
+    current: Option<&str>,
+    set: &RuleSet,
+    target: &str,
+) -> Result<String, WriteBackError> {
+    match kind {
+        Some(kind) => set.kind_to_string(kind, Format::Json),
+        None => {
+            let mut doc = current.and_then(|t| RuleSet::parse(t, Format::Json).ok()).unwrap_or_default();
+            doc.merge(set.clone());
+            doc.to_string(Format::Json)
+        }
+    }
+    .map_err(|error| WriteBackError::Serialize { target: target.to_string(), error })
+}
+
+/// The accessors every server-backed source offers over its [`Reports`] and [`Background`]: `on_reload`,
+/// `last_error`, `is_connected`, `wait_for`, `events`, `stop`.
+macro_rules! source_accessors {
+    ($source:ty, $reload:ty, $error:ty) => {
+        impl $source {
+            /// Calls `f` after every document (applied, unchanged, missing, rejected, deleted) and every lost
+            /// connection.
+            pub fn on_reload(&self, f: impl Fn(&$reload) + Send + Sync + 'static) {
+                self.inner.reports.listen(std::sync::Arc::new(f));
+            }
+
+            /// The last failure, until a document is applied again.
+            pub fn last_error(&self) -> Option<$error> {
+                self.inner.reports.last_error()
+            }
+
+            /// Whether the data source is connected (watching) now.
+            pub fn is_connected(&self) -> bool {
+                self.inner.reports.is_connected()
+            }
+
+            /// Waits (at most `timeout`) until `n` documents in all were handled (applied, unchanged,
+            /// missing, rejected, deleted) since the start; returns whether that happened. For tests and
+            /// start-up checks.
+            pub fn wait_for(&self, n: u64, timeout: std::time::Duration) -> bool {
+                self.inner.reports.wait_for(n, timeout)
+            }
+
+            /// The number of documents handled so far (see [`wait_for`](Self::wait_for)).
+            pub fn events(&self) -> u64 {
+                self.inner.reports.events()
+            }
+
+            /// Stops the data source (as dropping it does).
+            pub fn stop(mut self) {
+                self.background.stop();
+            }
+        }
+    };
+}
+pub(crate) use source_accessors;

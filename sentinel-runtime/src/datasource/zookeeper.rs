@@ -1,0 +1,539 @@
+//! Rules from ZooKeeper: Java's `ZookeeperDataSource` semantics (a znode holding Sentinel's JSON, watched),
+//! written back with a version check.
+//!
+//! Each znode holds one kind's list (Java's documents; Java's convention puts it at `/{groupId}/{dataId}`,
+//! see [`ZookeeperDataSourceBuilder::rules_at`]) or a combined [`RuleSet`] document. The data source sets a
+//! persistent watch on every node, then reads it, so no change falls between the read and the watch. After
+//! the connection comes back, and after a session expiry (a new session, new watches), every node is read
+//! again, so a change made meanwhile is applied.
+//!
+//! A document that does not parse or that the engine rejects, and a deleted node, are reported (logged,
+//! given to [`ZookeeperDataSource::on_reload`] listeners, kept as [`ZookeeperDataSource::last_error`]) and
+//! the rules in force stay (Java gives null for a missing node: no change either).
+//!
+//! Written back through [`WritableDataSource`] (the command center's write-back): `setData` with the node's
+//! version as this source last saw it (or `create` for a node that did not exist), so two writers never
+//! silently overwrite each other; the loser gets [`WriteBackError::Conflict`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use super::remote::{
+    entries_for, entry_text, parse_bytes, source_accessors, split_credentials, Background, Credentials, Reports,
+};
+use super::{ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use crate::{RuleError, RuleKind, Sentinel};
+
+/// What happened to one node: given to [`ZookeeperDataSource::on_reload`] listeners.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum ZookeeperReload {
+    /// The document changed and its rules are in force.
+    Applied {
+        /// The node's path.
+        path: String,
+        /// The node's data version.
+        version: i32,
+        /// The kinds it holds.
+        kinds: Vec<RuleKind>,
+    },
+    /// The document equals the one applied last (e.g. this source's own write-back, or a re-read).
+    Unchanged {
+        /// The node's path.
+        path: String,
+    },
+    /// The node does not exist (yet): nothing to apply.
+    Missing {
+        /// The node's path.
+        path: String,
+    },
+    /// The document was not applied (or the node was deleted); the rules in force stay.
+    Rejected(ZookeeperSourceError),
+}
+
+/// Why a document from ZooKeeper was not applied, or why the data source is not connected.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ZookeeperSourceError {
+    /// Not a rule document (syntax, wrong type, unknown field, bad code, not UTF-8).
+    #[error("rules from ZooKeeper node `{path}`: {error}; the rules in force stay")]
+    Parse {
+        /// The node's path.
+        path: String,
+        /// Where and why.
+        #[source]
+        error: ParseError,
+    },
+    /// A rule is invalid (the engine rejected the set).
+    #[error("rules from ZooKeeper node `{path}`: {error}")]
+    Invalid {
+        /// The node's path.
+        path: String,
+        /// The rule and the field.
+        #[source]
+        error: RuleError,
+    },
+    /// The node was deleted.
+    #[error("ZooKeeper node `{path}` was deleted; the rules in force stay")]
+    Deleted {
+        /// The node's path.
+        path: String,
+    },
+    /// ZooKeeper is unreachable, or the session expired (the data source reconnects by itself).
+    #[error("ZooKeeper data source at {servers}: {reason}; reconnecting, the rules in force stay")]
+    Unavailable {
+        /// The servers.
+        servers: String,
+        /// The failure.
+        reason: String,
+    },
+    /// Bad settings.
+    #[error("ZooKeeper data source: {0}")]
+    Config(String),
+}
+
+#[derive(Clone, Debug)]
+struct Node {
+    /// `None`: a combined document.
+    kind: Option<RuleKind>,
+    path: String,
+}
+
+/// What this source knows of one node.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    /// The node's data version as last read (a write-back expects it), `None` if the node is absent.
+    version: Option<i32>,
+    /// The text applied last.
+    applied: Option<String>,
+}
+
+struct Inner {
+    engine: Sentinel,
+    servers: String,
+    digest: Option<Credentials>,
+    nodes: Vec<Node>,
+    retry_max: Duration,
+    session_timeout: Duration,
+    seen: Mutex<Vec<Seen>>,
+    client: Mutex<Option<zk::Client>>,
+    reports: Reports<ZookeeperReload, ZookeeperSourceError>,
+}
+
+/// Rules read from ZooKeeper nodes, applied on change through persistent watches, written back with a
+/// version check.
+///
+/// ```no_run
+/// use sentinel_runtime::{RuleKind, Sentinel, datasource::ZookeeperDataSource};
+/// let engine = Sentinel::builder().app_name("shop").build();
+/// // Java's `new ZookeeperDataSource<>(serverAddr, "SENTINEL_GROUP", "shop-flow-rules", parser)`:
+/// let source = ZookeeperDataSource::builder("127.0.0.1:2181")
+///     .rules_at(RuleKind::Flow, "SENTINEL_GROUP", "shop-flow-rules")
+///     .digest("sentinel", "secret")
+///     .start(&engine)?;
+/// source.on_reload(|r| println!("{r:?}"));
+/// # Ok::<(), sentinel_runtime::datasource::ZookeeperSourceError>(())
+/// ```
+#[must_use = "dropping the data source stops it"]
+pub struct ZookeeperDataSource {
+    inner: Arc<Inner>,
+    background: Background,
+}
+
+impl std::fmt::Debug for ZookeeperDataSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZookeeperDataSource")
+            .field("servers", &self.inner.servers)
+            .field("nodes", &self.inner.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The nodes and settings of a [`ZookeeperDataSource`] before it starts.
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `start` is called"]
+pub struct ZookeeperDataSourceBuilder {
+    servers: String,
+    digest: Option<Credentials>,
+    nodes: Vec<Node>,
+    retry_max: Duration,
+    session_timeout: Duration,
+}
+
+impl ZookeeperDataSource {
+    /// A data source on the ZooKeeper ensemble `servers` (`host:port,host:port`, optionally `zk://` and
+    /// digest credentials first: `zk://user:password@host:port`). Add nodes with
+    /// [`ZookeeperDataSourceBuilder::rules`], [`rules_at`](ZookeeperDataSourceBuilder::rules_at) or
+    /// [`rule_set`](ZookeeperDataSourceBuilder::rule_set).
+    pub fn builder(servers: impl Into<String>) -> ZookeeperDataSourceBuilder {
+        let servers: String = servers.into();
+        let rest = servers.strip_prefix("zk://").unwrap_or(&servers);
+        let (digest, hosts) = split_credentials(rest);
+        ZookeeperDataSourceBuilder {
+            servers: hosts.to_string(),
+            digest,
+            nodes: Vec::new(),
+            retry_max: Duration::from_secs(2),
+            session_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+source_accessors!(ZookeeperDataSource, ZookeeperReload, ZookeeperSourceError);
+
+impl ZookeeperDataSourceBuilder {
+    /// One kind's rules (a JSON list, as Java's `ZookeeperDataSource` reads) in the node at `path`.
+    pub fn rules(mut self, kind: RuleKind, path: impl Into<String>) -> Self {
+        self.nodes.push(Node { kind: Some(kind), path: path.into() });
+        self
+    }
+
+    /// One kind's rules in the node `/{group_id}/{data_id}`: Java's `ZookeeperDataSource(serverAddr,
+    /// groupId, dataId, parser)`.
+    pub fn rules_at(self, kind: RuleKind, group_id: &str, data_id: &str) -> Self {
+        self.rules(kind, format!("/{group_id}/{data_id}"))
+    }
+
+    /// A combined document (`{"flowRules": [...], "degradeRules": [...]}`) in the node at `path`.
+    pub fn rule_set(mut self, path: impl Into<String>) -> Self {
+        self.nodes.push(Node { kind: None, path: path.into() });
+        self
+    }
+
+    /// Digest authentication (`addauth digest user:password`, Java's `AuthInfo("digest", ...)`); replaces
+    /// credentials given in the address.
+    pub fn digest(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.digest = Some((user.into(), password.into()));
+        self
+    }
+
+    /// The longest pause between reconnection attempts (default 2 s; the first is 100 ms, then doubling).
+    pub fn retry_max(mut self, d: Duration) -> Self {
+        self.retry_max = d;
+        self
+    }
+
+    /// The session timeout asked of the server (default 10 s; the server bounds it).
+    pub fn session_timeout(mut self, d: Duration) -> Self {
+        self.session_timeout = d;
+        self
+    }
+
+    /// Starts the data source on its own thread: watches and reads every node. A ZooKeeper that is down is
+    /// not an error (it is reported and retried); bad settings are.
+    pub fn start(self, engine: &Sentinel) -> Result<ZookeeperDataSource, ZookeeperSourceError> {
+        if self.nodes.is_empty() {
+            return Err(ZookeeperSourceError::Config("no node: add one with `rules` or `rule_set`".into()));
+        }
+        if let Some(n) = self.nodes.iter().find(|n| !n.path.starts_with('/') || n.path.len() < 2) {
+            return Err(ZookeeperSourceError::Config(format!("a node path must be absolute: {n:?}")));
+        }
+        if self.retry_max.is_zero() || self.servers.trim().is_empty() {
+            return Err(ZookeeperSourceError::Config("no server, or `retry_max` is zero".into()));
+        }
+        let inner = Arc::new(Inner {
+            engine: engine.clone(),
+            servers: self.servers,
+            digest: self.digest,
+            seen: Mutex::new(vec![Seen::default(); self.nodes.len()]),
+            nodes: self.nodes,
+            retry_max: self.retry_max,
+            session_timeout: self.session_timeout,
+            client: Mutex::new(None),
+            reports: Reports::new(),
+        });
+        let (run, stop) = (inner.clone(), inner.clone());
+        let background = Background::spawn("sentinel-zk-rules", move || stop.reports.request_stop(), run.run())
+            .map_err(|e| ZookeeperSourceError::Config(format!("could not start its thread: {e}")))?;
+        Ok(ZookeeperDataSource { inner, background })
+    }
+}
+
+/// What the watch tasks hand to the session loop.
+enum Signal {
+    Node(usize, zk::EventType),
+    State(zk::SessionState),
+}
+
+impl Inner {
+    async fn run(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(100).min(self.retry_max);
+        while !self.reports.is_stopped() {
+            match self.session(&mut pause).await {
+                Ok(()) => break,
+                Err(reason) => {
+                    *self.client.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    self.lost(reason);
+                    if !self.reports.pause(pause).await {
+                        break;
+                    }
+                    pause = (pause * 2).min(self.retry_max);
+                }
+            }
+        }
+    }
+
+    fn lost(&self, reason: String) {
+        let was = self.reports.set_connected(false);
+        let e = ZookeeperSourceError::Unavailable { servers: self.servers.clone(), reason };
+        if was {
+            tracing::warn!(error = %e, "ZooKeeper data source lost its connection");
+        } else {
+            tracing::debug!(error = %e, "ZooKeeper data source: not connected");
+        }
+        self.report(ZookeeperReload::Rejected(e), false);
+    }
+
+    async fn connect(&self) -> Result<zk::Client, String> {
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .with_connection_timeout(Duration::from_secs(2));
+        if let Some((u, p)) = &self.digest {
+            connector = connector.with_auth("digest", format!("{u}:{p}").as_bytes());
+        }
+        tokio::time::timeout(Duration::from_secs(5), connector.connect(&self.servers))
+            .await
+            .map_err(|_| "no answer within 5 s".to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    /// One session: watch and read every node, then follow the watches until the session ends (`Err`) or
+    /// the source stops (`Ok`).
+    async fn session(&self, pause: &mut Duration) -> Result<(), String> {
+        let client = self.connect().await?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut tasks = self.watch_all(&client, &tx).await?;
+        let mut states = client.state_watcher();
+        let result = async {
+            self.read_all(&client).await?;
+            *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
+            if !self.reports.set_connected(true) {
+                tracing::info!(servers = %self.servers, "ZooKeeper data source watching");
+            }
+            *pause = Duration::from_millis(100).min(self.retry_max);
+            loop {
+                let signal = tokio::select! {
+                    s = rx.recv() => match s {
+                        Some(s) => s,
+                        None => return Err("the watches ended".to_string()),
+                    },
+                    s = states.changed() => Signal::State(s),
+                    _ = self.reports.stop_notify.notified() => return Ok(()),
+                };
+                match signal {
+                    Signal::Node(i, zk::EventType::NodeDeleted) => self.deleted(i),
+                    Signal::Node(i, _) => self.read(&client, i).await?,
+                    Signal::State(zk::SessionState::SyncConnected) => {
+                        // Back after a disconnection (same session): the server may be a restarted one that
+                        // lost the watches, so watch again, then read everything again.
+                        for t in tasks.drain(..) {
+                            t.abort();
+                        }
+                        tasks = self.watch_all(&client, &tx).await?;
+                        self.read_all(&client).await?;
+                        if !self.reports.set_connected(true) {
+                            tracing::info!(servers = %self.servers, "ZooKeeper data source reconnected");
+                        }
+                    }
+                    Signal::State(zk::SessionState::Disconnected) => self.lost("disconnected".into()),
+                    Signal::State(s) if s.is_terminated() => return Err(format!("session {s:?}")),
+                    Signal::State(_) => {}
+                }
+            }
+        }
+        .await;
+        for t in tasks {
+            t.abort();
+        }
+        result
+    }
+
+    /// Sets a persistent watch on every node; each watch's events go to `tx` from a task of its own.
+    async fn watch_all(
+        &self,
+        client: &zk::Client,
+        tx: &tokio::sync::mpsc::UnboundedSender<Signal>,
+    ) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+        let mut tasks = Vec::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate() {
+            let mut watcher = client.watch(&n.path, zk::AddWatchMode::Persistent).await.map_err(|e| e.to_string())?;
+            let tx = tx.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let ev = watcher.changed().await;
+                    let signal = match ev.event_type {
+                        // The session's other states come from the state watcher, once.
+                        zk::EventType::Session if !ev.session_state.is_terminated() => continue,
+                        zk::EventType::Session => Signal::State(ev.session_state),
+                        t => Signal::Node(i, t),
+                    };
+                    let terminal = matches!(&signal, Signal::State(s) if s.is_terminated());
+                    if tx.send(signal).is_err() || terminal {
+                        break;
+                    }
+                }
+            }));
+        }
+        Ok(tasks)
+    }
+
+    async fn read_all(&self, client: &zk::Client) -> Result<(), String> {
+        for i in 0..self.nodes.len() {
+            self.read(client, i).await?;
+        }
+        Ok(())
+    }
+
+    async fn read(&self, client: &zk::Client, i: usize) -> Result<(), String> {
+        let path = &self.nodes[i].path;
+        match client.get_data(path).await {
+            Ok((data, stat)) => {
+                self.put(i, stat.version, &data);
+                Ok(())
+            }
+            Err(zk::Error::NoNode) => {
+                let was = std::mem::take(&mut self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].version);
+                if was.is_some() {
+                    self.deleted(i);
+                } else {
+                    tracing::info!(%path, "ZooKeeper data source: the node holds no rules yet");
+                    self.report(ZookeeperReload::Missing { path: path.clone() }, true);
+                }
+                Ok(())
+            }
+            Err(e) => Err(format!("reading {path}: {e}")),
+        }
+    }
+
+    fn deleted(&self, i: usize) {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())[i] = Seen::default();
+        let e = ZookeeperSourceError::Deleted { path: self.nodes[i].path.clone() };
+        tracing::warn!(error = %e, "ZooKeeper data source: node deleted");
+        self.report(ZookeeperReload::Rejected(e), true);
+    }
+
+    fn put(&self, i: usize, version: i32, value: &[u8]) {
+        let n = &self.nodes[i];
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            seen[i].version = Some(version);
+            if seen[i].applied.as_deref().map(str::as_bytes) == Some(value) {
+                drop(seen);
+                return self.report(ZookeeperReload::Unchanged { path: n.path.clone() }, true);
+            }
+        }
+        let parsed = parse_bytes(n.kind, value);
+        let (text, set) = match parsed {
+            Ok(ok) => ok,
+            Err(error) => {
+                let e = ZookeeperSourceError::Parse { path: n.path.clone(), error };
+                tracing::warn!(error = %e, "ZooKeeper data source: malformed rules, the rules in force stay");
+                return self.report(ZookeeperReload::Rejected(e), true);
+            }
+        };
+        match set.apply(&self.engine) {
+            Ok(kinds) => {
+                self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied = Some(text.to_string());
+                self.reports.loaded();
+                tracing::info!(path = %n.path, version, ?kinds, "ZooKeeper data source: rules applied");
+                self.report(ZookeeperReload::Applied { path: n.path.clone(), version, kinds }, true);
+            }
+            Err(error) => {
+                let e = ZookeeperSourceError::Invalid { path: n.path.clone(), error };
+                tracing::warn!(error = %e, "ZooKeeper data source: rules rejected, the rules in force stay");
+                self.report(ZookeeperReload::Rejected(e), true);
+            }
+        }
+    }
+
+    fn report(&self, r: ZookeeperReload, document: bool) {
+        let error = match &r {
+            ZookeeperReload::Rejected(e) => Some(e),
+            _ => None,
+        };
+        self.reports.report(&r, error, document);
+    }
+
+    /// Writes one node: `setData` at the version last seen, or `create` (with its parents) when it was absent.
+    async fn write_node(&self, client: &zk::Client, i: usize, set: &RuleSet) -> Result<(), WriteBackError> {
+        let n = &self.nodes[i];
+        let target = format!("ZooKeeper node `{}`", n.path);
+        let store = |reason: String| WriteBackError::Store { target: target.clone(), reason };
+        let (expected, current) = {
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            (seen[i].version, seen[i].applied.clone())
+        };
+        // A combined document keeps the kinds the push does not hold as this source last read them.
+        let text = entry_text(n.kind, current.as_deref(), set, &n.path)?;
+        let conflict = |detail: String| WriteBackError::Conflict { target: target.clone(), detail };
+        let version = match expected {
+            Some(v) => match client.set_data(&n.path, text.as_bytes(), Some(v)).await {
+                Ok(stat) => stat.version,
+                Err(zk::Error::BadVersion) => {
+                    return Err(conflict(format!("expected version {v}, another writer changed the node")))
+                }
+                Err(zk::Error::NoNode) => return Err(conflict("another writer deleted the node".into())),
+                Err(e) => return Err(store(e.to_string())),
+            },
+            None => {
+                let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                if let Some((parent, _)) = n.path.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
+                    match client.mkdir(parent, &options).await {
+                        Ok(()) | Err(zk::Error::NodeExists) => {}
+                        Err(e) => return Err(store(e.to_string())),
+                    }
+                }
+                match client.create(&n.path, text.as_bytes(), &options).await {
+                    Ok((stat, _)) => stat.version,
+                    Err(zk::Error::NodeExists) => {
+                        return Err(conflict("expected no node, another writer created it".into()))
+                    }
+                    Err(e) => return Err(store(e.to_string())),
+                }
+            }
+        };
+        // Our own write is what is in force: its watch event finds nothing to do.
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())[i] = Seen { version: Some(version), applied: Some(text) };
+        Ok(())
+    }
+}
+
+impl WritableDataSource for ZookeeperDataSource {
+    /// Writes each kind of `set` to its node (a combined document keeps the kinds `set` does not hold), with
+    /// the node's version as this source last saw it: a node another writer changed meanwhile is not
+    /// overwritten ([`WriteBackError::Conflict`]).
+    fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
+        let target = format!("ZooKeeper {}", self.inner.servers);
+        let targets = entries_for(self.inner.nodes.iter().map(|e| e.kind), set, &target)?;
+        let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(client) = client else {
+            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
+        };
+        let inner = self.inner.clone();
+        let kinds = set.kinds();
+        let set = set.clone();
+        let result = self.background.call(&target, Duration::from_secs(10), async move {
+            for i in targets {
+                inner.write_node(&client, i, &set).await?;
+            }
+            Ok(())
+        });
+        match &result {
+            Ok(()) => tracing::info!(?kinds, "rules written back to ZooKeeper"),
+            Err(e) => tracing::warn!(error = %e, "rules could not be written back to ZooKeeper"),
+        }
+        result
+    }
+
+    fn status(&self) -> SourceStatus {
+        let nodes: Vec<&str> = self.inner.nodes.iter().map(|n| n.path.as_str()).collect();
+        SourceStatus {
+            connected: self.is_connected(),
+            last_load_ms: self.inner.reports.last_load_ms(),
+            last_error: self.last_error().map(|e| e.to_string()),
+            ..SourceStatus::new("zookeeper", format!("{} {}", self.inner.servers, nodes.join(", ")))
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! The command center's write-back through [`WritableDataSource`]: a store of the user's own (a map), and
+//! Redis (`SET` + `PUBLISH` in one `MULTI`, which a running Redis data source of another engine applies).
+#![cfg(feature = "transport")]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use sentinel_runtime::datasource::{Format, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use sentinel_runtime::transport::{CommandCenter, WRITE_DATA_SOURCE_FAILED};
+use sentinel_runtime::Sentinel;
+use sentinel_testkit::http::{get, post_form};
+
+/// A user's own store: rules per kind in a map; `fail` makes every write fail (a store that is down).
+#[derive(Default)]
+struct MapStore {
+    map: Mutex<HashMap<String, String>>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl WritableDataSource for MapStore {
+    fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
+        if self.fail.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(WriteBackError::Store { target: "map".into(), reason: "the store is down".into() });
+        }
+        let mut map = self.map.lock().unwrap();
+        for kind in set.kinds() {
+            let text = set
+                .kind_to_string(kind, Format::Json)
+                .map_err(|error| WriteBackError::Serialize { target: kind.to_string(), error })?;
+            map.insert(kind.to_string(), text);
+        }
+        Ok(())
+    }
+    fn status(&self) -> SourceStatus {
+        SourceStatus::new("map", "memory")
+    }
+}
+
+fn push(center: &CommandCenter, command: &str, kind: &str, data: &str) -> (u16, String) {
+    let r = post_form(center.local_addr(), &format!("/{command}"), &[("type", kind), ("data", data)], &[]);
+    (r.status, r.body.trim().to_string())
+}
+
+#[test]
+fn a_users_own_store_receives_pushed_rules_and_a_failing_one_gives_partial_success() {
+    let engine = Sentinel::builder().build();
+    let store = Arc::new(MapStore::default());
+    let center = CommandCenter::builder(&engine).port(0).data_source(store.clone()).start().unwrap();
+
+    assert_eq!(push(&center, "setRules", "flow", r#"[{"resource": "api", "count": 4}]"#), (200, "success".into()));
+    let param = r#"[{"resource": "hot", "paramIdx": 0, "count": 5}]"#;
+    assert_eq!(push(&center, "setParamFlowRules", "", param), (200, "success".into()));
+    {
+        let map = store.map.lock().unwrap();
+        assert_eq!(map.len(), 2, "{map:?}");
+        let flow: Vec<sentinel_runtime::flow::FlowRule> =
+            sentinel_runtime::datasource::parse_rules(&map["flow"], Format::Json).unwrap();
+        assert_eq!((flow[0].resource.as_str(), flow[0].count), ("api", 4.0));
+        assert!(map.values().any(|t| t.contains("\"paramIdx\": 0")), "{map:?}");
+    }
+    // The console's overview names the store.
+    let overview = get(center.local_addr(), "/console/overview", &[]);
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert!(overview.body.contains(r#""dataSource":{"kind":"map","target":"memory""#), "{}", overview.body);
+
+    store.fail.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (status, body) = push(&center, "setRules", "flow", r#"[{"resource": "api", "count": 6}]"#);
+    assert_eq!((status, body.as_str()), (200, WRITE_DATA_SOURCE_FAILED));
+    assert_eq!(engine.flow_rules()[0].count, 6.0, "the rules took effect");
+    assert!(store.map.lock().unwrap()["flow"].contains("4.0"), "the store keeps what it had");
+}
+
+#[cfg(feature = "cluster-redis")]
+#[test]
+fn redis_write_back_sets_and_publishes_so_another_engines_source_applies_it_and_a_restart_reads_it() {
+    use sentinel_runtime::cluster::RedisDataSource;
+    use sentinel_runtime::RuleKind;
+    use std::time::Duration;
+    let Some(redis) = sentinel_testkit::redis::RedisServer::start("redis_write_back_sets_and_publishes") else {
+        return;
+    };
+    let (key, channel) = ("sentinel:shop:flow-rules", "sentinel:shop:flow-rules:changed");
+    let start = |engine: &Sentinel| {
+        RedisDataSource::builder(redis.url()).rules(RuleKind::Flow, key, channel).start(engine).unwrap()
+    };
+    let (a, b) = (Sentinel::builder().build(), Sentinel::builder().build());
+    let source_a = start(&a);
+    let source_b = start(&b);
+    assert!(source_a.wait_for(1, Duration::from_secs(10)) && source_b.wait_for(1, Duration::from_secs(10)));
+    let center = CommandCenter::builder(&a).port(0).data_source(source_a).start().unwrap();
+
+    assert_eq!(push(&center, "setRules", "flow", r#"[{"resource": "api", "count": 4}]"#), (200, "success".into()));
+    assert!(source_b.wait_for(2, Duration::from_secs(10)), "B hears the PUBLISH");
+    assert_eq!(b.flow_rules()[0].count, 4.0);
+
+    // A new engine reads the key (the SET).
+    let restarted = Sentinel::builder().build();
+    let again = start(&restarted);
+    assert!(again.wait_for(1, Duration::from_secs(10)));
+    assert_eq!(restarted.flow_rules()[0].count, 4.0);
+
+    // Redis down: partial success, the rules in force.
+    drop(again);
+    drop(source_b);
+    let mut redis = redis;
+    redis.kill();
+    let (status, body) = push(&center, "setRules", "flow", r#"[{"resource": "api", "count": 5}]"#);
+    assert_eq!((status, body.as_str()), (200, WRITE_DATA_SOURCE_FAILED));
+    assert_eq!(a.flow_rules()[0].count, 5.0);
+}
