@@ -473,4 +473,6 @@ impl RuleSet {
 }
 
 #[cfg(test)]
+mod edge_tests;
+#[cfg(test)]
 mod tests;

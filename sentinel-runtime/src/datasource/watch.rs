@@ -82,7 +82,9 @@ impl FileDataSource {
         let mut armed = BTreeSet::new();
         // The first arming must succeed (later ones are retried at the next event).
         for dir in self.watch_dirs() {
-            watcher.watch(&dir, RecursiveMode::NonRecursive).map_err(|source| WatchError { path: dir.clone(), source })?;
+            watcher
+                .watch(&dir, RecursiveMode::NonRecursive)
+                .map_err(|source| WatchError { path: dir.clone(), source })?;
             armed.insert(dir);
         }
         let source = self.clone();

@@ -428,7 +428,10 @@ impl FlowManager {
             exact.iter().copied(),
             |r| &r.resource,
             |name| {
-                old.exact.get(name).map(|rs| rs.rules.iter().filter(|s| reusable(s)).cloned().collect()).unwrap_or_default()
+                old.exact
+                    .get(name)
+                    .map(|rs| rs.rules.iter().filter(|s| reusable(s)).cloned().collect())
+                    .unwrap_or_default()
             },
             |s| &*s.rule,
             |r| FlowRuleState::new(r.clone()),
