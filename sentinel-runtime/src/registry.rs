@@ -201,6 +201,12 @@ impl Sentinel {
     }
 
     fn unknown_rule_resources_of(&self, kind: RuleKind) -> Vec<UnknownRuleResource> {
+        self.unknown_rule_resources_up_to(kind, usize::MAX)
+    }
+
+    /// The first `limit` rule resources of `kind` that match nothing known, with a suggestion each (finding
+    /// one compares the name with every known name, so loads report a bounded number).
+    fn unknown_rule_resources_up_to(&self, kind: RuleKind, limit: usize) -> Vec<UnknownRuleResource> {
         let names = self.rule_resources(kind);
         if names.is_empty() {
             return Vec::new();
@@ -214,6 +220,7 @@ impl Sentinel {
             .into_iter()
             // "*" holds the default circuit breaker, which applies to every resource.
             .filter(|n| n != "*" && !known.contains(n) && !unnamed.iter().any(|d| d.may_name(n)))
+            .take(limit)
             .map(|resource| {
                 let suggestion = closest(&resource, known.iter().map(String::as_str)).map(str::to_string);
                 UnknownRuleResource { kind, resource, suggestion }
@@ -223,7 +230,9 @@ impl Sentinel {
 
     /// Logs a warning for each rule of `kind` whose resource matches nothing known. Called after loading rules.
     pub(crate) fn warn_unknown_rule_resources(&self, kind: RuleKind) {
-        for u in self.unknown_rule_resources_of(kind) {
+        // A load of many rules logs (and looks for a suggestion for) the first few unknown names only.
+        const LOGGED: usize = 20;
+        for u in self.unknown_rule_resources_up_to(kind, LOGGED) {
             tracing::warn!(kind = %u.kind, resource = %u.resource, suggestion = ?u.suggestion, "{u}");
         }
     }

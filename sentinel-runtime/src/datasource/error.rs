@@ -104,6 +104,26 @@ pub enum SourceError {
         #[source]
         error: RuleError,
     },
+    /// The file is larger than [`FileLimits::max_file_bytes`](super::FileLimits::max_file_bytes).
+    #[error("rules file {} is {len} bytes, over the limit of {limit} bytes; the rules in force stay", path.display())]
+    TooLarge {
+        /// The path.
+        path: PathBuf,
+        /// Its size (at least this much).
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The file(s) hold more rules than [`FileLimits::max_rules`](super::FileLimits::max_rules).
+    #[error("rules file {} holds {count} rules, over the limit of {limit}; the rules in force stay", path.display())]
+    TooManyRules {
+        /// The path (the directory, for a directory of rules files).
+        path: PathBuf,
+        /// How many rules it holds.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl SourceError {
@@ -113,7 +133,9 @@ impl SourceError {
             SourceError::Missing { path }
             | SourceError::Read { path, .. }
             | SourceError::Parse { path, .. }
-            | SourceError::Invalid { path, .. } => path,
+            | SourceError::Invalid { path, .. }
+            | SourceError::TooLarge { path, .. }
+            | SourceError::TooManyRules { path, .. } => path,
         }
     }
 }
@@ -141,6 +163,26 @@ pub enum WriteError {
         /// Why it does not parse.
         #[source]
         error: ParseError,
+    },
+    /// The file's current content could not be read (so its other kinds could not be checked): it was left
+    /// untouched.
+    #[error("rules file {} could not be read ({error}); it was left untouched", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        error: Box<SourceError>,
+    },
+    /// The text to be written would not load as the rules meant (a rule the format cannot carry): nothing
+    /// was written.
+    #[error("rules file {}: the rules would not load back as they are in force{}; it was left untouched",
+        path.display(), error.as_ref().map(|e| format!(" ({e})")).unwrap_or_default())]
+    RoundTrip {
+        /// The file.
+        path: PathBuf,
+        /// The error reading it back, if it did not parse.
+        error: Option<ParseError>,
     },
     /// The rules could not be written in the file's format.
     #[error("rules file {}: {error}", path.display())]

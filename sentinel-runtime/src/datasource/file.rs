@@ -35,6 +35,31 @@ enum Layout {
     Dir(PathBuf),
 }
 
+/// Bounds on what a [`FileDataSource`] accepts: a file over either is refused with a typed error
+/// ([`SourceError::TooLarge`], [`SourceError::TooManyRules`]) and the rules in force stay.
+///
+/// ```
+/// use sentinel_runtime::{Sentinel, datasource::{FileDataSource, FileLimits}};
+/// let engine = Sentinel::builder().build();
+/// let source = FileDataSource::new(&engine, "rules.json")
+///     .with_limits(FileLimits { max_file_bytes: 1 << 20, max_rules: 5_000 });
+/// assert_eq!(source.limits().max_rules, 5_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileLimits {
+    /// The largest rules file read, in bytes (each file of a directory). Default 16 MiB (about 400,000
+    /// small JSON rules).
+    pub max_file_bytes: u64,
+    /// The most rules a reload applies, every kind and file counted together. Default 100,000.
+    pub max_rules: usize,
+}
+
+impl Default for FileLimits {
+    fn default() -> Self {
+        FileLimits { max_file_bytes: 16 << 20, max_rules: 100_000 }
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// The (path, content) pairs applied last.
@@ -42,6 +67,7 @@ struct State {
     /// Files of a directory seen at the last reload.
     present: Vec<PathBuf>,
     last_error: Option<SourceError>,
+    limits: FileLimits,
 }
 
 struct Inner {
@@ -158,15 +184,16 @@ impl FileDataSource {
         matches!(self.inner.layout, Layout::Dir(_))
     }
 
-    /// Whether a changed path concerns this source (used by the watcher).
+    /// The paths whose content is the rules: the file, or every name a rules file of the directory may have
+    /// (used by the watcher).
     #[cfg_attr(not(feature = "file-watch"), allow(dead_code))]
-    pub(crate) fn concerns(&self, changed: &Path) -> bool {
-        let Some(name) = changed.file_name() else {
-            return false;
-        };
+    pub(crate) fn watch_targets(&self) -> Vec<PathBuf> {
         match &self.inner.layout {
-            Layout::Combined(p) | Layout::Single(p, _) => p.file_name() == Some(name),
-            Layout::Dir(_) => kind_of_file(Path::new(name)).is_some(),
+            Layout::Combined(p) | Layout::Single(p, _) => vec![p.clone()],
+            Layout::Dir(dir) => ALL_KINDS
+                .into_iter()
+                .flat_map(|kind| EXTENSIONS.map(|ext| dir.join(format!("{}.{ext}", file_stem(kind)))))
+                .collect(),
         }
     }
 
@@ -179,6 +206,17 @@ impl FileDataSource {
     /// The error of the last reload, if it failed.
     pub fn last_error(&self) -> Option<SourceError> {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).last_error.clone()
+    }
+
+    /// Sets the bounds on what this source accepts (see [`FileLimits`]); takes effect at the next reload.
+    pub fn with_limits(self, limits: FileLimits) -> Self {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).limits = limits;
+        self
+    }
+
+    /// The bounds on what this source accepts.
+    pub fn limits(&self) -> FileLimits {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).limits
     }
 
     /// Reads the file(s) now and applies them if they changed. On any error the rules in force stay.
@@ -203,19 +241,34 @@ impl FileDataSource {
         result
     }
 
-    /// Writes the kinds `set` holds back to the file(s), so that they are what a restart loads; the kinds it
-    /// does not hold stay as the file has them. Each file is written atomically in its own format (JSON,
-    /// YAML or TOML): a temporary file in the same directory, synced, then renamed over the file (which keeps
-    /// its permissions), so a reader sees the old content or the new, never a mix.
+    /// Writes the rules in force of `kinds` back to the file(s), with every other kind the file(s) hold, so
+    /// that a restart loads exactly the rules in force: what the command center calls after a push. See
+    /// [`write_rules`](FileDataSource::write_rules).
+    pub fn write_in_force(&self, kinds: &[RuleKind]) -> Result<(), WriteError> {
+        self.write_rules(&RuleSet::snapshot(&self.inner.engine, kinds))
+    }
+
+    /// Writes the kinds `set` holds back to the file(s), so that they are what a restart loads. Each file is
+    /// written atomically in its own format (JSON, YAML or TOML): a temporary file in the same directory,
+    /// synced, then renamed over the file (which keeps its permissions), so a reader sees the old content or
+    /// the new, never a mix. A rules file that is a symbolic link (a chain of them, relative or absolute) is
+    /// written through: the link's final target is replaced, in the target's own directory, and the link stays.
     ///
-    /// * a combined document keeps its other kinds (it must parse, or it is left untouched:
-    ///   [`WriteError::Unreadable`]);
+    /// The other kinds the file(s) hold are written as the engine has them **in force**, not as the file has
+    /// them: an edit the engine refused (an invalid rule of another kind) is replaced by the rules in force,
+    /// so a write that succeeds always survives a restart. Concretely:
+    ///
+    /// * a combined document holds afterwards the kinds of `set`, and every other kind it held, with the
+    ///   rules in force (its current content must parse, or it is left untouched: [`WriteError::Unreadable`]);
     /// * a single-kind file takes only its own kind ([`WriteError::WrongKind`] for another);
-    /// * a directory gets the kind's file, `flow-rules.json` and so on (the existing file's extension is kept).
+    /// * a directory gets the kind's file, `flow-rules.json` and so on (the existing file's extension is kept);
+    ///   another kind's file that differs from the rules in force is rewritten with them (one that does not
+    ///   parse is left untouched and the write fails: [`WriteError::Unreadable`]).
     ///
-    /// The write does not load the rules: load them into the engine first (only rules it accepted should
-    /// be stored). The reload that the change triggers (a watcher sees it) finds the content it just wrote
-    /// and does nothing, so the write and the watcher never fight.
+    /// What is written is read back before it replaces anything ([`WriteError::RoundTrip`] if it would load
+    /// differently). The write does not load the rules: load them into the engine first (only rules it
+    /// accepted should be stored). The reload that the change triggers (a watcher sees it) finds the content
+    /// it just wrote and does nothing, so the write and the watcher never fight.
     ///
     /// ```
     /// use sentinel_runtime::{Sentinel, datasource::{FileDataSource, RuleSet}, flow::FlowRule};
@@ -235,49 +288,73 @@ impl FileDataSource {
     /// ```
     pub fn write_rules(&self, set: &RuleSet) -> Result<(), WriteError> {
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        let writes: Vec<(PathBuf, String)> = match &self.inner.layout {
+        let limits = state.limits;
+        let engine = &self.inner.engine;
+        // The file's content as it stands: `None` when there is none yet.
+        let current = |path: &Path| -> Result<Option<RuleSet>, WriteError> {
+            match read(path, &limits) {
+                Ok(text) if text.trim().is_empty() => Ok(None),
+                Ok(text) => self
+                    .parse_file(path, &text, format_of(path))
+                    .map(Some)
+                    .map_err(|error| WriteError::Unreadable { path: path.to_path_buf(), error }),
+                Err(SourceError::Missing { .. }) => Ok(None),
+                Err(e) => Err(WriteError::Read { path: path.to_path_buf(), error: Box::new(e) }),
+            }
+        };
+        let writes: Vec<(PathBuf, RuleSet)> = match &self.inner.layout {
             Layout::Combined(path) => {
-                let format = format_of(path);
-                let mut doc = match std::fs::read_to_string(path) {
-                    Ok(text) if text.trim().is_empty() => RuleSet::default(),
-                    Ok(text) => RuleSet::parse(&text, format)
-                        .map_err(|error| WriteError::Unreadable { path: path.clone(), error })?,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => RuleSet::default(),
-                    Err(e) => return Err(WriteError::Io { path: path.clone(), source: Arc::new(e) }),
-                };
+                let held = current(path)?.map(|doc| doc.kinds()).unwrap_or_default();
+                let others: Vec<RuleKind> = held.into_iter().filter(|k| !set.has(*k)).collect();
+                let mut doc = RuleSet::snapshot(engine, &others);
                 doc.merge(set.clone());
-                let text =
-                    doc.to_string(format).map_err(|error| WriteError::Serialize { path: path.clone(), error })?;
-                vec![(path.clone(), text)]
+                vec![(path.clone(), doc)]
             }
             Layout::Single(path, holds) => {
                 if let Some(kind) = set.kinds().into_iter().find(|k| k != holds) {
                     return Err(WriteError::WrongKind { path: path.clone(), holds: *holds, kind });
                 }
-                match kind_text(set, *holds, format_of(path)) {
-                    Some(text) => {
-                        vec![(path.clone(), text.map_err(|error| WriteError::Serialize { path: path.clone(), error })?)]
-                    }
-                    None => Vec::new(),
+                if set.has(*holds) {
+                    vec![(path.clone(), set.clone())]
+                } else {
+                    Vec::new()
                 }
             }
             Layout::Dir(dir) => {
                 let mut out = Vec::new();
-                for kind in set.kinds() {
+                for kind in ALL_KINDS {
                     let existing = EXTENSIONS
                         .iter()
                         .map(|ext| dir.join(format!("{}.{ext}", file_stem(kind))))
                         .find(|p| p.is_file());
-                    let path = existing.unwrap_or_else(|| dir.join(format!("{}.json", file_stem(kind))));
-                    if let Some(text) = kind_text(set, kind, format_of(&path)) {
-                        out.push((path.clone(), text.map_err(|error| WriteError::Serialize { path, error })?));
+                    let one = |rules: RuleSet| rules.only(kind);
+                    if set.has(kind) {
+                        let path = existing.unwrap_or_else(|| dir.join(format!("{}.json", file_stem(kind))));
+                        out.push((path, one(set.clone())));
+                    } else if let Some(path) = existing {
+                        // Another kind's file: rewritten only if it would not load the rules in force.
+                        let in_force = RuleSet::snapshot(engine, &[kind]);
+                        if current(&path)?.as_ref() != Some(&in_force) {
+                            out.push((path, in_force));
+                        }
                     }
                 }
                 out
             }
         };
-        for (path, text) in &writes {
-            write_atomically(path, text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
+        let mut texts = Vec::with_capacity(writes.len());
+        for (path, doc) in writes {
+            let text = self.text_of(&path, &doc)?;
+            // What a restart would load must be what is meant: read the text back before writing it.
+            match self.parse_file(&path, &text, format_of(&path)) {
+                Ok(back) if back == doc => {}
+                Ok(_) => return Err(WriteError::RoundTrip { path, error: None }),
+                Err(error) => return Err(WriteError::RoundTrip { path, error: Some(error) }),
+            }
+            texts.push((path, text));
+        }
+        for (path, text) in &texts {
+            write_through(path, text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
             // What was just written is what is in force: the reload it triggers finds nothing to do. A source
             // never loaded yet stays so (its next reload applies the whole file).
             if let Some(applied) = state.applied.as_mut() {
@@ -299,6 +376,18 @@ impl FileDataSource {
         Ok(())
     }
 
+    /// The text of `doc` for the file at `path`, in the file's format and shape.
+    fn text_of(&self, path: &Path, doc: &RuleSet) -> Result<String, WriteError> {
+        let format = format_of(path);
+        let text = match (&self.inner.layout, kind_of_file(path)) {
+            (Layout::Combined(_), _) => doc.to_string(format),
+            (Layout::Single(_, kind), _) => kind_list(doc, *kind, format),
+            (Layout::Dir(_), Some(kind)) => kind_list(doc, kind, format),
+            (Layout::Dir(_), None) => doc.to_string(format),
+        };
+        text.map_err(|error| WriteError::Serialize { path: path.to_path_buf(), error })
+    }
+
     fn reload_locked(&self, state: &mut State) -> Result<Reloaded, SourceError> {
         let inputs = self.read_inputs(state)?;
         if state.applied.as_ref() == Some(&inputs) {
@@ -311,6 +400,14 @@ impl FileDataSource {
                 .parse_file(path, text, format)
                 .map_err(|error| SourceError::Parse { path: path.clone(), error })?;
             set.merge(parsed);
+        }
+        let count = set.len();
+        if count > state.limits.max_rules {
+            return Err(SourceError::TooManyRules {
+                path: self.path().to_path_buf(),
+                count,
+                limit: state.limits.max_rules,
+            });
         }
         let kinds = set.apply(&self.inner.engine).map_err(|error| {
             let path = self.path_for_error(&inputs, &error);
@@ -352,7 +449,7 @@ impl FileDataSource {
 
     fn read_inputs(&self, state: &mut State) -> Result<Vec<(PathBuf, String)>, SourceError> {
         match &self.inner.layout {
-            Layout::Combined(p) | Layout::Single(p, _) => Ok(vec![(p.clone(), read(p)?)]),
+            Layout::Combined(p) | Layout::Single(p, _) => Ok(vec![(p.clone(), read(p, &state.limits)?)]),
             Layout::Dir(dir) => {
                 let mut found = Vec::new();
                 for kind in ALL_KINDS {
@@ -372,18 +469,34 @@ impl FileDataSource {
                 if found.is_empty() {
                     return Err(SourceError::Missing { path: dir.clone() });
                 }
-                found.into_iter().map(|p| read(&p).map(|t| (p, t))).collect()
+                found.into_iter().map(|p| read(&p, &state.limits).map(|t| (p, t))).collect()
             }
         }
     }
 }
 
-fn read(path: &Path) -> Result<String, SourceError> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok(t),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SourceError::Missing { path: path.to_path_buf() }),
-        Err(e) => Err(SourceError::Read { path: path.to_path_buf(), source: Arc::new(e) }),
+/// The text of the file at `path`, refused if it is larger than the limit (checked before reading, and while
+/// reading, for a file that grows meanwhile).
+fn read(path: &Path, limits: &FileLimits) -> Result<String, SourceError> {
+    use std::io::Read;
+    let io_error = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => SourceError::Missing { path: path.to_path_buf() },
+        _ => SourceError::Read { path: path.to_path_buf(), source: Arc::new(e) },
+    };
+    let too_large = |len: u64| SourceError::TooLarge { path: path.to_path_buf(), len, limit: limits.max_file_bytes };
+    let file = std::fs::File::open(path).map_err(io_error)?;
+    let len = file.metadata().map_err(io_error)?.len();
+    if len > limits.max_file_bytes {
+        return Err(too_large(len));
     }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(limits.max_file_bytes.saturating_add(1)).read_to_end(&mut bytes).map_err(io_error)?;
+    if bytes.len() as u64 > limits.max_file_bytes {
+        return Err(too_large(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        io_error(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8: {}", e.utf8_error())))
+    })
 }
 
 /// A kind's rules of `set` as one kind's list in `format`; `None` if `set` does not hold the kind.
@@ -397,16 +510,45 @@ fn kind_text(set: &RuleSet, kind: RuleKind, format: Format) -> Option<Result<Str
     }
 }
 
+/// A kind's rules of `doc` as one kind's list in `format` (empty if `doc` does not hold the kind).
+fn kind_list(doc: &RuleSet, kind: RuleKind, format: Format) -> Result<String, super::SerializeError> {
+    kind_text(doc, kind, format).unwrap_or_else(|| rules_to_string::<FlowRule>(&[], format))
+}
+
 /// The position of a directory's rules file in the order the directory is read.
 fn kind_order(path: &Path) -> usize {
     kind_of_file(path).and_then(|k| ALL_KINDS.iter().position(|x| *x == k)).unwrap_or(usize::MAX)
 }
 
-/// Replaces `path` with `text` atomically: a temporary file in the same directory (so the rename does not
-/// cross file systems), synced to disk, given the old file's permissions, renamed over `path`; then the
-/// directory is synced so the rename itself survives a crash.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+/// The chain of symbolic links starting at `path`: `path`, then each link's target in turn (a relative
+/// target read from the link's own directory), the last being no link (or missing). A chain longer than 40
+/// links (the kernel's own limit), a loop included, is an error.
+pub(crate) fn link_chain(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut chain = vec![path.to_path_buf()];
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+                chain.push(p.clone());
+            }
+            _ => return Ok(chain),
+        }
+    }
+    Err(std::io::Error::other(format!("{}: too many levels of symbolic links", path.display())))
+}
+
+/// Replaces the file at `path` (the final target, when `path` is a symbolic link: the link stays) with `text`
+/// atomically: a temporary file in the target's directory (so the rename does not cross file systems), synced
+/// to disk, given the old file's permissions, renamed over the target; then the directory is synced so the
+/// rename itself survives a crash.
+fn write_through(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
+    let path = &link_chain(path)?.pop().unwrap_or_else(|| path.to_path_buf());
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

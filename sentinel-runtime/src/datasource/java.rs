@@ -82,6 +82,39 @@ fn check_no_regex(regex: Option<bool>) -> Result<(), String> {
     Ok(())
 }
 
+thread_local! {
+    /// Whether the document being read is a YAML or TOML file (see [`strict_fields`]).
+    static STRICT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the documents deserialized while the guard lives as YAML or TOML: their required fields have no
+/// default. A YAML list cut short by a half-written file is still valid YAML (`- resource: b` and no more);
+/// were `count` to default to 0 as in Java's JSON, the cut-off rule would block every call.
+pub(crate) struct StrictFields(bool);
+
+impl StrictFields {
+    pub(crate) fn enter(strict: bool) -> StrictFields {
+        StrictFields(STRICT.with(|s| s.replace(strict)))
+    }
+}
+
+impl Drop for StrictFields {
+    fn drop(&mut self) {
+        STRICT.with(|s| s.set(self.0));
+    }
+}
+
+/// In a YAML or TOML document, a field Java's JSON may omit but a complete rule always has must be there.
+fn required<T>(value: &Option<T>, field: &str) -> Result<(), String> {
+    if value.is_none() && STRICT.with(|s| s.get()) {
+        return Err(format!(
+            "missing field `{field}` (required in YAML and TOML rules files, where a rule cut short by a \
+             half-written file must not load; Java's JSON defaults apply to JSON only)"
+        ));
+    }
+    Ok(())
+}
+
 fn limit_app_or_default(app: Option<String>) -> String {
     match app {
         Some(a) if !a.trim().is_empty() => a,
@@ -195,6 +228,7 @@ pub struct JavaFlowRule(pub FlowRule);
 impl TryFrom<FlowRuleDto> for JavaFlowRule {
     type Error = String;
     fn try_from(d: FlowRuleDto) -> Result<Self, String> {
+        required(&d.count, "count")?;
         let def = FlowRule::default();
         Ok(JavaFlowRule(FlowRule {
             id: d.id,
@@ -286,6 +320,8 @@ pub struct JavaDegradeRule(pub DegradeRule);
 impl TryFrom<DegradeRuleDto> for JavaDegradeRule {
     type Error = String;
     fn try_from(d: DegradeRuleDto) -> Result<Self, String> {
+        required(&d.count, "count")?;
+        required(&d.time_window, "timeWindow")?;
         let def = DegradeRule::default();
         Ok(JavaDegradeRule(DegradeRule {
             id: d.id,
@@ -445,6 +481,7 @@ pub struct JavaAuthorityRule(pub AuthorityRule);
 impl TryFrom<AuthorityRuleDto> for JavaAuthorityRule {
     type Error = String;
     fn try_from(d: AuthorityRuleDto) -> Result<Self, String> {
+        required(&d.limit_app, "limitApp")?;
         Ok(JavaAuthorityRule(AuthorityRule {
             id: d.id,
             resource: d.resource,
@@ -682,6 +719,7 @@ impl TryFrom<ParamFlowRuleDto> for JavaParamFlowRule {
     type Error = String;
     fn try_from(d: ParamFlowRuleDto) -> Result<Self, String> {
         check_no_regex(d.regex)?;
+        required(&d.count, "count")?;
         let def = ParamFlowRule::default();
         Ok(JavaParamFlowRule(ParamFlowRule {
             id: d.id,

@@ -18,7 +18,17 @@
 //! | authority | `resource`, `limitApp` (comma-separated origins), `strategy` (0 white, 1 black) |
 //! | param flow | `resource`, `paramIdx` (required), `grade`, `count`, `controlBehavior`, `maxQueueingTimeMs`, `burstCount`, `durationInSec`, `paramFlowItemList` [{`object`, `count`, `classType`}], `clusterMode`, `clusterConfig` |
 //!
-//! Absent (or `null`) fields take Java's defaults. Every rule may carry `id` (kept).
+//! In JSON, absent (or `null`) fields take Java's defaults (`resource` is required, as Java's rule managers
+//! refuse a rule without one). Every rule may carry `id` (kept).
+//!
+//! **Required fields in YAML and TOML.** These formats have no Java legacy, and a file cut short by a writer
+//! that is not atomic is often still valid YAML (`- resource: b` and nothing more): with Java's defaults the
+//! cut-off rule would load with `count` 0 and block every call. So in YAML and TOML the fields a complete
+//! rule always has are required, and a rule without one is an error naming the field: `count` (flow,
+//! degrade, param flow), `timeWindow` (degrade; Java refuses 0, its default), `limitApp` (authority; Java
+//! refuses an empty one), besides `resource` and `paramIdx`. System rules have none (each threshold is
+//! optional). A file cut inside a number (`count: 1` of `count: 100`) still parses: write rules files
+//! atomically (write a temporary file, then rename it over the rules file) where that matters.
 //!
 //! **Unknown fields.** Java (fastjson) ignores every unknown field, which hides typos (`"grad": 0` silently
 //! becomes a QPS rule). We accept the fields Java's rule classes and the dashboard's rule entities really
@@ -68,7 +78,7 @@ mod zookeeper;
 pub use error::{ParseError, SerializeError, SourceError, WriteError};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceError};
-pub use file::{FileDataSource, Reloaded};
+pub use file::{FileDataSource, FileLimits, Reloaded};
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
 pub(crate) use writable::now_ms;
@@ -213,6 +223,7 @@ fn field_of(path: &serde_path_to_error::Path) -> Option<String> {
 
 /// Deserializes `text` in `format`, reporting the line, column and field path of the first problem.
 pub(crate) fn from_text<T: DeserializeOwned>(text: &str, format: Format) -> Result<T, ParseError> {
+    let _strict = java::StrictFields::enter(format != Format::Json);
     match format {
         Format::Json => {
             let mut de = serde_json::Deserializer::from_str(text);
@@ -369,7 +380,35 @@ impl RuleSet {
         ALL_KINDS.into_iter().filter(|k| self.has(*k)).collect()
     }
 
-    fn has(&self, kind: RuleKind) -> bool {
+    /// The number of rules, every kind counted.
+    pub fn len(&self) -> usize {
+        self.flow.as_ref().map_or(0, Vec::len)
+            + self.degrade.as_ref().map_or(0, Vec::len)
+            + self.system.as_ref().map_or(0, Vec::len)
+            + self.authority.as_ref().map_or(0, Vec::len)
+            + self.param_flow.as_ref().map_or(0, Vec::len)
+    }
+
+    /// Whether the set holds no rule (it may still manage kinds, with empty lists).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The set with only `kind` (if it holds it).
+    pub(crate) fn only(mut self, kind: RuleKind) -> RuleSet {
+        for k in ALL_KINDS.into_iter().filter(|k| *k != kind) {
+            match k {
+                RuleKind::Flow => self.flow = None,
+                RuleKind::Degrade => self.degrade = None,
+                RuleKind::System => self.system = None,
+                RuleKind::Authority => self.authority = None,
+                RuleKind::ParamFlow => self.param_flow = None,
+            }
+        }
+        self
+    }
+
+    pub(crate) fn has(&self, kind: RuleKind) -> bool {
         match kind {
             RuleKind::Flow => self.flow.is_some(),
             RuleKind::Degrade => self.degrade.is_some(),
@@ -451,5 +490,7 @@ impl RuleSet {
     }
 }
 
+#[cfg(test)]
+mod edge_tests;
 #[cfg(test)]
 mod tests;

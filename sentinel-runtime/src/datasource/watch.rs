@@ -1,11 +1,21 @@
 //! Watching a rules file or directory (feature `file-watch`).
+//!
+//! The watcher watches directories, never files: the directory of the rules file, the directory of every
+//! link on the way to the file's content (a symlinked rules file, a Kubernetes ConfigMap volume's `..data`
+//! link) and, when one of them is gone, its nearest existing ancestor. After every burst of events it works
+//! out that set again (a link re-pointed, a directory deleted or created) and re-arms the watches, then
+//! reloads whenever an event touched a name on the way to the content or the set changed. A reload finds
+//! nothing to do when the content is unchanged, so reloading once too often costs one read.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use notify_debouncer_mini::notify::{self, RecommendedWatcher, RecursiveMode};
-use notify_debouncer_mini::{new_debouncer, DebounceEventResult, Debouncer};
+use notify_debouncer_mini::notify::{self, RecommendedWatcher, RecursiveMode, Watcher as _};
 
+use super::file::link_chain;
 use super::FileDataSource;
 
 /// The watcher could not be set up.
@@ -19,9 +29,11 @@ pub struct WatchError {
     pub source: notify::Error,
 }
 
-/// Watches a rules file or directory while it lives; dropping it stops watching.
+/// Watches a rules file or directory while it lives; dropping it stops watching (and waits for a reload
+/// under way to finish).
 pub struct Watcher {
-    _debouncer: Debouncer<RecommendedWatcher>,
+    stop: mpsc::Sender<Message>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -30,37 +42,169 @@ impl std::fmt::Debug for Watcher {
     }
 }
 
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.stop.send(Message::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Message {
+    Event(notify::Result<notify::Event>),
+    Stop,
+}
+
+/// A burst of events lasts at most this many debounce periods before it is acted on.
+const MAX_BURST_PERIODS: u32 = 10;
+
 impl FileDataSource {
-    /// Reloads whenever the file (or a rules file of the directory) changes. Bursts of writes within
-    /// `debounce` are coalesced into one reload; a file caught half-written fails to parse, is reported, and
-    /// the next write reloads again. Call [`reload_now`](FileDataSource::reload_now) once for the initial load.
+    /// Reloads whenever the content of the file (or of a rules file of the directory) may have changed.
+    /// Bursts of events within `debounce` are coalesced into one reload. A JSON file caught half-written
+    /// fails to parse; so does a YAML or TOML file cut before a rule's required field (see the
+    /// [module docs](crate::datasource)); either is reported (through [`on_reload`](FileDataSource::on_reload)
+    /// and [`last_error`](FileDataSource::last_error)), the rules in force stay, and the next write reloads
+    /// again. Call [`reload_now`](FileDataSource::reload_now) once for the initial load.
     ///
-    /// The parent directory is watched (not the file itself), so editors that save by rename, and a file
-    /// deleted and created again, keep being followed.
+    /// Directories are watched, not the file itself, so all of these are followed: editors that save by
+    /// rename; a file deleted and created again; a rules file that is a symbolic link (or a chain of them)
+    /// whose target changes or is re-pointed; a Kubernetes ConfigMap update (the `..data` link swapped to a
+    /// new directory); the directory itself deleted and created again (its nearest existing ancestor is
+    /// watched meanwhile, and the rules are loaded when it returns).
     pub fn watch(&self, debounce: Duration) -> Result<Watcher, WatchError> {
-        let dir: PathBuf = if self.is_dir() {
-            self.path().to_path_buf()
-        } else {
-            match self.path().parent() {
-                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                _ => Path::new(".").to_path_buf(),
-            }
-        };
+        let (tx, rx) = mpsc::channel();
+        let events = tx.clone();
+        let mut watcher = notify::recommended_watcher(move |e| {
+            let _ = events.send(Message::Event(e));
+        })
+        .map_err(|source| WatchError { path: self.path().to_path_buf(), source })?;
+        let mut armed = BTreeSet::new();
+        // The first arming must succeed (later ones are retried at the next event).
+        for dir in self.watch_dirs() {
+            watcher
+                .watch(&dir, RecursiveMode::NonRecursive)
+                .map_err(|source| WatchError { path: dir.clone(), source })?;
+            armed.insert(dir);
+        }
         let source = self.clone();
-        let mut debouncer = new_debouncer(debounce, move |res: DebounceEventResult| match res {
-            Ok(events) => {
-                if events.iter().any(|e| source.concerns(&e.path)) {
-                    // The outcome reaches the listeners (`on_reload`) and `last_error`.
-                    let _ = source.reload_now();
+        let thread = std::thread::Builder::new()
+            .name("sentinel-rules-watch".into())
+            .spawn(move || source.watch_loop(watcher, armed, &rx, debounce))
+            .map_err(|e| WatchError { path: self.path().to_path_buf(), source: notify::Error::io(e) })?;
+        Ok(Watcher { stop: tx, thread: Some(thread) })
+    }
+
+    fn watch_loop(
+        &self,
+        mut watcher: RecommendedWatcher,
+        mut armed: BTreeSet<PathBuf>,
+        rx: &mpsc::Receiver<Message>,
+        debounce: Duration,
+    ) {
+        loop {
+            let Ok(Message::Event(first)) = rx.recv() else { return };
+            let names = self.watched_names();
+            let mut relevant = concerns(&names, &first);
+            // Wait for the burst to end (no event for `debounce`), within a bound.
+            let deadline = Instant::now() + debounce * MAX_BURST_PERIODS;
+            loop {
+                let wait = debounce.min(deadline.saturating_duration_since(Instant::now()));
+                match rx.recv_timeout(wait) {
+                    Ok(Message::Event(e)) => relevant |= concerns(&names, &e),
+                    Ok(Message::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    Err(mpsc::RecvTimeoutError::Timeout) => break,
+                }
+                if Instant::now() >= deadline {
+                    break;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "rules file watcher error"),
-        })
-        .map_err(|source| WatchError { path: dir.clone(), source })?;
-        debouncer
-            .watcher()
-            .watch(&dir, RecursiveMode::NonRecursive)
-            .map_err(|source| WatchError { path: dir.clone(), source })?;
-        Ok(Watcher { _debouncer: debouncer })
+            let dirs = self.watch_dirs();
+            let moved = dirs != armed;
+            if moved {
+                for gone in armed.difference(&dirs) {
+                    let _ = watcher.unwatch(gone); // a deleted directory's watch is already gone
+                }
+                armed.retain(|d| dirs.contains(d));
+                for dir in dirs.difference(&armed.clone()) {
+                    match watcher.watch(dir, RecursiveMode::NonRecursive) {
+                        Ok(()) => {
+                            armed.insert(dir.clone());
+                        }
+                        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch a rules directory"),
+                    }
+                }
+            }
+            if relevant || moved {
+                // The outcome reaches the listeners (`on_reload`) and `last_error`.
+                let _ = self.reload_now();
+            }
+        }
+    }
+
+    /// The directories to watch: for each path on the way to the rules (each link of the chain, and each
+    /// link among their ancestors), the directory holding it, or its nearest existing ancestor; canonical, so
+    /// that a directory reached through a re-pointed link shows up as a different one.
+    fn watch_dirs(&self) -> BTreeSet<PathBuf> {
+        let mut dirs = BTreeSet::new();
+        for hop in self.watch_targets().iter().flat_map(|t| chain_of(t)) {
+            let mut at = hop.as_path();
+            while let Some(parent) = at.parent() {
+                if at == hop.as_path() || is_symlink(at) {
+                    dirs.insert(nearest_dir(parent));
+                }
+                at = parent;
+            }
+        }
+        dirs
+    }
+
+    /// Every name on the way to the rules: an event on one of them may change what the file reads.
+    fn watched_names(&self) -> BTreeSet<std::ffi::OsString> {
+        let mut names = BTreeSet::new();
+        for hop in self.watch_targets().iter().flat_map(|t| chain_of(t)) {
+            for c in hop.components() {
+                if let Component::Normal(n) = c {
+                    names.insert(n.to_os_string());
+                }
+            }
+        }
+        names
+    }
+}
+
+/// Whether an event (or a watcher error, after which events may have been lost) may concern the rules.
+fn concerns(names: &BTreeSet<std::ffi::OsString>, event: &notify::Result<notify::Event>) -> bool {
+    match event {
+        Ok(e) => e.need_rescan() || e.paths.iter().any(|p| p.file_name().is_some_and(|n| names.contains(n))),
+        Err(e) => {
+            tracing::warn!(error = %e, "rules file watcher error");
+            true
+        }
+    }
+}
+
+fn chain_of(path: &Path) -> Vec<PathBuf> {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    link_chain(&absolute).unwrap_or_else(|_| vec![absolute])
+}
+
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// `dir` if it exists, else its nearest existing ancestor; canonical.
+fn nearest_dir(dir: &Path) -> PathBuf {
+    let mut at = dir;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(at) {
+            if c.is_dir() {
+                return c;
+            }
+        }
+        match at.parent() {
+            Some(p) => at = p,
+            None => return dir.to_path_buf(),
+        }
     }
 }

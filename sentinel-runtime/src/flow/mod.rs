@@ -427,11 +427,13 @@ impl FlowManager {
         let by_resource = group_reusing(
             exact.iter().copied(),
             |r| &r.resource,
-            |r| {
+            |name| {
                 old.exact
-                    .get(&r.resource)
-                    .and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r && reusable(s)).cloned())
+                    .get(name)
+                    .map(|rs| rs.rules.iter().filter(|s| reusable(s)).cloned().collect())
+                    .unwrap_or_default()
             },
+            |s| &*s.rule,
             |r| FlowRuleState::new(r.clone()),
         );
         if let Some(svc) = &service {

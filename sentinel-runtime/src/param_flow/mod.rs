@@ -162,7 +162,8 @@ impl ParamFlowManager {
             let by_resource = group_reusing(
                 unique,
                 |r| &r.resource,
-                |r| old.get(&r.resource).and_then(|rs| rs.rules.iter().find(|s| *s.rule == *r).cloned()),
+                |name| old.get(name).map(|rs| rs.rules.clone()).unwrap_or_default(),
+                |s| &*s.rule,
                 |r| ParamRuleState::new(r.clone()),
             );
             self.map

@@ -398,7 +398,9 @@ fn push_rules(c: &Center, kind: RuleKind, p: &Params) -> Result<Reply, CommandEr
     set.apply(&c.engine).map_err(|e| CommandError(e.to_string()))?;
     tracing::info!(%kind, "rules pushed through the command center are in force");
     if let Some(source) = &c.source {
-        if let Err(e) = source.write_rules(&set) {
+        // What is written is what is in force (a file source adds every other kind the file holds, as in
+        // force), so `success` survives a restart.
+        if let Err(e) = source.write_rules(&RuleSet::snapshot(&c.engine, &[kind])) {
             tracing::warn!(error = %e, "the pushed rules are in force but could not be written back");
             return Ok(Reply { write_error: Some(e.to_string()), ..Reply::text(WRITE_DATA_SOURCE_FAILED) });
         }
