@@ -99,7 +99,7 @@ pub use body::{BodyMode, ResponseBody, Wrapped};
 pub use client_ip::{InvalidProxy, TrustedProxies};
 pub use future::ResponseFuture;
 pub use layer::{ExitOn, SentinelLayer, WEB_CONTEXT_NAME};
-pub use naming::{clean_path, DEFAULT_MAX_RESOURCES, OVERFLOW_RESOURCE};
+pub use naming::{clean_path, DEFAULT_MAX_RESOURCES, OTHER_METHODS_RESOURCE, OVERFLOW_RESOURCE};
 pub use outcome::{is_error_by_default, GrpcCode, Outcome};
 pub use request::{PeerAddr, RequestView};
 pub use service::SentinelService;
