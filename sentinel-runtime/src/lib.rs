@@ -117,8 +117,8 @@ pub mod web;
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
 pub use diagnose::{Caps, Diagnosis};
 pub use engine::{
-    AlreadyInitialized, Config, Sentinel, SentinelBuilder, WeakSentinel, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS,
-    DEFAULT_MAX_ORIGINS_PER_RESOURCE, DEFAULT_MAX_RESOURCES, UNTRACKED_ORIGIN, CONTEXT_OVERFLOW, RESOURCE_OVERFLOW,
+    AlreadyInitialized, Config, Sentinel, SentinelBuilder, WeakSentinel, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS,
+    DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE, DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW, UNTRACKED_ORIGIN,
 };
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
