@@ -757,21 +757,22 @@ impl Sentinel {
     /// (its [`name`](Resource::name) says so); load the rules before taking handles on names that may come
     /// after the cap, or take a new handle after loading them.
     pub fn resource_typed(&self, name: &str, entry_type: EntryType) -> Resource {
-        let shared = &self.shared;
-        if let Some(inner) = shared.resources.pin().get(name) {
-            return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
-        }
-        self.create_resource(name, entry_type, true)
+        self.find_or_create(name, entry_type, true)
     }
 
     /// A handle to the resource of an annotated function (or one the program names at start-up): never
     /// counted against the cap, since the program bounds these names.
     pub(crate) fn site_resource_typed(&self, name: &str, entry_type: EntryType) -> Resource {
+        self.find_or_create(name, entry_type, false)
+    }
+
+    #[inline]
+    fn find_or_create(&self, name: &str, entry_type: EntryType, capped: bool) -> Resource {
         let shared = &self.shared;
         if let Some(inner) = shared.resources.pin().get(name) {
             return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
         }
-        self.create_resource(name, entry_type, false)
+        self.create_resource(name, entry_type, capped)
     }
 
     #[cold]
