@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn client_network_groups_the_addresses_of_one_ipv6_prefix_and_keeps_ipv4_hosts_apart() {
-        let of = |extract: &dyn Fn(&RequestView<'_>) -> Option<Cow<'_, str>>, peer: &str| {
+        let of = |extract: &dyn for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>>, peer: &str| {
             let mut req = Request::get("/").body(()).unwrap();
             req.extensions_mut().insert(super::super::PeerAddr(peer.parse().unwrap()));
             extract(&RequestView::new(&req)).map(Cow::into_owned)
