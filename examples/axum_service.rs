@@ -7,7 +7,9 @@
 //! - Routes with path parameters; each route template is one resource (`GET:/products/{id}`).
 //! - Rules from `examples/rules/axum-shop.json` (Sentinel's JSON format), hot-reloaded: edit the file while
 //!   the example runs and the new limits apply at once (a broken edit is reported; the rules in force stay).
-//! - The caller's origin from the `x-caller` header (an authority rule shuts out `blocked-app`).
+//! - The caller's origin from the `x-caller` header (an authority rule shuts out `blocked-app`). The client
+//!   chooses that header, so this black list only stops callers that name themselves: in production take the
+//!   origin from the peer address (`extract::peer_ip`) or from an identity your authentication established.
 //! - A hot-parameter rule per client IP (`X-Forwarded-For` is believed from loopback, as from a local proxy).
 //! - A circuit breaker that opens on server errors (`GET /orders/0` fails), answering 503 with `Retry-After`.
 //! - `POST /orders` queues (rate limiter): excess requests wait on a timer instead of failing.

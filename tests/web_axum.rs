@@ -594,3 +594,65 @@ async fn answers_504_past_250_ms(addr: SocketAddr, clock: &sentinel_runtime::clo
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     assert!(body.contains("time limit"), "{body}");
 }
+
+async fn send(method: &str, url: &str) -> StatusCode {
+    let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    client().request(m, url).send().await.expect("request").status()
+}
+
+#[tokio::test]
+async fn head_requests_run_the_get_handler_and_count_under_the_get_rule() {
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        engine.load_flow_rules([FlowRule::new("GET:/users/{id}").count(2.0)]).unwrap();
+        let addr = serve(app(SentinelLayer::new(&engine))).await;
+        let url = format!("http://{addr}/users/7");
+        let mut codes = Vec::new();
+        for m in ["HEAD", "HEAD", "HEAD", "GET"] {
+            codes.push(send(m, &url).await);
+        }
+        assert_eq!(
+            codes,
+            [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS, StatusCode::TOO_MANY_REQUESTS]
+        );
+        assert!(engine.resource_names().iter().all(|n| !n.starts_with("HEAD:")));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn methods_a_route_answers_with_its_fallback_make_no_new_resources_past_the_standard_ones() {
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        let addr = serve(app(SentinelLayer::new(&engine))).await;
+        for i in 0..300 {
+            assert_eq!(send(&format!("X{i}"), &format!("http://{addr}/users/1")).await, StatusCode::METHOD_NOT_ALLOWED);
+        }
+        for m in ["OPTIONS", "TRACE"] {
+            send(m, &format!("http://{addr}/hello")).await;
+        }
+        assert_eq!(engine.resource_names(), [sentinel_runtime::web::OTHER_METHODS_RESOURCE]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_authority_rule_holds_for_a_route_first_used_after_the_engine_cap_is_reached() {
+    bounded(async {
+        let clock = sentinel_runtime::clock::ManualClock::at_millis(1_700_000_000_000);
+        let engine = Sentinel::builder().manual_clock(clock).max_resources(2).build();
+        engine.set_system_readings(None, None);
+        engine
+            .load_authority_rules([AuthorityRule::new("GET:/hello", "blocked-app", AuthorityStrategy::Black)])
+            .unwrap();
+        let layer = SentinelLayer::new(&engine).origin(extract::header(caller()));
+        let addr = serve(app(layer)).await;
+        for id in ["/fail", "/missing", "/users/1"] {
+            send("GET", &format!("http://{addr}{id}")).await;
+        }
+        assert!(engine.caps().resource_cap_reached());
+        let r = client().get(format!("http://{addr}/hello")).header("x-caller", "blocked-app").send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    })
+    .await;
+}

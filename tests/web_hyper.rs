@@ -78,3 +78,24 @@ async fn hyper_peer_addr_extension_feeds_the_peer_ip_hot_parameter() {
     })
     .await
 }
+
+#[tokio::test]
+async fn hyper_names_head_as_get_and_extension_methods_share_one_resource() {
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        engine.load_flow_rules([FlowRule::new("GET:/items/{id}").count(1.0)]).unwrap();
+        let addr = serve(SentinelLayer::new(&engine)).await;
+        let http = client();
+        assert_eq!(http.head(format!("http://{addr}/items/1")).send().await.unwrap().status(), StatusCode::OK);
+        let r = http.get(format!("http://{addr}/items/2")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "the HEAD counted under the GET rule");
+        for i in 0..100 {
+            let m = reqwest::Method::from_bytes(format!("M{i}").as_bytes()).unwrap();
+            http.request(m, format!("http://{addr}/items/1")).send().await.unwrap();
+        }
+        let mut names = engine.resource_names();
+        names.sort();
+        assert_eq!(names, ["GET:/items/{id}", sentinel_runtime::web::OTHER_METHODS_RESOURCE]);
+    })
+    .await
+}

@@ -172,7 +172,7 @@ impl Shared {
         let origin = self.origin(origin);
         ContextState {
             engine_id: self.id,
-            ctx: ctx.map_or(ptr::null(), |c| c as *const ContextInfo),
+            ctx: ctx as *const ContextInfo,
             origin: origin as *const OriginInfo,
             cur_node: ptr::null(),
             depth: 0,

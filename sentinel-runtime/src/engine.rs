@@ -38,6 +38,15 @@ pub const DEFAULT_MAX_ORIGINS_PER_RESOURCE: usize = 256;
 pub const UNTRACKED_ORIGIN: &str = "(untracked)";
 /// The id of [`UNTRACKED_ORIGIN`].
 pub(crate) const UNTRACKED_ORIGIN_ID: u32 = u32::MAX;
+/// The resource that new names share once [`Config::max_resources`] is reached, when no rule names them: a
+/// resource like any other (checked by system rules and by any rule written for this name), so a name past
+/// the cap is never left unchecked. Names that a rule names (exactly, by a matching regex rule, or as the
+/// related resource of a relate rule) always get their own resource, cap or not.
+pub const RESOURCE_OVERFLOW: &str = "sentinel_resource_overflow";
+/// The context that new context names share once [`Config::max_contexts`] is reached, when no chain rule
+/// names them: its entries are checked like any other (Java passes them unchecked). Contexts that a chain rule
+/// names always get their own, cap or not.
+pub const CONTEXT_OVERFLOW: &str = "sentinel_context_overflow";
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -54,9 +63,14 @@ pub type BlockListener = dyn Fn(&BlockError, u64, u32) + Send + Sync;
 pub struct Config {
     /// The application's name (shown by the dashboard and logs).
     pub app_name: String,
-    /// Most contexts; past it entries in new contexts pass unchecked.
+    /// Most contexts that no chain rule names; past it entries in new contexts run in [`CONTEXT_OVERFLOW`]
+    /// (checked like any other), and contexts a chain rule names are still created.
     pub max_contexts: usize,
-    /// Most resources; past it new resources pass unchecked.
+    /// Most resources that no rule names (the resources of annotated functions, bounded by the program, are
+    /// not counted); past it a new name that no rule names gets a handle on [`RESOURCE_OVERFLOW`], which
+    /// system rules and any rule on that name check, and a name that a rule names (exactly, by a matching
+    /// regex rule, or as a relate rule's `ref_resource`) still gets its own resource. Each resource costs
+    /// the memory of its node statistics (see the README). [`Sentinel::caps`] shows where the engine stands.
     pub max_resources: usize,
     /// Most distinct caller origins tracked (origins named by rules excepted); past it calls from new
     /// origins run as [`UNTRACKED_ORIGIN`]. Each tracked origin costs about 100 bytes in the engine.
@@ -130,12 +144,12 @@ impl SentinelBuilder {
         self.config.app_name = name.into();
         self
     }
-    /// Sets the context cap.
+    /// Sets the context cap (see [`Config::max_contexts`]).
     pub fn max_contexts(mut self, n: usize) -> Self {
         self.config.max_contexts = n;
         self
     }
-    /// Sets the resource cap.
+    /// Sets the resource cap (see [`Config::max_resources`]).
     pub fn max_resources(mut self, n: usize) -> Self {
         self.config.max_resources = n;
         self
@@ -209,6 +223,10 @@ impl SentinelBuilder {
                 has_block_listeners: AtomicBool::new(false),
                 warned_contexts: AtomicBool::new(false),
                 warned_resources: AtomicBool::new(false),
+                unnamed_resources: AtomicUsize::new(0),
+                unnamed_contexts: AtomicUsize::new(0),
+                overflowed_resources: AtomicU64::new(0),
+                overflowed_contexts: AtomicU64::new(0),
                 sites: Mutex::new(HashMap::new()),
                 site_list: boxcar::Vec::new(),
                 observers: crate::observe::Observers::default(),
@@ -261,6 +279,14 @@ pub(crate) struct Shared {
     has_block_listeners: AtomicBool,
     warned_contexts: AtomicBool,
     warned_resources: AtomicBool,
+    /// Resources created that no rule named (counted against the cap).
+    unnamed_resources: AtomicUsize,
+    /// Contexts created that no chain rule named (counted against the cap).
+    unnamed_contexts: AtomicUsize,
+    /// Handles on a new name given [`RESOURCE_OVERFLOW`] because the cap was reached.
+    overflowed_resources: AtomicU64,
+    /// Entries in a new context run in [`CONTEXT_OVERFLOW`] because the cap was reached.
+    overflowed_contexts: AtomicU64,
     /// Resources of annotated call sites, when this engine stands in for the global one.
     sites: Mutex<HashMap<usize, usize>>,
     site_list: boxcar::Vec<Resource>,
@@ -292,33 +318,49 @@ impl Shared {
         }
     }
 
-    /// The context named `name`, created on first use; `None` past the cap.
-    pub(crate) fn context(&self, name: &str) -> Option<&ContextInfo> {
+    /// The context named `name`, created on first use; past the cap (for a name no chain rule names),
+    /// [`CONTEXT_OVERFLOW`].
+    pub(crate) fn context(&self, name: &str) -> &ContextInfo {
         if name == DEFAULT_CONTEXT_NAME {
-            return Some(&self.default_ctx);
+            return &self.default_ctx;
         }
         if let Some(&i) = self.contexts.pin().get(name) {
-            return Some(&self.context_list[i]);
+            return &self.context_list[i];
         }
         self.create_context(name)
     }
 
     #[cold]
-    fn create_context(&self, name: &str) -> Option<&ContextInfo> {
+    fn create_context(&self, name: &str) -> &ContextInfo {
+        if let Some(ctx) = self.intern_context(name, true) {
+            return ctx;
+        }
+        self.overflowed_contexts.fetch_add(1, Ordering::Relaxed);
+        if !self.warned_contexts.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max = self.config.max_contexts,
+                context = name,
+                "context cap reached: entries in new contexts that no chain rule names run in `{CONTEXT_OVERFLOW}`"
+            );
+        }
+        // Not capped: always interned.
+        self.intern_context(CONTEXT_OVERFLOW, false).unwrap_or(&self.default_ctx)
+    }
+
+    /// Interns the context `name`; `None` when `capped` and the cap on contexts no chain rule names is
+    /// reached.
+    fn intern_context(&self, name: &str, capped: bool) -> Option<&ContextInfo> {
         let _guard = self.intern_lock.lock().unwrap_or_else(|e| e.into_inner());
         let map = self.contexts.pin();
         if let Some(&i) = map.get(name) {
             return Some(&self.context_list[i]);
         }
-        if map.len() + 1 >= self.config.max_contexts {
-            if !self.warned_contexts.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    max = self.config.max_contexts,
-                    context = name,
-                    "context cap reached: entries in new contexts pass unchecked"
-                );
+        if capped && !self.flow.chains_through(name) {
+            // The default context counts as one.
+            if self.unnamed_contexts.load(Ordering::Relaxed) + 1 >= self.config.max_contexts {
+                return None;
             }
-            return None;
+            self.unnamed_contexts.fetch_add(1, Ordering::Relaxed);
         }
         let name: Arc<str> = name.into();
         let i = self.context_list.push(ContextInfo {
@@ -637,6 +679,34 @@ impl Sentinel {
         self.shared.origins.pin().len()
     }
 
+    /// Where the engine stands against its caps on names (resources, contexts, caller origins): how many
+    /// names count against each cap, and how often a new name was sent to the overflow resource or context
+    /// because the cap was reached. [`diagnose`](Self::diagnose) and the console show it.
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, RESOURCE_OVERFLOW};
+    /// let engine = Sentinel::builder().max_resources(1).build();
+    /// let _a = engine.resource("a");
+    /// assert_eq!(engine.resource("b").name(), RESOURCE_OVERFLOW);
+    /// let caps = engine.caps();
+    /// assert!(caps.resource_cap_reached());
+    /// assert_eq!(caps.resources_overflowed, 1);
+    /// ```
+    pub fn caps(&self) -> crate::diagnose::Caps {
+        let s = &self.shared;
+        crate::diagnose::Caps {
+            resources: s.unnamed_resources.load(Ordering::Relaxed),
+            max_resources: s.config.max_resources,
+            resources_overflowed: s.overflowed_resources.load(Ordering::Relaxed),
+            // The default context counts as one.
+            contexts: s.unnamed_contexts.load(Ordering::Relaxed) + 1,
+            max_contexts: s.config.max_contexts,
+            contexts_overflowed: s.overflowed_contexts.load(Ordering::Relaxed),
+            origins: s.unnamed_origins.load(Ordering::Relaxed),
+            max_origins: s.config.max_origins,
+        }
+    }
+
     /// The engine's settings.
     pub fn config(&self) -> &Config {
         &self.shared.config
@@ -682,40 +752,72 @@ impl Sentinel {
     }
 
     /// A handle to the resource `name` with the given entry type.
+    ///
+    /// Past [`Config::max_resources`] a new name that no rule names gets a handle on [`RESOURCE_OVERFLOW`]
+    /// (its [`name`](Resource::name) says so); load the rules before taking handles on names that may come
+    /// after the cap, or take a new handle after loading them.
     pub fn resource_typed(&self, name: &str, entry_type: EntryType) -> Resource {
+        self.find_or_create(name, entry_type, true)
+    }
+
+    /// A handle to the resource of an annotated function (or one the program names at start-up): never
+    /// counted against the cap, since the program bounds these names.
+    pub(crate) fn site_resource_typed(&self, name: &str, entry_type: EntryType) -> Resource {
+        self.find_or_create(name, entry_type, false)
+    }
+
+    #[inline]
+    fn find_or_create(&self, name: &str, entry_type: EntryType, capped: bool) -> Resource {
         let shared = &self.shared;
         if let Some(inner) = shared.resources.pin().get(name) {
             return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
         }
-        self.create_resource(name, entry_type)
+        self.create_resource(name, entry_type, capped)
     }
 
     #[cold]
-    fn create_resource(&self, name: &str, entry_type: EntryType) -> Resource {
+    fn create_resource(&self, name: &str, entry_type: EntryType, capped: bool) -> Resource {
         let shared = &self.shared;
-        let _guard = shared.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let at_cap = || shared.unnamed_resources.load(Ordering::Relaxed) >= shared.config.max_resources;
+        // Past the cap, a flood of new names is answered without the lock.
+        if capped && at_cap() && !self.has_rules_for(name) {
+            return self.overflow_resource(name, entry_type);
+        }
+        let guard = shared.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
         let resources = shared.resources.pin();
         if let Some(inner) = resources.get(name) {
             return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
         }
+        if capped && !self.has_rules_for(name) {
+            if at_cap() {
+                drop(guard);
+                return self.overflow_resource(name, entry_type);
+            }
+            shared.unnamed_resources.fetch_add(1, Ordering::Relaxed);
+        }
         let name: Arc<str> = name.into();
-        let checked = resources.len() < shared.config.max_resources;
-        if !checked && !shared.warned_resources.swap(true, Ordering::Relaxed) {
+        let inner = Arc::new(ResourceInner::new(name.clone(), shared.rules_for(&name)));
+        shared.observers.start(&inner);
+        resources.insert(name, inner.clone());
+        shared.resource_list.push(inner.clone());
+        shared.resource_generation.fetch_add(1, Ordering::Release);
+        Resource { shared: shared.clone(), inner, entry_type }
+    }
+
+    /// The handle given for `name` past the cap: [`RESOURCE_OVERFLOW`].
+    #[cold]
+    fn overflow_resource(&self, name: &str, entry_type: EntryType) -> Resource {
+        let shared = &self.shared;
+        shared.overflowed_resources.fetch_add(1, Ordering::Relaxed);
+        if !shared.warned_resources.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 max = shared.config.max_resources,
                 resource = %name,
-                "resource cap reached: new resources pass unchecked"
+                "resource cap reached: new names that no rule names share the resource `{RESOURCE_OVERFLOW}` \
+                 (checked by system rules and rules on it); names that rules name still get their own"
             );
         }
-        let rules = if checked { shared.rules_for(&name) } else { ResourceRules::default() };
-        let inner = Arc::new(ResourceInner::new(name.clone(), rules, checked));
-        if checked {
-            shared.observers.start(&inner);
-            resources.insert(name, inner.clone());
-            shared.resource_list.push(inner.clone());
-            shared.resource_generation.fetch_add(1, Ordering::Release);
-        }
-        Resource { shared: shared.clone(), inner, entry_type }
+        self.site_resource_typed(RESOURCE_OVERFLOW, entry_type)
     }
 
     /// Enters the resource `name` (looked up by name: keep a [`Resource`] handle on hot paths).
@@ -735,11 +837,13 @@ impl Sentinel {
         self.resource(name).entry_owned()
     }
 
-    /// Whether a loaded flow, degrade, hot-parameter or authority rule names `resource` (system rules and
-    /// default `"*"` breakers name no resource and do not count). Four map lookups, no allocation.
+    /// Whether a loaded flow, degrade, hot-parameter or authority rule names `resource`, exactly or by a
+    /// regex rule whose pattern matches it, or a relate rule reads it (system rules and default `"*"` breakers
+    /// name no resource and do not count). A few map lookups, and the patterns when regex rules are loaded.
     ///
-    /// Integrations that take resource names from requests (the web layer) bound how many distinct names
-    /// they create, and use this to give a name that a rule targets its own resource past that bound.
+    /// The engine gives such a name its own resource past [`Config::max_resources`]; integrations that take
+    /// resource names from requests (the web layer) bound how many distinct names they create, and use this
+    /// to give a name that a rule targets its own resource past that bound.
     ///
     /// ```
     /// use sentinel_runtime::{Sentinel, flow::FlowRule};
@@ -754,6 +858,7 @@ impl Sentinel {
             || s.degrade.for_resource(resource).is_some()
             || s.param.for_resource(resource).is_some()
             || s.authority.for_resource(resource).is_some()
+            || s.flow.relates_to(resource)
     }
 
     /// Names of every resource entered or created so far.
@@ -922,7 +1027,7 @@ impl Sentinel {
         if let Some(&i) = sites.get(&key) {
             return &self.shared.site_list[i];
         }
-        let i = self.shared.site_list.push(self.resource_typed(name, entry_type));
+        let i = self.shared.site_list.push(self.site_resource_typed(name, entry_type));
         sites.insert(key, i);
         &self.shared.site_list[i]
     }

@@ -64,8 +64,8 @@ impl<'r> ResRef<'r> {
     /// An owned entry's handle that holds no counts, for a resource that lives until the process ends.
     ///
     /// # Safety
-    /// `r`'s engine is immortal and `r` is checked: the engine's `Shared` is never dropped
-    /// (`Shared::immortal`), and a checked resource is held by the engine's `resource_list`, which only grows
+    /// `r`'s engine is immortal: the engine's `Shared` is never dropped (`Shared::immortal`), and every
+    /// resource is held by the engine's `resource_list`, which only grows
     /// and is dropped only with `Shared`. Both pointers then stay valid for the rest of the process.
     #[inline(always)]
     unsafe fn immortal(r: &Resource) -> ResRef<'static> {
@@ -132,12 +132,12 @@ impl<'r> EntryBuilder<'r, 'static> {
 
 impl EntryBuilder<'static, 'static> {
     /// An entry that keeps `res` alive: by a clone of its counts, or by nothing when its engine is immortal
-    /// (the global engine, a leaked one) and the resource is checked (held by the engine until it drops).
+    /// (the global engine, a leaked one): every resource is held by its engine until the engine drops.
     #[inline]
     pub(crate) fn owned(res: &Resource) -> Self {
-        if res.inner.checked && res.shared.immortal.load(Ordering::Relaxed) {
+        if res.shared.immortal.load(Ordering::Relaxed) {
             // SAFETY: the engine is immortal (a relaxed load that reads `true` reads the store made when its
-            // last handle was put out of reach of any drop; see `Sentinel::immortal`) and `res` is checked.
+            // last handle was put out of reach of any drop; see `Sentinel::immortal`).
             return Self::with(unsafe { ResRef::immortal(res) }, res.entry_type);
         }
         Self::with(ResRef::owned(res.clone()), res.entry_type)
@@ -291,7 +291,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         let shared: &'r Shared = self.res.shared();
         let inner: &'r ResourceInner = self.res.inner();
         let outer = context::current();
-        if !shared.enabled.load(Ordering::Relaxed) || !inner.checked {
+        if !shared.enabled.load(Ordering::Relaxed) {
             return O::decided(Ok(Entry::unchecked(self.res)));
         }
 
@@ -313,11 +313,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             // Another engine's context is active: enter without touching it.
             (st, install && outer.engine_id == 0)
         };
-        if state.ctx.is_null() {
-            // Past the context cap: pass unchecked.
-            return O::decided(Ok(Entry::unchecked(self.res)));
-        }
-        // SAFETY: contexts and origins are never freed while the engine (kept alive by `res`) lives.
+        // SAFETY: contexts and origins are never freed while the engine (kept alive by `res`) lives; a state of
+        // this engine always has a context (past the cap, the overflow context).
         let ctx = unsafe { &*state.ctx };
         let origin = unsafe { &*state.origin };
 
@@ -1046,7 +1043,7 @@ impl<'r> Entry<'r> {
     pub fn is_occupied(&self) -> bool {
         self.flags & Flags::OCCUPIED != 0
     }
-    /// Whether the entry was checked at all (false when the engine is disabled or a cap was reached).
+    /// Whether the entry was checked at all (false when the engine is disabled).
     pub fn is_checked(&self) -> bool {
         self.node.is_some()
     }
@@ -1374,17 +1371,13 @@ mod tests {
     }
 
     #[test]
-    fn a_resource_past_the_cap_is_not_held_by_its_engine_so_its_owned_entries_count_even_on_a_leaked_engine() {
+    fn a_name_past_the_cap_gets_the_overflow_resource_whose_owned_entries_take_no_count_on_a_leaked_engine() {
         let engine = Sentinel::builder().max_resources(1).build().leak();
         let _first = engine.resource("first");
         let past = engine.resource("past-the-cap");
-        assert!(!past.inner.checked);
+        assert_eq!(past.name(), crate::RESOURCE_OVERFLOW);
         let e = past.entry_owned().enter().unwrap();
-        assert_eq!(tags(&e), COUNTED | DETACHED);
-        let inner = Arc::downgrade(&past.inner);
-        drop(past);
-        assert!(inner.upgrade().is_some(), "the entry keeps the resource alive");
-        drop(e);
-        assert!(inner.upgrade().is_none(), "and gives it back when it exits");
+        assert!(e.is_checked());
+        assert_eq!(tags(&e), DETACHED, "held by its engine, as every resource");
     }
 }

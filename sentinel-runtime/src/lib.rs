@@ -118,10 +118,10 @@ pub mod transport;
 pub mod web;
 
 pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
-pub use diagnose::Diagnosis;
+pub use diagnose::{Caps, Diagnosis};
 pub use engine::{
-    AlreadyInitialized, Config, Sentinel, SentinelBuilder, WeakSentinel, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS,
-    DEFAULT_MAX_ORIGINS_PER_RESOURCE, DEFAULT_MAX_RESOURCES, UNTRACKED_ORIGIN,
+    AlreadyInitialized, Config, Sentinel, SentinelBuilder, WeakSentinel, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS,
+    DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE, DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW, UNTRACKED_ORIGIN,
 };
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
@@ -230,7 +230,7 @@ pub mod __private {
 
         #[cold]
         fn init_global(&'static self, name: &str) -> &'static Resource {
-            self.global.get_or_init(|| Sentinel::global().resource_typed(name, self.entry_type))
+            self.global.get_or_init(|| Sentinel::global().site_resource_typed(name, self.entry_type))
         }
     }
 }

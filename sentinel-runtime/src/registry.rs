@@ -144,7 +144,7 @@ impl Sentinel {
         // A method named from `Self` that was never called has no name yet.
         for d in Sentinel::registered_resources().into_iter().filter(|d| !d.named_at_first_call()) {
             if !known.contains(d.name) {
-                let _ = self.resource_typed(d.name, d.entry_type);
+                let _ = self.site_resource_typed(d.name, d.entry_type);
                 created += 1;
             }
         }

@@ -34,8 +34,6 @@ pub(crate) struct ResourceInner {
     /// Response-time histogram and blocks by kind, once an integration observes them (next to
     /// `has_breakers`, which every exit reads).
     pub(crate) observed: OnceLock<crate::observe::Observed>,
-    /// False for resources past the cap: their entries pass unchecked.
-    pub(crate) checked: bool,
     default_ctx_node: OnceLock<Arc<DefaultNode>>,
     /// Whether the default context's node must record its own calls from its creation (a rule reads it).
     split_default: AtomicBool,
@@ -44,7 +42,7 @@ pub(crate) struct ResourceInner {
 }
 
 impl ResourceInner {
-    pub(crate) fn new(name: Arc<str>, rules: ResourceRules, checked: bool) -> Self {
+    pub(crate) fn new(name: Arc<str>, rules: ResourceRules) -> Self {
         let split_default = rules.flow.as_ref().is_some_and(|f| f.reads_default_context());
         let has = !rules.is_empty();
         let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
@@ -59,7 +57,6 @@ impl ResourceInner {
             has_rules: AtomicBool::new(has),
             has_breakers: AtomicBool::new(breakers),
             observed: OnceLock::new(),
-            checked,
             default_ctx_node: OnceLock::new(),
             split_default: AtomicBool::new(split_default),
             ctx_nodes: boxcar::Vec::new(),

@@ -111,31 +111,6 @@ fn exiting_an_outer_entry_first_unwinds_the_context_and_keeps_counts_exact() {
 }
 
 #[test]
-fn past_the_resource_cap_entries_pass_unchecked() {
-    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_resources(2).build();
-    engine.load_flow_rules([FlowRule::new("r3").count(0.0)]).unwrap();
-    let _ = (engine.resource("r1"), engine.resource("r2"));
-    let r3 = engine.resource("r3");
-    let e = r3.enter().unwrap();
-    assert!(!e.is_checked(), "the third resource is past the cap");
-    assert_eq!(engine.resource_names().len(), 2);
-}
-
-#[test]
-fn past_the_context_cap_entries_pass_unchecked() {
-    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_contexts(3).build();
-    engine.load_flow_rules([FlowRule::new("r").count(0.0)]).unwrap();
-    let r = engine.resource("r");
-    for name in ["c1", "c2"] {
-        let _g = engine.enter_context(name, "").unwrap();
-        assert!(r.enter().is_err(), "checked in {name}");
-    }
-    let _g = engine.enter_context("c3", "").unwrap();
-    let e = r.enter().unwrap();
-    assert!(!e.is_checked(), "the default context plus c1 and c2 fill a cap of 3");
-}
-
-#[test]
 fn contexts_of_two_engines_on_one_thread_do_not_mix() {
     let (one, two) = (engine(), engine());
     let _ctx = one.enter_context("web", "appA").unwrap();

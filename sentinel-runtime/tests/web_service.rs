@@ -285,3 +285,90 @@ fn the_axum_body_mode_keeps_axum_bodies_and_answers_as_the_default_mode() {
     let s = engine.cluster_stats("GET:/export").unwrap();
     assert_eq!((s.threads, s.minute_exception), (0, 1));
 }
+
+fn with_method(method: &str, path: &str) -> Request<()> {
+    Request::builder().method(http::Method::from_bytes(method.as_bytes()).unwrap()).uri(path).body(()).unwrap()
+}
+
+#[test]
+fn a_head_request_counts_as_the_get_it_runs() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:/report").count(2.0)]).unwrap();
+    let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+    let statuses: Vec<StatusCode> = ["GET", "HEAD", "HEAD", "GET"]
+        .into_iter()
+        .map(|m| call_now(&mut svc, with_method(m, "/report")).unwrap().status())
+        .collect();
+    assert_eq!(
+        statuses,
+        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS, StatusCode::TOO_MANY_REQUESTS]
+    );
+    assert!(!engine.resource_names().iter().any(|n| n.starts_with("HEAD:")), "{:?}", engine.resource_names());
+}
+
+#[test]
+fn extension_and_uncommon_methods_share_one_resource_and_make_no_names() {
+    let (engine, _clock) = engine();
+    let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+    for i in 0..500 {
+        call_now(&mut svc, with_method(&format!("X{i}"), "/products/1")).unwrap();
+    }
+    for m in ["OPTIONS", "TRACE", "CONNECT", "PROPFIND"] {
+        call_now(&mut svc, with_method(m, "/products/1")).unwrap();
+    }
+    let names = engine.resource_names();
+    assert_eq!(names, [sentinel_runtime::web::OTHER_METHODS_RESOURCE], "{names:?}");
+    assert_eq!(engine.cluster_stats(sentinel_runtime::web::OTHER_METHODS_RESOURCE).unwrap().pass_qps, 504.0);
+}
+
+#[test]
+fn a_rule_on_an_extension_method_of_a_route_names_its_own_resource_even_when_loaded_later() {
+    let (engine, _clock) = engine();
+    let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+    assert_eq!(call_now(&mut svc, with_method("PURGE", "/cache")).unwrap().status(), StatusCode::OK);
+    engine.load_flow_rules([FlowRule::new("PURGE:/cache").count(0.0)]).unwrap();
+    assert_eq!(call_now(&mut svc, with_method("PURGE", "/cache")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(call_now(&mut svc, with_method("PURGE", "/other")).unwrap().status(), StatusCode::OK);
+    // A rule on the bucket limits every method in it.
+    engine.load_flow_rules([FlowRule::new(sentinel_runtime::web::OTHER_METHODS_RESOURCE).count(0.0)]).unwrap();
+    assert_eq!(call_now(&mut svc, with_method("X9", "/x")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[test]
+fn a_route_first_used_after_the_engine_cap_is_reached_keeps_its_rules() {
+    let clock = ManualClock::at_millis(1_700_000_000_000);
+    let engine = Sentinel::builder().manual_clock(clock).max_resources(3).build();
+    engine.set_system_readings(None, None);
+    engine
+        .load_flow_rules([
+            FlowRule::new("GET:/admin").count(0.0),
+            FlowRule::new("GET:/admin/.*").regex(true).count(0.0),
+        ])
+        .unwrap();
+    // A generous layer bound: the engine's cap is what the flood reaches.
+    let mut svc = SentinelLayer::new(&engine).max_resources(100).layer(tower::service_fn(hello));
+    for w in ["a", "b", "c", "d", "e", "f"] {
+        assert_eq!(call_now(&mut svc, get(&format!("/{w}"))).unwrap().status(), StatusCode::OK);
+    }
+    assert!(engine.caps().resource_cap_reached());
+    assert_eq!(call_now(&mut svc, get("/admin")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(call_now(&mut svc, get("/admin/users")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS, "regex");
+    // A rule loaded after a name went to the engine's overflow applies at its next request.
+    engine.load_flow_rules([FlowRule::new("GET:/admin").count(0.0), FlowRule::new("GET:/e").count(0.0)]).unwrap();
+    assert_eq!(call_now(&mut svc, get("/e")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[test]
+fn past_the_layer_bound_ruled_names_keep_their_rules_and_the_rest_count_towards_system_rules() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:/late/.*").regex(true).count(0.0)]).unwrap();
+    let mut svc = SentinelLayer::new(&engine).max_resources(2).layer(tower::service_fn(hello));
+    for w in ["a", "b", "c", "d"] {
+        call_now(&mut svc, get(&format!("/{w}"))).unwrap();
+    }
+    assert_eq!(call_now(&mut svc, get("/late/word")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    engine.load_system_rules([SystemRule { qps: Some(1.0), ..SystemRule::default() }]).unwrap();
+    let overflow = engine.cluster_stats(sentinel_runtime::web::OVERFLOW_RESOURCE).unwrap();
+    assert_eq!(overflow.pass_qps, 2.0, "/c and /d");
+    assert_eq!(call_now(&mut svc, get("/z")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS, "inbound qps is over 1");
+}

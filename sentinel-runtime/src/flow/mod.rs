@@ -7,7 +7,7 @@ pub(crate) mod token_service;
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 pub use token_service::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -220,6 +220,10 @@ struct FlowRuleSet {
     /// The rules of each resource that matches a pattern (its exact rules, then its own state of every
     /// matching regex rule), resolved when the resource is created or the set loads.
     matched: Mutex<HashMap<String, Arc<ResourceFlowRules>>>,
+    /// Resources that relate rules read (`ref_resource` of the relate strategy).
+    related: HashSet<String>,
+    /// Contexts that chain rules read (`ref_resource` of the chain strategy).
+    chained: HashSet<String>,
 }
 
 impl FlowRuleSet {
@@ -444,10 +448,16 @@ impl FlowManager {
         }
         let exact = by_resource.into_iter().map(|(name, rules)| (name, Arc::new(ResourceFlowRules::new(rules))));
         let compiled = compiler.finish();
+        let referenced = |strategy: FlowStrategy| {
+            unique.iter().filter(|r| r.strategy == strategy).filter_map(|r| r.ref_resource.clone()).collect()
+        };
+        let (related, chained) = (referenced(FlowStrategy::Relate), referenced(FlowStrategy::Chain));
         let mut set = FlowRuleSet {
             exact: exact.collect(),
             patterns: Patterns::group(regex.into_iter().map(|r| (r.resource.as_str(), r.clone())), &compiled),
             matched: Mutex::default(),
+            related,
+            chained,
         };
         // Resolve again the resources that matched a pattern, keeping the state of rules that stay.
         let old_matched = std::mem::take(&mut *old.matched.lock().unwrap_or_else(|e| e.into_inner()));
@@ -482,6 +492,16 @@ impl FlowManager {
             }
             None => set.exact.get(name).cloned(),
         }
+    }
+
+    /// Whether a relate rule reads the resource `name` (its `ref_resource`).
+    pub(crate) fn relates_to(&self, name: &str) -> bool {
+        self.set.load().related.contains(name)
+    }
+
+    /// Whether a chain rule reads the context `name` (its `ref_resource`).
+    pub(crate) fn chains_through(&self, name: &str) -> bool {
+        self.set.load().chained.contains(name)
     }
 
     /// Whether the regex rule pattern `pattern` of the set in force matches `name`.

@@ -142,6 +142,21 @@ struct Overview {
     data_source: Option<SourceStatusVo>,
     resources: Vec<ResourceVo>,
     transitions: Vec<TransitionVo>,
+    /// Where the engine stands against its caps on names ([`Sentinel::caps`](crate::Sentinel::caps)).
+    caps: CapsVo,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CapsVo {
+    resources: usize,
+    max_resources: usize,
+    /// Handles on new names given the overflow resource (the cap was reached).
+    resources_overflowed: u64,
+    overflow_resource: &'static str,
+    contexts: usize,
+    max_contexts: usize,
+    contexts_overflowed: u64,
 }
 
 fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
@@ -205,6 +220,18 @@ fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
         data_source: c.source.as_ref().map(|s| s.status().into()),
         resources,
         transitions: transitions.iter().take(30).map(vo).collect(),
+        caps: {
+            let caps = c.engine.caps();
+            CapsVo {
+                resources: caps.resources,
+                max_resources: caps.max_resources,
+                resources_overflowed: caps.resources_overflowed,
+                overflow_resource: crate::RESOURCE_OVERFLOW,
+                contexts: caps.contexts,
+                max_contexts: caps.max_contexts,
+                contexts_overflowed: caps.contexts_overflowed,
+            }
+        },
     })
 }
 

@@ -87,6 +87,36 @@ pub fn client_ip(
     value_fn(move |req| trusted.client_ip_text(req))
 }
 
+/// The client's network: its address (as [`client_ip`] finds it) with the host bits cleared, written as a
+/// network (`2001:db8:7:1::/64`, `203.0.113.0/24`), so that a per-IP hot-parameter rule counts a whole
+/// network as one client. One host commonly holds a whole IPv6 /64 (and can pick any of its 2⁶⁴
+/// addresses), so a limit per IPv6 address is no limit per client: group IPv6 by `/64` (or a shorter prefix
+/// for providers that hand out /56 or /48) and IPv4 by `/32` (or a shorter prefix). Prefixes longer than the
+/// family's width are taken as the full width (32, 128).
+///
+/// ```
+/// use sentinel_runtime::web::{extract, PeerAddr, RequestView, TrustedProxies};
+/// let network = extract::client_network(TrustedProxies::none(), 32, 64);
+/// let mut req = http::Request::get("/").body(()).unwrap();
+/// req.extensions_mut().insert(PeerAddr("[2001:db8:7:1:aa:bb:cc:dd]:41000".parse().unwrap()));
+/// assert_eq!(network(&RequestView::new(&req)).as_deref(), Some("2001:db8:7:1::/64"));
+/// req.extensions_mut().insert(PeerAddr("203.0.113.7:41000".parse().unwrap()));
+/// assert_eq!(network(&RequestView::new(&req)).as_deref(), Some("203.0.113.7/32"));
+/// ```
+pub fn client_network(
+    trusted: TrustedProxies,
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+) -> impl for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>> + Clone + Send + Sync + 'static {
+    let (v4, v6) = (ipv4_prefix.min(32), ipv6_prefix.min(128));
+    value_fn(move |req| {
+        let ip = trusted.client_ip(req)?;
+        let prefix = if ip.is_ipv4() { v4 } else { v6 };
+        let net = ipnet::IpNet::new(ip, prefix).ok()?.trunc();
+        Some(Cow::Owned(net.to_string()))
+    })
+}
+
 /// The value of the query parameter `name` (percent-decoded; the first one when repeated).
 ///
 /// ```
@@ -157,6 +187,24 @@ pub fn host() -> impl for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>
 mod tests {
     use super::*;
     use http::Request;
+
+    #[test]
+    fn client_network_groups_the_addresses_of_one_ipv6_prefix_and_keeps_ipv4_hosts_apart() {
+        let of = |extract: &dyn for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>>, peer: &str| {
+            let mut req = Request::get("/").body(()).unwrap();
+            req.extensions_mut().insert(super::super::PeerAddr(peer.parse().unwrap()));
+            extract(&RequestView::new(&req)).map(Cow::into_owned)
+        };
+        let by_64 = client_network(TrustedProxies::none(), 32, 64);
+        let a = of(&by_64, "[2001:db8:7:1::1]:1");
+        assert_eq!(a, of(&by_64, "[2001:db8:7:1:ffff:1:2:3]:2"), "one /64, one value");
+        assert_ne!(a, of(&by_64, "[2001:db8:7:2::1]:1"));
+        assert_ne!(of(&by_64, "198.51.100.1:1"), of(&by_64, "198.51.100.2:1"));
+        assert_eq!(of(&by_64, "[::ffff:198.51.100.1]:1").as_deref(), Some("198.51.100.1/32"), "mapped IPv4 is IPv4");
+        let wide = client_network(TrustedProxies::none(), 24, 200);
+        assert_eq!(of(&wide, "198.51.100.77:1").as_deref(), Some("198.51.100.0/24"));
+        assert_eq!(of(&wide, "[2001:db8::5]:1").as_deref(), Some("2001:db8::5/128"), "clamped to 128");
+    }
 
     #[test]
     fn long_values_are_cut_at_a_character_boundary_and_blank_ones_are_absent() {

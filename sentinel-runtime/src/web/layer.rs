@@ -212,7 +212,9 @@ impl<M> SentinelLayer<M> {
     }
 
     /// Whether HTTP resource names start with the method (`GET:/users/{id}`; default true). gRPC names never
-    /// do.
+    /// do. Only `GET`, `POST`, `PUT`, `DELETE` and `PATCH` prefix names; `HEAD` is named `GET` (the handler it
+    /// runs), and other methods share [`OTHER_METHODS_RESOURCE`](super::OTHER_METHODS_RESOURCE) unless a rule
+    /// names `METHOD:/route` exactly, so a client's method tokens never make resources.
     pub fn method_prefix(self, on: bool) -> Self {
         self.update(|c| c.naming.method_prefix = on)
     }
@@ -220,7 +222,9 @@ impl<M> SentinelLayer<M> {
     /// How many distinct request-derived names (cleaned paths, gRPC paths, custom names) get their own
     /// resource (default [`DEFAULT_MAX_RESOURCES`](super::DEFAULT_MAX_RESOURCES)); past it, a name gets its
     /// own only when a rule names it, and the others share [`OVERFLOW_RESOURCE`](super::OVERFLOW_RESOURCE).
-    /// Route templates are not counted.
+    /// Route templates are not counted: the router bounds them (five method names per template at most).
+    /// The cache behind this bound holds about 100 bytes plus the name per entry, besides the engine's
+    /// resource; names past it are not cached.
     pub fn max_resources(self, n: usize) -> Self {
         self.update(|c| c.naming.max_resources = n)
     }

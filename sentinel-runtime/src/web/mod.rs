@@ -51,7 +51,10 @@
 //! # Behaviour
 //!
 //! - **Names.** See [`SentinelLayer::resource_name`], [`clean_path`], and [`SentinelLayer::max_resources`]:
-//!   the default never makes one resource per distinct URL (the query string is never part of a name).
+//!   the default never makes one resource per distinct URL (the query string is never part of a name), nor
+//!   one per method token (`HEAD` is named `GET`; methods other than `GET`, `POST`, `PUT`, `DELETE`, `PATCH`
+//!   share [`OTHER_METHODS_RESOURCE`]). Past the engine's cap on resources a route no rule names shares the
+//!   engine's overflow resource, and a route a rule names keeps its own: no bound switches a rule off.
 //! - **Entries** are inbound ([`EntryType::In`](crate::EntryType), so system rules apply), in the default
 //!   context (or the one [`SentinelLayer::context_name`] names, such as [`WEB_CONTEXT_NAME`]), with the
 //!   origin and hot parameters the layer's closures take from the request.
@@ -99,7 +102,7 @@ pub use body::{BodyMode, ResponseBody, Wrapped};
 pub use client_ip::{InvalidProxy, TrustedProxies};
 pub use future::ResponseFuture;
 pub use layer::{ExitOn, SentinelLayer, WEB_CONTEXT_NAME};
-pub use naming::{clean_path, DEFAULT_MAX_RESOURCES, OVERFLOW_RESOURCE};
+pub use naming::{clean_path, DEFAULT_MAX_RESOURCES, OTHER_METHODS_RESOURCE, OVERFLOW_RESOURCE};
 pub use outcome::{is_error_by_default, GrpcCode, Outcome};
 pub use request::{PeerAddr, RequestView};
 pub use service::SentinelService;

@@ -5,10 +5,23 @@
 //! (numbers, UUIDs, long hex or opaque segments) into `{id}`. A request's name is looked up by borrowed
 //! key (no string is built per request once the route was seen).
 //!
-//! Names that come from the request itself (cleaned paths, gRPC paths, a custom namer's output) are
-//! bounded: past [`DEFAULT_MAX_RESOURCES`] distinct names, a new name gets its own resource only when a rule
-//! names it ([`Sentinel::has_rules_for`](crate::Sentinel::has_rules_for)); the others share
-//! [`OVERFLOW_RESOURCE`]. Route templates are the application's own and are not counted.
+//! Nothing the client controls makes names without a bound:
+//!
+//! - **Methods.** Only `GET`, `POST`, `PUT`, `DELETE` and `PATCH` prefix a name of their own; `HEAD` is named
+//!   `GET` (axum and most routers answer it with the `GET` handler, so a rule on `GET:/route` counts it).
+//!   `OPTIONS`, `TRACE`, `CONNECT` and extension methods (any token is a valid method) share one resource per
+//!   layer, [`OTHER_METHODS_RESOURCE`], unless a rule names `METHOD:/route` exactly. So a route template
+//!   gives at most five names, and route templates are the application's own (bounded by its router): they
+//!   are not counted.
+//! - **Names from the request** (cleaned paths, gRPC paths, a custom namer's output): past
+//!   [`DEFAULT_MAX_RESOURCES`] distinct names, a new name gets its own resource only when a rule names it
+//!   ([`Sentinel::has_rules_for`](crate::Sentinel::has_rules_for): exactly, or by a matching regex rule); the
+//!   others share [`OVERFLOW_RESOURCE`].
+//! - **The cache** from a request's route to its resource holds at most five entries per route template plus
+//!   the bound on request-derived names (each about 100 bytes plus the name, besides the engine's resource).
+//!   A name past a bound is never cached, so a rule loaded later for it applies to its next request, and a
+//!   handle the engine gave as its overflow ([`RESOURCE_OVERFLOW`](crate::RESOURCE_OVERFLOW), past the
+//!   engine's cap) is not cached either.
 
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
@@ -26,6 +39,30 @@ pub const DEFAULT_MAX_RESOURCES: usize = 1000;
 
 /// The resource shared by request-derived names past the layer's bound that no rule names.
 pub const OVERFLOW_RESOURCE: &str = "sentinel_web_overflow";
+
+/// The resource shared by requests whose method is not one of `GET`, `HEAD`, `POST`, `PUT`, `DELETE`,
+/// `PATCH` (with the method in names: `OPTIONS`, `TRACE`, `CONNECT`, extension methods), unless a rule
+/// names `METHOD:/route` exactly. Checked by system rules and by rules on this name.
+pub const OTHER_METHODS_RESOURCE: &str = "sentinel_web_other_methods";
+
+/// The method as it prefixes a resource name: `HEAD` as `GET`; `None` for the methods that share
+/// [`OTHER_METHODS_RESOURCE`].
+#[inline]
+fn method_prefix(m: &Method) -> Option<&'static str> {
+    if m == Method::GET || m == Method::HEAD {
+        Some("GET")
+    } else if m == Method::POST {
+        Some("POST")
+    } else if m == Method::PUT {
+        Some("PUT")
+    } else if m == Method::DELETE {
+        Some("DELETE")
+    } else if m == Method::PATCH {
+        Some("PATCH")
+    } else {
+        None
+    }
+}
 
 /// Names a request's resource: `None` lets the request through unguarded.
 pub(crate) type NameFn = Arc<dyn for<'a, 'b> Fn(&'b RequestView<'a>) -> Option<Cow<'a, str>> + Send + Sync>;
@@ -102,19 +139,25 @@ fn is_uuid(b: &[u8]) -> bool {
             .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { *c == b'-' } else { c.is_ascii_hexdigit() })
 }
 
+/// A resource of the layer's own (its overflow, the other methods' bucket): a fixed name, so never counted
+/// against the engine's cap.
+fn fixed_resource(engine: &Sentinel, name: &str) -> Resource {
+    engine.site_resource_typed(name, EntryType::In)
+}
+
 /// A cached route: the method prefix (when the name has one) and the rest of the name.
 struct RouteKey {
-    method: Option<Method>,
+    method: Option<&'static str>,
     name: Box<str>,
 }
 
 /// The borrowed form of [`RouteKey`], hashed the same way.
 struct RouteRef<'a> {
-    method: Option<&'a Method>,
+    method: Option<&'static str>,
     name: &'a str,
 }
 
-fn hash_route<H: Hasher>(method: Option<&Method>, name: &str, h: &mut H) {
+fn hash_route<H: Hasher>(method: Option<&str>, name: &str, h: &mut H) {
     match method {
         Some(m) => {
             h.write_u8(1);
@@ -127,7 +170,7 @@ fn hash_route<H: Hasher>(method: Option<&Method>, name: &str, h: &mut H) {
 
 impl Hash for RouteKey {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        hash_route(self.method.as_ref(), &self.name, h)
+        hash_route(self.method, &self.name, h)
     }
 }
 impl Hash for RouteRef<'_> {
@@ -143,7 +186,7 @@ impl PartialEq for RouteKey {
 impl Eq for RouteKey {}
 impl papaya::Equivalent<RouteKey> for RouteRef<'_> {
     fn equivalent(&self, key: &RouteKey) -> bool {
-        self.method == key.method.as_ref() && self.name == &*key.name
+        self.method == key.method && self.name == &*key.name
     }
 }
 
@@ -203,14 +246,14 @@ pub(crate) struct RouteMemo {
 }
 
 /// A remembered route: the method prefix, the rest of the name, the resource.
-type Remembered = (Option<Method>, Box<str>, Resource);
+type Remembered = (Option<&'static str>, Box<str>, Resource);
 
 impl RouteMemo {
     #[inline]
     fn get(&self, key: &RouteRef<'_>) -> Option<&Resource> {
         for slot in &self.slots {
             match slot.get() {
-                Some((m, n, r)) if m.as_ref() == key.method && **n == *key.name => return Some(r),
+                Some((m, n, r)) if *m == key.method && **n == *key.name => return Some(r),
                 Some(_) => continue,
                 None => return None,
             }
@@ -221,7 +264,7 @@ impl RouteMemo {
     fn remember(&self, key: &RouteRef<'_>, resource: &Resource) {
         for slot in &self.slots {
             if slot.get().is_none() {
-                let _ = slot.set((key.method.cloned(), key.name.into(), resource.clone()));
+                let _ = slot.set((key.method, key.name.into(), resource.clone()));
                 return;
             }
         }
@@ -238,6 +281,7 @@ pub(crate) struct ResourceCache {
     /// Request-derived names in `map`.
     counted: AtomicUsize,
     overflow: OnceLock<Resource>,
+    other_methods: OnceLock<Resource>,
 }
 
 impl ResourceCache {
@@ -275,6 +319,13 @@ impl ResourceCache {
                 }
             }
         };
+        let method = match method {
+            None => None,
+            Some(m) => match method_prefix(m) {
+                Some(prefix) => Some(prefix),
+                None => return Some(self.with_other_method(engine, m, &name, f)),
+            },
+        };
         let key = RouteRef { method, name: &name };
         // One call of `f` (so it is inlined once); the map is pinned only when the memo does not know the route.
         let (map, inserted);
@@ -299,6 +350,24 @@ impl ResourceCache {
         Some(f(resource))
     }
 
+    /// A request whose method shares [`OTHER_METHODS_RESOURCE`]: its own resource only when a rule names
+    /// `METHOD:name` (not cached, so a rule loaded later applies at once).
+    #[cold]
+    #[inline(never)]
+    fn with_other_method<R>(
+        &self,
+        engine: &Sentinel,
+        method: &Method,
+        name: &str,
+        f: impl FnOnce(&Resource) -> R,
+    ) -> R {
+        let full = format!("{method}:{name}");
+        if engine.has_rules_for(&full) {
+            return f(&engine.resource_typed(&full, EntryType::In));
+        }
+        f(self.other_methods.get_or_init(|| fixed_resource(engine, OTHER_METHODS_RESOURCE)))
+    }
+
     #[cold]
     fn insert(&self, naming: &Naming, engine: &Sentinel, key: RouteRef<'_>, source: Source) -> Resource {
         let name = key.resource_name();
@@ -314,10 +383,15 @@ impl ResourceCache {
                     "web layer: too many distinct request-derived resource names; names no rule targets now share `{OVERFLOW_RESOURCE}`"
                 );
             }
-            return self.overflow.get_or_init(|| engine.resource_typed(OVERFLOW_RESOURCE, EntryType::In)).clone();
+            return self.overflow.get_or_init(|| fixed_resource(engine, OVERFLOW_RESOURCE)).clone();
         }
         let resource = engine.resource_typed(&name, EntryType::In);
-        let owned = RouteKey { method: key.method.cloned(), name: key.name.into() };
+        if resource.name() != name {
+            // The engine's overflow (its cap is reached): not cached, so the name gets its own resource once a
+            // rule names it.
+            return resource;
+        }
+        let owned = RouteKey { method: key.method, name: key.name.into() };
         let map = self.map.pin();
         match map.try_insert(owned, resource.clone()) {
             Ok(_) if source == Source::Request => {

@@ -510,6 +510,10 @@
     if (document.activeElement !== sw) sw.checked = o.enabled;
     $('#switch-text').textContent = o.enabled ? 'Protection on' : 'Protection off';
     document.title = o.app + ' · Sentinel console';
+    const caps = o.caps;
+    $('#caps').textContent = caps ? 'Resources ' + caps.resources + ' of ' + caps.maxResources +
+      (caps.resourcesOverflowed ? ' · cap reached: ' + caps.resourcesOverflowed + ' new names share ' +
+        caps.overflowResource + ' (still checked; names rules name keep their own)' : '') : '';
     const ds = o.dataSource;
     if (ds) $('#rules-note').textContent =
       'Rules take effect as soon as they are applied and are written back to ' + ds.kind + ' ' + ds.target +

@@ -1,0 +1,139 @@
+//! The engine's caps on resources and contexts: a cap reached never switches a rule off. Names that rules
+//! name keep their own resource or context; other new names share an overflow that is still checked.
+
+use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+use sentinel_runtime::clock::ManualClock;
+use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::system::SystemRule;
+use sentinel_runtime::{BlockError, EntryType, Sentinel, CONTEXT_OVERFLOW, RESOURCE_OVERFLOW};
+
+const T0: u64 = 1_700_000_000_000;
+
+/// An engine whose resource cap (2) is already reached by `f1` and `f2`.
+fn full_engine() -> Sentinel {
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_resources(2).build();
+    let _ = (engine.resource("f1"), engine.resource("f2"));
+    engine
+}
+
+#[test]
+fn a_resource_a_flow_rule_names_is_checked_when_first_used_past_the_resource_cap() {
+    let engine = full_engine();
+    engine.load_flow_rules([FlowRule::new("admin").count(0.0)]).unwrap();
+    let admin = engine.resource("admin");
+    assert_eq!(admin.name(), "admin", "a name a rule names gets its own resource past the cap");
+    assert!(matches!(admin.enter(), Err(BlockError::Flow { .. })));
+    assert!(engine.caps().resource_cap_reached());
+}
+
+#[test]
+fn a_name_a_regex_rule_matches_gets_its_own_checked_resource_past_the_cap() {
+    let engine = full_engine();
+    engine.load_flow_rules([FlowRule::new("GET:/admin/.*").regex(true).count(1.0)]).unwrap();
+    let users = engine.resource("GET:/admin/users");
+    assert_eq!(users.name(), "GET:/admin/users");
+    assert!(users.enter().is_ok());
+    assert!(users.enter().is_err(), "the regex rule's limit of 1 applies");
+    assert_eq!(engine.resource("GET:/public").name(), RESOURCE_OVERFLOW, "a name the pattern misses overflows");
+}
+
+#[test]
+fn an_authority_black_list_still_refuses_its_origin_past_the_cap() {
+    let engine = full_engine();
+    engine.load_authority_rules([AuthorityRule::new("POST:/orders", "blocked-app", AuthorityStrategy::Black)]).unwrap();
+    let orders = engine.resource_typed("POST:/orders", EntryType::In);
+    assert!(matches!(orders.entry().origin("blocked-app").enter(), Err(BlockError::Authority { .. })));
+    assert!(orders.entry().origin("good-app").enter().is_ok());
+}
+
+#[test]
+fn a_relate_rule_reads_a_related_resource_first_used_past_the_cap() {
+    let engine = full_engine();
+    engine.load_flow_rules([FlowRule::new("f1").count(1.0).relate("db")]).unwrap();
+    let db = engine.resource("db");
+    assert_eq!(db.name(), "db", "the related resource is named by the rule");
+    for _ in 0..3 {
+        drop(db.enter().unwrap());
+    }
+    assert!(engine.resource("f1").enter().is_err(), "f1 is limited by db's 3 calls against a count of 1");
+}
+
+#[test]
+fn names_past_the_cap_share_the_overflow_resource_which_system_rules_and_its_own_rules_check() {
+    let engine = full_engine();
+    engine.load_system_rules([SystemRule { qps: Some(2.0), ..SystemRule::default() }]).unwrap();
+    let passed = (0..5).filter(|i| engine.resource_typed(&format!("flood-{i}"), EntryType::In).enter().is_ok()).count();
+    assert_eq!(passed, 2, "inbound calls past the cap still count towards the system rule");
+    assert_eq!(engine.resource("flood-9").name(), RESOURCE_OVERFLOW);
+    assert_eq!(engine.resource_names().len(), 3, "f1, f2 and the overflow: the flood made no resources");
+    assert_eq!(engine.caps().resources_overflowed, 6);
+
+    let engine = full_engine();
+    engine.load_flow_rules([FlowRule::new(RESOURCE_OVERFLOW).count(1.0)]).unwrap();
+    assert!(engine.resource("x1").enter().is_ok());
+    assert!(engine.resource("x2").enter().is_err(), "a rule on the overflow resource limits every name in it");
+    assert_eq!(engine.cluster_stats(RESOURCE_OVERFLOW).unwrap().block_qps, 1.0);
+}
+
+#[test]
+fn a_handle_taken_after_a_rule_is_loaded_gets_its_own_resource_past_the_cap() {
+    let engine = full_engine();
+    assert_eq!(engine.resource("late").name(), RESOURCE_OVERFLOW);
+    engine.load_flow_rules([FlowRule::new("late").count(0.0)]).unwrap();
+    let late = engine.resource("late");
+    assert_eq!(late.name(), "late");
+    assert!(late.enter().is_err());
+}
+
+#[test]
+fn a_flood_of_names_past_the_cap_keeps_the_engine_bounded() {
+    let engine = full_engine();
+    for i in 0..10_000 {
+        drop(engine.resource(&format!("n{i}")).enter().unwrap());
+    }
+    assert_eq!(engine.resource_names().len(), 3);
+    assert_eq!(engine.cluster_stats(RESOURCE_OVERFLOW).unwrap().pass_qps, 10_000.0);
+}
+
+#[test]
+fn entries_in_a_context_past_the_cap_run_in_the_overflow_context_and_are_checked() {
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_contexts(3).build();
+    engine.load_flow_rules([FlowRule::new("r").count(0.0)]).unwrap();
+    let r = engine.resource("r");
+    for name in ["c1", "c2", "c3", "c4"] {
+        let _g = engine.enter_context(name, "").unwrap();
+        let blocked = r.enter();
+        assert!(blocked.is_err(), "checked in {name}, past the cap too");
+    }
+    let _g = engine.enter_context("c5", "").unwrap();
+    assert_eq!(engine.current_context().unwrap().0, CONTEXT_OVERFLOW);
+    assert!(engine.caps().context_cap_reached());
+    assert_eq!(engine.caps().contexts_overflowed, 3, "c3, c4 and c5");
+}
+
+#[test]
+fn a_context_a_chain_rule_names_is_created_past_the_context_cap() {
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).max_contexts(2).build();
+    engine.load_flow_rules([FlowRule::new("r").count(1.0).chain("checkout")]).unwrap();
+    drop(engine.enter_context("c1", "").unwrap());
+    let r = engine.resource("r");
+    let _g = engine.enter_context("checkout", "").unwrap();
+    assert_eq!(engine.current_context().unwrap().0, "checkout");
+    assert!(r.enter().is_ok());
+    assert!(r.enter().is_err(), "the chain rule reads r's node in checkout");
+}
+
+#[test]
+fn diagnose_shows_the_cap_and_what_a_name_past_it_becomes() {
+    let engine = full_engine();
+    let d = engine.diagnose("never-seen");
+    assert!(d.caps.resource_cap_reached());
+    assert!(d.notes.iter().any(|n| n.contains(RESOURCE_OVERFLOW)), "{:?}", d.notes);
+    assert!(d.to_string().contains("caps: resources 2/2 (reached)"), "{d}");
+    engine.load_flow_rules([FlowRule::new("never-seen").count(1.0)]).unwrap();
+    let d = engine.diagnose("never-seen");
+    assert!(d.notes.iter().any(|n| n.contains("a rule names this resource")), "{:?}", d.notes);
+    let _ = engine.resource("spill");
+    let d = engine.diagnose(RESOURCE_OVERFLOW);
+    assert!(d.notes.iter().any(|n| n.contains("stands for the new names")), "{:?}", d.notes);
+}
