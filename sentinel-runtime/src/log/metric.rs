@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -26,7 +26,8 @@ pub const TOTAL_INBOUND: &str = "__total_inbound_traffic__";
 pub struct MetricLine {
     /// Start of the second, ms since the epoch.
     pub timestamp_ms: u64,
-    /// The resource (a `|` in the name is written as `_`, as Java does).
+    /// The resource (`|`, `\n` and `\r` in the name are written as `_`, see
+    /// [`metric_line_name`](crate::stat::metric_line_name)).
     pub resource: String,
     /// Passed calls.
     pub pass: u64,
@@ -72,7 +73,7 @@ impl fmt::Display for MetricLine {
             "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
             self.timestamp_ms,
             format_date_time(self.timestamp_ms),
-            self.resource.replace('|', "_"),
+            crate::stat::metric_line_name(&self.resource),
             self.pass,
             self.block,
             self.success,
@@ -95,7 +96,7 @@ impl FromStr for MetricLine {
     fn from_str(line: &str) -> Result<Self, BadMetricLine> {
         let bad = || BadMetricLine(line.to_string());
         let parts: Vec<&str> = line.trim_end_matches(['\r', '\n']).split('|').collect();
-        if parts.len() < 8 {
+        if !(8..=11).contains(&parts.len()) {
             return Err(bad());
         }
         let n = |i: usize| -> Result<u64, BadMetricLine> {
@@ -165,9 +166,12 @@ fn index_path(file: &Path) -> PathBuf {
 
 struct OpenFile {
     date: String,
-    out: BufWriter<File>,
-    index: BufWriter<File>,
+    out: File,
+    index: File,
+    /// Bytes of whole seconds in `out`: where the next second starts.
     size: u64,
+    /// Bytes of whole entries in `index`.
+    index_len: u64,
 }
 
 #[derive(Default)]
@@ -179,6 +183,11 @@ struct WriterState {
 
 /// Writes an engine's metric log. [`Logs::start`](super::Logs::start) runs it in the background; tests call
 /// [`flush_once`](MetricLogWriter::flush_once).
+///
+/// A second is written whole or not at all: when a write fails (a full disk), the file and its index are cut
+/// back to the end of the last whole second and the second is tried again at the next flush (seconds the
+/// engine no longer keeps by then are missing from the log). If the cut itself fails, the next second starts
+/// a new file, and the torn end is never indexed.
 pub struct MetricLogWriter {
     engine: Sentinel,
     dir: PathBuf,
@@ -186,6 +195,8 @@ pub struct MetricLogWriter {
     file_size: u64,
     file_count: usize,
     state: Mutex<WriterState>,
+    #[cfg(test)]
+    fail_after: Mutex<Option<(u64, io::ErrorKind)>>,
 }
 
 impl fmt::Debug for MetricLogWriter {
@@ -197,6 +208,9 @@ impl fmt::Debug for MetricLogWriter {
 impl MetricLogWriter {
     /// A writer of `engine`'s metrics into `dir` (created if missing), rolling at `file_size` bytes and
     /// keeping at most `file_count` files (both at least 1).
+    ///
+    /// New files are created exclusively (never through an existing file or symbolic link of the same
+    /// name); the directory itself is trusted: use one only the application's user can write to.
     pub fn new(engine: &Sentinel, dir: impl AsRef<Path>, file_size: u64, file_count: usize) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir)?;
@@ -207,6 +221,8 @@ impl MetricLogWriter {
             file_size: file_size.max(1),
             file_count: file_count.max(1),
             state: Mutex::new(WriterState::default()),
+            #[cfg(test)]
+            fail_after: Mutex::new(None),
         })
     }
 
@@ -222,6 +238,10 @@ impl MetricLogWriter {
 
     /// Writes every whole second before `now_ms` not written yet (seconds with no event are left out, as in
     /// Java). Returns the number of lines written. `now_ms` should be the engine clock's time.
+    ///
+    /// # Errors
+    /// The first second that could not be written (nothing of it is left in the files; it is tried again at
+    /// the next call, and the seconds after it are not written before it).
     pub fn flush_once(&self, now_ms: u64) -> io::Result<usize> {
         let boundary = now_ms - now_ms % 1000;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -244,7 +264,12 @@ impl MetricLogWriter {
         add(TOTAL_INBOUND, inbound.cur_threads(), self.engine.inbound_complete_seconds());
         let mut written = 0;
         for (second, lines) in by_second {
-            self.write_second(&mut state, second, &lines)?;
+            self.write_second(&mut state, second, &lines).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("metric log: the second {} was not written ({e}); it is tried again", second / 1000),
+                )
+            })?;
             state.last_second = Some(second);
             written += lines.len();
         }
@@ -260,21 +285,48 @@ impl MetricLogWriter {
         let Some(file) = state.file.as_mut() else {
             return Ok(());
         };
-        file.index.write_all(&((second / 1000) as i64).to_be_bytes())?;
-        file.index.write_all(&(file.size as i64).to_be_bytes())?;
         let mut text = String::new();
         for l in lines {
             text.push_str(&l.to_string());
             text.push('\n');
         }
-        file.out.write_all(text.as_bytes())?;
+        let mut entry = [0u8; 16];
+        entry[..8].copy_from_slice(&((second / 1000) as i64).to_be_bytes());
+        entry[8..].copy_from_slice(&(file.size as i64).to_be_bytes());
+        let written = self
+            .write_at(&mut file.out, file.size, text.as_bytes())
+            .and_then(|()| self.write_at(&mut file.index, file.index_len, &entry));
+        if let Err(e) = written {
+            // Nothing of this second stays: cut both files back to the last whole second.
+            let cut = file.out.set_len(file.size).and_then(|()| file.index.set_len(file.index_len));
+            if cut.is_err() {
+                state.file = None; // the next second starts a new file; the torn end here is never indexed
+            }
+            return Err(e);
+        }
         file.size += text.len() as u64;
-        file.out.flush()?;
-        file.index.flush()?;
+        file.index_len += entry.len() as u64;
         if file.size >= self.file_size {
             state.file = None;
         }
         Ok(())
+    }
+
+    /// Writes all of `bytes` at `offset` of `f`.
+    fn write_at(&self, f: &mut File, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        f.seek(SeekFrom::Start(offset))?;
+        #[cfg(test)]
+        if let Some((budget, kind)) = *self.fail_after.lock().unwrap_or_else(|e| e.into_inner()) {
+            // Test hook: the disk has room for `budget` more bytes, then fails like a full disk.
+            let fits = (budget as usize).min(bytes.len());
+            f.write_all(&bytes[..fits])?;
+            *self.fail_after.lock().unwrap_or_else(|e| e.into_inner()) = Some((budget - fits as u64, kind));
+            if fits < bytes.len() {
+                return Err(io::Error::from(kind));
+            }
+            return Ok(());
+        }
+        f.write_all(bytes)
     }
 
     fn open_next(&self, date: &str) -> io::Result<OpenFile> {
@@ -285,82 +337,298 @@ impl MetricLogWriter {
             let _ = fs::remove_file(p);
             let _ = fs::remove_file(index_path(p));
         }
-        let same_day: Vec<u64> = files.iter().filter(|(d, _, _)| d == date).map(|(_, n, _)| *n).collect();
-        let name = match same_day.iter().max() {
-            None => format!("{}.{date}", self.base),
-            Some(n) => format!("{}.{date}.{}", self.base, n + 1),
-        };
-        let path = self.dir.join(name);
-        let out = OpenOptions::new().create(true).truncate(true).write(true).open(&path)?;
-        let index = OpenOptions::new().create(true).truncate(true).write(true).open(index_path(&path))?;
-        Ok(OpenFile { date: date.to_string(), out: BufWriter::new(out), index: BufWriter::new(index), size: 0 })
+        let next = files.iter().filter(|(d, _, _)| d == date).map(|(_, n, _)| n + 1).max().unwrap_or(0);
+        // A name taken in the meantime (or by anything that is not ours) is passed over, never opened.
+        let mut last_error = None;
+        for n in next..next + 16 {
+            let name = if n == 0 { format!("{}.{date}", self.base) } else { format!("{}.{date}.{n}", self.base) };
+            let path = self.dir.join(name);
+            let out = match super::create_new(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    last_error = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            // An index left without its file is stale (removing a link removes the link, not its target).
+            let idx = index_path(&path);
+            let index = match fs::remove_file(&idx) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                _ => super::create_new(&idx),
+            };
+            return match index {
+                Ok(index) => Ok(OpenFile { date: date.to_string(), out, index, size: 0, index_len: 0 }),
+                Err(e) => {
+                    let _ = fs::remove_file(&path);
+                    Err(e)
+                }
+            };
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("no free metric log file name")))
     }
 }
 
+/// Lines a [`MetricSearcher`] returns at most by default.
+pub const DEFAULT_MAX_LINES: usize = 100_000;
+/// Bytes of lines (as written in the log) a [`MetricSearcher`] holds at most by default: 16 MiB.
+pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
+/// Seconds of log a [`MetricSearcher`] reads at most by default, from the first second it finds: a day.
+pub const DEFAULT_MAX_SECONDS: u64 = 86_400;
+/// A line longer than this is skipped (and not held while it is read past).
+const MAX_LINE_BYTES: usize = 64 * 1024;
+
 /// Reads an app's metric log: "the metrics of resource X between t1 and t2", as a dashboard asks.
+///
+/// A search streams the files through their indexes: it seeks to the first second asked for, reads one
+/// second's bytes at a time, and stops at the end of the range or at its bounds, whichever comes first: at
+/// most [`max_lines`](Self::max_lines) lines and [`max_bytes`](Self::max_bytes) bytes of lines held, and at
+/// most [`max_seconds`](Self::max_seconds) seconds of log read. Memory is what is answered plus a buffer.
+///
+/// A line is trusted only where the index puts its second: a torn or foreign line (a write cut by a full
+/// disk, a line of another second) is skipped and counted, and the search goes on with the next line.
 #[derive(Clone, Debug)]
 pub struct MetricSearcher {
     dir: PathBuf,
     base: String,
+    max_lines: usize,
+    max_bytes: usize,
+    max_seconds: u64,
+}
+
+/// What a [`MetricSearcher::search`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MetricSearch {
+    /// The lines found, oldest first (in the order of the log within a second).
+    pub lines: Vec<MetricLine>,
+    /// Whether a bound stopped the search before the end of the range: ask again from the second after the
+    /// last line's for the rest.
+    pub truncated: bool,
+    /// Bytes of log files (indexes included) the search went through.
+    pub bytes_read: u64,
+    /// Lines skipped because they are torn or not where the index puts them.
+    pub skipped_lines: u64,
 }
 
 impl MetricSearcher {
-    /// A reader of the metric files of `app_name` in `dir`.
+    /// A reader of the metric files of `app_name` in `dir`, with the default bounds.
     pub fn new(dir: impl AsRef<Path>, app_name: &str) -> Self {
-        MetricSearcher { dir: dir.as_ref().to_path_buf(), base: metric_file_base_name(app_name) }
+        MetricSearcher {
+            dir: dir.as_ref().to_path_buf(),
+            base: metric_file_base_name(app_name),
+            max_lines: DEFAULT_MAX_LINES,
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_seconds: DEFAULT_MAX_SECONDS,
+        }
     }
 
-    /// Lines with `begin_ms <= timestamp <= end_ms`, of `resource` (or of every resource), oldest first.
-    /// Each file's index is used to start reading at the first second at or after `begin_ms`.
+    /// Returns at most `n` lines (default [`DEFAULT_MAX_LINES`]).
+    #[must_use]
+    pub fn max_lines(mut self, n: usize) -> Self {
+        self.max_lines = n;
+        self
+    }
+
+    /// Holds at most `n` bytes of lines, counted as written in the log (default [`DEFAULT_MAX_BYTES`]).
+    #[must_use]
+    pub fn max_bytes(mut self, n: usize) -> Self {
+        self.max_bytes = n;
+        self
+    }
+
+    /// Reads at most `n` seconds of log, counted from the first second found (default
+    /// [`DEFAULT_MAX_SECONDS`]; at least 1).
+    #[must_use]
+    pub fn max_seconds(mut self, n: u64) -> Self {
+        self.max_seconds = n.max(1);
+        self
+    }
+
+    /// Lines with `begin_ms <= timestamp <= end_ms`, of `resource` (or of every resource), oldest first,
+    /// within the searcher's bounds ([`search`](Self::search) also says whether they cut the answer short).
+    /// A resource is matched by its name as the log writes it ([`crate::stat::metric_line_name`]).
     pub fn find(&self, resource: Option<&str>, begin_ms: u64, end_ms: u64) -> io::Result<Vec<MetricLine>> {
-        let mut out = Vec::new();
+        self.search(resource, begin_ms, end_ms).map(|s| s.lines)
+    }
+
+    /// Like [`find`](Self::find), with whether the bounds cut the answer short and what was read.
+    pub fn search(&self, resource: Option<&str>, begin_ms: u64, end_ms: u64) -> io::Result<MetricSearch> {
+        let mut search = Search {
+            bounds: self,
+            resource: resource.map(|r| crate::stat::metric_line_name(r).into_owned()),
+            first: begin_ms.div_ceil(1000),
+            last: end_ms / 1000,
+            anchor: None,
+            previous: None,
+            held_bytes: 0,
+            found: MetricSearch::default(),
+        };
+        if search.first > search.last {
+            return Ok(search.found);
+        }
         for (_, _, path) in list_files(&self.dir, &self.base)? {
-            let Some(offset) = first_offset_at_or_after(&index_path(&path), begin_ms / 1000)? else {
-                continue;
-            };
-            let mut file = match File::open(&path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            match search.file(&path) {
+                Ok(Reading::More) => {}
+                Ok(Reading::Done) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {} // removed by a roll meanwhile
                 Err(e) => return Err(e),
-            };
-            file.seek(SeekFrom::Start(offset))?;
-            for line in BufReader::new(file).lines() {
-                let Ok(m) = line?.parse::<MetricLine>() else {
-                    continue;
-                };
-                if m.timestamp_ms > end_ms {
-                    break;
-                }
-                if m.timestamp_ms >= begin_ms && resource.is_none_or(|r| r == m.resource) {
-                    out.push(m);
-                }
             }
         }
-        Ok(out)
+        Ok(search.found)
     }
 }
 
-/// The offset of the first indexed second `>= second`; `None` when the file has none.
-fn first_offset_at_or_after(index: &Path, second: u64) -> io::Result<Option<u64>> {
-    let mut bytes = Vec::new();
-    match File::open(index) {
-        Ok(mut f) => {
-            f.read_to_end(&mut bytes)?;
+/// Whether a search goes on after a file or a second.
+enum Reading {
+    More,
+    Done,
+}
+
+/// One search in progress.
+struct Search<'a> {
+    bounds: &'a MetricSearcher,
+    resource: Option<String>,
+    /// First and last second asked for.
+    first: u64,
+    last: u64,
+    /// The first second found (the span bound counts from it).
+    anchor: Option<u64>,
+    /// The last second read: an index entry that does not go forward is passed over.
+    previous: Option<u64>,
+    held_bytes: usize,
+    found: MetricSearch,
+}
+
+impl Search<'_> {
+    /// Reads what `path` holds of the range.
+    fn file(&mut self, path: &Path) -> io::Result<Reading> {
+        let mut index = File::open(index_path(path))?;
+        let entries = index.metadata()?.len() / 16;
+        if entries == 0 || self.entry_at(&mut index, entries - 1)?.0 < self.first {
+            return Ok(Reading::More);
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+        // The first entry at or after the first second (the index is in time order).
+        let (mut lo, mut hi) = (0, entries - 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.entry_at(&mut index, mid)?.0 < self.first {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        index.seek(SeekFrom::Start(lo * 16))?;
+        let mut index = BufReader::with_capacity(16 * 256, index);
+        let mut data = BufReader::new(File::open(path)?);
+        let mut position = 0;
+        let mut entry = self.next_entry(&mut index)?;
+        while let Some((second, offset)) = entry {
+            let next = self.next_entry(&mut index)?;
+            if second > self.last {
+                return Ok(Reading::Done);
+            }
+            if self.previous.is_some_and(|p| second <= p) || second < self.first {
+                entry = next;
+                continue;
+            }
+            let anchor = *self.anchor.get_or_insert(second);
+            if second - anchor >= self.bounds.max_seconds {
+                self.found.truncated = true;
+                return Ok(Reading::Done);
+            }
+            self.previous = Some(second);
+            // This second's bytes: up to the next entry's offset (to the end for the last one).
+            let end = next.map(|(_, o)| o).filter(|o| *o > offset).unwrap_or(u64::MAX);
+            if position != offset {
+                data.seek(SeekFrom::Start(offset))?;
+                position = offset;
+            }
+            if let Reading::Done = self.second(&mut data, &mut position, end, second)? {
+                return Ok(Reading::Done);
+            }
+            entry = next;
+        }
+        Ok(Reading::More)
     }
-    for entry in bytes.chunks_exact(16) {
-        let mut s = [0u8; 8];
-        let mut o = [0u8; 8];
-        s.copy_from_slice(&entry[..8]);
-        o.copy_from_slice(&entry[8..]);
-        let (s, o) = (i64::from_be_bytes(s), i64::from_be_bytes(o));
-        if s >= second as i64 {
-            return Ok(Some(o.max(0) as u64));
+
+    /// Reads the lines of `second`, from `position` to `end`.
+    fn second(&mut self, data: &mut BufReader<File>, position: &mut u64, end: u64, second: u64) -> io::Result<Reading> {
+        let mut line = Vec::new();
+        while *position < end {
+            let (consumed, whole) = read_line(data, end - *position, &mut line)?;
+            if consumed == 0 {
+                break; // end of the file
+            }
+            *position += consumed;
+            self.found.bytes_read += consumed;
+            let parsed = std::str::from_utf8(&line).ok().and_then(|l| l.parse::<MetricLine>().ok());
+            let Some(m) = parsed.filter(|m| whole && m.timestamp_ms == second * 1000) else {
+                self.found.skipped_lines += 1;
+                continue;
+            };
+            if self.resource.as_ref().is_some_and(|r| *r != m.resource) {
+                continue;
+            }
+            if self.found.lines.len() >= self.bounds.max_lines || self.held_bytes + line.len() > self.bounds.max_bytes
+            {
+                self.found.truncated = true;
+                return Ok(Reading::Done);
+            }
+            self.held_bytes += line.len();
+            self.found.lines.push(m);
+        }
+        Ok(Reading::More)
+    }
+
+    /// The index entry number `n`: (second, offset).
+    fn entry_at(&mut self, index: &mut File, n: u64) -> io::Result<(u64, u64)> {
+        index.seek(SeekFrom::Start(n * 16))?;
+        Ok(self.next_entry(index)?.unwrap_or((u64::MAX, 0)))
+    }
+
+    /// The next whole index entry, if any (negative values read as 0).
+    fn next_entry(&mut self, index: &mut impl Read) -> io::Result<Option<(u64, u64)>> {
+        let mut entry = [0u8; 16];
+        match index.read_exact(&mut entry) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        self.found.bytes_read += 16;
+        let value = |b: &[u8]| i64::from_be_bytes(b.try_into().unwrap_or_default()).max(0) as u64;
+        Ok(Some((value(&entry[..8]), value(&entry[8..]))))
+    }
+}
+
+/// Reads one line, without going more than `limit` bytes on, into `line` (emptied first). Returns the bytes
+/// gone through and whether the line is whole: it ends with a newline and is at most [`MAX_LINE_BYTES`] long
+/// (a longer one is gone through without being held).
+fn read_line(data: &mut impl BufRead, limit: u64, line: &mut Vec<u8>) -> io::Result<(u64, bool)> {
+    line.clear();
+    let (mut consumed, mut fits) = (0u64, true);
+    loop {
+        let available = data.fill_buf()?;
+        let room = (limit - consumed).min(available.len() as u64) as usize;
+        if room == 0 {
+            return Ok((consumed, false));
+        }
+        let (take, done) = match available[..room].iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (room, false),
+        };
+        if fits && line.len() + take <= MAX_LINE_BYTES {
+            line.extend_from_slice(&available[..take]);
+        } else {
+            fits = false;
+            line.clear();
+        }
+        data.consume(take);
+        consumed += take as u64;
+        if done {
+            return Ok((consumed, fits));
         }
     }
-    Ok(None)
 }
 
 #[cfg(test)]
