@@ -316,7 +316,8 @@ impl MetricLogWriter {
     fn write_at(&self, f: &mut File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         f.seek(SeekFrom::Start(offset))?;
         #[cfg(test)]
-        if let Some((budget, kind)) = *self.fail_after.lock().unwrap_or_else(|e| e.into_inner()) {
+        let hook = *self.fail_after.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((budget, kind)) = hook {
             // Test hook: the disk has room for `budget` more bytes, then fails like a full disk.
             let fits = (budget as usize).min(bytes.len());
             f.write_all(&bytes[..fits])?;
@@ -796,5 +797,248 @@ mod tests {
         assert_eq!(parse_file_name("a-metrics.log.2024-1-02", "a-metrics.log"), None);
         assert_eq!(parse_file_name("b-metrics.log.2024-01-02", "a-metrics.log"), None);
         assert_eq!(metric_file_base_name("com.x.y"), "com-x-y-metrics.log");
+    }
+
+    /// Writes `seconds` seconds of `resources` lines each from `first_second` into `{base}.{date}{suffix}`
+    /// and its index, as the writer does; returns the file's size.
+    fn synthetic_log(dir: &Path, name: &str, first_second: u64, seconds: u64, resources: usize) -> u64 {
+        let path = dir.join(name);
+        let (mut text, mut index) = (String::new(), Vec::new());
+        for s in first_second..first_second + seconds {
+            index.extend_from_slice(&(s as i64).to_be_bytes());
+            index.extend_from_slice(&(text.len() as i64).to_be_bytes());
+            for r in 0..resources {
+                let line = MetricLine { timestamp_ms: s * 1000, resource: format!("service.resource.{r}"), pass: r as u64, ..MetricLine::default() };
+                text.push_str(&format!("{line}\n"));
+            }
+        }
+        fs::write(&path, &text).unwrap();
+        fs::write(index_path(&path), index).unwrap();
+        text.len() as u64
+    }
+
+    /// Three files of 2 MiB or more each (24,000 seconds of 20 resources).
+    fn large_log(dir: &Path) -> u64 {
+        let s0 = T0 / 1000;
+        (0..3u64).map(|i| synthetic_log(dir, &format!("app-metrics.log.2023-11-14.{i}"), s0 + i * 8000, 8000, 20)).sum()
+    }
+
+    #[test]
+    fn a_search_with_a_line_limit_reads_only_what_it_answers_of_many_large_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let total = large_log(dir.path());
+        assert!(total > 6 << 20, "{total}");
+        for (max_lines, from) in [(1, 0), (1, T0 + 12_000_000), (100, 0), (100, T0 + 23_990_000)] {
+            let found = MetricSearcher::new(dir.path(), "app").max_lines(max_lines).search(None, from, u64::MAX).unwrap();
+            assert_eq!(found.lines.len(), max_lines);
+            assert!(found.truncated);
+            // The line limit, a block of the reader's buffer, and a binary search of three indexes.
+            assert!(found.bytes_read < 16 * 1024, "{max_lines} lines from {from}: read {} bytes", found.bytes_read);
+            assert!(found.lines[0].timestamp_ms >= from.max(T0));
+        }
+    }
+
+    #[test]
+    fn a_search_for_a_rare_resource_stops_at_the_span_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        large_log(dir.path());
+        let searcher = MetricSearcher::new(dir.path(), "app").max_seconds(60);
+        let found = searcher.search(Some("not.there"), 0, u64::MAX).unwrap();
+        assert!(found.lines.is_empty());
+        assert!(found.truncated, "the span bound cut the search short");
+        let per_second = 20 * 70; // bytes of one second: 20 lines of about 60 bytes
+        assert!(found.bytes_read < 61 * per_second + 4096, "read {} bytes for 60 seconds", found.bytes_read);
+        // A range inside the span is answered whole.
+        let one = searcher.search(Some("service.resource.7"), T0 + 100_000, T0 + 109_000).unwrap();
+        assert_eq!(one.lines.len(), 10);
+        assert!(!one.truncated);
+    }
+
+    #[test]
+    fn a_search_holds_at_most_its_byte_bound_of_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        large_log(dir.path());
+        let found = MetricSearcher::new(dir.path(), "app").max_bytes(10_000).search(None, 0, u64::MAX).unwrap();
+        let held: usize = found.lines.iter().map(|l| l.to_string().len() + 1).sum();
+        assert!(held <= 10_000 && held > 9_000, "{held}");
+        assert!(found.truncated);
+        assert!(found.bytes_read < 32 * 1024, "{}", found.bytes_read);
+    }
+
+    /// Writes `seconds` seconds of traffic on `api` and `db`, one flush per second, with the disk failing
+    /// (after `room` bytes) on the flush of the second numbered `fail_at`.
+    fn run_with_a_full_disk(room: u64, fail_at: u64, seconds: u64) -> (tempfile::TempDir, MetricLogWriter, u64) {
+        let (engine, clock, dir) = setup("app");
+        let w = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
+        let mut failures = 0;
+        for s in 0..seconds {
+            drop(engine.enter("api").unwrap());
+            drop(engine.enter("db").unwrap());
+            clock.advance_millis(1000);
+            if (fail_at..fail_at + 3).contains(&s) {
+                *w.fail_after.lock().unwrap() = Some((if s == fail_at { room } else { 0 }, io::ErrorKind::StorageFull));
+            } else {
+                *w.fail_after.lock().unwrap() = None;
+            }
+            if let Err(e) = w.flush_once(clock.now_millis()) {
+                assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+                assert!(e.to_string().contains("tried again"), "{e}");
+                failures += 1;
+            }
+        }
+        (dir, w, failures)
+    }
+
+    /// Checks the file and index byte by byte: every index offset at a line start, one entry per second in
+    /// order, each (second, resource) once; returns the seconds found by the searcher.
+    fn assert_consistent(dir: &Path) -> Vec<u64> {
+        let file = dir.join("app-metrics.log.2023-11-14");
+        let text = fs::read_to_string(&file).unwrap();
+        let index = fs::read(index_path(&file)).unwrap();
+        assert_eq!(index.len() % 16, 0, "whole entries only");
+        let entries: Vec<(i64, usize)> = index
+            .chunks_exact(16)
+            .map(|e| (i64::from_be_bytes(e[..8].try_into().unwrap()), i64::from_be_bytes(e[8..].try_into().unwrap()) as usize))
+            .collect();
+        for pair in entries.windows(2) {
+            assert!(pair[0].0 < pair[1].0 && pair[0].1 < pair[1].1, "{entries:?}");
+        }
+        for (second, offset) in &entries {
+            assert!(offset == &0 || text.as_bytes()[offset - 1] == b'\n', "offset {offset} inside a line");
+            assert!(text[*offset..].starts_with(&format!("{}|", second * 1000)));
+        }
+        let mut keys: Vec<(u64, String)> =
+            text.lines().map(|l| l.parse::<MetricLine>().unwrap()).map(|l| (l.timestamp_ms, l.resource)).collect();
+        let n = keys.len();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "no line twice");
+        let found = MetricSearcher::new(dir, "app").search(None, T0, u64::MAX).unwrap();
+        assert_eq!(found.skipped_lines, 0);
+        let mut seconds: Vec<u64> = found.lines.iter().map(|l| (l.timestamp_ms - T0) / 1000).collect();
+        assert_eq!(found.lines.len(), n, "the searcher finds every line written");
+        seconds.dedup();
+        seconds
+    }
+
+    #[test]
+    fn a_write_cut_by_a_full_disk_leaves_file_and_index_consistent_and_every_second_is_found() {
+        // Each second is two lines of 55 bytes and an index entry of 16: the disk fills with no room at all,
+        // inside the first line, between the lines, inside the second, after the text (no index entry) and
+        // inside the index entry.
+        for room in [0, 30, 55, 80, 110, 118] {
+            let (dir, _w, failures) = run_with_a_full_disk(room, 4, 12);
+            assert_eq!(failures, 3, "room {room}");
+            let seconds = assert_consistent(dir.path());
+            // The seconds of the failed flushes are written once there is room again (the engine still has them).
+            assert_eq!(seconds, (0..12).collect::<Vec<_>>(), "room {room}");
+        }
+    }
+
+    #[test]
+    fn a_torn_line_in_the_middle_is_skipped_and_reading_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let s0 = T0 / 1000;
+        let line = |s: u64, r: &str| MetricLine { timestamp_ms: s * 1000, resource: r.into(), pass: 1, ..MetricLine::default() }.to_string();
+        // Second 2's first line was cut inside its timestamp (then the rest of the second written after it),
+        // second 4's last line inside a field; both indexed where their seconds start, as a writer cut short
+        // by a full disk left them.
+        let tears = [(2, 5), (2, 14), (2, 30)];
+        for (second, cut) in tears {
+            let (mut text, mut index) = (String::new(), Vec::new());
+            for s in 0..8 {
+                index.extend_from_slice(&((s0 + s) as i64).to_be_bytes());
+                index.extend_from_slice(&(text.len() as i64).to_be_bytes());
+                if s == second {
+                    text.push_str(&line(s0 + s, "a")[..cut]);
+                }
+                text.push_str(&format!("{}\n{}\n", line(s0 + s, "a"), line(s0 + s, "b")));
+                if s == 4 {
+                    text.push_str(&line(s0 + s, "c")[..cut]);
+                }
+            }
+            let path = dir.path().join("app-metrics.log.2023-11-14");
+            fs::write(&path, text).unwrap();
+            fs::write(index_path(&path), index).unwrap();
+            let found = MetricSearcher::new(dir.path(), "app").search(None, 0, u64::MAX).unwrap();
+            let got: Vec<(u64, String)> = found.lines.iter().map(|l| ((l.timestamp_ms / 1000) - s0, l.resource.clone())).collect();
+            let b_lines = got.iter().filter(|(_, r)| r == "b").count();
+            assert_eq!(b_lines, 8, "cut at {cut}: {got:?}");
+            assert_eq!(found.skipped_lines, 2, "cut at {cut}: the torn line in second 2 and second 4's torn end");
+            assert!(got.iter().all(|(s, _)| *s < 8), "no second from a torn timestamp: {got:?}");
+        }
+    }
+
+    #[test]
+    fn repeated_index_entries_and_shifted_offsets_neither_duplicate_nor_hide_seconds() {
+        // What a writer before the fix left after a full disk: the failed second's entry repeated with later
+        // offsets, its lines written again, and the next offsets pointing inside lines.
+        let dir = tempfile::tempdir().unwrap();
+        let s0 = T0 / 1000;
+        let (mut text, mut index) = (String::new(), Vec::new());
+        let mut entry = |s: u64, o: usize| {
+            index.extend_from_slice(&(s as i64).to_be_bytes());
+            index.extend_from_slice(&(o as i64).to_be_bytes());
+        };
+        for s in 0..10u64 {
+            let line = MetricLine { timestamp_ms: (s0 + s) * 1000, resource: "api".into(), ..MetricLine::default() };
+            entry(s0 + s, text.len() + if s > 5 { 7 } else { 0 });
+            if s == 3 {
+                entry(s0 + s, text.len());
+                text.push_str(&format!("{line}\n"));
+            }
+            text.push_str(&format!("{line}\n"));
+        }
+        let path = dir.path().join("app-metrics.log.2023-11-14");
+        fs::write(&path, text).unwrap();
+        fs::write(index_path(&path), index).unwrap();
+        let found = MetricSearcher::new(dir.path(), "app").find(Some("api"), 0, u64::MAX).unwrap();
+        let seconds: Vec<u64> = found.iter().map(|l| l.timestamp_ms / 1000 - s0).collect();
+        // Second 3 twice in its own bytes (written twice); seconds 6..9 start inside a line: their lines are
+        // found from the next line start on, which is the next second's (so each is skipped, not misread).
+        assert!(seconds.windows(2).all(|w| w[0] <= w[1]), "{seconds:?}");
+        assert_eq!(&seconds[..6], &[0, 1, 2, 3, 3, 4], "{seconds:?}");
+        assert!(seconds.iter().all(|s| *s < 10));
+    }
+
+    #[test]
+    fn a_newline_in_a_resource_name_cannot_forge_a_metric_line() {
+        let (engine, clock, dir) = setup("app");
+        let w = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
+        let forged = "x\n1700000000000|2023-11-14 22:13:20|admin|999|0|999|0|1|0|0|0";
+        let names = [forged, "y\r\nz", "p|q", "plain"];
+        for name in names {
+            drop(engine.enter(name).unwrap());
+        }
+        clock.advance_millis(1000);
+        assert_eq!(w.flush_once(clock.now_millis()).unwrap(), 4);
+        let text = fs::read_to_string(dir.path().join("app-metrics.log.2023-11-14")).unwrap();
+        assert_eq!(text.lines().count(), 4, "one line per resource:\n{text}");
+        let lines: Vec<MetricLine> = text.lines().map(|l| l.parse().unwrap()).collect();
+        assert!(lines.iter().all(|l| l.pass == 1 && l.resource != "admin"), "{lines:?}");
+        let shown: Vec<&str> = lines.iter().map(|l| l.resource.as_str()).collect();
+        assert!(shown.contains(&"x_1700000000000_2023-11-14 22:13:20_admin_999_0_999_0_1_0_0_0"), "{shown:?}");
+        assert!(shown.contains(&"y__z") && shown.contains(&"p_q"));
+        // Searched by the name the application uses, or by the name the log shows.
+        let searcher = MetricSearcher::new(dir.path(), "app");
+        for name in [forged, "x_1700000000000_2023-11-14 22:13:20_admin_999_0_999_0_1_0_0_0"] {
+            assert_eq!(searcher.find(Some(name), T0, T0).unwrap().len(), 1);
+        }
+        assert!(searcher.find(Some("admin"), 0, u64::MAX).unwrap().is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_planted_link_in_place_of_a_metric_file_is_passed_over() {
+        let (engine, clock, dir) = setup("app");
+        let victim = dir.path().join("victim.txt");
+        fs::write(&victim, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("app-metrics.log.2023-11-14")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("app-metrics.log.2023-11-14.1.idx")).unwrap();
+        let w = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
+        drop(engine.enter("api").unwrap());
+        clock.advance_millis(1000);
+        assert_eq!(w.flush_once(clock.now_millis()).unwrap(), 1);
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n", "neither truncated nor written");
+        assert_eq!(MetricSearcher::new(dir.path(), "app").find(Some("api"), T0, T0).unwrap().len(), 1);
     }
 }
