@@ -321,4 +321,61 @@ mod tests {
         assert!(dir.path().join("sentinel-block.log.2").exists());
         assert!(!dir.path().join("sentinel-block.log.3").exists());
     }
+
+    #[test]
+    fn a_block_log_write_cut_by_a_full_disk_leaves_no_torn_line() {
+        for room in [0, 10, 50, 70] {
+            let clock = ManualClock::at_millis(T0);
+            let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+            engine.load_flow_rules(vec![FlowRule::new("api").count(0.0), FlowRule::new("db").count(0.0)]).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let log = BlockLogWriter::new(dir.path().join(BLOCK_LOG_FILE)).unwrap();
+            log.attach(&engine);
+            let mut failed = 0;
+            for s in 0..6 {
+                drop(engine.enter("api"));
+                drop(engine.enter("db"));
+                clock.advance_millis(1000);
+                *log.inner.room.lock().unwrap() = (s == 2).then_some(room);
+                if log.flush_once(clock.now_millis()).is_err() {
+                    failed += 1;
+                }
+            }
+            assert_eq!((failed, log.lines_lost()), (1, 2), "room {room}");
+            let text = fs::read_to_string(log.path()).unwrap();
+            assert_eq!(text.lines().count(), 10, "room {room}:\n{text}");
+            assert!(text.lines().all(|l| l.ends_with("|1,0") && l.starts_with("2023-11-14 22:13:")), "{text}");
+            assert!(!text.contains("22:13:22"), "the failed second is left out whole");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_block_log_is_never_written_through_a_planted_link() {
+        let clock = ManualClock::at_millis(T0);
+        let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+        engine.load_flow_rules(vec![FlowRule::new("api").count(0.0)]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim.txt");
+        fs::write(&victim, "precious\n").unwrap();
+        let path = dir.path().join(BLOCK_LOG_FILE);
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let log = BlockLogWriter::new(&path).unwrap();
+        log.attach(&engine);
+        drop(engine.enter("api"));
+        clock.advance_millis(1000);
+        let e = log.flush_once(clock.now_millis()).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+        // A FIFO (or anything not a regular file) is refused too, without blocking on its open.
+        let fifo = dir.path().join("fifo.log");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let log = BlockLogWriter::new(&fifo).unwrap();
+        log.attach(&engine);
+        drop(engine.enter("api"));
+        clock.advance_millis(1000);
+        assert!(log.flush_once(clock.now_millis()).is_err(), "a FIFO with no reader: refused at once");
+    }
 }
