@@ -316,16 +316,18 @@ impl MetricLogWriter {
     fn write_at(&self, f: &mut File, offset: u64, bytes: &[u8]) -> io::Result<()> {
         f.seek(SeekFrom::Start(offset))?;
         #[cfg(test)]
-        let hook = *self.fail_after.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((budget, kind)) = hook {
-            // Test hook: the disk has room for `budget` more bytes, then fails like a full disk.
-            let fits = (budget as usize).min(bytes.len());
-            f.write_all(&bytes[..fits])?;
-            *self.fail_after.lock().unwrap_or_else(|e| e.into_inner()) = Some((budget - fits as u64, kind));
-            if fits < bytes.len() {
-                return Err(io::Error::from(kind));
+        {
+            let hook = *self.fail_after.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((budget, kind)) = hook {
+                // Test hook: the disk has room for `budget` more bytes, then fails like a full disk.
+                let fits = (budget as usize).min(bytes.len());
+                f.write_all(&bytes[..fits])?;
+                *self.fail_after.lock().unwrap_or_else(|e| e.into_inner()) = Some((budget - fits as u64, kind));
+                if fits < bytes.len() {
+                    return Err(io::Error::from(kind));
+                }
+                return Ok(());
             }
-            return Ok(());
         }
         f.write_all(bytes)
     }
@@ -571,8 +573,7 @@ impl Search<'_> {
             if self.resource.as_ref().is_some_and(|r| *r != m.resource) {
                 continue;
             }
-            if self.found.lines.len() >= self.bounds.max_lines || self.held_bytes + line.len() > self.bounds.max_bytes
-            {
+            if self.found.lines.len() >= self.bounds.max_lines || self.held_bytes + line.len() > self.bounds.max_bytes {
                 self.found.truncated = true;
                 return Ok(Reading::Done);
             }
@@ -808,7 +809,12 @@ mod tests {
             index.extend_from_slice(&(s as i64).to_be_bytes());
             index.extend_from_slice(&(text.len() as i64).to_be_bytes());
             for r in 0..resources {
-                let line = MetricLine { timestamp_ms: s * 1000, resource: format!("service.resource.{r}"), pass: r as u64, ..MetricLine::default() };
+                let line = MetricLine {
+                    timestamp_ms: s * 1000,
+                    resource: format!("service.resource.{r}"),
+                    pass: r as u64,
+                    ..MetricLine::default()
+                };
                 text.push_str(&format!("{line}\n"));
             }
         }
@@ -829,7 +835,8 @@ mod tests {
         let total = large_log(dir.path());
         assert!(total > 6 << 20, "{total}");
         for (max_lines, from) in [(1, 0), (1, T0 + 12_000_000), (100, 0), (100, T0 + 23_990_000)] {
-            let found = MetricSearcher::new(dir.path(), "app").max_lines(max_lines).search(None, from, u64::MAX).unwrap();
+            let found =
+                MetricSearcher::new(dir.path(), "app").max_lines(max_lines).search(None, from, u64::MAX).unwrap();
             assert_eq!(found.lines.len(), max_lines);
             assert!(found.truncated);
             // The line limit, a block of the reader's buffer, and a binary search of three indexes.
@@ -898,7 +905,12 @@ mod tests {
         assert_eq!(index.len() % 16, 0, "whole entries only");
         let entries: Vec<(i64, usize)> = index
             .chunks_exact(16)
-            .map(|e| (i64::from_be_bytes(e[..8].try_into().unwrap()), i64::from_be_bytes(e[8..].try_into().unwrap()) as usize))
+            .map(|e| {
+                (
+                    i64::from_be_bytes(e[..8].try_into().unwrap()),
+                    i64::from_be_bytes(e[8..].try_into().unwrap()) as usize,
+                )
+            })
             .collect();
         for pair in entries.windows(2) {
             assert!(pair[0].0 < pair[1].0 && pair[0].1 < pair[1].1, "{entries:?}");
@@ -938,7 +950,9 @@ mod tests {
     fn a_torn_line_in_the_middle_is_skipped_and_reading_goes_on() {
         let dir = tempfile::tempdir().unwrap();
         let s0 = T0 / 1000;
-        let line = |s: u64, r: &str| MetricLine { timestamp_ms: s * 1000, resource: r.into(), pass: 1, ..MetricLine::default() }.to_string();
+        let line = |s: u64, r: &str| {
+            MetricLine { timestamp_ms: s * 1000, resource: r.into(), pass: 1, ..MetricLine::default() }.to_string()
+        };
         // Second 2's first line was cut inside its timestamp (then the rest of the second written after it),
         // second 4's last line inside a field; both indexed where their seconds start, as a writer cut short
         // by a full disk left them.
@@ -960,7 +974,8 @@ mod tests {
             fs::write(&path, text).unwrap();
             fs::write(index_path(&path), index).unwrap();
             let found = MetricSearcher::new(dir.path(), "app").search(None, 0, u64::MAX).unwrap();
-            let got: Vec<(u64, String)> = found.lines.iter().map(|l| ((l.timestamp_ms / 1000) - s0, l.resource.clone())).collect();
+            let got: Vec<(u64, String)> =
+                found.lines.iter().map(|l| ((l.timestamp_ms / 1000) - s0, l.resource.clone())).collect();
             let b_lines = got.iter().filter(|(_, r)| r == "b").count();
             assert_eq!(b_lines, 8, "cut at {cut}: {got:?}");
             assert_eq!(found.skipped_lines, 2, "cut at {cut}: the torn line in second 2 and second 4's torn end");

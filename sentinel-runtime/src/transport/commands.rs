@@ -303,13 +303,7 @@ fn older_lines(
 }
 
 #[cfg(not(feature = "logs"))]
-fn older_lines(
-    _: &Center,
-    _: u64,
-    _: u64,
-    _: Option<&str>,
-    _: usize,
-) -> Result<(Vec<LineRecord>, bool), CommandError> {
+fn older_lines(_: &Center, _: u64, _: u64, _: Option<&str>, _: usize) -> Result<(Vec<LineRecord>, bool), CommandError> {
     Ok((Vec::new(), false))
 }
 
