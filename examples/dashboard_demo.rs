@@ -1,7 +1,8 @@
 //! A small service with synthetic traffic, its rules in a file, and the command center with the built-in
 //! console on 127.0.0.1:8719: open the console in a browser, or point a Sentinel Dashboard at it.
 //!
-//! Run: `cargo run --example dashboard_demo` (stops on Ctrl-C), or `-- --duration 30` to stop by itself.
+//! Run: `cargo run --example dashboard_demo` (stops on Ctrl-C), or `-- --duration 30` to stop by itself,
+//! `-- --dir DIR` to keep its rules and logs in `DIR`.
 //!
 //! - `GET /api/orders`: about 50 calls a second against a flow limit of 40, so some are blocked;
 //! - `GET /api/search`: a hot-parameter limit of 15 calls a second per user, one user is greedy;
@@ -9,9 +10,11 @@
 //!   closes when the downstream has recovered;
 //! - `report.generate`: slow, at most 2 in flight (a thread-grade flow rule).
 //!
-//! The rules come from `rules.json` in a directory of the demo's own (printed at start; a copy of
-//! `examples/rules/dashboard-demo-rules.json` the first time). Rules pushed from the console or from the
-//! dashboard are written back to it, so they are still in force after a restart of the demo.
+//! The rules come from `rules.json` in the demo's directory (printed at start; a copy of
+//! `examples/rules/dashboard-demo-rules.json` the first time), and its logs go to `logs/` there. By default the
+//! directory is a fresh private one, removed when the demo ends; `--dir DIR` (or `SENTINEL_DEMO_DIR`) names one
+//! to keep: rules pushed from the console or from the dashboard are written back to its `rules.json`, so they
+//! are still in force after a restart of the demo with the same `--dir`.
 //!
 //! With a Sentinel Dashboard (Java 8+, `sentinel-dashboard-1.8.x.jar` from Sentinel's releases):
 //!
@@ -23,6 +26,7 @@
 //! then log in at http://127.0.0.1:8080 (sentinel / sentinel): the app `dashboard-demo` appears within 10 s.
 
 use std::error::Error;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,21 +37,32 @@ use sentinel_runtime::{Config, Sentinel};
 
 const SAMPLE: &str = include_str!("rules/dashboard-demo-rules.json");
 
-fn duration_arg() -> Result<Option<Duration>, Box<dyn Error>> {
-    const USAGE: &str = "usage: dashboard_demo [--duration SECS]";
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        [] => Ok(None),
-        ["--duration", secs] => {
-            let secs: u64 = secs.parse().map_err(|_| format!("--duration: `{secs}` is not a number of seconds"))?;
-            Ok(Some(Duration::from_secs(secs)))
+/// What the command line asks for.
+struct Args {
+    duration: Option<Duration>,
+    dir: Option<PathBuf>,
+}
+
+fn args() -> Result<Args, Box<dyn Error>> {
+    const USAGE: &str = "usage: dashboard_demo [--duration SECS] [--dir DIR]";
+    let mut parsed = Args { duration: None, dir: std::env::var_os("SENTINEL_DEMO_DIR").map(PathBuf::from) };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--duration" => {
+                let secs = args.next().ok_or(USAGE)?;
+                let secs: u64 = secs.parse().map_err(|_| format!("--duration: `{secs}` is not a number of seconds"))?;
+                parsed.duration = Some(Duration::from_secs(secs));
+            }
+            "--dir" => parsed.dir = Some(args.next().ok_or(USAGE)?.into()),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unexpected argument `{other}` ({USAGE})").into()),
         }
-        ["-h" | "--help"] => {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        other => Err(format!("unexpected arguments {other:?} ({USAGE})").into()),
     }
+    Ok(parsed)
 }
 
 /// Runs `f` about `per_second` times a second on a thread of its own until `stop`.
@@ -65,9 +80,20 @@ fn traffic(stop: &Arc<AtomicBool>, per_second: u32, mut f: impl FnMut(u64) + Sen
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let duration = duration_arg()?;
-    let dir = std::env::temp_dir().join("sentinel-dashboard-demo");
-    std::fs::create_dir_all(&dir)?;
+    let Args { duration, dir } = args()?;
+    // A directory the user names (kept), or a fresh private one (removed at the end). Never a fixed name
+    // under the shared temporary directory: another user could create it first, with rules or links in it.
+    let fresh;
+    let dir = match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)?;
+            dir
+        }
+        None => {
+            fresh = tempfile::Builder::new().prefix("sentinel-dashboard-demo-").tempdir()?;
+            fresh.path().to_path_buf()
+        }
+    };
     let rules = dir.join("rules.json");
     if !rules.exists() {
         std::fs::write(&rules, SAMPLE)?;

@@ -30,9 +30,10 @@ fn next_reload(rx: &mpsc::Receiver<Result<Reloaded, String>>) -> Result<Result<R
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let dir = std::env::temp_dir().join(format!("sentinel-rules-example-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("sentinel-rules.json");
+    // A fresh private directory: a name under the shared temporary directory that others can guess could be
+    // theirs, with their rules in it.
+    let dir = tempfile::Builder::new().prefix("sentinel-rules-example-").tempdir()?;
+    let path = dir.path().join("sentinel-rules.json");
     std::fs::write(&path, SAMPLE)?;
 
     // The engine's time is driven by the example, so the bursts below are exact; the file watcher is real.
@@ -98,6 +99,6 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     println!("{RESOURCE}: {} of 10 calls passed in one second (the good rules stayed)", burst(&engine, &clock));
 
-    std::fs::remove_dir_all(&dir)?;
+    dir.close()?;
     Ok(())
 }

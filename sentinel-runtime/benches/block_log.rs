@@ -14,7 +14,8 @@ use sentinel_runtime::Sentinel;
 const BATCH: u64 = 4096;
 
 fn blocked_calls(c: &mut Criterion) {
-    let dir = std::env::temp_dir().join(format!("sentinel-bench-block-{}", std::process::id()));
+    let tmp = tempfile::tempdir().expect("a private temporary directory");
+    let dir = tmp.path();
     let mut g = c.benchmark_group("blocked_call");
     g.throughput(Throughput::Elements(1));
     for attach in [false, true] {
@@ -47,7 +48,7 @@ fn blocked_calls(c: &mut Criterion) {
         assert_eq!(log.dropped(), 0, "the queue never overflowed");
     }
     g.finish();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(tmp);
 }
 
 criterion_group!(benches, blocked_calls);

@@ -606,6 +606,49 @@ fn metric_answers_older_seconds_from_the_metric_log() {
     assert_eq!(seconds.len(), 100, "every second from 500 s to 599 s");
 }
 
+#[cfg(feature = "logs")]
+#[test]
+fn metric_from_the_log_answers_at_most_its_line_bound_and_stops_at_a_second() {
+    use sentinel_runtime::log::MetricLogWriter;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at_millis(T0);
+    let mut config = sentinel_runtime::Config::default();
+    config.app_name = "bounded".into();
+    config.log_dir = dir.path().to_path_buf();
+    let engine = Sentinel::builder().config(config).manual_clock(clock.clone()).build();
+    let writer = MetricLogWriter::new(&engine, dir.path(), 1 << 30, 6).unwrap();
+    // 600 seconds of 25 resources (15,000 lines) logged before the command center started; one name holds a
+    // newline and a forged line.
+    let names: Vec<String> = (0..24).map(|i| format!("res.{i}")).chain(["x\n1|forged|9".to_string()]).collect();
+    for _ in 0..600u64 {
+        for n in &names {
+            drop(engine.enter(n).unwrap());
+        }
+        clock.advance_millis(1000);
+        writer.flush_once(clock.now_millis()).unwrap();
+    }
+    let center = start(&engine);
+    let body = |q: &str| {
+        let r = get(center.local_addr(), &format!("/metric?{q}"), &[]);
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+    };
+    for n in [1, 7, 100] {
+        let answer = body(&format!("startTime=0&maxLines={n}"));
+        assert_eq!(answer.lines().count(), n, "maxLines={n}");
+    }
+    // With an end, as the dashboard asks: at most 12,000 lines, in time order, from the first second on.
+    let all = fetch_metrics(&center, T0, T0 + 599_000);
+    assert!(all.len() <= 12_000 && all.len() >= 11_000, "{}", all.len());
+    assert_eq!(all[0].timestamp, T0);
+    assert!(all.windows(2).all(|w| w[0].timestamp <= w[1].timestamp));
+    // The name with a newline is one line per second, shown with `_`, and nothing is forged.
+    assert!(all.iter().all(|l| l.resource != "forged"));
+    let odd: Vec<_> = all.iter().filter(|l| l.resource.starts_with("x_")).collect();
+    assert_eq!(odd.len(), all.len() / 25, "{:?}", odd.first());
+    assert_eq!(odd[0].resource, "x_1_forged_9");
+}
+
 #[test]
 fn the_server_can_run_on_the_applications_runtime() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();

@@ -10,8 +10,8 @@
 //! seconds. When the file passes its size it is renamed to `.1` (older ones shift up to the backup count).
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::fs::{self, File};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -34,7 +34,7 @@ struct Record {
 }
 
 struct FileState {
-    out: Option<BufWriter<File>>,
+    out: Option<File>,
     size: u64,
 }
 
@@ -48,6 +48,9 @@ struct Inner {
     pending: Mutex<BTreeMap<u64, BTreeMap<String, u64>>>,
     file: Mutex<FileState>,
     dropped: AtomicU64,
+    lines_lost: AtomicU64,
+    #[cfg(test)]
+    room: Mutex<Option<u64>>,
 }
 
 /// Writes `sentinel-block.log`. Cheap to clone (shared).
@@ -97,7 +100,8 @@ fn key_of(e: &BlockError) -> String {
 }
 
 impl BlockLogWriter {
-    /// A writer appending to `path` (its directory is created), rolled at 300 MiB with 3 backups.
+    /// A writer appending to `path` (its directory is created), rolled at 300 MiB with 3 backups. The file is
+    /// never written through a symbolic link in its place (see [the module](super)).
     pub fn new(path: impl AsRef<Path>) -> io::Result<Self> {
         Self::with_limits(path, DEFAULT_MAX_SIZE, DEFAULT_BACKUPS)
     }
@@ -119,6 +123,9 @@ impl BlockLogWriter {
                 pending: Mutex::new(BTreeMap::new()),
                 file: Mutex::new(FileState { out: None, size: 0 }),
                 dropped: AtomicU64::new(0),
+                lines_lost: AtomicU64::new(0),
+                #[cfg(test)]
+                room: Mutex::new(None),
             }),
         })
     }
@@ -145,7 +152,16 @@ impl BlockLogWriter {
         self.inner.dropped.load(Ordering::Relaxed)
     }
 
+    /// Lines that could not be written (a full disk): each failed write is left out whole.
+    pub fn lines_lost(&self) -> u64 {
+        self.inner.lines_lost.load(Ordering::Relaxed)
+    }
+
     /// Aggregates the queued events and writes every whole second before `now_ms`. Returns the lines written.
+    ///
+    /// # Errors
+    /// The write failed: its lines are left out (none of them torn) and counted in
+    /// [`lines_lost`](Self::lines_lost).
     pub fn flush_once(&self, now_ms: u64) -> io::Result<usize> {
         let boundary = now_ms - now_ms % 1000;
         let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -168,21 +184,32 @@ impl BlockLogWriter {
             }
         }
         if lines > 0 {
-            self.write(text.as_bytes())?;
+            if let Err(e) = self.write(text.as_bytes()) {
+                self.inner.lines_lost.fetch_add(lines as u64, Ordering::Relaxed);
+                return Err(io::Error::new(e.kind(), format!("block log: {lines} lines not written ({e})")));
+            }
         }
         Ok(lines)
     }
 
+    /// Appends `bytes` (whole lines). On a failure (a full disk) the file is cut back to its length before,
+    /// so that it never ends in a torn line; if even that fails, the file is reopened (at its real length)
+    /// before the next write.
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
         let mut f = self.inner.file.lock().unwrap_or_else(|e| e.into_inner());
         if f.out.is_none() {
-            let file = OpenOptions::new().create(true).append(true).open(&self.inner.path)?;
+            let file = super::open_append(&self.inner.path)?;
             f.size = file.metadata()?.len();
-            f.out = Some(BufWriter::new(file));
+            f.out = Some(file);
         }
+        let size = f.size;
         if let Some(out) = f.out.as_mut() {
-            out.write_all(bytes)?;
-            out.flush()?;
+            if let Err(e) = self.append(out, bytes) {
+                if out.set_len(size).is_err() {
+                    f.out = None;
+                }
+                return Err(e);
+            }
         }
         f.size += bytes.len() as u64;
         if f.size >= self.inner.max_size {
@@ -191,6 +218,21 @@ impl BlockLogWriter {
             self.roll()?;
         }
         Ok(())
+    }
+
+    fn append(&self, out: &mut File, bytes: &[u8]) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(room) = self.inner.room.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            // Test hook: the disk has room for `room` more bytes, then fails like a full disk.
+            let fits = (*room as usize).min(bytes.len());
+            out.write_all(&bytes[..fits])?;
+            *room -= fits as u64;
+            if fits < bytes.len() {
+                return Err(io::Error::other("no space left on device (test)"));
+            }
+            return Ok(());
+        }
+        out.write_all(bytes)
     }
 
     fn roll(&self) -> io::Result<()> {
@@ -278,5 +320,62 @@ mod tests {
         assert!(dir.path().join("sentinel-block.log.1").exists());
         assert!(dir.path().join("sentinel-block.log.2").exists());
         assert!(!dir.path().join("sentinel-block.log.3").exists());
+    }
+
+    #[test]
+    fn a_block_log_write_cut_by_a_full_disk_leaves_no_torn_line() {
+        for room in [0, 10, 50, 70] {
+            let clock = ManualClock::at_millis(T0);
+            let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+            engine.load_flow_rules(vec![FlowRule::new("api").count(0.0), FlowRule::new("db").count(0.0)]).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let log = BlockLogWriter::new(dir.path().join(BLOCK_LOG_FILE)).unwrap();
+            log.attach(&engine);
+            let mut failed = 0;
+            for s in 0..6 {
+                drop(engine.enter("api"));
+                drop(engine.enter("db"));
+                clock.advance_millis(1000);
+                *log.inner.room.lock().unwrap() = (s == 2).then_some(room);
+                if log.flush_once(clock.now_millis()).is_err() {
+                    failed += 1;
+                }
+            }
+            assert_eq!((failed, log.lines_lost()), (1, 2), "room {room}");
+            let text = fs::read_to_string(log.path()).unwrap();
+            assert_eq!(text.lines().count(), 10, "room {room}:\n{text}");
+            assert!(text.lines().all(|l| l.ends_with("|1,0") && l.starts_with("2023-11-14 22:13:")), "{text}");
+            assert!(!text.contains("22:13:22"), "the failed second is left out whole");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_block_log_is_never_written_through_a_planted_link() {
+        let clock = ManualClock::at_millis(T0);
+        let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+        engine.load_flow_rules(vec![FlowRule::new("api").count(0.0)]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim.txt");
+        fs::write(&victim, "precious\n").unwrap();
+        let path = dir.path().join(BLOCK_LOG_FILE);
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let log = BlockLogWriter::new(&path).unwrap();
+        log.attach(&engine);
+        drop(engine.enter("api"));
+        clock.advance_millis(1000);
+        let e = log.flush_once(clock.now_millis()).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
+        // A FIFO (or anything not a regular file) is refused too, without blocking on its open.
+        let fifo = dir.path().join("fifo.log");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let log = BlockLogWriter::new(&fifo).unwrap();
+        log.attach(&engine);
+        drop(engine.enter("api"));
+        clock.advance_millis(1000);
+        assert!(log.flush_once(clock.now_millis()).is_err(), "a FIFO with no reader: refused at once");
     }
 }

@@ -5,21 +5,30 @@
 //! channel, no I/O, no lock). Each writer also has a `flush_once(now_ms)` entry point, so tests drive them
 //! deterministically with a [`ManualClock`](crate::clock::ManualClock).
 //!
+//! Files are opened without following a symbolic link in their place: a new metric file is created
+//! exclusively (an existing file or link of its name is passed over), and the block log, which is appended
+//! to, is refused when its name is a link (on Unix) or not a regular file. The log directory itself, and the
+//! directories above it, are trusted: keep them writable by the application's user only (the default,
+//! `$HOME/logs/csp`, is).
+//!
+//! A full disk loses seconds, never the files' consistency: a write that fails is cut back to the last whole
+//! second (metric log) or to the last whole line (block log), and readers skip a torn line and go on.
+//!
 //! Times in the logs are formatted in UTC (Java formats them in the JVM's zone); the first column of the
 //! metric log is the epoch timestamp, which is what readers use.
 //!
 //! ```
 //! use sentinel_runtime::{Sentinel, clock::ManualClock, log::{MetricLogWriter, MetricSearcher}};
-//! let dir = std::env::temp_dir().join(format!("sentinel-log-doc-{}", std::process::id()));
+//! let tmp = tempfile::tempdir().unwrap();
+//! let dir = tmp.path();
 //! let clock = ManualClock::at_millis(1_700_000_000_000);
 //! let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("demo").build();
-//! let writer = MetricLogWriter::new(&engine, &dir, 1 << 20, 6).unwrap();
+//! let writer = MetricLogWriter::new(&engine, dir, 1 << 20, 6).unwrap();
 //! drop(engine.enter("api").unwrap());
 //! clock.advance_millis(1000);
 //! writer.flush_once(clock.now_millis()).unwrap();
-//! let lines = MetricSearcher::new(&dir, "demo").find(Some("api"), 1_700_000_000_000, 1_700_000_001_000).unwrap();
+//! let lines = MetricSearcher::new(dir, "demo").find(Some("api"), 1_700_000_000_000, 1_700_000_001_000).unwrap();
 //! assert_eq!(lines[0].pass, 1);
-//! # std::fs::remove_dir_all(&dir).ok();
 //! ```
 
 mod block;
@@ -27,15 +36,51 @@ mod metric;
 mod time;
 
 pub use block::{BlockLogWriter, BLOCK_LOG_FILE};
-pub use metric::{metric_file_base_name, MetricLine, MetricLogWriter, MetricSearcher, TOTAL_INBOUND};
+pub use metric::{
+    metric_file_base_name, MetricLine, MetricLogWriter, MetricSearch, MetricSearcher, DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_LINES, DEFAULT_MAX_SECONDS, TOTAL_INBOUND,
+};
 
+use std::fs::{File, OpenOptions};
 use std::io;
+use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::Sentinel;
+
+/// Creates `path` for writing; fails with `AlreadyExists` if anything (a file, a symbolic link) has its name.
+fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new().write(true).create_new(true).open(path)
+}
+
+/// Opens `path` for appending, creating it if missing: refused if it is a symbolic link (on Unix) or not a
+/// regular file.
+fn open_append(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(|e| {
+        #[cfg(unix)]
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            return io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is a symbolic link: a log file is never written through one", path.display()),
+            );
+        }
+        e
+    })?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{} is not a regular file", path.display())));
+    }
+    Ok(file)
+}
 
 /// The metric and block logs of an engine, written by a background thread until dropped.
 pub struct Logs {

@@ -184,59 +184,127 @@ fn metric(c: &Center, p: &Params) -> Result<Reply, CommandError> {
         return Ok(Reply::text("")); // as Java: no start, no lines
     };
     let end = p.number::<u64>("endTime", "a time in ms since the epoch")?;
-    let max_lines = p.number::<usize>("maxLines", "a number of lines")?.unwrap_or(6000).min(12_000);
+    let max_lines = p.number::<usize>("maxLines", "a number of lines")?.unwrap_or(6000).min(MAX_METRIC_LINES);
     let identity = p.get("identity");
     c.history.sample(&c.engine);
     let covered = c.history.covered_from_ms();
     let mut lines = Vec::new();
     if start < covered {
-        lines.extend(older_lines(c, start, end.unwrap_or(u64::MAX).min(covered - 1), identity));
+        // As Java: `maxLines` bounds an answer without an end; one with an end is bounded all the same here.
+        let limit = if end.is_some() { MAX_METRIC_LINES } else { max_lines };
+        let (older, cut) = older_lines(c, start, end.unwrap_or(u64::MAX).min(covered - 1), identity, limit)?;
+        lines = older;
+        if cut {
+            // The answer stops where the log search stopped, so that it has no gap: ask again from there.
+            return Ok(Reply::text(thin_lines(&lines)));
+        }
     }
     lines.extend(c.history.lines(start.max(covered), end.unwrap_or(u64::MAX), identity));
     if end.is_none() {
         lines.truncate(max_lines);
     }
-    let mut out = String::with_capacity(lines.len() * 64);
-    for l in &lines {
-        l.write_thin(&mut out);
-    }
-    Ok(Reply::text(out))
+    Ok(Reply::text(thin_lines(&lines)))
 }
 
-/// Seconds older than the in-memory history, from the metric log (feature `logs`).
+fn thin_lines(lines: &[LineRecord]) -> String {
+    let mut out = String::with_capacity(lines.len() * 64);
+    for l in lines {
+        l.write_thin(&mut out);
+    }
+    out
+}
+
+/// Lines one `metric` answer holds at most.
+const MAX_METRIC_LINES: usize = 12_000;
+/// Bytes of log lines one `metric` answer holds at most (2 MiB: 12,000 lines of names up to ~100 bytes).
 #[cfg(feature = "logs")]
-fn older_lines(c: &Center, from: u64, to: u64, identity: Option<&str>) -> Vec<LineRecord> {
+const MAX_METRIC_LOG_BYTES: usize = 2 << 20;
+/// Seconds of log one `metric` answer reads at most (an hour), from the first second found.
+#[cfg(feature = "logs")]
+const MAX_METRIC_LOG_SECONDS: u64 = 3600;
+/// Metric log searches at once, process-wide: with [`MAX_METRIC_LOG_BYTES`], at most 8 MiB of log lines are
+/// held for `metric` answers at any time; a request beyond them is refused (asked again, it is answered).
+#[cfg(feature = "logs")]
+const METRIC_LOG_SEARCHES: usize = 4;
+#[cfg(feature = "logs")]
+static METRIC_LOG_SEARCHES_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One of the [`METRIC_LOG_SEARCHES`] places, given back when dropped.
+#[cfg(feature = "logs")]
+struct SearchPlace;
+
+#[cfg(feature = "logs")]
+impl SearchPlace {
+    fn take() -> Option<SearchPlace> {
+        use std::sync::atomic::Ordering;
+        METRIC_LOG_SEARCHES_RUNNING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < METRIC_LOG_SEARCHES).then_some(n + 1))
+            .ok()
+            .map(|_| SearchPlace)
+    }
+}
+
+#[cfg(feature = "logs")]
+impl Drop for SearchPlace {
+    fn drop(&mut self) {
+        METRIC_LOG_SEARCHES_RUNNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Seconds older than the in-memory history, from the metric log (feature `logs`): at most `limit` lines,
+/// and whether a bound cut them short.
+#[cfg(feature = "logs")]
+fn older_lines(
+    c: &Center,
+    from: u64,
+    to: u64,
+    identity: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<LineRecord>, bool), CommandError> {
     let config = c.engine.config();
     if !config.log_dir.is_dir() {
-        return Vec::new();
+        return Ok((Vec::new(), false));
     }
-    match crate::log::MetricSearcher::new(&config.log_dir, &config.app_name).find(identity, from, to) {
-        Ok(found) => found
-            .into_iter()
-            .map(|m| LineRecord {
-                resource: Arc::from(m.resource.as_str()),
-                totals: crate::SecondTotals {
-                    start_ms: m.timestamp_ms,
-                    pass: m.pass,
-                    block: m.block,
-                    success: m.success,
-                    exception: m.exception,
-                    rt_ms: m.rt_ms,
-                    occupied_pass: m.occupied_pass,
-                },
-                concurrency: m.concurrency,
-            })
-            .collect(),
+    let Some(_place) = SearchPlace::take() else {
+        return Err(CommandError(format!(
+            "busy: {METRIC_LOG_SEARCHES} metric log searches are running; ask again in a moment"
+        )));
+    };
+    let searcher = crate::log::MetricSearcher::new(&config.log_dir, &config.app_name)
+        .max_lines(limit)
+        .max_bytes(MAX_METRIC_LOG_BYTES)
+        .max_seconds(MAX_METRIC_LOG_SECONDS);
+    match searcher.search(identity, from, to) {
+        Ok(found) => {
+            let lines = found
+                .lines
+                .into_iter()
+                .map(|m| LineRecord {
+                    resource: Arc::from(m.resource.as_str()),
+                    totals: crate::SecondTotals {
+                        start_ms: m.timestamp_ms,
+                        pass: m.pass,
+                        block: m.block,
+                        success: m.success,
+                        exception: m.exception,
+                        rt_ms: m.rt_ms,
+                        occupied_pass: m.occupied_pass,
+                    },
+                    concurrency: m.concurrency,
+                })
+                .collect();
+            Ok((lines, found.truncated))
+        }
         Err(e) => {
             tracing::warn!(error = %e, dir = %config.log_dir.display(), "could not read the metric log");
-            Vec::new()
+            Ok((Vec::new(), false))
         }
     }
 }
 
 #[cfg(not(feature = "logs"))]
-fn older_lines(_: &Center, _: u64, _: u64, _: Option<&str>) -> Vec<LineRecord> {
-    Vec::new()
+fn older_lines(_: &Center, _: u64, _: u64, _: Option<&str>, _: usize) -> Result<(Vec<LineRecord>, bool), CommandError> {
+    Ok((Vec::new(), false))
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ pub(crate) struct LineRecord {
 
 impl LineRecord {
     /// Appends Java's `MetricNode.toThinString` and a newline: `timestamp|resource|passQps|blockQps|
-    /// successQps|exceptionQps|rt|occupiedPassQps|concurrency|classification`, `|` in the name as `_`.
+    /// successQps|exceptionQps|rt|occupiedPassQps|concurrency|classification`, the name as
+    /// [`metric_line_name`](crate::stat::metric_line_name) writes it (`|`, `\n`, `\r` as `_`).
     pub(crate) fn write_thin(&self, out: &mut String) {
         use std::fmt::Write;
         let t = &self.totals;
@@ -42,7 +43,7 @@ impl LineRecord {
             out,
             "{}|{}|{}|{}|{}|{}|{}|{}|{}|0",
             t.start_ms,
-            self.resource.replace('|', "_"),
+            crate::stat::metric_line_name(&self.resource),
             t.pass,
             t.block,
             t.success,
@@ -197,7 +198,8 @@ impl History {
         state.since_ms.unwrap_or(u64::MAX).max(kept_from)
     }
 
-    /// Lines with `from_ms <= second <= to_ms` (of `resource`, or of all), ordered by second, then name.
+    /// Lines with `from_ms <= second <= to_ms` (of `resource`, or of all), ordered by second, then name. A
+    /// resource is matched by its name as metric lines show it ([`crate::stat::metric_line_name`]).
     pub(crate) fn lines(&self, from_ms: u64, to_ms: u64, resource: Option<&str>) -> Vec<LineRecord> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let kept_from = state.sampled_to_ms.saturating_sub(self.seconds as u64 * 1000);
@@ -208,7 +210,8 @@ impl History {
             return out;
         }
         for (name, ring) in &state.rings {
-            if resource.is_some_and(|r| r != &**name) {
+            // Matched as the lines show names, so that a name the dashboard read back finds its lines.
+            if resource.is_some_and(|r| crate::stat::metric_line_name(r) != crate::stat::metric_line_name(name)) {
                 continue;
             }
             let mut s = from / 1000;

@@ -71,7 +71,9 @@
 //! # Memory
 //! The history keeps every resource's last [`DEFAULT_HISTORY_SECONDS`] seconds at 1 s resolution: 32 bytes
 //! a second, 9,600 bytes per resource that had traffic, at most the engine's resource cap. With the `logs`
-//! feature, `metric` answers for older seconds from the metric log files (`log::MetricSearcher`).
+//! feature, `metric` answers for older seconds from the metric log files (`log::MetricSearcher`), streamed
+//! through the index: an answer holds at most 12,000 lines (`maxLines` without `endTime`) and 2 MiB of them
+//! and reads at most an hour of log; at most four such searches run at once (another is refused, "busy").
 //!
 //! # Threads
 //! The server runs on a thread of its own with a current-thread tokio runtime, so the application needs no
