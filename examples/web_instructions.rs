@@ -16,7 +16,12 @@
 //! - `part-stats`: the statistics an inbound Sentinel entry must keep, through `StatNode`'s public API: two
 //!   clock reads, a pass and a completion (response time, success) on the resource's node and on the global
 //!   inbound node, and one compare-and-swap standing for the flow rule's exact pass counter;
-//! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer.
+//! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer;
+//! - `part-client-bare`, `part-client-guard`, `part-client-guard-breaker`: one outbound call through a tower
+//!   `service_fn` client that answers at once, bare, behind `outbound::SentinelClientLayer` with a passing flow
+//!   rule on its resource (`GET:inventory.svc/items/{id}`, the id folded by the path cleaner), and with a
+//!   closed slow-ratio breaker as well. Each call builds its request (`http://inventory.svc/items/{n}`), so
+//!   the guard's own cost is the difference from `part-client-bare`.
 
 use std::error::Error;
 use std::hint::black_box;
@@ -28,11 +33,13 @@ use axum::extract::ConnectInfo;
 use axum::Router;
 use futures::FutureExt;
 use http::Request;
+use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::{Clock, SystemClock};
 use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::outbound::SentinelClientLayer;
 use sentinel_runtime::stat::StatNode;
 use sentinel_runtime::{EntryType, Sentinel};
-use tower::{Service, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 #[path = "support/web_variants.rs"]
 mod web_variants;
@@ -82,6 +89,26 @@ fn run_part(mut part: impl FnMut(), n: usize) {
     measured_part(&mut part, n);
 }
 
+/// A client that answers every call at once: 200 with an empty body.
+fn client() -> impl Service<Request<()>, Response = http::Response<Body>, Error = std::convert::Infallible> + Clone {
+    tower::service_fn(|_req: Request<()>| std::future::ready(Ok(http::Response::new(Body::empty()))))
+}
+
+/// One outbound call per run through `svc`: builds the request, waits until ready, completes the call.
+fn client_calls<S>(mut svc: S) -> impl FnMut()
+where
+    S: Service<Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    let mut id = 0u64;
+    move || {
+        id += 1;
+        let request = Request::get(format!("http://inventory.svc/items/{id}")).body(()).expect("a request");
+        let ready = svc.ready().now_or_never().expect("ready at once").expect("no error");
+        assert!(black_box(ready.call(request).now_or_never().expect("answered at once")).is_ok());
+    }
+}
+
 /// The `part-*` variants (see the top of this file).
 fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
     match variant {
@@ -123,6 +150,19 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                 },
                 n,
             );
+        }
+        "part-client-bare" => run_part(client_calls(client()), n),
+        "part-client-guard" | "part-client-guard-breaker" => {
+            let engine = Sentinel::builder().build().leak();
+            let resource = "GET:inventory.svc/items/{id}";
+            engine.load_flow_rules([FlowRule::new(resource).count(1e12)])?;
+            if variant.ends_with("breaker") {
+                engine.load_degrade_rules([DegradeRule::new(resource, DegradeGrade::SlowRequestRatio)
+                    .count(1_000.0)
+                    .slow_ratio_threshold(0.5)
+                    .time_window_sec(10)])?;
+            }
+            run_part(client_calls(SentinelClientLayer::new(engine).layer(client())), n);
         }
         other => return Err(format!("unknown variant `{other}`").into()),
     }
