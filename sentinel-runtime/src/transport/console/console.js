@@ -511,7 +511,8 @@
     $('#switch-text').textContent = o.enabled ? 'Protection on' : 'Protection off';
     document.title = o.app + ' · Sentinel console';
     const caps = o.caps;
-    $('#caps').textContent = caps ? 'Resources ' + caps.resources + ' of ' + caps.maxResources +
+    $('#caps').textContent = caps ? 'Resource cap: ' + caps.resources + ' of ' + caps.maxResources +
+      ' names taken (annotated functions and names rules name are not counted)' +
       (caps.resourcesOverflowed ? ' · cap reached: ' + caps.resourcesOverflowed + ' new names share ' +
         caps.overflowResource + ' (still checked; names rules name keep their own)' : '') : '';
     const ds = o.dataSource;
