@@ -119,7 +119,7 @@ pub enum BlockError {
     },
     /// The downstream asked its callers to back off (an outbound call's `Retry-After` on a 429 or 503, or
     /// gRPC's `grpc-retry-pushback-ms`), and the time it gave has not passed: the call was not sent
-    /// ([`outbound`](crate::outbound), feature `tower`).
+    /// (the outbound guards of the `outbound` module, feature `tower`).
     Pushback {
         /// The resource.
         resource: Arc<str>,
