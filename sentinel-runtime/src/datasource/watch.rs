@@ -6,8 +6,17 @@
 //! out that set again (a link re-pointed, a directory deleted or created) and re-arms the watches, then
 //! reloads whenever an event touched a name on the way to the content or the set changed. A reload finds
 //! nothing to do when the content is unchanged, so reloading once too often costs one read.
+//!
+//! A watch follows a directory's inode, not its path: a directory an event reports removed loses its place
+//! in the set, and the set is compared by path *and* identity (device, inode and birth time, as the
+//! platform gives them), so a directory deleted and created again under the same path is armed again even
+//! when the file system hands it the same inode number.
+//! Arming repeats until the set it arms is the set that exists (a directory that vanishes while it is being
+//! armed is replaced by its nearest ancestor in the next round), so nothing on the way is ever left
+//! unwatched; the reload comes after the arming, so a change made in between is either read by the reload
+//! or reported by the new watch.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -79,13 +88,14 @@ impl FileDataSource {
             let _ = events.send(Message::Event(e));
         })
         .map_err(|source| WatchError { path: self.path().to_path_buf(), source })?;
-        let mut armed = BTreeSet::new();
+        let mut armed = Armed::new();
         // The first arming must succeed (later ones are retried at the next event).
         for dir in self.watch_dirs() {
+            let id = identity(&dir);
             watcher
                 .watch(&dir, RecursiveMode::NonRecursive)
                 .map_err(|source| WatchError { path: dir.clone(), source })?;
-            armed.insert(dir);
+            armed.insert(dir, id);
         }
         let source = self.clone();
         let thread = std::thread::Builder::new()
@@ -98,7 +108,7 @@ impl FileDataSource {
     fn watch_loop(
         &self,
         mut watcher: RecommendedWatcher,
-        mut armed: BTreeSet<PathBuf>,
+        mut armed: Armed,
         rx: &mpsc::Receiver<Message>,
         debounce: Duration,
     ) {
@@ -106,12 +116,16 @@ impl FileDataSource {
             let Ok(Message::Event(first)) = rx.recv() else { return };
             let names = self.watched_names();
             let mut relevant = concerns(&names, &first);
+            forget_removed(&mut armed, &first);
             // Wait for the burst to end (no event for `debounce`), within a bound.
             let deadline = Instant::now() + debounce * MAX_BURST_PERIODS;
             loop {
                 let wait = debounce.min(deadline.saturating_duration_since(Instant::now()));
                 match rx.recv_timeout(wait) {
-                    Ok(Message::Event(e)) => relevant |= concerns(&names, &e),
+                    Ok(Message::Event(e)) => {
+                        relevant |= concerns(&names, &e);
+                        forget_removed(&mut armed, &e);
+                    }
                     Ok(Message::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
                     Err(mpsc::RecvTimeoutError::Timeout) => break,
                 }
@@ -119,22 +133,7 @@ impl FileDataSource {
                     break;
                 }
             }
-            let dirs = self.watch_dirs();
-            let moved = dirs != armed;
-            if moved {
-                for gone in armed.difference(&dirs) {
-                    let _ = watcher.unwatch(gone); // a deleted directory's watch is already gone
-                }
-                armed.retain(|d| dirs.contains(d));
-                for dir in dirs.difference(&armed.clone()) {
-                    match watcher.watch(dir, RecursiveMode::NonRecursive) {
-                        Ok(()) => {
-                            armed.insert(dir.clone());
-                        }
-                        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch a rules directory"),
-                    }
-                }
-            }
+            let moved = arm(&mut watcher, &mut armed, || self.watch_dirs());
             if relevant || moved {
                 // The outcome reaches the listeners (`on_reload`) and `last_error`.
                 let _ = self.reload_now();
@@ -184,6 +183,82 @@ fn concerns(names: &BTreeSet<std::ffi::OsString>, event: &notify::Result<notify:
     }
 }
 
+/// A directory's device, inode and birth time.
+type Identity = (u64, u64, Option<std::time::SystemTime>);
+
+/// The directories watched, each with the identity it had when its watch was added.
+type Armed = BTreeMap<PathBuf, Option<Identity>>;
+
+/// Rounds of arming after one burst; each round follows a directory that vanished or was replaced while the
+/// previous one armed it, which takes a writer racing the watcher, so a few rounds always suffice.
+const MAX_ARM_ROUNDS: usize = 8;
+
+/// Makes the watches match `wanted()` by path and identity: unwatches what is gone or was replaced, watches
+/// what is new or replaced, and repeats while what is wanted changes under it. Whether anything changed.
+fn arm(watcher: &mut impl notify::Watcher, armed: &mut Armed, wanted: impl Fn() -> BTreeSet<PathBuf>) -> bool {
+    let mut changed = false;
+    for _ in 0..MAX_ARM_ROUNDS {
+        let want: Armed = wanted()
+            .into_iter()
+            .map(|d| {
+                let id = identity(&d);
+                (d, id)
+            })
+            .collect();
+        if want == *armed {
+            break;
+        }
+        changed = true;
+        armed.retain(|dir, id| {
+            let keep = want.get(dir) == Some(id);
+            if !keep {
+                let _ = watcher.unwatch(dir); // a deleted directory's watch is already gone
+            }
+            keep
+        });
+        for (dir, id) in want {
+            if armed.contains_key(&dir) {
+                continue;
+            }
+            match watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                Ok(()) => {
+                    armed.insert(dir, id);
+                }
+                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch a rules directory"),
+            }
+        }
+    }
+    changed
+}
+
+/// A directory's identity: device, inode and birth time where the platform gives them (none where it
+/// cannot be read).
+fn identity(dir: &Path) -> Option<Identity> {
+    let m = std::fs::metadata(dir).ok()?;
+    let born = m.created().ok();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some((m.dev(), m.ino(), born))
+    }
+    #[cfg(not(unix))]
+    {
+        Some((0, 0, born))
+    }
+}
+
+/// Forgets the watch of a directory that an event reports removed: its watch is dead, and a directory made
+/// again under its path may even get the same inode number.
+fn forget_removed(armed: &mut Armed, event: &notify::Result<notify::Event>) {
+    if let Ok(e) = event {
+        if matches!(e.kind, notify::EventKind::Remove(_)) {
+            for p in &e.paths {
+                armed.remove(p);
+            }
+        }
+    }
+}
+
 fn chain_of(path: &Path) -> Vec<PathBuf> {
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     link_chain(&absolute).unwrap_or_else(|_| vec![absolute])
@@ -206,5 +281,89 @@ fn nearest_dir(dir: &Path) -> PathBuf {
             Some(p) => at = p,
             None => return dir.to_path_buf(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    type Events = mpsc::Receiver<notify::Result<notify::Event>>;
+
+    fn watcher() -> (RecommendedWatcher, Events) {
+        let (tx, rx) = mpsc::channel();
+        let w = notify::recommended_watcher(move |e| {
+            let _ = tx.send(e);
+        })
+        .unwrap();
+        (w, rx)
+    }
+
+    /// Whether an event naming `name` arrives (within 10 s, for a loaded machine: the wait ends at the event).
+    fn event_naming(rx: &Events, name: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Ok(e)) if e.paths.iter().any(|p| p.file_name().is_some_and(|n| n == name)) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// The event that reports `dir` removed (within 10 s, for a loaded machine: the wait ends at the event).
+    fn removal_of(rx: &Events, dir: &Path) -> Option<notify::Result<notify::Event>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let e = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
+            if let Ok(ev) = &e {
+                if matches!(ev.kind, notify::EventKind::Remove(_)) && ev.paths.iter().any(|p| p == dir) {
+                    return Some(e);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_directory_replaced_under_the_same_path_is_armed_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = fs::canonicalize(tmp.path()).unwrap().join("rules.d");
+        fs::create_dir(&d).unwrap();
+        let (mut w, rx) = watcher();
+        let mut armed = Armed::new();
+        let want = || BTreeSet::from([d.clone()]);
+        assert!(arm(&mut w, &mut armed, want));
+        assert!(!arm(&mut w, &mut armed, want), "nothing changed, nothing is armed again");
+        // Deleted and created again between two looks: same path, another directory, and the old watch is dead.
+        fs::remove_dir(&d).unwrap();
+        let removed = removal_of(&rx, &d).expect("the removal is reported");
+        forget_removed(&mut armed, &removed);
+        fs::create_dir(&d).unwrap();
+        assert!(arm(&mut w, &mut armed, want), "the replaced directory is armed again");
+        assert_eq!(armed.get(&d), Some(&identity(&d)));
+        while rx.try_recv().is_ok() {}
+        fs::write(d.join("flow-rules.json"), "[]").unwrap();
+        assert!(event_naming(&rx, "flow-rules.json"), "a write in the new directory is seen");
+    }
+
+    #[test]
+    fn a_directory_that_vanishes_while_it_is_armed_gives_way_to_what_exists() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(tmp.path()).unwrap();
+        let gone = root.join("gone");
+        let looks = std::cell::Cell::new(0);
+        // The first look still names the directory; by the time it is armed it is gone, and the next look
+        // names its parent.
+        let want = || {
+            looks.set(looks.get() + 1);
+            BTreeSet::from([if looks.get() == 1 { gone.clone() } else { root.clone() }])
+        };
+        let (mut w, rx) = watcher();
+        let mut armed = Armed::new();
+        assert!(arm(&mut w, &mut armed, want));
+        assert_eq!(armed.keys().collect::<Vec<_>>(), vec![&root], "the parent is watched");
+        fs::create_dir(&gone).unwrap();
+        assert!(event_naming(&rx, "gone"), "its return is seen");
     }
 }
