@@ -452,18 +452,7 @@ fn logged(needle: &str) -> bool {
 
 /// An engine with one global cluster rule on `api` and its client.
 fn instance(url: &str, ns: &str, count: f64, timeout: Duration) -> (Sentinel, ClusterClient) {
-    let engine = Sentinel::builder().app_name("faults").build();
-    engine.load_flow_rules([cluster_rule("api", count, ClusterThresholdType::Global, 1000, 2)]).unwrap();
-    let client = RedisCluster::builder(url)
-        .namespace(ns)
-        .timeout(timeout)
-        .retry_max(Duration::from_millis(300))
-        .heartbeat_interval(Duration::from_millis(200))
-        .member_ttl(Duration::from_millis(1500))
-        .start(&engine)
-        .unwrap();
-    client.wait_connected(Duration::from_secs(5)).unwrap();
-    (engine, client)
+    instance_with(url, ns, cluster_rule("api", count, ClusterThresholdType::Global, 1000, 2), timeout)
 }
 
 #[test]
@@ -739,4 +728,145 @@ fn redis_data_source_reconnects_by_itself_and_reads_what_it_missed() {
     }
     assert_eq!(engine.flow_rules()[0].count, 4.0, "announcements after the restart are applied");
     assert!(source.is_connected());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Resuming after a fault: what the fallback admitted, abandoned lease calls, leases arriving again
+
+/// An engine with the cluster rule `rule` (on `api`) and its client (Redis answering).
+fn instance_with(url: &str, ns: &str, rule: FlowRule, timeout: Duration) -> (Sentinel, ClusterClient) {
+    let engine = Sentinel::builder().app_name("resume").build();
+    engine.load_flow_rules([rule]).unwrap();
+    let client = RedisCluster::builder(url)
+        .namespace(ns)
+        .timeout(timeout)
+        .retry_max(Duration::from_millis(200))
+        .heartbeat_interval(Duration::from_millis(200))
+        .member_ttl(Duration::from_millis(1500))
+        .start(&engine)
+        .unwrap();
+    client.wait_connected(Duration::from_secs(5)).unwrap();
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.key.is_some()), "the client names the rule's key");
+    (engine, client)
+}
+
+/// The tokens Redis counts in the rule's window now (the sum of its buckets; the field `g` is the window's
+/// generation, not a bucket).
+fn window_total(url: &str, key: &str) -> u64 {
+    let mut conn = redis::Client::open(url).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
+    let fields: BTreeMap<String, String> = redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
+    fields.iter().filter(|(k, _)| k.as_str() != "g").map(|(_, v)| v.parse::<i64>().unwrap().max(0) as u64).sum()
+}
+
+/// Calls `api` until `stop` says so (given the calls admitted so far) or `within` passes; returns the calls
+/// admitted. Pauses 1 ms after a block (a caller that retries, not a spinning one).
+fn call_until(
+    engine: &Sentinel,
+    within: Duration,
+    mut stop: impl FnMut(&sentinel_runtime::flow::ClusterRuleStatus, u64) -> bool,
+) -> u64 {
+    let api = engine.resource("api");
+    let deadline = Instant::now() + within;
+    let mut admitted = 0;
+    while Instant::now() < deadline && !stop(&engine.cluster_status()[0], admitted) {
+        match api.enter() {
+            Ok(_entry) => admitted += 1,
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    admitted
+}
+
+#[test]
+fn calls_the_fallback_admitted_are_counted_in_the_shared_window_when_redis_answers_again() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("calls_the_fallback_admitted_are_counted") else { return };
+    // 10/s over a minute (6 s buckets): 600 calls per window; the test lasts a few seconds, so every call it
+    // makes is in one window. The local fallback allows 10/s on this (lone) instance.
+    let rule = cluster_rule("api", 10.0, ClusterThresholdType::Global, 60_000, 10);
+    let (engine, _client) = instance_with(&redis.url(), "fallback-counted", rule, Duration::from_millis(50));
+    let key = engine.cluster_status()[0].key.clone().unwrap();
+    // Redis hangs before any token was leased: the calls are decided by the local limit. About two and a
+    // half seconds of a caller retrying every millisecond.
+    redis.pause();
+    let local = call_until(&engine, Duration::from_secs(10), |s, _| s.fallback_decisions >= 2500);
+    let fallen = engine.cluster_status()[0].clone();
+    redis.resume();
+    assert_eq!(fallen.mode, ClusterRuleMode::Fallback, "{fallen}");
+    assert!(local > 0, "the fallback admitted calls: {fallen}");
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing),
+        "cluster mode resumes: {}",
+        engine.cluster_status()[0]
+    );
+    // Demand far above what is left: the window admits what it has room for, no more.
+    let after = call_until(&engine, Duration::from_secs(4), |s, _| s.exhausted_for_ms > 0 && s.tokens_in_hand == 0);
+    let st = engine.cluster_status()[0].clone();
+    let total = local + after;
+    assert!(total <= 600, "{local} admitted locally + {after} after Redis came back > 600 per window: {st}");
+    assert!(st.local_admissions_reported > 0, "the fallback's admissions were reported: {st}");
+    assert!(window_total(&redis.url(), &key) >= total, "Redis counts every admitted call: {st}");
+    assert!(total >= 600 - 10, "the window's room is used once the fallback's calls are counted: {total}; {st}");
+}
+
+#[test]
+fn lease_calls_abandoned_while_redis_hangs_grant_nothing_when_it_resumes() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("lease_calls_abandoned_while_redis_hangs") else { return };
+    // One bucket of an hour: no lease ends (and gives tokens back) while the test runs, so what Redis counts
+    // is exactly what the client was granted, minus what it gave back, plus what its fallback admitted.
+    // 900 calls per hour: the first lease (half the window) is soon spent, and the lease call after it hangs.
+    let rule = cluster_rule("api", 0.25, ClusterThresholdType::Global, 3_600_000, 1);
+    let (engine, _client) = instance_with(&redis.url(), "abandoned", rule, Duration::from_millis(200));
+    let key = engine.cluster_status()[0].key.clone().unwrap();
+    call_until(&engine, Duration::from_secs(5), |_, n| n >= 50);
+    redis.pause();
+    // Calls drain the lease in hand, ask for more, and give up on that lease call after the timeout.
+    call_until(&engine, Duration::from_secs(10), |s, _| s.mode == ClusterRuleMode::Fallback);
+    let hung = engine.cluster_status()[0].clone();
+    redis.resume();
+    assert_eq!(hung.mode, ClusterRuleMode::Fallback, "{hung}");
+    assert!(hung.wait_timeouts > 0, "a lease call was abandoned: {hung}");
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
+    // Redis ran the abandoned call when it resumed (before anything sent later on the connection). What it
+    // counts must be what the client knows of, once the fallback's admissions are reported.
+    let known = |s: &sentinel_runtime::flow::ClusterRuleStatus| {
+        s.tokens_leased - s.tokens_returned + s.local_admissions_reported
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (mut counted, mut st) = (0, engine.cluster_status()[0].clone());
+    while Instant::now() < deadline {
+        st = engine.cluster_status()[0].clone();
+        counted = window_total(&redis.url(), &key);
+        if counted == known(&st) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counted, known(&st), "tokens counted in Redis that no caller was granted: {st}");
+}
+
+#[test]
+fn after_a_hang_leasing_resumes_and_calls_get_tokens_without_waiting_out_the_timeout() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("after_a_hang_leasing_resumes") else { return };
+    // 1000/s over 30 s (3 s buckets): far more room than the test uses. A hang longer than a bucket ends
+    // the lease in force, so leasing must start again from nothing in the middle of a bucket.
+    let rule = cluster_rule("api", 1000.0, ClusterThresholdType::Global, 30_000, 10);
+    let timeout = Duration::from_millis(250);
+    let (engine, _client) = instance_with(&redis.url(), "resumes", rule, timeout);
+    assert_eq!(call_until(&engine, Duration::from_secs(5), |_, n| n >= 200), 200);
+    redis.pause();
+    let hang_ends = Instant::now() + Duration::from_millis(3200);
+    call_until(&engine, Duration::from_secs(10), |_, _| Instant::now() >= hang_ends);
+    redis.resume();
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
+    let before = engine.cluster_status()[0].clone();
+    let api = engine.resource("api");
+    let passed = (0..500).filter(|_| api.enter().is_ok()).count();
+    let st = engine.cluster_status()[0].clone();
+    assert_eq!(passed, 500, "the window has room for every call: {st}");
+    assert_eq!(st.wait_timeouts, before.wait_timeouts, "no call waited out the timeout for a lease: {st}");
+    assert_eq!(st.fallback_decisions, before.fallback_decisions, "no call was decided locally: {st}");
+    assert!(st.tokens_leased > before.tokens_leased, "tokens came from Redis: {st}");
 }

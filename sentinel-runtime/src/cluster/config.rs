@@ -23,7 +23,9 @@ pub struct ClusterOptions {
     /// difference between the instances' clocks' rates and the cached clock's resolution.
     pub lease_margin: Duration,
     /// The longest pause between two attempts to reach a failing Redis (default 1 s; the first retry
-    /// comes after 100 ms, then the pause doubles).
+    /// comes after 100 ms, then the pause doubles). When Redis answers again, rules keep their local limits
+    /// this long (plus the connection and call timeouts), so that every instance has counted what its
+    /// fallback admitted before any leases again: every instance of an application should use the same.
     pub retry_max: Duration,
     /// This instance's name in the membership sets (default `host:pid:random`).
     pub instance_id: Option<String>,

@@ -141,6 +141,9 @@ pub struct ClusterRuleStatus {
     pub fallback_decisions: u64,
     /// Calls blocked because the shared window was used up.
     pub exhausted_blocks: u64,
+    /// Calls the local fallback admitted that were counted in the shared window afterwards (once the
+    /// service answered again), so that the window does not grant them a second time.
+    pub local_admissions_reported: u64,
 }
 
 impl fmt::Display for ClusterRuleStatus {
@@ -175,7 +178,7 @@ impl fmt::Display for ClusterRuleStatus {
         write!(
             f,
             " [leased {}, returned {}, round trips {}, failures {}, waits {} ({} timed out), decided locally {}, \
-             blocked on a used-up window {}]",
+             blocked on a used-up window {}, local admissions reported {}]",
             self.tokens_leased,
             self.tokens_returned,
             self.round_trips,
@@ -183,7 +186,8 @@ impl fmt::Display for ClusterRuleStatus {
             self.waits,
             self.wait_timeouts,
             self.fallback_decisions,
-            self.exhausted_blocks
+            self.exhausted_blocks,
+            self.local_admissions_reported
         )
     }
 }
@@ -209,6 +213,7 @@ impl ClusterRuleStatus {
             wait_timeouts: 0,
             fallback_decisions: 0,
             exhausted_blocks: 0,
+            local_admissions_reported: 0,
         }
     }
 }
@@ -231,6 +236,11 @@ pub(crate) struct RuleLease {
     exhausted_until: AtomicU64,
     /// Bits of the local limit (calls per second) that falling back uses.
     fallback_limit: AtomicU64,
+    /// Calls this instance admitted with leased tokens in the second before it fell back, and the engine
+    /// time (ms) until which they count against the local limit: falling back mid-second does not add a
+    /// whole second's local limit on top of what the lease already admitted.
+    fallback_debt: AtomicU64,
+    fallback_debt_until: AtomicU64,
     /// Tokens left in the pool below which a call asks for more.
     low_water: AtomicU64,
     /// A call asked for tokens since the service last looked.
@@ -242,7 +252,95 @@ pub(crate) struct RuleLease {
     changed: Condvar,
     next_waiter: AtomicU64,
     report: Mutex<Report>,
+    /// Calls the local fallback admitted, per slot of the rule's window: the service tells the shared limit
+    /// about them when it answers again ([`RuleLease::take_local_admissions`]).
+    local: LocalAdmissions,
     pub(crate) counters: LeaseCounters,
+}
+
+/// Calls admitted without a token of the shared limit (by the local fallback: while the service fails, or
+/// when a call's wait for it timed out), counted per time slot of the rule's window, so that the service can
+/// count them in the shared window once it answers: what an instance admitted on its own is then never
+/// granted again to the others in the same window.
+///
+/// A slot is `slot_ms` long (the rule's bucket, or a few of them when the window has more than
+/// [`LocalAdmissions::MAX_SLOTS`] buckets); the ring holds a window and one slot more. Each slot is one word:
+/// the slot's index (low 32 bits of `engine_ms / slot_ms`) in the high half, the count in the low half.
+/// Recording is a compare-and-swap on the fallback's path (never on the leased path); a slot older than the
+/// ring is reused (its count had left the window).
+pub(crate) struct LocalAdmissions {
+    slot_ms: u64,
+    slots: Box<[AtomicU64]>,
+}
+
+impl LocalAdmissions {
+    /// The most slots a ring has (windows with more buckets use slots of several buckets).
+    pub(crate) const MAX_SLOTS: u64 = 32;
+
+    pub(crate) fn for_rule(rule: &FlowRule) -> LocalAdmissions {
+        let c = rule.cluster_config.clone().unwrap_or_default();
+        let samples = u64::from(c.sample_count.max(1));
+        let bucket_ms = (c.window_interval_ms / samples).max(1);
+        let per_slot = samples.div_ceil(Self::MAX_SLOTS);
+        let slot_ms = bucket_ms.saturating_mul(per_slot);
+        let len = samples.div_ceil(per_slot) + 1;
+        LocalAdmissions { slot_ms, slots: (0..len).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// The length of a slot, ms (a multiple of the rule's bucket).
+    pub(crate) fn slot_ms(&self) -> u64 {
+        self.slot_ms
+    }
+
+    /// Counts `n` calls admitted at engine time `now_ms`.
+    pub(crate) fn record(&self, now_ms: u64, n: u64) {
+        let index = now_ms / self.slot_ms;
+        let tag = index as u32;
+        let slot = &self.slots[(index % self.slots.len() as u64) as usize];
+        let mut cur = slot.load(Ordering::Acquire);
+        loop {
+            let have = (cur >> 32) as u32;
+            // The slot holds this index, or a later one (a thread whose cached clock lags): add to it (a later
+            // slot stays in the window longer, so the count is never early to leave it).
+            let next = if cur != 0 && (have.wrapping_sub(tag) as i32) >= 0 {
+                (cur & !0xFFFF_FFFF) | ((cur & 0xFFFF_FFFF) + n).min(0xFFFF_FFFF)
+            } else {
+                (u64::from(tag) << 32) | n.min(0xFFFF_FFFF)
+            };
+            match slot.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Takes the counts of the slots still within `window_ms` of `now_ms`: (the slot's first engine ms,
+    /// calls), oldest first. Taken counts are cleared; older ones are dropped.
+    pub(crate) fn take(&self, now_ms: u64, window_ms: u64) -> Vec<(u64, u64)> {
+        let newest = now_ms / self.slot_ms;
+        let oldest = now_ms.saturating_sub(window_ms) / self.slot_ms;
+        let mut out = Vec::new();
+        for slot in self.slots.iter() {
+            let mut cur = slot.load(Ordering::Acquire);
+            while cur & 0xFFFF_FFFF != 0 {
+                match slot.compare_exchange_weak(cur, cur & !0xFFFF_FFFF, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        // The full index: the one nearest `newest` with these low bits; one ahead of
+                        // `newest` (a thread whose clock leads) counts in `newest`.
+                        let behind = (newest as u32).wrapping_sub((cur >> 32) as u32) as i32;
+                        let index = newest.saturating_sub(u64::from(behind.max(0).unsigned_abs()));
+                        if index >= oldest {
+                            out.push((index * self.slot_ms, cur & 0xFFFF_FFFF));
+                        }
+                        break;
+                    }
+                    Err(seen) => cur = seen,
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
 }
 
 /// Counters of a lease (see [`ClusterRuleStatus`]); written off the common path only.
@@ -252,6 +350,7 @@ pub(crate) struct LeaseCounters {
     pub(crate) returned: AtomicU64,
     pub(crate) round_trips: AtomicU64,
     pub(crate) failures: AtomicU64,
+    pub(crate) reported: AtomicU64,
     waits: AtomicU64,
     wait_timeouts: AtomicU64,
     fallback: AtomicU64,
@@ -283,9 +382,12 @@ fn local_limit_of(rule: &FlowRule, live: u64) -> f64 {
 
 impl RuleLease {
     fn new(rule: Arc<FlowRule>, service: Arc<dyn TokenService>) -> Self {
+        let local = LocalAdmissions::for_rule(&rule);
         let timeout_nanos = u64::try_from(service.timeout().as_nanos()).unwrap_or(u64::MAX);
         RuleLease {
             fallback_limit: AtomicU64::new(local_limit_of(&rule, 1).to_bits()),
+            fallback_debt: AtomicU64::new(0),
+            fallback_debt_until: AtomicU64::new(0),
             rule,
             window: AdmissionWindow::new(),
             service,
@@ -299,6 +401,7 @@ impl RuleLease {
             changed: Condvar::new(),
             next_waiter: AtomicU64::new(0),
             report: Mutex::new(Report::default()),
+            local,
             counters: LeaseCounters::default(),
         }
     }
@@ -343,6 +446,25 @@ impl RuleLease {
         }
     }
 
+    /// The calls the local fallback admitted within `window_ms` of `now_ms` not taken yet: (engine ms of
+    /// their slot's start, calls), oldest first; and the slot length (ms). The service counts them in the
+    /// shared window; taking clears them.
+    pub(crate) fn take_local_admissions(&self, now_ms: u64, window_ms: u64) -> (Vec<(u64, u64)>, u64) {
+        (self.local.take(now_ms, window_ms), self.local.slot_ms())
+    }
+
+    /// Counts `n` calls admitted without a token at engine time `now_ms` (as the fallback does).
+    #[cfg(test)]
+    pub(crate) fn record_local_admissions(&self, now_ms: u64, n: u64) {
+        self.local.record(now_ms, n);
+    }
+
+    /// Calls that wanted a token and did not get one from the lease so far: blocked on a used-up window, or
+    /// decided locally after their wait timed out (demand the spent tokens do not show).
+    pub(crate) fn unserved(&self) -> u64 {
+        self.counters.exhausted.load(Ordering::Relaxed) + self.counters.wait_timeouts.load(Ordering::Relaxed)
+    }
+
     /// Calls blocked so far because the shared window was used up.
     pub(crate) fn exhausted_blocks(&self) -> u64 {
         self.counters.exhausted.load(Ordering::Relaxed)
@@ -377,6 +499,18 @@ impl RuleLease {
     pub(crate) fn set_fallback(&self, why: String) {
         self.report.lock().unwrap_or_else(|e| e.into_inner()).reason = Some(why);
         self.mode.store(MODE_FALLBACK, Ordering::Release);
+    }
+
+    /// The service fails from engine time `now_ms`: for a second, the local limit is lower by `debt` (what
+    /// the lease admitted in the second before, or what the shared window had no room for).
+    pub(crate) fn set_fallback_debt(&self, now_ms: u64, debt: u64) {
+        self.fallback_debt.store(debt, Ordering::Relaxed);
+        self.fallback_debt_until.store(now_ms.saturating_add(1000), Ordering::Release);
+    }
+
+    /// The local limit (calls per second) that falling back uses.
+    pub(crate) fn local_limit(&self) -> f64 {
+        f64::from_bits(self.fallback_limit.load(Ordering::Relaxed))
     }
 
     /// The service stopped: the rule is decided as with no service.
@@ -432,6 +566,7 @@ impl RuleLease {
             wait_timeouts: c.wait_timeouts.load(Ordering::Relaxed),
             fallback_decisions: c.fallback.load(Ordering::Relaxed),
             exhausted_blocks: c.exhausted.load(Ordering::Relaxed),
+            local_admissions_reported: c.reported.load(Ordering::Relaxed),
         }
     }
 
@@ -502,15 +637,27 @@ impl RuleLease {
     /// The local decision: the fallback limit on the rule's node, or a pass without local fallback.
     fn fallback(&self, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
         self.counters.fallback.fetch_add(1, Ordering::Relaxed);
-        let limit = match self.mode.load(Ordering::Acquire) {
+        let mode = self.mode.load(Ordering::Acquire);
+        let limit = match mode {
             // As with no service at all (Java's behaviour): the whole count.
             MODE_DETACHED => self.rule.count,
+            // Within a second of falling back, what the lease admitted in the second before counts.
+            _ if cx.now_ms < self.fallback_debt_until.load(Ordering::Acquire) => {
+                let limit = f64::from_bits(self.fallback_limit.load(Ordering::Relaxed));
+                (limit - self.fallback_debt.load(Ordering::Relaxed) as f64).max(0.0)
+            }
             _ => f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
         };
-        if !no_service(&self.rule) {
-            return Decision::Pass { reservation: None, wait_nanos: 0 };
+        let decision = if no_service(&self.rule) {
+            reject_qps(node, cx.now_ms, cx.acquire, limit, false, scratch.held(node))
+        } else {
+            Decision::Pass { reservation: None, wait_nanos: 0 }
+        };
+        if mode != MODE_DETACHED && !matches!(decision, Decision::Block { .. }) {
+            // Admitted without a token of the shared limit: the service counts it there when it can.
+            self.local.record(cx.now_ms, u64::from(cx.acquire));
         }
-        reject_qps(node, cx.now_ms, cx.acquire, limit, false, scratch.held(node))
+        decision
     }
 }
 
@@ -965,6 +1112,61 @@ mod tests {
         assert!(futures::executor::block_on(api.entry().enter_async()).is_err(), "fallback: over 1 per second");
         let st = &engine.cluster_status()[0];
         assert_eq!((st.waits, st.wait_timeouts), (2, 2));
+    }
+
+    #[test]
+    fn local_admissions_are_taken_per_slot_within_the_window_and_only_once() {
+        // 1 s in 10 buckets: slots of 100 ms, a ring of 11.
+        let rule = cluster_rule("api", 100.0);
+        let local = LocalAdmissions::for_rule(&rule);
+        assert_eq!(local.slot_ms(), 100);
+        local.record(T0 + 5, 1);
+        local.record(T0 + 99, 2);
+        local.record(T0 + 250, 4);
+        assert_eq!(local.take(T0 + 300, 1000), vec![(T0, 3), (T0 + 200, 4)]);
+        assert!(local.take(T0 + 300, 1000).is_empty(), "taken once");
+        // A slot older than the window is dropped, and its place in the ring reused.
+        local.record(T0 + 300, 1);
+        assert!(local.take(T0 + 1400, 1000).is_empty());
+        local.record(T0 + 1400, 5);
+        local.record(T0 + 300, 7); // a caller whose clock lags: counted in the later slot it finds
+        assert_eq!(local.take(T0 + 1400, 1000), vec![(T0 + 1400, 12)]);
+    }
+
+    #[test]
+    fn windows_with_many_buckets_count_local_admissions_in_coarser_slots() {
+        let mut rule = cluster_rule("api", 100.0);
+        let c = rule.cluster_config.as_mut().unwrap();
+        c.window_interval_ms = 60_000;
+        c.sample_count = 600;
+        let local = LocalAdmissions::for_rule(&rule);
+        assert_eq!(local.slot_ms(), 100 * 19, "600 buckets in at most 32 slots");
+        assert!(local.slots.len() as u64 * local.slot_ms() >= 60_000 + local.slot_ms());
+    }
+
+    #[test]
+    fn calls_the_fallback_admits_are_recorded_for_the_service_and_blocked_ones_are_not() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 3.0)]);
+        let lease = svc.lease();
+        lease.set_fallback("redis down".into());
+        let api = engine.resource("api");
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 3);
+        let (slots, _) = lease.take_local_admissions(T0, 1000);
+        assert_eq!(slots.iter().map(|(_, n)| n).sum::<u64>(), 3, "the 3 admitted, not the 7 blocked");
+    }
+
+    #[test]
+    fn falling_back_mid_second_counts_what_the_lease_admitted_against_the_local_limit() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, clock) = engine_with(&svc, vec![cluster_rule("api", 10.0)]);
+        let lease = svc.lease();
+        lease.set_fallback("redis down".into());
+        lease.set_fallback_debt(T0, 8);
+        let api = engine.resource("api");
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 2, "10 per second, 8 of them leased");
+        clock.advance_millis(1000);
+        assert_eq!((0..20).filter(|_| api.enter().is_ok()).count(), 10, "a second later: the whole local limit");
     }
 
     #[test]
