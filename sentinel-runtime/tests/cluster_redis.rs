@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sentinel_runtime::cluster::{ClusterClient, RedisCluster, RedisDataSource};
-use sentinel_runtime::flow::{ClusterConfig, ClusterRuleMode, ClusterThresholdType, FlowRule};
+use sentinel_runtime::flow::{
+    ClusterConfig, ClusterRuleMode, ClusterThresholdType, FallbackInstances, FlowRule, ASSUMED_INSTANCES,
+};
 use sentinel_runtime::{RuleKind, Sentinel};
 use sentinel_testkit::redis::RedisServer;
 
@@ -853,7 +855,9 @@ fn after_a_hang_leasing_resumes_and_calls_get_tokens_without_waiting_out_the_tim
     // 1000/s over 30 s (3 s buckets): far more room than the test uses. A hang longer than a bucket ends
     // the lease in force, so leasing must start again from nothing in the middle of a bucket.
     let rule = cluster_rule("api", 1000.0, ClusterThresholdType::Global, 30_000, 10);
-    let timeout = Duration::from_millis(250);
+    // A timeout far above a loaded machine's round trip: a call that waits it out shows a lease that never
+    // came, not a slow machine.
+    let timeout = Duration::from_millis(1000);
     let (engine, _client) = instance_with(&redis.url(), "resumes", rule, timeout);
     assert_eq!(call_until(&engine, Duration::from_secs(5), |_, n| n >= 200), 200);
     redis.pause();
@@ -869,4 +873,106 @@ fn after_a_hang_leasing_resumes_and_calls_get_tokens_without_waiting_out_the_tim
     assert_eq!(st.wait_timeouts, before.wait_timeouts, "no call waited out the timeout for a lease: {st}");
     assert_eq!(st.fallback_decisions, before.fallback_decisions, "no call was decided locally: {st}");
     assert!(st.tokens_leased > before.tokens_leased, "tokens came from Redis: {st}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// A fallback that never multiplies the limit: instances that never reached Redis
+
+/// A Redis URL nothing answers on (a port bound and released at once).
+fn unreachable_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// An engine on a manual clock with a global cluster rule of `count` per second on `api` (its cluster
+/// config may name the expected instances), and a client for `url` started with `expected` instances.
+fn cold_instance(
+    url: &str,
+    count: f64,
+    rule_expected: Option<u32>,
+    expected: Option<u32>,
+) -> (Sentinel, sentinel_runtime::clock::ManualClock, ClusterClient) {
+    let clock = sentinel_runtime::clock::ManualClock::at_millis(1_000_000);
+    let engine = Sentinel::builder().app_name("cold").manual_clock(clock.clone()).build();
+    let mut rule = cluster_rule("api", count, ClusterThresholdType::Global, 1000, 10);
+    if let Some(c) = rule.cluster_config.as_mut() {
+        c.expected_instances = rule_expected;
+    }
+    engine.load_flow_rules([rule]).unwrap();
+    let mut builder = RedisCluster::builder(url).timeout(Duration::from_millis(20));
+    if let Some(n) = expected {
+        builder = builder.expected_instances(n);
+    }
+    let client = builder.start(&engine).unwrap();
+    (engine, clock, client)
+}
+
+/// Calls `api` `calls` times at the engine's (manual) current time: the calls admitted.
+fn admitted_now(engine: &Sentinel, calls: u32) -> u32 {
+    let api = engine.resource("api");
+    (0..calls).map(|_| api.enter().is_ok() as u32).sum()
+}
+
+#[test]
+fn instances_that_never_reached_redis_admit_the_configured_total_between_them_not_the_count_each() {
+    let url = unreachable_url();
+    let a = cold_instance(&url, 100.0, None, Some(2));
+    let b = cold_instance(&url, 100.0, None, Some(2));
+    for (engine, _, _) in [&a, &b] {
+        assert!(
+            wait_until(engine, Duration::from_secs(10), |s| s.mode == ClusterRuleMode::Fallback),
+            "{}",
+            engine.cluster_status()[0]
+        );
+        let st = engine.cluster_status()[0].clone();
+        assert_eq!(st.fallback_instances, Some(FallbackInstances::Configured(2)), "{st}");
+        assert_eq!(st.local_limit, 50.0, "{st}");
+    }
+    // Three windows, each instance called far more than the limit: 100 between them per second, never 200.
+    for second in 0..3 {
+        let total = admitted_now(&a.0, 300) + admitted_now(&b.0, 300);
+        assert_eq!(total, 100, "second {second}: the configured total, not the count per instance");
+        a.1.advance(Duration::from_secs(1));
+        b.1.advance(Duration::from_secs(1));
+    }
+    // Which count is in force is visible: diagnose and the metrics name it.
+    let d = a.0.diagnose("api");
+    assert!(
+        d.flow.iter().any(|f| f.problems.iter().any(|p| p.contains("2 expected instances configured"))),
+        "{:?}",
+        d.flow
+    );
+    #[cfg(feature = "prometheus")]
+    {
+        let text = sentinel_runtime::exporter::render(&a.0);
+        assert!(
+            text.contains("sentinel_cluster_fallback_instances{app=\"cold\",resource=\"api\",rule=\"0\",source=\"configured\"} 2"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn with_no_instance_count_seen_or_configured_the_fallback_takes_a_conservative_share_and_says_so() {
+    let url = unreachable_url();
+    // The rule's own expected count wins over the client's.
+    let (ruled, _, _c1) = cold_instance(&url, 90.0, Some(3), Some(2));
+    let (bare, _, _c2) = cold_instance(&url, 100.0, None, None);
+    for engine in [&ruled, &bare] {
+        assert!(wait_until(engine, Duration::from_secs(10), |s| s.mode == ClusterRuleMode::Fallback));
+    }
+    let st = ruled.cluster_status()[0].clone();
+    assert_eq!(st.fallback_instances, Some(FallbackInstances::Configured(3)), "{st}");
+    assert_eq!(admitted_now(&ruled, 200), 30, "90 ÷ 3: {st}");
+    let st = bare.cluster_status()[0].clone();
+    assert_eq!(st.fallback_instances, Some(FallbackInstances::Assumed(ASSUMED_INSTANCES)), "{st}");
+    assert_eq!(admitted_now(&bare, 200) as u64, 100 / ASSUMED_INSTANCES, "{st}");
+    let d = bare.diagnose("api");
+    assert!(
+        d.flow.iter().any(|f| f.problems.iter().any(|p| p.contains("set `expected_instances`"))),
+        "diagnose says how to fix it: {:?}",
+        d.flow
+    );
 }

@@ -10,11 +10,12 @@
 //! which covers the clocks' rates and the cached clock's resolution). Tokens left when a lease ends are
 //! given back to their bucket in the next call, so the window counts only what was spent.
 //!
-//! **Few round trips.** The client learns the rule's demand on this instance (tokens spent per ms, plus the
-//! calls that found no token: blocked on a used-up window or decided locally after a timed-out wait) and
-//! asks for what it expects to spend until the bucket ends (plus a quarter), at most a fair share of the
-//! window (`window ÷ live instances`) per call, so at a steady rate one call per bucket suffices, and no
-//! instance holds much more than it spends while others find the window used up; callers ask for more when
+//! **Few round trips.** The client measures the rate its leases served on this instance (tokens spent per
+//! ms; calls that found no token, decided locally or blocked, do not count: a lease sized by them would sit
+//! unspent) and asks for what it expects to spend until the lease ends (plus a quarter; at least a small
+//! share of a bucket), at most a fair share of what the window had left (`left ÷ live instances`) per call,
+//! so at a steady rate one call per bucket suffices, and no instance holds much more than it spends while
+//! others find the window used up; callers ask for more when
 //! the pool falls below what a round trip's worth of calls needs (the low-water mark), before it runs dry.
 //! A lease call is held back only in the last round trips of a bucket (its tokens could not be spent in
 //! it). While the window is used up, Redis says when it frees room again and calls block locally until
@@ -101,6 +102,8 @@ struct Current {
 /// The client's side of one rule.
 pub(crate) struct Driver {
     pub(crate) lease: Weak<RuleLease>,
+    /// What the lease held when it was dropped ([`RuleLease::left_at_drop`]).
+    left_at_drop: Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>,
     pub(crate) keys: RuleKeys,
     /// Tokens per window: per instance for average-local thresholds, for all of them for global ones.
     allowance: f64,
@@ -170,6 +173,7 @@ impl Driver {
             window_ms: c.window_interval_ms.max(1),
             timeout,
             lease: Arc::downgrade(lease),
+            left_at_drop: lease.left_at_drop.clone(),
             keys,
             allowance: rule.count * c.window_interval_ms as f64 / 1000.0,
             global: c.threshold_type == ClusterThresholdType::Global,
@@ -260,9 +264,11 @@ impl Driver {
         self.probation_until.is_some_and(|t| now < t)
     }
 
-    /// Measures the spending rate (tokens per ms) from what left the pool since the last measure.
+    /// Measures the rate this instance served from its leases (tokens spent per ms) since the last measure.
+    /// Calls that found no token (blocked on a used-up window, or decided locally after a wait or while
+    /// Redis failed) do not count: a lease sized by them would hold tokens nobody spends.
     fn measure(&mut self, lease: &RuleLease, now: Instant) {
-        let spent = self.spent(lease) + lease.unserved();
+        let spent = self.spent(lease);
         if let Some((t, s)) = self.measured {
             let dt = now.duration_since(t).as_secs_f64() * 1000.0;
             if dt >= 1.0 {
@@ -275,21 +281,40 @@ impl Driver {
         }
     }
 
-    /// How many tokens to ask for at engine time `now_ms`.
-    fn want(&self, lease: &RuleLease, now_ms: u64) -> u64 {
-        let share = (self.window_allowance() / (self.sample_count as f64 * self.live.max(1) as f64 * 2.0)).floor();
-        let (in_hand, horizon) = match self.cur {
-            Some(c) if c.valid_until >= now_ms => (lease.in_hand().0, (c.valid_until - now_ms + 1) as f64),
-            _ => (0, self.bucket_ms as f64),
+    /// How long (ms) a lease granted at engine time `now_ms` could be spent: until Redis's current bucket
+    /// ends (from the last reply, or from Redis's clock when that reply is older than a bucket).
+    fn bucket_left_ms(&self, now_ms: u64, clock: &RedisClock) -> u64 {
+        if self.next_bucket_at > now_ms && self.next_bucket_at - now_ms <= self.bucket_ms {
+            return self.next_bucket_at - now_ms;
+        }
+        let into = clock.redis_ms(now_ms).rem_euclid(self.bucket_ms as i64) as u64;
+        self.bucket_ms - into
+    }
+
+    /// The most one lease call may take: a fair share (÷ live instances) of what the window had left at the
+    /// last reply (of the whole window before one, or once the window was used up: its room is unknown until
+    /// the next reply).
+    fn fair_share(&self) -> u64 {
+        let window = self.window_allowance();
+        let room = match self.last_left {
+            0 | u64::MAX => window,
+            left => window.min(left as f64),
         };
-        let expected = (self.rate * horizon * 1.25).ceil();
-        // At most a fair share of the window per call: instances that all want more than the window holds
-        // each get about their share, and a lone busy one comes back for the rest. What a call asks for is
-        // what this instance's demand (calls that found no token included) spends until the bucket ends:
-        // more would sit unspent while others find the window used up.
-        let fair = (self.window_allowance() / self.live.max(1) as f64).ceil().max(1.0) as u64;
-        let want = if self.rate > 0.0 { expected } else { share };
-        (want.max(1.0) as u64).saturating_sub(in_hand).clamp(1, fair)
+        (room / self.live.max(1) as f64).ceil().max(1.0) as u64
+    }
+
+    /// How many tokens to ask for at engine time `now_ms`: what this instance spends, at the rate its leases
+    /// served, until the lease would end (plus a quarter), less what it holds; at least a small share of a
+    /// bucket (a quiet instance, or one that just resumed, gets a useful first lease, given back unspent
+    /// when it ends); never more than [`fair_share`](Self::fair_share).
+    fn want(&self, lease: &RuleLease, now_ms: u64, clock: &RedisClock) -> u64 {
+        let (in_hand, horizon) = match self.cur {
+            Some(c) if c.valid_until >= now_ms => (lease.in_hand().0, c.valid_until - now_ms + 1),
+            _ => (0, self.bucket_left_ms(now_ms, clock)),
+        };
+        let spend = (self.rate * horizon as f64 * 1.25).ceil();
+        let floor = (self.window_allowance() / (self.sample_count as f64 * self.live.max(1) as f64 * 2.0)).floor();
+        (spend.max(floor).max(1.0) as u64).saturating_sub(in_hand).clamp(1, self.fair_share())
     }
 
     /// Until when (engine ms) no lease call is worth making: the window is used up, or the lease of the
@@ -320,7 +345,7 @@ impl Driver {
     /// The lease call to make now.
     pub(crate) fn lease_call(&mut self, lease: &RuleLease, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
         self.measure(lease, at.now);
-        let want = self.want(lease, at.now_ms);
+        let want = self.want(lease, at.now_ms, &at.clock);
         self.call(Some(lease), want, member, ttl, at)
     }
 
@@ -329,9 +354,18 @@ impl Driver {
         self.call(Some(lease), 0, member, ttl, at)
     }
 
-    /// Leaving the rule's member set (the rule is gone, or the client stops), with what is due.
+    /// Leaving the rule's member set (the rule is gone, or the client stops), with what is due: the tokens
+    /// a dropped lease still held are given back.
     pub(crate) fn leave_call(&mut self, member: &str, at: &CallAt) -> (RuleKeys, LeaseCall) {
         let lease = self.lease.upgrade();
+        let (left, until) = &*self.left_at_drop;
+        let left = left.load(std::sync::atomic::Ordering::Acquire);
+        if let Some(c) = self.cur.take().filter(|_| lease.is_none() && left != u64::MAX && left > 0) {
+            if until.load(std::sync::atomic::Ordering::Relaxed) == c.valid_until {
+                self.returned += left;
+                self.add_return(c.bucket, left);
+            }
+        }
         let call = self.call(lease.as_deref(), 0, member, Duration::ZERO, at);
         (self.keys.clone(), call)
     }
@@ -401,6 +435,11 @@ impl Driver {
         }
         self.returned += n;
         lease.counters.returned.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.add_return(bucket, n);
+    }
+
+    /// Sends `n` tokens back to `bucket` with the next call.
+    fn add_return(&mut self, bucket: i64, n: u64) {
         match self.returns.iter_mut().find(|(b, _)| *b == bucket) {
             Some((_, c)) => *c += n,
             None => self.returns.push((bucket, n)),
@@ -425,7 +464,10 @@ impl Driver {
     /// Applies a reply to `call`, made at the times of `at`.
     pub(crate) fn apply(&mut self, lease: &RuleLease, call: &LeaseCall, r: &LeaseReply, at: &CallTimes) {
         let CallTimes { t0_ms, t1_ms, rtt, now, beat } = *at;
-        self.counted(lease, call);
+        if !r.late {
+            // (Run after its deadline, it counted none of the fallback's admissions: they are sent again.)
+            self.counted(lease, call);
+        }
         if r.generation != self.generation {
             if self.generation != 0 {
                 // The window was made afresh (its key was lost): it grants this instance nothing until the
@@ -464,7 +506,11 @@ impl Driver {
         if r.granted > 0 {
             lease.counters.leased.fetch_add(r.granted, std::sync::atomic::Ordering::Relaxed);
             match self.cur {
-                Some(c) if c.bucket == r.bucket && lease.add(c.valid_until, r.granted) => self.issued += r.granted,
+                // More for the lease in force (if it is still in force: tokens added to an ended lease could
+                // not be spent).
+                Some(c) if c.bucket == r.bucket && c.valid_until >= t1_ms && lease.add(c.valid_until, r.granted) => {
+                    self.issued += r.granted
+                }
                 _ if valid_until >= t1_ms as i64 => {
                     let valid_until = valid_until as u64;
                     let left = lease.replace(valid_until, r.granted);
@@ -494,6 +540,11 @@ impl Driver {
         // Ask for more while a round trip's worth of calls (twice over, plus a millisecond) is still in hand.
         lease.set_low_water((self.rate * (2.0 * self.rtt_ms + 1.0)).ceil().max(1.0) as u64);
         if self.on_probation(now) {
+            // Still deciding locally while the other instances come back: for the next second, admit at most
+            // this instance's share of the room the window has left (what the others' fallbacks admitted
+            // is counted there as they report it).
+            let room = r.left as f64 / self.live.max(1) as f64;
+            lease.set_fallback_debt(t1_ms, (lease.local_limit() - room).max(0.0).ceil() as u64);
             // Report again a bucket from now; lease once the pause is over.
             self.next_beat = now + Duration::from_millis(self.bucket_ms.max(10)).min(beat);
         } else {
@@ -615,6 +666,94 @@ mod tests {
         assert_eq!(d.hold_until(ENGINE_MS + 40), 0);
         assert_eq!(d.hold_until(ENGINE_MS + 49), ENGINE_MS + 51, "its tokens could not be spent in the bucket");
         assert_eq!(d.hold_until(ENGINE_MS + 51), 0, "the next bucket");
+    }
+
+    /// Engine times after the reply of [`times`], as the instant and engine ms a call is made at.
+    fn at(base: Instant, after_ms: u64) -> CallAt {
+        CallAt { now: base + Duration::from_millis(after_ms), now_ms: ENGINE_MS + after_ms, clock: RedisClock::default() }
+    }
+
+    #[test]
+    fn a_lease_call_asks_for_what_the_instance_spends_before_the_lease_ends_at_the_rate_its_leases_served() {
+        let (mut d, lease) = driver();
+        // 40 tokens until the bucket ends, 50 ms from now (less the 2 ms margin and a millisecond).
+        let (call, r) = reply(40, 40, 900, 0);
+        d.apply(&lease, &call, &r, &times());
+        let base = Instant::now();
+        d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 0));
+        // 20 spent in 10 ms: 2 per ms; the lease has 38 ms left: 95 wanted (a quarter more), 20 in hand.
+        for _ in 0..20 {
+            assert!(lease.take_in_hand(ENGINE_MS + 10, 1));
+        }
+        let call = d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 10));
+        assert_eq!(call.want, 75);
+    }
+
+    #[test]
+    fn a_lease_call_never_takes_more_than_a_fair_share_of_what_the_window_has_left() {
+        let (mut d, lease) = driver();
+        // 30 tokens left in the window for 3 live instances: at most 10 per call, however busy this one is.
+        let (call, r) = reply(40, 40, 30, 0);
+        d.apply(&lease, &call, &r, &times());
+        let base = Instant::now();
+        d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 0));
+        for _ in 0..40 {
+            assert!(lease.take_in_hand(ENGINE_MS + 2, 1));
+        }
+        let call = d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 2));
+        assert_eq!(call.want, 10);
+    }
+
+    #[test]
+    fn a_quiet_instance_asks_for_a_small_share_of_a_bucket_not_the_window() {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &call, &r, &times());
+        // Nothing served yet (or nothing since a long outage): a sixth of a bucket's share for 3 instances.
+        let call = d.lease_call(&lease, "me", Duration::from_secs(3), &at(Instant::now(), 2));
+        assert_eq!(call.want, 1000 / (10 * 3 * 2));
+    }
+
+    #[test]
+    fn tokens_granted_after_the_lease_in_force_ended_are_given_back_not_added_to_it() {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(40, 40, 900, 0);
+        d.apply(&lease, &call, &r, &times());
+        assert_eq!(lease.in_hand(), (40, ENGINE_MS + 47));
+        // A reply for the same bucket arrives after that lease's last millisecond: its 10 tokens could not be
+        // spent in the bucket.
+        let (call, mut late) = reply(10, 10, 890, 0);
+        late.redis_ms = REDIS_MS + 45;
+        let t = CallTimes { t0_ms: ENGINE_MS + 45, t1_ms: ENGINE_MS + 48, ..times() };
+        d.apply(&lease, &call, &late, &t);
+        assert_eq!(lease.in_hand(), (40, ENGINE_MS + 47), "not added to the lease that ended");
+        assert_eq!(lease.counters.returned.load(std::sync::atomic::Ordering::Relaxed), 10, "given back");
+    }
+
+    #[test]
+    fn a_reply_while_resuming_caps_the_fallback_at_this_instance_share_of_the_room_left() {
+        let (mut d, lease) = driver();
+        lease.set_fallback("redis down".into());
+        let now = Instant::now();
+        d.resume_after(now, Duration::from_secs(1));
+        // 60 tokens left in the window for 3 instances: this one's fallback admits 20 more in the second.
+        let (call, r) = reply(0, 0, 60, 0);
+        d.apply(&lease, &call, &r, &CallTimes { now, ..times() });
+        assert!(d.on_probation(now));
+        assert_eq!(lease.fallback_debt(), ((lease.local_limit() - 20.0) as u64, ENGINE_MS + 1 + 1000));
+    }
+
+    #[test]
+    fn tokens_a_lease_held_when_its_rule_changed_are_given_back_when_the_client_leaves_it() {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(40, 40, 900, 0);
+        d.apply(&lease, &call, &r, &times());
+        assert!(lease.take_in_hand(ENGINE_MS + 2, 1));
+        // The rule is replaced: the engine drops its lease with 39 tokens unspent.
+        drop(lease);
+        let (_, leave) = d.leave_call("me", &at(Instant::now(), 3));
+        assert_eq!(leave.returns, vec![(REDIS_MS / 100, 39)]);
+        assert_eq!(leave.ttl_ms, 0, "it leaves the member set");
     }
 
     #[test]

@@ -141,6 +141,13 @@ impl RedisClusterBuilder {
         self.opts.retry_max = d;
         self
     }
+    /// How many instances are expected to share each global cluster rule (see
+    /// [`ClusterOptions::expected_instances`]): what the fallback divides the count by while Redis fails
+    /// and no live instances were seen.
+    pub fn expected_instances(mut self, n: u32) -> Self {
+        self.opts.expected_instances = Some(n);
+        self
+    }
     /// This instance's member name (default `host:pid:random`).
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.opts.instance_id = Some(id.into());

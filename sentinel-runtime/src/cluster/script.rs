@@ -5,14 +5,15 @@
 //! back (a lease that ended with tokens left, per bucket) and count the calls its local fallback admitted
 //! (per bucket, so that the window does not grant them again). A call carries a deadline in Redis time (the
 //! instant its caller gives up waiting, estimated from an earlier reply so that it is never late): run after
-//! it (Redis hung with the call queued), it grants nothing, so no token goes to a caller that left. The
-//! window hash holds its generation (field `g`, the Redis time it was made): a window made afresh (its key
-//! was lost: a restart, `FLUSHALL`, a failover) grants nothing to a caller that knew another one until it
-//! has counted its own unspent grants in it. The lease script then sums the buckets of the
-//! sliding window (dropping expired ones), grants at most what is left under the limit (`count` per window
-//! for global thresholds, `count × live instances` for average-local ones) in the current bucket, and tells
-//! when the window frees room again if it is used up. Scripts run through EVALSHA, loaded again on
-//! `NOSCRIPT` (the client's script helper).
+//! it (Redis hung with the call queued), it grants nothing, so no token goes to a caller that left, and it
+//! counts no admissions (its caller counts the call failed and sends them again; the tokens it gives back are
+//! taken back, as they are sent only once). The window hash holds its generation (field `g`, the
+//! Redis time it was made): a window made afresh (its key was lost: a restart, `FLUSHALL`, a failover)
+//! grants nothing to a caller that knew another one until it has counted its own unspent grants in it. The
+//! lease script then sums the buckets of the sliding window (dropping expired ones), grants at most what is
+//! left under the limit (`count` per window for global thresholds, `count × live instances` for
+//! average-local ones) in the current bucket, and tells when the window frees room again if it is used up.
+//! Scripts run through EVALSHA, loaded again on `NOSCRIPT` (the client's script helper).
 
 use redis::{FromRedisValue, RedisError, Value};
 
@@ -52,6 +53,11 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('PEXPIRE', KEYS[2], math.max(ttl, 1) * 2)
 local live = redis.call('ZCARD', KEYS[2])
 local nr = tonumber(ARGV[10])
+local na = tonumber(ARGV[11 + 2 * nr])
+if late == 1 then
+  -- Its caller gave up on it and counts it failed: it sends the admissions again.
+  na = 0
+end
 for i = 0, nr - 1 do
   local b = tonumber(ARGV[11 + 2 * i])
   local c = tonumber(ARGV[12 + 2 * i])
@@ -63,8 +69,7 @@ for i = 0, nr - 1 do
     end
   end
 end
-local at = 11 + 2 * nr
-local na = tonumber(ARGV[at])
+local at = 11 + 2 * tonumber(ARGV[10])
 for i = 0, na - 1 do
   local b = tonumber(ARGV[at + 1 + 2 * i])
   local c = tonumber(ARGV[at + 2 + 2 * i])

@@ -247,6 +247,7 @@ impl Worker {
                 let id = keys::identity(lease.rule(), keys::rank_in(lease.rule(), &rules));
                 let k = keys::keys(&self.namespace, &id);
                 lease.set_key(k.window.clone());
+                lease.set_expected_instances(self.opts.expected_instances);
                 if self.breaker.is_closed() {
                     lease.set_leasing(None);
                 } else if let Some(f) = &self.breaker.last {

@@ -31,7 +31,7 @@ use crate::stat::admission::{AdmissionWindow, Mode};
 use crate::stat::StatNode;
 
 use super::controller::{reject_qps, Decision};
-use super::rule::{ClusterThresholdType, FlowRule};
+use super::rule::{ClusterThresholdType, FallbackInstances, FlowRule};
 use super::Scratch;
 
 /// A cluster token service: keeps the leases of the cluster rules in force filled.
@@ -125,6 +125,10 @@ pub struct ClusterRuleStatus {
     pub live_instances: Option<u64>,
     /// The local limit (calls per second on this instance) that falling back uses.
     pub local_limit: f64,
+    /// What a global count is divided by for [`local_limit`](Self::local_limit), and where that number
+    /// comes from (seen, configured or assumed); `None` for per-instance thresholds and with no token
+    /// service (the whole count).
+    pub fallback_instances: Option<FallbackInstances>,
     /// Tokens leased so far.
     pub tokens_leased: u64,
     /// Leased tokens given back unspent (a lease that ended with tokens left).
@@ -171,6 +175,9 @@ impl fmt::Display for ClusterRuleStatus {
             }
         } else {
             write!(f, ", local limit {}/s", self.local_limit)?;
+            if let Some(n) = self.fallback_instances {
+                write!(f, " (count ÷ {n})")?;
+            }
         }
         if let Some(why) = &self.reason {
             write!(f, "; {why}")?;
@@ -197,6 +204,7 @@ impl ClusterRuleStatus {
     pub(crate) fn without_service(rule: FlowRule) -> Self {
         ClusterRuleStatus {
             local_limit: rule.count,
+            fallback_instances: None,
             rule,
             key: None,
             mode: ClusterRuleMode::NoService,
@@ -224,6 +232,8 @@ struct Report {
     key: Option<String>,
     reason: Option<String>,
     live: Option<u64>,
+    /// The expected instance count configured (the rule's, else the service's).
+    expected: Option<u64>,
 }
 
 /// One cluster rule's tokens, filled by the token service and spent by the flow check.
@@ -256,6 +266,17 @@ pub(crate) struct RuleLease {
     /// about them when it answers again ([`RuleLease::take_local_admissions`]).
     local: LocalAdmissions,
     pub(crate) counters: LeaseCounters,
+    /// The tokens left in hand when the lease was dropped (its rule changed or was removed), and the last
+    /// millisecond they could be spent in, for the service to give back (`u64::MAX`: not dropped yet).
+    pub(crate) left_at_drop: Arc<(AtomicU64, AtomicU64)>,
+}
+
+impl Drop for RuleLease {
+    fn drop(&mut self) {
+        let (left, until) = &*self.left_at_drop;
+        until.store(self.window.lease_valid_until(), Ordering::Relaxed);
+        left.store(self.window.lease_left(), Ordering::Release);
+    }
 }
 
 /// Calls admitted without a token of the shared limit (by the local fallback: while the service fails, or
@@ -373,6 +394,17 @@ impl Mode for RuleLease {
     }
 }
 
+/// The instance count the fallback divides a global count by: the live instances last seen, or the
+/// expected count configured, or [`ASSUMED_INSTANCES`](crate::flow::ASSUMED_INSTANCES).
+fn fallback_instances_of(r: &Report) -> FallbackInstances {
+    FallbackInstances::of(r.live, r.expected)
+}
+
+/// The expected instance count of `rule` (its own, else the service's `service`).
+fn expected_of(rule: &FlowRule, service: Option<u32>) -> Option<u64> {
+    rule.cluster_config.as_ref().and_then(|c| c.expected_instances).or(service).map(u64::from)
+}
+
 fn local_limit_of(rule: &FlowRule, live: u64) -> f64 {
     match rule.cluster_config.as_ref().map(|c| c.threshold_type) {
         Some(ClusterThresholdType::Global) => rule.count / live.max(1) as f64,
@@ -384,8 +416,10 @@ impl RuleLease {
     fn new(rule: Arc<FlowRule>, service: Arc<dyn TokenService>) -> Self {
         let local = LocalAdmissions::for_rule(&rule);
         let timeout_nanos = u64::try_from(service.timeout().as_nanos()).unwrap_or(u64::MAX);
+        let report = Report { expected: expected_of(&rule, None), ..Report::default() };
+        let instances = fallback_instances_of(&report).count();
         RuleLease {
-            fallback_limit: AtomicU64::new(local_limit_of(&rule, 1).to_bits()),
+            fallback_limit: AtomicU64::new(local_limit_of(&rule, instances).to_bits()),
             fallback_debt: AtomicU64::new(0),
             fallback_debt_until: AtomicU64::new(0),
             rule,
@@ -400,9 +434,10 @@ impl RuleLease {
             waiters: Mutex::new(Vec::new()),
             changed: Condvar::new(),
             next_waiter: AtomicU64::new(0),
-            report: Mutex::new(Report::default()),
+            report: Mutex::new(report),
             local,
             counters: LeaseCounters::default(),
+            left_at_drop: Arc::new((AtomicU64::new(u64::MAX), AtomicU64::new(0))),
         }
     }
 
@@ -459,12 +494,6 @@ impl RuleLease {
         self.local.record(now_ms, n);
     }
 
-    /// Calls that wanted a token and did not get one from the lease so far: blocked on a used-up window, or
-    /// decided locally after their wait timed out (demand the spent tokens do not show).
-    pub(crate) fn unserved(&self) -> u64 {
-        self.counters.exhausted.load(Ordering::Relaxed) + self.counters.wait_timeouts.load(Ordering::Relaxed)
-    }
-
     /// Calls blocked so far because the shared window was used up.
     pub(crate) fn exhausted_blocks(&self) -> u64 {
         self.counters.exhausted.load(Ordering::Relaxed)
@@ -482,12 +511,11 @@ impl RuleLease {
 
     /// Cluster mode works: calls spend leased tokens.
     pub(crate) fn set_leasing(&self, live: Option<u64>) {
-        if let Some(n) = live {
-            self.fallback_limit.store(local_limit_of(&self.rule, n).to_bits(), Ordering::Relaxed);
-        }
         let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
         if live.is_some() {
             r.live = live;
+            self.fallback_limit
+                .store(local_limit_of(&self.rule, fallback_instances_of(&r).count()).to_bits(), Ordering::Relaxed);
         }
         r.reason = None;
         drop(r);
@@ -506,6 +534,21 @@ impl RuleLease {
     pub(crate) fn set_fallback_debt(&self, now_ms: u64, debt: u64) {
         self.fallback_debt.store(debt, Ordering::Relaxed);
         self.fallback_debt_until.store(now_ms.saturating_add(1000), Ordering::Release);
+    }
+
+    /// The service's expected instance count (the rule's own, if it has one, wins): what the fallback
+    /// divides a global count by until live instances are seen (and at least, once they are).
+    pub(crate) fn set_expected_instances(&self, service: Option<u32>) {
+        let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        r.expected = expected_of(&self.rule, service);
+        self.fallback_limit
+            .store(local_limit_of(&self.rule, fallback_instances_of(&r).count()).to_bits(), Ordering::Relaxed);
+    }
+
+    /// How much lower the local limit is, and until when (engine ms).
+    #[cfg(test)]
+    pub(crate) fn fallback_debt(&self) -> (u64, u64) {
+        (self.fallback_debt.load(Ordering::Relaxed), self.fallback_debt_until.load(Ordering::Relaxed))
     }
 
     /// The local limit (calls per second) that falling back uses.
@@ -558,6 +601,12 @@ impl RuleLease {
             exhausted_for_ms: self.exhausted_until.load(Ordering::Acquire).saturating_sub(now_ms),
             live_instances: r.live,
             local_limit: f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
+            fallback_instances: self
+                .rule
+                .cluster_config
+                .as_ref()
+                .is_some_and(|c| c.threshold_type == ClusterThresholdType::Global)
+                .then(|| fallback_instances_of(&r)),
             tokens_leased: c.leased.load(Ordering::Relaxed),
             tokens_returned: c.returned.load(Ordering::Relaxed),
             round_trips: c.round_trips.load(Ordering::Relaxed),
@@ -1002,6 +1051,7 @@ mod tests {
     fn cluster_call_whose_wait_times_out_is_decided_by_the_local_fallback() {
         let svc = FakeService::new(0, Duration::from_millis(1));
         let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 2.0)]);
+        svc.lease().set_leasing(Some(1));
         let api = engine.resource("api");
         let passed = (0..5).filter(|_| api.enter().is_ok()).count();
         assert_eq!(passed, 2, "the local fallback limit (count ÷ 1 live instance)");
@@ -1177,6 +1227,38 @@ mod tests {
         let api = engine.resource("api");
         assert_eq!((0..5).filter(|_| api.enter().is_ok()).count(), 2);
         assert_eq!(engine.cluster_status()[0].mode, ClusterRuleMode::NoService);
+    }
+
+    #[test]
+    fn the_fallback_divides_a_global_count_by_the_instances_seen_or_configured_and_never_takes_it_whole() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let mut configured = cluster_rule("configured", 90.0);
+        configured.cluster_config.as_mut().unwrap().expected_instances = Some(3);
+        let (_engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0), configured]);
+        let leases: Vec<Arc<RuleLease>> = svc.leases.lock().unwrap().iter().filter_map(Weak::upgrade).collect();
+        let of = |resource: &str| leases.iter().find(|l| l.rule().resource == resource).unwrap().clone();
+        let (api, configured) = (of("api"), of("configured"));
+        let instances = |l: &RuleLease| l.status(T0).fallback_instances;
+        // Nothing seen, nothing configured: a conservative share, never the whole count.
+        assert_eq!(instances(&api), Some(FallbackInstances::Assumed(crate::flow::ASSUMED_INSTANCES)));
+        assert_eq!(api.local_limit(), 100.0 / crate::flow::ASSUMED_INSTANCES as f64);
+        // The client's expected count; the rule's own wins over it.
+        api.set_expected_instances(Some(2));
+        configured.set_expected_instances(Some(2));
+        assert_eq!(instances(&api), Some(FallbackInstances::Configured(2)));
+        assert_eq!(api.local_limit(), 50.0);
+        assert_eq!(instances(&configured), Some(FallbackInstances::Configured(3)));
+        assert_eq!(configured.local_limit(), 30.0);
+        // Seen: more than expected counts; fewer (instances still cold) does not lower it.
+        api.set_leasing(Some(5));
+        assert_eq!(instances(&api), Some(FallbackInstances::Seen(5)));
+        assert_eq!(api.local_limit(), 20.0);
+        api.set_leasing(Some(1));
+        assert_eq!(instances(&api), Some(FallbackInstances::Configured(2)));
+        assert_eq!(api.local_limit(), 50.0);
+        api.set_fallback("redis down".into());
+        let shown = api.status(T0).to_string();
+        assert!(shown.contains("count ÷ 2 expected instances configured"), "{shown}");
     }
 
     #[test]
