@@ -1157,6 +1157,7 @@ mod tests {
     fn async_wait_that_times_out_decides_by_the_local_fallback() {
         let svc = FakeService::new(0, Duration::from_millis(1));
         let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 1.0)]);
+        svc.lease().set_expected_instances(Some(1));
         let api = engine.resource("api");
         assert!(futures::executor::block_on(api.entry().enter_async()).is_ok(), "fallback: 1 per second");
         assert!(futures::executor::block_on(api.entry().enter_async()).is_err(), "fallback: over 1 per second");
@@ -1199,6 +1200,7 @@ mod tests {
         let svc = FakeService::new(0, Duration::from_secs(5));
         let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 3.0)]);
         let lease = svc.lease();
+        lease.set_expected_instances(Some(1));
         lease.set_fallback("redis down".into());
         let api = engine.resource("api");
         assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 3);
@@ -1211,6 +1213,7 @@ mod tests {
         let svc = FakeService::new(0, Duration::from_secs(5));
         let (engine, clock) = engine_with(&svc, vec![cluster_rule("api", 10.0)]);
         let lease = svc.lease();
+        lease.set_expected_instances(Some(1));
         lease.set_fallback("redis down".into());
         lease.set_fallback_debt(T0, 8);
         let api = engine.resource("api");
