@@ -963,7 +963,9 @@ fn instances_that_never_reached_redis_admit_the_configured_total_between_them_no
     {
         let text = sentinel_runtime::exporter::render(&a.0);
         assert!(
-            text.contains("sentinel_cluster_fallback_instances{app=\"cold\",resource=\"api\",rule=\"0\",source=\"configured\"} 2"),
+            text.contains(
+                "sentinel_cluster_fallback_instances{app=\"cold\",resource=\"api\",rule=\"0\",source=\"configured\"} 2"
+            ),
             "{text}"
         );
     }

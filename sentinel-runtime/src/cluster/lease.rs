@@ -670,7 +670,11 @@ mod tests {
 
     /// Engine times after the reply of [`times`], as the instant and engine ms a call is made at.
     fn at(base: Instant, after_ms: u64) -> CallAt {
-        CallAt { now: base + Duration::from_millis(after_ms), now_ms: ENGINE_MS + after_ms, clock: RedisClock::default() }
+        CallAt {
+            now: base + Duration::from_millis(after_ms),
+            now_ms: ENGINE_MS + after_ms,
+            clock: RedisClock::default(),
+        }
     }
 
     #[test]
