@@ -677,35 +677,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_lease_call_asks_for_what_the_instance_spends_before_the_lease_ends_at_the_rate_its_leases_served() {
+    /// A lease of 40 tokens until the bucket ends (50 ms from the reply, less the 2 ms margin and a
+    /// millisecond) with `left` tokens left in the window for 3 live instances; `spent` of them spent in the
+    /// first `after_ms`: what the lease call made then asks for.
+    fn want_after_spending(left: u64, spent: u64, after_ms: u64) -> u64 {
         let (mut d, lease) = driver();
-        // 40 tokens until the bucket ends, 50 ms from now (less the 2 ms margin and a millisecond).
-        let (call, r) = reply(40, 40, 900, 0);
+        let (call, r) = reply(40, 40, left, 0);
         d.apply(&lease, &call, &r, &times());
         let base = Instant::now();
         d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 0));
-        // 20 spent in 10 ms: 2 per ms; the lease has 38 ms left: 95 wanted (a quarter more), 20 in hand.
-        for _ in 0..20 {
-            assert!(lease.take_in_hand(ENGINE_MS + 10, 1));
+        for _ in 0..spent {
+            assert!(lease.take_in_hand(ENGINE_MS + after_ms, 1));
         }
-        let call = d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 10));
-        assert_eq!(call.want, 75);
+        d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, after_ms)).want
+    }
+
+    #[test]
+    fn a_lease_call_asks_for_what_the_instance_spends_before_the_lease_ends_at_the_rate_its_leases_served() {
+        // 20 spent in 10 ms: 2 per ms; the lease has 38 ms left: 95 wanted (a quarter more), 20 in hand.
+        assert_eq!(want_after_spending(900, 20, 10), 75);
     }
 
     #[test]
     fn a_lease_call_never_takes_more_than_a_fair_share_of_what_the_window_has_left() {
-        let (mut d, lease) = driver();
-        // 30 tokens left in the window for 3 live instances: at most 10 per call, however busy this one is.
-        let (call, r) = reply(40, 40, 30, 0);
-        d.apply(&lease, &call, &r, &times());
-        let base = Instant::now();
-        d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 0));
-        for _ in 0..40 {
-            assert!(lease.take_in_hand(ENGINE_MS + 2, 1));
-        }
-        let call = d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 2));
-        assert_eq!(call.want, 10);
+        // 30 tokens left in the window for 3 live instances: at most 10 per call, however busy this one is
+        // (40 spent in 2 ms).
+        assert_eq!(want_after_spending(30, 40, 2), 10);
     }
 
     #[test]

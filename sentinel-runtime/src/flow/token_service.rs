@@ -1060,6 +1060,16 @@ mod tests {
         assert_eq!(st.fallback_decisions, 5);
     }
 
+    /// An engine with a global cluster rule of `count` on `api` whose service fails, `live` instances seen.
+    fn fallen_back(count: f64, live: u64) -> (Sentinel, ManualClock, Arc<RuleLease>) {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, clock) = engine_with(&svc, vec![cluster_rule("api", count)]);
+        let lease = svc.lease();
+        lease.set_leasing(Some(live));
+        lease.set_fallback("redis down".into());
+        (engine, clock, lease)
+    }
+
     #[test]
     fn cluster_rule_in_fallback_limits_each_instance_to_its_share_of_a_global_count() {
         let svc = FakeService::new(0, Duration::from_secs(5));
@@ -1197,11 +1207,7 @@ mod tests {
 
     #[test]
     fn calls_the_fallback_admits_are_recorded_for_the_service_and_blocked_ones_are_not() {
-        let svc = FakeService::new(0, Duration::from_secs(5));
-        let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 3.0)]);
-        let lease = svc.lease();
-        lease.set_expected_instances(Some(1));
-        lease.set_fallback("redis down".into());
+        let (engine, _clock, lease) = fallen_back(3.0, 1);
         let api = engine.resource("api");
         assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 3);
         let (slots, _) = lease.take_local_admissions(T0, 1000);
@@ -1210,11 +1216,7 @@ mod tests {
 
     #[test]
     fn falling_back_mid_second_counts_what_the_lease_admitted_against_the_local_limit() {
-        let svc = FakeService::new(0, Duration::from_secs(5));
-        let (engine, clock) = engine_with(&svc, vec![cluster_rule("api", 10.0)]);
-        let lease = svc.lease();
-        lease.set_expected_instances(Some(1));
-        lease.set_fallback("redis down".into());
+        let (engine, clock, lease) = fallen_back(10.0, 1);
         lease.set_fallback_debt(T0, 8);
         let api = engine.resource("api");
         assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 2, "10 per second, 8 of them leased");
