@@ -62,9 +62,9 @@ pub struct ClusterConfig {
     /// How many instances are expected to share a global `count` (JSON `expectedInstances`; Java has no such
     /// setting). While the token service fails, each instance's fallback admits `count ÷ instances`: the
     /// larger of this and the live instances last seen, or this alone when none were seen (Redis unreachable
-    /// from the start, a wrong node). Overrides the client's
-    /// [`expected_instances`](crate::cluster::ClusterOptions::expected_instances) when both are set. With
-    /// neither set nor seen, the fallback assumes [`ASSUMED_INSTANCES`] (see [`FallbackInstances`]).
+    /// from the start, a wrong node). Overrides the cluster client's own `expected_instances` setting when
+    /// both are set. With neither set nor seen, the fallback assumes [`ASSUMED_INSTANCES`] (see
+    /// [`FallbackInstances`]).
     pub expected_instances: Option<u32>,
 }
 
