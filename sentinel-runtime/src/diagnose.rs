@@ -318,8 +318,15 @@ fn flow_finding(
         match cluster_state.map(|c| c.mode) {
             Some(ClusterRuleMode::Leasing) => {}
             Some(ClusterRuleMode::Fallback) => f.problems.push(format!(
-                "cluster mode is falling back to a local limit of {}/s on this instance: {}",
+                "cluster mode is falling back to a local limit of {}/s on this instance{}: {}",
                 cluster_state.map_or(rule.count, |c| c.local_limit),
+                cluster_state.and_then(|c| c.fallback_instances).map_or_else(String::new, |n| match n {
+                    crate::flow::FallbackInstances::Assumed(_) => format!(
+                        " (count ÷ {n}: set `expected_instances` on the rule's cluster config or the cluster \
+                         client to the real number)"
+                    ),
+                    _ => format!(" (count ÷ {n})"),
+                }),
                 cluster_state.and_then(|c| c.reason.clone()).unwrap_or_else(|| "the token service fails".into())
             )),
             Some(ClusterRuleMode::Passing) => {

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sentinel_runtime::cluster::{ClusterClient, RedisCluster, RedisDataSource};
-use sentinel_runtime::flow::{ClusterConfig, ClusterRuleMode, ClusterThresholdType, FlowRule};
+use sentinel_runtime::flow::{
+    ClusterConfig, ClusterRuleMode, ClusterThresholdType, FallbackInstances, FlowRule, ASSUMED_INSTANCES,
+};
 use sentinel_runtime::{RuleKind, Sentinel};
 use sentinel_testkit::redis::RedisServer;
 
@@ -452,18 +454,7 @@ fn logged(needle: &str) -> bool {
 
 /// An engine with one global cluster rule on `api` and its client.
 fn instance(url: &str, ns: &str, count: f64, timeout: Duration) -> (Sentinel, ClusterClient) {
-    let engine = Sentinel::builder().app_name("faults").build();
-    engine.load_flow_rules([cluster_rule("api", count, ClusterThresholdType::Global, 1000, 2)]).unwrap();
-    let client = RedisCluster::builder(url)
-        .namespace(ns)
-        .timeout(timeout)
-        .retry_max(Duration::from_millis(300))
-        .heartbeat_interval(Duration::from_millis(200))
-        .member_ttl(Duration::from_millis(1500))
-        .start(&engine)
-        .unwrap();
-    client.wait_connected(Duration::from_secs(5)).unwrap();
-    (engine, client)
+    instance_with(url, ns, cluster_rule("api", count, ClusterThresholdType::Global, 1000, 2), timeout)
 }
 
 #[test]
@@ -566,14 +557,14 @@ fn wrong_password_falls_back_with_a_log_line_that_names_the_credentials() {
     let url = format!("redis://:wrong@{}", redis.addr());
     let engine = Sentinel::builder().app_name("auth").build();
     engine.load_flow_rules([cluster_rule("api", 5.0, ClusterThresholdType::Global, 1000, 2)]).unwrap();
-    let client = RedisCluster::builder(&url).start(&engine).unwrap();
+    let client = RedisCluster::builder(&url).expected_instances(1).start(&engine).unwrap();
     let err = client.wait_connected(Duration::from_millis(500)).unwrap_err();
     assert!(err.to_string().contains("credentials"), "{err}");
     assert!(!err.to_string().contains("wrong"), "the password is not shown: {err}");
     let api = engine.resource("api");
     assert!(wait_until(&engine, Duration::from_secs(2), |s| s.mode == ClusterRuleMode::Fallback));
     let passed = (0..20).filter(|_| api.enter().is_ok()).count();
-    assert_eq!(passed, 5, "the local fallback, count ÷ 1 instance");
+    assert_eq!(passed, 5, "the local fallback, count ÷ 1 expected instance (none seen)");
     assert!(logged("credentials"), "{:?}", captured_logs().lock().unwrap());
 }
 
@@ -739,4 +730,266 @@ fn redis_data_source_reconnects_by_itself_and_reads_what_it_missed() {
     }
     assert_eq!(engine.flow_rules()[0].count, 4.0, "announcements after the restart are applied");
     assert!(source.is_connected());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Resuming after a fault: what the fallback admitted, abandoned lease calls, leases arriving again
+
+/// An engine with the cluster rule `rule` (on `api`) and its client (Redis answering).
+fn instance_with(url: &str, ns: &str, rule: FlowRule, timeout: Duration) -> (Sentinel, ClusterClient) {
+    instance_beating(url, ns, rule, timeout, Duration::from_millis(200))
+}
+
+/// [`instance_with`], renewing its membership every `beat`.
+fn instance_beating(
+    url: &str,
+    ns: &str,
+    rule: FlowRule,
+    timeout: Duration,
+    beat: Duration,
+) -> (Sentinel, ClusterClient) {
+    let engine = Sentinel::builder().app_name("resume").build();
+    engine.load_flow_rules([rule]).unwrap();
+    let client = RedisCluster::builder(url)
+        .namespace(ns)
+        .timeout(timeout)
+        .retry_max(Duration::from_millis(200))
+        .heartbeat_interval(beat)
+        .member_ttl(beat * 7 + Duration::from_millis(100))
+        .start(&engine)
+        .unwrap();
+    client.wait_connected(Duration::from_secs(5)).unwrap();
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.key.is_some()), "the client names the rule's key");
+    (engine, client)
+}
+
+/// The tokens Redis counts in the rule's window now (the sum of its buckets; the field `g` is the window's
+/// generation, not a bucket).
+fn window_total(url: &str, key: &str) -> u64 {
+    let mut conn = redis::Client::open(url).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
+    let fields: BTreeMap<String, String> = redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
+    fields.iter().filter(|(k, _)| k.as_str() != "g").map(|(_, v)| v.parse::<i64>().unwrap().max(0) as u64).sum()
+}
+
+/// Calls `api` until `stop` says so (given the calls admitted so far) or `within` passes; returns the calls
+/// admitted. Pauses 1 ms after a block (a caller that retries, not a spinning one).
+fn call_until(
+    engine: &Sentinel,
+    within: Duration,
+    mut stop: impl FnMut(&sentinel_runtime::flow::ClusterRuleStatus, u64) -> bool,
+) -> u64 {
+    let api = engine.resource("api");
+    let deadline = Instant::now() + within;
+    let mut admitted = 0;
+    while Instant::now() < deadline && !stop(&engine.cluster_status()[0], admitted) {
+        match api.enter() {
+            Ok(_entry) => admitted += 1,
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    admitted
+}
+
+#[test]
+fn calls_the_fallback_admitted_are_counted_in_the_shared_window_when_redis_answers_again() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("calls_the_fallback_admitted_are_counted") else { return };
+    // 10/s over a minute (6 s buckets): 600 calls per window; the test lasts a few seconds, so every call it
+    // makes is in one window. The local fallback allows 10/s on this (lone) instance.
+    let rule = cluster_rule("api", 10.0, ClusterThresholdType::Global, 60_000, 10);
+    let (engine, _client) = instance_with(&redis.url(), "fallback-counted", rule, Duration::from_millis(50));
+    let key = engine.cluster_status()[0].key.clone().unwrap();
+    // Redis hangs before any token was leased: the calls are decided by the local limit. About two and a
+    // half seconds of a caller retrying every millisecond.
+    redis.pause();
+    let local = call_until(&engine, Duration::from_secs(10), |s, _| s.fallback_decisions >= 2500);
+    let fallen = engine.cluster_status()[0].clone();
+    redis.resume();
+    assert_eq!(fallen.mode, ClusterRuleMode::Fallback, "{fallen}");
+    assert!(local > 0, "the fallback admitted calls: {fallen}");
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing),
+        "cluster mode resumes: {}",
+        engine.cluster_status()[0]
+    );
+    // Demand far above what is left: the window admits what it has room for, no more.
+    let after = call_until(&engine, Duration::from_secs(4), |s, _| s.exhausted_for_ms > 0 && s.tokens_in_hand == 0);
+    let st = engine.cluster_status()[0].clone();
+    let total = local + after;
+    assert!(total <= 600, "{local} admitted locally + {after} after Redis came back > 600 per window: {st}");
+    assert!(st.local_admissions_reported > 0, "the fallback's admissions were reported: {st}");
+    assert!(window_total(&redis.url(), &key) >= total, "Redis counts every admitted call: {st}");
+    assert!(total >= 600 - 10, "the window's room is used once the fallback's calls are counted: {total}; {st}");
+}
+
+#[test]
+fn lease_calls_abandoned_while_redis_hangs_grant_nothing_when_it_resumes() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("lease_calls_abandoned_while_redis_hangs") else { return };
+    // One bucket of an hour: no lease ends (and gives tokens back) while the test runs, so what Redis counts
+    // is exactly what the client was granted, minus what it gave back, plus what its fallback admitted.
+    // 900 calls per hour: the first lease (half the window) is soon spent, and the lease call after it hangs.
+    let rule = cluster_rule("api", 0.25, ClusterThresholdType::Global, 3_600_000, 1);
+    // No renewal while the test runs: only a lease call can find Redis hung (and be abandoned).
+    let (engine, _client) =
+        instance_beating(&redis.url(), "abandoned", rule, Duration::from_millis(200), Duration::from_secs(60));
+    let key = engine.cluster_status()[0].key.clone().unwrap();
+    call_until(&engine, Duration::from_secs(5), |_, n| n >= 50);
+    redis.pause();
+    // Calls drain the lease in hand, ask for more, and give up on that lease call after the timeout.
+    call_until(&engine, Duration::from_secs(10), |s, _| s.mode == ClusterRuleMode::Fallback);
+    let hung = engine.cluster_status()[0].clone();
+    redis.resume();
+    assert_eq!(hung.mode, ClusterRuleMode::Fallback, "{hung}");
+    // (The caller that waited for it is decided locally when its own wait times out or when the client
+    // reports the failure, whichever comes first.)
+    assert!(hung.waits > 0 && hung.failures > 0, "a lease call was abandoned: {hung}");
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
+    // Redis ran the abandoned call when it resumed (before anything sent later on the connection). What it
+    // counts must be what the client knows of, once the fallback's admissions are reported.
+    let known = |s: &sentinel_runtime::flow::ClusterRuleStatus| {
+        s.tokens_leased - s.tokens_returned + s.local_admissions_reported
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (mut counted, mut st) = (0, engine.cluster_status()[0].clone());
+    while Instant::now() < deadline {
+        st = engine.cluster_status()[0].clone();
+        counted = window_total(&redis.url(), &key);
+        if counted == known(&st) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counted, known(&st), "tokens counted in Redis that no caller was granted: {st}");
+}
+
+#[test]
+fn after_a_hang_leasing_resumes_and_calls_get_tokens_without_waiting_out_the_timeout() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("after_a_hang_leasing_resumes") else { return };
+    // 1000/s over 30 s (3 s buckets): far more room than the test uses. A hang longer than a bucket ends
+    // the lease in force, so leasing must start again from nothing in the middle of a bucket.
+    let rule = cluster_rule("api", 1000.0, ClusterThresholdType::Global, 30_000, 10);
+    // A timeout far above a loaded machine's round trip: a call that waits it out shows a lease that never
+    // came, not a slow machine.
+    let timeout = Duration::from_millis(1000);
+    let (engine, _client) = instance_with(&redis.url(), "resumes", rule, timeout);
+    assert_eq!(call_until(&engine, Duration::from_secs(5), |_, n| n >= 200), 200);
+    redis.pause();
+    let hang_ends = Instant::now() + Duration::from_millis(3200);
+    call_until(&engine, Duration::from_secs(10), |_, _| Instant::now() >= hang_ends);
+    redis.resume();
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
+    let before = engine.cluster_status()[0].clone();
+    let api = engine.resource("api");
+    let passed = (0..500).filter(|_| api.enter().is_ok()).count();
+    let st = engine.cluster_status()[0].clone();
+    assert_eq!(passed, 500, "the window has room for every call: {st}");
+    assert_eq!(st.wait_timeouts, before.wait_timeouts, "no call waited out the timeout for a lease: {st}");
+    assert_eq!(st.fallback_decisions, before.fallback_decisions, "no call was decided locally: {st}");
+    assert!(st.tokens_leased > before.tokens_leased, "tokens came from Redis: {st}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// A fallback that never multiplies the limit: instances that never reached Redis
+
+/// A Redis URL nothing answers on (a port bound and released at once).
+fn unreachable_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// An engine on a manual clock with a global cluster rule of `count` per second on `api` (its cluster
+/// config may name the expected instances), and a client for `url` started with `expected` instances.
+fn cold_instance(
+    url: &str,
+    count: f64,
+    rule_expected: Option<u32>,
+    expected: Option<u32>,
+) -> (Sentinel, sentinel_runtime::clock::ManualClock, ClusterClient) {
+    let clock = sentinel_runtime::clock::ManualClock::at_millis(1_000_000);
+    let engine = Sentinel::builder().app_name("cold").manual_clock(clock.clone()).build();
+    let mut rule = cluster_rule("api", count, ClusterThresholdType::Global, 1000, 10);
+    if let Some(c) = rule.cluster_config.as_mut() {
+        c.expected_instances = rule_expected;
+    }
+    engine.load_flow_rules([rule]).unwrap();
+    let mut builder = RedisCluster::builder(url).timeout(Duration::from_millis(20));
+    if let Some(n) = expected {
+        builder = builder.expected_instances(n);
+    }
+    let client = builder.start(&engine).unwrap();
+    (engine, clock, client)
+}
+
+/// Calls `api` `calls` times at the engine's (manual) current time: the calls admitted.
+fn admitted_now(engine: &Sentinel, calls: u32) -> u32 {
+    let api = engine.resource("api");
+    (0..calls).map(|_| api.enter().is_ok() as u32).sum()
+}
+
+#[test]
+fn instances_that_never_reached_redis_admit_the_configured_total_between_them_not_the_count_each() {
+    let url = unreachable_url();
+    let a = cold_instance(&url, 100.0, None, Some(2));
+    let b = cold_instance(&url, 100.0, None, Some(2));
+    for (engine, _, _) in [&a, &b] {
+        assert!(
+            wait_until(engine, Duration::from_secs(10), |s| s.mode == ClusterRuleMode::Fallback),
+            "{}",
+            engine.cluster_status()[0]
+        );
+        let st = engine.cluster_status()[0].clone();
+        assert_eq!(st.fallback_instances, Some(FallbackInstances::Configured(2)), "{st}");
+        assert_eq!(st.local_limit, 50.0, "{st}");
+    }
+    // Three windows, each instance called far more than the limit: 100 between them per second, never 200.
+    for second in 0..3 {
+        let total = admitted_now(&a.0, 300) + admitted_now(&b.0, 300);
+        assert_eq!(total, 100, "second {second}: the configured total, not the count per instance");
+        a.1.advance(Duration::from_secs(1));
+        b.1.advance(Duration::from_secs(1));
+    }
+    // Which count is in force is visible: diagnose and the metrics name it.
+    let d = a.0.diagnose("api");
+    assert!(
+        d.flow.iter().any(|f| f.problems.iter().any(|p| p.contains("2 expected instances configured"))),
+        "{:?}",
+        d.flow
+    );
+    #[cfg(feature = "prometheus")]
+    {
+        let text = sentinel_runtime::exporter::render(&a.0);
+        assert!(
+            text.contains(
+                "sentinel_cluster_fallback_instances{app=\"cold\",resource=\"api\",rule=\"0\",source=\"configured\"} 2"
+            ),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn with_no_instance_count_seen_or_configured_the_fallback_takes_a_conservative_share_and_says_so() {
+    let url = unreachable_url();
+    // The rule's own expected count wins over the client's.
+    let (ruled, _, _c1) = cold_instance(&url, 90.0, Some(3), Some(2));
+    let (bare, _, _c2) = cold_instance(&url, 100.0, None, None);
+    for engine in [&ruled, &bare] {
+        assert!(wait_until(engine, Duration::from_secs(10), |s| s.mode == ClusterRuleMode::Fallback));
+    }
+    let st = ruled.cluster_status()[0].clone();
+    assert_eq!(st.fallback_instances, Some(FallbackInstances::Configured(3)), "{st}");
+    assert_eq!(admitted_now(&ruled, 200), 30, "90 ÷ 3: {st}");
+    let st = bare.cluster_status()[0].clone();
+    assert_eq!(st.fallback_instances, Some(FallbackInstances::Assumed(ASSUMED_INSTANCES)), "{st}");
+    assert_eq!(admitted_now(&bare, 200) as u64, 100 / ASSUMED_INSTANCES, "{st}");
+    let d = bare.diagnose("api");
+    assert!(
+        d.flow.iter().any(|f| f.problems.iter().any(|p| p.contains("set `expected_instances`"))),
+        "diagnose says how to fix it: {:?}",
+        d.flow
+    );
 }

@@ -23,10 +23,18 @@ pub struct ClusterOptions {
     /// difference between the instances' clocks' rates and the cached clock's resolution.
     pub lease_margin: Duration,
     /// The longest pause between two attempts to reach a failing Redis (default 1 s; the first retry
-    /// comes after 100 ms, then the pause doubles).
+    /// comes after 100 ms, then the pause doubles). When Redis answers again, rules keep their local limits
+    /// this long (plus the connection and call timeouts), so that every instance has counted what its
+    /// fallback admitted before any leases again: every instance of an application should use the same.
     pub retry_max: Duration,
     /// This instance's name in the membership sets (default `host:pid:random`).
     pub instance_id: Option<String>,
+    /// How many instances are expected to share each global cluster rule (default none): while Redis
+    /// fails, a rule's fallback admits `count ÷` the larger of this and the live instances last seen, or
+    /// this alone when none were seen (Redis unreachable from the start, a wrong node). A rule's own
+    /// [`ClusterConfig::expected_instances`](crate::flow::ClusterConfig::expected_instances) wins. With
+    /// neither set nor seen, the fallback assumes [`ASSUMED_INSTANCES`](crate::flow::ASSUMED_INSTANCES).
+    pub expected_instances: Option<u32>,
 }
 
 impl ClusterOptions {
@@ -41,6 +49,7 @@ impl ClusterOptions {
             lease_margin: Duration::from_millis(2),
             retry_max: Duration::from_secs(1),
             instance_id: None,
+            expected_instances: None,
         }
     }
 
@@ -58,6 +67,9 @@ impl ClusterOptions {
                 "member_ttl",
                 "must be longer than heartbeat_interval, or live instances would expire between beats",
             );
+        }
+        if self.expected_instances == Some(0) {
+            return bad("expected_instances", "must be > 0 (or unset)");
         }
         if self.retry_max.is_zero() {
             return bad("retry_max", "must be > 0");

@@ -10,12 +10,17 @@
 //! which covers the clocks' rates and the cached clock's resolution). Tokens left when a lease ends are
 //! given back to their bucket in the next call, so the window counts only what was spent.
 //!
-//! **Few round trips.** The client learns the rule's rate on this instance (tokens spent per ms) and asks
-//! for what it expects to spend until the bucket ends (plus a quarter), at most a fair share of the window
-//! (`window ÷ live instances`) per call, so at a steady rate one call per bucket suffices and instances that
-//! all want more than the window holds share it; callers ask for more when the pool falls below what a round trip's worth of calls
-//! needs (the low-water mark), before it runs dry. While the window is used up, Redis says when it frees
-//! room again and calls block locally until then, without a round trip each.
+//! **Few round trips.** The client measures the rate its leases served on this instance (tokens spent per
+//! ms; calls that found no token, decided locally or blocked, do not count: a lease sized by them would sit
+//! unspent) and asks for what it expects to spend until the lease ends (plus a quarter; at least a small
+//! share of a bucket), at most a fair share of what the window had left (`left ÷ live instances`) per call,
+//! so at a steady rate one call per bucket suffices, and no instance holds much more than it spends while
+//! others find the window used up; callers ask for more when
+//! the pool falls below what a round trip's worth of calls needs (the low-water mark), before it runs dry.
+//! A lease call is held back only in the last round trips of a bucket (its tokens could not be spent in
+//! it). While the window is used up, Redis says when it frees room again and calls block locally until
+//! then, or until Redis's next bucket at the latest (leases that end give their unspent tokens back),
+//! without a round trip each.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -26,6 +31,14 @@ use crate::flow::{ClusterThresholdType, FlowRule};
 use super::keys::RuleKeys;
 use super::script::{LeaseCall, LeaseReply};
 
+/// When a call is made: the instant and engine time, and Redis's clock as last seen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallAt {
+    pub(crate) now: Instant,
+    pub(crate) now_ms: u64,
+    pub(crate) clock: RedisClock,
+}
+
 /// When a call was made: engine time before it was sent and after its reply, its round trip, the instant it
 /// was applied, and the membership renewal interval.
 #[derive(Clone, Copy, Debug)]
@@ -35,6 +48,46 @@ pub(crate) struct CallTimes {
     pub(crate) rtt: Duration,
     pub(crate) now: Instant,
     pub(crate) beat: Duration,
+}
+
+/// What the client knows of Redis's clock, from its replies (the scripts' `TIME`, and a `TIME` when the
+/// client connects and probes).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RedisClock {
+    /// A Redis time and the instant its reply arrived: Redis read it before then, so times estimated from it
+    /// are never ahead of Redis's.
+    anchor: Option<(Instant, i64)>,
+    /// Redis time minus engine time, from a reply and the engine time before its call was sent: never less
+    /// than the true difference (up to the engine clock's resolution).
+    ahead_of_engine: Option<i64>,
+}
+
+impl RedisClock {
+    /// A reply read Redis time `redis_ms`; its call was sent at engine time `sent_ms`, the reply arrived at
+    /// `received`.
+    pub(crate) fn observe(&mut self, redis_ms: i64, sent_ms: u64, received: Instant) {
+        self.anchor = Some((received, redis_ms));
+        self.ahead_of_engine = Some(redis_ms - sent_ms as i64);
+    }
+
+    /// The Redis time from which a call sent at `now` is late (its caller gave up after `timeout`): 0 (no
+    /// deadline) until Redis answered once. Never later than the caller's own deadline on Redis's clock, so
+    /// a call Redis runs after its caller gave up grants nothing.
+    pub(crate) fn deadline(&self, now: Instant, timeout: Duration) -> i64 {
+        match self.anchor {
+            Some((at, ms)) => {
+                let since = i64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(i64::MAX / 2);
+                let timeout = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 4);
+                ms.saturating_add(since).saturating_add(timeout.max(1))
+            }
+            None => 0,
+        }
+    }
+
+    /// The Redis time at engine time `engine_ms` (never earlier than the true one; the same when unknown).
+    fn redis_ms(&self, engine_ms: u64) -> i64 {
+        (engine_ms as i64).saturating_add(self.ahead_of_engine.unwrap_or(0))
+    }
 }
 
 /// The lease in force.
@@ -49,6 +102,8 @@ struct Current {
 /// The client's side of one rule.
 pub(crate) struct Driver {
     pub(crate) lease: Weak<RuleLease>,
+    /// What the lease held when it was dropped ([`RuleLease::left_at_drop`]).
+    left_at_drop: Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>,
     pub(crate) keys: RuleKeys,
     /// Tokens per window: per instance for average-local thresholds, for all of them for global ones.
     allowance: f64,
@@ -59,10 +114,19 @@ pub(crate) struct Driver {
     cur: Option<Current>,
     /// Tokens to give back: (bucket, count).
     returns: Vec<(i64, u64)>,
+    /// Calls the local fallback admitted, to count in the window: (bucket, count). Kept until a call that
+    /// carried them got its reply (sent again after a failure: counted twice at worst, never missed).
+    admitted: Vec<(i64, u64)>,
+    /// The window's length, ms.
+    window_ms: u64,
+    /// How long a caller waits for a lease call (the deadline each call carries).
+    timeout: Duration,
     /// Tokens put in the pool so far, and given back so far (to measure what was spent).
     issued: u64,
     returned: u64,
-    /// Spending rate on this instance, tokens per ms, and when it was last measured (with the spent count).
+    /// Demand on this instance, calls per ms (tokens spent, and calls that found no token: blocked on a
+    /// used-up window or decided locally after a timed-out wait), and when it was last measured (with that
+    /// count).
     rate: f64,
     measured: Option<(Instant, u64)>,
     /// Round trip, ms.
@@ -79,16 +143,37 @@ pub(crate) struct Driver {
     /// Calls wanted tokens while no lease call was worth making ([`Driver::hold_until`]): lease as soon as
     /// one is.
     pub(crate) ask_when_free: bool,
-    /// Calls were blocked on a used-up window since the last lease: ask for a whole fair share.
-    pressed: bool,
+    /// Tokens spent so far, sampled (engine ms, spent) at most every 50 ms over the last second and a bit:
+    /// what the lease admitted in the second before the client falls back.
+    spent_samples: std::collections::VecDeque<(u64, u64)>,
+    /// The window's generation as last seen (0: none yet), and the tokens granted to this instance per
+    /// bucket still in the window, net of those given back: counted again in a window made afresh.
+    generation: i64,
+    granted_by_bucket: Vec<(i64, u64)>,
+    /// Tokens still free in the window at the last reply (`u64::MAX` before one), and when it arrived.
+    last_left: u64,
+    last_reply: Option<Instant>,
+    /// Redis answers again after failing: the rule stays on its local limit until then, while the other
+    /// instances come back and count what their fallbacks admitted (see [`Driver::resume_after`]).
+    pub(crate) probation_until: Option<Instant>,
 }
 
 impl Driver {
-    pub(crate) fn new(lease: &Arc<RuleLease>, keys: RuleKeys, margin: Duration, now: Instant) -> Driver {
+    pub(crate) fn new(
+        lease: &Arc<RuleLease>,
+        keys: RuleKeys,
+        margin: Duration,
+        timeout: Duration,
+        now: Instant,
+    ) -> Driver {
         let rule: &FlowRule = lease.rule();
         let c = rule.cluster_config.clone().unwrap_or_default();
         Driver {
+            admitted: Vec::new(),
+            window_ms: c.window_interval_ms.max(1),
+            timeout,
             lease: Arc::downgrade(lease),
+            left_at_drop: lease.left_at_drop.clone(),
             keys,
             allowance: rule.count * c.window_interval_ms as f64 / 1000.0,
             global: c.threshold_type == ClusterThresholdType::Global,
@@ -108,7 +193,12 @@ impl Driver {
             exhausted_seen: 0,
             next_bucket_at: 0,
             ask_when_free: false,
-            pressed: false,
+            spent_samples: std::collections::VecDeque::new(),
+            generation: 0,
+            granted_by_bucket: Vec::new(),
+            last_left: u64::MAX,
+            last_reply: None,
+            probation_until: None,
         }
     }
 
@@ -121,11 +211,64 @@ impl Driver {
         }
     }
 
-    /// Measures the spending rate (tokens per ms) from what left the pool since the last measure.
-    fn measure(&mut self, lease: &RuleLease, now: Instant) {
+    /// Tokens spent from the leases so far.
+    fn spent(&self, lease: &RuleLease) -> u64 {
         let (in_hand, valid_until) = lease.in_hand();
         let in_hand = if self.cur.is_some_and(|c| c.valid_until == valid_until) { in_hand } else { 0 };
-        let spent = self.issued.saturating_sub(self.returned).saturating_sub(in_hand);
+        self.issued.saturating_sub(self.returned).saturating_sub(in_hand)
+    }
+
+    /// Samples the tokens spent (every step of the worker; kept at most every 50 ms, over a second).
+    pub(crate) fn sample_spent(&mut self, lease: &RuleLease, now_ms: u64) {
+        if self.spent_samples.back().is_some_and(|(t, _)| now_ms < t + 50) {
+            return;
+        }
+        let spent = self.spent(lease);
+        self.spent_samples.push_back((now_ms, spent));
+        while self.spent_samples.len() > 1 && self.spent_samples[1].0 + 1000 <= now_ms {
+            self.spent_samples.pop_front();
+        }
+    }
+
+    /// Tokens spent from the leases in the last second (or more: counted from the oldest sample at least a
+    /// second old, else since the first).
+    pub(crate) fn spent_last_second(&self, lease: &RuleLease) -> u64 {
+        let base = self.spent_samples.front().map_or(0, |(_, s)| *s);
+        self.spent(lease).saturating_sub(base)
+    }
+
+    /// How much lower the local limit is in the second after falling back: what the lease admitted in the
+    /// second before (the instance's local rate stays within its limit), or more when the shared window had
+    /// less room at the last reply than the instances' local limits would admit together (each takes its
+    /// share of that room).
+    pub(crate) fn fallback_debt(&self, lease: &RuleLease) -> u64 {
+        let local = lease.local_limit();
+        // The room seen at the last reply, if it is recent (else unknown: no constraint).
+        let recent = self.last_reply.is_some_and(|t| t.elapsed() < Duration::from_secs(1));
+        let left = if recent { self.last_left } else { u64::MAX };
+        let room = left as f64 / self.live.max(1) as f64;
+        let short = (local - room).max(0.0).ceil() as u64;
+        self.spent_last_second(lease).max(short)
+    }
+
+    /// Redis answers again at `now`: the rule keeps its local limit for `pause` so that every instance has
+    /// come back and counted what its fallback admitted before this one leases again. Meanwhile it reports
+    /// its own local admissions every bucket (at least every 10 ms apart).
+    pub(crate) fn resume_after(&mut self, now: Instant, pause: Duration) {
+        self.probation_until = Some(now + pause);
+        self.next_beat = now;
+    }
+
+    /// Whether the rule still waits to lease again ([`resume_after`](Self::resume_after)).
+    pub(crate) fn on_probation(&self, now: Instant) -> bool {
+        self.probation_until.is_some_and(|t| now < t)
+    }
+
+    /// Measures the rate this instance served from its leases (tokens spent per ms) since the last measure.
+    /// Calls that found no token (blocked on a used-up window, or decided locally after a wait or while
+    /// Redis failed) do not count: a lease sized by them would hold tokens nobody spends.
+    fn measure(&mut self, lease: &RuleLease, now: Instant) {
+        let spent = self.spent(lease);
         if let Some((t, s)) = self.measured {
             let dt = now.duration_since(t).as_secs_f64() * 1000.0;
             if dt >= 1.0 {
@@ -138,22 +281,40 @@ impl Driver {
         }
     }
 
-    /// How many tokens to ask for at engine time `now_ms`.
-    fn want(&self, lease: &RuleLease, now_ms: u64) -> u64 {
-        let share = (self.window_allowance() / (self.sample_count as f64 * self.live.max(1) as f64 * 2.0)).floor();
-        let (in_hand, horizon) = match self.cur {
-            Some(c) if c.valid_until >= now_ms => (lease.in_hand().0, (c.valid_until - now_ms + 1) as f64),
-            _ => (0, self.bucket_ms as f64),
-        };
-        let expected = (self.rate * horizon * 1.25).ceil();
-        // At most a fair share of the window per call: instances that all want more than the window holds
-        // each get about their share, and a lone busy one comes back for the rest.
-        let fair = (self.window_allowance() / self.live.max(1) as f64).ceil().max(1.0) as u64;
-        if self.pressed {
-            return fair;
+    /// How long (ms) a lease granted at engine time `now_ms` could be spent: until Redis's current bucket
+    /// ends (from the last reply, or from Redis's clock when that reply is older than a bucket).
+    fn bucket_left_ms(&self, now_ms: u64, clock: &RedisClock) -> u64 {
+        if self.next_bucket_at > now_ms && self.next_bucket_at - now_ms <= self.bucket_ms {
+            return self.next_bucket_at - now_ms;
         }
-        let want = if self.rate > 0.0 { expected } else { share };
-        (want.max(1.0) as u64).saturating_sub(in_hand).clamp(1, fair)
+        let into = clock.redis_ms(now_ms).rem_euclid(self.bucket_ms as i64) as u64;
+        self.bucket_ms - into
+    }
+
+    /// The most one lease call may take: a fair share (÷ live instances) of what the window had left at the
+    /// last reply (of the whole window before one, or once the window was used up: its room is unknown until
+    /// the next reply).
+    fn fair_share(&self) -> u64 {
+        let window = self.window_allowance();
+        let room = match self.last_left {
+            0 | u64::MAX => window,
+            left => window.min(left as f64),
+        };
+        (room / self.live.max(1) as f64).ceil().max(1.0) as u64
+    }
+
+    /// How many tokens to ask for at engine time `now_ms`: what this instance spends, at the rate its leases
+    /// served, until the lease would end (plus a quarter), less what it holds; at least a small share of a
+    /// bucket (a quiet instance, or one that just resumed, gets a useful first lease, given back unspent
+    /// when it ends); never more than [`fair_share`](Self::fair_share).
+    fn want(&self, lease: &RuleLease, now_ms: u64, clock: &RedisClock) -> u64 {
+        let (in_hand, horizon) = match self.cur {
+            Some(c) if c.valid_until >= now_ms => (lease.in_hand().0, c.valid_until - now_ms + 1),
+            _ => (0, self.bucket_left_ms(now_ms, clock)),
+        };
+        let spend = (self.rate * horizon as f64 * 1.25).ceil();
+        let floor = (self.window_allowance() / (self.sample_count as f64 * self.live.max(1) as f64 * 2.0)).floor();
+        (spend.max(floor).max(1.0) as u64).saturating_sub(in_hand).clamp(1, self.fair_share())
     }
 
     /// Until when (engine ms) no lease call is worth making: the window is used up, or the lease of the
@@ -162,45 +323,57 @@ impl Driver {
         if now_ms < self.exhausted_until {
             return self.exhausted_until;
         }
+        // Tokens granted now would arrive too late to be spent in Redis's current bucket (they would be
+        // given back at once): only in its last round trips and margin. Earlier in the bucket a call is
+        // worth it, whether or not a lease was granted in it yet.
         let lease_over = self.cur.is_none_or(|c| now_ms > c.valid_until);
-        if lease_over && now_ms < self.next_bucket_at {
+        let too_late_from = self.next_bucket_at.saturating_sub(self.margin_ms + 1 + (2.0 * self.rtt_ms).ceil() as u64);
+        if lease_over && now_ms >= too_late_from && now_ms < self.next_bucket_at {
             return self.next_bucket_at;
         }
         0
     }
 
     /// Whether calls were blocked on the used-up window since the last look (ask as soon as it frees room).
-    /// Such calls show a demand the spending rate does not (it only shows what was granted): the next lease
-    /// asks for a whole fair share.
     pub(crate) fn demand_while_exhausted(&mut self, lease: &RuleLease) -> bool {
         let blocked = lease.exhausted_blocks();
         let more = blocked > self.exhausted_seen;
         self.exhausted_seen = blocked;
-        self.pressed |= more;
         more
     }
 
     /// The lease call to make now.
-    pub(crate) fn lease_call(
-        &mut self,
-        lease: &RuleLease,
-        member: &str,
-        ttl: Duration,
-        now: Instant,
-        now_ms: u64,
-    ) -> LeaseCall {
-        self.measure(lease, now);
-        let want = self.want(lease, now_ms);
-        self.pressed = false;
-        self.call(want, member, ttl)
+    pub(crate) fn lease_call(&mut self, lease: &RuleLease, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
+        self.measure(lease, at.now);
+        let want = self.want(lease, at.now_ms, &at.clock);
+        self.call(Some(lease), want, member, ttl, at)
     }
 
-    /// A membership renewal (no tokens), giving back what is due.
-    pub(crate) fn beat_call(&mut self, member: &str, ttl: Duration) -> LeaseCall {
-        self.call(0, member, ttl)
+    /// A membership renewal (no tokens), giving back what is due and counting what the fallback admitted.
+    pub(crate) fn beat_call(&mut self, lease: &RuleLease, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
+        self.call(Some(lease), 0, member, ttl, at)
     }
 
-    fn call(&mut self, want: u64, member: &str, ttl: Duration) -> LeaseCall {
+    /// Leaving the rule's member set (the rule is gone, or the client stops), with what is due: the tokens
+    /// a dropped lease still held are given back.
+    pub(crate) fn leave_call(&mut self, member: &str, at: &CallAt) -> (RuleKeys, LeaseCall) {
+        let lease = self.lease.upgrade();
+        let (left, until) = &*self.left_at_drop;
+        let left = left.load(std::sync::atomic::Ordering::Acquire);
+        if let Some(c) = self.cur.take().filter(|_| lease.is_none() && left != u64::MAX && left > 0) {
+            if until.load(std::sync::atomic::Ordering::Relaxed) == c.valid_until {
+                self.returned += left;
+                self.add_return(c.bucket, left);
+            }
+        }
+        let call = self.call(lease.as_deref(), 0, member, Duration::ZERO, at);
+        (self.keys.clone(), call)
+    }
+
+    fn call(&mut self, lease: Option<&RuleLease>, want: u64, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
+        if let Some(lease) = lease {
+            self.take_local_admissions(lease, at);
+        }
         LeaseCall {
             want,
             member: member.to_string(),
@@ -209,8 +382,47 @@ impl Driver {
             global: self.global,
             bucket_ms: self.bucket_ms,
             sample_count: self.sample_count,
+            deadline_ms: at.clock.deadline(at.now, self.timeout),
+            generation: self.generation,
             // Given back at most once: if the call fails they are dropped (counted as spent), never resent.
             returns: std::mem::take(&mut self.returns),
+            admitted: self.admitted.clone(),
+        }
+    }
+
+    /// Moves the calls the fallback admitted since the last look into `admitted`, in Redis buckets: each
+    /// slot's count goes to the bucket its last millisecond falls in on Redis's clock (estimated never
+    /// early), so that it stays in the window at least as long as it should.
+    fn take_local_admissions(&mut self, lease: &RuleLease, at: &CallAt) {
+        let (slots, slot_ms) = lease.take_local_admissions(at.now_ms, self.window_ms);
+        for (start, n) in slots {
+            self.add_admitted(at.clock.redis_ms(start + slot_ms - 1).div_euclid(self.bucket_ms as i64), n);
+        }
+        // Buckets that left the window need not be counted.
+        let newest = at.clock.redis_ms(at.now_ms).div_euclid(self.bucket_ms as i64);
+        self.admitted.retain(|(b, _)| *b > newest - self.sample_count as i64);
+    }
+
+    /// Adds `n` calls to count in Redis bucket `bucket`.
+    fn add_admitted(&mut self, bucket: i64, n: u64) {
+        match self.admitted.iter_mut().find(|(b, _)| *b == bucket) {
+            Some((_, c)) => *c += n,
+            None => self.admitted.push((bucket, n)),
+        }
+    }
+
+    /// A call that carried `call` got its reply: what it counted is counted.
+    fn counted(&mut self, lease: &RuleLease, call: &LeaseCall) {
+        for (b, n) in &call.admitted {
+            if let Some(i) = self.admitted.iter().position(|(x, _)| x == b) {
+                let left = self.admitted[i].1.saturating_sub(*n);
+                if left == 0 {
+                    self.admitted.swap_remove(i);
+                } else {
+                    self.admitted[i].1 = left;
+                }
+            }
+            lease.counters.reported.fetch_add(*n, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -218,8 +430,16 @@ impl Driver {
         if n == 0 {
             return;
         }
+        if let Some((_, c)) = self.granted_by_bucket.iter_mut().find(|(b, _)| *b == bucket) {
+            *c = c.saturating_sub(n);
+        }
         self.returned += n;
         lease.counters.returned.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.add_return(bucket, n);
+    }
+
+    /// Sends `n` tokens back to `bucket` with the next call.
+    fn add_return(&mut self, bucket: i64, n: u64) {
         match self.returns.iter_mut().find(|(b, _)| *b == bucket) {
             Some((_, c)) => *c += n,
             None => self.returns.push((bucket, n)),
@@ -244,6 +464,39 @@ impl Driver {
     /// Applies a reply to `call`, made at the times of `at`.
     pub(crate) fn apply(&mut self, lease: &RuleLease, call: &LeaseCall, r: &LeaseReply, at: &CallTimes) {
         let CallTimes { t0_ms, t1_ms, rtt, now, beat } = *at;
+        if !r.late {
+            // (Run after its deadline, it counted none of the fallback's admissions: they are sent again.)
+            self.counted(lease, call);
+        }
+        if r.generation != self.generation {
+            if self.generation != 0 {
+                // The window was made afresh (its key was lost): it grants this instance nothing until the
+                // tokens it holds or spent in it are counted there again; ask again with them at once.
+                let oldest = r.bucket - i64::from(self.sample_count) + 1;
+                for (b, n) in std::mem::take(&mut self.granted_by_bucket) {
+                    if b >= oldest && n > 0 {
+                        self.add_admitted(b.min(r.bucket), n);
+                    }
+                }
+                self.ask_when_free = true;
+            }
+            self.generation = r.generation;
+        }
+        if r.granted > 0 {
+            match self.granted_by_bucket.iter_mut().find(|(b, _)| *b == r.bucket) {
+                Some((_, c)) => *c += r.granted,
+                None => self.granted_by_bucket.push((r.bucket, r.granted)),
+            }
+            let oldest = r.bucket - i64::from(self.sample_count) + 1;
+            self.granted_by_bucket.retain(|(b, _)| *b >= oldest);
+        }
+        self.last_left = r.left;
+        self.last_reply = Some(now);
+        if r.late {
+            // Redis ran it after its deadline (slower than the timeout, yet the reply made it): nothing
+            // granted; ask again.
+            self.ask_when_free |= call.want > 0;
+        }
         self.live = r.live.max(1);
         self.rtt_ms = 0.8 * self.rtt_ms + 0.2 * rtt.as_secs_f64() * 1000.0;
         self.next_beat = now + beat;
@@ -253,7 +506,11 @@ impl Driver {
         if r.granted > 0 {
             lease.counters.leased.fetch_add(r.granted, std::sync::atomic::Ordering::Relaxed);
             match self.cur {
-                Some(c) if c.bucket == r.bucket && lease.add(c.valid_until, r.granted) => self.issued += r.granted,
+                // More for the lease in force (if it is still in force: tokens added to an ended lease could
+                // not be spent).
+                Some(c) if c.bucket == r.bucket && c.valid_until >= t1_ms && lease.add(c.valid_until, r.granted) => {
+                    self.issued += r.granted
+                }
                 _ if valid_until >= t1_ms as i64 => {
                     let valid_until = valid_until as u64;
                     let left = lease.replace(valid_until, r.granted);
@@ -272,15 +529,28 @@ impl Driver {
         }
         // Latest estimates (from the reply's arrival): asking earlier could find Redis still before them.
         self.next_bucket_at = (t1_ms as i64).saturating_add(bucket_end - r.redis_ms).max(0) as u64;
-        if call.want > r.granted && r.left == 0 && r.retry_at_ms > r.redis_ms {
-            self.exhausted_until = t1_ms.saturating_add((r.retry_at_ms - r.redis_ms) as u64);
+        if !r.late && call.want > r.granted && r.left == 0 && r.retry_at_ms > r.redis_ms {
+            // Until the window frees room, or until Redis's next bucket at the latest: leases that end with
+            // the bucket give their unspent tokens back then, which the window's oldest buckets do not show.
+            self.exhausted_until = t1_ms.saturating_add((r.retry_at_ms - r.redis_ms) as u64).min(self.next_bucket_at);
         } else {
             self.exhausted_until = 0;
         }
         lease.set_exhausted_until(self.exhausted_until);
         // Ask for more while a round trip's worth of calls (twice over, plus a millisecond) is still in hand.
         lease.set_low_water((self.rate * (2.0 * self.rtt_ms + 1.0)).ceil().max(1.0) as u64);
-        lease.set_leasing(Some(self.live));
+        if self.on_probation(now) {
+            // Still deciding locally while the other instances come back: for the next second, admit at most
+            // this instance's share of the room the window has left (what the others' fallbacks admitted
+            // is counted there as they report it).
+            let room = r.left as f64 / self.live.max(1) as f64;
+            lease.set_fallback_debt(t1_ms, (lease.local_limit() - room).max(0.0).ceil() as u64);
+            // Report again a bucket from now; lease once the pause is over.
+            self.next_beat = now + Duration::from_millis(self.bucket_ms.max(10)).min(beat);
+        } else {
+            self.probation_until = None;
+            lease.set_leasing(Some(self.live));
+        }
         lease.changed();
     }
 
@@ -290,13 +560,273 @@ impl Driver {
         self.next_beat
     }
 
-    /// Whether the membership is due for renewal, or tokens wait to be given back.
+    /// Whether the membership is due for renewal, or tokens wait to be given back, or admissions to be
+    /// counted.
     pub(crate) fn beat_due(&self, now: Instant) -> bool {
-        now >= self.next_beat || !self.returns.is_empty()
+        now >= self.next_beat || !self.returns.is_empty() || !self.admitted.is_empty()
     }
 
     /// Engine times (ms) at which the driver wants to act: the end of its lease.
     pub(crate) fn deadlines_ms(&self) -> impl Iterator<Item = u64> + '_ {
         self.cur.map(|c| c.valid_until + 1).into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::token_service::{lease_for, ClusterServiceInfo, TokenService};
+    use crate::flow::ClusterConfig;
+    use std::sync::OnceLock;
+
+    /// A service that is never asked anything (the driver is fed replies by hand).
+    struct Idle;
+
+    impl TokenService for Idle {
+        fn attach(&self, _: &Arc<RuleLease>) {}
+        fn wake(&self) {}
+        fn timeout(&self) -> Duration {
+            Duration::from_millis(20)
+        }
+        fn info(&self) -> ClusterServiceInfo {
+            ClusterServiceInfo {
+                kind: "test",
+                host: String::new(),
+                port: 0,
+                timeout_ms: 20,
+                connected: true,
+                since_ms: 0,
+            }
+        }
+    }
+
+    /// A driver for a global rule of 1000 per second in 10 buckets of 100 ms.
+    fn driver() -> (Driver, Arc<RuleLease>) {
+        let rule = FlowRule {
+            cluster_mode: true,
+            cluster_config: Some(ClusterConfig { threshold_type: ClusterThresholdType::Global, ..Default::default() }),
+            ..FlowRule::new("api").count(1000.0)
+        };
+        let slot = OnceLock::new();
+        let svc: Arc<dyn TokenService> = Arc::new(Idle);
+        lease_for(&slot, &Arc::new(rule), &svc);
+        let lease = slot.get().unwrap().clone();
+        let keys = super::super::keys::keys("ns", "res:api");
+        let d = Driver::new(&lease, keys, Duration::from_millis(2), Duration::from_millis(20), Instant::now());
+        (d, lease)
+    }
+
+    const REDIS_MS: i64 = 1_700_000_000_050; // 50 ms into bucket 17_000_000_000
+    const ENGINE_MS: u64 = 5_000_000;
+
+    fn reply(want: u64, granted: u64, left: u64, retry_at_ms: i64) -> (LeaseCall, LeaseReply) {
+        let call = LeaseCall {
+            want,
+            member: "me".into(),
+            ttl_ms: 3000,
+            allowance: 1000.0,
+            global: true,
+            bucket_ms: 100,
+            sample_count: 10,
+            deadline_ms: 0,
+            generation: 0,
+            returns: Vec::new(),
+            admitted: Vec::new(),
+        };
+        let r = LeaseReply {
+            granted,
+            redis_ms: REDIS_MS,
+            bucket: REDIS_MS / 100,
+            live: 3,
+            left,
+            retry_at_ms,
+            late: false,
+            generation: 7,
+        };
+        (call, r)
+    }
+
+    fn times() -> CallTimes {
+        CallTimes {
+            t0_ms: ENGINE_MS,
+            t1_ms: ENGINE_MS + 1,
+            rtt: Duration::from_millis(1),
+            now: Instant::now(),
+            beat: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_lease_call_is_held_back_only_in_the_last_round_trips_of_a_bucket() {
+        let (mut d, lease) = driver();
+        // A renewal (no tokens) answered 50 ms into a bucket, no lease in force: the bucket ends 50 ms later.
+        let (call, r) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &call, &r, &times());
+        assert_eq!(d.hold_until(ENGINE_MS + 2), 0, "mid-bucket, a lease call is worth making");
+        assert_eq!(d.hold_until(ENGINE_MS + 40), 0);
+        assert_eq!(d.hold_until(ENGINE_MS + 49), ENGINE_MS + 51, "its tokens could not be spent in the bucket");
+        assert_eq!(d.hold_until(ENGINE_MS + 51), 0, "the next bucket");
+    }
+
+    /// Engine times after the reply of [`times`], as the instant and engine ms a call is made at.
+    fn at(base: Instant, after_ms: u64) -> CallAt {
+        CallAt {
+            now: base + Duration::from_millis(after_ms),
+            now_ms: ENGINE_MS + after_ms,
+            clock: RedisClock::default(),
+        }
+    }
+
+    /// A lease of 40 tokens until the bucket ends (50 ms from the reply, less the 2 ms margin and a
+    /// millisecond) with `left` tokens left in the window for 3 live instances; `spent` of them spent in the
+    /// first `after_ms`: what the lease call made then asks for.
+    fn want_after_spending(left: u64, spent: u64, after_ms: u64) -> u64 {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(40, 40, left, 0);
+        d.apply(&lease, &call, &r, &times());
+        let base = Instant::now();
+        d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 0));
+        for _ in 0..spent {
+            assert!(lease.take_in_hand(ENGINE_MS + after_ms, 1));
+        }
+        d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, after_ms)).want
+    }
+
+    #[test]
+    fn a_lease_call_asks_for_what_the_instance_spends_before_the_lease_ends_at_the_rate_its_leases_served() {
+        // 20 spent in 10 ms: 2 per ms; the lease has 38 ms left: 95 wanted (a quarter more), 20 in hand.
+        assert_eq!(want_after_spending(900, 20, 10), 75);
+    }
+
+    #[test]
+    fn a_lease_call_never_takes_more_than_a_fair_share_of_what_the_window_has_left() {
+        // 30 tokens left in the window for 3 live instances: at most 10 per call, however busy this one is
+        // (40 spent in 2 ms).
+        assert_eq!(want_after_spending(30, 40, 2), 10);
+    }
+
+    #[test]
+    fn a_quiet_instance_asks_for_a_small_share_of_a_bucket_not_the_window() {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &call, &r, &times());
+        // Nothing served yet (or nothing since a long outage): a sixth of a bucket's share for 3 instances.
+        let call = d.lease_call(&lease, "me", Duration::from_secs(3), &at(Instant::now(), 2));
+        assert_eq!(call.want, 1000 / (10 * 3 * 2));
+    }
+
+    #[test]
+    fn tokens_granted_after_the_lease_in_force_ended_are_given_back_not_added_to_it() {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(40, 40, 900, 0);
+        d.apply(&lease, &call, &r, &times());
+        assert_eq!(lease.in_hand(), (40, ENGINE_MS + 47));
+        // A reply for the same bucket arrives after that lease's last millisecond: its 10 tokens could not be
+        // spent in the bucket.
+        let (call, mut late) = reply(10, 10, 890, 0);
+        late.redis_ms = REDIS_MS + 45;
+        let t = CallTimes { t0_ms: ENGINE_MS + 45, t1_ms: ENGINE_MS + 48, ..times() };
+        d.apply(&lease, &call, &late, &t);
+        assert_eq!(lease.in_hand(), (40, ENGINE_MS + 47), "not added to the lease that ended");
+        assert_eq!(lease.counters.returned.load(std::sync::atomic::Ordering::Relaxed), 10, "given back");
+    }
+
+    #[test]
+    fn a_reply_while_resuming_caps_the_fallback_at_this_instance_share_of_the_room_left() {
+        let (mut d, lease) = driver();
+        lease.set_fallback("redis down".into());
+        let now = Instant::now();
+        d.resume_after(now, Duration::from_secs(1));
+        // 60 tokens left in the window for 3 instances: this one's fallback admits 20 more in the second.
+        let (call, r) = reply(0, 0, 60, 0);
+        d.apply(&lease, &call, &r, &CallTimes { now, ..times() });
+        assert!(d.on_probation(now));
+        assert_eq!(lease.fallback_debt(), ((lease.local_limit() - 20.0) as u64, ENGINE_MS + 1 + 1000));
+    }
+
+    #[test]
+    fn tokens_a_lease_held_when_its_rule_changed_are_given_back_when_the_client_leaves_it() {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(40, 40, 900, 0);
+        d.apply(&lease, &call, &r, &times());
+        assert!(lease.take_in_hand(ENGINE_MS + 2, 1));
+        // The rule is replaced: the engine drops its lease with 39 tokens unspent.
+        drop(lease);
+        let (_, leave) = d.leave_call("me", &at(Instant::now(), 3));
+        assert_eq!(leave.returns, vec![(REDIS_MS / 100, 39)]);
+        assert_eq!(leave.ttl_ms, 0, "it leaves the member set");
+    }
+
+    #[test]
+    fn a_used_up_window_is_asked_again_at_the_next_bucket_at_the_latest() {
+        let (mut d, lease) = driver();
+        // Nothing left until 900 ms from now (the oldest bucket leaves the window), but leases that end with
+        // this bucket give tokens back then.
+        let (call, r) = reply(50, 0, 0, REDIS_MS + 900);
+        d.apply(&lease, &call, &r, &times());
+        assert_eq!(d.hold_until(ENGINE_MS + 10), ENGINE_MS + 51);
+    }
+
+    #[test]
+    fn a_late_reply_grants_nothing_and_the_lease_is_asked_for_again() {
+        let (mut d, lease) = driver();
+        let (call, mut r) = reply(50, 0, 500, 0);
+        r.late = true;
+        d.apply(&lease, &call, &r, &times());
+        assert!(d.ask_when_free, "asked again");
+        assert_eq!(d.hold_until(ENGINE_MS + 10), 0, "not taken for a used-up window");
+    }
+
+    #[test]
+    fn a_window_made_afresh_grants_nothing_until_the_tokens_held_from_the_lost_one_are_counted_again() {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(50, 40, 900, 0);
+        d.apply(&lease, &call, &r, &times());
+        let at = CallAt { now: Instant::now(), now_ms: ENGINE_MS + 2, clock: RedisClock::default() };
+        let next = d.lease_call(&lease, "me", Duration::from_secs(3), &at);
+        assert_eq!(next.generation, 7, "the call names the window it knows");
+        // The key was lost: a new window (generation 8) granted nothing to this call.
+        let (_, mut fresh) = reply(50, 0, 1000, 0);
+        fresh.generation = 8;
+        d.apply(&lease, &next, &fresh, &times());
+        assert!(d.ask_when_free, "asks again at once");
+        let again = d.lease_call(&lease, "me", Duration::from_secs(3), &at);
+        assert_eq!(again.generation, 8);
+        assert_eq!(again.admitted, vec![(REDIS_MS / 100, 40)], "the 40 tokens granted in the lost window");
+    }
+
+    #[test]
+    fn a_call_deadline_on_redis_time_is_never_later_than_its_caller_gives_up() {
+        let mut clock = RedisClock::default();
+        let now = Instant::now();
+        assert_eq!(clock.deadline(now, Duration::from_millis(20)), 0, "no deadline before Redis answered");
+        // Redis read 1000 before the reply arrived at `now`: 5 ms later Redis is at 1005 or more.
+        clock.observe(1000, 40, now);
+        assert_eq!(clock.deadline(now + Duration::from_millis(5), Duration::from_millis(20)), 1025);
+        assert_eq!(clock.redis_ms(50), 1010, "Redis time from engine time, never early");
+    }
+
+    #[test]
+    fn what_the_fallback_admitted_is_reported_in_redis_buckets_until_a_reply_counts_it() {
+        let (mut d, lease) = driver();
+        let mut clock = RedisClock::default();
+        let now = Instant::now();
+        // Redis is 10 ms ahead of the engine's clock.
+        clock.observe(ENGINE_MS as i64 + 10, ENGINE_MS, now);
+        lease.set_fallback("redis down".into());
+        // Admitted locally in the engine's slot [ENGINE_MS + 100, +200): Redis's bucket of its last ms + 10.
+        let admitted_at = ENGINE_MS + 100;
+        let at = CallAt { now, now_ms: admitted_at + 50, clock };
+        lease.record_local_admissions(admitted_at, 3);
+        let call = d.beat_call(&lease, "me", Duration::from_secs(3), &at);
+        let bucket = (admitted_at as i64 + 99 + 10) / 100;
+        assert_eq!(call.admitted, vec![(bucket, 3)]);
+        // Not answered (a failure): sent again with the next call.
+        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at);
+        assert_eq!(again.admitted, vec![(bucket, 3)]);
+        let (_, r) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &again, &r, &times());
+        assert!(d.beat_call(&lease, "me", Duration::from_secs(3), &at).admitted.is_empty(), "counted once");
+        assert_eq!(lease.counters.reported.load(std::sync::atomic::Ordering::Relaxed), 3);
     }
 }

@@ -29,7 +29,10 @@
 //! - **Exact.** Redis keeps the rule's sliding window (`sampleCount` buckets over `windowIntervalMs`, time
 //!   from Redis's own clock, `TIME` in the script) and grants no more than keeps every window within the
 //!   limit; a lease is spent only within the bucket it was counted in, and tokens left when it ends are
-//!   given back. No window admits more than the limit across all instances.
+//!   given back. No window admits more than the limit across all instances while Redis answers. A lease
+//!   call carries a deadline on Redis's clock (when its caller stops waiting, estimated from an earlier
+//!   reply so that it is never late): a call Redis runs after it (Redis hung with the call queued) grants
+//!   nothing, so no token goes to a caller that gave up.
 //! - **Waiting.** A call that finds its lease empty waits for Redis at most [`ClusterOptions::timeout`]
 //!   (20 ms by default): a sync call blocks its thread, an async one (`enter_async`, annotated `async fn`s)
 //!   awaits without blocking its executor.
@@ -42,6 +45,18 @@
 //!   failing Redis (it probes again after 100 ms, doubling up to [`ClusterOptions::retry_max`]) and cluster
 //!   mode resumes by itself when Redis answers again. Callers never see an error from it; the logs say why
 //!   (`tracing`), and so do [`Sentinel::cluster_status`] and [`Sentinel::diagnose`].
+//! - **Falling back and resuming.** Every call admitted without a leased token (by the fallback, or after
+//!   its wait timed out) is counted in the shared window by the next call Redis answers, in the bucket it
+//!   was admitted in (never an earlier one). When Redis answers again, a rule keeps its local limit a little
+//!   longer ([`ClusterOptions::retry_max`] plus the connection and call timeouts: by then every instance
+//!   has probed Redis and counted what its fallback admitted) and then leases again, from what the window has left. In the
+//!   second an instance falls back, its local limit counts what its lease admitted in the second before
+//!   (or the window's room at the last reply, shared by the live instances, when that is less). The bound:
+//!   a window admits at most the limit, plus what instances admit locally while they cannot reach Redis
+//!   (each at most its local limit, `count ÷ live` per second for global thresholds); coming back adds no
+//!   second window. A window whose key was lost (a restart, `FLUSHALL`, a failover to a replica that
+//!   missed writes) is made afresh with a new generation, and grants an instance nothing until it has
+//!   counted there the tokens it was granted in the lost one.
 //!
 //! # Keys
 //!
@@ -124,6 +139,13 @@ impl RedisClusterBuilder {
     /// The longest pause between attempts to reach a failing Redis (default 1 s).
     pub fn retry_max(mut self, d: Duration) -> Self {
         self.opts.retry_max = d;
+        self
+    }
+    /// How many instances are expected to share each global cluster rule (see
+    /// [`ClusterOptions::expected_instances`]): what the fallback divides the count by while Redis fails
+    /// and no live instances were seen.
+    pub fn expected_instances(mut self, n: u32) -> Self {
+        self.opts.expected_instances = Some(n);
         self
     }
     /// This instance's member name (default `host:pid:random`).

@@ -1,12 +1,19 @@
 //! The two Lua scripts the cluster client runs, and their replies.
 //!
 //! Both take the time from Redis (`TIME`, so every instance shares one clock), renew this instance's
-//! membership of the rule, drop members whose membership expired, and apply the tokens the instance gives
-//! back (a lease that ended with tokens left, per bucket). The lease script then sums the buckets of the
-//! sliding window (dropping expired ones), grants at most what is left under the limit (`count` per window
-//! for global thresholds, `count × live instances` for average-local ones) in the current bucket, and tells
-//! when the window frees room again if it is used up. Scripts run through EVALSHA, loaded again on
-//! `NOSCRIPT` (the client's script helper).
+//! membership of the rule, drop members whose membership expired, apply the tokens the instance gives
+//! back (a lease that ended with tokens left, per bucket) and count the calls its local fallback admitted
+//! (per bucket, so that the window does not grant them again). A call carries a deadline in Redis time (the
+//! instant its caller gives up waiting, estimated from an earlier reply so that it is never late): run after
+//! it (Redis hung with the call queued), it grants nothing, so no token goes to a caller that left, and it
+//! counts no admissions (its caller counts the call failed and sends them again; the tokens it gives back are
+//! taken back, as they are sent only once). The window hash holds its generation (field `g`, the
+//! Redis time it was made): a window made afresh (its key was lost: a restart, `FLUSHALL`, a failover)
+//! grants nothing to a caller that knew another one until it has counted its own unspent grants in it. The
+//! lease script then sums the buckets of the sliding window (dropping expired ones), grants at most what is
+//! left under the limit (`count` per window for global thresholds, `count × live instances` for
+//! average-local ones) in the current bucket, and tells when the window frees room again if it is used up.
+//! Scripts run through EVALSHA, loaded again on `NOSCRIPT` (the client's script helper).
 
 use redis::{FromRedisValue, RedisError, Value};
 
@@ -17,6 +24,21 @@ const LEASE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local want = tonumber(ARGV[1])
+local deadline = tonumber(ARGV[8])
+local late = 0
+if deadline > 0 and now >= deadline then
+  late = 1
+  want = 0
+end
+local gen = tonumber(redis.call('HGET', KEYS[1], 'g') or '0')
+if gen == 0 then
+  gen = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('HSET', KEYS[1], 'g', string.format('%.0f', gen))
+end
+local known = tonumber(ARGV[9])
+if known ~= 0 and known ~= gen then
+  want = 0
+end
 local ttl = tonumber(ARGV[3])
 local blen = tonumber(ARGV[6])
 local n = tonumber(ARGV[7])
@@ -30,10 +52,15 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('PEXPIRE', KEYS[2], math.max(ttl, 1) * 2)
 local live = redis.call('ZCARD', KEYS[2])
-local nr = tonumber(ARGV[8])
+local nr = tonumber(ARGV[10])
+local na = tonumber(ARGV[11 + 2 * nr])
+if late == 1 then
+  -- Its caller gave up on it and counts it failed: it sends the admissions again.
+  na = 0
+end
 for i = 0, nr - 1 do
-  local b = tonumber(ARGV[9 + 2 * i])
-  local c = tonumber(ARGV[10 + 2 * i])
+  local b = tonumber(ARGV[11 + 2 * i])
+  local c = tonumber(ARGV[12 + 2 * i])
   if b >= oldest and b <= cur then
     local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
     local back = math.min(v, c)
@@ -42,13 +69,24 @@ for i = 0, nr - 1 do
     end
   end
 end
+local at = 11 + 2 * tonumber(ARGV[10])
+for i = 0, na - 1 do
+  local b = tonumber(ARGV[at + 1 + 2 * i])
+  local c = tonumber(ARGV[at + 2 + 2 * i])
+  if b > cur then b = cur end
+  if b >= oldest and c > 0 then
+    redis.call('HINCRBY', KEYS[1], tostring(b), c)
+  end
+end
 local fields = redis.call('HGETALL', KEYS[1])
 local used = 0
 local buckets = {}
 for i = 1, #fields, 2 do
   local b = tonumber(fields[i])
   local v = tonumber(fields[i + 1])
-  if b == nil or v == nil or b < oldest then
+  if fields[i] == 'g' then
+    b = cur + 1
+  elseif b == nil or v == nil or b < oldest then
     redis.call('HDEL', KEYS[1], fields[i])
   elseif b <= cur then
     used = used + v
@@ -68,9 +106,7 @@ if grant > 0 then
   redis.call('HINCRBY', KEYS[1], tostring(cur), grant)
   buckets[#buckets + 1] = {cur, grant}
 end
-if want > 0 or nr > 0 then
-  redis.call('PEXPIRE', KEYS[1], blen * n * 2)
-end
+redis.call('PEXPIRE', KEYS[1], blen * n * 2)
 local retry = 0
 if want > 0 and avail - grant <= 0 then
   table.sort(buckets, function(x, y) return x[1] < y[1] end)
@@ -85,7 +121,7 @@ if want > 0 and avail - grant <= 0 then
     end
   end
 end
-return {grant, now, cur, live, avail - grant, retry}
+return {grant, now, cur, live, avail - grant, retry, late, gen}
 "#;
 
 /// The compiled lease script (its SHA is computed once).
@@ -116,8 +152,15 @@ pub(crate) struct LeaseCall {
     pub(crate) bucket_ms: u64,
     /// Buckets per window.
     pub(crate) sample_count: u32,
+    /// The Redis time (ms) from which the call grants nothing (its caller gave up on it by then); 0: none.
+    pub(crate) deadline_ms: i64,
+    /// The window's generation the caller knows (0: none yet): a window made afresh since (its key was lost)
+    /// grants nothing to a caller that has not counted its own tokens in it yet.
+    pub(crate) generation: i64,
     /// Tokens given back: (bucket index, count).
     pub(crate) returns: Vec<(i64, u64)>,
+    /// Calls admitted without a token (the local fallback), counted in the window: (bucket index, count).
+    pub(crate) admitted: Vec<(i64, u64)>,
 }
 
 /// The script's reply.
@@ -135,26 +178,37 @@ pub(crate) struct LeaseReply {
     pub(crate) left: u64,
     /// When the window is used up: the Redis time it frees room for one call (0 otherwise).
     pub(crate) retry_at_ms: i64,
+    /// The call ran past its deadline (Redis was slower than the caller's timeout): it granted nothing.
+    pub(crate) late: bool,
+    /// The window's generation (set when its key is made: a different one means the key was lost).
+    pub(crate) generation: i64,
 }
 
 impl FromRedisValue for LeaseReply {
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
         let items: Vec<i64> = FromRedisValue::from_redis_value(v)?;
         match items[..] {
-            [granted, redis_ms, bucket, live, left, retry_at_ms] => Ok(LeaseReply {
+            [granted, redis_ms, bucket, live, left, retry_at_ms, late, generation] => Ok(LeaseReply {
                 granted: granted.max(0) as u64,
                 redis_ms,
                 bucket,
                 live: live.max(0) as u64,
                 left: left.max(0) as u64,
                 retry_at_ms,
+                late: late != 0,
+                generation,
             }),
-            _ => Err(format!("the lease script returned {} values, expected 6", items.len()).into()),
+            _ => Err(format!("the lease script returned {} values, expected 8", items.len()).into()),
         }
     }
 }
 
 impl Scripts {
+    /// Loads the lease script into Redis's script cache (so that the first lease call is one round trip).
+    pub(crate) async fn load(&self, conn: &mut redis::aio::ConnectionManager) -> Result<(), RedisError> {
+        self.lease.load_async(conn).await.map(|_| ())
+    }
+
     /// Runs the lease script for `keys` (EVALSHA, loading it on NOSCRIPT).
     pub(crate) async fn lease(
         &self,
@@ -171,8 +225,14 @@ impl Scripts {
             .arg(if call.global { "1" } else { "0" })
             .arg(call.bucket_ms)
             .arg(call.sample_count)
+            .arg(call.deadline_ms)
+            .arg(call.generation)
             .arg(call.returns.len());
         for (b, n) in &call.returns {
+            inv.arg(*b).arg(*n);
+        }
+        inv.arg(call.admitted.len());
+        for (b, n) in &call.admitted {
             inv.arg(*b).arg(*n);
         }
         inv.invoke_async(conn).await

@@ -22,7 +22,7 @@ use crate::Sentinel;
 use super::breaker::{Breaker, Failure, Gate};
 use super::config::{redact, ClusterOptions};
 use super::keys;
-use super::lease::{CallTimes, Driver};
+use super::lease::{CallAt, CallTimes, Driver, RedisClock};
 use super::script::{LeaseCall, LeaseReply, Scripts};
 use super::ClusterClientStatus;
 
@@ -118,6 +118,11 @@ pub(crate) struct Worker {
     breaker: Breaker,
     /// Whether Redis answered at least once.
     reached: bool,
+    /// Redis's clock, as its replies show it.
+    clock: RedisClock,
+    /// Whether the lease script was loaded on this connection's Redis (again after a failure: a restarted
+    /// Redis has an empty script cache).
+    loaded: bool,
 }
 
 impl Worker {
@@ -147,6 +152,8 @@ impl Worker {
             drivers: Vec::new(),
             breaker,
             reached: false,
+            clock: RedisClock::default(),
+            loaded: false,
         }
     }
 
@@ -200,11 +207,21 @@ impl Worker {
         // A connection being made gets the connection timeout; one in place, the call timeout.
         let timeout = if self.conn.is_some() { self.opts.timeout } else { self.opts.timeout.max(CONNECT_TIMEOUT) };
         let Some(mut conn) = self.conn() else { return false };
+        let sent_ms = self.engine.now_millis();
+        // `TIME` answers as a PING would, and tells Redis's clock (the deadlines of the calls that follow).
         let r = self.rt.block_on(async {
-            tokio::time::timeout(timeout, redis::cmd("PING").query_async::<String>(&mut conn)).await
+            tokio::time::timeout(timeout, redis::cmd("TIME").query_async::<(i64, i64)>(&mut conn)).await
         });
         match r {
-            Ok(Ok(_)) => {
+            Ok(Ok((secs, micros))) => {
+                self.clock.observe(secs.saturating_mul(1000).saturating_add(micros / 1000), sent_ms, Instant::now());
+                if !self.loaded {
+                    // Best effort: a lease call loads the script itself when Redis does not have it.
+                    let scripts = &self.scripts;
+                    let loaded =
+                        self.rt.block_on(async { tokio::time::timeout(timeout, scripts.load(&mut conn)).await });
+                    self.loaded = matches!(loaded, Ok(Ok(())));
+                }
                 self.on_success();
                 true
             }
@@ -230,13 +247,14 @@ impl Worker {
                 let id = keys::identity(lease.rule(), keys::rank_in(lease.rule(), &rules));
                 let k = keys::keys(&self.namespace, &id);
                 lease.set_key(k.window.clone());
+                lease.set_expected_instances(self.opts.expected_instances);
                 if self.breaker.is_closed() {
                     lease.set_leasing(None);
                 } else if let Some(f) = &self.breaker.last {
                     lease.set_fallback(f.to_string());
                 }
                 tracing::debug!(resource = %lease.rule().resource, key = %k.window, "cluster flow control: leasing for a rule");
-                self.drivers.push(Driver::new(&lease, k, self.opts.lease_margin, now));
+                self.drivers.push(Driver::new(&lease, k, self.opts.lease_margin, self.opts.timeout, now));
             }
         }
         let before = self.drivers.len();
@@ -249,8 +267,9 @@ impl Worker {
         if !gone.is_empty() && self.breaker.is_closed() {
             // Rules no longer in force: leave their member sets at once (best effort).
             let mut gone = gone;
+            let at = self.call_at(Instant::now(), self.engine.now_millis());
             let leave: Vec<(super::keys::RuleKeys, LeaseCall)> =
-                gone.iter_mut().map(|d| (d.keys.clone(), d.beat_call(&self.member, Duration::ZERO))).collect();
+                gone.iter_mut().map(|d| d.leave_call(&self.member, &at)).collect();
             self.leave(leave);
         }
         if before != self.drivers.len() {
@@ -263,6 +282,7 @@ impl Worker {
         for d in &mut self.drivers {
             if let Some(lease) = d.lease.upgrade() {
                 d.expire(&lease, now_ms);
+                d.sample_spent(&lease, now_ms);
             }
         }
         match self.breaker.gate(now) {
@@ -296,23 +316,31 @@ impl Worker {
     fn collect(&mut self, now: Instant, now_ms: u64, all: bool) -> Vec<(usize, LeaseCall)> {
         let mut calls = Vec::new();
         let ttl = self.opts.member_ttl;
+        let at = self.call_at(now, now_ms);
         for (i, d) in self.drivers.iter_mut().enumerate() {
             let Some(lease) = d.lease.upgrade() else { continue };
             let asked = lease.take_request();
             let demand = d.demand_while_exhausted(&lease);
+            if d.probation_until.is_some() {
+                // Resuming: report (the reply of the call made once the pause is over resumes leasing).
+                if all || d.beat_due(now) || !d.on_probation(now) {
+                    calls.push((i, d.beat_call(&lease, &self.member, ttl, &at)));
+                }
+                continue;
+            }
             if d.hold_until(now_ms) > 0 {
                 // Ask as soon as a lease call is worth it (see `next_wake`).
                 d.ask_when_free |= asked || demand;
                 if all || d.beat_due(now) {
-                    calls.push((i, d.beat_call(&self.member, ttl)));
+                    calls.push((i, d.beat_call(&lease, &self.member, ttl, &at)));
                 }
                 continue;
             }
             if asked || demand || d.ask_when_free {
                 d.ask_when_free = false;
-                calls.push((i, d.lease_call(&lease, &self.member, ttl, now, now_ms)));
+                calls.push((i, d.lease_call(&lease, &self.member, ttl, &at)));
             } else if all || d.beat_due(now) {
-                calls.push((i, d.beat_call(&self.member, ttl)));
+                calls.push((i, d.beat_call(&lease, &self.member, ttl, &at)));
             }
         }
         calls
@@ -338,6 +366,11 @@ impl Worker {
         let now = Instant::now();
         let mut failure = None;
         let mut ok = false;
+        for (result, _) in &results {
+            if let Ok(Ok(reply)) = result {
+                self.clock.observe(reply.redis_ms, t0_ms, now);
+            }
+        }
         for ((i, call), (result, rtt)) in calls.iter().zip(results) {
             let d = &mut self.drivers[*i];
             let Some(lease) = d.lease.upgrade() else { continue };
@@ -371,11 +404,21 @@ impl Worker {
         if self.breaker.success() {
             tracing::info!(
                 url = %redact(&self.opts.url),
-                "cluster flow control: Redis answers again; cluster rules lease from it again"
+                "cluster flow control: Redis answers again; cluster rules lease from it again once every instance \
+                 could count what its fallback admitted"
             );
-            for d in &self.drivers {
+            // Every instance probes within `retry_max` of Redis coming back, and reports what its fallback
+            // admitted with its first call: lease again once they all could.
+            let now = Instant::now();
+            let pause = self.opts.retry_max + self.opts.timeout.max(CONNECT_TIMEOUT) + self.opts.timeout;
+            for d in &mut self.drivers {
+                d.resume_after(now, pause);
                 if let Some(lease) = d.lease.upgrade() {
-                    lease.set_leasing(Some(d.live));
+                    lease.set_fallback(
+                        "Redis answers again: leasing resumes once the other instances have counted what their \
+                         fallbacks admitted"
+                            .to_string(),
+                    );
                     lease.changed();
                 }
             }
@@ -388,12 +431,22 @@ impl Worker {
 
     fn on_failure(&mut self, f: Failure) {
         let why = f.to_string();
+        self.loaded = false;
         if f.needs_new_connection() {
             // Made afresh on the next attempt (an authentication failure, for one, is not retried by the
             // connection manager).
             self.conn = None;
         }
         if self.breaker.failure(Instant::now(), f) {
+            // Falling back now: for a second, the local limits count what the leases admitted.
+            let now_ms = self.engine.now_millis();
+            for d in &mut self.drivers {
+                // A rule still resuming had not leased since it last fell back: nothing to count.
+                let leasing = d.probation_until.take().is_none();
+                if let Some(lease) = d.lease.upgrade().filter(|_| leasing) {
+                    lease.set_fallback_debt(now_ms, d.fallback_debt(&lease));
+                }
+            }
             tracing::warn!(
                 url = %redact(&self.opts.url),
                 reason = %why,
@@ -439,8 +492,16 @@ impl Worker {
                 // A deferred lease call: when it is worth making.
                 next = next.min(ms(d.hold_until(now_ms)));
             }
+            if let Some(t) = d.probation_until {
+                next = next.min(t);
+            }
         }
         next.max(now)
+    }
+
+    /// The instant, engine time and Redis clock a call made now carries.
+    fn call_at(&self, now: Instant, now_ms: u64) -> CallAt {
+        CallAt { now, now_ms, clock: self.clock }
     }
 
     fn publish_status(&self) {
@@ -455,12 +516,13 @@ impl Worker {
     fn shutdown(&mut self) {
         let calls: Vec<(super::keys::RuleKeys, LeaseCall)> = {
             let member = self.member.clone();
+            let at = self.call_at(Instant::now(), self.engine.now_millis());
             let mut out = Vec::new();
             for d in &mut self.drivers {
                 if let Some(lease) = d.lease.upgrade() {
                     d.expire(&lease, u64::MAX);
                 }
-                out.push((d.keys.clone(), d.beat_call(&member, Duration::ZERO)));
+                out.push(d.leave_call(&member, &at));
             }
             out
         };

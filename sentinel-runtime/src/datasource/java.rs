@@ -139,6 +139,9 @@ pub struct ClusterConfigDto {
     sample_count: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     window_interval_ms: Option<u64>,
+    /// Ours (Java has no such field): see `ClusterConfig::expected_instances`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expected_instances: Option<u32>,
     #[serde(default, skip_serializing)]
     strategy: Option<ClusterStrategyCode>,
     // Java fields of the token service we accept and do not use.
@@ -163,6 +166,7 @@ impl ClusterConfigDto {
             fallback_to_local_when_fail: self.fallback_to_local_when_fail.unwrap_or(fallback_default),
             sample_count: self.sample_count.unwrap_or(d.sample_count),
             window_interval_ms: self.window_interval_ms.unwrap_or(d.window_interval_ms),
+            expected_instances: self.expected_instances,
         }
     }
     fn from_config(c: &ClusterConfig) -> Self {
@@ -172,6 +176,7 @@ impl ClusterConfigDto {
             fallback_to_local_when_fail: Some(c.fallback_to_local_when_fail),
             sample_count: Some(c.sample_count),
             window_interval_ms: Some(c.window_interval_ms),
+            expected_instances: c.expected_instances,
             ..Default::default()
         }
     }

@@ -26,6 +26,7 @@ fn sample_flow() -> Vec<FlowRule> {
                 fallback_to_local_when_fail: false,
                 sample_count: 5,
                 window_interval_ms: 2000,
+                expected_instances: Some(3),
             }),
             ..FlowRule::new("cluster").count(33.0)
         },

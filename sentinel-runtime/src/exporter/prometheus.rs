@@ -266,7 +266,9 @@ struct Row {
 /// - with cluster-mode flow rules, `sentinel_cluster_mode{rule}` (0 no token service, 1 leasing, 2 local
 ///   fallback, 3 passing: gauge) and the counters `sentinel_cluster_tokens_leased_total`,
 ///   `sentinel_cluster_round_trips_total`, `sentinel_cluster_failures_total` and
-///   `sentinel_cluster_local_decisions_total`; `rule` is the rule's position in [`Sentinel::flow_rules`].
+///   `sentinel_cluster_local_decisions_total`, and `sentinel_cluster_fallback_instances{rule, source}` (what
+///   the local fallback divides a global count by; `source` is `seen`, `configured` or `assumed`: gauge);
+///   `rule` is the rule's position in [`Sentinel::flow_rules`].
 pub fn render(engine: &Sentinel) -> String {
     let state = state(engine);
     let counters = state.accumulate(engine);
@@ -361,6 +363,17 @@ fn render_cluster(engine: &Sentinel, app: &str, out: &mut String) {
             _ => 0,
         };
         let _ = writeln!(out, "sentinel_cluster_mode{{{l}}} {mode}");
+    }
+    family(
+        out,
+        "sentinel_cluster_fallback_instances",
+        "gauge",
+        "Instances the local fallback divides a global cluster count by; source: seen, configured or assumed.",
+    );
+    for (s, l) in states.iter().zip(&labels) {
+        if let Some(n) = s.fallback_instances {
+            let _ = writeln!(out, "sentinel_cluster_fallback_instances{{{l},source=\"{}\"}} {}", n.source(), n.count());
+        }
     }
     type Counter = (&'static str, &'static str, fn(&crate::flow::ClusterRuleStatus) -> u64);
     let counters: [Counter; 4] = [

@@ -4,7 +4,10 @@ mod controller;
 mod rule;
 pub(crate) mod token_service;
 
-pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
+pub use rule::{
+    ClusterConfig, ClusterThresholdType, ControlBehavior, FallbackInstances, FlowGrade, FlowRule, FlowStrategy,
+    ASSUMED_INSTANCES,
+};
 pub use token_service::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 
 use std::collections::{HashMap, HashSet};
@@ -325,6 +328,9 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
         }
         if c.window_interval_ms == 0 {
             return bad("cluster_config.window_interval_ms", "must be > 0");
+        }
+        if c.expected_instances == Some(0) {
+            return bad("cluster_config.expected_instances", "must be > 0 (or absent)");
         }
         if c.window_interval_ms % c.sample_count as u64 != 0 {
             return bad(

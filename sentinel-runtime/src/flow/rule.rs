@@ -59,6 +59,72 @@ pub struct ClusterConfig {
     pub sample_count: u32,
     /// Length of the cluster window.
     pub window_interval_ms: u64,
+    /// How many instances are expected to share a global `count` (JSON `expectedInstances`; Java has no such
+    /// setting). While the token service fails, each instance's fallback admits `count ÷ instances`: the
+    /// larger of this and the live instances last seen, or this alone when none were seen (Redis unreachable
+    /// from the start, a wrong node). Overrides the cluster client's own `expected_instances` setting when
+    /// both are set. With neither set nor seen, the fallback assumes [`ASSUMED_INSTANCES`] (see
+    /// [`FallbackInstances`]).
+    pub expected_instances: Option<u32>,
+}
+
+/// Instances a global cluster count is divided by while the token service fails, when the live instances
+/// were never seen and no expected count is configured: a conservative share, so that the fallback never
+/// multiplies the limit by the number of instances (unless there are more than this many; configure
+/// `expected_instances` for the true number).
+pub const ASSUMED_INSTANCES: u64 = 4;
+
+/// How many instances a cluster rule's fallback divides a global `count` by, and where that number comes
+/// from ([`ClusterRuleStatus::fallback_instances`](crate::flow::ClusterRuleStatus::fallback_instances)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FallbackInstances {
+    /// The live instances the token service last reported (no fewer were configured).
+    Seen(u64),
+    /// The configured expected instance count ([`ClusterConfig::expected_instances`], else the client's):
+    /// none seen yet, or fewer seen than expected.
+    Configured(u64),
+    /// Neither seen nor configured: [`ASSUMED_INSTANCES`].
+    Assumed(u64),
+}
+
+impl FallbackInstances {
+    /// The instance count from the live instances last seen and the configured expected count.
+    pub(crate) fn of(seen: Option<u64>, configured: Option<u64>) -> FallbackInstances {
+        match (seen.filter(|n| *n > 0), configured.filter(|n| *n > 0)) {
+            (Some(s), Some(c)) if c > s => FallbackInstances::Configured(c),
+            (Some(s), _) => FallbackInstances::Seen(s),
+            (None, Some(c)) => FallbackInstances::Configured(c),
+            (None, None) => FallbackInstances::Assumed(ASSUMED_INSTANCES),
+        }
+    }
+
+    /// The instance count.
+    pub fn count(self) -> u64 {
+        match self {
+            FallbackInstances::Seen(n) | FallbackInstances::Configured(n) | FallbackInstances::Assumed(n) => n,
+        }
+    }
+
+    /// Where it comes from, in one word: `seen`, `configured` or `assumed`.
+    pub fn source(self) -> &'static str {
+        match self {
+            FallbackInstances::Seen(_) => "seen",
+            FallbackInstances::Configured(_) => "configured",
+            FallbackInstances::Assumed(_) => "assumed",
+        }
+    }
+}
+
+impl std::fmt::Display for FallbackInstances {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self {
+            FallbackInstances::Seen(_) => "live instances last seen",
+            FallbackInstances::Configured(_) => "expected instances configured",
+            FallbackInstances::Assumed(_) => "instances assumed (none seen or configured)",
+        };
+        write!(f, "{} {what}", self.count())
+    }
 }
 
 impl Default for ClusterConfig {
@@ -69,6 +135,7 @@ impl Default for ClusterConfig {
             fallback_to_local_when_fail: true,
             sample_count: 10,
             window_interval_ms: 1000,
+            expected_instances: None,
         }
     }
 }

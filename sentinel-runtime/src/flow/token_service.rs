@@ -31,7 +31,7 @@ use crate::stat::admission::{AdmissionWindow, Mode};
 use crate::stat::StatNode;
 
 use super::controller::{reject_qps, Decision};
-use super::rule::{ClusterThresholdType, FlowRule};
+use super::rule::{ClusterThresholdType, FallbackInstances, FlowRule};
 use super::Scratch;
 
 /// A cluster token service: keeps the leases of the cluster rules in force filled.
@@ -125,6 +125,10 @@ pub struct ClusterRuleStatus {
     pub live_instances: Option<u64>,
     /// The local limit (calls per second on this instance) that falling back uses.
     pub local_limit: f64,
+    /// What a global count is divided by for [`local_limit`](Self::local_limit), and where that number
+    /// comes from (seen, configured or assumed); `None` for per-instance thresholds and with no token
+    /// service (the whole count).
+    pub fallback_instances: Option<FallbackInstances>,
     /// Tokens leased so far.
     pub tokens_leased: u64,
     /// Leased tokens given back unspent (a lease that ended with tokens left).
@@ -141,6 +145,9 @@ pub struct ClusterRuleStatus {
     pub fallback_decisions: u64,
     /// Calls blocked because the shared window was used up.
     pub exhausted_blocks: u64,
+    /// Calls the local fallback admitted that were counted in the shared window afterwards (once the
+    /// service answered again), so that the window does not grant them a second time.
+    pub local_admissions_reported: u64,
 }
 
 impl fmt::Display for ClusterRuleStatus {
@@ -168,6 +175,9 @@ impl fmt::Display for ClusterRuleStatus {
             }
         } else {
             write!(f, ", local limit {}/s", self.local_limit)?;
+            if let Some(n) = self.fallback_instances {
+                write!(f, " (count ÷ {n})")?;
+            }
         }
         if let Some(why) = &self.reason {
             write!(f, "; {why}")?;
@@ -175,7 +185,7 @@ impl fmt::Display for ClusterRuleStatus {
         write!(
             f,
             " [leased {}, returned {}, round trips {}, failures {}, waits {} ({} timed out), decided locally {}, \
-             blocked on a used-up window {}]",
+             blocked on a used-up window {}, local admissions reported {}]",
             self.tokens_leased,
             self.tokens_returned,
             self.round_trips,
@@ -183,7 +193,8 @@ impl fmt::Display for ClusterRuleStatus {
             self.waits,
             self.wait_timeouts,
             self.fallback_decisions,
-            self.exhausted_blocks
+            self.exhausted_blocks,
+            self.local_admissions_reported
         )
     }
 }
@@ -193,6 +204,7 @@ impl ClusterRuleStatus {
     pub(crate) fn without_service(rule: FlowRule) -> Self {
         ClusterRuleStatus {
             local_limit: rule.count,
+            fallback_instances: None,
             rule,
             key: None,
             mode: ClusterRuleMode::NoService,
@@ -209,6 +221,7 @@ impl ClusterRuleStatus {
             wait_timeouts: 0,
             fallback_decisions: 0,
             exhausted_blocks: 0,
+            local_admissions_reported: 0,
         }
     }
 }
@@ -219,6 +232,8 @@ struct Report {
     key: Option<String>,
     reason: Option<String>,
     live: Option<u64>,
+    /// The expected instance count configured (the rule's, else the service's).
+    expected: Option<u64>,
 }
 
 /// One cluster rule's tokens, filled by the token service and spent by the flow check.
@@ -231,6 +246,11 @@ pub(crate) struct RuleLease {
     exhausted_until: AtomicU64,
     /// Bits of the local limit (calls per second) that falling back uses.
     fallback_limit: AtomicU64,
+    /// Calls this instance admitted with leased tokens in the second before it fell back, and the engine
+    /// time (ms) until which they count against the local limit: falling back mid-second does not add a
+    /// whole second's local limit on top of what the lease already admitted.
+    fallback_debt: AtomicU64,
+    fallback_debt_until: AtomicU64,
     /// Tokens left in the pool below which a call asks for more.
     low_water: AtomicU64,
     /// A call asked for tokens since the service last looked.
@@ -242,7 +262,106 @@ pub(crate) struct RuleLease {
     changed: Condvar,
     next_waiter: AtomicU64,
     report: Mutex<Report>,
+    /// Calls the local fallback admitted, per slot of the rule's window: the service tells the shared limit
+    /// about them when it answers again ([`RuleLease::take_local_admissions`]).
+    local: LocalAdmissions,
     pub(crate) counters: LeaseCounters,
+    /// The tokens left in hand when the lease was dropped (its rule changed or was removed), and the last
+    /// millisecond they could be spent in, for the service to give back (`u64::MAX`: not dropped yet).
+    pub(crate) left_at_drop: Arc<(AtomicU64, AtomicU64)>,
+}
+
+impl Drop for RuleLease {
+    fn drop(&mut self) {
+        let (left, until) = &*self.left_at_drop;
+        until.store(self.window.lease_valid_until(), Ordering::Relaxed);
+        left.store(self.window.lease_left(), Ordering::Release);
+    }
+}
+
+/// Calls admitted without a token of the shared limit (by the local fallback: while the service fails, or
+/// when a call's wait for it timed out), counted per time slot of the rule's window, so that the service can
+/// count them in the shared window once it answers: what an instance admitted on its own is then never
+/// granted again to the others in the same window.
+///
+/// A slot is `slot_ms` long (the rule's bucket, or a few of them when the window has more than
+/// [`LocalAdmissions::MAX_SLOTS`] buckets); the ring holds a window and one slot more. Each slot is one word:
+/// the slot's index (low 32 bits of `engine_ms / slot_ms`) in the high half, the count in the low half.
+/// Recording is a compare-and-swap on the fallback's path (never on the leased path); a slot older than the
+/// ring is reused (its count had left the window).
+pub(crate) struct LocalAdmissions {
+    slot_ms: u64,
+    slots: Box<[AtomicU64]>,
+}
+
+impl LocalAdmissions {
+    /// The most slots a ring has (windows with more buckets use slots of several buckets).
+    pub(crate) const MAX_SLOTS: u64 = 32;
+
+    pub(crate) fn for_rule(rule: &FlowRule) -> LocalAdmissions {
+        let c = rule.cluster_config.clone().unwrap_or_default();
+        let samples = u64::from(c.sample_count.max(1));
+        let bucket_ms = (c.window_interval_ms / samples).max(1);
+        let per_slot = samples.div_ceil(Self::MAX_SLOTS);
+        let slot_ms = bucket_ms.saturating_mul(per_slot);
+        let len = samples.div_ceil(per_slot) + 1;
+        LocalAdmissions { slot_ms, slots: (0..len).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// The length of a slot, ms (a multiple of the rule's bucket).
+    pub(crate) fn slot_ms(&self) -> u64 {
+        self.slot_ms
+    }
+
+    /// Counts `n` calls admitted at engine time `now_ms`.
+    pub(crate) fn record(&self, now_ms: u64, n: u64) {
+        let index = now_ms / self.slot_ms;
+        let tag = index as u32;
+        let slot = &self.slots[(index % self.slots.len() as u64) as usize];
+        let mut cur = slot.load(Ordering::Acquire);
+        loop {
+            let have = (cur >> 32) as u32;
+            // The slot holds this index, or a later one (a thread whose cached clock lags): add to it (a later
+            // slot stays in the window longer, so the count is never early to leave it).
+            let next = if cur != 0 && (have.wrapping_sub(tag) as i32) >= 0 {
+                (cur & !0xFFFF_FFFF) | ((cur & 0xFFFF_FFFF) + n).min(0xFFFF_FFFF)
+            } else {
+                (u64::from(tag) << 32) | n.min(0xFFFF_FFFF)
+            };
+            match slot.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Takes the counts of the slots still within `window_ms` of `now_ms`: (the slot's first engine ms,
+    /// calls), oldest first. Taken counts are cleared; older ones are dropped.
+    pub(crate) fn take(&self, now_ms: u64, window_ms: u64) -> Vec<(u64, u64)> {
+        let newest = now_ms / self.slot_ms;
+        let oldest = now_ms.saturating_sub(window_ms) / self.slot_ms;
+        let mut out = Vec::new();
+        for slot in self.slots.iter() {
+            let mut cur = slot.load(Ordering::Acquire);
+            while cur & 0xFFFF_FFFF != 0 {
+                match slot.compare_exchange_weak(cur, cur & !0xFFFF_FFFF, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        // The full index: the one nearest `newest` with these low bits; one ahead of
+                        // `newest` (a thread whose clock leads) counts in `newest`.
+                        let behind = (newest as u32).wrapping_sub((cur >> 32) as u32) as i32;
+                        let index = newest.saturating_sub(u64::from(behind.max(0).unsigned_abs()));
+                        if index >= oldest {
+                            out.push((index * self.slot_ms, cur & 0xFFFF_FFFF));
+                        }
+                        break;
+                    }
+                    Err(seen) => cur = seen,
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
 }
 
 /// Counters of a lease (see [`ClusterRuleStatus`]); written off the common path only.
@@ -252,6 +371,7 @@ pub(crate) struct LeaseCounters {
     pub(crate) returned: AtomicU64,
     pub(crate) round_trips: AtomicU64,
     pub(crate) failures: AtomicU64,
+    pub(crate) reported: AtomicU64,
     waits: AtomicU64,
     wait_timeouts: AtomicU64,
     fallback: AtomicU64,
@@ -274,6 +394,17 @@ impl Mode for RuleLease {
     }
 }
 
+/// The instance count the fallback divides a global count by: the live instances last seen, or the
+/// expected count configured, or [`ASSUMED_INSTANCES`](crate::flow::ASSUMED_INSTANCES).
+fn fallback_instances_of(r: &Report) -> FallbackInstances {
+    FallbackInstances::of(r.live, r.expected)
+}
+
+/// The expected instance count of `rule` (its own, else the service's `service`).
+fn expected_of(rule: &FlowRule, service: Option<u32>) -> Option<u64> {
+    rule.cluster_config.as_ref().and_then(|c| c.expected_instances).or(service).map(u64::from)
+}
+
 fn local_limit_of(rule: &FlowRule, live: u64) -> f64 {
     match rule.cluster_config.as_ref().map(|c| c.threshold_type) {
         Some(ClusterThresholdType::Global) => rule.count / live.max(1) as f64,
@@ -283,9 +414,14 @@ fn local_limit_of(rule: &FlowRule, live: u64) -> f64 {
 
 impl RuleLease {
     fn new(rule: Arc<FlowRule>, service: Arc<dyn TokenService>) -> Self {
+        let local = LocalAdmissions::for_rule(&rule);
         let timeout_nanos = u64::try_from(service.timeout().as_nanos()).unwrap_or(u64::MAX);
+        let report = Report { expected: expected_of(&rule, None), ..Report::default() };
+        let instances = fallback_instances_of(&report).count();
         RuleLease {
-            fallback_limit: AtomicU64::new(local_limit_of(&rule, 1).to_bits()),
+            fallback_limit: AtomicU64::new(local_limit_of(&rule, instances).to_bits()),
+            fallback_debt: AtomicU64::new(0),
+            fallback_debt_until: AtomicU64::new(0),
             rule,
             window: AdmissionWindow::new(),
             service,
@@ -298,8 +434,10 @@ impl RuleLease {
             waiters: Mutex::new(Vec::new()),
             changed: Condvar::new(),
             next_waiter: AtomicU64::new(0),
-            report: Mutex::new(Report::default()),
+            report: Mutex::new(report),
+            local,
             counters: LeaseCounters::default(),
+            left_at_drop: Arc::new((AtomicU64::new(u64::MAX), AtomicU64::new(0))),
         }
     }
 
@@ -343,6 +481,19 @@ impl RuleLease {
         }
     }
 
+    /// The calls the local fallback admitted within `window_ms` of `now_ms` not taken yet: (engine ms of
+    /// their slot's start, calls), oldest first; and the slot length (ms). The service counts them in the
+    /// shared window; taking clears them.
+    pub(crate) fn take_local_admissions(&self, now_ms: u64, window_ms: u64) -> (Vec<(u64, u64)>, u64) {
+        (self.local.take(now_ms, window_ms), self.local.slot_ms())
+    }
+
+    /// Counts `n` calls admitted without a token at engine time `now_ms` (as the fallback does).
+    #[cfg(test)]
+    pub(crate) fn record_local_admissions(&self, now_ms: u64, n: u64) {
+        self.local.record(now_ms, n);
+    }
+
     /// Calls blocked so far because the shared window was used up.
     pub(crate) fn exhausted_blocks(&self) -> u64 {
         self.counters.exhausted.load(Ordering::Relaxed)
@@ -360,12 +511,11 @@ impl RuleLease {
 
     /// Cluster mode works: calls spend leased tokens.
     pub(crate) fn set_leasing(&self, live: Option<u64>) {
-        if let Some(n) = live {
-            self.fallback_limit.store(local_limit_of(&self.rule, n).to_bits(), Ordering::Relaxed);
-        }
         let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
         if live.is_some() {
             r.live = live;
+            self.fallback_limit
+                .store(local_limit_of(&self.rule, fallback_instances_of(&r).count()).to_bits(), Ordering::Relaxed);
         }
         r.reason = None;
         drop(r);
@@ -377,6 +527,33 @@ impl RuleLease {
     pub(crate) fn set_fallback(&self, why: String) {
         self.report.lock().unwrap_or_else(|e| e.into_inner()).reason = Some(why);
         self.mode.store(MODE_FALLBACK, Ordering::Release);
+    }
+
+    /// The service fails from engine time `now_ms`: for a second, the local limit is lower by `debt` (what
+    /// the lease admitted in the second before, or what the shared window had no room for).
+    pub(crate) fn set_fallback_debt(&self, now_ms: u64, debt: u64) {
+        self.fallback_debt.store(debt, Ordering::Relaxed);
+        self.fallback_debt_until.store(now_ms.saturating_add(1000), Ordering::Release);
+    }
+
+    /// The service's expected instance count (the rule's own, if it has one, wins): what the fallback
+    /// divides a global count by until live instances are seen (and at least, once they are).
+    pub(crate) fn set_expected_instances(&self, service: Option<u32>) {
+        let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        r.expected = expected_of(&self.rule, service);
+        self.fallback_limit
+            .store(local_limit_of(&self.rule, fallback_instances_of(&r).count()).to_bits(), Ordering::Relaxed);
+    }
+
+    /// How much lower the local limit is, and until when (engine ms).
+    #[cfg(test)]
+    pub(crate) fn fallback_debt(&self) -> (u64, u64) {
+        (self.fallback_debt.load(Ordering::Relaxed), self.fallback_debt_until.load(Ordering::Relaxed))
+    }
+
+    /// The local limit (calls per second) that falling back uses.
+    pub(crate) fn local_limit(&self) -> f64 {
+        f64::from_bits(self.fallback_limit.load(Ordering::Relaxed))
     }
 
     /// The service stopped: the rule is decided as with no service.
@@ -424,6 +601,12 @@ impl RuleLease {
             exhausted_for_ms: self.exhausted_until.load(Ordering::Acquire).saturating_sub(now_ms),
             live_instances: r.live,
             local_limit: f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
+            fallback_instances: self
+                .rule
+                .cluster_config
+                .as_ref()
+                .is_some_and(|c| c.threshold_type == ClusterThresholdType::Global)
+                .then(|| fallback_instances_of(&r)),
             tokens_leased: c.leased.load(Ordering::Relaxed),
             tokens_returned: c.returned.load(Ordering::Relaxed),
             round_trips: c.round_trips.load(Ordering::Relaxed),
@@ -432,6 +615,7 @@ impl RuleLease {
             wait_timeouts: c.wait_timeouts.load(Ordering::Relaxed),
             fallback_decisions: c.fallback.load(Ordering::Relaxed),
             exhausted_blocks: c.exhausted.load(Ordering::Relaxed),
+            local_admissions_reported: c.reported.load(Ordering::Relaxed),
         }
     }
 
@@ -502,15 +686,27 @@ impl RuleLease {
     /// The local decision: the fallback limit on the rule's node, or a pass without local fallback.
     fn fallback(&self, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
         self.counters.fallback.fetch_add(1, Ordering::Relaxed);
-        let limit = match self.mode.load(Ordering::Acquire) {
+        let mode = self.mode.load(Ordering::Acquire);
+        let limit = match mode {
             // As with no service at all (Java's behaviour): the whole count.
             MODE_DETACHED => self.rule.count,
+            // Within a second of falling back, what the lease admitted in the second before counts.
+            _ if cx.now_ms < self.fallback_debt_until.load(Ordering::Acquire) => {
+                let limit = f64::from_bits(self.fallback_limit.load(Ordering::Relaxed));
+                (limit - self.fallback_debt.load(Ordering::Relaxed) as f64).max(0.0)
+            }
             _ => f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
         };
-        if !no_service(&self.rule) {
-            return Decision::Pass { reservation: None, wait_nanos: 0 };
+        let decision = if no_service(&self.rule) {
+            reject_qps(node, cx.now_ms, cx.acquire, limit, false, scratch.held(node))
+        } else {
+            Decision::Pass { reservation: None, wait_nanos: 0 }
+        };
+        if mode != MODE_DETACHED && !matches!(decision, Decision::Block { .. }) {
+            // Admitted without a token of the shared limit: the service counts it there when it can.
+            self.local.record(cx.now_ms, u64::from(cx.acquire));
         }
-        reject_qps(node, cx.now_ms, cx.acquire, limit, false, scratch.held(node))
+        decision
     }
 }
 
@@ -855,12 +1051,23 @@ mod tests {
     fn cluster_call_whose_wait_times_out_is_decided_by_the_local_fallback() {
         let svc = FakeService::new(0, Duration::from_millis(1));
         let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 2.0)]);
+        svc.lease().set_leasing(Some(1));
         let api = engine.resource("api");
         let passed = (0..5).filter(|_| api.enter().is_ok()).count();
         assert_eq!(passed, 2, "the local fallback limit (count ÷ 1 live instance)");
         let st = &engine.cluster_status()[0];
         assert_eq!(st.wait_timeouts, 5);
         assert_eq!(st.fallback_decisions, 5);
+    }
+
+    /// An engine with a global cluster rule of `count` on `api` whose service fails, `live` instances seen.
+    fn fallen_back(count: f64, live: u64) -> (Sentinel, ManualClock, Arc<RuleLease>) {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let (engine, clock) = engine_with(&svc, vec![cluster_rule("api", count)]);
+        let lease = svc.lease();
+        lease.set_leasing(Some(live));
+        lease.set_fallback("redis down".into());
+        (engine, clock, lease)
     }
 
     #[test]
@@ -960,11 +1167,61 @@ mod tests {
     fn async_wait_that_times_out_decides_by_the_local_fallback() {
         let svc = FakeService::new(0, Duration::from_millis(1));
         let (engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 1.0)]);
+        svc.lease().set_expected_instances(Some(1));
         let api = engine.resource("api");
         assert!(futures::executor::block_on(api.entry().enter_async()).is_ok(), "fallback: 1 per second");
         assert!(futures::executor::block_on(api.entry().enter_async()).is_err(), "fallback: over 1 per second");
         let st = &engine.cluster_status()[0];
         assert_eq!((st.waits, st.wait_timeouts), (2, 2));
+    }
+
+    #[test]
+    fn local_admissions_are_taken_per_slot_within_the_window_and_only_once() {
+        // 1 s in 10 buckets: slots of 100 ms, a ring of 11.
+        let rule = cluster_rule("api", 100.0);
+        let local = LocalAdmissions::for_rule(&rule);
+        assert_eq!(local.slot_ms(), 100);
+        local.record(T0 + 5, 1);
+        local.record(T0 + 99, 2);
+        local.record(T0 + 250, 4);
+        assert_eq!(local.take(T0 + 300, 1000), vec![(T0, 3), (T0 + 200, 4)]);
+        assert!(local.take(T0 + 300, 1000).is_empty(), "taken once");
+        // A slot older than the window is dropped, and its place in the ring reused.
+        local.record(T0 + 300, 1);
+        assert!(local.take(T0 + 1400, 1000).is_empty());
+        local.record(T0 + 1400, 5);
+        local.record(T0 + 300, 7); // a caller whose clock lags: counted in the later slot it finds
+        assert_eq!(local.take(T0 + 1400, 1000), vec![(T0 + 1400, 12)]);
+    }
+
+    #[test]
+    fn windows_with_many_buckets_count_local_admissions_in_coarser_slots() {
+        let mut rule = cluster_rule("api", 100.0);
+        let c = rule.cluster_config.as_mut().unwrap();
+        c.window_interval_ms = 60_000;
+        c.sample_count = 600;
+        let local = LocalAdmissions::for_rule(&rule);
+        assert_eq!(local.slot_ms(), 100 * 19, "600 buckets in at most 32 slots");
+        assert!(local.slots.len() as u64 * local.slot_ms() >= 60_000 + local.slot_ms());
+    }
+
+    #[test]
+    fn calls_the_fallback_admits_are_recorded_for_the_service_and_blocked_ones_are_not() {
+        let (engine, _clock, lease) = fallen_back(3.0, 1);
+        let api = engine.resource("api");
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 3);
+        let (slots, _) = lease.take_local_admissions(T0, 1000);
+        assert_eq!(slots.iter().map(|(_, n)| n).sum::<u64>(), 3, "the 3 admitted, not the 7 blocked");
+    }
+
+    #[test]
+    fn falling_back_mid_second_counts_what_the_lease_admitted_against_the_local_limit() {
+        let (engine, clock, lease) = fallen_back(10.0, 1);
+        lease.set_fallback_debt(T0, 8);
+        let api = engine.resource("api");
+        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 2, "10 per second, 8 of them leased");
+        clock.advance_millis(1000);
+        assert_eq!((0..20).filter(|_| api.enter().is_ok()).count(), 10, "a second later: the whole local limit");
     }
 
     #[test]
@@ -975,6 +1232,38 @@ mod tests {
         let api = engine.resource("api");
         assert_eq!((0..5).filter(|_| api.enter().is_ok()).count(), 2);
         assert_eq!(engine.cluster_status()[0].mode, ClusterRuleMode::NoService);
+    }
+
+    #[test]
+    fn the_fallback_divides_a_global_count_by_the_instances_seen_or_configured_and_never_takes_it_whole() {
+        let svc = FakeService::new(0, Duration::from_secs(5));
+        let mut configured = cluster_rule("configured", 90.0);
+        configured.cluster_config.as_mut().unwrap().expected_instances = Some(3);
+        let (_engine, _clock) = engine_with(&svc, vec![cluster_rule("api", 100.0), configured]);
+        let leases: Vec<Arc<RuleLease>> = svc.leases.lock().unwrap().iter().filter_map(Weak::upgrade).collect();
+        let of = |resource: &str| leases.iter().find(|l| l.rule().resource == resource).unwrap().clone();
+        let (api, configured) = (of("api"), of("configured"));
+        let instances = |l: &RuleLease| l.status(T0).fallback_instances;
+        // Nothing seen, nothing configured: a conservative share, never the whole count.
+        assert_eq!(instances(&api), Some(FallbackInstances::Assumed(crate::flow::ASSUMED_INSTANCES)));
+        assert_eq!(api.local_limit(), 100.0 / crate::flow::ASSUMED_INSTANCES as f64);
+        // The client's expected count; the rule's own wins over it.
+        api.set_expected_instances(Some(2));
+        configured.set_expected_instances(Some(2));
+        assert_eq!(instances(&api), Some(FallbackInstances::Configured(2)));
+        assert_eq!(api.local_limit(), 50.0);
+        assert_eq!(instances(&configured), Some(FallbackInstances::Configured(3)));
+        assert_eq!(configured.local_limit(), 30.0);
+        // Seen: more than expected counts; fewer (instances still cold) does not lower it.
+        api.set_leasing(Some(5));
+        assert_eq!(instances(&api), Some(FallbackInstances::Seen(5)));
+        assert_eq!(api.local_limit(), 20.0);
+        api.set_leasing(Some(1));
+        assert_eq!(instances(&api), Some(FallbackInstances::Configured(2)));
+        assert_eq!(api.local_limit(), 50.0);
+        api.set_fallback("redis down".into());
+        let shown = api.status(T0).to_string();
+        assert!(shown.contains("count ÷ 2 expected instances configured"), "{shown}");
     }
 
     #[test]
