@@ -234,3 +234,32 @@ pub mod __private {
         }
     }
 }
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API. They use the
+/// integrations, so they are checked with every feature on (`cargo test -p sentinel-runtime --all-features --doc`).
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "reqwest",
+    feature = "transport",
+    feature = "file-watch",
+    feature = "logs",
+    feature = "prometheus",
+    feature = "cluster-redis"
+))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
+/// The complete programs of the user guide's pages, compiled (and run, but for servers) like the README's.
+#[cfg(all(
+    doctest,
+    feature = "transport",
+    feature = "file-watch",
+    feature = "cluster-redis",
+    feature = "etcd"
+))]
+#[doc = include_str!("../../docs/macro.md")]
+#[doc = include_str!("../../docs/cluster.md")]
+#[doc = include_str!("../../docs/dashboard.md")]
+#[doc = include_str!("../../docs/datasources.md")]
+pub struct GuideDoctests;

@@ -97,4 +97,9 @@ impl DegradeRule {
         self.regex = regex;
         self
     }
+    /// Sets the rule id.
+    pub fn id(mut self, id: u64) -> Self {
+        self.id = Some(id);
+        self
+    }
 }
