@@ -2,6 +2,7 @@
 
 /// What trips a breaker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DegradeGrade {
     /// The share of calls slower than `count` ms exceeds `slow_ratio_threshold`.
     #[default]

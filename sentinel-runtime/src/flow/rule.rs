@@ -2,6 +2,7 @@
 
 /// What a flow rule counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FlowGrade {
     /// Calls in flight.
     Thread,
@@ -12,6 +13,7 @@ pub enum FlowGrade {
 
 /// Which node a flow rule reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FlowStrategy {
     /// The resource's own node (chosen by `limit_app`).
     #[default]
@@ -24,6 +26,7 @@ pub enum FlowStrategy {
 
 /// How a flow rule shapes traffic over its limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ControlBehavior {
     /// Block at once.
     #[default]
@@ -38,6 +41,7 @@ pub enum ControlBehavior {
 
 /// How a cluster rule's threshold is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ClusterThresholdType {
     /// `count` per connected client.
     #[default]
