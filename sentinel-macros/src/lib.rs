@@ -6,6 +6,7 @@
 //! decides the shape of the expansion, `expand` generates the code. On any error the user's function is
 //! emitted unchanged beside the error, so the only error is ours and IDE completion keeps working.
 #![deny(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};

@@ -37,6 +37,7 @@ pub const DEFAULT_METRIC_LOG_FILE_COUNT: usize = 6;
 
 /// Which clock an engine uses when the builder is given none.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClockKind {
     /// The default system clock: today the precise one ([`ClockKind::Precise`]).
     #[default]

@@ -110,6 +110,7 @@ impl Default for Config {
 
 /// Builds an engine. See [`Sentinel::builder`].
 #[derive(Debug, Default)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct SentinelBuilder {
     config: Config,
     clock: Option<EngineClock>,

@@ -305,6 +305,7 @@ impl std::error::Error for BlockError {}
 
 /// The kinds of rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RuleKind {
     /// Flow rules.
     Flow,

@@ -60,6 +60,7 @@ mod http {
     /// Serves `GET /metrics` until dropped, on the project's one HTTP stack (hyper + axum, a thread and
     /// runtime of its own). With the command center running (feature `transport`), its port serves
     /// `/metrics` too.
+    #[must_use = "dropping the server stops it"]
     pub struct MetricsServer {
         server: HttpServer,
     }

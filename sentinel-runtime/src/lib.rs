@@ -72,10 +72,41 @@
 //! [`SentinelBuilder::cached_clock`]); reject-style limits spend tokens leased to the thread from an exact
 //! per-bucket budget with plain stores, so they never over-admit and still scale with cores; closed circuit
 //! breakers count good calls the same way. An entry with one passing flow rule cost about 27 ns on an Intel Xeon guest
-//! on the cached clock and 36–40 ns on the default one (see the README for the figures and the machines).
+//! on the cached clock and 36–40 ns on the default one (`docs/performance.md` in the repository has the
+//! figures, the method and the machines).
+//!
+//! # Features
+//!
+//! The core (resources, rules, statistics, `diagnose`, configuration from the environment) has no optional
+//! dependency. The rest is behind cargo features; on docs.rs every optional item shows the feature it needs.
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `serde` | rules as data: Sentinel's JSON, YAML and TOML (`datasource`) |
+//! | `file-watch` | `datasource::FileDataSource`: rules files watched and written back (implies `serde`) |
+//! | `logs` | Sentinel's metric log and block log, and a metric searcher (`log`) |
+//! | `prometheus` | `exporter::render`: Prometheus text |
+//! | `http-exporter` | `exporter::MetricsServer`: `GET /metrics` over HTTP (implies `prometheus`) |
+//! | `transport` | `transport::CommandCenter`: the Sentinel Dashboard's protocol and a live console |
+//! | `tower` | `web::SentinelLayer` (inbound) and `outbound::SentinelClientLayer` (outbound) |
+//! | `axum`, `tonic` | `tower` plus route templates, peer addresses and status conversions of each framework |
+//! | `reqwest` | `outbound::SentinelMiddleware` for reqwest-middleware (implies `tower`) |
+//! | `cluster-redis` | `cluster`: cluster flow control and rules on Redis |
+//! | `etcd`, `zookeeper` | `datasource::EtcdDataSource`, `datasource::ZookeeperDataSource` |
+//!
+//! # Stability
+//!
+//! These public enums are `#[non_exhaustive]` because Sentinel has more of them or will: match them with a
+//! wildcard arm. Rule kinds and codes: [`RuleKind`], [`flow::FlowGrade`], [`flow::FlowStrategy`],
+//! [`flow::ControlBehavior`], [`flow::ClusterThresholdType`], [`circuit_breaker::DegradeGrade`]; why a call was
+//! blocked: [`BlockError`], [`SystemLimit`]; every error enum ([`RuleError`], [`ContextError`], the data
+//! sources', the command center's, the cluster's); and [`config::ClockKind`], [`stat::MetricEvent`], the data
+//! sources' `Format` and `Reloaded`. The rule structs are not: build them with `new` and the builder methods,
+//! or with a struct literal and `..Default::default()`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
+#![warn(missing_debug_implementations)]
 
 pub mod authority;
 pub mod circuit_breaker;
@@ -86,6 +117,7 @@ pub mod config;
 pub mod context;
 #[cfg(feature = "serde")]
 pub mod datasource;
+mod debug_impls;
 pub mod diagnose;
 mod engine;
 mod entry;
@@ -234,3 +266,26 @@ pub mod __private {
         }
     }
 }
+
+/// The README's examples, compiled and run as doctests so that they cannot drift from the API. They use the
+/// integrations, so they are checked with every feature on (`cargo test -p sentinel-runtime --all-features --doc`).
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "reqwest",
+    feature = "transport",
+    feature = "file-watch",
+    feature = "logs",
+    feature = "prometheus",
+    feature = "cluster-redis"
+))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
+/// The complete programs of the user guide's pages, compiled (and run, but for servers) like the README's.
+#[cfg(all(doctest, feature = "transport", feature = "file-watch", feature = "cluster-redis", feature = "etcd"))]
+#[doc = include_str!("../../docs/macro.md")]
+#[doc = include_str!("../../docs/cluster.md")]
+#[doc = include_str!("../../docs/dashboard.md")]
+#[doc = include_str!("../../docs/datasources.md")]
+pub struct GuideDoctests;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// An `etcd` started by a test.
+#[derive(Debug)]
 pub struct EtcdServer {
     program: PathBuf,
     server: Option<Server>,

@@ -5,6 +5,7 @@
 //! A program that is missing skips the test with a printed notice; with `CI=true` in the environment a
 //! missing program is a failure instead (the project's test command, `scripts/test`, installs them).
 #![deny(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 pub mod etcd;
 pub mod http;
@@ -70,6 +71,7 @@ pub fn wait_for_tcp(addr: SocketAddr, timeout: Duration) -> bool {
 }
 
 /// A child process that is killed (and reaped) when dropped, with a temporary directory of its own.
+#[derive(Debug)]
 pub struct Server {
     child: Option<Child>,
     /// The server's own directory (removed when the server is dropped).

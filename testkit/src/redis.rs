@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// A `redis-server` started by a test.
+#[derive(Debug)]
 pub struct RedisServer {
     program: PathBuf,
     server: Option<Server>,

@@ -11,6 +11,7 @@ use std::process::Command;
 pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// A ZooKeeper server started by a test.
+#[derive(Debug)]
 pub struct ZookeeperServer {
     java: PathBuf,
     server: Option<Server>,

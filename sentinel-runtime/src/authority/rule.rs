@@ -42,4 +42,9 @@ impl AuthorityRule {
         self.regex = regex;
         self
     }
+    /// Sets the rule id.
+    pub fn id(mut self, id: u64) -> Self {
+        self.id = Some(id);
+        self
+    }
 }

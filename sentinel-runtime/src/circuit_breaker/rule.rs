@@ -2,6 +2,7 @@
 
 /// What trips a breaker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DegradeGrade {
     /// The share of calls slower than `count` ms exceeds `slow_ratio_threshold`.
     #[default]
@@ -95,6 +96,11 @@ impl DegradeRule {
     /// Reads `resource` as a regular expression over whole resource names (see [`crate::pattern`]).
     pub fn regex(mut self, regex: bool) -> Self {
         self.regex = regex;
+        self
+    }
+    /// Sets the rule id.
+    pub fn id(mut self, id: u64) -> Self {
+        self.id = Some(id);
         self
     }
 }

@@ -13,6 +13,7 @@ use crate::{RuleError, RuleKind, Sentinel};
 
 /// What a reload did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Reloaded {
     /// The file(s) changed and their rules are in force.
     Applied {

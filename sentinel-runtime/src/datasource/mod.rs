@@ -101,6 +101,7 @@ use crate::{RuleError, RuleKind, Sentinel};
 
 /// A document format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Format {
     /// JSON (Sentinel's own).
     Json,

@@ -40,6 +40,7 @@ pub struct WatchError {
 
 /// Watches a rules file or directory while it lives; dropping it stops watching (and waits for a reload
 /// under way to finish).
+#[must_use = "dropping the watcher stops watching"]
 pub struct Watcher {
     stop: mpsc::Sender<Message>,
     thread: Option<JoinHandle<()>>,

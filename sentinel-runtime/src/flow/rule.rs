@@ -2,6 +2,7 @@
 
 /// What a flow rule counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FlowGrade {
     /// Calls in flight.
     Thread,
@@ -12,6 +13,7 @@ pub enum FlowGrade {
 
 /// Which node a flow rule reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FlowStrategy {
     /// The resource's own node (chosen by `limit_app`).
     #[default]
@@ -24,6 +26,7 @@ pub enum FlowStrategy {
 
 /// How a flow rule shapes traffic over its limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ControlBehavior {
     /// Block at once.
     #[default]
@@ -38,6 +41,7 @@ pub enum ControlBehavior {
 
 /// How a cluster rule's threshold is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ClusterThresholdType {
     /// `count` per connected client.
     #[default]
@@ -124,6 +128,33 @@ impl std::fmt::Display for FallbackInstances {
             FallbackInstances::Assumed(_) => "instances assumed (none seen or configured)",
         };
         write!(f, "{} {what}", self.count())
+    }
+}
+
+impl ClusterConfig {
+    /// A configuration with the given threshold type and Java's defaults for the rest.
+    pub fn new(threshold_type: ClusterThresholdType) -> Self {
+        ClusterConfig { threshold_type, ..Default::default() }
+    }
+    /// Sets the rule's id in the token service.
+    pub fn flow_id(mut self, id: u64) -> Self {
+        self.flow_id = Some(id);
+        self
+    }
+    /// Sets whether to limit locally when the token service cannot be reached.
+    pub fn fallback_to_local_when_fail(mut self, on: bool) -> Self {
+        self.fallback_to_local_when_fail = on;
+        self
+    }
+    /// Sets the number of buckets of the cluster window.
+    pub fn sample_count(mut self, n: u32) -> Self {
+        self.sample_count = n;
+        self
+    }
+    /// Sets the length of the cluster window.
+    pub fn window_interval_ms(mut self, ms: u64) -> Self {
+        self.window_interval_ms = ms;
+        self
     }
 }
 
@@ -271,6 +302,19 @@ impl FlowRule {
     /// ```
     pub fn regex(mut self, regex: bool) -> Self {
         self.regex = regex;
+        self
+    }
+    /// Puts the rule in cluster mode with `config`: one limit across every instance (see the `cluster`
+    /// module, feature `cluster-redis`).
+    ///
+    /// ```
+    /// use sentinel_runtime::flow::{ClusterConfig, ClusterThresholdType, FlowRule};
+    /// let rule = FlowRule::new("queryOrder").count(1000.0).cluster(ClusterConfig::new(ClusterThresholdType::Global));
+    /// assert!(rule.cluster_mode);
+    /// ```
+    pub fn cluster(mut self, config: ClusterConfig) -> Self {
+        self.cluster_mode = true;
+        self.cluster_config = Some(config);
         self
     }
 }

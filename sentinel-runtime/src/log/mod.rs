@@ -83,6 +83,7 @@ fn open_append(path: &Path) -> io::Result<File> {
 }
 
 /// The metric and block logs of an engine, written by a background thread until dropped.
+#[must_use = "dropping the logs stops writing them"]
 pub struct Logs {
     metric: Arc<MetricLogWriter>,
     block: BlockLogWriter,

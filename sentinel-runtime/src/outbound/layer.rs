@@ -41,6 +41,7 @@ pub type SentinelMiddleware = OutboundGuard<client::Reqwest>;
 /// so flow rules, circuit breakers and hot-parameter rules protect the caller from a slow or failing
 /// downstream. See the [module docs](super) for what counts as an error, how calls are named and how the
 /// downstream's back-off signals are heard. Cheap to clone (the configuration is shared).
+#[must_use = "a guard does nothing until it wraps a client"]
 pub struct OutboundGuard<K> {
     pub(crate) shared: Arc<Shared>,
     client: PhantomData<fn() -> K>,

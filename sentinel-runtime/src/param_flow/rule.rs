@@ -123,4 +123,20 @@ impl ParamFlowRule {
         self.max_queueing_time_ms = ms;
         self
     }
+    /// Sets the rule id.
+    pub fn id(mut self, id: u64) -> Self {
+        self.id = Some(id);
+        self
+    }
+    /// Sets which callers the rule applies to: `"default"` (every caller) or an origin.
+    pub fn limit_app(mut self, app: impl Into<String>) -> Self {
+        self.limit_app = app.into();
+        self
+    }
+    /// Puts the rule in cluster mode with `config`.
+    pub fn cluster(mut self, config: ClusterConfig) -> Self {
+        self.cluster_mode = true;
+        self.cluster_config = Some(config);
+        self
+    }
 }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The events a bucket counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
+#[non_exhaustive]
 pub enum MetricEvent {
     /// Entries that passed every check.
     Pass = 0,

@@ -174,6 +174,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Configures a [`CommandCenter`]. See the [module docs](self).
 #[derive(Debug)]
+#[must_use = "a builder does nothing until `start` is called"]
 pub struct CommandCenterBuilder {
     engine: Sentinel,
     bind: IpAddr,
@@ -593,6 +594,7 @@ fn route_ip(dashboard: Option<&heartbeat::Dashboard>) -> IpAddr {
 }
 
 /// A running command center; dropping it stops the server and the heartbeats.
+#[must_use = "dropping the command center stops it"]
 pub struct CommandCenter {
     server: HttpServer,
     center: Arc<Center>,

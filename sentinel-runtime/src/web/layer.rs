@@ -104,6 +104,7 @@ pub(crate) struct Config {
 /// `M` is how responses carry their bodies ([`BodyMode`](super::BodyMode)): by default in a
 /// [`ResponseBody`](super::ResponseBody), which fits every stack; an axum application saves a box per
 /// response with [`axum`](Self::axum).
+#[must_use = "a layer does nothing until it wraps a service"]
 pub struct SentinelLayer<M = Wrapped> {
     shared: Arc<Shared>,
     mode: PhantomData<fn() -> M>,
