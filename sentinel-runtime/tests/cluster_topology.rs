@@ -426,12 +426,12 @@ fn a_standalone_client_on_the_wrong_cluster_node_says_to_give_the_seed_nodes() {
     let _client = RedisCluster::builder(wrong).namespace(ns).timeout(Duration::from_millis(300)).start(&engine).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut reason = None;
-    while Instant::now() < deadline && reason.is_none() {
+    while Instant::now() < deadline && !reason.as_deref().is_some_and(|r: &str| r.contains("does not own")) {
         let _ = engine.resource(&format!("api-{id}")).enter();
-        reason = engine.cluster_status()[0].reason.clone().filter(|r| r.contains("MOVED"));
+        reason = engine.cluster_status()[0].reason.clone();
         std::thread::sleep(Duration::from_millis(20));
     }
-    let reason = reason.expect("the rule's status names the MOVED reply");
+    let reason = reason.unwrap_or_default();
     assert!(reason.contains("does not own the rule's slot") && reason.contains("seed nodes"), "{reason}");
     let diagnosis = engine.diagnose(&format!("api-{id}")).to_string();
     assert!(diagnosis.contains("seed nodes"), "diagnose says it too: {diagnosis}");
