@@ -243,7 +243,9 @@ fn reports_of(child: Child) -> BTreeMap<u64, RuleReport> {
                 Some(("ambiguous", v)) => r.ambiguous = v.parse().unwrap(),
                 Some(("leasing", v)) => r.leasing = v == "true",
                 Some(("fallbacks", v)) => r.fallbacks = v.parse().unwrap(),
-                Some(("fallback_windows", v)) => r.fallback_windows = list(v).iter().map(|p| p.parse().unwrap()).collect(),
+                Some(("fallback_windows", v)) => {
+                    r.fallback_windows = list(v).iter().map(|p| p.parse().unwrap()).collect()
+                }
                 Some(("windows", v)) => {
                     for pair in list(v) {
                         let (w, n) = pair.split_once(':').unwrap();
@@ -304,8 +306,10 @@ fn rules_on_different_shards_stay_exact_whichever_seed_node_comes_first() {
     assert_eq!(by_id.len(), 3, "{by_id:?}");
     for (id, reports) in &by_id {
         let measured = totals(reports, start_at / window_ms + 1..end_at / window_ms - 1);
-        eprintln!("rule {id} (shard {:?}): admitted per window of {window_ms} ms (limit {per_window}): {measured:?}",
-            picked.iter().find(|(i, _)| i == id).map(|(_, o)| o));
+        eprintln!(
+            "rule {id} (shard {:?}): admitted per window of {window_ms} ms (limit {per_window}): {measured:?}",
+            picked.iter().find(|(i, _)| i == id).map(|(_, o)| o)
+        );
         for (w, n) in &measured {
             assert!(*n <= per_window, "rule {id}: window {w} admitted {n} > {per_window}: {measured:?}");
         }
@@ -336,7 +340,10 @@ fn rules_on_different_shards_stay_exact_whichever_seed_node_comes_first() {
         }
     }
     for s in engine.cluster_status() {
-        assert!(s.tokens_leased > 0 && s.failures == 0 && s.mode == ClusterRuleMode::Leasing, "third seed order: {s:?}");
+        assert!(
+            s.tokens_leased > 0 && s.failures == 0 && s.mode == ClusterRuleMode::Leasing,
+            "third seed order: {s:?}"
+        );
     }
 }
 
@@ -423,7 +430,8 @@ fn a_standalone_client_on_the_wrong_cluster_node_says_to_give_the_seed_nodes() {
     let wrong = cluster.urls()[(owner + 1) % 3].clone();
     let engine = Sentinel::builder().app_name("topology-test").build();
     engine.load_flow_rules([global_rule(id, 100.0, 1000)]).unwrap();
-    let _client = RedisCluster::builder(wrong).namespace(ns).timeout(Duration::from_millis(300)).start(&engine).unwrap();
+    let _client =
+        RedisCluster::builder(wrong).namespace(ns).timeout(Duration::from_millis(300)).start(&engine).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut reason = None;
     while Instant::now() < deadline && !reason.as_deref().is_some_and(|r: &str| r.contains("does not own")) {
@@ -449,15 +457,8 @@ fn after_the_master_is_killed_cluster_mode_resumes_on_the_promoted_replica_withi
     let start_at = (wall_ms() / window_ms + 6) * window_ms;
     let killed_at = start_at + 4 * window_ms;
     let end_at = killed_at + 24 * window_ms;
-    let plan = Plan {
-        mode: "sentinel",
-        namespace: "failover".into(),
-        ids: vec![7],
-        count,
-        window_ms,
-        start_at,
-        end_at,
-    };
+    let plan =
+        Plan { mode: "sentinel", namespace: "failover".into(), ids: vec![7], count, window_ms, start_at, end_at };
     let urls = setup.sentinel_urls();
     let orders = vec![urls.clone(), urls.iter().rev().cloned().collect()];
     let children = plan.spawn_all(&orders);
@@ -526,7 +527,8 @@ fn rules_published_on_a_cluster_are_in_force_within_a_second() {
     let channel = "sentinel:shop:flow-rules:changed";
     publish_on(owner, &key, channel, &flow_rule_doc(10));
     let engine = Sentinel::builder().app_name("shop").build();
-    let source = RedisDataSource::cluster_builder(urls.clone()).rules(RuleKind::Flow, &key, channel).start(&engine).unwrap();
+    let source =
+        RedisDataSource::cluster_builder(urls.clone()).rules(RuleKind::Flow, &key, channel).start(&engine).unwrap();
     assert!(source.wait_for(1, Duration::from_secs(5)), "the key is read from its shard at start");
     assert_eq!(engine.flow_rules()[0].count, 10.0);
     let t = Instant::now();
@@ -536,8 +538,7 @@ fn rules_published_on_a_cluster_are_in_force_within_a_second() {
     assert_eq!(engine.flow_rules()[0].count, 20.0);
     // Written back through the data source: to the key's shard, announced to every subscriber.
     use sentinel_runtime::datasource::{RuleSet, WritableDataSource};
-    let mut set = RuleSet::default();
-    set.flow = Some(vec![FlowRule::new("api").count(30.0)]);
+    let set = RuleSet { flow: Some(vec![FlowRule::new("api").count(30.0)]), ..RuleSet::default() };
     source.write_rules(&set).unwrap();
     assert!(source.wait_for(3, Duration::from_secs(1)), "the write is announced");
     assert_eq!(engine.flow_rules()[0].count, 30.0);

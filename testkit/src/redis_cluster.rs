@@ -205,8 +205,6 @@ impl RedisSentinelServers {
     pub fn wait_failover(&self, timeout: Duration) -> bool {
         let replica = self.replica.addr().port();
         poll(timeout, || self.master_port() == Some(replica))
-            && poll(timeout, || {
-                run_cli(&self.cli, replica, &["info", "replication"]).contains("role:master")
-            })
+            && poll(timeout, || run_cli(&self.cli, replica, &["info", "replication"]).contains("role:master"))
     }
 }

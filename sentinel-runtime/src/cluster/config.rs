@@ -157,7 +157,6 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -89,7 +89,7 @@ impl Topology {
                     .max_retry_wait(200)
                     .build()
                     .map_err(|e| url_error(&nodes[0], e))?;
-                Ok(Link::Cluster { client, seeds })
+                Ok(Link::Cluster { client: Box::new(client), seeds })
             }
             Topology::Sentinel { sentinels, master_name, master_username, master_password } => {
                 if sentinels.is_empty() {
@@ -142,7 +142,7 @@ impl Topology {
 pub(crate) enum Link {
     Standalone(redis::Client),
     Cluster {
-        client: redis::cluster::ClusterClient,
+        client: Box<redis::cluster::ClusterClient>,
         /// The seed nodes (the data source subscribes on one of them).
         seeds: Vec<redis::ConnectionInfo>,
     },
@@ -171,9 +171,8 @@ impl Link {
                 Ok(Conn::Standalone(ConnectionManager::new_lazy_with_config(client.clone(), config)?))
             }
             Link::Cluster { client, .. } => {
-                let config = redis::cluster::ClusterConfig::new()
-                    .set_connection_timeout(timeout)
-                    .set_response_timeout(timeout);
+                let config =
+                    redis::cluster::ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
                 Ok(Conn::Cluster(client.get_async_connection_with_config(config).await?))
             }
             Link::Sentinel(client) => {
@@ -221,7 +220,8 @@ impl Link {
 /// a client for the owner.
 async fn owner_of(seed: &redis::ConnectionInfo, key: &str, timeout: Duration) -> redis::RedisResult<redis::Client> {
     let client = redis::Client::open(seed.clone())?;
-    let config = redis::AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
+    let config =
+        redis::AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
     let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
     match redis::cmd("TYPE").arg(key).query_async::<String>(&mut conn).await {
         Ok(_) => Ok(client),

@@ -511,7 +511,8 @@ impl WritableDataSource for RedisDataSource {
             // The server that holds the key (the master; on a cluster, the shard that owns its slot), so
             // that `WATCH` and the transaction run where the key lives.
             let client = self.inner.client_for_key(&s.key).map_err(store)?;
-            let mut conn = client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
+            let mut conn =
+                client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
             conn.set_read_timeout(timeout).map_err(|e| store(e.to_string()))?;
             conn.set_write_timeout(timeout).map_err(|e| store(e.to_string()))?;
             let mut written = false;

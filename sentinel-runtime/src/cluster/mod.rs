@@ -245,8 +245,7 @@ impl RedisClusterBuilder {
             }),
             status_changed: Condvar::new(),
         });
-        let service =
-            Arc::new(worker::Service::new(opts.timeout, &opts.topology, shared.clone(), engine.now_millis()));
+        let service = Arc::new(worker::Service::new(opts.timeout, &opts.topology, shared.clone(), engine.now_millis()));
         let w = worker::Worker::new(engine.clone(), service.clone(), shared.clone(), opts, namespace, member, rt, link);
         let thread = std::thread::Builder::new()
             .name("sentinel-cluster".into())

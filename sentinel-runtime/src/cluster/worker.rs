@@ -187,7 +187,8 @@ impl Worker {
         }
         let timeout = self.opts.timeout.max(CONNECT_TIMEOUT);
         let (link, retry_max) = (&mut self.link, self.opts.retry_max);
-        let made = self.rt.block_on(async { tokio::time::timeout(timeout * 4, link.connect(timeout, retry_max)).await });
+        let made =
+            self.rt.block_on(async { tokio::time::timeout(timeout * 4, link.connect(timeout, retry_max)).await });
         let c = match made {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return Err(Failure::of(&e)),
