@@ -280,6 +280,18 @@ fn totals(reports: &[RuleReport], windows: std::ops::Range<u64>) -> Vec<(u64, u6
 // ---------------------------------------------------------------------------------------------------------
 // Redis Cluster
 
+/// Workers on a cluster hammering the rules `picked` (flow id, node).
+fn cluster_plan(ns: &str, picked: &[(u64, usize)], count: f64, window_ms: u64, start_at: u64, end_at: u64) -> Plan {
+    let ids = picked.iter().map(|(id, _)| *id).collect();
+    Plan { mode: "cluster", namespace: ns.into(), ids, count, window_ms, start_at, end_at }
+}
+
+/// The cluster's seed nodes in three orders, each with another node first.
+fn seed_orders(cluster: &RedisClusterServers) -> Vec<Vec<String>> {
+    let urls = cluster.urls();
+    (0..3).map(|i| urls.iter().cycle().skip(i).take(3).cloned().collect()).collect()
+}
+
 #[test]
 fn rules_on_different_shards_stay_exact_whichever_seed_node_comes_first() {
     let _serial = one_at_a_time();
@@ -290,18 +302,9 @@ fn rules_on_different_shards_stay_exact_whichever_seed_node_comes_first() {
     let per_window = (count * window_ms as f64 / 1000.0) as u64;
     let start_at = (wall_ms() / window_ms + 6) * window_ms;
     let end_at = start_at + (windows + 2) * window_ms;
-    let plan = Plan {
-        mode: "cluster",
-        namespace: ns.into(),
-        ids: picked.iter().map(|(id, _)| *id).collect(),
-        count,
-        window_ms,
-        start_at,
-        end_at,
-    };
+    let plan = cluster_plan(ns, &picked, count, window_ms, start_at, end_at);
     // Each worker is given another node first (none of them owns every rule's slot).
-    let urls = cluster.urls();
-    let orders: Vec<Vec<String>> = (0..3).map(|i| urls.iter().cycle().skip(i).take(3).cloned().collect()).collect();
+    let orders = seed_orders(&cluster);
     let by_id = collect(plan.spawn_all(&orders[..2]));
     assert_eq!(by_id.len(), 3, "{by_id:?}");
     for (id, reports) in &by_id {
@@ -361,18 +364,8 @@ fn a_shard_down_makes_only_its_rules_fall_back_until_it_returns() {
     let killed_at = start_at + 4 * window_ms;
     let back_at = killed_at + 8 * window_ms;
     let end_at = back_at + 14 * window_ms;
-    let plan = Plan {
-        mode: "cluster",
-        namespace: ns.into(),
-        ids: picked.iter().map(|(id, _)| *id).collect(),
-        count,
-        window_ms,
-        start_at,
-        end_at,
-    };
-    let urls = cluster.urls();
-    let orders: Vec<Vec<String>> = (0..2).map(|i| urls.iter().cycle().skip(i).take(3).cloned().collect()).collect();
-    let children = plan.spawn_all(&orders);
+    let plan = cluster_plan(ns, &picked, count, window_ms, start_at, end_at);
+    let children = plan.spawn_all(&seed_orders(&cluster)[..2]);
     // The shard of the first rule loses its only master, then gets it back (same id and slots, no data).
     let (down_id, down_node) = picked[0];
     while wall_ms() < killed_at {

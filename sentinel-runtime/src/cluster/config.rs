@@ -42,18 +42,13 @@ impl ClusterOptions {
 
     /// The defaults, for the Redis Cluster reached through `nodes` (seed nodes, `redis://host:port` each).
     pub fn cluster<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> Self {
-        Self::with_topology(Topology::Cluster { nodes: nodes.into_iter().map(Into::into).collect() })
+        Self::with_topology(Topology::cluster(nodes))
     }
 
     /// The defaults, for the master that the sentinels at `sentinels` (`redis://host:port` each) monitor
     /// as `master_name`.
     pub fn sentinel<S: Into<String>>(sentinels: impl IntoIterator<Item = S>, master_name: impl Into<String>) -> Self {
-        Self::with_topology(Topology::Sentinel {
-            sentinels: sentinels.into_iter().map(Into::into).collect(),
-            master_name: master_name.into(),
-            master_username: None,
-            master_password: None,
-        })
+        Self::with_topology(Topology::sentinel(sentinels, master_name))
     }
 
     /// The defaults, for `topology`.

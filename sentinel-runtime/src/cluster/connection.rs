@@ -43,6 +43,24 @@ pub enum Topology {
 }
 
 impl Topology {
+    /// A Redis Cluster reached through `nodes`.
+    pub fn cluster<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> Topology {
+        Topology::Cluster { nodes: nodes.into_iter().map(Into::into).collect() }
+    }
+
+    /// The master the `sentinels` monitor as `master_name` (no credentials for it).
+    pub fn sentinel<S: Into<String>>(
+        sentinels: impl IntoIterator<Item = S>,
+        master_name: impl Into<String>,
+    ) -> Topology {
+        Topology::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            master_name: master_name.into(),
+            master_username: None,
+            master_password: None,
+        }
+    }
+
     /// The addresses, for messages and logs (passwords hidden).
     pub fn describe(&self) -> String {
         match self {

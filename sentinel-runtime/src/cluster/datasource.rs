@@ -172,7 +172,7 @@ impl RedisDataSource {
 
     /// A data source on a Redis Cluster reached through its seed `nodes` (`redis://host:port` each).
     pub fn cluster_builder<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> RedisDataSourceBuilder {
-        Self::with_topology(Topology::Cluster { nodes: nodes.into_iter().map(Into::into).collect() })
+        Self::with_topology(Topology::cluster(nodes))
     }
 
     /// A data source on the master that the `sentinels` monitor as `master_name` (the master's password,
@@ -181,12 +181,7 @@ impl RedisDataSource {
         sentinels: impl IntoIterator<Item = S>,
         master_name: impl Into<String>,
     ) -> RedisDataSourceBuilder {
-        Self::with_topology(Topology::Sentinel {
-            sentinels: sentinels.into_iter().map(Into::into).collect(),
-            master_name: master_name.into(),
-            master_username: None,
-            master_password: None,
-        })
+        Self::with_topology(Topology::sentinel(sentinels, master_name))
     }
 
     /// A data source on the Redis deployment `topology`.
