@@ -421,6 +421,7 @@ fn a_standalone_client_on_the_wrong_cluster_node_says_to_give_the_seed_nodes() {
     let ns = "wrong-node";
     let (id, owner) = ids_on_distinct_shards(&cluster, ns, 1)[0];
     let wrong = cluster.urls()[(owner + 1) % 3].clone();
+    let _ = tracing::subscriber::set_global_default(Warnings);
     let engine = Sentinel::builder().app_name("topology-test").build();
     engine.load_flow_rules([global_rule(id, 100.0, 1000)]).unwrap();
     let _client =
@@ -436,6 +437,49 @@ fn a_standalone_client_on_the_wrong_cluster_node_says_to_give_the_seed_nodes() {
     assert!(reason.contains("does not own the rule's slot") && reason.contains("seed nodes"), "{reason}");
     let diagnosis = engine.diagnose(&format!("api-{id}")).to_string();
     assert!(diagnosis.contains("seed nodes"), "diagnose says it too: {diagnosis}");
+    // The breaker probes again and again (a ping the wrong node answers, then the script's MOVED): the
+    // warning is logged once, not at every probe.
+    let deadline = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < deadline {
+        let _ = engine.resource(&format!("api-{id}")).enter();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(engine.cluster_status()[0].failures >= 3, "it kept probing: {:?}", engine.cluster_status());
+    assert_eq!(warnings_containing("does not own the rule's slot"), 1, "logged once per state change");
+}
+
+/// Warnings logged in this process (the client logs from its own thread) that contain `needle`.
+fn warnings_containing(needle: &str) -> usize {
+    WARNINGS.lock().unwrap().iter().filter(|w| w.contains(needle)).count()
+}
+
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Records every warning's message and fields.
+struct Warnings;
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() == tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{value:?} "));
+            }
+        }
+        let mut text = Text(String::new());
+        e.record(&mut text);
+        WARNINGS.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 // ---------------------------------------------------------------------------------------------------------

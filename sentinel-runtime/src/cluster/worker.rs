@@ -139,6 +139,9 @@ pub(crate) struct Worker {
     drivers: Vec<Driver>,
     /// One breaker per group of rules one server serves (see [`CONNECTION`]); a group without one is closed.
     breakers: HashMap<String, Breaker>,
+    /// Per group, the failure last logged, until the group's scripts run again: a failure is logged once
+    /// per change, not again at each probe (a wrong node answers a ping, then fails the script again).
+    reported: HashMap<String, Failure>,
     /// Whether Redis answered at least once.
     reached: bool,
     /// Redis's clock, as its replies show it.
@@ -173,6 +176,7 @@ impl Worker {
             scripts: Scripts::new(),
             drivers: Vec::new(),
             breakers: HashMap::new(),
+            reported: HashMap::new(),
             reached: false,
             clock: RedisClock::default(),
             loaded: false,
@@ -271,7 +275,7 @@ impl Worker {
                         self.rt.block_on(async { tokio::time::timeout(timeout, scripts.load(&mut conn)).await });
                     self.loaded = matches!(loaded, Ok(Ok(())));
                 }
-                self.on_success(CONNECTION);
+                self.on_success(CONNECTION, false);
                 true
             }
             Ok(Err(e)) => {
@@ -318,6 +322,7 @@ impl Worker {
             // The breakers of rules no longer in force go with them.
             let live: HashSet<String> = self.drivers.iter().map(|d| d.keys.window.clone()).collect();
             self.breakers.retain(|g, _| g.as_str() == CONNECTION || live.contains(g));
+            self.reported.retain(|g, _| g.as_str() == CONNECTION || live.contains(g));
         }
         if !gone.is_empty() && self.all_closed() {
             // Rules no longer in force: leave their member sets at once (best effort).
@@ -470,7 +475,7 @@ impl Worker {
             self.on_failure(&g, f);
         }
         for g in answered {
-            self.on_success(&g);
+            self.on_success(&g, true);
         }
     }
 
@@ -483,16 +488,25 @@ impl Worker {
         }
     }
 
-    fn on_success(&mut self, group: &str) {
+    /// A call of `group` succeeded: `script`, a lease script (else the connection's check).
+    fn on_success(&mut self, group: &str, script: bool) {
         let first = !self.reached;
         self.reached = true;
+        if script || (group == CONNECTION && self.link.is_sharded()) {
+            self.reported.remove(group);
+        }
+        let outstanding = self.reported.contains_key(group);
         if self.breaker(group).success() {
-            tracing::info!(
-                redis = %self.opts.topology.describe(),
-                rules = %Self::rules_of(group),
-                "cluster flow control: Redis answers again; cluster rules lease from it again once every instance \
-                 could count what its fallback admitted"
-            );
+            if outstanding {
+                tracing::debug!(rules = %Self::rules_of(group), "cluster flow control: Redis answers a check");
+            } else {
+                tracing::info!(
+                    redis = %self.opts.topology.describe(),
+                    rules = %Self::rules_of(group),
+                    "cluster flow control: Redis answers again; cluster rules lease from it again once every \
+                     instance could count what its fallback admitted"
+                );
+            }
             // Every instance probes within `retry_max` of Redis coming back, and reports what its fallback
             // admitted with its first call: lease again once they all could.
             let now = Instant::now();
@@ -525,9 +539,13 @@ impl Worker {
         if f.needs_new_connection() && (!self.link.is_sharded() || matches!(f, Failure::Auth(_))) {
             self.conn = None;
         }
-        let b = self.breaker(group);
         // Reported once per state change: when the group falls back, and when the reason changes kind.
-        let changed = b.last.as_ref().is_none_or(|last| !last.same_kind(&f));
+        let fresh = self.reported.get(group).is_none_or(|last| !last.same_kind(&f));
+        if fresh {
+            self.reported.insert(group.to_string(), f.clone());
+        }
+        let b = self.breaker(group);
+        let changed = b.last.as_ref().is_some_and(|last| !last.same_kind(&f));
         if b.failure(Instant::now(), f) {
             // Falling back now: for a second, the local limits count what the leases admitted.
             let now_ms = self.engine.now_millis();
@@ -539,14 +557,18 @@ impl Worker {
                     lease.set_fallback_debt(now_ms, d.fallback_debt(&lease));
                 }
             }
-            tracing::warn!(
-                redis = %self.opts.topology.describe(),
-                rules = %Self::rules_of(group),
-                reason = %why,
-                "cluster flow control falls back to local limits (count / live instances for global \
-                 thresholds): {why}"
-            );
-        } else if changed {
+            if fresh {
+                tracing::warn!(
+                    redis = %self.opts.topology.describe(),
+                    rules = %Self::rules_of(group),
+                    reason = %why,
+                    "cluster flow control falls back to local limits (count / live instances for global \
+                     thresholds): {why}"
+                );
+            } else {
+                tracing::debug!(reason = %why, "cluster flow control falls back again");
+            }
+        } else if fresh && changed {
             tracing::warn!(
                 redis = %self.opts.topology.describe(),
                 rules = %Self::rules_of(group),
