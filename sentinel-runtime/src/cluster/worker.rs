@@ -358,6 +358,8 @@ impl Worker {
             Some(Gate::Probe) => self.ping(),
             _ => true,
         };
+        // On a cluster a rule's probe is its own renewal, whatever the node a ping reached says.
+        let probed = probed || self.link.is_sharded();
         let plan: Vec<Option<bool>> = gates
             .iter()
             .map(|g| match g {
