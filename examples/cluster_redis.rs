@@ -2,7 +2,9 @@
 //!
 //! Run: `cargo run --features cluster --example cluster_redis -- [--workers N] [--duration SECS] [--limit PER_SECOND]`
 //! against the Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`; `redis-server --port 6379` starts
-//! one).
+//! one), or a Redis Cluster (`REDIS_CLUSTER_NODES`: seed URLs separated by commas, any of its nodes), or the
+//! master behind Redis Sentinel (`REDIS_SENTINELS`: the sentinels' URLs separated by commas, and
+//! `REDIS_MASTER_NAME`, default `mymaster`).
 //!
 //! The example starts N worker processes (itself, with `--worker`), each hammering the resource
 //! `queryOrder` under one global cluster rule of `--limit` calls per second. Each second it prints what
@@ -17,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sentinel_runtime::cluster::RedisCluster;
+use sentinel_runtime::cluster::{RedisCluster, RedisClusterBuilder};
 use sentinel_runtime::flow::{ClusterConfig, ClusterRuleMode, ClusterThresholdType, FlowRule};
 use sentinel_runtime::Sentinel;
 
@@ -50,7 +52,30 @@ fn args() -> Result<Args, String> {
 }
 
 fn url() -> String {
+    let list = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    if let Some(nodes) = list("REDIS_CLUSTER_NODES") {
+        return format!("the Redis Cluster {nodes}");
+    }
+    if let Some(sentinels) = list("REDIS_SENTINELS") {
+        return format!("the master {} behind the sentinels {sentinels}", master_name());
+    }
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+}
+
+fn master_name() -> String {
+    std::env::var("REDIS_MASTER_NAME").unwrap_or_else(|_| "mymaster".to_string())
+}
+
+/// The client for the deployment the environment names.
+fn builder() -> RedisClusterBuilder {
+    let split = |v: String| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect::<Vec<_>>();
+    if let Ok(nodes) = std::env::var("REDIS_CLUSTER_NODES") {
+        return RedisCluster::cluster_builder(split(nodes));
+    }
+    if let Ok(sentinels) = std::env::var("REDIS_SENTINELS") {
+        return RedisCluster::sentinel_builder(split(sentinels), master_name());
+    }
+    RedisCluster::builder(url())
 }
 
 fn wall_second() -> u64 {
@@ -84,7 +109,7 @@ fn worker(id: usize, a: &Args) -> Result<(), Box<dyn Error>> {
         ..FlowRule::new(RESOURCE).count(a.limit)
     };
     engine.load_flow_rules([rule])?;
-    let cluster = RedisCluster::builder(url()).instance_id(format!("example-worker-{id}")).start(&engine)?;
+    let cluster = builder().instance_id(format!("example-worker-{id}")).start(&engine)?;
     cluster.wait_connected(Duration::from_secs(3))?;
     let query = engine.resource(RESOURCE);
     let end = wall_second() + a.duration + 1;

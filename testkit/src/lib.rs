@@ -1,6 +1,6 @@
-//! Test support for sentinel-rs: find the real external programs a test needs (`redis-server`, `etcd`,
-//! ZooKeeper, `chromedriver`, `prometheus`, `promtool`, `valgrind`), start them on a port and in a directory of the test's
-//! own, and stop them when the test ends.
+//! Test support for sentinel-rs: find the real external programs a test needs (`redis-server` alone, as a
+//! cluster or behind Sentinel, `redis-cli`, `etcd`, ZooKeeper, `chromedriver`, `prometheus`, `promtool`,
+//! `valgrind`), start them on a port and in a directory of the test's own, and stop them when the test ends.
 //!
 //! A program that is missing skips the test with a printed notice; with `CI=true` in the environment a
 //! missing program is a failure instead (the project's test command, `scripts/test`, installs them).
@@ -10,6 +10,7 @@
 pub mod etcd;
 pub mod http;
 pub mod redis;
+pub mod redis_cluster;
 pub mod zookeeper;
 
 use std::io::Read;

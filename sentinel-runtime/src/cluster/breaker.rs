@@ -3,22 +3,36 @@
 
 use std::time::{Duration, Instant};
 
-/// Why a call to Redis failed, in words fit for a log line and for the rules' status.
+/// Why a call to Redis failed, in words fit for a log line and for the rules' status: what happened and
+/// what to do about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Failure {
     /// No reply within the timeout (Redis hangs, is overloaded, or the network drops packets).
     Timeout(Duration),
     /// The connection failed or was refused.
     Connection(String),
-    /// Redis refused the credentials.
+    /// Redis refused the credentials (`NOAUTH`, `WRONGPASS`).
     Auth(String),
-    /// Redis answered with an error (a script error, a wrong key type, a read-only replica...).
+    /// `MOVED` or `ASK`: the server is a Redis Cluster node that does not own the rule's slot.
+    WrongNode(String),
+    /// `CLUSTERDOWN` (or `TRYAGAIN`, `MASTERDOWN`): the cluster cannot serve the rule's slot now.
+    ClusterDown(String),
+    /// `READONLY`: the server is a replica.
+    ReadOnly(String),
+    /// Redis answered with another error (a script error, a wrong key type...).
     Reply(String),
 }
 
 impl Failure {
     pub(crate) fn of(e: &redis::RedisError) -> Failure {
         let text = e.to_string();
+        match e.code() {
+            Some("MOVED" | "ASK") => return Failure::WrongNode(text),
+            Some("CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN") => return Failure::ClusterDown(text),
+            Some("READONLY") => return Failure::ReadOnly(text),
+            Some("NOAUTH" | "WRONGPASS") => return Failure::Auth(text),
+            _ => {}
+        }
         if e.kind() == redis::ErrorKind::AuthenticationFailed
             || text.contains("WRONGPASS")
             || text.contains("NOAUTH")
@@ -33,9 +47,15 @@ impl Failure {
     }
 
     /// Whether the connection should be made afresh before the next attempt (it may be unusable for good,
-    /// e.g. after an authentication failure, which the connection manager does not retry).
+    /// e.g. after an authentication failure, which the connection manager does not retry; or point at a
+    /// server that is no longer the master).
     pub(crate) fn needs_new_connection(&self) -> bool {
         !matches!(self, Failure::Timeout(_))
+    }
+
+    /// Whether `other` is the same kind of failure (a change of kind is reported again).
+    pub(crate) fn same_kind(&self, other: &Failure) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
     }
 }
 
@@ -47,6 +67,21 @@ impl std::fmt::Display for Failure {
             Failure::Auth(e) => {
                 write!(f, "Redis refused the credentials (check the user and password in the URL): {e}")
             }
+            Failure::WrongNode(e) => write!(
+                f,
+                "this node does not own the rule's slot (the server is a Redis Cluster node): give the cluster's \
+                 seed nodes (`RedisCluster::cluster_builder`): {e}"
+            ),
+            Failure::ClusterDown(e) => write!(
+                f,
+                "the Redis Cluster cannot serve the rule's slot now (a shard has no reachable master; with \
+                 `cluster-require-full-coverage yes`, the default, every shard refuses while one is down): {e}"
+            ),
+            Failure::ReadOnly(e) => write!(
+                f,
+                "the server is a read-only replica: give the master, or the sentinels and the master's name \
+                 (`RedisCluster::sentinel_builder`) to follow failovers: {e}"
+            ),
             Failure::Reply(e) => write!(f, "Redis answered with an error: {e}"),
         }
     }
@@ -140,5 +175,28 @@ mod tests {
         assert!(Failure::Timeout(Duration::from_millis(20)).to_string().contains("within 20 ms"));
         assert!(!Failure::Timeout(Duration::from_millis(20)).needs_new_connection());
         assert!(Failure::Auth(String::new()).needs_new_connection());
+    }
+
+    #[test]
+    fn cluster_and_replica_replies_say_what_to_do() {
+        let reply = |text: &str| {
+            let v = redis::parse_redis_value(text.as_bytes()).unwrap();
+            match v {
+                redis::Value::ServerError(e) => redis::RedisError::from(e),
+                other => panic!("{other:?}"),
+            }
+        };
+        let moved = Failure::of(&reply("-MOVED 3999 127.0.0.1:6381\r\n"));
+        assert!(matches!(moved, Failure::WrongNode(_)), "{moved:?}");
+        assert!(moved.to_string().contains("give the cluster's seed nodes"), "{moved}");
+        let ask = Failure::of(&reply("-ASK 3999 127.0.0.1:6381\r\n"));
+        assert!(ask.same_kind(&moved));
+        let down = Failure::of(&reply("-CLUSTERDOWN The cluster is down\r\n"));
+        assert!(matches!(down, Failure::ClusterDown(_)) && down.to_string().contains("full-coverage"), "{down}");
+        let replica = Failure::of(&reply("-READONLY You can't write against a read only replica.\r\n"));
+        assert!(replica.to_string().contains("sentinel_builder"), "{replica}");
+        let noauth = Failure::of(&reply("-NOAUTH Authentication required.\r\n"));
+        assert!(matches!(noauth, Failure::Auth(_)) && noauth.to_string().contains("password"), "{noauth}");
+        assert!(!noauth.same_kind(&replica));
     }
 }

@@ -2,12 +2,15 @@
 
 use std::time::Duration;
 
+use super::connection::Topology;
+
 /// Settings of a [`RedisCluster`](super::RedisCluster) client, with their defaults.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct ClusterOptions {
-    /// The Redis URL (`redis://[user:password@]host:port[/db]`, `rediss://` for TLS is not built in).
-    pub url: String,
+    /// Where Redis runs: one server, a Redis Cluster, or a master behind Redis Sentinel (`rediss://` for
+    /// TLS is not built in).
+    pub topology: Topology,
     /// The namespace of the keys (the application's shared limits): the engine's app name when `None`.
     /// Every instance of one application must use the same.
     pub namespace: Option<String>,
@@ -38,10 +41,26 @@ pub struct ClusterOptions {
 }
 
 impl ClusterOptions {
-    /// The defaults, for the Redis at `url`.
+    /// The defaults, for the Redis at `url` (`redis://[user:password@]host:port[/db]`).
     pub fn new(url: impl Into<String>) -> Self {
+        Self::with_topology(Topology::Standalone { url: url.into() })
+    }
+
+    /// The defaults, for the Redis Cluster reached through `nodes` (seed nodes, `redis://host:port` each).
+    pub fn cluster<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> Self {
+        Self::with_topology(Topology::cluster(nodes))
+    }
+
+    /// The defaults, for the master that the sentinels at `sentinels` (`redis://host:port` each) monitor
+    /// as `master_name`.
+    pub fn sentinel<S: Into<String>>(sentinels: impl IntoIterator<Item = S>, master_name: impl Into<String>) -> Self {
+        Self::with_topology(Topology::sentinel(sentinels, master_name))
+    }
+
+    /// The defaults, for `topology`.
+    pub fn with_topology(topology: Topology) -> Self {
         ClusterOptions {
-            url: url.into(),
+            topology,
             namespace: None,
             timeout: Duration::from_millis(20),
             heartbeat_interval: Duration::from_secs(1),
@@ -143,11 +162,6 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-/// Opens a client for `url` (no connection yet).
-pub(crate) fn client_for(url: &str) -> Result<redis::Client, ClusterError> {
-    redis::Client::open(url).map_err(|e| ClusterError::Url { url: redact(url), reason: e.to_string() })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,7 +171,7 @@ mod tests {
         assert_eq!(redact("redis://:secret@127.0.0.1:6379"), "redis://:***@127.0.0.1:6379");
         assert_eq!(redact("redis://app:secret@h:1/2"), "redis://app:***@h:1/2");
         assert_eq!(redact("redis://h:1"), "redis://h:1");
-        let e = client_for("http://:pw@x").map(|_| ()).unwrap_err();
+        let e = Topology::Standalone { url: "http://:pw@x".into() }.link().map(|_| ()).unwrap_err();
         assert!(e.to_string().contains(":***@") && !e.to_string().contains("pw"), "{e}");
     }
 

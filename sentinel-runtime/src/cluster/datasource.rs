@@ -17,6 +17,14 @@
 //! that the engine rejects is reported (logged, and given to [`RedisDataSource::on_reload`] listeners) and
 //! the rules in force stay. Losing the connection is reported too, and the data source reconnects by itself
 //! (after 100 ms, then doubling up to a bound).
+//!
+//! On a Redis Cluster ([`RedisDataSource::cluster_builder`]) each key is read from the shard that owns its
+//! slot, and the data source subscribes with classic pub/sub on the first seed node that answers: a
+//! `PUBLISH` made on any node reaches the subscribers of every node (the cluster bus forwards it), so the
+//! writers keep the `MULTI`/`SET`/`PUBLISH` above unchanged (sharded pub/sub would need every writer,
+//! Java's included, to use `SPUBLISH`). Behind Redis Sentinel ([`RedisDataSource::sentinel_builder`]) it
+//! reads and subscribes on the master the sentinels name, and looks it up again after each lost
+//! connection (a failover).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,7 +35,8 @@ use futures::StreamExt;
 use crate::datasource::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
-use super::config::{client_for, redact, ClusterError};
+use super::config::ClusterError;
+use super::connection::{Link, Topology};
 
 /// One key and its channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,8 +108,9 @@ type Listener = dyn Fn(&RedisReload) + Send + Sync;
 
 struct Inner {
     engine: Sentinel,
-    url: String,
-    client: redis::Client,
+    /// Where Redis runs, for messages (passwords hidden).
+    target: String,
+    link: tokio::sync::Mutex<Link>,
     sources: Vec<Source>,
     retry_max: Duration,
     /// The text applied last, per source.
@@ -138,7 +148,7 @@ pub struct RedisDataSource {
 impl std::fmt::Debug for RedisDataSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisDataSource")
-            .field("url", &redact(&self.inner.url))
+            .field("redis", &self.inner.target)
             .field("sources", &self.inner.sources)
             .finish_non_exhaustive()
     }
@@ -148,7 +158,7 @@ impl std::fmt::Debug for RedisDataSource {
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `start` is called"]
 pub struct RedisDataSourceBuilder {
-    url: String,
+    topology: Topology,
     sources: Vec<Source>,
     retry_max: Duration,
 }
@@ -157,7 +167,26 @@ impl RedisDataSource {
     /// A data source on the Redis at `url`; add its keys with [`RedisDataSourceBuilder::rules`] or
     /// [`RedisDataSourceBuilder::rule_set`].
     pub fn builder(url: impl Into<String>) -> RedisDataSourceBuilder {
-        RedisDataSourceBuilder { url: url.into(), sources: Vec::new(), retry_max: Duration::from_secs(2) }
+        Self::with_topology(Topology::Standalone { url: url.into() })
+    }
+
+    /// A data source on a Redis Cluster reached through its seed `nodes` (`redis://host:port` each).
+    pub fn cluster_builder<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> RedisDataSourceBuilder {
+        Self::with_topology(Topology::cluster(nodes))
+    }
+
+    /// A data source on the master that the `sentinels` monitor as `master_name` (the master's password,
+    /// if any: [`Topology::Sentinel`] through [`RedisDataSource::with_topology`]).
+    pub fn sentinel_builder<S: Into<String>>(
+        sentinels: impl IntoIterator<Item = S>,
+        master_name: impl Into<String>,
+    ) -> RedisDataSourceBuilder {
+        Self::with_topology(Topology::sentinel(sentinels, master_name))
+    }
+
+    /// A data source on the Redis deployment `topology`.
+    pub fn with_topology(topology: Topology) -> RedisDataSourceBuilder {
+        RedisDataSourceBuilder { topology, sources: Vec::new(), retry_max: Duration::from_secs(2) }
     }
 
     /// Calls `f` after every reload (a document applied, unchanged, missing or rejected, or the connection
@@ -245,11 +274,11 @@ impl RedisDataSourceBuilder {
         if self.retry_max.is_zero() {
             return Err(ClusterError::Option { field: "retry_max", reason: "must be > 0".into() });
         }
-        let client = client_for(&self.url)?;
+        let link = self.topology.link()?;
         let inner = Arc::new(Inner {
             engine: engine.clone(),
-            url: self.url,
-            client,
+            target: self.topology.describe(),
+            link: tokio::sync::Mutex::new(link),
             applied: Mutex::new(vec![None; self.sources.len()]),
             sources: self.sources,
             retry_max: self.retry_max,
@@ -276,6 +305,30 @@ impl RedisDataSourceBuilder {
 }
 
 impl Inner {
+    /// A plain client for the server that holds `key`, from any thread (a runtime of its own on a thread
+    /// of its own: the caller may be on an async runtime).
+    fn client_for_key(&self, key: &str) -> Result<redis::Client, String> {
+        let timeout = Duration::from_secs(2);
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+                    rt.block_on(async {
+                        let mut link = self.link.lock().await;
+                        tokio::time::timeout(timeout, link.client_for_key(key, timeout))
+                            .await
+                            .map_err(|_| "no answer within 2 s".to_string())?
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .join()
+                .unwrap_or_else(|_| Err("the lookup thread panicked".to_string()))
+        })
+    }
+
     async fn run(self: Arc<Self>) {
         let mut pause = Duration::from_millis(100).min(self.retry_max);
         while !self.stop.load(Ordering::Acquire) {
@@ -283,7 +336,7 @@ impl Inner {
                 Ok(()) => break,
                 Err(reason) => {
                     let was = self.connected.swap(false, Ordering::AcqRel);
-                    let e = RedisSourceError::Unavailable { url: redact(&self.url), reason };
+                    let e = RedisSourceError::Unavailable { url: self.target.clone(), reason };
                     if was {
                         tracing::warn!(error = %e, "Redis data source lost its connection");
                     } else {
@@ -304,10 +357,24 @@ impl Inner {
     /// the data source stops (`Ok`).
     async fn session(&self, pause: &mut Duration) -> Result<(), String> {
         let timeout = Duration::from_secs(2);
-        let mut pubsub = tokio::time::timeout(timeout, self.client.get_async_pubsub())
+        let mut link = self.link.lock().await;
+        let subscribers = tokio::time::timeout(timeout, link.subscribers())
             .await
             .map_err(|_| "no answer within 2 s".to_string())?
             .map_err(|e| e.to_string())?;
+        let mut pubsub = None;
+        let mut failure = "no server to subscribe on".to_string();
+        for client in subscribers {
+            match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
+                Ok(Ok(p)) => {
+                    pubsub = Some(p);
+                    break;
+                }
+                Ok(Err(e)) => failure = e.to_string(),
+                Err(_) => failure = "no answer within 2 s".to_string(),
+            }
+        }
+        let mut pubsub = pubsub.ok_or(failure)?;
         for s in &self.sources {
             tokio::time::timeout(timeout, pubsub.subscribe(&s.channel))
                 .await
@@ -315,13 +382,15 @@ impl Inner {
                 .map_err(|e| e.to_string())?;
         }
         if !self.connected.swap(true, Ordering::AcqRel) {
-            tracing::info!(url = %redact(&self.url), "Redis data source connected");
+            tracing::info!(redis = %self.target, "Redis data source connected");
         }
-        // After subscribing, so that no update falls between the read and the subscription.
-        let mut conn = tokio::time::timeout(timeout, self.client.get_multiplexed_async_connection())
+        // After subscribing, so that no update falls between the read and the subscription. Each key is
+        // read from the server that holds it (on a cluster, the shard that owns its slot).
+        let mut conn = tokio::time::timeout(timeout, link.connect(timeout, self.retry_max))
             .await
             .map_err(|_| "no answer within 2 s".to_string())?
             .map_err(|e| e.to_string())?;
+        drop(link);
         for (i, s) in self.sources.iter().enumerate() {
             let value: Option<String> =
                 tokio::time::timeout(timeout, redis::cmd("GET").arg(&s.key).query_async(&mut conn))
@@ -421,7 +490,7 @@ impl WritableDataSource for RedisDataSource {
     /// `set` does not hold; the key is `WATCH`ed while it is read and written, and the write retried on the
     /// fresh document if another writer changed it in between.
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
-        let target = redact(&self.inner.url);
+        let target = self.inner.target.clone();
         let store = |reason: String| WriteBackError::Store { target: target.clone(), reason };
         for kind in set.kinds() {
             if !self.inner.sources.iter().any(|s| s.kind.is_none_or(|k| k == kind)) {
@@ -429,15 +498,18 @@ impl WritableDataSource for RedisDataSource {
             }
         }
         let timeout = Some(Duration::from_secs(2));
-        let mut conn =
-            self.inner.client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
-        conn.set_read_timeout(timeout).map_err(|e| store(e.to_string()))?;
-        conn.set_write_timeout(timeout).map_err(|e| store(e.to_string()))?;
         for s in &self.inner.sources {
             let kinds: Vec<RuleKind> = set.kinds().into_iter().filter(|k| s.kind.is_none_or(|sk| sk == *k)).collect();
             if kinds.is_empty() {
                 continue;
             }
+            // The server that holds the key (the master; on a cluster, the shard that owns its slot), so
+            // that `WATCH` and the transaction run where the key lives.
+            let client = self.inner.client_for_key(&s.key).map_err(store)?;
+            let mut conn =
+                client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
+            conn.set_read_timeout(timeout).map_err(|e| store(e.to_string()))?;
+            conn.set_write_timeout(timeout).map_err(|e| store(e.to_string()))?;
             let mut written = false;
             for _ in 0..5 {
                 redis::cmd("WATCH").arg(&s.key).query::<()>(&mut conn).map_err(|e| store(e.to_string()))?;
@@ -486,7 +558,7 @@ impl WritableDataSource for RedisDataSource {
             connected: self.is_connected(),
             last_load_ms: (at != 0).then_some(at),
             last_error: self.last_error().map(|e| e.to_string()),
-            ..SourceStatus::new("redis", format!("{} {}", redact(&self.inner.url), keys.join(", ")))
+            ..SourceStatus::new("redis", format!("{} {}", self.inner.target, keys.join(", ")))
         }
     }
 }

@@ -20,6 +20,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Deployments
+//!
+//! [`RedisCluster::builder`] takes one server's URL, [`RedisCluster::cluster_builder`] a Redis Cluster's seed
+//! nodes (each rule's script goes to the shard that owns its hash tag; redirections and topology changes are
+//! followed; a shard that fails makes only its own rules fall back), [`RedisCluster::sentinel_builder`] the
+//! sentinels and the master's name (the master is found, and found again after a failover). Replies that
+//! mean the deployment is not what the client was told (`MOVED`, `CLUSTERDOWN`, `READONLY`, `NOAUTH`) are
+//! logged once per change with what to do, and shown as each rule's reason.
+//!
 //! # How it works
 //!
 //! - **No network on the common call.** Each instance leases tokens from Redis in batches (one atomic Lua
@@ -75,6 +84,7 @@
 
 mod breaker;
 mod config;
+mod connection;
 mod datasource;
 mod keys;
 mod lease;
@@ -82,6 +92,7 @@ mod script;
 mod worker;
 
 pub use config::{ClusterError, ClusterOptions};
+pub use connection::Topology;
 pub use datasource::{RedisDataSource, RedisDataSourceBuilder, RedisReload, RedisSourceError};
 
 use std::sync::atomic::Ordering;
@@ -101,6 +112,44 @@ impl RedisCluster {
     /// [`ClusterOptions`].
     pub fn builder(url: impl Into<String>) -> RedisClusterBuilder {
         RedisClusterBuilder { opts: ClusterOptions::new(url) }
+    }
+
+    /// A client for a Redis Cluster, reached through its seed `nodes` (`redis://[user:password@]host:port`
+    /// each; any of the cluster's nodes will do, several in case one is down). Each rule's script goes to
+    /// the shard that owns the rule's hash tag; `MOVED`/`ASK` redirections and topology changes are
+    /// followed; a shard that fails makes only its own rules fall back.
+    ///
+    /// ```no_run
+    /// # use sentinel_runtime::{Sentinel, cluster::RedisCluster};
+    /// # let engine = Sentinel::builder().app_name("shop").build();
+    /// let _cluster = RedisCluster::cluster_builder(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"]).start(&engine)?;
+    /// # Ok::<(), sentinel_runtime::cluster::ClusterError>(())
+    /// ```
+    pub fn cluster_builder<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> RedisClusterBuilder {
+        RedisClusterBuilder { opts: ClusterOptions::cluster(nodes) }
+    }
+
+    /// A client for the master that Redis Sentinel monitors as `master_name`, found through the
+    /// `sentinels` (`redis://[user:password@]host:port` each). When the master fails and the sentinels
+    /// promote a replica, the client finds the new master by itself (see the README for what a failover
+    /// costs the limit).
+    ///
+    /// ```no_run
+    /// # use sentinel_runtime::{Sentinel, cluster::RedisCluster};
+    /// # let engine = Sentinel::builder().app_name("shop").build();
+    /// let _cluster = RedisCluster::sentinel_builder(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .master_password("secret")
+    /// .start(&engine)?;
+    /// # Ok::<(), sentinel_runtime::cluster::ClusterError>(())
+    /// ```
+    pub fn sentinel_builder<S: Into<String>>(
+        sentinels: impl IntoIterator<Item = S>,
+        master_name: impl Into<String>,
+    ) -> RedisClusterBuilder {
+        RedisClusterBuilder { opts: ClusterOptions::sentinel(sentinels, master_name) }
     }
 }
 
@@ -153,6 +202,21 @@ impl RedisClusterBuilder {
         self.opts.instance_id = Some(id.into());
         self
     }
+    /// Behind Sentinel: the master's user (ACLs). Ignored for other deployments.
+    pub fn master_username(mut self, user: impl Into<String>) -> Self {
+        if let Topology::Sentinel { master_username, .. } = &mut self.opts.topology {
+            *master_username = Some(user.into());
+        }
+        self
+    }
+    /// Behind Sentinel: the master's password (the sentinels' own go in their URLs). Ignored for other
+    /// deployments.
+    pub fn master_password(mut self, password: impl Into<String>) -> Self {
+        if let Topology::Sentinel { master_password, .. } = &mut self.opts.topology {
+            *master_password = Some(password.into());
+        }
+        self
+    }
     /// The settings.
     pub fn options(&self) -> &ClusterOptions {
         &self.opts
@@ -166,7 +230,7 @@ impl RedisClusterBuilder {
     pub fn start(self, engine: &Sentinel) -> Result<ClusterClient, ClusterError> {
         let opts = self.opts;
         opts.validate()?;
-        let client = config::client_for(&opts.url)?;
+        let link = opts.topology.link()?;
         let namespace = opts.namespace.clone().unwrap_or_else(|| engine.config().app_name.clone());
         let member = opts.instance_id.clone().unwrap_or_else(worker::default_instance_id);
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -178,7 +242,7 @@ impl RedisClusterBuilder {
         let shared = Arc::new(worker::Shared {
             stop: std::sync::atomic::AtomicBool::new(false),
             status: Mutex::new(ClusterClientStatus {
-                url: config::redact(&opts.url),
+                url: opts.topology.describe(),
                 namespace: namespace.clone(),
                 instance_id: member.clone(),
                 connected: false,
@@ -188,9 +252,8 @@ impl RedisClusterBuilder {
             }),
             status_changed: Condvar::new(),
         });
-        let service = Arc::new(worker::Service::new(opts.timeout, &client, shared.clone(), engine.now_millis()));
-        let w =
-            worker::Worker::new(engine.clone(), service.clone(), shared.clone(), opts, namespace, member, rt, client);
+        let service = Arc::new(worker::Service::new(opts.timeout, &opts.topology, shared.clone(), engine.now_millis()));
+        let w = worker::Worker::new(engine.clone(), service.clone(), shared.clone(), opts, namespace, member, rt, link);
         let thread = std::thread::Builder::new()
             .name("sentinel-cluster".into())
             .spawn(move || w.run())
@@ -213,7 +276,8 @@ impl RedisClusterBuilder {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClusterClientStatus {
-    /// The Redis URL (password hidden).
+    /// Where Redis runs: its URL, the cluster's seed nodes or the sentinels and the master's name
+    /// (passwords hidden).
     pub url: String,
     /// The key namespace.
     pub namespace: String,

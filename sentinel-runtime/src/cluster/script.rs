@@ -205,14 +205,14 @@ impl FromRedisValue for LeaseReply {
 
 impl Scripts {
     /// Loads the lease script into Redis's script cache (so that the first lease call is one round trip).
-    pub(crate) async fn load(&self, conn: &mut redis::aio::ConnectionManager) -> Result<(), RedisError> {
+    pub(crate) async fn load(&self, conn: &mut impl redis::aio::ConnectionLike) -> Result<(), RedisError> {
         self.lease.load_async(conn).await.map(|_| ())
     }
 
     /// Runs the lease script for `keys` (EVALSHA, loading it on NOSCRIPT).
     pub(crate) async fn lease(
         &self,
-        conn: &mut redis::aio::ConnectionManager,
+        conn: &mut impl redis::aio::ConnectionLike,
         keys: &RuleKeys,
         call: &LeaseCall,
     ) -> Result<LeaseReply, RedisError> {

@@ -9,18 +9,18 @@
 //! connection that is re-established in the background.
 
 use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
 use crate::flow::token_service::{RuleLease, TokenService};
 use crate::Sentinel;
 
 use super::breaker::{Breaker, Failure, Gate};
-use super::config::{redact, ClusterOptions};
+use super::config::ClusterOptions;
+use super::connection::{Conn, Link, Topology};
 use super::keys;
 use super::lease::{CallAt, CallTimes, Driver, RedisClock};
 use super::script::{LeaseCall, LeaseReply, Scripts};
@@ -32,10 +32,16 @@ type Timed<T> = Result<Result<T, redis::RedisError>, tokio::time::error::Elapsed
 /// The least time given to making a connection (TCP and the handshake), whatever the call timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 
+/// The group of the connection itself (its checks, `TIME`): on a standalone Redis or behind Sentinel every
+/// rule is in it too; on a Redis Cluster each rule has a group of its own (a shard down makes only its
+/// rules fall back).
+const CONNECTION: &str = "";
+
 /// The token service registered on the engine: what the engine's side sees of the client. It holds no
 /// reference to the engine (the engine holds it).
 pub(crate) struct Service {
     timeout: Duration,
+    kind: &'static str,
     /// The Redis server's host and port, and the engine time the client started.
     host: String,
     port: u16,
@@ -48,13 +54,29 @@ pub(crate) struct Service {
 }
 
 impl Service {
-    pub(crate) fn new(timeout: Duration, client: &redis::Client, shared: Arc<Shared>, since_ms: u64) -> Service {
-        let (host, port) = match client.get_connection_info().addr() {
-            redis::ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
-            redis::ConnectionAddr::Unix(path) => (path.display().to_string(), 0),
-            other => (other.to_string(), 0),
+    pub(crate) fn new(timeout: Duration, topology: &Topology, shared: Arc<Shared>, since_ms: u64) -> Service {
+        let first = match topology {
+            Topology::Standalone { url } => Some(url),
+            Topology::Cluster { nodes } => nodes.first(),
+            Topology::Sentinel { sentinels, .. } => sentinels.first(),
         };
-        Service { timeout, host, port, since_ms, shared, attached: Mutex::new(Vec::new()), thread: OnceLock::new() }
+        let info = first.and_then(|u| redis::IntoConnectionInfo::into_connection_info(u.as_str()).ok());
+        let (host, port) = match info.as_ref().map(redis::ConnectionInfo::addr) {
+            Some(redis::ConnectionAddr::Tcp(h, p)) => (h.clone(), *p),
+            Some(redis::ConnectionAddr::Unix(path)) => (path.display().to_string(), 0),
+            Some(other) => (other.to_string(), 0),
+            None => (String::new(), 0),
+        };
+        Service {
+            timeout,
+            kind: topology.kind(),
+            host,
+            port,
+            since_ms,
+            shared,
+            attached: Mutex::new(Vec::new()),
+            thread: OnceLock::new(),
+        }
     }
 }
 
@@ -74,7 +96,7 @@ impl TokenService for Service {
     }
     fn info(&self) -> crate::flow::ClusterServiceInfo {
         crate::flow::ClusterServiceInfo {
-            kind: "redis",
+            kind: self.kind,
             host: self.host.clone(),
             port: self.port,
             timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
@@ -111,11 +133,15 @@ pub(crate) struct Worker {
     pub(crate) namespace: String,
     pub(crate) member: String,
     pub(crate) rt: tokio::runtime::Runtime,
-    pub(crate) client: redis::Client,
-    conn: Option<ConnectionManager>,
+    link: Link,
+    conn: Option<Conn>,
     scripts: Scripts,
     drivers: Vec<Driver>,
-    breaker: Breaker,
+    /// One breaker per group of rules one server serves (see [`CONNECTION`]); a group without one is closed.
+    breakers: HashMap<String, Breaker>,
+    /// Per group, the failure last logged, until the group's scripts run again: a failure is logged once
+    /// per change, not again at each probe (a wrong node answers a ping, then fails the script again).
+    reported: HashMap<String, Failure>,
     /// Whether Redis answered at least once.
     reached: bool,
     /// Redis's clock, as its replies show it.
@@ -135,9 +161,8 @@ impl Worker {
         namespace: String,
         member: String,
         rt: tokio::runtime::Runtime,
-        client: redis::Client,
+        link: Link,
     ) -> Worker {
-        let breaker = Breaker::new(opts.retry_max);
         Worker {
             engine,
             service,
@@ -146,42 +171,64 @@ impl Worker {
             namespace,
             member,
             rt,
-            client,
+            link,
             conn: None,
             scripts: Scripts::new(),
             drivers: Vec::new(),
-            breaker,
+            breakers: HashMap::new(),
+            reported: HashMap::new(),
             reached: false,
             clock: RedisClock::default(),
             loaded: false,
         }
     }
 
-    /// The connection, made (lazily: no round trip) when there is none.
-    fn conn(&mut self) -> Option<ConnectionManager> {
-        if self.conn.is_none() {
-            let timeout = self.opts.timeout.max(CONNECT_TIMEOUT);
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(None)
-                .set_number_of_retries(1)
-                .set_min_delay(Duration::from_millis(20))
-                .set_max_delay(self.opts.retry_max);
-            let _in_runtime = self.rt.enter();
-            match ConnectionManager::new_lazy_with_config(self.client.clone(), config) {
-                Ok(c) => self.conn = Some(c),
-                Err(e) => {
-                    tracing::error!(error = %e, "cluster flow control: cannot set up the Redis connection");
-                    return None;
-                }
-            }
+    /// The connection, made when there is none (standalone: lazily, no round trip; a cluster: its slot map
+    /// from a seed node; Sentinel: the master the sentinels name now), bounded by four connection timeouts.
+    fn conn(&mut self) -> Result<Conn, Failure> {
+        if let Some(c) = &self.conn {
+            return Ok(c.clone());
         }
-        self.conn.clone()
+        let timeout = self.opts.timeout.max(CONNECT_TIMEOUT);
+        let (link, retry_max) = (&mut self.link, self.opts.retry_max);
+        let made =
+            self.rt.block_on(async { tokio::time::timeout(timeout * 4, link.connect(timeout, retry_max)).await });
+        let c = match made {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(Failure::of(&e)),
+            Err(_) => return Err(Failure::Timeout(timeout * 4)),
+        };
+        self.conn = Some(c.clone());
+        Ok(c)
+    }
+
+    /// The group of the rule whose window key is `window` (see [`CONNECTION`]).
+    fn group_of(&self, window: &str) -> String {
+        if self.link.is_sharded() {
+            window.to_string()
+        } else {
+            CONNECTION.to_string()
+        }
+    }
+
+    fn breaker(&mut self, group: &str) -> &mut Breaker {
+        let max = self.opts.retry_max;
+        self.breakers.entry(group.to_string()).or_insert_with(|| Breaker::new(max))
+    }
+
+    /// Whether every group's breaker is closed.
+    fn all_closed(&self) -> bool {
+        self.breakers.values().all(Breaker::is_closed)
+    }
+
+    /// The drivers of `group`.
+    fn in_group(&self, group: &str) -> Vec<usize> {
+        (0..self.drivers.len()).filter(|i| self.group_of(&self.drivers[*i].keys.window) == group).collect()
     }
 
     pub(crate) fn run(mut self) {
         tracing::info!(
-            url = %redact(&self.opts.url),
+            redis = %self.opts.topology.describe(),
             namespace = %self.namespace,
             instance = %self.member,
             "cluster flow control: client started"
@@ -206,7 +253,13 @@ impl Worker {
     fn ping(&mut self) -> bool {
         // A connection being made gets the connection timeout; one in place, the call timeout.
         let timeout = if self.conn.is_some() { self.opts.timeout } else { self.opts.timeout.max(CONNECT_TIMEOUT) };
-        let Some(mut conn) = self.conn() else { return false };
+        let mut conn = match self.conn() {
+            Ok(c) => c,
+            Err(f) => {
+                self.on_failure(CONNECTION, f);
+                return false;
+            }
+        };
         let sent_ms = self.engine.now_millis();
         // `TIME` answers as a PING would, and tells Redis's clock (the deadlines of the calls that follow).
         let r = self.rt.block_on(async {
@@ -222,15 +275,15 @@ impl Worker {
                         self.rt.block_on(async { tokio::time::timeout(timeout, scripts.load(&mut conn)).await });
                     self.loaded = matches!(loaded, Ok(Ok(())));
                 }
-                self.on_success();
+                self.on_success(CONNECTION, false);
                 true
             }
             Ok(Err(e)) => {
-                self.on_failure(Failure::of(&e));
+                self.on_failure(CONNECTION, Failure::of(&e));
                 false
             }
             Err(_) => {
-                self.on_failure(Failure::Timeout(timeout));
+                self.on_failure(CONNECTION, Failure::Timeout(timeout));
                 false
             }
         }
@@ -248,9 +301,11 @@ impl Worker {
                 let k = keys::keys(&self.namespace, &id);
                 lease.set_key(k.window.clone());
                 lease.set_expected_instances(self.opts.expected_instances);
-                if self.breaker.is_closed() {
+                let group = self.group_of(&k.window);
+                let b = self.breaker(&group);
+                if b.is_closed() {
                     lease.set_leasing(None);
-                } else if let Some(f) = &self.breaker.last {
+                } else if let Some(f) = &b.last {
                     lease.set_fallback(f.to_string());
                 }
                 tracing::debug!(resource = %lease.rule().resource, key = %k.window, "cluster flow control: leasing for a rule");
@@ -264,7 +319,13 @@ impl Worker {
             self.drivers = alive;
             gone
         };
-        if !gone.is_empty() && self.breaker.is_closed() {
+        if self.link.is_sharded() && !gone.is_empty() {
+            // The breakers of rules no longer in force go with them.
+            let live: HashSet<String> = self.drivers.iter().map(|d| d.keys.window.clone()).collect();
+            self.breakers.retain(|g, _| g.as_str() == CONNECTION || live.contains(g));
+            self.reported.retain(|g, _| g.as_str() == CONNECTION || live.contains(g));
+        }
+        if !gone.is_empty() && self.all_closed() {
             // Rules no longer in force: leave their member sets at once (best effort).
             let mut gone = gone;
             let at = self.call_at(Instant::now(), self.engine.now_millis());
@@ -285,41 +346,49 @@ impl Worker {
                 d.sample_spent(&lease, now_ms);
             }
         }
-        match self.breaker.gate(now) {
-            Gate::OpenUntil(_) => {
+        // Each rule's gate, before the connection's probe changes it.
+        let gates: Vec<Gate> = (0..self.drivers.len())
+            .map(|i| {
+                let group = self.group_of(&self.drivers[i].keys.window);
+                self.breakers.get(&group).map_or(Gate::Closed, |b| b.gate(now))
+            })
+            .collect();
+        // A failing connection is probed with a ping first (bounded by the connection timeout, so that a
+        // connection being made again reports its own failure).
+        let probed = match self.breakers.get(CONNECTION).map(|b| b.gate(now)) {
+            Some(Gate::Probe) => self.ping(),
+            _ => true,
+        };
+        // On a cluster a rule's probe is its own renewal, whatever the node a ping reached says.
+        let probed = probed || self.link.is_sharded();
+        let plan: Vec<Option<bool>> = gates
+            .iter()
+            .map(|g| match g {
+                Gate::Closed => Some(false),
+                // Probing (after the ping, when the rule is the connection's): one renewal.
+                Gate::Probe => probed.then_some(true),
                 // Failing: no lease calls; requests are dropped (calls are decided by the fallback).
-                for d in &self.drivers {
-                    if let Some(lease) = d.lease.upgrade() {
-                        lease.take_request();
-                    }
-                }
-            }
-            Gate::Probe => {
-                // A ping first (bounded by the connection timeout, so that a connection being made again
-                // reports its own failure), then one renewal per rule.
-                if self.ping() && !self.drivers.is_empty() {
-                    let calls = self.collect(now, now_ms, true);
-                    self.run_calls(calls);
-                }
-            }
-            Gate::Closed => {
-                let calls = self.collect(now, now_ms, false);
-                if !calls.is_empty() {
-                    self.run_calls(calls);
-                }
-            }
+                Gate::OpenUntil(_) => None,
+            })
+            .collect();
+        let calls = self.collect(now, now_ms, &plan);
+        if !calls.is_empty() {
+            self.run_calls(calls);
         }
     }
 
     /// The calls to make now: a lease for each rule whose callers asked (or whose used-up window just freed
-    /// room while calls were blocked on it), a renewal for each rule due for one (`all`: every rule).
-    fn collect(&mut self, now: Instant, now_ms: u64, all: bool) -> Vec<(usize, LeaseCall)> {
+    /// room while calls were blocked on it), a renewal for each rule due for one. `plan` per rule: `None`,
+    /// no call (its Redis fails: its callers' requests are dropped); `Some(true)`, a renewal in any case
+    /// (a probe).
+    fn collect(&mut self, now: Instant, now_ms: u64, plan: &[Option<bool>]) -> Vec<(usize, LeaseCall)> {
         let mut calls = Vec::new();
         let ttl = self.opts.member_ttl;
         let at = self.call_at(now, now_ms);
         for (i, d) in self.drivers.iter_mut().enumerate() {
             let Some(lease) = d.lease.upgrade() else { continue };
             let asked = lease.take_request();
+            let Some(all) = plan.get(i).copied().flatten() else { continue };
             let demand = d.demand_while_exhausted(&lease);
             if d.probation_until.is_some() {
                 // Resuming: report (the reply of the call made once the pause is over resumes leasing).
@@ -348,7 +417,17 @@ impl Worker {
 
     /// Runs `calls` concurrently (pipelined), each bounded by the timeout, and applies their replies.
     fn run_calls(&mut self, calls: Vec<(usize, LeaseCall)>) {
-        let Some(conn) = self.conn() else { return };
+        let groups: Vec<String> = calls.iter().map(|(i, _)| self.group_of(&self.drivers[*i].keys.window)).collect();
+        let conn = match self.conn() {
+            Ok(c) => c,
+            Err(f) => {
+                let failed: HashSet<&String> = groups.iter().collect();
+                for g in failed {
+                    self.on_failure(g, f.clone());
+                }
+                return;
+            }
+        };
         let timeout = self.opts.timeout;
         let scripts = &self.scripts;
         let t0_ms = self.engine.now_millis();
@@ -364,54 +443,79 @@ impl Worker {
             })));
         let t1_ms = self.engine.now_millis();
         let now = Instant::now();
-        let mut failure = None;
-        let mut ok = false;
+        let mut failures: HashMap<&str, Failure> = HashMap::new();
+        let mut answered: HashSet<&str> = HashSet::new();
         for (result, _) in &results {
             if let Ok(Ok(reply)) = result {
                 self.clock.observe(reply.redis_ms, t0_ms, now);
             }
         }
-        for ((i, call), (result, rtt)) in calls.iter().zip(results) {
+        for (((i, call), (result, rtt)), group) in calls.iter().zip(results).zip(&groups) {
             let d = &mut self.drivers[*i];
             let Some(lease) = d.lease.upgrade() else { continue };
             lease.counters.round_trips.fetch_add(1, Ordering::Relaxed);
             match result {
                 Ok(Ok(reply)) => {
-                    ok = true;
+                    answered.insert(group);
                     let at = CallTimes { t0_ms, t1_ms, rtt, now, beat: self.opts.heartbeat_interval };
                     d.apply(&lease, call, &reply, &at);
                 }
                 Ok(Err(e)) => {
                     lease.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    failure = Some(Failure::of(&e));
+                    failures.insert(group, Failure::of(&e));
                 }
                 Err(_) => {
                     lease.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    failure = Some(Failure::Timeout(timeout));
+                    failures.insert(group, Failure::Timeout(timeout));
                 }
             }
         }
-        match failure {
-            Some(f) => self.on_failure(f),
-            None if ok => self.on_success(),
-            None => {}
+        // A group falls back when one of its calls failed, and resumes when all answered.
+        let answered: Vec<String> =
+            answered.into_iter().filter(|g| !failures.contains_key(g)).map(str::to_string).collect();
+        let failures: Vec<(String, Failure)> = failures.into_iter().map(|(g, f)| (g.to_string(), f)).collect();
+        for (g, f) in failures {
+            self.on_failure(&g, f);
+        }
+        for g in answered {
+            self.on_success(&g, true);
         }
     }
 
-    fn on_success(&mut self) {
+    /// Which rules a group's state concerns, for log lines: every rule, or one rule's window key.
+    fn rules_of(group: &str) -> &str {
+        if group == CONNECTION {
+            "every cluster rule"
+        } else {
+            group
+        }
+    }
+
+    /// A call of `group` succeeded: `script`, a lease script (else the connection's check).
+    fn on_success(&mut self, group: &str, script: bool) {
         let first = !self.reached;
         self.reached = true;
-        if self.breaker.success() {
-            tracing::info!(
-                url = %redact(&self.opts.url),
-                "cluster flow control: Redis answers again; cluster rules lease from it again once every instance \
-                 could count what its fallback admitted"
-            );
+        if script || (group == CONNECTION && self.link.is_sharded()) {
+            self.reported.remove(group);
+        }
+        let outstanding = self.reported.contains_key(group);
+        if self.breaker(group).success() {
+            if outstanding {
+                tracing::debug!(rules = %Self::rules_of(group), "cluster flow control: Redis answers a check");
+            } else {
+                tracing::info!(
+                    redis = %self.opts.topology.describe(),
+                    rules = %Self::rules_of(group),
+                    "cluster flow control: Redis answers again; cluster rules lease from it again once every \
+                     instance could count what its fallback admitted"
+                );
+            }
             // Every instance probes within `retry_max` of Redis coming back, and reports what its fallback
             // admitted with its first call: lease again once they all could.
             let now = Instant::now();
             let pause = self.opts.retry_max + self.opts.timeout.max(CONNECT_TIMEOUT) + self.opts.timeout;
-            for d in &mut self.drivers {
+            for i in self.in_group(group) {
+                let d = &mut self.drivers[i];
                 d.resume_after(now, pause);
                 if let Some(lease) = d.lease.upgrade() {
                     lease.set_fallback(
@@ -424,40 +528,61 @@ impl Worker {
             }
             self.publish_status();
         } else if first {
-            tracing::info!(url = %redact(&self.opts.url), "cluster flow control: connected to Redis");
+            tracing::info!(redis = %self.opts.topology.describe(), "cluster flow control: connected to Redis");
             self.publish_status();
         }
     }
 
-    fn on_failure(&mut self, f: Failure) {
+    fn on_failure(&mut self, group: &str, f: Failure) {
         let why = f.to_string();
         self.loaded = false;
-        if f.needs_new_connection() {
-            // Made afresh on the next attempt (an authentication failure, for one, is not retried by the
-            // connection manager).
+        // Made afresh on the next attempt (an authentication failure, for one, is not retried by the
+        // connection manager; behind Sentinel, the master is looked up again). A cluster connection follows
+        // its nodes by itself: one shard failing is no reason to drop the others.
+        if f.needs_new_connection() && (!self.link.is_sharded() || matches!(f, Failure::Auth(_))) {
             self.conn = None;
         }
-        if self.breaker.failure(Instant::now(), f) {
+        // Reported once per state change: when the group falls back, and when the reason changes kind.
+        let fresh = self.reported.get(group).is_none_or(|last| !last.same_kind(&f));
+        if fresh {
+            self.reported.insert(group.to_string(), f.clone());
+        }
+        let b = self.breaker(group);
+        let changed = b.last.as_ref().is_some_and(|last| !last.same_kind(&f));
+        if b.failure(Instant::now(), f) {
             // Falling back now: for a second, the local limits count what the leases admitted.
             let now_ms = self.engine.now_millis();
-            for d in &mut self.drivers {
+            for i in self.in_group(group) {
+                let d = &mut self.drivers[i];
                 // A rule still resuming had not leased since it last fell back: nothing to count.
                 let leasing = d.probation_until.take().is_none();
                 if let Some(lease) = d.lease.upgrade().filter(|_| leasing) {
                     lease.set_fallback_debt(now_ms, d.fallback_debt(&lease));
                 }
             }
+            if fresh {
+                tracing::warn!(
+                    redis = %self.opts.topology.describe(),
+                    rules = %Self::rules_of(group),
+                    reason = %why,
+                    "cluster flow control falls back to local limits (count / live instances for global \
+                     thresholds): {why}"
+                );
+            } else {
+                tracing::debug!(reason = %why, "cluster flow control falls back again");
+            }
+        } else if fresh && changed {
             tracing::warn!(
-                url = %redact(&self.opts.url),
+                redis = %self.opts.topology.describe(),
+                rules = %Self::rules_of(group),
                 reason = %why,
-                "cluster flow control falls back to local limits (count / live instances for global \
-                 thresholds): {why}"
+                "cluster flow control: Redis still failing, now for another reason: {why}"
             );
         } else {
             tracing::debug!(reason = %why, "cluster flow control: Redis still failing");
         }
-        for d in &self.drivers {
-            if let Some(lease) = d.lease.upgrade() {
+        for i in self.in_group(group) {
+            if let Some(lease) = self.drivers[i].lease.upgrade() {
                 lease.set_fallback(why.clone());
                 lease.changed();
             }
@@ -467,7 +592,7 @@ impl Worker {
 
     /// Leaves the member sets of `calls` (best effort, bounded by the timeout).
     fn leave(&mut self, calls: Vec<(super::keys::RuleKeys, LeaseCall)>) {
-        let Some(conn) = self.conn() else { return };
+        let Ok(conn) = self.conn() else { return };
         let timeout = self.opts.timeout.max(Duration::from_millis(200));
         let scripts = &self.scripts;
         let _ = self.rt.block_on(futures::future::join_all(calls.iter().map(|(keys, call)| {
@@ -480,8 +605,10 @@ impl Worker {
     fn next_wake(&self, now: Instant, now_ms: u64) -> Instant {
         let mut next = now + self.opts.heartbeat_interval;
         let ms = |t: u64| now + Duration::from_millis(t.saturating_sub(now_ms));
-        if let Gate::OpenUntil(t) = self.breaker.gate(now) {
-            next = next.min(t);
+        for b in self.breakers.values() {
+            if let Gate::OpenUntil(t) = b.gate(now) {
+                next = next.min(t);
+            }
         }
         for d in &self.drivers {
             next = next.min(d.next_beat());
@@ -506,8 +633,11 @@ impl Worker {
 
     fn publish_status(&self) {
         let mut s = self.shared.status.lock().unwrap_or_else(|e| e.into_inner());
-        s.connected = self.reached && self.breaker.is_closed();
-        s.last_error = self.breaker.last.as_ref().map(ToString::to_string);
+        s.connected = self.reached && self.all_closed();
+        // The connection's failure first, else a rule's.
+        let mut open: Vec<(&String, &Breaker)> = self.breakers.iter().filter(|(_, b)| b.last.is_some()).collect();
+        open.sort_by(|a, b| a.0.cmp(b.0));
+        s.last_error = open.first().and_then(|(_, b)| b.last.as_ref()).map(ToString::to_string);
         s.rules = self.drivers.len();
         drop(s);
         self.shared.status_changed.notify_all();
@@ -518,15 +648,20 @@ impl Worker {
             let member = self.member.clone();
             let at = self.call_at(Instant::now(), self.engine.now_millis());
             let mut out = Vec::new();
+            let sharded = self.link.is_sharded();
             for d in &mut self.drivers {
                 if let Some(lease) = d.lease.upgrade() {
                     d.expire(&lease, u64::MAX);
                 }
-                out.push(d.leave_call(&member, &at));
+                // Only where Redis answers (a failing server would hold the stop up to the timeout).
+                let group = if sharded { d.keys.window.as_str() } else { CONNECTION };
+                if self.breakers.get(group).is_none_or(Breaker::is_closed) {
+                    out.push(d.leave_call(&member, &at));
+                }
             }
             out
         };
-        if self.breaker.is_closed() && !calls.is_empty() {
+        if !calls.is_empty() {
             self.leave(calls);
         }
         for d in &self.drivers {

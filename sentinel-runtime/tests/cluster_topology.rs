@@ -1,0 +1,641 @@
+//! Cluster flow control on Redis as teams run it: a real three-master Redis Cluster and a real Redis
+//! Sentinel setup (a master, a replica, three sentinels), started per test on free ports.
+//!
+//! - Cluster: rules whose hash tags land on different shards stay exact whichever seed node a worker is
+//!   given first; a shard's master killed makes only its rules fall back, and they lease again once it
+//!   returns; a standalone client pointed at the wrong node says what to do.
+//! - Sentinel: the master SIGKILLed, the sentinels promote the replica, cluster mode resumes on the new
+//!   master; the admitted total per window stays within the documented bound.
+//! - The Redis data source on a cluster and through Sentinel: a change is in force within a second.
+//!
+//! The multi-process tests re-execute this test binary in a worker mode (`topology_worker`, an ignored
+//! test that runs only when the parent asks for it through `SENTINEL_TOPOLOGY_WORKER`).
+#![cfg(feature = "cluster-redis")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sentinel_runtime::cluster::{RedisCluster, RedisDataSource};
+use sentinel_runtime::flow::{ClusterConfig, ClusterRuleMode, ClusterThresholdType, FlowRule};
+use sentinel_runtime::{RuleKind, Sentinel};
+use sentinel_testkit::redis_cluster::{RedisClusterServers, RedisSentinelServers, MASTER_NAME};
+
+const WORKER_ENV: &str = "SENTINEL_TOPOLOGY_WORKER";
+
+/// The tests of this file run one at a time: they measure per-window sums in real time and start several
+/// servers and processes each.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// A global cluster rule on `api-<flow_id>` with that `flowId` (its keys: `sentinel:{ns:flow:<id>}:*`).
+fn global_rule(flow_id: u64, count: f64, window_ms: u64) -> FlowRule {
+    FlowRule {
+        cluster_mode: true,
+        cluster_config: Some(ClusterConfig {
+            flow_id: Some(flow_id),
+            threshold_type: ClusterThresholdType::Global,
+            sample_count: 2,
+            window_interval_ms: window_ms,
+            ..ClusterConfig::default()
+        }),
+        ..FlowRule::new(format!("api-{flow_id}")).count(count)
+    }
+}
+
+fn window_key(ns: &str, flow_id: u64) -> String {
+    format!("sentinel:{{{ns}:flow:{flow_id}}}:w")
+}
+
+/// `n` flow ids whose windows sit on `n` different nodes of `cluster`.
+fn ids_on_distinct_shards(cluster: &RedisClusterServers, ns: &str, n: usize) -> Vec<(u64, usize)> {
+    let mut picked: Vec<(u64, usize)> = Vec::new();
+    for id in 1..200u64 {
+        let owner = cluster.owner_of(&window_key(ns, id)).expect("every slot has an owner");
+        if !picked.iter().any(|(_, o)| *o == owner) {
+            picked.push((id, owner));
+        }
+        if picked.len() == n {
+            return picked;
+        }
+    }
+    panic!("no {n} flow ids on distinct shards: {picked:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Worker processes
+
+/// What a worker does, passed in its environment.
+struct Plan {
+    /// `cluster` or `sentinel`.
+    mode: &'static str,
+    namespace: String,
+    ids: Vec<u64>,
+    count: f64,
+    window_ms: u64,
+    start_at: u64,
+    end_at: u64,
+}
+
+impl Plan {
+    fn spawn(&self, name: &str, addrs: &[String]) -> Child {
+        let ids: Vec<String> = self.ids.iter().map(u64::to_string).collect();
+        Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["topology_worker", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
+            .env(WORKER_ENV, name)
+            .env("T_MODE", self.mode)
+            .env("T_ADDRS", addrs.join(","))
+            .env("T_NS", &self.namespace)
+            .env("T_IDS", ids.join(","))
+            .env("T_COUNT", self.count.to_string())
+            .env("T_WINDOW", self.window_ms.to_string())
+            .env("T_START", self.start_at.to_string())
+            .env("T_END", self.end_at.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn a worker process")
+    }
+
+    /// Starts one worker per address order in `orders`.
+    fn spawn_all(&self, orders: &[Vec<String>]) -> Vec<Child> {
+        orders.iter().enumerate().map(|(i, a)| self.spawn(&format!("{}-{i}", self.mode), a)).collect()
+    }
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("worker: {name} is not set"))
+}
+
+fn env_u64(name: &str) -> u64 {
+    env(name).parse().unwrap_or_else(|_| panic!("worker: {name} is not a number"))
+}
+
+/// The worker mode: one thread per rule hammers it from `T_START` to `T_END` (wall ms); a sampler notes
+/// the windows in which a rule's fallback decided calls. Prints one line per rule: the calls admitted per
+/// window (by wall-clock window, which on one machine is Redis's clock too), the windows with fallback
+/// decisions, and the rule's mode at the end.
+#[test]
+#[ignore = "a worker process of the multi-process tests, started by them"]
+fn topology_worker() {
+    let Ok(name) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let addrs: Vec<String> = env("T_ADDRS").split(',').map(str::to_string).collect();
+    let ids: Vec<u64> = env("T_IDS").split(',').map(|v| v.parse().expect("T_IDS")).collect();
+    let count: f64 = env("T_COUNT").parse().expect("T_COUNT");
+    let (window_ms, start_at, end_at) = (env_u64("T_WINDOW"), env_u64("T_START"), env_u64("T_END"));
+    let engine = Sentinel::builder().app_name("topology-test").build();
+    engine.load_flow_rules(ids.iter().map(|id| global_rule(*id, count, window_ms))).unwrap();
+    let builder = match env("T_MODE").as_str() {
+        "cluster" => RedisCluster::cluster_builder(addrs),
+        _ => RedisCluster::sentinel_builder(addrs, MASTER_NAME),
+    };
+    let client = builder
+        .namespace(env("T_NS"))
+        .instance_id(&name)
+        .timeout(Duration::from_millis(300))
+        .member_ttl(Duration::from_millis(2000))
+        .heartbeat_interval(Duration::from_millis(500))
+        .retry_max(Duration::from_millis(500))
+        .start(&engine)
+        .unwrap();
+    client.wait_connected(Duration::from_secs(10)).unwrap();
+    while wall_ms() < start_at {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let sampler = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            let mut fallback: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+            let mut last: BTreeMap<String, u64> = BTreeMap::new();
+            // Windows in which this process was frozen for a fifth of a window or more (an oversubscribed
+            // machine deschedules it): calls time out then, whatever the deployment does.
+            let mut stalls: BTreeSet<u64> = BTreeSet::new();
+            let mut before = wall_ms();
+            while wall_ms() < end_at {
+                let now = wall_ms();
+                if now - before >= window_ms / 5 {
+                    stalls.extend(before / window_ms..=now / window_ms);
+                }
+                before = now;
+                let w = now / window_ms;
+                for st in engine.cluster_status() {
+                    let before = last.insert(st.rule.resource.clone(), st.fallback_decisions).unwrap_or(0);
+                    if st.fallback_decisions > before {
+                        fallback.entry(st.rule.resource.clone()).or_default().insert(w);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (fallback, stalls)
+        })
+    };
+    let hammers: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let resource = engine.resource(&format!("api-{id}"));
+            std::thread::spawn(move || {
+                let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
+                let mut ambiguous = 0u64;
+                loop {
+                    let before = wall_ms();
+                    if before >= end_at {
+                        break;
+                    }
+                    match resource.enter() {
+                        Ok(_entry) => {
+                            let after = wall_ms();
+                            if before / window_ms == after / window_ms {
+                                *per_window.entry(before / window_ms).or_default() += 1;
+                            } else {
+                                ambiguous += 1;
+                            }
+                        }
+                        // Over the limit: try again soon, without starving Redis of the CPU.
+                        Err(_) => std::thread::sleep(Duration::from_micros(50)),
+                    }
+                }
+                (per_window, ambiguous)
+            })
+        })
+        .collect();
+    let results: Vec<(BTreeMap<u64, u64>, u64)> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
+    let (fallback, stalls) = sampler.join().unwrap();
+    let stalls: Vec<String> = stalls.iter().map(u64::to_string).collect();
+    let status = engine.cluster_status();
+    for (id, (windows, ambiguous)) in ids.iter().zip(results) {
+        let resource = format!("api-{id}");
+        let st = status.iter().find(|s| s.rule.resource == resource).expect("the rule's status");
+        let w: Vec<String> = windows.iter().map(|(w, n)| format!("{w}:{n}")).collect();
+        let f: Vec<String> =
+            fallback.get(&resource).map(|s| s.iter().map(u64::to_string).collect()).unwrap_or_default();
+        println!(
+            "\nTOPOLOGY_RESULT id={id} ambiguous={ambiguous} leasing={} fallbacks={} fallback_windows={} stalls={} \
+             windows={}",
+            st.mode == ClusterRuleMode::Leasing,
+            st.fallback_decisions,
+            f.join(","),
+            stalls.join(","),
+            w.join(",")
+        );
+    }
+    drop(client);
+}
+
+/// One rule's report from one worker.
+#[derive(Debug, Default, Clone)]
+struct RuleReport {
+    windows: BTreeMap<u64, u64>,
+    ambiguous: u64,
+    leasing: bool,
+    fallbacks: u64,
+    fallback_windows: BTreeSet<u64>,
+    stalls: BTreeSet<u64>,
+}
+
+/// A worker's reports, by flow id.
+fn reports_of(child: Child) -> BTreeMap<u64, RuleReport> {
+    let out = child.wait_with_output().expect("a worker's output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut reports = BTreeMap::new();
+    for line in text.lines().filter_map(|l| l.find("TOPOLOGY_RESULT ").map(|i| &l[i + 16..])) {
+        let mut id = 0;
+        let mut r = RuleReport::default();
+        for field in line.split(' ') {
+            let list = |v: &str| v.split(',').filter(|p| !p.is_empty()).map(|p| p.to_string()).collect::<Vec<_>>();
+            match field.split_once('=') {
+                Some(("id", v)) => id = v.parse().unwrap(),
+                Some(("ambiguous", v)) => r.ambiguous = v.parse().unwrap(),
+                Some(("leasing", v)) => r.leasing = v == "true",
+                Some(("fallbacks", v)) => r.fallbacks = v.parse().unwrap(),
+                Some(("fallback_windows", v)) => {
+                    r.fallback_windows = list(v).iter().map(|p| p.parse().unwrap()).collect()
+                }
+                Some(("stalls", v)) => r.stalls = list(v).iter().map(|p| p.parse().unwrap()).collect(),
+                Some(("windows", v)) => {
+                    for pair in list(v) {
+                        let (w, n) = pair.split_once(':').unwrap();
+                        r.windows.insert(w.parse().unwrap(), n.parse().unwrap());
+                    }
+                }
+                _ => {}
+            }
+        }
+        reports.insert(id, r);
+    }
+    assert!(!reports.is_empty(), "a worker printed no result (status {}):\n{text}", out.status);
+    reports
+}
+
+/// Per flow id: the workers' reports.
+fn collect(children: Vec<Child>) -> BTreeMap<u64, Vec<RuleReport>> {
+    let mut by_id: BTreeMap<u64, Vec<RuleReport>> = BTreeMap::new();
+    for child in children {
+        for (id, r) in reports_of(child) {
+            by_id.entry(id).or_default().push(r);
+        }
+    }
+    by_id
+}
+
+/// The windows in which any instance of a rule fell back.
+fn fallback_windows(reports: &[RuleReport]) -> BTreeSet<u64> {
+    reports.iter().flat_map(|r| r.fallback_windows.iter().copied()).collect()
+}
+
+/// Whether a fallback in window `w` is explained by a worker frozen in it or in the three windows before
+/// (its calls timed out; leasing resumes a breaker pause and a probation later).
+fn stalled_near(reports: &[RuleReport], w: u64) -> bool {
+    reports.iter().any(|r| (w.saturating_sub(3)..=w).any(|s| r.stalls.contains(&s)))
+}
+
+/// Checks one rule's admitted totals: at most `per_window` in a window where no instance fell back (in it
+/// or the window before), at most `bound` elsewhere.
+fn check_windows(id: u64, measured: &[(u64, u64)], fell: &BTreeSet<u64>, per_window: u64, bound: u64) {
+    for (w, n) in measured {
+        let limit = if fell.contains(w) || fell.contains(&(w - 1)) { bound } else { per_window };
+        assert!(*n <= limit, "rule {id}: window {w} admitted {n} > {limit}: {measured:?}; fallback in {fell:?}");
+    }
+}
+
+/// The first window from `from` on that starts two windows in which no instance fell back.
+fn resumed_from(fell: &BTreeSet<u64>, from: u64) -> Option<u64> {
+    (from..from + 1000).find(|w| !fell.contains(w) && !fell.contains(&(w + 1)))
+}
+
+/// The admitted total per window across workers, over `windows`.
+fn totals(reports: &[RuleReport], windows: std::ops::Range<u64>) -> Vec<(u64, u64)> {
+    windows.map(|w| (w, reports.iter().map(|r| r.windows.get(&w).copied().unwrap_or(0)).sum())).collect()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Redis Cluster
+
+/// Workers on a cluster hammering the rules `picked` (flow id, node).
+fn cluster_plan(ns: &str, picked: &[(u64, usize)], count: f64, window_ms: u64, start_at: u64, end_at: u64) -> Plan {
+    let ids = picked.iter().map(|(id, _)| *id).collect();
+    Plan { mode: "cluster", namespace: ns.into(), ids, count, window_ms, start_at, end_at }
+}
+
+/// The cluster's seed nodes in three orders, each with another node first.
+fn seed_orders(cluster: &RedisClusterServers) -> Vec<Vec<String>> {
+    let urls = cluster.urls();
+    (0..3).map(|i| urls.iter().cycle().skip(i).take(3).cloned().collect()).collect()
+}
+
+#[test]
+fn rules_on_different_shards_stay_exact_whichever_seed_node_comes_first() {
+    let _serial = one_at_a_time();
+    let Some(cluster) = RedisClusterServers::start("rules_on_different_shards_stay_exact") else { return };
+    let ns = "exact";
+    let picked = ids_on_distinct_shards(&cluster, ns, 3);
+    let (count, window_ms, windows) = (1000.0, 500u64, 8u64);
+    let per_window = (count * window_ms as f64 / 1000.0) as u64;
+    let start_at = (wall_ms() / window_ms + 6) * window_ms;
+    let end_at = start_at + (windows + 2) * window_ms;
+    let plan = cluster_plan(ns, &picked, count, window_ms, start_at, end_at);
+    // Each worker is given another node first (none of them owns every rule's slot).
+    let orders = seed_orders(&cluster);
+    let by_id = collect(plan.spawn_all(&orders[..2]));
+    assert_eq!(by_id.len(), 3, "{by_id:?}");
+    for (id, reports) in &by_id {
+        let measured = totals(reports, start_at / window_ms + 1..end_at / window_ms - 1);
+        eprintln!(
+            "rule {id} (shard {:?}): admitted per window of {window_ms} ms (limit {per_window}): {measured:?}",
+            picked.iter().find(|(i, _)| i == id).map(|(_, o)| o)
+        );
+        // No call fell back, whichever seed came first (but where the machine froze a worker).
+        let fell = fallback_windows(reports);
+        assert!(
+            fell.iter().all(|w| stalled_near(reports, *w)),
+            "rule {id}: calls fell back with every node up: {reports:?}"
+        );
+        check_windows(*id, &measured, &fell, per_window, per_window + count as u64);
+        let admitted: u64 = measured.iter().map(|(_, n)| n).sum();
+        let ambiguous: u64 = reports.iter().map(|r| r.ambiguous).sum();
+        assert!(
+            admitted + ambiguous >= per_window * windows * 3 / 4,
+            "rule {id}: {admitted} admitted over {windows} windows of {per_window}: {measured:?}"
+        );
+    }
+    // The third order too: any seed first serves.
+    let engine = Sentinel::builder().app_name("topology-test").build();
+    engine.load_flow_rules(plan.ids.iter().map(|id| global_rule(*id, count, window_ms))).unwrap();
+    let client = RedisCluster::cluster_builder(orders[2].clone())
+        .namespace(ns)
+        .timeout(Duration::from_millis(300))
+        .start(&engine)
+        .unwrap();
+    client.wait_connected(Duration::from_secs(10)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && engine.cluster_status().iter().any(|s| s.tokens_leased == 0) {
+        for id in &plan.ids {
+            let _ = engine.resource(&format!("api-{id}")).enter();
+        }
+    }
+    for s in engine.cluster_status() {
+        assert!(
+            s.tokens_leased > 0 && s.failures == 0 && s.mode == ClusterRuleMode::Leasing,
+            "third seed order: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn a_shard_down_makes_only_its_rules_fall_back_until_it_returns() {
+    let _serial = one_at_a_time();
+    let Some(mut cluster) = RedisClusterServers::start("a_shard_down_makes_only_its_rules_fall_back") else {
+        return;
+    };
+    let ns = "shard-down";
+    let picked = ids_on_distinct_shards(&cluster, ns, 3);
+    let (count, window_ms) = (1000.0, 500u64);
+    let per_window = (count * window_ms as f64 / 1000.0) as u64;
+    let start_at = (wall_ms() / window_ms + 6) * window_ms;
+    let killed_at = start_at + 4 * window_ms;
+    let back_at = killed_at + 8 * window_ms;
+    let end_at = back_at + 14 * window_ms;
+    let plan = cluster_plan(ns, &picked, count, window_ms, start_at, end_at);
+    let children = plan.spawn_all(&seed_orders(&cluster)[..2]);
+    // The shard of the first rule loses its only master, then gets it back (same id and slots, no data).
+    let (down_id, down_node) = picked[0];
+    while wall_ms() < killed_at {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    cluster.kill(down_node);
+    while wall_ms() < back_at {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(cluster.restart(down_node), "the node rejoined the cluster");
+    let by_id = collect(children);
+    let first = start_at / window_ms + 1;
+    let last = end_at / window_ms - 1;
+    // In fallback each instance admits its share (count ÷ 2 live instances per second, so within one window
+    // of half a second it may admit all of it): the documented bound is the window's limit plus what the
+    // instances admit locally.
+    let bound = per_window + count as u64;
+    for (id, reports) in &by_id {
+        let measured = totals(reports, first..last);
+        let fell = fallback_windows(reports);
+        eprintln!("rule {id}: per window (limit {per_window}) {measured:?}; fallback in windows {fell:?}");
+        check_windows(*id, &measured, &fell, per_window, bound);
+        if *id == down_id {
+            let outage = killed_at / window_ms..back_at / window_ms;
+            assert!(outage.clone().any(|w| fell.contains(&w)), "the rule of the shard that went down fell back");
+            let resumed = resumed_from(&fell, back_at / window_ms).expect("leasing again once the shard returned");
+            assert!(
+                resumed * window_ms <= back_at + 8_000,
+                "cluster mode resumed within seconds of the shard's return: at window {resumed}, back at {back_at}"
+            );
+        } else {
+            // Where the machine froze a worker its calls time out, whatever the shard does.
+            assert!(
+                fell.iter().all(|w| stalled_near(reports, *w)),
+                "rule {id}, on a shard that stayed up, fell back: {reports:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_standalone_client_on_the_wrong_cluster_node_says_to_give_the_seed_nodes() {
+    let _serial = one_at_a_time();
+    let Some(cluster) = RedisClusterServers::start("a_standalone_client_on_the_wrong_cluster_node") else { return };
+    let ns = "wrong-node";
+    let (id, owner) = ids_on_distinct_shards(&cluster, ns, 1)[0];
+    let wrong = cluster.urls()[(owner + 1) % 3].clone();
+    let _ = tracing::subscriber::set_global_default(Warnings);
+    let engine = Sentinel::builder().app_name("topology-test").build();
+    engine.load_flow_rules([global_rule(id, 100.0, 1000)]).unwrap();
+    let _client =
+        RedisCluster::builder(wrong).namespace(ns).timeout(Duration::from_millis(300)).start(&engine).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut reason = None;
+    while Instant::now() < deadline && !reason.as_deref().is_some_and(|r: &str| r.contains("does not own")) {
+        let _ = engine.resource(&format!("api-{id}")).enter();
+        reason = engine.cluster_status()[0].reason.clone();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let reason = reason.unwrap_or_default();
+    assert!(reason.contains("does not own the rule's slot") && reason.contains("seed nodes"), "{reason}");
+    let diagnosis = engine.diagnose(&format!("api-{id}")).to_string();
+    assert!(diagnosis.contains("seed nodes"), "diagnose says it too: {diagnosis}");
+    // The breaker probes again and again (a ping the wrong node answers, then the script's MOVED): the
+    // warning is logged once, not at every probe.
+    let deadline = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < deadline {
+        let _ = engine.resource(&format!("api-{id}")).enter();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(engine.cluster_status()[0].failures >= 3, "it kept probing: {:?}", engine.cluster_status());
+    assert_eq!(warnings_containing("does not own the rule's slot"), 1, "logged once per state change");
+}
+
+/// Warnings logged in this process (the client logs from its own thread) that contain `needle`.
+fn warnings_containing(needle: &str) -> usize {
+    WARNINGS.lock().unwrap().iter().filter(|w| w.contains(needle)).count()
+}
+
+static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Records every warning's message and fields.
+struct Warnings;
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() == tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{value:?} "));
+            }
+        }
+        let mut text = Text(String::new());
+        e.record(&mut text);
+        WARNINGS.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Redis Sentinel
+
+#[test]
+fn after_the_master_is_killed_cluster_mode_resumes_on_the_promoted_replica_within_the_bound() {
+    let _serial = one_at_a_time();
+    let Some(setup) = RedisSentinelServers::start("after_the_master_is_killed_cluster_mode_resumes") else { return };
+    let (count, window_ms) = (1000.0, 500u64);
+    let per_window = (count * window_ms as f64 / 1000.0) as u64;
+    let start_at = (wall_ms() / window_ms + 6) * window_ms;
+    let killed_at = start_at + 4 * window_ms;
+    let end_at = killed_at + 24 * window_ms;
+    let plan =
+        Plan { mode: "sentinel", namespace: "failover".into(), ids: vec![7], count, window_ms, start_at, end_at };
+    let urls = setup.sentinel_urls();
+    let orders = vec![urls.clone(), urls.iter().rev().cloned().collect()];
+    let children = plan.spawn_all(&orders);
+    let mut setup = setup;
+    while wall_ms() < killed_at {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    setup.master.kill();
+    assert!(setup.wait_failover(Duration::from_secs(20)), "the sentinels promoted the replica");
+    let promoted_at = wall_ms();
+    let by_id = collect(children);
+    let reports = &by_id[&7];
+    let measured = totals(reports, start_at / window_ms + 1..end_at / window_ms - 1);
+    let fell: BTreeSet<u64> = reports.iter().flat_map(|r| r.fallback_windows.iter().copied()).collect();
+    eprintln!(
+        "per window (limit {per_window}): {measured:?}; fallback in windows {fell:?}; killed at window {}, promoted \
+         at window {}",
+        killed_at / window_ms,
+        promoted_at / window_ms
+    );
+    let resumed = resumed_from(&fell, promoted_at / window_ms).expect("leasing again on the new master");
+    assert!(
+        resumed * window_ms <= promoted_at + 5_000,
+        "cluster mode resumed within a few seconds of the promotion ({promoted_at}): at window {resumed}"
+    );
+    // Once resumed, no more fallback (but where the machine froze a worker).
+    assert!(
+        fell.iter().filter(|w| **w > resumed).all(|w| stalled_near(reports, *w)),
+        "fell back again after resuming: {reports:?}"
+    );
+    // The bound (README): the window's limit, plus what the instances admit locally while they cannot reach
+    // a master (their shares of the count per second: the count in all), or what the old master granted
+    // and had not replicated (at most a window's limit).
+    check_windows(7, &measured, &fell, per_window, per_window + count as u64);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Rules from Redis, on a cluster and through Sentinel
+
+fn publish_on(url: &str, key: &str, channel: &str, doc: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection_with_timeout(Duration::from_secs(2)).unwrap();
+    redis::pipe().atomic().set(key, doc).publish(channel, doc).query::<()>(&mut conn).unwrap();
+}
+
+fn flow_rule_doc(count: u32) -> String {
+    format!(r#"[{{"resource": "api", "grade": 1, "count": {count}}}]"#)
+}
+
+#[test]
+fn rules_published_on_a_cluster_are_in_force_within_a_second() {
+    let _serial = one_at_a_time();
+    let Some(cluster) = RedisClusterServers::start("rules_published_on_a_cluster") else { return };
+    let urls = cluster.urls();
+    // A key owned by a node other than the first seed (where the data source subscribes).
+    let key = (0..100)
+        .map(|i| format!("sentinel:shop:flow-rules:{i}"))
+        .find(|k| cluster.owner_of(k).is_some_and(|o| o != 0))
+        .expect("a key on another node");
+    let owner = &urls[cluster.owner_of(&key).unwrap()];
+    let channel = "sentinel:shop:flow-rules:changed";
+    publish_on(owner, &key, channel, &flow_rule_doc(10));
+    let engine = Sentinel::builder().app_name("shop").build();
+    let source =
+        RedisDataSource::cluster_builder(urls.clone()).rules(RuleKind::Flow, &key, channel).start(&engine).unwrap();
+    assert!(source.wait_for(1, Duration::from_secs(5)), "the key is read from its shard at start");
+    assert_eq!(engine.flow_rules()[0].count, 10.0);
+    let t = Instant::now();
+    publish_on(owner, &key, channel, &flow_rule_doc(20));
+    assert!(source.wait_for(2, Duration::from_secs(1)), "in force within a second");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(engine.flow_rules()[0].count, 20.0);
+    // Written back through the data source: to the key's shard, announced to every subscriber.
+    use sentinel_runtime::datasource::{RuleSet, WritableDataSource};
+    let set = RuleSet { flow: Some(vec![FlowRule::new("api").count(30.0)]), ..RuleSet::default() };
+    source.write_rules(&set).unwrap();
+    assert!(source.wait_for(3, Duration::from_secs(1)), "the write is announced");
+    assert_eq!(engine.flow_rules()[0].count, 30.0);
+}
+
+#[test]
+fn rules_published_through_sentinel_are_in_force_within_a_second_before_and_after_a_failover() {
+    let _serial = one_at_a_time();
+    let Some(mut setup) = RedisSentinelServers::start("rules_published_through_sentinel") else { return };
+    let (key, channel) = ("sentinel:shop:flow-rules", "sentinel:shop:flow-rules:changed");
+    let engine = Sentinel::builder().app_name("shop").build();
+    let source = RedisDataSource::sentinel_builder(setup.sentinel_urls(), MASTER_NAME)
+        .rules(RuleKind::Flow, key, channel)
+        .retry_max(Duration::from_millis(200))
+        .start(&engine)
+        .unwrap();
+    assert!(source.wait_for(1, Duration::from_secs(5)), "the missing key is reported");
+    let t = Instant::now();
+    publish_on(&setup.master.url(), key, channel, &flow_rule_doc(10));
+    assert!(source.wait_for(2, Duration::from_secs(1)), "in force within a second");
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(engine.flow_rules()[0].count, 10.0);
+
+    setup.master.kill();
+    assert!(setup.wait_failover(Duration::from_secs(20)), "the sentinels promoted the replica");
+    // Reconnected to the new master: it reads the key again (one more event).
+    assert!(source.wait_for(3, Duration::from_secs(10)), "the data source found the new master");
+    assert!(source.is_connected());
+    let t = Instant::now();
+    publish_on(&setup.replica.url(), key, channel, &flow_rule_doc(20));
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline && engine.flow_rules()[0].count != 20.0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(engine.flow_rules()[0].count, 20.0, "in force within a second after the failover");
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
