@@ -132,6 +132,12 @@ pub(crate) struct Driver {
     /// Round trip, ms.
     rtt_ms: f64,
     pub(crate) live: u64,
+    /// The largest live count seen within [`Driver::live_hold`] of now, and when it was last seen: what the
+    /// fallback divides a global count by (see [`Driver::fallback_live`]).
+    live_peak: Option<(u64, Instant)>,
+    /// How long a lower live count must persist before the fallback believes it (twice the membership TTL;
+    /// the worker sets it).
+    pub(crate) live_hold: Duration,
     next_beat: Instant,
     /// The window is used up until this engine time; `exhausted_seen`: the lease's count of calls blocked
     /// for it, when last looked at (more since means demand: ask again as soon as it frees room).
@@ -173,6 +179,8 @@ impl Driver {
             window_ms: c.window_interval_ms.max(1),
             timeout,
             lease: Arc::downgrade(lease),
+            live_peak: None,
+            live_hold: Duration::from_secs(6),
             left_at_drop: lease.left_at_drop.clone(),
             keys,
             allowance: rule.count * c.window_interval_ms as f64 / 1000.0,
@@ -498,6 +506,7 @@ impl Driver {
             self.ask_when_free |= call.want > 0;
         }
         self.live = r.live.max(1);
+        let fallback_live = self.fallback_live(now);
         self.rtt_ms = 0.8 * self.rtt_ms + 0.2 * rtt.as_secs_f64() * 1000.0;
         self.next_beat = now + beat;
         let bucket_end = (r.bucket + 1).saturating_mul(self.bucket_ms as i64);
@@ -543,15 +552,31 @@ impl Driver {
             // Still deciding locally while the other instances come back: for the next second, admit at most
             // this instance's share of the room the window has left (what the others' fallbacks admitted
             // is counted there as they report it).
-            let room = r.left as f64 / self.live.max(1) as f64;
+            let room = r.left as f64 / fallback_live as f64;
             lease.set_fallback_debt(t1_ms, (lease.local_limit() - room).max(0.0).ceil() as u64);
             // Report again a bucket from now; lease once the pause is over.
             self.next_beat = now + Duration::from_millis(self.bucket_ms.max(10)).min(beat);
         } else {
             self.probation_until = None;
-            lease.set_leasing(Some(self.live));
+            lease.set_leasing(Some(fallback_live));
         }
         lease.changed();
+    }
+
+    /// The live count the fallback divides a global count by, given the count just seen: the largest seen
+    /// within [`live_hold`](Driver::live_hold). An instance that stops leaves the membership set only after
+    /// its TTL, so a count that drops faster than that means the set itself was lost (Redis restarted
+    /// without its data, a flush, a failover to a replica that missed it) while the other instances still
+    /// run: dividing by the lower count then would multiply the limit if Redis failed next.
+    fn fallback_live(&mut self, now: Instant) -> u64 {
+        let seen = self.live.max(1);
+        match self.live_peak {
+            Some((peak, at)) if peak > seen && now.saturating_duration_since(at) < self.live_hold => peak,
+            _ => {
+                self.live_peak = Some((seen, now));
+                seen
+            }
+        }
     }
 
     /// When the driver next needs the worker: its membership renewal, the end of its lease, the end of a
@@ -666,6 +691,29 @@ mod tests {
         assert_eq!(d.hold_until(ENGINE_MS + 40), 0);
         assert_eq!(d.hold_until(ENGINE_MS + 49), ENGINE_MS + 51, "its tokens could not be spent in the bucket");
         assert_eq!(d.hold_until(ENGINE_MS + 51), 0, "the next bucket");
+    }
+
+    #[test]
+    fn a_live_count_that_drops_faster_than_members_expire_does_not_raise_the_fallback() {
+        // Three instances seen; then the membership set is lost (Redis restarted without its data) and the
+        // next reply sees this instance alone: the fallback keeps dividing by three until a lower count has
+        // lasted longer than a member takes to expire.
+        let (mut d, lease) = driver();
+        let base = times();
+        let (call, r) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &call, &r, &base);
+        assert_eq!(lease.local_limit(), 1000.0 / 3.0);
+        let alone = LeaseReply { live: 1, ..r };
+        let soon = CallTimes { now: base.now + d.live_hold / 2, ..base };
+        d.apply(&lease, &call, &alone, &soon);
+        assert_eq!(d.live, 1, "leases are sized by the count seen");
+        assert_eq!(lease.local_limit(), 1000.0 / 3.0, "the fallback holds the larger count");
+        let later = CallTimes { now: base.now + d.live_hold * 2, ..base };
+        d.apply(&lease, &call, &alone, &later);
+        assert_eq!(lease.local_limit(), 1000.0, "a lower count that lasted is believed");
+        let more = LeaseReply { live: 4, ..r };
+        d.apply(&lease, &call, &more, &later);
+        assert_eq!(lease.local_limit(), 1000.0 / 4.0, "a higher count is believed at once");
     }
 
     /// Engine times after the reply of [`times`], as the instant and engine ms a call is made at.

@@ -309,7 +309,9 @@ impl Worker {
                     lease.set_fallback(f.to_string());
                 }
                 tracing::debug!(resource = %lease.rule().resource, key = %k.window, "cluster flow control: leasing for a rule");
-                self.drivers.push(Driver::new(&lease, k, self.opts.lease_margin, self.opts.timeout, now));
+                let mut driver = Driver::new(&lease, k, self.opts.lease_margin, self.opts.timeout, now);
+                driver.live_hold = self.opts.member_ttl.saturating_mul(2);
+                self.drivers.push(driver);
             }
         }
         let before = self.drivers.len();
