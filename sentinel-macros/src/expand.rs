@@ -13,6 +13,7 @@ use syn::spanned::Spanned;
 use syn::{Ident, ReturnType, Type};
 
 use crate::attr::{EntryKind, ErrorMatch};
+use crate::tokens::mentions;
 use crate::validate::{Naming, Plan, Reuse, Shape};
 
 fn local(name: &str) -> Ident {
@@ -37,37 +38,13 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-/// A type as users write it (`Option<String>`, not `Option < String >`).
-pub fn type_string(tokens: &TokenStream) -> String {
-    tokens
-        .to_string()
-        .replace(" < ", "<")
-        .replace("< ", "<")
-        .replace(" >", ">")
-        .replace(" :: ", "::")
-        .replace(":: ", "::")
-        .replace(" ,", ",")
-        .replace("& ", "&")
-        .replace(" (", "(")
-        .replace("( ", "(")
-        .replace(" )", ")")
-}
-
-fn contains_impl(tokens: TokenStream) -> bool {
-    tokens.into_iter().any(|t| match t {
-        TokenTree::Ident(i) => i == "impl",
-        TokenTree::Group(g) => contains_impl(g.stream()),
-        _ => false,
-    })
-}
-
 /// `if false { let r: R = loop {}; return r; }`: fixes the type the body's `return` and `?` produce to the
 /// declared return type, so inference and type errors behave as in the user's own function.
 fn fake_return_edge(ty: Option<&Type>) -> TokenStream {
     let Some(ty) = ty else {
         return TokenStream::new();
     };
-    if contains_impl(ty.to_token_stream()) {
+    if mentions(ty.to_token_stream(), "impl") {
         return TokenStream::new();
     }
     let ret = local("__sentinel_ret");

@@ -3,8 +3,10 @@
 //! ## Implementation
 //!
 //! The work is staged: `attr` parses the arguments, `validate` checks them against the function and
-//! decides the shape of the expansion, `expand` generates the code. On any error the user's function is
-//! emitted unchanged beside the error, so the only error is ours and IDE completion keeps working.
+//! decides the shape of the expansion (its plan), `expand` generates the code from the plan. Each stage
+//! imports only the ones before it; the token helpers both of the last two need are in `tokens`, below
+//! them. On any error the user's function is emitted unchanged beside the error, so the only error is ours
+//! and IDE completion keeps working.
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
@@ -14,6 +16,7 @@ use proc_macro2::{Span, TokenStream as TokenStream2};
 mod attr;
 mod expand;
 mod impl_block;
+mod tokens;
 mod validate;
 
 /// Marks a function as a Sentinel resource: every call enters the resource, runs the checks of its rules, and

@@ -9,6 +9,7 @@ use syn::{
 };
 
 use crate::attr::{Args, Keyed};
+use crate::tokens::{mentions, type_string};
 
 /// How the function runs.
 pub enum Shape {
@@ -73,14 +74,6 @@ pub struct Plan<'a> {
     pub error_ty: Option<Type>,
 }
 
-fn has_impl(tokens: TokenStream) -> bool {
-    tokens.into_iter().any(|t| match t {
-        TokenTree::Ident(i) => i == "impl",
-        TokenTree::Group(g) => has_impl(g.stream()),
-        _ => false,
-    })
-}
-
 fn has_elided_lifetime(tokens: TokenStream) -> bool {
     let mut prev_and = false;
     for t in tokens {
@@ -114,7 +107,7 @@ fn has_elided_lifetime(tokens: TokenStream) -> bool {
 /// A type for a `fn` pointer: `_` when it holds an `impl Trait`.
 fn pointer_ty(ty: &Type) -> TokenStream {
     let tokens = ty.to_token_stream();
-    if has_impl(tokens.clone()) {
+    if mentions(tokens.clone(), "impl") {
         quote::quote!(_)
     } else {
         tokens
@@ -136,7 +129,7 @@ fn result_error_ty(ty: &Type) -> Option<Type> {
         })
         .collect();
     match types.as_slice() {
-        [_, e] if !has_impl(e.to_token_stream()) => Some((*e).clone()),
+        [_, e] if !mentions(e.to_token_stream(), "impl") => Some((*e).clone()),
         _ => None,
     }
 }
@@ -222,14 +215,6 @@ fn key_error<T>(k: &Option<Keyed<T>>, msg: &str, errors: &mut Option<syn::Error>
     }
 }
 
-fn mentions_self(tokens: TokenStream) -> bool {
-    tokens.into_iter().any(|t| match t {
-        TokenTree::Ident(i) => i == "Self",
-        TokenTree::Group(g) => mentions_self(g.stream()),
-        _ => false,
-    })
-}
-
 /// Checks the function and the arguments together. `impl_type` is the type of the impl block when the
 /// attribute is on the block (its methods are named after it).
 pub fn validate<'a>(args: &'a Args, func: &'a ItemFn, impl_type: Option<String>) -> syn::Result<Plan<'a>> {
@@ -269,7 +254,7 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn, impl_type: Option<String>)
     let is_async = !matches!(shape, Shape::Sync);
 
     if !returns_result {
-        let returned = output_ty.map_or_else(|| "()".to_string(), |t| crate::expand::type_string(&t.to_token_stream()));
+        let returned = output_ty.map_or_else(|| "()".to_string(), |t| type_string(&t.to_token_stream()));
         if args.block_handler.is_none() {
             let span = match &sig.output {
                 ReturnType::Type(_, ty) => ty.span(),
@@ -379,14 +364,14 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn, impl_type: Option<String>)
     match errors {
         Some(e) => Err(e),
         None => {
-            let output = output_ty.filter(|t| !has_impl(t.to_token_stream())).cloned();
+            let output = output_ty.filter(|t| !mentions(t.to_token_stream(), "impl")).cloned();
             // An async handler's future may borrow its arguments: its type cannot be `_` in a pointer type that
             // is generic over their lifetimes, so async functions taking references use the trait path.
             let borrows = |p: &Param| p.ty.to_string().contains('&') || p.ty.to_string().contains('\'');
             let typed_handlers = output_ty.is_none_or(|t| !has_elided_lifetime(t.to_token_stream()))
                 && !(is_async && params.iter().any(borrows));
             let error_ty = output_ty.filter(|_| returns_result).and_then(result_error_ty);
-            let is_method = sig.receiver().is_some() || mentions_self(sig.to_token_stream());
+            let is_method = sig.receiver().is_some() || mentions(sig.to_token_stream(), "Self");
             let naming = match impl_type {
                 _ if args.name.is_some() => Naming::Explicit,
                 Some(ty) => Naming::ImplType(ty),

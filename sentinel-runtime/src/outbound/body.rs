@@ -8,7 +8,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::guard::Call;
-use crate::web::body::{Watch, WatchedBody};
+use crate::web::watched::{Watch, WatchedBody};
 
 impl Watch for Call {
     fn trailers(&mut self, trailers: &http::HeaderMap) {
@@ -63,9 +63,6 @@ impl<B: Body<Data = Bytes>> Body for ClientBody<B> {
 
 impl<B> std::fmt::Debug for ClientBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.kind.holds() {
-            Some(held) => f.debug_struct("ClientBody").field("holds_entry", &held).finish_non_exhaustive(),
-            None => f.debug_struct("ClientBody").field("len", &self.kind.full_len()).finish(),
-        }
+        self.kind.fmt_as("ClientBody", f)
     }
 }

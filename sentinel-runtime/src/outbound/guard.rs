@@ -23,7 +23,7 @@ pub const DEFAULT_MAX_PUSHBACK: Duration = Duration::from_secs(60);
 
 /// A guard's configuration.
 #[derive(Clone)]
-pub(crate) struct Config {
+pub(crate) struct GuardConfig {
     pub(crate) engine: Sentinel,
     pub(crate) naming: Naming,
     pub(crate) trace_if: Option<OutcomeFn>,
@@ -34,9 +34,9 @@ pub(crate) struct Config {
     pub(crate) max_pushback: Option<Duration>,
 }
 
-impl Config {
+impl GuardConfig {
     pub(crate) fn new(engine: &Sentinel) -> Self {
-        Config {
+        GuardConfig {
             engine: engine.clone(),
             naming: Naming::default(),
             trace_if: None,
@@ -49,8 +49,8 @@ impl Config {
 }
 
 /// What every call of one guard shares: the configuration and the downstreams named so far.
-pub(crate) struct Shared {
-    pub(crate) config: Config,
+pub(crate) struct GuardState {
+    pub(crate) config: GuardConfig,
     pub(crate) names: NameCache,
 }
 
@@ -66,7 +66,7 @@ pub(crate) enum Admission {
     Blocked(BlockError),
 }
 
-impl Shared {
+impl GuardState {
     /// Names the call, checks the downstream's back-off, and enters its outbound resource.
     pub(crate) fn admit(self: &Arc<Self>, view: &CallView<'_>) -> Admission {
         let config = &self.config;
@@ -86,7 +86,7 @@ impl Shared {
             Err(blocked) => Admission::Blocked(blocked),
             Ok(entry) => {
                 let wait = entry.waits().then(|| entry.waited());
-                let call = Call { entry, target, shared: self.clone(), grpc };
+                let call = Call { entry, target, state: self.clone(), grpc };
                 match wait {
                     Some(d) => Admission::Wait(call, d),
                     None => Admission::Pass(call),
@@ -106,7 +106,7 @@ impl Shared {
 pub(crate) struct Call {
     entry: Entry<'static>,
     target: Arc<Target>,
-    shared: Arc<Shared>,
+    state: Arc<GuardState>,
     pub(crate) grpc: bool,
 }
 
@@ -119,18 +119,18 @@ impl std::fmt::Debug for Call {
 impl Call {
     /// The time limit's timer, when the guard has one.
     pub(crate) fn timer(&self) -> Option<Box<crate::clock::Sleep>> {
-        let c = &self.shared.config;
+        let c = &self.state.config;
         c.timeout.map(|d| Box::new(c.engine.sleep(d)))
     }
 
     /// The guard's time limit.
     pub(crate) fn limit(&self) -> Option<Duration> {
-        self.shared.config.timeout
+        self.state.config.timeout
     }
 
     /// The engine.
     pub(crate) fn engine(&self) -> &Sentinel {
-        &self.shared.config.engine
+        &self.state.config.engine
     }
 
     /// A transport error: counts as an error.
@@ -145,7 +145,7 @@ impl Call {
     }
 
     fn judge(&mut self, outcome: Outcome) {
-        let error = match &self.shared.config.trace_if {
+        let error = match &self.state.config.trace_if {
             Some(f) => f(outcome),
             None => is_downstream_error(outcome),
         };
@@ -155,8 +155,8 @@ impl Call {
     }
 
     fn listen(&self, asked: Option<Duration>) {
-        if let (Some(asked), Some(cap)) = (asked, self.shared.config.max_pushback) {
-            let now = self.shared.config.engine.now_millis();
+        if let (Some(asked), Some(cap)) = (asked, self.state.config.max_pushback) {
+            let now = self.state.config.engine.now_millis();
             self.target.hold(now.saturating_add(millis(asked.min(cap))));
         }
     }
@@ -180,7 +180,7 @@ impl Call {
         }
         self.judge(Outcome::Http(status));
         self.listen(retry_after(status, headers, wall_now()));
-        self.shared.config.exit_on == ExitOn::BodyEnd
+        self.state.config.exit_on == ExitOn::BodyEnd
     }
 
     /// Judges a gRPC call's trailers.

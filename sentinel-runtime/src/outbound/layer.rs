@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::guard::{Config, Shared};
+use super::guard::{GuardConfig, GuardState};
 use super::naming::{InvalidTemplate, NameCache, Template};
 use super::request::CallView;
 use super::service::SentinelClientService;
@@ -43,13 +43,13 @@ pub type SentinelMiddleware = OutboundGuard<client::Reqwest>;
 /// downstream's back-off signals are heard. Cheap to clone (the configuration is shared).
 #[must_use = "a guard does nothing until it wraps a client"]
 pub struct OutboundGuard<K> {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) state: Arc<GuardState>,
     client: PhantomData<fn() -> K>,
 }
 
 impl<K> Clone for OutboundGuard<K> {
     fn clone(&self) -> Self {
-        OutboundGuard { shared: self.shared.clone(), client: PhantomData }
+        OutboundGuard { state: self.state.clone(), client: PhantomData }
     }
 }
 
@@ -63,7 +63,7 @@ impl OutboundGuard<client::Tower> {
     /// # let _ = layer;
     /// ```
     pub fn new(engine: &Sentinel) -> Self {
-        Self::with_config(Config::new(engine))
+        Self::with_config(GuardConfig::new(engine))
     }
 }
 
@@ -80,19 +80,19 @@ impl OutboundGuard<client::Reqwest> {
     /// # let _ = client;
     /// ```
     pub fn new(engine: &Sentinel) -> Self {
-        Self::with_config(Config::new(engine))
+        Self::with_config(GuardConfig::new(engine))
     }
 }
 
 impl<K> OutboundGuard<K> {
-    fn with_config(config: Config) -> Self {
-        OutboundGuard { shared: Arc::new(Shared { config, names: NameCache::default() }), client: PhantomData }
+    fn with_config(config: GuardConfig) -> Self {
+        OutboundGuard { state: Arc::new(GuardState { config, names: NameCache::default() }), client: PhantomData }
     }
 
-    fn update(self, f: impl FnOnce(&mut Config)) -> Self {
-        let mut config = match Arc::try_unwrap(self.shared) {
-            Ok(shared) => shared.config,
-            Err(shared) => shared.config.clone(),
+    fn update(self, f: impl FnOnce(&mut GuardConfig)) -> Self {
+        let mut config = match Arc::try_unwrap(self.state) {
+            Ok(state) => state.config,
+            Err(state) => state.config.clone(),
         };
         f(&mut config);
         // A new configuration starts with no names (the old ones may not hold any more).
@@ -199,13 +199,13 @@ impl<S> Layer<S> for OutboundGuard<client::Tower> {
     type Service = SentinelClientService<S>;
 
     fn layer(&self, inner: S) -> SentinelClientService<S> {
-        SentinelClientService::new(inner, self.shared.clone())
+        SentinelClientService::new(inner, self.state.clone())
     }
 }
 
 impl<K> fmt::Debug for OutboundGuard<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.shared.config;
+        let c = &self.state.config;
         f.debug_struct("OutboundGuard")
             .field("engine", &c.engine)
             .field("custom_names", &c.naming.namer.is_some())

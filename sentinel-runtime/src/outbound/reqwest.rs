@@ -16,11 +16,11 @@ impl Middleware for OutboundGuard<client::Reqwest> {
     /// Runs the call's checks; a blocked call is not sent, and returns `Error::Middleware` holding the
     /// [`BlockError`](crate::BlockError) (`err.downcast_ref::<BlockError>()`), or the fallback's answer.
     async fn handle(&self, req: Request, extensions: &mut Extensions, next: Next<'_>) -> Result<Response> {
-        let admission = self.shared.admit(&CallView::reqwest(&req, extensions));
+        let admission = self.state.admit(&CallView::reqwest(&req, extensions));
         let call = match admission {
             Admission::Unguarded => return next.run(req, extensions).await,
             Admission::Blocked(blocked) => {
-                return match self.shared.fallback(&blocked, &CallView::reqwest(&req, extensions)) {
+                return match self.state.fallback(&blocked, &CallView::reqwest(&req, extensions)) {
                     Some(answer) => Ok(with_url(answer.map(reqwest::Body::from), req.url().clone())),
                     None => Err(Error::middleware(blocked)),
                 };

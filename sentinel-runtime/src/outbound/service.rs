@@ -9,19 +9,19 @@ use tower_service::Service;
 
 use super::error::ClientError;
 use super::future::ResponseFuture;
-use super::guard::{Admission, Shared};
+use super::guard::{Admission, GuardState};
 use super::request::CallView;
 
 /// The service made by [`SentinelClientLayer`](super::SentinelClientLayer): each call enters an outbound
 /// resource before the wrapped client sends it; a blocked call is never sent.
 pub struct SentinelClientService<S> {
     inner: S,
-    shared: Arc<Shared>,
+    state: Arc<GuardState>,
 }
 
 impl<S> SentinelClientService<S> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
-        SentinelClientService { inner, shared }
+    pub(crate) fn new(inner: S, state: Arc<GuardState>) -> Self {
+        SentinelClientService { inner, state }
     }
     /// The wrapped client.
     pub fn get_ref(&self) -> &S {
@@ -39,7 +39,7 @@ impl<S> SentinelClientService<S> {
 
 impl<S: Clone> Clone for SentinelClientService<S> {
     fn clone(&self) -> Self {
-        SentinelClientService { inner: self.inner.clone(), shared: self.shared.clone() }
+        SentinelClientService { inner: self.inner.clone(), state: self.state.clone() }
     }
 }
 
@@ -64,9 +64,9 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let view = CallView::new(&req);
-        match self.shared.admit(&view) {
+        match self.state.admit(&view) {
             Admission::Unguarded => ResponseFuture::unguarded(self.inner.call(req)),
-            Admission::Blocked(blocked) => match self.shared.fallback(&blocked, &view) {
+            Admission::Blocked(blocked) => match self.state.fallback(&blocked, &view) {
                 Some(response) => ResponseFuture::fallback(response),
                 None => ResponseFuture::blocked(blocked),
             },

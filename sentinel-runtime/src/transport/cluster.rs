@@ -1,4 +1,5 @@
-//! The cluster flow control commands, in one place.
+//! The cluster flow control commands' handlers, in one place (the table that names them is in
+//! [`transport`](super)).
 //!
 //! While a cluster token service runs on the engine (`cluster::RedisCluster`, feature `cluster-redis`),
 //! `getClusterMode` answers mode `0` (Java's "client": the application asks a shared limit) with
@@ -12,28 +13,12 @@
 
 use serde::Serialize;
 
-use super::commands::{Center, Command, CommandError, Params, Reply};
+use super::handler::{Center, CommandError, Params, Reply};
 
 /// Java's `ClusterStateManager.CLUSTER_NOT_STARTED`.
 pub(crate) const CLUSTER_NOT_STARTED: i32 = -1;
 /// Java's `ClusterStateManager.CLUSTER_CLIENT`.
 pub(crate) const CLUSTER_CLIENT: i32 = 0;
-
-pub(crate) const COMMANDS: &[Command] = &[
-    Command { name: "getClusterMode", desc: "get cluster mode status", write: false, run: get_cluster_mode },
-    Command {
-        name: "setClusterMode",
-        desc: "set cluster mode, accept param: mode={0|1} 0:client mode 1:server mode",
-        write: true,
-        run: set_cluster_mode,
-    },
-    Command {
-        name: "cluster/client/fetchConfig",
-        desc: "get cluster client config",
-        write: false,
-        run: fetch_client_config,
-    },
-];
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -44,7 +29,7 @@ struct ClusterMode {
     server_available: bool,
 }
 
-fn get_cluster_mode(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn get_cluster_mode(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     let mode = match c.engine.cluster_service_info() {
         Some(info) => ClusterMode {
             mode: CLUSTER_CLIENT,
@@ -73,7 +58,7 @@ struct ClientConfig {
     request_timeout: u64,
 }
 
-fn fetch_client_config(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn fetch_client_config(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     match c.engine.cluster_service_info() {
         Some(info) => Reply::json(&ClientConfig {
             server_host: info.host,
@@ -90,7 +75,7 @@ fn fetch_client_config(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     }
 }
 
-fn set_cluster_mode(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn set_cluster_mode(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let running = c.engine.has_cluster_service();
     match p.get("mode").map(str::trim) {
         // Already a client of the shared limit on Redis.

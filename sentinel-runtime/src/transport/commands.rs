@@ -1,19 +1,19 @@
-//! The commands: the ones the Sentinel Dashboard calls, in its formats, and the ones people use with curl.
+//! The commands' handlers: the ones the Sentinel Dashboard calls, in its formats, and the ones people use
+//! with curl. The table that names them is in [`transport`](super).
 //!
 //! Formats follow Java's `sentinel-transport-common` handlers where the dashboard parses them (metric lines,
 //! NodeVo JSON, fastjson rule JSON, the exact `success` replies); the differences are listed in the module
 //! docs of [`transport`](super).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::breakers::Transitions;
-use super::history::{History, LineRecord};
+use super::handler::{Center, CommandError, Params, Reply};
+use super::history::LineRecord;
 use crate::authority::AuthorityRule;
 use crate::circuit_breaker::DegradeRule;
-use crate::datasource::{parse_rules, rules_to_string, Format, RuleData, RuleSet, WritableDataSource};
+use crate::datasource::{parse_rules, rules_to_string, Format, RuleData, RuleSet};
 use crate::flow::FlowRule;
 use crate::param_flow::ParamFlowRule;
 use crate::system::SystemRule;
@@ -22,164 +22,10 @@ use crate::{NodeStats, RuleKind, Sentinel};
 /// The reply to a write whose rules took effect but could not be written back to the data source.
 pub const WRITE_DATA_SOURCE_FAILED: &str = "partial success (write data source failed)";
 
-/// The Sentinel version the command center speaks (the dashboard uses it to choose how to call).
-pub(crate) const PROTOCOL_VERSION: &str = "1.8.9";
-
-/// The version reported to the dashboard (`v`) and by the `version` command: Java's protocol version, then
-/// ours (the dashboard ignores what follows the `-`).
-pub(crate) fn version() -> String {
-    format!("{PROTOCOL_VERSION}-sentinel-rs-{}", env!("CARGO_PKG_VERSION"))
-}
-
-/// What the machine reports about itself (heartbeats, `basicInfo`).
-#[derive(Clone, Debug)]
-pub(crate) struct MachineInfo {
-    pub(crate) app: String,
-    pub(crate) app_type: u8,
-    pub(crate) hostname: String,
-    pub(crate) ip: String,
-    pub(crate) port: u16,
-}
-
-/// The state commands run on.
-pub(crate) struct Center {
-    pub(crate) engine: Sentinel,
-    pub(crate) history: History,
-    pub(crate) transitions: Arc<Transitions>,
-    pub(crate) source: Option<Arc<dyn WritableDataSource>>,
-    pub(crate) machine: MachineInfo,
-    /// Serializes rule pushes, so that what is in force and what is written back are the same push.
-    pub(crate) writes: Mutex<()>,
-}
-
-/// A command's parameters: the query string and the form body, each URL-decoded once.
-#[derive(Debug, Default)]
-pub(crate) struct Params(pub(crate) HashMap<String, String>);
-
-impl Params {
-    /// Parses `k=v&...` (form encoding: `+` is a space), later keys replacing earlier ones, as Java does.
-    pub(crate) fn add_form(&mut self, text: &str) {
-        for (k, v) in form_urlencoded::parse(text.as_bytes()) {
-            self.0.insert(k.into_owned(), v.into_owned());
-        }
-    }
-
-    /// A parameter, if present and not blank.
-    pub(crate) fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(|v| v.as_str()).filter(|v| !v.trim().is_empty())
-    }
-
-    fn number<T: std::str::FromStr>(&self, key: &str, what: &str) -> Result<Option<T>, CommandError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v.trim().parse().map(Some).map_err(|_| {
-                CommandError(format!("`{key}` must be {what}, not `{}`", v.chars().take(40).collect::<String>()))
-            }),
-        }
-    }
-}
-
-/// A successful answer.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    pub(crate) body: String,
-    pub(crate) json: bool,
-    /// Why a write-back failed (the rules are in force): sent as `X-Sentinel-Write-Error`.
-    pub(crate) write_error: Option<String>,
-}
-
-impl Reply {
-    pub(crate) fn text(body: impl Into<String>) -> Self {
-        Reply { body: body.into(), json: false, write_error: None }
-    }
-    pub(crate) fn json(value: &impl Serialize) -> Result<Self, CommandError> {
-        let body =
-            serde_json::to_string(value).map_err(|e| CommandError(format!("could not encode the answer: {e}")))?;
-        Ok(Reply { body, json: true, write_error: None })
-    }
-    fn json_text(body: String) -> Self {
-        Reply { body, json: true, write_error: None }
-    }
-}
-
-/// A command failed: answered `400` with this message (nothing was changed).
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct CommandError(pub(crate) String);
-
-pub(crate) type Handler = fn(&Center, &Params) -> Result<Reply, CommandError>;
-
-/// One command.
-pub(crate) struct Command {
-    /// Its name: the request path without the leading `/`.
-    pub(crate) name: &'static str,
-    /// What it does and what it takes (the `api` command lists it).
-    pub(crate) desc: &'static str,
-    /// Whether it changes the application (writes need the token, when one is set).
-    pub(crate) write: bool,
-    pub(crate) run: Handler,
-}
-
-const COMMANDS: &[Command] = &[
-    Command {
-        name: "metric",
-        desc: "per-second metric lines of complete seconds, accept param: startTime={ms}&endTime={ms}&maxLines={n}&identity={resource}",
-        write: false,
-        run: metric,
-    },
-    Command { name: "jsonTree", desc: "get tree node VO start from root node", write: false, run: json_tree },
-    Command {
-        name: "clusterNode",
-        desc: "get all clusterNode VO, use type=notZero to ignore those nodes with totalRequest <=0",
-        write: false,
-        run: cluster_node,
-    },
-    Command {
-        name: "getRules",
-        desc: "get all active rules by type, request param: type={flow|degrade|system|authority}",
-        write: false,
-        run: get_rules,
-    },
-    Command {
-        name: "setRules",
-        desc: "modify the rules, accept param: type={flow|degrade|system|authority}&data={ruleJson}",
-        write: true,
-        run: set_rules,
-    },
-    Command { name: "getParamFlowRules", desc: "get all active param flow rules", write: false, run: get_param_rules },
-    Command {
-        name: "setParamFlowRules",
-        desc: "set param flow rules, accept param: data={paramFlowRuleJson}",
-        write: true,
-        run: set_param_rules,
-    },
-    Command { name: "version", desc: "get sentinel version", write: false, run: |_, _| Ok(Reply::text(version())) },
-    Command { name: "basicInfo", desc: "get sentinel config info", write: false, run: basic_info },
-    Command { name: "getSwitch", desc: "get sentinel switch status", write: false, run: get_switch },
-    Command { name: "setSwitch", desc: "set sentinel switch, accept param: value={true|false}", write: true, run: set_switch },
-    Command { name: "systemStatus", desc: "get system status", write: false, run: system_status },
-    Command { name: "api", desc: "get all available command handlers", write: false, run: api },
-    Command {
-        name: "diagnose",
-        desc: "explain what the rules of a resource do and why they fire or not, accept param: resource={name}",
-        write: false,
-        run: diagnose,
-    },
-];
-
-/// Every command the server knows.
-pub(crate) fn all() -> impl Iterator<Item = &'static Command> {
-    COMMANDS.iter().chain(super::cluster::COMMANDS).chain(super::console::COMMANDS)
-}
-
-/// The command named `name`.
-pub(crate) fn find(name: &str) -> Option<&'static Command> {
-    all().find(|c| c.name == name)
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // metric
 
-fn metric(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn metric(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let Some(start) = p.number::<u64>("startTime", "a time in ms since the epoch")? else {
         return Ok(Reply::text("")); // as Java: no start, no lines
     };
@@ -356,7 +202,7 @@ impl NodeVo {
     }
 }
 
-fn json_tree(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn json_tree(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     fn visit(node: &crate::TreeNode, parent: &str, now: u64, out: &mut Vec<NodeVo>) {
         let id = uuid::Uuid::new_v4().to_string();
         out.push(NodeVo {
@@ -379,7 +225,7 @@ fn json_tree(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     Reply::json(&out)
 }
 
-fn cluster_node(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn cluster_node(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let not_zero = p.get("type").is_some_and(|t| t.eq_ignore_ascii_case("notZero"));
     let now = c.engine.now_millis();
     let mut names = c.engine.resource_names();
@@ -426,20 +272,20 @@ pub(crate) fn rules_json(engine: &Sentinel, kind: RuleKind) -> Result<Reply, Com
     }
 }
 
-fn get_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn get_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     rules_json(&c.engine, kind_param(p)?)
 }
 
-fn get_param_rules(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn get_param_rules(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     rules_json(&c.engine, RuleKind::ParamFlow)
 }
 
-fn set_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn set_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let kind = kind_param(p)?;
     push_rules(c, kind, p)
 }
 
-fn set_param_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn set_param_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     push_rules(c, RuleKind::ParamFlow, p)
 }
 
@@ -479,7 +325,7 @@ fn push_rules(c: &Center, kind: RuleKind, p: &Params) -> Result<Reply, CommandEr
 // ---------------------------------------------------------------------------------------------------------
 // For people
 
-fn basic_info(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn basic_info(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     #[derive(Serialize)]
     struct Info<'a> {
         machine: &'a str,
@@ -488,11 +334,11 @@ fn basic_info(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     Reply::json(&Info { machine: &c.machine.hostname, ip: &c.machine.ip })
 }
 
-fn get_switch(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn get_switch(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     Ok(Reply::text(format!("Sentinel switch value: {}", c.engine.is_enabled())))
 }
 
-fn set_switch(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn set_switch(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     // Java reads anything but `true` as false, so a typo turns protection off: here it is an error.
     let value = match p.get("value").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         Some("true") => true,
@@ -509,7 +355,7 @@ fn set_switch(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     Ok(Reply::text(format!("Sentinel set switch value: {value}")))
 }
 
-fn system_status(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn system_status(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     #[derive(Serialize)]
     struct Status {
         rqps: f64,
@@ -522,17 +368,7 @@ fn system_status(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     Reply::json(&Status { rqps: s.success_qps, qps: s.pass_qps, b: s.block_qps, r: s.avg_rt_ms, t: s.threads })
 }
 
-fn api(_: &Center, _: &Params) -> Result<Reply, CommandError> {
-    #[derive(Serialize)]
-    struct Api {
-        url: String,
-        desc: &'static str,
-    }
-    let list: Vec<Api> = all().map(|c| Api { url: format!("/{}", c.name), desc: c.desc }).collect();
-    Reply::json(&list)
-}
-
-fn diagnose(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn diagnose(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let Some(resource) = p.get("resource") else {
         return Err(CommandError("`resource` is required: the name of the resource to explain".into()));
     };

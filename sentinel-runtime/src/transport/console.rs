@@ -11,7 +11,8 @@
 
 use serde::Serialize;
 
-use super::commands::{version, Center, Command, CommandError, Params, Reply};
+use super::breakers::Transition;
+use super::handler::{version, Center, CommandError, Params, Reply};
 use super::history::TOTAL_INBOUND;
 use crate::circuit_breaker::{BreakerState, DegradeGrade};
 
@@ -34,21 +35,6 @@ pub(crate) fn asset(path: &str) -> Option<(&'static str, &'static str)> {
         _ => None,
     }
 }
-
-pub(crate) const COMMANDS: &[Command] = &[
-    Command {
-        name: "console/overview",
-        desc: "the console's live view: every resource's last complete second, concurrency, breakers and the switch",
-        write: false,
-        run: overview,
-    },
-    Command {
-        name: "console/history",
-        desc: "per-second series of every resource for the console's charts, accept param: after={ms}",
-        write: false,
-        run: history,
-    },
-];
 
 fn state_name(s: BreakerState) -> &'static str {
     match s {
@@ -159,10 +145,10 @@ struct CapsVo {
     contexts_overflowed: u64,
 }
 
-fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
     let boundary = c.history.sample(&c.engine);
     let transitions = c.transitions.newest_first();
-    let vo = |t: &super::breakers::Transition| TransitionVo {
+    let vo = |t: &Transition| TransitionVo {
         at: t.at_ms,
         resource: t.rule.resource.clone(),
         grade: grade_name(t.rule.grade),
@@ -254,7 +240,7 @@ struct HistoryVo<'a> {
     series: Vec<SeriesVo<'a>>,
 }
 
-fn history(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn history(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let after = match p.get("after") {
         None => None,
         Some(a) => Some(a.trim().parse::<u64>().map_err(|_| CommandError("`after` must be a time in ms".into()))?),

@@ -17,7 +17,7 @@ use hyper::header::{CONNECTION, CONTENT_TYPE, HOST};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 
-use super::commands::{version, MachineInfo};
+use super::handler::{version, MachineInfo};
 
 /// The dashboard's path for heartbeats.
 pub const HEARTBEAT_PATH: &str = "/registry/machine";

@@ -84,6 +84,7 @@ mod breakers;
 mod cluster;
 mod commands;
 mod console;
+mod handler;
 mod heartbeat;
 mod history;
 mod security;
@@ -110,8 +111,114 @@ use crate::datasource::WritableDataSource;
 use crate::flow::FlowRule;
 use crate::http_server::{plain, HttpServer, Limits, PeerPolicy, Runtime};
 use crate::{Resource, Sentinel};
-use commands::{Center, MachineInfo, Params};
+use handler::{version, Center, Command, CommandError, MachineInfo, Params, Reply};
 use security::Access;
+
+/// Every command the server knows, in the order the `api` command lists them: a command is the request's
+/// path without the leading `/`. The handlers live in `commands` (the dashboard's and the ones for people),
+/// `cluster` and `console`.
+const COMMANDS: &[Command] = &[
+    Command {
+        name: "metric",
+        desc: "per-second metric lines of complete seconds, accept param: startTime={ms}&endTime={ms}&maxLines={n}&identity={resource}",
+        write: false,
+        run: commands::metric,
+    },
+    Command { name: "jsonTree", desc: "get tree node VO start from root node", write: false, run: commands::json_tree },
+    Command {
+        name: "clusterNode",
+        desc: "get all clusterNode VO, use type=notZero to ignore those nodes with totalRequest <=0",
+        write: false,
+        run: commands::cluster_node,
+    },
+    Command {
+        name: "getRules",
+        desc: "get all active rules by type, request param: type={flow|degrade|system|authority}",
+        write: false,
+        run: commands::get_rules,
+    },
+    Command {
+        name: "setRules",
+        desc: "modify the rules, accept param: type={flow|degrade|system|authority}&data={ruleJson}",
+        write: true,
+        run: commands::set_rules,
+    },
+    Command {
+        name: "getParamFlowRules",
+        desc: "get all active param flow rules",
+        write: false,
+        run: commands::get_param_rules,
+    },
+    Command {
+        name: "setParamFlowRules",
+        desc: "set param flow rules, accept param: data={paramFlowRuleJson}",
+        write: true,
+        run: commands::set_param_rules,
+    },
+    Command { name: "version", desc: "get sentinel version", write: false, run: |_, _| Ok(Reply::text(version())) },
+    Command { name: "basicInfo", desc: "get sentinel config info", write: false, run: commands::basic_info },
+    Command { name: "getSwitch", desc: "get sentinel switch status", write: false, run: commands::get_switch },
+    Command {
+        name: "setSwitch",
+        desc: "set sentinel switch, accept param: value={true|false}",
+        write: true,
+        run: commands::set_switch,
+    },
+    Command { name: "systemStatus", desc: "get system status", write: false, run: commands::system_status },
+    Command { name: "api", desc: "get all available command handlers", write: false, run: api },
+    Command {
+        name: "diagnose",
+        desc: "explain what the rules of a resource do and why they fire or not, accept param: resource={name}",
+        write: false,
+        run: commands::diagnose,
+    },
+    Command {
+        name: "getClusterMode",
+        desc: "get cluster mode status",
+        write: false,
+        run: cluster::get_cluster_mode,
+    },
+    Command {
+        name: "setClusterMode",
+        desc: "set cluster mode, accept param: mode={0|1} 0:client mode 1:server mode",
+        write: true,
+        run: cluster::set_cluster_mode,
+    },
+    Command {
+        name: "cluster/client/fetchConfig",
+        desc: "get cluster client config",
+        write: false,
+        run: cluster::fetch_client_config,
+    },
+    Command {
+        name: "console/overview",
+        desc: "the console's live view: every resource's last complete second, concurrency, breakers and the switch",
+        write: false,
+        run: console::overview,
+    },
+    Command {
+        name: "console/history",
+        desc: "per-second series of every resource for the console's charts, accept param: after={ms}",
+        write: false,
+        run: console::history,
+    },
+];
+
+/// The command named `name`.
+fn find_command(name: &str) -> Option<&'static Command> {
+    COMMANDS.iter().find(|c| c.name == name)
+}
+
+/// `api`: every command with what it does.
+fn api(_: &Center, _: &Params) -> Result<Reply, CommandError> {
+    #[derive(serde::Serialize)]
+    struct Api {
+        url: String,
+        desc: &'static str,
+    }
+    let list: Vec<Api> = COMMANDS.iter().map(|c| Api { url: format!("/{}", c.name), desc: c.desc }).collect();
+    Reply::json(&list)
+}
 
 /// The default command port (Java's `csp.sentinel.api.port`).
 pub const DEFAULT_PORT: u16 = 8719;
@@ -715,7 +822,7 @@ async fn dispatch(
     if name.trim().is_empty() {
         return text(StatusCode::BAD_REQUEST, "Invalid command");
     }
-    let Some(command) = commands::find(name) else {
+    let Some(command) = find_command(name) else {
         let shown: String = name.chars().take(200).collect();
         return text(StatusCode::BAD_REQUEST, format!("Unknown command `{shown}`"));
     };
@@ -759,7 +866,7 @@ async fn dispatch(
             }
             r
         }
-        Ok(Err(commands::CommandError(message))) => text(StatusCode::BAD_REQUEST, message),
+        Ok(Err(CommandError(message))) => text(StatusCode::BAD_REQUEST, message),
         Err(e) => {
             tracing::error!(command = command.name, error = %e, "command failed unexpectedly");
             text(

@@ -14,8 +14,8 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::block_response as block;
-use super::body::{is_error, BodyMode, BodyWatch, OutcomeFn, ResponseBody, Wrapped};
-use super::layer::{Config, ExitOn, Judging};
+use super::body::{BodyMode, BodyWatch, ResponseBody, Wrapped};
+use super::config::{is_error, ExitOn, Judging, LayerConfig, OutcomeFn};
 use super::outcome::{GrpcCode, Outcome};
 use super::scope::RequestEntry;
 use crate::clock::Sleep;
@@ -32,7 +32,7 @@ pub(crate) struct Guard {
 
 impl Guard {
     #[inline(always)]
-    pub(crate) fn new(entry: RequestEntry, grpc: bool, config: &Config) -> Self {
+    pub(crate) fn new(entry: RequestEntry, grpc: bool, config: &LayerConfig) -> Self {
         Guard { entry, grpc, exit_on: config.exit_on, judging: config.judging.clone() }
     }
     #[inline(always)]
@@ -182,7 +182,7 @@ where
         request: Request<B>,
         entry: RequestEntry,
         grpc: bool,
-        config: &Config,
+        config: &LayerConfig,
     ) -> Self {
         let guard = Guard::new(entry, grpc, config);
         let timeout = guard.timeout();

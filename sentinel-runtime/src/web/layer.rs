@@ -1,4 +1,5 @@
-//! [`SentinelLayer`]: the configuration, shared by every service it wraps.
+//! [`SentinelLayer`]: builds the layer's configuration ([`config`](super::config)) and hands it to every
+//! service it wraps.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -10,9 +11,8 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::body::{OutcomeFn, Wrapped};
-use super::extract::ValueFn;
-use super::naming::{Naming, ResourceCache};
+use super::body::Wrapped;
+use super::config::{ExitOn, LayerConfig, LayerState};
 #[cfg(doc)]
 use super::outcome::is_error_by_default;
 use super::outcome::Outcome;
@@ -24,58 +24,6 @@ use crate::{BlockError, Sentinel};
 /// [`SentinelLayer::context_name`]`(WEB_CONTEXT_NAME)`, chain rules that name it limit a resource only when it
 /// is called from a request.
 pub const WEB_CONTEXT_NAME: &str = "sentinel_web_context";
-
-/// Decides whether a request is prioritized.
-pub(crate) type PriorityFn = Arc<dyn Fn(&RequestView<'_>) -> bool + Send + Sync>;
-
-/// Builds the response for a blocked request.
-pub(crate) type BlockFn = Arc<dyn Fn(&BlockError, &RequestView<'_>) -> Response<Bytes> + Send + Sync>;
-
-/// When a request's entry exits (for HTTP; a gRPC call always holds it until its body ends, because its
-/// status comes in the trailers).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ExitOn {
-    /// When the service's response (its head) is ready: the response time and the concurrency count cover
-    /// the handler, not the transfer of the body.
-    #[default]
-    Response,
-    /// When the response body ends (its last frame, trailers or an error) or is dropped: for streaming
-    /// responses whose work happens while the body streams (server-sent events, large downloads).
-    BodyEnd,
-}
-
-/// The parts of the configuration a request's guard keeps until the response (or its body) ends.
-pub(crate) struct Judging {
-    pub(crate) trace_if: Option<OutcomeFn>,
-    pub(crate) timeout: Option<Duration>,
-    pub(crate) engine: Sentinel,
-}
-
-/// What every service of one layer shares: the configuration and the resources named so far.
-pub(crate) struct Shared {
-    pub(crate) config: Config,
-    pub(crate) cache: ResourceCache,
-}
-
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) engine: Sentinel,
-    pub(crate) naming: Naming,
-    pub(crate) origin: Option<ValueFn>,
-    pub(crate) params: Vec<ValueFn>,
-    pub(crate) prioritized: Option<PriorityFn>,
-    pub(crate) on_blocked: Option<BlockFn>,
-    /// `None`: [`is_error_by_default`].
-    pub(crate) trace_if: Option<OutcomeFn>,
-    pub(crate) timeout: Option<Duration>,
-    /// What a request's guard needs beyond the defaults (a custom predicate, a time limit): shared, and
-    /// `None` when the layer uses neither, so a request takes no reference count for it.
-    pub(crate) judging: Option<Arc<Judging>>,
-    pub(crate) exit_on: ExitOn,
-    /// `None`: the engine's default context (no lookup per request).
-    pub(crate) context: Option<Arc<str>>,
-}
 
 /// A tower [`Layer`] that guards every request with a Sentinel entry: an inbound resource named after the
 /// request's route, with the caller's origin and hot parameters taken from the request.
@@ -106,13 +54,13 @@ pub(crate) struct Config {
 /// response with [`axum`](Self::axum).
 #[must_use = "a layer does nothing until it wraps a service"]
 pub struct SentinelLayer<M = Wrapped> {
-    shared: Arc<Shared>,
+    state: Arc<LayerState>,
     mode: PhantomData<fn() -> M>,
 }
 
 impl<M> Clone for SentinelLayer<M> {
     fn clone(&self) -> Self {
-        SentinelLayer { shared: self.shared.clone(), mode: PhantomData }
+        SentinelLayer { state: self.state.clone(), mode: PhantomData }
     }
 }
 
@@ -125,20 +73,7 @@ impl SentinelLayer {
     /// serving one route each request moves their cache lines between cores (`--bench entry`,
     /// `entry_exit_aggregate`, owned entries on 2 threads: 186 ns a call against 51 ns on a leaked engine).
     pub fn new(engine: &Sentinel) -> Self {
-        let config = Config {
-            engine: engine.clone(),
-            naming: Naming::default(),
-            origin: None,
-            params: Vec::new(),
-            prioritized: None,
-            on_blocked: None,
-            trace_if: None,
-            timeout: None,
-            judging: None,
-            exit_on: ExitOn::Response,
-            context: None,
-        };
-        SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }), mode: PhantomData }
+        SentinelLayer { state: Arc::new(LayerState::new(LayerConfig::new(engine))), mode: PhantomData }
     }
 
     /// A layer on the process-wide engine ([`Sentinel::global`]).
@@ -163,26 +98,20 @@ impl SentinelLayer {
     /// ```
     #[cfg(feature = "axum")]
     pub fn axum(self) -> SentinelLayer<super::AxumBody> {
-        SentinelLayer { shared: self.shared, mode: PhantomData }
+        SentinelLayer { state: self.state, mode: PhantomData }
     }
 }
 
 impl<M> SentinelLayer<M> {
-    fn update(self, f: impl FnOnce(&mut Config)) -> Self {
-        let mut config = match Arc::try_unwrap(self.shared) {
-            Ok(shared) => shared.config,
-            Err(shared) => shared.config.clone(),
+    fn update(self, f: impl FnOnce(&mut LayerConfig)) -> Self {
+        let mut config = match Arc::try_unwrap(self.state) {
+            Ok(state) => state.config,
+            Err(state) => state.config.clone(),
         };
         f(&mut config);
-        config.judging = (config.trace_if.is_some() || config.timeout.is_some()).then(|| {
-            Arc::new(Judging {
-                trace_if: config.trace_if.clone(),
-                timeout: config.timeout,
-                engine: config.engine.clone(),
-            })
-        });
+        config.settle();
         // A new configuration starts with no resources named (the old names may not hold any more).
-        SentinelLayer { shared: Arc::new(Shared { config, cache: ResourceCache::default() }), mode: PhantomData }
+        SentinelLayer { state: Arc::new(LayerState::new(config)), mode: PhantomData }
     }
 
     /// Names each request's resource with `f` instead of the default (`METHOD:/route/{template}`, the gRPC
@@ -307,13 +236,13 @@ impl<S, M> Layer<S> for SentinelLayer<M> {
     type Service = SentinelService<S, M>;
 
     fn layer(&self, inner: S) -> SentinelService<S, M> {
-        SentinelService::new(inner, self.shared.clone())
+        SentinelService::new(inner, self.state.clone())
     }
 }
 
 impl<M> fmt::Debug for SentinelLayer<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.shared.config;
+        let c = &self.state.config;
         f.debug_struct("SentinelLayer")
             .field("engine", &c.engine)
             .field("custom_names", &c.naming.namer.is_some())

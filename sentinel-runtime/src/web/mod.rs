@@ -76,8 +76,9 @@
 //!   in that VM it pays off only past 1.5–2.7 million entries a second (the README's figures).
 
 mod block_response;
-pub(crate) mod body;
+mod body;
 mod client_ip;
+mod config;
 pub mod extract;
 mod future;
 mod layer;
@@ -88,6 +89,7 @@ mod scope;
 mod service;
 #[cfg(feature = "tonic")]
 mod tonic;
+pub(crate) mod watched;
 
 /// Responses for blocked calls: the defaults, for use in a custom [`SentinelLayer::on_blocked`].
 pub mod block {
@@ -100,8 +102,9 @@ pub mod block {
 pub use body::AxumBody;
 pub use body::{BodyMode, ResponseBody, Wrapped};
 pub use client_ip::{InvalidProxy, TrustedProxies};
+pub use config::ExitOn;
 pub use future::ResponseFuture;
-pub use layer::{ExitOn, SentinelLayer, WEB_CONTEXT_NAME};
+pub use layer::{SentinelLayer, WEB_CONTEXT_NAME};
 pub use naming::{clean_path, DEFAULT_MAX_RESOURCES, OTHER_METHODS_RESOURCE, OVERFLOW_RESOURCE};
 pub use outcome::{is_error_by_default, GrpcCode, Outcome};
 pub use request::{PeerAddr, RequestView};

@@ -13,9 +13,9 @@ use tower_service::Service;
 
 use super::block_response as block;
 use super::body::{BodyMode, Wrapped};
+use super::config::LayerState;
 use super::extract::ValueFn;
 use super::future::{Guard, ResponseFuture};
-use super::layer::Shared;
 use super::naming::RouteMemo;
 use super::request::RequestView;
 use super::scope::RequestEntry;
@@ -31,14 +31,14 @@ pub struct SentinelService<S, M = Wrapped> {
     mode: PhantomData<fn() -> M>,
 }
 
-/// What the clones of one service share: the layer, and the routes this service saw.
+/// What the clones of one service share: the layer's state, and the routes this service saw.
 struct ServiceState {
-    layer: Arc<Shared>,
+    layer: Arc<LayerState>,
     memo: RouteMemo,
 }
 
 impl<S, M> SentinelService<S, M> {
-    pub(crate) fn new(inner: S, layer: Arc<Shared>) -> Self {
+    pub(crate) fn new(inner: S, layer: Arc<LayerState>) -> Self {
         let state = Arc::new(ServiceState { layer, memo: RouteMemo::default() });
         SentinelService { inner, state, mode: PhantomData }
     }
@@ -110,10 +110,10 @@ where
 /// Names the request's resource and runs its checks: `None` when no resource guards the request.
 #[inline(always)]
 fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Result<RequestEntry, BlockError>> {
-    let shared = &*state.layer;
-    let config = &shared.config;
+    let layer = &*state.layer;
+    let config = &layer.config;
     let memo = Some(&state.memo);
-    shared.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
+    layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
         let origin = config.origin.as_ref().and_then(|f| f(view));
         let prioritized = config.prioritized.as_ref().is_some_and(|f| f(view));
         with_params(&config.params, view, |args| {

@@ -2,6 +2,7 @@
 
 use tonic::{Code, Status};
 
+use super::block_response::{grpc_code, GRPC_RETRY_PUSHBACK_MS};
 use crate::{BlockError, Timeout};
 
 impl From<BlockError> for Status {
@@ -9,11 +10,11 @@ impl From<BlockError> for Status {
     /// circuit breaker, `PERMISSION_DENIED` for an authority rule; the message is the block's description, and
     /// `grpc-retry-pushback-ms` is set when the rule knows when a retry can pass.
     fn from(err: BlockError) -> Status {
-        let code = Code::from_i32(super::block::grpc_code(&err).as_i32());
+        let code = Code::from_i32(grpc_code(&err).as_i32());
         let mut status = Status::new(code, err.to_string());
         if let Some(d) = err.retry_after() {
             let ms = d.as_nanos().div_ceil(1_000_000).min(u64::MAX as u128) as u64;
-            status.metadata_mut().insert(super::block::GRPC_RETRY_PUSHBACK_MS, ms.into());
+            status.metadata_mut().insert(GRPC_RETRY_PUSHBACK_MS, ms.into());
         }
         status
     }

@@ -1,0 +1,113 @@
+//! The layer's configuration: written by [`SentinelLayer`](super::SentinelLayer)'s builder, read by its
+//! services, their response futures and the bodies that hold a request's entry. Every other file of the
+//! layer imports this one; it imports none of them but the leaves (naming, extraction, outcomes).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+
+use super::extract::ValueFn;
+use super::naming::{Naming, ResourceCache};
+use super::outcome::{is_error_by_default, Outcome};
+use super::request::RequestView;
+use crate::{BlockError, Sentinel};
+
+/// Decides whether a request is prioritized.
+pub(crate) type PriorityFn = Arc<dyn Fn(&RequestView<'_>) -> bool + Send + Sync>;
+
+/// Builds the response for a blocked request.
+pub(crate) type BlockFn = Arc<dyn Fn(&BlockError, &RequestView<'_>) -> Response<Bytes> + Send + Sync>;
+
+/// Decides whether an outcome counts as an error.
+pub(crate) type OutcomeFn = Arc<dyn Fn(Outcome) -> bool + Send + Sync>;
+
+/// Whether `outcome` counts as an error: the layer's predicate, or [`is_error_by_default`].
+#[inline]
+pub(crate) fn is_error(trace_if: Option<&OutcomeFn>, outcome: Outcome) -> bool {
+    match trace_if {
+        Some(f) => f(outcome),
+        None => is_error_by_default(outcome),
+    }
+}
+
+/// When a request's entry exits (for HTTP; a gRPC call always holds it until its body ends, because its
+/// status comes in the trailers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExitOn {
+    /// When the service's response (its head) is ready: the response time and the concurrency count cover
+    /// the handler, not the transfer of the body.
+    #[default]
+    Response,
+    /// When the response body ends (its last frame, trailers or an error) or is dropped: for streaming
+    /// responses whose work happens while the body streams (server-sent events, large downloads).
+    BodyEnd,
+}
+
+/// The parts of the configuration a request's guard keeps until the response (or its body) ends.
+pub(crate) struct Judging {
+    pub(crate) trace_if: Option<OutcomeFn>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) engine: Sentinel,
+}
+
+/// What every service of one layer shares: the configuration and the resources named so far.
+pub(crate) struct LayerState {
+    pub(crate) config: LayerConfig,
+    pub(crate) cache: ResourceCache,
+}
+
+impl LayerState {
+    /// A layer's state with no resources named yet.
+    pub(crate) fn new(config: LayerConfig) -> Self {
+        LayerState { config, cache: ResourceCache::default() }
+    }
+}
+
+/// A layer's configuration.
+#[derive(Clone)]
+pub(crate) struct LayerConfig {
+    pub(crate) engine: Sentinel,
+    pub(crate) naming: Naming,
+    pub(crate) origin: Option<ValueFn>,
+    pub(crate) params: Vec<ValueFn>,
+    pub(crate) prioritized: Option<PriorityFn>,
+    pub(crate) on_blocked: Option<BlockFn>,
+    /// `None`: [`is_error_by_default`].
+    pub(crate) trace_if: Option<OutcomeFn>,
+    pub(crate) timeout: Option<Duration>,
+    /// What a request's guard needs beyond the defaults (a custom predicate, a time limit): shared, and
+    /// `None` when the layer uses neither, so a request takes no reference count for it.
+    pub(crate) judging: Option<Arc<Judging>>,
+    pub(crate) exit_on: ExitOn,
+    /// `None`: the engine's default context (no lookup per request).
+    pub(crate) context: Option<Arc<str>>,
+}
+
+impl LayerConfig {
+    /// The defaults, on `engine`.
+    pub(crate) fn new(engine: &Sentinel) -> Self {
+        LayerConfig {
+            engine: engine.clone(),
+            naming: Naming::default(),
+            origin: None,
+            params: Vec::new(),
+            prioritized: None,
+            on_blocked: None,
+            trace_if: None,
+            timeout: None,
+            judging: None,
+            exit_on: ExitOn::Response,
+            context: None,
+        }
+    }
+
+    /// Derives [`judging`](Self::judging) from the predicate and the time limit, after either changed.
+    pub(crate) fn settle(&mut self) {
+        self.judging = (self.trace_if.is_some() || self.timeout.is_some()).then(|| {
+            Arc::new(Judging { trace_if: self.trace_if.clone(), timeout: self.timeout, engine: self.engine.clone() })
+        });
+    }
+}
