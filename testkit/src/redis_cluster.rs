@@ -35,6 +35,7 @@ fn poll(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// A three-master Redis Cluster (no replicas) started by a test. Every node runs with
 /// `cluster-require-full-coverage no` (a shard down leaves the others serving) and a node timeout of one
 /// second.
+#[derive(Debug)]
 pub struct RedisClusterServers {
     cli: PathBuf,
     /// The nodes (their cluster state files live in `state`, so that a restarted node rejoins).
@@ -131,6 +132,7 @@ impl RedisClusterServers {
 
 /// A master, a replica and three sentinels that monitor the master as [`MASTER_NAME`], with a failure
 /// detected after [`DOWN_AFTER_MS`] and a failover timeout of three seconds.
+#[derive(Debug)]
 pub struct RedisSentinelServers {
     cli: PathBuf,
     /// The master at start.
