@@ -87,6 +87,7 @@ pub mod context;
 #[cfg(feature = "serde")]
 pub mod datasource;
 pub mod diagnose;
+mod chain;
 mod engine;
 mod entry;
 mod error;
@@ -95,6 +96,7 @@ pub mod exporter;
 pub mod flow;
 #[cfg(any(feature = "transport", feature = "http-exporter"))]
 mod http_server;
+mod names;
 mod inspect;
 #[cfg(feature = "logs")]
 pub mod log;
@@ -117,22 +119,20 @@ pub mod transport;
 #[cfg(feature = "tower")]
 pub mod web;
 
-pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
+pub use context::{ContextError, ContextGuard};
 pub use diagnose::{Caps, Diagnosis};
-pub use engine::{
-    AlreadyInitialized, Config, Sentinel, SentinelBuilder, WeakSentinel, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS,
-    DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE, DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW, UNTRACKED_ORIGIN,
+pub use config::{
+    Config, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE,
+    DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW,
 };
+pub use engine::{AlreadyInitialized, Sentinel, SentinelBuilder, WeakSentinel};
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
 pub use inspect::{NodeStats, SecondTotals, TreeNode};
 pub use resource::{EntryType, Resource};
 pub use sentinel_macros::sentinel_resource;
 
-/// `limit_app` meaning every caller.
-pub const LIMIT_APP_DEFAULT: &str = "default";
-/// `limit_app` meaning each origin not named by another rule of the resource.
-pub const LIMIT_APP_OTHER: &str = "other";
+pub use names::{DEFAULT_CONTEXT_NAME, LIMIT_APP_DEFAULT, LIMIT_APP_OTHER, UNTRACKED_ORIGIN};
 
 #[doc(hidden)]
 pub mod __private {

@@ -26,7 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 
-use crate::rules::CheckCx;
+use crate::slot::contract::CheckCx;
 use crate::stat::admission::{AdmissionWindow, Mode};
 use crate::stat::StatNode;
 

@@ -3,9 +3,11 @@
 pub(crate) mod admission;
 mod node;
 pub(crate) mod stripe;
+mod thread_gate;
 mod window;
 
 pub(crate) use node::Writer;
+pub(crate) use thread_gate::ThreadGate;
 pub use node::{StatNode, MINUTE_INTERVAL_MS, MINUTE_SAMPLE_COUNT, SECOND_INTERVAL_MS, SECOND_SAMPLE_COUNT};
 pub use window::{BucketTotals, MetricEvent};
 
