@@ -132,7 +132,11 @@ async fn annotated_async(x: u64) -> Result<u64, BlockError> {
 
 /// One entry and exit per run on `resource` of a fresh engine with `setup`'s rules; `blocks`: every call is
 /// expected to be blocked.
-fn entries(setup: impl FnOnce(&Sentinel) -> Result<(), Box<dyn Error>>, blocks: bool, n: usize) -> Result<(), Box<dyn Error>> {
+fn entries(
+    setup: impl FnOnce(&Sentinel) -> Result<(), Box<dyn Error>>,
+    blocks: bool,
+    n: usize,
+) -> Result<(), Box<dyn Error>> {
     let engine = Sentinel::builder().build().leak();
     setup(&engine)?;
     let resource = engine.resource("part");

@@ -348,13 +348,14 @@ pub(crate) trait Chain {
     /// Whether a slot that cannot be on the fast path has rules for the resource (outbound calls).
     fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool;
 
-    /// The fast path's checks: the wait they ask for, or the block.
+    /// The fast path's checks: the wait they ask for adds to `wait`.
     fn fast<'c>(
         rules: &ResourceRules,
         shared: &Shared,
         fast: &FastCx<'c>,
         cx: &impl Fn() -> CheckCx<'c>,
-    ) -> Result<u64, BlockError>;
+        wait: &mut u64,
+    ) -> Result<(), BlockError>;
 
     /// The exits of the slots that do not read the rules.
     fn exit(shared: &Shared, cx: &ExitCx, held: &mut Held<'_>);
@@ -388,8 +389,14 @@ impl Chain for () {
         false
     }
     #[inline(always)]
-    fn fast<'c>(_: &ResourceRules, _: &Shared, _: &FastCx<'c>, _: &impl Fn() -> CheckCx<'c>) -> Result<u64, BlockError> {
-        Ok(0)
+    fn fast<'c>(
+        _: &ResourceRules,
+        _: &Shared,
+        _: &FastCx<'c>,
+        _: &impl Fn() -> CheckCx<'c>,
+        _: &mut u64,
+    ) -> Result<(), BlockError> {
+        Ok(())
     }
     #[inline(always)]
     fn exit(_: &Shared, _: &ExitCx, _: &mut Held<'_>) {}
@@ -465,14 +472,18 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         shared: &Shared,
         fast: &FastCx<'c>,
         cx: &impl Fn() -> CheckCx<'c>,
-    ) -> Result<u64, BlockError> {
-        let mut wait = 0;
-        if S::ON_FAST_PATH {
+        wait: &mut u64,
+    ) -> Result<(), BlockError> {
+        if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
             if let Some(r) = S::rules(rules, shared, false) {
-                wait = S::check_fast(r, S::state(shared), fast, cx)?;
+                // The block is returned as it came (no `?`): it is built once, in the caller's slot.
+                return match S::check_fast(r, S::state(shared), fast, cx, wait) {
+                    Ok(()) => R::fast(rules, shared, fast, cx, wait),
+                    blocked => blocked,
+                };
             }
         }
-        Ok(wait + R::fast(rules, shared, fast, cx)?)
+        R::fast(rules, shared, fast, cx, wait)
     }
 
     #[inline(always)]
@@ -587,8 +598,9 @@ pub(crate) fn run_fast<'c>(
     shared: &Shared,
     fast: &FastCx<'c>,
     cx: &impl Fn() -> CheckCx<'c>,
-) -> Result<u64, BlockError> {
-    <BuiltIn as Chain>::fast(rules, shared, fast, cx)
+    wait: &mut u64,
+) -> Result<(), BlockError> {
+    <BuiltIn as Chain>::fast(rules, shared, fast, cx, wait)
 }
 
 /// The exit of a call that passed, for the slots that do not read the rules.

@@ -26,7 +26,6 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-
 /// Default cap on contexts (Java's `MAX_CONTEXT_NAME_SIZE`).
 pub const DEFAULT_MAX_CONTEXTS: usize = 2000;
 /// Default cap on resources (Java's `MAX_SLOT_CHAIN_SIZE`).

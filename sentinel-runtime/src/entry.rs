@@ -14,13 +14,13 @@ use crate::param_flow::HotParam;
 use crate::resource::ResourceInner;
 use crate::resource::{EntryType, Resource};
 
-use crate::flow::token_service::Wait;
 use crate::chain::{self, Decided, MAX_SLOT_EXITS};
 use crate::flow;
 use crate::rules::ResourceRules;
 use crate::slot::contract::{CheckCx, ExitCx, FastCx};
 use crate::slot::SlotExit;
 use crate::stat::{StatNode, Writer};
+use crate::wait::Wait;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -204,7 +204,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     #[inline(always)]
     pub fn enter(self) -> Result<Entry<'r>, BlockError> {
         let install = !self.res.is_owned();
-        self.build(true, install)
+        self.enter_with(true, install)
     }
 
     /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread, and so
@@ -218,7 +218,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// the entry as its innermost entry.
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
         let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
-        let first = match self.build_in(wait, false) {
+        let first = match self.enter_or_wait(wait, false) {
             Ok(decided) => Ok(decided),
             Err((b, pending)) => Err((Retry::of(b), pending)),
         };
@@ -240,7 +240,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     #[inline(always)]
     pub fn decide(self) -> Result<Entry<'r>, BlockError> {
         let install = !self.res.is_owned();
-        self.build(false, install)
+        self.enter_with(false, install)
     }
 
     /// One step of an async entry (annotated `async fn`s): the decision (installed like
@@ -248,13 +248,13 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// await `pending` and then decide again (with a new builder). `deadline`: the deadline of the wait under
     /// way (0 before the first wait).
     #[inline(always)]
-    pub(crate) fn decide_step(
+    pub(crate) fn decide_or_wait(
         self,
         deadline: u64,
         pending: &mut Option<flow::token_service::Pending>,
     ) -> Option<Result<Entry<'r>, BlockError>> {
         let install = !self.res.is_owned();
-        match self.build_in(Wait::Async(deadline), install) {
+        match self.enter_or_wait(Wait::Async(deadline), install) {
             Ok(decided) => Some(decided),
             Err((_, p)) => {
                 *pending = Some(p);
@@ -263,22 +263,22 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
     }
 
-    /// The whole entry path, waiting as `sleep` says; `install` as for [`build_in`](Self::build_in).
+    /// The whole entry path, waiting as `sleep` says; `install` as for [`enter_or_wait`](Self::enter_or_wait).
     #[inline(always)]
-    fn build(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
-        self.build_as::<Result<Entry<'r>, BlockError>>(if sleep { Wait::Blocking(0) } else { Wait::Now }, install)
+    fn enter_with(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
+        self.entry_path::<Result<Entry<'r>, BlockError>>(if sleep { Wait::Blocking(0) } else { Wait::Now }, install)
     }
 
-    /// [`build_as`](Self::build_as) for an async caller: `Err` gives the builder back with the wait a cluster
+    /// [`entry_path`](Self::entry_path) for an async caller: `Err` gives the builder back with the wait a cluster
     /// rule asked for.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn build_in(
+    fn enter_or_wait(
         self,
         wait: Wait,
         install: bool,
     ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::token_service::Pending)> {
-        self.build_as::<MayWait<'r, 'a>>(wait, install)
+        self.entry_path::<MayWait<'r, 'a>>(wait, install)
     }
 
     /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
@@ -287,7 +287,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// [`Wait::Async`]), returns the builder and the wait. The outcome type is static, so the synchronous
     /// path compiles to what it was before cluster waits existed.
     #[inline(always)]
-    fn build_as<O: Outcome<'r, 'a>>(self, wait: Wait, install: bool) -> O {
+    fn entry_path<O: PathResult<'r, 'a>>(self, wait: Wait, install: bool) -> O {
         let sleep = matches!(wait, Wait::Blocking(_));
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
@@ -352,7 +352,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         if wait.mode() != 0 {
             checks.tally.wait_mode = wait.mode();
         }
-        let _deadline = flow::token_service::DeadlineScope::enter(wait.deadline());
+        let _deadline = crate::wait::DeadlineScope::enter(wait.deadline());
         let needs_checks = inner.has_rules.load(Ordering::Acquire)
             || (inbound && shared.system.active())
             || shared.has_custom_slots.load(Ordering::Acquire);
@@ -363,15 +363,15 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 || (inbound && shared.system.active())
                 || shared.has_custom_slots.load(Ordering::Acquire);
             let decided = inner.with_rules(|rules| {
-                if !general && rules.fast_path && chain::admits_fast(rules, shared, now_ms) {
+                if !general && rules.fast_path && chain::admits_fast(rules, site.shared, now_ms) {
                     // The same chain, specialised: only the slots that can be on the fast path, on rules that
                     // leave a passed call holding nothing.
                     let fast = FastCx { resource: inner, now_ms, acquire: self.acquire, origin: &origin.name };
-                    checks.tally.wait_nanos =
-                        chain::run_fast(rules, shared, &fast, &|| self.check_cx(&site, now_nanos, Wait::Now))?;
-                    return Ok(());
+                    let (builder, site) = (&self, &site);
+                    let cx = move || builder.check_cx(site, now_nanos, Wait::Now);
+                    return chain::run_fast(rules, site.shared, &fast, &cx, &mut checks.tally.wait_nanos);
                 }
-                self.run_checks(rules, &mut checks, &site, now_nanos)
+                self.run_general(rules, &mut checks, &site, now_nanos)
             });
             if let Err(block) = decided {
                 let block = if asks_to_wait(&block, wait) {
@@ -449,9 +449,9 @@ impl EntryBuilder<'_, '_> {
             p.wait_blocking();
             // The checks undid what they took when the call was asked to wait.
             *checks = Decided::default();
-            let _deadline = flow::token_service::DeadlineScope::enter(p.deadline());
+            let _deadline = crate::wait::DeadlineScope::enter(p.deadline());
             let now_nanos = site.shared.clock.now_nanos();
-            let decided = site.inner.with_rules(|rules| self.run_checks(rules, checks, site, now_nanos));
+            let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
             match decided {
                 Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::token_service::take_pending() {
                     Some(again) => p = again,
@@ -489,20 +489,20 @@ impl EntryBuilder<'_, '_> {
 
     /// Every check in slot order (the general path), on the rules read by the caller.
     #[inline(never)]
-    fn run_checks(
+    fn run_general(
         &self,
         rules: &ResourceRules,
         checks: &mut Decided,
         site: &Site<'_>,
         now_nanos: u64,
     ) -> Result<(), BlockError> {
-        if rules.lone_cluster && !self.prioritized && !self.is_general(site.shared) {
+        if rules.cluster_only && !self.prioritized && !self.is_general(site.shared) {
             // A lone cluster rule with a leased token in hand, decided before the general check context is
             // built (here rather than beside the fast path, which then compiles as before); without a token
             // in hand, the general path below waits, falls back or blocks.
             let now_ms = now_nanos / NANOS_PER_MILLI;
             if let Some(f) = &rules.flow {
-                if chain::admits_fast(rules, site.shared, now_ms) && flow::check_lone_cluster(f, now_ms, self.acquire) {
+                if chain::admits_fast(rules, site.shared, now_ms) && flow::check_cluster_only(f, now_ms, self.acquire) {
                     return Ok(());
                 }
             }
@@ -512,18 +512,18 @@ impl EntryBuilder<'_, '_> {
     }
 }
 
-/// What the entry path returns ([`EntryBuilder::build_as`]): a decision, or, for async callers, the
+/// What the entry path returns ([`EntryBuilder::entry_path`]): a decision, or, for async callers, the
 /// builder and the wait a cluster rule asked for.
-trait Outcome<'r, 'a>: Sized {
+trait PathResult<'r, 'a>: Sized {
     /// Whether the call may be handed back to wait (else a cluster wait blocks the thread).
     const HANDS_BACK: bool;
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
-    /// The call must wait (only called when [`HANDS_BACK`](Outcome::HANDS_BACK)); `block` is what the
+    /// The call must wait (only called when [`HANDS_BACK`](PathResult::HANDS_BACK)); `block` is what the
     /// checks answered meanwhile.
     fn wait(b: EntryBuilder<'r, 'a>, p: flow::token_service::Pending, block: BlockError) -> Self;
 }
 
-impl<'r, 'a> Outcome<'r, 'a> for Result<Entry<'r>, BlockError> {
+impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, BlockError> {
     const HANDS_BACK: bool = false;
     #[inline(always)]
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
@@ -537,7 +537,7 @@ impl<'r, 'a> Outcome<'r, 'a> for Result<Entry<'r>, BlockError> {
 /// A decision, or the builder back with a cluster wait.
 type MayWait<'r, 'a> = Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, flow::token_service::Pending)>;
 
-impl<'r, 'a> Outcome<'r, 'a> for MayWait<'r, 'a> {
+impl<'r, 'a> PathResult<'r, 'a> for MayWait<'r, 'a> {
     const HANDS_BACK: bool = true;
     #[inline(always)]
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
@@ -587,7 +587,7 @@ impl<'r> Retry<'r> {
                 args: &[],
                 prioritized: self.prioritized,
             };
-            match b.build_in(Wait::Async(deadline), false) {
+            match b.enter_or_wait(Wait::Async(deadline), false) {
                 Ok(decided) => return decided,
                 Err((b, again)) => {
                     self.res = b.res;
@@ -599,7 +599,7 @@ impl<'r> Retry<'r> {
 }
 
 /// Where a call stands while it is checked: its engine, its resource, its node in its context, its context and
-/// origin, and the nodes it records on (built once in [`EntryBuilder::build_as`], seen by every check).
+/// origin, and the nodes it records on (built once in [`EntryBuilder::entry_path`], seen by every check).
 struct Site<'c> {
     shared: &'c Shared,
     inner: &'c ResourceInner,
@@ -969,14 +969,14 @@ impl Drop for Entry<'_> {
             o.record_rt(rt_micros);
         }
 
-        let xcx = ExitCx { now_ms, rt_micros, error, acquire };
-        chain::exit(shared, &xcx, &mut self.held());
+        chain::exit(shared, &ExitCx { now_ms, rt_micros, error, acquire }, &mut self.held());
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
         if self.flags & Flags::TOUCHES_TLS != 0 {
             self.restore_context(shared, node);
         }
         if inner.has_breakers.load(Ordering::Acquire) {
+            let xcx = ExitCx { now_ms, rt_micros, error, acquire };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }
@@ -1048,7 +1048,6 @@ impl<F> fmt::Debug for Instrumented<'_, F> {
         f.debug_struct("Instrumented").field("entry", &self.entry).finish_non_exhaustive()
     }
 }
-
 
 impl fmt::Debug for Entry<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -78,6 +78,7 @@
 #![warn(rust_2018_idioms)]
 
 pub mod authority;
+mod chain;
 pub mod circuit_breaker;
 pub mod clock;
 #[cfg(feature = "cluster-redis")]
@@ -87,7 +88,6 @@ pub mod context;
 #[cfg(feature = "serde")]
 pub mod datasource;
 pub mod diagnose;
-mod chain;
 mod engine;
 mod entry;
 mod error;
@@ -96,11 +96,11 @@ pub mod exporter;
 pub mod flow;
 #[cfg(any(feature = "transport", feature = "http-exporter"))]
 mod http_server;
-mod names;
 mod inspect;
 #[cfg(feature = "logs")]
 pub mod log;
 mod macro_support;
+mod names;
 mod node;
 mod observe;
 #[cfg(feature = "tower")]
@@ -116,15 +116,16 @@ pub mod stat;
 pub mod system;
 #[cfg(feature = "transport")]
 pub mod transport;
+mod wait;
 #[cfg(feature = "tower")]
 pub mod web;
 
-pub use context::{ContextError, ContextGuard};
-pub use diagnose::{Caps, Diagnosis};
 pub use config::{
     Config, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE,
     DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW,
 };
+pub use context::{ContextError, ContextGuard};
+pub use diagnose::{Caps, Diagnosis};
 pub use engine::{AlreadyInitialized, Sentinel, SentinelBuilder, WeakSentinel};
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};

@@ -25,7 +25,7 @@ pub(crate) struct ResourceRules {
     /// No authority or hot-parameter rule, and one flow rule, a cluster rule for every caller: an entry that
     /// is not prioritized, while every breaker is closed and a leased token is in hand, is decided by it
     /// alone.
-    pub(crate) lone_cluster: bool,
+    pub(crate) cluster_only: bool,
     /// Degrade rules of the resource itself.
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
     /// The default (`"*"`) breakers, used only when the resource has none of its own.
@@ -56,4 +56,3 @@ impl ResourceRules {
         true
     }
 }
-

@@ -170,7 +170,13 @@ impl RuleSlot for AuthoritySlot {
     const ORDER: i32 = crate::slot::ORDER_AUTHORITY;
 
     #[inline(always)]
-    fn check(rules: &ResourceAuthority, _: &(), cx: &CheckCx<'_>, _: &mut (), _: &mut ()) -> Result<Verdict, BlockError> {
+    fn check(
+        rules: &ResourceAuthority,
+        _: &(),
+        cx: &CheckCx<'_>,
+        _: &mut (),
+        _: &mut (),
+    ) -> Result<Verdict, BlockError> {
         check(rules, cx).map(|()| Verdict::PASS)
     }
 }

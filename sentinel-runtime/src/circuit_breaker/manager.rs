@@ -270,7 +270,6 @@ impl DegradeManager {
         defaults.by_resource.insert(name.to_string(), built.clone());
         Some(built)
     }
-
 }
 
 /// The snapshots of `breakers` at `now_ms`.
@@ -291,7 +290,6 @@ pub(crate) fn snapshot(breakers: &ResourceBreakers, now_ms: u64) -> Vec<BreakerS
         })
         .collect()
 }
-
 
 impl crate::slot::toolkit::DedupKey for crate::circuit_breaker::DegradeRule {
     fn dedup_key<H: std::hash::Hasher>(&self, h: &mut H) {

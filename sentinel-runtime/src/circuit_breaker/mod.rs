@@ -68,8 +68,8 @@ mod observers;
 pub(crate) mod rule;
 mod trace;
 
-pub use observers::{BreakerState, StateObserver};
 pub use manager::{BreakerSnapshot, DEFAULT_RESOURCE};
+pub use observers::{BreakerState, StateObserver};
 pub use rule::{DegradeGrade, DegradeRule};
 pub use trace::TraceFilter;
 
@@ -147,10 +147,10 @@ impl<const DEFAULT: bool> RuleSlot for BreakerSlot<DEFAULT> {
     /// The half-open probes a call holds.
     type Held = EntryState;
     type Taken = ();
-    const ORDER: i32 =
-        if DEFAULT { crate::slot::ORDER_DEFAULT_CIRCUIT_BREAKER } else { crate::slot::ORDER_DEGRADE };
+    const ORDER: i32 = if DEFAULT { crate::slot::ORDER_DEFAULT_CIRCUIT_BREAKER } else { crate::slot::ORDER_DEGRADE };
     /// On the fast path every breaker is closed: a call passes them and holds nothing.
     const ON_FAST_PATH: bool = true;
+    const CHECKS_ON_FAST_PATH: bool = false;
     /// A call that exits is counted by the breakers in force then.
     const EXIT_READS_RULES: bool = true;
 

@@ -4,7 +4,6 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 
-
 type TypeTest = fn(&(dyn StdError + 'static)) -> bool;
 type Predicate = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
 
@@ -110,4 +109,3 @@ impl TraceFilter {
         self.predicate.as_ref().is_none_or(|p| p(err))
     }
 }
-

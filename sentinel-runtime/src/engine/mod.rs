@@ -397,7 +397,7 @@ impl Shared {
             authority,
             param: self.param.for_resource(name),
             fast_path: false,
-            lone_cluster: false,
+            cluster_only: false,
             flow,
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
@@ -407,9 +407,9 @@ impl Shared {
         rules.fast_path = !crate::chain::has_slow_rules(&rules, self)
             && rules.param.as_ref().is_none_or(|p| p.holds_nothing())
             && rules.flow.as_ref().is_none_or(|f| f.simple_limit().is_some());
-        rules.lone_cluster = !crate::chain::has_slow_rules(&rules, self)
+        rules.cluster_only = !crate::chain::has_slow_rules(&rules, self)
             && rules.param.is_none()
-            && rules.flow.as_ref().is_some_and(|f| f.lone_cluster());
+            && rules.flow.as_ref().is_some_and(|f| f.cluster_only());
         rules
     }
 

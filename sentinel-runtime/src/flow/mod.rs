@@ -1,11 +1,12 @@
 //! Flow control: QPS and concurrency limits with node selection by origin, relation and chain.
 
+mod cluster_status;
 mod controller;
 pub(crate) mod rule;
 pub(crate) mod token_service;
 
+pub use cluster_status::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 pub use rule::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
-pub use token_service::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,7 +47,7 @@ pub(crate) struct FlowRuleState {
 
 impl FlowRuleState {
     /// A cluster rule (QPS and reject, by validation) for every caller on the resource's own node.
-    fn is_lone_cluster(&self) -> bool {
+    fn is_cluster_only(&self) -> bool {
         self.rule.cluster_mode
             && self.rule.strategy == FlowStrategy::Direct
             && matches!(self.limit_app, LimitApp::Default)
@@ -88,8 +89,8 @@ pub(crate) struct ResourceFlowRules {
     /// node for every origin (the common rule): checked without the general loop.
     simple: Option<f64>,
     /// The resource's only rule is a cluster rule for every caller on the resource's own node: a call with a
-    /// leased token in hand is decided without the general loop ([`check_lone_cluster`]).
-    lone_cluster: bool,
+    /// leased token in hand is decided without the general loop ([`check_cluster_only`]).
+    cluster_only: bool,
 }
 
 impl ResourceFlowRules {
@@ -99,8 +100,8 @@ impl ResourceFlowRules {
     }
 
     /// Whether the only rule is a cluster rule for every caller on the resource's own node.
-    pub(crate) fn lone_cluster(&self) -> bool {
-        self.lone_cluster
+    pub(crate) fn cluster_only(&self) -> bool {
+        self.cluster_only
     }
 
     /// Whether a rule reads the resource's node in the default context (a chain rule naming it).
@@ -143,10 +144,11 @@ impl RuleSlot for FlowSlot {
         _: &(),
         fast: &FastCx<'c>,
         _: impl Fn() -> CheckCx<'c>,
-    ) -> Result<u64, BlockError> {
+        _: &mut u64,
+    ) -> Result<(), BlockError> {
         match rules.simple {
-            Some(limit) => check_lone(rules, limit, fast.resource, fast.now_ms, fast.acquire, fast.origin).map(|()| 0),
-            None => Ok(0),
+            Some(limit) => check_simple_only(rules, limit, fast.resource, fast.now_ms, fast.acquire, fast.origin),
+            None => Ok(()),
         }
     }
 
@@ -302,8 +304,8 @@ impl ResourceFlowRules {
             .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
             .collect();
         let simple = (rules.len() == 1 && rules[0].is_simple()).then(|| rules[0].rule.count);
-        let lone_cluster = rules.len() == 1 && rules[0].is_lone_cluster();
-        ResourceFlowRules { rules, named_origins, simple, lone_cluster }
+        let cluster_only = rules.len() == 1 && rules[0].is_cluster_only();
+        ResourceFlowRules { rules, named_origins, simple, cluster_only }
     }
 }
 
@@ -735,7 +737,7 @@ fn check_simple(
 /// The whole check of a resource whose only rule of any kind is one simple flow rule (`limit`, the only rule
 /// of `rules`), for a call that is not prioritized.
 #[inline(always)]
-pub(crate) fn check_lone(
+pub(crate) fn check_simple_only(
     rules: &ResourceFlowRules,
     limit: f64,
     resource: &ResourceInner,
@@ -748,7 +750,7 @@ pub(crate) fn check_lone(
     let node = &resource.cluster.stat;
     match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
         Some(_) => Ok(()),
-        None => Err(lone_block(rules, resource, origin, node.qps_retry_after(now_ms, acquire, limit, false))),
+        None => Err(simple_only_block(rules, resource, origin, node.qps_retry_after(now_ms, acquire, limit, false))),
     }
 }
 
@@ -756,7 +758,7 @@ pub(crate) fn check_lone(
 /// breakers), for a call that is not prioritized: true when a leased token paid for it. Anything else (no
 /// token in hand, no token service) takes the general path, which waits, falls back or blocks.
 #[inline(always)]
-pub(crate) fn check_lone_cluster(rules: &ResourceFlowRules, now_ms: u64, acquire: u32) -> bool {
+pub(crate) fn check_cluster_only(rules: &ResourceFlowRules, now_ms: u64, acquire: u32) -> bool {
     match rules.rules[0].lease.get() {
         Some(lease) => lease.take_in_hand(now_ms, acquire),
         None => false,
@@ -764,7 +766,7 @@ pub(crate) fn check_lone_cluster(rules: &ResourceFlowRules, now_ms: u64, acquire
 }
 
 #[cold]
-fn lone_block(
+fn simple_only_block(
     rules: &ResourceFlowRules,
     resource: &ResourceInner,
     origin: &Arc<str>,

@@ -268,8 +268,11 @@ impl RuleSlot for ParamSlot {
         _: &(),
         _: &FastCx<'c>,
         cx: impl Fn() -> CheckCx<'c>,
-    ) -> Result<u64, BlockError> {
-        check_holding_nothing(rules, &cx)
+        wait: &mut u64,
+    ) -> Result<(), BlockError> {
+        // The first check of the fast path (no kind before it is on it): its wait is the first.
+        *wait = check_holding_nothing(rules, &cx)?;
+        Ok(())
     }
 
     #[inline(always)]
@@ -299,7 +302,7 @@ fn check_holding_nothing<'c>(rules: &ResourceParamRules, cx: &impl Fn() -> Check
 impl ResourceParamRules {
     /// Whether every rule is local and leaves a call that passed holding nothing (no thread grade, no
     /// cluster mode): a check that panics or is followed by a block then has nothing to give back, so these
-    /// rules can be checked on the entry's fast path (see `EntryBuilder::build_as`).
+    /// rules can be checked on the entry's fast path (see `EntryBuilder::entry_path`).
     pub(crate) fn holds_nothing(&self) -> bool {
         self.rules.iter().all(|s| !s.rule.cluster_mode && !s.holds_permits())
     }
@@ -309,7 +312,6 @@ impl ResourceParamRules {
         self.rules.iter().map(|s| (s.tracked(), s.capacity())).collect()
     }
 }
-
 
 impl crate::slot::toolkit::DedupKey for crate::param_flow::ParamFlowRule {
     fn dedup_key<H: std::hash::Hasher>(&self, h: &mut H) {

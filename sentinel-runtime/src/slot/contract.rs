@@ -35,7 +35,7 @@ pub(crate) struct CheckCx<'a> {
     pub(crate) now_nanos: u64,
     pub(crate) now_ms: u64,
     /// Whether a cluster rule whose lease is empty may make the call wait, and how.
-    pub(crate) cluster_wait: crate::flow::token_service::Wait,
+    pub(crate) cluster_wait: crate::wait::Wait,
 }
 
 /// What the exit hooks see of an entry that passed.
@@ -94,17 +94,23 @@ pub(crate) trait RuleSlot {
         taken: &mut Self::Taken,
     ) -> Result<Verdict, BlockError>;
 
+    /// Whether the kind checks anything on the fast path (a kind that is on it only to let it through, as
+    /// closed breakers do, says no: its [`admits_fast`](RuleSlot::admits_fast) is its whole part).
+    const CHECKS_ON_FAST_PATH: bool = Self::ON_FAST_PATH;
+
     /// The check on the fast path ([`ON_FAST_PATH`](RuleSlot::ON_FAST_PATH) kinds only, on rules the engine
-    /// flagged as such): no held state, no undo; `cx` builds the general context if the kind needs it.
+    /// flagged as such): no held state, no undo; `cx` builds the general context if the kind needs it; a wait
+    /// it asks for adds to `wait`.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &Self::Rules,
         state: &Self::State,
         fast: &FastCx<'c>,
         cx: impl Fn() -> CheckCx<'c>,
-    ) -> Result<u64, BlockError> {
-        let _ = (rules, state, fast, cx);
-        Ok(0)
+        wait: &mut u64,
+    ) -> Result<(), BlockError> {
+        let _ = (rules, state, fast, cx, wait);
+        Ok(())
     }
 
     /// Whether the fast path may decide the call, as far as this kind goes (a breaker that is not closed
@@ -118,7 +124,13 @@ pub(crate) trait RuleSlot {
     /// A later slot blocked the call (or a slot panicked): give back what this check took and holds. Called
     /// for every slot the call entered, including the one that blocked, so it must be idempotent.
     #[inline(always)]
-    fn give_back(rules: &Self::Rules, state: &Self::State, cx: &CheckCx<'_>, held: &mut Self::Held, taken: &mut Self::Taken) {
+    fn give_back(
+        rules: &Self::Rules,
+        state: &Self::State,
+        cx: &CheckCx<'_>,
+        held: &mut Self::Held,
+        taken: &mut Self::Taken,
+    ) {
         let _ = (rules, state, cx, held, taken);
     }
 

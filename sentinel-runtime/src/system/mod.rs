@@ -236,7 +236,6 @@ impl SystemManager {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,7 +283,13 @@ impl RuleSlot for SystemSlot {
     const ORDER: i32 = crate::slot::ORDER_SYSTEM;
 
     #[inline(always)]
-    fn check(rules: &SystemManager, inbound: &StatNode, cx: &CheckCx<'_>, _: &mut (), _: &mut ()) -> Result<Verdict, BlockError> {
+    fn check(
+        rules: &SystemManager,
+        inbound: &StatNode,
+        cx: &CheckCx<'_>,
+        _: &mut (),
+        _: &mut (),
+    ) -> Result<Verdict, BlockError> {
         rules.check(cx, inbound).map(|()| Verdict::PASS)
     }
 }
