@@ -315,6 +315,7 @@ impl UserSlots for Interleaved<'_> {
 }
 
 /// The chain as a list of slots: `(first, rest)`, ending with `()`.
+#[allow(clippy::too_many_arguments)] // what one call of the chain sees, passed apart so that borrows stay split
 pub(crate) trait Chain {
     /// How many slots the list holds (the first slot's bit in the entered mask is `1 << (LEN - 1)`).
     const LEN: u32;
@@ -364,6 +365,7 @@ pub(crate) trait Chain {
     fn exit_reading_rules(rules: &ResourceRules, shared: &Shared, cx: &ExitCx, held: &mut Held<'_>);
 }
 
+#[allow(clippy::too_many_arguments)]
 impl Chain for () {
     const LEN: u32 = 0;
     #[inline(always)]
@@ -404,6 +406,7 @@ impl Chain for () {
     fn exit_reading_rules(_: &ResourceRules, _: &Shared, _: &ExitCx, _: &mut Held<'_>) {}
 }
 
+#[allow(clippy::too_many_arguments)]
 impl<S: InChain, R: Chain> Chain for (S, R) {
     const LEN: u32 = R::LEN + 1;
 

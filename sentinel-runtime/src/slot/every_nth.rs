@@ -42,7 +42,7 @@ impl RuleSlot for EveryNthSlot {
 
     fn check(rules: &EveryNth, _: &(), cx: &CheckCx<'_>, _: &mut (), _: &mut ()) -> Result<Verdict, BlockError> {
         let call = rules.calls.fetch_add(1, Ordering::Relaxed) + 1;
-        if call % rules.n != 0 {
+        if !call.is_multiple_of(rules.n) {
             return Ok(Verdict::PASS);
         }
         Err(BlockError::Custom {

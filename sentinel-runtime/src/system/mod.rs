@@ -236,6 +236,30 @@ impl SystemManager {
     }
 }
 
+/// The system slot (order -5000): inbound calls against the system limits, while a system rule is loaded.
+pub(crate) struct SystemSlot;
+
+impl RuleSlot for SystemSlot {
+    /// The system rules are the engine's, not a resource's.
+    type Rules = SystemManager;
+    /// The inbound node, which the limits read.
+    type State = StatNode;
+    type Held = ();
+    type Taken = ();
+    const ORDER: i32 = crate::slot::ORDER_SYSTEM;
+
+    #[inline(always)]
+    fn check(
+        rules: &SystemManager,
+        inbound: &StatNode,
+        cx: &CheckCx<'_>,
+        _: &mut (),
+        _: &mut (),
+    ) -> Result<Verdict, BlockError> {
+        rules.check(cx, inbound).map(|()| Verdict::PASS)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,29 +291,5 @@ mod tests {
         drop(engine);
         assert!(weak.upgrade().is_none(), "the sampler must not keep the engine alive");
         assert_eq!(Arc::strong_count(&readings), 1, "the sampler thread ended");
-    }
-}
-
-/// The system slot (order -5000): inbound calls against the system limits, while a system rule is loaded.
-pub(crate) struct SystemSlot;
-
-impl RuleSlot for SystemSlot {
-    /// The system rules are the engine's, not a resource's.
-    type Rules = SystemManager;
-    /// The inbound node, which the limits read.
-    type State = StatNode;
-    type Held = ();
-    type Taken = ();
-    const ORDER: i32 = crate::slot::ORDER_SYSTEM;
-
-    #[inline(always)]
-    fn check(
-        rules: &SystemManager,
-        inbound: &StatNode,
-        cx: &CheckCx<'_>,
-        _: &mut (),
-        _: &mut (),
-    ) -> Result<Verdict, BlockError> {
-        rules.check(cx, inbound).map(|()| Verdict::PASS)
     }
 }
