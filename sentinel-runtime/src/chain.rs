@@ -319,6 +319,8 @@ impl UserSlots for Interleaved<'_> {
 pub(crate) trait Chain {
     /// How many slots the list holds (the first slot's bit in the entered mask is `1 << (LEN - 1)`).
     const LEN: u32;
+    /// Whether a slot of the list checks anything on the fast path.
+    const CHECKS_FAST: bool;
 
     /// Runs the slots in order; `entered` gets the bit of every slot whose check ran. `Ok(true)`: a slot let
     /// the call through without the slots after it.
@@ -368,6 +370,7 @@ pub(crate) trait Chain {
 #[allow(clippy::too_many_arguments)]
 impl Chain for () {
     const LEN: u32 = 0;
+    const CHECKS_FAST: bool = false;
     #[inline(always)]
     fn run<U: UserSlots>(
         _: &ResourceRules,
@@ -409,6 +412,7 @@ impl Chain for () {
 #[allow(clippy::too_many_arguments)]
 impl<S: InChain, R: Chain> Chain for (S, R) {
     const LEN: u32 = R::LEN + 1;
+    const CHECKS_FAST: bool = (S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH) || R::CHECKS_FAST;
 
     #[inline(always)]
     fn run<U: UserSlots>(
@@ -479,7 +483,10 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
     ) -> Result<(), BlockError> {
         if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
             if let Some(r) = S::rules(rules, shared, false) {
-                // The block is returned as it came (no `?`): it is built once, in the caller's slot.
+                if !R::CHECKS_FAST {
+                    // The last check of the fast path: its answer is the path's, built in the caller's slot.
+                    return S::check_fast(r, S::state(shared), fast, cx, wait);
+                }
                 return match S::check_fast(r, S::state(shared), fast, cx, wait) {
                     Ok(()) => R::fast(rules, shared, fast, cx, wait),
                     blocked => blocked,
