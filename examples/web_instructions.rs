@@ -22,6 +22,12 @@
 //!   rule on its resource (`GET:inventory.svc/items/{id}`, the id folded by the path cleaner), and with a
 //!   closed slow-ratio breaker as well. Each call builds its request (`http://inventory.svc/items/{n}`), so
 //!   the guard's own cost is the difference from `part-client-bare`.
+//! - `part-entry-*`: one entry and its exit through `Resource::enter` (the slot chain's cost, no web layer):
+//!   `none` (no rule), `flow-pass` (one flow rule that passes), `flow-block` (one flow rule that blocks every
+//!   call), `flow-breaker` (a passing flow rule and a closed slow-ratio breaker), `param` (a hot-parameter
+//!   rule that passes, one value);
+//! - `part-macro-sync`, `part-macro-async`: a call of a `#[sentinel_resource]` function, sync and async (the
+//!   future polled once, with no executor), on the global engine with one passing flow rule.
 
 use std::error::Error;
 use std::hint::black_box;
@@ -37,8 +43,9 @@ use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::{Clock, SystemClock};
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::outbound::SentinelClientLayer;
+use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::stat::StatNode;
-use sentinel_runtime::{EntryType, Sentinel};
+use sentinel_runtime::{sentinel_resource, BlockError, EntryType, Sentinel};
 use tower::{Layer, Service, ServiceExt};
 
 #[path = "support/web_variants.rs"]
@@ -109,6 +116,34 @@ where
     }
 }
 
+/// The annotated sync function of `part-macro-sync`.
+#[inline(never)]
+#[sentinel_resource(name = "part.macro-sync")]
+fn annotated(x: u64) -> Result<u64, BlockError> {
+    Ok(black_box(x) + 1)
+}
+
+/// The annotated async function of `part-macro-async`.
+#[inline(never)]
+#[sentinel_resource(name = "part.macro-async")]
+async fn annotated_async(x: u64) -> Result<u64, BlockError> {
+    Ok(black_box(x) + 1)
+}
+
+/// One entry and exit per run on `resource` of a fresh engine with `setup`'s rules; `blocks`: every call is
+/// expected to be blocked.
+fn entries(
+    setup: impl FnOnce(&Sentinel) -> Result<(), Box<dyn Error>>,
+    blocks: bool,
+    n: usize,
+) -> Result<(), Box<dyn Error>> {
+    let engine = Sentinel::builder().build().leak();
+    setup(engine)?;
+    let resource = engine.resource("part");
+    run_part(|| assert_eq!(black_box(resource.enter()).is_err(), blocks), n);
+    Ok(())
+}
+
 /// The `part-*` variants (see the top of this file).
 fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
     match variant {
@@ -150,6 +185,35 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                 },
                 n,
             );
+        }
+        "part-entry-none" => entries(|_| Ok(()), false, n)?,
+        "part-entry-flow-pass" => entries(|e| Ok(e.load_flow_rules([FlowRule::new("part").count(1e12)])?), false, n)?,
+        "part-entry-flow-block" => entries(|e| Ok(e.load_flow_rules([FlowRule::new("part").count(0.0)])?), true, n)?,
+        "part-entry-flow-breaker" => entries(
+            |e| {
+                e.load_flow_rules([FlowRule::new("part").count(1e12)])?;
+                e.load_degrade_rules([DegradeRule::new("part", DegradeGrade::SlowRequestRatio)
+                    .count(1_000.0)
+                    .slow_ratio_threshold(0.5)
+                    .time_window_sec(10)])?;
+                Ok(())
+            },
+            false,
+            n,
+        )?,
+        "part-entry-param" => {
+            let engine = Sentinel::builder().build().leak();
+            engine.load_param_flow_rules([ParamFlowRule::new("part", 0).count(1e12)])?;
+            let resource = engine.resource("part");
+            run_part(|| assert!(black_box(resource.entry().args(&[&"value"]).enter()).is_ok()), n);
+        }
+        "part-macro-sync" => {
+            Sentinel::global().load_flow_rules([FlowRule::new("part.macro-sync").count(1e12)])?;
+            run_part(|| assert!(black_box(annotated(black_box(7))).is_ok()), n);
+        }
+        "part-macro-async" => {
+            Sentinel::global().load_flow_rules([FlowRule::new("part.macro-async").count(1e12)])?;
+            run_part(|| assert!(black_box(annotated_async(black_box(7)).now_or_never()).is_some_and(|r| r.is_ok())), n);
         }
         "part-client-bare" => run_part(client_calls(client()), n),
         "part-client-guard" | "part-client-guard-breaker" => {

@@ -26,7 +26,80 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::engine::{Config, SentinelBuilder};
+/// Default cap on contexts (Java's `MAX_CONTEXT_NAME_SIZE`).
+pub const DEFAULT_MAX_CONTEXTS: usize = 2000;
+/// Default cap on resources (Java's `MAX_SLOT_CHAIN_SIZE`).
+pub const DEFAULT_MAX_RESOURCES: usize = 6000;
+/// Default cap on the distinct caller origins an engine tracks; origins named by rules are always tracked and
+/// not counted. Calls from further origins run as [`UNTRACKED_ORIGIN`].
+pub const DEFAULT_MAX_ORIGINS: usize = 4096;
+/// Default cap on the origin nodes of one resource; origins named by the resource's flow rules always get
+/// their own node and are not counted. Further origins share the resource's [`UNTRACKED_ORIGIN`] node.
+pub const DEFAULT_MAX_ORIGINS_PER_RESOURCE: usize = 256;
+pub use crate::names::UNTRACKED_ORIGIN;
+/// The id of [`UNTRACKED_ORIGIN`].
+pub(crate) const UNTRACKED_ORIGIN_ID: u32 = u32::MAX;
+/// The resource that new names share once [`Config::max_resources`] is reached, when no rule names them: a
+/// resource like any other (checked by system rules and by any rule written for this name), so a name past
+/// the cap is never left unchecked. Names that a rule names (exactly, by a matching regex rule, or as the
+/// related resource of a relate rule) always get their own resource, cap or not.
+pub const RESOURCE_OVERFLOW: &str = "sentinel_resource_overflow";
+/// The context that new context names share once [`Config::max_contexts`] is reached, when no chain rule
+/// names them: its entries are checked like any other (Java passes them unchecked). Contexts that a chain rule
+/// names always get their own, cap or not.
+pub const CONTEXT_OVERFLOW: &str = "sentinel_context_overflow";
+
+/// Engine settings. Build it from [`Config::default`] (or the environment) and set fields: new fields may be
+/// added in later versions.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// The application's name (shown by the dashboard and logs).
+    pub app_name: String,
+    /// Most contexts that no chain rule names; past it entries in new contexts run in [`CONTEXT_OVERFLOW`]
+    /// (checked like any other), and contexts a chain rule names are still created.
+    pub max_contexts: usize,
+    /// Most resources that no rule names (the resources of annotated functions, bounded by the program, are
+    /// not counted); past it a new name that no rule names gets a handle on [`RESOURCE_OVERFLOW`], which
+    /// system rules and any rule on that name check, and a name that a rule names (exactly, by a matching
+    /// regex rule, or as a relate rule's `ref_resource`) still gets its own resource. Each resource costs
+    /// the memory of its node statistics (see the README). [`Sentinel::caps`](crate::Sentinel::caps) shows where the engine stands.
+    pub max_resources: usize,
+    /// Most distinct caller origins tracked (origins named by rules excepted); past it calls from new
+    /// origins run as [`UNTRACKED_ORIGIN`]. Each tracked origin costs about 100 bytes in the engine.
+    pub max_origins: usize,
+    /// Most origin nodes per resource (origins named by the resource's flow rules excepted); past it further
+    /// origins share the resource's [`UNTRACKED_ORIGIN`] node. Each origin node costs the memory of a node's
+    /// statistics (see the README).
+    pub max_origins_per_resource: usize,
+    /// Directory of the metric and block logs (default `~/logs/csp`, as Java's).
+    pub log_dir: std::path::PathBuf,
+    /// How often the metric log writer runs, in ms (default 1000).
+    pub metric_flush_interval_ms: u64,
+    /// Size at which a metric log file rolls over, in bytes (default 50 MiB, as Java's).
+    pub metric_log_file_size: u64,
+    /// Most metric log files kept (default 6, as Java's).
+    pub metric_log_file_count: usize,
+    /// The clock of an engine built without an explicit one.
+    pub clock: ClockKind,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            app_name: "sentinel-rs-app".to_string(),
+            max_contexts: DEFAULT_MAX_CONTEXTS,
+            max_resources: DEFAULT_MAX_RESOURCES,
+            max_origins: DEFAULT_MAX_ORIGINS,
+            max_origins_per_resource: DEFAULT_MAX_ORIGINS_PER_RESOURCE,
+            log_dir: default_log_dir(),
+            metric_flush_interval_ms: DEFAULT_METRIC_FLUSH_INTERVAL_MS,
+            metric_log_file_size: DEFAULT_METRIC_LOG_FILE_SIZE,
+            metric_log_file_count: DEFAULT_METRIC_LOG_FILE_COUNT,
+            clock: ClockKind::System,
+        }
+    }
+}
 
 /// Java's default metric flush interval.
 pub const DEFAULT_METRIC_FLUSH_INTERVAL_MS: u64 = 1000;
@@ -152,20 +225,6 @@ impl Config {
             }
         }
         Ok(c)
-    }
-}
-
-impl SentinelBuilder {
-    /// A builder configured from the environment ([`Config::from_env`]).
-    pub fn from_env() -> Result<SentinelBuilder, ConfigError> {
-        Ok(SentinelBuilder::default().config(Config::from_env()?))
-    }
-}
-
-impl crate::Sentinel {
-    /// The engine's manual clock, if it runs on one (built with a manual clock or `SENTINEL_CLOCK=manual`).
-    pub fn manual_clock(&self) -> Option<crate::clock::ManualClock> {
-        self.shared.clock.manual().cloned()
     }
 }
 

@@ -12,8 +12,7 @@ use crate::engine::Shared;
 use crate::node::{DefaultNode, EntranceNode};
 use crate::Sentinel;
 
-/// Name of the context used when none was entered.
-pub const DEFAULT_CONTEXT_NAME: &str = "sentinel_default_context";
+pub use crate::names::DEFAULT_CONTEXT_NAME;
 
 /// `name` as the name of a context of its own: `None` for the default context's name or an empty one, which
 /// both mean the default context.

@@ -14,11 +14,13 @@ use crate::param_flow::HotParam;
 use crate::resource::ResourceInner;
 use crate::resource::{EntryType, Resource};
 
-use crate::flow::token_service::Wait;
-use crate::rules::{CheckCx, ExitCx, ResourceRules};
-use crate::slot::{SlotEntry, SlotExit};
+use crate::chain::{self, Decided, MAX_SLOT_EXITS};
+use crate::flow;
+use crate::rules::ResourceRules;
+use crate::slot::contract::{CheckCx, ExitCx, FastCx};
+use crate::slot::SlotExit;
 use crate::stat::{StatNode, Writer};
-use crate::{circuit_breaker, flow, param_flow};
+use crate::wait::Wait;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -202,7 +204,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     #[inline(always)]
     pub fn enter(self) -> Result<Entry<'r>, BlockError> {
         let install = !self.res.is_owned();
-        self.build(true, install)
+        self.enter_with(true, install)
     }
 
     /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread, and so
@@ -216,7 +218,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// the entry as its innermost entry.
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
         let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
-        let first = match self.build_in(wait, false) {
+        let first = match self.enter_or_wait(wait, false) {
             Ok(decided) => Ok(decided),
             Err((b, pending)) => Err((Retry::of(b), pending)),
         };
@@ -238,7 +240,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     #[inline(always)]
     pub fn decide(self) -> Result<Entry<'r>, BlockError> {
         let install = !self.res.is_owned();
-        self.build(false, install)
+        self.enter_with(false, install)
     }
 
     /// One step of an async entry (annotated `async fn`s): the decision (installed like
@@ -246,13 +248,13 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// await `pending` and then decide again (with a new builder). `deadline`: the deadline of the wait under
     /// way (0 before the first wait).
     #[inline(always)]
-    pub(crate) fn decide_step(
+    pub(crate) fn decide_or_wait(
         self,
         deadline: u64,
         pending: &mut Option<flow::token_service::Pending>,
     ) -> Option<Result<Entry<'r>, BlockError>> {
         let install = !self.res.is_owned();
-        match self.build_in(Wait::Async(deadline), install) {
+        match self.enter_or_wait(Wait::Async(deadline), install) {
             Ok(decided) => Some(decided),
             Err((_, p)) => {
                 *pending = Some(p);
@@ -261,22 +263,22 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
     }
 
-    /// The whole entry path, waiting as `sleep` says; `install` as for [`build_in`](Self::build_in).
+    /// The whole entry path, waiting as `sleep` says; `install` as for [`enter_or_wait`](Self::enter_or_wait).
     #[inline(always)]
-    fn build(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
-        self.build_as::<Result<Entry<'r>, BlockError>>(if sleep { Wait::Blocking(0) } else { Wait::Now }, install)
+    fn enter_with(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
+        self.entry_path::<Result<Entry<'r>, BlockError>>(if sleep { Wait::Blocking(0) } else { Wait::Now }, install)
     }
 
-    /// [`build_as`](Self::build_as) for an async caller: `Err` gives the builder back with the wait a cluster
+    /// [`entry_path`](Self::entry_path) for an async caller: `Err` gives the builder back with the wait a cluster
     /// rule asked for.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn build_in(
+    fn enter_or_wait(
         self,
         wait: Wait,
         install: bool,
     ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::token_service::Pending)> {
-        self.build_as::<MayWait<'r, 'a>>(wait, install)
+        self.entry_path::<MayWait<'r, 'a>>(wait, install)
     }
 
     /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
@@ -285,7 +287,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// [`Wait::Async`]), returns the builder and the wait. The outcome type is static, so the synchronous
     /// path compiles to what it was before cluster waits existed.
     #[inline(always)]
-    fn build_as<O: Outcome<'r, 'a>>(self, wait: Wait, install: bool) -> O {
+    fn entry_path<O: PathResult<'r, 'a>>(self, wait: Wait, install: bool) -> O {
         let sleep = matches!(wait, Wait::Blocking(_));
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
@@ -344,13 +346,13 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
-        let mut checks = Checks::default();
+        let mut checks = Decided::default();
         // The wait mode rides in `checks` (blocking is its zero: `enter` stores nothing); a retry's deadline
         // is kept where only the cluster rule's slow path looks for it.
         if wait.mode() != 0 {
-            checks.wait_mode = wait.mode();
+            checks.tally.wait_mode = wait.mode();
         }
-        let _deadline = flow::token_service::DeadlineScope::enter(wait.deadline());
+        let _deadline = crate::wait::DeadlineScope::enter(wait.deadline());
         let needs_checks = inner.has_rules.load(Ordering::Acquire)
             || (inbound && shared.system.active())
             || shared.has_custom_slots.load(Ordering::Acquire);
@@ -361,23 +363,15 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 || (inbound && shared.system.active())
                 || shared.has_custom_slots.load(Ordering::Acquire);
             let decided = inner.with_rules(|rules| {
-                if !general && rules.fast_path {
-                    let breakers = rules.degrade.as_ref().or(rules.default_degrade.as_ref());
-                    if breakers.is_none_or(|b| b.all_closed(now_ms)) {
-                        if let Some(p) = &rules.param {
-                            // Rules that leave the call holding nothing: a later block or a panic in a
-                            // `HotParam` impl has nothing to give back, so no undo and no unwind guard.
-                            checks.wait_nanos = self.check_params(p, &site, now_nanos)?;
-                        }
-                        return match (rules.flow_simple, &rules.flow) {
-                            (Some(limit), Some(f)) => {
-                                flow::check_lone(f, limit, inner, now_ms, self.acquire, &origin.name)
-                            }
-                            _ => Ok(()),
-                        };
-                    }
+                if !general && rules.fast_path && chain::admits_fast(rules, site.shared, now_ms) {
+                    // The same chain, specialised: only the slots that can be on the fast path, on rules that
+                    // leave a passed call holding nothing.
+                    let fast = FastCx { resource: inner, now_ms, acquire: self.acquire, origin: &origin.name };
+                    let (builder, site) = (&self, &site);
+                    let cx = move || builder.check_cx(site, now_nanos, Wait::Now);
+                    return chain::run_fast(rules, site.shared, &fast, &cx, &mut checks.tally.wait_nanos);
                 }
-                self.run_checks(rules, &mut checks, &site, now_nanos)
+                self.run_general(rules, &mut checks, &site, now_nanos)
             });
             if let Err(block) = decided {
                 let block = if asks_to_wait(&block, wait) {
@@ -405,7 +399,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
 
         let w = Writer::at(now_ms);
-        if checks.occupied {
+        if checks.tally.occupied {
             site.nodes.for_each(|n| n.borrowed_pass_with(&w));
         } else {
             site.nodes.for_each(|n| n.pass_with(&w, self.acquire));
@@ -417,8 +411,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 ..state
             });
         }
-        if sleep && checks.wait_nanos > 0 && shared.clock.manual().is_none() {
-            std::thread::sleep(Duration::from_nanos(checks.wait_nanos));
+        if sleep && checks.tally.wait_nanos > 0 && shared.clock.manual().is_none() {
+            std::thread::sleep(Duration::from_nanos(checks.tally.wait_nanos));
         }
         O::decided(Ok(Entry {
             res: self.res,
@@ -427,15 +421,15 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             origin: Some(origin),
             parent: state.cur_node,
             created_nanos: now_nanos,
-            wait_nanos: checks.wait_nanos,
+            wait_nanos: checks.tally.wait_nanos,
             depth: state.depth + 1,
             acquire: self.acquire,
-            slots_passed: checks.slots_passed,
+            slots_passed: checks.tally.slots_passed,
             error: false,
-            flags: Flags::of(touches_tls, fresh, inbound, own, checks.occupied),
+            flags: Flags::of(touches_tls, fresh, inbound, own, checks.tally.occupied),
             flow: checks.flow,
             param: checks.param,
-            degrade: checks.degrade,
+            breakers: checks.breakers,
         }))
     }
 }
@@ -448,16 +442,16 @@ impl EntryBuilder<'_, '_> {
     fn recheck_after_wait(
         &self,
         mut p: flow::token_service::Pending,
-        checks: &mut Checks,
+        checks: &mut Decided,
         site: &Site<'_>,
     ) -> Result<(), BlockError> {
         loop {
             p.wait_blocking();
             // The checks undid what they took when the call was asked to wait.
-            *checks = Checks::default();
-            let _deadline = flow::token_service::DeadlineScope::enter(p.deadline());
+            *checks = Decided::default();
+            let _deadline = crate::wait::DeadlineScope::enter(p.deadline());
             let now_nanos = site.shared.clock.now_nanos();
-            let decided = site.inner.with_rules(|rules| self.run_checks(rules, checks, site, now_nanos));
+            let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
             match decided {
                 Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::token_service::take_pending() {
                     Some(again) => p = again,
@@ -488,22 +482,6 @@ impl EntryBuilder<'_, '_> {
         }
     }
 
-    /// The hot-parameter rules on the fast path (rules that leave the call holding nothing): what they ask the
-    /// call to wait, or the block.
-    #[inline(never)]
-    fn check_params(
-        &self,
-        rules: &param_flow::ResourceParamRules,
-        site: &Site<'_>,
-        now_nanos: u64,
-    ) -> Result<u64, BlockError> {
-        // No cluster rule is checked here.
-        let cx = self.check_cx(site, now_nanos, Wait::Now);
-        // The rules take no permit, so the entry state stays empty.
-        let mut held = param_flow::EntryState::default();
-        param_flow::check(rules, &cx, &mut held)
-    }
-
     /// Whether the call needs every check whatever its rules (the system rules or user slots apply).
     fn is_general(&self, shared: &Shared) -> bool {
         (self.entry_type == EntryType::In && shared.system.active()) || shared.has_custom_slots.load(Ordering::Acquire)
@@ -511,54 +489,41 @@ impl EntryBuilder<'_, '_> {
 
     /// Every check in slot order (the general path), on the rules read by the caller.
     #[inline(never)]
-    fn run_checks(
+    fn run_general(
         &self,
         rules: &ResourceRules,
-        checks: &mut Checks,
+        checks: &mut Decided,
         site: &Site<'_>,
         now_nanos: u64,
     ) -> Result<(), BlockError> {
-        if rules.lone_cluster && !self.prioritized && !self.is_general(site.shared) {
+        if rules.cluster_only && !self.prioritized && !self.is_general(site.shared) {
             // A lone cluster rule with a leased token in hand, decided before the general check context is
             // built (here rather than beside the fast path, which then compiles as before); without a token
             // in hand, the general path below waits, falls back or blocks.
-            let breakers = rules.degrade.as_ref().or(rules.default_degrade.as_ref());
             let now_ms = now_nanos / NANOS_PER_MILLI;
             if let Some(f) = &rules.flow {
-                if breakers.is_none_or(|b| b.all_closed(now_ms)) && flow::check_lone_cluster(f, now_ms, self.acquire) {
+                if chain::admits_fast(rules, site.shared, now_ms) && flow::check_cluster_only(f, now_ms, self.acquire) {
                     return Ok(());
                 }
             }
         }
-        let cx = self.check_cx(site, now_nanos, Wait::of_mode(checks.wait_mode));
-        let mut scratch = flow::Scratch::default();
-        // User code runs in the checks (slots, `HotParam` impls): if it panics, what the earlier checks took
-        // (thread permits, reserved tokens, per-value permits, a half-open probe) goes back before the panic
-        // goes on, or the resource would stay blocked.
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| checks.run(&cx, rules, &mut scratch))) {
-            Ok(r) => r,
-            Err(panic) => {
-                checks.undo_all(&cx, rules, &mut scratch);
-                // No wait is left behind for a later entry on this thread.
-                let _ = flow::token_service::take_pending();
-                std::panic::resume_unwind(panic)
-            }
-        }
+        let cx = self.check_cx(site, now_nanos, Wait::of_mode(checks.tally.wait_mode));
+        chain::run(rules, site.shared, &cx, checks, &mut chain::Taken::default())
     }
 }
 
-/// What the entry path returns ([`EntryBuilder::build_as`]): a decision, or, for async callers, the
+/// What the entry path returns ([`EntryBuilder::entry_path`]): a decision, or, for async callers, the
 /// builder and the wait a cluster rule asked for.
-trait Outcome<'r, 'a>: Sized {
+trait PathResult<'r, 'a>: Sized {
     /// Whether the call may be handed back to wait (else a cluster wait blocks the thread).
     const HANDS_BACK: bool;
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
-    /// The call must wait (only called when [`HANDS_BACK`](Outcome::HANDS_BACK)); `block` is what the
+    /// The call must wait (only called when [`HANDS_BACK`](PathResult::HANDS_BACK)); `block` is what the
     /// checks answered meanwhile.
     fn wait(b: EntryBuilder<'r, 'a>, p: flow::token_service::Pending, block: BlockError) -> Self;
 }
 
-impl<'r, 'a> Outcome<'r, 'a> for Result<Entry<'r>, BlockError> {
+impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, BlockError> {
     const HANDS_BACK: bool = false;
     #[inline(always)]
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
@@ -572,7 +537,7 @@ impl<'r, 'a> Outcome<'r, 'a> for Result<Entry<'r>, BlockError> {
 /// A decision, or the builder back with a cluster wait.
 type MayWait<'r, 'a> = Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, flow::token_service::Pending)>;
 
-impl<'r, 'a> Outcome<'r, 'a> for MayWait<'r, 'a> {
+impl<'r, 'a> PathResult<'r, 'a> for MayWait<'r, 'a> {
     const HANDS_BACK: bool = true;
     #[inline(always)]
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
@@ -622,7 +587,7 @@ impl<'r> Retry<'r> {
                 args: &[],
                 prioritized: self.prioritized,
             };
-            match b.build_in(Wait::Async(deadline), false) {
+            match b.enter_or_wait(Wait::Async(deadline), false) {
                 Ok(decided) => return decided,
                 Err((b, again)) => {
                     self.res = b.res;
@@ -634,7 +599,7 @@ impl<'r> Retry<'r> {
 }
 
 /// Where a call stands while it is checked: its engine, its resource, its node in its context, its context and
-/// origin, and the nodes it records on (built once in [`EntryBuilder::build_as`], seen by every check).
+/// origin, and the nodes it records on (built once in [`EntryBuilder::entry_path`], seen by every check).
 struct Site<'c> {
     shared: &'c Shared,
     inner: &'c ResourceInner,
@@ -688,24 +653,6 @@ impl<'r> Nodes<'r> {
     }
 }
 
-/// What the checks decided and what they hold until exit.
-///
-/// Laid out so that the 16-byte states sit at 16-byte offsets: they are zeroed with 16-byte stores and copied
-/// into the entry with 16-byte loads, and a load that straddles two stores still in flight stalls.
-#[derive(Default)]
-#[repr(C, align(16))]
-struct Checks {
-    flow: flow::EntryState,
-    param: param_flow::EntryState,
-    degrade: circuit_breaker::EntryState,
-    wait_nanos: u64,
-    /// Bit i set: the user slot at index i passed (its exit hook runs).
-    slots_passed: u32,
-    occupied: bool,
-    /// [`Wait::mode`] of the call (0, the default: it may block its thread).
-    wait_mode: u8,
-}
-
 /// Whether a check that answered `block` asked the call to wait for a cluster lease instead (the wait is in
 /// `flow::token_service::take_pending`): only a cluster rule's flow block can be one, and only when the call may
 /// wait. Looked at on the blocked path only.
@@ -738,9 +685,10 @@ pub struct Entry<'r> {
     error: bool,
     /// [`Flags`] bits.
     flags: u8,
-    flow: flow::EntryState,
-    param: param_flow::EntryState,
-    degrade: circuit_breaker::EntryState,
+    /// What the slots hold until exit (see [`chain::Held`]).
+    flow: crate::flow::EntryState,
+    param: crate::param_flow::EntryState,
+    breakers: crate::circuit_breaker::EntryState,
 }
 
 /// Puts the thread's context back when dropped (see [`Entry::scope`]).
@@ -783,21 +731,6 @@ impl Flags {
 unsafe impl Send for Entry<'_> {}
 unsafe impl Sync for Entry<'_> {}
 
-const PHASE_AUTHORITY: u8 = 0;
-const PHASE_SYSTEM: u8 = 1;
-const PHASE_PARAM: u8 = 2;
-const PHASE_FLOW: u8 = 3;
-const PHASE_DEFAULT_CB: u8 = 4;
-const PHASE_DEGRADE: u8 = 5;
-const PHASES: [(i32, u8); 6] = [
-    (crate::slot::ORDER_AUTHORITY, PHASE_AUTHORITY),
-    (crate::slot::ORDER_SYSTEM, PHASE_SYSTEM),
-    (crate::slot::ORDER_PARAM_FLOW, PHASE_PARAM),
-    (crate::slot::ORDER_FLOW, PHASE_FLOW),
-    (crate::slot::ORDER_DEFAULT_CIRCUIT_BREAKER, PHASE_DEFAULT_CB),
-    (crate::slot::ORDER_DEGRADE, PHASE_DEGRADE),
-];
-
 impl<'r> Entry<'r> {
     fn unchecked(res: ResRef<'r>) -> Self {
         Entry {
@@ -815,196 +748,8 @@ impl<'r> Entry<'r> {
             flags: 0,
             flow: Default::default(),
             param: Default::default(),
-            degrade: Default::default(),
+            breakers: Default::default(),
         }
-    }
-}
-
-impl Checks {
-    /// Runs the built-in checks in slot order, straight through (no user slots to interleave).
-    #[inline]
-    fn run(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, scratch: &mut flow::Scratch) -> Result<(), BlockError> {
-        if cx.shared.has_custom_slots.load(Ordering::Acquire) {
-            return self.run_with_slots(cx, rules, scratch);
-        }
-        if let Some(a) = &rules.authority {
-            crate::authority::check(a, cx)?;
-        }
-        if cx.entry_type == EntryType::In && cx.shared.system.active() {
-            cx.shared.system.check(cx)?;
-        }
-        let mut passed: u8 = 0;
-        if let Some(p) = &rules.param {
-            self.wait_nanos += param_flow::check(p, cx, &mut self.param)?;
-            passed |= 1 << PHASE_PARAM;
-        }
-        if let Some(f) = &rules.flow {
-            match flow::check(f, cx, &mut self.flow, scratch) {
-                Ok(flow::Verdict::Pass { wait_nanos }) => self.wait_nanos += wait_nanos,
-                Ok(flow::Verdict::Occupied { wait_nanos }) => {
-                    // A prioritized call borrowed a later window: it passes without the breakers.
-                    self.wait_nanos += wait_nanos;
-                    self.occupied = true;
-                    return Ok(());
-                }
-                Err(b) => {
-                    self.undo(cx, rules, passed, scratch);
-                    return Err(b);
-                }
-            }
-            passed |= 1 << PHASE_FLOW;
-        }
-        let breakers = match (&rules.degrade, &rules.default_degrade) {
-            (Some(d), _) => Some((d, PHASE_DEGRADE)),
-            (None, Some(d)) => Some((d, PHASE_DEFAULT_CB)),
-            (None, None) => None,
-        };
-        if let Some((d, _)) = breakers {
-            if let Err(b) = circuit_breaker::check(d, cx, &mut self.degrade) {
-                self.undo(cx, rules, passed, scratch);
-                return Err(b);
-            }
-        }
-        Ok(())
-    }
-
-    /// The general order: user slots interleaved with the built-in checks by their order.
-    #[cold]
-    fn run_with_slots(
-        &mut self,
-        cx: &CheckCx<'_>,
-        rules: &ResourceRules,
-        scratch: &mut flow::Scratch,
-    ) -> Result<(), BlockError> {
-        let custom = Some(cx.shared.custom_slots.load_full());
-        let mut next_custom = 0usize;
-        let mut passed: u8 = 0;
-        for (order, phase) in PHASES {
-            if let Some(c) = &custom {
-                while next_custom < c.slots.len() && c.slots[next_custom].0 < order {
-                    let (_, id, slot) = &c.slots[next_custom];
-                    self.run_custom(cx, slot, *id).inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
-                    next_custom += 1;
-                }
-            }
-            let r = match phase {
-                PHASE_AUTHORITY => match &rules.authority {
-                    Some(a) => crate::authority::check(a, cx),
-                    None => Ok(()),
-                },
-                PHASE_SYSTEM if cx.entry_type == EntryType::In && cx.shared.system.active() => {
-                    cx.shared.system.check(cx)
-                }
-                PHASE_PARAM => match &rules.param {
-                    Some(p) => param_flow::check(p, cx, &mut self.param).map(|w| self.wait_nanos += w),
-                    None => Ok(()),
-                },
-                PHASE_FLOW => match &rules.flow {
-                    Some(f) => match flow::check(f, cx, &mut self.flow, scratch) {
-                        Ok(flow::Verdict::Pass { wait_nanos }) => {
-                            self.wait_nanos += wait_nanos;
-                            Ok(())
-                        }
-                        Ok(flow::Verdict::Occupied { wait_nanos }) => {
-                            // A prioritized call borrowed a later window: it passes without the breakers.
-                            self.wait_nanos += wait_nanos;
-                            self.occupied = true;
-                            return Ok(());
-                        }
-                        Err(b) => Err(b),
-                    },
-                    None => Ok(()),
-                },
-                PHASE_DEFAULT_CB => match (&rules.degrade, &rules.default_degrade) {
-                    (None, Some(d)) => circuit_breaker::check(d, cx, &mut self.degrade),
-                    _ => Ok(()),
-                },
-                PHASE_DEGRADE => match &rules.degrade {
-                    Some(d) => circuit_breaker::check(d, cx, &mut self.degrade),
-                    None => Ok(()),
-                },
-                _ => Ok(()),
-            };
-            if let Err(b) = r {
-                self.undo(cx, rules, passed, scratch);
-                return Err(b);
-            }
-            passed |= 1 << phase;
-        }
-        if let Some(c) = &custom {
-            while next_custom < c.slots.len() {
-                let (_, id, slot) = &c.slots[next_custom];
-                self.run_custom(cx, slot, *id).inspect_err(|_| self.undo(cx, rules, passed, scratch))?;
-                next_custom += 1;
-            }
-        }
-        Ok(())
-    }
-
-    fn run_custom(
-        &mut self,
-        cx: &CheckCx<'_>,
-        slot: &std::sync::Arc<dyn crate::slot::Slot>,
-        id: u32,
-    ) -> Result<(), BlockError> {
-        let e = SlotEntry {
-            resource: &cx.resource.name,
-            entry_type: cx.entry_type,
-            context: cx.context_name,
-            origin: cx.origin,
-            acquire: cx.acquire,
-            now_ms: cx.now_ms,
-        };
-        match slot.entry(&e) {
-            Ok(()) => {
-                if (id as usize) < MAX_SLOT_EXITS {
-                    self.slots_passed |= 1 << id;
-                }
-                Ok(())
-            }
-            Err(reason) => Err(BlockError::Custom {
-                resource: cx.resource.name.clone(),
-                slot: slot.name(),
-                reason: reason.into(),
-                origin: cx.origin.clone(),
-            }),
-        }
-    }
-
-    /// A check panicked: give back whatever any check took so far (each kind knows what it holds).
-    #[cold]
-    fn undo_all(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, scratch: &mut flow::Scratch) {
-        if let Some(p) = &rules.param {
-            param_flow::on_later_block(p, cx, &mut self.param);
-        }
-        flow::on_later_block(&mut self.flow, scratch, cx.acquire);
-        if let Some(d) = rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
-            circuit_breaker::on_later_block(d, cx, &mut self.degrade);
-        }
-        self.slots_passed = 0;
-    }
-
-    /// A later check blocked: give back what the earlier ones took.
-    fn undo(&mut self, cx: &CheckCx<'_>, rules: &ResourceRules, passed: u8, scratch: &mut flow::Scratch) {
-        if passed & (1 << PHASE_PARAM) != 0 {
-            if let Some(p) = &rules.param {
-                param_flow::on_later_block(p, cx, &mut self.param);
-            }
-        }
-        if passed & (1 << PHASE_FLOW) != 0 && rules.flow.is_some() {
-            flow::on_later_block(&mut self.flow, scratch, cx.acquire);
-        }
-        if passed & (1 << PHASE_DEFAULT_CB) != 0 {
-            if let (None, Some(d)) = (&rules.degrade, &rules.default_degrade) {
-                circuit_breaker::on_later_block(d, cx, &mut self.degrade);
-            }
-        }
-        if passed & (1 << PHASE_DEGRADE) != 0 {
-            if let Some(d) = &rules.degrade {
-                circuit_breaker::on_later_block(d, cx, &mut self.degrade);
-            }
-        }
-        self.slots_passed = 0;
     }
 }
 
@@ -1224,25 +969,16 @@ impl Drop for Entry<'_> {
             o.record_rt(rt_micros);
         }
 
-        if self.flow.is_active() {
-            flow::on_exit(&mut self.flow, acquire);
-        }
-        if self.param.is_active() {
-            param_flow::on_exit(&mut self.param);
-        }
+        chain::exit(shared, &ExitCx { now_ms, rt_micros, error, acquire }, &mut self.held());
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
         if self.flags & Flags::TOUCHES_TLS != 0 {
             self.restore_context(shared, node);
         }
         if inner.has_breakers.load(Ordering::Acquire) {
-            let xcx = ExitCx { shared, now_ms, rt_micros, error };
-            let degrade = &mut self.degrade;
-            inner.with_rules(|rules| {
-                if let Some(b) = rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
-                    circuit_breaker::on_exit(b, &xcx, degrade);
-                }
-            });
+            let xcx = ExitCx { now_ms, rt_micros, error, acquire };
+            let mut held = self.held();
+            inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }
         if self.slots_passed != 0 {
             self.exit_slots(shared, inner, rt_micros, error);
@@ -1251,6 +987,12 @@ impl Drop for Entry<'_> {
 }
 
 impl Entry<'_> {
+    /// What the call holds, for the slots' exits.
+    #[inline(always)]
+    fn held(&mut self) -> chain::Held<'_> {
+        chain::Held { flow: &mut self.flow, param: &mut self.param, breakers: &mut self.breakers, nothing: () }
+    }
+
     /// Runs the exit hooks of the slots that passed this entry (matched by id). Every hook runs even if one
     /// panics; the first panic then goes on, unless the thread is already unwinding (a second panic would
     /// abort the process), in which case it is logged.
@@ -1306,9 +1048,6 @@ impl<F> fmt::Debug for Instrumented<'_, F> {
         f.debug_struct("Instrumented").field("entry", &self.entry).finish_non_exhaustive()
     }
 }
-
-/// User slots whose exit hooks an entry runs: the first 32 added.
-const MAX_SLOT_EXITS: usize = 32;
 
 impl fmt::Debug for Entry<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

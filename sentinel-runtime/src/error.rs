@@ -4,10 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::authority::AuthorityRule;
-use crate::circuit_breaker::DegradeRule;
-use crate::flow::FlowRule;
-use crate::param_flow::ParamFlowRule;
+use crate::authority::rule::AuthorityRule;
+use crate::circuit_breaker::rule::DegradeRule;
+use crate::flow::rule::FlowRule;
+use crate::param_flow::rule::ParamFlowRule;
 
 /// Which system limit blocked an inbound call.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -265,7 +265,7 @@ impl fmt::Display for BlockError {
                 write!(f, "`{resource}` blocked by system protection: {limit}{}", origin(o))
             }
             BlockError::ParamFlow { resource, rule, value, origin: o, .. }
-                if rule.grade == crate::flow::FlowGrade::Thread =>
+                if rule.grade == crate::flow::rule::FlowGrade::Thread =>
             {
                 write!(
                     f,

@@ -109,6 +109,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod authority;
+mod chain;
 pub mod circuit_breaker;
 pub mod clock;
 #[cfg(feature = "cluster-redis")]
@@ -131,6 +132,7 @@ mod inspect;
 #[cfg(feature = "logs")]
 pub mod log;
 mod macro_support;
+mod names;
 mod node;
 mod observe;
 #[cfg(feature = "tower")]
@@ -146,25 +148,24 @@ pub mod stat;
 pub mod system;
 #[cfg(feature = "transport")]
 pub mod transport;
+mod wait;
 #[cfg(feature = "tower")]
 pub mod web;
 
-pub use context::{ContextError, ContextGuard, DEFAULT_CONTEXT_NAME};
-pub use diagnose::{Caps, Diagnosis};
-pub use engine::{
-    AlreadyInitialized, Config, Sentinel, SentinelBuilder, WeakSentinel, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS,
-    DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE, DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW, UNTRACKED_ORIGIN,
+pub use config::{
+    Config, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE,
+    DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW,
 };
+pub use context::{ContextError, ContextGuard};
+pub use diagnose::{Caps, Diagnosis};
+pub use engine::{AlreadyInitialized, Sentinel, SentinelBuilder, WeakSentinel};
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
 pub use inspect::{NodeStats, SecondTotals, TreeNode};
 pub use resource::{EntryType, Resource};
 pub use sentinel_macros::sentinel_resource;
 
-/// `limit_app` meaning every caller.
-pub const LIMIT_APP_DEFAULT: &str = "default";
-/// `limit_app` meaning each origin not named by another rule of the resource.
-pub const LIMIT_APP_OTHER: &str = "other";
+pub use names::{DEFAULT_CONTEXT_NAME, LIMIT_APP_DEFAULT, LIMIT_APP_OTHER, UNTRACKED_ORIGIN};
 
 #[doc(hidden)]
 pub mod __private {

@@ -321,7 +321,7 @@ pub fn decide_async<'r>(
     builder: crate::EntryBuilder<'r, '_>,
     wait: &mut AsyncWait,
 ) -> Option<Result<Entry<'r>, BlockError>> {
-    builder.decide_step(wait.deadline, &mut wait.pending)
+    builder.decide_or_wait(wait.deadline, &mut wait.pending)
 }
 
 /// The timer an async entry awaits when a queueing rule (rate limiter, warm-up queueing, occupy) made it wait.

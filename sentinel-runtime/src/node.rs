@@ -170,7 +170,7 @@ impl ClusterNode {
 
     /// Makes sure an origin named by a rule of the resource has its own node (whatever the cap).
     pub(crate) fn ensure_named_origin(&self, origin_id: u32, origin: &Arc<str>) {
-        if origin_id != crate::engine::UNTRACKED_ORIGIN_ID && self.find(origin_id).is_none() {
+        if origin_id != crate::config::UNTRACKED_ORIGIN_ID && self.find(origin_id).is_none() {
             self.create_origin(origin_id, origin, None);
         }
     }
@@ -183,7 +183,7 @@ impl ClusterNode {
     fn untracked_node(&self) -> &OriginNode {
         self.untracked.get_or_init(|| {
             Box::new(OriginNode {
-                origin_id: crate::engine::UNTRACKED_ORIGIN_ID,
+                origin_id: crate::config::UNTRACKED_ORIGIN_ID,
                 origin: crate::UNTRACKED_ORIGIN.into(),
                 stat: StatNode::new(),
             })
@@ -192,7 +192,7 @@ impl ClusterNode {
 
     #[inline]
     fn find(&self, origin_id: u32) -> Option<&OriginNode> {
-        if origin_id == crate::engine::UNTRACKED_ORIGIN_ID {
+        if origin_id == crate::config::UNTRACKED_ORIGIN_ID {
             return Some(self.untracked_node());
         }
         let id = origin_id as usize;

@@ -11,15 +11,7 @@ use crate::rcu::{RcuPtr, RetireBatch};
 use crate::rules::ResourceRules;
 use crate::Entry;
 
-/// Whether calls come into this process (counted by system rules) or go out of it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum EntryType {
-    /// An inbound call: checked by system rules and counted on the global inbound node.
-    In,
-    /// An outbound call (the default).
-    #[default]
-    Out,
-}
+pub use crate::slot::EntryType;
 
 /// Everything the engine keeps per resource name. Lives as long as its engine.
 pub(crate) struct ResourceInner {

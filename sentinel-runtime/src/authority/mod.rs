@@ -20,7 +20,7 @@
 //! assert!(admin.enter().is_ok()); // no origin: passes
 //! ```
 
-mod rule;
+pub(crate) mod rule;
 
 pub use rule::{AuthorityRule, AuthorityStrategy};
 
@@ -31,7 +31,8 @@ use arc_swap::ArcSwap;
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::pattern::{Compiler, Patterns};
-use crate::rules::{CheckCx, RuleList};
+use crate::slot::contract::{CheckCx, RuleSlot, Verdict};
+use crate::slot::toolkit::RuleList;
 
 /// The authority rules in force for one resource.
 #[derive(Debug)]
@@ -158,6 +159,28 @@ fn passes(strategy: AuthorityStrategy, list: &[Box<str>], origin: &str) -> bool 
     }
 }
 
+/// The authority slot (order -6000): the caller's origin against the resource's white and black lists.
+pub(crate) struct AuthoritySlot;
+
+impl RuleSlot for AuthoritySlot {
+    type Rules = ResourceAuthority;
+    type State = ();
+    type Held = ();
+    type Taken = ();
+    const ORDER: i32 = crate::slot::ORDER_AUTHORITY;
+
+    #[inline(always)]
+    fn check(
+        rules: &ResourceAuthority,
+        _: &(),
+        cx: &CheckCx<'_>,
+        _: &mut (),
+        _: &mut (),
+    ) -> Result<Verdict, BlockError> {
+        check(rules, cx).map(|()| Verdict::PASS)
+    }
+}
+
 /// Checks the caller's origin against the resource's authority rules.
 pub(crate) fn check(state: &ResourceAuthority, cx: &CheckCx<'_>) -> Result<(), BlockError> {
     for (rule, list) in state.rules.iter().zip(state.lists.iter()) {
@@ -170,6 +193,12 @@ pub(crate) fn check(state: &ResourceAuthority, cx: &CheckCx<'_>) -> Result<(), B
         }
     }
     Ok(())
+}
+
+impl crate::slot::toolkit::DedupKey for crate::authority::AuthorityRule {
+    fn dedup_key<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::hash::Hash::hash(&(&self.resource, &self.limit_app), h);
+    }
 }
 
 #[cfg(test)]

@@ -11,29 +11,8 @@ use std::sync::Arc;
 use crate::rcu;
 use crate::stat::stripe;
 
-use super::manager::DegradeManager;
+use super::observers::{BreakerState, Observers};
 use super::rule::{DegradeGrade, DegradeRule};
-
-/// The state of a circuit breaker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BreakerState {
-    /// Calls pass and are counted; the breaker opens when its rule's threshold is exceeded.
-    Closed,
-    /// Calls are blocked until the retry time (open time + `time_window_sec`).
-    Open,
-    /// One probe call is out; every other call is blocked until the probe completes.
-    HalfOpen,
-}
-
-impl fmt::Display for BreakerState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BreakerState::Closed => "CLOSED",
-            BreakerState::Open => "OPEN",
-            BreakerState::HalfOpen => "HALF_OPEN",
-        })
-    }
-}
 
 const CLOSED: u64 = 0;
 const OPEN: u64 = 1;
@@ -419,7 +398,7 @@ impl Breaker {
     /// Tries to become the probe: of all callers that saw the same OPEN word past its retry time, exactly
     /// one wins the OPEN -> HALF_OPEN compare-exchange.
     #[cold]
-    pub(crate) fn try_probe(&self, seen: u64, mgr: &DegradeManager) -> bool {
+    pub(crate) fn try_probe(&self, seen: u64, mgr: &Observers) -> bool {
         let half = (seen & !STATE_MASK) | HALF_OPEN;
         if self.state.compare_exchange(seen, half, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             mgr.notify(BreakerState::Open, BreakerState::HalfOpen, &self.rule, None);
@@ -431,7 +410,7 @@ impl Breaker {
 
     /// The probe this entry holds was blocked by a later check: back to OPEN with the same retry time.
     #[cold]
-    pub(crate) fn abort_probe(&self, mgr: &DegradeManager) {
+    pub(crate) fn abort_probe(&self, mgr: &Observers) {
         let w = self.state.load(Ordering::Acquire);
         if w & STATE_MASK == HALF_OPEN {
             let open = (w & !STATE_MASK) | OPEN;
@@ -444,7 +423,7 @@ impl Breaker {
     /// A call that passed completed. `probe`: this call is the breaker's half-open probe (its completion
     /// decides); otherwise it is counted and, while CLOSED, may trip the breaker.
     #[inline(always)]
-    pub(crate) fn on_complete(&self, now_ms: u64, rt_micros: u64, error: bool, probe: bool, mgr: &DegradeManager) {
+    pub(crate) fn on_complete(&self, now_ms: u64, rt_micros: u64, error: bool, probe: bool, mgr: &Observers) {
         let bad = if self.slow_grade { rt_micros > self.slow_rt_micros } else { error };
         let key = self.counts.add(now_ms, bad);
         // A good call in an interval without a bad call cannot trip the breaker: done.
@@ -456,7 +435,7 @@ impl Breaker {
     /// A completion that decides: the probe's, a bad call's, or one in an interval that has a bad call.
     #[cold]
     #[inline(never)]
-    fn complete_slow(&self, key: u64, now_ms: u64, bad: bool, probe: bool, mgr: &DegradeManager) {
+    fn complete_slow(&self, key: u64, now_ms: u64, bad: bool, probe: bool, mgr: &Observers) {
         if probe {
             self.finish_probe(now_ms, bad, mgr);
             return;
@@ -501,7 +480,7 @@ impl Breaker {
     }
 
     /// Sums the interval's counts (this call's included) and trips the breaker if they call for it.
-    fn decide(&self, key: u64, now_ms: u64, mgr: &DegradeManager) {
+    fn decide(&self, key: u64, now_ms: u64, mgr: &Observers) {
         let w = self.state.load(Ordering::Acquire);
         if w & STATE_MASK != CLOSED {
             return; // only a closed breaker trips
@@ -528,7 +507,7 @@ impl Breaker {
     }
 
     #[cold]
-    fn trip(&self, closed: u64, now_ms: u64, value: f64, mgr: &DegradeManager) {
+    fn trip(&self, closed: u64, now_ms: u64, value: f64, mgr: &Observers) {
         let open = state_word(OPEN, now_ms.saturating_add(self.open_ms));
         if self.state.compare_exchange(closed, open, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             mgr.notify(BreakerState::Closed, BreakerState::Open, &self.rule, Some(value));
@@ -536,7 +515,7 @@ impl Breaker {
     }
 
     #[cold]
-    fn finish_probe(&self, now_ms: u64, bad: bool, mgr: &DegradeManager) {
+    fn finish_probe(&self, now_ms: u64, bad: bool, mgr: &Observers) {
         let w = self.state.load(Ordering::Acquire);
         if w & STATE_MASK != HALF_OPEN {
             return;
@@ -646,7 +625,7 @@ mod tests {
     fn a_good_call_reaching_min_request_amount_trips_even_when_calls_complete_concurrently() {
         const THREADS: u64 = 4;
         const PER_THREAD: u64 = 200;
-        let mgr = DegradeManager::default();
+        let mgr = Observers::default();
         for round in 0..20 {
             // Error ratio > 0 with every call of the round needed: only the interval's final counts trip,
             // whichever completion comes last (one error among thousands of good calls).
@@ -672,7 +651,7 @@ mod tests {
 
     #[test]
     fn the_bad_count_prefilter_never_hides_a_trip() {
-        let mgr = DegradeManager::default();
+        let mgr = Observers::default();
         let now = 1_700_000_000_000;
         // Error ratio 0.5 with min 4: two bad calls can never exceed it at 4 calls; a third can.
         let b = Breaker::new(rule(DegradeGrade::ErrorRatio, 0.5, 4), false);
@@ -719,7 +698,7 @@ mod tests {
         // bad call sums, and the good call may read the mark before the bad call's store is visible. One of
         // the two must see the other (the barrier), so the pair's final counts (2 calls, 1 error) trip.
         const ROUNDS: usize = 10_000;
-        let mgr = DegradeManager::default();
+        let mgr = Observers::default();
         let breakers: Vec<Breaker> =
             (0..ROUNDS).map(|_| Breaker::new(rule(DegradeGrade::ErrorCount, 0.0, 2), false)).collect();
         let arrived = std::sync::atomic::AtomicUsize::new(0);
@@ -748,7 +727,7 @@ mod tests {
     fn error_count_sums_errors_from_all_threads_exactly() {
         const THREADS: u64 = 4;
         const ERRORS_PER_THREAD: u64 = 25;
-        let mgr = DegradeManager::default();
+        let mgr = Observers::default();
         let limit = THREADS * ERRORS_PER_THREAD;
         let b = Breaker::new(rule(DegradeGrade::ErrorCount, limit as f64, 1), false);
         let now = 1_700_000_000_000;
@@ -775,7 +754,7 @@ mod tests {
 
     #[test]
     fn slow_calls_are_strictly_above_the_rule_count_in_microseconds() {
-        let mgr = DegradeManager::default();
+        let mgr = Observers::default();
         let r = Arc::new(
             DegradeRule::new("r", DegradeGrade::SlowRequestRatio)
                 .count(5.0)

@@ -1,31 +1,24 @@
 //! The degrade rule manager: validation, breakers per resource (kept across equal reloads), the default
-//! (`"*"`) breakers, state-change observers, and the public queries on [`Sentinel`].
+//! (`"*"`) breakers and their snapshots.
 
 use std::collections::HashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use super::breaker::{Breaker, BreakerState};
+use super::breaker::Breaker;
+use super::observers::{BreakerState, Observers};
 use super::rule::{DegradeGrade, DegradeRule};
 use super::{ResourceBreakers, MAX_RULES_PER_RESOURCE};
 use crate::error::{RuleError, RuleKind};
 use crate::pattern::{Compiler, Patterns};
-use crate::rules::RuleList;
-use crate::{Sentinel, LIMIT_APP_DEFAULT};
+use crate::slot::toolkit::RuleList;
+use crate::LIMIT_APP_DEFAULT;
 
 /// The resource name of default rules: they apply to every resource without degrade rules of its own.
 pub const DEFAULT_RESOURCE: &str = "*";
 
-/// A state-change observer: `(previous state, new state, rule, snapshot)`.
-///
-/// The snapshot is the value that tripped the breaker on CLOSED → OPEN (the slow ratio, the error ratio or
-/// the error count), `1.0` on HALF_OPEN → OPEN (a failed or blocked probe), and `None` on the other
-/// transitions.
-pub type StateObserver = dyn Fn(BreakerState, BreakerState, &DegradeRule, Option<f64>) + Send + Sync;
-
-/// One breaker of a resource, as seen by [`Sentinel::circuit_breakers`].
+/// One breaker of a resource, as seen by [`Sentinel::circuit_breakers`](crate::Sentinel::circuit_breakers).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct BreakerSnapshot {
@@ -52,7 +45,8 @@ pub(crate) struct DegradeManager {
     rules: RuleList<DegradeRule>,
     /// The default rules and, per resource that uses them, that resource's own breakers built from them.
     defaults: Mutex<Defaults>,
-    observers: ArcSwap<Vec<(String, Arc<StateObserver>)>>,
+    /// Told of every state change.
+    pub(crate) observers: Observers,
 }
 
 /// The breakers of one load of the degrade rules.
@@ -276,33 +270,10 @@ impl DegradeManager {
         defaults.by_resource.insert(name.to_string(), built.clone());
         Some(built)
     }
-
-    /// Tells every observer about a transition (cold: transitions only).
-    #[cold]
-    pub(crate) fn notify(&self, prev: BreakerState, new: BreakerState, rule: &DegradeRule, snapshot: Option<f64>) {
-        let observers = self.observers.load();
-        for (name, o) in observers.iter() {
-            if catch_unwind(AssertUnwindSafe(|| o(prev, new, rule, snapshot))).is_err() {
-                tracing::warn!(observer = %name, "circuit breaker state observer panicked");
-            }
-        }
-    }
-
-    fn register(&self, name: &str, f: Arc<StateObserver>) {
-        self.observers.rcu(|cur| {
-            let mut v: Vec<_> = cur.iter().filter(|(n, _)| n != name).cloned().collect();
-            v.push((name.to_string(), f.clone()));
-            v
-        });
-    }
-
-    fn unregister(&self, name: &str) -> bool {
-        let prev = self.observers.rcu(|cur| cur.iter().filter(|(n, _)| n != name).cloned().collect::<Vec<_>>());
-        prev.iter().any(|(n, _)| n == name)
-    }
 }
 
-fn snapshot(breakers: &ResourceBreakers, now_ms: u64) -> Vec<BreakerSnapshot> {
+/// The snapshots of `breakers` at `now_ms`.
+pub(crate) fn snapshot(breakers: &ResourceBreakers, now_ms: u64) -> Vec<BreakerSnapshot> {
     breakers
         .breakers
         .iter()
@@ -320,61 +291,9 @@ fn snapshot(breakers: &ResourceBreakers, now_ms: u64) -> Vec<BreakerSnapshot> {
         .collect()
 }
 
-impl Sentinel {
-    /// Registers a circuit breaker state-change observer under `name` (replacing one of the same name).
-    ///
-    /// It is called on every transition of every breaker of this engine with `(previous, new, rule,
-    /// snapshot)`; see [`StateObserver`](crate::circuit_breaker::StateObserver) for the snapshot. It runs on
-    /// the thread that caused the transition, so keep it short. A panic in an observer is caught and logged.
-    /// It runs while that call reads the resource's rules: loading rules from it is fine (they take effect
-    /// for later calls), but an observer that blocks holds back rule reloads until it returns.
-    ///
-    /// ```
-    /// use std::sync::{Arc, Mutex};
-    /// use sentinel_runtime::{Sentinel, clock::ManualClock};
-    /// use sentinel_runtime::circuit_breaker::{BreakerState, DegradeGrade, DegradeRule};
-    ///
-    /// let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_000_000)).build();
-    /// let seen = Arc::new(Mutex::new(Vec::new()));
-    /// let log = seen.clone();
-    /// engine.register_state_observer("log", move |prev, new, _rule, snapshot| {
-    ///     log.lock().unwrap().push((prev, new, snapshot));
-    /// });
-    /// engine
-    ///     .load_degrade_rules(vec![DegradeRule::new("pay", DegradeGrade::ErrorCount)
-    ///         .count(0.0).time_window_sec(10).min_request_amount(1)])
-    ///     .unwrap();
-    /// let mut entry = engine.enter("pay").unwrap();
-    /// entry.set_error();
-    /// drop(entry);
-    /// assert_eq!(seen.lock().unwrap()[0], (BreakerState::Closed, BreakerState::Open, Some(1.0)));
-    /// ```
-    pub fn register_state_observer(
-        &self,
-        name: &str,
-        f: impl Fn(BreakerState, BreakerState, &DegradeRule, Option<f64>) + Send + Sync + 'static,
-    ) {
-        self.shared.degrade.register(name, Arc::new(f));
-    }
-
-    /// Removes the state-change observer registered under `name`; `true` if there was one.
-    pub fn unregister_state_observer(&self, name: &str) -> bool {
-        self.shared.degrade.unregister(name)
-    }
-
-    /// The circuit breakers that apply to `resource` and their states: its own degrade rules' breakers, or
-    /// else the breakers it got from the default (`"*"`) rules (once it exists).
-    pub fn circuit_breakers(&self, resource: &str) -> Vec<BreakerSnapshot> {
-        let now_ms = self.shared.now_ms();
-        if let Some(inner) = self.shared.find_resource(resource) {
-            return inner.with_rules(|rules| match rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
-                Some(b) => snapshot(b, now_ms),
-                None => Vec::new(),
-            });
-        }
-        match self.shared.degrade.exact_for(resource) {
-            Some(b) => snapshot(&b, now_ms),
-            None => Vec::new(),
-        }
+impl crate::slot::toolkit::DedupKey for crate::circuit_breaker::DegradeRule {
+    fn dedup_key<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::hash::Hash::hash(&(&self.resource, &self.limit_app, self.time_window_sec), h);
+        crate::slot::toolkit::hash_f64(self.count, h);
     }
 }

@@ -64,20 +64,22 @@
 
 mod breaker;
 mod manager;
-mod rule;
+mod observers;
+pub(crate) mod rule;
 mod trace;
 
-pub use breaker::BreakerState;
-pub use manager::{BreakerSnapshot, StateObserver, DEFAULT_RESOURCE};
+pub use manager::{BreakerSnapshot, DEFAULT_RESOURCE};
+pub use observers::{BreakerState, StateObserver};
 pub use rule::{DegradeGrade, DegradeRule};
 pub use trace::TraceFilter;
 
-pub(crate) use manager::DegradeManager;
+pub(crate) use manager::{snapshot, DegradeManager};
+use observers::Observers;
 
 use std::sync::Arc;
 
 use crate::error::BlockError;
-use crate::rules::{CheckCx, ExitCx};
+use crate::slot::contract::{CheckCx, ExitCx, RuleSlot, Verdict};
 use breaker::{Breaker, Peek};
 
 /// The breakers of one resource.
@@ -125,12 +127,60 @@ impl EntryState {
     }
 
     /// Gives every held probe back: its breaker returns to OPEN with the same retry time.
-    fn abort_all(&mut self, mgr: &DegradeManager) {
+    fn abort_all(&mut self, mgr: &Observers) {
         for b in self.held() {
             b.abort_probe(mgr);
         }
         self.probes = 0;
         self.set = None;
+    }
+}
+
+/// The circuit breaker slots: `BreakerSlot<true>` (order -1500) checks the default (`"*"`) breakers of a
+/// resource with none of its own, `BreakerSlot<false>` (order -1000) the resource's own.
+pub(crate) struct BreakerSlot<const DEFAULT: bool>;
+
+impl<const DEFAULT: bool> RuleSlot for BreakerSlot<DEFAULT> {
+    type Rules = Arc<ResourceBreakers>;
+    /// The observers told of every state change.
+    type State = Observers;
+    /// The half-open probes a call holds.
+    type Held = EntryState;
+    type Taken = ();
+    const ORDER: i32 = if DEFAULT { crate::slot::ORDER_DEFAULT_CIRCUIT_BREAKER } else { crate::slot::ORDER_DEGRADE };
+    /// On the fast path every breaker is closed: a call passes them and holds nothing.
+    const ON_FAST_PATH: bool = true;
+    const CHECKS_ON_FAST_PATH: bool = false;
+    /// A call that exits is counted by the breakers in force then.
+    const EXIT_READS_RULES: bool = true;
+
+    #[inline(always)]
+    fn check(
+        rules: &Arc<ResourceBreakers>,
+        mgr: &Observers,
+        cx: &CheckCx<'_>,
+        held: &mut EntryState,
+        _: &mut (),
+    ) -> Result<Verdict, BlockError> {
+        check(rules, mgr, cx, held).map(|()| Verdict::PASS)
+    }
+
+    #[inline(always)]
+    fn admits_fast(rules: &Arc<ResourceBreakers>, now_ms: u64) -> bool {
+        rules.all_closed(now_ms)
+    }
+
+    /// The probes go back to OPEN, keeping their retry time.
+    #[inline(always)]
+    fn give_back(_: &Arc<ResourceBreakers>, mgr: &Observers, _: &CheckCx<'_>, held: &mut EntryState, _: &mut ()) {
+        held.abort_all(mgr);
+    }
+
+    #[inline(always)]
+    fn exit(rules: Option<&Arc<ResourceBreakers>>, mgr: &Observers, cx: &ExitCx, held: &mut EntryState) {
+        if let Some(rules) = rules {
+            on_exit(rules, mgr, cx, held);
+        }
     }
 }
 
@@ -140,7 +190,12 @@ impl EntryState {
 /// call before any probe is taken, so breakers past their retry time do not flip to HALF_OPEN and back for
 /// every call another breaker blocks. Only when nothing blocks does the call try to win the due probes.
 #[inline]
-pub(crate) fn check(state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
+fn check(
+    state: &Arc<ResourceBreakers>,
+    mgr: &Observers,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+) -> Result<(), BlockError> {
     let mut probe_due = false;
     for b in &state.breakers {
         match b.peek(cx.now_ms) {
@@ -150,15 +205,19 @@ pub(crate) fn check(state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut En
         }
     }
     if probe_due {
-        take_probes(state, cx, es)
+        take_probes(state, mgr, cx, es)
     } else {
         Ok(())
     }
 }
 
 #[cold]
-fn take_probes(state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<(), BlockError> {
-    let mgr = &cx.shared.degrade;
+fn take_probes(
+    state: &Arc<ResourceBreakers>,
+    mgr: &Observers,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+) -> Result<(), BlockError> {
     for (i, b) in state.breakers.iter().enumerate().take(MAX_RULES_PER_RESOURCE) {
         let blocked = match b.peek(cx.now_ms) {
             Peek::Closed => false,
@@ -196,29 +255,21 @@ fn degrade_block(b: &Breaker, cx: &CheckCx<'_>) -> BlockError {
     }
 }
 
-/// A slot after the breakers blocked the call that passed them: its probes go back to OPEN, keeping their
-/// retry time.
-pub(crate) fn on_later_block(_state: &Arc<ResourceBreakers>, cx: &CheckCx<'_>, es: &mut EntryState) {
-    es.abort_all(&cx.shared.degrade);
-}
-
 /// A call that passed completed: every breaker of the resource counts it; a probe's completion decides its
 /// breaker.
 #[inline]
-pub(crate) fn on_exit(state: &Arc<ResourceBreakers>, cx: &ExitCx<'_>, es: &mut EntryState) {
-    let mgr = &cx.shared.degrade;
+fn on_exit(state: &Arc<ResourceBreakers>, mgr: &Observers, cx: &ExitCx, es: &mut EntryState) {
     if es.probes == 0 {
         for b in &state.breakers {
             b.on_complete(cx.now_ms, cx.rt_micros, cx.error, false, mgr);
         }
         return;
     }
-    exit_with_probes(state, cx, es);
+    exit_with_probes(state, mgr, cx, es);
 }
 
 #[cold]
-fn exit_with_probes(state: &Arc<ResourceBreakers>, cx: &ExitCx<'_>, es: &mut EntryState) {
-    let mgr = &cx.shared.degrade;
+fn exit_with_probes(state: &Arc<ResourceBreakers>, mgr: &Observers, cx: &ExitCx, es: &mut EntryState) {
     // Probes are decided on the breakers that issued them, even if the rules changed meanwhile (an equal
     // rule reloaded keeps its breaker, which then is in both sets).
     for b in es.held() {

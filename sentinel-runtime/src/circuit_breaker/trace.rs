@@ -4,8 +4,6 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::Sentinel;
-
 type TypeTest = fn(&(dyn StdError + 'static)) -> bool;
 type Predicate = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
 
@@ -109,13 +107,5 @@ impl TraceFilter {
             return false;
         }
         self.predicate.as_ref().is_none_or(|p| p(err))
-    }
-}
-
-impl Sentinel {
-    /// Sets the global error filter from a [`TraceFilter`] (replacing any filter set before, including one
-    /// set with [`set_error_filter`](Sentinel::set_error_filter)).
-    pub fn set_trace_filter(&self, filter: TraceFilter) {
-        self.set_error_filter(move |e| filter.accepts(e));
     }
 }

@@ -1,17 +1,18 @@
 //! Flow control: QPS and concurrency limits with node selection by origin, relation and chain.
 
+mod cluster_status;
 mod controller;
-mod rule;
+pub(crate) mod rule;
 pub(crate) mod token_service;
 
+pub use cluster_status::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 pub use rule::{
     ClusterConfig, ClusterThresholdType, ControlBehavior, FallbackInstances, FlowGrade, FlowRule, FlowStrategy,
     ASSUMED_INSTANCES,
 };
-pub use token_service::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -19,7 +20,8 @@ use arc_swap::ArcSwap;
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::pattern::{Compiler, Patterns};
 use crate::resource::ResourceInner;
-use crate::rules::{group_reusing, CheckCx, RuleList};
+use crate::slot::contract::{CheckCx, ExitCx, FastCx, RuleSlot, Verdict};
+use crate::slot::toolkit::{group_reusing, RuleList};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
@@ -48,7 +50,7 @@ pub(crate) struct FlowRuleState {
 
 impl FlowRuleState {
     /// A cluster rule (QPS and reject, by validation) for every caller on the resource's own node.
-    fn is_lone_cluster(&self) -> bool {
+    fn is_cluster_only(&self) -> bool {
         self.rule.cluster_mode
             && self.rule.strategy == FlowStrategy::Direct
             && matches!(self.limit_app, LimitApp::Default)
@@ -86,23 +88,23 @@ pub(crate) struct ResourceFlowRules {
     pub(crate) rules: Vec<Arc<FlowRuleState>>,
     /// Origins named by a rule of this resource (an origin named here is not "other").
     named_origins: Vec<String>,
-    /// The resource's only rule is a local reject-style QPS limit on its own cluster node for every origin
-    /// (the common rule): checked without the general loop.
-    simple: bool,
+    /// The limit of the resource's only rule when it is a local reject-style QPS limit on its own cluster
+    /// node for every origin (the common rule): checked without the general loop.
+    simple: Option<f64>,
     /// The resource's only rule is a cluster rule for every caller on the resource's own node: a call with a
-    /// leased token in hand is decided without the general loop ([`check_lone_cluster`]).
-    lone_cluster: bool,
+    /// leased token in hand is decided without the general loop ([`check_cluster_only`]).
+    cluster_only: bool,
 }
 
 impl ResourceFlowRules {
     /// The limit of the only rule, when it is simple.
     pub(crate) fn simple_limit(&self) -> Option<f64> {
-        self.simple.then(|| self.rules[0].rule.count)
+        self.simple
     }
 
     /// Whether the only rule is a cluster rule for every caller on the resource's own node.
-    pub(crate) fn lone_cluster(&self) -> bool {
-        self.lone_cluster
+    pub(crate) fn cluster_only(&self) -> bool {
+        self.cluster_only
     }
 
     /// Whether a rule reads the resource's node in the default context (a chain rule naming it).
@@ -114,10 +116,60 @@ impl ResourceFlowRules {
     }
 }
 
-/// What the flow check decided for the entry.
-pub(crate) enum Verdict {
-    Pass { wait_nanos: u64 },
-    Occupied { wait_nanos: u64 },
+/// The flow slot (order -2000): the resource's flow rules, in order; the first that blocks decides.
+pub(crate) struct FlowSlot;
+
+impl RuleSlot for FlowSlot {
+    type Rules = ResourceFlowRules;
+    type State = ();
+    /// Concurrency permits of thread-grade rules.
+    type Held = EntryState;
+    /// Reservations of QPS rules and tokens of cluster leases.
+    type Taken = Scratch;
+    const ORDER: i32 = crate::slot::ORDER_FLOW;
+    const ON_FAST_PATH: bool = true;
+
+    #[inline(always)]
+    fn check(
+        rules: &ResourceFlowRules,
+        _: &(),
+        cx: &CheckCx<'_>,
+        held: &mut EntryState,
+        taken: &mut Scratch,
+    ) -> Result<Verdict, BlockError> {
+        check(rules, cx, held, taken)
+    }
+
+    /// On the fast path the resource's only flow rule is simple (or it has none that applies).
+    #[inline(always)]
+    fn check_fast<'c>(
+        rules: &ResourceFlowRules,
+        _: &(),
+        fast: &FastCx<'c>,
+        _: impl Fn() -> CheckCx<'c>,
+        _: &mut u64,
+    ) -> Result<(), BlockError> {
+        match rules.simple {
+            Some(limit) => check_simple_only(rules, limit, fast.resource, fast.now_ms, fast.acquire, fast.origin),
+            None => Ok(()),
+        }
+    }
+
+    #[inline(always)]
+    fn give_back(_: &ResourceFlowRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
+        taken.release();
+        held.release_permits(cx.acquire);
+    }
+
+    #[inline(always)]
+    fn holds(held: &EntryState) -> bool {
+        held.is_active()
+    }
+
+    #[inline(always)]
+    fn exit(_: Option<&ResourceFlowRules>, _: &(), cx: &ExitCx, held: &mut EntryState) {
+        held.release_permits(cx.acquire);
+    }
 }
 
 const MAX_HELD: usize = 2;
@@ -254,9 +306,9 @@ impl ResourceFlowRules {
             .map(|s| s.rule.limit_app.clone())
             .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
             .collect();
-        let simple = rules.len() == 1 && rules[0].is_simple();
-        let lone_cluster = rules.len() == 1 && rules[0].is_lone_cluster();
-        ResourceFlowRules { rules, named_origins, simple, lone_cluster }
+        let simple = (rules.len() == 1 && rules[0].is_simple()).then(|| rules[0].rule.count);
+        let cluster_only = rules.len() == 1 && rules[0].is_cluster_only();
+        ResourceFlowRules { rules, named_origins, simple, cluster_only }
     }
 }
 
@@ -691,7 +743,7 @@ fn check_simple(
 /// The whole check of a resource whose only rule of any kind is one simple flow rule (`limit`, the only rule
 /// of `rules`), for a call that is not prioritized.
 #[inline(always)]
-pub(crate) fn check_lone(
+pub(crate) fn check_simple_only(
     rules: &ResourceFlowRules,
     limit: f64,
     resource: &ResourceInner,
@@ -704,7 +756,7 @@ pub(crate) fn check_lone(
     let node = &resource.cluster.stat;
     match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
         Some(_) => Ok(()),
-        None => Err(lone_block(rules, resource, origin, node.qps_retry_after(now_ms, acquire, limit, false))),
+        None => Err(simple_only_block(rules, resource, origin, node.qps_retry_after(now_ms, acquire, limit, false))),
     }
 }
 
@@ -712,7 +764,7 @@ pub(crate) fn check_lone(
 /// breakers), for a call that is not prioritized: true when a leased token paid for it. Anything else (no
 /// token in hand, no token service) takes the general path, which waits, falls back or blocks.
 #[inline(always)]
-pub(crate) fn check_lone_cluster(rules: &ResourceFlowRules, now_ms: u64, acquire: u32) -> bool {
+pub(crate) fn check_cluster_only(rules: &ResourceFlowRules, now_ms: u64, acquire: u32) -> bool {
     match rules.rules[0].lease.get() {
         Some(lease) => lease.take_in_hand(now_ms, acquire),
         None => false,
@@ -720,7 +772,7 @@ pub(crate) fn check_lone_cluster(rules: &ResourceFlowRules, now_ms: u64, acquire
 }
 
 #[cold]
-fn lone_block(
+fn simple_only_block(
     rules: &ResourceFlowRules,
     resource: &ResourceInner,
     origin: &Arc<str>,
@@ -778,36 +830,6 @@ fn apply(
     }
 }
 
-/// A later check blocked the call: give back reservations and permits.
-pub(crate) fn on_later_block(es: &mut EntryState, scratch: &mut Scratch, acquire: u32) {
-    scratch.release();
-    es.release_permits(acquire);
-}
-
-/// The call completed: release its concurrency permits.
-pub(crate) fn on_exit(es: &mut EntryState, acquire: u32) {
-    es.release_permits(acquire);
-}
-
-/// Exact concurrency gate on a node, used by thread-grade rules.
-#[derive(Debug, Default)]
-pub(crate) struct ThreadGate {
-    permits: AtomicU64,
-}
-
-impl ThreadGate {
-    fn try_acquire(&self, n: u32, limit: f64) -> bool {
-        self.permits
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                ((v + n as u64) as f64 <= limit).then_some(v + n as u64)
-            })
-            .is_ok()
-    }
-    fn release(&self, n: u32) {
-        let _ = self.permits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(n as u64)));
-    }
-}
-
 impl StatNode {
     fn try_thread_permit(&self, n: u32, limit: f64) -> bool {
         self.thread_gate.try_acquire(n, limit)
@@ -816,6 +838,13 @@ impl StatNode {
         self.thread_gate.release(n)
     }
     fn thread_permits(&self) -> u64 {
-        self.thread_gate.permits.load(Ordering::Acquire)
+        self.thread_gate.permits()
+    }
+}
+
+impl crate::slot::toolkit::DedupKey for crate::flow::FlowRule {
+    fn dedup_key<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::hash::Hash::hash(&(&self.resource, &self.limit_app), h);
+        crate::slot::toolkit::hash_f64(self.count, h);
     }
 }

@@ -19,212 +19,35 @@
 // Without a token service in the build (`cluster-redis`), the service's side of the interface is unused.
 #![cfg_attr(not(feature = "cluster-redis"), allow(dead_code))]
 
-use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 
-use crate::rules::CheckCx;
+use crate::slot::contract::CheckCx;
 use crate::stat::admission::{AdmissionWindow, Mode};
 use crate::stat::StatNode;
+
+mod pending;
+mod service;
+
+// `ClusterServiceInfo` for the tests below (through `super::*`).
+#[cfg_attr(not(test), allow(unused_imports))]
+pub use super::cluster_status::{ClusterRuleMode, ClusterRuleStatus, ClusterServiceInfo};
+pub(crate) use service::TokenService;
+
+pub(crate) use crate::wait::{mono_nanos, DeadlineScope, Wait};
+use pending::set_pending;
+pub(crate) use pending::{has_pending, take_pending, Pending};
 
 use super::controller::{reject_qps, Decision};
 use super::rule::{ClusterThresholdType, FallbackInstances, FlowRule};
 use super::Scratch;
 
-/// A cluster token service: keeps the leases of the cluster rules in force filled.
-///
-/// Registered with [`Sentinel::set_cluster_service`](crate::Sentinel); the engine calls
-/// [`attach`](TokenService::attach) for each cluster rule that comes into force (and for those in force at
-/// registration), and [`wake`](TokenService::wake) when a lease asks for tokens.
-pub(crate) trait TokenService: Send + Sync + 'static {
-    /// A cluster rule came into force: lease tokens for it. Keep the lease weakly (it is dropped when the
-    /// rule is no longer in force). Must not block.
-    fn attach(&self, lease: &Arc<RuleLease>);
-    /// A lease asked for tokens ([`RuleLease::take_request`]). Called on the calling thread of an entry:
-    /// must not block, lock or allocate.
-    fn wake(&self);
-    /// How long a call waits for tokens when its rule's lease is empty.
-    fn timeout(&self) -> Duration;
-    /// What the service tells about itself (the dashboard's cluster pages show it).
-    fn info(&self) -> ClusterServiceInfo;
-}
-
-/// The cluster token service registered on an engine: [`Sentinel::cluster_service_info`].
-///
-/// [`Sentinel::cluster_service_info`]: crate::Sentinel::cluster_service_info
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ClusterServiceInfo {
-    /// What keeps the shared limits (`redis`).
-    pub kind: &'static str,
-    /// The host of the shared state (the Redis server).
-    pub host: String,
-    /// Its port.
-    pub port: u16,
-    /// How long a call with an empty lease waits, in ms.
-    pub timeout_ms: u64,
-    /// Whether the service reaches its shared state now.
-    pub connected: bool,
-    /// Engine time (ms) at which the service was started.
-    pub since_ms: u64,
-}
-
 const MODE_LEASING: u8 = 0;
 const MODE_FALLBACK: u8 = 1;
 const MODE_DETACHED: u8 = 2;
-
-/// How a cluster-mode flow rule is decided right now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ClusterRuleMode {
-    /// No token service is registered (or it stopped): the rule is decided as Java decides it without one,
-    /// by its whole `count` locally when it falls back to local, else every call passes.
-    NoService,
-    /// Calls spend tokens leased from the shared limit.
-    Leasing,
-    /// The token service is failing: calls are decided by a local limit (see
-    /// [`ClusterRuleStatus::local_limit`]).
-    Fallback,
-    /// The token service is failing and the rule does not fall back to local: calls pass (as in Java).
-    Passing,
-}
-
-impl fmt::Display for ClusterRuleMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ClusterRuleMode::NoService => "no token service",
-            ClusterRuleMode::Leasing => "leasing",
-            ClusterRuleMode::Fallback => "local fallback",
-            ClusterRuleMode::Passing => "passing (no local fallback)",
-        })
-    }
-}
-
-/// The state of one cluster-mode flow rule: [`Sentinel::cluster_status`](crate::Sentinel::cluster_status).
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct ClusterRuleStatus {
-    /// The rule.
-    pub rule: FlowRule,
-    /// Where the token service keeps the rule's shared limit (a Redis key), once known.
-    pub key: Option<String>,
-    /// How the rule is decided now.
-    pub mode: ClusterRuleMode,
-    /// Why, in words (the last failure while falling back).
-    pub reason: Option<String>,
-    /// Tokens in hand (leased, not spent yet).
-    pub tokens_in_hand: u64,
-    /// How long the lease in force may still be spent, in ms.
-    pub lease_valid_for_ms: u64,
-    /// The shared window is used up for this long (ms): calls are blocked without asking the service.
-    pub exhausted_for_ms: u64,
-    /// Live instances of the rule, as last seen by the service.
-    pub live_instances: Option<u64>,
-    /// The local limit (calls per second on this instance) that falling back uses.
-    pub local_limit: f64,
-    /// What a global count is divided by for [`local_limit`](Self::local_limit), and where that number
-    /// comes from (seen, configured or assumed); `None` for per-instance thresholds and with no token
-    /// service (the whole count).
-    pub fallback_instances: Option<FallbackInstances>,
-    /// Tokens leased so far.
-    pub tokens_leased: u64,
-    /// Leased tokens given back unspent (a lease that ended with tokens left).
-    pub tokens_returned: u64,
-    /// Calls made to the token service for this rule (leases and heartbeats).
-    pub round_trips: u64,
-    /// Failed calls to the token service.
-    pub failures: u64,
-    /// Calls that found the lease empty and waited for the service.
-    pub waits: u64,
-    /// Of which were decided locally because the wait timed out.
-    pub wait_timeouts: u64,
-    /// Calls decided by the local fallback (passed and blocked).
-    pub fallback_decisions: u64,
-    /// Calls blocked because the shared window was used up.
-    pub exhausted_blocks: u64,
-    /// Calls the local fallback admitted that were counted in the shared window afterwards (once the
-    /// service answered again), so that the window does not grant them a second time.
-    pub local_admissions_reported: u64,
-}
-
-impl fmt::Display for ClusterRuleStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let r = &self.rule;
-        write!(f, "cluster rule on `{}` (count {}", r.resource, r.count)?;
-        if let Some(c) = &r.cluster_config {
-            let t = match c.threshold_type {
-                ClusterThresholdType::Global => "global",
-                ClusterThresholdType::AvgLocal => "per instance",
-            };
-            write!(f, " {t}, window {} ms / {} buckets", c.window_interval_ms, c.sample_count)?;
-        }
-        write!(f, "): {}", self.mode)?;
-        if let Some(k) = &self.key {
-            write!(f, ", key `{k}`")?;
-        }
-        if let Some(n) = self.live_instances {
-            write!(f, ", {n} live instance(s)")?;
-        }
-        if self.mode == ClusterRuleMode::Leasing {
-            write!(f, ", {} token(s) in hand for {} ms", self.tokens_in_hand, self.lease_valid_for_ms)?;
-            if self.exhausted_for_ms > 0 {
-                write!(f, ", window used up for {} ms", self.exhausted_for_ms)?;
-            }
-        } else {
-            write!(f, ", local limit {}/s", self.local_limit)?;
-            if let Some(n) = self.fallback_instances {
-                write!(f, " (count ÷ {n})")?;
-            }
-        }
-        if let Some(why) = &self.reason {
-            write!(f, "; {why}")?;
-        }
-        write!(
-            f,
-            " [leased {}, returned {}, round trips {}, failures {}, waits {} ({} timed out), decided locally {}, \
-             blocked on a used-up window {}, local admissions reported {}]",
-            self.tokens_leased,
-            self.tokens_returned,
-            self.round_trips,
-            self.failures,
-            self.waits,
-            self.wait_timeouts,
-            self.fallback_decisions,
-            self.exhausted_blocks,
-            self.local_admissions_reported
-        )
-    }
-}
-
-impl ClusterRuleStatus {
-    /// The status of a cluster rule with no token service.
-    pub(crate) fn without_service(rule: FlowRule) -> Self {
-        ClusterRuleStatus {
-            local_limit: rule.count,
-            fallback_instances: None,
-            rule,
-            key: None,
-            mode: ClusterRuleMode::NoService,
-            reason: None,
-            tokens_in_hand: 0,
-            lease_valid_for_ms: 0,
-            exhausted_for_ms: 0,
-            live_instances: None,
-            tokens_leased: 0,
-            tokens_returned: 0,
-            round_trips: 0,
-            failures: 0,
-            waits: 0,
-            wait_timeouts: 0,
-            fallback_decisions: 0,
-            exhausted_blocks: 0,
-            local_admissions_reported: 0,
-        }
-    }
-}
 
 /// What the service reports about a lease, for [`ClusterRuleStatus`].
 #[derive(Default)]
@@ -713,203 +536,6 @@ impl RuleLease {
 /// Whether a cluster rule falls back to a local limit (else it passes) when it has no working service.
 pub(crate) fn no_service(rule: &FlowRule) -> bool {
     rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail)
-}
-
-/// Whether (and how) a call whose lease is empty waits for the token service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// It does not wait: decided by the local fallback at once ([`EntryBuilder::decide`]).
-    ///
-    /// [`EntryBuilder::decide`]: crate::EntryBuilder::decide
-    Now,
-    /// It blocks its thread until the deadline ([`mono_nanos`]; 0: not waited yet).
-    Blocking(u64),
-    /// It awaits (the caller retries after [`take_pending`]'s wait completes), until the deadline (0: not
-    /// waited yet).
-    Async(u64),
-}
-
-const MODE_BLOCKING: u8 = 0;
-const MODE_NOW: u8 = 1;
-const MODE_ASYNC: u8 = 2;
-
-impl Wait {
-    /// The kind of wait as one byte (blocking is 0), without the deadline.
-    #[inline(always)]
-    pub(crate) fn mode(self) -> u8 {
-        match self {
-            Wait::Blocking(_) => MODE_BLOCKING,
-            Wait::Now => MODE_NOW,
-            Wait::Async(_) => MODE_ASYNC,
-        }
-    }
-    /// The deadline of a wait under way (0: none).
-    #[inline(always)]
-    pub(crate) fn deadline(self) -> u64 {
-        match self {
-            Wait::Blocking(d) | Wait::Async(d) => d,
-            Wait::Now => 0,
-        }
-    }
-    /// The wait of [`mode`](Self::mode) `m` (its deadline is in [`DeadlineScope`]).
-    #[inline(always)]
-    pub(crate) fn of_mode(m: u8) -> Wait {
-        match m {
-            MODE_NOW => Wait::Now,
-            MODE_ASYNC => Wait::Async(0),
-            _ => Wait::Blocking(0),
-        }
-    }
-}
-
-/// A call that found its lease empty and waits for the token service.
-pub(crate) struct Pending {
-    lease: Arc<RuleLease>,
-    deadline_nanos: u64,
-    version: u64,
-}
-
-thread_local! {
-    static PENDING: Cell<Option<Pending>> = const { Cell::new(None) };
-    static DEADLINE: Cell<u64> = const { Cell::new(0) };
-}
-
-/// The deadline of the wait a call decides again after (0: none), for the checks made meanwhile on this
-/// thread: set for the scope of one decision, read only on a cluster rule's slow path.
-pub(crate) struct DeadlineScope(bool);
-
-impl DeadlineScope {
-    /// Sets `deadline` for the scope (nothing when 0: the common case costs one compare).
-    #[inline(always)]
-    pub(crate) fn enter(deadline: u64) -> DeadlineScope {
-        if deadline != 0 {
-            Self::set(deadline);
-        }
-        DeadlineScope(deadline != 0)
-    }
-    #[cold]
-    fn set(deadline: u64) {
-        let _ = DEADLINE.try_with(|c| c.set(deadline));
-    }
-    fn current() -> u64 {
-        DEADLINE.try_with(Cell::get).unwrap_or(0)
-    }
-}
-
-impl Drop for DeadlineScope {
-    #[inline(always)]
-    fn drop(&mut self) {
-        if self.0 {
-            Self::set(0);
-        }
-    }
-}
-
-fn set_pending(p: Pending) {
-    PENDING.with(|c| c.set(Some(p)));
-}
-
-/// Whether a check on this thread asked for a wait not taken yet.
-pub(crate) fn has_pending() -> bool {
-    PENDING
-        .try_with(|c| {
-            let p = c.take();
-            let some = p.is_some();
-            c.set(p);
-            some
-        })
-        .unwrap_or(false)
-}
-
-/// The wait a check on this thread just asked for (taken: asking again returns `None`).
-pub(crate) fn take_pending() -> Option<Pending> {
-    PENDING.try_with(|c| c.take()).ok().flatten()
-}
-
-impl Pending {
-    /// The deadline, to decide the call again with ([`Wait::Blocking`] / [`Wait::Async`]).
-    pub(crate) fn deadline(&self) -> u64 {
-        self.deadline_nanos
-    }
-
-    fn ready(&self) -> bool {
-        self.lease.version.load(Ordering::Acquire) != self.version || mono_nanos() >= self.deadline_nanos
-    }
-
-    /// Blocks the thread until the lease changes or the deadline passes.
-    pub(crate) fn wait_blocking(&self) {
-        let mut guard = self.lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        while !self.ready() {
-            let left = self.deadline_nanos.saturating_sub(mono_nanos());
-            let (g, _) =
-                self.lease.changed.wait_timeout(guard, Duration::from_nanos(left)).unwrap_or_else(|e| e.into_inner());
-            guard = g;
-        }
-    }
-
-    /// Awaits the lease's change or the deadline, without blocking the thread.
-    pub(crate) fn wait_async(self) -> PendingFuture {
-        let left = self.deadline_nanos.saturating_sub(mono_nanos());
-        let sleep = futures_timer::Delay::new(Duration::from_nanos(left));
-        let id = self.lease.next_waiter.fetch_add(1, Ordering::Relaxed);
-        PendingFuture { pending: self, sleep, id, registered: false }
-    }
-}
-
-/// Nanoseconds on a monotonic clock of the process (never 0). Calls wait for a token service in real time
-/// whatever the engine's clock: the service (and the shared limit's time) runs in real time.
-pub(crate) fn mono_nanos() -> u64 {
-    static ANCHOR: OnceLock<std::time::Instant> = OnceLock::new();
-    let anchor = *ANCHOR.get_or_init(std::time::Instant::now);
-    u64::try_from(anchor.elapsed().as_nanos()).unwrap_or(u64::MAX).saturating_add(1)
-}
-
-pin_project_lite::pin_project! {
-    /// Completes when a waiting call's lease changed or its deadline passed.
-    pub(crate) struct PendingFuture {
-        pending: Pending,
-        #[pin]
-        sleep: futures_timer::Delay,
-        id: u64,
-        registered: bool,
-    }
-
-    impl PinnedDrop for PendingFuture {
-        fn drop(this: Pin<&mut Self>) {
-            let this = this.project();
-            if *this.registered {
-                let mut w = this.pending.lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
-                w.retain(|(id, _)| id != this.id);
-            }
-        }
-    }
-}
-
-impl std::future::Future for PendingFuture {
-    type Output = ();
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        let this = self.project();
-        let lease = &this.pending.lease;
-        if lease.version.load(Ordering::Acquire) != this.pending.version {
-            return std::task::Poll::Ready(());
-        }
-        if this.sleep.poll(cx).is_ready() {
-            return std::task::Poll::Ready(());
-        }
-        {
-            let mut w = lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
-            match w.iter_mut().find(|(id, _)| id == this.id) {
-                Some((_, waker)) => waker.clone_from(cx.waker()),
-                None => w.push((*this.id, cx.waker().clone())),
-            }
-            *this.registered = true;
-        }
-        // A change published before the registration would have found no waker to wake.
-        if lease.version.load(Ordering::Acquire) != this.pending.version {
-            return std::task::Poll::Ready(());
-        }
-        std::task::Poll::Pending
-    }
 }
 
 /// The engine's cluster registration: the service, if one is registered.

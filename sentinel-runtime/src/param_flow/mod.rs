@@ -51,7 +51,7 @@
 //! assert!(call(1).is_ok());
 //! ```
 
-mod rule;
+pub(crate) mod rule;
 mod state;
 mod value;
 
@@ -63,8 +63,8 @@ use std::sync::Arc;
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::flow::ControlBehavior;
-use crate::rules::{group_reusing, RuleList};
-use crate::rules::{CheckCx, RuleMap};
+use crate::slot::contract::{CheckCx, ExitCx, FastCx, RuleSlot, Verdict};
+use crate::slot::toolkit::{group_reusing, RuleList, RuleMap};
 
 pub(crate) use state::ParamRuleState;
 use state::{ValueCell, ValueDecision};
@@ -237,20 +237,72 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CheckCx<'_>, es: &mut Entry
     Ok(wait)
 }
 
-/// A slot after this one blocked the call: give back the thread permits.
-pub(crate) fn on_later_block(_state: &ResourceParamRules, _cx: &CheckCx<'_>, es: &mut EntryState) {
-    es.release_all();
+/// The hot-parameter slot (order -3000): the call's argument values against every rule of the resource.
+pub(crate) struct ParamSlot;
+
+impl RuleSlot for ParamSlot {
+    type Rules = ResourceParamRules;
+    type State = ();
+    /// Per-value thread permits.
+    type Held = EntryState;
+    type Taken = ();
+    const ORDER: i32 = crate::slot::ORDER_PARAM_FLOW;
+    const ON_FAST_PATH: bool = true;
+
+    #[inline(always)]
+    fn check(
+        rules: &ResourceParamRules,
+        _: &(),
+        cx: &CheckCx<'_>,
+        held: &mut EntryState,
+        _: &mut (),
+    ) -> Result<Verdict, BlockError> {
+        check(rules, cx, held).map(|wait_nanos| Verdict::Pass { wait_nanos })
+    }
+
+    /// On the fast path the rules leave a call holding nothing ([`ResourceParamRules::holds_nothing`]): a
+    /// later block or a panic in a `HotParam` impl has nothing to give back, so no undo and no unwind guard.
+    #[inline(always)]
+    fn check_fast<'c>(
+        rules: &ResourceParamRules,
+        _: &(),
+        _: &FastCx<'c>,
+        cx: impl Fn() -> CheckCx<'c>,
+        wait: &mut u64,
+    ) -> Result<(), BlockError> {
+        // The first check of the fast path (no kind before it is on it): its wait is the first.
+        *wait = check_holding_nothing(rules, &cx)?;
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn give_back(_: &ResourceParamRules, _: &(), _: &CheckCx<'_>, held: &mut EntryState, _: &mut ()) {
+        held.release_all();
+    }
+
+    #[inline(always)]
+    fn holds(held: &EntryState) -> bool {
+        held.is_active()
+    }
+
+    #[inline(always)]
+    fn exit(_: Option<&ResourceParamRules>, _: &(), _: &ExitCx, held: &mut EntryState) {
+        held.release_all();
+    }
 }
 
-/// A call that passed completed: give back the thread permits.
-pub(crate) fn on_exit(es: &mut EntryState) {
-    es.release_all();
+/// The check of rules that leave a call holding nothing, in the general context `cx` builds.
+#[inline(never)]
+fn check_holding_nothing<'c>(rules: &ResourceParamRules, cx: &impl Fn() -> CheckCx<'c>) -> Result<u64, BlockError> {
+    // The rules take no permit, so the entry state stays empty.
+    let mut held = EntryState::default();
+    check(rules, &cx(), &mut held)
 }
 
 impl ResourceParamRules {
     /// Whether every rule is local and leaves a call that passed holding nothing (no thread grade, no
     /// cluster mode): a check that panics or is followed by a block then has nothing to give back, so these
-    /// rules can be checked on the entry's fast path (see `EntryBuilder::build_as`).
+    /// rules can be checked on the entry's fast path (see `EntryBuilder::entry_path`).
     pub(crate) fn holds_nothing(&self) -> bool {
         self.rules.iter().all(|s| !s.rule.cluster_mode && !s.holds_permits())
     }
@@ -261,10 +313,9 @@ impl ResourceParamRules {
     }
 }
 
-impl crate::Sentinel {
-    /// How many distinct values each hot-parameter rule of `resource` tracks now, with its cap:
-    /// `(tracked, capacity)` per rule, in load order. Memory stays bounded: `tracked <= capacity` always.
-    pub fn param_flow_tracked(&self, resource: &str) -> Vec<(usize, usize)> {
-        self.shared.param.for_resource(resource).map(|r| r.tracked()).unwrap_or_default()
+impl crate::slot::toolkit::DedupKey for crate::param_flow::ParamFlowRule {
+    fn dedup_key<H: std::hash::Hasher>(&self, h: &mut H) {
+        std::hash::Hash::hash(&(&self.resource, &self.limit_app, self.param_idx), h);
+        crate::slot::toolkit::hash_f64(self.count, h);
     }
 }

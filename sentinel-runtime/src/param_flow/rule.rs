@@ -1,6 +1,6 @@
 //! Hot-parameter rule data.
 
-use crate::flow::{ClusterConfig, ControlBehavior, FlowGrade};
+use crate::flow::rule::{ClusterConfig, ControlBehavior, FlowGrade};
 
 /// A typed parameter value in a rule's exception items. Matching is type-sensitive: `Int(7)` is not `Str("7")`.
 #[derive(Clone, Debug, PartialEq)]

@@ -3,10 +3,12 @@
 pub(crate) mod admission;
 mod node;
 pub(crate) mod stripe;
+mod thread_gate;
 mod window;
 
 pub(crate) use node::Writer;
 pub use node::{StatNode, MINUTE_INTERVAL_MS, MINUTE_SAMPLE_COUNT, SECOND_INTERVAL_MS, SECOND_SAMPLE_COUNT};
+pub(crate) use thread_gate::ThreadGate;
 pub use window::{BucketTotals, MetricEvent};
 
 /// How a resource name appears in a metric line (the metric log and the `metric` command): `|`, `\n` and

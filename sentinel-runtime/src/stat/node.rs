@@ -42,7 +42,7 @@ pub struct StatNode {
     /// Allocated on first use: most nodes are never read by a reject rule.
     admission: std::sync::OnceLock<Box<super::admission::AdmissionWindow>>,
     /// Exact concurrency count for thread-grade rules.
-    pub(crate) thread_gate: crate::flow::ThreadGate,
+    pub(crate) thread_gate: super::ThreadGate,
 }
 
 impl Default for StatNode {

@@ -17,7 +17,7 @@
 //! from Linux's `/proc` once a second by a background thread. The thread runs only while a rule sets
 //! `highest_system_load` or `highest_cpu_usage`, and stops when the rules no longer need it or the engine is
 //! dropped. Where `/proc` is missing or unreadable (other platforms, sandboxes) the readings are unavailable
-//! and the load and cpu checks are skipped. Tests feed readings with [`Sentinel::set_system_readings`].
+//! and the load and cpu checks are skipped. Tests feed readings with [`Sentinel::set_system_readings`](crate::Sentinel::set_system_readings).
 //!
 //! # Differences from Java Sentinel
 //!
@@ -40,7 +40,7 @@
 //! assert!(matches!(blocked, BlockError::System { limit: SystemLimit::Qps { .. }, .. }));
 //! ```
 
-mod rule;
+pub(crate) mod rule;
 mod sampler;
 
 pub use rule::SystemRule;
@@ -51,8 +51,8 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use crate::error::{BlockError, RuleError, RuleKind, SystemLimit};
-use crate::rules::CheckCx;
-use crate::Sentinel;
+use crate::slot::contract::{CheckCx, RuleSlot, Verdict};
+use crate::stat::StatNode;
 
 use sampler::{Readings, Sampler};
 
@@ -189,8 +189,8 @@ impl SystemManager {
         self.sampler.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(Sampler::is_running)
     }
 
-    /// Checks an inbound call against the system limits, in Java's order.
-    pub(crate) fn check(&self, cx: &CheckCx<'_>) -> Result<(), BlockError> {
+    /// Checks an inbound call against the system limits, in Java's order; `node`: the inbound node.
+    pub(crate) fn check(&self, cx: &CheckCx<'_>, node: &StatNode) -> Result<(), BlockError> {
         let t = **self.thresholds.load();
         let block_after = |limit, retry_after| {
             Err(BlockError::System {
@@ -201,7 +201,6 @@ impl SystemManager {
             })
         };
         let block = |limit| block_after(limit, None);
-        let node = &cx.shared.inbound;
         let now = cx.now_ms;
         if let Some(limit) = t.qps {
             if node.pass_qps(now) + cx.acquire as f64 > limit {
@@ -237,38 +236,34 @@ impl SystemManager {
     }
 }
 
-impl Sentinel {
-    /// Feeds the load and cpu readings the system rules use, instead of sampling `/proc` (tests, or a
-    /// platform where you measure them yourself). `None`, a negative or a non-finite value means
-    /// unavailable: that check is skipped. From the first call on, this engine never starts its sampler.
-    ///
-    /// ```
-    /// use sentinel_runtime::{Sentinel, EntryType, SystemLimit, BlockError};
-    /// use sentinel_runtime::system::SystemRule;
-    /// let engine = Sentinel::builder().build();
-    /// engine.set_system_readings(None, Some(0.95));
-    /// engine.load_system_rules(vec![SystemRule { highest_cpu_usage: Some(0.8), ..Default::default() }]).unwrap();
-    /// let err = engine.resource_typed("api", EntryType::In).enter().unwrap_err();
-    /// assert!(matches!(err, BlockError::System { limit: SystemLimit::Cpu { .. }, .. }));
-    /// ```
-    pub fn set_system_readings(&self, load: Option<f64>, cpu: Option<f64>) {
-        self.shared.system.set_readings(SystemReadings { load, cpu });
-    }
+/// The system slot (order -5000): inbound calls against the system limits, while a system rule is loaded.
+pub(crate) struct SystemSlot;
 
-    /// The load and cpu readings in use now.
-    pub fn system_readings(&self) -> SystemReadings {
-        self.shared.system.readings()
-    }
+impl RuleSlot for SystemSlot {
+    /// The system rules are the engine's, not a resource's.
+    type Rules = SystemManager;
+    /// The inbound node, which the limits read.
+    type State = StatNode;
+    type Held = ();
+    type Taken = ();
+    const ORDER: i32 = crate::slot::ORDER_SYSTEM;
 
-    /// Whether the background load/cpu sampler thread is running (only while a system rule needs it).
-    pub fn system_sampler_running(&self) -> bool {
-        self.shared.system.sampler_running()
+    #[inline(always)]
+    fn check(
+        rules: &SystemManager,
+        inbound: &StatNode,
+        cx: &CheckCx<'_>,
+        _: &mut (),
+        _: &mut (),
+    ) -> Result<Verdict, BlockError> {
+        rules.check(cx, inbound).map(|()| Verdict::PASS)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Sentinel;
 
     #[test]
     fn thresholds_take_the_minimum_of_each_field() {

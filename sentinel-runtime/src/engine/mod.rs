@@ -1,5 +1,7 @@
 //! The engine: rules, nodes, contexts and a clock.
 
+mod kinds;
+
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
@@ -11,6 +13,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use crate::authority::{AuthorityManager, AuthorityRule};
 use crate::circuit_breaker::{DegradeManager, DegradeRule};
 use crate::clock::{Clock, EngineClock, ManualClock, SystemClock};
+use crate::config::{Config, ConfigError, CONTEXT_OVERFLOW, RESOURCE_OVERFLOW, UNTRACKED_ORIGIN, UNTRACKED_ORIGIN_ID};
 use crate::context::{ContextInfo, ContextState, OriginInfo, DEFAULT_CONTEXT_NAME};
 use crate::error::{BlockError, RuleError};
 use crate::flow::{FlowManager, FlowRule};
@@ -22,32 +25,6 @@ use crate::slot::{CustomSlots, Slot};
 use crate::stat::StatNode;
 use crate::system::{SystemManager, SystemRule};
 
-/// Default cap on contexts (Java's `MAX_CONTEXT_NAME_SIZE`).
-pub const DEFAULT_MAX_CONTEXTS: usize = 2000;
-/// Default cap on resources (Java's `MAX_SLOT_CHAIN_SIZE`).
-pub const DEFAULT_MAX_RESOURCES: usize = 6000;
-/// Default cap on the distinct caller origins an engine tracks; origins named by rules are always tracked and
-/// not counted. Calls from further origins run as [`UNTRACKED_ORIGIN`].
-pub const DEFAULT_MAX_ORIGINS: usize = 4096;
-/// Default cap on the origin nodes of one resource; origins named by the resource's flow rules always get
-/// their own node and are not counted. Further origins share the resource's [`UNTRACKED_ORIGIN`] node.
-pub const DEFAULT_MAX_ORIGINS_PER_RESOURCE: usize = 256;
-/// The origin of calls whose origin is past a cap (a name no rule may use): it is not named by any rule, so
-/// white lists block it, black lists and origin-specific rules never match it, and `other` rules count it
-/// on one shared node.
-pub const UNTRACKED_ORIGIN: &str = "(untracked)";
-/// The id of [`UNTRACKED_ORIGIN`].
-pub(crate) const UNTRACKED_ORIGIN_ID: u32 = u32::MAX;
-/// The resource that new names share once [`Config::max_resources`] is reached, when no rule names them: a
-/// resource like any other (checked by system rules and by any rule written for this name), so a name past
-/// the cap is never left unchecked. Names that a rule names (exactly, by a matching regex rule, or as the
-/// related resource of a relate rule) always get their own resource, cap or not.
-pub const RESOURCE_OVERFLOW: &str = "sentinel_resource_overflow";
-/// The context that new context names share once [`Config::max_contexts`] is reached, when no chain rule
-/// names them: its entries are checked like any other (Java passes them unchecked). Contexts that a chain rule
-/// names always get their own, cap or not.
-pub const CONTEXT_OVERFLOW: &str = "sentinel_context_overflow";
-
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A predicate deciding which traced errors count (the global error filter for manual entries).
@@ -56,55 +33,17 @@ pub type ErrorFilter = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
 /// Called for every blocked call: the error, the time (ms) and the permits asked.
 pub type BlockListener = dyn Fn(&BlockError, u64, u32) + Send + Sync;
 
-/// Engine settings. Build it from [`Config::default`] (or the environment) and set fields: new fields may be
-/// added in later versions.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct Config {
-    /// The application's name (shown by the dashboard and logs).
-    pub app_name: String,
-    /// Most contexts that no chain rule names; past it entries in new contexts run in [`CONTEXT_OVERFLOW`]
-    /// (checked like any other), and contexts a chain rule names are still created.
-    pub max_contexts: usize,
-    /// Most resources that no rule names (the resources of annotated functions, bounded by the program, are
-    /// not counted); past it a new name that no rule names gets a handle on [`RESOURCE_OVERFLOW`], which
-    /// system rules and any rule on that name check, and a name that a rule names (exactly, by a matching
-    /// regex rule, or as a relate rule's `ref_resource`) still gets its own resource. Each resource costs
-    /// the memory of its node statistics (see the README). [`Sentinel::caps`] shows where the engine stands.
-    pub max_resources: usize,
-    /// Most distinct caller origins tracked (origins named by rules excepted); past it calls from new
-    /// origins run as [`UNTRACKED_ORIGIN`]. Each tracked origin costs about 100 bytes in the engine.
-    pub max_origins: usize,
-    /// Most origin nodes per resource (origins named by the resource's flow rules excepted); past it further
-    /// origins share the resource's [`UNTRACKED_ORIGIN`] node. Each origin node costs the memory of a node's
-    /// statistics (see the README).
-    pub max_origins_per_resource: usize,
-    /// Directory of the metric and block logs (default `~/logs/csp`, as Java's).
-    pub log_dir: std::path::PathBuf,
-    /// How often the metric log writer runs, in ms (default 1000).
-    pub metric_flush_interval_ms: u64,
-    /// Size at which a metric log file rolls over, in bytes (default 50 MiB, as Java's).
-    pub metric_log_file_size: u64,
-    /// Most metric log files kept (default 6, as Java's).
-    pub metric_log_file_count: usize,
-    /// The clock of an engine built without an explicit one.
-    pub clock: crate::config::ClockKind,
+impl SentinelBuilder {
+    /// A builder configured from the environment ([`Config::from_env`]).
+    pub fn from_env() -> Result<SentinelBuilder, ConfigError> {
+        Ok(SentinelBuilder::default().config(Config::from_env()?))
+    }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            app_name: "sentinel-rs-app".to_string(),
-            max_contexts: DEFAULT_MAX_CONTEXTS,
-            max_resources: DEFAULT_MAX_RESOURCES,
-            max_origins: DEFAULT_MAX_ORIGINS,
-            max_origins_per_resource: DEFAULT_MAX_ORIGINS_PER_RESOURCE,
-            log_dir: crate::config::default_log_dir(),
-            metric_flush_interval_ms: crate::config::DEFAULT_METRIC_FLUSH_INTERVAL_MS,
-            metric_log_file_size: crate::config::DEFAULT_METRIC_LOG_FILE_SIZE,
-            metric_log_file_count: crate::config::DEFAULT_METRIC_LOG_FILE_COUNT,
-            clock: crate::config::ClockKind::System,
-        }
+impl Sentinel {
+    /// The engine's manual clock, if it runs on one (built with a manual clock or `SENTINEL_CLOCK=manual`).
+    pub fn manual_clock(&self) -> Option<crate::clock::ManualClock> {
+        self.shared.clock.manual().cloned()
     }
 }
 
@@ -231,6 +170,8 @@ impl SentinelBuilder {
                 sites: Mutex::new(HashMap::new()),
                 site_list: boxcar::Vec::new(),
                 observers: crate::observe::Observers::default(),
+                #[cfg(test)]
+                every_nth: Default::default(),
             }),
         }
     }
@@ -293,6 +234,9 @@ pub(crate) struct Shared {
     site_list: boxcar::Vec<Resource>,
     /// What integrations observe beyond the windows (histograms, blocks by kind), once one asks.
     pub(crate) observers: crate::observe::Observers,
+    /// The test-only kind's rules (slot/every_nth.rs).
+    #[cfg(test)]
+    pub(crate) every_nth: crate::slot::every_nth::EveryNthRules,
 }
 
 impl Shared {
@@ -453,18 +397,20 @@ impl Shared {
             named_origins,
             authority,
             param: self.param.for_resource(name),
-            flow_simple: flow.as_ref().and_then(|f| f.simple_limit()),
             fast_path: false,
-            lone_cluster: false,
+            cluster_only: false,
             flow,
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
+            #[cfg(test)]
+            every_nth: self.every_nth.for_resource(name),
         };
-        rules.fast_path = rules.authority.is_none()
+        rules.fast_path = !crate::chain::has_slow_rules(&rules, self)
             && rules.param.as_ref().is_none_or(|p| p.holds_nothing())
-            && (rules.flow.is_none() || rules.flow_simple.is_some());
-        rules.lone_cluster =
-            rules.authority.is_none() && rules.param.is_none() && rules.flow.as_ref().is_some_and(|f| f.lone_cluster());
+            && rules.flow.as_ref().is_none_or(|f| f.simple_limit().is_some());
+        rules.cluster_only = !crate::chain::has_slow_rules(&rules, self)
+            && rules.param.is_none()
+            && rules.flow.as_ref().is_some_and(|f| f.cluster_only());
         rules
     }
 

@@ -8,7 +8,20 @@
 
 use std::sync::Arc;
 
-use crate::resource::EntryType;
+pub(crate) mod contract;
+#[cfg(test)]
+pub(crate) mod every_nth;
+pub(crate) mod toolkit;
+
+/// Whether calls come into this process (counted by system rules) or go out of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EntryType {
+    /// An inbound call: checked by system rules and counted on the global inbound node.
+    In,
+    /// An outbound call (the default).
+    #[default]
+    Out,
+}
 
 /// Order of the node selector slot.
 pub const ORDER_NODE_SELECTOR: i32 = -10000;

@@ -1,0 +1,626 @@
+//! The slot chain: one ordered table of the built-in slots ([`BuiltIn`]) and the one loop that runs it.
+//!
+//! Every path runs this table: the general path ([`run`]), with the user's slots interleaved by their order
+//! or without any, and the fast path ([`run_fast`], the same table specialised to the kinds that can be on
+//! it, at compile time, and to the rules present, by the flags the engine computed when the rules changed).
+//! A call that a slot blocks (or a slot that panics) gives back what every slot it entered took through one
+//! mechanism ([`give_back`]); a call that passed exits through [`exit`] and [`exit_reading_rules`].
+//!
+//! Each kind implements the contract ([`RuleSlot`](crate::slot::contract::RuleSlot)) in its own module and
+//! knows no engine; this file says where the engine keeps each kind's rules, state and held state
+//! ([`InChain`]).
+
+use crate::authority::AuthoritySlot;
+use crate::circuit_breaker::BreakerSlot;
+use crate::engine::Shared;
+use crate::error::BlockError;
+use crate::flow::FlowSlot;
+use crate::param_flow::ParamSlot;
+use crate::rules::ResourceRules;
+use crate::slot::contract::{CheckCx, ExitCx, FastCx, RuleSlot, Verdict};
+use crate::slot::{CustomSlots, SlotEntry};
+use crate::system::SystemSlot;
+use crate::{circuit_breaker, flow, param_flow};
+
+/// The built-in slots in the order they run (Java's order: see [`crate::slot`]). Statistics (-7000) wraps
+/// the chain in the entry path; the node selector, cluster builder and log slots are the entry path's own
+/// steps. A user slot runs before the first built-in slot of a higher order.
+///
+/// To add a rule kind: implement [`RuleSlot`] in the kind's module, say where its rules live ([`InChain`],
+/// below), and add one line here at its order.
+pub(crate) type BuiltIn = (
+    AuthoritySlot, // -6000, authority/mod.rs
+    (
+        SystemSlot, // -5000, system/mod.rs (inbound calls, while a system rule is loaded)
+        (
+            ParamSlot, // -3000, param_flow/mod.rs
+            (
+                FlowSlot, // -2000, flow/mod.rs
+                (
+                    BreakerSlot<true>, // -1500, circuit_breaker/mod.rs: the `"*"` breakers, for a resource with none
+                    (
+                        BreakerSlot<false>, // -1000, circuit_breaker/mod.rs: the resource's own breakers
+                        TestOnly,
+                    ),
+                ),
+            ),
+        ),
+    ),
+);
+
+/// The end of the table: in the crate's own tests, a test-only kind that proves the contract (a slot that
+/// denies every n-th call, slot/every_nth.rs).
+#[cfg(test)]
+type TestOnly = (crate::slot::every_nth::EveryNthSlot, ());
+#[cfg(not(test))]
+type TestOnly = ();
+
+/// What a passed call holds until it exits, one field per kind that holds anything, borrowed from where it
+/// lives ([`Decided`] while deciding, the entry afterwards). The states themselves stay fields of those
+/// structs, so that dropping them is inlined with the rest.
+pub(crate) struct Held<'h> {
+    pub(crate) flow: &'h mut flow::EntryState,
+    pub(crate) param: &'h mut param_flow::EntryState,
+    pub(crate) breakers: &'h mut circuit_breaker::EntryState,
+    /// For kinds that hold nothing.
+    pub(crate) nothing: (),
+}
+
+/// What the checks took while deciding, kept only if the call passes.
+#[derive(Default)]
+pub(crate) struct Taken {
+    pub(crate) flow: flow::Scratch,
+    /// For kinds that take nothing.
+    pub(crate) nothing: (),
+}
+
+/// A built-in slot as the engine runs it: where its rules, its state and what a call holds of it live.
+pub(crate) trait InChain: RuleSlot {
+    /// The slot's rules for the call, if it applies (`inbound`: the call is inbound).
+    fn rules<'a>(rules: &'a ResourceRules, shared: &'a Shared, inbound: bool) -> Option<&'a Self::Rules>;
+    /// The kind's state in the engine.
+    fn state(shared: &Shared) -> &Self::State;
+    /// Its part of what a call holds.
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held;
+    /// Its part of what the checks took.
+    fn taken(taken: &mut Taken) -> &mut Self::Taken;
+}
+
+impl InChain for AuthoritySlot {
+    #[inline(always)]
+    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
+        rules.authority.as_deref()
+    }
+    #[inline(always)]
+    fn state(_: &Shared) -> &Self::State {
+        &()
+    }
+    #[inline(always)]
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
+        &mut held.nothing
+    }
+    #[inline(always)]
+    fn taken(taken: &mut Taken) -> &mut Self::Taken {
+        &mut taken.nothing
+    }
+}
+
+impl InChain for SystemSlot {
+    #[inline(always)]
+    fn rules<'a>(_: &'a ResourceRules, shared: &'a Shared, inbound: bool) -> Option<&'a Self::Rules> {
+        (inbound && shared.system.active()).then_some(&shared.system)
+    }
+    #[inline(always)]
+    fn state(shared: &Shared) -> &Self::State {
+        &shared.inbound
+    }
+    #[inline(always)]
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
+        &mut held.nothing
+    }
+    #[inline(always)]
+    fn taken(taken: &mut Taken) -> &mut Self::Taken {
+        &mut taken.nothing
+    }
+}
+
+impl InChain for ParamSlot {
+    #[inline(always)]
+    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
+        rules.param.as_deref()
+    }
+    #[inline(always)]
+    fn state(_: &Shared) -> &Self::State {
+        &()
+    }
+    #[inline(always)]
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
+        held.param
+    }
+    #[inline(always)]
+    fn taken(taken: &mut Taken) -> &mut Self::Taken {
+        &mut taken.nothing
+    }
+}
+
+impl InChain for FlowSlot {
+    #[inline(always)]
+    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
+        rules.flow.as_deref()
+    }
+    #[inline(always)]
+    fn state(_: &Shared) -> &Self::State {
+        &()
+    }
+    #[inline(always)]
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
+        held.flow
+    }
+    #[inline(always)]
+    fn taken(taken: &mut Taken) -> &mut Self::Taken {
+        &mut taken.flow
+    }
+}
+
+impl InChain for BreakerSlot<true> {
+    #[inline(always)]
+    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
+        match (&rules.degrade, &rules.default_degrade) {
+            (None, Some(d)) => Some(d),
+            _ => None,
+        }
+    }
+    #[inline(always)]
+    fn state(shared: &Shared) -> &Self::State {
+        &shared.degrade.observers
+    }
+    #[inline(always)]
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
+        held.breakers
+    }
+    #[inline(always)]
+    fn taken(taken: &mut Taken) -> &mut Self::Taken {
+        &mut taken.nothing
+    }
+}
+
+impl InChain for BreakerSlot<false> {
+    #[inline(always)]
+    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
+        rules.degrade.as_ref()
+    }
+    #[inline(always)]
+    fn state(shared: &Shared) -> &Self::State {
+        &shared.degrade.observers
+    }
+    #[inline(always)]
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
+        held.breakers
+    }
+    #[inline(always)]
+    fn taken(taken: &mut Taken) -> &mut Self::Taken {
+        &mut taken.nothing
+    }
+}
+
+#[cfg(test)]
+impl InChain for crate::slot::every_nth::EveryNthSlot {
+    #[inline(always)]
+    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
+        rules.every_nth.as_deref()
+    }
+    #[inline(always)]
+    fn state(_: &Shared) -> &Self::State {
+        &()
+    }
+    #[inline(always)]
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
+        &mut held.nothing
+    }
+    #[inline(always)]
+    fn taken(taken: &mut Taken) -> &mut Self::Taken {
+        &mut taken.nothing
+    }
+}
+
+/// What the checks decided and what they hold until exit.
+///
+/// Laid out so that the 16-byte states sit at 16-byte offsets: they are zeroed with 16-byte stores and copied
+/// into the entry with 16-byte loads, and a load that straddles two stores still in flight stalls.
+#[derive(Default)]
+#[repr(C, align(16))]
+pub(crate) struct Decided {
+    pub(crate) flow: flow::EntryState,
+    pub(crate) param: param_flow::EntryState,
+    pub(crate) breakers: circuit_breaker::EntryState,
+    pub(crate) tally: Tally,
+}
+
+impl Decided {
+    /// What the call holds, and the rest of the decision.
+    #[inline(always)]
+    pub(crate) fn split(&mut self) -> (Held<'_>, &mut Tally) {
+        let held = Held { flow: &mut self.flow, param: &mut self.param, breakers: &mut self.breakers, nothing: () };
+        (held, &mut self.tally)
+    }
+}
+
+/// What the checks decided besides what the call holds.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub(crate) wait_nanos: u64,
+    /// Bit i set: the user slot with id i passed (its exit hook runs).
+    pub(crate) slots_passed: u32,
+    /// A prioritized call admitted by borrowing a later window.
+    pub(crate) occupied: bool,
+    /// The entry path's [`Wait::mode`](crate::flow::token_service::Wait::mode) of the call (0, the default:
+    /// it may block its thread), kept here so that `enter` stores nothing for it.
+    pub(crate) wait_mode: u8,
+}
+
+/// User slots whose exit hooks an entry runs: the first 32 added.
+pub(crate) const MAX_SLOT_EXITS: usize = 32;
+
+/// The user slots the general path interleaves with the built-in ones.
+pub(crate) trait UserSlots {
+    /// Runs the user slots ordered before `order`.
+    fn before(&mut self, order: i32, cx: &CheckCx<'_>, tally: &mut Tally) -> Result<(), BlockError>;
+}
+
+/// No user slot: the chain compiles to the built-in slots alone.
+pub(crate) struct NoUserSlots;
+
+impl UserSlots for NoUserSlots {
+    #[inline(always)]
+    fn before(&mut self, _: i32, _: &CheckCx<'_>, _: &mut Tally) -> Result<(), BlockError> {
+        Ok(())
+    }
+}
+
+/// The user slots, sorted by order, and the next to run.
+pub(crate) struct Interleaved<'s> {
+    slots: &'s CustomSlots,
+    next: usize,
+}
+
+impl UserSlots for Interleaved<'_> {
+    fn before(&mut self, order: i32, cx: &CheckCx<'_>, tally: &mut Tally) -> Result<(), BlockError> {
+        while let Some((o, id, slot)) = self.slots.slots.get(self.next) {
+            if *o >= order {
+                break;
+            }
+            let e = SlotEntry {
+                resource: &cx.resource.name,
+                entry_type: cx.entry_type,
+                context: cx.context_name,
+                origin: cx.origin,
+                acquire: cx.acquire,
+                now_ms: cx.now_ms,
+            };
+            if let Err(reason) = slot.entry(&e) {
+                return Err(BlockError::Custom {
+                    resource: cx.resource.name.clone(),
+                    slot: slot.name(),
+                    reason: reason.into(),
+                    origin: cx.origin.clone(),
+                });
+            }
+            if (*id as usize) < MAX_SLOT_EXITS {
+                tally.slots_passed |= 1 << id;
+            }
+            self.next += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The chain as a list of slots: `(first, rest)`, ending with `()`.
+#[allow(clippy::too_many_arguments)] // what one call of the chain sees, passed apart so that borrows stay split
+pub(crate) trait Chain {
+    /// How many slots the list holds (the first slot's bit in the entered mask is `1 << (LEN - 1)`).
+    const LEN: u32;
+    /// Whether a slot of the list checks anything on the fast path.
+    const CHECKS_FAST: bool;
+
+    /// Runs the slots in order; `entered` gets the bit of every slot whose check ran. `Ok(true)`: a slot let
+    /// the call through without the slots after it.
+    fn run<U: UserSlots>(
+        rules: &ResourceRules,
+        shared: &Shared,
+        cx: &CheckCx<'_>,
+        held: &mut Held<'_>,
+        tally: &mut Tally,
+        taken: &mut Taken,
+        entered: &mut u32,
+        users: &mut U,
+    ) -> Result<bool, BlockError>;
+
+    /// Gives back what every slot in `entered` took and holds.
+    fn give_back(
+        rules: &ResourceRules,
+        shared: &Shared,
+        cx: &CheckCx<'_>,
+        held: &mut Held<'_>,
+        taken: &mut Taken,
+        entered: u32,
+    );
+
+    /// Whether every slot with rules admits the fast path now.
+    fn admits_fast(rules: &ResourceRules, shared: &Shared, now_ms: u64) -> bool;
+
+    /// Whether a slot that cannot be on the fast path has rules for the resource (outbound calls).
+    fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool;
+
+    /// The fast path's checks: the wait they ask for adds to `wait`.
+    fn fast<'c>(
+        rules: &ResourceRules,
+        shared: &Shared,
+        fast: &FastCx<'c>,
+        cx: &impl Fn() -> CheckCx<'c>,
+        wait: &mut u64,
+    ) -> Result<(), BlockError>;
+
+    /// The exits of the slots that do not read the rules.
+    fn exit(shared: &Shared, cx: &ExitCx, held: &mut Held<'_>);
+
+    /// The exits of the slots that read the rules.
+    fn exit_reading_rules(rules: &ResourceRules, shared: &Shared, cx: &ExitCx, held: &mut Held<'_>);
+}
+
+#[allow(clippy::too_many_arguments)]
+impl Chain for () {
+    const LEN: u32 = 0;
+    const CHECKS_FAST: bool = false;
+    #[inline(always)]
+    fn run<U: UserSlots>(
+        _: &ResourceRules,
+        _: &Shared,
+        cx: &CheckCx<'_>,
+        _: &mut Held<'_>,
+        tally: &mut Tally,
+        _: &mut Taken,
+        _: &mut u32,
+        users: &mut U,
+    ) -> Result<bool, BlockError> {
+        users.before(i32::MAX, cx, tally).map(|()| false)
+    }
+    #[inline(always)]
+    fn give_back(_: &ResourceRules, _: &Shared, _: &CheckCx<'_>, _: &mut Held<'_>, _: &mut Taken, _: u32) {}
+    #[inline(always)]
+    fn admits_fast(_: &ResourceRules, _: &Shared, _: u64) -> bool {
+        true
+    }
+    fn has_slow_rules(_: &ResourceRules, _: &Shared) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn fast<'c>(
+        _: &ResourceRules,
+        _: &Shared,
+        _: &FastCx<'c>,
+        _: &impl Fn() -> CheckCx<'c>,
+        _: &mut u64,
+    ) -> Result<(), BlockError> {
+        Ok(())
+    }
+    #[inline(always)]
+    fn exit(_: &Shared, _: &ExitCx, _: &mut Held<'_>) {}
+    #[inline(always)]
+    fn exit_reading_rules(_: &ResourceRules, _: &Shared, _: &ExitCx, _: &mut Held<'_>) {}
+}
+
+#[allow(clippy::too_many_arguments)]
+impl<S: InChain, R: Chain> Chain for (S, R) {
+    const LEN: u32 = R::LEN + 1;
+    const CHECKS_FAST: bool = (S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH) || R::CHECKS_FAST;
+
+    #[inline(always)]
+    fn run<U: UserSlots>(
+        rules: &ResourceRules,
+        shared: &Shared,
+        cx: &CheckCx<'_>,
+        held: &mut Held<'_>,
+        tally: &mut Tally,
+        taken: &mut Taken,
+        entered: &mut u32,
+        users: &mut U,
+    ) -> Result<bool, BlockError> {
+        users.before(S::ORDER, cx, tally)?;
+        if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::EntryType::In) {
+            *entered |= 1 << R::LEN;
+            match S::check(r, S::state(shared), cx, S::held(held), S::taken(taken))? {
+                Verdict::Pass { wait_nanos } => tally.wait_nanos += wait_nanos,
+                Verdict::Occupied { wait_nanos } => {
+                    tally.wait_nanos += wait_nanos;
+                    tally.occupied = true;
+                    return Ok(true);
+                }
+            }
+        }
+        R::run(rules, shared, cx, held, tally, taken, entered, users)
+    }
+
+    #[inline(always)]
+    fn give_back(
+        rules: &ResourceRules,
+        shared: &Shared,
+        cx: &CheckCx<'_>,
+        held: &mut Held<'_>,
+        taken: &mut Taken,
+        entered: u32,
+    ) {
+        if entered & (1 << R::LEN) != 0 {
+            if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::EntryType::In) {
+                S::give_back(r, S::state(shared), cx, S::held(held), S::taken(taken));
+            }
+        }
+        R::give_back(rules, shared, cx, held, taken, entered)
+    }
+
+    #[inline(always)]
+    fn admits_fast(rules: &ResourceRules, shared: &Shared, now_ms: u64) -> bool {
+        if S::ON_FAST_PATH {
+            if let Some(r) = S::rules(rules, shared, false) {
+                if !S::admits_fast(r, now_ms) {
+                    return false;
+                }
+            }
+        }
+        R::admits_fast(rules, shared, now_ms)
+    }
+
+    fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
+        (!S::ON_FAST_PATH && S::rules(rules, shared, false).is_some()) || R::has_slow_rules(rules, shared)
+    }
+
+    #[inline(always)]
+    fn fast<'c>(
+        rules: &ResourceRules,
+        shared: &Shared,
+        fast: &FastCx<'c>,
+        cx: &impl Fn() -> CheckCx<'c>,
+        wait: &mut u64,
+    ) -> Result<(), BlockError> {
+        if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
+            if let Some(r) = S::rules(rules, shared, false) {
+                if !R::CHECKS_FAST {
+                    // The last check of the fast path: its answer is the path's, built in the caller's slot.
+                    return S::check_fast(r, S::state(shared), fast, cx, wait);
+                }
+                return match S::check_fast(r, S::state(shared), fast, cx, wait) {
+                    Ok(()) => R::fast(rules, shared, fast, cx, wait),
+                    blocked => blocked,
+                };
+            }
+        }
+        R::fast(rules, shared, fast, cx, wait)
+    }
+
+    #[inline(always)]
+    fn exit(shared: &Shared, cx: &ExitCx, held: &mut Held<'_>) {
+        if !S::EXIT_READS_RULES {
+            let h = S::held(held);
+            if S::holds(h) {
+                S::exit(None, S::state(shared), cx, h);
+            }
+        }
+        R::exit(shared, cx, held)
+    }
+
+    #[inline(always)]
+    fn exit_reading_rules(rules: &ResourceRules, shared: &Shared, cx: &ExitCx, held: &mut Held<'_>) {
+        if S::EXIT_READS_RULES {
+            if let Some(r) = S::rules(rules, shared, false) {
+                S::exit(Some(r), S::state(shared), cx, S::held(held));
+            }
+        }
+        R::exit_reading_rules(rules, shared, cx, held)
+    }
+}
+
+/// The general path: every slot of the table in order, the user slots interleaved when there are any. A
+/// block gives back what the slots entered took (and forgets the user slots passed); a panic in a slot does
+/// too, then goes on.
+#[inline(never)]
+pub(crate) fn run(
+    rules: &ResourceRules,
+    shared: &Shared,
+    cx: &CheckCx<'_>,
+    decided: &mut Decided,
+    taken: &mut Taken,
+) -> Result<(), BlockError> {
+    let mut entered = 0u32;
+    // User code runs in the checks (slots, `HotParam` impls): if it panics, what the earlier checks took
+    // (thread permits, reserved tokens, per-value permits, a half-open probe) goes back before the panic goes
+    // on, or the resource would stay blocked.
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (mut held, tally) = decided.split();
+        if shared.has_custom_slots.load(std::sync::atomic::Ordering::Acquire) {
+            run_interleaved(rules, shared, cx, &mut held, tally, taken, &mut entered)
+        } else {
+            <BuiltIn as Chain>::run(rules, shared, cx, &mut held, tally, taken, &mut entered, &mut NoUserSlots)
+        }
+    }));
+    match ran {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(block)) => {
+            give_back(rules, shared, cx, decided, taken, entered);
+            Err(block)
+        }
+        Err(panic) => {
+            give_back(rules, shared, cx, decided, taken, entered);
+            // No wait is left behind for a later entry on this thread.
+            let _ = crate::flow::token_service::take_pending();
+            std::panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// The general path with the user slots interleaved.
+#[cold]
+fn run_interleaved(
+    rules: &ResourceRules,
+    shared: &Shared,
+    cx: &CheckCx<'_>,
+    held: &mut Held<'_>,
+    tally: &mut Tally,
+    taken: &mut Taken,
+    entered: &mut u32,
+) -> Result<bool, BlockError> {
+    let custom = shared.custom_slots.load_full();
+    let mut users = Interleaved { slots: &custom, next: 0 };
+    <BuiltIn as Chain>::run(rules, shared, cx, held, tally, taken, entered, &mut users)
+}
+
+/// The one undo: what every slot the call entered took and holds goes back, and no user slot's exit hook
+/// will run.
+#[cold]
+fn give_back(
+    rules: &ResourceRules,
+    shared: &Shared,
+    cx: &CheckCx<'_>,
+    decided: &mut Decided,
+    taken: &mut Taken,
+    entered: u32,
+) {
+    let (mut held, tally) = decided.split();
+    <BuiltIn as Chain>::give_back(rules, shared, cx, &mut held, taken, entered);
+    tally.slots_passed = 0;
+}
+
+/// Whether the slots' state lets the fast path decide a call on `rules` now (every breaker closed); the
+/// engine's flags say whether the rules do.
+#[inline(always)]
+pub(crate) fn admits_fast(rules: &ResourceRules, shared: &Shared, now_ms: u64) -> bool {
+    <BuiltIn as Chain>::admits_fast(rules, shared, now_ms)
+}
+
+/// Whether a kind that cannot be on the fast path has rules in `rules` (the system slot, which applies to
+/// inbound calls whatever the resource's rules, is left to the entry path, which checks it per call).
+pub(crate) fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
+    <BuiltIn as Chain>::has_slow_rules(rules, shared)
+}
+
+/// The fast path: the table's slots that can be on it, on rules that hold nothing for a passed call.
+#[inline(always)]
+pub(crate) fn run_fast<'c>(
+    rules: &ResourceRules,
+    shared: &Shared,
+    fast: &FastCx<'c>,
+    cx: &impl Fn() -> CheckCx<'c>,
+    wait: &mut u64,
+) -> Result<(), BlockError> {
+    <BuiltIn as Chain>::fast(rules, shared, fast, cx, wait)
+}
+
+/// The exit of a call that passed, for the slots that do not read the rules.
+#[inline(always)]
+pub(crate) fn exit(shared: &Shared, cx: &ExitCx, held: &mut Held<'_>) {
+    <BuiltIn as Chain>::exit(shared, cx, held)
+}
+
+/// The exit of a call that passed, for the slots that read the rules (`rules`, read once for them all).
+#[inline(always)]
+pub(crate) fn exit_reading_rules(rules: &ResourceRules, shared: &Shared, cx: &ExitCx, held: &mut Held<'_>) {
+    <BuiltIn as Chain>::exit_reading_rules(rules, shared, cx, held)
+}

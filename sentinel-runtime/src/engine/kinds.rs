@@ -1,0 +1,113 @@
+//! The engine's public methods on the rule kinds: circuit breaker observers and states, the error filter
+//! from a trace filter, the system readings, the hot-parameter tracking. The kinds know no engine; the engine
+//! answers for them here.
+
+use std::sync::Arc;
+
+use crate::circuit_breaker::{snapshot, BreakerSnapshot, BreakerState, DegradeRule, TraceFilter};
+use crate::system::SystemReadings;
+use crate::Sentinel;
+
+impl Sentinel {
+    /// Registers a circuit breaker state-change observer under `name` (replacing one of the same name).
+    ///
+    /// It is called on every transition of every breaker of this engine with `(previous, new, rule,
+    /// snapshot)`; see [`StateObserver`](crate::circuit_breaker::StateObserver) for the snapshot. It runs on
+    /// the thread that caused the transition, so keep it short. A panic in an observer is caught and logged.
+    /// It runs while that call reads the resource's rules: loading rules from it is fine (they take effect
+    /// for later calls), but an observer that blocks holds back rule reloads until it returns.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use sentinel_runtime::{Sentinel, clock::ManualClock};
+    /// use sentinel_runtime::circuit_breaker::{BreakerState, DegradeGrade, DegradeRule};
+    ///
+    /// let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_000_000)).build();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// engine.register_state_observer("log", move |prev, new, _rule, snapshot| {
+    ///     log.lock().unwrap().push((prev, new, snapshot));
+    /// });
+    /// engine
+    ///     .load_degrade_rules(vec![DegradeRule::new("pay", DegradeGrade::ErrorCount)
+    ///         .count(0.0).time_window_sec(10).min_request_amount(1)])
+    ///     .unwrap();
+    /// let mut entry = engine.enter("pay").unwrap();
+    /// entry.set_error();
+    /// drop(entry);
+    /// assert_eq!(seen.lock().unwrap()[0], (BreakerState::Closed, BreakerState::Open, Some(1.0)));
+    /// ```
+    pub fn register_state_observer(
+        &self,
+        name: &str,
+        f: impl Fn(BreakerState, BreakerState, &DegradeRule, Option<f64>) + Send + Sync + 'static,
+    ) {
+        self.shared.degrade.observers.register(name, Arc::new(f));
+    }
+
+    /// Removes the state-change observer registered under `name`; `true` if there was one.
+    pub fn unregister_state_observer(&self, name: &str) -> bool {
+        self.shared.degrade.observers.unregister(name)
+    }
+
+    /// The circuit breakers that apply to `resource` and their states: its own degrade rules' breakers, or
+    /// else the breakers it got from the default (`"*"`) rules (once it exists).
+    pub fn circuit_breakers(&self, resource: &str) -> Vec<BreakerSnapshot> {
+        let now_ms = self.shared.now_ms();
+        if let Some(inner) = self.shared.find_resource(resource) {
+            return inner.with_rules(|rules| match rules.degrade.as_ref().or(rules.default_degrade.as_ref()) {
+                Some(b) => snapshot(b, now_ms),
+                None => Vec::new(),
+            });
+        }
+        match self.shared.degrade.exact_for(resource) {
+            Some(b) => snapshot(&b, now_ms),
+            None => Vec::new(),
+        }
+    }
+}
+
+impl Sentinel {
+    /// Sets the global error filter from a [`TraceFilter`] (replacing any filter set before, including one
+    /// set with [`set_error_filter`](Sentinel::set_error_filter)).
+    pub fn set_trace_filter(&self, filter: TraceFilter) {
+        self.set_error_filter(move |e| filter.accepts(e));
+    }
+}
+
+impl Sentinel {
+    /// Feeds the load and cpu readings the system rules use, instead of sampling `/proc` (tests, or a
+    /// platform where you measure them yourself). `None`, a negative or a non-finite value means
+    /// unavailable: that check is skipped. From the first call on, this engine never starts its sampler.
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, EntryType, SystemLimit, BlockError};
+    /// use sentinel_runtime::system::SystemRule;
+    /// let engine = Sentinel::builder().build();
+    /// engine.set_system_readings(None, Some(0.95));
+    /// engine.load_system_rules(vec![SystemRule { highest_cpu_usage: Some(0.8), ..Default::default() }]).unwrap();
+    /// let err = engine.resource_typed("api", EntryType::In).enter().unwrap_err();
+    /// assert!(matches!(err, BlockError::System { limit: SystemLimit::Cpu { .. }, .. }));
+    /// ```
+    pub fn set_system_readings(&self, load: Option<f64>, cpu: Option<f64>) {
+        self.shared.system.set_readings(SystemReadings { load, cpu });
+    }
+
+    /// The load and cpu readings in use now.
+    pub fn system_readings(&self) -> SystemReadings {
+        self.shared.system.readings()
+    }
+
+    /// Whether the background load/cpu sampler thread is running (only while a system rule needs it).
+    pub fn system_sampler_running(&self) -> bool {
+        self.shared.system.sampler_running()
+    }
+}
+
+impl Sentinel {
+    /// How many distinct values each hot-parameter rule of `resource` tracks now, with its cap:
+    /// `(tracked, capacity)` per rule, in load order. Memory stays bounded: `tracked <= capacity` always.
+    pub fn param_flow_tracked(&self, resource: &str) -> Vec<(usize, usize)> {
+        self.shared.param.for_resource(resource).map(|r| r.tracked()).unwrap_or_default()
+    }
+}

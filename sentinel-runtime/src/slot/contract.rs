@@ -1,0 +1,159 @@
+//! The contract between the engine and a built-in rule kind: what a kind compiles per resource, how it checks
+//! a call, what a call it passed holds, how that goes back when a later slot blocks (or a user slot panics),
+//! and what it records at exit.
+//!
+//! The engine runs the kinds through one ordered table ([`crate::chain`]), by static dispatch: every method
+//! here is resolved at compile time and inlined where the hand-written checks were. A kind implements
+//! [`RuleSlot`] and knows nothing of the engine: it sees the call through [`CheckCx`] and [`ExitCx`], and the
+//! state it shares across resources (its manager) as [`RuleSlot::State`].
+
+use std::sync::Arc;
+
+use crate::engine::Shared;
+use crate::error::BlockError;
+use crate::node::DefaultNode;
+use crate::param_flow::HotParam;
+use crate::resource::ResourceInner;
+use crate::stat::StatNode;
+
+/// What a check sees of the entry being decided.
+pub(crate) struct CheckCx<'a> {
+    pub(crate) shared: &'a Shared,
+    pub(crate) resource: &'a ResourceInner,
+    /// The resource's node in the current context.
+    pub(crate) node: &'a DefaultNode,
+    /// The resource's node for the caller's origin (none when the origin is empty).
+    pub(crate) origin_node: Option<&'a StatNode>,
+    pub(crate) origin: &'a Arc<str>,
+    pub(crate) context_name: &'a str,
+    pub(crate) entry_type: crate::resource::EntryType,
+    pub(crate) acquire: u32,
+    pub(crate) prioritized: bool,
+    /// The hot-parameter arguments, behind a thin reference: copying the slice itself into the context on
+    /// every call costs a stalled 16-byte load, and only hot-parameter rules read it.
+    pub(crate) args: &'a &'a [&'a dyn HotParam],
+    pub(crate) now_nanos: u64,
+    pub(crate) now_ms: u64,
+    /// Whether a cluster rule whose lease is empty may make the call wait, and how.
+    pub(crate) cluster_wait: crate::wait::Wait,
+}
+
+/// What the exit hooks see of an entry that passed.
+pub(crate) struct ExitCx {
+    /// The permits the call took.
+    pub(crate) acquire: u32,
+    pub(crate) now_ms: u64,
+    pub(crate) rt_micros: u64,
+    pub(crate) error: bool,
+}
+
+/// What a slot's check answered for a call it lets through.
+pub(crate) enum Verdict {
+    /// The call passes this slot, after waiting `wait_nanos` (a queueing or rate-limiting rule).
+    Pass { wait_nanos: u64 },
+    /// A prioritized call admitted by borrowing a later window: it passes without the slots after this one.
+    Occupied { wait_nanos: u64 },
+}
+
+impl Verdict {
+    /// A pass with no wait.
+    pub(crate) const PASS: Verdict = Verdict::Pass { wait_nanos: 0 };
+}
+
+/// A built-in slot: one rule kind's part of the chain.
+///
+/// The chain calls [`check`](RuleSlot::check) only when the resource has rules of the kind (or, for kinds
+/// with no per-resource rules, when the kind applies to the call). A call the check passes keeps
+/// [`Held`](RuleSlot::Held) until it exits; what the check took while deciding ([`Taken`](RuleSlot::Taken))
+/// stays with the call only if every later slot passes it too, and otherwise goes back through
+/// [`give_back`](RuleSlot::give_back). A check that blocks gives back what it took itself.
+pub(crate) trait RuleSlot {
+    /// The kind's compiled rules for one resource.
+    type Rules;
+    /// What the kind shares across resources and the engine hands to every check (its manager).
+    type State;
+    /// What a call that passed holds until it exits (permits, a probe).
+    type Held: Default;
+    /// What the check takes while deciding, kept only if the call passes every later slot.
+    type Taken: Default;
+
+    /// Java's order of the slot (see [`crate::slot`]).
+    const ORDER: i32;
+    /// Whether the kind's rules can be on the fast path (the common case decided without the general check
+    /// context): the engine's rule-presence flags then say when they are.
+    const ON_FAST_PATH: bool = false;
+    /// Whether [`exit`](RuleSlot::exit) reads the resource's rules (read once for every such slot).
+    const EXIT_READS_RULES: bool = false;
+
+    /// Checks a call: `Err` blocks it (after giving back what this check took).
+    fn check(
+        rules: &Self::Rules,
+        state: &Self::State,
+        cx: &CheckCx<'_>,
+        held: &mut Self::Held,
+        taken: &mut Self::Taken,
+    ) -> Result<Verdict, BlockError>;
+
+    /// Whether the kind checks anything on the fast path (a kind that is on it only to let it through, as
+    /// closed breakers do, says no: its [`admits_fast`](RuleSlot::admits_fast) is its whole part).
+    const CHECKS_ON_FAST_PATH: bool = Self::ON_FAST_PATH;
+
+    /// The check on the fast path ([`ON_FAST_PATH`](RuleSlot::ON_FAST_PATH) kinds only, on rules the engine
+    /// flagged as such): no held state, no undo; `cx` builds the general context if the kind needs it; a wait
+    /// it asks for adds to `wait`.
+    #[inline(always)]
+    fn check_fast<'c>(
+        rules: &Self::Rules,
+        state: &Self::State,
+        fast: &FastCx<'c>,
+        cx: impl Fn() -> CheckCx<'c>,
+        wait: &mut u64,
+    ) -> Result<(), BlockError> {
+        let _ = (rules, state, fast, cx, wait);
+        Ok(())
+    }
+
+    /// Whether the fast path may decide the call, as far as this kind goes (a breaker that is not closed
+    /// sends the call down the general path).
+    #[inline(always)]
+    fn admits_fast(rules: &Self::Rules, now_ms: u64) -> bool {
+        let _ = (rules, now_ms);
+        true
+    }
+
+    /// A later slot blocked the call (or a slot panicked): give back what this check took and holds. Called
+    /// for every slot the call entered, including the one that blocked, so it must be idempotent.
+    #[inline(always)]
+    fn give_back(
+        rules: &Self::Rules,
+        state: &Self::State,
+        cx: &CheckCx<'_>,
+        held: &mut Self::Held,
+        taken: &mut Self::Taken,
+    ) {
+        let _ = (rules, state, cx, held, taken);
+    }
+
+    /// Whether a passed call holds something this kind must see at exit.
+    #[inline(always)]
+    fn holds(held: &Self::Held) -> bool {
+        let _ = held;
+        false
+    }
+
+    /// The call exits: record it and give back what it holds. `rules`: the resource's rules of the kind
+    /// now, when [`EXIT_READS_RULES`](RuleSlot::EXIT_READS_RULES) (else `None`).
+    #[inline(always)]
+    fn exit(rules: Option<&Self::Rules>, state: &Self::State, cx: &ExitCx, held: &mut Self::Held) {
+        let _ = (rules, state, cx, held);
+    }
+}
+
+/// What the fast path's checks see of a call: the resource, the clock reading, the acquire count and the
+/// origin, without the general context.
+pub(crate) struct FastCx<'c> {
+    pub(crate) resource: &'c ResourceInner,
+    pub(crate) now_ms: u64,
+    pub(crate) acquire: u32,
+    pub(crate) origin: &'c Arc<str>,
+}
