@@ -77,6 +77,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
+mod adaptive;
 pub mod authority;
 pub mod circuit_breaker;
 pub mod clock;
