@@ -65,7 +65,7 @@ pub(crate) struct Gradient2 {
     limit: f64,
     min: f64,
     max: f64,
-    long_rtt: ExpAverage,
+    pub(super) long_rtt: ExpAverage,
     gradient: f64,
 }
 
@@ -103,15 +103,17 @@ impl Gradient2 {
 /// Vegas: `queue = ceil(limit · (1 − no_load_rtt / rtt))`, with `log = max(1, floor(log10(limit)))`: a queue
 /// at or under `log` grows the limit by `beta · log`, under `alpha · log` by `log`; over `beta · log` it
 /// shrinks by `log`; a drop shrinks it by `log`. The new limit is clamped, then smoothed. The no-load RTT is
-/// the lowest RTT seen, measured afresh after `jitter · probe_multiplier · limit` samples (jitter in [0.5, 1)).
+/// the lowest RTT seen, measured afresh after `jitter · probe_multiplier · limit` updates (jitter in [0.5, 1)):
+/// Netflix counts the samples its Vegas is fed, which under its windowed limit are windows; counting calls
+/// instead would re-measure every few seconds under load and take a loaded RTT for the no-load one.
 #[derive(Clone, Debug)]
 pub(crate) struct Vegas {
     params: VegasParams,
     limit: f64,
     min: f64,
     max: f64,
-    no_load_rtt: u64,
-    samples_since_probe: u64,
+    pub(super) no_load_rtt: u64,
+    updates_since_probe: u64,
     probe_jitter: f64,
     rng: fastrand::Rng,
     last_queue: f64,
@@ -132,7 +134,7 @@ impl Vegas {
             min: f64::from(min),
             max: f64::from(max),
             no_load_rtt: 0,
-            samples_since_probe: 0,
+            updates_since_probe: 0,
             probe_jitter,
             rng,
             last_queue: 0.0,
@@ -140,11 +142,11 @@ impl Vegas {
     }
 
     pub(crate) fn update(&mut self, s: &WindowSample) -> f64 {
-        self.samples_since_probe += u64::from(s.samples);
+        self.updates_since_probe += 1;
         let probe_after = self.probe_jitter * f64::from(self.params.probe_multiplier) * self.limit;
-        if self.params.probe_multiplier > 0 && self.samples_since_probe as f64 >= probe_after {
+        if self.params.probe_multiplier > 0 && self.updates_since_probe as f64 >= probe_after {
             // Measure the no-load RTT afresh: the downstream may have become slower for good.
-            self.samples_since_probe = 0;
+            self.updates_since_probe = 0;
             self.probe_jitter = 0.5 + self.rng.f64() * 0.5;
             self.no_load_rtt = s.min_rtt_nanos.max(1);
             return self.limit;
@@ -268,7 +270,7 @@ impl Algorithm {
             Algorithm::Gradient2(a) => a.long_rtt.set(avg_rtt_nanos.max(1) as f64),
             Algorithm::Vegas(a) => {
                 a.no_load_rtt = min_rtt_nanos.max(1);
-                a.samples_since_probe = 0;
+                a.updates_since_probe = 0;
             }
             Algorithm::Aimd(_) => {}
         }

@@ -53,6 +53,8 @@ pub(crate) struct Permit {
     pub(crate) partition: Option<PartitionId>,
     /// Calls in flight when this one was admitted, itself included.
     pub(crate) inflight: u32,
+    /// The limiter's back-off epoch when it was admitted.
+    pub(crate) epoch: u32,
 }
 
 /// Why a call got no permit.
@@ -148,6 +150,10 @@ struct Control {
 pub(crate) struct Limiter {
     limit: AtomicU32,
     inflight: AtomicU32,
+    /// Counts the limit's decreases: a drop of a call admitted since the last decrease closes the window at
+    /// once (one back-off per round of calls, as TCP backs off once per round trip), while drops of calls
+    /// admitted under the older, higher limit only count in the window.
+    epoch: AtomicU32,
     partitions: Box<[PartitionState]>,
     default_partition: Option<PartitionId>,
     window: super::window::SampleWindow,
@@ -185,6 +191,7 @@ impl Limiter {
         let limiter = Limiter {
             limit: AtomicU32::new(rule.initial_limit),
             inflight: AtomicU32::new(0),
+            epoch: AtomicU32::new(0),
             partitions,
             default_partition,
             window: super::window::SampleWindow::new(),
@@ -233,7 +240,7 @@ impl Limiter {
                     if let Some(id) = partition {
                         self.partition(id).inflight.fetch_add(1, SeqCst);
                     }
-                    return Some(Permit { partition, inflight: total + 1 });
+                    return Some(Permit { partition, inflight: total + 1, epoch: self.epoch.load(Relaxed) });
                 }
                 Err(now) => total = now,
             }
@@ -246,7 +253,7 @@ impl Limiter {
             match p.inflight.compare_exchange_weak(own, own + 1, SeqCst, SeqCst) {
                 Ok(_) => {
                     let total = self.inflight.fetch_add(1, SeqCst) + 1;
-                    return Some(Permit { partition, inflight: total });
+                    return Some(Permit { partition, inflight: total, epoch: self.epoch.load(Relaxed) });
                 }
                 Err(now) => own = now,
             }
@@ -275,7 +282,8 @@ impl Limiter {
         if rtt_nanos >= self.ignore_under_nanos || dropped {
             self.window.record(rtt_nanos, permit.inflight, dropped);
         }
-        if now >= self.next_close.load(Relaxed) {
+        let early = dropped && permit.epoch == self.epoch.load(Relaxed);
+        if early || now >= self.next_close.load(Relaxed) {
             self.close_window(now);
         }
         self.give_back(permit);
@@ -343,13 +351,21 @@ impl Limiter {
             Probe::Idle { next_at } => {
                 if count == 0 {
                     c.window_start = now;
-                } else if count < cfg.min_samples && elapsed < cfg.max_window_ms * NANOS_PER_MS {
-                    // Too few samples yet: extend the window (never drop it: slow responses are few).
+                } else if count < cfg.min_samples
+                    && elapsed < cfg.max_window_ms * NANOS_PER_MS
+                    && !(self.window.has_drop() && elapsed >= c.last.map_or(0, |s| s.rtt_nanos))
+                {
+                    // Too few samples yet: extend the window (never drop it: slow responses are few). A drop
+                    // closes it at once, once the window is one round trip old.
                     return;
                 } else if let Some(s) = self.window.take() {
+                    let before = self.limit();
                     let estimate = c.algorithm.update(&s);
                     c.last = Some(s);
                     self.publish_estimate(estimate);
+                    if self.limit() < before {
+                        self.epoch.fetch_add(1, Relaxed);
+                    }
                 }
                 if now >= next_at {
                     c.probe = Probe::Draining;

@@ -98,7 +98,7 @@ pub struct VegasParams {
     pub alpha: f64,
     /// Multiple of `log10(limit)` over which the limit shrinks (6); above `alpha`.
     pub beta: f64,
-    /// The no-load RTT is measured again after about `probe_multiplier · limit` samples (30; 0: never),
+    /// The no-load RTT is measured again after about `probe_multiplier · limit` windows (30; 0: never),
     /// jittered by a factor in [0.5, 1).
     pub probe_multiplier: u32,
 }
@@ -216,7 +216,7 @@ pub struct AdaptiveRule {
     /// served newest first.
     pub max_wait_ms: u64,
     /// The most calls that may wait at once; when full, the oldest waiter is refused (the default, 0, means
-    /// `max_limit`).
+    /// `max_limit`: as many waiting as could ever run).
     pub max_waiters: u32,
     /// Guaranteed shares by origin (empty: one pool for every caller).
     #[cfg_attr(feature = "serde", serde(with = "super::format::partitions", skip_serializing_if = "Vec::is_empty"))]
@@ -327,8 +327,8 @@ impl AdaptiveRule {
         if !(g.rtt_tolerance.is_finite() && g.rtt_tolerance >= 1.0) {
             return bad("gradient2.rtt_tolerance", format!("({}) must be a finite number >= 1", g.rtt_tolerance));
         }
-        if g.queue_size > self.max_limit {
-            return bad("gradient2.queue_size", format!("({}) must be at most max_limit", g.queue_size));
+        if g.queue_size > MAX_LIMIT_CAP {
+            return bad("gradient2.queue_size", format!("({}) must be at most {MAX_LIMIT_CAP}", g.queue_size));
         }
         if g.long_window == 0 {
             return bad("gradient2.long_window", "must be at least 1 window".into());

@@ -29,8 +29,9 @@ const DISPLACED: u8 = 2;
 pub(crate) struct Waiter {
     partition: Option<PartitionId>,
     state: AtomicU8,
-    /// The granted permit's in-flight count (valid once `state` is `GRANTED`).
+    /// The granted permit's in-flight count and epoch (valid once `state` is `GRANTED`).
     inflight: AtomicU32,
+    epoch: AtomicU32,
     waker: AtomicWaker,
 }
 
@@ -75,8 +76,9 @@ impl WaitQueue {
                     if let Some(w) = q.remove(i) {
                         self.len.fetch_sub(1, SeqCst);
                         // The waiter now owns the permit: it rebuilds it from `partition` and `inflight`.
-                        let Permit { inflight, .. } = permit;
+                        let Permit { inflight, epoch, .. } = permit;
                         w.inflight.store(inflight, Rel);
+                        w.epoch.store(epoch, Rel);
                         w.state.store(GRANTED, Rel);
                         w.waker.wake();
                     }
@@ -93,6 +95,7 @@ impl WaitQueue {
             partition,
             state: AtomicU8::new(WAITING),
             inflight: AtomicU32::new(0),
+            epoch: AtomicU32::new(0),
             waker: AtomicWaker::new(),
         });
         let mut q = self.lock();
@@ -129,7 +132,7 @@ impl WaitQueue {
 
 impl Waiter {
     fn permit(&self) -> Permit {
-        Permit { partition: self.partition, inflight: self.inflight.load(Acq) }
+        Permit { partition: self.partition, inflight: self.inflight.load(Acq), epoch: self.epoch.load(Acq) }
     }
 }
 

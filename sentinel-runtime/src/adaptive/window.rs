@@ -46,6 +46,11 @@ impl SampleWindow {
         }
     }
 
+    /// Whether a sample of the window was a drop.
+    pub(crate) fn has_drop(&self) -> bool {
+        self.dropped.load(Relaxed)
+    }
+
     /// Samples so far.
     pub(crate) fn count(&self) -> u32 {
         self.count.load(Relaxed)
