@@ -174,7 +174,8 @@ impl Vegas {
             }
         };
         let clamped = target.clamp(self.min, self.max);
-        self.limit = (self.limit * (1.0 - self.params.smoothing) + clamped * self.params.smoothing).clamp(self.min, self.max);
+        self.limit =
+            (self.limit * (1.0 - self.params.smoothing) + clamped * self.params.smoothing).clamp(self.min, self.max);
         self.limit
     }
 }

@@ -212,7 +212,11 @@ impl Limiter {
     /// The partition of calls from `origin`: the one naming it, else `default`, else none (such calls only
     /// use the shared pool). Resolve once per origin, not per call.
     pub(crate) fn partition_of(&self, origin: &str) -> Option<PartitionId> {
-        self.partitions.iter().position(|p| &*p.origin == origin).map(|i| PartitionId(i as u8)).or(self.default_partition)
+        self.partitions
+            .iter()
+            .position(|p| &*p.origin == origin)
+            .map(|i| PartitionId(i as u8))
+            .or(self.default_partition)
     }
 
     /// The limit in force.
@@ -328,8 +332,10 @@ impl Limiter {
         let count = self.window.count();
         match c.probe {
             Probe::Draining => {
-                if self.inflight.load(SeqCst) <= self.probe_limit() {
-                    // The calls admitted under the old limit are done: measure from here.
+                // Partitions' guarantees may keep a little more than the pinned limit in flight: the drain
+                // is bounded in time too, so a probe can never pin the limit for good.
+                if self.inflight.load(SeqCst) <= self.probe_limit() || elapsed >= cfg.max_window_ms * NANOS_PER_MS {
+                    // The calls admitted under the old limit are done (or had their time): measure from here.
                     let _ = self.window.take();
                     c.probe = Probe::Measuring;
                     c.window_start = now;

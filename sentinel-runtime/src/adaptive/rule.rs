@@ -317,7 +317,10 @@ impl AdaptiveRule {
         if self.initial_limit < self.min_limit || self.initial_limit > self.max_limit {
             return bad(
                 "initial_limit",
-                format!("({}) must lie in [min_limit, max_limit] = [{}, {}]", self.initial_limit, self.min_limit, self.max_limit),
+                format!(
+                    "({}) must lie in [min_limit, max_limit] = [{}, {}]",
+                    self.initial_limit, self.min_limit, self.max_limit
+                ),
             );
         }
         let g = &self.gradient2;
@@ -417,7 +420,9 @@ fn unit_interval(x: f64) -> bool {
 #[non_exhaustive]
 pub enum AdaptiveRuleError {
     /// A field of one rule is invalid.
-    #[error("invalid adaptive rule #{index} (resource `{resource}`): `{field}` {reason}; no rule of the set was loaded")]
+    #[error(
+        "invalid adaptive rule #{index} (resource `{resource}`): `{field}` {reason}; no rule of the set was loaded"
+    )]
     Invalid {
         /// The rule's position in its set (0-based).
         index: usize,

@@ -19,15 +19,21 @@ pub(crate) type ServiceTime = Box<dyn Fn(u64, f64) -> u64>;
 /// One caller population.
 pub(crate) struct Origin {
     pub(crate) partition: Option<PartitionId>,
-    /// Calls per second offered from `start` to `stop` (nanoseconds of simulated time).
+    /// Calls per second offered from `start` to `stop` (nanoseconds of simulated time), rising linearly
+    /// from `rate` to `rate_end`.
     pub(crate) rate: f64,
+    pub(crate) rate_end: f64,
     pub(crate) start: u64,
     pub(crate) stop: u64,
 }
 
 impl Origin {
     pub(crate) fn steady(rate: f64, stop: u64) -> Self {
-        Origin { partition: None, rate, start: 0, stop }
+        Origin { partition: None, rate, rate_end: rate, start: 0, stop }
+    }
+    fn rate_at(&self, t: u64) -> f64 {
+        let f = (t.saturating_sub(self.start)) as f64 / (self.stop - self.start).max(1) as f64;
+        self.rate + (self.rate_end - self.rate) * f.min(1.0)
     }
 }
 
@@ -159,7 +165,7 @@ impl Run<'_, '_> {
 
     fn arrive(&mut self, t: u64, o: usize) {
         let origin = &self.sim.origins[o];
-        let interval = (SEC as f64 / origin.rate * (0.5 + self.rng.f64())) as u64;
+        let interval = (SEC as f64 / origin.rate_at(t) * (0.5 + self.rng.f64())) as u64;
         if t + interval < origin.stop {
             self.schedule(t + interval, Event::Arrival(o));
         }

@@ -17,7 +17,13 @@ fn approx(a: f64, b: f64) -> bool {
 }
 
 fn window(rtt_ms: u64, inflight: u32) -> WindowSample {
-    WindowSample { rtt_nanos: rtt_ms * MS, min_rtt_nanos: rtt_ms * MS, max_inflight: inflight, samples: 10, dropped: false }
+    WindowSample {
+        rtt_nanos: rtt_ms * MS,
+        min_rtt_nanos: rtt_ms * MS,
+        max_inflight: inflight,
+        samples: 10,
+        dropped: false,
+    }
 }
 
 // ---------------------------------------------------------------- rules
@@ -167,9 +173,19 @@ mod format {
 
     #[test]
     fn json_round_trips() {
-        let rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Aimd).limits(3, 5, 50).max_wait_ms(10).partition("a", 0.5);
+        let rule = AdaptiveRule::new("api")
+            .algorithm(AlgorithmKind::Aimd)
+            .limits(3, 5, 50)
+            .max_wait_ms(10)
+            .partition("a", 0.5);
         let text = to_json(std::slice::from_ref(&rule));
-        for key in ["\"minLimit\":3", "\"maxWaitMs\":10", "\"partitions\":{\"a\":0.5}", "\"algorithm\":\"aimd\"", "\"backoffRatio\":0.9"] {
+        for key in [
+            "\"minLimit\":3",
+            "\"maxWaitMs\":10",
+            "\"partitions\":{\"a\":0.5}",
+            "\"algorithm\":\"aimd\"",
+            "\"backoffRatio\":0.9",
+        ] {
             assert!(text.contains(key), "{key} in {text}");
         }
         assert_eq!(parse_json(&text).unwrap(), vec![rule]);
@@ -191,9 +207,10 @@ mod format {
 
     #[test]
     fn yaml_and_toml_read_the_same_shape() {
-        let yaml: Vec<AdaptiveRule> =
-            serde_yaml_ng::from_str("- resource: api\n  algorithm: gradient2\n  minLimit: 4\n  gradient2:\n    queueSize: 2\n")
-                .unwrap();
+        let yaml: Vec<AdaptiveRule> = serde_yaml_ng::from_str(
+            "- resource: api\n  algorithm: gradient2\n  minLimit: 4\n  gradient2:\n    queueSize: 2\n",
+        )
+        .unwrap();
         #[derive(serde::Deserialize)]
         struct Doc {
             rules: Vec<AdaptiveRule>,
@@ -285,8 +302,8 @@ fn vegas_measures_its_no_load_rtt_again_after_jittered_probe_samples() {
     let p = VegasParams { probe_multiplier: 1, ..Default::default() };
     let mut v = Vegas::new(p, 20, 1, 1000, 7);
     v.update(&window(50, 20)); // no-load 50 ms
-    // The probe is due after jitter·1·20 in [10, 20) windows: by 20 it has come, and the no-load RTT is
-    // now the slower downstream's 200 ms.
+                               // The probe is due after jitter·1·20 in [10, 20) windows: by 20 it has come, and the no-load RTT is
+                               // now the slower downstream's 200 ms.
     let mut probed = false;
     for _ in 0..20 {
         let before = v.no_load_rtt;
@@ -304,7 +321,8 @@ fn aimd_backs_off_on_drops_and_slow_windows_and_grows_by_one() {
     assert!(approx(a.update(&window(10, 9)), 19.0)); // 9·2 < 19: app-limited
     assert!(approx(a.update(&window(1_001, 19)), 17.0)); // RTT over the timeout: floor(19·0.9)
     let mut low = Aimd::new(AimdParams::default(), 2, 2, 30);
-    assert!(approx(low.update(&WindowSample { dropped: true, ..window(10, 2) }), 2.0)); // the minimum holds
+    assert!(approx(low.update(&WindowSample { dropped: true, ..window(10, 2) }), 2.0));
+    // the minimum holds
 }
 
 // ---------------------------------------------------------------- limiter
@@ -369,7 +387,7 @@ fn a_sparse_window_of_slow_responses_is_extended_not_dropped() {
     let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Aimd).limits(1, 10, 100);
     rule.aimd.timeout_ms = 1_000;
     let l = limiter(&rule); // min 10 samples, windows 1..5 s
-    // A 3 s downstream: two completions per second, far fewer than 10 per window.
+                            // A 3 s downstream: two completions per second, far fewer than 10 per window.
     for i in 1..=7u64 {
         let p = l.try_acquire(None).unwrap();
         l.release(p, i * SEC / 2 + SEC, 3 * SEC, false);
@@ -631,7 +649,9 @@ fn incident(rule: &AdaptiveRule) -> Vec<super::sim::Second> {
         limiter: Some(&l),
         workers: 8,
         reject_at: None,
-        service: Box::new(|t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) }),
+        service: Box::new(
+            |t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) },
+        ),
         origins: vec![Origin::steady(192.0, 200 * SEC)],
         seed: 1,
     };
@@ -689,7 +709,9 @@ fn without_a_limit_the_incident_piles_up_thousands_of_calls() {
         limiter: None,
         workers: 8,
         reject_at: None,
-        service: Box::new(|t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) }),
+        service: Box::new(
+            |t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) },
+        ),
         origins: vec![Origin::steady(192.0, 200 * SEC)],
         seed: 1,
     };
@@ -708,8 +730,8 @@ fn partitions_get_their_share_under_overload_and_all_of_it_alone() {
         reject_at: None,
         service: Box::new(|_, u| around(50 * MS, u)),
         origins: vec![
-            Origin { partition: mobile, rate: 400.0, start: 0, stop: 120 * SEC },
-            Origin { partition: web, rate: 400.0, start: 0, stop: 60 * SEC },
+            Origin { partition: mobile, ..Origin::steady(400.0, 120 * SEC) },
+            Origin { partition: web, ..Origin::steady(400.0, 60 * SEC) },
         ],
         seed: 3,
     };
@@ -744,4 +766,99 @@ fn aimd_hovers_under_a_hidden_capacity_and_few_calls_get_503() {
     let (admitted, rejected): (u64, u64) = late.iter().fold((0, 0), |a, x| (a.0 + x.completed, a.1 + x.rejected_503));
     assert!((rejected as f64) < 0.05 * admitted as f64, "{rejected} of {admitted} got 503");
     assert!(late.iter().all(|x| x.rejected_503 * 2 < x.completed.max(1)), "no second where most calls fail");
+}
+
+#[test]
+fn the_minimum_rtt_probe_pins_the_limit_drains_measures_and_resets_the_baseline() {
+    let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Gradient2).limits(1, 10, 100);
+    rule.window.min_samples = 1;
+    rule.probe = ProbeConfig { interval_ms: 10_000, jitter: 0.0, concurrency: 3, samples: 5 };
+    let l = limiter(&rule);
+    for s in 1..=10 {
+        let p = l.try_acquire(None).unwrap();
+        l.release(p, s * SEC, 200 * MS, false);
+    }
+    // The window that closed at 10 s started the probe: the limit is pinned to 3.
+    let v = l.view();
+    assert!(v.probing && v.limit == 3, "{v:?}");
+    assert_eq!(v.baseline_rtt_nanos, 200 * MS);
+    let held: Vec<_> = (0..3).map(|_| l.try_acquire(None).unwrap()).collect();
+    assert!(l.try_acquire(None).is_none(), "pinned");
+    // The first release finds the calls drained to the pinned limit and starts measuring; five fast
+    // samples later the baseline is the unloaded downstream's 40 ms and the limit is the algorithm's again.
+    let mut t = 10 * SEC;
+    for p in held {
+        t += 40 * MS;
+        l.release(p, t, 40 * MS, false);
+    }
+    for _ in 0..3 {
+        t += 40 * MS;
+        let p = l.try_acquire(None).unwrap();
+        l.release(p, t, 40 * MS, false);
+    }
+    let v = l.view();
+    assert!(!v.probing, "{v:?}");
+    assert_eq!(v.baseline_rtt_nanos, 40 * MS);
+    assert!(v.limit >= 10, "{v:?}");
+}
+
+#[test]
+fn a_probe_that_cannot_drain_measures_after_the_longest_window() {
+    let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Gradient2).limits(1, 10, 100);
+    rule.window.min_samples = 1;
+    rule.probe = ProbeConfig { interval_ms: 1_000, jitter: 0.0, concurrency: 1, samples: 1 };
+    let l = limiter(&rule);
+    let mut slow: Vec<_> = (0..5).map(|_| l.try_acquire(None).unwrap()).collect();
+    let p = l.try_acquire(None).unwrap();
+    l.release(p, SEC, 100 * MS, false);
+    assert!(l.view().probing && l.limit() == 1);
+    // Five calls stay in flight over the pinned limit of 1 (as a partition's guarantee could keep them):
+    // after max_window_ms (5 s) the probe measures anyway, and its first sample ends it.
+    l.release(slow.pop().unwrap(), 6 * SEC + 1, 5 * SEC, false);
+    assert!(l.view().probing);
+    l.release(slow.pop().unwrap(), 6 * SEC + 2, 50 * MS, false);
+    let v = l.view();
+    assert!(!v.probing && v.limit >= 10 && v.baseline_rtt_nanos == 50 * MS, "{v:?}");
+    slow.into_iter().for_each(|p| l.cancel(p));
+}
+
+/// Envoy's published experiment on the limiter alone: 8 workers, service time p50 50 ms / p99 150 ms,
+/// offered load rising from 0.5x to 4x capacity over 160 s.
+#[test]
+fn gradient2_keeps_goodput_and_latency_through_a_ramp_to_four_times_capacity() {
+    let service = |_, u: f64| {
+        // 98 % of calls 40-60 ms, 2 % 100-200 ms: p50 about 50 ms, p99 about 150 ms.
+        if u < 0.98 {
+            (40.0 + 20.0 * u / 0.98) as u64 * MS
+        } else {
+            (100.0 + 100.0 * (u - 0.98) / 0.02) as u64 * MS
+        }
+    };
+    let capacity = 8.0 / 0.0525; // workers / mean service time
+    let run = |limiter: Option<&Limiter>| {
+        let sim = Sim {
+            limiter,
+            workers: 8,
+            reject_at: None,
+            service: Box::new(service),
+            origins: vec![Origin { rate_end: 4.0 * capacity, ..Origin::steady(0.5 * capacity, 160 * SEC) }],
+            seed: 9,
+        };
+        sim.run(160 * SEC)
+    };
+    let rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Gradient2).limits(1, 20, 200);
+    let l = limiter(&rule);
+    let s = run(Some(&l));
+    let no_load_p99 = s[5..15].iter().map(|x| x.p99_ms).fold(0.0, f64::max);
+    // From the moment the offered load passes capacity (at about 23 s) on.
+    let loaded = &s[40..];
+    let goodput = loaded.iter().map(|x| x.completed as f64).sum::<f64>() / loaded.len() as f64;
+    let worst_p99 = loaded.iter().map(|x| x.p99_ms).fold(0.0, f64::max);
+    let (low, high) = loaded.iter().fold((u32::MAX, 0), |(lo, hi), x| (lo.min(x.limit), hi.max(x.limit)));
+    assert!(goodput >= 0.9 * capacity, "goodput {goodput:.0}/s of {capacity:.0}");
+    assert!(worst_p99 <= 2.0 * no_load_p99, "p99 {worst_p99:.0} ms against {no_load_p99:.0} ms without load");
+    assert!(low >= 8 && high <= 40, "limit within 1-5x the 8 workers: {low}..{high}");
+    // Without a limit the queue grows without bound.
+    let unlimited = run(None);
+    assert!(unlimited[159].p99_ms > 10.0 * no_load_p99, "{}", unlimited[159].p99_ms);
 }

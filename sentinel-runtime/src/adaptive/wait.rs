@@ -10,7 +10,10 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering::{Acquire as Acq, Release as Rel, SeqCst}};
+use std::sync::atomic::{
+    AtomicU32, AtomicU8, AtomicUsize,
+    Ordering::{Acquire as Acq, Release as Rel, SeqCst},
+};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -160,9 +163,10 @@ impl Limiter {
             None if self.max_wait_nanos == 0 => AcquireState::Ready(Err(self.blocked(BlockReason::AtLimit))),
             None => match self.queue.enqueue(self, partition) {
                 Ok(p) => AcquireState::Ready(Ok(p)),
-                Err(waiter) => {
-                    AcquireState::Waiting { waiter, sleep: Sleep::new(clock, Duration::from_nanos(self.max_wait_nanos)) }
-                }
+                Err(waiter) => AcquireState::Waiting {
+                    waiter,
+                    sleep: Sleep::new(clock, Duration::from_nanos(self.max_wait_nanos)),
+                },
             },
         };
         WaitForPermit { limiter: self, state }
@@ -170,7 +174,11 @@ impl Limiter {
 
     /// The blocking variant for sync callers: parks this thread until a permit or the end of the wait. Never
     /// call it on an async executor's worker (use [`Limiter::acquire`] there).
-    pub(crate) fn acquire_blocking(&self, partition: Option<PartitionId>, clock: &EngineClock) -> Result<Permit, Blocked> {
+    pub(crate) fn acquire_blocking(
+        &self,
+        partition: Option<PartitionId>,
+        clock: &EngineClock,
+    ) -> Result<Permit, Blocked> {
         futures::executor::block_on(self.acquire(partition, clock))
     }
 }

@@ -67,12 +67,6 @@ impl SampleWindow {
             return None;
         }
         let avg = (sum / u64::from(count)).max(1);
-        Some(WindowSample {
-            rtt_nanos: avg,
-            min_rtt_nanos: min.clamp(1, avg),
-            max_inflight,
-            samples: count,
-            dropped,
-        })
+        Some(WindowSample { rtt_nanos: avg, min_rtt_nanos: min.clamp(1, avg), max_inflight, samples: count, dropped })
     }
 }
