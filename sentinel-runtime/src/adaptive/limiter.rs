@@ -76,6 +76,8 @@ pub(crate) struct Blocked {
     pub(crate) inflight: u32,
     /// The algorithm's baseline RTT (Gradient2's long-term RTT, Vegas's no-load RTT; 0 when none yet).
     pub(crate) baseline_rtt_nanos: u64,
+    /// The last closed window's lowest RTT (0 when none yet).
+    pub(crate) min_rtt_nanos: u64,
     /// The last closed window's average RTT (0 when none yet).
     pub(crate) rtt_nanos: u64,
 }
@@ -92,10 +94,11 @@ impl fmt::Display for Blocked {
         }
         write!(
             f,
-            " ({} in flight; baseline RTT {:.1} ms, current RTT {:.1} ms)",
+            " ({} in flight; measured min RTT {:.1} ms against current RTT {:.1} ms, baseline {:.1} ms)",
             self.inflight,
-            ms(self.baseline_rtt_nanos),
-            ms(self.rtt_nanos)
+            ms(self.min_rtt_nanos),
+            ms(self.rtt_nanos),
+            ms(self.baseline_rtt_nanos)
         )
     }
 }
@@ -272,11 +275,19 @@ impl Limiter {
 
     /// The numbers of a refusal.
     pub(crate) fn blocked(&self, reason: BlockReason) -> Blocked {
-        let (baseline, rtt) = match self.control.try_lock() {
-            Ok(c) => (c.algorithm.baseline_rtt_nanos(), c.last.map_or(0, |s| s.rtt_nanos)),
-            Err(_) => (0, 0),
+        // The numbers are for the message: if the window's closer holds the control, they are left out.
+        let (baseline, last) = match self.control.try_lock() {
+            Ok(c) => (c.algorithm.baseline_rtt_nanos(), c.last.unwrap_or_default()),
+            Err(_) => (0, WindowSample::default()),
         };
-        Blocked { reason, limit: self.limit(), inflight: self.inflight(), baseline_rtt_nanos: baseline, rtt_nanos: rtt }
+        Blocked {
+            reason,
+            limit: self.limit(),
+            inflight: self.inflight(),
+            baseline_rtt_nanos: baseline,
+            min_rtt_nanos: last.min_rtt_nanos,
+            rtt_nanos: last.rtt_nanos,
+        }
     }
 
     /// A call completed after `rtt_nanos`; `dropped` when it failed by overload (a time limit, 429, 503,

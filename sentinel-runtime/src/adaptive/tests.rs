@@ -338,7 +338,10 @@ fn calls_over_the_limit_are_blocked_with_the_numbers_in_the_message() {
     let permits: Vec<_> = (0..3).map(|_| l.acquire_now(None).unwrap()).collect();
     let blocked = l.acquire_now(None).unwrap_err();
     assert_eq!((blocked.reason, blocked.limit, blocked.inflight), (BlockReason::AtLimit, 3, 3));
-    assert!(blocked.to_string().starts_with("adaptive limit 3 reached (3 in flight; baseline RTT"), "{blocked}");
+    assert_eq!(
+        blocked.to_string(),
+        "adaptive limit 3 reached (3 in flight; measured min RTT 0.0 ms against current RTT 0.0 ms, baseline 0.0 ms)"
+    );
     for p in permits {
         l.cancel(p);
     }
@@ -483,6 +486,30 @@ fn waiting_calls_are_served_newest_first_and_the_oldest_times_out() {
     }
     assert_eq!((l.queue.len(), l.inflight()), (0, 1));
     l.cancel(p2);
+}
+
+#[test]
+fn a_block_after_a_window_reports_its_measured_rtts() {
+    let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Gradient2).limits(1, 1, 1);
+    rule.window.min_samples = 2;
+    let l = limiter(&rule);
+    for (t, rtt) in [(SEC / 2, 40), (SEC, 80)] {
+        let p = l.try_acquire(None).unwrap();
+        l.release(p, t, rtt * MS, false);
+    }
+    let _held = l.try_acquire(None).unwrap();
+    let text = l.acquire_now(None).unwrap_err().to_string();
+    assert_eq!(
+        text,
+        "adaptive limit 1 reached (1 in flight; measured min RTT 40.0 ms against current RTT 60.0 ms, baseline 60.0 ms)"
+    );
+}
+
+#[test]
+fn the_wait_future_is_send() {
+    fn send<T: Send>(_: &T) {}
+    let l = limiter(&waiting_rule(1, 10));
+    send(&l.acquire(None, &EngineClock::Manual(ManualClock::at_millis(0))));
 }
 
 #[test]
