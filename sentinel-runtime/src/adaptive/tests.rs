@@ -611,6 +611,50 @@ fn concurrent_callers_never_pass_the_limit_and_every_permit_comes_back() {
 }
 
 #[test]
+fn a_grant_that_lands_as_the_wait_runs_out_is_kept() {
+    let clock = ManualClock::at_millis(0);
+    let engine_clock = EngineClock::Manual(clock.clone());
+    let l = limiter(&waiting_rule(1, 100));
+    let held = l.acquire_now(None).unwrap();
+    let mut wait = Box::pin(l.acquire(None, &engine_clock));
+    assert!(wait.as_mut().poll(&mut waker_cx()).is_pending());
+    // The place frees and the timer fires before the waiter runs again: it has the permit, not a timeout.
+    l.cancel(held);
+    clock.advance_millis(100);
+    let Poll::Ready(Ok(p)) = wait.as_mut().poll(&mut waker_cx()) else { panic!("the grant came first") };
+    assert_eq!((l.inflight(), l.queue.len()), (1, 0));
+    l.cancel(p);
+}
+
+#[test]
+fn concurrent_blocking_waiters_all_get_a_place_and_never_pass_the_limit() {
+    // A lost wake-up would leave a thread parked for good (the manual clock never ends a wait here).
+    let clock = EngineClock::Manual(ManualClock::at_millis(0));
+    let l = Arc::new(limiter(&waiting_rule(2, 60_000)));
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (l, clock, inside, most, start) =
+                (l.clone(), clock.clone(), inside.clone(), most.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for _ in 0..2_000 {
+                    let p = l.acquire_blocking(None, &clock).expect("no timeout and room for every waiter");
+                    most.fetch_max(inside.fetch_add(1, SeqCst) + 1, SeqCst);
+                    inside.fetch_sub(1, SeqCst);
+                    l.cancel(p);
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert!(most.load(SeqCst) <= 2, "{}", most.load(SeqCst));
+    assert_eq!((l.inflight(), l.queue.len()), (0, 0));
+}
+
+#[test]
 fn concurrent_partitions_stay_within_limit_plus_guarantees() {
     let rule = AdaptiveRule::new("api").limits(6, 6, 6).partition("a", 0.5).partition("b", 0.5);
     let l = Arc::new(limiter(&rule));
