@@ -58,7 +58,8 @@ impl ExpAverage {
 /// `limit · (1 − smoothing) + new · smoothing`, clamped to the bounds. The long RTT is an exponential average
 /// over `long_window` windows (plain mean over the first 10) and decays by 5 % per window while it is more
 /// than twice the short RTT (recovery after a long overload). The limit does not grow while fewer than half
-/// of it were in flight (the caller, not the downstream, is the bottleneck).
+/// of it were in flight (the caller, not the downstream, is the bottleneck). Drops do not enter the formula
+/// (as in Netflix's); their RTTs do, so a call that hit its time limit counts with that time.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Gradient2 {
     params: Gradient2Params,

@@ -2,7 +2,7 @@
 //! measured latency, instead of a number someone guessed.
 //!
 //! **Not in the slot chain yet.** This module is the part of the rule kind that needs no engine: the rule
-//! data and its validation ([`AdaptiveRule`]), its JSON/YAML/TOML shape (`format`, feature `serde`), the
+//! data and its validation ([`rule::AdaptiveRule`]), its JSON/YAML/TOML shape (`format`, feature `serde`), the
 //! three limit algorithms as plain state machines (`algorithm`: Gradient2, Vegas, AIMD, Netflix's formulas),
 //! and the limiter (`limiter`, `wait`): permits against the current limit without a lock, partitions by
 //! origin with guaranteed shares, and a bounded LIFO wait on a timer. It imports only the base (clock,
