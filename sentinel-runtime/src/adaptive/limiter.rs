@@ -1,0 +1,439 @@
+//! The limiter: permits against the current limit, partitions, the window of samples and the control that
+//! updates the limit.
+//!
+//! # Concurrency (proof sketch)
+//!
+//! State shared between callers: `inflight` (permits out), `limit` (published by the control), per partition
+//! `inflight` and `guarantee`, the sample window's accumulators, and the wait queue (see `wait.rs`).
+//!
+//! * **Permits are counted exactly.** A permit is taken by exactly one successful compare-exchange: on the
+//!   total (`inflight < limit`, the shared pool) or on its partition (`partition.inflight < guarantee`, the
+//!   guaranteed share); the other counter is then incremented unconditionally, so both counters count the
+//!   permit once. A [`Permit`] is neither `Clone` nor `Copy` and is consumed by [`Limiter::release`] or
+//!   [`Limiter::cancel`], which decrement both counters once. So `inflight` is always the number of permits
+//!   out, and no counter can underflow.
+//! * **Bounded in flight.** The shared pool admits only while `inflight < limit` (the CAS fails if another
+//!   caller took the last place first); a partition's guarantee admits only while its own count is under
+//!   its guarantee. So `inflight <= limit + Σ guarantee` at all times, and `inflight <= limit` when there are
+//!   no partitions. When the total is at the limit, only partitions under their guarantee are admitted,
+//!   and the excess drains as borrowed permits come back (no borrower is admitted while the total is at the
+//!   limit): each partition converges to at least its share under contention, and may use every idle place
+//!   otherwise.
+//! * **No lost wake-up.** A waiter enqueues itself (`queue.len += 1`, `SeqCst`, under the queue's lock) and
+//!   then retries once before sleeping; a releaser decrements `inflight` (`SeqCst`) and then reads
+//!   `queue.len` (`SeqCst`). In the single order of these `SeqCst` operations, either the releaser's read
+//!   comes after the waiter's increment (the releaser then takes the queue's lock, after the waiter's
+//!   critical section, and hands it the freed place), or the releaser's decrement comes before the waiter's
+//!   increment, and then the waiter's retry (a `SeqCst` load) sees the freed place. Either way the place is
+//!   not left idle while the waiter sleeps.
+//! * **The control runs alone.** Closing a window takes the control's mutex with `try_lock` only (a caller
+//!   never waits for it: if another caller is closing the window, this one just leaves). Only the holder
+//!   mutates the algorithm and publishes `limit` and the guarantees; callers read them with plain loads, and a
+//!   caller that reads a limit a moment old admits or refuses one call by the old limit, as any limiter does.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::Mutex;
+
+use super::algorithm::{Algorithm, WindowSample};
+use super::rule::{AdaptiveRule, ProbeConfig, WindowConfig, DEFAULT_PARTITION};
+use super::wait::WaitQueue;
+
+const NANOS_PER_MS: u64 = 1_000_000;
+
+/// A partition of a limiter, by index (resolved once per origin with [`Limiter::partition_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PartitionId(pub(crate) u8);
+
+/// One call's place under the limit. Give it back with [`Limiter::release`] (the call completed: a sample)
+/// or [`Limiter::cancel`] (the call never ran, e.g. a later check blocked it).
+#[must_use = "a permit holds a place under the limit until it is released"]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Permit {
+    pub(crate) partition: Option<PartitionId>,
+    /// Calls in flight when this one was admitted, itself included.
+    pub(crate) inflight: u32,
+    /// The limiter's back-off epoch when it was admitted.
+    pub(crate) epoch: u32,
+}
+
+/// Why a call got no permit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BlockReason {
+    /// The limit was reached and the rule lets no call wait.
+    AtLimit,
+    /// The call waited `max_wait_ms` and no place freed up.
+    WaitTimedOut,
+    /// The call was waiting when the wait queue filled up; newer callers go first under overload.
+    Displaced,
+}
+
+/// A refused call: why, and the limiter's numbers at that moment (for the block's message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Blocked {
+    pub(crate) reason: BlockReason,
+    pub(crate) limit: u32,
+    pub(crate) inflight: u32,
+    /// The algorithm's baseline RTT (Gradient2's long-term RTT, Vegas's no-load RTT; 0 when none yet).
+    pub(crate) baseline_rtt_nanos: u64,
+    /// The last closed window's lowest RTT (0 when none yet).
+    pub(crate) min_rtt_nanos: u64,
+    /// The last closed window's average RTT (0 when none yet).
+    pub(crate) rtt_nanos: u64,
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |n: u64| n as f64 / NANOS_PER_MS as f64;
+        match self.reason {
+            BlockReason::AtLimit => write!(f, "adaptive limit {} reached", self.limit)?,
+            BlockReason::WaitTimedOut => write!(f, "adaptive limit {} reached and the wait ran out", self.limit)?,
+            BlockReason::Displaced => {
+                write!(f, "adaptive limit {} reached; newer calls took the wait queue", self.limit)?
+            }
+        }
+        write!(
+            f,
+            " ({} in flight; measured min RTT {:.1} ms against current RTT {:.1} ms, baseline {:.1} ms)",
+            self.inflight,
+            ms(self.min_rtt_nanos),
+            ms(self.rtt_nanos),
+            ms(self.baseline_rtt_nanos)
+        )
+    }
+}
+
+/// A partition's live state.
+#[derive(Debug)]
+pub(crate) struct PartitionState {
+    pub(crate) origin: Box<str>,
+    pub(crate) share: f64,
+    pub(crate) guarantee: AtomicU32,
+    pub(crate) inflight: AtomicU32,
+}
+
+/// What the limiter shows (for diagnose, gauges and the console, once wired).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct LimiterView {
+    pub(crate) limit: u32,
+    pub(crate) inflight: u32,
+    pub(crate) baseline_rtt_nanos: u64,
+    pub(crate) min_rtt_nanos: u64,
+    pub(crate) rtt_nanos: u64,
+    pub(crate) gradient: f64,
+    pub(crate) probing: bool,
+    pub(crate) waiting: usize,
+    /// Per partition: origin, guarantee, in flight.
+    pub(crate) partitions: Vec<(Box<str>, u32, u32)>,
+}
+
+/// Envoy-style probe of the minimum RTT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probe {
+    /// Not probing; the next probe starts at the first window that closes after `next_at` (`u64::MAX`: never).
+    Idle { next_at: u64 },
+    /// The limit is pinned; waiting for the calls admitted before to finish.
+    Draining,
+    /// The limit is pinned; measuring.
+    Measuring,
+}
+
+/// State only the window's closer touches.
+#[derive(Debug)]
+struct Control {
+    algorithm: Algorithm,
+    window_start: u64,
+    probe: Probe,
+    rng: fastrand::Rng,
+    last: Option<WindowSample>,
+}
+
+/// An adaptive concurrency limiter for one resource. It knows no engine: time is passed in.
+#[derive(Debug)]
+pub(crate) struct Limiter {
+    limit: AtomicU32,
+    inflight: AtomicU32,
+    /// Counts the limit's decreases: a drop of a call admitted since the last decrease closes the window at
+    /// once (one back-off per round of calls, as TCP backs off once per round trip), while drops of calls
+    /// admitted under the older, higher limit only count in the window.
+    epoch: AtomicU32,
+    partitions: Box<[PartitionState]>,
+    default_partition: Option<PartitionId>,
+    window: super::window::SampleWindow,
+    /// The time after which a release tries to close the window.
+    next_close: AtomicU64,
+    control: Mutex<Control>,
+    pub(crate) queue: WaitQueue,
+    window_cfg: WindowConfig,
+    probe_cfg: ProbeConfig,
+    ignore_under_nanos: u64,
+    min_limit: u32,
+    max_limit: u32,
+    pub(crate) max_wait_nanos: u64,
+}
+
+impl Limiter {
+    /// A limiter for a validated `rule`, for an inbound or outbound resource, starting at `now`. `seed` drives
+    /// the jitter of probes (tests pass a fixed one).
+    pub(crate) fn new(rule: &AdaptiveRule, inbound: bool, now: u64, seed: u64) -> Self {
+        let algorithm = Algorithm::new(rule, rule.algorithm_for(inbound), seed);
+        let partitions: Box<[PartitionState]> = rule
+            .partitions
+            .iter()
+            .map(|p| PartitionState {
+                origin: p.origin.as_str().into(),
+                share: p.share,
+                guarantee: AtomicU32::new(0),
+                inflight: AtomicU32::new(0),
+            })
+            .collect();
+        let default_partition =
+            partitions.iter().position(|p| &*p.origin == DEFAULT_PARTITION).map(|i| PartitionId(i as u8));
+        let mut rng = fastrand::Rng::with_seed(seed ^ 0x9e37_79b9_7f4a_7c15);
+        let probe = Probe::Idle { next_at: next_probe(&rule.probe, now, &mut rng) };
+        let limiter = Limiter {
+            limit: AtomicU32::new(rule.initial_limit),
+            inflight: AtomicU32::new(0),
+            epoch: AtomicU32::new(0),
+            partitions,
+            default_partition,
+            window: super::window::SampleWindow::new(),
+            next_close: AtomicU64::new(now.saturating_add(rule.window.window_ms * NANOS_PER_MS)),
+            control: Mutex::new(Control { algorithm, window_start: now, probe, rng, last: None }),
+            queue: WaitQueue::new(rule.waiters_bound() as usize),
+            window_cfg: rule.window,
+            probe_cfg: rule.probe,
+            ignore_under_nanos: rule.window.ignore_rtt_under_us.saturating_mul(1_000),
+            min_limit: rule.min_limit,
+            max_limit: rule.max_limit,
+            max_wait_nanos: rule.max_wait_ms.saturating_mul(NANOS_PER_MS),
+        };
+        limiter.publish(rule.initial_limit);
+        limiter
+    }
+
+    /// The partition of calls from `origin`: the one naming it, else `default`, else none (such calls only
+    /// use the shared pool). Resolve once per origin, not per call.
+    pub(crate) fn partition_of(&self, origin: &str) -> Option<PartitionId> {
+        self.partitions
+            .iter()
+            .position(|p| &*p.origin == origin)
+            .map(|i| PartitionId(i as u8))
+            .or(self.default_partition)
+    }
+
+    /// The limit in force.
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit.load(Relaxed)
+    }
+
+    /// Calls in flight.
+    pub(crate) fn inflight(&self) -> u32 {
+        self.inflight.load(Relaxed)
+    }
+
+    fn partition(&self, id: PartitionId) -> &PartitionState {
+        &self.partitions[usize::from(id.0)]
+    }
+
+    /// Takes a permit if there is room: the shared pool under the limit, or the partition's guarantee.
+    #[inline]
+    pub(crate) fn try_acquire(&self, partition: Option<PartitionId>) -> Option<Permit> {
+        let limit = self.limit.load(Relaxed);
+        let mut total = self.inflight.load(SeqCst);
+        while total < limit {
+            match self.inflight.compare_exchange_weak(total, total + 1, SeqCst, SeqCst) {
+                Ok(_) => {
+                    if let Some(id) = partition {
+                        self.partition(id).inflight.fetch_add(1, SeqCst);
+                    }
+                    return Some(Permit { partition, inflight: total + 1, epoch: self.epoch.load(Relaxed) });
+                }
+                Err(now) => total = now,
+            }
+        }
+        let id = partition?;
+        let p = self.partition(id);
+        let guarantee = p.guarantee.load(Relaxed);
+        let mut own = p.inflight.load(SeqCst);
+        while own < guarantee {
+            match p.inflight.compare_exchange_weak(own, own + 1, SeqCst, SeqCst) {
+                Ok(_) => {
+                    let total = self.inflight.fetch_add(1, SeqCst) + 1;
+                    return Some(Permit { partition, inflight: total, epoch: self.epoch.load(Relaxed) });
+                }
+                Err(now) => own = now,
+            }
+        }
+        None
+    }
+
+    /// Takes a permit or says why not (no waiting).
+    pub(crate) fn acquire_now(&self, partition: Option<PartitionId>) -> Result<Permit, Blocked> {
+        self.try_acquire(partition).ok_or_else(|| self.blocked(BlockReason::AtLimit))
+    }
+
+    /// The numbers of a refusal.
+    pub(crate) fn blocked(&self, reason: BlockReason) -> Blocked {
+        // The numbers are for the message: if the window's closer holds the control, they are left out.
+        let (baseline, last) = match self.control.try_lock() {
+            Ok(c) => (c.algorithm.baseline_rtt_nanos(), c.last.unwrap_or_default()),
+            Err(_) => (0, WindowSample::default()),
+        };
+        Blocked {
+            reason,
+            limit: self.limit(),
+            inflight: self.inflight(),
+            baseline_rtt_nanos: baseline,
+            min_rtt_nanos: last.min_rtt_nanos,
+            rtt_nanos: last.rtt_nanos,
+        }
+    }
+
+    /// A call completed after `rtt_nanos`; `dropped` when it failed by overload (a time limit, 429, 503,
+    /// `RESOURCE_EXHAUSTED`, ...). Records the sample, closes the window when due, and frees the place.
+    #[inline]
+    pub(crate) fn release(&self, permit: Permit, now: u64, rtt_nanos: u64, dropped: bool) {
+        if rtt_nanos >= self.ignore_under_nanos || dropped {
+            self.window.record(rtt_nanos, permit.inflight, dropped);
+        }
+        let early = dropped && permit.epoch == self.epoch.load(Relaxed);
+        if early || now >= self.next_close.load(Relaxed) {
+            self.close_window(now);
+        }
+        self.give_back(permit);
+    }
+
+    /// Gives a permit back without a sample (the call never ran).
+    pub(crate) fn cancel(&self, permit: Permit) {
+        self.give_back(permit);
+    }
+
+    fn give_back(&self, permit: Permit) {
+        if let Some(id) = permit.partition {
+            self.partition(id).inflight.fetch_sub(1, SeqCst);
+        }
+        self.inflight.fetch_sub(1, SeqCst);
+        if self.queue.len() > 0 {
+            self.queue.grant(self);
+        }
+    }
+
+    /// Publishes a limit and the partitions' guarantees (`ceil(limit · share)`).
+    fn publish(&self, limit: u32) {
+        for p in self.partitions.iter() {
+            let g = (f64::from(limit) * p.share).ceil() as u32;
+            p.guarantee.store(g, Relaxed);
+        }
+        self.limit.store(limit, Relaxed);
+    }
+
+    fn publish_estimate(&self, estimate: f64) {
+        let limit = (estimate.floor() as u32).clamp(self.min_limit, self.max_limit);
+        self.publish(limit);
+    }
+
+    /// Closes the window if it is ready (the caller's `now` is past `next_close`). Never waits: if another
+    /// caller holds the control, this one leaves.
+    #[cold]
+    fn close_window(&self, now: u64) {
+        let Ok(mut c) = self.control.try_lock() else { return };
+        let cfg = self.window_cfg;
+        let elapsed = now.saturating_sub(c.window_start);
+        let count = self.window.count();
+        match c.probe {
+            Probe::Draining => {
+                // Partitions' guarantees may keep a little more than the pinned limit in flight: the drain
+                // is bounded in time too, so a probe can never pin the limit for good.
+                if self.inflight.load(SeqCst) <= self.probe_limit() || elapsed >= cfg.max_window_ms * NANOS_PER_MS {
+                    // The calls admitted under the old limit are done (or had their time): measure from here.
+                    let _ = self.window.take();
+                    c.probe = Probe::Measuring;
+                    c.window_start = now;
+                }
+                return;
+            }
+            Probe::Measuring => {
+                if count < self.probe_cfg.samples && elapsed < cfg.max_window_ms * NANOS_PER_MS {
+                    return;
+                }
+                if let Some(s) = self.window.take() {
+                    c.algorithm.reset_baseline(s.rtt_nanos, s.min_rtt_nanos);
+                    c.last = Some(s);
+                }
+                let next_at = next_probe(&self.probe_cfg, now, &mut c.rng);
+                c.probe = Probe::Idle { next_at };
+                self.publish_estimate(c.algorithm.limit());
+            }
+            Probe::Idle { next_at } => {
+                if count == 0 {
+                    c.window_start = now;
+                } else if count < cfg.min_samples
+                    && elapsed < cfg.max_window_ms * NANOS_PER_MS
+                    && !(self.window.has_drop() && elapsed >= c.last.map_or(0, |s| s.rtt_nanos))
+                {
+                    // Too few samples yet: extend the window (never drop it: slow responses are few). A drop
+                    // closes it at once, once the window is one round trip old.
+                    return;
+                } else if let Some(s) = self.window.take() {
+                    let before = self.limit();
+                    let estimate = c.algorithm.update(&s);
+                    c.last = Some(s);
+                    self.publish_estimate(estimate);
+                    if self.limit() < before {
+                        self.epoch.fetch_add(1, Relaxed);
+                    }
+                }
+                if now >= next_at {
+                    c.probe = Probe::Draining;
+                    self.publish(self.probe_limit());
+                    c.window_start = now;
+                    // Every release checks while probing (at most `probe.concurrency` calls run).
+                    self.next_close.store(now, Relaxed);
+                    return;
+                }
+            }
+        }
+        c.window_start = now;
+        self.next_close.store(now.saturating_add(cfg.window_ms * NANOS_PER_MS), Relaxed);
+        drop(c);
+        // A higher limit may let waiters in.
+        if self.queue.len() > 0 {
+            self.queue.grant(self);
+        }
+    }
+
+    fn probe_limit(&self) -> u32 {
+        self.probe_cfg.concurrency.clamp(1, self.max_limit)
+    }
+
+    /// The limiter's numbers.
+    pub(crate) fn view(&self) -> LimiterView {
+        let c = self.control.lock().unwrap_or_else(|e| e.into_inner());
+        LimiterView {
+            limit: self.limit(),
+            inflight: self.inflight(),
+            baseline_rtt_nanos: c.algorithm.baseline_rtt_nanos(),
+            min_rtt_nanos: c.last.map_or(0, |s| s.min_rtt_nanos),
+            rtt_nanos: c.last.map_or(0, |s| s.rtt_nanos),
+            gradient: c.algorithm.gradient(),
+            probing: !matches!(c.probe, Probe::Idle { .. }),
+            waiting: self.queue.len(),
+            partitions: self
+                .partitions
+                .iter()
+                .map(|p| (p.origin.clone(), p.guarantee.load(Relaxed), p.inflight.load(Relaxed)))
+                .collect(),
+        }
+    }
+}
+
+/// The time of the next probe: `interval · (1 ± jitter)`, or never.
+fn next_probe(cfg: &ProbeConfig, now: u64, rng: &mut fastrand::Rng) -> u64 {
+    if cfg.interval_ms == 0 {
+        return u64::MAX;
+    }
+    let spread = 1.0 + cfg.jitter * (rng.f64() * 2.0 - 1.0);
+    let interval = (cfg.interval_ms as f64 * spread * NANOS_PER_MS as f64) as u64;
+    now.saturating_add(interval)
+}

@@ -1,0 +1,231 @@
+//! Test support: a simulated downstream on simulated time, driving a limiter without an engine.
+//!
+//! The downstream has `workers` concurrent workers and a FIFO queue in front of them, so latency grows with
+//! load; optionally it answers 503 at once when `reject_at` calls are already inside it (a hidden capacity).
+//! Callers arrive per origin at a given rate (intervals jittered ±50 %); each is admitted by the limiter or
+//! blocked. All randomness is seeded: a run is the same on every machine.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use super::limiter::{Limiter, PartitionId, Permit};
+
+pub(crate) const MS: u64 = 1_000_000;
+pub(crate) const SEC: u64 = 1_000 * MS;
+
+/// Service time (nanoseconds) of one call that starts at `now`, given a uniform random number in [0, 1).
+pub(crate) type ServiceTime = Box<dyn Fn(u64, f64) -> u64>;
+
+/// One caller population.
+pub(crate) struct Origin {
+    pub(crate) partition: Option<PartitionId>,
+    /// Calls per second offered from `start` to `stop` (nanoseconds of simulated time), rising linearly
+    /// from `rate` to `rate_end`.
+    pub(crate) rate: f64,
+    pub(crate) rate_end: f64,
+    pub(crate) start: u64,
+    pub(crate) stop: u64,
+}
+
+impl Origin {
+    pub(crate) fn steady(rate: f64, stop: u64) -> Self {
+        Origin { partition: None, rate, rate_end: rate, start: 0, stop }
+    }
+    fn rate_at(&self, t: u64) -> f64 {
+        let f = (t.saturating_sub(self.start)) as f64 / (self.stop - self.start).max(1) as f64;
+        self.rate + (self.rate_end - self.rate) * f.min(1.0)
+    }
+}
+
+/// What one simulated second saw.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Second {
+    /// The limit at the end of the second (0 without a limiter).
+    pub(crate) limit: u32,
+    /// The most calls in flight at once.
+    pub(crate) max_inflight: u32,
+    /// Time-weighted average of calls in flight, per origin.
+    pub(crate) inflight_by_origin: Vec<f64>,
+    pub(crate) admitted: u64,
+    pub(crate) blocked: u64,
+    pub(crate) completed: u64,
+    pub(crate) rejected_503: u64,
+    /// The 99th percentile of the response times of the calls completed in the second, in ms.
+    pub(crate) p99_ms: f64,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Arrival(usize),
+    /// Job `n` leaves the downstream.
+    Finish(usize),
+}
+
+struct Job {
+    origin: usize,
+    permit: Option<Permit>,
+    admitted_at: u64,
+    rejected: bool,
+}
+
+pub(crate) struct Sim<'l> {
+    pub(crate) limiter: Option<&'l Limiter>,
+    pub(crate) workers: usize,
+    pub(crate) reject_at: Option<usize>,
+    pub(crate) service: ServiceTime,
+    pub(crate) origins: Vec<Origin>,
+    pub(crate) seed: u64,
+}
+
+struct Run<'s, 'l> {
+    sim: &'s Sim<'l>,
+    rng: fastrand::Rng,
+    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    seq: u64,
+    jobs: Vec<Job>,
+    queue: VecDeque<usize>,
+    busy: usize,
+    inside: usize,
+    inflight_by_origin: Vec<u32>,
+    integral: Vec<f64>,
+    last_t: u64,
+    cur: Second,
+    rtts: Vec<u64>,
+    seconds: Vec<Second>,
+}
+
+impl Sim<'_> {
+    /// Runs from 0 to `end` nanoseconds of simulated time; returns one record per whole second.
+    pub(crate) fn run(&self, end: u64) -> Vec<Second> {
+        let n = self.origins.len();
+        let mut run = Run {
+            sim: self,
+            rng: fastrand::Rng::with_seed(self.seed),
+            events: BinaryHeap::new(),
+            seq: 0,
+            jobs: Vec::new(),
+            queue: VecDeque::new(),
+            busy: 0,
+            inside: 0,
+            inflight_by_origin: vec![0; n],
+            integral: vec![0.0; n],
+            last_t: 0,
+            cur: Second::default(),
+            rtts: Vec::new(),
+            seconds: Vec::new(),
+        };
+        for (i, o) in self.origins.iter().enumerate() {
+            run.schedule(o.start, Event::Arrival(i));
+        }
+        while let Some(Reverse((t, _, event))) = run.events.pop() {
+            if t >= end {
+                break;
+            }
+            run.advance_to(t);
+            match event {
+                Event::Arrival(o) => run.arrive(t, o),
+                Event::Finish(job) => run.finish(t, job),
+            }
+        }
+        run.advance_to(end);
+        run.seconds
+    }
+}
+
+impl Run<'_, '_> {
+    fn schedule(&mut self, at: u64, e: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, e)));
+    }
+
+    /// Moves the time to `t`, closing the seconds passed.
+    fn advance_to(&mut self, t: u64) {
+        loop {
+            let sec_end = (self.seconds.len() as u64 + 1) * SEC;
+            let upto = t.min(sec_end);
+            for (k, n) in self.inflight_by_origin.iter().enumerate() {
+                self.integral[k] += f64::from(*n) * (upto - self.last_t) as f64;
+            }
+            self.last_t = upto;
+            if t < sec_end {
+                return;
+            }
+            let mut s = std::mem::take(&mut self.cur);
+            s.inflight_by_origin = self.integral.iter().map(|x| x / SEC as f64).collect();
+            self.integral.iter_mut().for_each(|x| *x = 0.0);
+            s.limit = self.sim.limiter.map_or(0, |l| l.limit());
+            self.rtts.sort_unstable();
+            if let Some(&p) = self.rtts.get(self.rtts.len().saturating_mul(99) / 100) {
+                s.p99_ms = p as f64 / MS as f64;
+            }
+            self.rtts.clear();
+            self.seconds.push(s);
+        }
+    }
+
+    fn arrive(&mut self, t: u64, o: usize) {
+        let origin = &self.sim.origins[o];
+        let interval = (SEC as f64 / origin.rate_at(t) * (0.5 + self.rng.f64())) as u64;
+        if t + interval < origin.stop {
+            self.schedule(t + interval, Event::Arrival(o));
+        }
+        let permit = match self.sim.limiter {
+            Some(l) => match l.try_acquire(origin.partition) {
+                Some(p) => Some(p),
+                None => {
+                    self.cur.blocked += 1;
+                    return;
+                }
+            },
+            None => None,
+        };
+        self.cur.admitted += 1;
+        self.inflight_by_origin[o] += 1;
+        let total: u32 = self.inflight_by_origin.iter().sum();
+        self.cur.max_inflight = self.cur.max_inflight.max(total);
+        let rejected = self.sim.reject_at.is_some_and(|k| self.inside >= k);
+        self.jobs.push(Job { origin: o, permit, admitted_at: t, rejected });
+        let job = self.jobs.len() - 1;
+        if rejected {
+            self.schedule(t + MS, Event::Finish(job));
+            return;
+        }
+        self.inside += 1;
+        if self.busy < self.sim.workers {
+            self.start(t, job);
+        } else {
+            self.queue.push_back(job);
+        }
+    }
+
+    fn start(&mut self, t: u64, job: usize) {
+        self.busy += 1;
+        let d = (self.sim.service)(t, self.rng.f64());
+        self.schedule(t + d.max(1), Event::Finish(job));
+    }
+
+    fn finish(&mut self, t: u64, job: usize) {
+        let j = &mut self.jobs[job];
+        let (origin, rejected, rtt) = (j.origin, j.rejected, t - j.admitted_at);
+        let permit = j.permit.take();
+        if !rejected {
+            self.inside -= 1;
+            self.busy -= 1;
+            if let Some(next) = self.queue.pop_front() {
+                self.start(t, next);
+            }
+        }
+        if let (Some(l), Some(p)) = (self.sim.limiter, permit) {
+            l.release(p, t, rtt, rejected);
+        }
+        self.inflight_by_origin[origin] -= 1;
+        self.cur.completed += 1;
+        self.cur.rejected_503 += u64::from(rejected);
+        self.rtts.push(rtt);
+    }
+}
+
+/// A service time of `base` ±20 % (uniform).
+pub(crate) fn around(base: u64, u: f64) -> u64 {
+    (base as f64 * (0.8 + 0.4 * u)) as u64
+}
