@@ -1,0 +1,362 @@
+//! Gateway rules and API definitions in Java's JSON (feature `serde`): the formats of
+//! `gw-flow-rules.json`, `gw-api-definitions.json` and the dashboard's `gateway/*` commands.
+//!
+//! Fields are camelCase with Java's integer codes, and absent fields take Java's defaults
+//! (`resourceMode` 0, `grade` 1, `intervalSec` 1, `controlBehavior` 0, `burst` 0, `maxQueueingTimeoutMs`
+//! 500; `matchStrategy` 0). The fields a dashboard export adds are accepted and dropped (`id`, `app`, `ip`,
+//! `port`, `gmtCreate`, `gmtModified`, and a parameter item's `index`, which the rule set assigns); the
+//! dashboard's `interval` with `intervalUnit` (0 s, 1 min, 2 h, 3 days) stands for `intervalSec` when that
+//! is absent. Any other field is an error, so a misspelt field is never silently dropped.
+//!
+//! ```
+//! use sentinel_runtime::gateway::json;
+//! let rules = json::rules_from_json(
+//!     r#"[{"resource":"httpbin_route","count":10,"paramItem":{"parseStrategy":2,"fieldName":"X-Tenant"}}]"#,
+//! )
+//! .unwrap();
+//! assert_eq!((rules[0].interval_sec, rules[0].max_queueing_timeout_ms), (1, 500));
+//! let back = json::rules_to_json(&rules);
+//! assert_eq!(json::rules_from_json(&back).unwrap(), rules);
+//! ```
+
+use serde::de::{self, Deserializer, IgnoredAny};
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+
+use crate::flow::{ControlBehavior, FlowGrade};
+
+use super::api::{ApiDefinition, ApiPredicateItem};
+use super::rule::{
+    GatewayFlowRule, GatewayParamItem, ParamMatchStrategy, ParseStrategy, ResourceMode, UrlMatchStrategy,
+};
+
+/// A document that is not valid JSON of the expected shape: where, and what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid gateway JSON at `{path}` (line {line}, column {column}): {message}")]
+pub struct GatewayJsonError {
+    /// The path of the offending value (`[0].paramItem.parseStrategy`), `.` for the document.
+    pub path: String,
+    /// The line (1-based).
+    pub line: usize,
+    /// The column (1-based).
+    pub column: usize,
+    /// What was wrong.
+    pub message: String,
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, GatewayJsonError> {
+    let error = |path: String, e: serde_json::Error| GatewayJsonError {
+        path,
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        error(path, e.into_inner())
+    })?;
+    de.end().map_err(|e| error(".".into(), e))?;
+    Ok(value)
+}
+
+/// Reads gateway flow rules from Java's JSON (a list; `null` is an empty one).
+pub fn rules_from_json(text: &str) -> Result<Vec<GatewayFlowRule>, GatewayJsonError> {
+    parse::<Option<Vec<GatewayFlowRule>>>(text).map(Option::unwrap_or_default)
+}
+
+/// Reads API definitions from Java's JSON (a list; `null` is an empty one).
+pub fn api_definitions_from_json(text: &str) -> Result<Vec<ApiDefinition>, GatewayJsonError> {
+    parse::<Option<Vec<ApiDefinition>>>(text).map(Option::unwrap_or_default)
+}
+
+/// Writes gateway flow rules as Java writes them (every field, `paramItem` when there is one).
+pub fn rules_to_json(rules: &[GatewayFlowRule]) -> String {
+    serde_json::to_string(rules).unwrap_or_else(|_| "[]".into())
+}
+
+/// Writes API definitions as Java writes them.
+pub fn api_definitions_to_json(definitions: &[ApiDefinition]) -> String {
+    serde_json::to_string(definitions).unwrap_or_else(|_| "[]".into())
+}
+
+/// A Java integer code, read as an enum.
+fn code<T, E: de::Error>(value: Option<i64>, default: T, from: fn(i64) -> Option<T>, expected: &str) -> Result<T, E> {
+    match value {
+        None => Ok(default),
+        Some(v) => from(v).ok_or_else(|| E::invalid_value(de::Unexpected::Signed(v), &expected)),
+    }
+}
+
+fn grade_code(g: FlowGrade) -> i64 {
+    match g {
+        FlowGrade::Thread => 0,
+        FlowGrade::Qps => 1,
+    }
+}
+
+fn grade_from(c: i64) -> Option<FlowGrade> {
+    match c {
+        0 => Some(FlowGrade::Thread),
+        1 => Some(FlowGrade::Qps),
+        _ => None,
+    }
+}
+
+fn behavior_code(b: ControlBehavior) -> i64 {
+    match b {
+        ControlBehavior::Reject => 0,
+        ControlBehavior::WarmUp => 1,
+        ControlBehavior::RateLimiter => 2,
+        ControlBehavior::WarmUpRateLimiter => 3,
+    }
+}
+
+fn behavior_from(c: i64) -> Option<ControlBehavior> {
+    match c {
+        0 => Some(ControlBehavior::Reject),
+        1 => Some(ControlBehavior::WarmUp),
+        2 => Some(ControlBehavior::RateLimiter),
+        3 => Some(ControlBehavior::WarmUpRateLimiter),
+        _ => None,
+    }
+}
+
+/// The seconds of the dashboard's `intervalUnit` codes.
+fn unit_secs(unit: i64) -> Option<u64> {
+    match unit {
+        0 => Some(1),
+        1 => Some(60),
+        2 => Some(3_600),
+        3 => Some(86_400),
+        _ => None,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ParamItemIn {
+    #[serde(default)]
+    index: Option<IgnoredAny>,
+    #[serde(default)]
+    parse_strategy: Option<i64>,
+    #[serde(default)]
+    field_name: Option<String>,
+    #[serde(default)]
+    pattern: Option<String>,
+    #[serde(default)]
+    match_strategy: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ParamItemOut<'a> {
+    parse_strategy: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pattern: Option<&'a str>,
+    match_strategy: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RuleIn {
+    #[serde(default)]
+    resource: Option<String>,
+    #[serde(default)]
+    resource_mode: Option<i64>,
+    #[serde(default)]
+    grade: Option<i64>,
+    #[serde(default)]
+    count: Option<f64>,
+    #[serde(default)]
+    interval_sec: Option<u64>,
+    #[serde(default)]
+    interval: Option<u64>,
+    #[serde(default)]
+    interval_unit: Option<i64>,
+    #[serde(default)]
+    control_behavior: Option<i64>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    max_queueing_timeout_ms: Option<u64>,
+    #[serde(default)]
+    param_item: Option<ParamItemIn>,
+    // A dashboard export's bookkeeping, dropped.
+    #[serde(default)]
+    id: Option<IgnoredAny>,
+    #[serde(default)]
+    app: Option<IgnoredAny>,
+    #[serde(default)]
+    ip: Option<IgnoredAny>,
+    #[serde(default)]
+    port: Option<IgnoredAny>,
+    #[serde(default)]
+    gmt_create: Option<IgnoredAny>,
+    #[serde(default)]
+    gmt_modified: Option<IgnoredAny>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RuleOut<'a> {
+    resource: &'a str,
+    resource_mode: i64,
+    grade: i64,
+    count: f64,
+    interval_sec: u64,
+    control_behavior: i64,
+    burst: u64,
+    max_queueing_timeout_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    param_item: Option<ParamItemOut<'a>>,
+}
+
+impl Serialize for GatewayFlowRule {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        RuleOut {
+            resource: &self.resource,
+            resource_mode: self.resource_mode.code(),
+            grade: grade_code(self.grade),
+            count: self.count,
+            interval_sec: self.interval_sec,
+            control_behavior: behavior_code(self.control_behavior),
+            burst: self.burst,
+            max_queueing_timeout_ms: self.max_queueing_timeout_ms,
+            param_item: self.param_item.as_ref().map(|i| ParamItemOut {
+                parse_strategy: i.parse_strategy.code(),
+                field_name: i.field_name.as_deref(),
+                pattern: i.pattern.as_deref(),
+                match_strategy: i.match_strategy.code(),
+            }),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for GatewayFlowRule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let r = RuleIn::deserialize(d)?;
+        let interval_sec = match (r.interval_sec, r.interval) {
+            (Some(s), _) => s,
+            (None, Some(n)) => {
+                let unit = code(r.interval_unit, 1, unit_secs, "0 (second), 1 (minute), 2 (hour) or 3 (day)")?;
+                n.checked_mul(unit).ok_or_else(|| de::Error::custom("`interval` × `intervalUnit` is too large"))?
+            }
+            (None, None) => 1,
+        };
+        let param_item = match r.param_item {
+            None => None,
+            Some(i) => Some(GatewayParamItem {
+                parse_strategy: code(i.parse_strategy, ParseStrategy::ClientIp, ParseStrategy::from_code, ParseStrategy::EXPECTED)?,
+                field_name: i.field_name,
+                pattern: i.pattern,
+                match_strategy: code(
+                    i.match_strategy,
+                    ParamMatchStrategy::Exact,
+                    ParamMatchStrategy::from_code,
+                    ParamMatchStrategy::EXPECTED,
+                )?,
+            }),
+        };
+        Ok(GatewayFlowRule {
+            resource: r.resource.unwrap_or_default(),
+            resource_mode: code(r.resource_mode, ResourceMode::RouteId, ResourceMode::from_code, ResourceMode::EXPECTED)?,
+            grade: code(r.grade, FlowGrade::Qps, grade_from, "0 (thread count) or 1 (QPS)")?,
+            count: r.count.unwrap_or(0.0),
+            interval_sec,
+            control_behavior: code(
+                r.control_behavior,
+                ControlBehavior::Reject,
+                behavior_from,
+                "0 (reject) or 2 (rate limiter)",
+            )?,
+            burst: r.burst.unwrap_or(0),
+            max_queueing_timeout_ms: r.max_queueing_timeout_ms.unwrap_or(500),
+            param_item,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PredicateIn {
+    #[serde(default)]
+    pattern: Option<String>,
+    #[serde(default)]
+    match_strategy: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PredicateOut<'a> {
+    pattern: &'a str,
+    match_strategy: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ApiIn {
+    #[serde(default)]
+    api_name: Option<String>,
+    #[serde(default)]
+    predicate_items: Option<Vec<PredicateIn>>,
+    #[serde(default)]
+    id: Option<IgnoredAny>,
+    #[serde(default)]
+    app: Option<IgnoredAny>,
+    #[serde(default)]
+    ip: Option<IgnoredAny>,
+    #[serde(default)]
+    port: Option<IgnoredAny>,
+    #[serde(default)]
+    gmt_create: Option<IgnoredAny>,
+    #[serde(default)]
+    gmt_modified: Option<IgnoredAny>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiOut<'a> {
+    api_name: &'a str,
+    predicate_items: Vec<PredicateOut<'a>>,
+}
+
+impl Serialize for ApiDefinition {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ApiOut {
+            api_name: &self.api_name,
+            predicate_items: self
+                .predicate_items
+                .iter()
+                .map(|i| PredicateOut { pattern: &i.pattern, match_strategy: i.match_strategy.code() })
+                .collect(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ApiDefinition {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let a = ApiIn::deserialize(d)?;
+        let predicate_items = a
+            .predicate_items
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                Ok(ApiPredicateItem {
+                    pattern: p.pattern.unwrap_or_default(),
+                    match_strategy: code(
+                        p.match_strategy,
+                        UrlMatchStrategy::Exact,
+                        UrlMatchStrategy::from_code,
+                        UrlMatchStrategy::EXPECTED,
+                    )?,
+                })
+            })
+            .collect::<Result<_, D::Error>>()?;
+        Ok(ApiDefinition { api_name: a.api_name.unwrap_or_default(), predicate_items })
+    }
+}
