@@ -80,11 +80,71 @@ pub fn api_definitions_to_json(definitions: &[ApiDefinition]) -> String {
     serde_json::to_string(definitions).unwrap_or_else(|_| "[]".into())
 }
 
-/// A Java integer code, read as an enum.
-fn code<T, E: de::Error>(value: Option<i64>, default: T, from: fn(i64) -> Option<T>, expected: &str) -> Result<T, E> {
-    match value {
-        None => Ok(default),
-        Some(v) => from(v).ok_or_else(|| E::invalid_value(de::Unexpected::Signed(v), &expected)),
+/// A type carried as one of Java's integer codes.
+trait JavaCode: Sized {
+    /// The valid codes, for the error message.
+    const EXPECTED: &'static str;
+    fn from_code(code: i64) -> Option<Self>;
+}
+
+/// A Java integer code, read as its type: an invalid code is reported at the field it is in.
+struct Code<T>(T);
+
+impl<'de, T: JavaCode> Deserialize<'de> for Code<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = i64::deserialize(d)?;
+        T::from_code(n).map(Code).ok_or_else(|| de::Error::invalid_value(de::Unexpected::Signed(n), &T::EXPECTED))
+    }
+}
+
+/// The value of an optional code field, or its default.
+fn or<T>(code: Option<Code<T>>, default: T) -> T {
+    code.map_or(default, |Code(v)| v)
+}
+
+macro_rules! java_code_of {
+    ($($t:ty),*) => {$(
+        impl JavaCode for $t {
+            const EXPECTED: &'static str = <$t>::EXPECTED;
+            fn from_code(code: i64) -> Option<Self> {
+                <$t>::from_code(code)
+            }
+        }
+    )*};
+}
+java_code_of!(ResourceMode, ParseStrategy, ParamMatchStrategy, UrlMatchStrategy);
+
+impl JavaCode for FlowGrade {
+    const EXPECTED: &'static str = "0 (thread count) or 1 (QPS)";
+    fn from_code(code: i64) -> Option<Self> {
+        match code {
+            0 => Some(FlowGrade::Thread),
+            1 => Some(FlowGrade::Qps),
+            _ => None,
+        }
+    }
+}
+
+impl JavaCode for ControlBehavior {
+    const EXPECTED: &'static str = "0 (reject) or 2 (rate limiter)";
+    fn from_code(code: i64) -> Option<Self> {
+        match code {
+            0 => Some(ControlBehavior::Reject),
+            1 => Some(ControlBehavior::WarmUp),
+            2 => Some(ControlBehavior::RateLimiter),
+            3 => Some(ControlBehavior::WarmUpRateLimiter),
+            _ => None,
+        }
+    }
+}
+
+/// The dashboard's `intervalUnit`, as seconds.
+struct IntervalUnit(u64);
+
+impl JavaCode for IntervalUnit {
+    const EXPECTED: &'static str = "0 (second), 1 (minute), 2 (hour) or 3 (day)";
+    fn from_code(code: i64) -> Option<Self> {
+        [1, 60, 3_600, 86_400].get(usize::try_from(code).ok()?).map(|&s| IntervalUnit(s))
     }
 }
 
@@ -92,14 +152,6 @@ fn grade_code(g: FlowGrade) -> i64 {
     match g {
         FlowGrade::Thread => 0,
         FlowGrade::Qps => 1,
-    }
-}
-
-fn grade_from(c: i64) -> Option<FlowGrade> {
-    match c {
-        0 => Some(FlowGrade::Thread),
-        1 => Some(FlowGrade::Qps),
-        _ => None,
     }
 }
 
@@ -112,40 +164,19 @@ fn behavior_code(b: ControlBehavior) -> i64 {
     }
 }
 
-fn behavior_from(c: i64) -> Option<ControlBehavior> {
-    match c {
-        0 => Some(ControlBehavior::Reject),
-        1 => Some(ControlBehavior::WarmUp),
-        2 => Some(ControlBehavior::RateLimiter),
-        3 => Some(ControlBehavior::WarmUpRateLimiter),
-        _ => None,
-    }
-}
-
-/// The seconds of the dashboard's `intervalUnit` codes.
-fn unit_secs(unit: i64) -> Option<u64> {
-    match unit {
-        0 => Some(1),
-        1 => Some(60),
-        2 => Some(3_600),
-        3 => Some(86_400),
-        _ => None,
-    }
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ParamItemIn {
     #[serde(default)]
     index: Option<IgnoredAny>,
     #[serde(default)]
-    parse_strategy: Option<i64>,
+    parse_strategy: Option<Code<ParseStrategy>>,
     #[serde(default)]
     field_name: Option<String>,
     #[serde(default)]
     pattern: Option<String>,
     #[serde(default)]
-    match_strategy: Option<i64>,
+    match_strategy: Option<Code<ParamMatchStrategy>>,
 }
 
 #[derive(Serialize)]
@@ -165,9 +196,9 @@ struct RuleIn {
     #[serde(default)]
     resource: Option<String>,
     #[serde(default)]
-    resource_mode: Option<i64>,
+    resource_mode: Option<Code<ResourceMode>>,
     #[serde(default)]
-    grade: Option<i64>,
+    grade: Option<Code<FlowGrade>>,
     #[serde(default)]
     count: Option<f64>,
     #[serde(default)]
@@ -175,9 +206,9 @@ struct RuleIn {
     #[serde(default)]
     interval: Option<u64>,
     #[serde(default)]
-    interval_unit: Option<i64>,
+    interval_unit: Option<Code<IntervalUnit>>,
     #[serde(default)]
-    control_behavior: Option<i64>,
+    control_behavior: Option<Code<ControlBehavior>>,
     #[serde(default)]
     burst: Option<u64>,
     #[serde(default)]
@@ -241,41 +272,26 @@ impl<'de> Deserialize<'de> for GatewayFlowRule {
         let r = RuleIn::deserialize(d)?;
         let interval_sec = match (r.interval_sec, r.interval) {
             (Some(s), _) => s,
-            (None, Some(n)) => {
-                let unit = code(r.interval_unit, 1, unit_secs, "0 (second), 1 (minute), 2 (hour) or 3 (day)")?;
-                n.checked_mul(unit).ok_or_else(|| de::Error::custom("`interval` × `intervalUnit` is too large"))?
-            }
+            (None, Some(n)) => n
+                .checked_mul(or(r.interval_unit, IntervalUnit(1)).0)
+                .ok_or_else(|| de::Error::custom("`interval` × `intervalUnit` is too large"))?,
             (None, None) => 1,
-        };
-        let param_item = match r.param_item {
-            None => None,
-            Some(i) => Some(GatewayParamItem {
-                parse_strategy: code(i.parse_strategy, ParseStrategy::ClientIp, ParseStrategy::from_code, ParseStrategy::EXPECTED)?,
-                field_name: i.field_name,
-                pattern: i.pattern,
-                match_strategy: code(
-                    i.match_strategy,
-                    ParamMatchStrategy::Exact,
-                    ParamMatchStrategy::from_code,
-                    ParamMatchStrategy::EXPECTED,
-                )?,
-            }),
         };
         Ok(GatewayFlowRule {
             resource: r.resource.unwrap_or_default(),
-            resource_mode: code(r.resource_mode, ResourceMode::RouteId, ResourceMode::from_code, ResourceMode::EXPECTED)?,
-            grade: code(r.grade, FlowGrade::Qps, grade_from, "0 (thread count) or 1 (QPS)")?,
+            resource_mode: or(r.resource_mode, ResourceMode::RouteId),
+            grade: or(r.grade, FlowGrade::Qps),
             count: r.count.unwrap_or(0.0),
             interval_sec,
-            control_behavior: code(
-                r.control_behavior,
-                ControlBehavior::Reject,
-                behavior_from,
-                "0 (reject) or 2 (rate limiter)",
-            )?,
+            control_behavior: or(r.control_behavior, ControlBehavior::Reject),
             burst: r.burst.unwrap_or(0),
             max_queueing_timeout_ms: r.max_queueing_timeout_ms.unwrap_or(500),
-            param_item,
+            param_item: r.param_item.map(|i| GatewayParamItem {
+                parse_strategy: or(i.parse_strategy, ParseStrategy::ClientIp),
+                field_name: i.field_name,
+                pattern: i.pattern,
+                match_strategy: or(i.match_strategy, ParamMatchStrategy::Exact),
+            }),
         })
     }
 }
@@ -286,7 +302,7 @@ struct PredicateIn {
     #[serde(default)]
     pattern: Option<String>,
     #[serde(default)]
-    match_strategy: Option<i64>,
+    match_strategy: Option<Code<UrlMatchStrategy>>,
 }
 
 #[derive(Serialize)]
@@ -345,18 +361,11 @@ impl<'de> Deserialize<'de> for ApiDefinition {
             .predicate_items
             .unwrap_or_default()
             .into_iter()
-            .map(|p| {
-                Ok(ApiPredicateItem {
-                    pattern: p.pattern.unwrap_or_default(),
-                    match_strategy: code(
-                        p.match_strategy,
-                        UrlMatchStrategy::Exact,
-                        UrlMatchStrategy::from_code,
-                        UrlMatchStrategy::EXPECTED,
-                    )?,
-                })
+            .map(|p| ApiPredicateItem {
+                pattern: p.pattern.unwrap_or_default(),
+                match_strategy: or(p.match_strategy, UrlMatchStrategy::Exact),
             })
-            .collect::<Result<_, D::Error>>()?;
+            .collect();
         Ok(ApiDefinition { api_name: a.api_name.unwrap_or_default(), predicate_items })
     }
 }

@@ -83,3 +83,6 @@ fn compile_regex(source: &str) -> Result<regex::Regex, String> {
             other => format!("is not a valid regular expression ({other})"),
         })
 }
+
+#[cfg(test)]
+mod tests;
