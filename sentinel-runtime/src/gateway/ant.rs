@@ -162,11 +162,6 @@ impl AntPattern {
         })
     }
 
-    /// Whether the text has a wildcard or a variable (a plain path never matches, as in Spring Cloud Gateway).
-    pub(crate) fn is_pattern(&self) -> bool {
-        self.is_pattern
-    }
-
     /// Whether `path` matches, as Spring's `AntPathMatcher::match` decides.
     pub(crate) fn matches(&self, path: &str) -> bool {
         if !self.is_pattern || path.starts_with('/') != self.leading_slash {
@@ -261,7 +256,7 @@ mod tests {
         assert!(!ant("/product/", "/product/"));
         assert!(!ant("/product/", "/product/a"));
         assert!(!ant("/product", "/product"));
-        assert!(!AntPattern::compile("/product/").unwrap().is_pattern());
+        assert!(!AntPattern::compile("/product/").unwrap().is_pattern);
     }
 
     #[test]

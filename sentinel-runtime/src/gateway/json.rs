@@ -164,6 +164,8 @@ fn behavior_code(b: ControlBehavior) -> i64 {
     }
 }
 
+// The tolerated fields are read only to be dropped.
+#[allow(dead_code)]
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ParamItemIn {
@@ -190,6 +192,8 @@ struct ParamItemOut<'a> {
     match_strategy: i64,
 }
 
+// The tolerated fields are read only to be dropped.
+#[allow(dead_code)]
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RuleIn {
@@ -312,6 +316,8 @@ struct PredicateOut<'a> {
     match_strategy: i64,
 }
 
+// The tolerated fields are read only to be dropped.
+#[allow(dead_code)]
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ApiIn {

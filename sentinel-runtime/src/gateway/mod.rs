@@ -32,7 +32,6 @@
 //! - Parsed values are bounded: a value is matched against the pattern whole, and counted under at most
 //!   [`MAX_PARAM_VALUE_LEN`] bytes of it; the number of values a rule counts is bounded by the hot-parameter
 //!   cache's cap.
-#![allow(dead_code)]
 
 mod ant;
 mod api;

@@ -22,8 +22,8 @@ macro_rules! java_code {
             pub fn from_code(code: i64) -> Option<Self> {
                 match code { $($code => Some($name::$variant),)+ _ => None }
             }
-            /// What the valid codes are, for error messages.
-            pub(crate) const EXPECTED: &'static str = $expected;
+            /// The valid codes, as error messages name them.
+            pub const EXPECTED: &'static str = $expected;
         }
     };
 }
