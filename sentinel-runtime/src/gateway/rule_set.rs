@@ -19,9 +19,9 @@ use super::{NOT_MATCHED_COUNT, NOT_MATCHED_PARAM};
 ///     GatewayFlowRule::new("orders_route").count(5.0).param_item(GatewayParamItem::client_ip()),
 /// ])
 /// .unwrap();
-/// let converted = set.param_flow_rules();
-/// assert_eq!((converted[0].param_idx, converted[0].count), (0, 5.0)); // per client IP
-/// assert_eq!((converted[1].param_idx, converted[1].count), (1, 100.0)); // the constant `$D`
+/// let converted = set.param_flow_rules(); // one per rule, in the rules' order
+/// assert_eq!((converted[0].param_idx, converted[0].count), (1, 100.0)); // the constant `$D`, last
+/// assert_eq!((converted[1].param_idx, converted[1].count), (0, 5.0)); // per client IP
 /// assert_eq!(set.arguments(ResourceMode::RouteId, "orders_route").unwrap().len(), 2);
 /// ```
 #[derive(Clone, Debug, Default)]

@@ -164,6 +164,101 @@ fn invalid_rules_reject_the_set_naming_the_rule_and_the_field() {
     }
 }
 
+/// The converted rules run on today's hot-parameter machinery (an engine of its own, on a manual clock),
+/// entered with the arguments taken from requests: what the wiring will do per request.
+mod on_the_engine {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::param_flow::HotParam;
+    use crate::{BlockError, Sentinel};
+
+    struct Gateway {
+        engine: Sentinel,
+        clock: ManualClock,
+        set: GatewayRuleSet,
+    }
+
+    impl Gateway {
+        fn new(rules: Vec<GatewayFlowRule>) -> Self {
+            let clock = ManualClock::at_millis(1_000_000);
+            let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+            let set = GatewayRuleSet::new(rules).unwrap();
+            engine.load_param_flow_rules(set.param_flow_rules().to_vec()).unwrap();
+            Gateway { engine, clock, set }
+        }
+        /// Whether a request passes the rules of route `name`.
+        fn pass(&self, name: &str, req: &Request<()>) -> bool {
+            let args = self.set.arguments(ResourceMode::RouteId, name).unwrap();
+            let values = args.extract(&RequestView::new(req), &TrustedProxies::none());
+            let refs: Vec<&dyn HotParam> = values.iter().map(|v| v as &dyn HotParam).collect();
+            match self.engine.resource(name).entry().args(&refs).enter() {
+                Ok(_entry) => true,
+                Err(BlockError::ParamFlow { .. }) => false,
+                Err(other) => panic!("unexpected block: {other}"),
+            }
+        }
+    }
+
+    fn from(ip: &str) -> Request<()> {
+        let mut req = Request::get("/").body(()).unwrap();
+        req.extensions_mut().insert(PeerAddr(format!("{ip}:1").parse().unwrap()));
+        req
+    }
+
+    #[test]
+    fn a_whole_route_rule_admits_exactly_its_count_per_interval() {
+        let gw = Gateway::new(vec![GatewayFlowRule::new("r").count(3.0)]);
+        let passed = (0..10).filter(|_| gw.pass("r", &from("192.0.2.1"))).count();
+        assert_eq!(passed, 3);
+        assert!(!gw.pass("r", &from("192.0.2.2")), "the route as a whole, whoever calls");
+        gw.clock.advance_millis(1001);
+        assert!(gw.pass("r", &from("192.0.2.3")));
+    }
+
+    #[test]
+    fn burst_and_a_sixty_second_interval_refill_only_after_strictly_more_than_the_interval() {
+        let rule = GatewayFlowRule::new("r").count(2.0).interval_sec(60).burst(1).param_item(GatewayParamItem::client_ip());
+        let gw = Gateway::new(vec![rule]);
+        let a = from("192.0.2.1");
+        assert_eq!((0..5).filter(|_| gw.pass("r", &a)).count(), 3, "count + burst");
+        assert!(gw.pass("r", &from("192.0.2.2")), "each client has its own bucket");
+        gw.clock.advance_millis(60_000);
+        assert!(!gw.pass("r", &a), "exactly the interval: no refill yet");
+        gw.clock.advance_millis(1);
+        assert_eq!((0..5).filter(|_| gw.pass("r", &a)).count(), 2, "refilled in proportion: 60.001 s × 2 / 60 s");
+    }
+
+    #[test]
+    fn values_outside_the_pattern_are_not_limited_and_matching_ones_are_one_by_one() {
+        let rule = GatewayFlowRule::new("r")
+            .count(1.0)
+            .param_item(GatewayParamItem::header("x-tenant").pattern("vip-.*", ParamMatchStrategy::Regex));
+        let gw = Gateway::new(vec![rule]);
+        let tenant = |t: &str| Request::get("/").header("x-tenant", t).body(()).unwrap();
+        assert!(gw.pass("r", &tenant("vip-1")) && !gw.pass("r", &tenant("vip-1")));
+        assert!(gw.pass("r", &tenant("vip-2")), "its own budget");
+        assert_eq!((0..1000).filter(|_| gw.pass("r", &tenant("basic"))).count(), 1000, "not matched");
+        assert_eq!((0..1000).filter(|_| gw.pass("r", &Request::get("/").body(()).unwrap())).count(), 1000, "absent");
+        let marker = tenant(NOT_MATCHED_PARAM);
+        assert_eq!((0..3).filter(|_| gw.pass("r", &marker)).count(), 3, "the marker is not a matching value");
+        let any = GatewayFlowRule::new("s").count(1.0).param_item(GatewayParamItem::header("x-k").pattern(".*", ParamMatchStrategy::Regex));
+        let gw = Gateway::new(vec![any]);
+        let sneaky = Request::get("/").header("x-k", NOT_MATCHED_PARAM).body(()).unwrap();
+        assert!(gw.pass("s", &sneaky) && !gw.pass("s", &sneaky), "a matching value spelling the marker is limited");
+    }
+
+    #[test]
+    fn a_prefix_parameter_pattern_limits_only_values_with_the_prefix() {
+        let rule = GatewayFlowRule::new("r")
+            .count(1.0)
+            .param_item(GatewayParamItem::url_param("key").pattern("test-", ParamMatchStrategy::Prefix));
+        let gw = Gateway::new(vec![rule]);
+        let key = |k: &str| Request::get(format!("/?key={k}")).body(()).unwrap();
+        assert!(gw.pass("r", &key("test-1")) && !gw.pass("r", &key("test-1")));
+        assert_eq!((0..100).filter(|_| gw.pass("r", &key("prod-1"))).count(), 100, "Java would limit these too");
+    }
+}
+
 #[cfg(feature = "serde")]
 mod java_json {
     use super::*;
