@@ -6,9 +6,9 @@ use std::sync::Arc;
 use regex::Regex;
 
 use super::ant::AntPattern;
+use super::compile_regex;
 use super::error::GatewayRuleError;
 use super::rule::UrlMatchStrategy;
-use super::compile_regex;
 
 /// One path predicate of an API definition (Java's `ApiPathPredicateItem`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -8,7 +8,9 @@
 #[non_exhaustive]
 pub enum GatewayRuleError {
     /// A field of one gateway flow rule is invalid.
-    #[error("invalid gateway flow rule #{index} (resource `{resource}`): `{field}` {reason}; no rule of the set was loaded")]
+    #[error(
+        "invalid gateway flow rule #{index} (resource `{resource}`): `{field}` {reason}; no rule of the set was loaded"
+    )]
     InvalidRule {
         /// The rule's position in the set (0-based).
         index: usize,

@@ -164,6 +164,33 @@ fn behavior_code(b: ControlBehavior) -> i64 {
     }
 }
 
+/// A wire struct that also accepts and drops a dashboard export's bookkeeping fields (`id`, `app`, `ip`,
+/// `port`, `gmtCreate`, `gmtModified`); any other unknown field is an error.
+macro_rules! with_bookkeeping {
+    ($(#[$attr:meta])* struct $name:ident { $($(#[$fattr:meta])* $field:ident: $ty:ty,)* }) => {
+        // The tolerated fields are read only to be dropped.
+        #[allow(dead_code)]
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase", deny_unknown_fields)]
+        $(#[$attr])*
+        struct $name {
+            $($(#[$fattr])* $field: $ty,)*
+            #[serde(default)]
+            id: Option<IgnoredAny>,
+            #[serde(default)]
+            app: Option<IgnoredAny>,
+            #[serde(default)]
+            ip: Option<IgnoredAny>,
+            #[serde(default)]
+            port: Option<IgnoredAny>,
+            #[serde(default)]
+            gmt_create: Option<IgnoredAny>,
+            #[serde(default)]
+            gmt_modified: Option<IgnoredAny>,
+        }
+    };
+}
+
 // The tolerated fields are read only to be dropped.
 #[allow(dead_code)]
 #[derive(Deserialize)]
@@ -192,46 +219,31 @@ struct ParamItemOut<'a> {
     match_strategy: i64,
 }
 
-// The tolerated fields are read only to be dropped.
-#[allow(dead_code)]
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RuleIn {
-    #[serde(default)]
-    resource: Option<String>,
-    #[serde(default)]
-    resource_mode: Option<Code<ResourceMode>>,
-    #[serde(default)]
-    grade: Option<Code<FlowGrade>>,
-    #[serde(default)]
-    count: Option<f64>,
-    #[serde(default)]
-    interval_sec: Option<u64>,
-    #[serde(default)]
-    interval: Option<u64>,
-    #[serde(default)]
-    interval_unit: Option<Code<IntervalUnit>>,
-    #[serde(default)]
-    control_behavior: Option<Code<ControlBehavior>>,
-    #[serde(default)]
-    burst: Option<u64>,
-    #[serde(default)]
-    max_queueing_timeout_ms: Option<u64>,
-    #[serde(default)]
-    param_item: Option<ParamItemIn>,
-    // A dashboard export's bookkeeping, dropped.
-    #[serde(default)]
-    id: Option<IgnoredAny>,
-    #[serde(default)]
-    app: Option<IgnoredAny>,
-    #[serde(default)]
-    ip: Option<IgnoredAny>,
-    #[serde(default)]
-    port: Option<IgnoredAny>,
-    #[serde(default)]
-    gmt_create: Option<IgnoredAny>,
-    #[serde(default)]
-    gmt_modified: Option<IgnoredAny>,
+with_bookkeeping! {
+    struct RuleIn {
+        #[serde(default)]
+        resource: Option<String>,
+        #[serde(default)]
+        resource_mode: Option<Code<ResourceMode>>,
+        #[serde(default)]
+        grade: Option<Code<FlowGrade>>,
+        #[serde(default)]
+        count: Option<f64>,
+        #[serde(default)]
+        interval_sec: Option<u64>,
+        #[serde(default)]
+        interval: Option<u64>,
+        #[serde(default)]
+        interval_unit: Option<Code<IntervalUnit>>,
+        #[serde(default)]
+        control_behavior: Option<Code<ControlBehavior>>,
+        #[serde(default)]
+        burst: Option<u64>,
+        #[serde(default)]
+        max_queueing_timeout_ms: Option<u64>,
+        #[serde(default)]
+        param_item: Option<ParamItemIn>,
+    }
 }
 
 #[derive(Serialize)]
@@ -316,27 +328,13 @@ struct PredicateOut<'a> {
     match_strategy: i64,
 }
 
-// The tolerated fields are read only to be dropped.
-#[allow(dead_code)]
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ApiIn {
-    #[serde(default)]
-    api_name: Option<String>,
-    #[serde(default)]
-    predicate_items: Option<Vec<PredicateIn>>,
-    #[serde(default)]
-    id: Option<IgnoredAny>,
-    #[serde(default)]
-    app: Option<IgnoredAny>,
-    #[serde(default)]
-    ip: Option<IgnoredAny>,
-    #[serde(default)]
-    port: Option<IgnoredAny>,
-    #[serde(default)]
-    gmt_create: Option<IgnoredAny>,
-    #[serde(default)]
-    gmt_modified: Option<IgnoredAny>,
+with_bookkeeping! {
+    struct ApiIn {
+        #[serde(default)]
+        api_name: Option<String>,
+        #[serde(default)]
+        predicate_items: Option<Vec<PredicateIn>>,
+    }
 }
 
 #[derive(Serialize)]

@@ -148,7 +148,8 @@ fn url_param<'a>(req: &RequestView<'a>, name: &str) -> Option<Cow<'a, str>> {
 /// The first cookie named `name` over every `Cookie` header, its surrounding double quotes removed, within
 /// the first [`MAX_COOKIE_PAIRS`] cookies.
 fn cookie<'a>(req: &RequestView<'a>, name: &str) -> Option<Cow<'a, str>> {
-    let pairs = req.headers().get_all(http::header::COOKIE).iter().flat_map(|line| line.as_bytes().split(|&b| b == b';'));
+    let pairs =
+        req.headers().get_all(http::header::COOKIE).iter().flat_map(|line| line.as_bytes().split(|&b| b == b';'));
     for pair in pairs.take(MAX_COOKIE_PAIRS) {
         let Some(eq) = pair.iter().position(|&b| b == b'=') else { continue };
         if pair[..eq].trim_ascii() != name.as_bytes() {

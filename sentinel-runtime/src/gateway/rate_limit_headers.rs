@@ -41,7 +41,9 @@ pub const MAX_FIELD_INTEGER: u64 = 999_999_999_999_999;
 #[non_exhaustive]
 pub enum RateLimitHeaderError {
     /// The policy name has a character a structured-field String cannot hold.
-    #[error("rate-limit policy name `{name}` has a character outside printable ASCII (0x20-0x7E); name the policy in ASCII")]
+    #[error(
+        "rate-limit policy name `{name}` has a character outside printable ASCII (0x20-0x7E); name the policy in ASCII"
+    )]
     PolicyName {
         /// The name as given.
         name: String,
@@ -235,10 +237,10 @@ mod tests {
         assert_eq!(f.rate_limit, r#""default";r=50;t=30"#);
         let basic = policy("basic", 100, 60);
         let f = format(&[(&basic, status(60, 58))]).unwrap();
-        assert_eq!((f.policy.to_str().unwrap(), f.rate_limit.to_str().unwrap()), (
-            r#""basic";q=100;w=60"#,
-            r#""basic";r=60;t=58"#
-        ));
+        assert_eq!(
+            (f.policy.to_str().unwrap(), f.rate_limit.to_str().unwrap()),
+            (r#""basic";q=100;w=60"#, r#""basic";r=60;t=58"#)
+        );
     }
 
     #[test]
@@ -288,7 +290,8 @@ mod tests {
     #[test]
     fn reset_rounds_up_to_whole_seconds() {
         let p = policy("default", 3, 1);
-        let at = |ms| format(&[(&p, RateLimitStatus { remaining: 0, reset: Some(Duration::from_millis(ms)) })]).unwrap();
+        let at =
+            |ms| format(&[(&p, RateLimitStatus { remaining: 0, reset: Some(Duration::from_millis(ms)) })]).unwrap();
         assert_eq!(at(1).rate_limit, r#""default";r=0;t=1"#);
         assert_eq!(at(1000).rate_limit, r#""default";r=0;t=1"#);
         assert_eq!(at(1001).rate_limit, r#""default";r=0;t=2"#);
@@ -299,7 +302,10 @@ mod tests {
     fn legacy_fields_describe_the_policy_closest_to_running_out() {
         let (a, b) = (policy("a", 100, 60), policy("b", 10, 1));
         let l = legacy(&[(&a, status(40, 30)), (&b, status(2, 1))]).unwrap();
-        assert_eq!((l.limit, l.remaining, l.reset), ("10".parse().unwrap(), "2".parse().unwrap(), Some("1".parse().unwrap())));
+        assert_eq!(
+            (l.limit, l.remaining, l.reset),
+            ("10".parse().unwrap(), "2".parse().unwrap(), Some("1".parse().unwrap()))
+        );
         assert_eq!(legacy(&[]), None);
     }
 }

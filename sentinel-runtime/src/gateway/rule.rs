@@ -260,7 +260,8 @@ pub(crate) fn validate(rule: &GatewayFlowRule, index: usize) -> Result<(), Gatew
         return bad("burst", "is too large");
     }
     let Some(item) = &rule.param_item else { return Ok(()) };
-    let needs_name = matches!(item.parse_strategy, ParseStrategy::Header | ParseStrategy::UrlParam | ParseStrategy::Cookie);
+    let needs_name =
+        matches!(item.parse_strategy, ParseStrategy::Header | ParseStrategy::UrlParam | ParseStrategy::Cookie);
     let name = item.field_name.as_deref().map(str::trim).unwrap_or("");
     if needs_name && name.is_empty() {
         return bad("param_item.field_name", "must name the header, URL parameter or cookie");

@@ -102,11 +102,8 @@ impl GatewayRuleSet {
             compiled.push(item);
         }
         let mut seen = HashSet::new();
-        let unique: Vec<(usize, Option<CompiledItem>)> = compiled
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| seen.insert(RuleKey::of(&rules[*i])))
-            .collect();
+        let unique: Vec<(usize, Option<CompiledItem>)> =
+            compiled.into_iter().enumerate().filter(|(i, _)| seen.insert(RuleKey::of(&rules[*i]))).collect();
 
         // Positions per resource name: parameter rules first, in load order, then one constant per mode.
         let mut next: HashMap<&str, usize> = HashMap::new();

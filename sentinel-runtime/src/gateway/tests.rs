@@ -68,7 +68,10 @@ fn a_gateway_rule_becomes_the_hot_parameter_rule_java_converts_it_to() {
     assert_eq!((ip.duration_in_sec, ip.burst_count, ip.grade), (2, 2, FlowGrade::Qps));
     assert!(ip.items.is_empty(), "no pattern: no not-matched item");
     let header = &converted[1];
-    assert_eq!((header.param_idx, header.control_behavior, header.max_queueing_time_ms), (1, ControlBehavior::RateLimiter, 600));
+    assert_eq!(
+        (header.param_idx, header.control_behavior, header.max_queueing_time_ms),
+        (1, ControlBehavior::RateLimiter, 600)
+    );
     let whole = &converted[5];
     assert_eq!((whole.param_idx, whole.count, whole.duration_in_sec), (5, 10.0, 10), "the constant's position");
     let api = &converted[6];
@@ -121,7 +124,10 @@ fn a_name_used_as_route_and_api_keeps_each_modes_rules_to_its_own_entries() {
     let req = Request::get("/").header("x-a", "A").header("x-b", "B").body(()).unwrap();
     let some = |s: &str| Some(s.to_string());
     assert_eq!(extract(&set, ResourceMode::RouteId, "shared", &req), [some("A"), None, some(DEFAULT_PARAM), None]);
-    assert_eq!(extract(&set, ResourceMode::CustomApiName, "shared", &req), [None, some("B"), None, some(DEFAULT_PARAM)]);
+    assert_eq!(
+        extract(&set, ResourceMode::CustomApiName, "shared", &req),
+        [None, some("B"), None, some(DEFAULT_PARAM)]
+    );
 }
 
 #[test]
@@ -144,9 +150,15 @@ fn invalid_rules_reject_the_set_naming_the_rule_and_the_field() {
         (ok.clone().control_behavior(ControlBehavior::WarmUp), "control_behavior"),
         (ok.clone().param_item(GatewayParamItem::url_param("")), "param_item.field_name"),
         (ok.clone().param_item(GatewayParamItem::cookie("  ")), "param_item.field_name"),
-        (ok.clone().param_item(GatewayParamItem { parse_strategy: ParseStrategy::Header, ..Default::default() }), "param_item.field_name"),
+        (
+            ok.clone().param_item(GatewayParamItem { parse_strategy: ParseStrategy::Header, ..Default::default() }),
+            "param_item.field_name",
+        ),
         (ok.clone().param_item(GatewayParamItem::header("bad header")), "param_item.field_name"),
-        (ok.clone().param_item(GatewayParamItem::header("x").pattern("(", ParamMatchStrategy::Regex)), "param_item.pattern"),
+        (
+            ok.clone().param_item(GatewayParamItem::header("x").pattern("(", ParamMatchStrategy::Regex)),
+            "param_item.pattern",
+        ),
     ];
     for (bad, field) in cases {
         let err = GatewayRuleSet::new(vec![ok.clone(), bad.clone()]).unwrap_err();
@@ -217,7 +229,8 @@ mod on_the_engine {
 
     #[test]
     fn burst_and_a_sixty_second_interval_refill_only_after_strictly_more_than_the_interval() {
-        let rule = GatewayFlowRule::new("r").count(2.0).interval_sec(60).burst(1).param_item(GatewayParamItem::client_ip());
+        let rule =
+            GatewayFlowRule::new("r").count(2.0).interval_sec(60).burst(1).param_item(GatewayParamItem::client_ip());
         let gw = Gateway::new(vec![rule]);
         let a = from("192.0.2.1");
         assert_eq!((0..5).filter(|_| gw.pass("r", &a)).count(), 3, "count + burst");
@@ -241,7 +254,9 @@ mod on_the_engine {
         assert_eq!((0..1000).filter(|_| gw.pass("r", &Request::get("/").body(()).unwrap())).count(), 1000, "absent");
         let marker = tenant(NOT_MATCHED_PARAM);
         assert_eq!((0..3).filter(|_| gw.pass("r", &marker)).count(), 3, "the marker is not a matching value");
-        let any = GatewayFlowRule::new("s").count(1.0).param_item(GatewayParamItem::header("x-k").pattern(".*", ParamMatchStrategy::Regex));
+        let any = GatewayFlowRule::new("s")
+            .count(1.0)
+            .param_item(GatewayParamItem::header("x-k").pattern(".*", ParamMatchStrategy::Regex));
         let gw = Gateway::new(vec![any]);
         let sneaky = Request::get("/").header("x-k", NOT_MATCHED_PARAM).body(()).unwrap();
         assert!(gw.pass("s", &sneaky) && !gw.pass("s", &sneaky), "a matching value spelling the marker is limited");
@@ -290,11 +305,11 @@ mod java_json {
         assert_eq!(rules.len(), 6);
         let first = &rules[0];
         assert_eq!((first.resource_mode, first.grade, first.interval_sec), (ResourceMode::RouteId, FlowGrade::Qps, 1));
-        assert_eq!((first.control_behavior, first.burst, first.max_queueing_timeout_ms), (ControlBehavior::Reject, 0, 500));
         assert_eq!(
-            first.param_item,
-            Some(GatewayParamItem::url_param("a").pattern("rt", ParamMatchStrategy::Regex))
+            (first.control_behavior, first.burst, first.max_queueing_timeout_ms),
+            (ControlBehavior::Reject, 0, 500)
         );
+        assert_eq!(first.param_item, Some(GatewayParamItem::url_param("a").pattern("rt", ParamMatchStrategy::Regex)));
         assert_eq!(rules[4].param_item.as_ref().unwrap().match_strategy, ParamMatchStrategy::Contains);
         assert_eq!((rules[4].grade, rules[4].interval_sec), (FlowGrade::Thread, 60));
         assert_eq!(rules[5].param_item, None);
@@ -347,7 +362,10 @@ mod java_json {
         let cases = [
             (r#"[{"resource":"r","resourceMode":2}]"#, "[0].resourceMode"),
             (r#"[{"resource":"r"},{"resource":"r","paramItem":{"parseStrategy":5}}]"#, "[1].paramItem.parseStrategy"),
-            (r#"[{"resource":"r","paramItem":{"parseStrategy":3,"fieldName":"p","pattern":"x","matchStrategy":-1}}]"#, "[0].paramItem.matchStrategy"),
+            (
+                r#"[{"resource":"r","paramItem":{"parseStrategy":3,"fieldName":"p","pattern":"x","matchStrategy":-1}}]"#,
+                "[0].paramItem.matchStrategy",
+            ),
             (r#"[{"resource":"r","burst":-1}]"#, "[0].burst"),
             (r#"[{"resource":"r","cont":1}]"#, "[0].cont"),
             (r#"[{"resource":"r","interval":1,"intervalUnit":9}]"#, "[0].intervalUnit"),
@@ -358,8 +376,10 @@ mod java_json {
             assert_eq!(err.path, path, "{text}: {err}");
             assert!(err.to_string().contains("invalid gateway JSON"), "{err}");
         }
-        let err = json::api_definitions_from_json(r#"[{"apiName":"a","predicateItems":[{"pattern":"/x","matchStrategy":3}]}]"#)
-            .unwrap_err();
+        let err = json::api_definitions_from_json(
+            r#"[{"apiName":"a","predicateItems":[{"pattern":"/x","matchStrategy":3}]}]"#,
+        )
+        .unwrap_err();
         assert_eq!(err.path, "[0].predicateItems[0].matchStrategy", "{err}");
         assert!(json::rules_from_json("[] []").is_err(), "trailing data");
         assert_eq!(json::rules_from_json("null").unwrap(), []);
