@@ -310,4 +310,33 @@ mod tests {
         assert!(!ant("/**/a/**/b/**/c", &path));
         assert!(ant("/**/a/**/z", &path));
     }
+
+    /// A plain recursive reading of the rules for paths and patterns without a trailing slash: `**` takes
+    /// zero or more segments, every other segment one. (The path `/` ends in a slash, so paths are non-empty.)
+    fn reference(pattern: &[&str], path: &[&str]) -> bool {
+        match pattern.split_first() {
+            None => path.is_empty(),
+            Some((&"**", rest)) => (0..=path.len()).any(|skip| reference(rest, &path[skip..])),
+            Some((seg, rest)) => match path.split_first() {
+                Some((p, path_rest)) => {
+                    AntPattern::compile(seg).unwrap().segments[0].matches(p) && reference(rest, path_rest)
+                }
+                None => false,
+            },
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn matching_agrees_with_a_recursive_reading_of_the_rules(
+            pattern in proptest::collection::vec(
+                proptest::sample::select(vec!["a", "b", "ab", "*", "**", "a*", "?", "{x}"]), 1..6),
+            path in proptest::collection::vec(proptest::sample::select(vec!["a", "b", "ab", "ba"]), 1..7),
+        ) {
+            let text = format!("/{}", pattern.join("/"));
+            let compiled = AntPattern::compile(&text).unwrap();
+            let want = compiled.is_pattern && reference(&pattern, &path);
+            proptest::prop_assert_eq!(compiled.matches(&format!("/{}", path.join("/"))), want, "{} on {:?}", text, path);
+        }
+    }
 }
