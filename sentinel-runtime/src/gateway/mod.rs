@@ -20,6 +20,13 @@
 //! - [`rate_limit_headers`]: `RateLimit-Policy` and `RateLimit` of the IETF httpapi draft, and the older
 //!   `x-ratelimit-*` names.
 //!
+//! # What wiring it needs (next step, on the slot contract)
+//! - Loading: [`GatewayRuleSet::param_flow_rules`] joins the engine's hot-parameter rules without replacing
+//!   the user's own (a source of rules per owner), and a gateway reload must not reset other counters.
+//! - Per request: the web layer's gateway mode enters the route's resource and each API
+//!   [`ApiMatcher::matching`] names, with [`GatewayArguments::extract`]'s values as the arguments.
+//! - RateLimit fields: a read of a rule's bucket or window that spends nothing (remaining, time to refill).
+//!
 //! # Differences from Java Sentinel
 //! - A prefix parameter pattern is a prefix (Java's parser lets every value through it).
 //! - An invalid rule or definition rejects the whole set with a [`GatewayRuleError`] naming it and the
