@@ -127,6 +127,9 @@ mod error;
 #[cfg(feature = "prometheus")]
 pub mod exporter;
 pub mod flow;
+#[cfg(feature = "tower")]
+#[doc(hidden)]
+pub mod gateway;
 #[cfg(any(feature = "transport", feature = "http-exporter"))]
 mod http_server;
 mod inspect;

@@ -1,0 +1,94 @@
+//! Gateway flow control (feature `tower`): API groups, gateway flow rules with request parameters, and the
+//! RateLimit header fields. **Not wired yet**: nothing in the engine, the web layer, the command center or
+//! the console uses this module so far; it holds the parts that do not depend on the slot contract, and
+//! its items are hidden from the documentation until they are.
+//!
+//! What Java Sentinel's gateway adapters (`sentinel-api-gateway-adapter-common`) do, in Java's formats:
+//!
+//! - [`ApiDefinition`]: a named group of paths (exact, Ant-style as Spring Cloud Gateway matches them, or a
+//!   regular expression); a request that matches it enters the resource named after the API
+//!   ([`ResourceMode::CustomApiName`]) besides its route's own ([`ResourceMode::RouteId`]).
+//!   [`ApiMatcher`] compiles a set and says which APIs a path belongs to.
+//! - [`GatewayFlowRule`]: a limit on a route or API, as a whole or per value of a request parameter
+//!   ([`GatewayParamItem`]: client IP, host, header, URL parameter, cookie; values optionally matched
+//!   exactly, by prefix, by regular expression or by substring).
+//! - [`GatewayRuleSet`]: as in Java, each gateway rule becomes a hot-parameter rule
+//!   ([`ParamFlowRule`](crate::param_flow::ParamFlowRule)) on its resource; [`GatewayRuleSet::arguments`]
+//!   takes the arguments those rules read from a request.
+//! - [`json`] (feature `serde`): the rules and definitions in Java's JSON (`gw-flow-rules.json`,
+//!   `gw-api-definitions.json`, the dashboard's `gateway/*` commands).
+//! - [`rate_limit_headers`]: `RateLimit-Policy` and `RateLimit` of the IETF httpapi draft, and the older
+//!   `x-ratelimit-*` names.
+//!
+//! # What wiring it needs (next step, on the slot contract)
+//! - Loading: [`GatewayRuleSet::param_flow_rules`] joins the engine's hot-parameter rules without replacing
+//!   the user's own (a source of rules per owner), and a gateway reload must not reset other counters.
+//! - Per request: the web layer's gateway mode enters the route's resource and each API
+//!   [`ApiMatcher::matching`] names, with [`GatewayArguments::extract`]'s values as the arguments.
+//! - RateLimit fields: a read of a rule's bucket or window that spends nothing (remaining, time to refill).
+//!
+//! # Differences from Java Sentinel
+//! - A prefix parameter pattern is a prefix (Java's parser lets every value through it).
+//! - An invalid rule or definition rejects the whole set with a [`GatewayRuleError`] naming it and the
+//!   field (Java drops it silently); a regular expression is checked when the set loads.
+//! - A route id and an API name that are the same text keep their rules apart (Java switches enforcement
+//!   off for such a resource).
+//! - Argument positions are given in load order (Java's depend on a hash set's order).
+//! - A matched value that spells the "not matched" marker `$NM` is counted under another key, so that a
+//!   client cannot claim the unmatched values' budget by sending it.
+//! - Parsed values are bounded: a value is matched against the pattern whole, and counted under at most
+//!   [`MAX_PARAM_VALUE_LEN`] bytes of it; the number of values a rule counts is bounded by the hot-parameter
+//!   cache's cap.
+
+mod ant;
+mod api;
+mod error;
+#[cfg(feature = "serde")]
+pub mod json;
+mod params;
+pub mod rate_limit_headers;
+mod rule;
+mod rule_set;
+
+pub use api::{ApiDefinition, ApiMatcher, ApiPredicateItem};
+pub use error::GatewayRuleError;
+pub use params::{GatewayArguments, MAX_COOKIE_PAIRS, MAX_PARAM_VALUE_LEN, MAX_QUERY_PAIRS};
+pub use rule::{
+    GatewayFlowRule, GatewayParamItem, ParamMatchStrategy, ParseStrategy, ResourceMode, UrlMatchStrategy,
+    MAX_INTERVAL_SEC,
+};
+pub use rule_set::GatewayRuleSet;
+
+/// The value every parameter value that does not match its rule's pattern is counted under (Java's
+/// `GATEWAY_NOT_MATCH_PARAM`); its budget ([`NOT_MATCHED_COUNT`]) makes such values unlimited in practice.
+pub const NOT_MATCHED_PARAM: &str = "$NM";
+
+/// The budget of [`NOT_MATCHED_PARAM`] per interval (Java's).
+pub const NOT_MATCHED_COUNT: f64 = 10_000_000.0;
+
+/// The constant argument of a rule without a parameter item (Java's `GATEWAY_DEFAULT_PARAM`): the
+/// resource is limited as a whole.
+pub const DEFAULT_PARAM: &str = "$D";
+
+/// The largest compiled program of a regular expression of a gateway rule or API definition (and of its
+/// lazy DFA cache): a pushed rule cannot exhaust memory.
+const GATEWAY_REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Compiles a regular expression the whole text must match (Java's `Pattern.matcher(text).matches()`).
+fn compile_regex(source: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(&format!(r"\A(?:{source})\z"))
+        .size_limit(GATEWAY_REGEX_SIZE_LIMIT)
+        .dfa_size_limit(GATEWAY_REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| match e {
+            regex::Error::Syntax(text) => {
+                let what = text.lines().rev().find_map(|l| l.strip_prefix("error: ")).unwrap_or(text.as_str());
+                format!("is not a valid regular expression ({what}; look-around and backreferences do not exist)")
+            }
+            regex::Error::CompiledTooBig(limit) => format!("compiles to more than {limit} bytes; simplify it"),
+            other => format!("is not a valid regular expression ({other})"),
+        })
+}
+
+#[cfg(test)]
+mod tests;
