@@ -31,7 +31,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("contract", &["slot/"]),
-    ("kinds", &["authority/", "system/", "param_flow/", "flow/", "circuit_breaker/"]),
+    // `adaptive/` is a rule kind not yet in the chain (issue 31's groundwork).
+    ("kinds", &["authority/", "system/", "param_flow/", "flow/", "circuit_breaker/", "adaptive/"]),
     (
         "engine",
         &[
@@ -64,6 +65,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "http_server.rs",
             "observe.rs",
             "outbound/",
+            // Gateway rules, not yet wired (issue 32's groundwork).
+            "gateway/",
         ],
     ),
 ];
