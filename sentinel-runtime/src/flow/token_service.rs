@@ -353,8 +353,7 @@ impl RuleLease {
     }
 
     /// The service fails from engine time `now_ms`: for a second, the local limit is lower by `debt` (what
-    /// the lease admitted in the second before, or what the shared window had no room for), by all of it at
-    /// `now_ms` and by less in step with the time left (none a second later).
+    /// the lease admitted in the second before, or what the shared window had no room for).
     pub(crate) fn set_fallback_debt(&self, now_ms: u64, debt: u64) {
         self.fallback_debt.store(debt, Ordering::Relaxed);
         self.fallback_debt_until.store(now_ms.saturating_add(1000), Ordering::Release);
@@ -514,15 +513,10 @@ impl RuleLease {
         let limit = match mode {
             // As with no service at all (Java's behaviour): the whole count.
             MODE_DETACHED => self.rule.count,
-            // Within a second of falling back, what the lease admitted in the second before (or what the
-            // shared window had no room for) counts, less and less as that second leaves the window: the
-            // debt shrinks in step with the time left, so the fallback opens as the window frees room
-            // instead of admitting nothing for a whole second.
+            // Within a second of falling back, what the lease admitted in the second before counts.
             _ if cx.now_ms < self.fallback_debt_until.load(Ordering::Acquire) => {
                 let limit = f64::from_bits(self.fallback_limit.load(Ordering::Relaxed));
-                let left_ms = self.fallback_debt_until.load(Ordering::Acquire).saturating_sub(cx.now_ms);
-                let debt = self.fallback_debt.load(Ordering::Relaxed) as f64 * left_ms.min(1000) as f64 / 1000.0;
-                (limit - debt.ceil()).max(0.0)
+                (limit - self.fallback_debt.load(Ordering::Relaxed) as f64).max(0.0)
             }
             _ => f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
         };
@@ -854,20 +848,6 @@ mod tests {
         assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 2, "10 per second, 8 of them leased");
         clock.advance_millis(1000);
         assert_eq!((0..20).filter(|_| api.enter().is_ok()).count(), 10, "a second later: the whole local limit");
-    }
-
-    #[test]
-    fn the_debt_of_falling_back_shrinks_as_the_second_before_leaves_the_window() {
-        let (engine, clock, lease) = fallen_back(10.0, 1);
-        lease.set_fallback_debt(T0, 8);
-        let api = engine.resource("api");
-        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 2, "at once: 10 less the whole debt of 8");
-        clock.advance_millis(500);
-        // Half the second has gone by: half the debt (4) still counts, with the 2 admitted: 4 more.
-        assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 4, "half way: half the debt");
-        clock.advance_millis(500);
-        // No debt left; the 4 admitted half way are still in the local second.
-        assert_eq!((0..20).filter(|_| api.enter().is_ok()).count(), 6, "a second later: no debt");
     }
 
     #[test]
