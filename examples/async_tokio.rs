@@ -2,7 +2,7 @@
 //! limiter spaces calls by awaiting a timer (the worker thread stays free), a cancelled call exits its entry, and
 //! `timeout_ms` gives a call a time limit that counts as an exception (and a slow call) for circuit breakers.
 //!
-//! Run with `cargo run --features async --example async_tokio`.
+//! Run with `cargo run --example async_tokio`.
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! A small shop API in axum, guarded by the Sentinel web layer.
 //!
-//! Run: `cargo run --features web --example axum_service` (listens on 127.0.0.1:3000 and prints what to `curl`), with
+//! Run: `cargo run --example axum_service` (listens on 127.0.0.1:3000 and prints what to `curl`), with
 //! `--addr HOST:PORT` to listen elsewhere, `--duration SECS` to stop by itself, `--demo` to send the curl
 //! requests itself and print what came back, `--rules PATH` for another rules file.
 //!

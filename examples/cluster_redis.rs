@@ -1,6 +1,6 @@
 //! One limit across several processes: cluster flow control on Redis.
 //!
-//! Run: `cargo run --features cluster --example cluster_redis -- [--workers N] [--duration SECS] [--limit PER_SECOND]`
+//! Run: `cargo run --example cluster_redis -- [--workers N] [--duration SECS] [--limit PER_SECOND]`
 //! against the Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`; `redis-server --port 6379` starts
 //! one), or a Redis Cluster (`REDIS_CLUSTER_NODES`: seed URLs separated by commas, any of its nodes), or the
 //! master behind Redis Sentinel (`REDIS_SENTINELS`: the sentinels' URLs separated by commas, and

@@ -1,7 +1,7 @@
 //! A small service with synthetic traffic, its rules in a file, and the command center with the built-in
 //! console on 127.0.0.1:8719: open the console in a browser, or point a Sentinel Dashboard at it.
 //!
-//! Run: `cargo run --features dashboard --example dashboard_demo` (stops on Ctrl-C), or `-- --duration 30` to stop by itself,
+//! Run: `cargo run --example dashboard_demo` (stops on Ctrl-C), or `-- --duration 30` to stop by itself,
 //! `-- --dir DIR` to keep its rules and logs in `DIR`.
 //!
 //! - `GET /api/orders`: about 50 calls a second against a flow limit of 40, so some are blocked;
@@ -20,7 +20,7 @@
 //!
 //! ```sh
 //! java -Dserver.port=8080 -jar sentinel-dashboard-1.8.9.jar &
-//! SENTINEL_DASHBOARD_SERVER=127.0.0.1:8080 cargo run --features dashboard --example dashboard_demo
+//! SENTINEL_DASHBOARD_SERVER=127.0.0.1:8080 cargo run --example dashboard_demo
 //! ```
 //!
 //! then log in at http://127.0.0.1:8080 (sentinel / sentinel): the app `dashboard-demo` appears within 10 s.

@@ -4,7 +4,7 @@
 //! downstream's; with the outbound guard (a slow-ratio breaker, a limit of 10 calls in flight, and a
 //! fallback answer) it keeps answering fast. Both runs print their timeline, side by side.
 //!
-//! `cargo run --features web --example downstream_breaker`
+//! `cargo run --example downstream_breaker`
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! A plain hyper 1 server (no axum) guarded by the Sentinel web layer: a tower service made into a hyper
 //! service with hyper-util's `TowerToHyperService`, the peer address passed as a `PeerAddr` extension.
 //!
-//! Run: `cargo run --features web --example hyper_service` (serves on 127.0.0.1:3001, `--addr` to change), with
+//! Run: `cargo run --example hyper_service` (serves on 127.0.0.1:3001, `--addr` to change), with
 //! `--duration SECS` to stop by itself. Without a router there is no route template: a request's resource
 //! is its method and path through the cleaner (`/items/42` is `GET:/items/{id}`).
 

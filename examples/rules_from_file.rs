@@ -1,6 +1,6 @@
 //! Rules from a file in Sentinel's JSON format, hot-reloaded when the file changes.
 //!
-//! Run: `cargo run --features files --example rules_from_file`
+//! Run: `cargo run --example rules_from_file`
 //!
 //! The example copies `examples/rules/sentinel-rules.json` to a temporary directory, loads it, shows the
 //! flow limit of `GET:/orders` at work, then edits the file itself (limit 5 → 2) and shows the watcher

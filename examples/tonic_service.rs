@@ -1,7 +1,7 @@
 //! A tonic gRPC service guarded by the Sentinel web layer (the service of `tests/proto/shop.proto`, its
 //! client and server generated at build time by `protox`, no system `protoc`).
 //!
-//! Run: `cargo run --features web --example tonic_service` (serves on 127.0.0.1:50051, `--addr` to change), with
+//! Run: `cargo run --example tonic_service` (serves on 127.0.0.1:50051, `--addr` to change), with
 //! `--duration SECS` to stop by itself; it calls itself a few times and prints the statuses it gets.
 
 use std::error::Error;

@@ -1,7 +1,7 @@
 //! The web layer's cost in instructions, the one figure that does not move between runs on a shared machine
 //! (`scripts/callgrind-web` runs it under valgrind's callgrind and prints instructions per request).
 //!
-//! `cargo run --release --features web --example web_instructions -- VARIANT [REQUESTS]`
+//! `cargo run --release --example web_instructions -- VARIANT [REQUESTS]`
 //!
 //! Sends `REQUESTS` (default 10,000) `GET /hello` requests through an axum `Router` on the calling thread:
 //! each builds the request, waits for the router to be ready, calls it and completes the response future,
