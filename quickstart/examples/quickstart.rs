@@ -1,7 +1,7 @@
 //! The quickstart: guard a function with `#[sentinel_resource]`, limit it to 2 calls a second, and watch calls
 //! pass, get blocked (the block handler answers), and fail over to a fallback.
 //!
-//! Run with `cargo run --example quickstart`. No configuration, no server: the global engine's defaults.
+//! Run with `cargo run -p sentinel-quickstart --example quickstart`. No configuration, no server: the global engine's defaults.
 
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::{sentinel_resource, BlockError, Sentinel};

@@ -1,3 +1,3 @@
-//! Holds the quickstart example (`cargo run --example quickstart`) apart from the top-level package, whose
-//! examples and tests need heavier dependencies. The example is `examples/quickstart.rs` of this package.
+//! Holds the quickstart example (`cargo run -p sentinel-quickstart --example quickstart`) apart from the
+//! top-level package, whose examples and tests need heavier dependencies.
 #![deny(missing_docs)]
