@@ -320,7 +320,12 @@ impl Driver {
             Some(c) if c.valid_until >= now_ms => (lease.in_hand().0, c.valid_until - now_ms + 1),
             _ => (0, self.bucket_left_ms(now_ms, clock)),
         };
-        let spend = (self.rate * horizon as f64 * 1.25).ceil();
+        // At most what the limit itself admits over the lease's life (its rate over the horizon, a quarter
+        // more), or one bucket's share of the window if that is more: a burst's rate, measured over a few
+        // ms, must not take a long window whole for a lease that may end unspent (a hang).
+        let limit_rate = self.window_allowance() / self.window_ms.max(1) as f64;
+        let cap = (limit_rate * horizon as f64 * 1.25).max(self.window_allowance() / self.sample_count.max(1) as f64);
+        let spend = (self.rate * horizon as f64 * 1.25).min(cap).ceil();
         let floor = (self.window_allowance() / (self.sample_count as f64 * self.live.max(1) as f64 * 2.0)).floor();
         (spend.max(floor).max(1.0) as u64).saturating_sub(in_hand).clamp(1, self.fair_share())
     }
@@ -744,6 +749,14 @@ mod tests {
     fn a_lease_call_asks_for_what_the_instance_spends_before_the_lease_ends_at_the_rate_its_leases_served() {
         // 20 spent in 10 ms: 2 per ms; the lease has 38 ms left: 95 wanted (a quarter more), 20 in hand.
         assert_eq!(want_after_spending(900, 20, 10), 75);
+    }
+
+    #[test]
+    fn a_burst_asks_for_no_more_than_the_limit_admits_over_the_lease_or_a_bucket_share() {
+        // 40 spent in 2 ms (20 per ms) with 900 left for 3 instances: the rate would ask for over 900, the
+        // fair share allows 300; the limit (1 per ms) over the lease's rest is under 60, a bucket's share of
+        // the window is 100: 100.
+        assert_eq!(want_after_spending(900, 40, 2), 100);
     }
 
     #[test]
