@@ -23,8 +23,8 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, Tx
 use futures::StreamExt;
 
 use super::remote::{
-    entries_for, entry_text, parse_bytes, settings_methods, source_accessors, split_credentials, Background,
-    Credentials, Entry, Reports, SourceSettings,
+    entry_text, parse_bytes, settings_methods, source_accessors, split_credentials, Background, Credentials, Entry,
+    Reports, SourceSettings,
 };
 use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
@@ -477,26 +477,18 @@ impl WritableDataSource for EtcdDataSource {
     /// transaction that succeeds only if the key's mod revision is the one this source saw last: a key
     /// another writer changed meanwhile is not overwritten ([`WriteBackError::Conflict`]).
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
-        let target = format!("etcd {}", self.inner.endpoints());
-        let targets = entries_for(self.inner.keys.iter().map(|e| e.kind), set, &target)?;
-        let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(mut client) = client else {
-            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
-        };
         let inner = self.inner.clone();
-        let kinds = set.kinds();
-        let set = set.clone();
-        let result = self.background.call(&target, Duration::from_secs(10), async move {
-            for i in targets {
-                inner.write_key(&mut client, i, &set).await?;
-            }
-            Ok(())
-        });
-        match &result {
-            Ok(()) => tracing::info!(?kinds, "rules written back to etcd"),
-            Err(e) => tracing::warn!(error = %e, "rules could not be written back to etcd"),
-        }
-        result
+        self.background.write_back(
+            "etcd",
+            format!("etcd {}", self.inner.endpoints()),
+            self.inner.keys.iter().map(|e| e.kind),
+            &self.inner.client,
+            set,
+            move |mut client, i, set| {
+                let inner = inner.clone();
+                async move { inner.write_key(&mut client, i, &set).await }
+            },
+        )
     }
 
     fn status(&self) -> SourceStatus {

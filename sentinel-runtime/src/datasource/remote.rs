@@ -235,6 +235,43 @@ impl Background {
         })
     }
 
+    /// The command center's write-back of `set` to a source on `store` (`target` names it in errors): on
+    /// this runtime, with the source's `client` (`None`: not connected), `write` puts each entry (by index)
+    /// that [`entries_for`] finds among `entries`, in order; at most 10 s in all, logged either way.
+    pub(crate) fn write_back<C, W, F>(
+        &self,
+        store: &str,
+        target: String,
+        entries: impl Iterator<Item = Option<RuleKind>> + Clone,
+        client: &Mutex<Option<C>>,
+        set: &RuleSet,
+        write: W,
+    ) -> Result<(), WriteBackError>
+    where
+        C: Clone + Send + 'static,
+        W: Fn(C, usize, RuleSet) -> F + Send + 'static,
+        F: std::future::Future<Output = Result<(), WriteBackError>> + Send,
+    {
+        let targets = entries_for(entries, set, &target)?;
+        let client = client.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(client) = client else {
+            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
+        };
+        let kinds = set.kinds();
+        let set = set.clone();
+        let result = self.call(&target, Duration::from_secs(10), async move {
+            for i in targets {
+                write(client.clone(), i, set.clone()).await?;
+            }
+            Ok(())
+        });
+        match &result {
+            Ok(()) => tracing::info!(?kinds, "rules written back to {store}"),
+            Err(e) => tracing::warn!(error = %e, "rules could not be written back to {store}"),
+        }
+        result
+    }
+
     pub(crate) fn stop(&mut self) {
         if let Some(t) = self.thread.take() {
             (self.stop)();

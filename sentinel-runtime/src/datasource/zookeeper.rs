@@ -21,8 +21,8 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::remote::{
-    entries_for, entry_text, parse_bytes, settings_methods, source_accessors, split_credentials, Background,
-    Credentials, Entry, Reports, SourceSettings,
+    entry_text, parse_bytes, settings_methods, source_accessors, split_credentials, Background, Credentials, Entry,
+    Reports, SourceSettings,
 };
 use super::{ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
@@ -478,26 +478,18 @@ impl WritableDataSource for ZookeeperDataSource {
     /// the node's version as this source last saw it: a node another writer changed meanwhile is not
     /// overwritten ([`WriteBackError::Conflict`]).
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
-        let target = format!("ZooKeeper {}", self.inner.servers);
-        let targets = entries_for(self.inner.nodes.iter().map(|e| e.kind), set, &target)?;
-        let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(client) = client else {
-            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
-        };
         let inner = self.inner.clone();
-        let kinds = set.kinds();
-        let set = set.clone();
-        let result = self.background.call(&target, Duration::from_secs(10), async move {
-            for i in targets {
-                inner.write_node(&client, i, &set).await?;
-            }
-            Ok(())
-        });
-        match &result {
-            Ok(()) => tracing::info!(?kinds, "rules written back to ZooKeeper"),
-            Err(e) => tracing::warn!(error = %e, "rules could not be written back to ZooKeeper"),
-        }
-        result
+        self.background.write_back(
+            "ZooKeeper",
+            format!("ZooKeeper {}", self.inner.servers),
+            self.inner.nodes.iter().map(|e| e.kind),
+            &self.inner.client,
+            set,
+            move |client, i, set| {
+                let inner = inner.clone();
+                async move { inner.write_node(&client, i, &set).await }
+            },
+        )
     }
 
     fn status(&self) -> SourceStatus {
