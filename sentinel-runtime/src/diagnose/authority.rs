@@ -1,6 +1,6 @@
 //! The findings on authority rules: which origins the list names, and the calls that come without one.
 
-use super::{RuleFinding, Seen};
+use super::{names, RuleFinding, Seen};
 use crate::{RuleKind, Sentinel};
 
 /// The findings on the authority rules of `resource`, given the callers `seen` in the last minute.
@@ -10,13 +10,7 @@ pub(super) fn findings(engine: &Sentinel, resource: &str, seen: &Seen<'_>) -> Ve
         .authority_rules()
         .iter()
         .enumerate()
-        .filter(|(_, r)| {
-            if r.regex {
-                engine.shared.authority.pattern_matches(&r.resource, resource)
-            } else {
-                r.resource == resource
-            }
-        })
+        .filter(|(_, r)| names(r.regex, &r.resource, resource, |p, n| engine.shared.authority.pattern_matches(p, n)))
         .map(|(i, r)| {
             let list: Vec<&str> = r.limit_app.split(',').collect();
             let mut problems = Vec::new();

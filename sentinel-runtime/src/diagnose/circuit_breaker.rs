@@ -1,7 +1,7 @@
 //! The findings on degrade rules and their circuit breakers: the breaker's state and numbers, and whether the
 //! rule can trip at the recent rate.
 
-use super::RuleFinding;
+use super::{names, RuleFinding};
 use crate::circuit_breaker::{BreakerSnapshot, BreakerState, DegradeGrade, DegradeRule};
 use crate::{NodeStats, RuleKind, Sentinel};
 
@@ -15,7 +15,7 @@ pub(super) fn findings(
 ) -> (Vec<RuleFinding>, Vec<BreakerSnapshot>) {
     let degrade_rules = engine.degrade_rules();
     let own: Vec<(usize, &DegradeRule)> =
-        degrade_rules.iter().enumerate().filter(|(_, r)| engine.degrade_rule_applies(r, resource)).collect();
+        degrade_rules.iter().enumerate().filter(|(_, r)| applies(engine, r, resource)).collect();
     let degrade_of: Vec<(usize, &DegradeRule)> = if own.is_empty() {
         let defaults: Vec<(usize, &DegradeRule)> =
             degrade_rules.iter().enumerate().filter(|(_, r)| r.resource == "*").collect();
@@ -38,15 +38,9 @@ pub(super) fn findings(
     (degrade, breakers)
 }
 
-impl Sentinel {
-    /// Whether the degrade rule is one of `resource`'s own (named or matched).
-    fn degrade_rule_applies(&self, rule: &DegradeRule, resource: &str) -> bool {
-        if rule.regex {
-            self.shared.degrade.pattern_matches(&rule.resource, resource)
-        } else {
-            rule.resource == resource
-        }
-    }
+/// Whether the degrade rule is one of `resource`'s own (named or matched).
+fn applies(engine: &Sentinel, rule: &DegradeRule, resource: &str) -> bool {
+    names(rule.regex, &rule.resource, resource, |p, n| engine.shared.degrade.pattern_matches(p, n))
 }
 
 pub(super) fn degrade_finding(

@@ -1,6 +1,6 @@
 //! The findings on flow rules: who each rule limits (`limit_app`) and which node it compares (strategy).
 
-use super::{cluster, RuleFinding, Seen};
+use super::{cluster, names, RuleFinding, Seen};
 use crate::flow::{ClusterRuleStatus, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
 use crate::{NodeStats, RuleKind, Sentinel, LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
 
@@ -16,7 +16,7 @@ pub(super) fn findings(
     all_flow
         .iter()
         .enumerate()
-        .filter(|(_, r)| engine.flow_rule_applies(r, resource))
+        .filter(|(_, r)| applies(engine, r, resource))
         .map(|(i, r)| {
             let c = cluster.iter().find(|c| c.rule == *r);
             flow_finding(engine, resource, i, r, &all_flow, seen, contexts, c)
@@ -24,15 +24,9 @@ pub(super) fn findings(
         .collect()
 }
 
-impl Sentinel {
-    /// Whether the flow rule applies to `resource`: it names it, or it is a regex rule whose pattern matches.
-    fn flow_rule_applies(&self, rule: &FlowRule, resource: &str) -> bool {
-        if rule.regex {
-            self.shared.flow.pattern_matches(&rule.resource, resource)
-        } else {
-            rule.resource == resource
-        }
-    }
+/// Whether the flow rule applies to `resource` (names it, or its pattern matches).
+fn applies(engine: &Sentinel, rule: &FlowRule, resource: &str) -> bool {
+    names(rule.regex, &rule.resource, resource, |p, n| engine.shared.flow.pattern_matches(p, n))
 }
 
 fn flow_value(grade: FlowGrade, s: &NodeStats) -> f64 {
@@ -84,7 +78,7 @@ fn flow_finding(
     // Who is subject to the rule (limit_app), as Java's node selection decides.
     let named: Vec<&str> = all
         .iter()
-        .filter(|r| engine.flow_rule_applies(r, resource))
+        .filter(|r| applies(engine, r, resource))
         .map(|r| r.limit_app.as_str())
         .filter(|a| *a != LIMIT_APP_DEFAULT && *a != LIMIT_APP_OTHER)
         .collect();

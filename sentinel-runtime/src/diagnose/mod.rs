@@ -142,6 +142,16 @@ pub struct Diagnosis {
     pub caps: Caps,
 }
 
+/// Whether a rule on `rule_resource` applies to `resource`: it names it, or it is a regex rule whose pattern
+/// matches the name (`matches`: the rule kind's compiled patterns).
+fn names(regex: bool, rule_resource: &str, resource: &str, matches: impl FnOnce(&str, &str) -> bool) -> bool {
+    if regex {
+        matches(rule_resource, resource)
+    } else {
+        rule_resource == resource
+    }
+}
+
 fn origin_label(o: &str) -> String {
     if o.is_empty() {
         "`` (no origin)".to_string()
