@@ -7,9 +7,9 @@
 #![cfg(feature = "cluster-redis")]
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sentinel_runtime::cluster::{ClusterClient, RedisCluster, RedisDataSource};
 use sentinel_runtime::flow::{
@@ -18,18 +18,14 @@ use sentinel_runtime::flow::{
 use sentinel_runtime::{RuleKind, Sentinel};
 use sentinel_testkit::redis::RedisServer;
 
+#[path = "support/cluster_workers.rs"]
+mod cluster_workers;
+use cluster_workers::{
+    env, env_u64, format_windows, hammer, one_at_a_time, parse_list, parse_windows, result_lines, sleep_until,
+    spawn_worker, wall_ms,
+};
+
 const WORKER_ENV: &str = "SENTINEL_CLUSTER_WORKER";
-
-/// The tests of this file run one at a time: they measure latencies and per-window sums in real time, and
-/// the multi-process ones keep the machine's cores busy.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 fn cluster_rule(resource: &str, count: f64, threshold: ClusterThresholdType, window_ms: u64, samples: u32) -> FlowRule {
     FlowRule {
@@ -78,27 +74,19 @@ struct WorkerPlan {
 
 impl WorkerPlan {
     fn spawn(&self, name: &str) -> Child {
-        Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["cluster_worker", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
-            .env(WORKER_ENV, name)
-            .env("W_URL", &self.url)
-            .env("W_NS", &self.namespace)
-            .env("W_COUNT", self.count.to_string())
-            .env("W_GLOBAL", if self.global { "1" } else { "0" })
-            .env("W_WINDOW", self.window_ms.to_string())
-            .env("W_SAMPLES", self.samples.to_string())
-            .env("W_START", self.start_at.to_string())
-            .env("W_END", self.end_at.to_string())
-            .env("W_TTL", self.member_ttl_ms.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn a worker process")
+        let vars = [
+            ("W_URL", self.url.clone()),
+            ("W_NS", self.namespace.clone()),
+            ("W_COUNT", self.count.to_string()),
+            ("W_GLOBAL", if self.global { "1" } else { "0" }.to_string()),
+            ("W_WINDOW", self.window_ms.to_string()),
+            ("W_SAMPLES", self.samples.to_string()),
+            ("W_START", self.start_at.to_string()),
+            ("W_END", self.end_at.to_string()),
+            ("W_TTL", self.member_ttl_ms.to_string()),
+        ];
+        spawn_worker("cluster_worker", WORKER_ENV, name, &vars)
     }
-}
-
-fn env_u64(name: &str) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("worker: {name} is not set"))
 }
 
 /// The worker mode: hammers one cluster rule from `W_START` to `W_END` (wall ms) and prints the calls it
@@ -111,9 +99,9 @@ fn cluster_worker() {
         return;
     };
     let plan = WorkerPlan {
-        url: std::env::var("W_URL").expect("W_URL"),
-        namespace: std::env::var("W_NS").expect("W_NS"),
-        count: std::env::var("W_COUNT").ok().and_then(|v| v.parse().ok()).expect("W_COUNT"),
+        url: env("W_URL"),
+        namespace: env("W_NS"),
+        count: env("W_COUNT").parse().expect("W_COUNT"),
         global: std::env::var("W_GLOBAL").is_ok_and(|v| v == "1"),
         window_ms: env_u64("W_WINDOW"),
         samples: env_u64("W_SAMPLES") as u32,
@@ -134,35 +122,11 @@ fn cluster_worker() {
         .unwrap();
     client.wait_connected(Duration::from_secs(10)).unwrap();
     let api = engine.resource("api");
-    while wall_ms() < plan.start_at {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    sleep_until(plan.start_at);
     let stalls = stall_probe(plan.end_at, plan.window_ms);
-    let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut ambiguous = 0u64;
-    let mut errors = 0u64;
-    loop {
-        let before = wall_ms();
-        if before >= plan.end_at {
-            break;
-        }
-        match api.enter() {
-            Ok(_entry) => {
-                let after = wall_ms();
-                if before / plan.window_ms == after / plan.window_ms {
-                    *per_window.entry(before / plan.window_ms).or_default() += 1;
-                } else {
-                    ambiguous += 1;
-                }
-            }
-            // Over the limit: try again soon (a load far above the limit without starving the machine's
-            // other processes, Redis among them, of the CPU).
-            Err(sentinel_runtime::BlockError::Flow { .. }) => std::thread::sleep(Duration::from_micros(20)),
-            Err(_) => errors += 1,
-        }
-    }
+    let admitted = hammer(plan.end_at, plan.window_ms, Duration::from_micros(20), || api.enter());
+    let (ambiguous, errors) = (admitted.ambiguous, admitted.errors);
     let status = engine.cluster_status();
-    let windows: Vec<String> = per_window.iter().map(|(w, n)| format!("{w}:{n}")).collect();
     let st = &status[0];
     let stalled: Vec<String> = stalls.join().unwrap_or_default().iter().map(u64::to_string).collect();
     println!(
@@ -174,7 +138,7 @@ fn cluster_worker() {
         st.fallback_decisions,
         st.failures,
         stalled.join(","),
-        windows.join(",")
+        format_windows(&admitted.per_window)
     );
     drop(client);
 }
@@ -242,24 +206,16 @@ struct Report {
 fn report_of(child: Child) -> Report {
     let out = child.wait_with_output().expect("a worker's output");
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find_map(|l| l.find("CLUSTER_WORKER_RESULT ").map(|i| &l[i + "CLUSTER_WORKER_RESULT ".len()..]))
+    let (line, fields) = result_lines(&text, "CLUSTER_WORKER_RESULT ")
+        .next()
         .unwrap_or_else(|| panic!("a worker printed no result (status {}):\n{text}", out.status));
     let mut r = Report { line: line.chars().take(300).collect(), ..Report::default() };
-    for field in line.split(' ') {
-        match field.split_once('=') {
-            Some(("ambiguous", v)) => r.ambiguous = v.parse().unwrap(),
-            Some(("errors", v)) => r.errors = v.parse().unwrap(),
-            Some(("stalls", v)) => {
-                r.stalls = v.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().unwrap()).collect()
-            }
-            Some(("windows", v)) => {
-                for pair in v.split(',').filter(|p| !p.is_empty()) {
-                    let (w, n) = pair.split_once(':').unwrap();
-                    r.windows.insert(w.parse().unwrap(), n.parse().unwrap());
-                }
-            }
+    for field in fields {
+        match field {
+            ("ambiguous", v) => r.ambiguous = v.parse().unwrap(),
+            ("errors", v) => r.errors = v.parse().unwrap(),
+            ("stalls", v) => r.stalls = parse_list(v),
+            ("windows", v) => r.windows = parse_windows(v),
             _ => {}
         }
     }
@@ -358,9 +314,7 @@ fn average_local_total_follows_the_live_instances_when_one_stops_heartbeating() 
     let mut children: Vec<Child> = (0..3).map(|i| plan.spawn(&format!("avg-{i}"))).collect();
     let redis_stalls = redis_stall_probe(redis.url(), end_at, window_ms);
     let leaving = children.remove(2);
-    while wall_ms() < killed_at {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    sleep_until(killed_at);
     // A crash: no goodbye, the membership expires with its TTL.
     let mut leaving = leaving;
     let _ = leaving.kill();

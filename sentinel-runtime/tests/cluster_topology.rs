@@ -13,27 +13,23 @@
 #![cfg(feature = "cluster-redis")]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use sentinel_runtime::cluster::{RedisCluster, RedisDataSource};
 use sentinel_runtime::flow::{ClusterConfig, ClusterRuleMode, ClusterThresholdType, FlowRule};
 use sentinel_runtime::{RuleKind, Sentinel};
 use sentinel_testkit::redis_cluster::{RedisClusterServers, RedisSentinelServers, MASTER_NAME};
 
+#[path = "support/cluster_workers.rs"]
+mod cluster_workers;
+use cluster_workers::{
+    env, env_u64, format_windows, hammer, one_at_a_time, parse_list, parse_windows, result_lines, sleep_until,
+    spawn_worker, wall_ms,
+};
+
 const WORKER_ENV: &str = "SENTINEL_TOPOLOGY_WORKER";
-
-/// The tests of this file run one at a time: they measure per-window sums in real time and start several
-/// servers and processes each.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 /// A global cluster rule on `api-<flow_id>` with that `flowId` (its keys: `sentinel:{ns:flow:<id>}:*`).
 fn global_rule(flow_id: u64, count: f64, window_ms: u64) -> FlowRule {
@@ -87,35 +83,23 @@ struct Plan {
 impl Plan {
     fn spawn(&self, name: &str, addrs: &[String]) -> Child {
         let ids: Vec<String> = self.ids.iter().map(u64::to_string).collect();
-        Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["topology_worker", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
-            .env(WORKER_ENV, name)
-            .env("T_MODE", self.mode)
-            .env("T_ADDRS", addrs.join(","))
-            .env("T_NS", &self.namespace)
-            .env("T_IDS", ids.join(","))
-            .env("T_COUNT", self.count.to_string())
-            .env("T_WINDOW", self.window_ms.to_string())
-            .env("T_START", self.start_at.to_string())
-            .env("T_END", self.end_at.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn a worker process")
+        let vars = [
+            ("T_MODE", self.mode.to_string()),
+            ("T_ADDRS", addrs.join(",")),
+            ("T_NS", self.namespace.clone()),
+            ("T_IDS", ids.join(",")),
+            ("T_COUNT", self.count.to_string()),
+            ("T_WINDOW", self.window_ms.to_string()),
+            ("T_START", self.start_at.to_string()),
+            ("T_END", self.end_at.to_string()),
+        ];
+        spawn_worker("topology_worker", WORKER_ENV, name, &vars)
     }
 
     /// Starts one worker per address order in `orders`.
     fn spawn_all(&self, orders: &[Vec<String>]) -> Vec<Child> {
         orders.iter().enumerate().map(|(i, a)| self.spawn(&format!("{}-{i}", self.mode), a)).collect()
     }
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("worker: {name} is not set"))
-}
-
-fn env_u64(name: &str) -> u64 {
-    env(name).parse().unwrap_or_else(|_| panic!("worker: {name} is not a number"))
 }
 
 /// The worker mode: one thread per rule hammers it from `T_START` to `T_END` (wall ms); a sampler notes
@@ -148,9 +132,7 @@ fn topology_worker() {
         .start(&engine)
         .unwrap();
     client.wait_connected(Duration::from_secs(10)).unwrap();
-    while wall_ms() < start_at {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    sleep_until(start_at);
     let sampler = {
         let engine = engine.clone();
         std::thread::spawn(move || {
@@ -182,49 +164,28 @@ fn topology_worker() {
         .iter()
         .map(|id| {
             let resource = engine.resource(&format!("api-{id}"));
-            std::thread::spawn(move || {
-                let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
-                let mut ambiguous = 0u64;
-                loop {
-                    let before = wall_ms();
-                    if before >= end_at {
-                        break;
-                    }
-                    match resource.enter() {
-                        Ok(_entry) => {
-                            let after = wall_ms();
-                            if before / window_ms == after / window_ms {
-                                *per_window.entry(before / window_ms).or_default() += 1;
-                            } else {
-                                ambiguous += 1;
-                            }
-                        }
-                        // Over the limit: try again soon, without starving Redis of the CPU.
-                        Err(_) => std::thread::sleep(Duration::from_micros(50)),
-                    }
-                }
-                (per_window, ambiguous)
-            })
+            // Over the limit: try again soon, without starving Redis of the CPU.
+            std::thread::spawn(move || hammer(end_at, window_ms, Duration::from_micros(50), || resource.enter()))
         })
         .collect();
-    let results: Vec<(BTreeMap<u64, u64>, u64)> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
+    let results: Vec<cluster_workers::Admitted> = hammers.into_iter().map(|h| h.join().unwrap()).collect();
     let (fallback, stalls) = sampler.join().unwrap();
     let stalls: Vec<String> = stalls.iter().map(u64::to_string).collect();
     let status = engine.cluster_status();
-    for (id, (windows, ambiguous)) in ids.iter().zip(results) {
+    for (id, admitted) in ids.iter().zip(results) {
         let resource = format!("api-{id}");
         let st = status.iter().find(|s| s.rule.resource == resource).expect("the rule's status");
-        let w: Vec<String> = windows.iter().map(|(w, n)| format!("{w}:{n}")).collect();
         let f: Vec<String> =
             fallback.get(&resource).map(|s| s.iter().map(u64::to_string).collect()).unwrap_or_default();
         println!(
-            "\nTOPOLOGY_RESULT id={id} ambiguous={ambiguous} leasing={} fallbacks={} fallback_windows={} stalls={} \
+            "\nTOPOLOGY_RESULT id={id} ambiguous={} leasing={} fallbacks={} fallback_windows={} stalls={} \
              windows={}",
+            admitted.ambiguous,
             st.mode == ClusterRuleMode::Leasing,
             st.fallback_decisions,
             f.join(","),
             stalls.join(","),
-            w.join(",")
+            format_windows(&admitted.per_window)
         );
     }
     drop(client);
@@ -246,26 +207,18 @@ fn reports_of(child: Child) -> BTreeMap<u64, RuleReport> {
     let out = child.wait_with_output().expect("a worker's output");
     let text = String::from_utf8_lossy(&out.stdout);
     let mut reports = BTreeMap::new();
-    for line in text.lines().filter_map(|l| l.find("TOPOLOGY_RESULT ").map(|i| &l[i + 16..])) {
+    for (_, fields) in result_lines(&text, "TOPOLOGY_RESULT ") {
         let mut id = 0;
         let mut r = RuleReport::default();
-        for field in line.split(' ') {
-            let list = |v: &str| v.split(',').filter(|p| !p.is_empty()).map(|p| p.to_string()).collect::<Vec<_>>();
-            match field.split_once('=') {
-                Some(("id", v)) => id = v.parse().unwrap(),
-                Some(("ambiguous", v)) => r.ambiguous = v.parse().unwrap(),
-                Some(("leasing", v)) => r.leasing = v == "true",
-                Some(("fallbacks", v)) => r.fallbacks = v.parse().unwrap(),
-                Some(("fallback_windows", v)) => {
-                    r.fallback_windows = list(v).iter().map(|p| p.parse().unwrap()).collect()
-                }
-                Some(("stalls", v)) => r.stalls = list(v).iter().map(|p| p.parse().unwrap()).collect(),
-                Some(("windows", v)) => {
-                    for pair in list(v) {
-                        let (w, n) = pair.split_once(':').unwrap();
-                        r.windows.insert(w.parse().unwrap(), n.parse().unwrap());
-                    }
-                }
+        for field in fields {
+            match field {
+                ("id", v) => id = v.parse().unwrap(),
+                ("ambiguous", v) => r.ambiguous = v.parse().unwrap(),
+                ("leasing", v) => r.leasing = v == "true",
+                ("fallbacks", v) => r.fallbacks = v.parse().unwrap(),
+                ("fallback_windows", v) => r.fallback_windows = parse_list(v),
+                ("stalls", v) => r.stalls = parse_list(v),
+                ("windows", v) => r.windows = parse_windows(v),
                 _ => {}
             }
         }
@@ -407,13 +360,9 @@ fn a_shard_down_makes_only_its_rules_fall_back_until_it_returns() {
     let children = plan.spawn_all(&seed_orders(&cluster)[..2]);
     // The shard of the first rule loses its only master, then gets it back (same id and slots, no data).
     let (down_id, down_node) = picked[0];
-    while wall_ms() < killed_at {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    sleep_until(killed_at);
     cluster.kill(down_node);
-    while wall_ms() < back_at {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    sleep_until(back_at);
     assert!(cluster.restart(down_node), "the node rejoined the cluster");
     let by_id = collect(children);
     let first = start_at / window_ms + 1;
@@ -531,9 +480,7 @@ fn after_the_master_is_killed_cluster_mode_resumes_on_the_promoted_replica_withi
     let orders = vec![urls.clone(), urls.iter().rev().cloned().collect()];
     let children = plan.spawn_all(&orders);
     let mut setup = setup;
-    while wall_ms() < killed_at {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    sleep_until(killed_at);
     setup.master.kill();
     assert!(setup.wait_failover(Duration::from_secs(20)), "the sentinels promoted the replica");
     let promoted_at = wall_ms();

@@ -90,7 +90,7 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ("entry.rs", "macro_support.rs", "Entry::instrument uses InContext; the macro support builds entries"),
     ("entry.rs", "resource.rs", "a resource hands out entry builders; an entry holds its resource"),
     // The engine still reaches two integrations.
-    ("engine/mod.rs", "diagnose.rs", "Sentinel::caps returns diagnose::Caps"),
+    ("engine/mod.rs", "diagnose/mod.rs", "Sentinel::caps returns diagnose::Caps"),
     ("engine/mod.rs", "observe.rs", "Shared holds the observers that integrations register"),
     ("resource.rs", "observe.rs", "a resource holds what integrations observe of it"),
 ];

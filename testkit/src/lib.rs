@@ -134,6 +134,76 @@ impl Drop for Server {
     }
 }
 
+/// What differs between the kinds of [`LocalServer`]: the program, its arguments and its data.
+pub trait Launch: std::fmt::Debug {
+    /// The server's name, for messages.
+    const NAME: &'static str;
+    /// The command that starts the server listening on `127.0.0.1:port`.
+    fn command(&self, port: u16) -> Command;
+}
+
+/// A server of kind `K` on a free port of its own, which a test can kill, freeze and start again on that
+/// port; stopped when dropped. [`etcd::EtcdServer`], [`zookeeper::ZookeeperServer`] and
+/// [`redis::RedisServer`] are such servers.
+#[derive(Debug)]
+pub struct LocalServer<K> {
+    kind: K,
+    port: u16,
+    server: Option<Server>,
+}
+
+impl<K: Launch> LocalServer<K> {
+    /// Starts a server of kind `kind` on a free port and waits until it accepts connections.
+    pub fn launch(kind: K) -> Self {
+        let mut s = LocalServer { kind, port: free_port(), server: None };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let cmd = self.kind.command(self.port);
+        self.server = Some(Server::start(K::NAME, cmd, temp_dir(), self.addr()));
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing answers, as a hung server.
+    pub fn pause(&self) {
+        if let Some(s) = &self.server {
+            s.signal("STOP");
+        }
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(s) = &self.server {
+            s.signal("CONT");
+        }
+    }
+
+    /// Kills the server (SIGKILL); [`restart`](Self::restart) starts it again on the same port. What it
+    /// keeps is its kind's: etcd and ZooKeeper keep their data directory, Redis keeps nothing.
+    pub fn kill(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            s.kill_and_output();
+        }
+    }
+
+    /// Starts the server again on the same port (with the data its kind keeps, see [`kill`](Self::kill)).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The server's process id (0 when killed).
+    pub fn pid(&self) -> u32 {
+        self.server.as_ref().map_or(0, Server::pid)
+    }
+}
+
 /// A fresh temporary directory.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("create a temporary directory")

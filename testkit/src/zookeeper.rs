@@ -2,8 +2,7 @@
 //! (not the system service) with a configuration of its own in a temporary directory, on a free port. A
 //! restart keeps the data (the directory stays), as a real server that was down for a while.
 
-use crate::{free_port, require_program, temp_dir, Server};
-use std::net::SocketAddr;
+use crate::{require_program, temp_dir, Launch, LocalServer};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -11,12 +10,34 @@ use std::process::Command;
 pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// A ZooKeeper server started by a test.
+pub type ZookeeperServer = LocalServer<Zookeeper>;
+
+/// The ZooKeeper kind of [`LocalServer`]: `java` and the data directory.
 #[derive(Debug)]
-pub struct ZookeeperServer {
+pub struct Zookeeper {
     java: PathBuf,
-    server: Option<Server>,
     data: tempfile::TempDir,
-    port: u16,
+}
+
+impl Launch for Zookeeper {
+    const NAME: &'static str = "zookeeper";
+
+    fn command(&self, port: u16) -> Command {
+        let dir = self.data.path();
+        // tickTime 200 ms: sessions may be as short as 400 ms, so a test can see one expire quickly.
+        let config = format!(
+            "tickTime=200\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n",
+            dir.join("data").display(),
+        );
+        let cfg = dir.join("zoo.cfg");
+        std::fs::write(&cfg, config).expect("write zoo.cfg");
+        let mut cmd = Command::new(&self.java);
+        cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_JAR])
+            .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(&cfg);
+        cmd
+    }
 }
 
 impl ZookeeperServer {
@@ -30,50 +51,11 @@ impl ZookeeperServer {
             eprintln!("SKIPPED {test}: {ZOOKEEPER_JAR} is missing (package zookeeperd; scripts/test installs it)");
             return None;
         }
-        let mut z = ZookeeperServer { java, server: None, data: temp_dir(), port: free_port() };
-        z.launch();
-        Some(z)
-    }
-
-    fn launch(&mut self) {
-        let dir = self.data.path();
-        // tickTime 200 ms: sessions may be as short as 400 ms, so a test can see one expire quickly.
-        let config = format!(
-            "tickTime=200\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\nmaxClientCnxns=0\n",
-            dir.join("data").display(),
-            self.port
-        );
-        let cfg = dir.join("zoo.cfg");
-        std::fs::write(&cfg, config).expect("write zoo.cfg");
-        let mut cmd = Command::new(&self.java);
-        cmd.args(["-Xmx128m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_JAR])
-            .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
-            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
-            .arg(&cfg);
-        let addr = self.addr();
-        self.server = Some(Server::start("zookeeper", cmd, temp_dir(), addr));
-    }
-
-    /// Its address.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        Some(LocalServer::launch(Zookeeper { java, data: temp_dir() }))
     }
 
     /// `127.0.0.1:PORT`, as ZooKeeper clients take it.
     pub fn connect_string(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the server (SIGKILL); its data stays for [`restart`](Self::restart).
-    pub fn kill(&mut self) {
-        if let Some(mut s) = self.server.take() {
-            s.kill_and_output();
-        }
-    }
-
-    /// Starts the server again on the same port with the same data.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.launch();
+        self.addr().to_string()
     }
 }

@@ -23,7 +23,8 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, Tx
 use futures::StreamExt;
 
 use super::remote::{
-    entries_for, entry_text, parse_bytes, source_accessors, split_credentials, Background, Credentials, Reports,
+    entry_text, parse_bytes, settings_methods, source_accessors, split_credentials, Background, Credentials, Entry,
+    Reports, SourceSettings,
 };
 use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
@@ -104,13 +105,6 @@ pub enum EtcdSourceError {
     Config(String),
 }
 
-#[derive(Clone, Debug)]
-struct Key {
-    /// `None`: a combined document.
-    kind: Option<RuleKind>,
-    key: String,
-}
-
 /// What this source knows of one key.
 #[derive(Clone, Debug, Default)]
 struct Seen {
@@ -126,7 +120,7 @@ struct Inner {
     engine: Sentinel,
     endpoints: Vec<String>,
     user: Option<Credentials>,
-    keys: Vec<Key>,
+    keys: Vec<Entry>,
     retry_max: Duration,
     clear_on_delete: bool,
     seen: Mutex<Vec<Seen>>,
@@ -168,9 +162,7 @@ impl std::fmt::Debug for EtcdDataSource {
 #[must_use = "a builder does nothing until `start` is called"]
 pub struct EtcdDataSourceBuilder {
     url: String,
-    user: Option<Credentials>,
-    keys: Vec<Key>,
-    retry_max: Duration,
+    settings: SourceSettings,
     clear_on_delete: bool,
 }
 
@@ -179,40 +171,17 @@ impl EtcdDataSource {
     /// optionally in the URL (`http://user:password@host:port`). Add keys with
     /// [`EtcdDataSourceBuilder::rules`] or [`EtcdDataSourceBuilder::rule_set`].
     pub fn builder(url: impl Into<String>) -> EtcdDataSourceBuilder {
-        EtcdDataSourceBuilder {
-            url: url.into(),
-            user: None,
-            keys: Vec::new(),
-            retry_max: Duration::from_secs(2),
-            clear_on_delete: false,
-        }
+        EtcdDataSourceBuilder { url: url.into(), settings: SourceSettings::new(None), clear_on_delete: false }
     }
 }
 
 source_accessors!(EtcdDataSource, EtcdReload, EtcdSourceError);
+settings_methods!(EtcdDataSourceBuilder, "EtcdDataSource", key, "`key`");
 
 impl EtcdDataSourceBuilder {
-    /// One kind's rules (a JSON list, as Java's `EtcdDataSource` reads) in `key`.
-    pub fn rules(mut self, kind: RuleKind, key: impl Into<String>) -> Self {
-        self.keys.push(Key { kind: Some(kind), key: key.into() });
-        self
-    }
-
-    /// A combined document (`{"flowRules": [...], "degradeRules": [...]}`) in `key`.
-    pub fn rule_set(mut self, key: impl Into<String>) -> Self {
-        self.keys.push(Key { kind: None, key: key.into() });
-        self
-    }
-
     /// etcd user and password (Java's `EtcdConfig` user/password); replaces credentials in the URL.
     pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.user = Some((user.into(), password.into()));
-        self
-    }
-
-    /// The longest pause between reconnection attempts (default 2 s; the first is 100 ms, then doubling).
-    pub fn retry_max(mut self, d: Duration) -> Self {
-        self.retry_max = d;
+        self.settings.user = Some((user.into(), password.into()));
         self
     }
 
@@ -226,23 +195,18 @@ impl EtcdDataSourceBuilder {
     /// Starts the data source on its own thread: reads every key, then watches them. An etcd that is down
     /// is not an error (it is reported and retried); bad settings are.
     pub fn start(self, engine: &Sentinel) -> Result<EtcdDataSource, EtcdSourceError> {
-        if self.keys.is_empty() {
-            return Err(EtcdSourceError::Config("no key: add one with `rules` or `rule_set`".into()));
-        }
-        if let Some(k) = self.keys.iter().find(|k| k.key.trim().is_empty()) {
-            return Err(EtcdSourceError::Config(format!("blank key in {k:?}")));
-        }
-        if self.retry_max.is_zero() {
-            return Err(EtcdSourceError::Config("`retry_max` must be > 0".into()));
-        }
+        let settings = self.settings;
+        settings
+            .check("key", |k| k.name.trim().is_empty().then(|| format!("blank key in {k:?}")))
+            .map_err(EtcdSourceError::Config)?;
         let (endpoints, url_user) = parse_url(&self.url)?;
         let inner = Arc::new(Inner {
             engine: engine.clone(),
             endpoints,
-            user: self.user.or(url_user),
-            seen: Mutex::new(vec![Seen::default(); self.keys.len()]),
-            keys: self.keys,
-            retry_max: self.retry_max,
+            user: settings.user.or(url_user),
+            seen: Mutex::new(vec![Seen::default(); settings.entries.len()]),
+            keys: settings.entries,
+            retry_max: settings.retry_max,
             clear_on_delete: self.clear_on_delete,
             revision: Mutex::new(0),
             client: Mutex::new(None),
@@ -336,7 +300,7 @@ impl Inner {
             let mut streams = Vec::with_capacity(self.keys.len());
             for k in &self.keys {
                 let options = WatchOptions::new().with_start_revision(resume + 1).with_progress_notify();
-                let stream = client.watch(k.key.as_str(), Some(options)).await.map_err(|e| e.to_string())?;
+                let stream = client.watch(k.name.as_str(), Some(options)).await.map_err(|e| e.to_string())?;
                 streams.push(stream);
             }
             *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
@@ -376,14 +340,14 @@ impl Inner {
     async fn read_all(&self, client: &mut Client) -> Result<i64, String> {
         let mut at = 0;
         for (i, k) in self.keys.iter().enumerate() {
-            let resp = client.get(k.key.as_str(), None).await.map_err(|e| e.to_string())?;
+            let resp = client.get(k.name.as_str(), None).await.map_err(|e| e.to_string())?;
             let header = resp.header().map_or(0, |h| h.revision());
             at = if at == 0 { header } else { at.min(header) };
             match resp.kvs().first() {
                 Some(kv) => self.put(i, kv.mod_revision(), kv.value(), true),
                 None => {
-                    tracing::info!(key = %k.key, "etcd data source: the key holds no rules yet");
-                    self.report(EtcdReload::Missing { key: k.key.clone() }, true);
+                    tracing::info!(key = %k.name, "etcd data source: the key holds no rules yet");
+                    self.report(EtcdReload::Missing { key: k.name.clone() }, true);
                 }
             }
         }
@@ -394,7 +358,7 @@ impl Inner {
 
     fn on_event(&self, ev: &etcd_client::Event) {
         let Some(kv) = ev.kv() else { return };
-        let Some(i) = self.keys.iter().position(|k| k.key.as_bytes() == kv.key()) else { return };
+        let Some(i) = self.keys.iter().position(|k| k.name.as_bytes() == kv.key()) else { return };
         let revision = kv.mod_revision();
         match ev.event_type() {
             EventType::Put => self.put(i, revision, kv.value(), false),
@@ -420,10 +384,10 @@ impl Inner {
                 set.merge(RuleSet::parse_entry(Some(kind), "[]", Format::Json).unwrap_or_default());
             }
             if let Ok(kinds) = set.apply(&self.engine) {
-                tracing::warn!(key = %k.key, ?kinds, "etcd key deleted: its rules are cleared");
+                tracing::warn!(key = %k.name, ?kinds, "etcd key deleted: its rules are cleared");
             }
         }
-        let e = EtcdSourceError::Deleted { key: k.key.clone(), revision };
+        let e = EtcdSourceError::Deleted { key: k.name.clone(), revision };
         tracing::warn!(error = %e, "etcd data source: key deleted");
         self.report(EtcdReload::Rejected(e), true);
     }
@@ -442,7 +406,7 @@ impl Inner {
             let same = seen[i].applied.as_deref().map(str::as_bytes) == Some(value);
             drop(seen);
             if same {
-                self.report(EtcdReload::Unchanged { key: k.key.clone(), revision }, true);
+                self.report(EtcdReload::Unchanged { key: k.name.clone(), revision }, true);
                 return;
             }
         }
@@ -450,7 +414,7 @@ impl Inner {
         let (text, set) = match parsed {
             Ok(ok) => ok,
             Err(error) => {
-                let e = EtcdSourceError::Parse { key: k.key.clone(), revision, error };
+                let e = EtcdSourceError::Parse { key: k.name.clone(), revision, error };
                 tracing::warn!(error = %e, "etcd data source: malformed rules, the rules in force stay");
                 return self.report(EtcdReload::Rejected(e), true);
             }
@@ -459,11 +423,11 @@ impl Inner {
             Ok(kinds) => {
                 self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied = Some(text.to_string());
                 self.reports.loaded();
-                tracing::info!(key = %k.key, revision, ?kinds, "etcd data source: rules applied");
-                self.report(EtcdReload::Applied { key: k.key.clone(), revision, kinds }, true);
+                tracing::info!(key = %k.name, revision, ?kinds, "etcd data source: rules applied");
+                self.report(EtcdReload::Applied { key: k.name.clone(), revision, kinds }, true);
             }
             Err(error) => {
-                let e = EtcdSourceError::Invalid { key: k.key.clone(), revision, error };
+                let e = EtcdSourceError::Invalid { key: k.name.clone(), revision, error };
                 tracing::warn!(error = %e, "etcd data source: rules rejected, the rules in force stay");
                 self.report(EtcdReload::Rejected(e), true);
             }
@@ -481,22 +445,22 @@ impl Inner {
     /// Writes one key with a transaction on its mod revision.
     async fn write_key(&self, client: &mut Client, i: usize, set: &RuleSet) -> Result<(), WriteBackError> {
         let k = &self.keys[i];
-        let store = |reason: String| WriteBackError::Store { target: format!("etcd key `{}`", k.key), reason };
+        let store = |reason: String| WriteBackError::Store { target: format!("etcd key `{}`", k.name), reason };
         let (expected, current) = {
             let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             // An absent key's mod revision is 0.
             (if seen[i].present { seen[i].revision } else { 0 }, seen[i].applied.clone())
         };
         // A combined document keeps the kinds the push does not hold as this source last read them.
-        let text = entry_text(k.kind, current.as_deref(), set, &k.key)?;
+        let text = entry_text(k.kind, current.as_deref(), set, &k.name)?;
         let txn = Txn::new()
-            .when([Compare::mod_revision(k.key.as_str(), CompareOp::Equal, expected)])
-            .and_then([TxnOp::put(k.key.as_str(), text.as_str(), None)])
-            .or_else([TxnOp::get(k.key.as_str(), None)]);
+            .when([Compare::mod_revision(k.name.as_str(), CompareOp::Equal, expected)])
+            .and_then([TxnOp::put(k.name.as_str(), text.as_str(), None)])
+            .or_else([TxnOp::get(k.name.as_str(), None)]);
         let resp = client.txn(txn).await.map_err(|e| store(e.to_string()))?;
         if !resp.succeeded() {
             return Err(WriteBackError::Conflict {
-                target: format!("etcd key `{}`", k.key),
+                target: format!("etcd key `{}`", k.name),
                 detail: format!("expected mod revision {expected}, another writer changed it"),
             });
         }
@@ -513,30 +477,22 @@ impl WritableDataSource for EtcdDataSource {
     /// transaction that succeeds only if the key's mod revision is the one this source saw last: a key
     /// another writer changed meanwhile is not overwritten ([`WriteBackError::Conflict`]).
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
-        let target = format!("etcd {}", self.inner.endpoints());
-        let targets = entries_for(self.inner.keys.iter().map(|e| e.kind), set, &target)?;
-        let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(mut client) = client else {
-            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
-        };
         let inner = self.inner.clone();
-        let kinds = set.kinds();
-        let set = set.clone();
-        let result = self.background.call(&target, Duration::from_secs(10), async move {
-            for i in targets {
-                inner.write_key(&mut client, i, &set).await?;
-            }
-            Ok(())
-        });
-        match &result {
-            Ok(()) => tracing::info!(?kinds, "rules written back to etcd"),
-            Err(e) => tracing::warn!(error = %e, "rules could not be written back to etcd"),
-        }
-        result
+        self.background.write_back(
+            "etcd",
+            format!("etcd {}", self.inner.endpoints()),
+            self.inner.keys.iter().map(|e| e.kind),
+            &self.inner.client,
+            set,
+            move |mut client, i, set| {
+                let inner = inner.clone();
+                async move { inner.write_key(&mut client, i, &set).await }
+            },
+        )
     }
 
     fn status(&self) -> SourceStatus {
-        let keys: Vec<&str> = self.inner.keys.iter().map(|k| k.key.as_str()).collect();
+        let keys: Vec<&str> = self.inner.keys.iter().map(|k| k.name.as_str()).collect();
         SourceStatus {
             connected: self.is_connected(),
             last_load_ms: self.inner.reports.last_load_ms(),

@@ -1,6 +1,7 @@
-//! What the data sources on a server (etcd, ZooKeeper) share: their own thread and runtime, stop on drop,
-//! reports to listeners with a counter tests and start-up checks can wait on, the last error and the time
-//! of the last load, and a blocking call into their runtime for the command center's write-back.
+//! What the data sources on a server (etcd, ZooKeeper) share: their builders' settings (the entries to watch,
+//! the credentials, the reconnection pause) and methods, their own thread and runtime, stop on drop, reports
+//! to listeners with a counter tests and start-up checks can wait on, the last error and the time of the last
+//! load, and a blocking call into their runtime for the command center's write-back.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -24,6 +25,76 @@ pub(crate) fn split_credentials(address: &str) -> (Option<Credentials>, &str) {
         None => (None, address),
     }
 }
+
+/// One entry a server-backed source watches: an etcd key or a ZooKeeper node.
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    /// `None`: a combined document.
+    pub(crate) kind: Option<RuleKind>,
+    /// The key, or the node's path.
+    pub(crate) name: String,
+}
+
+/// What the builders of the server-backed sources share: the entries to watch, the credentials, and the
+/// longest pause between reconnection attempts.
+#[derive(Clone, Debug)]
+pub(crate) struct SourceSettings {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) user: Option<Credentials>,
+    pub(crate) retry_max: Duration,
+}
+
+impl SourceSettings {
+    /// No entry yet, `user` (from the address, if any), a longest pause of 2 s.
+    pub(crate) fn new(user: Option<Credentials>) -> Self {
+        SourceSettings { entries: Vec::new(), user, retry_max: Duration::from_secs(2) }
+    }
+
+    /// What `start` checks before it connects: an entry at least (`entry` names what one is: "key",
+    /// "node"), no entry that `invalid` rejects (its message), a pause above zero.
+    pub(crate) fn check(&self, entry: &str, invalid: impl Fn(&Entry) -> Option<String>) -> Result<(), String> {
+        if self.entries.is_empty() {
+            return Err(format!("no {entry}: add one with `rules` or `rule_set`"));
+        }
+        if let Some(reason) = self.entries.iter().find_map(invalid) {
+            return Err(reason);
+        }
+        if self.retry_max.is_zero() {
+            return Err("`retry_max` must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// The builder methods every server-backed source offers over its [`SourceSettings`] (the builder's
+/// `settings` field): `rules`, `rule_set`, `retry_max`. `$java` is Java's data source, `$name` the name of an
+/// entry's parameter and `$where` where the rules are read, in words.
+macro_rules! settings_methods {
+    ($builder:ty, $java:literal, $name:ident, $where:literal) => {
+        impl $builder {
+            #[doc = concat!("One kind's rules (a JSON list, as Java's `", $java, "` reads) in ", $where, ".")]
+            pub fn rules(mut self, kind: RuleKind, $name: impl Into<String>) -> Self {
+                self.settings.entries.push(super::remote::Entry { kind: Some(kind), name: $name.into() });
+                self
+            }
+
+            #[doc = concat!(
+                        "A combined document (`{\"flowRules\": [...], \"degradeRules\": [...]}`) in ", $where, "."
+                    )]
+            pub fn rule_set(mut self, $name: impl Into<String>) -> Self {
+                self.settings.entries.push(super::remote::Entry { kind: None, name: $name.into() });
+                self
+            }
+
+            /// The longest pause between reconnection attempts (default 2 s; the first is 100 ms, then doubling).
+            pub fn retry_max(mut self, d: std::time::Duration) -> Self {
+                self.settings.retry_max = d;
+                self
+            }
+        }
+    };
+}
+pub(crate) use settings_methods;
 
 /// Listeners, the last error, the count of handled documents and the time of the last load.
 pub(crate) struct Reports<R, E> {
@@ -162,6 +233,43 @@ impl Background {
         rx.recv_timeout(timeout).unwrap_or_else(|_| {
             Err(WriteBackError::Store { target: target.to_string(), reason: format!("no answer within {timeout:?}") })
         })
+    }
+
+    /// The command center's write-back of `set` to a source on `store` (`target` names it in errors): on
+    /// this runtime, with the source's `client` (`None`: not connected), `write` puts each entry (by index)
+    /// that [`entries_for`] finds among `entries`, in order; at most 10 s in all, logged either way.
+    pub(crate) fn write_back<C, W, F>(
+        &self,
+        store: &str,
+        target: String,
+        entries: impl Iterator<Item = Option<RuleKind>> + Clone,
+        client: &Mutex<Option<C>>,
+        set: &RuleSet,
+        write: W,
+    ) -> Result<(), WriteBackError>
+    where
+        C: Clone + Send + 'static,
+        W: Fn(C, usize, RuleSet) -> F + Send + 'static,
+        F: std::future::Future<Output = Result<(), WriteBackError>> + Send,
+    {
+        let targets = entries_for(entries, set, &target)?;
+        let client = client.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(client) = client else {
+            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
+        };
+        let kinds = set.kinds();
+        let set = set.clone();
+        let result = self.call(&target, Duration::from_secs(10), async move {
+            for i in targets {
+                write(client.clone(), i, set.clone()).await?;
+            }
+            Ok(())
+        });
+        match &result {
+            Ok(()) => tracing::info!(?kinds, "rules written back to {store}"),
+            Err(e) => tracing::warn!(error = %e, "rules could not be written back to {store}"),
+        }
+        result
     }
 
     pub(crate) fn stop(&mut self) {

@@ -21,7 +21,8 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::remote::{
-    entries_for, entry_text, parse_bytes, source_accessors, split_credentials, Background, Credentials, Reports,
+    entry_text, parse_bytes, settings_methods, source_accessors, split_credentials, Background, Credentials, Entry,
+    Reports, SourceSettings,
 };
 use super::{ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
@@ -94,13 +95,6 @@ pub enum ZookeeperSourceError {
     Config(String),
 }
 
-#[derive(Clone, Debug)]
-struct Node {
-    /// `None`: a combined document.
-    kind: Option<RuleKind>,
-    path: String,
-}
-
 /// What this source knows of one node.
 #[derive(Clone, Debug, Default)]
 struct Seen {
@@ -114,7 +108,7 @@ struct Inner {
     engine: Sentinel,
     servers: String,
     digest: Option<Credentials>,
-    nodes: Vec<Node>,
+    nodes: Vec<Entry>,
     retry_max: Duration,
     session_timeout: Duration,
     seen: Mutex<Vec<Seen>>,
@@ -156,9 +150,7 @@ impl std::fmt::Debug for ZookeeperDataSource {
 #[must_use = "a builder does nothing until `start` is called"]
 pub struct ZookeeperDataSourceBuilder {
     servers: String,
-    digest: Option<Credentials>,
-    nodes: Vec<Node>,
-    retry_max: Duration,
+    settings: SourceSettings,
     session_timeout: Duration,
 }
 
@@ -173,45 +165,26 @@ impl ZookeeperDataSource {
         let (digest, hosts) = split_credentials(rest);
         ZookeeperDataSourceBuilder {
             servers: hosts.to_string(),
-            digest,
-            nodes: Vec::new(),
-            retry_max: Duration::from_secs(2),
+            settings: SourceSettings::new(digest),
             session_timeout: Duration::from_secs(10),
         }
     }
 }
 
 source_accessors!(ZookeeperDataSource, ZookeeperReload, ZookeeperSourceError);
+settings_methods!(ZookeeperDataSourceBuilder, "ZookeeperDataSource", path, "the node at `path`");
 
 impl ZookeeperDataSourceBuilder {
-    /// One kind's rules (a JSON list, as Java's `ZookeeperDataSource` reads) in the node at `path`.
-    pub fn rules(mut self, kind: RuleKind, path: impl Into<String>) -> Self {
-        self.nodes.push(Node { kind: Some(kind), path: path.into() });
-        self
-    }
-
     /// One kind's rules in the node `/{group_id}/{data_id}`: Java's `ZookeeperDataSource(serverAddr,
     /// groupId, dataId, parser)`.
     pub fn rules_at(self, kind: RuleKind, group_id: &str, data_id: &str) -> Self {
         self.rules(kind, format!("/{group_id}/{data_id}"))
     }
 
-    /// A combined document (`{"flowRules": [...], "degradeRules": [...]}`) in the node at `path`.
-    pub fn rule_set(mut self, path: impl Into<String>) -> Self {
-        self.nodes.push(Node { kind: None, path: path.into() });
-        self
-    }
-
     /// Digest authentication (`addauth digest user:password`, Java's `AuthInfo("digest", ...)`); replaces
     /// credentials given in the address.
     pub fn digest(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.digest = Some((user.into(), password.into()));
-        self
-    }
-
-    /// The longest pause between reconnection attempts (default 2 s; the first is 100 ms, then doubling).
-    pub fn retry_max(mut self, d: Duration) -> Self {
-        self.retry_max = d;
+        self.settings.user = Some((user.into(), password.into()));
         self
     }
 
@@ -224,22 +197,22 @@ impl ZookeeperDataSourceBuilder {
     /// Starts the data source on its own thread: watches and reads every node. A ZooKeeper that is down is
     /// not an error (it is reported and retried); bad settings are.
     pub fn start(self, engine: &Sentinel) -> Result<ZookeeperDataSource, ZookeeperSourceError> {
-        if self.nodes.is_empty() {
-            return Err(ZookeeperSourceError::Config("no node: add one with `rules` or `rule_set`".into()));
-        }
-        if let Some(n) = self.nodes.iter().find(|n| !n.path.starts_with('/') || n.path.len() < 2) {
-            return Err(ZookeeperSourceError::Config(format!("a node path must be absolute: {n:?}")));
-        }
-        if self.retry_max.is_zero() || self.servers.trim().is_empty() {
-            return Err(ZookeeperSourceError::Config("no server, or `retry_max` is zero".into()));
+        let settings = self.settings;
+        settings
+            .check("node", |n| {
+                (!n.name.starts_with('/') || n.name.len() < 2).then(|| format!("a node path must be absolute: {n:?}"))
+            })
+            .map_err(ZookeeperSourceError::Config)?;
+        if self.servers.trim().is_empty() {
+            return Err(ZookeeperSourceError::Config("no server".into()));
         }
         let inner = Arc::new(Inner {
             engine: engine.clone(),
             servers: self.servers,
-            digest: self.digest,
-            seen: Mutex::new(vec![Seen::default(); self.nodes.len()]),
-            nodes: self.nodes,
-            retry_max: self.retry_max,
+            digest: settings.user,
+            seen: Mutex::new(vec![Seen::default(); settings.entries.len()]),
+            nodes: settings.entries,
+            retry_max: settings.retry_max,
             session_timeout: self.session_timeout,
             client: Mutex::new(None),
             reports: Reports::new(),
@@ -358,7 +331,7 @@ impl Inner {
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
         let mut tasks = Vec::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.iter().enumerate() {
-            let mut watcher = client.watch(&n.path, zk::AddWatchMode::Persistent).await.map_err(|e| e.to_string())?;
+            let mut watcher = client.watch(&n.name, zk::AddWatchMode::Persistent).await.map_err(|e| e.to_string())?;
             let tx = tx.clone();
             tasks.push(tokio::spawn(async move {
                 loop {
@@ -387,7 +360,7 @@ impl Inner {
     }
 
     async fn read(&self, client: &zk::Client, i: usize) -> Result<(), String> {
-        let path = &self.nodes[i].path;
+        let path = &self.nodes[i].name;
         match client.get_data(path).await {
             Ok((data, stat)) => {
                 self.put(i, stat.version, &data);
@@ -409,7 +382,7 @@ impl Inner {
 
     fn deleted(&self, i: usize) {
         self.seen.lock().unwrap_or_else(|e| e.into_inner())[i] = Seen::default();
-        let e = ZookeeperSourceError::Deleted { path: self.nodes[i].path.clone() };
+        let e = ZookeeperSourceError::Deleted { path: self.nodes[i].name.clone() };
         tracing::warn!(error = %e, "ZooKeeper data source: node deleted");
         self.report(ZookeeperReload::Rejected(e), true);
     }
@@ -421,14 +394,14 @@ impl Inner {
             seen[i].version = Some(version);
             if seen[i].applied.as_deref().map(str::as_bytes) == Some(value) {
                 drop(seen);
-                return self.report(ZookeeperReload::Unchanged { path: n.path.clone() }, true);
+                return self.report(ZookeeperReload::Unchanged { path: n.name.clone() }, true);
             }
         }
         let parsed = parse_bytes(n.kind, value);
         let (text, set) = match parsed {
             Ok(ok) => ok,
             Err(error) => {
-                let e = ZookeeperSourceError::Parse { path: n.path.clone(), error };
+                let e = ZookeeperSourceError::Parse { path: n.name.clone(), error };
                 tracing::warn!(error = %e, "ZooKeeper data source: malformed rules, the rules in force stay");
                 return self.report(ZookeeperReload::Rejected(e), true);
             }
@@ -437,11 +410,11 @@ impl Inner {
             Ok(kinds) => {
                 self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied = Some(text.to_string());
                 self.reports.loaded();
-                tracing::info!(path = %n.path, version, ?kinds, "ZooKeeper data source: rules applied");
-                self.report(ZookeeperReload::Applied { path: n.path.clone(), version, kinds }, true);
+                tracing::info!(path = %n.name, version, ?kinds, "ZooKeeper data source: rules applied");
+                self.report(ZookeeperReload::Applied { path: n.name.clone(), version, kinds }, true);
             }
             Err(error) => {
-                let e = ZookeeperSourceError::Invalid { path: n.path.clone(), error };
+                let e = ZookeeperSourceError::Invalid { path: n.name.clone(), error };
                 tracing::warn!(error = %e, "ZooKeeper data source: rules rejected, the rules in force stay");
                 self.report(ZookeeperReload::Rejected(e), true);
             }
@@ -459,17 +432,17 @@ impl Inner {
     /// Writes one node: `setData` at the version last seen, or `create` (with its parents) when it was absent.
     async fn write_node(&self, client: &zk::Client, i: usize, set: &RuleSet) -> Result<(), WriteBackError> {
         let n = &self.nodes[i];
-        let target = format!("ZooKeeper node `{}`", n.path);
+        let target = format!("ZooKeeper node `{}`", n.name);
         let store = |reason: String| WriteBackError::Store { target: target.clone(), reason };
         let (expected, current) = {
             let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             (seen[i].version, seen[i].applied.clone())
         };
         // A combined document keeps the kinds the push does not hold as this source last read them.
-        let text = entry_text(n.kind, current.as_deref(), set, &n.path)?;
+        let text = entry_text(n.kind, current.as_deref(), set, &n.name)?;
         let conflict = |detail: String| WriteBackError::Conflict { target: target.clone(), detail };
         let version = match expected {
-            Some(v) => match client.set_data(&n.path, text.as_bytes(), Some(v)).await {
+            Some(v) => match client.set_data(&n.name, text.as_bytes(), Some(v)).await {
                 Ok(stat) => stat.version,
                 Err(zk::Error::BadVersion) => {
                     return Err(conflict(format!("expected version {v}, another writer changed the node")))
@@ -479,13 +452,13 @@ impl Inner {
             },
             None => {
                 let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                if let Some((parent, _)) = n.path.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
+                if let Some((parent, _)) = n.name.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
                     match client.mkdir(parent, &options).await {
                         Ok(()) | Err(zk::Error::NodeExists) => {}
                         Err(e) => return Err(store(e.to_string())),
                     }
                 }
-                match client.create(&n.path, text.as_bytes(), &options).await {
+                match client.create(&n.name, text.as_bytes(), &options).await {
                     Ok((stat, _)) => stat.version,
                     Err(zk::Error::NodeExists) => {
                         return Err(conflict("expected no node, another writer created it".into()))
@@ -505,30 +478,22 @@ impl WritableDataSource for ZookeeperDataSource {
     /// the node's version as this source last saw it: a node another writer changed meanwhile is not
     /// overwritten ([`WriteBackError::Conflict`]).
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
-        let target = format!("ZooKeeper {}", self.inner.servers);
-        let targets = entries_for(self.inner.nodes.iter().map(|e| e.kind), set, &target)?;
-        let client = self.inner.client.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(client) = client else {
-            return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
-        };
         let inner = self.inner.clone();
-        let kinds = set.kinds();
-        let set = set.clone();
-        let result = self.background.call(&target, Duration::from_secs(10), async move {
-            for i in targets {
-                inner.write_node(&client, i, &set).await?;
-            }
-            Ok(())
-        });
-        match &result {
-            Ok(()) => tracing::info!(?kinds, "rules written back to ZooKeeper"),
-            Err(e) => tracing::warn!(error = %e, "rules could not be written back to ZooKeeper"),
-        }
-        result
+        self.background.write_back(
+            "ZooKeeper",
+            format!("ZooKeeper {}", self.inner.servers),
+            self.inner.nodes.iter().map(|e| e.kind),
+            &self.inner.client,
+            set,
+            move |client, i, set| {
+                let inner = inner.clone();
+                async move { inner.write_node(&client, i, &set).await }
+            },
+        )
     }
 
     fn status(&self) -> SourceStatus {
-        let nodes: Vec<&str> = self.inner.nodes.iter().map(|n| n.path.as_str()).collect();
+        let nodes: Vec<&str> = self.inner.nodes.iter().map(|n| n.name.as_str()).collect();
         SourceStatus {
             connected: self.is_connected(),
             last_load_ms: self.inner.reports.last_load_ms(),

@@ -294,8 +294,7 @@ impl StatNode {
     /// system QPS), which still counts a bucket exactly one interval old (Java's `isWindowDeprecated` is a
     /// strict comparison): room comes 1 ms after the bucket boundary. The exact admission of reject rules
     /// starts a new budget at the boundary itself.
-    #[cold]
-    #[inline(never)]
+    #[inline]
     pub(crate) fn qps_retry_after(
         &self,
         now_ms: u64,
@@ -307,6 +306,19 @@ impl StatNode {
         if limit.is_nan() || limit < acquire as f64 {
             return None;
         }
+        self.qps_retry_after_in_window(now_ms, acquire, limit, by_pass_qps)
+    }
+
+    /// [`qps_retry_after`](Self::qps_retry_after) for a limit that can admit `acquire`.
+    #[cold]
+    #[inline(never)]
+    fn qps_retry_after_in_window(
+        &self,
+        now_ms: u64,
+        acquire: u32,
+        limit: f64,
+        by_pass_qps: bool,
+    ) -> Option<std::time::Duration> {
         let bucket = super::window::BUCKET_MS;
         let to_end = bucket - now_ms % bucket;
         let current = self.window_pass_at(now_ms) as f64;
