@@ -86,14 +86,16 @@ mod breaker;
 mod config;
 mod connection;
 mod datasource;
+mod error;
 mod keys;
 mod lease;
 mod script;
 mod worker;
 
-pub use config::{ClusterError, ClusterOptions};
+pub use config::ClusterOptions;
 pub use connection::Topology;
 pub use datasource::{RedisDataSource, RedisDataSourceBuilder, RedisReload, RedisSourceError};
+pub use error::ClusterError;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
