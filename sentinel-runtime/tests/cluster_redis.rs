@@ -763,12 +763,12 @@ fn instance_beating(
     (engine, client)
 }
 
-/// The tokens Redis counts in the rule's window now (the sum of its buckets; the field `g` is the window's
-/// generation, not a bucket).
+/// The tokens Redis counts in the rule's window now (the sum of its buckets, the fields named by a bucket's
+/// index: `g` is the window's generation, `s:<member>` the last give-back applied per member).
 fn window_total(url: &str, key: &str) -> u64 {
     let mut conn = redis::Client::open(url).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
     let fields: BTreeMap<String, String> = redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
-    fields.iter().filter(|(k, _)| k.as_str() != "g").map(|(_, v)| v.parse::<i64>().unwrap().max(0) as u64).sum()
+    fields.iter().filter(|(k, _)| k.parse::<i64>().is_ok()).map(|(_, v)| v.parse::<i64>().unwrap().max(0) as u64).sum()
 }
 
 /// Calls `api` until `stop` says so (given the calls admitted so far) or `within` passes; returns the calls
@@ -992,4 +992,58 @@ fn with_no_instance_count_seen_or_configured_the_fallback_takes_a_conservative_s
         "diagnose says how to fix it: {:?}",
         d.flow
     );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Give-backs that fail while Redis refuses the script
+
+#[test]
+fn tokens_given_back_while_the_script_fails_are_counted_once_when_redis_answers_again() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("tokens_given_back_while_the_script_fails") else { return };
+    // 1000/s over 30 s (3 s buckets): the first lease is far larger than the few calls made, and it ends
+    // (giving its unspent tokens back) at its bucket's end, within 3 s.
+    let rule = cluster_rule("api", 1000.0, ClusterThresholdType::Global, 30_000, 10);
+    let (engine, _client) = instance_with(&redis.url(), "give-back", rule, Duration::from_millis(200));
+    let window = engine.cluster_status()[0].key.clone().unwrap();
+    let members = format!("{}:m", window.strip_suffix(":w").unwrap());
+    assert_eq!(call_until(&engine, Duration::from_secs(5), |_, n| n >= 20), 20);
+    let leased = engine.cluster_status()[0].clone();
+    assert!(leased.tokens_leased > 20, "a lease larger than what was spent: {leased}");
+    // The membership key is overwritten: every script call fails (WRONGTYPE) before it touches the window,
+    // while the window keeps what it counted.
+    let mut conn =
+        redis::Client::open(redis.url()).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
+    redis::cmd("SET").arg(&members).arg("oops").query::<()>(&mut conn).unwrap();
+    // The lease ends with its tokens unspent; calls that carry them fail (the client keeps probing).
+    assert!(
+        wait_until(&engine, Duration::from_secs(6), |s| s.mode == ClusterRuleMode::Fallback && s.tokens_returned > 0),
+        "{}",
+        engine.cluster_status()[0]
+    );
+    let given = engine.cluster_status()[0].clone();
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.failures >= given.failures + 2),
+        "calls carrying the give-back failed: {}",
+        engine.cluster_status()[0]
+    );
+    redis::cmd("DEL").arg(&members).query::<()>(&mut conn).unwrap();
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
+    // What Redis counts is what the client kept: granted, less what it gave back (once), plus what its
+    // fallback admitted.
+    let known = |s: &sentinel_runtime::flow::ClusterRuleStatus| {
+        s.tokens_leased - s.tokens_returned + s.local_admissions_reported
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (mut counted, mut st) = (0, engine.cluster_status()[0].clone());
+    while Instant::now() < deadline {
+        st = engine.cluster_status()[0].clone();
+        counted = window_total(&redis.url(), &window);
+        if counted == known(&st) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(st.tokens_returned >= given.tokens_returned, "{st}");
+    assert_eq!(counted, known(&st), "Redis counts tokens the client gave back: {st}");
 }
