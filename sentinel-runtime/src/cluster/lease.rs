@@ -8,7 +8,15 @@
 //! (`t0`) as `t0 + (E − T) − margin`. Since Redis read `T` after `t0`, the bucket cannot have ended by
 //! then on Redis's clock, so no token is spent outside the bucket it was counted in (up to the margin,
 //! which covers the clocks' rates and the cached clock's resolution). Tokens left when a lease ends are
-//! given back to their bucket in the next call, so the window counts only what was spent.
+//! given back to their bucket with the next call, in numbered batches sent again until a reply shows them
+//! applied (the script applies each batch once), so the window counts only what was spent, also when the
+//! give-back's first call failed.
+//!
+//! **Falling back.** Each reply lists what every bucket of the window holds. When Redis fails, the local
+//! limit owes this instance's share of that (its local limit over the window's allowance, per token) until
+//! each bucket leaves the window, at an engine time estimated never early: the fallbacks together admit
+//! what the window frees, as it frees it, and a failure on a full window admits nothing only until its
+//! oldest bucket leaves.
 //!
 //! **Few round trips.** The client measures the rate its leases served on this instance (tokens spent per
 //! ms; calls that found no token, decided locally or blocked, do not count: a lease sized by them would sit

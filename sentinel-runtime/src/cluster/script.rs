@@ -293,3 +293,26 @@ impl Scripts {
         inv.invoke_async(conn).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply_of(items: &[i64]) -> Result<LeaseReply, redis::ParsingError> {
+        LeaseReply::from_redis_value(Value::Array(items.iter().map(|n| Value::Int(*n)).collect()))
+    }
+
+    #[test]
+    fn a_reply_lists_each_bucket_of_the_window_once_oldest_first() {
+        // The bucket just granted in comes twice (what it held, and the grant): one entry, summed.
+        let r = reply_of(&[5, 1_050, 10, 3, 95, 0, 0, 7, 8, 20, 10, 60, 10, 5, 9, 0]).unwrap();
+        assert_eq!((r.granted, r.bucket, r.left, r.generation), (5, 10, 95, 7));
+        assert_eq!(r.window, vec![(8, 20), (9, 0), (10, 65)]);
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_shape_is_an_error_not_a_panic() {
+        assert!(reply_of(&[5, 1_050, 10]).is_err());
+        assert!(reply_of(&[5, 1_050, 10, 3, 95, 0, 0, 7, 8]).is_err(), "a bucket without its count");
+    }
+}
