@@ -847,6 +847,17 @@ fn lease_calls_abandoned_while_redis_hangs_grant_nothing_when_it_resumes() {
     assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
     // Redis ran the abandoned call when it resumed (before anything sent later on the connection). What it
     // counts must be what the client knows of, once the fallback's admissions are reported.
+    let (counted, known, st) = window_and_client_agree(&engine, &redis.url(), &key);
+    assert_eq!(counted, known, "tokens counted in Redis that no caller was granted: {st}");
+}
+
+/// Waits (at most 3 s) until Redis counts in the rule's window what the client kept (tokens granted, less
+/// those given back, plus what its fallback admitted); returns both counts and the last status.
+fn window_and_client_agree(
+    engine: &Sentinel,
+    url: &str,
+    key: &str,
+) -> (u64, u64, sentinel_runtime::flow::ClusterRuleStatus) {
     let known = |s: &sentinel_runtime::flow::ClusterRuleStatus| {
         s.tokens_leased - s.tokens_returned + s.local_admissions_reported
     };
@@ -854,13 +865,13 @@ fn lease_calls_abandoned_while_redis_hangs_grant_nothing_when_it_resumes() {
     let (mut counted, mut st) = (0, engine.cluster_status()[0].clone());
     while Instant::now() < deadline {
         st = engine.cluster_status()[0].clone();
-        counted = window_total(&redis.url(), &key);
+        counted = window_total(url, key);
         if counted == known(&st) {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(counted, known(&st), "tokens counted in Redis that no caller was granted: {st}");
+    (counted, known(&st), st)
 }
 
 #[test]
@@ -1031,19 +1042,7 @@ fn tokens_given_back_while_the_script_fails_are_counted_once_when_redis_answers_
     assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
     // What Redis counts is what the client kept: granted, less what it gave back (once), plus what its
     // fallback admitted.
-    let known = |s: &sentinel_runtime::flow::ClusterRuleStatus| {
-        s.tokens_leased - s.tokens_returned + s.local_admissions_reported
-    };
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let (mut counted, mut st) = (0, engine.cluster_status()[0].clone());
-    while Instant::now() < deadline {
-        st = engine.cluster_status()[0].clone();
-        counted = window_total(&redis.url(), &window);
-        if counted == known(&st) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (counted, known, st) = window_and_client_agree(&engine, &redis.url(), &window);
     assert!(st.tokens_returned >= given.tokens_returned, "{st}");
-    assert_eq!(counted, known(&st), "Redis counts tokens the client gave back: {st}");
+    assert_eq!(counted, known, "Redis counts tokens the client gave back: {st}");
 }

@@ -947,14 +947,22 @@ mod tests {
         call.returns.iter().map(|(_, b, n)| (*b, *n)).collect()
     }
 
-    #[test]
-    fn a_give_back_whose_call_failed_is_sent_again_until_a_reply_shows_it_applied() {
+    /// A lease of 40 tokens of which `spent` were spent, ended (its unspent tokens to give back).
+    fn ended_lease(spent: u32) -> (Driver, Arc<RuleLease>) {
         let (mut d, lease) = driver();
         let (call, r) = reply(40, 40, 900, 0);
         d.apply(&lease, &call, &r, &times());
-        assert!(lease.take_in_hand(ENGINE_MS + 2, 1));
-        // Redis hangs; the lease ends meanwhile with 39 tokens unspent.
+        if spent > 0 {
+            assert!(lease.take_in_hand(ENGINE_MS + 2, spent));
+        }
         d.expire(&lease, ENGINE_MS + 48);
+        (d, lease)
+    }
+
+    #[test]
+    fn a_give_back_whose_call_failed_is_sent_again_until_a_reply_shows_it_applied() {
+        // Redis hangs; the lease ends meanwhile with 39 tokens unspent.
+        let (mut d, lease) = ended_lease(1);
         let base = Instant::now();
         let first = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 60));
         assert_eq!(given_back(&first), vec![(REDIS_MS / 100, 39)]);
@@ -975,10 +983,7 @@ mod tests {
 
     #[test]
     fn a_give_back_for_buckets_that_left_the_window_is_no_longer_sent() {
-        let (mut d, lease) = driver();
-        let (call, r) = reply(40, 40, 900, 0);
-        d.apply(&lease, &call, &r, &times());
-        d.expire(&lease, ENGINE_MS + 48);
+        let (mut d, lease) = ended_lease(0);
         let mut clock = RedisClock::default();
         clock.observe(REDIS_MS, ENGINE_MS, Instant::now());
         let soon = CallAt { clock, ..at(Instant::now(), 500) };
@@ -991,11 +996,7 @@ mod tests {
 
     #[test]
     fn a_window_made_afresh_takes_no_give_back_of_the_lost_one_and_counts_the_net_grant() {
-        let (mut d, lease) = driver();
-        let (call, r) = reply(40, 40, 900, 0);
-        d.apply(&lease, &call, &r, &times());
-        assert!(lease.take_in_hand(ENGINE_MS + 2, 10));
-        d.expire(&lease, ENGINE_MS + 48);
+        let (mut d, lease) = ended_lease(10);
         let base = Instant::now();
         let next = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 49));
         assert_eq!(given_back(&next), vec![(REDIS_MS / 100, 30)]);
