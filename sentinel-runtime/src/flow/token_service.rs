@@ -129,7 +129,9 @@ impl FallbackDebt {
 
     /// The debt at engine time `now_ms`.
     pub(crate) fn at(&self, now_ms: u64) -> u64 {
-        self.steps.iter().find(|(until, _)| now_ms < *until).map_or(0, |(_, debt)| *debt)
+        // A binary search: a window may have many buckets, and every call of an outage comes here.
+        let i = self.steps.partition_point(|(until, _)| *until <= now_ms);
+        self.steps.get(i).map_or(0, |(_, debt)| *debt)
     }
 
     /// The engine time from which the debt is nothing.
