@@ -1,24 +1,22 @@
-//! The two Lua scripts the cluster client runs, and their replies.
+//! The Lua script the cluster client runs, and its reply.
 //!
-//! Both take the time from Redis (`TIME`, so every instance shares one clock), renew this instance's
-//! membership of the rule, drop members whose membership expired, apply the tokens the instance gives
-//! back (a lease that ended with tokens left, per bucket) and count the calls its local fallback admitted
-//! (per bucket, so that the window does not grant them again). A call carries a deadline in Redis time (the
-//! instant its caller gives up waiting, estimated from an earlier reply so that it is never late): run after
-//! it (Redis hung with the call queued), it grants nothing, so no token goes to a caller that left, and it
-//! counts no admissions (its caller counts the call failed and sends them again). Tokens given back come in
-//! numbered batches, sent again with every call until a reply shows them applied; the window hash records
-//! the last batch applied per member (field `s:<member>`, with the Redis time it was applied, dropped a
-//! window later), so a batch whose first call ran but whose reply was lost is not applied twice: a give-back
-//! that fails while Redis is down is applied, once, when it answers again. The window hash holds its generation (field `g`, the
-//! Redis time it was made): a window made afresh (its key was lost: a restart, `FLUSHALL`, a failover)
-//! grants nothing to a caller that knew another one until it has counted its own unspent grants in it. The
-//! lease script then sums the buckets of the sliding window (dropping expired ones), grants at most what is
-//! left under the limit (`count` per window for global thresholds, `count × live instances` for
-//! average-local ones) in the current bucket, tells when the window frees room again if it is used up, and
-//! what each of the window's buckets holds (what a fallback that starts before the next reply owes, bucket by
-//! bucket, until they leave the window).
-//! Scripts run through EVALSHA, loaded again on `NOSCRIPT` (the client's script helper).
+//! It takes the time from Redis (`TIME`, so every instance shares one clock), renews this instance's membership of
+//! the rule, drops members whose membership expired, applies the tokens the instance gives back (a lease that ended
+//! with tokens left, per bucket) and counts the calls its local fallback admitted (per bucket, so that the window
+//! does not grant them again). A call carries a deadline in Redis time (the instant its caller gives up waiting,
+//! estimated from an earlier reply so that it is never late): run after it (Redis hung with the call queued), it
+//! grants nothing, so no token goes to a caller that left, and it counts no admissions (its caller counts the call
+//! failed and sends them again). Tokens given back come in numbered batches, sent again with every call until a reply
+//! shows them applied; the window hash records the last batch applied per member (field `s:<member>`, with the Redis
+//! time it was applied, dropped a window later), so a batch whose first call ran but whose reply was lost is not
+//! applied twice: a give-back that fails while Redis is down is applied, once, when it answers again. The window hash
+//! holds its generation (field `g`, the Redis time it was made): a window made afresh (its key was lost: a restart,
+//! `FLUSHALL`, a failover) grants nothing to a caller that knew another one until it has counted its own unspent
+//! grants in it. It then sums the buckets of the sliding window (dropping expired ones), grants at most what is left
+//! under the limit (`count` per window for global thresholds, `count × live instances` for average-local ones) in the
+//! current bucket, tells when the window frees room again if it is used up, and what each of the window's buckets
+//! holds (what a fallback that starts before the next reply owes, bucket by bucket, until they leave the window). It
+//! runs through EVALSHA, loaded again on `NOSCRIPT` (the client's script helper).
 
 use redis::{FromRedisValue, RedisError, Value};
 
