@@ -55,18 +55,17 @@
 //!   mode resumes by itself when Redis answers again. Callers never see an error from it; the logs say why
 //!   (`tracing`), and so do [`Sentinel::cluster_status`] and [`Sentinel::diagnose`].
 //! - **Falling back and resuming.** Every call admitted without a leased token (by the fallback, or after its wait
-//!   timed out) is counted in the shared window by the next call Redis answers, in the bucket it was admitted in
-//!   (never an earlier one). When Redis answers again, a rule keeps its local limit a little longer
+//!   timed out) is counted in the shared window by the next call Redis answers, in the bucket it was admitted in (never
+//!   an earlier one). When Redis answers again, a rule keeps its local limit a little longer
 //!   ([`ClusterOptions::retry_max`] plus the connection and call timeouts: by then every instance has probed Redis and
 //!   counted what its fallback admitted) and then leases again, from what the window has left. When an instance falls
 //!   back, its local limit owes its share of what each bucket of the window held at the last reply until that bucket
-//!   leaves the window (and of what the others may have been granted since): the fallbacks admit what the window
-//!   frees, as it frees it. Tokens a lease gives back while Redis fails are sent again until Redis applies them
-//!   (once). The bound: a window admits at most the limit, plus what instances admit locally while they cannot reach
-//!   Redis (each at most its local limit, `count ÷ live` per second for global thresholds); coming back adds no second
-//!   window. A window whose key was lost (a restart, `FLUSHALL`, a failover to a replica that missed writes) is made
-//!   afresh with a new generation, and grants an instance nothing until it has counted there the tokens it was granted
-//!   in the lost one.
+//!   leaves the window: the fallbacks admit what the window frees, as it frees it. Tokens a lease gives back while
+//!   Redis fails are sent again until Redis applies them (once). The bound: a window admits at most the limit, plus
+//!   what instances admit locally while they cannot reach Redis (each at most its local limit, `count ÷ live` per
+//!   second for global thresholds); coming back adds no second window. A window whose key was lost (a restart,
+//!   `FLUSHALL`, a failover to a replica that missed writes) is made afresh with a new generation, and grants an
+//!   instance nothing until it has counted there the tokens it was granted in the lost one.
 //!
 //! # Keys
 //!
