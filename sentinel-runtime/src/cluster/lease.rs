@@ -268,7 +268,16 @@ impl Driver {
         let Some(seen) = &self.window_seen else { return FallbackDebt::default() };
         let share = lease.local_limit() / self.window_allowance().max(f64::MIN_POSITIVE);
         let span = i64::from(self.sample_count).saturating_mul(self.bucket_ms as i64);
-        let mut held: u64 = seen.buckets.iter().map(|(_, n)| n).sum();
+        // What this instance was granted in the last two buckets of the reply may be missing from the other
+        // instances' last replies (a busy instance leases every bucket): it owes their shares of it too, so
+        // that the fallbacks together count it whole.
+        let newest = seen.buckets.last().map_or(i64::MIN, |(b, _)| *b);
+        let others = self.live.max(1) - 1;
+        let weight = |bucket: i64, n: u64| match self.granted_by_bucket.iter().find(|(b, _)| *b == bucket) {
+            Some((_, mine)) if bucket >= newest - 1 => n.saturating_add(others.saturating_mul(*mine)),
+            _ => n,
+        };
+        let mut held: u64 = seen.buckets.iter().map(|(b, n)| weight(*b, *n)).sum();
         let mut steps = Vec::with_capacity(seen.buckets.len());
         for (bucket, n) in &seen.buckets {
             let leaves = seen.bucket_end_ms(*bucket, self.bucket_ms).saturating_add(span - self.bucket_ms as i64);
@@ -276,7 +285,7 @@ impl Driver {
             if leaves > now_ms as i64 && debt > 0 {
                 steps.push((leaves as u64, debt));
             }
-            held -= n;
+            held -= weight(*bucket, *n);
         }
         FallbackDebt::new(steps)
     }
@@ -1065,5 +1074,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_fallback_owes_the_others_shares_of_what_it_was_granted_last_as_their_replies_may_not_show_it() {
+        let (mut d, lease) = driver();
+        // This instance was granted 40 in bucket R (3 live instances); the window held 1000 in all.
+        let (call, mut r) = reply(40, 40, 0, 0);
+        r.window = vec![(REDIS_MS / 100 - 9, 960), (REDIS_MS / 100, 40)];
+        d.apply(&lease, &call, &r, &times());
+        let debt = d.fallback_debt(&lease, ENGINE_MS + 2);
+        // (1000 + 2 × 40) ÷ 3, until the oldest bucket leaves; then (40 + 2 × 40) ÷ 3 until bucket R does.
+        assert_eq!(debt.at(ENGINE_MS + 2), 360);
+        assert_eq!(debt.at(ENGINE_MS + 1 + 50), 40);
+        assert_eq!(debt.at(ENGINE_MS + 1 + 950), 0);
     }
 }
