@@ -14,9 +14,10 @@
 //!
 //! **Falling back.** Each reply lists what every bucket of the window holds. When Redis fails, the local
 //! limit owes this instance's share of that (its local limit over the window's allowance, per token) until
-//! each bucket leaves the window, at an engine time estimated never early: the fallbacks together admit
-//! what the window frees, as it frees it, and a failure on a full window admits nothing only until its
-//! oldest bucket leaves.
+//! each bucket leaves the window, at an engine time estimated never early (plus the other instances' shares
+//! of what it was granted in the last two buckets, which their own last replies may not show): the
+//! fallbacks together admit what the window frees, as it frees it, and a failure on a full window admits
+//! nothing only until its oldest bucket leaves.
 //!
 //! **Few round trips.** The client measures the rate its leases served on this instance (tokens spent per
 //! ms; calls that found no token, decided locally or blocked, do not count: a lease sized by them would sit
