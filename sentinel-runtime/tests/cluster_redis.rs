@@ -717,12 +717,12 @@ fn instance_beating(
     (engine, client)
 }
 
-/// The tokens Redis counts in the rule's window now (the sum of its buckets; the field `g` is the window's
-/// generation, not a bucket).
+/// The tokens Redis counts in the rule's window now (the sum of its buckets, the fields named by a bucket's
+/// index: `g` is the window's generation, `s:<member>` the last give-back applied per member).
 fn window_total(url: &str, key: &str) -> u64 {
     let mut conn = redis::Client::open(url).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
     let fields: BTreeMap<String, String> = redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
-    fields.iter().filter(|(k, _)| k.as_str() != "g").map(|(_, v)| v.parse::<i64>().unwrap().max(0) as u64).sum()
+    fields.iter().filter(|(k, _)| k.parse::<i64>().is_ok()).map(|(_, v)| v.parse::<i64>().unwrap().max(0) as u64).sum()
 }
 
 /// Calls `api` until `stop` says so (given the calls admitted so far) or `within` passes; returns the calls
@@ -801,6 +801,17 @@ fn lease_calls_abandoned_while_redis_hangs_grant_nothing_when_it_resumes() {
     assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
     // Redis ran the abandoned call when it resumed (before anything sent later on the connection). What it
     // counts must be what the client knows of, once the fallback's admissions are reported.
+    let (counted, known, st) = window_and_client_agree(&engine, &redis.url(), &key);
+    assert_eq!(counted, known, "tokens counted in Redis that no caller was granted: {st}");
+}
+
+/// Waits (at most 3 s) until Redis counts in the rule's window what the client kept (tokens granted, less
+/// those given back, plus what its fallback admitted); returns both counts and the last status.
+fn window_and_client_agree(
+    engine: &Sentinel,
+    url: &str,
+    key: &str,
+) -> (u64, u64, sentinel_runtime::flow::ClusterRuleStatus) {
     let known = |s: &sentinel_runtime::flow::ClusterRuleStatus| {
         s.tokens_leased - s.tokens_returned + s.local_admissions_reported
     };
@@ -808,13 +819,13 @@ fn lease_calls_abandoned_while_redis_hangs_grant_nothing_when_it_resumes() {
     let (mut counted, mut st) = (0, engine.cluster_status()[0].clone());
     while Instant::now() < deadline {
         st = engine.cluster_status()[0].clone();
-        counted = window_total(&redis.url(), &key);
+        counted = window_total(url, key);
         if counted == known(&st) {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(counted, known(&st), "tokens counted in Redis that no caller was granted: {st}");
+    (counted, known(&st), st)
 }
 
 #[test]
@@ -829,6 +840,7 @@ fn after_a_hang_leasing_resumes_and_calls_get_tokens_without_waiting_out_the_tim
     let timeout = Duration::from_millis(1000);
     let (engine, _client) = instance_with(&redis.url(), "resumes", rule, timeout);
     assert_eq!(call_until(&engine, Duration::from_secs(5), |_, n| n >= 200), 200);
+    let leased_before_the_hang = engine.cluster_status()[0].tokens_leased;
     redis.pause();
     let hang_ends = Instant::now() + Duration::from_millis(3200);
     call_until(&engine, Duration::from_secs(10), |_, _| Instant::now() >= hang_ends);
@@ -841,7 +853,9 @@ fn after_a_hang_leasing_resumes_and_calls_get_tokens_without_waiting_out_the_tim
     assert_eq!(passed, 500, "the window has room for every call: {st}");
     assert_eq!(st.wait_timeouts, before.wait_timeouts, "no call waited out the timeout for a lease: {st}");
     assert_eq!(st.fallback_decisions, before.fallback_decisions, "no call was decided locally: {st}");
-    assert!(st.tokens_leased > before.tokens_leased, "tokens came from Redis: {st}");
+    // (Leased after the hang: a lease ends with its bucket, shorter than the hang. The first may come before
+    // the calls above, when a call asked for one just before the hang.)
+    assert!(st.tokens_leased > leased_before_the_hang, "tokens came from Redis: {st}");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -946,4 +960,46 @@ fn with_no_instance_count_seen_or_configured_the_fallback_takes_a_conservative_s
         "diagnose says how to fix it: {:?}",
         d.flow
     );
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Give-backs that fail while Redis refuses the script
+
+#[test]
+fn tokens_given_back_while_the_script_fails_are_counted_once_when_redis_answers_again() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("tokens_given_back_while_the_script_fails") else { return };
+    // 1000/s over 30 s (3 s buckets): the first lease is far larger than the few calls made, and it ends
+    // (giving its unspent tokens back) at its bucket's end, within 3 s.
+    let rule = cluster_rule("api", 1000.0, ClusterThresholdType::Global, 30_000, 10);
+    let (engine, _client) = instance_with(&redis.url(), "give-back", rule, Duration::from_millis(200));
+    let window = engine.cluster_status()[0].key.clone().unwrap();
+    let members = format!("{}:m", window.strip_suffix(":w").unwrap());
+    assert_eq!(call_until(&engine, Duration::from_secs(5), |_, n| n >= 20), 20);
+    let leased = engine.cluster_status()[0].clone();
+    assert!(leased.tokens_leased > 20, "a lease larger than what was spent: {leased}");
+    // The membership key is overwritten: every script call fails (WRONGTYPE) before it touches the window,
+    // while the window keeps what it counted.
+    let mut conn =
+        redis::Client::open(redis.url()).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
+    redis::cmd("SET").arg(&members).arg("oops").query::<()>(&mut conn).unwrap();
+    // The lease ends with its tokens unspent; calls that carry them fail (the client keeps probing).
+    assert!(
+        wait_until(&engine, Duration::from_secs(6), |s| s.mode == ClusterRuleMode::Fallback && s.tokens_returned > 0),
+        "{}",
+        engine.cluster_status()[0]
+    );
+    let given = engine.cluster_status()[0].clone();
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.failures >= given.failures + 2),
+        "calls carrying the give-back failed: {}",
+        engine.cluster_status()[0]
+    );
+    redis::cmd("DEL").arg(&members).query::<()>(&mut conn).unwrap();
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
+    // What Redis counts is what the client kept: granted, less what it gave back (once), plus what its
+    // fallback admitted.
+    let (counted, known, st) = window_and_client_agree(&engine, &redis.url(), &window);
+    assert!(st.tokens_returned >= given.tokens_returned, "{st}");
+    assert_eq!(counted, known, "Redis counts tokens the client gave back: {st}");
 }

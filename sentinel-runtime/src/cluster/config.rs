@@ -1,8 +1,9 @@
-//! The cluster client's settings and its errors.
+//! The cluster client's settings.
 
 use std::time::Duration;
 
 use super::connection::Topology;
+use super::error::ClusterError;
 
 /// Settings of a [`RedisCluster`](super::RedisCluster) client, with their defaults.
 #[derive(Clone, Debug, PartialEq)]
@@ -107,73 +108,9 @@ impl ClusterOptions {
     }
 }
 
-/// Why the cluster client (or the Redis data source) could not start, or is not ready.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClusterError {
-    /// The Redis URL does not parse.
-    #[error("invalid Redis URL `{url}`: {reason} (expected redis://[user:password@]host:port[/db])")]
-    Url {
-        /// The URL given (with any password replaced by `***`).
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// A setting is out of range.
-    #[error("invalid cluster option `{field}`: {reason}")]
-    Option {
-        /// The setting.
-        field: &'static str,
-        /// Why.
-        reason: String,
-    },
-    /// The background thread could not be started.
-    #[error("could not start the {what} thread: {source}")]
-    Thread {
-        /// Which thread.
-        what: &'static str,
-        /// The system's error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Redis was not reached in time (the client keeps trying in the background; rules fall back meanwhile).
-    #[error("Redis is not available: {reason}")]
-    Unavailable {
-        /// The last failure.
-        reason: String,
-    },
-    /// A data source key or channel is blank.
-    #[error("invalid Redis data source: {reason}")]
-    Source {
-        /// Why.
-        reason: String,
-    },
-}
-
-/// The URL with its password hidden (for messages and logs).
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    match rest.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info.split_once(':').map_or("", |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}")
-        }
-        None => url.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_hidden_in_messages() {
-        assert_eq!(redact("redis://:secret@127.0.0.1:6379"), "redis://:***@127.0.0.1:6379");
-        assert_eq!(redact("redis://app:secret@h:1/2"), "redis://app:***@h:1/2");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
-        let e = Topology::Standalone { url: "http://:pw@x".into() }.link().map(|_| ()).unwrap_err();
-        assert!(e.to_string().contains(":***@") && !e.to_string().contains("pw"), "{e}");
-    }
 
     #[test]
     fn options_that_contradict_each_other_are_refused() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
-use super::config::{redact, ClusterError};
+use super::error::{redact, ClusterError};
 
 /// Where Redis runs: the deployment a cluster client or a data source talks to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -301,5 +301,16 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c) => c.get_db(),
             Conn::Master(c) => c.get_db(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_that_does_not_parse_is_refused_with_its_password_hidden() {
+        let e = Topology::Standalone { url: "http://:pw@x".into() }.link().map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains(":***@") && !e.to_string().contains("pw"), "{e}");
     }
 }

@@ -35,8 +35,8 @@ use futures::StreamExt;
 use crate::datasource::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
-use super::config::ClusterError;
 use super::connection::{Link, Topology};
+use super::error::ClusterError;
 
 /// One key and its channel.
 #[derive(Clone, Debug, PartialEq, Eq)]

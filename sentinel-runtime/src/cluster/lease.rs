@@ -8,7 +8,16 @@
 //! (`t0`) as `t0 + (E − T) − margin`. Since Redis read `T` after `t0`, the bucket cannot have ended by
 //! then on Redis's clock, so no token is spent outside the bucket it was counted in (up to the margin,
 //! which covers the clocks' rates and the cached clock's resolution). Tokens left when a lease ends are
-//! given back to their bucket in the next call, so the window counts only what was spent.
+//! given back to their bucket with the next call, in numbered batches sent again until a reply shows them
+//! applied (the script applies each batch once), so the window counts only what was spent, also when the
+//! give-back's first call failed.
+//!
+//! **Falling back.** Each reply lists what every bucket of the window holds. When Redis fails, the local
+//! limit owes this instance's share of that (its local limit over the window's allowance, per token) until
+//! each bucket leaves the window, at an engine time estimated never early (plus the other instances' shares
+//! of what it was granted in the last two buckets, which their own last replies may not show): the
+//! fallbacks together admit what the window frees, as it frees it, and a failure on a full window admits
+//! nothing only until its oldest bucket leaves.
 //!
 //! **Few round trips.** The client measures the rate its leases served on this instance (tokens spent per
 //! ms; calls that found no token, decided locally or blocked, do not count: a lease sized by them would sit
@@ -25,7 +34,7 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::flow::token_service::RuleLease;
+use crate::flow::token_service::{FallbackDebt, RuleLease};
 use crate::flow::{ClusterThresholdType, FlowRule};
 
 use super::keys::RuleKeys;
@@ -90,6 +99,25 @@ impl RedisClock {
     }
 }
 
+/// What the window held per bucket at a reply, and when: the engine time the reply arrived and the Redis
+/// time the script read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct WindowSeen {
+    arrived_ms: u64,
+    redis_ms: i64,
+    /// (bucket index, tokens), oldest first.
+    buckets: Vec<(i64, u64)>,
+}
+
+impl WindowSeen {
+    /// The engine time by which Redis's clock has passed the end of `bucket` (at the latest: Redis read
+    /// `redis_ms` before the reply arrived).
+    fn bucket_end_ms(&self, bucket: i64, bucket_ms: u64) -> i64 {
+        let end = bucket.saturating_add(1).saturating_mul(bucket_ms as i64);
+        (self.arrived_ms as i64).saturating_add(end - self.redis_ms)
+    }
+}
+
 /// The lease in force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Current {
@@ -112,8 +140,15 @@ pub(crate) struct Driver {
     sample_count: u32,
     margin_ms: u64,
     cur: Option<Current>,
-    /// Tokens to give back: (bucket, count).
+    /// Tokens to give back, not sent yet: (bucket, count).
     returns: Vec<(i64, u64)>,
+    /// Tokens given back in numbered batches no reply has shown applied yet: (batch, bucket, count). Sent
+    /// again with every call (the script applies each batch once), so a give-back whose call failed (Redis
+    /// down, hung, refusing) is applied when Redis answers again.
+    unconfirmed: Vec<(u64, i64, u64)>,
+    /// The last batch number used (0: none yet; the first is numbered from Redis's clock, so that an
+    /// instance that restarts under the same name numbers its batches above those of its previous life).
+    batch: u64,
     /// Calls the local fallback admitted, to count in the window: (bucket, count). Kept until a call that
     /// carried them got its reply (sent again after a failure: counted twice at worst, never missed).
     admitted: Vec<(i64, u64)>,
@@ -149,16 +184,14 @@ pub(crate) struct Driver {
     /// Calls wanted tokens while no lease call was worth making ([`Driver::hold_until`]): lease as soon as
     /// one is.
     pub(crate) ask_when_free: bool,
-    /// Tokens spent so far, sampled (engine ms, spent) at most every 50 ms over the last second and a bit:
-    /// what the lease admitted in the second before the client falls back.
-    spent_samples: std::collections::VecDeque<(u64, u64)>,
     /// The window's generation as last seen (0: none yet), and the tokens granted to this instance per
     /// bucket still in the window, net of those given back: counted again in a window made afresh.
     generation: i64,
     granted_by_bucket: Vec<(i64, u64)>,
-    /// Tokens still free in the window at the last reply (`u64::MAX` before one), and when it arrived.
+    /// Tokens still free in the window at the last reply (`u64::MAX` before one).
     last_left: u64,
-    last_reply: Option<Instant>,
+    /// What the window held per bucket at the last reply: what a fallback starting before the next one owes.
+    window_seen: Option<WindowSeen>,
     /// Redis answers again after failing: the rule stays on its local limit until then, while the other
     /// instances come back and count what their fallbacks admitted (see [`Driver::resume_after`]).
     pub(crate) probation_until: Option<Instant>,
@@ -190,6 +223,8 @@ impl Driver {
             margin_ms: u64::try_from(margin.as_millis()).unwrap_or(u64::MAX),
             cur: None,
             returns: Vec::new(),
+            unconfirmed: Vec::new(),
+            batch: 0,
             issued: 0,
             returned: 0,
             rate: 0.0,
@@ -201,11 +236,10 @@ impl Driver {
             exhausted_seen: 0,
             next_bucket_at: 0,
             ask_when_free: false,
-            spent_samples: std::collections::VecDeque::new(),
             generation: 0,
             granted_by_bucket: Vec::new(),
             last_left: u64::MAX,
-            last_reply: None,
+            window_seen: None,
             probation_until: None,
         }
     }
@@ -226,37 +260,35 @@ impl Driver {
         self.issued.saturating_sub(self.returned).saturating_sub(in_hand)
     }
 
-    /// Samples the tokens spent (every step of the worker; kept at most every 50 ms, over a second).
-    pub(crate) fn sample_spent(&mut self, lease: &RuleLease, now_ms: u64) {
-        if self.spent_samples.back().is_some_and(|(t, _)| now_ms < t + 50) {
-            return;
+    /// How much lower the local limit is from engine time `now_ms` if the client falls back now: this
+    /// instance's share of what the window held at the last reply (its part of the local limit over the
+    /// window's allowance, per token), step by step as the window's buckets leave it. Each bucket leaves at
+    /// an engine time estimated never early (from the reply's arrival: Redis read its time before), so the
+    /// instances' fallbacks together admit at most what the window frees, as it frees it.
+    pub(crate) fn fallback_debt(&self, lease: &RuleLease, now_ms: u64) -> FallbackDebt {
+        let Some(seen) = &self.window_seen else { return FallbackDebt::default() };
+        let share = lease.local_limit() / self.window_allowance().max(f64::MIN_POSITIVE);
+        let span = i64::from(self.sample_count).saturating_mul(self.bucket_ms as i64);
+        // What this instance was granted in the last two buckets of the reply may be missing from the other
+        // instances' last replies (a busy instance leases every bucket): it owes their shares of it too, so
+        // that the fallbacks together count it whole.
+        let newest = seen.buckets.last().map_or(i64::MIN, |(b, _)| *b);
+        let others = self.live.max(1) - 1;
+        let weight = |bucket: i64, n: u64| match self.granted_by_bucket.iter().find(|(b, _)| *b == bucket) {
+            Some((_, mine)) if bucket >= newest - 1 => n.saturating_add(others.saturating_mul(*mine)),
+            _ => n,
+        };
+        let mut held: u64 = seen.buckets.iter().map(|(b, n)| weight(*b, *n)).sum();
+        let mut steps = Vec::with_capacity(seen.buckets.len());
+        for (bucket, n) in &seen.buckets {
+            let leaves = seen.bucket_end_ms(*bucket, self.bucket_ms).saturating_add(span - self.bucket_ms as i64);
+            let debt = (held as f64 * share).ceil() as u64;
+            if leaves > now_ms as i64 && debt > 0 {
+                steps.push((leaves as u64, debt));
+            }
+            held -= weight(*bucket, *n);
         }
-        let spent = self.spent(lease);
-        self.spent_samples.push_back((now_ms, spent));
-        while self.spent_samples.len() > 1 && self.spent_samples[1].0 + 1000 <= now_ms {
-            self.spent_samples.pop_front();
-        }
-    }
-
-    /// Tokens spent from the leases in the last second (or more: counted from the oldest sample at least a
-    /// second old, else since the first).
-    pub(crate) fn spent_last_second(&self, lease: &RuleLease) -> u64 {
-        let base = self.spent_samples.front().map_or(0, |(_, s)| *s);
-        self.spent(lease).saturating_sub(base)
-    }
-
-    /// How much lower the local limit is in the second after falling back: what the lease admitted in the
-    /// second before (the instance's local rate stays within its limit), or more when the shared window had
-    /// less room at the last reply than the instances' local limits would admit together (each takes its
-    /// share of that room).
-    pub(crate) fn fallback_debt(&self, lease: &RuleLease) -> u64 {
-        let local = lease.local_limit();
-        // The room seen at the last reply, if it is recent (else unknown: no constraint).
-        let recent = self.last_reply.is_some_and(|t| t.elapsed() < Duration::from_secs(1));
-        let left = if recent { self.last_left } else { u64::MAX };
-        let room = left as f64 / self.live.max(1) as f64;
-        let short = (local - room).max(0.0).ceil() as u64;
-        self.spent_last_second(lease).max(short)
+        FallbackDebt::new(steps)
     }
 
     /// Redis answers again at `now`: the rule keeps its local limit for `pause` so that every instance has
@@ -387,6 +419,7 @@ impl Driver {
         if let Some(lease) = lease {
             self.take_local_admissions(lease, at);
         }
+        self.batch_returns(at);
         LeaseCall {
             want,
             member: member.to_string(),
@@ -397,10 +430,25 @@ impl Driver {
             sample_count: self.sample_count,
             deadline_ms: at.clock.deadline(at.now, self.timeout),
             generation: self.generation,
-            // Given back at most once: if the call fails they are dropped (counted as spent), never resent.
-            returns: std::mem::take(&mut self.returns),
+            returns: self.unconfirmed.clone(),
             admitted: self.admitted.clone(),
         }
+    }
+
+    /// Numbers the tokens to give back as one batch (sent with every call until a reply shows it applied),
+    /// and forgets batches of buckets that left the window (Redis would ignore them).
+    fn batch_returns(&mut self, at: &CallAt) {
+        if !self.returns.is_empty() {
+            if self.batch == 0 {
+                // Above any number this member used before it restarted (fewer than a thousand a ms).
+                self.batch = u64::try_from(at.clock.redis_ms(at.now_ms)).unwrap_or(0).saturating_mul(1000);
+            }
+            self.batch += 1;
+            let q = self.batch;
+            self.unconfirmed.extend(self.returns.drain(..).map(|(b, n)| (q, b, n)));
+        }
+        let newest = at.clock.redis_ms(at.now_ms).div_euclid(self.bucket_ms as i64);
+        self.unconfirmed.retain(|(_, b, _)| *b > newest - self.sample_count as i64);
     }
 
     /// Moves the calls the fallback admitted since the last look into `admitted`, in Redis buckets: each
@@ -481,10 +529,17 @@ impl Driver {
             // (Run after its deadline, it counted none of the fallback's admissions: they are sent again.)
             self.counted(lease, call);
         }
+        // Every batch the call carried is applied now (by it, or by an earlier call whose reply was lost).
+        if let Some(top) = call.returns.iter().map(|(q, _, _)| *q).max() {
+            self.unconfirmed.retain(|(q, _, _)| *q > top);
+        }
         if r.generation != self.generation {
             if self.generation != 0 {
                 // The window was made afresh (its key was lost): it grants this instance nothing until the
-                // tokens it holds or spent in it are counted there again; ask again with them at once.
+                // tokens it holds or spent in it are counted there again; ask again with them at once. Tokens
+                // given back are net of them (the new window never counted them: not given back there).
+                self.unconfirmed.clear();
+                self.returns.clear();
                 let oldest = r.bucket - i64::from(self.sample_count) + 1;
                 for (b, n) in std::mem::take(&mut self.granted_by_bucket) {
                     if b >= oldest && n > 0 {
@@ -504,7 +559,7 @@ impl Driver {
             self.granted_by_bucket.retain(|(b, _)| *b >= oldest);
         }
         self.last_left = r.left;
-        self.last_reply = Some(now);
+        self.window_seen = Some(WindowSeen { arrived_ms: t1_ms, redis_ms: r.redis_ms, buckets: r.window.clone() });
         if r.late {
             // Redis ran it after its deadline (slower than the timeout, yet the reply made it): nothing
             // granted; ask again.
@@ -558,7 +613,8 @@ impl Driver {
             // this instance's share of the room the window has left (what the others' fallbacks admitted
             // is counted there as they report it).
             let room = r.left as f64 / fallback_live as f64;
-            lease.set_fallback_debt(t1_ms, (lease.local_limit() - room).max(0.0).ceil() as u64);
+            let debt = (lease.local_limit() - room).max(0.0).ceil() as u64;
+            lease.set_fallback_debt(FallbackDebt::new(vec![(t1_ms.saturating_add(1000), debt)]));
             // Report again a bucket from now; lease once the pause is over.
             self.next_beat = now + Duration::from_millis(self.bucket_ms.max(10)).min(beat);
         } else {
@@ -593,7 +649,7 @@ impl Driver {
     /// Whether the membership is due for renewal, or tokens wait to be given back, or admissions to be
     /// counted.
     pub(crate) fn beat_due(&self, now: Instant) -> bool {
-        now >= self.next_beat || !self.returns.is_empty() || !self.admitted.is_empty()
+        now >= self.next_beat || !self.returns.is_empty() || !self.unconfirmed.is_empty() || !self.admitted.is_empty()
     }
 
     /// Engine times (ms) at which the driver wants to act: the end of its lease.
@@ -672,6 +728,7 @@ mod tests {
             retry_at_ms,
             late: false,
             generation: 7,
+            window: vec![(REDIS_MS / 100, granted)],
         };
         (call, r)
     }
@@ -708,7 +765,7 @@ mod tests {
         let (call, r) = reply(0, 0, 1000, 0);
         d.apply(&lease, &call, &r, &base);
         assert_eq!(lease.local_limit(), 1000.0 / 3.0);
-        let alone = LeaseReply { live: 1, ..r };
+        let alone = LeaseReply { live: 1, ..r.clone() };
         let soon = CallTimes { now: base.now + d.live_hold / 2, ..base };
         d.apply(&lease, &call, &alone, &soon);
         assert_eq!(d.live, 1, "leases are sized by the count seen");
@@ -716,7 +773,7 @@ mod tests {
         let later = CallTimes { now: base.now + d.live_hold * 2, ..base };
         d.apply(&lease, &call, &alone, &later);
         assert_eq!(lease.local_limit(), 1000.0, "a lower count that lasted is believed");
-        let more = LeaseReply { live: 4, ..r };
+        let more = LeaseReply { live: 4, ..r.clone() };
         d.apply(&lease, &call, &more, &later);
         assert_eq!(lease.local_limit(), 1000.0 / 4.0, "a higher count is believed at once");
     }
@@ -785,6 +842,7 @@ mod tests {
         // A reply for the same bucket arrives after that lease's last millisecond: its 10 tokens could not be
         // spent in the bucket.
         let (call, mut late) = reply(10, 10, 890, 0);
+        late.window = vec![(REDIS_MS / 100, 50)];
         late.redis_ms = REDIS_MS + 45;
         let t = CallTimes { t0_ms: ENGINE_MS + 45, t1_ms: ENGINE_MS + 48, ..times() };
         d.apply(&lease, &call, &late, &t);
@@ -802,7 +860,10 @@ mod tests {
         let (call, r) = reply(0, 0, 60, 0);
         d.apply(&lease, &call, &r, &CallTimes { now, ..times() });
         assert!(d.on_probation(now));
-        assert_eq!(lease.fallback_debt(), ((lease.local_limit() - 20.0) as u64, ENGINE_MS + 1 + 1000));
+        let debt = (lease.local_limit() - 20.0) as u64;
+        assert_eq!(lease.fallback_debt_at(ENGINE_MS + 1), debt);
+        assert_eq!(lease.fallback_debt_at(ENGINE_MS + 1000), debt, "for the next second");
+        assert_eq!(lease.fallback_debt_at(ENGINE_MS + 1 + 1000), 0);
     }
 
     #[test]
@@ -814,7 +875,7 @@ mod tests {
         // The rule is replaced: the engine drops its lease with 39 tokens unspent.
         drop(lease);
         let (_, leave) = d.leave_call("me", &at(Instant::now(), 3));
-        assert_eq!(leave.returns, vec![(REDIS_MS / 100, 39)]);
+        assert_eq!(given_back(&leave), vec![(REDIS_MS / 100, 39)]);
         assert_eq!(leave.ttl_ms, 0, "it leaves the member set");
     }
 
@@ -889,5 +950,144 @@ mod tests {
         d.apply(&lease, &again, &r, &times());
         assert!(d.beat_call(&lease, "me", Duration::from_secs(3), &at).admitted.is_empty(), "counted once");
         assert_eq!(lease.counters.reported.load(std::sync::atomic::Ordering::Relaxed), 3);
+    }
+
+    /// The (bucket, count) pairs a call gives back, whatever their batches.
+    fn given_back(call: &LeaseCall) -> Vec<(i64, u64)> {
+        call.returns.iter().map(|(_, b, n)| (*b, *n)).collect()
+    }
+
+    /// A lease of 40 tokens of which `spent` were spent, ended (its unspent tokens to give back).
+    fn ended_lease(spent: u32) -> (Driver, Arc<RuleLease>) {
+        let (mut d, lease) = driver();
+        let (call, r) = reply(40, 40, 900, 0);
+        d.apply(&lease, &call, &r, &times());
+        if spent > 0 {
+            assert!(lease.take_in_hand(ENGINE_MS + 2, spent));
+        }
+        d.expire(&lease, ENGINE_MS + 48);
+        (d, lease)
+    }
+
+    #[test]
+    fn a_give_back_whose_call_failed_is_sent_again_until_a_reply_shows_it_applied() {
+        // Redis hangs; the lease ends meanwhile with 39 tokens unspent.
+        let (mut d, lease) = ended_lease(1);
+        let base = Instant::now();
+        let first = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 60));
+        assert_eq!(given_back(&first), vec![(REDIS_MS / 100, 39)]);
+        // The call times out (no reply): the batch goes again, under the same number (Redis applies it once,
+        // whether or not the first call ran), with what was given back since in a batch of its own.
+        d.give_back(&lease, REDIS_MS / 100, 5);
+        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 900));
+        assert_eq!(again.returns[0], first.returns[0]);
+        assert_eq!(given_back(&again), vec![(REDIS_MS / 100, 39), (REDIS_MS / 100, 5)]);
+        assert!(again.returns[1].0 > again.returns[0].0, "a later batch is numbered higher");
+        assert!(d.beat_due(base), "a give-back still owed makes a call due");
+        // Redis answers again: the reply shows both applied; nothing is sent again.
+        let (_, ok) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &again, &ok, &times());
+        assert!(d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 950)).returns.is_empty());
+        assert_eq!(lease.counters.returned.load(std::sync::atomic::Ordering::Relaxed), 44);
+    }
+
+    #[test]
+    fn a_give_back_for_buckets_that_left_the_window_is_no_longer_sent() {
+        let (mut d, lease) = ended_lease(0);
+        let mut clock = RedisClock::default();
+        clock.observe(REDIS_MS, ENGINE_MS, Instant::now());
+        let soon = CallAt { clock, ..at(Instant::now(), 500) };
+        assert_eq!(given_back(&d.beat_call(&lease, "me", Duration::from_secs(3), &soon)), vec![(REDIS_MS / 100, 40)]);
+        // Redis stays down until the bucket has left the window (10 buckets of 100 ms): the give-back is moot.
+        let later = CallAt { clock, ..at(Instant::now(), 960) };
+        let late = d.beat_call(&lease, "me", Duration::from_secs(3), &later);
+        assert!(late.returns.is_empty(), "{:?}", late.returns);
+    }
+
+    #[test]
+    fn a_window_made_afresh_takes_no_give_back_of_the_lost_one_and_counts_the_net_grant() {
+        let (mut d, lease) = ended_lease(10);
+        let base = Instant::now();
+        let next = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 49));
+        assert_eq!(given_back(&next), vec![(REDIS_MS / 100, 30)]);
+        // The window key was lost: the script took no give-back there (generations differ).
+        let (_, mut fresh) = reply(0, 0, 1000, 0);
+        fresh.generation = 8;
+        d.apply(&lease, &next, &fresh, &times());
+        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 50));
+        assert!(again.returns.is_empty(), "nothing to give back to the new window");
+        assert_eq!(again.admitted, vec![(REDIS_MS / 100, 10)], "what was spent is counted there");
+    }
+
+    /// Three instances, each with a third of a global 1000 per second (10 buckets of 100 ms), all having seen
+    /// `held` in the window's buckets at the reply of [`times`] (Redis at [`REDIS_MS`], 50 ms into its
+    /// bucket), fall back `fail_after` ms after that reply and admit as much as their local limit lets them
+    /// (each its own sliding second, less the debt). Returns, per Redis bucket from the reply's on, what the
+    /// three fallbacks admitted in it.
+    fn fallback_after_full_window(held: &[u64], fail_after: u64) -> Vec<u64> {
+        let (mut d, lease) = driver();
+        let (call, mut r) = reply(0, 0, 0, 0);
+        let reply_bucket = REDIS_MS / 100;
+        r.window =
+            held.iter().enumerate().map(|(i, n)| (reply_bucket - held.len() as i64 + 1 + i as i64, *n)).collect();
+        d.apply(&lease, &call, &r, &times());
+        let fail_ms = ENGINE_MS + 1 + fail_after;
+        let debt = d.fallback_debt(&lease, fail_ms);
+        let limit = lease.local_limit();
+        // Redis's clock at engine time `e`: exactly what it read when the reply arrived (the latest a bucket
+        // can leave the window is then the true one).
+        let bucket_of = |e: u64| (REDIS_MS + (e - (ENGINE_MS + 1)) as i64).div_euclid(100) - reply_bucket;
+        let mut per_bucket = vec![0u64; 40];
+        let mut mine: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+        for e in fail_ms..fail_ms + 2500 {
+            while mine.front().is_some_and(|t| t + 1000 <= e) {
+                mine.pop_front();
+            }
+            while (mine.len() + 1) as f64 <= limit - debt.at(e) as f64 {
+                mine.push_back(e);
+                per_bucket[bucket_of(e) as usize] += 3;
+            }
+        }
+        per_bucket
+    }
+
+    #[test]
+    fn falling_back_on_a_full_window_admits_what_its_buckets_free_as_they_leave_never_more() {
+        let held = [50, 0, 200, 100, 150, 0, 300, 100, 50, 50];
+        for fail_after in [0, 20, 49, 130, 480] {
+            let admitted = fallback_after_full_window(&held, fail_after);
+            // Every window of 10 buckets ending at or after the reply's holds at most the limit: what the
+            // reply saw still in it, plus what the fallbacks admitted in it.
+            for end in 0..admitted.len() as i64 {
+                let seen: u64 = held.iter().enumerate().filter(|(i, _)| *i as i64 - 9 > end - 10).map(|(_, n)| n).sum();
+                let local: u64 = admitted[(end - 9).max(0) as usize..=end as usize].iter().sum();
+                assert!(seen + local <= 1000, "failing {fail_after} ms after: window ending {end}: {seen} + {local}");
+            }
+            // The second the failure starts in is not empty: each bucket that leaves frees room at once.
+            let fail_bucket = ((50 + fail_after) / 100) as usize;
+            let first_second: u64 = admitted[fail_bucket..fail_bucket + 10].iter().sum();
+            assert!(first_second >= 900, "failing {fail_after} ms after: {first_second} in the first second");
+            // The room a bucket that held something frees when it leaves (at the start of the bucket after
+            // it, a window later) is used in that bucket.
+            for m in fail_bucket.max(1)..=held.len() {
+                if held[m - 1] > 0 {
+                    assert!(admitted[m] > 0, "failing {fail_after} ms after, bucket {m}: {admitted:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_fallback_owes_the_others_shares_of_what_it_was_granted_last_as_their_replies_may_not_show_it() {
+        let (mut d, lease) = driver();
+        // This instance was granted 40 in bucket R (3 live instances); the window held 1000 in all.
+        let (call, mut r) = reply(40, 40, 0, 0);
+        r.window = vec![(REDIS_MS / 100 - 9, 960), (REDIS_MS / 100, 40)];
+        d.apply(&lease, &call, &r, &times());
+        let debt = d.fallback_debt(&lease, ENGINE_MS + 2);
+        // (1000 + 2 × 40) ÷ 3, until the oldest bucket leaves; then (40 + 2 × 40) ÷ 3 until bucket R does.
+        assert_eq!(debt.at(ENGINE_MS + 2), 360);
+        assert_eq!(debt.at(ENGINE_MS + 1 + 50), 40);
+        assert_eq!(debt.at(ENGINE_MS + 1 + 950), 0);
     }
 }

@@ -54,18 +54,18 @@
 //!   failing Redis (it probes again after 100 ms, doubling up to [`ClusterOptions::retry_max`]) and cluster
 //!   mode resumes by itself when Redis answers again. Callers never see an error from it; the logs say why
 //!   (`tracing`), and so do [`Sentinel::cluster_status`] and [`Sentinel::diagnose`].
-//! - **Falling back and resuming.** Every call admitted without a leased token (by the fallback, or after
-//!   its wait timed out) is counted in the shared window by the next call Redis answers, in the bucket it
-//!   was admitted in (never an earlier one). When Redis answers again, a rule keeps its local limit a little
-//!   longer ([`ClusterOptions::retry_max`] plus the connection and call timeouts: by then every instance
-//!   has probed Redis and counted what its fallback admitted) and then leases again, from what the window has left. In the
-//!   second an instance falls back, its local limit counts what its lease admitted in the second before
-//!   (or the window's room at the last reply, shared by the live instances, when that is less). The bound:
-//!   a window admits at most the limit, plus what instances admit locally while they cannot reach Redis
-//!   (each at most its local limit, `count ÷ live` per second for global thresholds); coming back adds no
-//!   second window. A window whose key was lost (a restart, `FLUSHALL`, a failover to a replica that
-//!   missed writes) is made afresh with a new generation, and grants an instance nothing until it has
-//!   counted there the tokens it was granted in the lost one.
+//! - **Falling back and resuming.** Every call admitted without a leased token (by the fallback, or after its wait
+//!   timed out) is counted in the shared window by the next call Redis answers, in the bucket it was admitted in (never
+//!   an earlier one). When Redis answers again, a rule keeps its local limit a little longer
+//!   ([`ClusterOptions::retry_max`] plus the connection and call timeouts: by then every instance has probed Redis and
+//!   counted what its fallback admitted) and then leases again, from what the window has left. When an instance falls
+//!   back, its local limit owes its share of what each bucket of the window held at the last reply until that bucket
+//!   leaves the window: the fallbacks admit what the window frees, as it frees it. Tokens a lease gives back while
+//!   Redis fails are sent again until Redis applies them (once). The bound: a window admits at most the limit, plus
+//!   what instances admit locally while they cannot reach Redis (each at most its local limit, `count ÷ live` per
+//!   second for global thresholds); coming back adds no second window. A window whose key was lost (a restart,
+//!   `FLUSHALL`, a failover to a replica that missed writes) is made afresh with a new generation, and grants an
+//!   instance nothing until it has counted there the tokens it was granted in the lost one.
 //!
 //! # Keys
 //!
@@ -86,14 +86,16 @@ mod breaker;
 mod config;
 mod connection;
 mod datasource;
+mod error;
 mod keys;
 mod lease;
 mod script;
 mod worker;
 
-pub use config::{ClusterError, ClusterOptions};
+pub use config::ClusterOptions;
 pub use connection::Topology;
 pub use datasource::{RedisDataSource, RedisDataSourceBuilder, RedisReload, RedisSourceError};
+pub use error::ClusterError;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};

@@ -1,19 +1,22 @@
-//! The two Lua scripts the cluster client runs, and their replies.
+//! The Lua script the cluster client runs, and its reply.
 //!
-//! Both take the time from Redis (`TIME`, so every instance shares one clock), renew this instance's
-//! membership of the rule, drop members whose membership expired, apply the tokens the instance gives
-//! back (a lease that ended with tokens left, per bucket) and count the calls its local fallback admitted
-//! (per bucket, so that the window does not grant them again). A call carries a deadline in Redis time (the
-//! instant its caller gives up waiting, estimated from an earlier reply so that it is never late): run after
-//! it (Redis hung with the call queued), it grants nothing, so no token goes to a caller that left, and it
-//! counts no admissions (its caller counts the call failed and sends them again; the tokens it gives back are
-//! taken back, as they are sent only once). The window hash holds its generation (field `g`, the
-//! Redis time it was made): a window made afresh (its key was lost: a restart, `FLUSHALL`, a failover)
-//! grants nothing to a caller that knew another one until it has counted its own unspent grants in it. The
-//! lease script then sums the buckets of the sliding window (dropping expired ones), grants at most what is
-//! left under the limit (`count` per window for global thresholds, `count × live instances` for
-//! average-local ones) in the current bucket, and tells when the window frees room again if it is used up.
-//! Scripts run through EVALSHA, loaded again on `NOSCRIPT` (the client's script helper).
+//! It takes the time from Redis (`TIME`, so every instance shares one clock), renews this instance's membership of
+//! the rule, drops members whose membership expired, applies the tokens the instance gives back (a lease that ended
+//! with tokens left, per bucket) and counts the calls its local fallback admitted (per bucket, so that the window
+//! does not grant them again). A call carries a deadline in Redis time (the instant its caller gives up waiting,
+//! estimated from an earlier reply so that it is never late): run after it (Redis hung with the call queued), it
+//! grants nothing, so no token goes to a caller that left, and it counts no admissions (its caller counts the call
+//! failed and sends them again). Tokens given back come in numbered batches, sent again with every call until a reply
+//! shows them applied; the window hash records the last batch applied per member (field `s:<member>`, with the Redis
+//! time it was applied, dropped a window later), so a batch whose first call ran but whose reply was lost is not
+//! applied twice: a give-back that fails while Redis is down is applied, once, when it answers again. The window hash
+//! holds its generation (field `g`, the Redis time it was made): a window made afresh (its key was lost: a restart,
+//! `FLUSHALL`, a failover) grants nothing to a caller that knew another one until it has counted its own unspent
+//! grants in it. It then sums the buckets of the sliding window (dropping expired ones), grants at most what is left
+//! under the limit (`count` per window for global thresholds, `count × live instances` for average-local ones) in the
+//! current bucket, tells when the window frees room again if it is used up, and what each of the window's buckets
+//! holds (what a fallback that starts before the next reply owes, bucket by bucket, until they leave the window). It
+//! runs through EVALSHA, loaded again on `NOSCRIPT` (the client's script helper).
 
 use redis::{FromRedisValue, RedisError, Value};
 
@@ -53,23 +56,40 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('PEXPIRE', KEYS[2], math.max(ttl, 1) * 2)
 local live = redis.call('ZCARD', KEYS[2])
 local nr = tonumber(ARGV[10])
-local na = tonumber(ARGV[11 + 2 * nr])
+local na = tonumber(ARGV[11 + 3 * nr])
 if late == 1 then
   -- Its caller gave up on it and counts it failed: it sends the admissions again.
   na = 0
 end
+-- Tokens given back come in numbered batches, sent again until a reply shows them applied: a batch
+-- numbered at most what this member's field records was applied already (by a call whose reply was lost).
+local skey = 's:' .. ARGV[2]
+local applied = 0
+local sv = redis.call('HGET', KEYS[1], skey)
+if sv then
+  applied = tonumber(string.match(sv, '^(%d+)')) or 0
+end
+local top = applied
 for i = 0, nr - 1 do
-  local b = tonumber(ARGV[11 + 2 * i])
-  local c = tonumber(ARGV[12 + 2 * i])
-  if b >= oldest and b <= cur then
+  local q = tonumber(ARGV[11 + 3 * i])
+  local b = tonumber(ARGV[12 + 3 * i])
+  local c = tonumber(ARGV[13 + 3 * i])
+  -- Only to the window the tokens were granted in (one made afresh never counted them).
+  if q > applied and known == gen and b >= oldest and b <= cur then
     local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
     local back = math.min(v, c)
     if back > 0 then
       redis.call('HINCRBY', KEYS[1], tostring(b), -back)
     end
   end
+  if q > top then top = q end
 end
-local at = 11 + 2 * tonumber(ARGV[10])
+if ttl == 0 then
+  redis.call('HDEL', KEYS[1], skey)
+elseif top > applied then
+  redis.call('HSET', KEYS[1], skey, string.format('%.0f:%.0f', top, now))
+end
+local at = 11 + 3 * nr
 for i = 0, na - 1 do
   local b = tonumber(ARGV[at + 1 + 2 * i])
   local c = tonumber(ARGV[at + 2 + 2 * i])
@@ -86,6 +106,13 @@ for i = 1, #fields, 2 do
   local v = tonumber(fields[i + 1])
   if fields[i] == 'g' then
     b = cur + 1
+  elseif string.sub(fields[i], 1, 2) == 's:' then
+    -- A member's last applied batch: kept a window after it was applied (a batch sent again later holds
+    -- only buckets that left the window).
+    local when = tonumber(string.match(fields[i + 1], ':(%d+)$') or '0')
+    if when + blen * n < now then
+      redis.call('HDEL', KEYS[1], fields[i])
+    end
   elseif b == nil or v == nil or b < oldest then
     redis.call('HDEL', KEYS[1], fields[i])
   elseif b <= cur then
@@ -121,7 +148,12 @@ if want > 0 and avail - grant <= 0 then
     end
   end
 end
-return {grant, now, cur, live, avail - grant, retry, late, gen}
+local out = {grant, now, cur, live, avail - grant, retry, late, gen}
+for _, e in ipairs(buckets) do
+  out[#out + 1] = e[1]
+  out[#out + 1] = e[2]
+end
+return out
 "#;
 
 /// The compiled lease script (its SHA is computed once).
@@ -157,14 +189,15 @@ pub(crate) struct LeaseCall {
     /// The window's generation the caller knows (0: none yet): a window made afresh since (its key was lost)
     /// grants nothing to a caller that has not counted its own tokens in it yet.
     pub(crate) generation: i64,
-    /// Tokens given back: (bucket index, count).
-    pub(crate) returns: Vec<(i64, u64)>,
+    /// Tokens given back, in numbered batches (sent again until a reply shows them applied; each applied
+    /// once): (batch number, bucket index, count), batch numbers ascending.
+    pub(crate) returns: Vec<(u64, i64, u64)>,
     /// Calls admitted without a token (the local fallback), counted in the window: (bucket index, count).
     pub(crate) admitted: Vec<(i64, u64)>,
 }
 
 /// The script's reply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LeaseReply {
     /// Tokens granted, in bucket `bucket`.
     pub(crate) granted: u64,
@@ -182,23 +215,43 @@ pub(crate) struct LeaseReply {
     pub(crate) late: bool,
     /// The window's generation (set when its key is made: a different one means the key was lost).
     pub(crate) generation: i64,
+    /// What each bucket of the window holds after this call (bucket index, tokens), oldest first, one entry
+    /// per bucket.
+    pub(crate) window: Vec<(i64, u64)>,
 }
 
 impl FromRedisValue for LeaseReply {
     fn from_redis_value(v: Value) -> Result<Self, redis::ParsingError> {
         let items: Vec<i64> = FromRedisValue::from_redis_value(v)?;
         match items[..] {
-            [granted, redis_ms, bucket, live, left, retry_at_ms, late, generation] => Ok(LeaseReply {
-                granted: granted.max(0) as u64,
-                redis_ms,
-                bucket,
-                live: live.max(0) as u64,
-                left: left.max(0) as u64,
-                retry_at_ms,
-                late: late != 0,
-                generation,
-            }),
-            _ => Err(format!("the lease script returned {} values, expected 8", items.len()).into()),
+            [granted, redis_ms, bucket, live, left, retry_at_ms, late, generation, ref rest @ ..]
+                if rest.len() % 2 == 0 =>
+            {
+                let mut window: Vec<(i64, u64)> = Vec::with_capacity(rest.len() / 2);
+                for pair in rest.chunks_exact(2) {
+                    let (b, n) = (pair[0], pair[1].max(0) as u64);
+                    match window.iter_mut().find(|(x, _)| *x == b) {
+                        Some((_, c)) => *c += n,
+                        None => window.push((b, n)),
+                    }
+                }
+                window.sort_unstable();
+                Ok(LeaseReply {
+                    granted: granted.max(0) as u64,
+                    redis_ms,
+                    bucket,
+                    live: live.max(0) as u64,
+                    left: left.max(0) as u64,
+                    retry_at_ms,
+                    late: late != 0,
+                    generation,
+                    window,
+                })
+            }
+            _ => {
+                Err(format!("the lease script returned {} values, expected 8 and (bucket, tokens) pairs", items.len())
+                    .into())
+            }
         }
     }
 }
@@ -228,13 +281,36 @@ impl Scripts {
             .arg(call.deadline_ms)
             .arg(call.generation)
             .arg(call.returns.len());
-        for (b, n) in &call.returns {
-            inv.arg(*b).arg(*n);
+        for (q, b, n) in &call.returns {
+            inv.arg(*q).arg(*b).arg(*n);
         }
         inv.arg(call.admitted.len());
         for (b, n) in &call.admitted {
             inv.arg(*b).arg(*n);
         }
         inv.invoke_async(conn).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply_of(items: &[i64]) -> Result<LeaseReply, redis::ParsingError> {
+        LeaseReply::from_redis_value(Value::Array(items.iter().map(|n| Value::Int(*n)).collect()))
+    }
+
+    #[test]
+    fn a_reply_lists_each_bucket_of_the_window_once_oldest_first() {
+        // The bucket just granted in comes twice (what it held, and the grant): one entry, summed.
+        let r = reply_of(&[5, 1_050, 10, 3, 95, 0, 0, 7, 8, 20, 10, 60, 10, 5, 9, 0]).unwrap();
+        assert_eq!((r.granted, r.bucket, r.left, r.generation), (5, 10, 95, 7));
+        assert_eq!(r.window, vec![(8, 20), (9, 0), (10, 65)]);
+    }
+
+    #[test]
+    fn a_reply_of_the_wrong_shape_is_an_error_not_a_panic() {
+        assert!(reply_of(&[5, 1_050, 10]).is_err());
+        assert!(reply_of(&[5, 1_050, 10, 3, 95, 0, 0, 7, 8]).is_err(), "a bucket without its count");
     }
 }

@@ -345,7 +345,6 @@ impl Worker {
         for d in &mut self.drivers {
             if let Some(lease) = d.lease.upgrade() {
                 d.expire(&lease, now_ms);
-                d.sample_spent(&lease, now_ms);
             }
         }
         // Each rule's gate, before the connection's probe changes it.
@@ -552,14 +551,15 @@ impl Worker {
         let b = self.breaker(group);
         let changed = b.last.as_ref().is_some_and(|last| !last.same_kind(&f));
         if b.failure(Instant::now(), f) {
-            // Falling back now: for a second, the local limits count what the leases admitted.
+            // Falling back now: the local limits owe each instance's share of what the window held at the last
+            // reply, until it leaves the window.
             let now_ms = self.engine.now_millis();
             for i in self.in_group(group) {
                 let d = &mut self.drivers[i];
                 // A rule still resuming had not leased since it last fell back: nothing to count.
                 let leasing = d.probation_until.take().is_none();
                 if let Some(lease) = d.lease.upgrade().filter(|_| leasing) {
-                    lease.set_fallback_debt(now_ms, d.fallback_debt(&lease));
+                    lease.set_fallback_debt(d.fallback_debt(&lease, now_ms));
                 }
             }
             if fresh {

@@ -25,6 +25,8 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
+
 use crate::slot::contract::CheckCx;
 use crate::stat::admission::{AdmissionWindow, Mode};
 use crate::stat::StatNode;
@@ -69,10 +71,10 @@ pub(crate) struct RuleLease {
     exhausted_until: AtomicU64,
     /// Bits of the local limit (calls per second) that falling back uses.
     fallback_limit: AtomicU64,
-    /// Calls this instance admitted with leased tokens in the second before it fell back, and the engine
-    /// time (ms) until which they count against the local limit: falling back mid-second does not add a
-    /// whole second's local limit on top of what the lease already admitted.
-    fallback_debt: AtomicU64,
+    /// How much lower the local limit is while what the shared window held when the service failed is still
+    /// in it ([`FallbackDebt`]), and the engine time (ms) from which it is nothing (the cold fallback path
+    /// reads the schedule only before then).
+    fallback_debt: ArcSwapOption<FallbackDebt>,
     fallback_debt_until: AtomicU64,
     /// Tokens left in the pool below which a call asks for more.
     low_water: AtomicU64,
@@ -99,6 +101,42 @@ impl Drop for RuleLease {
         let (left, until) = &*self.left_at_drop;
         until.store(self.window.lease_valid_until(), Ordering::Relaxed);
         left.store(self.window.lease_left(), Ordering::Release);
+    }
+}
+
+/// How much lower a rule's local limit is after its service failed, step by step: this instance's share of
+/// what the shared window held at the service's last answer, shrinking as that window's buckets leave it.
+/// Falling back on a full window then admits what the window frees, as it frees it (never a whole local
+/// limit on top of what the leases admitted, never an empty second when buckets leave).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FallbackDebt {
+    /// (engine ms before which the step applies, debt), `until` ascending; nothing from the last `until`.
+    steps: Box<[(u64, u64)]>,
+}
+
+impl FallbackDebt {
+    /// A schedule of `(until_ms, debt)` steps, each applying before its `until_ms` (and after the step
+    /// before it); sorted here, and made non-increasing (a step never owes less than a later one).
+    pub(crate) fn new(mut steps: Vec<(u64, u64)>) -> FallbackDebt {
+        steps.sort_unstable();
+        let mut owed = 0;
+        for step in steps.iter_mut().rev() {
+            owed = owed.max(step.1);
+            step.1 = owed;
+        }
+        FallbackDebt { steps: steps.into_boxed_slice() }
+    }
+
+    /// The debt at engine time `now_ms`.
+    pub(crate) fn at(&self, now_ms: u64) -> u64 {
+        // A binary search: a window may have many buckets, and every call of an outage comes here.
+        let i = self.steps.partition_point(|(until, _)| *until <= now_ms);
+        self.steps.get(i).map_or(0, |(_, debt)| *debt)
+    }
+
+    /// The engine time from which the debt is nothing.
+    pub(crate) fn until_ms(&self) -> u64 {
+        self.steps.last().map_or(0, |(until, _)| *until)
     }
 }
 
@@ -243,7 +281,7 @@ impl RuleLease {
         let instances = fallback_instances_of(&report).count();
         RuleLease {
             fallback_limit: AtomicU64::new(local_limit_of(&rule, instances).to_bits()),
-            fallback_debt: AtomicU64::new(0),
+            fallback_debt: ArcSwapOption::empty(),
             fallback_debt_until: AtomicU64::new(0),
             rule,
             window: AdmissionWindow::new(),
@@ -352,11 +390,12 @@ impl RuleLease {
         self.mode.store(MODE_FALLBACK, Ordering::Release);
     }
 
-    /// The service fails from engine time `now_ms`: for a second, the local limit is lower by `debt` (what
-    /// the lease admitted in the second before, or what the shared window had no room for).
-    pub(crate) fn set_fallback_debt(&self, now_ms: u64, debt: u64) {
-        self.fallback_debt.store(debt, Ordering::Relaxed);
-        self.fallback_debt_until.store(now_ms.saturating_add(1000), Ordering::Release);
+    /// The service fails (or answers again while the rule still decides locally): the local limit is lower
+    /// by `debt` as long as its schedule says (this instance's share of what the shared window holds).
+    pub(crate) fn set_fallback_debt(&self, debt: FallbackDebt) {
+        let until = debt.until_ms();
+        self.fallback_debt.store(Some(Arc::new(debt)));
+        self.fallback_debt_until.store(until, Ordering::Release);
     }
 
     /// The service's expected instance count (the rule's own, if it has one, wins): what the fallback
@@ -368,10 +407,12 @@ impl RuleLease {
             .store(local_limit_of(&self.rule, fallback_instances_of(&r).count()).to_bits(), Ordering::Relaxed);
     }
 
-    /// How much lower the local limit is, and until when (engine ms).
-    #[cfg(test)]
-    pub(crate) fn fallback_debt(&self) -> (u64, u64) {
-        (self.fallback_debt.load(Ordering::Relaxed), self.fallback_debt_until.load(Ordering::Relaxed))
+    /// How much lower the local limit is at engine time `now_ms`.
+    pub(crate) fn fallback_debt_at(&self, now_ms: u64) -> u64 {
+        if now_ms >= self.fallback_debt_until.load(Ordering::Acquire) {
+            return 0;
+        }
+        self.fallback_debt.load().as_deref().map_or(0, |d| d.at(now_ms))
     }
 
     /// The local limit (calls per second) that falling back uses.
@@ -513,12 +554,11 @@ impl RuleLease {
         let limit = match mode {
             // As with no service at all (Java's behaviour): the whole count.
             MODE_DETACHED => self.rule.count,
-            // Within a second of falling back, what the lease admitted in the second before counts.
-            _ if cx.now_ms < self.fallback_debt_until.load(Ordering::Acquire) => {
+            // While what the shared window held when the service failed is still in it, its share counts.
+            _ => {
                 let limit = f64::from_bits(self.fallback_limit.load(Ordering::Relaxed));
-                (limit - self.fallback_debt.load(Ordering::Relaxed) as f64).max(0.0)
+                (limit - self.fallback_debt_at(cx.now_ms) as f64).max(0.0)
             }
-            _ => f64::from_bits(self.fallback_limit.load(Ordering::Relaxed)),
         };
         let decision = if no_service(&self.rule) {
             reject_qps(node, cx.now_ms, cx.acquire, limit, false, scratch.held(node))
@@ -843,11 +883,30 @@ mod tests {
     #[test]
     fn falling_back_mid_second_counts_what_the_lease_admitted_against_the_local_limit() {
         let (engine, clock, lease) = fallen_back(10.0, 1);
-        lease.set_fallback_debt(T0, 8);
+        lease.set_fallback_debt(FallbackDebt::new(vec![(T0 + 1000, 8)]));
         let api = engine.resource("api");
         assert_eq!((0..10).filter(|_| api.enter().is_ok()).count(), 2, "10 per second, 8 of them leased");
         clock.advance_millis(1000);
         assert_eq!((0..20).filter(|_| api.enter().is_ok()).count(), 10, "a second later: the whole local limit");
+    }
+
+    #[test]
+    fn the_fallback_debt_shrinks_step_by_step_and_the_local_limit_admits_what_each_step_frees() {
+        let (engine, clock, lease) = fallen_back(10.0, 1);
+        // The shared window held 10 when the service failed: 6 of it leaves at T0 + 100, 2 more at T0 + 500,
+        // the rest at T0 + 900.
+        lease.set_fallback_debt(FallbackDebt::new(vec![(T0 + 100, 10), (T0 + 500, 4), (T0 + 900, 2)]));
+        let api = engine.resource("api");
+        let admitted = |n: usize| (0..n).filter(|_| api.enter().is_ok()).count();
+        assert_eq!(admitted(5), 0, "the window was full");
+        clock.advance_millis(100);
+        assert_eq!(admitted(10), 6, "what the first bucket freed");
+        clock.advance_millis(400);
+        assert_eq!(admitted(10), 2);
+        clock.advance_millis(400);
+        assert_eq!(admitted(10), 2, "the rest: 10 in the second, never more");
+        assert_eq!(lease.fallback_debt_at(T0 + 900), 0);
+        assert_eq!(FallbackDebt::new(vec![(T0 + 5, 1), (T0 + 9, 3)]).at(T0), 3, "never owes less than later");
     }
 
     #[test]
