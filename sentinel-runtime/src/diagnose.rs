@@ -15,6 +15,8 @@
 //! println!("{d}");
 //! ```
 
+mod adaptive;
+
 use std::fmt;
 
 use crate::circuit_breaker::{BreakerSnapshot, BreakerState, DegradeGrade, DegradeRule};
@@ -151,6 +153,8 @@ pub struct Diagnosis {
     pub cluster: Vec<ClusterRuleStatus>,
     /// Where the engine stands against its caps on names ([`Sentinel::caps`]).
     pub caps: Caps,
+    /// The resource's adaptive limiter, once a call built it ([`Sentinel::adaptive_status`]).
+    pub adaptive: Option<crate::adaptive::AdaptiveStatus>,
 }
 
 fn origin_label(o: &str) -> String {
@@ -684,6 +688,8 @@ impl Sentinel {
             notes.push("checking is switched off for the whole engine (`set_enabled(false)`)".to_string());
         }
         let caps = self.caps();
+        let adaptive = self.adaptive_status_of(resource);
+        notes.extend(adaptive::note(self, resource, adaptive.as_ref()));
         if resource == crate::RESOURCE_OVERFLOW {
             notes.push(format!(
                 "`{resource}` stands for the new names that no rule named once the resource cap ({}) was reached \
@@ -724,6 +730,7 @@ impl Sentinel {
             notes,
             cluster,
             caps,
+            adaptive,
         }
     }
 }
@@ -812,6 +819,7 @@ impl fmt::Display for Diagnosis {
         write_findings(f, "Hot-parameter rules", &self.param_flow)?;
         write_findings(f, "Authority rules", &self.authority)?;
         write_findings(f, "System rules", &self.system)?;
+        adaptive::write(f, self.adaptive.as_ref())?;
         write!(
             f,
             "Errors: {} of {} completions in the last minute had a traced error",

@@ -430,6 +430,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             flow: checks.flow,
             param: checks.param,
             breakers: checks.breakers,
+            adaptive: checks.adaptive,
         }))
     }
 }
@@ -689,6 +690,7 @@ pub struct Entry<'r> {
     flow: crate::flow::EntryState,
     param: crate::param_flow::EntryState,
     breakers: crate::circuit_breaker::EntryState,
+    adaptive: crate::adaptive::slot::AdaptiveHeld,
 }
 
 /// Puts the thread's context back when dropped (see [`Entry::scope`]).
@@ -714,6 +716,8 @@ impl Flags {
     const OWN: u8 = 8;
     /// A prioritized call admitted by borrowing a later window.
     const OCCUPIED: u8 = 16;
+    /// The call failed by overload ([`Entry::set_overload`]).
+    const OVERLOAD: u8 = 32;
     /// The flags as bits 0 to 4, in the order of the constants above (shifts: fewer instructions than
     /// selecting each constant).
     #[inline(always)]
@@ -749,6 +753,7 @@ impl<'r> Entry<'r> {
             flow: Default::default(),
             param: Default::default(),
             breakers: Default::default(),
+            adaptive: Default::default(),
         }
     }
 }
@@ -802,6 +807,29 @@ impl<'r> Entry<'r> {
         self.error = true;
     }
 
+    /// Marks the call as failed by overload: the downstream refused or shed it (HTTP 429 or 503, gRPC
+    /// `RESOURCE_EXHAUSTED` or `UNAVAILABLE`) or it ran past a time limit. An adaptive rule counts it as a
+    /// drop, and its limit backs off (see [`crate::adaptive`]); for statistics and circuit breakers it is an
+    /// error as well. The web layer and the outbound guards call it for those answers, and
+    /// [`set_timed_out`](Self::set_timed_out) does.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let mut entry = engine.enter("downstream").unwrap();
+    /// entry.set_overload(); // it answered 503
+    /// assert!(entry.is_overload() && entry.has_error());
+    /// ```
+    pub fn set_overload(&mut self) {
+        self.error = true;
+        self.flags |= Flags::OVERLOAD;
+    }
+
+    /// Whether the call was marked as failed by overload ([`set_overload`](Self::set_overload)).
+    pub fn is_overload(&self) -> bool {
+        self.flags & Flags::OVERLOAD != 0
+    }
+
     /// Traces an error: ignored when it is a [`BlockError`] or the engine's error filter rejects it.
     pub fn trace(&mut self, err: &(dyn StdError + 'static)) {
         if err.downcast_ref::<BlockError>().is_some() {
@@ -819,7 +847,7 @@ impl<'r> Entry<'r> {
         if self.node.is_none() {
             return;
         }
-        self.error = true;
+        self.set_overload();
         let limit_nanos = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
         // The response time is measured from `created_nanos` at exit: place the start `limit` before now.
         self.created_nanos = self.res.shared().clock.now_nanos().saturating_sub(limit_nanos);
@@ -969,14 +997,15 @@ impl Drop for Entry<'_> {
             o.record_rt(rt_micros);
         }
 
-        chain::exit(shared, &ExitCx { now_ms, rt_micros, error, acquire }, &mut self.held());
+        let overload = self.flags & Flags::OVERLOAD != 0;
+        chain::exit(shared, &ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire }, &mut self.held());
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
         if self.flags & Flags::TOUCHES_TLS != 0 {
             self.restore_context(shared, node);
         }
         if inner.has_breakers.load(Ordering::Acquire) {
-            let xcx = ExitCx { now_ms, rt_micros, error, acquire };
+            let xcx = ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }
@@ -990,7 +1019,13 @@ impl Entry<'_> {
     /// What the call holds, for the slots' exits.
     #[inline(always)]
     fn held(&mut self) -> chain::Held<'_> {
-        chain::Held { flow: &mut self.flow, param: &mut self.param, breakers: &mut self.breakers, nothing: () }
+        chain::Held {
+            flow: &mut self.flow,
+            param: &mut self.param,
+            breakers: &mut self.breakers,
+            adaptive: &mut self.adaptive,
+            nothing: (),
+        }
     }
 
     /// Runs the exit hooks of the slots that passed this entry (matched by id). Every hook runs even if one

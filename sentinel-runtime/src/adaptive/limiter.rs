@@ -31,77 +31,16 @@
 //!   mutates the algorithm and publishes `limit` and the guarantees; callers read them with plain loads, and a
 //!   caller that reads a limit a moment old admits or refuses one call by the old limit, as any limiter does.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Mutex;
 
 use super::algorithm::{Algorithm, WindowSample};
 use super::rule::{AdaptiveRule, ProbeConfig, WindowConfig, DEFAULT_PARTITION};
-use super::wait::WaitQueue;
+use super::permit::{AdaptiveBlockReason, AdaptiveBlock, PartitionId, Permit};
+use super::wait::{Admission, WaitQueue};
 
-const NANOS_PER_MS: u64 = 1_000_000;
-
-/// A partition of a limiter, by index (resolved once per origin with [`Limiter::partition_of`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PartitionId(pub(crate) u8);
-
-/// One call's place under the limit. Give it back with [`Limiter::release`] (the call completed: a sample)
-/// or [`Limiter::cancel`] (the call never ran, e.g. a later check blocked it).
-#[must_use = "a permit holds a place under the limit until it is released"]
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Permit {
-    pub(crate) partition: Option<PartitionId>,
-    /// Calls in flight when this one was admitted, itself included.
-    pub(crate) inflight: u32,
-    /// The limiter's back-off epoch when it was admitted.
-    pub(crate) epoch: u32,
-}
-
-/// Why a call got no permit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BlockReason {
-    /// The limit was reached and the rule lets no call wait.
-    AtLimit,
-    /// The call waited `max_wait_ms` and no place freed up.
-    WaitTimedOut,
-    /// The call was waiting when the wait queue filled up; newer callers go first under overload.
-    Displaced,
-}
-
-/// A refused call: why, and the limiter's numbers at that moment (for the block's message).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Blocked {
-    pub(crate) reason: BlockReason,
-    pub(crate) limit: u32,
-    pub(crate) inflight: u32,
-    /// The algorithm's baseline RTT (Gradient2's long-term RTT, Vegas's no-load RTT; 0 when none yet).
-    pub(crate) baseline_rtt_nanos: u64,
-    /// The last closed window's lowest RTT (0 when none yet).
-    pub(crate) min_rtt_nanos: u64,
-    /// The last closed window's average RTT (0 when none yet).
-    pub(crate) rtt_nanos: u64,
-}
-
-impl fmt::Display for Blocked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = |n: u64| n as f64 / NANOS_PER_MS as f64;
-        match self.reason {
-            BlockReason::AtLimit => write!(f, "adaptive limit {} reached", self.limit)?,
-            BlockReason::WaitTimedOut => write!(f, "adaptive limit {} reached and the wait ran out", self.limit)?,
-            BlockReason::Displaced => {
-                write!(f, "adaptive limit {} reached; newer calls took the wait queue", self.limit)?
-            }
-        }
-        write!(
-            f,
-            " ({} in flight; measured min RTT {:.1} ms against current RTT {:.1} ms, baseline {:.1} ms)",
-            self.inflight,
-            ms(self.min_rtt_nanos),
-            ms(self.rtt_nanos),
-            ms(self.baseline_rtt_nanos)
-        )
-    }
-}
+use crate::clock::{EngineClock, NANOS_PER_MILLI as NANOS_PER_MS};
+use super::wait::WaitForPermit;
 
 /// A partition's live state.
 #[derive(Debug)]
@@ -121,10 +60,11 @@ pub(crate) struct LimiterView {
     pub(crate) min_rtt_nanos: u64,
     pub(crate) rtt_nanos: u64,
     pub(crate) gradient: f64,
+    pub(crate) algorithm: super::rule::AlgorithmKind,
     pub(crate) probing: bool,
     pub(crate) waiting: usize,
-    /// Per partition: origin, guarantee, in flight.
-    pub(crate) partitions: Vec<(Box<str>, u32, u32)>,
+    /// Per partition: origin, share, guarantee, in flight.
+    pub(crate) partitions: Vec<(Box<str>, f64, u32, u32)>,
 }
 
 /// Envoy-style probe of the minimum RTT.
@@ -222,6 +162,12 @@ impl Limiter {
             .or(self.default_partition)
     }
 
+    /// Whether the rule has partitions (else no origin needs matching).
+    #[inline(always)]
+    pub(crate) fn has_partitions(&self) -> bool {
+        !self.partitions.is_empty()
+    }
+
     /// The limit in force.
     pub(crate) fn limit(&self) -> u32 {
         self.limit.load(Relaxed)
@@ -268,19 +214,34 @@ impl Limiter {
         None
     }
 
+    /// Takes a permit, waiting up to the rule's `max_wait_ms` on `clock`'s timer when the limit is reached.
+    pub(crate) fn acquire(&self, partition: Option<PartitionId>, clock: &EngineClock) -> WaitForPermit<'_, Limiter> {
+        WaitForPermit::start(self, partition, clock)
+    }
+
+    /// The blocking variant for sync callers: parks this thread until a permit or the end of the wait. Never
+    /// call it on an async executor's worker (use [`Limiter::acquire`] there).
+    pub(crate) fn acquire_blocking(
+        &self,
+        partition: Option<PartitionId>,
+        clock: &EngineClock,
+    ) -> Result<Permit, AdaptiveBlock> {
+        futures::executor::block_on(self.acquire(partition, clock))
+    }
+
     /// Takes a permit or says why not (no waiting).
-    pub(crate) fn acquire_now(&self, partition: Option<PartitionId>) -> Result<Permit, Blocked> {
-        self.try_acquire(partition).ok_or_else(|| self.blocked(BlockReason::AtLimit))
+    pub(crate) fn acquire_now(&self, partition: Option<PartitionId>) -> Result<Permit, AdaptiveBlock> {
+        self.try_acquire(partition).ok_or_else(|| self.blocked(AdaptiveBlockReason::AtLimit))
     }
 
     /// The numbers of a refusal.
-    pub(crate) fn blocked(&self, reason: BlockReason) -> Blocked {
+    pub(crate) fn blocked(&self, reason: AdaptiveBlockReason) -> AdaptiveBlock {
         // The numbers are for the message: if the window's closer holds the control, they are left out.
         let (baseline, last) = match self.control.try_lock() {
             Ok(c) => (c.algorithm.baseline_rtt_nanos(), c.last.unwrap_or_default()),
             Err(_) => (0, WindowSample::default()),
         };
-        Blocked {
+        AdaptiveBlock {
             reason,
             limit: self.limit(),
             inflight: self.inflight(),
@@ -417,14 +378,33 @@ impl Limiter {
             min_rtt_nanos: c.last.map_or(0, |s| s.min_rtt_nanos),
             rtt_nanos: c.last.map_or(0, |s| s.rtt_nanos),
             gradient: c.algorithm.gradient(),
+            algorithm: c.algorithm.kind(),
             probing: !matches!(c.probe, Probe::Idle { .. }),
             waiting: self.queue.len(),
             partitions: self
                 .partitions
                 .iter()
-                .map(|p| (p.origin.clone(), p.guarantee.load(Relaxed), p.inflight.load(Relaxed)))
+                .map(|p| (p.origin.clone(), p.share, p.guarantee.load(Relaxed), p.inflight.load(Relaxed)))
                 .collect(),
         }
+    }
+}
+
+impl Admission for Limiter {
+    fn try_acquire(&self, partition: Option<PartitionId>) -> Option<Permit> {
+        Limiter::try_acquire(self, partition)
+    }
+    fn cancel(&self, permit: Permit) {
+        Limiter::cancel(self, permit)
+    }
+    fn blocked(&self, reason: AdaptiveBlockReason) -> AdaptiveBlock {
+        Limiter::blocked(self, reason)
+    }
+    fn queue(&self) -> &WaitQueue {
+        &self.queue
+    }
+    fn max_wait_nanos(&self) -> u64 {
+        self.max_wait_nanos
     }
 }
 

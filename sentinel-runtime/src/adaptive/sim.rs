@@ -2,13 +2,17 @@
 //!
 //! The downstream has `workers` concurrent workers and a FIFO queue in front of them, so latency grows with
 //! load; optionally it answers 503 at once when `reject_at` calls are already inside it (a hidden capacity).
-//! Callers arrive per origin at a given rate (intervals jittered ±50 %); each is admitted by the limiter or
-//! blocked. All randomness is seeded: a run is the same on every machine.
+//! Callers arrive per origin at a given rate (intervals jittered ±50 %); each is admitted by a [`Gate`] (a
+//! limiter alone, or the engine's entry path on a manual clock) or blocked. All randomness is seeded: a run
+//! is the same on every machine.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::limiter::{Limiter, PartitionId, Permit};
+use super::limiter::Limiter;
+use super::permit::{PartitionId, Permit};
+use crate::clock::ManualClock;
+use crate::{BlockError, Entry, Resource, Sentinel};
 
 pub(crate) const MS: u64 = 1_000_000;
 pub(crate) const SEC: u64 = 1_000 * MS;
@@ -16,8 +20,85 @@ pub(crate) const SEC: u64 = 1_000 * MS;
 /// Service time (nanoseconds) of one call that starts at `now`, given a uniform random number in [0, 1).
 pub(crate) type ServiceTime = Box<dyn Fn(u64, f64) -> u64>;
 
+/// What admits the simulated calls.
+pub(crate) trait Gate {
+    /// At `t`, a call from `origin` asks to be admitted.
+    fn admit(&self, t: u64, origin: &Origin) -> Option<Ticket>;
+    /// At `t`, the admitted call completes after `rtt`; `dropped` when the downstream refused it (503).
+    fn complete(&self, ticket: Ticket, t: u64, rtt: u64, dropped: bool);
+    /// The limit in force.
+    fn limit(&self) -> u32;
+}
+
+/// What an admitted call holds.
+pub(crate) enum Ticket {
+    Permit(Permit),
+    Entry(Entry<'static>),
+}
+
+impl Gate for Limiter {
+    fn admit(&self, _: u64, origin: &Origin) -> Option<Ticket> {
+        self.try_acquire(origin.partition).map(Ticket::Permit)
+    }
+    fn complete(&self, ticket: Ticket, t: u64, rtt: u64, dropped: bool) {
+        if let Ticket::Permit(p) = ticket {
+            self.release(p, t, rtt, dropped);
+        }
+    }
+    fn limit(&self) -> u32 {
+        Limiter::limit(self)
+    }
+}
+
+/// The engine's entry path on a manual clock: simulated time `t` is the clock at `start + t`; a call is an
+/// owned entry of `resource` from the origin's name, dropped at completion (marked as an overload when the
+/// downstream refused it).
+pub(crate) struct EngineGate {
+    pub(crate) engine: Sentinel,
+    pub(crate) clock: ManualClock,
+    pub(crate) resource: Resource,
+    pub(crate) start: u64,
+}
+
+impl EngineGate {
+    /// An engine on a manual clock with the rules `load` loads, and a handle on `resource` of `direction`.
+    pub(crate) fn new(resource: &str, direction: crate::EntryType, load: impl FnOnce(&Sentinel)) -> Self {
+        let start = 1_000_000 * SEC;
+        let clock = ManualClock::at_nanos(start);
+        let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+        load(&engine);
+        let resource = engine.resource_typed(resource, direction);
+        EngineGate { engine, clock, resource, start }
+    }
+}
+
+impl Gate for EngineGate {
+    fn admit(&self, t: u64, origin: &Origin) -> Option<Ticket> {
+        self.clock.set_nanos(self.start + t);
+        match self.resource.entry_owned().origin(origin.name).enter() {
+            Ok(e) => Some(Ticket::Entry(e)),
+            Err(BlockError::Adaptive { .. } | BlockError::Flow { .. }) => None,
+            Err(other) => panic!("only the adaptive or a flow rule blocks here: {other}"),
+        }
+    }
+    fn complete(&self, ticket: Ticket, t: u64, _: u64, dropped: bool) {
+        self.clock.set_nanos(self.start + t);
+        if let Ticket::Entry(mut e) = ticket {
+            if dropped {
+                e.set_overload();
+            }
+        }
+    }
+    fn limit(&self) -> u32 {
+        self.engine.adaptive_status().first().map_or(0, |s| s.limit)
+    }
+}
+
 /// One caller population.
 pub(crate) struct Origin {
+    /// The origin's name (engine runs).
+    pub(crate) name: &'static str,
+    /// Its partition (limiter runs).
     pub(crate) partition: Option<PartitionId>,
     /// Calls per second offered from `start` to `stop` (nanoseconds of simulated time), rising linearly
     /// from `rate` to `rate_end`.
@@ -29,7 +110,7 @@ pub(crate) struct Origin {
 
 impl Origin {
     pub(crate) fn steady(rate: f64, stop: u64) -> Self {
-        Origin { partition: None, rate, rate_end: rate, start: 0, stop }
+        Origin { name: "", partition: None, rate, rate_end: rate, start: 0, stop }
     }
     fn rate_at(&self, t: u64) -> f64 {
         let f = (t.saturating_sub(self.start)) as f64 / (self.stop - self.start).max(1) as f64;
@@ -63,13 +144,13 @@ enum Event {
 
 struct Job {
     origin: usize,
-    permit: Option<Permit>,
+    ticket: Option<Ticket>,
     admitted_at: u64,
     rejected: bool,
 }
 
 pub(crate) struct Sim<'l> {
-    pub(crate) limiter: Option<&'l Limiter>,
+    pub(crate) limiter: Option<&'l dyn Gate>,
     pub(crate) workers: usize,
     pub(crate) reject_at: Option<usize>,
     pub(crate) service: ServiceTime,
@@ -169,8 +250,8 @@ impl Run<'_, '_> {
         if t + interval < origin.stop {
             self.schedule(t + interval, Event::Arrival(o));
         }
-        let permit = match self.sim.limiter {
-            Some(l) => match l.try_acquire(origin.partition) {
+        let ticket = match self.sim.limiter {
+            Some(l) => match l.admit(t, origin) {
                 Some(p) => Some(p),
                 None => {
                     self.cur.blocked += 1;
@@ -184,7 +265,7 @@ impl Run<'_, '_> {
         let total: u32 = self.inflight_by_origin.iter().sum();
         self.cur.max_inflight = self.cur.max_inflight.max(total);
         let rejected = self.sim.reject_at.is_some_and(|k| self.inside >= k);
-        self.jobs.push(Job { origin: o, permit, admitted_at: t, rejected });
+        self.jobs.push(Job { origin: o, ticket, admitted_at: t, rejected });
         let job = self.jobs.len() - 1;
         if rejected {
             self.schedule(t + MS, Event::Finish(job));
@@ -207,7 +288,7 @@ impl Run<'_, '_> {
     fn finish(&mut self, t: u64, job: usize) {
         let j = &mut self.jobs[job];
         let (origin, rejected, rtt) = (j.origin, j.rejected, t - j.admitted_at);
-        let permit = j.permit.take();
+        let ticket = j.ticket.take();
         if !rejected {
             self.inside -= 1;
             self.busy -= 1;
@@ -215,8 +296,8 @@ impl Run<'_, '_> {
                 self.start(t, next);
             }
         }
-        if let (Some(l), Some(p)) = (self.sim.limiter, permit) {
-            l.release(p, t, rtt, rejected);
+        if let (Some(l), Some(p)) = (self.sim.limiter, ticket) {
+            l.complete(p, t, rtt, rejected);
         }
         self.inflight_by_origin[origin] -= 1;
         self.cur.completed += 1;

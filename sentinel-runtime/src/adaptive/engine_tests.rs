@@ -1,0 +1,327 @@
+//! The adaptive kind through the engine's entry path: the simulated downstream drives owned entries on a
+//! manual clock (the ramp, the seed's incident, partitions, AIMD on 503s), and the slot's contract
+//! (a place given back when a later slot blocks or panics, reloads, regex rules, bad rules, the block's
+//! message). Deterministic: simulated time, seeded randomness, no sleeps.
+
+use super::sim::{around, EngineGate, Gate, Origin, Second, Sim, MS, SEC};
+use super::*;
+use crate::clock::ManualClock;
+use crate::flow::{FlowGrade, FlowRule};
+use crate::{BlockError, EntryType, RuleError, RuleKind, Sentinel};
+
+fn gate(rule: AdaptiveRule, direction: EntryType) -> EngineGate {
+    let name = rule.resource.clone();
+    EngineGate::new(&name, direction, |e| e.load_adaptive_rules([rule]).unwrap())
+}
+
+/// Envoy's experiment's downstream: 8 workers; 98 % of calls 40-60 ms, 2 % 100-200 ms (p50 about 50 ms,
+/// p99 about 150 ms).
+fn ramp_service(_: u64, u: f64) -> u64 {
+    if u < 0.98 {
+        (40.0 + 20.0 * u / 0.98) as u64 * MS
+    } else {
+        (100.0 + 100.0 * (u - 0.98) / 0.02) as u64 * MS
+    }
+}
+
+const RAMP_CAPACITY: f64 = 8.0 / 0.0525; // workers / mean service time
+
+/// Offered load rising from 0.5x to 4x capacity over 160 simulated seconds.
+fn ramp(g: Option<&dyn Gate>) -> Vec<Second> {
+    let sim = Sim {
+        limiter: g,
+        workers: 8,
+        reject_at: None,
+        service: Box::new(ramp_service),
+        origins: vec![Origin { rate_end: 4.0 * RAMP_CAPACITY, ..Origin::steady(0.5 * RAMP_CAPACITY, 160 * SEC) }],
+        seed: 9,
+    };
+    sim.run(160 * SEC)
+}
+
+fn max_p99(s: &[Second]) -> f64 {
+    s.iter().map(|x| x.p99_ms).fold(0.0, f64::max)
+}
+
+#[test]
+fn through_the_engine_gradient2_keeps_goodput_and_p99_through_the_ramp_and_holds_its_limit_in_band() {
+    let g = gate(AdaptiveRule::new("api").limits(1, 20, 200), EntryType::In);
+    let s = ramp(Some(&g));
+    assert_eq!(g.engine.adaptive_status()[0].algorithm, AlgorithmKind::Gradient2, "inbound defaults to gradient2");
+    let no_load_p99 = max_p99(&s[5..15]);
+    // From the moment the offered load is well past capacity (it passes it at about 23 s) on.
+    let loaded = &s[40..];
+    let goodput = loaded.iter().map(|x| x.completed as f64).sum::<f64>() / loaded.len() as f64;
+    let (low, high) = loaded.iter().fold((u32::MAX, 0), |(lo, hi), x| (lo.min(x.limit), hi.max(x.limit)));
+    assert!(goodput >= 0.9 * RAMP_CAPACITY, "goodput {goodput:.0}/s of {RAMP_CAPACITY:.0}");
+    assert!(max_p99(loaded) <= 2.0 * no_load_p99, "p99 {:.0} ms against {no_load_p99:.0} ms", max_p99(loaded));
+    // The band: 1-5x the 8 workers (Gradient2's queue allowance keeps it above them).
+    assert!(low >= 8 && high <= 40, "limit within 8..=40: {low}..{high}");
+}
+
+#[test]
+fn through_the_engine_the_ramp_without_a_limit_grows_latency_without_bound_and_a_static_64_sticks_high() {
+    let none = EngineGate::new("api", EntryType::In, |_| {});
+    let unlimited = ramp(Some(&none));
+    let no_load_p99 = max_p99(&unlimited[5..15]);
+    assert!(unlimited[159].p99_ms > 20.0 * no_load_p99, "unlimited p99 at the end: {:.0} ms", unlimited[159].p99_ms);
+    assert!(unlimited[159].p99_ms > unlimited[100].p99_ms, "and still growing");
+
+    let fixed = EngineGate::new("api", EntryType::In, |e| {
+        e.load_flow_rules([FlowRule::new("api").grade(FlowGrade::Thread).count(64.0)]).unwrap()
+    });
+    let s = ramp(Some(&fixed));
+    let p99 = max_p99(&s[60..]);
+    assert!(p99 >= 3.0 * no_load_p99, "a static 64 keeps p99 at {p99:.0} ms, {:.1}x the no-load", p99 / no_load_p99);
+}
+
+/// The seed's incident through the engine: 8 workers, 50 ms calls at 1.2x capacity (192/s); from 60 s to
+/// 120 s the service time is 3 s.
+fn incident(g: Option<&dyn Gate>) -> Vec<Second> {
+    let sim = Sim {
+        limiter: g,
+        workers: 8,
+        reject_at: None,
+        service: Box::new(
+            |t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) },
+        ),
+        origins: vec![Origin::steady(192.0, 200 * SEC)],
+        seed: 1,
+    };
+    sim.run(200 * SEC)
+}
+
+#[test]
+fn through_the_engine_the_incident_bounds_in_flight_halves_the_limit_and_recovers() {
+    let g = gate(AdaptiveRule::new("inventory").algorithm(AlgorithmKind::Gradient2).limits(4, 20, 200), EntryType::Out);
+    let s = incident(Some(&g));
+    let trace: Vec<_> = s.iter().map(|x| (x.limit, x.max_inflight)).collect();
+    let before = s[59].limit;
+    assert!(before >= 8, "the limit before the jump ({before}) holds the 8 workers: {trace:?}");
+    assert!(f64::from(s[79].limit) <= 0.75 * f64::from(before), "a quarter down within 20 s: {trace:?}");
+    assert!(f64::from(s[99].limit) <= 0.5 * f64::from(before), "half down within 40 s: {trace:?}");
+    let most = s[60..120].iter().map(|x| x.max_inflight).max().unwrap_or(0);
+    assert!(most <= before + 1, "in flight stays near the limit before the jump: {most} against {before}");
+    assert!(
+        s[120..150].iter().any(|x| f64::from(x.limit) >= 0.9 * f64::from(before)),
+        "back to 90 % of {before} within 30 s of recovery: {trace:?}"
+    );
+    // The engine's own count of calls in flight agrees with the limiter's at the end.
+    assert_eq!(g.engine.adaptive_status()[0].inflight, g.engine.cluster_stats("inventory").unwrap().threads as u32);
+}
+
+#[test]
+fn through_the_engine_without_a_rule_the_incident_piles_up_thousands() {
+    let g = EngineGate::new("inventory", EntryType::Out, |_| {});
+    let s = incident(Some(&g));
+    assert!(s[119].max_inflight > 5_000, "{}", s[119].max_inflight);
+}
+
+#[test]
+fn through_the_engine_partitions_get_their_share_under_overload_and_all_of_it_alone() {
+    let rule = AdaptiveRule::new("api").limits(20, 20, 20).partition("mobile", 0.7).partition("default", 0.3);
+    let g = gate(rule, EntryType::In);
+    let sim = Sim {
+        limiter: Some(&g),
+        workers: 8,
+        reject_at: None,
+        service: Box::new(|_, u| around(50 * MS, u)),
+        origins: vec![
+            Origin { name: "mobile", ..Origin::steady(400.0, 120 * SEC) },
+            Origin { name: "web", ..Origin::steady(400.0, 60 * SEC) },
+        ],
+        seed: 3,
+    };
+    let s = sim.run(120 * SEC);
+    let avg = |range: std::ops::Range<usize>, o: usize| {
+        range.clone().map(|i| s[i].inflight_by_origin[o]).sum::<f64>() / range.len() as f64
+    };
+    let (m, w) = (avg(10..59, 0), avg(10..59, 1));
+    assert!((m / 20.0 - 0.7).abs() <= 0.07, "mobile holds {m:.2} of 20");
+    assert!((w / 20.0 - 0.3).abs() <= 0.03, "web (the default partition) holds {w:.2} of 20");
+    let alone = avg(70..119, 0);
+    assert!(alone >= 19.0, "mobile alone uses the whole limit: {alone:.2}");
+}
+
+#[test]
+fn through_the_engine_aimd_is_the_outbound_default_and_hovers_under_a_hidden_capacity_on_503s() {
+    let mut rule = AdaptiveRule::new("payments").limits(1, 20, 200);
+    rule.window.min_samples = 10;
+    let g = gate(rule, EntryType::Out);
+    let sim = Sim {
+        limiter: Some(&g),
+        workers: 8,
+        reject_at: Some(12),
+        service: Box::new(|_, u| around(50 * MS, u)),
+        origins: vec![Origin::steady(400.0, 180 * SEC)],
+        seed: 5,
+    };
+    let s = sim.run(180 * SEC);
+    assert_eq!(g.engine.adaptive_status()[0].algorithm, AlgorithmKind::Aimd);
+    let late = &s[60..];
+    let avg_limit = late.iter().map(|x| f64::from(x.limit)).sum::<f64>() / late.len() as f64;
+    assert!(avg_limit <= 13.0, "the limit hovers at the capacity of 12: {avg_limit:.1}");
+    let (admitted, rejected): (u64, u64) = late.iter().fold((0, 0), |a, x| (a.0 + x.completed, a.1 + x.rejected_503));
+    assert!((rejected as f64) < 0.05 * admitted as f64, "{rejected} of {admitted} got 503");
+    assert!(late.iter().all(|x| x.rejected_503 * 2 < x.completed.max(1)), "no second where most calls fail");
+}
+
+// ---------------------------------------------------------------- the slot's contract
+
+fn engine() -> (Sentinel, ManualClock) {
+    let clock = ManualClock::at_millis(1_000_000);
+    (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
+}
+
+#[test]
+fn a_call_over_the_limit_is_blocked_with_the_limit_in_flight_and_rtts_in_its_message() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Gradient2).limits(2, 2, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    let db = engine.resource("db");
+    let first = db.enter().unwrap();
+    clock.advance_millis(1_200);
+    drop(first); // a 1.2 s call closes the first window
+    let held = (db.enter().unwrap(), db.enter().unwrap());
+    let err = db.enter().unwrap_err();
+    let BlockError::Adaptive { block, .. } = &err else { panic!("an adaptive block, got {err:?}") };
+    assert_eq!((block.reason, block.limit, block.inflight), (AdaptiveBlockReason::AtLimit, 2, 2));
+    assert_eq!(block.rtt_nanos, 1_200 * MS);
+    let text = err.to_string();
+    for part in ["adaptive limit 2 reached", "2 in flight", "min RTT 1200.0 ms", "current RTT 1200.0 ms"] {
+        assert!(text.contains(part), "`{part}` in: {text}");
+    }
+    assert_eq!(err.kind_name(), "AdaptiveException");
+    assert_eq!(err.retry_after(), Some(std::time::Duration::from_millis(1_200)));
+    drop(held);
+}
+
+#[test]
+fn a_place_goes_back_when_a_later_slot_blocks_the_call() {
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1)]).unwrap();
+    engine.deny_every_nth("db", 2); // order 0: after the adaptive slot (-500)
+    let db = engine.resource("db");
+    drop(db.enter().unwrap());
+    assert!(matches!(db.enter(), Err(BlockError::Custom { .. })), "the second call is denied after it");
+    let third = db.enter().expect("the denied call's place went back");
+    assert!(matches!(db.enter(), Err(BlockError::Adaptive { .. })), "the limit of one still holds");
+    drop(third);
+    assert_eq!(engine.adaptive_status()[0].inflight, 0);
+}
+
+#[test]
+fn a_place_goes_back_when_a_user_slot_after_it_panics() {
+    use crate::slot::{Slot, SlotEntry};
+    struct Panics;
+    impl Slot for Panics {
+        fn name(&self) -> &'static str {
+            "panics"
+        }
+        fn entry(&self, e: &SlotEntry<'_>) -> Result<(), String> {
+            if e.origin == "bad" {
+                panic!("a user slot panicked");
+            }
+            Ok(())
+        }
+    }
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1)]).unwrap();
+    engine.add_slot(100, Panics);
+    let db = engine.resource("db");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.entry().origin("bad").enter()));
+    assert!(panicked.is_err());
+    assert_eq!(engine.adaptive_status()[0].inflight, 0, "the place went back before the panic went on");
+    drop(db.enter().expect("the place is free"));
+}
+
+#[test]
+fn a_reload_with_an_equal_rule_keeps_the_limit_found_and_a_changed_rule_takes_its_places_back_right() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule.clone()]).unwrap();
+    let db = engine.resource("db");
+    let mut e = db.enter().unwrap();
+    e.set_overload();
+    clock.advance_millis(10);
+    drop(e); // a drop backs off at once: 10 -> 9
+    assert_eq!(engine.adaptive_status()[0].limit, 9);
+    engine.load_adaptive_rules([rule.clone()]).unwrap();
+    assert_eq!(engine.adaptive_status()[0].limit, 9, "an equal rule keeps its limiter");
+    let held = db.enter().unwrap();
+    engine.load_adaptive_rules([rule.clone().limits(1, 3, 50)]).unwrap();
+    let status = engine.adaptive_status();
+    assert!(status.is_empty() || status[0].inflight == 0, "a changed rule starts a new limiter: {status:?}");
+    drop(held); // its place goes back to the limiter it came from, not the new one
+    let three: Vec<_> = (0..3).map(|_| db.enter().unwrap()).collect();
+    assert!(matches!(db.enter(), Err(BlockError::Adaptive { .. })));
+    assert_eq!(engine.adaptive_status()[0].inflight, 3);
+    drop(three);
+}
+
+#[test]
+fn a_regex_rule_gives_each_matching_resource_its_own_limiter() {
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("GET:/orders/.*").regex(true).limits(1, 1, 10)]).unwrap();
+    let (a, b) = (engine.resource("GET:/orders/1"), engine.resource("GET:/orders/2"));
+    let (_a, _b) = (a.enter().unwrap(), b.enter().unwrap());
+    assert!(matches!(a.enter(), Err(BlockError::Adaptive { .. })));
+    assert!(engine.resource("GET:/users").enter().is_ok(), "not matched, not limited");
+    assert_eq!(engine.adaptive_status().len(), 2);
+}
+
+#[test]
+fn bad_rules_are_refused_naming_the_field_and_the_rules_in_force_stay() {
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 5, 10)]).unwrap();
+    let mut nan = AdaptiveRule::new("db");
+    nan.gradient2.smoothing = f64::NAN;
+    let cases: Vec<(&str, AdaptiveRule)> = vec![
+        ("min_limit", AdaptiveRule::new("db").limits(20, 20, 10)),
+        ("gradient2.smoothing", nan),
+        ("partitions", AdaptiveRule::new("db").partition("mobile", 0.0)),
+        ("partitions", AdaptiveRule::new("db").partition("mobile", 0.7).partition("default", 0.4)),
+        ("resource", AdaptiveRule::new("(").regex(true)),
+    ];
+    for (field, bad) in cases {
+        let err = engine.load_adaptive_rules([AdaptiveRule::new("ok"), bad]).unwrap_err();
+        assert!(
+            matches!(&err, RuleError::Invalid { kind: RuleKind::Adaptive, index: 1, field: f, .. } if *f == field),
+            "{field}: {err}"
+        );
+        assert_eq!(engine.adaptive_rules(), vec![AdaptiveRule::new("db").limits(1, 5, 10)], "{field}: rules stay");
+    }
+    let two = engine.load_adaptive_rules([AdaptiveRule::new("db"), AdaptiveRule::new("db").limits(1, 1, 1)]);
+    assert!(matches!(two, Err(RuleError::Invalid { field: "resource", index: 1, .. })), "{two:?}");
+}
+
+#[test]
+fn a_time_limit_hit_counts_as_a_drop() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    let mut e = engine.enter("db").unwrap();
+    clock.advance_millis(200);
+    e.set_timed_out(std::time::Duration::from_millis(200));
+    assert!(e.is_overload());
+    drop(e);
+    assert_eq!(engine.adaptive_status()[0].limit, 9, "AIMD backed off");
+}
+
+#[test]
+fn diagnose_shows_the_limit_against_in_flight_and_the_measured_rtts() {
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 4, 10).partition("mobile", 0.5)]).unwrap();
+    assert!(engine.diagnose("db").notes.iter().any(|n| n.contains("adaptive rule governs")));
+    let held = engine.resource("db").entry_owned().origin("mobile").enter().unwrap();
+    let d = engine.diagnose("db");
+    let s = d.adaptive.as_ref().expect("the limiter is built");
+    assert_eq!((s.limit, s.inflight, s.partitions[0].inflight, s.partitions[0].guarantee), (4, 1, 1, 2));
+    let text = d.to_string();
+    assert!(text.contains("limit 4, 1 in flight"), "{text}");
+    assert!(text.contains("partition `mobile`: share 0.50, guaranteed 2, 1 in flight"), "{text}");
+    drop(held);
+}
