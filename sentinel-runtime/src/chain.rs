@@ -257,8 +257,8 @@ pub(crate) struct Decided {
     pub(crate) flow: flow::EntryState,
     pub(crate) param: param_flow::EntryState,
     pub(crate) breakers: circuit_breaker::EntryState,
-    pub(crate) adaptive: AdaptiveHeld,
     pub(crate) tally: Tally,
+    pub(crate) adaptive: AdaptiveHeld,
 }
 
 impl Decided {

@@ -686,11 +686,12 @@ pub struct Entry<'r> {
     error: bool,
     /// [`Flags`] bits.
     flags: u8,
+    /// What the adaptive slot holds (two bytes, in what was padding).
+    adaptive: crate::adaptive::slot::AdaptiveHeld,
     /// What the slots hold until exit (see [`chain::Held`]).
     flow: crate::flow::EntryState,
     param: crate::param_flow::EntryState,
     breakers: crate::circuit_breaker::EntryState,
-    adaptive: crate::adaptive::slot::AdaptiveHeld,
 }
 
 /// Puts the thread's context back when dropped (see [`Entry::scope`]).
@@ -1004,7 +1005,8 @@ impl Drop for Entry<'_> {
         if self.flags & Flags::TOUCHES_TLS != 0 {
             self.restore_context(shared, node);
         }
-        if inner.has_breakers.load(Ordering::Acquire) {
+        // The adaptive slot's place goes back to the rule state that gave it, read here like breakers'.
+        if inner.has_breakers.load(Ordering::Acquire) || self.adaptive.holds() {
             let xcx = ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));

@@ -97,6 +97,8 @@ pub(crate) struct Limiter {
     /// once (one back-off per round of calls, as TCP backs off once per round trip), while drops of calls
     /// admitted under the older, higher limit only count in the window.
     epoch: AtomicU32,
+    /// When the epoch last changed (nanoseconds of the caller's clock): a call admitted since belongs to it.
+    epoch_since: AtomicU64,
     partitions: Box<[PartitionState]>,
     default_partition: Option<PartitionId>,
     window: super::window::SampleWindow,
@@ -135,6 +137,7 @@ impl Limiter {
             limit: AtomicU32::new(rule.initial_limit),
             inflight: AtomicU32::new(0),
             epoch: AtomicU32::new(0),
+            epoch_since: AtomicU64::new(now),
             partitions,
             default_partition,
             window: super::window::SampleWindow::new(),
@@ -229,6 +232,15 @@ impl Limiter {
         futures::executor::block_on(self.acquire(partition, clock))
     }
 
+    /// The permit of a call admitted at `admitted_at` (nanoseconds) that its caller did not keep: its partition,
+    /// the calls in flight now (itself included) and the back-off epoch it was admitted in (the current one if
+    /// it was admitted since the last decrease, else an older one).
+    pub(crate) fn permit_of(&self, partition: Option<PartitionId>, admitted_at: u64) -> Permit {
+        let epoch = self.epoch.load(Relaxed);
+        let epoch = if admitted_at >= self.epoch_since.load(Relaxed) { epoch } else { epoch.wrapping_sub(1) };
+        Permit { partition, inflight: self.inflight.load(Relaxed), epoch }
+    }
+
     /// Takes a permit or says why not (no waiting).
     pub(crate) fn acquire_now(&self, partition: Option<PartitionId>) -> Result<Permit, AdaptiveBlock> {
         self.try_acquire(partition).ok_or_else(|| self.blocked(AdaptiveBlockReason::AtLimit))
@@ -271,10 +283,16 @@ impl Limiter {
     }
 
     fn give_back(&self, permit: Permit) {
-        if let Some(id) = permit.partition {
-            self.partition(id).inflight.fetch_sub(1, SeqCst);
+        // A count at zero is never taken below it (a place given back to a limiter that did not count it, see
+        // `slot.rs`): the check costs nothing on the common path.
+        if let Some(p) = permit.partition.and_then(|id| self.partitions.get(usize::from(id.0))) {
+            if p.inflight.fetch_sub(1, SeqCst) == 0 {
+                p.inflight.fetch_add(1, SeqCst);
+            }
         }
-        self.inflight.fetch_sub(1, SeqCst);
+        if self.inflight.fetch_sub(1, SeqCst) == 0 {
+            self.inflight.fetch_add(1, SeqCst);
+        }
         if self.queue.len() > 0 {
             self.queue.grant(self);
         }
@@ -342,6 +360,7 @@ impl Limiter {
                     c.last = Some(s);
                     self.publish_estimate(estimate);
                     if self.limit() < before {
+                        self.epoch_since.store(now, Relaxed);
                         self.epoch.fetch_add(1, Relaxed);
                     }
                 }

@@ -29,9 +29,12 @@ struct AdaptiveSet {
 pub(crate) struct AdaptiveManager {
     set: ArcSwap<AdaptiveSet>,
     rules: RuleList<AdaptiveRule>,
-    /// Each governed resource's state, by name: reused while its rule stays, dropped when the rule goes
-    /// (calls in flight keep theirs until they exit). At most one per resource the engine created.
+    /// Each governed resource's state, by name: reused while its rule stays, dropped when the rule goes.
+    /// At most one per resource the engine created.
     cells: Mutex<HashMap<Arc<str>, Arc<ResourceAdaptive>>>,
+    /// The last generation of each resource's state (kept when the state goes, so that a state that comes
+    /// back is not taken for the one before): one byte per resource the engine created.
+    generations: Mutex<HashMap<Arc<str>, u8>>,
 }
 
 impl DedupKey for AdaptiveRule {
@@ -114,7 +117,10 @@ impl AdaptiveManager {
                 return Some(cell.clone());
             }
         }
-        let cell = Arc::new(ResourceAdaptive::new(rule.clone(), seed_of(name)));
+        let mut generations = self.generations.lock().unwrap_or_else(|e| e.into_inner());
+        let generation = generations.entry(name.clone()).or_insert(0);
+        *generation = generation.checked_add(1).unwrap_or(1);
+        let cell = Arc::new(ResourceAdaptive::new(rule.clone(), seed_of(name), *generation));
         cells.insert(name.clone(), cell.clone());
         Some(cell)
     }

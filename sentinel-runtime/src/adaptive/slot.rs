@@ -2,13 +2,22 @@
 //! call holds ([`AdaptiveHeld`]: its place under the limit) and the slot ([`AdaptiveSlot`]).
 //!
 //! Per call: one load to find the limiter, one compare-exchange to take a place, and at exit two atomic
-//! additions into the window of samples and one subtraction. No lock, no allocation, no floating point; an
-//! origin is matched against the partitions (a few string compares) only when the rule has partitions.
+//! additions into the window of samples and one subtraction. No lock, no allocation, no reference count,
+//! no floating point; an origin is matched against the partitions (a few string compares) only when the rule
+//! has partitions.
+//!
+//! What a call holds fits in the entry's two spare bytes ([`AdaptiveHeld`]): the generation of the
+//! resource's rule state that admitted it and its partition. At exit the slot reads the resource's rules
+//! (a read section, as for circuit breakers) and gives the place back only to the state of that generation:
+//! after a reload that changed the rule, the old limiter is dropped and calls still in flight under it give
+//! their places to nobody (the new limiter starts with the calls it admits). A limiter's counts never go
+//! below zero, so even a generation that came round again (255 changed reloads during one call) can only
+//! let one call more in, once.
 
 use std::sync::{Arc, OnceLock};
 
 use super::limiter::Limiter;
-use super::permit::{AdaptiveBlockReason, Permit};
+use super::permit::{AdaptiveBlockReason, PartitionId};
 use super::rule::AdaptiveRule;
 use crate::error::BlockError;
 use crate::slot::contract::{CheckCx, ExitCx, RuleSlot, Verdict};
@@ -23,12 +32,14 @@ pub(crate) struct ResourceAdaptive {
     pub(crate) rule: Arc<AdaptiveRule>,
     limiter: OnceLock<Limiter>,
     seed: u64,
+    /// Which state of the resource this is (1..=255, the next after the one it replaced).
+    pub(crate) generation: u8,
 }
 
 impl ResourceAdaptive {
     /// The rule's state for one resource; `seed` drives the jitter of its probes.
-    pub(crate) fn new(rule: Arc<AdaptiveRule>, seed: u64) -> Self {
-        ResourceAdaptive { rule, limiter: OnceLock::new(), seed }
+    pub(crate) fn new(rule: Arc<AdaptiveRule>, seed: u64, generation: u8) -> Self {
+        ResourceAdaptive { rule, limiter: OnceLock::new(), seed, generation: generation.max(1) }
     }
 
     /// The limiter, built at `now_nanos` for a resource of that direction on the first call.
@@ -51,19 +62,33 @@ impl ResourceAdaptive {
     }
 }
 
-/// What a call the adaptive slot passed holds: its place under the limit of the limiter it came from (kept
-/// alive by the call, so a reload meanwhile cannot send the place back to another limiter).
+/// What a call the adaptive slot passed holds: the generation of the state that admitted it (0: nothing)
+/// and its partition plus one (0: none).
 #[derive(Debug, Default)]
-pub(crate) struct AdaptiveHeld(Option<(Arc<ResourceAdaptive>, Permit)>);
+pub(crate) struct AdaptiveHeld(u16);
 
 impl AdaptiveHeld {
-    /// Gives the place back without a sample (the call never ran).
-    fn cancel(&mut self) {
-        if let Some((cell, permit)) = self.0.take() {
-            if let Some(l) = cell.built() {
-                l.cancel(permit);
-            }
+    #[inline(always)]
+    fn of(cell: &ResourceAdaptive, partition: Option<PartitionId>) -> Self {
+        let p = partition.map_or(0, |p| u16::from(p.0) + 1);
+        AdaptiveHeld(u16::from(cell.generation) | (p << 8))
+    }
+    /// Whether the call holds a place.
+    #[inline(always)]
+    pub(crate) fn holds(&self) -> bool {
+        self.0 != 0
+    }
+    /// Takes what the call holds if `cell` admitted it: its partition.
+    #[inline(always)]
+    fn take_from(&mut self, cell: &ResourceAdaptive) -> Option<Option<PartitionId>> {
+        let held = std::mem::take(&mut self.0);
+        if held == 0 || held as u8 != cell.generation {
+            return None;
         }
+        Some(match (held >> 8) as u8 {
+            0 => None,
+            p => Some(PartitionId(p - 1)),
+        })
     }
 }
 
@@ -76,6 +101,7 @@ impl RuleSlot for AdaptiveSlot {
     type Held = AdaptiveHeld;
     type Taken = ();
     const ORDER: i32 = crate::slot::ORDER_ADAPTIVE;
+    const EXIT_READS_RULES: bool = true;
 
     #[inline]
     fn check(
@@ -89,7 +115,9 @@ impl RuleSlot for AdaptiveSlot {
         let partition = if limiter.has_partitions() { limiter.partition_of(cx.origin) } else { None };
         match limiter.try_acquire(partition) {
             Some(permit) => {
-                held.0 = Some((rules.clone(), permit));
+                // The place is counted in the limiter; the call keeps only where it came from.
+                let _ = permit;
+                *held = AdaptiveHeld::of(rules, partition);
                 Ok(Verdict::PASS)
             }
             None => Err(blocked(limiter, AdaptiveBlockReason::AtLimit, cx)),
@@ -97,21 +125,23 @@ impl RuleSlot for AdaptiveSlot {
     }
 
     #[inline(always)]
-    fn give_back(_: &Arc<ResourceAdaptive>, _: &(), _: &CheckCx<'_>, held: &mut AdaptiveHeld, _: &mut ()) {
-        held.cancel();
+    fn give_back(rules: &Arc<ResourceAdaptive>, _: &(), cx: &CheckCx<'_>, held: &mut AdaptiveHeld, _: &mut ()) {
+        if let (Some(partition), Some(l)) = (held.take_from(rules), rules.built()) {
+            l.cancel(l.permit_of(partition, cx.now_nanos));
+        }
     }
 
     #[inline(always)]
     fn holds(held: &AdaptiveHeld) -> bool {
-        held.0.is_some()
+        held.holds()
     }
 
     #[inline]
-    fn exit(_: Option<&Arc<ResourceAdaptive>>, _: &(), cx: &ExitCx, held: &mut AdaptiveHeld) {
-        if let Some((cell, permit)) = held.0.take() {
-            if let Some(l) = cell.built() {
-                l.release(permit, cx.now_nanos, cx.rt_micros.saturating_mul(1_000), cx.overload);
-            }
+    fn exit(rules: Option<&Arc<ResourceAdaptive>>, _: &(), cx: &ExitCx, held: &mut AdaptiveHeld) {
+        let Some(cell) = rules else { return };
+        if let (Some(partition), Some(l)) = (held.take_from(cell), cell.built()) {
+            let rtt = cx.rt_micros.saturating_mul(1_000);
+            l.release(l.permit_of(partition, cx.now_nanos.saturating_sub(rtt)), cx.now_nanos, rtt, cx.overload);
         }
     }
 }
