@@ -3,11 +3,56 @@
 //! (a place given back when a later slot blocks or panics, reloads, regex rules, bad rules, the block's
 //! message). Deterministic: simulated time, seeded randomness, no sleeps.
 
-use super::sim::{around, EngineGate, Gate, Origin, Second, Sim, MS, SEC};
+use super::sim::{around, Gate, Origin, Second, Sim, Ticket, MS, SEC};
 use super::*;
 use crate::clock::ManualClock;
 use crate::flow::{FlowGrade, FlowRule};
-use crate::{BlockError, EntryType, RuleError, RuleKind, Sentinel};
+use crate::{BlockError, Entry, EntryType, Resource, RuleError, RuleKind, Sentinel};
+
+/// The engine's entry path on a manual clock: simulated time `t` is the clock at `start + t`; a call is an
+/// owned entry of `resource` from the origin's name, dropped at completion (marked as an overload when the
+/// downstream refused it).
+pub(crate) struct EngineGate {
+    pub(crate) engine: Sentinel,
+    pub(crate) clock: ManualClock,
+    pub(crate) resource: Resource,
+    pub(crate) start: u64,
+}
+
+impl EngineGate {
+    /// An engine on a manual clock with the rules `load` loads, and a handle on `resource` of `direction`.
+    pub(crate) fn new(resource: &str, direction: crate::EntryType, load: impl FnOnce(&Sentinel)) -> Self {
+        let start = 1_000_000 * SEC;
+        let clock = ManualClock::at_nanos(start);
+        let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+        load(&engine);
+        let resource = engine.resource_typed(resource, direction);
+        EngineGate { engine, clock, resource, start }
+    }
+}
+
+impl Gate for EngineGate {
+    fn admit(&self, t: u64, origin: &Origin) -> Option<Ticket> {
+        self.clock.set_nanos(self.start + t);
+        match self.resource.entry_owned().origin(origin.name).enter() {
+            Ok(e) => Some(Ticket::Other(Box::new(e))),
+            Err(BlockError::Adaptive { .. } | BlockError::Flow { .. }) => None,
+            Err(other) => panic!("only the adaptive or a flow rule blocks here: {other}"),
+        }
+    }
+    fn complete(&self, ticket: Ticket, t: u64, _: u64, dropped: bool) {
+        self.clock.set_nanos(self.start + t);
+        if let Ticket::Other(e) = ticket {
+            if let (true, Ok(mut e)) = (dropped, e.downcast::<Entry<'static>>()) {
+                e.set_overload();
+            }
+        }
+    }
+    fn limit(&self) -> u32 {
+        self.engine.adaptive_status().first().map_or(0, |s| s.limit)
+    }
+}
+
 
 fn gate(rule: AdaptiveRule, direction: EntryType) -> EngineGate {
     let name = rule.resource.clone();

@@ -77,9 +77,8 @@ mod tests;
 
 #[cfg(feature = "serde")]
 pub use format::{parse_json, to_json};
-pub use permit::{AdaptiveBlock, AdaptiveBlockReason};
 pub use rule::{
-    AdaptiveRule, AdaptiveRuleError, AimdParams, AlgorithmKind, Gradient2Params, Partition, ProbeConfig,
+    AdaptiveBlock, AdaptiveBlockReason, AdaptiveRule, AdaptiveRuleError, AimdParams, AlgorithmKind, Gradient2Params, Partition, ProbeConfig,
     VegasParams, WindowConfig, DEFAULT_PARTITION, MAX_LIMIT_CAP, MAX_PARTITIONS, MAX_WAITERS_CAP, MAX_WAIT_MS_CAP,
 };
 pub use status::{AdaptiveStatus, PartitionStatus};

@@ -11,8 +11,6 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::limiter::Limiter;
 use super::permit::{PartitionId, Permit};
-use crate::clock::ManualClock;
-use crate::{BlockError, Entry, Resource, Sentinel};
 
 pub(crate) const MS: u64 = 1_000_000;
 pub(crate) const SEC: u64 = 1_000 * MS;
@@ -30,10 +28,10 @@ pub(crate) trait Gate {
     fn limit(&self) -> u32;
 }
 
-/// What an admitted call holds.
+/// What an admitted call holds: a limiter's permit, or what another gate keeps (the engine's entry).
 pub(crate) enum Ticket {
     Permit(Permit),
-    Entry(Entry<'static>),
+    Other(Box<dyn std::any::Any>),
 }
 
 impl Gate for Limiter {
@@ -47,50 +45,6 @@ impl Gate for Limiter {
     }
     fn limit(&self) -> u32 {
         Limiter::limit(self)
-    }
-}
-
-/// The engine's entry path on a manual clock: simulated time `t` is the clock at `start + t`; a call is an
-/// owned entry of `resource` from the origin's name, dropped at completion (marked as an overload when the
-/// downstream refused it).
-pub(crate) struct EngineGate {
-    pub(crate) engine: Sentinel,
-    pub(crate) clock: ManualClock,
-    pub(crate) resource: Resource,
-    pub(crate) start: u64,
-}
-
-impl EngineGate {
-    /// An engine on a manual clock with the rules `load` loads, and a handle on `resource` of `direction`.
-    pub(crate) fn new(resource: &str, direction: crate::EntryType, load: impl FnOnce(&Sentinel)) -> Self {
-        let start = 1_000_000 * SEC;
-        let clock = ManualClock::at_nanos(start);
-        let engine = Sentinel::builder().manual_clock(clock.clone()).build();
-        load(&engine);
-        let resource = engine.resource_typed(resource, direction);
-        EngineGate { engine, clock, resource, start }
-    }
-}
-
-impl Gate for EngineGate {
-    fn admit(&self, t: u64, origin: &Origin) -> Option<Ticket> {
-        self.clock.set_nanos(self.start + t);
-        match self.resource.entry_owned().origin(origin.name).enter() {
-            Ok(e) => Some(Ticket::Entry(e)),
-            Err(BlockError::Adaptive { .. } | BlockError::Flow { .. }) => None,
-            Err(other) => panic!("only the adaptive or a flow rule blocks here: {other}"),
-        }
-    }
-    fn complete(&self, ticket: Ticket, t: u64, _: u64, dropped: bool) {
-        self.clock.set_nanos(self.start + t);
-        if let Ticket::Entry(mut e) = ticket {
-            if dropped {
-                e.set_overload();
-            }
-        }
-    }
-    fn limit(&self) -> u32 {
-        self.engine.adaptive_status().first().map_or(0, |s| s.limit)
     }
 }
 

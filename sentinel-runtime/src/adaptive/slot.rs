@@ -111,7 +111,7 @@ impl RuleSlot for AdaptiveSlot {
         held: &mut AdaptiveHeld,
         _: &mut (),
     ) -> Result<Verdict, BlockError> {
-        let limiter = rules.limiter(cx.now_nanos, cx.entry_type == crate::EntryType::In);
+        let limiter = rules.limiter(cx.now_nanos, cx.entry_type == crate::slot::EntryType::In);
         let partition = if limiter.has_partitions() { limiter.partition_of(cx.origin) } else { None };
         match limiter.try_acquire(partition) {
             Some(permit) => {
