@@ -383,6 +383,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                         return O::wait(self, p, block);
                     }
                     self.recheck_after_wait(p, &mut checks, &site).err()
+                } else if matches!(block, BlockError::Adaptive { .. }) && sleep {
+                    self.wait_for_adaptive_place(block, &mut checks, &site)
                 } else {
                     Some(block)
                 };
@@ -436,6 +438,25 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 }
 
 impl EntryBuilder<'_, '_> {
+    /// An adaptive rule with `maxWaitMs` refused a sync call: it waits for a place outside the rules' read
+    /// section (`adaptive::slot::wait_blocking`), then the checks run again and take that place. The block
+    /// that stands, if any.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_adaptive_place(&self, block: BlockError, checks: &mut Decided, site: &Site<'_>) -> Option<BlockError> {
+        let clock = &site.shared.clock;
+        match crate::adaptive::slot::wait_blocking(clock, &site.inner.name, &site.origin.name) {
+            Ok(true) => {}
+            Ok(false) => return Some(block),
+            Err(timed_out) => return Some(timed_out),
+        }
+        *checks = Decided::default();
+        let now_nanos = clock.now_nanos();
+        let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
+        crate::adaptive::slot::return_unused_grant();
+        decided.err()
+    }
+
     /// A cluster rule asked the call to wait (`p`): blocks the thread until its lease changed or the wait's
     /// deadline passed, and decides again, as often as the lease changes before the deadline.
     #[cold]

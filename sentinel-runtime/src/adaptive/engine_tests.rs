@@ -370,3 +370,40 @@ fn diagnose_shows_the_limit_against_in_flight_and_the_measured_rtts() {
     assert!(text.contains("partition `mobile`: share 0.50, guaranteed 2, 1 in flight"), "{text}");
     drop(held);
 }
+
+#[test]
+fn a_sync_call_over_the_limit_waits_up_to_max_wait_for_a_place_and_the_newest_is_served_first() {
+    let (engine, clock) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1).max_wait_ms(100)]).unwrap();
+    let db = engine.resource("db");
+    let held = db.enter().unwrap();
+    // A waiter on another thread: it blocks outside the rules' read section until the place frees.
+    let waiter = {
+        let engine = engine.clone();
+        std::thread::spawn(move || engine.enter("db").map(|e| e.exit()).is_ok())
+    };
+    while engine.adaptive_status()[0].waiting == 0 {
+        std::thread::yield_now();
+    }
+    // A reload meanwhile is not held back by the waiting call.
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1).max_wait_ms(100)]).unwrap();
+    drop(held);
+    assert!(waiter.join().unwrap(), "the waiter got the freed place");
+    assert_eq!(engine.adaptive_status()[0].inflight, 0);
+    // Nobody frees the place: the wait runs out on the engine's clock.
+    let held = db.enter().unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        std::thread::spawn(move || engine.enter("db").map(drop))
+    };
+    while engine.adaptive_status()[0].waiting == 0 {
+        std::thread::yield_now();
+    }
+    clock.advance_millis(100);
+    match waiter.join().unwrap() {
+        Err(BlockError::Adaptive { block, .. }) => assert_eq!(block.reason, AdaptiveBlockReason::WaitTimedOut),
+        other => panic!("the wait ran out: {other:?}"),
+    }
+    drop(held);
+    assert_eq!(engine.adaptive_status()[0].inflight, 0);
+}

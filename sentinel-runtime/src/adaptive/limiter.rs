@@ -242,6 +242,7 @@ impl Limiter {
     }
 
     /// Takes a permit or says why not (no waiting).
+    #[cfg(test)]
     pub(crate) fn acquire_now(&self, partition: Option<PartitionId>) -> Result<Permit, AdaptiveBlock> {
         self.try_acquire(partition).ok_or_else(|| self.blocked(AdaptiveBlockReason::AtLimit))
     }

@@ -14,10 +14,11 @@
 //! below zero, so even a generation that came round again (255 changed reloads during one call) can only
 //! let one call more in, once.
 
+use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
 use super::limiter::Limiter;
-use super::permit::{AdaptiveBlockReason, PartitionId};
+use super::permit::{AdaptiveBlockReason, PartitionId, Permit};
 use super::rule::AdaptiveRule;
 use crate::error::BlockError;
 use crate::slot::contract::{CheckCx, ExitCx, RuleSlot, Verdict};
@@ -113,14 +114,19 @@ impl RuleSlot for AdaptiveSlot {
     ) -> Result<Verdict, BlockError> {
         let limiter = rules.limiter(cx.now_nanos, cx.entry_type == crate::slot::EntryType::In);
         let partition = if limiter.has_partitions() { limiter.partition_of(cx.origin) } else { None };
-        match limiter.try_acquire(partition) {
+        match limiter.try_acquire(partition).or_else(|| granted_to(rules)) {
             Some(permit) => {
                 // The place is counted in the limiter; the call keeps only where it came from.
                 let _ = permit;
                 *held = AdaptiveHeld::of(rules, partition);
                 Ok(Verdict::PASS)
             }
-            None => Err(blocked(limiter, AdaptiveBlockReason::AtLimit, cx)),
+            None => {
+                if matches!(cx.cluster_wait, crate::wait::Wait::Blocking(_)) {
+                    ask_to_wait(rules, partition, limiter.max_wait_nanos > 0);
+                }
+                Err(blocked(limiter, AdaptiveBlockReason::AtLimit, cx))
+            }
         }
     }
 
@@ -142,6 +148,72 @@ impl RuleSlot for AdaptiveSlot {
         if let (Some(partition), Some(l)) = (held.take_from(cell), cell.built()) {
             let rtt = cx.rt_micros.saturating_mul(1_000);
             l.release(l.permit_of(partition, cx.now_nanos.saturating_sub(rtt)), cx.now_nanos, rtt, cx.overload);
+        }
+    }
+}
+
+thread_local! {
+    /// A sync call the limiter refused and that may wait (`maxWaitMs`): where to wait, set by the check and
+    /// taken by the entry path, which waits outside the rules' read section.
+    static WAIT: RefCell<Option<(Arc<ResourceAdaptive>, Option<PartitionId>)>> = const { RefCell::new(None) };
+    /// The place a wait got, for the check of the same call made again after it.
+    static GRANTED: RefCell<Option<(Arc<ResourceAdaptive>, Permit)>> = const { RefCell::new(None) };
+}
+
+/// Notes whether the refused call may wait (always set, so that the entry path never sees an older call's).
+#[cold]
+fn ask_to_wait(cell: &Arc<ResourceAdaptive>, partition: Option<PartitionId>, may_wait: bool) {
+    let _ = WAIT.try_with(|w| *w.borrow_mut() = may_wait.then(|| (cell.clone(), partition)));
+}
+
+/// The place a wait got for this call, if it came from `cell`.
+#[cold]
+fn granted_to(cell: &Arc<ResourceAdaptive>) -> Option<Permit> {
+    if GRANTED.try_with(|g| g.borrow().is_none()).unwrap_or(true) {
+        return None;
+    }
+    GRANTED
+        .try_with(|g| {
+            let mut g = g.borrow_mut();
+            match g.take() {
+                Some((c, permit)) if Arc::ptr_eq(&c, cell) => Some(permit),
+                other => {
+                    *g = other;
+                    None
+                }
+            }
+        })
+        .ok()
+        .flatten()
+}
+
+/// For the entry path: a sync call refused by an adaptive rule with `maxWaitMs` waits here, outside the rules'
+/// read section, blocking its thread (newest first, up to the rule's wait) on `clock`. `Ok(true)`: it got a
+/// place, and the checks made again for it take that place; `Ok(false)`: there was nothing to wait for.
+/// `Err`: the wait ran out or newer calls displaced it.
+#[cold]
+pub(crate) fn wait_blocking(clock: &crate::clock::EngineClock, cx_resource: &Arc<str>, origin: &Arc<str>) -> Result<bool, BlockError> {
+    let Some((cell, partition)) = WAIT.try_with(|w| w.borrow_mut().take()).ok().flatten() else {
+        return Ok(false);
+    };
+    let Some(limiter) = cell.built() else { return Ok(false) };
+    match limiter.acquire_blocking(partition, clock) {
+        Ok(permit) => {
+            let _ = GRANTED.try_with(|g| *g.borrow_mut() = Some((cell.clone(), permit)));
+            Ok(true)
+        }
+        Err(block) => Err(BlockError::Adaptive { resource: cx_resource.clone(), origin: origin.clone(), block }),
+    }
+}
+
+/// For the entry path, after the checks made again: a place a wait got that no check took (the rules
+/// changed, or an earlier slot refused the call this time) goes back.
+#[cold]
+pub(crate) fn return_unused_grant() {
+    let _ = WAIT.try_with(|w| w.borrow_mut().take());
+    if let Some((cell, permit)) = GRANTED.try_with(|g| g.borrow_mut().take()).ok().flatten() {
+        if let Some(l) = cell.built() {
+            l.cancel(permit);
         }
     }
 }
