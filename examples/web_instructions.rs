@@ -203,12 +203,20 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             n,
         )?,
         "part-entry-adaptive" => entries(
-            |e| Ok(e.load_adaptive_rules([sentinel_runtime::adaptive::AdaptiveRule::new("part").limits(1_000, 1_000, 1_000)])?),
+            |e| {
+                Ok(e.load_adaptive_rules([
+                    sentinel_runtime::adaptive::AdaptiveRule::new("part").limits(1_000, 1_000, 1_000)
+                ])?)
+            },
             false,
             n,
         )?,
         "part-entry-thread" => entries(
-            |e| Ok(e.load_flow_rules([FlowRule::new("part").grade(sentinel_runtime::flow::FlowGrade::Thread).count(1_000.0)])?),
+            |e| {
+                Ok(e.load_flow_rules([FlowRule::new("part")
+                    .grade(sentinel_runtime::flow::FlowGrade::Thread)
+                    .count(1_000.0)])?)
+            },
             false,
             n,
         )?,

@@ -45,7 +45,9 @@ async fn an_annotated_async_fn_over_its_adaptive_limit_gets_the_block_in_its_han
         let (engine, _clock) = engine_at(0);
         let engine: &'static Sentinel = engine.leak();
         engine
-            .load_adaptive_rules([AdaptiveRule::new("adaptive.fetch").algorithm(AlgorithmKind::Gradient2).limits(1, 2, 10)])
+            .load_adaptive_rules([AdaptiveRule::new("adaptive.fetch")
+                .algorithm(AlgorithmKind::Gradient2)
+                .limits(1, 2, 10)])
             .unwrap();
         let gate = Arc::new(Semaphore::new(0));
         // Two calls hold the limit's two places across an await, on the runtime's workers.
@@ -80,19 +82,27 @@ async fn at_its_adaptive_limit_the_web_layer_answers_503_with_retry_after_and_a_
         let (engine, clock) = engine_at(0);
         let mut rule = AdaptiveRule::new("GET:/slow").algorithm(AlgorithmKind::Aimd).limits(1, 1, 10);
         rule.window.min_samples = 1;
-        engine.load_adaptive_rules([rule, AdaptiveRule::new("GET:/busy").algorithm(AlgorithmKind::Aimd).limits(1, 10, 10)]).unwrap();
+        engine
+            .load_adaptive_rules([
+                rule,
+                AdaptiveRule::new("GET:/busy").algorithm(AlgorithmKind::Aimd).limits(1, 10, 10),
+            ])
+            .unwrap();
         let release = Arc::new(Semaphore::new(0));
         let r = release.clone();
         let app = Router::new()
-            .route("/slow", get(move || {
-                let r = r.clone();
-                async move {
-                    if let Ok(p) = r.acquire().await {
-                        p.forget();
+            .route(
+                "/slow",
+                get(move || {
+                    let r = r.clone();
+                    async move {
+                        if let Ok(p) = r.acquire().await {
+                            p.forget();
+                        }
+                        "done"
                     }
-                    "done"
-                }
-            }))
+                }),
+            )
             .route("/busy", get(|| async { (StatusCode::SERVICE_UNAVAILABLE, "overloaded") }))
             .route_layer(SentinelLayer::new(&engine));
         let addr = serve(app).await;

@@ -244,9 +244,7 @@ impl BlockError {
             BlockError::System { .. }
             | BlockError::Pushback { .. }
             | BlockError::Adaptive { .. }
-            | BlockError::Custom { .. } => {
-                crate::LIMIT_APP_DEFAULT
-            }
+            | BlockError::Custom { .. } => crate::LIMIT_APP_DEFAULT,
         }
     }
 }

@@ -53,7 +53,6 @@ impl Gate for EngineGate {
     }
 }
 
-
 fn gate(rule: AdaptiveRule, direction: EntryType) -> EngineGate {
     let name = rule.resource.clone();
     EngineGate::new(&name, direction, |e| e.load_adaptive_rules([rule]).unwrap())

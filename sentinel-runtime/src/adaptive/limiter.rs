@@ -35,12 +35,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCs
 use std::sync::Mutex;
 
 use super::algorithm::{Algorithm, WindowSample};
+use super::permit::{AdaptiveBlock, AdaptiveBlockReason, PartitionId, Permit};
 use super::rule::{AdaptiveRule, ProbeConfig, WindowConfig, DEFAULT_PARTITION};
-use super::permit::{AdaptiveBlockReason, AdaptiveBlock, PartitionId, Permit};
 use super::wait::{Admission, WaitQueue};
 
-use crate::clock::{EngineClock, NANOS_PER_MILLI as NANOS_PER_MS};
 use super::wait::WaitForPermit;
+use crate::clock::{EngineClock, NANOS_PER_MILLI as NANOS_PER_MS};
 
 /// A partition's live state.
 #[derive(Debug)]

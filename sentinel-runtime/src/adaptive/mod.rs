@@ -69,16 +69,17 @@ pub(crate) mod wait;
 mod window;
 
 #[cfg(test)]
-mod sim;
-#[cfg(test)]
 mod engine_tests;
+#[cfg(test)]
+mod sim;
 #[cfg(test)]
 mod tests;
 
 #[cfg(feature = "serde")]
 pub use format::{parse_json, to_json};
 pub use rule::{
-    AdaptiveBlock, AdaptiveBlockReason, AdaptiveRule, AdaptiveRuleError, AimdParams, AlgorithmKind, Gradient2Params, Partition, ProbeConfig,
-    VegasParams, WindowConfig, DEFAULT_PARTITION, MAX_LIMIT_CAP, MAX_PARTITIONS, MAX_WAITERS_CAP, MAX_WAIT_MS_CAP,
+    AdaptiveBlock, AdaptiveBlockReason, AdaptiveRule, AdaptiveRuleError, AimdParams, AlgorithmKind, Gradient2Params,
+    Partition, ProbeConfig, VegasParams, WindowConfig, DEFAULT_PARTITION, MAX_LIMIT_CAP, MAX_PARTITIONS,
+    MAX_WAITERS_CAP, MAX_WAIT_MS_CAP,
 };
 pub use status::{AdaptiveStatus, PartitionStatus};

@@ -19,5 +19,3 @@ pub(crate) struct Permit {
     /// The limiter's back-off epoch when it was admitted.
     pub(crate) epoch: u32,
 }
-
-

@@ -504,7 +504,9 @@ impl fmt::Display for AdaptiveBlock {
         let ms = |n: u64| n as f64 / NANOS_PER_MS as f64;
         match self.reason {
             AdaptiveBlockReason::AtLimit => write!(f, "adaptive limit {} reached", self.limit)?,
-            AdaptiveBlockReason::WaitTimedOut => write!(f, "adaptive limit {} reached and the wait ran out", self.limit)?,
+            AdaptiveBlockReason::WaitTimedOut => {
+                write!(f, "adaptive limit {} reached and the wait ran out", self.limit)?
+            }
             AdaptiveBlockReason::Displaced => {
                 write!(f, "adaptive limit {} reached; newer calls took the wait queue", self.limit)?
             }

@@ -192,7 +192,11 @@ fn granted_to(cell: &Arc<ResourceAdaptive>) -> Option<Permit> {
 /// place, and the checks made again for it take that place; `Ok(false)`: there was nothing to wait for.
 /// `Err`: the wait ran out or newer calls displaced it.
 #[cold]
-pub(crate) fn wait_blocking(clock: &crate::clock::EngineClock, cx_resource: &Arc<str>, origin: &Arc<str>) -> Result<bool, BlockError> {
+pub(crate) fn wait_blocking(
+    clock: &crate::clock::EngineClock,
+    cx_resource: &Arc<str>,
+    origin: &Arc<str>,
+) -> Result<bool, BlockError> {
     let Some((cell, partition)) = WAIT.try_with(|w| w.borrow_mut().take()).ok().flatten() else {
         return Ok(false);
     };

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures::task::AtomicWaker;
 
-use super::permit::{AdaptiveBlockReason, AdaptiveBlock, PartitionId, Permit};
+use super::permit::{AdaptiveBlock, AdaptiveBlockReason, PartitionId, Permit};
 use crate::clock::{EngineClock, Sleep};
 
 /// What the wait needs of a limiter: taking and giving back places, the numbers of a refusal, its queue and
@@ -175,7 +175,9 @@ impl<'l, L: Admission> WaitForPermit<'l, L> {
     pub(crate) fn start(limiter: &'l L, partition: Option<PartitionId>, clock: &EngineClock) -> Self {
         let state = match limiter.try_acquire(partition) {
             Some(p) => AcquireState::Ready(Ok(p)),
-            None if limiter.max_wait_nanos() == 0 => AcquireState::Ready(Err(limiter.blocked(AdaptiveBlockReason::AtLimit))),
+            None if limiter.max_wait_nanos() == 0 => {
+                AcquireState::Ready(Err(limiter.blocked(AdaptiveBlockReason::AtLimit)))
+            }
             None => match limiter.queue().enqueue(limiter, partition) {
                 Ok(p) => AcquireState::Ready(Ok(p)),
                 Err(waiter) => AcquireState::Waiting {

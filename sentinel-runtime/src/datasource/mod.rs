@@ -216,14 +216,8 @@ pub fn file_stem(kind: RuleKind) -> &'static str {
 }
 
 /// Every kind, in the order a [`RuleSet`] is applied.
-pub const ALL_KINDS: [RuleKind; 6] = [
-    RuleKind::Authority,
-    RuleKind::System,
-    RuleKind::ParamFlow,
-    RuleKind::Flow,
-    RuleKind::Degrade,
-    RuleKind::Adaptive,
-];
+pub const ALL_KINDS: [RuleKind; 6] =
+    [RuleKind::Authority, RuleKind::System, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade, RuleKind::Adaptive];
 
 /// TOML documents must be tables: a single kind's list sits under `rules`.
 #[derive(Serialize, Deserialize)]

@@ -17,9 +17,8 @@ impl Sentinel {
 
 /// A note when a rule governs the resource but no call built its limiter yet.
 pub(super) fn note(engine: &Sentinel, resource: &str, status: Option<&AdaptiveStatus>) -> Option<String> {
-    (status.is_none() && engine.shared.adaptive.governs(resource)).then(|| {
-        format!("an adaptive rule governs `{resource}`: its limiter starts at the first checked call")
-    })
+    (status.is_none() && engine.shared.adaptive.governs(resource))
+        .then(|| format!("an adaptive rule governs `{resource}`: its limiter starts at the first checked call"))
 }
 
 /// The diagnosis's lines on the adaptive limiter.

@@ -349,7 +349,12 @@ fn render_adaptive(engine: &Sentinel, app: &str, out: &mut String) {
     let labels = |s: &crate::adaptive::AdaptiveStatus, partition: &str| {
         format!("app=\"{app}\",resource=\"{}\",partition=\"{}\"", escape(&s.resource), escape(partition))
     };
-    family(out, "sentinel_adaptive_limit", "gauge", "Adaptive concurrency limit in force (a partition: its guarantee).");
+    family(
+        out,
+        "sentinel_adaptive_limit",
+        "gauge",
+        "Adaptive concurrency limit in force (a partition: its guarantee).",
+    );
     for s in &states {
         let _ = writeln!(out, "sentinel_adaptive_limit{{{}}} {}", labels(s, ""), s.limit);
         for p in &s.partitions {

@@ -312,9 +312,7 @@ fn push_rules(c: &Center, kind: RuleKind, p: &Params) -> Result<Reply, CommandEr
         RuleKind::ParamFlow => {
             set.param_flow = Some(parse_rules::<ParamFlowRule>(data, Format::Json).map_err(parse_err)?)
         }
-        RuleKind::Adaptive => {
-            set.adaptive = Some(parse_rules::<AdaptiveRule>(data, Format::Json).map_err(parse_err)?)
-        }
+        RuleKind::Adaptive => set.adaptive = Some(parse_rules::<AdaptiveRule>(data, Format::Json).map_err(parse_err)?),
     }
     let _serial = c.writes.lock().unwrap_or_else(|e| e.into_inner());
     set.apply(&c.engine).map_err(|e| CommandError(e.to_string()))?;
