@@ -214,7 +214,9 @@ pub struct AdaptiveRule {
     /// AIMD's parameters.
     pub aimd: AimdParams,
     /// How long a call over the limit may wait for a permit (0: it is blocked at once). Waiting calls are
-    /// served newest first.
+    /// served newest first. A sync entry ([`EntryBuilder::enter`](crate::EntryBuilder::enter)) waits blocking
+    /// its thread, outside the rules' read section; entries that must not block (`decide`, `enter_async`, the
+    /// async macro, the web layer) are refused at once for now.
     pub max_wait_ms: u64,
     /// The most calls that may wait at once; when full, the oldest waiter is refused (the default, 0, means
     /// `max_limit`: as many waiting as could ever run).
