@@ -3,7 +3,10 @@
 //! (a place given back when a later slot blocks or panics, reloads, regex rules, bad rules, the block's
 //! message). Deterministic: simulated time, seeded randomness, no sleeps.
 
-use super::sim::{around, Gate, Origin, Second, Sim, Ticket, MS, SEC};
+use super::sim::{
+    check_hovers, check_incident, check_shares, hidden_capacity, incident_sim, two_origins, Gate, Origin, Second, Sim,
+    Ticket, MS, SEC,
+};
 use super::*;
 use crate::clock::ManualClock;
 use crate::flow::{FlowGrade, FlowRule};
@@ -119,37 +122,11 @@ fn through_the_engine_the_ramp_without_a_limit_grows_latency_without_bound_and_a
     assert!(p99 >= 3.0 * no_load_p99, "a static 64 keeps p99 at {p99:.0} ms, {:.1}x the no-load", p99 / no_load_p99);
 }
 
-/// The seed's incident through the engine: 8 workers, 50 ms calls at 1.2x capacity (192/s); from 60 s to
-/// 120 s the service time is 3 s.
-fn incident(g: Option<&dyn Gate>) -> Vec<Second> {
-    let sim = Sim {
-        limiter: g,
-        workers: 8,
-        reject_at: None,
-        service: Box::new(
-            |t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) },
-        ),
-        origins: vec![Origin::steady(192.0, 200 * SEC)],
-        seed: 1,
-    };
-    sim.run(200 * SEC)
-}
-
 #[test]
 fn through_the_engine_the_incident_bounds_in_flight_halves_the_limit_and_recovers() {
     let g = gate(AdaptiveRule::new("inventory").algorithm(AlgorithmKind::Gradient2).limits(4, 20, 200), EntryType::Out);
-    let s = incident(Some(&g));
-    let trace: Vec<_> = s.iter().map(|x| (x.limit, x.max_inflight)).collect();
-    let before = s[59].limit;
-    assert!(before >= 8, "the limit before the jump ({before}) holds the 8 workers: {trace:?}");
-    assert!(f64::from(s[79].limit) <= 0.75 * f64::from(before), "a quarter down within 20 s: {trace:?}");
-    assert!(f64::from(s[99].limit) <= 0.5 * f64::from(before), "half down within 40 s: {trace:?}");
-    let most = s[60..120].iter().map(|x| x.max_inflight).max().unwrap_or(0);
-    assert!(most <= before + 1, "in flight stays near the limit before the jump: {most} against {before}");
-    assert!(
-        s[120..150].iter().any(|x| f64::from(x.limit) >= 0.9 * f64::from(before)),
-        "back to 90 % of {before} within 30 s of recovery: {trace:?}"
-    );
+    let s = incident_sim(Some(&g)).run(200 * SEC);
+    check_incident("gradient2 through the engine", &s, 0.9);
     // The engine's own count of calls in flight agrees with the limiter's at the end.
     assert_eq!(g.engine.adaptive_status()[0].inflight, g.engine.cluster_stats("inventory").unwrap().threads as u32);
 }
@@ -157,7 +134,7 @@ fn through_the_engine_the_incident_bounds_in_flight_halves_the_limit_and_recover
 #[test]
 fn through_the_engine_without_a_rule_the_incident_piles_up_thousands() {
     let g = EngineGate::new("inventory", EntryType::Out, |_| {});
-    let s = incident(Some(&g));
+    let s = incident_sim(Some(&g)).run(120 * SEC);
     assert!(s[119].max_inflight > 5_000, "{}", s[119].max_inflight);
 }
 
@@ -165,26 +142,12 @@ fn through_the_engine_without_a_rule_the_incident_piles_up_thousands() {
 fn through_the_engine_partitions_get_their_share_under_overload_and_all_of_it_alone() {
     let rule = AdaptiveRule::new("api").limits(20, 20, 20).partition("mobile", 0.7).partition("default", 0.3);
     let g = gate(rule, EntryType::In);
-    let sim = Sim {
-        limiter: Some(&g),
-        workers: 8,
-        reject_at: None,
-        service: Box::new(|_, u| around(50 * MS, u)),
-        origins: vec![
-            Origin { name: "mobile", ..Origin::steady(400.0, 120 * SEC) },
-            Origin { name: "web", ..Origin::steady(400.0, 60 * SEC) },
-        ],
-        seed: 3,
-    };
-    let s = sim.run(120 * SEC);
-    let avg = |range: std::ops::Range<usize>, o: usize| {
-        range.clone().map(|i| s[i].inflight_by_origin[o]).sum::<f64>() / range.len() as f64
-    };
-    let (m, w) = (avg(10..59, 0), avg(10..59, 1));
-    assert!((m / 20.0 - 0.7).abs() <= 0.07, "mobile holds {m:.2} of 20");
-    assert!((w / 20.0 - 0.3).abs() <= 0.03, "web (the default partition) holds {w:.2} of 20");
-    let alone = avg(70..119, 0);
-    assert!(alone >= 19.0, "mobile alone uses the whole limit: {alone:.2}");
+    let s = two_origins(
+        &g,
+        Origin { name: "mobile", ..Origin::steady(0.0, 0) },
+        Origin { name: "web", ..Origin::steady(0.0, 0) },
+    );
+    check_shares(&s);
 }
 
 #[test]
@@ -192,22 +155,9 @@ fn through_the_engine_aimd_is_the_outbound_default_and_hovers_under_a_hidden_cap
     let mut rule = AdaptiveRule::new("payments").limits(1, 20, 200);
     rule.window.min_samples = 10;
     let g = gate(rule, EntryType::Out);
-    let sim = Sim {
-        limiter: Some(&g),
-        workers: 8,
-        reject_at: Some(12),
-        service: Box::new(|_, u| around(50 * MS, u)),
-        origins: vec![Origin::steady(400.0, 180 * SEC)],
-        seed: 5,
-    };
-    let s = sim.run(180 * SEC);
+    let s = hidden_capacity(&g);
     assert_eq!(g.engine.adaptive_status()[0].algorithm, AlgorithmKind::Aimd);
-    let late = &s[60..];
-    let avg_limit = late.iter().map(|x| f64::from(x.limit)).sum::<f64>() / late.len() as f64;
-    assert!(avg_limit <= 13.0, "the limit hovers at the capacity of 12: {avg_limit:.1}");
-    let (admitted, rejected): (u64, u64) = late.iter().fold((0, 0), |a, x| (a.0 + x.completed, a.1 + x.rejected_503));
-    assert!((rejected as f64) < 0.05 * admitted as f64, "{rejected} of {admitted} got 503");
-    assert!(late.iter().all(|x| x.rejected_503 * 2 < x.completed.max(1)), "no second where most calls fail");
+    check_hovers(&s);
 }
 
 // ---------------------------------------------------------------- the slot's contract

@@ -264,3 +264,94 @@ impl Run<'_, '_> {
 pub(crate) fn around(base: u64, u: f64) -> u64 {
     (base as f64 * (0.8 + 0.4 * u)) as u64
 }
+
+// ---------------------------------------------------------------- scenarios shared by the limiter's and the engine's tests
+
+/// The seed's incident: 8 workers, 50 ms calls, offered at 1.2× capacity (192/s); from 60 s to 120 s the
+/// service time is 3 s, then 50 ms again.
+pub(crate) fn incident_sim(gate: Option<&dyn Gate>) -> Sim<'_> {
+    Sim {
+        limiter: gate,
+        workers: 8,
+        reject_at: None,
+        service: Box::new(
+            |t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) },
+        ),
+        origins: vec![Origin::steady(192.0, 200 * SEC)],
+        seed: 1,
+    }
+}
+
+/// Checks the fall during the incident; returns the limit before it.
+pub(crate) fn check_fall(name: &str, s: &[Second]) -> u32 {
+    let before = s[59].limit;
+    let trace: Vec<_> = s.iter().map(|x| (x.limit, x.max_inflight)).collect();
+    assert!(before >= 8, "{name}: the limit before the jump ({before}) holds the 8 workers: {trace:?}");
+    assert!(f64::from(s[79].limit) <= 0.75 * f64::from(before), "{name}: a quarter down within 20 s: {trace:?}");
+    assert!(f64::from(s[99].limit) <= 0.5 * f64::from(before), "{name}: half down within 40 s: {trace:?}");
+    let most = s[60..120].iter().map(|x| x.max_inflight).max().unwrap_or(0);
+    assert!(most <= before + 1, "{name}: in flight stays bounded by the limit before the jump: {most} > {before}");
+    before
+}
+
+/// Checks the fall, and the climb back to `recovered` of the limit before within 30 s of the recovery.
+pub(crate) fn check_incident(name: &str, s: &[Second], recovered: f64) {
+    let before = check_fall(name, s);
+    let trace: Vec<_> = s.iter().map(|x| x.limit).collect();
+    assert!(
+        s[120..150].iter().any(|x| f64::from(x.limit) >= recovered * f64::from(before)),
+        "{name}: back to {recovered} of {before} within 30 s of recovery: {trace:?}"
+    );
+}
+
+/// Two caller populations at 400 calls/s each against 8 workers of 50 ms, the second stopping at 60 s.
+pub(crate) fn two_origins(gate: &dyn Gate, first: Origin, second: Origin) -> Vec<Second> {
+    let sim = Sim {
+        limiter: Some(gate),
+        workers: 8,
+        reject_at: None,
+        service: Box::new(|_, u| around(50 * MS, u)),
+        origins: vec![
+            Origin { rate: 400.0, rate_end: 400.0, stop: 120 * SEC, ..first },
+            Origin { rate: 400.0, rate_end: 400.0, stop: 60 * SEC, ..second },
+        ],
+        seed: 3,
+    };
+    sim.run(120 * SEC)
+}
+
+/// Checks shares of 0.7 and 0.3 of a limit of 20 while both origins call, and the whole limit for the
+/// first alone.
+pub(crate) fn check_shares(s: &[Second]) {
+    let avg = |range: std::ops::Range<usize>, o: usize| {
+        range.clone().map(|i| s[i].inflight_by_origin[o]).sum::<f64>() / range.len() as f64
+    };
+    let (m, w) = (avg(10..59, 0), avg(10..59, 1));
+    assert!((m / 20.0 - 0.7).abs() <= 0.07, "mobile holds {m:.2} of 20");
+    assert!((w / 20.0 - 0.3).abs() <= 0.03, "web holds {w:.2} of 20");
+    let alone = avg(70..119, 0);
+    assert!(alone >= 19.0, "mobile alone uses the whole limit: {alone:.2}");
+}
+
+/// A downstream that answers 503 at once when 12 calls are inside it, 400 calls/s offered for 180 s.
+pub(crate) fn hidden_capacity(gate: &dyn Gate) -> Vec<Second> {
+    let sim = Sim {
+        limiter: Some(gate),
+        workers: 8,
+        reject_at: Some(12),
+        service: Box::new(|_, u| around(50 * MS, u)),
+        origins: vec![Origin::steady(400.0, 180 * SEC)],
+        seed: 5,
+    };
+    sim.run(180 * SEC)
+}
+
+/// Checks that from 60 s on the limit hovers at the hidden capacity of 12 and 503s stay rare.
+pub(crate) fn check_hovers(s: &[Second]) {
+    let late = &s[60..];
+    let avg_limit = late.iter().map(|x| f64::from(x.limit)).sum::<f64>() / late.len() as f64;
+    assert!(avg_limit <= 13.0, "the limit hovers at the capacity of 12: {avg_limit:.1}");
+    let (admitted, rejected): (u64, u64) = late.iter().fold((0, 0), |a, x| (a.0 + x.completed, a.1 + x.rejected_503));
+    assert!((rejected as f64) < 0.05 * admitted as f64, "{rejected} of {admitted} got 503");
+    assert!(late.iter().all(|x| x.rejected_503 * 2 < x.completed.max(1)), "no second where most calls fail");
+}

@@ -10,7 +10,10 @@ use super::algorithm::{log10_at_least_one, Aimd, ExpAverage, Gradient2, Vegas, W
 use super::limiter::Limiter;
 use super::permit::AdaptiveBlockReason;
 use super::rule::*;
-use super::sim::{around, Origin, Sim, MS, SEC};
+use super::sim::{
+    check_fall, check_hovers, check_incident, check_shares, hidden_capacity, incident_sim, two_origins, Origin, Sim,
+    MS, SEC,
+};
 use crate::clock::{EngineClock, ManualClock};
 
 fn approx(a: f64, b: f64) -> bool {
@@ -692,45 +695,9 @@ fn concurrent_partitions_stay_within_limit_plus_guarantees() {
 
 // ---------------------------------------------------------------- simulated downstream
 
-/// The seed's incident: 8 workers, 50 ms calls, offered at 1.2× capacity (192/s); from 60 s to 120 s the
-/// service time is 3 s, then 50 ms again.
-fn incident_sim(limiter: Option<&dyn super::sim::Gate>) -> Sim<'_> {
-    Sim {
-        limiter,
-        workers: 8,
-        reject_at: None,
-        service: Box::new(
-            |t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) },
-        ),
-        origins: vec![Origin::steady(192.0, 200 * SEC)],
-        seed: 1,
-    }
-}
-
 fn incident(rule: &AdaptiveRule) -> Vec<super::sim::Second> {
     let l = limiter(rule);
     incident_sim(Some(&l)).run(200 * SEC)
-}
-
-/// Checks the fall during the incident; returns the limit before it.
-fn check_fall(name: &str, s: &[super::sim::Second]) -> u32 {
-    let before = s[59].limit;
-    let trace: Vec<_> = s.iter().map(|x| (x.limit, x.max_inflight)).collect();
-    assert!(before >= 8, "{name}: the limit before the jump ({before}) holds the 8 workers: {trace:?}");
-    assert!(f64::from(s[79].limit) <= 0.75 * f64::from(before), "{name}: a quarter down within 20 s: {trace:?}");
-    assert!(f64::from(s[99].limit) <= 0.5 * f64::from(before), "{name}: half down within 40 s: {trace:?}");
-    let most = s[60..120].iter().map(|x| x.max_inflight).max().unwrap_or(0);
-    assert!(most <= before + 1, "{name}: in flight stays bounded by the limit before the jump: {most} > {before}");
-    before
-}
-
-fn check_incident(name: &str, s: &[super::sim::Second], recovered: f64) {
-    let before = check_fall(name, s);
-    let trace: Vec<_> = s.iter().map(|x| x.limit).collect();
-    assert!(
-        s[120..150].iter().any(|x| f64::from(x.limit) >= recovered * f64::from(before)),
-        "{name}: back to {recovered} of {before} within 30 s of recovery: {trace:?}"
-    );
 }
 
 #[test]
@@ -770,26 +737,12 @@ fn partitions_get_their_share_under_overload_and_all_of_it_alone() {
     let rule = AdaptiveRule::new("api").limits(20, 20, 20).partition("mobile", 0.7).partition("default", 0.3);
     let l = limiter(&rule);
     let (mobile, web) = (l.partition_of("mobile"), l.partition_of("web"));
-    let sim = Sim {
-        limiter: Some(&l),
-        workers: 8,
-        reject_at: None,
-        service: Box::new(|_, u| around(50 * MS, u)),
-        origins: vec![
-            Origin { partition: mobile, ..Origin::steady(400.0, 120 * SEC) },
-            Origin { partition: web, ..Origin::steady(400.0, 60 * SEC) },
-        ],
-        seed: 3,
-    };
-    let s = sim.run(120 * SEC);
-    let avg = |range: std::ops::Range<usize>, o: usize| {
-        range.clone().map(|i| s[i].inflight_by_origin[o]).sum::<f64>() / range.len() as f64
-    };
-    let (m, w) = (avg(10..59, 0), avg(10..59, 1));
-    assert!((m / 20.0 - 0.7).abs() <= 0.07, "mobile holds {m:.2} of 20");
-    assert!((w / 20.0 - 0.3).abs() <= 0.03, "web holds {w:.2} of 20");
-    let alone = avg(70..119, 0);
-    assert!(alone >= 19.0, "mobile alone uses the whole limit: {alone:.2}");
+    let s = two_origins(
+        &l,
+        Origin { partition: mobile, ..Origin::steady(0.0, 0) },
+        Origin { partition: web, ..Origin::steady(0.0, 0) },
+    );
+    check_shares(&s);
 }
 
 #[test]
@@ -797,21 +750,7 @@ fn aimd_hovers_under_a_hidden_capacity_and_few_calls_get_503() {
     let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Aimd).limits(1, 20, 200);
     rule.window.min_samples = 10;
     let l = Limiter::new(&rule, false, 0, 42);
-    let sim = Sim {
-        limiter: Some(&l),
-        workers: 8,
-        reject_at: Some(12),
-        service: Box::new(|_, u| around(50 * MS, u)),
-        origins: vec![Origin::steady(400.0, 180 * SEC)],
-        seed: 5,
-    };
-    let s = sim.run(180 * SEC);
-    let late = &s[60..];
-    let avg_limit = late.iter().map(|x| f64::from(x.limit)).sum::<f64>() / late.len() as f64;
-    assert!(avg_limit <= 13.0, "the limit hovers at the capacity of 12: {avg_limit:.1}");
-    let (admitted, rejected): (u64, u64) = late.iter().fold((0, 0), |a, x| (a.0 + x.completed, a.1 + x.rejected_503));
-    assert!((rejected as f64) < 0.05 * admitted as f64, "{rejected} of {admitted} got 503");
-    assert!(late.iter().all(|x| x.rejected_503 * 2 < x.completed.max(1)), "no second where most calls fail");
+    check_hovers(&hidden_capacity(&l));
 }
 
 #[test]
