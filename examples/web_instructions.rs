@@ -25,7 +25,8 @@
 //! - `part-entry-*`: one entry and its exit through `Resource::enter` (the slot chain's cost, no web layer):
 //!   `none` (no rule), `flow-pass` (one flow rule that passes), `flow-block` (one flow rule that blocks every
 //!   call), `flow-breaker` (a passing flow rule and a closed slow-ratio breaker), `param` (a hot-parameter
-//!   rule that passes, one value);
+//!   rule that passes, one value), `adaptive` (an adaptive concurrency rule with a limit of 1,000) and
+//!   `thread` (a thread-grade flow rule with the same limit: the cost the adaptive rule is held to);
 //! - `part-macro-sync`, `part-macro-async`: a call of a `#[sentinel_resource]` function, sync and async (the
 //!   future polled once, with no executor), on the global engine with one passing flow rule.
 
@@ -197,6 +198,24 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                     .slow_ratio_threshold(0.5)
                     .time_window_sec(10)])?;
                 Ok(())
+            },
+            false,
+            n,
+        )?,
+        "part-entry-adaptive" => entries(
+            |e| {
+                Ok(e.load_adaptive_rules([
+                    sentinel_runtime::adaptive::AdaptiveRule::new("part").limits(1_000, 1_000, 1_000)
+                ])?)
+            },
+            false,
+            n,
+        )?,
+        "part-entry-thread" => entries(
+            |e| {
+                Ok(e.load_flow_rules([FlowRule::new("part")
+                    .grade(sentinel_runtime::flow::FlowGrade::Thread)
+                    .count(1_000.0)])?)
             },
             false,
             n,

@@ -10,6 +10,7 @@
 //! knows no engine; this file says where the engine keeps each kind's rules, state and held state
 //! ([`InChain`]).
 
+use crate::adaptive::slot::{AdaptiveHeld, AdaptiveSlot};
 use crate::authority::AuthoritySlot;
 use crate::circuit_breaker::BreakerSlot;
 use crate::engine::Shared;
@@ -40,7 +41,10 @@ pub(crate) type BuiltIn = (
                     BreakerSlot<true>, // -1500, circuit_breaker/mod.rs: the `"*"` breakers, for a resource with none
                     (
                         BreakerSlot<false>, // -1000, circuit_breaker/mod.rs: the resource's own breakers
-                        TestOnly,
+                        (
+                            AdaptiveSlot, // -500, adaptive/slot.rs: last, so a place is taken only for a call every other rule let through
+                            TestOnly,
+                        ),
                     ),
                 ),
             ),
@@ -62,6 +66,7 @@ pub(crate) struct Held<'h> {
     pub(crate) flow: &'h mut flow::EntryState,
     pub(crate) param: &'h mut param_flow::EntryState,
     pub(crate) breakers: &'h mut circuit_breaker::EntryState,
+    pub(crate) adaptive: &'h mut AdaptiveHeld,
     /// For kinds that hold nothing.
     pub(crate) nothing: (),
 }
@@ -203,6 +208,25 @@ impl InChain for BreakerSlot<false> {
     }
 }
 
+impl InChain for AdaptiveSlot {
+    #[inline(always)]
+    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
+        rules.adaptive.as_ref()
+    }
+    #[inline(always)]
+    fn state(_: &Shared) -> &Self::State {
+        &()
+    }
+    #[inline(always)]
+    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
+        held.adaptive
+    }
+    #[inline(always)]
+    fn taken(taken: &mut Taken) -> &mut Self::Taken {
+        &mut taken.nothing
+    }
+}
+
 #[cfg(test)]
 impl InChain for crate::slot::every_nth::EveryNthSlot {
     #[inline(always)]
@@ -234,13 +258,20 @@ pub(crate) struct Decided {
     pub(crate) param: param_flow::EntryState,
     pub(crate) breakers: circuit_breaker::EntryState,
     pub(crate) tally: Tally,
+    pub(crate) adaptive: AdaptiveHeld,
 }
 
 impl Decided {
     /// What the call holds, and the rest of the decision.
     #[inline(always)]
     pub(crate) fn split(&mut self) -> (Held<'_>, &mut Tally) {
-        let held = Held { flow: &mut self.flow, param: &mut self.param, breakers: &mut self.breakers, nothing: () };
+        let held = Held {
+            flow: &mut self.flow,
+            param: &mut self.param,
+            breakers: &mut self.breakers,
+            adaptive: &mut self.adaptive,
+            nothing: (),
+        };
         (held, &mut self.tally)
     }
 }

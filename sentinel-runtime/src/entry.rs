@@ -383,6 +383,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                         return O::wait(self, p, block);
                     }
                     self.recheck_after_wait(p, &mut checks, &site).err()
+                } else if matches!(block, BlockError::Adaptive { .. }) && sleep {
+                    self.wait_for_adaptive_place(block, &mut checks, &site)
                 } else {
                     Some(block)
                 };
@@ -430,11 +432,31 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             flow: checks.flow,
             param: checks.param,
             breakers: checks.breakers,
+            adaptive: checks.adaptive,
         }))
     }
 }
 
 impl EntryBuilder<'_, '_> {
+    /// An adaptive rule with `maxWaitMs` refused a sync call: it waits for a place outside the rules' read
+    /// section (`adaptive::slot::wait_blocking`), then the checks run again and take that place. The block
+    /// that stands, if any.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_adaptive_place(&self, block: BlockError, checks: &mut Decided, site: &Site<'_>) -> Option<BlockError> {
+        let clock = &site.shared.clock;
+        match crate::adaptive::slot::wait_blocking(clock, &site.inner.name, &site.origin.name) {
+            Ok(true) => {}
+            Ok(false) => return Some(block),
+            Err(timed_out) => return Some(timed_out),
+        }
+        *checks = Decided::default();
+        let now_nanos = clock.now_nanos();
+        let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
+        crate::adaptive::slot::return_unused_grant();
+        decided.err()
+    }
+
     /// A cluster rule asked the call to wait (`p`): blocks the thread until its lease changed or the wait's
     /// deadline passed, and decides again, as often as the lease changes before the deadline.
     #[cold]
@@ -685,6 +707,8 @@ pub struct Entry<'r> {
     error: bool,
     /// [`Flags`] bits.
     flags: u8,
+    /// What the adaptive slot holds (two bytes, in what was padding).
+    adaptive: crate::adaptive::slot::AdaptiveHeld,
     /// What the slots hold until exit (see [`chain::Held`]).
     flow: crate::flow::EntryState,
     param: crate::param_flow::EntryState,
@@ -714,6 +738,8 @@ impl Flags {
     const OWN: u8 = 8;
     /// A prioritized call admitted by borrowing a later window.
     const OCCUPIED: u8 = 16;
+    /// The call failed by overload ([`Entry::set_overload`]).
+    const OVERLOAD: u8 = 32;
     /// The flags as bits 0 to 4, in the order of the constants above (shifts: fewer instructions than
     /// selecting each constant).
     #[inline(always)]
@@ -749,6 +775,7 @@ impl<'r> Entry<'r> {
             flow: Default::default(),
             param: Default::default(),
             breakers: Default::default(),
+            adaptive: Default::default(),
         }
     }
 }
@@ -802,6 +829,29 @@ impl<'r> Entry<'r> {
         self.error = true;
     }
 
+    /// Marks the call as failed by overload: the downstream refused or shed it (HTTP 429 or 503, gRPC
+    /// `RESOURCE_EXHAUSTED` or `UNAVAILABLE`) or it ran past a time limit. An adaptive rule counts it as a
+    /// drop, and its limit backs off (see [`crate::adaptive`]); for statistics and circuit breakers it is an
+    /// error as well. The web layer and the outbound guards call it for those answers, and
+    /// [`set_timed_out`](Self::set_timed_out) does.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let mut entry = engine.enter("downstream").unwrap();
+    /// entry.set_overload(); // it answered 503
+    /// assert!(entry.is_overload() && entry.has_error());
+    /// ```
+    pub fn set_overload(&mut self) {
+        self.error = true;
+        self.flags |= Flags::OVERLOAD;
+    }
+
+    /// Whether the call was marked as failed by overload ([`set_overload`](Self::set_overload)).
+    pub fn is_overload(&self) -> bool {
+        self.flags & Flags::OVERLOAD != 0
+    }
+
     /// Traces an error: ignored when it is a [`BlockError`] or the engine's error filter rejects it.
     pub fn trace(&mut self, err: &(dyn StdError + 'static)) {
         if err.downcast_ref::<BlockError>().is_some() {
@@ -819,7 +869,7 @@ impl<'r> Entry<'r> {
         if self.node.is_none() {
             return;
         }
-        self.error = true;
+        self.set_overload();
         let limit_nanos = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
         // The response time is measured from `created_nanos` at exit: place the start `limit` before now.
         self.created_nanos = self.res.shared().clock.now_nanos().saturating_sub(limit_nanos);
@@ -969,14 +1019,16 @@ impl Drop for Entry<'_> {
             o.record_rt(rt_micros);
         }
 
-        chain::exit(shared, &ExitCx { now_ms, rt_micros, error, acquire }, &mut self.held());
+        let overload = self.flags & Flags::OVERLOAD != 0;
+        chain::exit(shared, &ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire }, &mut self.held());
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
         if self.flags & Flags::TOUCHES_TLS != 0 {
             self.restore_context(shared, node);
         }
-        if inner.has_breakers.load(Ordering::Acquire) {
-            let xcx = ExitCx { now_ms, rt_micros, error, acquire };
+        // The adaptive slot's place goes back to the rule state that gave it, read here like breakers'.
+        if inner.has_breakers.load(Ordering::Acquire) || self.adaptive.holds() {
+            let xcx = ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }
@@ -990,7 +1042,13 @@ impl Entry<'_> {
     /// What the call holds, for the slots' exits.
     #[inline(always)]
     fn held(&mut self) -> chain::Held<'_> {
-        chain::Held { flow: &mut self.flow, param: &mut self.param, breakers: &mut self.breakers, nothing: () }
+        chain::Held {
+            flow: &mut self.flow,
+            param: &mut self.param,
+            breakers: &mut self.breakers,
+            adaptive: &mut self.adaptive,
+            nothing: (),
+        }
     }
 
     /// Runs the exit hooks of the slots that passed this entry (matched by id). Every hook runs even if one

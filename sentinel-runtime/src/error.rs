@@ -128,6 +128,16 @@ pub enum BlockError {
         /// Time left until the downstream's back-off ends.
         retry_after: Duration,
     },
+    /// An adaptive concurrency rule: the calls in flight reached the limit it measured (see
+    /// [`crate::adaptive`]). The message says why, with the limit, the calls in flight and the measured RTTs.
+    Adaptive {
+        /// The resource.
+        resource: Arc<str>,
+        /// The caller's origin (empty when none).
+        origin: Arc<str>,
+        /// Why, and the limiter's numbers at that moment.
+        block: crate::adaptive::rule::AdaptiveBlock,
+    },
     /// A user-defined slot.
     Custom {
         /// The resource.
@@ -151,6 +161,7 @@ impl BlockError {
             | BlockError::ParamFlow { resource, .. }
             | BlockError::Authority { resource, .. }
             | BlockError::Pushback { resource, .. }
+            | BlockError::Adaptive { resource, .. }
             | BlockError::Custom { resource, .. } => resource,
         }
     }
@@ -163,6 +174,7 @@ impl BlockError {
             | BlockError::ParamFlow { origin, .. }
             | BlockError::Authority { origin, .. }
             | BlockError::Pushback { origin, .. }
+            | BlockError::Adaptive { origin, .. }
             | BlockError::Custom { origin, .. } => origin,
         }
     }
@@ -175,6 +187,7 @@ impl BlockError {
             BlockError::ParamFlow { .. } => "ParamFlowException",
             BlockError::Authority { .. } => "AuthorityException",
             BlockError::Pushback { .. } => "PushbackException",
+            BlockError::Adaptive { .. } => "AdaptiveException",
             BlockError::Custom { .. } => "CustomBlockException",
         }
     }
@@ -190,6 +203,7 @@ impl BlockError {
     /// | a hot-parameter token bucket | the refill that gives the value enough tokens |
     /// | an open circuit breaker | the time left until the breaker's retry time (when a probe may pass) |
     /// | a downstream's back-off (outbound calls) | the time left of the `Retry-After` / `grpc-retry-pushback-ms` it gave, capped |
+    /// | an adaptive rule | about one measured round trip (a place frees when a call completes), at least 1 ms; 1 s before any measurement |
     ///
     /// `None` where no time is known: thread-grade limits (they free up when calls finish), a half-open breaker
     /// whose probe is out, the other system limits, authority rules, custom slots, and limits that can never
@@ -216,6 +230,7 @@ impl BlockError {
             | BlockError::System { retry_after, .. }
             | BlockError::ParamFlow { retry_after, .. } => *retry_after,
             BlockError::Pushback { retry_after, .. } => Some(*retry_after),
+            BlockError::Adaptive { block, .. } => Some(block.retry_after()),
             BlockError::Authority { .. } | BlockError::Custom { .. } => None,
         }
     }
@@ -226,9 +241,10 @@ impl BlockError {
             BlockError::Degrade { rule, .. } => &rule.limit_app,
             BlockError::ParamFlow { rule, .. } => &rule.limit_app,
             BlockError::Authority { rule, .. } => &rule.limit_app,
-            BlockError::System { .. } | BlockError::Pushback { .. } | BlockError::Custom { .. } => {
-                crate::LIMIT_APP_DEFAULT
-            }
+            BlockError::System { .. }
+            | BlockError::Pushback { .. }
+            | BlockError::Adaptive { .. }
+            | BlockError::Custom { .. } => crate::LIMIT_APP_DEFAULT,
         }
     }
 }
@@ -294,6 +310,9 @@ impl fmt::Display for BlockError {
                 retry_after.as_millis(),
                 origin(o)
             ),
+            BlockError::Adaptive { resource, block, origin: o } => {
+                write!(f, "`{resource}` blocked by adaptive concurrency rule: {block}{}", origin(o))
+            }
             BlockError::Custom { resource, slot, reason, origin: o } => {
                 write!(f, "`{resource}` blocked by slot `{slot}`: {reason}{}", origin(o))
             }
@@ -317,6 +336,8 @@ pub enum RuleKind {
     ParamFlow,
     /// Authority rules.
     Authority,
+    /// Adaptive concurrency rules.
+    Adaptive,
 }
 
 impl fmt::Display for RuleKind {
@@ -327,6 +348,7 @@ impl fmt::Display for RuleKind {
             RuleKind::System => "system",
             RuleKind::ParamFlow => "param-flow",
             RuleKind::Authority => "authority",
+            RuleKind::Adaptive => "adaptive",
         })
     }
 }

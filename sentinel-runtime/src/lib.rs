@@ -108,7 +108,7 @@
 #![warn(rust_2018_idioms)]
 #![warn(missing_debug_implementations)]
 
-mod adaptive;
+pub mod adaptive;
 pub mod authority;
 mod chain;
 pub mod circuit_breaker;

@@ -16,11 +16,11 @@ use crate::resource::ResourceInner;
 use crate::stat::stripe;
 
 /// The rule kinds a block is counted under, in [`BLOCK_KIND_NAMES`] order.
-pub(crate) const BLOCK_KINDS: usize = 6;
+pub(crate) const BLOCK_KINDS: usize = 7;
 
 /// Label values of the block kinds.
 pub(crate) const BLOCK_KIND_NAMES: [&str; BLOCK_KINDS] =
-    ["flow", "degrade", "system", "param_flow", "authority", "custom"];
+    ["flow", "degrade", "system", "param_flow", "authority", "adaptive", "custom"];
 
 fn kind_index(err: &BlockError) -> usize {
     match err {
@@ -29,7 +29,8 @@ fn kind_index(err: &BlockError) -> usize {
         BlockError::System { .. } => 2,
         BlockError::ParamFlow { .. } => 3,
         BlockError::Authority { .. } => 4,
-        _ => 5,
+        BlockError::Adaptive { .. } => 5,
+        _ => 6,
     }
 }
 

@@ -181,7 +181,7 @@ impl Sentinel {
     /// ```
     pub fn unknown_rule_resources(&self) -> Vec<UnknownRuleResource> {
         let mut out = Vec::new();
-        for kind in [RuleKind::Authority, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade] {
+        for kind in [RuleKind::Authority, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade, RuleKind::Adaptive] {
             out.extend(self.unknown_rule_resources_of(kind));
         }
         out
@@ -196,6 +196,7 @@ impl Sentinel {
             RuleKind::Authority => {
                 self.authority_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect()
             }
+            RuleKind::Adaptive => self.adaptive_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect(),
             RuleKind::System => BTreeSet::new(),
         }
     }

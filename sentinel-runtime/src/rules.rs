@@ -30,6 +30,8 @@ pub(crate) struct ResourceRules {
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
     /// The default (`"*"`) breakers, used only when the resource has none of its own.
     pub(crate) default_degrade: Option<Arc<ResourceBreakers>>,
+    /// The adaptive concurrency rule that governs the resource, with its limiter.
+    pub(crate) adaptive: Option<Arc<crate::adaptive::slot::ResourceAdaptive>>,
     /// The test-only kind's rules (slot/every_nth.rs).
     #[cfg(test)]
     pub(crate) every_nth: Option<Arc<crate::slot::every_nth::EveryNth>>,
@@ -44,6 +46,7 @@ impl ResourceRules {
             && self.flow.is_none()
             && self.degrade.is_none()
             && self.default_degrade.is_none()
+            && self.adaptive.is_none()
             && self.test_only_is_empty()
     }
 

@@ -27,11 +27,11 @@ const LAYERS: &[(&str, &[&str])] = &[
             "param_flow/rule.rs",
             "authority/rule.rs",
             "system/rule.rs",
+            "adaptive/rule.rs",
             "param_flow/value.rs",
         ],
     ),
     ("contract", &["slot/"]),
-    // `adaptive/` is a rule kind not yet in the chain (issue 31's groundwork).
     ("kinds", &["authority/", "system/", "param_flow/", "flow/", "circuit_breaker/", "adaptive/"]),
     (
         "engine",

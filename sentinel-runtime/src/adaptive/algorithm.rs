@@ -239,6 +239,15 @@ impl Algorithm {
         }
     }
 
+    /// Which algorithm this is.
+    pub(crate) fn kind(&self) -> AlgorithmKind {
+        match self {
+            Algorithm::Gradient2(_) => AlgorithmKind::Gradient2,
+            Algorithm::Vegas(_) => AlgorithmKind::Vegas,
+            Algorithm::Aimd(_) => AlgorithmKind::Aimd,
+        }
+    }
+
     /// The current (fractional) limit.
     pub(crate) fn limit(&self) -> f64 {
         match self {

@@ -31,77 +31,16 @@
 //!   mutates the algorithm and publishes `limit` and the guarantees; callers read them with plain loads, and a
 //!   caller that reads a limit a moment old admits or refuses one call by the old limit, as any limiter does.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Mutex;
 
 use super::algorithm::{Algorithm, WindowSample};
+use super::permit::{AdaptiveBlock, AdaptiveBlockReason, PartitionId, Permit};
 use super::rule::{AdaptiveRule, ProbeConfig, WindowConfig, DEFAULT_PARTITION};
-use super::wait::WaitQueue;
+use super::wait::{Admission, WaitQueue};
 
-const NANOS_PER_MS: u64 = 1_000_000;
-
-/// A partition of a limiter, by index (resolved once per origin with [`Limiter::partition_of`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PartitionId(pub(crate) u8);
-
-/// One call's place under the limit. Give it back with [`Limiter::release`] (the call completed: a sample)
-/// or [`Limiter::cancel`] (the call never ran, e.g. a later check blocked it).
-#[must_use = "a permit holds a place under the limit until it is released"]
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Permit {
-    pub(crate) partition: Option<PartitionId>,
-    /// Calls in flight when this one was admitted, itself included.
-    pub(crate) inflight: u32,
-    /// The limiter's back-off epoch when it was admitted.
-    pub(crate) epoch: u32,
-}
-
-/// Why a call got no permit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BlockReason {
-    /// The limit was reached and the rule lets no call wait.
-    AtLimit,
-    /// The call waited `max_wait_ms` and no place freed up.
-    WaitTimedOut,
-    /// The call was waiting when the wait queue filled up; newer callers go first under overload.
-    Displaced,
-}
-
-/// A refused call: why, and the limiter's numbers at that moment (for the block's message).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Blocked {
-    pub(crate) reason: BlockReason,
-    pub(crate) limit: u32,
-    pub(crate) inflight: u32,
-    /// The algorithm's baseline RTT (Gradient2's long-term RTT, Vegas's no-load RTT; 0 when none yet).
-    pub(crate) baseline_rtt_nanos: u64,
-    /// The last closed window's lowest RTT (0 when none yet).
-    pub(crate) min_rtt_nanos: u64,
-    /// The last closed window's average RTT (0 when none yet).
-    pub(crate) rtt_nanos: u64,
-}
-
-impl fmt::Display for Blocked {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ms = |n: u64| n as f64 / NANOS_PER_MS as f64;
-        match self.reason {
-            BlockReason::AtLimit => write!(f, "adaptive limit {} reached", self.limit)?,
-            BlockReason::WaitTimedOut => write!(f, "adaptive limit {} reached and the wait ran out", self.limit)?,
-            BlockReason::Displaced => {
-                write!(f, "adaptive limit {} reached; newer calls took the wait queue", self.limit)?
-            }
-        }
-        write!(
-            f,
-            " ({} in flight; measured min RTT {:.1} ms against current RTT {:.1} ms, baseline {:.1} ms)",
-            self.inflight,
-            ms(self.min_rtt_nanos),
-            ms(self.rtt_nanos),
-            ms(self.baseline_rtt_nanos)
-        )
-    }
-}
+use super::wait::WaitForPermit;
+use crate::clock::{EngineClock, NANOS_PER_MILLI as NANOS_PER_MS};
 
 /// A partition's live state.
 #[derive(Debug)]
@@ -121,10 +60,11 @@ pub(crate) struct LimiterView {
     pub(crate) min_rtt_nanos: u64,
     pub(crate) rtt_nanos: u64,
     pub(crate) gradient: f64,
+    pub(crate) algorithm: super::rule::AlgorithmKind,
     pub(crate) probing: bool,
     pub(crate) waiting: usize,
-    /// Per partition: origin, guarantee, in flight.
-    pub(crate) partitions: Vec<(Box<str>, u32, u32)>,
+    /// Per partition: origin, share, guarantee, in flight.
+    pub(crate) partitions: Vec<(Box<str>, f64, u32, u32)>,
 }
 
 /// Envoy-style probe of the minimum RTT.
@@ -157,6 +97,8 @@ pub(crate) struct Limiter {
     /// once (one back-off per round of calls, as TCP backs off once per round trip), while drops of calls
     /// admitted under the older, higher limit only count in the window.
     epoch: AtomicU32,
+    /// When the epoch last changed (nanoseconds of the caller's clock): a call admitted since belongs to it.
+    epoch_since: AtomicU64,
     partitions: Box<[PartitionState]>,
     default_partition: Option<PartitionId>,
     window: super::window::SampleWindow,
@@ -195,6 +137,7 @@ impl Limiter {
             limit: AtomicU32::new(rule.initial_limit),
             inflight: AtomicU32::new(0),
             epoch: AtomicU32::new(0),
+            epoch_since: AtomicU64::new(now),
             partitions,
             default_partition,
             window: super::window::SampleWindow::new(),
@@ -220,6 +163,12 @@ impl Limiter {
             .position(|p| &*p.origin == origin)
             .map(|i| PartitionId(i as u8))
             .or(self.default_partition)
+    }
+
+    /// Whether the rule has partitions (else no origin needs matching).
+    #[inline(always)]
+    pub(crate) fn has_partitions(&self) -> bool {
+        !self.partitions.is_empty()
     }
 
     /// The limit in force.
@@ -268,19 +217,44 @@ impl Limiter {
         None
     }
 
+    /// Takes a permit, waiting up to the rule's `max_wait_ms` on `clock`'s timer when the limit is reached.
+    pub(crate) fn acquire(&self, partition: Option<PartitionId>, clock: &EngineClock) -> WaitForPermit<'_, Limiter> {
+        WaitForPermit::start(self, partition, clock)
+    }
+
+    /// The blocking variant for sync callers: parks this thread until a permit or the end of the wait. Never
+    /// call it on an async executor's worker (use [`Limiter::acquire`] there).
+    pub(crate) fn acquire_blocking(
+        &self,
+        partition: Option<PartitionId>,
+        clock: &EngineClock,
+    ) -> Result<Permit, AdaptiveBlock> {
+        futures::executor::block_on(self.acquire(partition, clock))
+    }
+
+    /// The permit of a call admitted at `admitted_at` (nanoseconds) that its caller did not keep: its partition,
+    /// the calls in flight now (itself included) and the back-off epoch it was admitted in (the current one if
+    /// it was admitted since the last decrease, else an older one).
+    pub(crate) fn permit_of(&self, partition: Option<PartitionId>, admitted_at: u64) -> Permit {
+        let epoch = self.epoch.load(Relaxed);
+        let epoch = if admitted_at >= self.epoch_since.load(Relaxed) { epoch } else { epoch.wrapping_sub(1) };
+        Permit { partition, inflight: self.inflight.load(Relaxed), epoch }
+    }
+
     /// Takes a permit or says why not (no waiting).
-    pub(crate) fn acquire_now(&self, partition: Option<PartitionId>) -> Result<Permit, Blocked> {
-        self.try_acquire(partition).ok_or_else(|| self.blocked(BlockReason::AtLimit))
+    #[cfg(test)]
+    pub(crate) fn acquire_now(&self, partition: Option<PartitionId>) -> Result<Permit, AdaptiveBlock> {
+        self.try_acquire(partition).ok_or_else(|| self.blocked(AdaptiveBlockReason::AtLimit))
     }
 
     /// The numbers of a refusal.
-    pub(crate) fn blocked(&self, reason: BlockReason) -> Blocked {
+    pub(crate) fn blocked(&self, reason: AdaptiveBlockReason) -> AdaptiveBlock {
         // The numbers are for the message: if the window's closer holds the control, they are left out.
         let (baseline, last) = match self.control.try_lock() {
             Ok(c) => (c.algorithm.baseline_rtt_nanos(), c.last.unwrap_or_default()),
             Err(_) => (0, WindowSample::default()),
         };
-        Blocked {
+        AdaptiveBlock {
             reason,
             limit: self.limit(),
             inflight: self.inflight(),
@@ -310,10 +284,16 @@ impl Limiter {
     }
 
     fn give_back(&self, permit: Permit) {
-        if let Some(id) = permit.partition {
-            self.partition(id).inflight.fetch_sub(1, SeqCst);
+        // A count at zero is never taken below it (a place given back to a limiter that did not count it, see
+        // `slot.rs`): the check costs nothing on the common path.
+        if let Some(p) = permit.partition.and_then(|id| self.partitions.get(usize::from(id.0))) {
+            if p.inflight.fetch_sub(1, SeqCst) == 0 {
+                p.inflight.fetch_add(1, SeqCst);
+            }
         }
-        self.inflight.fetch_sub(1, SeqCst);
+        if self.inflight.fetch_sub(1, SeqCst) == 0 {
+            self.inflight.fetch_add(1, SeqCst);
+        }
         if self.queue.len() > 0 {
             self.queue.grant(self);
         }
@@ -381,6 +361,7 @@ impl Limiter {
                     c.last = Some(s);
                     self.publish_estimate(estimate);
                     if self.limit() < before {
+                        self.epoch_since.store(now, Relaxed);
                         self.epoch.fetch_add(1, Relaxed);
                     }
                 }
@@ -417,14 +398,33 @@ impl Limiter {
             min_rtt_nanos: c.last.map_or(0, |s| s.min_rtt_nanos),
             rtt_nanos: c.last.map_or(0, |s| s.rtt_nanos),
             gradient: c.algorithm.gradient(),
+            algorithm: c.algorithm.kind(),
             probing: !matches!(c.probe, Probe::Idle { .. }),
             waiting: self.queue.len(),
             partitions: self
                 .partitions
                 .iter()
-                .map(|p| (p.origin.clone(), p.guarantee.load(Relaxed), p.inflight.load(Relaxed)))
+                .map(|p| (p.origin.clone(), p.share, p.guarantee.load(Relaxed), p.inflight.load(Relaxed)))
                 .collect(),
         }
+    }
+}
+
+impl Admission for Limiter {
+    fn try_acquire(&self, partition: Option<PartitionId>) -> Option<Permit> {
+        Limiter::try_acquire(self, partition)
+    }
+    fn cancel(&self, permit: Permit) {
+        Limiter::cancel(self, permit)
+    }
+    fn blocked(&self, reason: AdaptiveBlockReason) -> AdaptiveBlock {
+        Limiter::blocked(self, reason)
+    }
+    fn queue(&self) -> &WaitQueue {
+        &self.queue
+    }
+    fn max_wait_nanos(&self) -> u64 {
+        self.max_wait_nanos
     }
 }
 

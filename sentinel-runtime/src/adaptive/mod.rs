@@ -1,13 +1,43 @@
 //! Adaptive concurrency limits (issue 31): a rule kind that finds a resource's concurrency limit from
 //! measured latency, instead of a number someone guessed.
 //!
-//! **Not in the slot chain yet.** This module is the part of the rule kind that needs no engine: the rule
-//! data and its validation ([`rule::AdaptiveRule`]), its JSON/YAML/TOML shape (`format`, feature `serde`), the
-//! three limit algorithms as plain state machines (`algorithm`: Gradient2, Vegas, AIMD, Netflix's formulas),
-//! and the limiter (`limiter`, `wait`): permits against the current limit without a lock, partitions by
-//! origin with guaranteed shares, and a bounded LIFO wait on a timer. It imports only the base (clock,
-//! patterns). Wiring it into the engine (a slot on the slot contract, loading, the command center, data
-//! sources, diagnose, gauges, the block error) comes with that contract.
+//! Every other limit is a number someone guessed; this one follows the downstream. A thread-grade flow rule
+//! set for a fast downstream is too high when it slows down (the seed's incident: 50 ms to 3 s, and the
+//! caller's concurrency fills), and set for the slow case it wastes capacity every other day. An adaptive
+//! rule measures round-trip times and finds the limit of calls in flight by itself.
+//!
+//! ```
+//! use sentinel_runtime::{Sentinel, BlockError, clock::ManualClock};
+//! use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+//!
+//! let clock = ManualClock::at_millis(1_000_000);
+//! let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+//! engine
+//!     .load_adaptive_rules([AdaptiveRule::new("inventory").algorithm(AlgorithmKind::Gradient2).limits(2, 4, 100)])
+//!     .unwrap();
+//! let inventory = engine.resource("inventory");
+//! let held: Vec<_> = (0..4).map(|_| inventory.enter().unwrap()).collect();
+//! match inventory.enter() {
+//!     Err(BlockError::Adaptive { block, .. }) => assert_eq!((block.limit, block.inflight), (4, 4)),
+//!     other => panic!("expected an adaptive block, got {other:?}"),
+//! }
+//! drop(held);
+//! assert_eq!(engine.adaptive_status()[0].inflight, 0);
+//! ```
+//!
+//! The rule kind: the rule data and its validation ([`AdaptiveRule`]), its JSON/YAML/TOML shape (`format`,
+//! feature `serde`), the three limit algorithms as plain state machines (`algorithm`: Gradient2, Vegas, AIMD,
+//! Netflix's formulas), the limiter (`limiter`, `wait`): permits against the current limit without a lock,
+//! partitions by origin with guaranteed shares, and a bounded LIFO wait on a timer; the slot (`slot`, order
+//! −500: the last built-in check) and the rules in force (`manager`). It knows no engine: the slot contract
+//! and the base (clock, patterns) only.
+//!
+//! Calls the downstream refused or shed count as drops: mark them with
+//! [`Entry::set_overload`](crate::Entry::set_overload) (the web layer and the outbound guards do for 429,
+//! 503, `RESOURCE_EXHAUSTED` and `UNAVAILABLE`; [`Entry::set_timed_out`](crate::Entry::set_timed_out) does).
+//! A blocked call gets [`BlockError::Adaptive`](crate::BlockError::Adaptive), whose message gives the limit,
+//! the calls in flight and the measured RTTs; the web layer answers it with 503 and `Retry-After`, gRPC with
+//! `RESOURCE_EXHAUSTED`.
 //!
 //! # How it works
 //!
@@ -26,17 +56,30 @@
 //! none. While a partition takes back its guarantee from borrowers, the total may pass the limit by at most
 //! that guarantee, and falls back as borrowed places return.
 
-#![allow(dead_code)] // Used by its tests until the slot chain wires it in.
-
 pub(crate) mod algorithm;
 #[cfg(feature = "serde")]
 pub(crate) mod format;
 pub(crate) mod limiter;
+pub(crate) mod manager;
+pub(crate) mod permit;
 pub(crate) mod rule;
+pub(crate) mod slot;
+mod status;
 pub(crate) mod wait;
 mod window;
 
 #[cfg(test)]
+mod engine_tests;
+#[cfg(test)]
 mod sim;
 #[cfg(test)]
 mod tests;
+
+#[cfg(feature = "serde")]
+pub use format::{parse_json, to_json};
+pub use rule::{
+    AdaptiveBlock, AdaptiveBlockReason, AdaptiveRule, AdaptiveRuleError, AimdParams, AlgorithmKind, Gradient2Params,
+    Partition, ProbeConfig, VegasParams, WindowConfig, DEFAULT_PARTITION, MAX_LIMIT_CAP, MAX_PARTITIONS,
+    MAX_WAITERS_CAP, MAX_WAIT_MS_CAP,
+};
+pub use status::{AdaptiveStatus, PartitionStatus};

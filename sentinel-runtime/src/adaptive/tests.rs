@@ -7,9 +7,13 @@ use std::sync::{Arc, Barrier};
 use std::task::{Context, Poll};
 
 use super::algorithm::{log10_at_least_one, Aimd, ExpAverage, Gradient2, Vegas, WindowSample};
-use super::limiter::{BlockReason, Limiter};
+use super::limiter::Limiter;
+use super::permit::AdaptiveBlockReason;
 use super::rule::*;
-use super::sim::{around, Origin, Sim, MS, SEC};
+use super::sim::{
+    check_fall, check_hovers, check_incident, check_shares, hidden_capacity, incident_sim, two_origins, Origin, Sim,
+    MS, SEC,
+};
 use crate::clock::{EngineClock, ManualClock};
 
 fn approx(a: f64, b: f64) -> bool {
@@ -315,7 +319,7 @@ fn calls_over_the_limit_are_blocked_with_the_numbers_in_the_message() {
     let l = limiter(&AdaptiveRule::new("api").limits(1, 3, 10));
     let permits: Vec<_> = (0..3).map(|_| l.acquire_now(None).unwrap()).collect();
     let blocked = l.acquire_now(None).unwrap_err();
-    assert_eq!((blocked.reason, blocked.limit, blocked.inflight), (BlockReason::AtLimit, 3, 3));
+    assert_eq!((blocked.reason, blocked.limit, blocked.inflight), (AdaptiveBlockReason::AtLimit, 3, 3));
     assert_eq!(
         blocked.to_string(),
         "adaptive limit 3 reached (3 in flight; measured min RTT 0.0 ms against current RTT 0.0 ms, baseline 0.0 ms)"
@@ -411,7 +415,8 @@ fn a_partition_under_its_share_is_admitted_when_others_borrowed_everything() {
         l.cancel(p);
     }
     assert!(l.acquire_now(mobile).is_err());
-    assert_eq!(l.view().partitions, vec![("mobile".into(), 7, 7), ("default".into(), 3, 3)]);
+    let parts: Vec<_> = l.view().partitions.into_iter().map(|(o, _, g, n)| (o, g, n)).collect();
+    assert_eq!(parts, vec![("mobile".into(), 7, 7), ("default".into(), 3, 3)]);
     for p in own {
         l.cancel(p);
     }
@@ -459,7 +464,7 @@ fn waiting_calls_are_served_newest_first_and_the_oldest_times_out() {
     assert!(waits[0].as_mut().poll(&mut waker_cx()).is_pending());
     clock.advance_millis(1);
     match waits[0].as_mut().poll(&mut waker_cx()) {
-        Poll::Ready(Err(b)) => assert_eq!(b.reason, BlockReason::WaitTimedOut),
+        Poll::Ready(Err(b)) => assert_eq!(b.reason, AdaptiveBlockReason::WaitTimedOut),
         other => panic!("the wait is bounded: {other:?}"),
     }
     assert_eq!((l.queue.len(), l.inflight()), (0, 1));
@@ -499,7 +504,7 @@ fn a_full_wait_queue_refuses_its_oldest_waiter() {
     let held = l.acquire_now(None).unwrap();
     let mut waits: Vec<_> = (0..3).map(|_| Box::pin(l.acquire(None, &clock))).collect();
     match waits[0].as_mut().poll(&mut waker_cx()) {
-        Poll::Ready(Err(b)) => assert_eq!(b.reason, BlockReason::Displaced),
+        Poll::Ready(Err(b)) => assert_eq!(b.reason, AdaptiveBlockReason::Displaced),
         other => panic!("{other:?}"),
     }
     assert_eq!(l.queue.len(), 2);
@@ -579,7 +584,7 @@ fn the_blocking_variant_parks_until_a_release_or_the_end_of_the_wait() {
         std::thread::yield_now();
     }
     manual.advance_millis(100);
-    assert_eq!(waiter.join().unwrap().map_err(|b| b.reason), Err(BlockReason::WaitTimedOut));
+    assert_eq!(waiter.join().unwrap().map_err(|b| b.reason), Err(AdaptiveBlockReason::WaitTimedOut));
     l.cancel(held);
 }
 
@@ -685,50 +690,14 @@ fn concurrent_partitions_stay_within_limit_plus_guarantees() {
     threads.into_iter().for_each(|t| t.join().unwrap());
     assert!(most.load(SeqCst) <= 6 + 3 + 3, "{}", most.load(SeqCst));
     assert_eq!(l.inflight(), 0);
-    assert!(l.view().partitions.iter().all(|p| p.2 == 0));
+    assert!(l.view().partitions.iter().all(|p| p.3 == 0));
 }
 
 // ---------------------------------------------------------------- simulated downstream
 
-/// The seed's incident: 8 workers, 50 ms calls, offered at 1.2× capacity (192/s); from 60 s to 120 s the
-/// service time is 3 s, then 50 ms again.
-fn incident_sim(limiter: Option<&Limiter>) -> Sim<'_> {
-    Sim {
-        limiter,
-        workers: 8,
-        reject_at: None,
-        service: Box::new(
-            |t, u| if (60 * SEC..120 * SEC).contains(&t) { around(3_000 * MS, u) } else { around(50 * MS, u) },
-        ),
-        origins: vec![Origin::steady(192.0, 200 * SEC)],
-        seed: 1,
-    }
-}
-
 fn incident(rule: &AdaptiveRule) -> Vec<super::sim::Second> {
     let l = limiter(rule);
     incident_sim(Some(&l)).run(200 * SEC)
-}
-
-/// Checks the fall during the incident; returns the limit before it.
-fn check_fall(name: &str, s: &[super::sim::Second]) -> u32 {
-    let before = s[59].limit;
-    let trace: Vec<_> = s.iter().map(|x| (x.limit, x.max_inflight)).collect();
-    assert!(before >= 8, "{name}: the limit before the jump ({before}) holds the 8 workers: {trace:?}");
-    assert!(f64::from(s[79].limit) <= 0.75 * f64::from(before), "{name}: a quarter down within 20 s: {trace:?}");
-    assert!(f64::from(s[99].limit) <= 0.5 * f64::from(before), "{name}: half down within 40 s: {trace:?}");
-    let most = s[60..120].iter().map(|x| x.max_inflight).max().unwrap_or(0);
-    assert!(most <= before + 1, "{name}: in flight stays bounded by the limit before the jump: {most} > {before}");
-    before
-}
-
-fn check_incident(name: &str, s: &[super::sim::Second], recovered: f64) {
-    let before = check_fall(name, s);
-    let trace: Vec<_> = s.iter().map(|x| x.limit).collect();
-    assert!(
-        s[120..150].iter().any(|x| f64::from(x.limit) >= recovered * f64::from(before)),
-        "{name}: back to {recovered} of {before} within 30 s of recovery: {trace:?}"
-    );
 }
 
 #[test]
@@ -768,26 +737,12 @@ fn partitions_get_their_share_under_overload_and_all_of_it_alone() {
     let rule = AdaptiveRule::new("api").limits(20, 20, 20).partition("mobile", 0.7).partition("default", 0.3);
     let l = limiter(&rule);
     let (mobile, web) = (l.partition_of("mobile"), l.partition_of("web"));
-    let sim = Sim {
-        limiter: Some(&l),
-        workers: 8,
-        reject_at: None,
-        service: Box::new(|_, u| around(50 * MS, u)),
-        origins: vec![
-            Origin { partition: mobile, ..Origin::steady(400.0, 120 * SEC) },
-            Origin { partition: web, ..Origin::steady(400.0, 60 * SEC) },
-        ],
-        seed: 3,
-    };
-    let s = sim.run(120 * SEC);
-    let avg = |range: std::ops::Range<usize>, o: usize| {
-        range.clone().map(|i| s[i].inflight_by_origin[o]).sum::<f64>() / range.len() as f64
-    };
-    let (m, w) = (avg(10..59, 0), avg(10..59, 1));
-    assert!((m / 20.0 - 0.7).abs() <= 0.07, "mobile holds {m:.2} of 20");
-    assert!((w / 20.0 - 0.3).abs() <= 0.03, "web holds {w:.2} of 20");
-    let alone = avg(70..119, 0);
-    assert!(alone >= 19.0, "mobile alone uses the whole limit: {alone:.2}");
+    let s = two_origins(
+        &l,
+        Origin { partition: mobile, ..Origin::steady(0.0, 0) },
+        Origin { partition: web, ..Origin::steady(0.0, 0) },
+    );
+    check_shares(&s);
 }
 
 #[test]
@@ -795,21 +750,7 @@ fn aimd_hovers_under_a_hidden_capacity_and_few_calls_get_503() {
     let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Aimd).limits(1, 20, 200);
     rule.window.min_samples = 10;
     let l = Limiter::new(&rule, false, 0, 42);
-    let sim = Sim {
-        limiter: Some(&l),
-        workers: 8,
-        reject_at: Some(12),
-        service: Box::new(|_, u| around(50 * MS, u)),
-        origins: vec![Origin::steady(400.0, 180 * SEC)],
-        seed: 5,
-    };
-    let s = sim.run(180 * SEC);
-    let late = &s[60..];
-    let avg_limit = late.iter().map(|x| f64::from(x.limit)).sum::<f64>() / late.len() as f64;
-    assert!(avg_limit <= 13.0, "the limit hovers at the capacity of 12: {avg_limit:.1}");
-    let (admitted, rejected): (u64, u64) = late.iter().fold((0, 0), |a, x| (a.0 + x.completed, a.1 + x.rejected_503));
-    assert!((rejected as f64) < 0.05 * admitted as f64, "{rejected} of {admitted} got 503");
-    assert!(late.iter().all(|x| x.rejected_503 * 2 < x.completed.max(1)), "no second where most calls fail");
+    check_hovers(&hidden_capacity(&l));
 }
 
 #[test]
@@ -879,7 +820,7 @@ fn gradient2_keeps_goodput_and_latency_through_a_ramp_to_four_times_capacity() {
         }
     };
     let capacity = 8.0 / 0.0525; // workers / mean service time
-    let run = |limiter: Option<&Limiter>| {
+    let run = |limiter: Option<&dyn super::sim::Gate>| {
         let sim = Sim {
             limiter,
             workers: 8,

@@ -20,8 +20,23 @@ use std::time::Duration;
 
 use futures::task::AtomicWaker;
 
-use super::limiter::{BlockReason, Blocked, Limiter, PartitionId, Permit};
+use super::permit::{AdaptiveBlock, AdaptiveBlockReason, PartitionId, Permit};
 use crate::clock::{EngineClock, Sleep};
+
+/// What the wait needs of a limiter: taking and giving back places, the numbers of a refusal, its queue and
+/// its longest wait. The limiter implements it; the wait knows no more of it.
+pub(crate) trait Admission {
+    /// Takes a place if there is room (never waits).
+    fn try_acquire(&self, partition: Option<PartitionId>) -> Option<Permit>;
+    /// Gives back a place whose call never ran.
+    fn cancel(&self, permit: Permit);
+    /// The numbers of a refusal.
+    fn blocked(&self, reason: AdaptiveBlockReason) -> AdaptiveBlock;
+    /// The queue of waiting calls.
+    fn queue(&self) -> &WaitQueue;
+    /// The longest a call may wait, in nanoseconds (0: it never waits).
+    fn max_wait_nanos(&self) -> u64;
+}
 
 const WAITING: u8 = 0;
 const GRANTED: u8 = 1;
@@ -63,7 +78,7 @@ impl WaitQueue {
 
     /// Hands freed places to waiters, newest first: for each partition (and the shared pool) the newest
     /// waiter is offered a place; a partition with no room is skipped.
-    pub(crate) fn grant(&self, limiter: &Limiter) {
+    pub(crate) fn grant(&self, limiter: &impl Admission) {
         let mut q = self.lock();
         // Partitions (bit 0..64) and "no partition" (bit 64) already found without room.
         let mut full: u128 = 0;
@@ -93,7 +108,7 @@ impl WaitQueue {
 
     /// Enqueues a waiter (refusing the oldest if full), then retries once so that a place freed since the
     /// caller's failed attempt is not missed.
-    fn enqueue(&self, limiter: &Limiter, partition: Option<PartitionId>) -> Result<Permit, Arc<Waiter>> {
+    fn enqueue(&self, limiter: &impl Admission, partition: Option<PartitionId>) -> Result<Permit, Arc<Waiter>> {
         let w = Arc::new(Waiter {
             partition,
             state: AtomicU8::new(WAITING),
@@ -139,88 +154,80 @@ impl Waiter {
     }
 }
 
-/// A call waiting for a permit: resolves to the permit, or to [`Blocked`] when the wait runs out or newer
+/// A call waiting for a permit: resolves to the permit, or to [`AdaptiveBlock`] when the wait runs out or newer
 /// calls displace it. Dropping it gives back a permit granted in the meantime.
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
-pub(crate) struct WaitForPermit<'l> {
-    limiter: &'l Limiter,
+pub(crate) struct WaitForPermit<'l, L: Admission> {
+    limiter: &'l L,
     state: AcquireState,
 }
 
 #[derive(Debug)]
 enum AcquireState {
-    Ready(Result<Permit, Blocked>),
+    Ready(Result<Permit, AdaptiveBlock>),
     Waiting { waiter: Arc<Waiter>, sleep: Sleep },
     Done,
 }
 
-impl Limiter {
-    /// Takes a permit, waiting up to the rule's `max_wait_ms` on `clock`'s timer when the limit is reached.
-    pub(crate) fn acquire(&self, partition: Option<PartitionId>, clock: &EngineClock) -> WaitForPermit<'_> {
-        let state = match self.try_acquire(partition) {
+impl<'l, L: Admission> WaitForPermit<'l, L> {
+    /// Takes a permit, waiting up to the limiter's longest wait on `clock`'s timer when the limit is reached.
+    pub(crate) fn start(limiter: &'l L, partition: Option<PartitionId>, clock: &EngineClock) -> Self {
+        let state = match limiter.try_acquire(partition) {
             Some(p) => AcquireState::Ready(Ok(p)),
-            None if self.max_wait_nanos == 0 => AcquireState::Ready(Err(self.blocked(BlockReason::AtLimit))),
-            None => match self.queue.enqueue(self, partition) {
+            None if limiter.max_wait_nanos() == 0 => {
+                AcquireState::Ready(Err(limiter.blocked(AdaptiveBlockReason::AtLimit)))
+            }
+            None => match limiter.queue().enqueue(limiter, partition) {
                 Ok(p) => AcquireState::Ready(Ok(p)),
                 Err(waiter) => AcquireState::Waiting {
                     waiter,
-                    sleep: Sleep::new(clock, Duration::from_nanos(self.max_wait_nanos)),
+                    sleep: Sleep::new(clock, Duration::from_nanos(limiter.max_wait_nanos())),
                 },
             },
         };
-        WaitForPermit { limiter: self, state }
-    }
-
-    /// The blocking variant for sync callers: parks this thread until a permit or the end of the wait. Never
-    /// call it on an async executor's worker (use [`Limiter::acquire`] there).
-    pub(crate) fn acquire_blocking(
-        &self,
-        partition: Option<PartitionId>,
-        clock: &EngineClock,
-    ) -> Result<Permit, Blocked> {
-        futures::executor::block_on(self.acquire(partition, clock))
+        WaitForPermit { limiter, state }
     }
 }
 
-impl Future for WaitForPermit<'_> {
-    type Output = Result<Permit, Blocked>;
+impl<L: Admission> Future for WaitForPermit<'_, L> {
+    type Output = Result<Permit, AdaptiveBlock>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let limiter = this.limiter;
         match std::mem::replace(&mut this.state, AcquireState::Done) {
             AcquireState::Ready(r) => Poll::Ready(r),
-            AcquireState::Done => Poll::Ready(Err(limiter.blocked(BlockReason::WaitTimedOut))),
+            AcquireState::Done => Poll::Ready(Err(limiter.blocked(AdaptiveBlockReason::WaitTimedOut))),
             AcquireState::Waiting { waiter, mut sleep } => {
                 waiter.waker.register(cx.waker());
                 match waiter.state.load(Acq) {
                     GRANTED => return Poll::Ready(Ok(waiter.permit())),
-                    DISPLACED => return Poll::Ready(Err(limiter.blocked(BlockReason::Displaced))),
+                    DISPLACED => return Poll::Ready(Err(limiter.blocked(AdaptiveBlockReason::Displaced))),
                     _ => {}
                 }
                 if Pin::new(&mut sleep).poll(cx).is_pending() {
                     this.state = AcquireState::Waiting { waiter, sleep };
                     return Poll::Pending;
                 }
-                if limiter.queue.remove(&waiter) {
-                    return Poll::Ready(Err(limiter.blocked(BlockReason::WaitTimedOut)));
+                if limiter.queue().remove(&waiter) {
+                    return Poll::Ready(Err(limiter.blocked(AdaptiveBlockReason::WaitTimedOut)));
                 }
                 // Granted or displaced between the check and the removal: the state is final now.
                 Poll::Ready(match waiter.state.load(Acq) {
                     GRANTED => Ok(waiter.permit()),
-                    _ => Err(limiter.blocked(BlockReason::Displaced)),
+                    _ => Err(limiter.blocked(AdaptiveBlockReason::Displaced)),
                 })
             }
         }
     }
 }
 
-impl Drop for WaitForPermit<'_> {
+impl<L: Admission> Drop for WaitForPermit<'_, L> {
     fn drop(&mut self) {
         match std::mem::replace(&mut self.state, AcquireState::Done) {
             AcquireState::Waiting { waiter, .. } => {
-                if !self.limiter.queue.remove(&waiter) && waiter.state.load(Acq) == GRANTED {
+                if !self.limiter.queue().remove(&waiter) && waiter.state.load(Acq) == GRANTED {
                     // Cancelled after a grant it never saw: the place goes back.
                     self.limiter.cancel(waiter.permit());
                 }

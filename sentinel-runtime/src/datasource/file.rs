@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::{file_stem, parse_rules, rules_to_string, Format, RuleSet, SourceError, WriteError, ALL_KINDS};
+use crate::adaptive::AdaptiveRule;
 use crate::authority::AuthorityRule;
 use crate::circuit_breaker::DegradeRule;
 use crate::flow::FlowRule;
@@ -434,6 +435,7 @@ impl FileDataSource {
             RuleKind::System => set.system = Some(parse_rules::<SystemRule>(text, format)?),
             RuleKind::Authority => set.authority = Some(parse_rules::<AuthorityRule>(text, format)?),
             RuleKind::ParamFlow => set.param_flow = Some(parse_rules::<ParamFlowRule>(text, format)?),
+            RuleKind::Adaptive => set.adaptive = Some(parse_rules::<AdaptiveRule>(text, format)?),
         }
         Ok(set)
     }
@@ -508,6 +510,7 @@ fn kind_text(set: &RuleSet, kind: RuleKind, format: Format) -> Option<Result<Str
         RuleKind::System => set.system.as_deref().map(|r| rules_to_string::<SystemRule>(r, format)),
         RuleKind::Authority => set.authority.as_deref().map(|r| rules_to_string::<AuthorityRule>(r, format)),
         RuleKind::ParamFlow => set.param_flow.as_deref().map(|r| rules_to_string::<ParamFlowRule>(r, format)),
+        RuleKind::Adaptive => set.adaptive.as_deref().map(|r| rules_to_string::<AdaptiveRule>(r, format)),
     }
 }
 

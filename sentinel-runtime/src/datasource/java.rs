@@ -833,4 +833,6 @@ pub struct RuleSetDto {
     pub authority_rules: Option<Vec<AuthorityWire>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub param_flow_rules: Option<Vec<ParamFlowWire>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_rules: Option<Vec<crate::adaptive::AdaptiveRule>>,
 }

@@ -16,6 +16,7 @@
 //! | degrade | `resource`, `limitApp`, `grade` (0 slow ratio, 1 error ratio, 2 error count), `count`, `timeWindow`, `minRequestAmount`, `statIntervalMs`, `slowRatioThreshold` |
 //! | system | `highestSystemLoad`, `highestCpuUsage`, `qps`, `avgRt`, `maxThread` (negative, e.g. Java's -1, = not set) |
 //! | authority | `resource`, `limitApp` (comma-separated origins), `strategy` (0 white, 1 black) |
+//! | adaptive | no Java form: `resource`, `regex`, `algorithm`, `minLimit`, `initialLimit`, `maxLimit`, `maxWaitMs`, `partitions`, ... (see [`crate::adaptive`]) |
 //! | param flow | `resource`, `paramIdx` (required), `grade`, `count`, `controlBehavior`, `maxQueueingTimeMs`, `burstCount`, `durationInSec`, `paramFlowItemList` [{`object`, `count`, `classType`}], `clusterMode`, `clusterConfig` |
 //!
 //! In JSON, absent (or `null`) fields take Java's defaults (`resource` is required, as Java's rule managers
@@ -50,7 +51,7 @@
 //! * One kind per document (Java's files): a list of rules — a JSON or YAML array; in TOML, `[[rules]]`
 //!   tables. See [`parse_rules`] / [`rules_to_string`].
 //! * All kinds in one document ([`RuleSet`]): `{"flowRules": [...], "degradeRules": [...], "systemRules":
-//!   [...], "authorityRules": [...], "paramFlowRules": [...]}`. A kind left out is not managed by the document.
+//!   [...], "authorityRules": [...], "paramFlowRules": [...], "adaptiveRules": [...]}`. A kind left out is not managed by the document.
 //!
 //! ```
 //! use sentinel_runtime::datasource::{parse_rules, Format};
@@ -92,6 +93,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::adaptive::AdaptiveRule;
 use crate::authority::AuthorityRule;
 use crate::circuit_breaker::DegradeRule;
 use crate::flow::FlowRule;
@@ -185,6 +187,22 @@ rule_data!(SystemRule, SystemWire, JavaSystemRule, RuleKind::System, "systemRule
 rule_data!(AuthorityRule, AuthorityWire, JavaAuthorityRule, RuleKind::Authority, "authorityRules", "authority-rules");
 rule_data!(ParamFlowRule, ParamFlowWire, JavaParamFlowRule, RuleKind::ParamFlow, "paramFlowRules", "param-flow-rules");
 
+// Adaptive rules have no Java form: their own serde shape (see `crate::adaptive`) is the wire format.
+impl sealed::Sealed for AdaptiveRule {
+    type Wire = AdaptiveRule;
+    fn wrap(self) -> AdaptiveRule {
+        self
+    }
+    fn unwrap(w: AdaptiveRule) -> Self {
+        w
+    }
+}
+impl RuleData for AdaptiveRule {
+    const KIND: RuleKind = RuleKind::Adaptive;
+    const KEY: &'static str = "adaptiveRules";
+    const FILE_STEM: &'static str = "adaptive-rules";
+}
+
 /// The file stem of a kind's file in a rules directory.
 pub fn file_stem(kind: RuleKind) -> &'static str {
     match kind {
@@ -193,12 +211,13 @@ pub fn file_stem(kind: RuleKind) -> &'static str {
         RuleKind::System => SystemRule::FILE_STEM,
         RuleKind::Authority => AuthorityRule::FILE_STEM,
         RuleKind::ParamFlow => ParamFlowRule::FILE_STEM,
+        RuleKind::Adaptive => AdaptiveRule::FILE_STEM,
     }
 }
 
 /// Every kind, in the order a [`RuleSet`] is applied.
-pub const ALL_KINDS: [RuleKind; 5] =
-    [RuleKind::Authority, RuleKind::System, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade];
+pub const ALL_KINDS: [RuleKind; 6] =
+    [RuleKind::Authority, RuleKind::System, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade, RuleKind::Adaptive];
 
 /// TOML documents must be tables: a single kind's list sits under `rules`.
 #[derive(Serialize, Deserialize)]
@@ -335,6 +354,8 @@ pub struct RuleSet {
     pub authority: Option<Vec<AuthorityRule>>,
     /// Hot-parameter rules.
     pub param_flow: Option<Vec<ParamFlowRule>>,
+    /// Adaptive concurrency rules (`adaptiveRules`; their own shape, see [`crate::adaptive`]).
+    pub adaptive: Option<Vec<AdaptiveRule>>,
 }
 
 fn unwrap_all<R: RuleData>(v: Option<Vec<R::Wire>>) -> Option<Vec<R>> {
@@ -361,6 +382,7 @@ impl RuleSet {
             system: unwrap_all(dto.system_rules),
             authority: unwrap_all(dto.authority_rules),
             param_flow: unwrap_all(dto.param_flow_rules),
+            adaptive: dto.adaptive_rules,
         })
     }
 
@@ -372,6 +394,7 @@ impl RuleSet {
             system_rules: wrap_all(&self.system),
             authority_rules: wrap_all(&self.authority),
             param_flow_rules: wrap_all(&self.param_flow),
+            adaptive_rules: self.adaptive.clone(),
         };
         to_text(&dto, format)
     }
@@ -388,6 +411,7 @@ impl RuleSet {
             + self.system.as_ref().map_or(0, Vec::len)
             + self.authority.as_ref().map_or(0, Vec::len)
             + self.param_flow.as_ref().map_or(0, Vec::len)
+            + self.adaptive.as_ref().map_or(0, Vec::len)
     }
 
     /// Whether the set holds no rule (it may still manage kinds, with empty lists).
@@ -404,6 +428,7 @@ impl RuleSet {
                 RuleKind::System => self.system = None,
                 RuleKind::Authority => self.authority = None,
                 RuleKind::ParamFlow => self.param_flow = None,
+                RuleKind::Adaptive => self.adaptive = None,
             }
         }
         self
@@ -416,6 +441,7 @@ impl RuleSet {
             RuleKind::System => self.system.is_some(),
             RuleKind::Authority => self.authority.is_some(),
             RuleKind::ParamFlow => self.param_flow.is_some(),
+            RuleKind::Adaptive => self.adaptive.is_some(),
         }
     }
 
@@ -436,6 +462,9 @@ impl RuleSet {
         if other.param_flow.is_some() {
             self.param_flow = other.param_flow;
         }
+        if other.adaptive.is_some() {
+            self.adaptive = other.adaptive;
+        }
     }
 
     /// The rules the engine has in force, for the given kinds.
@@ -448,6 +477,7 @@ impl RuleSet {
                 RuleKind::System => s.system = Some(engine.system_rules()),
                 RuleKind::Authority => s.authority = Some(engine.authority_rules()),
                 RuleKind::ParamFlow => s.param_flow = Some(engine.param_flow_rules()),
+                RuleKind::Adaptive => s.adaptive = Some(engine.adaptive_rules()),
             }
         }
         s
@@ -460,6 +490,7 @@ impl RuleSet {
             RuleKind::System => self.system.clone().map_or(Ok(()), |r| engine.load_system_rules(r)),
             RuleKind::Authority => self.authority.clone().map_or(Ok(()), |r| engine.load_authority_rules(r)),
             RuleKind::ParamFlow => self.param_flow.clone().map_or(Ok(()), |r| engine.load_param_flow_rules(r)),
+            RuleKind::Adaptive => self.adaptive.clone().map_or(Ok(()), |r| engine.load_adaptive_rules(r)),
         }
     }
 

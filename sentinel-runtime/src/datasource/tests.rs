@@ -120,12 +120,16 @@ fn rule_set_round_trips_and_keeps_absent_kinds_absent() {
         system: None,
         authority: Some(Vec::new()),
         param_flow: Some(sample_param()),
+        adaptive: Some(vec![crate::adaptive::AdaptiveRule::new("db").limits(2, 4, 40).partition("mobile", 0.6)]),
     };
     for f in FORMATS {
         let text = set.to_string(f).unwrap();
         assert_eq!(RuleSet::parse(&text, f).unwrap(), set, "{f}:\n{text}");
     }
-    assert_eq!(set.kinds(), vec![RuleKind::Authority, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade]);
+    assert_eq!(
+        set.kinds(),
+        vec![RuleKind::Authority, RuleKind::ParamFlow, RuleKind::Flow, RuleKind::Degrade, RuleKind::Adaptive]
+    );
 }
 
 #[test]

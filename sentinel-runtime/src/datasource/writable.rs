@@ -179,6 +179,7 @@ impl RuleSet {
             Some(RuleKind::System) => set.system = Some(parse_rules(text, format)?),
             Some(RuleKind::Authority) => set.authority = Some(parse_rules(text, format)?),
             Some(RuleKind::ParamFlow) => set.param_flow = Some(parse_rules(text, format)?),
+            Some(RuleKind::Adaptive) => set.adaptive = Some(parse_rules(text, format)?),
         }
         Ok(set)
     }
@@ -198,6 +199,7 @@ impl RuleSet {
             RuleKind::System => rules_to_string(self.system.as_deref().unwrap_or_default(), format),
             RuleKind::Authority => rules_to_string(self.authority.as_deref().unwrap_or_default(), format),
             RuleKind::ParamFlow => rules_to_string(self.param_flow.as_deref().unwrap_or_default(), format),
+            RuleKind::Adaptive => rules_to_string(self.adaptive.as_deref().unwrap_or_default(), format),
         }
     }
 

@@ -110,6 +110,7 @@ impl fmt::Display for Diagnosis {
         write_findings(f, "Hot-parameter rules", &self.param_flow)?;
         write_findings(f, "Authority rules", &self.authority)?;
         write_findings(f, "System rules", &self.system)?;
+        super::adaptive::write(f, self.adaptive.as_ref())?;
         write!(
             f,
             "Errors: {} of {} completions in the last minute had a traced error",

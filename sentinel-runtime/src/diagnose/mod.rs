@@ -18,6 +18,7 @@
 //! One part per rule kind builds that kind's findings (`flow`, `cluster` for cluster-mode flow rules,
 //! `circuit_breaker`, `param_flow`, `authority`, `system`); `display` prints the report.
 
+mod adaptive;
 mod authority;
 mod circuit_breaker;
 mod cluster;
@@ -140,6 +141,8 @@ pub struct Diagnosis {
     pub cluster: Vec<ClusterRuleStatus>,
     /// Where the engine stands against its caps on names ([`Sentinel::caps`]).
     pub caps: Caps,
+    /// The resource's adaptive limiter, once a call built it ([`Sentinel::adaptive_status`]).
+    pub adaptive: Option<crate::adaptive::AdaptiveStatus>,
 }
 
 /// Whether a rule on `rule_resource` applies to `resource`: it names it, or it is a regex rule whose pattern
@@ -249,6 +252,8 @@ impl Sentinel {
             notes.push("checking is switched off for the whole engine (`set_enabled(false)`)".to_string());
         }
         let caps = self.caps();
+        let adaptive = self.adaptive_status_of(resource);
+        notes.extend(adaptive::note(self, resource, adaptive.as_ref()));
         if resource == crate::RESOURCE_OVERFLOW {
             notes.push(format!(
                 "`{resource}` stands for the new names that no rule named once the resource cap ({}) was reached \
@@ -289,6 +294,7 @@ impl Sentinel {
             notes,
             cluster,
             caps,
+            adaptive,
         }
     }
 }

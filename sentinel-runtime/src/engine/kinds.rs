@@ -111,3 +111,52 @@ impl Sentinel {
         self.shared.param.for_resource(resource).map(|r| r.tracked()).unwrap_or_default()
     }
 }
+
+impl Sentinel {
+    /// Replaces the adaptive concurrency rules (see [`crate::adaptive`]). An invalid rule (min above max,
+    /// a NaN, a zero share, shares summing over 1, ...) refuses the whole set with an error naming its index
+    /// and field, and the rules in force stay. A resource whose rule is unchanged keeps its limiter and the
+    /// limit it found.
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, BlockError, RuleError, RuleKind};
+    /// use sentinel_runtime::adaptive::AdaptiveRule;
+    ///
+    /// let engine = Sentinel::builder().build();
+    /// engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 2, 50)]).unwrap();
+    /// let db = engine.resource("db");
+    /// let (_a, _b) = (db.enter().unwrap(), db.enter().unwrap());
+    /// let blocked = db.enter().unwrap_err();
+    /// assert!(matches!(blocked, BlockError::Adaptive { .. }), "{blocked}");
+    ///
+    /// let err = engine.load_adaptive_rules([AdaptiveRule::new("db").limits(10, 10, 5)]).unwrap_err();
+    /// assert!(matches!(err, RuleError::Invalid { kind: RuleKind::Adaptive, field: "min_limit", .. }));
+    /// assert_eq!(engine.adaptive_rules()[0].max_limit, 50); // the rules in force stay
+    /// ```
+    pub fn load_adaptive_rules(
+        &self,
+        rules: impl IntoIterator<Item = crate::adaptive::AdaptiveRule>,
+    ) -> Result<(), crate::RuleError> {
+        if self.shared.adaptive.load(rules.into_iter().collect())? {
+            self.shared.refresh_rules();
+        }
+        self.warn_unknown_rule_resources(crate::RuleKind::Adaptive);
+        Ok(())
+    }
+
+    /// The adaptive concurrency rules in force.
+    pub fn adaptive_rules(&self) -> Vec<crate::adaptive::AdaptiveRule> {
+        self.shared.adaptive.rules()
+    }
+
+    /// The state of every adaptive limiter in force, by resource name: the limit, calls in flight, RTTs,
+    /// gradient and partitions (a limiter exists once its resource was checked).
+    pub fn adaptive_status(&self) -> Vec<crate::adaptive::AdaptiveStatus> {
+        self.shared
+            .adaptive
+            .cells()
+            .into_iter()
+            .filter_map(|(name, cell)| cell.built().map(|l| crate::adaptive::AdaptiveStatus::of(&name, &cell.rule, l)))
+            .collect()
+    }
+}

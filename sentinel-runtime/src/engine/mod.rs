@@ -156,6 +156,7 @@ impl SentinelBuilder {
                 system: SystemManager::default(),
                 param: ParamFlowManager::default(),
                 authority: AuthorityManager::default(),
+                adaptive: crate::adaptive::manager::AdaptiveManager::default(),
                 custom_slots: ArcSwap::from_pointee(CustomSlots::default()),
                 has_custom_slots: AtomicBool::new(false),
                 error_filter: ArcSwapOption::empty(),
@@ -213,6 +214,7 @@ pub(crate) struct Shared {
     pub(crate) system: SystemManager,
     pub(crate) param: ParamFlowManager,
     pub(crate) authority: AuthorityManager,
+    pub(crate) adaptive: crate::adaptive::manager::AdaptiveManager,
     pub(crate) custom_slots: ArcSwap<CustomSlots>,
     pub(crate) has_custom_slots: AtomicBool,
     error_filter: ArcSwapOption<Box<ErrorFilter>>,
@@ -379,7 +381,7 @@ impl Shared {
         self.resources.pin().get(name).cloned()
     }
 
-    fn rules_for(&self, name: &str) -> ResourceRules {
+    fn rules_for(&self, name: &Arc<str>) -> ResourceRules {
         let flow = self.flow.for_resource(name);
         // Origins the rules name are always tracked: interned here (and given their own node on this
         // resource when a flow rule reads it).
@@ -402,6 +404,7 @@ impl Shared {
             flow,
             degrade: self.degrade.for_resource(name),
             default_degrade: self.degrade.default_breakers_for(name),
+            adaptive: self.adaptive.for_resource(name),
             #[cfg(test)]
             every_nth: self.every_nth.for_resource(name),
         };
@@ -784,7 +787,7 @@ impl Sentinel {
         self.resource(name).entry_owned()
     }
 
-    /// Whether a loaded flow, degrade, hot-parameter or authority rule names `resource`, exactly or by a
+    /// Whether a loaded flow, degrade, hot-parameter, authority or adaptive rule names `resource`, exactly or by a
     /// regex rule whose pattern matches it, or a relate rule reads it (system rules and default `"*"` breakers
     /// name no resource and do not count). A few map lookups, and the patterns when regex rules are loaded.
     ///
@@ -805,6 +808,7 @@ impl Sentinel {
             || s.degrade.for_resource(resource).is_some()
             || s.param.for_resource(resource).is_some()
             || s.authority.for_resource(resource).is_some()
+            || s.adaptive.governs(resource)
             || s.flow.relates_to(resource)
     }
 

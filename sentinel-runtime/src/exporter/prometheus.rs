@@ -258,7 +258,7 @@ struct Row {
 /// - `sentinel_pass_total`, `sentinel_success_total` (completed calls), `sentinel_exception_total`
 ///   (completed with a traced error): counters;
 /// - `sentinel_block_total{kind}`: blocked calls by the kind of rule that blocked them (`flow`, `degrade`,
-///   `system`, `param_flow`, `authority`, `custom`), counted from the attach;
+///   `system`, `param_flow`, `authority`, `adaptive`, `custom`), counted from the attach;
 /// - `sentinel_response_time_seconds`: histogram of completed calls' response times, from the attach;
 /// - `sentinel_concurrency`: calls in flight (gauge);
 /// - `sentinel_circuit_breaker_state{rule, grade}`: 0 closed, 1 open, 2 half-open (gauge); `rule` is the
@@ -268,7 +268,12 @@ struct Row {
 ///   `sentinel_cluster_round_trips_total`, `sentinel_cluster_failures_total` and
 ///   `sentinel_cluster_local_decisions_total`, and `sentinel_cluster_fallback_instances{rule, source}` (what
 ///   the local fallback divides a global count by; `source` is `seen`, `configured` or `assumed`: gauge);
-///   `rule` is the rule's position in [`Sentinel::flow_rules`].
+///   `rule` is the rule's position in [`Sentinel::flow_rules`];
+/// - with adaptive rules, per resource and partition (`partition` is empty for the whole limiter, else the
+///   partition's origin): `sentinel_adaptive_limit` (the limit in force; a partition's guarantee),
+///   `sentinel_adaptive_inflight`, and per resource `sentinel_adaptive_min_rtt_seconds`,
+///   `sentinel_adaptive_sample_rtt_seconds`, `sentinel_adaptive_baseline_rtt_seconds`,
+///   `sentinel_adaptive_gradient` and `sentinel_adaptive_waiting` (gauges).
 pub fn render(engine: &Sentinel) -> String {
     let state = state(engine);
     let counters = state.accumulate(engine);
@@ -330,7 +335,57 @@ pub fn render(engine: &Sentinel) -> String {
 
     render_breakers(engine, &app, &names, &mut out);
     render_cluster(engine, &app, &mut out);
+    render_adaptive(engine, &app, &mut out);
     out
+}
+
+/// Adaptive limiters (only when there are): the limit against the calls in flight, per partition, and what
+/// each measured ([`Sentinel::adaptive_status`]).
+fn render_adaptive(engine: &Sentinel, app: &str, out: &mut String) {
+    let states = engine.adaptive_status();
+    if states.is_empty() {
+        return;
+    }
+    let labels = |s: &crate::adaptive::AdaptiveStatus, partition: &str| {
+        format!("app=\"{app}\",resource=\"{}\",partition=\"{}\"", escape(&s.resource), escape(partition))
+    };
+    family(
+        out,
+        "sentinel_adaptive_limit",
+        "gauge",
+        "Adaptive concurrency limit in force (a partition: its guarantee).",
+    );
+    for s in &states {
+        let _ = writeln!(out, "sentinel_adaptive_limit{{{}}} {}", labels(s, ""), s.limit);
+        for p in &s.partitions {
+            let _ = writeln!(out, "sentinel_adaptive_limit{{{}}} {}", labels(s, &p.origin), p.guarantee);
+        }
+    }
+    family(out, "sentinel_adaptive_inflight", "gauge", "Calls in flight under an adaptive limit.");
+    for s in &states {
+        let _ = writeln!(out, "sentinel_adaptive_inflight{{{}}} {}", labels(s, ""), s.inflight);
+        for p in &s.partitions {
+            let _ = writeln!(out, "sentinel_adaptive_inflight{{{}}} {}", labels(s, &p.origin), p.inflight);
+        }
+    }
+    type Gauge = (&'static str, &'static str, fn(&crate::adaptive::AdaptiveStatus) -> f64);
+    let gauges: [Gauge; 5] = [
+        ("sentinel_adaptive_min_rtt_seconds", "Lowest RTT of the last closed window.", |s| s.min_rtt.as_secs_f64()),
+        ("sentinel_adaptive_sample_rtt_seconds", "Average RTT of the last closed window.", |s| {
+            s.sample_rtt.as_secs_f64()
+        }),
+        ("sentinel_adaptive_baseline_rtt_seconds", "The RTT the algorithm compares against.", |s| {
+            s.baseline_rtt.as_secs_f64()
+        }),
+        ("sentinel_adaptive_gradient", "Gradient2's last gradient (1 for the other algorithms).", |s| s.gradient),
+        ("sentinel_adaptive_waiting", "Calls waiting for a place under an adaptive limit.", |s| s.waiting as f64),
+    ];
+    for (name, help, value) in gauges {
+        family(out, name, "gauge", help);
+        for s in &states {
+            let _ = writeln!(out, "{name}{{{}}} {}", labels(s, ""), value(s));
+        }
+    }
 }
 
 /// Cluster-mode flow rules (only when there are): how each is decided, and its counters

@@ -152,6 +152,9 @@ impl Call {
         if error {
             self.entry.set_error();
         }
+        if crate::web::is_overload(outcome) {
+            self.entry.set_overload();
+        }
     }
 
     fn listen(&self, asked: Option<Duration>) {

@@ -42,9 +42,13 @@ pub(crate) struct CheckCx<'a> {
 pub(crate) struct ExitCx {
     /// The permits the call took.
     pub(crate) acquire: u32,
+    pub(crate) now_nanos: u64,
     pub(crate) now_ms: u64,
     pub(crate) rt_micros: u64,
     pub(crate) error: bool,
+    /// The call failed by overload ([`Entry::set_overload`](crate::Entry::set_overload)): a drop for adaptive
+    /// limits.
+    pub(crate) overload: bool,
 }
 
 /// What a slot's check answered for a call it lets through.

@@ -2,7 +2,10 @@
 //!
 //! Built-in slots run in Java Sentinel's order (lowest first): node selector −10000, cluster builder −9000,
 //! log −8000, statistics −7000, authority −6000, system −5000, param flow −3000, flow −2000, default circuit
-//! breaker −1500, degrade −1000. Statistics wraps every check after it and records pass or block from their
+//! breaker −1500, degrade −1000, then adaptive concurrency −500 (not in Java: last among the built-in
+//! checks, so a call takes a place under the adaptive limit only once every other rule let it through; a
+//! place is then never taken and handed back for a call another rule refuses, and the calls in flight the
+//! limit learns from are calls that really ran). Statistics wraps every check after it and records pass or block from their
 //! verdict. A user slot added with [`Sentinel::add_slot`](crate::Sentinel::add_slot) runs at its own order
 //! among the checks; the first slot that blocks stops the chain.
 
@@ -43,6 +46,9 @@ pub const ORDER_FLOW: i32 = -2000;
 pub const ORDER_DEFAULT_CIRCUIT_BREAKER: i32 = -1500;
 /// Order of the degrade slot.
 pub const ORDER_DEGRADE: i32 = -1000;
+
+/// Order of the adaptive concurrency slot.
+pub const ORDER_ADAPTIVE: i32 = -500;
 
 /// What a user slot sees of an entry.
 #[derive(Debug)]

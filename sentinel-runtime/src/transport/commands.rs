@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::handler::{Center, CommandError, Params, Reply};
 use super::history::LineRecord;
+use crate::adaptive::AdaptiveRule;
 use crate::authority::AuthorityRule;
 use crate::circuit_breaker::DegradeRule;
 use crate::datasource::{parse_rules, rules_to_string, Format, RuleData, RuleSet};
@@ -247,11 +248,14 @@ fn kind_param(p: &Params) -> Result<RuleKind, CommandError> {
         Some("degrade") => Ok(RuleKind::Degrade),
         Some("system") => Ok(RuleKind::System),
         Some("authority") => Ok(RuleKind::Authority),
+        Some("adaptive") => Ok(RuleKind::Adaptive),
         Some(other) => Err(CommandError(format!(
-            "invalid type `{}`: use flow, degrade, system or authority (hot-parameter rules: getParamFlowRules / setParamFlowRules)",
+            "invalid type `{}`: use flow, degrade, system, authority or adaptive (hot-parameter rules: getParamFlowRules / setParamFlowRules)",
             other.chars().take(40).collect::<String>()
         ))),
-        None => Err(CommandError("invalid type: `type` is required (flow, degrade, system or authority)".into())),
+        None => Err(CommandError(
+            "invalid type: `type` is required (flow, degrade, system, authority or adaptive)".into(),
+        )),
     }
 }
 
@@ -269,6 +273,7 @@ pub(crate) fn rules_json(engine: &Sentinel, kind: RuleKind) -> Result<Reply, Com
         RuleKind::System => to_json(&engine.system_rules()),
         RuleKind::Authority => to_json(&engine.authority_rules()),
         RuleKind::ParamFlow => to_json(&engine.param_flow_rules()),
+        RuleKind::Adaptive => to_json(&engine.adaptive_rules()),
     }
 }
 
@@ -307,6 +312,7 @@ fn push_rules(c: &Center, kind: RuleKind, p: &Params) -> Result<Reply, CommandEr
         RuleKind::ParamFlow => {
             set.param_flow = Some(parse_rules::<ParamFlowRule>(data, Format::Json).map_err(parse_err)?)
         }
+        RuleKind::Adaptive => set.adaptive = Some(parse_rules::<AdaptiveRule>(data, Format::Json).map_err(parse_err)?),
     }
     let _serial = c.writes.lock().unwrap_or_else(|e| e.into_inner());
     set.apply(&c.engine).map_err(|e| CommandError(e.to_string()))?;

@@ -14,17 +14,18 @@ use crate::BlockError;
 pub const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 
 /// The HTTP status for a block: 429 for flow, hot-parameter, system and custom-slot blocks, 503 for an open
-/// circuit breaker, 403 for an authority rule.
+/// circuit breaker and an adaptive concurrency limit (the service is saturated, not the caller over a quota),
+/// 403 for an authority rule.
 pub fn http_status(err: &BlockError) -> StatusCode {
     match err {
-        BlockError::Degrade { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        BlockError::Degrade { .. } | BlockError::Adaptive { .. } => StatusCode::SERVICE_UNAVAILABLE,
         BlockError::Authority { .. } => StatusCode::FORBIDDEN,
         _ => StatusCode::TOO_MANY_REQUESTS,
     }
 }
 
-/// The gRPC status for a block: `RESOURCE_EXHAUSTED` for flow, hot-parameter, system and custom-slot
-/// blocks, `UNAVAILABLE` for an open circuit breaker, `PERMISSION_DENIED` for an authority rule.
+/// The gRPC status for a block: `RESOURCE_EXHAUSTED` for flow, hot-parameter, system, adaptive and
+/// custom-slot blocks, `UNAVAILABLE` for an open circuit breaker, `PERMISSION_DENIED` for an authority rule.
 pub fn grpc_code(err: &BlockError) -> GrpcCode {
     match err {
         BlockError::Degrade { .. } => GrpcCode::Unavailable,
@@ -42,6 +43,7 @@ fn reason(err: &BlockError) -> &'static str {
         BlockError::Degrade { .. } => "blocked by an open Sentinel circuit breaker",
         BlockError::Authority { .. } => "blocked by a Sentinel authority rule",
         BlockError::Pushback { .. } => "held back by Sentinel: the downstream asked to retry later",
+        BlockError::Adaptive { .. } => "blocked by a Sentinel adaptive concurrency limit",
         _ => "blocked by a Sentinel slot",
     }
 }
@@ -57,6 +59,7 @@ fn http_body(err: &BlockError) -> &'static str {
         BlockError::Pushback { .. } => {
             "Too Many Requests: held back by Sentinel, the downstream asked to retry later\n"
         }
+        BlockError::Adaptive { .. } => "Service Unavailable: blocked by a Sentinel adaptive concurrency limit\n",
         _ => "Too Many Requests: blocked by a Sentinel slot\n",
     }
 }

@@ -49,6 +49,9 @@ impl Guard {
         if is_error(self.trace_if(), outcome) {
             self.error();
         }
+        if crate::web::is_overload(outcome) {
+            self.entry.entry_mut().set_overload();
+        }
     }
     fn error(&mut self) {
         self.entry.entry_mut().set_error();

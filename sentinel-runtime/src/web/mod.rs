@@ -106,6 +106,6 @@ pub use config::ExitOn;
 pub use future::ResponseFuture;
 pub use layer::{SentinelLayer, WEB_CONTEXT_NAME};
 pub use naming::{clean_path, DEFAULT_MAX_RESOURCES, OTHER_METHODS_RESOURCE, OVERFLOW_RESOURCE};
-pub use outcome::{is_error_by_default, GrpcCode, Outcome};
+pub use outcome::{is_error_by_default, is_overload, GrpcCode, Outcome};
 pub use request::{PeerAddr, RequestView};
 pub use service::SentinelService;

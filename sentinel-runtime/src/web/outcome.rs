@@ -111,6 +111,24 @@ pub fn is_error_by_default(outcome: Outcome) -> bool {
     }
 }
 
+/// Whether an answer says the service is overloaded: HTTP 429 or 503, gRPC `RESOURCE_EXHAUSTED` or
+/// `UNAVAILABLE`. The web layer and the outbound guards mark such a call with
+/// [`Entry::set_overload`](crate::Entry::set_overload): an adaptive rule counts it as a drop.
+///
+/// ```
+/// use sentinel_runtime::web::{is_overload, GrpcCode, Outcome};
+/// use http::StatusCode;
+/// assert!(is_overload(Outcome::Http(StatusCode::SERVICE_UNAVAILABLE)));
+/// assert!(!is_overload(Outcome::Http(StatusCode::INTERNAL_SERVER_ERROR)));
+/// assert!(is_overload(Outcome::Grpc(GrpcCode::ResourceExhausted)));
+/// ```
+pub fn is_overload(outcome: Outcome) -> bool {
+    match outcome {
+        Outcome::Http(s) => s == http::StatusCode::TOO_MANY_REQUESTS || s == http::StatusCode::SERVICE_UNAVAILABLE,
+        Outcome::Grpc(c) => matches!(c, GrpcCode::ResourceExhausted | GrpcCode::Unavailable),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,358 @@
+//! The adaptive kind through the engine's entry path: the simulated downstream drives owned entries on a
+//! manual clock (the ramp, the seed's incident, partitions, AIMD on 503s), and the slot's contract
+//! (a place given back when a later slot blocks or panics, reloads, regex rules, bad rules, the block's
+//! message). Deterministic: simulated time, seeded randomness, no sleeps.
+
+use super::sim::{
+    check_hovers, check_incident, check_shares, hidden_capacity, incident_sim, two_origins, Gate, Origin, Second, Sim,
+    Ticket, MS, SEC,
+};
+use super::*;
+use crate::clock::ManualClock;
+use crate::flow::{FlowGrade, FlowRule};
+use crate::{BlockError, Entry, EntryType, Resource, RuleError, RuleKind, Sentinel};
+
+/// The engine's entry path on a manual clock: simulated time `t` is the clock at `start + t`; a call is an
+/// owned entry of `resource` from the origin's name, dropped at completion (marked as an overload when the
+/// downstream refused it).
+pub(crate) struct EngineGate {
+    pub(crate) engine: Sentinel,
+    pub(crate) clock: ManualClock,
+    pub(crate) resource: Resource,
+    pub(crate) start: u64,
+}
+
+impl EngineGate {
+    /// An engine on a manual clock with the rules `load` loads, and a handle on `resource` of `direction`.
+    pub(crate) fn new(resource: &str, direction: crate::EntryType, load: impl FnOnce(&Sentinel)) -> Self {
+        let start = 1_000_000 * SEC;
+        let clock = ManualClock::at_nanos(start);
+        let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+        load(&engine);
+        let resource = engine.resource_typed(resource, direction);
+        EngineGate { engine, clock, resource, start }
+    }
+}
+
+impl Gate for EngineGate {
+    fn admit(&self, t: u64, origin: &Origin) -> Option<Ticket> {
+        self.clock.set_nanos(self.start + t);
+        match self.resource.entry_owned().origin(origin.name).enter() {
+            Ok(e) => Some(Ticket::Other(Box::new(e))),
+            Err(BlockError::Adaptive { .. } | BlockError::Flow { .. }) => None,
+            Err(other) => panic!("only the adaptive or a flow rule blocks here: {other}"),
+        }
+    }
+    fn complete(&self, ticket: Ticket, t: u64, _: u64, dropped: bool) {
+        self.clock.set_nanos(self.start + t);
+        if let Ticket::Other(e) = ticket {
+            if let (true, Ok(mut e)) = (dropped, e.downcast::<Entry<'static>>()) {
+                e.set_overload();
+            }
+        }
+    }
+    fn limit(&self) -> u32 {
+        self.engine.adaptive_status().first().map_or(0, |s| s.limit)
+    }
+}
+
+fn gate(rule: AdaptiveRule, direction: EntryType) -> EngineGate {
+    let name = rule.resource.clone();
+    EngineGate::new(&name, direction, |e| e.load_adaptive_rules([rule]).unwrap())
+}
+
+/// Envoy's experiment's downstream: 8 workers; 98 % of calls 40-60 ms, 2 % 100-200 ms (p50 about 50 ms,
+/// p99 about 150 ms).
+fn ramp_service(_: u64, u: f64) -> u64 {
+    if u < 0.98 {
+        (40.0 + 20.0 * u / 0.98) as u64 * MS
+    } else {
+        (100.0 + 100.0 * (u - 0.98) / 0.02) as u64 * MS
+    }
+}
+
+const RAMP_CAPACITY: f64 = 8.0 / 0.0525; // workers / mean service time
+
+/// Offered load rising from 0.5x to 4x capacity over 160 simulated seconds.
+fn ramp(g: Option<&dyn Gate>) -> Vec<Second> {
+    let sim = Sim {
+        limiter: g,
+        workers: 8,
+        reject_at: None,
+        service: Box::new(ramp_service),
+        origins: vec![Origin { rate_end: 4.0 * RAMP_CAPACITY, ..Origin::steady(0.5 * RAMP_CAPACITY, 160 * SEC) }],
+        seed: 9,
+    };
+    sim.run(160 * SEC)
+}
+
+fn max_p99(s: &[Second]) -> f64 {
+    s.iter().map(|x| x.p99_ms).fold(0.0, f64::max)
+}
+
+#[test]
+fn through_the_engine_gradient2_keeps_goodput_and_p99_through_the_ramp_and_holds_its_limit_in_band() {
+    let g = gate(AdaptiveRule::new("api").limits(1, 20, 200), EntryType::In);
+    let s = ramp(Some(&g));
+    assert_eq!(g.engine.adaptive_status()[0].algorithm, AlgorithmKind::Gradient2, "inbound defaults to gradient2");
+    let no_load_p99 = max_p99(&s[5..15]);
+    // From the moment the offered load is well past capacity (it passes it at about 23 s) on.
+    let loaded = &s[40..];
+    let goodput = loaded.iter().map(|x| x.completed as f64).sum::<f64>() / loaded.len() as f64;
+    let (low, high) = loaded.iter().fold((u32::MAX, 0), |(lo, hi), x| (lo.min(x.limit), hi.max(x.limit)));
+    assert!(goodput >= 0.9 * RAMP_CAPACITY, "goodput {goodput:.0}/s of {RAMP_CAPACITY:.0}");
+    assert!(max_p99(loaded) <= 2.0 * no_load_p99, "p99 {:.0} ms against {no_load_p99:.0} ms", max_p99(loaded));
+    // The band: 1-5x the 8 workers (Gradient2's queue allowance keeps it above them).
+    assert!(low >= 8 && high <= 40, "limit within 8..=40: {low}..{high}");
+}
+
+#[test]
+fn through_the_engine_the_ramp_without_a_limit_grows_latency_without_bound_and_a_static_64_sticks_high() {
+    let none = EngineGate::new("api", EntryType::In, |_| {});
+    let unlimited = ramp(Some(&none));
+    let no_load_p99 = max_p99(&unlimited[5..15]);
+    assert!(unlimited[159].p99_ms > 20.0 * no_load_p99, "unlimited p99 at the end: {:.0} ms", unlimited[159].p99_ms);
+    assert!(unlimited[159].p99_ms > unlimited[100].p99_ms, "and still growing");
+
+    let fixed = EngineGate::new("api", EntryType::In, |e| {
+        e.load_flow_rules([FlowRule::new("api").grade(FlowGrade::Thread).count(64.0)]).unwrap()
+    });
+    let s = ramp(Some(&fixed));
+    let p99 = max_p99(&s[60..]);
+    assert!(p99 >= 3.0 * no_load_p99, "a static 64 keeps p99 at {p99:.0} ms, {:.1}x the no-load", p99 / no_load_p99);
+}
+
+#[test]
+fn through_the_engine_the_incident_bounds_in_flight_halves_the_limit_and_recovers() {
+    let g = gate(AdaptiveRule::new("inventory").algorithm(AlgorithmKind::Gradient2).limits(4, 20, 200), EntryType::Out);
+    let s = incident_sim(Some(&g)).run(200 * SEC);
+    check_incident("gradient2 through the engine", &s, 0.9);
+    // The engine's own count of calls in flight agrees with the limiter's at the end.
+    assert_eq!(g.engine.adaptive_status()[0].inflight, g.engine.cluster_stats("inventory").unwrap().threads as u32);
+}
+
+#[test]
+fn through_the_engine_without_a_rule_the_incident_piles_up_thousands() {
+    let g = EngineGate::new("inventory", EntryType::Out, |_| {});
+    let s = incident_sim(Some(&g)).run(120 * SEC);
+    assert!(s[119].max_inflight > 5_000, "{}", s[119].max_inflight);
+}
+
+#[test]
+fn through_the_engine_partitions_get_their_share_under_overload_and_all_of_it_alone() {
+    let rule = AdaptiveRule::new("api").limits(20, 20, 20).partition("mobile", 0.7).partition("default", 0.3);
+    let g = gate(rule, EntryType::In);
+    let s = two_origins(
+        &g,
+        Origin { name: "mobile", ..Origin::steady(0.0, 0) },
+        Origin { name: "web", ..Origin::steady(0.0, 0) },
+    );
+    check_shares(&s);
+}
+
+#[test]
+fn through_the_engine_aimd_is_the_outbound_default_and_hovers_under_a_hidden_capacity_on_503s() {
+    let mut rule = AdaptiveRule::new("payments").limits(1, 20, 200);
+    rule.window.min_samples = 10;
+    let g = gate(rule, EntryType::Out);
+    let s = hidden_capacity(&g);
+    assert_eq!(g.engine.adaptive_status()[0].algorithm, AlgorithmKind::Aimd);
+    check_hovers(&s);
+}
+
+// ---------------------------------------------------------------- the slot's contract
+
+fn engine() -> (Sentinel, ManualClock) {
+    let clock = ManualClock::at_millis(1_000_000);
+    (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
+}
+
+#[test]
+fn a_call_over_the_limit_is_blocked_with_the_limit_in_flight_and_rtts_in_its_message() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Gradient2).limits(2, 2, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    let db = engine.resource("db");
+    let first = db.enter().unwrap();
+    clock.advance_millis(1_200);
+    drop(first); // a 1.2 s call closes the first window
+    let held = (db.enter().unwrap(), db.enter().unwrap());
+    let err = db.enter().unwrap_err();
+    let BlockError::Adaptive { block, .. } = &err else { panic!("an adaptive block, got {err:?}") };
+    assert_eq!((block.reason, block.limit, block.inflight), (AdaptiveBlockReason::AtLimit, 2, 2));
+    assert_eq!(block.rtt_nanos, 1_200 * MS);
+    let text = err.to_string();
+    for part in ["adaptive limit 2 reached", "2 in flight", "min RTT 1200.0 ms", "current RTT 1200.0 ms"] {
+        assert!(text.contains(part), "`{part}` in: {text}");
+    }
+    assert_eq!(err.kind_name(), "AdaptiveException");
+    assert_eq!(err.retry_after(), Some(std::time::Duration::from_millis(1_200)));
+    drop(held);
+}
+
+#[test]
+fn a_place_goes_back_when_a_later_slot_blocks_the_call() {
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1)]).unwrap();
+    engine.deny_every_nth("db", 2); // order 0: after the adaptive slot (-500)
+    let db = engine.resource("db");
+    drop(db.enter().unwrap());
+    assert!(matches!(db.enter(), Err(BlockError::Custom { .. })), "the second call is denied after it");
+    let third = db.enter().expect("the denied call's place went back");
+    assert!(matches!(db.enter(), Err(BlockError::Adaptive { .. })), "the limit of one still holds");
+    drop(third);
+    assert_eq!(engine.adaptive_status()[0].inflight, 0);
+}
+
+#[test]
+fn a_place_goes_back_when_a_user_slot_after_it_panics() {
+    use crate::slot::{Slot, SlotEntry};
+    struct Panics;
+    impl Slot for Panics {
+        fn name(&self) -> &'static str {
+            "panics"
+        }
+        fn entry(&self, e: &SlotEntry<'_>) -> Result<(), String> {
+            if e.origin == "bad" {
+                panic!("a user slot panicked");
+            }
+            Ok(())
+        }
+    }
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1)]).unwrap();
+    engine.add_slot(100, Panics);
+    let db = engine.resource("db");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.entry().origin("bad").enter()));
+    assert!(panicked.is_err());
+    assert_eq!(engine.adaptive_status()[0].inflight, 0, "the place went back before the panic went on");
+    drop(db.enter().expect("the place is free"));
+}
+
+#[test]
+fn a_reload_with_an_equal_rule_keeps_the_limit_found_and_a_changed_rule_takes_its_places_back_right() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule.clone()]).unwrap();
+    let db = engine.resource("db");
+    let mut e = db.enter().unwrap();
+    e.set_overload();
+    clock.advance_millis(10);
+    drop(e); // a drop backs off at once: 10 -> 9
+    assert_eq!(engine.adaptive_status()[0].limit, 9);
+    engine.load_adaptive_rules([rule.clone()]).unwrap();
+    assert_eq!(engine.adaptive_status()[0].limit, 9, "an equal rule keeps its limiter");
+    let held = db.enter().unwrap();
+    engine.load_adaptive_rules([rule.clone().limits(1, 3, 50)]).unwrap();
+    let status = engine.adaptive_status();
+    assert!(status.is_empty() || status[0].inflight == 0, "a changed rule starts a new limiter: {status:?}");
+    drop(held); // its place goes back to the limiter it came from, not the new one
+    let three: Vec<_> = (0..3).map(|_| db.enter().unwrap()).collect();
+    assert!(matches!(db.enter(), Err(BlockError::Adaptive { .. })));
+    assert_eq!(engine.adaptive_status()[0].inflight, 3);
+    drop(three);
+}
+
+#[test]
+fn a_regex_rule_gives_each_matching_resource_its_own_limiter() {
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("GET:/orders/.*").regex(true).limits(1, 1, 10)]).unwrap();
+    let (a, b) = (engine.resource("GET:/orders/1"), engine.resource("GET:/orders/2"));
+    let (_a, _b) = (a.enter().unwrap(), b.enter().unwrap());
+    assert!(matches!(a.enter(), Err(BlockError::Adaptive { .. })));
+    assert!(engine.resource("GET:/users").enter().is_ok(), "not matched, not limited");
+    assert_eq!(engine.adaptive_status().len(), 2);
+}
+
+#[test]
+fn bad_rules_are_refused_naming_the_field_and_the_rules_in_force_stay() {
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 5, 10)]).unwrap();
+    let mut nan = AdaptiveRule::new("db");
+    nan.gradient2.smoothing = f64::NAN;
+    let cases: Vec<(&str, AdaptiveRule)> = vec![
+        ("min_limit", AdaptiveRule::new("db").limits(20, 20, 10)),
+        ("gradient2.smoothing", nan),
+        ("partitions", AdaptiveRule::new("db").partition("mobile", 0.0)),
+        ("partitions", AdaptiveRule::new("db").partition("mobile", 0.7).partition("default", 0.4)),
+        ("resource", AdaptiveRule::new("(").regex(true)),
+    ];
+    for (field, bad) in cases {
+        let err = engine.load_adaptive_rules([AdaptiveRule::new("ok"), bad]).unwrap_err();
+        assert!(
+            matches!(&err, RuleError::Invalid { kind: RuleKind::Adaptive, index: 1, field: f, .. } if *f == field),
+            "{field}: {err}"
+        );
+        assert_eq!(engine.adaptive_rules(), vec![AdaptiveRule::new("db").limits(1, 5, 10)], "{field}: rules stay");
+    }
+    let two = engine.load_adaptive_rules([AdaptiveRule::new("db"), AdaptiveRule::new("db").limits(1, 1, 1)]);
+    assert!(matches!(two, Err(RuleError::Invalid { field: "resource", index: 1, .. })), "{two:?}");
+}
+
+#[test]
+fn a_time_limit_hit_counts_as_a_drop() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    let mut e = engine.enter("db").unwrap();
+    clock.advance_millis(200);
+    e.set_timed_out(std::time::Duration::from_millis(200));
+    assert!(e.is_overload());
+    drop(e);
+    assert_eq!(engine.adaptive_status()[0].limit, 9, "AIMD backed off");
+}
+
+#[test]
+fn diagnose_shows_the_limit_against_in_flight_and_the_measured_rtts() {
+    let (engine, _) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 4, 10).partition("mobile", 0.5)]).unwrap();
+    assert!(engine.diagnose("db").notes.iter().any(|n| n.contains("adaptive rule governs")));
+    let held = engine.resource("db").entry_owned().origin("mobile").enter().unwrap();
+    let d = engine.diagnose("db");
+    let s = d.adaptive.as_ref().expect("the limiter is built");
+    assert_eq!((s.limit, s.inflight, s.partitions[0].inflight, s.partitions[0].guarantee), (4, 1, 1, 2));
+    let text = d.to_string();
+    assert!(text.contains("limit 4, 1 in flight"), "{text}");
+    assert!(text.contains("partition `mobile`: share 0.50, guaranteed 2, 1 in flight"), "{text}");
+    drop(held);
+}
+
+#[test]
+fn a_sync_call_over_the_limit_waits_up_to_max_wait_for_a_place_and_the_newest_is_served_first() {
+    let (engine, clock) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1).max_wait_ms(100)]).unwrap();
+    let db = engine.resource("db");
+    let held = db.enter().unwrap();
+    // A waiter on another thread: it blocks outside the rules' read section until the place frees.
+    let waiter = {
+        let engine = engine.clone();
+        std::thread::spawn(move || engine.enter("db").map(|e| e.exit()).is_ok())
+    };
+    while engine.adaptive_status()[0].waiting == 0 {
+        std::thread::yield_now();
+    }
+    // A reload meanwhile is not held back by the waiting call.
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1).max_wait_ms(100)]).unwrap();
+    drop(held);
+    assert!(waiter.join().unwrap(), "the waiter got the freed place");
+    assert_eq!(engine.adaptive_status()[0].inflight, 0);
+    // Nobody frees the place: the wait runs out on the engine's clock.
+    let held = db.enter().unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        std::thread::spawn(move || engine.enter("db").map(drop))
+    };
+    while engine.adaptive_status()[0].waiting == 0 {
+        std::thread::yield_now();
+    }
+    clock.advance_millis(100);
+    match waiter.join().unwrap() {
+        Err(BlockError::Adaptive { block, .. }) => assert_eq!(block.reason, AdaptiveBlockReason::WaitTimedOut),
+        other => panic!("the wait ran out: {other:?}"),
+    }
+    drop(held);
+    assert_eq!(engine.adaptive_status()[0].inflight, 0);
+}
