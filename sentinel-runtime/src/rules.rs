@@ -28,7 +28,7 @@ pub(crate) struct ResourceRules {
     pub(crate) cluster_only: bool,
     /// Degrade rules of the resource itself.
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
-    /// The default (`"*"`) breakers, used only when the resource has none of its own.
+    /// The default (`"*"`) breakers, present only when the resource has none of its own.
     pub(crate) default_degrade: Option<Arc<ResourceBreakers>>,
     /// The test-only kind's rules (slot/every_nth.rs).
     #[cfg(test)]

@@ -111,3 +111,12 @@ impl Sentinel {
         self.shared.param.for_resource(resource).map(|r| r.tracked()).unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+impl Sentinel {
+    /// Denies every `n`-th call of `resource` from now on (the test-only kind's "load rules").
+    pub(crate) fn deny_every_nth(&self, resource: &str, n: u64) {
+        self.shared.every_nth.set(resource, n);
+        self.shared.refresh_rules();
+    }
+}
