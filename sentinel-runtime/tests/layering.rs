@@ -1,6 +1,7 @@
 //! The layers of `sentinel-runtime/src` point one way (see ARCHITECTURE.md): base → slot contract → rule kinds
-//! → engine → integrations. This test reads the `crate::` paths of every source file (outside comments and
-//! the `tests` modules), resolves each to the file it names, and fails when a file imports a file of a higher
+//! → engine → integrations. This test reads the `crate::` and `super::` paths of every source file (outside
+//! comments and the `tests` modules), resolves each to the file it names, and fails when a file imports a file
+//! of a higher
 //! layer, when the files of the core (every layer below the integrations) import each other in a circle (two
 //! files or more), or when two files of one outer room (`web/`, `transport/`, `outbound/`, `datasource/`,
 //! `cluster/`, and the macro crate's `src/`) import each other.
@@ -86,6 +87,15 @@ const KNOWN: &[(&str, &str, &str)] = &[
     ("engine/mod.rs", "entry/mod.rs", "Sentinel::enter builds entries; an entry holds the engine's Shared"),
     ("engine/mod.rs", "resource.rs", "Shared holds the resources; a resource holds Shared"),
     ("entry/mod.rs", "resource.rs", "a resource hands out entry builders; an entry holds its resource"),
+    // Read through `super::` paths; other work is removing them (adaptive concurrency, issue 31; the
+    // cluster's connection, issue 29).
+    ("adaptive/format.rs", "adaptive/rule.rs", "the rule's text form and the rule share their parsers"),
+    ("adaptive/limiter.rs", "adaptive/wait.rs", "the limiter queues waiters; a waiter holds the limiter"),
+    (
+        "cluster/config.rs",
+        "cluster/connection.rs",
+        "the configuration names the topology; a connection reports config errors",
+    ),
 ];
 
 fn src() -> PathBuf {
@@ -191,6 +201,34 @@ fn paths(code: &str) -> Vec<String> {
     out
 }
 
+/// Every path after `super::` in the file `rel`, made relative to the crate root (`super::super::` climbs
+/// twice), with groups expanded.
+fn super_paths(rel: &str, code: &str) -> Vec<String> {
+    let mut module: Vec<&str> = rel.trim_end_matches(".rs").split('/').collect();
+    if module.last().is_some_and(|m| *m == "mod" || *m == "lib") {
+        module.pop();
+    }
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("super::") {
+        let before = rest[..i].chars().last();
+        rest = &rest[i + "super::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue; // the second `super::` of `super::super::`, counted below
+        }
+        let mut up = 1;
+        let mut tail = rest;
+        while let Some(t) = tail.strip_prefix("super::") {
+            up += 1;
+            tail = t;
+        }
+        rest = tail;
+        let Some(base) = module.len().checked_sub(up) else { continue };
+        expand(&module[..base].join("::"), tail, &mut out);
+    }
+    out
+}
+
 fn expand(prefix: &str, s: &str, out: &mut Vec<String>) {
     if let Some(group) = s.strip_prefix('{') {
         let mut depth = 0;
@@ -271,7 +309,10 @@ fn imports(root: &Path) -> BTreeSet<(String, String)> {
             continue;
         }
         let text = fs::read_to_string(&f).expect("a source file");
-        for p in paths(&code(&text)) {
+        let code = code(&text);
+        let mut found = paths(&code);
+        found.extend(super_paths(&rel, &code));
+        for p in found {
             if let Some(target) = resolve(root, &p, &reexports) {
                 if target != rel {
                     edges.insert((rel.clone(), target));
@@ -438,6 +479,13 @@ fn every_source_file_has_a_layer() {
         .filter(|f| layer_of(f).is_none())
         .collect();
     assert!(lost.is_empty(), "files in no layer (add them to LAYERS): {lost:?}");
+}
+
+#[test]
+fn the_path_reader_reads_super_paths_from_the_crate_root() {
+    assert_eq!(super_paths("a/b.rs", "use super::c::D;"), ["a::c::D"]);
+    assert_eq!(super_paths("a/b/mod.rs", "use super::{c, d::E};"), ["a::c", "a::d::E"]);
+    assert_eq!(super_paths("a/b/c.rs", "use super::super::x;"), ["a::x"]);
 }
 
 #[test]
