@@ -1,10 +1,9 @@
 //! The layers of `sentinel-runtime/src` point one way (see ARCHITECTURE.md): base → slot contract → rule kinds
 //! → engine → integrations. This test reads the `crate::` and `super::` paths of every source file (outside
 //! comments and the `tests` modules), resolves each to the file it names, and fails when a file imports a file
-//! of a higher
-//! layer, when the files of the core (every layer below the integrations) import each other in a circle (two
-//! files or more), or when two files of one outer room (`web/`, `transport/`, `outbound/`, `datasource/`,
-//! `cluster/`, and the macro crate's `src/`) import each other.
+//! of a higher layer, when the files of the core (every layer below the integrations) import each other in a
+//! circle (two files or more), or when two files of one outer room (`web/`, `transport/`, `outbound/`,
+//! `datasource/`, `cluster/`, and the macro crate's `src/`) import each other.
 //!
 //! `KNOWN` lists the imports that break a rule today, each with its reason: a new one fails the test, and so
 //! does an entry of `KNOWN` that no longer occurs (remove it: the list only shrinks).
