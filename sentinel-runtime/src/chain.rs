@@ -18,7 +18,7 @@ use crate::error::BlockError;
 use crate::flow::FlowSlot;
 use crate::param_flow::ParamSlot;
 use crate::rules::ResourceRules;
-use crate::slot::contract::{CheckCx, ExitCx, FastCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
 use crate::slot::{CustomSlots, SlotEntry};
 use crate::system::SystemSlot;
 use crate::{circuit_breaker, flow, param_flow};
@@ -91,161 +91,96 @@ pub(crate) trait InChain: RuleSlot {
     fn taken(taken: &mut Taken) -> &mut Self::Taken;
 }
 
-impl InChain for AuthoritySlot {
-    #[inline(always)]
-    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
-        rules.authority.as_deref()
-    }
-    #[inline(always)]
-    fn state(_: &Shared) -> &Self::State {
-        &()
-    }
-    #[inline(always)]
-    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
-        &mut held.nothing
-    }
-    #[inline(always)]
-    fn taken(taken: &mut Taken) -> &mut Self::Taken {
-        &mut taken.nothing
-    }
-}
-
-impl InChain for SystemSlot {
-    #[inline(always)]
-    fn rules<'a>(_: &'a ResourceRules, shared: &'a Shared, inbound: bool) -> Option<&'a Self::Rules> {
-        (inbound && shared.system.active()).then_some(&shared.system)
-    }
-    #[inline(always)]
-    fn state(shared: &Shared) -> &Self::State {
-        &shared.inbound
-    }
-    #[inline(always)]
-    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
-        &mut held.nothing
-    }
-    #[inline(always)]
-    fn taken(taken: &mut Taken) -> &mut Self::Taken {
-        &mut taken.nothing
-    }
-}
-
-impl InChain for ParamSlot {
-    #[inline(always)]
-    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
-        rules.param.as_deref()
-    }
-    #[inline(always)]
-    fn state(_: &Shared) -> &Self::State {
-        &()
-    }
-    #[inline(always)]
-    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
-        held.param
-    }
-    #[inline(always)]
-    fn taken(taken: &mut Taken) -> &mut Self::Taken {
-        &mut taken.nothing
-    }
-}
-
-impl InChain for FlowSlot {
-    #[inline(always)]
-    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
-        rules.flow.as_deref()
-    }
-    #[inline(always)]
-    fn state(_: &Shared) -> &Self::State {
-        &()
-    }
-    #[inline(always)]
-    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
-        held.flow
-    }
-    #[inline(always)]
-    fn taken(taken: &mut Taken) -> &mut Self::Taken {
-        &mut taken.flow
-    }
-}
-
-impl InChain for BreakerSlot<true> {
-    #[inline(always)]
-    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
-        match (&rules.degrade, &rules.default_degrade) {
-            (None, Some(d)) => Some(d),
-            _ => None,
+/// Says where the engine keeps one kind ([`InChain`]): `rules` finds the kind's rules for a call
+/// (`|rules, shared, inbound|`), `state` its state in the engine (`|shared|`), `held` and `taken` its parts of
+/// [`Held`] and [`Taken`].
+macro_rules! in_chain {
+    ($(#[$attr:meta])* $slot:ty {
+        rules: |$r:pat_param, $s:pat_param, $i:pat_param| $rules:expr,
+        state: |$ss:pat_param| $state:expr,
+        held: |$h:ident| $held:expr,
+        taken: |$t:ident| $taken:expr $(,)?
+    }) => {
+        $(#[$attr])*
+        impl InChain for $slot {
+            #[inline(always)]
+            fn rules<'a>($r: &'a ResourceRules, $s: &'a Shared, $i: bool) -> Option<&'a Self::Rules> {
+                $rules
+            }
+            #[inline(always)]
+            fn state($ss: &Shared) -> &Self::State {
+                $state
+            }
+            #[inline(always)]
+            fn held<'a>($h: &'a mut Held<'_>) -> &'a mut Self::Held {
+                $held
+            }
+            #[inline(always)]
+            fn taken($t: &mut Taken) -> &mut Self::Taken {
+                $taken
+            }
         }
-    }
-    #[inline(always)]
-    fn state(shared: &Shared) -> &Self::State {
-        &shared.degrade.observers
-    }
-    #[inline(always)]
-    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
-        held.breakers
-    }
-    #[inline(always)]
-    fn taken(taken: &mut Taken) -> &mut Self::Taken {
-        &mut taken.nothing
-    }
+    };
 }
 
-impl InChain for BreakerSlot<false> {
-    #[inline(always)]
-    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
-        rules.degrade.as_ref()
-    }
-    #[inline(always)]
-    fn state(shared: &Shared) -> &Self::State {
-        &shared.degrade.observers
-    }
-    #[inline(always)]
-    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
-        held.breakers
-    }
-    #[inline(always)]
-    fn taken(taken: &mut Taken) -> &mut Self::Taken {
-        &mut taken.nothing
-    }
-}
+in_chain!(AuthoritySlot {
+    rules: |rules, _, _| rules.authority.as_deref(),
+    state: |_| &(),
+    held: |h| &mut h.nothing,
+    taken: |t| &mut t.nothing,
+});
 
-impl InChain for AdaptiveSlot {
-    #[inline(always)]
-    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
-        rules.adaptive.as_ref()
-    }
-    #[inline(always)]
-    fn state(_: &Shared) -> &Self::State {
-        &()
-    }
-    #[inline(always)]
-    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
-        held.adaptive
-    }
-    #[inline(always)]
-    fn taken(taken: &mut Taken) -> &mut Self::Taken {
-        &mut taken.nothing
-    }
-}
+in_chain!(SystemSlot {
+    rules: |_, shared, inbound| (inbound && shared.system.active()).then_some(&shared.system),
+    state: |shared| &shared.inbound,
+    held: |h| &mut h.nothing,
+    taken: |t| &mut t.nothing,
+});
 
-#[cfg(test)]
-impl InChain for crate::slot::every_nth::EveryNthSlot {
-    #[inline(always)]
-    fn rules<'a>(rules: &'a ResourceRules, _: &'a Shared, _: bool) -> Option<&'a Self::Rules> {
-        rules.every_nth.as_deref()
+in_chain!(ParamSlot {
+    rules: |rules, _, _| rules.param.as_deref(),
+    state: |_| &(),
+    held: |h| h.param,
+    taken: |t| &mut t.nothing,
+});
+
+in_chain!(FlowSlot {
+    rules: |rules, _, _| rules.flow.as_deref(),
+    state: |_| &(),
+    held: |h| h.flow,
+    taken: |t| &mut t.flow,
+});
+
+in_chain!(BreakerSlot<true> {
+    rules: |rules, _, _| rules.default_degrade.as_ref(),
+    state: |shared| &shared.degrade.observers,
+    held: |h| h.breakers,
+    taken: |t| &mut t.nothing,
+});
+
+in_chain!(BreakerSlot<false> {
+    rules: |rules, _, _| rules.degrade.as_ref(),
+    state: |shared| &shared.degrade.observers,
+    held: |h| h.breakers,
+    taken: |t| &mut t.nothing,
+});
+
+in_chain!(AdaptiveSlot {
+    rules: |rules, _, _| rules.adaptive.as_ref(),
+    state: |_| &(),
+    held: |h| h.adaptive,
+    taken: |t| &mut t.nothing,
+});
+
+in_chain!(
+    #[cfg(test)]
+    crate::slot::every_nth::EveryNthSlot {
+        rules: |rules, _, _| rules.every_nth.as_deref(),
+        state: |_| &(),
+        held: |h| &mut h.nothing,
+        taken: |t| &mut t.nothing,
     }
-    #[inline(always)]
-    fn state(_: &Shared) -> &Self::State {
-        &()
-    }
-    #[inline(always)]
-    fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held {
-        &mut held.nothing
-    }
-    #[inline(always)]
-    fn taken(taken: &mut Taken) -> &mut Self::Taken {
-        &mut taken.nothing
-    }
-}
+);
 
 /// What the checks decided and what they hold until exit.
 ///
@@ -321,7 +256,7 @@ impl UserSlots for Interleaved<'_> {
                 break;
             }
             let e = SlotEntry {
-                resource: &cx.resource.name,
+                resource: cx.resource,
                 entry_type: cx.entry_type,
                 context: cx.context_name,
                 origin: cx.origin,
@@ -330,7 +265,7 @@ impl UserSlots for Interleaved<'_> {
             };
             if let Err(reason) = slot.entry(&e) {
                 return Err(BlockError::Custom {
-                    resource: cx.resource.name.clone(),
+                    resource: cx.resource.clone(),
                     slot: slot.name(),
                     reason: reason.into(),
                     origin: cx.origin.clone(),
@@ -386,8 +321,7 @@ pub(crate) trait Chain {
     fn fast<'c>(
         rules: &ResourceRules,
         shared: &Shared,
-        fast: &FastCx<'c>,
-        cx: &impl Fn() -> CheckCx<'c>,
+        call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
     ) -> Result<(), BlockError>;
 
@@ -425,13 +359,7 @@ impl Chain for () {
         false
     }
     #[inline(always)]
-    fn fast<'c>(
-        _: &ResourceRules,
-        _: &Shared,
-        _: &FastCx<'c>,
-        _: &impl Fn() -> CheckCx<'c>,
-        _: &mut u64,
-    ) -> Result<(), BlockError> {
+    fn fast<'c>(_: &ResourceRules, _: &Shared, _: &impl Fn() -> CallCx<'c>, _: &mut u64) -> Result<(), BlockError> {
         Ok(())
     }
     #[inline(always)]
@@ -457,7 +385,7 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         users: &mut U,
     ) -> Result<bool, BlockError> {
         users.before(S::ORDER, cx, tally)?;
-        if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::EntryType::In) {
+        if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::slot::EntryType::In) {
             *entered |= 1 << R::LEN;
             match S::check(r, S::state(shared), cx, S::held(held), S::taken(taken))? {
                 Verdict::Pass { wait_nanos } => tally.wait_nanos += wait_nanos,
@@ -481,7 +409,7 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         entered: u32,
     ) {
         if entered & (1 << R::LEN) != 0 {
-            if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::EntryType::In) {
+            if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::slot::EntryType::In) {
                 S::give_back(r, S::state(shared), cx, S::held(held), S::taken(taken));
             }
         }
@@ -508,23 +436,22 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
     fn fast<'c>(
         rules: &ResourceRules,
         shared: &Shared,
-        fast: &FastCx<'c>,
-        cx: &impl Fn() -> CheckCx<'c>,
+        call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
     ) -> Result<(), BlockError> {
         if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
             if let Some(r) = S::rules(rules, shared, false) {
                 if !R::CHECKS_FAST {
                     // The last check of the fast path: its answer is the path's, built in the caller's slot.
-                    return S::check_fast(r, S::state(shared), fast, cx, wait);
+                    return S::check_fast(r, S::state(shared), call, wait);
                 }
-                return match S::check_fast(r, S::state(shared), fast, cx, wait) {
-                    Ok(()) => R::fast(rules, shared, fast, cx, wait),
+                return match S::check_fast(r, S::state(shared), call, wait) {
+                    Ok(()) => R::fast(rules, shared, call, wait),
                     blocked => blocked,
                 };
             }
         }
-        R::fast(rules, shared, fast, cx, wait)
+        R::fast(rules, shared, call, wait)
     }
 
     #[inline(always)]
@@ -637,11 +564,10 @@ pub(crate) fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
 pub(crate) fn run_fast<'c>(
     rules: &ResourceRules,
     shared: &Shared,
-    fast: &FastCx<'c>,
-    cx: &impl Fn() -> CheckCx<'c>,
+    call: &impl Fn() -> CallCx<'c>,
     wait: &mut u64,
 ) -> Result<(), BlockError> {
-    <BuiltIn as Chain>::fast(rules, shared, fast, cx, wait)
+    <BuiltIn as Chain>::fast(rules, shared, call, wait)
 }
 
 /// The exit of a call that passed, for the slots that do not read the rules.

@@ -228,6 +228,65 @@ impl Config {
     }
 }
 
+/// Where an engine stands against its caps on names ([`Sentinel::caps`](crate::Sentinel::caps)). Names that rules name (and the
+/// resources of annotated functions) are not counted and always get their own resource or context; past a
+/// cap, other new names share [`RESOURCE_OVERFLOW`],
+/// [`CONTEXT_OVERFLOW`] or [`UNTRACKED_ORIGIN`](crate::UNTRACKED_ORIGIN), which are
+/// checked like any other: no cap switches a rule off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Caps {
+    /// Resources counted against [`max_resources`](crate::Config::max_resources).
+    pub resources: usize,
+    /// The cap on resources.
+    pub max_resources: usize,
+    /// Handles on new names given the overflow resource since the engine started.
+    pub resources_overflowed: u64,
+    /// Contexts counted against [`max_contexts`](crate::Config::max_contexts) (the default one included).
+    pub contexts: usize,
+    /// The cap on contexts.
+    pub max_contexts: usize,
+    /// Entries in new contexts sent to the overflow context since the engine started.
+    pub contexts_overflowed: u64,
+    /// Caller origins counted against [`max_origins`](crate::Config::max_origins).
+    pub origins: usize,
+    /// The cap on origins.
+    pub max_origins: usize,
+}
+
+impl Caps {
+    /// Whether new resource names that no rule names now share the overflow resource.
+    pub fn resource_cap_reached(&self) -> bool {
+        self.resources >= self.max_resources
+    }
+    /// Whether new contexts that no chain rule names now run in the overflow context.
+    pub fn context_cap_reached(&self) -> bool {
+        self.contexts >= self.max_contexts
+    }
+}
+
+impl std::fmt::Display for Caps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reached = |r: bool| if r { " (reached)" } else { "" };
+        write!(
+            f,
+            "resources {}/{}{}, {} handles on `{}`; contexts {}/{}{}, {} entries in `{}`; origins {}/{}",
+            self.resources,
+            self.max_resources,
+            reached(self.resource_cap_reached()),
+            self.resources_overflowed,
+            RESOURCE_OVERFLOW,
+            self.contexts,
+            self.max_contexts,
+            reached(self.context_cap_reached()),
+            self.contexts_overflowed,
+            CONTEXT_OVERFLOW,
+            self.origins,
+            self.max_origins
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

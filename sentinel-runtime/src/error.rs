@@ -136,7 +136,7 @@ pub enum BlockError {
         /// The caller's origin (empty when none).
         origin: Arc<str>,
         /// Why, and the limiter's numbers at that moment.
-        block: crate::adaptive::rule::AdaptiveBlock,
+        block: crate::adaptive::block::AdaptiveBlock,
     },
     /// A user-defined slot.
     Custom {

@@ -156,12 +156,13 @@ mod wait;
 #[cfg(feature = "tower")]
 pub mod web;
 
+pub use config::Caps;
 pub use config::{
     Config, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE,
     DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW,
 };
 pub use context::{ContextError, ContextGuard};
-pub use diagnose::{Caps, Diagnosis};
+pub use diagnose::Diagnosis;
 pub use engine::{AlreadyInitialized, Sentinel, SentinelBuilder, WeakSentinel};
 pub use entry::{Entry, EntryBuilder, Instrumented};
 pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};

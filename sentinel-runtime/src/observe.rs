@@ -1,6 +1,6 @@
 //! What integrations (the Prometheus exporter) may observe of calls beyond the sliding windows: per resource,
 //! a response-time histogram and the blocked calls by rule kind. Nothing is recorded until an integration
-//! asks for it ([`Shared::observe`]); until then an exit pays one load and a branch that is not taken, and so
+//! asks for it (the engine's `Shared::observe`); until then an exit pays one load and a branch that is not taken, and so
 //! does a blocked call.
 //!
 //! This is the narrow internal module the exporter is built on; the core knows nothing of the exporter.
@@ -10,9 +10,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::engine::Shared;
 use crate::error::BlockError;
-use crate::resource::ResourceInner;
 use crate::stat::stripe;
 
 /// The rule kinds a block is counted under, in [`BLOCK_KIND_NAMES`] order.
@@ -131,11 +129,16 @@ pub(crate) struct Observers {
 }
 
 impl Observers {
-    /// Starts observing a resource (at its creation, once observation is on).
-    pub(crate) fn start(&self, inner: &ResourceInner) {
+    /// Starts observing a resource (at its creation, once observation is on): `observed` is its cell.
+    pub(crate) fn start(&self, observed: &std::sync::OnceLock<Observed>) {
         if let Some(b) = self.bounds_micros.get() {
-            inner.observed.get_or_init(|| Observed::new(b.clone()));
+            observed.get_or_init(|| Observed::new(b.clone()));
         }
+    }
+
+    /// Turns observation on with `bounds_micros` unless it is on already; returns the bounds in force.
+    pub(crate) fn set_bounds(&self, bounds_micros: Arc<[u64]>) -> Arc<[u64]> {
+        self.bounds_micros.get_or_init(|| bounds_micros).clone()
     }
 
     /// The state of type `T` an integration keeps with this engine, made by `init` on first use.
@@ -147,16 +150,6 @@ impl Observers {
         let made = Arc::new(init());
         all.push(made.clone());
         made
-    }
-}
-
-impl Shared {
-    /// Starts recording response-time histograms (with `bounds_micros`, increasing) and blocks by kind for
-    /// every resource, present and future. Returns the bounds in force: the first call's.
-    pub(crate) fn observe(&self, bounds_micros: Arc<[u64]>) -> Arc<[u64]> {
-        let bounds = self.observers.bounds_micros.get_or_init(|| bounds_micros).clone();
-        self.for_each_resource_locked(|inner| self.observers.start(inner));
-        bounds
     }
 }
 

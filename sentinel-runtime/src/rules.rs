@@ -28,7 +28,7 @@ pub(crate) struct ResourceRules {
     pub(crate) cluster_only: bool,
     /// Degrade rules of the resource itself.
     pub(crate) degrade: Option<Arc<ResourceBreakers>>,
-    /// The default (`"*"`) breakers, used only when the resource has none of its own.
+    /// The default (`"*"`) breakers, present only when the resource has none of its own.
     pub(crate) default_degrade: Option<Arc<ResourceBreakers>>,
     /// The adaptive concurrency rule that governs the resource, with its limiter.
     pub(crate) adaptive: Option<Arc<crate::adaptive::slot::ResourceAdaptive>>,

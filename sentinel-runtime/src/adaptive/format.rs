@@ -39,34 +39,3 @@ pub fn to_json(rules: &[AdaptiveRule]) -> String {
     // Serializing plain data with string keys cannot fail.
     serde_json::to_string(rules).unwrap_or_else(|_| "[]".into())
 }
-
-/// `partitions` as an object from origin to share.
-pub(super) mod partitions {
-    use std::collections::BTreeMap;
-
-    use serde::de::{Deserializer, Error};
-    use serde::ser::{SerializeMap, Serializer};
-    use serde::Deserialize;
-
-    use crate::adaptive::rule::Partition;
-
-    pub(crate) fn serialize<S: Serializer>(parts: &[Partition], s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(parts.len()))?;
-        for p in parts {
-            map.serialize_entry(&p.origin, &p.share)?;
-        }
-        map.end()
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Partition>, D::Error> {
-        let map = BTreeMap::<String, f64>::deserialize(d)?;
-        if map.len() > crate::adaptive::rule::MAX_PARTITIONS {
-            return Err(D::Error::custom(format!(
-                "{} partitions; at most {} are allowed",
-                map.len(),
-                crate::adaptive::rule::MAX_PARTITIONS
-            )));
-        }
-        Ok(map.into_iter().map(|(origin, share)| Partition { origin, share }).collect())
-    }
-}

@@ -57,6 +57,7 @@
 //! that guarantee, and falls back as borrowed places return.
 
 pub(crate) mod algorithm;
+pub(crate) mod block;
 #[cfg(feature = "serde")]
 pub(crate) mod format;
 pub(crate) mod limiter;
@@ -75,11 +76,11 @@ mod sim;
 #[cfg(test)]
 mod tests;
 
+pub use block::{AdaptiveBlock, AdaptiveBlockReason};
 #[cfg(feature = "serde")]
 pub use format::{parse_json, to_json};
 pub use rule::{
-    AdaptiveBlock, AdaptiveBlockReason, AdaptiveRule, AdaptiveRuleError, AimdParams, AlgorithmKind, Gradient2Params,
-    Partition, ProbeConfig, VegasParams, WindowConfig, DEFAULT_PARTITION, MAX_LIMIT_CAP, MAX_PARTITIONS,
-    MAX_WAITERS_CAP, MAX_WAIT_MS_CAP,
+    AdaptiveRule, AdaptiveRuleError, AimdParams, AlgorithmKind, Gradient2Params, Partition, ProbeConfig, VegasParams,
+    WindowConfig, DEFAULT_PARTITION, MAX_LIMIT_CAP, MAX_PARTITIONS, MAX_WAITERS_CAP, MAX_WAIT_MS_CAP,
 };
 pub use status::{AdaptiveStatus, PartitionStatus};

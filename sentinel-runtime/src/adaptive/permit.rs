@@ -2,7 +2,7 @@
 //! counts against ([`PartitionId`]), and a refusal with its numbers ([`AdaptiveBlock`]). Shared by the limiter and
 //! its wait queue, which know each other only through these types and [`super::wait::Admission`].
 
-pub(crate) use super::rule::{AdaptiveBlock, AdaptiveBlockReason};
+pub(crate) use super::block::{AdaptiveBlock, AdaptiveBlockReason};
 
 /// A partition of a limiter, by index (resolved once per origin with `Limiter::partition_of`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -225,9 +225,5 @@ pub(crate) fn return_unused_grant() {
 /// The block of a call the limiter refused.
 #[cold]
 fn blocked(limiter: &Limiter, reason: AdaptiveBlockReason, cx: &CheckCx<'_>) -> BlockError {
-    BlockError::Adaptive {
-        resource: cx.resource.name.clone(),
-        origin: cx.origin.clone(),
-        block: limiter.blocked(reason),
-    }
+    BlockError::Adaptive { resource: cx.resource.clone(), origin: cx.origin.clone(), block: limiter.blocked(reason) }
 }

@@ -186,7 +186,7 @@ pub(crate) fn check(state: &ResourceAuthority, cx: &CheckCx<'_>) -> Result<(), B
     for (rule, list) in state.rules.iter().zip(state.lists.iter()) {
         if !passes(rule.strategy, list, cx.origin) {
             return Err(BlockError::Authority {
-                resource: cx.resource.name.clone(),
+                resource: cx.resource.clone(),
                 rule: rule.clone(),
                 origin: cx.origin.clone(),
             });

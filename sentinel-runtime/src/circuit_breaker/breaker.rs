@@ -455,7 +455,7 @@ impl Breaker {
         if bad_calls.is_some_and(|n| !self.could_trip(n)) {
             return;
         }
-        self.decide(key, now_ms, mgr);
+        self.trip_if_over(key, now_ms, mgr);
     }
 
     /// Whether an interval with `bad` bad calls can meet the rule's threshold (a necessary condition: every
@@ -480,7 +480,7 @@ impl Breaker {
     }
 
     /// Sums the interval's counts (this call's included) and trips the breaker if they call for it.
-    fn decide(&self, key: u64, now_ms: u64, mgr: &Observers) {
+    fn trip_if_over(&self, key: u64, now_ms: u64, mgr: &Observers) {
         let w = self.state.load(Ordering::Acquire);
         if w & STATE_MASK != CLOSED {
             return; // only a closed breaker trips

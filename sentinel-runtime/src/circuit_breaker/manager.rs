@@ -129,7 +129,7 @@ fn normalize(mut rule: DegradeRule) -> DegradeRule {
 }
 
 /// Breakers for `rules`, reusing (with their state) those of `old` whose rule is equal.
-fn build(rules: &[Arc<DegradeRule>], old: Option<&ResourceBreakers>, is_default: bool) -> ResourceBreakers {
+fn compile(rules: &[Arc<DegradeRule>], old: Option<&ResourceBreakers>, is_default: bool) -> ResourceBreakers {
     let breakers = rules
         .iter()
         .map(|rule| {
@@ -186,7 +186,7 @@ impl DegradeManager {
         let exact = by_resource
             .into_iter()
             .map(|(name, rules)| {
-                let built = build(&rules, old.exact.get(&name).map(|o| &**o), false);
+                let built = compile(&rules, old.exact.get(&name).map(|o| &**o), false);
                 (name, Arc::new(built))
             })
             .collect();
@@ -207,7 +207,7 @@ impl DegradeManager {
                 by_resource
                     .into_iter()
                     .map(|(name, old)| {
-                        let built = build(&default_rules, Some(&old), true);
+                        let built = compile(&default_rules, Some(&old), true);
                         (name, Arc::new(built))
                     })
                     .collect()
@@ -266,7 +266,7 @@ impl DegradeManager {
         if let Some(b) = defaults.by_resource.get(name) {
             return Some(b.clone());
         }
-        let built = Arc::new(build(&defaults.rules, None, true));
+        let built = Arc::new(compile(&defaults.rules, None, true));
         defaults.by_resource.insert(name.to_string(), built.clone());
         Some(built)
     }

@@ -247,17 +247,12 @@ fn degrade_block(b: &Breaker, cx: &CheckCx<'_>) -> BlockError {
     // the probe's completion decides, at a time nobody knows.
     let retry_after =
         b.retry_ms().filter(|&at| at > cx.now_ms).map(|at| std::time::Duration::from_millis(at - cx.now_ms));
-    BlockError::Degrade {
-        resource: cx.resource.name.clone(),
-        rule: b.rule.clone(),
-        origin: cx.origin.clone(),
-        retry_after,
-    }
+    BlockError::Degrade { resource: cx.resource.clone(), rule: b.rule.clone(), origin: cx.origin.clone(), retry_after }
 }
 
 /// A call that passed completed: every breaker of the resource counts it; a probe's completion decides its
 /// breaker.
-#[inline]
+#[inline(always)]
 fn on_exit(state: &Arc<ResourceBreakers>, mgr: &Observers, cx: &ExitCx, es: &mut EntryState) {
     if es.probes == 0 {
         for b in &state.breakers {

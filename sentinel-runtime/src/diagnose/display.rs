@@ -1,30 +1,8 @@
-//! How a [`Diagnosis`] and the [`Caps`] print for a person.
+//! How a [`Diagnosis`] prints for a person.
 
 use std::fmt;
 
-use super::{calls, origin_label, Caps, Diagnosis, RuleFinding};
-
-impl fmt::Display for Caps {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let reached = |r: bool| if r { " (reached)" } else { "" };
-        write!(
-            f,
-            "resources {}/{}{}, {} handles on `{}`; contexts {}/{}{}, {} entries in `{}`; origins {}/{}",
-            self.resources,
-            self.max_resources,
-            reached(self.resource_cap_reached()),
-            self.resources_overflowed,
-            crate::RESOURCE_OVERFLOW,
-            self.contexts,
-            self.max_contexts,
-            reached(self.context_cap_reached()),
-            self.contexts_overflowed,
-            crate::CONTEXT_OVERFLOW,
-            self.origins,
-            self.max_origins
-        )
-    }
-}
+use super::{calls, origin_label, Diagnosis, RuleFinding};
 
 fn write_findings(f: &mut fmt::Formatter<'_>, title: &str, findings: &[RuleFinding]) -> fmt::Result {
     if findings.is_empty() {

@@ -160,3 +160,12 @@ impl Sentinel {
             .collect()
     }
 }
+
+#[cfg(test)]
+impl Sentinel {
+    /// Denies every `n`-th call of `resource` from now on (the test-only kind's "load rules").
+    pub(crate) fn deny_every_nth(&self, resource: &str, n: u64) {
+        self.shared.every_nth.set(resource, n);
+        self.shared.refresh_rules();
+    }
+}

@@ -395,6 +395,7 @@ impl Shared {
                 self.named_origin(o);
             }
         }
+        let degrade = self.degrade.for_resource(name);
         let mut rules = ResourceRules {
             named_origins,
             authority,
@@ -402,8 +403,10 @@ impl Shared {
             fast_path: false,
             cluster_only: false,
             flow,
-            degrade: self.degrade.for_resource(name),
-            default_degrade: self.degrade.default_breakers_for(name),
+            // The `"*"` breakers apply only to a resource with none of its own: kept only then, so that each
+            // breaker slot reads one field.
+            default_degrade: self.degrade.default_breakers_for(name).filter(|_| degrade.is_none()),
+            degrade,
             adaptive: self.adaptive.for_resource(name),
             #[cfg(test)]
             every_nth: self.every_nth.for_resource(name),
@@ -642,9 +645,9 @@ impl Sentinel {
     /// assert!(caps.resource_cap_reached());
     /// assert_eq!(caps.resources_overflowed, 1);
     /// ```
-    pub fn caps(&self) -> crate::diagnose::Caps {
+    pub fn caps(&self) -> crate::config::Caps {
         let s = &self.shared;
-        crate::diagnose::Caps {
+        crate::config::Caps {
             resources: s.unnamed_resources.load(Ordering::Relaxed),
             max_resources: s.config.max_resources,
             resources_overflowed: s.overflowed_resources.load(Ordering::Relaxed),
@@ -747,7 +750,7 @@ impl Sentinel {
         }
         let name: Arc<str> = name.into();
         let inner = Arc::new(ResourceInner::new(name.clone(), shared.rules_for(&name)));
-        shared.observers.start(&inner);
+        shared.observers.start(&inner.observed);
         resources.insert(name, inner.clone());
         shared.resource_list.push(inner.clone());
         shared.resource_generation.fetch_add(1, Ordering::Release);
@@ -981,5 +984,27 @@ impl Sentinel {
         let i = self.shared.site_list.push(self.site_resource_typed(name, entry_type));
         sites.insert(key, i);
         &self.shared.site_list[i]
+    }
+}
+
+impl crate::slot::contract::Resources for Shared {
+    fn generation(&self) -> usize {
+        self.resource_generation.load(Ordering::Acquire)
+    }
+
+    fn related(&self, name: &str) -> Option<crate::slot::contract::RelatedStat> {
+        let res = self.find_resource(name)?;
+        Some(crate::slot::contract::RelatedStat::new(res, |r| &r.cluster.stat))
+    }
+}
+
+impl Shared {
+    /// Starts recording response-time histograms (with `bounds_micros`, increasing) and blocks by kind for
+    /// every resource, present and future. Returns the bounds in force: the first call's.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn observe(&self, bounds_micros: Arc<[u64]>) -> Arc<[u64]> {
+        let bounds = self.observers.set_bounds(bounds_micros);
+        self.for_each_resource_locked(|inner| self.observers.start(&inner.observed));
+        bounds
     }
 }

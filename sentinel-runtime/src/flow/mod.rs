@@ -19,8 +19,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::pattern::{Compiler, Patterns};
-use crate::resource::ResourceInner;
-use crate::slot::contract::{CheckCx, ExitCx, FastCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, RelatedStat, RuleSlot, Verdict};
 use crate::slot::toolkit::{group_reusing, RuleList};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
@@ -41,7 +40,7 @@ pub(crate) struct FlowRuleState {
     limit_app: LimitApp,
     controller: Controller,
     /// The related resource, once it exists (relate strategy).
-    ref_resource: OnceLock<Arc<ResourceInner>>,
+    ref_resource: OnceLock<RelatedStat>,
     /// Registry generation at the last failed lookup of `ref_resource`.
     ref_miss_generation: AtomicUsize,
     /// Cluster mode with a token service registered: the rule's leased tokens.
@@ -145,12 +144,11 @@ impl RuleSlot for FlowSlot {
     fn check_fast<'c>(
         rules: &ResourceFlowRules,
         _: &(),
-        fast: &FastCx<'c>,
-        _: impl Fn() -> CheckCx<'c>,
+        call: &impl Fn() -> CallCx<'c>,
         _: &mut u64,
     ) -> Result<(), BlockError> {
         match rules.simple {
-            Some(limit) => check_simple_only(rules, limit, fast.resource, fast.now_ms, fast.acquire, fast.origin),
+            Some(limit) => check_simple_only(rules, limit, &call()),
             None => Ok(()),
         }
     }
@@ -591,7 +589,7 @@ fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a Che
     let direct = st.rule.strategy == FlowStrategy::Direct;
     let origin: &str = cx.origin;
     let applies = match &st.limit_app {
-        LimitApp::Default => return if direct { Some(&cx.resource.cluster.stat) } else { reference_node(st, cx) },
+        LimitApp::Default => return if direct { Some(cx.cluster) } else { reference_node(st, cx) },
         LimitApp::Origin(app) => !origin.is_empty() && app == origin,
         LimitApp::Other => !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin),
     };
@@ -610,21 +608,21 @@ fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a 
     match st.rule.strategy {
         FlowStrategy::Relate => {
             if let Some(res) = st.ref_resource.get() {
-                return Some(&res.cluster.stat);
+                return Some(res.stat());
             }
-            let generation = cx.shared.resource_generation.load(Ordering::Acquire);
+            let generation = cx.resources.generation();
             if st.ref_miss_generation.load(Ordering::Relaxed) == generation {
                 return None;
             }
-            match cx.shared.find_resource(r) {
-                Some(res) => Some(&st.ref_resource.get_or_init(|| res).cluster.stat),
+            match cx.resources.related(r) {
+                Some(res) => Some(st.ref_resource.get_or_init(|| res).stat()),
                 None => {
                     st.ref_miss_generation.store(generation, Ordering::Relaxed);
                     None
                 }
             }
         }
-        FlowStrategy::Chain => (cx.context_name == r).then_some(cx.node.stats()),
+        FlowStrategy::Chain => (cx.context_name == r).then_some(cx.node),
         FlowStrategy::Direct => None,
     }
 }
@@ -698,10 +696,10 @@ pub(crate) fn check(
                         })
                     }
                 }
-                Controller::RateLimiter(t) => t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, rule.count),
+                Controller::RateLimiter(t) => t.acquire(cx.clock.precise_nanos(), cx.acquire, rule.count),
                 Controller::WarmUpRateLimiter(w, t) => {
                     w.sync(cx.now_ms, node);
-                    t.acquire(cx.shared.clock.precise_nanos(), cx.acquire, w.allowed_qps())
+                    t.acquire(cx.clock.precise_nanos(), cx.acquire, w.allowed_qps())
                 }
             },
         };
@@ -722,7 +720,7 @@ fn check_simple(
     es: &mut EntryState,
     scratch: &mut Scratch,
 ) -> Result<Verdict, BlockError> {
-    let node = &cx.resource.cluster.stat;
+    let node = cx.cluster;
     match reject_qps(node, cx.now_ms, cx.acquire, limit, cx.prioritized, None) {
         Decision::Pass { reservation, wait_nanos } => {
             if let Some(r) = reservation {
@@ -743,20 +741,21 @@ fn check_simple(
 /// The whole check of a resource whose only rule of any kind is one simple flow rule (`limit`, the only rule
 /// of `rules`), for a call that is not prioritized.
 #[inline(always)]
-pub(crate) fn check_simple_only(
-    rules: &ResourceFlowRules,
-    limit: f64,
-    resource: &ResourceInner,
-    now_ms: u64,
-    acquire: u32,
-    origin: &Arc<str>,
-) -> Result<(), BlockError> {
+pub(crate) fn check_simple_only(rules: &ResourceFlowRules, limit: f64, call: &CallCx<'_>) -> Result<(), BlockError> {
+    let (now_ms, acquire) = (call.now_ms, call.acquire);
     // `reject_qps` without a held reservation and not prioritized, reduced to the reservation itself: going
     // through it (and its `Decision`) measured 1.5 ns more per call on this path.
-    let node = &resource.cluster.stat;
+    let node = call.cluster;
     match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
         Some(_) => Ok(()),
-        None => Err(simple_only_block(rules, resource, origin, node.qps_retry_after(now_ms, acquire, limit, false))),
+        // The block is built from two of the call's fields, not from `call`: passing `call` to the cold
+        // function would make the fast path store the whole call view on the stack first.
+        None => Err(simple_only_block(
+            rules,
+            call.resource,
+            call.origin,
+            node.qps_retry_after(now_ms, acquire, limit, false),
+        )),
     }
 }
 
@@ -774,13 +773,13 @@ pub(crate) fn check_cluster_only(rules: &ResourceFlowRules, now_ms: u64, acquire
 #[cold]
 fn simple_only_block(
     rules: &ResourceFlowRules,
-    resource: &ResourceInner,
+    resource: &Arc<str>,
     origin: &Arc<str>,
     retry_after: Option<std::time::Duration>,
 ) -> BlockError {
     // A simple rule set holds exactly one rule.
     BlockError::Flow {
-        resource: resource.name.clone(),
+        resource: resource.clone(),
         rule: rules.rules[0].rule.clone(),
         origin: origin.clone(),
         retry_after,
@@ -821,7 +820,7 @@ fn apply(
             scratch.release();
             es.release_permits(cx.acquire);
             Some(Err(BlockError::Flow {
-                resource: cx.resource.name.clone(),
+                resource: cx.resource.clone(),
                 rule: st.rule.clone(),
                 origin: cx.origin.clone(),
                 retry_after,

@@ -53,7 +53,7 @@
 
 pub(crate) mod rule;
 mod state;
-mod value;
+pub(crate) mod value;
 
 pub use rule::{ParamFlowItem, ParamFlowRule, ParamItemValue};
 pub use state::{counter_capacity, BASE_PARAM_MAX_CAPACITY, TOTAL_MAX_CAPACITY};
@@ -63,7 +63,7 @@ use std::sync::Arc;
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::flow::ControlBehavior;
-use crate::slot::contract::{CheckCx, ExitCx, FastCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
 use crate::slot::toolkit::{group_reusing, RuleList, RuleMap};
 
 pub(crate) use state::ParamRuleState;
@@ -190,14 +190,14 @@ fn argument<'a>(args: &'a [&'a dyn HotParam], idx: i32) -> Option<&'a dyn HotPar
 type Blocked = (String, Option<std::time::Duration>);
 
 /// Checks one rule against one argument; `Err` when a value is over its limit.
-fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<u64, Blocked> {
+fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CallCx<'_>, es: &mut EntryState) -> Result<u64, Blocked> {
     let mut wait = 0u64;
     let mut blocked: Option<Blocked> = None;
     arg.visit_values(&mut |v| {
         if blocked.is_some() {
             return;
         }
-        match st.decide(&v.key(), cx.acquire, cx.now_nanos, || cx.shared.clock.precise_nanos()) {
+        match st.decide(&v.key(), cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
             ValueDecision::Pass => {}
             ValueDecision::Wait(w) => wait = wait.max(w),
             ValueDecision::Permit(cell) => es.push(cell),
@@ -212,7 +212,7 @@ fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CheckCx<'_>, es: &mu
 
 /// Checks the call's hot-parameter values against every rule of the resource. `Ok(wait)`: pass, after
 /// waiting `wait` ns (rate limiter).
-pub(crate) fn check(state: &ResourceParamRules, cx: &CheckCx<'_>, es: &mut EntryState) -> Result<u64, BlockError> {
+pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryState) -> Result<u64, BlockError> {
     let mut wait = 0u64;
     for st in &state.rules {
         let rule = &*st.rule;
@@ -225,7 +225,7 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CheckCx<'_>, es: &mut Entry
             Err((value, retry_after)) => {
                 es.release_all();
                 return Err(BlockError::ParamFlow {
-                    resource: cx.resource.name.clone(),
+                    resource: cx.resource.clone(),
                     rule: st.rule.clone(),
                     value,
                     origin: cx.origin.clone(),
@@ -257,7 +257,7 @@ impl RuleSlot for ParamSlot {
         held: &mut EntryState,
         _: &mut (),
     ) -> Result<Verdict, BlockError> {
-        check(rules, cx, held).map(|wait_nanos| Verdict::Pass { wait_nanos })
+        check(rules, &cx.call, held).map(|wait_nanos| Verdict::Pass { wait_nanos })
     }
 
     /// On the fast path the rules leave a call holding nothing ([`ResourceParamRules::holds_nothing`]): a
@@ -266,12 +266,11 @@ impl RuleSlot for ParamSlot {
     fn check_fast<'c>(
         rules: &ResourceParamRules,
         _: &(),
-        _: &FastCx<'c>,
-        cx: impl Fn() -> CheckCx<'c>,
+        call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
     ) -> Result<(), BlockError> {
         // The first check of the fast path (no kind before it is on it): its wait is the first.
-        *wait = check_holding_nothing(rules, &cx)?;
+        *wait = check_holding_nothing(rules, &call())?;
         Ok(())
     }
 
@@ -291,12 +290,12 @@ impl RuleSlot for ParamSlot {
     }
 }
 
-/// The check of rules that leave a call holding nothing, in the general context `cx` builds.
+/// The check of rules that leave a call holding nothing.
 #[inline(never)]
-fn check_holding_nothing<'c>(rules: &ResourceParamRules, cx: &impl Fn() -> CheckCx<'c>) -> Result<u64, BlockError> {
+fn check_holding_nothing(rules: &ResourceParamRules, call: &CallCx<'_>) -> Result<u64, BlockError> {
     // The rules take no permit, so the entry state stays empty.
     let mut held = EntryState::default();
-    check(rules, &cx(), &mut held)
+    check(rules, call, &mut held)
 }
 
 impl ResourceParamRules {

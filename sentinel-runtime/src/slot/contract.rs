@@ -7,35 +7,93 @@
 //! [`RuleSlot`] and knows nothing of the engine: it sees the call through [`CheckCx`] and [`ExitCx`], and the
 //! state it shares across resources (its manager) as [`RuleSlot::State`].
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::engine::Shared;
+use crate::clock::EngineClock;
 use crate::error::BlockError;
-use crate::node::DefaultNode;
-use crate::param_flow::HotParam;
-use crate::resource::ResourceInner;
+use crate::param_flow::value::HotParam;
+use crate::slot::EntryType;
 use crate::stat::StatNode;
+use crate::wait::Wait;
 
-/// What a check sees of the entry being decided.
-pub(crate) struct CheckCx<'a> {
-    pub(crate) shared: &'a Shared,
-    pub(crate) resource: &'a ResourceInner,
-    /// The resource's node in the current context.
-    pub(crate) node: &'a DefaultNode,
-    /// The resource's node for the caller's origin (none when the origin is empty).
-    pub(crate) origin_node: Option<&'a StatNode>,
+/// What every check sees of a call, on every path: the resource, the caller, the clock reading and the
+/// arguments. The fast path's checks see only this; the general path's see it through [`CheckCx`].
+pub(crate) struct CallCx<'a> {
+    /// The resource's name.
+    pub(crate) resource: &'a Arc<str>,
+    /// The resource's cluster node (its statistics over every context and origin).
+    pub(crate) cluster: &'a StatNode,
     pub(crate) origin: &'a Arc<str>,
-    pub(crate) context_name: &'a str,
-    pub(crate) entry_type: crate::resource::EntryType,
     pub(crate) acquire: u32,
-    pub(crate) prioritized: bool,
     /// The hot-parameter arguments, behind a thin reference: copying the slice itself into the context on
     /// every call costs a stalled 16-byte load, and only hot-parameter rules read it.
     pub(crate) args: &'a &'a [&'a dyn HotParam],
     pub(crate) now_nanos: u64,
     pub(crate) now_ms: u64,
+    /// The engine's clock, for the checks that need a precise reading (rate limiters, value throttles).
+    pub(crate) clock: &'a EngineClock,
+}
+
+/// What a check on the general path sees of the entry being decided: the call ([`CallCx`], through `Deref`),
+/// the nodes it records on, its context, and a lookup of other resources.
+pub(crate) struct CheckCx<'a> {
+    pub(crate) call: CallCx<'a>,
+    /// The numbers of the resource's node in the current context (chain rules read them).
+    pub(crate) node: &'a StatNode,
+    /// The resource's node for the caller's origin (none when the origin is empty).
+    pub(crate) origin_node: Option<&'a StatNode>,
+    pub(crate) context_name: &'a str,
+    pub(crate) entry_type: EntryType,
+    pub(crate) prioritized: bool,
     /// Whether a cluster rule whose lease is empty may make the call wait, and how.
-    pub(crate) cluster_wait: crate::wait::Wait,
+    pub(crate) cluster_wait: Wait,
+    /// Other resources by name (flow's relate strategy).
+    pub(crate) resources: &'a dyn Resources,
+}
+
+impl<'a> std::ops::Deref for CheckCx<'a> {
+    type Target = CallCx<'a>;
+    #[inline(always)]
+    fn deref(&self) -> &CallCx<'a> {
+        &self.call
+    }
+}
+
+/// What a check may look up beyond its own call: another resource's statistics by name. The engine
+/// implements it; a kind caches what it found ([`RelatedStat`]) and asks again only when
+/// [`generation`](Resources::generation) moved (a resource was created), so the lookup is off the hot path.
+pub(crate) trait Resources: Sync {
+    /// A number that changes whenever a resource is created.
+    fn generation(&self) -> usize;
+    /// The cluster statistics of the resource `name`, if it exists.
+    fn related(&self, name: &str) -> Option<RelatedStat>;
+}
+
+/// Another resource's cluster statistics, kept alive by what owns them.
+pub(crate) struct RelatedStat {
+    stat: NonNull<StatNode>,
+    _owner: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: `stat` points into `_owner`, which this value keeps alive and never moves (it is behind an `Arc`);
+// `StatNode` is `Sync`, so sharing or sending a reference to it is sound.
+unsafe impl Send for RelatedStat {}
+unsafe impl Sync for RelatedStat {}
+
+impl RelatedStat {
+    /// The statistics `stat` finds in `owner`, kept alive with it.
+    pub(crate) fn new<T: Send + Sync + 'static>(owner: Arc<T>, stat: impl FnOnce(&T) -> &StatNode) -> Self {
+        let stat = NonNull::from(stat(&owner));
+        RelatedStat { stat, _owner: owner }
+    }
+
+    /// The statistics.
+    #[inline(always)]
+    pub(crate) fn stat(&self) -> &StatNode {
+        // SAFETY: see the `Send`/`Sync` note: `_owner` keeps the node alive at a fixed address.
+        unsafe { self.stat.as_ref() }
+    }
 }
 
 /// What the exit hooks see of an entry that passed.
@@ -103,17 +161,16 @@ pub(crate) trait RuleSlot {
     const CHECKS_ON_FAST_PATH: bool = Self::ON_FAST_PATH;
 
     /// The check on the fast path ([`ON_FAST_PATH`](RuleSlot::ON_FAST_PATH) kinds only, on rules the engine
-    /// flagged as such): no held state, no undo; `cx` builds the general context if the kind needs it; a wait
-    /// it asks for adds to `wait`.
+    /// flagged as such): no held state, no undo; `call` makes the call's view when the check needs it (made
+    /// in place, so a check that reads two of its fields costs two loads); a wait it asks for adds to `wait`.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &Self::Rules,
         state: &Self::State,
-        fast: &FastCx<'c>,
-        cx: impl Fn() -> CheckCx<'c>,
+        call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
     ) -> Result<(), BlockError> {
-        let _ = (rules, state, fast, cx, wait);
+        let _ = (rules, state, call, wait);
         Ok(())
     }
 
@@ -151,13 +208,4 @@ pub(crate) trait RuleSlot {
     fn exit(rules: Option<&Self::Rules>, state: &Self::State, cx: &ExitCx, held: &mut Self::Held) {
         let _ = (rules, state, cx, held);
     }
-}
-
-/// What the fast path's checks see of a call: the resource, the clock reading, the acquire count and the
-/// origin, without the general context.
-pub(crate) struct FastCx<'c> {
-    pub(crate) resource: &'c ResourceInner,
-    pub(crate) now_ms: u64,
-    pub(crate) acquire: u32,
-    pub(crate) origin: &'c Arc<str>,
 }

@@ -1,7 +1,7 @@
 //! A test-only rule kind that proves the slot contract: it denies every n-th call of a resource. It is one
 //! file (this one) plus one line in the chain table (`chain::BuiltIn`), its glue (`chain::InChain`), and the
 //! field that keeps its rules per resource (`rules::ResourceRules::every_nth`, compiled in
-//! `Shared::rules_for`). It sits at order 0, after the breakers, so a call it denies has entered every
+//! `Shared::rules_for`), and its loader (`Sentinel::deny_every_nth`, in engine/kinds.rs). It sits at order 0, after the breakers, so a call it denies has entered every
 //! built-in slot before it: what they took must go back.
 
 use std::collections::HashMap;
@@ -24,6 +24,12 @@ pub(crate) struct EveryNthRules {
 }
 
 impl EveryNthRules {
+    /// Denies every `n`-th call of `resource` from now on (once the engine refreshed its rules).
+    pub(crate) fn set(&self, resource: &str, n: u64) {
+        let rule = Arc::new(EveryNth { n: n.max(1), calls: AtomicU64::new(0) });
+        self.by_resource.lock().unwrap_or_else(|e| e.into_inner()).insert(resource.to_string(), rule);
+    }
+
     /// The compiled rule of `resource`, if any.
     pub(crate) fn for_resource(&self, resource: &str) -> Option<Arc<EveryNth>> {
         self.by_resource.lock().unwrap_or_else(|e| e.into_inner()).get(resource).cloned()
@@ -46,21 +52,11 @@ impl RuleSlot for EveryNthSlot {
             return Ok(Verdict::PASS);
         }
         Err(BlockError::Custom {
-            resource: cx.resource.name.clone(),
+            resource: cx.resource.clone(),
             slot: "every-nth",
             reason: format!("call {call} is a multiple of {}", rules.n).into(),
             origin: cx.origin.clone(),
         })
-    }
-}
-
-impl crate::Sentinel {
-    /// Denies every `n`-th call of `resource` from now on (the test-only kind's "load rules").
-    pub(crate) fn deny_every_nth(&self, resource: &str, n: u64) {
-        let rule = Arc::new(EveryNth { n: n.max(1), calls: AtomicU64::new(0) });
-        let rules = &self.shared.every_nth;
-        rules.by_resource.lock().unwrap_or_else(|e| e.into_inner()).insert(resource.to_string(), rule);
-        self.shared.refresh_rules();
     }
 }
 

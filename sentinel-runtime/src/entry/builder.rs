@@ -1,0 +1,232 @@
+//! The entry builder: the options of one entry, and the ways to enter (sync, async, deciding only).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::context;
+use crate::error::BlockError;
+use crate::param_flow::HotParam;
+use crate::resource::{EntryType, Resource};
+
+use super::path::MayWait;
+use super::{Entry, ResRef};
+use crate::flow;
+use crate::wait::Wait;
+
+/// Options for one entry. Made by [`Resource::entry`].
+#[must_use = "an entry builder does nothing until `enter` is called"]
+pub struct EntryBuilder<'r, 'a> {
+    pub(super) res: ResRef<'r>,
+    pub(super) entry_type: EntryType,
+    pub(super) acquire: u32,
+    pub(super) origin: Option<&'a str>,
+    pub(super) context: Option<&'a str>,
+    pub(super) args: &'a [&'a dyn HotParam],
+    pub(super) prioritized: bool,
+}
+
+impl<'r> EntryBuilder<'r, 'static> {
+    pub(crate) fn new(res: &'r Resource) -> Self {
+        Self::with(ResRef::borrowed(res), res.entry_type)
+    }
+}
+
+impl EntryBuilder<'static, 'static> {
+    /// An entry that keeps `res` alive: by a clone of its counts, or by nothing when its engine is immortal
+    /// (the global engine, a leaked one): every resource is held by its engine until the engine drops.
+    #[inline]
+    pub(crate) fn owned(res: &Resource) -> Self {
+        if res.shared.immortal.load(Ordering::Relaxed) {
+            // SAFETY: the engine is immortal (a relaxed load that reads `true` reads the store made when its
+            // last handle was put out of reach of any drop; see `Sentinel::immortal`).
+            return Self::with(unsafe { ResRef::immortal(res) }, res.entry_type);
+        }
+        Self::with(ResRef::owned(res.clone()), res.entry_type)
+    }
+}
+
+impl<'r> EntryBuilder<'r, 'static> {
+    fn with(res: ResRef<'r>, entry_type: EntryType) -> Self {
+        EntryBuilder { res, entry_type, acquire: 1, origin: None, context: None, args: &[], prioritized: false }
+    }
+}
+
+impl<'r, 'a> EntryBuilder<'r, 'a> {
+    /// Inbound or outbound (defaults to the handle's type).
+    pub fn entry_type(mut self, t: EntryType) -> Self {
+        self.entry_type = t;
+        self
+    }
+    /// How many permits the call takes (default 1).
+    pub fn acquire(mut self, n: u32) -> Self {
+        self.acquire = n;
+        self
+    }
+    /// The caller's origin, used when no context is active on this thread (the entry then runs in its own
+    /// context, exited with it).
+    pub fn origin<'b>(self, origin: &'b str) -> EntryBuilder<'r, 'b>
+    where
+        'a: 'b,
+    {
+        EntryBuilder { origin: Some(origin), ..self }
+    }
+    /// The context name, used when no context is active on this thread. The default context's name (or an
+    /// empty one) is the same as naming none, and takes the same path as naming none.
+    pub fn context<'b>(self, name: &'b str) -> EntryBuilder<'r, 'b>
+    where
+        'a: 'b,
+    {
+        EntryBuilder { context: context::named_context(name), ..self }
+    }
+    /// The call's hot-parameter values, in argument order.
+    pub fn args<'b>(self, args: &'b [&'b dyn HotParam]) -> EntryBuilder<'r, 'b>
+    where
+        'a: 'b,
+    {
+        EntryBuilder { args, ..self }
+    }
+    /// Marks the call prioritized: over a QPS limit it may borrow from the next window and wait.
+    pub fn prioritized(mut self, p: bool) -> Self {
+        self.prioritized = p;
+        self
+    }
+
+    /// Runs the checks; a queueing decision sleeps the thread (with a manual clock, nothing sleeps: see
+    /// [`Entry::waited`]).
+    ///
+    /// An entry of a borrowed handle ([`Resource::entry`]) becomes the innermost entry of this thread's
+    /// context until it exits: entries made meanwhile on this thread are its children and inherit its context
+    /// and origin. Such an entry belongs to this thread's stack; exit it here. An entry of an owned handle
+    /// ([`Resource::entry_owned`]) joins the active context but never changes the thread's context (like
+    /// Java's `SphU.asyncEntry`), so it may move to and exit on any thread; [`Entry::in_scope`] and
+    /// [`Entry::instrument`] run work with it as the innermost entry.
+    #[inline(always)]
+    pub fn enter(self) -> Result<Entry<'r>, BlockError> {
+        let install = !self.res.is_owned();
+        self.enter_with(true, install)
+    }
+
+    /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread, and so
+    /// does a cluster rule whose leased tokens ran out (it awaits the token service, at most its timeout,
+    /// then decides again). The returned future holds only the entry (not the hot-parameter arguments), so
+    /// it is `Send`; with hot-parameter arguments, a cluster rule with no token in hand is decided at once by
+    /// its local fallback instead of waiting (deciding again would need the arguments).
+    ///
+    /// The entry joins the active context (if any) but never changes the thread's context: the future may be
+    /// polled on any thread and the entry dropped anywhere. Use [`Entry::instrument`] to run a future with
+    /// the entry as its innermost entry.
+    pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
+        let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
+        let first = match self.enter_or_wait(wait, false) {
+            Ok(decided) => Ok(decided),
+            Err((b, pending)) => Err((Retry::of(b), pending)),
+        };
+        async move {
+            let e = match first {
+                Ok(decided) => decided?,
+                Err((retry, pending)) => retry.run(pending).await?,
+            };
+            if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
+                futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
+            }
+            Ok(e)
+        }
+    }
+
+    /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
+    /// Like [`enter`](EntryBuilder::enter), a borrowed handle's entry becomes the thread's innermost entry.
+    /// A cluster rule with no leased token in hand is decided by its local fallback.
+    #[inline(always)]
+    pub fn decide(self) -> Result<Entry<'r>, BlockError> {
+        let install = !self.res.is_owned();
+        self.enter_with(false, install)
+    }
+
+    /// One step of an async entry (annotated `async fn`s): the decision (installed like
+    /// [`decide`](EntryBuilder::decide)'s), or `None` when a cluster rule's lease is empty and the call must
+    /// await `pending` and then decide again (with a new builder). `deadline`: the deadline of the wait under
+    /// way (0 before the first wait).
+    #[inline(always)]
+    pub(crate) fn decide_or_wait(
+        self,
+        deadline: u64,
+        pending: &mut Option<flow::token_service::Pending>,
+    ) -> Option<Result<Entry<'r>, BlockError>> {
+        let install = !self.res.is_owned();
+        match self.enter_or_wait(Wait::Async(deadline), install) {
+            Ok(decided) => Some(decided),
+            Err((_, p)) => {
+                *pending = Some(p);
+                None
+            }
+        }
+    }
+
+    /// The whole entry path, waiting as `sleep` says; `install` as for [`enter_or_wait`](Self::enter_or_wait).
+    #[inline(always)]
+    fn enter_with(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {
+        self.entry_path::<Result<Entry<'r>, BlockError>>(if sleep { Wait::Blocking(0) } else { Wait::Now }, install)
+    }
+
+    /// [`entry_path`](Self::entry_path) for an async caller: `Err` gives the builder back with the wait a cluster
+    /// rule asked for.
+    #[inline(always)]
+    #[allow(clippy::type_complexity)]
+    fn enter_or_wait(
+        self,
+        wait: Wait,
+        install: bool,
+    ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::token_service::Pending)> {
+        self.entry_path::<MayWait<'r, 'a>>(wait, install)
+    }
+}
+
+/// What an async entry needs to decide again after waiting for a cluster lease: the handle and the options,
+/// owned (the origin and context names are copied; there are no hot-parameter arguments).
+struct Retry<'r> {
+    res: ResRef<'r>,
+    entry_type: EntryType,
+    acquire: u32,
+    origin: Option<String>,
+    context: Option<String>,
+    prioritized: bool,
+}
+
+impl<'r> Retry<'r> {
+    #[cold]
+    fn of(b: EntryBuilder<'r, '_>) -> Self {
+        Retry {
+            res: b.res,
+            entry_type: b.entry_type,
+            acquire: b.acquire,
+            origin: b.origin.map(str::to_owned),
+            context: b.context.map(str::to_owned),
+            prioritized: b.prioritized,
+        }
+    }
+
+    /// Awaits the lease, decides again, and so on until the call is decided (at the latest when the wait's
+    /// deadline passed: then by the rule's local fallback).
+    async fn run(mut self, mut pending: flow::token_service::Pending) -> Result<Entry<'r>, BlockError> {
+        loop {
+            let deadline = pending.deadline();
+            pending.wait_async().await;
+            let b = EntryBuilder {
+                res: self.res,
+                entry_type: self.entry_type,
+                acquire: self.acquire,
+                origin: self.origin.as_deref(),
+                context: self.context.as_deref(),
+                args: &[],
+                prioritized: self.prioritized,
+            };
+            match b.enter_or_wait(Wait::Async(deadline), false) {
+                Ok(decided) => return decided,
+                Err((b, again)) => {
+                    self.res = b.res;
+                    pending = again;
+                }
+            }
+        }
+    }
+}

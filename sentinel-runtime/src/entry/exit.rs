@@ -1,0 +1,127 @@
+//! The exit of an entry: completion on its nodes, the slots' exits, the thread's context put back.
+
+use std::sync::atomic::Ordering;
+
+use crate::clock::NANOS_PER_MILLI;
+use crate::context::{self, ContextState};
+use crate::engine::Shared;
+use crate::node::DefaultNode;
+use crate::resource::ResourceInner;
+
+use super::path::Nodes;
+use super::{Entry, Flags};
+use crate::chain::{self, MAX_SLOT_EXITS};
+use crate::slot::contract::ExitCx;
+use crate::slot::SlotExit;
+use crate::stat::Writer;
+
+impl Entry<'_> {
+    /// Puts back the thread's context as it was before this entry, unless it was already unwound.
+    #[inline]
+    fn restore_context(&self, shared: &Shared, node: &DefaultNode) {
+        let cur = context::current();
+        if cur.engine_id != shared.id || cur.ctx.is_null() {
+            return; // an outer entry already unwound this context
+        }
+        // SAFETY: contexts live as long as the engine, which `res` keeps alive.
+        if unsafe { (*cur.ctx).id } != node.context_id {
+            return; // another context of the engine is active now
+        }
+        let outer = if self.flags & Flags::FRESH != 0 {
+            ContextState { override_engine: cur.override_engine, ..ContextState::NONE }
+        } else {
+            ContextState { cur_node: self.parent, depth: self.depth - 1, ..cur }
+        };
+        let mine = cur.depth == self.depth && std::ptr::eq(cur.cur_node, node);
+        if mine {
+            context::set_current(outer);
+        } else if cur.depth > self.depth {
+            tracing::error!(
+                resource = %self.resource(),
+                "entry exited before the entries nested in it; exiting them from the context first"
+            );
+            context::set_current(outer);
+        }
+    }
+}
+
+impl Drop for Entry<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let Some(node) = self.node else {
+            return; // unchecked
+        };
+        let shared = self.res.shared();
+        let inner = self.res.inner();
+        let now_nanos = shared.clock.now_nanos();
+        let now_ms = now_nanos / NANOS_PER_MILLI;
+        let rt_micros = now_nanos.saturating_sub(self.created_nanos) / 1000;
+        // An entry dropped by unwinding: the panic counts as an error.
+        if std::thread::panicking() {
+            self.error = true;
+        }
+        let (acquire, error) = (self.acquire, self.error);
+        let w = Writer::at(now_ms);
+        let (own, inbound) = (self.flags & Flags::OWN != 0, self.flags & Flags::INBOUND != 0);
+        let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
+        nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
+        if let Some(o) = inner.observed.get() {
+            o.record_rt(rt_micros);
+        }
+
+        let overload = self.flags & Flags::OVERLOAD != 0;
+        chain::exit(shared, &ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire }, &mut self.held());
+        // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
+        // this entry installed in the thread's context.
+        if self.flags & Flags::TOUCHES_TLS != 0 {
+            self.restore_context(shared, node);
+        }
+        // The adaptive slot's place goes back to the rule state that gave it, read here like breakers'.
+        if inner.has_breakers.load(Ordering::Acquire) || self.adaptive.holds() {
+            let xcx = ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire };
+            let mut held = self.held();
+            inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
+        }
+        if self.slots_passed != 0 {
+            self.exit_slots(shared, inner, rt_micros, error);
+        }
+    }
+}
+
+impl Entry<'_> {
+    /// What the call holds, for the slots' exits.
+    #[inline(always)]
+    fn held(&mut self) -> chain::Held<'_> {
+        chain::Held {
+            flow: &mut self.flow,
+            param: &mut self.param,
+            breakers: &mut self.breakers,
+            adaptive: &mut self.adaptive,
+            nothing: (),
+        }
+    }
+
+    /// Runs the exit hooks of the slots that passed this entry (matched by id). Every hook runs even if one
+    /// panics; the first panic then goes on, unless the thread is already unwinding (a second panic would
+    /// abort the process), in which case it is logged.
+    #[cold]
+    fn exit_slots(&self, shared: &Shared, inner: &ResourceInner, rt_micros: u64, error: bool) {
+        let slots = shared.custom_slots.load();
+        let exit = SlotExit { resource: &inner.name, rt_micros, error };
+        let mut first_panic = None;
+        for (_, id, s) in slots.slots.iter() {
+            if (*id as usize) < MAX_SLOT_EXITS && self.slots_passed & (1 << id) != 0 {
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.exit(&exit))) {
+                    first_panic.get_or_insert(p);
+                }
+            }
+        }
+        if let Some(p) = first_panic {
+            if std::thread::panicking() {
+                tracing::error!(resource = %inner.name, "a slot's exit hook panicked while the thread was unwinding");
+            } else {
+                std::panic::resume_unwind(p);
+            }
+        }
+    }
+}

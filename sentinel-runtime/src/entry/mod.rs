@@ -1,0 +1,379 @@
+//! Entries: one call through a resource, from the checks to the exit.
+
+mod builder;
+mod exit;
+mod path;
+mod scope;
+
+pub use builder::EntryBuilder;
+pub use scope::Instrumented;
+pub(crate) use scope::ScopeRestore;
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use crate::context::OriginInfo;
+use crate::engine::Shared;
+use crate::error::BlockError;
+use crate::node::{DefaultNode, OriginNode};
+use crate::resource::Resource;
+use crate::resource::ResourceInner;
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// A resource handle borrowed (no reference counting) or owned (a `'static` entry): two direct pointers, so
+/// the exit reaches the engine and the resource without a match or a second dereference.
+struct ResRef<'r> {
+    shared: NonNull<Shared>,
+    /// The resource, with two tag bits: [`COUNTED`] when this handle owns one reference count on both
+    /// (released on drop), [`DETACHED`] when it is an owned entry's (which never changes a thread's context).
+    inner: NonNull<ResourceInner>,
+    _borrow: PhantomData<&'r Resource>,
+}
+
+// SAFETY: a `ResRef` stands for a `&Resource` or for the two `Arc`s of a `Resource`, all `Send` and `Sync`.
+unsafe impl Send for ResRef<'_> {}
+unsafe impl Sync for ResRef<'_> {}
+
+/// Tag bit: the handle owns one count on `shared` and one on `inner`.
+const COUNTED: usize = 1;
+/// Tag bit: the handle is an owned entry's (`Resource::entry_owned`), counted or not.
+const DETACHED: usize = 2;
+const TAGS: usize = COUNTED | DETACHED;
+// The tags live in the low bits of a `ResourceInner` pointer.
+const _: () = assert!(std::mem::align_of::<ResourceInner>() > TAGS);
+
+impl<'r> ResRef<'r> {
+    fn borrowed(r: &'r Resource) -> Self {
+        ResRef { shared: NonNull::from(&*r.shared), inner: NonNull::from(&*r.inner), _borrow: PhantomData }
+    }
+    /// An owned entry's handle that holds no counts, for a resource that lives until the process ends.
+    ///
+    /// # Safety
+    /// `r`'s engine is immortal: the engine's `Shared` is never dropped (`Shared::immortal`), and every
+    /// resource is held by the engine's `resource_list`, which only grows
+    /// and is dropped only with `Shared`. Both pointers then stay valid for the rest of the process.
+    #[inline(always)]
+    unsafe fn immortal(r: &Resource) -> ResRef<'static> {
+        let inner = NonNull::from(&*r.inner).map_addr(|a| a | DETACHED);
+        ResRef { shared: NonNull::from(&*r.shared), inner, _borrow: PhantomData }
+    }
+    fn owned(r: Resource) -> ResRef<'static> {
+        let shared = Arc::into_raw(r.shared) as *mut Shared;
+        let inner = Arc::into_raw(r.inner) as *mut ResourceInner;
+        // SAFETY: `Arc::into_raw` never returns null; the tag bits are free (`ResourceInner`'s alignment).
+        unsafe {
+            ResRef {
+                shared: NonNull::new_unchecked(shared),
+                inner: NonNull::new_unchecked(inner.map_addr(|a| a | COUNTED | DETACHED)),
+                _borrow: PhantomData,
+            }
+        }
+    }
+    #[inline(always)]
+    fn shared(&self) -> &'r Shared {
+        // SAFETY: borrowed, the resource outlives `'r`; counted, the handle holds a count until it drops (and
+        // every `&'r` taken from it is used only while the entry that holds it lives); immortal, it is never
+        // freed.
+        unsafe { &*self.shared.as_ptr() }
+    }
+    #[inline(always)]
+    fn inner(&self) -> &'r ResourceInner {
+        // SAFETY: as for `shared`; the tag bits are masked off.
+        unsafe { &*self.inner.as_ptr().map_addr(|a| a & !TAGS) }
+    }
+    /// Whether this is an owned entry's handle (made by `entry_owned`): its entry never installs itself in
+    /// a thread's context.
+    #[inline(always)]
+    fn is_owned(&self) -> bool {
+        self.inner.as_ptr().addr() & DETACHED != 0
+    }
+}
+
+impl Drop for ResRef<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.inner.as_ptr().addr() & COUNTED != 0 {
+            self.release();
+        }
+    }
+}
+
+impl ResRef<'_> {
+    #[cold]
+    fn release(&mut self) {
+        // SAFETY: counted: both pointers came from `Arc::into_raw` in `owned` and are released once, here.
+        unsafe {
+            drop(Arc::from_raw(self.shared.as_ptr()));
+            drop(Arc::from_raw(self.inner.as_ptr().map_addr(|a| a & !TAGS)));
+        }
+    }
+}
+
+/// A call that passed the checks. Dropping it exits the resource: on return, early return, `?` and unwind.
+///
+/// Kept within 128 bytes (two cache lines), so returning it by value is a few register moves.
+#[must_use = "dropping an entry exits it at once"]
+pub struct Entry<'r> {
+    res: ResRef<'r>,
+    /// The node recorded on (`None`: an unchecked entry, which records nothing).
+    node: Option<&'r DefaultNode>,
+    origin_node: Option<&'r OriginNode>,
+    /// The caller's origin (`None` for an unchecked entry).
+    origin: Option<&'r OriginInfo>,
+    /// The innermost entry's node before this one (restored at exit); null at the entrance.
+    parent: *const DefaultNode,
+    created_nanos: u64,
+    wait_nanos: u64,
+    depth: u32,
+    acquire: u32,
+    /// Bit i set: the user slot with id i passed (its exit hook runs).
+    slots_passed: u32,
+    error: bool,
+    /// [`Flags`] bits.
+    flags: u8,
+    /// What the adaptive slot holds (two bytes, in what was padding).
+    adaptive: crate::adaptive::slot::AdaptiveHeld,
+    /// What the slots hold until exit (see [`chain::Held`]).
+    flow: crate::flow::EntryState,
+    param: crate::param_flow::EntryState,
+    breakers: crate::circuit_breaker::EntryState,
+}
+
+/// Bits of [`Entry::flags`] (one byte keeps the entry within two cache lines).
+struct Flags;
+impl Flags {
+    /// The entry set the thread's context (and restores it at exit).
+    const TOUCHES_TLS: u8 = 1;
+    /// The entry started its own context (rather than running in an active one).
+    const FRESH: u8 = 2;
+    const INBOUND: u8 = 4;
+    /// The context's node recorded the entry (see [`DefaultNode`]).
+    const OWN: u8 = 8;
+    /// A prioritized call admitted by borrowing a later window.
+    const OCCUPIED: u8 = 16;
+    /// The call failed by overload ([`Entry::set_overload`]).
+    const OVERLOAD: u8 = 32;
+    /// The flags as bits 0 to 4, in the order of the constants above (shifts: fewer instructions than
+    /// selecting each constant).
+    #[inline(always)]
+    fn of(touches_tls: bool, fresh: bool, inbound: bool, own: bool, occupied: bool) -> u8 {
+        (touches_tls as u8)
+            | ((fresh as u8) << 1)
+            | ((inbound as u8) << 2)
+            | ((own as u8) << 3)
+            | ((occupied as u8) << 4)
+    }
+}
+
+// SAFETY: the parent pointer refers to an engine-owned `Sync` node that outlives the entry (the entry borrows
+// the engine through `res`); everything else is `Send` and `Sync`.
+unsafe impl Send for Entry<'_> {}
+unsafe impl Sync for Entry<'_> {}
+
+impl<'r> Entry<'r> {
+    fn unchecked(res: ResRef<'r>) -> Self {
+        Entry {
+            res,
+            node: None,
+            origin_node: None,
+            origin: None,
+            parent: std::ptr::null(),
+            created_nanos: 0,
+            wait_nanos: 0,
+            depth: 0,
+            acquire: 0,
+            slots_passed: 0,
+            error: false,
+            flags: 0,
+            flow: Default::default(),
+            param: Default::default(),
+            breakers: Default::default(),
+            adaptive: Default::default(),
+        }
+    }
+}
+
+impl<'r> Entry<'r> {
+    pub(crate) fn shared(&self) -> &Shared {
+        self.res.shared()
+    }
+
+    /// The resource's name.
+    pub fn resource(&self) -> &str {
+        &self.res.inner().name
+    }
+    /// The caller's origin (empty when none).
+    pub fn origin(&self) -> &str {
+        self.origin.map_or("", |o| &o.name)
+    }
+    /// The context's name (empty for an unchecked entry).
+    pub fn context_name(&self) -> &str {
+        match self.node.and_then(|n| self.res.shared().context_by_id(n.context_id)) {
+            Some(c) => c.name(),
+            None => "",
+        }
+    }
+    /// How long a queueing rule made (or asked) this call wait before it passed.
+    pub fn waited(&self) -> Duration {
+        Duration::from_nanos(self.wait_nanos)
+    }
+    /// Whether [`waited`](Self::waited) is more than zero (the web layer's test, without building a
+    /// `Duration`).
+    #[cfg(feature = "tower")]
+    #[inline(always)]
+    pub(crate) fn waits(&self) -> bool {
+        self.wait_nanos > 0
+    }
+    /// Whether this was a prioritized call admitted by borrowing a later window.
+    pub fn is_occupied(&self) -> bool {
+        self.flags & Flags::OCCUPIED != 0
+    }
+    /// Whether the entry was checked at all (false when the engine is disabled).
+    pub fn is_checked(&self) -> bool {
+        self.node.is_some()
+    }
+    /// The permits the call took.
+    pub fn acquire_count(&self) -> u32 {
+        self.acquire
+    }
+
+    /// Marks the call as failed: it counts as an exception for statistics and circuit breakers at exit.
+    pub fn set_error(&mut self) {
+        self.error = true;
+    }
+
+    /// Marks the call as failed by overload: the downstream refused or shed it (HTTP 429 or 503, gRPC
+    /// `RESOURCE_EXHAUSTED` or `UNAVAILABLE`) or it ran past a time limit. An adaptive rule counts it as a
+    /// drop, and its limit backs off (see [`crate::adaptive`]); for statistics and circuit breakers it is an
+    /// error as well. The web layer and the outbound guards call it for those answers, and
+    /// [`set_timed_out`](Self::set_timed_out) does.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let mut entry = engine.enter("downstream").unwrap();
+    /// entry.set_overload(); // it answered 503
+    /// assert!(entry.is_overload() && entry.has_error());
+    /// ```
+    pub fn set_overload(&mut self) {
+        self.error = true;
+        self.flags |= Flags::OVERLOAD;
+    }
+
+    /// Whether the call was marked as failed by overload ([`set_overload`](Self::set_overload)).
+    pub fn is_overload(&self) -> bool {
+        self.flags & Flags::OVERLOAD != 0
+    }
+
+    /// Traces an error: ignored when it is a [`BlockError`] or the engine's error filter rejects it.
+    pub fn trace(&mut self, err: &(dyn StdError + 'static)) {
+        if err.downcast_ref::<BlockError>().is_some() {
+            return;
+        }
+        if self.res.shared().error_filter_accepts(err) {
+            self.error = true;
+        }
+    }
+
+    /// Marks the call as timed out after `limit`: it counts as an exception, and its response time is `limit`
+    /// (so a slow-call breaker sees it as slow), whenever it is dropped afterwards. For time limits enforced
+    /// outside the entry (the macro's `timeout_ms`, the web layer's `timeout`).
+    pub fn set_timed_out(&mut self, limit: Duration) {
+        if self.node.is_none() {
+            return;
+        }
+        self.set_overload();
+        let limit_nanos = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
+        // The response time is measured from `created_nanos` at exit: place the start `limit` before now.
+        self.created_nanos = self.res.shared().clock.now_nanos().saturating_sub(limit_nanos);
+    }
+
+    /// The error a timed-out call reports (see [`Entry::set_timed_out`]).
+    pub fn timeout_error(&self, limit: Duration) -> crate::Timeout {
+        crate::Timeout { resource: self.res.inner().name.clone(), limit }
+    }
+
+    /// Whether an error was traced.
+    pub fn has_error(&self) -> bool {
+        self.error
+    }
+
+    /// Exits now (the same as dropping the entry).
+    pub fn exit(self) {}
+}
+
+impl fmt::Debug for Entry<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("resource", &self.resource())
+            .field("checked", &self.is_checked())
+            .field("error", &self.error)
+            .field("waited", &self.waited())
+            .field("occupied", &self.is_occupied())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_entry_fits_in_two_cache_lines() {
+        // Returned by value on every call: at 128 bytes or less the copy is a few register moves, not a call.
+        assert!(std::mem::size_of::<super::Entry<'static>>() <= 128);
+        assert!(std::mem::size_of::<Result<super::Entry<'static>, crate::BlockError>>() <= 128);
+    }
+
+    use super::{COUNTED, DETACHED};
+    use crate::Sentinel;
+    use std::sync::Arc;
+
+    fn tags(e: &super::Entry<'_>) -> usize {
+        e.res.inner.as_ptr().addr() & (COUNTED | DETACHED)
+    }
+
+    #[test]
+    fn owned_entries_of_an_engine_that_can_drop_hold_a_count_on_the_engine_and_the_resource() {
+        let engine = Sentinel::builder().build();
+        let r = engine.resource("api");
+        let counts = |r: &crate::Resource| (Arc::strong_count(&r.shared), Arc::strong_count(&r.inner));
+        let before = counts(&r);
+        let e = r.entry_owned().enter().unwrap();
+        assert_eq!(tags(&e), COUNTED | DETACHED);
+        assert_eq!(counts(&r), (before.0 + 1, before.1 + 1));
+        // The entry outlives every handle and the engine itself, and still exits.
+        drop((r, engine));
+        drop(e);
+    }
+
+    #[test]
+    fn owned_entries_of_leaked_and_global_engines_take_no_count_and_still_never_install() {
+        for engine in [Sentinel::builder().build().leak(), Sentinel::global()] {
+            let r = engine.resource("owned-entries-of-immortal-engines");
+            let before = (Arc::strong_count(&r.shared), Arc::strong_count(&r.inner));
+            let e = r.entry_owned().origin("app").enter().unwrap();
+            assert_eq!(tags(&e), DETACHED, "no count, and detached from the thread's context");
+            assert_eq!((Arc::strong_count(&r.shared), Arc::strong_count(&r.inner)), before);
+            assert_eq!(engine.current_context(), None, "an owned entry never installs itself");
+            // Exits on another thread, with the handle gone.
+            drop(r);
+            std::thread::spawn(move || drop(e)).join().unwrap();
+            let stats = engine.cluster_stats("owned-entries-of-immortal-engines").unwrap();
+            assert_eq!(stats.threads, 0);
+        }
+    }
+
+    #[test]
+    fn a_name_past_the_cap_gets_the_overflow_resource_whose_owned_entries_take_no_count_on_a_leaked_engine() {
+        let engine = Sentinel::builder().max_resources(1).build().leak();
+        let _first = engine.resource("first");
+        let past = engine.resource("past-the-cap");
+        assert_eq!(past.name(), crate::RESOURCE_OVERFLOW);
+        let e = past.entry_owned().enter().unwrap();
+        assert!(e.is_checked());
+        assert_eq!(tags(&e), DETACHED, "held by its engine, as every resource");
+    }
+}

@@ -1,0 +1,384 @@
+//! The entry path: the context, the nodes, one read of the rules, the slot chain, pass or block.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::clock::NANOS_PER_MILLI;
+use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
+use crate::engine::Shared;
+use crate::error::BlockError;
+use crate::node::{DefaultNode, OriginNode};
+use crate::resource::EntryType;
+use crate::resource::ResourceInner;
+
+use super::{Entry, EntryBuilder, Flags};
+use crate::chain::{self, Decided};
+use crate::flow;
+use crate::rules::ResourceRules;
+use crate::slot::contract::{CallCx, CheckCx};
+use crate::stat::{StatNode, Writer};
+use crate::wait::Wait;
+
+impl<'r, 'a> EntryBuilder<'r, 'a> {
+    /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
+    /// innermost entry of the thread's context (a borrowed, synchronous entry). A cluster rule's wait blocks
+    /// here ([`Wait::Blocking`]) or, for an outcome that can hand the call back ([`MayWait`], with
+    /// [`Wait::Async`]), returns the builder and the wait. The outcome type is static, so the synchronous
+    /// path compiles to what it was before cluster waits existed.
+    #[inline(always)]
+    pub(super) fn entry_path<O: PathResult<'r, 'a>>(self, wait: Wait, install: bool) -> O {
+        let sleep = matches!(wait, Wait::Blocking(_));
+        // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
+        let shared: &'r Shared = self.res.shared();
+        let inner: &'r ResourceInner = self.res.inner();
+        let outer = context::current();
+        if !shared.enabled.load(Ordering::Relaxed) {
+            return O::decided(Ok(Entry::unchecked(self.res)));
+        }
+
+        // The context: the active one, or a fresh one owned by this entry.
+        let fresh = outer.engine_id != shared.id;
+        let (state, touches_tls) = if !fresh {
+            // An active context (a null one was refused by the context cap: Java's NullContext).
+            (outer, install)
+        } else {
+            let st = match (self.context, self.origin) {
+                (None, None) => shared.default_state(outer.override_engine),
+                // `name` is never the default context's (`EntryBuilder::context` leaves it out).
+                (name, origin) => shared.context_state(
+                    name.unwrap_or(DEFAULT_CONTEXT_NAME),
+                    origin.unwrap_or(""),
+                    outer.override_engine,
+                ),
+            };
+            // Another engine's context is active: enter without touching it.
+            (st, install && outer.engine_id == 0)
+        };
+        // SAFETY: contexts and origins are never freed while the engine (kept alive by `res`) lives; a state of
+        // this engine always has a context (past the cap, the overflow context).
+        let ctx = unsafe { &*state.ctx };
+        let origin = unsafe { &*state.origin };
+
+        let node_arc = inner.node_for(ctx.id);
+        if state.cur_node.is_null() {
+            ctx.entrance.children.ensure(node_arc);
+        } else {
+            // SAFETY: the parent entry's node lives as long as the engine.
+            unsafe { (*state.cur_node).children.ensure(node_arc) };
+        }
+        let node: &'r DefaultNode = node_arc;
+        let origin_node: Option<&'r OriginNode> = if origin.id == 0 {
+            None
+        } else {
+            Some(inner.cluster.origin_node(origin.id, &origin.name, shared.config.max_origins_per_resource))
+        };
+        let inbound = self.entry_type == EntryType::In;
+        let own = node.records();
+        let site = Site {
+            shared,
+            inner,
+            node,
+            ctx,
+            origin,
+            nodes: Nodes::new(node, own, inner, origin_node, inbound, shared),
+        };
+
+        let now_nanos = shared.clock.now_nanos();
+        let now_ms = now_nanos / NANOS_PER_MILLI;
+        let mut checks = Decided::default();
+        // The wait mode rides in `checks` (blocking is its zero: `enter` stores nothing); a retry's deadline
+        // is kept where only the cluster rule's slow path looks for it.
+        if wait.mode() != 0 {
+            checks.tally.wait_mode = wait.mode();
+        }
+        let _deadline = crate::wait::DeadlineScope::enter(wait.deadline());
+        let needs_checks = inner.has_rules.load(Ordering::Acquire)
+            || (inbound && shared.system.active())
+            || shared.has_custom_slots.load(Ordering::Acquire);
+        if needs_checks {
+            // The common case (one simple flow rule, closed breakers, nothing else) is decided without building
+            // the general check context; anything else takes the general path, in the same read section.
+            let general = self.prioritized
+                || (inbound && shared.system.active())
+                || shared.has_custom_slots.load(Ordering::Acquire);
+            let decided = inner.with_rules(|rules| {
+                if !general && rules.fast_path && chain::admits_fast(rules, site.shared, now_ms) {
+                    // The same chain, specialised: only the slots that can be on the fast path, on rules that
+                    // leave a passed call holding nothing.
+                    let call = || self.call_cx(&site, now_nanos);
+                    return chain::run_fast(rules, site.shared, &call, &mut checks.tally.wait_nanos);
+                }
+                self.run_general(rules, &mut checks, &site, now_nanos)
+            });
+            if let Err(block) = decided {
+                let block = if asks_to_wait(&block, wait) {
+                    // A cluster rule's lease is empty: wait outside the rules' read section.
+                    let Some(p) = flow::token_service::take_pending() else {
+                        return O::decided(Err(block));
+                    };
+                    if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
+                        return O::wait(self, p, block);
+                    }
+                    self.recheck_after_wait(p, &mut checks, &site).err()
+                } else if matches!(block, BlockError::Adaptive { .. }) && sleep {
+                    self.wait_for_adaptive_place(block, &mut checks, &site)
+                } else {
+                    Some(block)
+                };
+                if let Some(block) = block {
+                    let w = Writer::at(now_ms);
+                    site.nodes.for_each(|n| n.block_with(&w, self.acquire));
+                    shared.on_block(&block, now_ms, self.acquire);
+                    if let Some(o) = inner.observed.get() {
+                        o.record_block(&block, self.acquire);
+                    }
+                    return O::decided(Err(block));
+                }
+            }
+        }
+
+        let w = Writer::at(now_ms);
+        if checks.tally.occupied {
+            site.nodes.for_each(|n| n.borrowed_pass_with(&w));
+        } else {
+            site.nodes.for_each(|n| n.pass_with(&w, self.acquire));
+        }
+        if touches_tls {
+            context::set_current(ContextState {
+                cur_node: node as *const DefaultNode,
+                depth: state.depth + 1,
+                ..state
+            });
+        }
+        if sleep && checks.tally.wait_nanos > 0 && shared.clock.manual().is_none() {
+            std::thread::sleep(Duration::from_nanos(checks.tally.wait_nanos));
+        }
+        O::decided(Ok(Entry {
+            res: self.res,
+            node: Some(node),
+            origin_node,
+            origin: Some(origin),
+            parent: state.cur_node,
+            created_nanos: now_nanos,
+            wait_nanos: checks.tally.wait_nanos,
+            depth: state.depth + 1,
+            acquire: self.acquire,
+            slots_passed: checks.tally.slots_passed,
+            error: false,
+            flags: Flags::of(touches_tls, fresh, inbound, own, checks.tally.occupied),
+            flow: checks.flow,
+            param: checks.param,
+            breakers: checks.breakers,
+            adaptive: checks.adaptive,
+        }))
+    }
+}
+
+impl EntryBuilder<'_, '_> {
+    /// An adaptive rule with `maxWaitMs` refused a sync call: it waits for a place outside the rules' read
+    /// section (`adaptive::slot::wait_blocking`), then the checks run again and take that place. The block
+    /// that stands, if any.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_adaptive_place(&self, block: BlockError, checks: &mut Decided, site: &Site<'_>) -> Option<BlockError> {
+        let clock = &site.shared.clock;
+        match crate::adaptive::slot::wait_blocking(clock, &site.inner.name, &site.origin.name) {
+            Ok(true) => {}
+            Ok(false) => return Some(block),
+            Err(timed_out) => return Some(timed_out),
+        }
+        *checks = Decided::default();
+        let now_nanos = clock.now_nanos();
+        let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
+        crate::adaptive::slot::return_unused_grant();
+        decided.err()
+    }
+
+    /// A cluster rule asked the call to wait (`p`): blocks the thread until its lease changed or the wait's
+    /// deadline passed, and decides again, as often as the lease changes before the deadline.
+    #[cold]
+    #[inline(never)]
+    fn recheck_after_wait(
+        &self,
+        mut p: flow::token_service::Pending,
+        checks: &mut Decided,
+        site: &Site<'_>,
+    ) -> Result<(), BlockError> {
+        loop {
+            p.wait_blocking();
+            // The checks undid what they took when the call was asked to wait.
+            *checks = Decided::default();
+            let _deadline = crate::wait::DeadlineScope::enter(p.deadline());
+            let now_nanos = site.shared.clock.now_nanos();
+            let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
+            match decided {
+                Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::token_service::take_pending() {
+                    Some(again) => p = again,
+                    None => return decided,
+                },
+                decided => return decided,
+            }
+        }
+    }
+
+    /// What every check sees of this call.
+    #[inline(always)]
+    fn call_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64) -> CallCx<'c> {
+        CallCx {
+            resource: &site.inner.name,
+            cluster: &site.inner.cluster.stat,
+            origin: &site.origin.name,
+            acquire: self.acquire,
+            args: &self.args,
+            now_nanos,
+            now_ms: now_nanos / NANOS_PER_MILLI,
+            clock: &site.shared.clock,
+        }
+    }
+
+    /// What the checks of the general path see of this call.
+    #[inline(always)]
+    fn check_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64, cluster_wait: Wait) -> CheckCx<'c> {
+        CheckCx {
+            call: self.call_cx(site, now_nanos),
+            node: site.node.stats(),
+            origin_node: site.nodes.origin(),
+            context_name: site.ctx.name(),
+            entry_type: self.entry_type,
+            prioritized: self.prioritized,
+            cluster_wait,
+            resources: site.shared,
+        }
+    }
+
+    /// Whether the call needs every check whatever its rules (the system rules or user slots apply).
+    fn is_general(&self, shared: &Shared) -> bool {
+        (self.entry_type == EntryType::In && shared.system.active()) || shared.has_custom_slots.load(Ordering::Acquire)
+    }
+
+    /// Every check in slot order (the general path), on the rules read by the caller.
+    #[inline(never)]
+    fn run_general(
+        &self,
+        rules: &ResourceRules,
+        checks: &mut Decided,
+        site: &Site<'_>,
+        now_nanos: u64,
+    ) -> Result<(), BlockError> {
+        if rules.cluster_only && !self.prioritized && !self.is_general(site.shared) {
+            // A lone cluster rule with a leased token in hand, decided before the general check context is
+            // built (here rather than beside the fast path, which then compiles as before); without a token
+            // in hand, the general path below waits, falls back or blocks.
+            let now_ms = now_nanos / NANOS_PER_MILLI;
+            if let Some(f) = &rules.flow {
+                if chain::admits_fast(rules, site.shared, now_ms) && flow::check_cluster_only(f, now_ms, self.acquire) {
+                    return Ok(());
+                }
+            }
+        }
+        let cx = self.check_cx(site, now_nanos, Wait::of_mode(checks.tally.wait_mode));
+        chain::run(rules, site.shared, &cx, checks, &mut chain::Taken::default())
+    }
+}
+
+/// What the entry path returns ([`EntryBuilder::entry_path`]): a decision, or, for async callers, the
+/// builder and the wait a cluster rule asked for.
+pub(super) trait PathResult<'r, 'a>: Sized {
+    /// Whether the call may be handed back to wait (else a cluster wait blocks the thread).
+    const HANDS_BACK: bool;
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
+    /// The call must wait (only called when [`HANDS_BACK`](PathResult::HANDS_BACK)); `block` is what the
+    /// checks answered meanwhile.
+    fn wait(b: EntryBuilder<'r, 'a>, p: flow::token_service::Pending, block: BlockError) -> Self;
+}
+
+impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, BlockError> {
+    const HANDS_BACK: bool = false;
+    #[inline(always)]
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
+        d
+    }
+    fn wait(_: EntryBuilder<'r, 'a>, _: flow::token_service::Pending, block: BlockError) -> Self {
+        Err(block)
+    }
+}
+
+/// A decision, or the builder back with a cluster wait.
+pub(super) type MayWait<'r, 'a> =
+    Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, flow::token_service::Pending)>;
+
+impl<'r, 'a> PathResult<'r, 'a> for MayWait<'r, 'a> {
+    const HANDS_BACK: bool = true;
+    #[inline(always)]
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
+        Ok(d)
+    }
+    fn wait(b: EntryBuilder<'r, 'a>, p: flow::token_service::Pending, _: BlockError) -> Self {
+        Err((b, p))
+    }
+}
+
+/// Where a call stands while it is checked: its engine, its resource, its node in its context, its context and
+/// origin, and the nodes it records on (built once in [`EntryBuilder::entry_path`], seen by every check).
+struct Site<'c> {
+    shared: &'c Shared,
+    inner: &'c ResourceInner,
+    node: &'c DefaultNode,
+    ctx: &'c crate::context::ContextInfo,
+    origin: &'c crate::context::OriginInfo,
+    nodes: Nodes<'c>,
+}
+
+/// The nodes an entry records on: the cluster node first, then the context's node (unless it shows the
+/// cluster node's numbers), the origin's and the inbound node when there are.
+///
+/// Kept as one array and visited by reference: copying it into a temporary would read it back with 16-byte
+/// loads while its 8-byte stores are still in flight (a store-forwarding stall).
+pub(super) struct Nodes<'r> {
+    list: [Option<&'r StatNode>; 4],
+}
+
+impl<'r> Nodes<'r> {
+    #[inline(always)]
+    pub(super) fn new(
+        node: &'r DefaultNode,
+        own: bool,
+        inner: &'r ResourceInner,
+        origin: Option<&'r OriginNode>,
+        inbound: bool,
+        shared: &'r Shared,
+    ) -> Self {
+        Nodes {
+            list: [
+                Some(&inner.cluster.stat),
+                own.then_some(&node.stat),
+                origin.map(|o| &o.stat),
+                inbound.then_some(&shared.inbound),
+            ],
+        }
+    }
+
+    /// The origin's node, if the call has an origin.
+    #[inline(always)]
+    pub(super) fn origin(&self) -> Option<&'r StatNode> {
+        self.list[2]
+    }
+
+    /// Calls `f` on each node: one call site, so `f` is inlined once rather than outlined.
+    #[inline(always)]
+    pub(super) fn for_each(&self, f: impl Fn(&StatNode)) {
+        for n in self.list.iter().flatten() {
+            f(n);
+        }
+    }
+}
+
+/// Whether a check that answered `block` asked the call to wait for a cluster lease instead (the wait is in
+/// `flow::token_service::take_pending`): only a cluster rule's flow block can be one, and only when the call may
+/// wait. Looked at on the blocked path only.
+#[inline(always)]
+fn asks_to_wait(block: &BlockError, wait: Wait) -> bool {
+    !matches!(wait, Wait::Now)
+        && matches!(block, BlockError::Flow { rule, .. } if rule.cluster_mode)
+        && flow::token_service::has_pending()
+}
