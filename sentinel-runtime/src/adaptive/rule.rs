@@ -2,7 +2,6 @@
 
 use std::fmt;
 
-use crate::clock::NANOS_PER_MILLI as NANOS_PER_MS;
 use crate::pattern::ResourcePattern;
 
 /// The partition that takes every origin no other partition names.

@@ -7,6 +7,7 @@ mod scope;
 
 pub use builder::EntryBuilder;
 pub use scope::Instrumented;
+#[cfg(feature = "tower")]
 pub(crate) use scope::ScopeRestore;
 
 use std::error::Error as StdError;
