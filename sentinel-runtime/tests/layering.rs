@@ -65,8 +65,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "http_server.rs",
             "observe.rs",
             "outbound/",
-            // Gateway rules, not yet wired (issue 32's groundwork).
-            "gateway/",
         ],
     ),
 ];

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::extract::ValueFn;
+use super::gateway::enter::GatewayMode;
 use super::naming::{Naming, ResourceCache};
 use super::outcome::{is_error_by_default, Outcome};
 use super::request::RequestView;
@@ -84,6 +85,8 @@ pub(crate) struct LayerConfig {
     pub(crate) exit_on: ExitOn,
     /// `None`: the engine's default context (no lookup per request).
     pub(crate) context: Option<Arc<str>>,
+    /// Gateway mode: the route's and the API groups' resources, with the gateway rules' arguments.
+    pub(crate) gateway: Option<GatewayMode>,
 }
 
 impl LayerConfig {
@@ -101,6 +104,7 @@ impl LayerConfig {
             judging: None,
             exit_on: ExitOn::Response,
             context: None,
+            gateway: None,
         }
     }
 

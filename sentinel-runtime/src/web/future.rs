@@ -51,7 +51,7 @@ impl Guard {
         }
     }
     fn error(&mut self) {
-        self.entry.entry_mut().set_error();
+        self.entry.set_error();
     }
     fn timeout(&self) -> Option<Box<Sleep>> {
         timer(self.judging.as_ref())
@@ -243,7 +243,7 @@ where
                         // timed-out call (an error whose response time is the limit).
                         g.in_scope(|| this.state.set(State::Done));
                         if let Some(limit) = g.limit() {
-                            g.entry.entry_mut().set_timed_out(limit);
+                            g.entry.set_timed_out(limit);
                         }
                     }
                     drop(guard);

@@ -81,6 +81,7 @@ mod client_ip;
 mod config;
 pub mod extract;
 mod future;
+pub mod gateway;
 mod layer;
 mod naming;
 mod outcome;

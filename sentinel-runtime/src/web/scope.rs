@@ -7,20 +7,32 @@
 //! the innermost entry of the thread's context, put back afterwards. This is the one place the layer
 //! depends on how entries and contexts meet.
 
-use crate::{BlockError, Entry, EntryBuilder};
+use crate::Entry;
+#[cfg(doc)]
+use crate::EntryBuilder;
 
 /// The entry of one request. Dropping it exits the entry (without an error unless one was marked),
 /// wherever it is dropped.
 #[derive(Debug)]
 pub(crate) struct RequestEntry {
+    /// The entries of the API groups the request belongs to (gateway mode; empty otherwise, which costs no
+    /// allocation). Declared first: they exit before the route's entry.
+    apis: Vec<Entry<'static>>,
     entry: Entry<'static>,
 }
 
 impl RequestEntry {
-    /// Runs the checks for the request; a queueing wait is not slept (see [`Entry::waited`]). The request
-    /// joins the context active where the service is called (none on a server's workers).
-    pub(crate) fn enter(builder: EntryBuilder<'static, '_>) -> Result<RequestEntry, BlockError> {
-        Ok(RequestEntry { entry: builder.decide()? })
+    /// The request's entry, decided by [`EntryBuilder::decide`] (a queueing wait is not slept, see
+    /// [`Entry::waited`]; the request joins the context active where the service is called, none on a
+    /// server's workers).
+    #[inline(always)]
+    pub(crate) fn new(entry: Entry<'static>) -> RequestEntry {
+        RequestEntry { apis: Vec::new(), entry }
+    }
+
+    /// The request's entry on its route and on the API groups it belongs to (gateway mode).
+    pub(crate) fn with_apis(entry: Entry<'static>, apis: Vec<Entry<'static>>) -> RequestEntry {
+        RequestEntry { apis, entry }
     }
 
     /// Runs `f` (creating, polling or dropping the handler's future) with the request's entry as the
@@ -36,20 +48,27 @@ impl RequestEntry {
         self.entry.scope()
     }
 
-    /// The entry.
-    pub(crate) fn entry_mut(&mut self) -> &mut Entry<'static> {
-        &mut self.entry
+    /// Counts the request as an error (on its route and its API groups).
+    pub(crate) fn set_error(&mut self) {
+        self.entry.set_error();
+        self.apis.iter_mut().for_each(Entry::set_error);
+    }
+
+    /// Counts the request as timed out after `limit` (on its route and its API groups).
+    pub(crate) fn set_timed_out(&mut self, limit: std::time::Duration) {
+        self.entry.set_timed_out(limit);
+        self.apis.iter_mut().for_each(|e| e.set_timed_out(limit));
     }
 
     /// Whether the queueing rules ask the call to wait before it runs (cheaper than testing
     /// [`wait`](Self::wait) for zero).
     #[inline(always)]
     pub(crate) fn waits(&self) -> bool {
-        self.entry.waits()
+        self.entry.waits() || self.apis.iter().any(Entry::waits)
     }
 
     /// How long the queueing rules ask the call to wait before it runs.
     pub(crate) fn wait(&self) -> std::time::Duration {
-        self.entry.waited()
+        self.apis.iter().map(Entry::waited).fold(self.entry.waited(), std::cmp::max)
     }
 }

@@ -16,11 +16,12 @@ use super::body::{BodyMode, Wrapped};
 use super::config::LayerState;
 use super::extract::ValueFn;
 use super::future::{Guard, ResponseFuture};
+use super::gateway::enter::enter_all as gateway_enter;
 use super::naming::RouteMemo;
 use super::request::RequestView;
 use super::scope::RequestEntry;
 use crate::param_flow::HotParam;
-use crate::{BlockError, EntryType};
+use crate::{BlockError, EntryType, Resource};
 
 /// The service made by [`SentinelLayer`](super::SentinelLayer): each request enters an inbound resource
 /// before the wrapped service sees it. Cheap to clone (the configuration is shared). `M`: the layer's
@@ -116,17 +117,22 @@ fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Res
     layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
         let origin = config.origin.as_ref().and_then(|f| f(view));
         let prioritized = config.prioritized.as_ref().is_some_and(|f| f(view));
-        with_params(&config.params, view, |args| {
+        let enter_one = |resource: &Resource, args: &[&dyn HotParam]| {
             let builder = resource.entry_owned().entry_type(EntryType::In).args(args).prioritized(prioritized);
             let builder = match config.context.as_deref() {
                 Some(name) => builder.context(name),
                 None => builder,
             };
             match origin.as_deref() {
-                Some(o) => RequestEntry::enter(builder.origin(o)),
-                None => RequestEntry::enter(builder),
+                Some(o) => builder.origin(o).decide(),
+                None => builder.decide(),
             }
-        })
+        };
+        match &config.gateway {
+            None => with_params(&config.params, view, |args| enter_one(resource, args).map(RequestEntry::new)),
+            Some(mode) => gateway_enter(mode, &config.engine, resource, view, enter_one)
+                .map(|(route, apis)| RequestEntry::with_apis(route, apis)),
+        }
     })
 }
 

@@ -42,9 +42,11 @@
 
 mod ant;
 mod api;
+pub(crate) mod enter;
 mod error;
 #[cfg(feature = "serde")]
 pub mod json;
+mod loading;
 mod params;
 pub mod rate_limit_headers;
 mod rule;
