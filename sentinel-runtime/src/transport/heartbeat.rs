@@ -230,6 +230,20 @@ async fn beat(d: &Dashboard, form: String) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "tower")]
+    #[test]
+    fn a_common_application_reports_the_gateway_type_once_it_uses_gateway_rules() {
+        use crate::web::gateway::GatewayFlowRule;
+        let engine = crate::Sentinel::builder().build();
+        assert_eq!(app_type(0, &engine), 0);
+        engine.load_gateway_rules([GatewayFlowRule::new("route").count(1.0)]).unwrap();
+        assert_eq!(app_type(0, &engine), 1, "the dashboard shows its gateway pages for type 1");
+        assert_eq!(app_type(12, &engine), 12, "a type set by the application stays");
+        let layered = crate::Sentinel::builder().build();
+        let _layer = crate::web::SentinelLayer::new(&layered).gateway(crate::web::TrustedProxies::none());
+        assert_eq!(app_type(0, &layered), 1, "a gateway layer, before any rule is pushed");
+    }
+
     #[test]
     fn dashboard_addresses_are_parsed_like_java() {
         let got = parse_dashboards(" http://127.0.0.1:8080, dash.example ,[::1]:9000,localhost:8081/ ").unwrap();
