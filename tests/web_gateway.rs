@@ -8,11 +8,12 @@ mod web_support;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
+use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::web::gateway::{
     ApiDefinition, ApiPredicateItem, GatewayFlowRule, GatewayParamItem, ParamMatchStrategy, ResourceMode,
 };
-use sentinel_runtime::web::{SentinelLayer, TrustedProxies};
+use sentinel_runtime::web::{RateLimitHeaders, SentinelLayer, TrustedProxies};
 use sentinel_runtime::Sentinel;
 use tower::ServiceExt;
 use web_support::{bounded, client, engine_at, serve, stats};
@@ -241,4 +242,83 @@ async fn a_hundred_thousand_distinct_header_values_keep_the_counters_bounded() {
     assert_eq!(tracked.len(), 1);
     let (values, cap) = tracked[0];
     assert!(values <= cap && cap < 100_000, "{values} values tracked, cap {cap}");
+}
+
+/// The `RateLimit` field's `r` and `t` of the policy named `name` (`"name";r=..;t=..`).
+fn remaining_and_reset(r: &reqwest::Response, name: &str) -> Option<(u64, u64)> {
+    let field = r.headers().get("ratelimit")?.to_str().ok()?.to_string();
+    let item = field.split(',').map(str::trim).find(|i| i.starts_with(&format!("\"{name}\"")))?;
+    let param = |k: &str| item.split(';').find_map(|p| p.strip_prefix(&format!("{k}="))?.parse::<u64>().ok());
+    Some((param("r")?, param("t")?))
+}
+
+fn rate_limited_app(engine: &Sentinel) -> Router {
+    Router::new()
+        .route("/search", get(|| async { "results" }))
+        .route("/product/{id}", get(|| async { "product" }))
+        .route_layer(
+            SentinelLayer::new(engine)
+                .method_prefix(false)
+                .gateway(TrustedProxies::none())
+                .rate_limit_headers(RateLimitHeaders::new().legacy(true)),
+        )
+}
+
+#[tokio::test]
+async fn ratelimit_fields_count_down_to_zero_and_a_blocked_response_carries_them_with_retry_after() {
+    bounded(async {
+        let (engine, _clock) = engine_at(100);
+        engine.load_flow_rules([FlowRule::new("/search").count(3.0)]).unwrap();
+        let addr = serve(rate_limited_app(&engine)).await;
+        let c = client();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let r = c.get(format!("http://{addr}/search")).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.headers()["ratelimit-policy"], "\"/search\";q=3;w=1");
+            seen.push(remaining_and_reset(&r, "/search").expect("a RateLimit field"));
+            assert_eq!(r.headers()["x-ratelimit-limit"], "3");
+        }
+        assert_eq!(seen, [(2, 1), (1, 1), (0, 1)], "remaining counts down; more within the 1 s window");
+        let r = c.get(format!("http://{addr}/search")).send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        assert_eq!(remaining_and_reset(&r, "/search").map(|(rem, _)| rem), Some(0));
+        assert!(r.headers().contains_key("retry-after"));
+        assert_eq!(r.headers()["x-ratelimit-remaining"], "0");
+        assert_eq!(stats(&engine, "/search").minute_pass, 3, "reading the fields spent nothing: exactly 3 admitted");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_gateway_rules_bucket_is_a_policy_with_its_interval_and_burst() {
+    bounded(async {
+        let (engine, clock) = engine_at(0);
+        engine
+            .load_gateway_rules([GatewayFlowRule::new("/product/{id}")
+                .count(2.0)
+                .burst(1)
+                .interval_sec(60)
+                .param_item(GatewayParamItem::header("x-user"))])
+            .unwrap();
+        let addr = serve(rate_limited_app(&engine)).await;
+        let c = client();
+        let call = || c.get(format!("http://{addr}/product/7")).header("x-user", "ann");
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let r = call().send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.headers()["ratelimit-policy"], "\"/product/{id}#0\";q=3;w=60");
+            seen.push(remaining_and_reset(&r, "/product/{id}#0").unwrap());
+            clock.advance_millis(10_000);
+        }
+        assert_eq!(seen, [(2, 61), (1, 51), (0, 41)], "count + burst, refilled just over 60 s after the first call");
+        let r = call().send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        assert_eq!(remaining_and_reset(&r, "/product/{id}#0"), Some((0, 31)));
+        assert_eq!(r.headers()["retry-after"], "31");
+        let other = c.get(format!("http://{addr}/product/7")).header("x-user", "bob").send().await.unwrap();
+        assert_eq!(remaining_and_reset(&other, "/product/{id}#0").map(|(r, _)| r), Some(2), "bob's own bucket");
+    })
+    .await;
 }

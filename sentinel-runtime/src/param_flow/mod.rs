@@ -52,6 +52,8 @@
 //! ```
 
 mod manager;
+#[cfg(feature = "tower")]
+pub(crate) mod peek;
 pub(crate) mod rule;
 mod state;
 mod value;

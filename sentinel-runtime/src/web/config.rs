@@ -12,6 +12,7 @@ use super::extract::ValueFn;
 use super::gateway::enter::GatewayMode;
 use super::naming::{Naming, ResourceCache};
 use super::outcome::{is_error_by_default, Outcome};
+use super::rate_limit::RateLimitHeaders;
 use super::request::RequestView;
 use crate::{BlockError, Sentinel};
 
@@ -87,6 +88,8 @@ pub(crate) struct LayerConfig {
     pub(crate) context: Option<Arc<str>>,
     /// Gateway mode: the route's and the API groups' resources, with the gateway rules' arguments.
     pub(crate) gateway: Option<GatewayMode>,
+    /// The RateLimit header fields, when asked for.
+    pub(crate) rate_limit: Option<RateLimitHeaders>,
 }
 
 impl LayerConfig {
@@ -105,6 +108,7 @@ impl LayerConfig {
             exit_on: ExitOn::Response,
             context: None,
             gateway: None,
+            rate_limit: None,
         }
     }
 

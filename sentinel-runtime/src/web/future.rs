@@ -74,7 +74,7 @@ fn finish<B, E, M: BodyMode<B>>(
     let Some(g) = slot.as_mut() else {
         return result.map(|r| r.map(M::plain));
     };
-    let response = match result {
+    let mut response = match result {
         Ok(r) => r,
         Err(e) => {
             g.error();
@@ -82,6 +82,9 @@ fn finish<B, E, M: BodyMode<B>>(
             return Err(e);
         }
     };
+    if let Some(headers) = g.entry.take_headers() {
+        response.headers_mut().extend(*headers);
+    }
     let hold = if g.grpc {
         match GrpcCode::from_headers(response.headers()) {
             // A trailers-only response: the call ended with this status.

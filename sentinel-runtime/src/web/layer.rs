@@ -18,6 +18,7 @@ use super::gateway::enter::GatewayMode;
 #[cfg(doc)]
 use super::outcome::is_error_by_default;
 use super::outcome::Outcome;
+use super::rate_limit::RateLimitHeaders;
 use super::request::RequestView;
 use super::service::SentinelService;
 use crate::{BlockError, Sentinel};
@@ -253,6 +254,21 @@ impl<M> SentinelLayer<M> {
         self.update(|c| c.gateway = Some(GatewayMode::new(&c.engine, proxies)))
     }
 
+    /// Writes the RateLimit header fields of the IETF httpapi draft on the responses of limited resources
+    /// (see [`RateLimitHeaders`] for the older `x-ratelimit-*` names and gRPC): `RateLimit-Policy` with
+    /// each policy's quota and window, and `RateLimit` with what remains and the seconds until more is
+    /// available. A policy is a QPS flow rule for every caller on the request's resource (named after the
+    /// resource; window 1 s) or a hot-parameter token bucket the request's value went through, a gateway
+    /// rule's included (named `resource#param_idx`; the quota is `count + burst`, the window the rule's).
+    /// Each is read from the rule's window or bucket after the request was admitted, without taking from
+    /// it: the values are exact at that instant, and a rule of count 3 still admits exactly 3 calls. A
+    /// blocked request gets the policy it ran out of, with nothing remaining, beside `Retry-After`.
+    ///
+    /// Off by default; on, a request pays a read of each rule's window and the fields' formatting.
+    pub fn rate_limit_headers(self, headers: RateLimitHeaders) -> Self {
+        self.update(|c| c.rate_limit = Some(headers))
+    }
+
     /// The context requests enter. By default they enter the engine's default context
     /// ([`DEFAULT_CONTEXT_NAME`](crate::DEFAULT_CONTEXT_NAME)), which costs nothing per request; a named context
     /// (for instance [`WEB_CONTEXT_NAME`], as Java's web adapters do) lets chain rules tell requests from other
@@ -287,6 +303,7 @@ impl<M> fmt::Debug for SentinelLayer<M> {
             .field("exit_on", &c.exit_on)
             .field("context", &c.context.as_deref().unwrap_or(crate::DEFAULT_CONTEXT_NAME))
             .field("gateway", &c.gateway.is_some())
+            .field("rate_limit_headers", &c.rate_limit)
             .finish_non_exhaustive()
     }
 }

@@ -19,6 +19,8 @@ pub(crate) struct RequestEntry {
     /// allocation). Declared first: they exit before the route's entry.
     apis: Vec<Entry<'static>>,
     entry: Entry<'static>,
+    /// The RateLimit header fields for the response, when the layer writes them.
+    headers: Option<Box<http::HeaderMap>>,
 }
 
 impl RequestEntry {
@@ -27,12 +29,12 @@ impl RequestEntry {
     /// server's workers).
     #[inline(always)]
     pub(crate) fn new(entry: Entry<'static>) -> RequestEntry {
-        RequestEntry { apis: Vec::new(), entry }
+        RequestEntry { apis: Vec::new(), entry, headers: None }
     }
 
     /// The request's entry on its route and on the API groups it belongs to (gateway mode).
     pub(crate) fn with_apis(entry: Entry<'static>, apis: Vec<Entry<'static>>) -> RequestEntry {
-        RequestEntry { apis, entry }
+        RequestEntry { apis, entry, headers: None }
     }
 
     /// Runs `f` (creating, polling or dropping the handler's future) with the request's entry as the
@@ -46,6 +48,17 @@ impl RequestEntry {
     #[inline(always)]
     pub(crate) fn scope(&self) -> Option<crate::entry::ScopeRestore> {
         self.entry.scope()
+    }
+
+    /// Sets the header fields the response gets.
+    pub(crate) fn set_headers(&mut self, headers: Option<Box<http::HeaderMap>>) {
+        self.headers = headers;
+    }
+
+    /// The header fields the response gets (once).
+    #[inline]
+    pub(crate) fn take_headers(&mut self) -> Option<Box<http::HeaderMap>> {
+        self.headers.take()
     }
 
     /// Counts the request as an error (on its route and its API groups).
