@@ -5,7 +5,7 @@ use crate::resource::ResourceInner;
 use crate::stat::{SECOND_INTERVAL_MS, SECOND_SAMPLE_COUNT};
 
 /// The span of one bucket of the second window.
-const BUCKET_MS: u64 = SECOND_INTERVAL_MS as u64 / SECOND_SAMPLE_COUNT as u64;
+const BUCKET_MS: u64 = SECOND_INTERVAL_MS / SECOND_SAMPLE_COUNT as u64;
 
 /// A QPS rule's budget at one instant.
 #[derive(Clone, Debug)]

@@ -130,9 +130,6 @@ impl Sentinel {
     /// `app_type=1`, so the dashboard shows its gateway pages.
     pub fn uses_gateway(&self) -> bool {
         let state = self.gateway();
-        let in_use = state.layer_built.load(Ordering::Relaxed)
-            || !state.rules().is_empty()
-            || !state.apis().definitions.is_empty();
-        in_use
+        state.layer_built.load(Ordering::Relaxed) || !state.rules().is_empty() || !state.apis().definitions.is_empty()
     }
 }
