@@ -1,8 +1,7 @@
 //! Reads of the flow rules' windows that spend nothing (the web layer's RateLimit header fields).
 
 use super::ResourceFlowRules;
-use crate::resource::ResourceInner;
-use crate::stat::{SECOND_INTERVAL_MS, SECOND_SAMPLE_COUNT};
+use crate::stat::{StatNode, SECOND_INTERVAL_MS, SECOND_SAMPLE_COUNT};
 
 /// The span of one bucket of the second window.
 const BUCKET_MS: u64 = SECOND_INTERVAL_MS / SECOND_SAMPLE_COUNT as u64;
@@ -23,8 +22,8 @@ impl ResourceFlowRules {
     /// rejecting past it (the rules a client can be told a quota of), read from the window without taking
     /// from it: exact at that instant. Other rules (per origin, relate or chain, queueing, warm-up, cluster)
     /// are left out.
-    pub(crate) fn peek(&self, resource: &ResourceInner, now_ms: u64, out: &mut Vec<WindowPeek>) {
-        let node = &resource.cluster.stat;
+    /// `node` is the resource's own (cluster) node.
+    pub(crate) fn peek(&self, node: &StatNode, now_ms: u64, out: &mut Vec<WindowPeek>) {
         let mut passed = None;
         for st in self.rules.iter().filter(|s| s.is_simple()) {
             let passed = *passed.get_or_insert_with(|| node.admission().total(now_ms, &|s| node.borrowed_at(s)));

@@ -83,7 +83,7 @@ pub(crate) fn passed(
     let (flow, param) = inner.with_rules(|r| (r.flow.clone(), r.param.clone()));
     if let Some(flow) = flow {
         let mut peeks = Vec::new();
-        flow.peek(inner, now_ms, &mut peeks);
+        flow.peek(&inner.cluster.stat, now_ms, &mut peeks);
         for p in peeks {
             if let Some(pol) = policy(policy_name(resource.name(), None), p.quota, 1) {
                 let status =
