@@ -20,7 +20,12 @@
 //!   sends `X-Forwarded-For: 198.51.100.4` from a private peer for these two; wrk sends none, so under it
 //!   both take the peer);
 //! - `ratelimit`: tower's `RateLimitLayer` that never limits (not `Clone`: behind a `BufferLayer` with axum's
-//!   `HandleErrorLayer`, as axum's docs show; its buffer runs a task, so it needs a running runtime).
+//!   `HandleErrorLayer`, as axum's docs show; its buffer runs a task, so it needs a running runtime);
+//! - `sentinel-headers`: `sentinel-axum` with the RateLimit header fields (a peek of the flow rule's window
+//!   and the fields' formatting per request);
+//! - `sentinel-gateway` and `sentinel-gateway-headers`: the layer in gateway mode (axum mode), the route and
+//!   an API group matching every path (`/**`), a gateway rule per client IP on each that never limits;
+//!   and the same with the RateLimit header fields.
 
 use std::error::Error;
 use std::time::Duration;
@@ -31,7 +36,7 @@ use axum::routing::get;
 use axum::{BoxError, Router};
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::param_flow::ParamFlowRule;
-use sentinel_runtime::web::{extract, SentinelLayer, TrustedProxies};
+use sentinel_runtime::web::{extract, RateLimitHeaders, SentinelLayer, TrustedProxies};
 use sentinel_runtime::Sentinel;
 use tower::ServiceBuilder;
 
@@ -49,6 +54,9 @@ pub const VARIANTS: &[&str] = &[
     "sentinel-proxied",
     "governor-proxied",
     "ratelimit",
+    "sentinel-headers",
+    "sentinel-gateway",
+    "sentinel-gateway-headers",
 ];
 
 /// The router of `variant` (built inside a tokio runtime: tower's limiter keeps a tokio timer).
@@ -62,6 +70,14 @@ pub fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
         "sentinel-cached" => sentinel(routes, true, true, false)?,
         "sentinel-off" => sentinel(routes, false, false, false)?,
         "sentinel-per-ip" => per_client(routes, TrustedProxies::none())?,
+        "sentinel-headers" => {
+            let engine = Sentinel::builder().build().leak();
+            engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
+            let layer = SentinelLayer::new(engine).rate_limit_headers(RateLimitHeaders::new());
+            routes.route_layer(layer.axum())
+        }
+        "sentinel-gateway" => gateway(routes, false)?,
+        "sentinel-gateway-headers" => gateway(routes, true)?,
         "sentinel-proxied" => per_client(routes, TrustedProxies::private_networks())?,
         "governor" | "governor-per-ip" | "governor-proxied" => {
             // A limit that never limits: one global one, tower-governor's default (per peer IP), or per client
@@ -98,6 +114,27 @@ fn per_client(routes: Router, trusted: TrustedProxies) -> Result<Router, Box<dyn
     engine.load_flow_rules([FlowRule::new("GET:/hello").count(1e12)])?;
     engine.load_param_flow_rules([ParamFlowRule::new("GET:/hello", 0).count(1e12)])?;
     let layer = SentinelLayer::new(engine).param(extract::client_ip(trusted));
+    Ok(routes.route_layer(layer.axum()))
+}
+
+/// The layer in gateway mode, in its axum mode: the route `GET:/hello` and an API group `greetings`
+/// (`/**`) it belongs to, a gateway rule per client IP on each, none of which ever limits; `headers`:
+/// the RateLimit header fields as well.
+fn gateway(routes: Router, headers: bool) -> Result<Router, Box<dyn Error>> {
+    use sentinel_runtime::web::gateway::{
+        ApiDefinition, ApiPredicateItem, GatewayFlowRule, GatewayParamItem, ResourceMode,
+    };
+    let engine = Sentinel::builder().build().leak();
+    engine.load_api_definitions([ApiDefinition::new("greetings").item(ApiPredicateItem::prefix("/**"))])?;
+    engine.load_gateway_rules([
+        GatewayFlowRule::new("GET:/hello").count(1e12).param_item(GatewayParamItem::client_ip()),
+        GatewayFlowRule::new("greetings")
+            .resource_mode(ResourceMode::CustomApiName)
+            .count(1e12)
+            .param_item(GatewayParamItem::client_ip()),
+    ])?;
+    let layer = SentinelLayer::new(engine).gateway(TrustedProxies::none());
+    let layer = if headers { layer.rate_limit_headers(RateLimitHeaders::new()) } else { layer };
     Ok(routes.route_layer(layer.axum()))
 }
 

@@ -127,9 +127,10 @@ mod error;
 #[cfg(feature = "prometheus")]
 pub mod exporter;
 pub mod flow;
+/// Gateway flow control, at its former path: see [`web::gateway`].
 #[cfg(feature = "tower")]
 #[doc(hidden)]
-pub mod gateway;
+pub use web::gateway;
 #[cfg(any(feature = "transport", feature = "http-exporter"))]
 mod http_server;
 mod inspect;

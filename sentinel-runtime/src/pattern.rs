@@ -1,4 +1,4 @@
-//! Regex resources: flow, degrade and authority rules whose `resource` is a pattern (Java's `regex: true`).
+//! Regex resources: flow, degrade, authority and hot-parameter rules whose `resource` is a pattern (Java's `regex: true`).
 //!
 //! A rule with `regex` set applies to every resource whose **whole** name matches its `resource` (Java's
 //! `Pattern.matcher(name).matches()`; here the pattern is anchored at both ends, so `"order.*"` matches
@@ -38,7 +38,9 @@
 //! A regex flow rule cannot be in cluster mode (one cluster flow id cannot count every matching resource
 //! separately; Java refuses it too). Java also ignores regex flow rules that warm up or queue, because its
 //! controller would be shared by every matching resource; here each resource gets its own controller, so
-//! those behaviours work per resource. Hot-parameter rules have no `regex` (Java ignores the field there).
+//! those behaviours work per resource. A regex hot-parameter rule counts each matching resource's values
+//! with counters of its own; it must reject (the default behaviour) and not be in cluster mode, as Java's
+//! `ParamFlowRuleUtil` requires.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -68,8 +68,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "diagnose",
             "http_server.rs",
             "outbound/",
-            // Gateway rules, not yet wired (issue 32's groundwork).
-            "gateway/",
         ],
     ),
 ];

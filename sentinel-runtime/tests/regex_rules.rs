@@ -5,6 +5,7 @@ use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
 use sentinel_runtime::circuit_breaker::{BreakerState, DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::ManualClock;
 use sentinel_runtime::flow::{ControlBehavior, FlowRule};
+use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::{BlockError, RuleError, RuleKind, Sentinel};
 
 fn engine() -> (Sentinel, ManualClock) {
@@ -244,4 +245,58 @@ fn a_java_rule_file_with_regex_rules_loads_and_behaves_as_in_java() {
     let admin = e.resource("GET:/admin/users");
     assert!(admin.entry().origin("web").enter().is_err());
     assert!(admin.entry().origin("ops").enter().is_ok());
+}
+
+// Hot-parameter rules with `regex` (Java >= 1.8.7: `ParamFlowRuleUtil.checkRegexField`).
+
+fn param_passes(engine: &Sentinel, resource: &str, value: &str, calls: usize) -> usize {
+    let r = engine.resource(resource);
+    (0..calls).filter(|_| r.entry().args(&[&value]).enter().is_ok()).count()
+}
+
+#[test]
+fn a_regex_hot_parameter_rule_counts_each_value_of_each_matching_resource_on_its_own() {
+    let (e, clock) = engine();
+    let before = e.resource("order_list"); // created before the load: resolved when rules load
+    e.load_param_flow_rules([ParamFlowRule::new("order_.*", 0).regex(true).count(2.0)]).unwrap();
+    assert_eq!(param_passes(&e, before.name(), "ann", 5), 2);
+    assert_eq!(param_passes(&e, "order_list", "bob", 5), 2, "another value has its own budget");
+    assert_eq!(param_passes(&e, "order_get", "ann", 5), 2, "created after the load: its own counters");
+    assert_eq!(param_passes(&e, "user_get", "ann", 5), 5, "a name that does not match is not limited");
+    assert_eq!(param_passes(&e, "my_order_list", "ann", 5), 5, "the whole name must match");
+    clock.advance_millis(1001);
+    assert_eq!(param_passes(&e, "order_list", "ann", 5), 2);
+}
+
+#[test]
+fn a_regex_hot_parameter_rule_keeps_its_counters_across_a_reload_and_joins_exact_rules() {
+    let (e, _clock) = engine();
+    let regex = ParamFlowRule::new("order_.*", 0).regex(true).count(2.0);
+    e.load_param_flow_rules([regex.clone()]).unwrap();
+    assert_eq!(param_passes(&e, "order_list", "ann", 1), 1);
+    e.load_param_flow_rules([regex, ParamFlowRule::new("order_list", 0).count(10.0)]).unwrap();
+    assert_eq!(param_passes(&e, "order_list", "ann", 5), 1, "the reload kept the value's counter");
+    match e.resource("order_list").entry().args(&[&"ann"]).enter() {
+        Err(BlockError::ParamFlow { rule, .. }) => assert!(rule.regex && rule.resource == "order_.*"),
+        other => panic!("expected the regex rule to block, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_regex_hot_parameter_rule_must_reject_and_stay_local_and_the_error_names_it() {
+    let (e, _clock) = engine();
+    e.load_param_flow_rules([ParamFlowRule::new("kept", 0).count(1.0)]).unwrap();
+    let queueing =
+        ParamFlowRule::new("order_.*", 0).regex(true).count(2.0).control_behavior(ControlBehavior::RateLimiter);
+    let cluster = ParamFlowRule::new("order_.*", 0)
+        .regex(true)
+        .count(2.0)
+        .cluster(sentinel_runtime::flow::ClusterConfig { flow_id: Some(7), ..Default::default() });
+    let bad_pattern = ParamFlowRule::new("order_(", 0).regex(true).count(2.0);
+    for (rule, field) in [(queueing, "control_behavior"), (cluster, "cluster_mode"), (bad_pattern, "resource")] {
+        let e2 = e.load_param_flow_rules([ParamFlowRule::new("ok", 0).count(1.0), rule]).unwrap_err();
+        let RuleError::Invalid { kind, index, field: f, .. } = &e2 else { panic!("{e2}") };
+        assert_eq!((*kind, *index, *f), (RuleKind::ParamFlow, 1, field), "{e2}");
+    }
+    assert_eq!(e.param_flow_rules(), [ParamFlowRule::new("kept", 0).count(1.0)], "the rules in force stay");
 }

@@ -95,6 +95,17 @@ pub enum SourceError {
         #[source]
         error: ParseError,
     },
+    /// A gateway rules or API definitions file (`gw-flow-rules.json`, `gw-api-definitions.json`) is not
+    /// Java's JSON, or holds an invalid entry (feature `tower`).
+    #[cfg(feature = "tower")]
+    #[error("rules file {}: {error}; the rules in force stay", path.display())]
+    Gateway {
+        /// The path.
+        path: PathBuf,
+        /// Where and why.
+        #[source]
+        error: super::gateway::GatewayDocumentError,
+    },
     /// A rule is invalid (the engine rejected the set).
     #[error("rules file {}: {error}", path.display())]
     Invalid {
@@ -136,6 +147,8 @@ impl SourceError {
             | SourceError::Invalid { path, .. }
             | SourceError::TooLarge { path, .. }
             | SourceError::TooManyRules { path, .. } => path,
+            #[cfg(feature = "tower")]
+            SourceError::Gateway { path, .. } => path,
         }
     }
 }

@@ -396,7 +396,16 @@ impl FileDataSource {
             return Ok(Reloaded::Unchanged);
         }
         let mut set = RuleSet::default();
+        #[cfg(feature = "tower")]
+        let mut gateway = super::GatewayDocuments::default();
         for (path, text) in &inputs {
+            #[cfg(feature = "tower")]
+            if let Some(stem) = super::gateway::gateway_stem(path).filter(|_| self.is_dir()) {
+                let parsed = super::GatewayDocuments::parse_file(stem, text)
+                    .map_err(|e| SourceError::Gateway { path: path.clone(), error: e.into() })?;
+                gateway.merge(parsed);
+                continue;
+            }
             let format = format_of(path);
             let parsed = self
                 .parse_file(path, text, format)
@@ -404,6 +413,8 @@ impl FileDataSource {
             set.merge(parsed);
         }
         let count = set.len();
+        #[cfg(feature = "tower")]
+        let count = count + gateway.len();
         if count > state.limits.max_rules {
             return Err(SourceError::TooManyRules {
                 path: self.path().to_path_buf(),
@@ -411,12 +422,75 @@ impl FileDataSource {
                 limit: state.limits.max_rules,
             });
         }
+        // The gateway's lists first (validated whole), put back if a kind is then refused.
+        #[cfg(feature = "tower")]
+        let gateway_before = self.apply_gateway(&gateway)?;
         let kinds = set.apply(&self.inner.engine).map_err(|error| {
+            #[cfg(feature = "tower")]
+            if let Some(before) = &gateway_before {
+                if let Err(e) = before.apply(&self.inner.engine) {
+                    tracing::error!(error = %e, "could not restore the previous gateway rules");
+                }
+            }
             let path = self.path_for_error(&inputs, &error);
             SourceError::Invalid { path, error }
         })?;
         state.applied = Some(inputs);
         Ok(Reloaded::Applied { kinds })
+    }
+
+    /// Applies the gateway lists of a directory's files; the lists in force before, when there were any to
+    /// apply.
+    #[cfg(feature = "tower")]
+    fn apply_gateway(&self, docs: &super::GatewayDocuments) -> Result<Option<super::GatewayDocuments>, SourceError> {
+        if docs.is_empty() {
+            return Ok(None);
+        }
+        let engine = &self.inner.engine;
+        let before = super::GatewayDocuments::snapshot(engine);
+        docs.apply(engine).map_err(|e| {
+            let stem = match e {
+                crate::web::gateway::GatewayRuleError::InvalidApi { .. } => super::API_DEFINITIONS_FILE_STEM,
+                _ => super::GATEWAY_RULES_FILE_STEM,
+            };
+            SourceError::Gateway { path: self.path().join(format!("{stem}.json")), error: e.into() }
+        })?;
+        Ok(Some(before))
+    }
+
+    /// Writes the gateway lists `docs` manages to a rules directory's `gw-flow-rules.json` and
+    /// `gw-api-definitions.json` (Java's files, in Java's JSON), atomically each, as
+    /// [`write_rules`](FileDataSource::write_rules) writes the other kinds (feature `tower`). Only a
+    /// directory holds them: a single file is an error.
+    #[cfg(feature = "tower")]
+    pub fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), super::WriteBackError> {
+        let Layout::Dir(dir) = &self.inner.layout else {
+            return Err(super::WriteBackError::Store {
+                target: self.path().display().to_string(),
+                reason: "gateway rules are stored in a rules directory (gw-flow-rules.json, gw-api-definitions.json), \
+                         not in a single rules file"
+                    .into(),
+            });
+        };
+        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        for stem in super::gateway::GATEWAY_FILE_STEMS {
+            let Some(text) = docs.file_text(stem) else { continue };
+            let path = dir.join(format!("{stem}.json"));
+            write_through(&path, &text)
+                .map_err(|e| super::WriteBackError::File(WriteError::Io { path: path.clone(), source: Arc::new(e) }))?;
+            if let Some(applied) = state.applied.as_mut() {
+                match applied.iter_mut().find(|(p, _)| *p == path) {
+                    Some(entry) => entry.1 = text.clone(),
+                    None => applied.push((path.clone(), text.clone())),
+                }
+                applied.sort_by_key(|(p, _)| kind_order(p));
+            }
+            if !state.present.contains(&path) {
+                state.present.push(path.clone());
+                state.present.sort_by_key(|p| kind_order(p));
+            }
+        }
+        Ok(())
     }
 
     fn parse_file(&self, path: &Path, text: &str, format: Format) -> Result<RuleSet, super::ParseError> {
@@ -462,6 +536,13 @@ impl FileDataSource {
                             found.push(p);
                             break;
                         }
+                    }
+                }
+                #[cfg(feature = "tower")]
+                for stem in super::gateway::GATEWAY_FILE_STEMS {
+                    let p = dir.join(format!("{stem}.json"));
+                    if p.is_file() {
+                        found.push(p);
                     }
                 }
                 let gone: Vec<PathBuf> = state.present.iter().filter(|p| !found.contains(p)).cloned().collect();
@@ -521,7 +602,15 @@ fn kind_list(doc: &RuleSet, kind: RuleKind, format: Format) -> Result<String, su
 
 /// The position of a directory's rules file in the order the directory is read.
 fn kind_order(path: &Path) -> usize {
-    kind_of_file(path).and_then(|k| ALL_KINDS.iter().position(|x| *x == k)).unwrap_or(usize::MAX)
+    if let Some(i) = kind_of_file(path).and_then(|k| ALL_KINDS.iter().position(|x| *x == k)) {
+        return i;
+    }
+    #[cfg(feature = "tower")]
+    if let Some(stem) = super::gateway::gateway_stem(path) {
+        let i = super::gateway::GATEWAY_FILE_STEMS.iter().position(|s| *s == stem).unwrap_or(0);
+        return ALL_KINDS.len() + i;
+    }
+    usize::MAX
 }
 
 /// The chain of symbolic links starting at `path`: `path`, then each link's target in turn (a relative

@@ -71,17 +71,6 @@ code!(AuthorityCode, AuthorityStrategy, "0 (white list) or 1 (black list)", {
 // to the engine (`app`, `ip`, `port`, `gmtCreate`, `gmtModified`); `id` is kept (it is part of the rule).
 // Any other unknown field is an error.
 
-/// Hot-parameter rules carry Java's `regex` field, which Java ignores there (it reads the pattern as an exact
-/// name): a rule that sets it is refused rather than silently misread.
-fn check_no_regex(regex: Option<bool>) -> Result<(), String> {
-    if regex == Some(true) {
-        return Err("`regex: true` is not supported by hot-parameter rules (Java ignores it there and reads the \
-                    pattern as an exact name); name the resource exactly"
-            .into());
-    }
-    Ok(())
-}
-
 thread_local! {
     /// Whether the document being read is a YAML or TOML file (see [`strict_fields`]).
     static STRICT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -723,7 +712,6 @@ pub struct JavaParamFlowRule(pub ParamFlowRule);
 impl TryFrom<ParamFlowRuleDto> for JavaParamFlowRule {
     type Error = String;
     fn try_from(d: ParamFlowRuleDto) -> Result<Self, String> {
-        check_no_regex(d.regex)?;
         required(&d.count, "count")?;
         let def = ParamFlowRule::default();
         Ok(JavaParamFlowRule(ParamFlowRule {
@@ -741,6 +729,7 @@ impl TryFrom<ParamFlowRuleDto> for JavaParamFlowRule {
             cluster_mode: d.cluster_mode.unwrap_or(false),
             // Java's param cluster config falls back to local limiting only when told to.
             cluster_config: d.cluster_config.map(|c| c.into_config(false)),
+            regex: d.regex.unwrap_or(false),
         }))
     }
 }
@@ -761,7 +750,7 @@ impl From<JavaParamFlowRule> for ParamFlowRuleDto {
             param_flow_item_list: Some(r.items.into_iter().map(|i| ParamItemWire(JavaParamItem(i))).collect()),
             cluster_mode: Some(r.cluster_mode),
             cluster_config: r.cluster_config.as_ref().map(ClusterConfigDto::from_config),
-            regex: None,
+            regex: r.regex.then_some(true),
             hot_items: None,
             app: None,
             ip: None,

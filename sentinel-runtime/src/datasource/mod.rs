@@ -37,10 +37,10 @@
 //! `clusterConfig` (`strategy`, `resourceTimeout`, `resourceTimeoutStrategy`, `acquireRefuseStrategy`,
 //! `clientOfflineTime`, `prefetchCntRatio`) — and report any other as an error with its line and path.
 //!
-//! **`regex`.** Flow, degrade and authority rules with `"regex": true` load as they are: `resource` is a
-//! pattern over whole resource names and each matching resource is governed separately (see
+//! **`regex`.** Flow, degrade, authority and hot-parameter rules with `"regex": true` load as they are:
+//! `resource` is a pattern over whole resource names and each matching resource is governed separately (see
 //! [`crate::pattern`]); a pattern that does not compile is a [`RuleError`] at load, naming
-//! the rule. Hot-parameter rules refuse `"regex": true` (Java ignores it there).
+//! the rule. A regex hot-parameter rule must use the default behaviour and no cluster mode, as in Java.
 //!
 //! **Param item values.** `classType` is read as Java reads it (`int`/`java.lang.Integer`, `long`, `short`,
 //! `byte` → integer; `double`/`float` → float; `boolean`; `char`; `String`/`java.lang.String` or none →
@@ -67,6 +67,8 @@ mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod file;
+#[cfg(feature = "tower")]
+mod gateway;
 mod java;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod remote;
@@ -80,6 +82,8 @@ pub use error::{ParseError, SerializeError, SourceError, WriteError};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceError};
 pub use file::{FileDataSource, FileLimits, Reloaded};
+#[cfg(feature = "tower")]
+pub use gateway::{GatewayDocumentError, GatewayDocuments, API_DEFINITIONS_FILE_STEM, GATEWAY_RULES_FILE_STEM};
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
 pub(crate) use writable::now_ms;

@@ -309,7 +309,7 @@ fn cluster_config_fields_are_read_and_checked_as_java_checks_them() {
 }
 
 #[test]
-fn bad_param_item_value_and_regex_are_errors() {
+fn bad_param_item_values_are_errors_and_regex_param_rules_load_as_patterns() {
     let e = parse_rules::<ParamFlowRule>(
         r#"[{"resource": "a", "paramIdx": 0, "paramFlowItemList": [{"object": "abc", "count": 1, "classType": "int"}]}]"#,
         Format::Json,
@@ -318,9 +318,14 @@ fn bad_param_item_value_and_regex_are_errors() {
     assert!(e.message.contains("not a valid int"), "{e}");
     let e = parse_rules::<ParamFlowRule>(r#"[{"resource": "a", "count": 1}]"#, Format::Json).unwrap_err();
     assert!(e.message.contains("paramIdx"), "{e}");
-    let e = parse_rules::<ParamFlowRule>(r#"[{"resource": "a.*", "paramIdx": 0, "regex": true}]"#, Format::Json)
-        .unwrap_err();
-    assert!(e.message.contains("regex"), "{e}");
+    let rules = parse_rules::<ParamFlowRule>(
+        r#"[{"resource": "a.*", "paramIdx": 0, "count": 1, "regex": true}]"#,
+        Format::Json,
+    )
+    .unwrap();
+    assert!(rules[0].regex, "Java >= 1.8.7 reads `regex` on hot-parameter rules");
+    let back = rules_to_string(&rules, Format::Json).unwrap();
+    assert!(back.contains("\"regex\": true") || back.contains("\"regex\":true"), "{back}");
 }
 
 #[test]

@@ -119,6 +119,18 @@ pub trait WritableDataSource: Send + Sync + 'static {
 
     /// Which store, when it last loaded, and its last failure (for `diagnose` and the console).
     fn status(&self) -> SourceStatus;
+
+    /// Writes the gateway lists `docs` manages (feature `tower`; the dashboard's gateway pages push them).
+    /// By default the store does not hold them: an error, and the command center answers
+    /// `partial success (write data source failed)`.
+    #[cfg(feature = "tower")]
+    fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), WriteBackError> {
+        let _ = docs;
+        Err(WriteBackError::Store {
+            target: self.status().target,
+            reason: "this data source does not store gateway rules or API definitions".into(),
+        })
+    }
 }
 
 impl std::fmt::Debug for dyn WritableDataSource {
@@ -135,11 +147,19 @@ impl<T: WritableDataSource + ?Sized> WritableDataSource for Arc<T> {
     fn status(&self) -> SourceStatus {
         (**self).status()
     }
+    #[cfg(feature = "tower")]
+    fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), WriteBackError> {
+        (**self).write_gateway(docs)
+    }
 }
 
 impl WritableDataSource for super::FileDataSource {
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
         super::FileDataSource::write_rules(self, set).map_err(WriteBackError::File)
+    }
+    #[cfg(feature = "tower")]
+    fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), WriteBackError> {
+        super::FileDataSource::write_gateway(self, docs)
     }
     fn status(&self) -> SourceStatus {
         SourceStatus {

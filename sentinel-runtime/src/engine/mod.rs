@@ -1,5 +1,6 @@
 //! The engine: rules, nodes, contexts and a clock.
 
+mod extensions;
 mod kinds;
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use crate::context::{ContextInfo, ContextState, OriginInfo, DEFAULT_CONTEXT_NAME
 use crate::error::{BlockError, RuleError};
 use crate::flow::{FlowManager, FlowRule};
 use crate::node::{Children, EntranceNode};
-use crate::param_flow::{ParamFlowManager, ParamFlowRule};
+use crate::param_flow::{ParamFlowManager, ParamFlowRule, ParamRuleOwner};
 use crate::resource::{EntryType, Resource, ResourceInner};
 use crate::rules::ResourceRules;
 use crate::slot::{CustomSlots, Slot};
@@ -171,6 +172,7 @@ impl SentinelBuilder {
                 sites: Mutex::new(HashMap::new()),
                 site_list: boxcar::Vec::new(),
                 observers: crate::observe::Observers::default(),
+                extensions: extensions::Extensions::default(),
                 #[cfg(test)]
                 every_nth: Default::default(),
             }),
@@ -236,6 +238,8 @@ pub(crate) struct Shared {
     site_list: boxcar::Vec<Resource>,
     /// What integrations observe beyond the windows (histograms, blocks by kind), once one asks.
     pub(crate) observers: crate::observe::Observers,
+    /// What integrations keep per engine (the gateway's rules).
+    pub(crate) extensions: extensions::Extensions,
     /// The test-only kind's rules (slot/every_nth.rs).
     #[cfg(test)]
     pub(crate) every_nth: crate::slot::every_nth::EveryNthRules,
@@ -949,17 +953,16 @@ impl Sentinel {
         self.shared.system.rules()
     }
 
-    /// Replaces the hot-parameter rules.
+    /// Replaces the hot-parameter rules (the gateway's converted rules stay, with their counters). A rule
+    /// with [`regex`](ParamFlowRule::regex) applies to every resource whose name matches.
     pub fn load_param_flow_rules(&self, rules: impl IntoIterator<Item = ParamFlowRule>) -> Result<(), RuleError> {
-        if self.shared.param.load(rules.into_iter().collect())? {
-            self.shared.refresh_rules();
-        }
+        self.load_param_flow_rules_of(ParamRuleOwner::User, rules.into_iter().collect())?;
         self.warn_unknown_rule_resources(crate::error::RuleKind::ParamFlow);
         Ok(())
     }
-    /// The hot-parameter rules in force.
+    /// The hot-parameter rules in force (the ones loaded here; the gateway's converted rules are not listed).
     pub fn param_flow_rules(&self) -> Vec<ParamFlowRule> {
-        self.shared.param.rules()
+        self.shared.param.rules(ParamRuleOwner::User)
     }
 
     /// Replaces the authority rules.

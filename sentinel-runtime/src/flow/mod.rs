@@ -2,6 +2,8 @@
 
 mod cluster_status;
 mod controller;
+#[cfg(feature = "tower")]
+pub(crate) mod peek;
 pub(crate) mod rule;
 pub(crate) mod token_service;
 

@@ -51,6 +51,9 @@
 //! assert!(call(1).is_ok());
 //! ```
 
+mod manager;
+#[cfg(feature = "tower")]
+pub(crate) mod peek;
 pub(crate) mod rule;
 mod state;
 pub(crate) mod value;
@@ -64,8 +67,8 @@ use std::sync::Arc;
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::flow::ControlBehavior;
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
-use crate::slot::toolkit::{group_reusing, RuleList, RuleMap};
 
+pub(crate) use manager::{ParamFlowManager, ParamRuleOwner};
 pub(crate) use state::ParamRuleState;
 use state::{ValueCell, ValueDecision};
 
@@ -129,6 +132,17 @@ pub(crate) fn validate(rule: &ParamFlowRule, index: usize) -> Result<(), RuleErr
             return bad("items.count", "must be a finite number >= 0");
         }
     }
+    // Java's `ParamFlowRuleUtil.checkRegexField`: a pattern counts each matching resource on its own, which
+    // the rate limiter's shared queue and a cluster flow id cannot.
+    if rule.regex && rule.cluster_mode {
+        return bad(
+            "cluster_mode",
+            "cannot be combined with regex: one cluster flow id cannot count each matching resource",
+        );
+    }
+    if rule.regex && rule.control_behavior != ControlBehavior::Reject {
+        return bad("control_behavior", "must be Reject (the default) for a regex rule, as in Java");
+    }
     if rule.cluster_mode {
         match &rule.cluster_config {
             None => return bad("cluster_config", "is required when cluster_mode is on"),
@@ -144,39 +158,6 @@ fn normalize(mut rule: ParamFlowRule) -> ParamFlowRule {
         rule.limit_app = crate::LIMIT_APP_DEFAULT.to_string();
     }
     rule
-}
-
-/// Holds the hot-parameter rules.
-#[derive(Default)]
-pub(crate) struct ParamFlowManager {
-    map: RuleMap<ResourceParamRules>,
-    rules: RuleList<ParamFlowRule>,
-}
-
-impl ParamFlowManager {
-    /// Validates and replaces the rule set; `Ok(true)` when something changed. A rule equal to one in force
-    /// keeps its counters.
-    pub(crate) fn load(&self, rules: Vec<ParamFlowRule>) -> Result<bool, RuleError> {
-        self.rules.replace(rules, validate, normalize, |unique| {
-            let old = self.map.snapshot();
-            let by_resource = group_reusing(
-                unique,
-                |r| &r.resource,
-                |name| old.get(name).map(|rs| rs.rules.clone()).unwrap_or_default(),
-                |s| &*s.rule,
-                |r| ParamRuleState::new(r.clone()),
-            );
-            self.map
-                .store(by_resource.into_iter().map(|(k, rules)| (k, Arc::new(ResourceParamRules { rules }))).collect());
-            Ok(())
-        })
-    }
-    pub(crate) fn rules(&self) -> Vec<ParamFlowRule> {
-        self.rules.get()
-    }
-    pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceParamRules>> {
-        self.map.get(name)
-    }
 }
 
 /// The argument a rule reads: `param_idx`, negative from the end; `None` past either end.

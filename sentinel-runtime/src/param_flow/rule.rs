@@ -61,6 +61,10 @@ pub struct ParamFlowRule {
     pub cluster_mode: bool,
     /// Cluster settings.
     pub cluster_config: Option<ClusterConfig>,
+    /// Whether `resource` is a regular expression: the rule applies to every resource whose whole name
+    /// matches, each with its own per-value counters (see [`crate::pattern`]). Only with the default
+    /// behaviour (reject) and without cluster mode, as in Java.
+    pub regex: bool,
 }
 
 impl Default for ParamFlowRule {
@@ -79,6 +83,7 @@ impl Default for ParamFlowRule {
             items: Vec::new(),
             cluster_mode: false,
             cluster_config: None,
+            regex: false,
         }
     }
 }
@@ -131,6 +136,11 @@ impl ParamFlowRule {
     /// Sets which callers the rule applies to: `"default"` (every caller) or an origin.
     pub fn limit_app(mut self, app: impl Into<String>) -> Self {
         self.limit_app = app.into();
+        self
+    }
+    /// Makes `resource` a regular expression (see [`regex`](Self::regex)).
+    pub fn regex(mut self, regex: bool) -> Self {
+        self.regex = regex;
         self
     }
     /// Puts the rule in cluster mode with `config`.

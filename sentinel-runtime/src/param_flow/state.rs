@@ -57,6 +57,18 @@ fn unpack(s: u128) -> (u64, u64) {
 
 type Counters = Cache<ValueKey, Arc<ValueCell>, UnitWeighter, DefaultHashBuilder>;
 
+/// A token bucket read without spending ([`ParamRuleState::peek_bucket`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "tower"), allow(dead_code))] // Read by the web layer's RateLimit headers.
+pub(crate) struct BucketPeek {
+    /// What the bucket holds when full (`count + burst_count`).
+    pub(crate) quota: u64,
+    /// Tokens a call could take now.
+    pub(crate) remaining: u64,
+    /// Milliseconds until the bucket refills (strictly more than the window after its last refill).
+    pub(crate) refill_in_ms: u64,
+}
+
 /// What a rule does with each value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -264,6 +276,35 @@ impl ParamRuleState {
         let elapsed = for_tokens.max(self.duration_ms as u128 + 1).min(u64::MAX as u128) as u64;
         let at = last_ms.saturating_add(elapsed);
         ValueDecision::Block(Some(std::time::Duration::from_millis(at.saturating_sub(now_ms).max(1))))
+    }
+
+    /// What the token bucket of `key` holds at `now_ms`, read without spending from it (nor creating a
+    /// counter): `None` for the rate limiter and the thread grade. Exact at that instant.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))] // Read by the web layer's RateLimit headers.
+    pub(crate) fn peek_bucket(&self, key: &ValueKey, now_ms: u64) -> Option<BucketPeek> {
+        if !matches!(self.mode, Mode::Bucket) {
+            return None;
+        }
+        let count = self.threshold_for(key).max(0);
+        let max = count.saturating_add(self.burst).max(0);
+        let full = BucketPeek { quota: max as u64, remaining: max as u64, refill_in_ms: self.duration_ms + 1 };
+        let Some(cell) = self.counters.peek(key) else { return Some(full) };
+        let (last_ms, tokens) = unpack(cell.state.load(Ordering::Acquire));
+        let tokens = (tokens as i64).max(0);
+        let elapsed = now_ms.saturating_sub(last_ms);
+        if elapsed > self.duration_ms {
+            // The next call refills first (as `bucket` does).
+            let add = (elapsed as u128 * count as u128 / self.duration_ms as u128).min(i64::MAX as u128) as i64;
+            return Some(BucketPeek { remaining: tokens.saturating_add(add).min(max) as u64, ..full });
+        }
+        let refill_in_ms = (last_ms + self.duration_ms + 1).saturating_sub(now_ms);
+        Some(BucketPeek { quota: max as u64, remaining: tokens.min(max) as u64, refill_in_ms })
+    }
+
+    /// The rule's window in seconds (`duration_in_sec`).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))] // Read by the web layer's RateLimit headers.
+    pub(crate) fn window_secs(&self) -> u64 {
+        self.duration_sec
     }
 
     /// Java's `ParamFlowChecker.passThrottleLocalCheck`: one call per `1000 * duration / count` ms per value,

@@ -9,32 +9,6 @@ use arc_swap::ArcSwap;
 
 use crate::error::RuleError;
 
-/// Per-resource compiled rules of one kind, swapped atomically as a whole.
-pub(crate) struct RuleMap<T> {
-    map: ArcSwap<HashMap<String, Arc<T>>>,
-}
-
-impl<T> Default for RuleMap<T> {
-    fn default() -> Self {
-        RuleMap { map: ArcSwap::from_pointee(HashMap::new()) }
-    }
-}
-
-impl<T> RuleMap<T> {
-    /// The compiled rules for `resource`.
-    pub(crate) fn get(&self, resource: &str) -> Option<Arc<T>> {
-        self.map.load().get(resource).cloned()
-    }
-    /// The whole current map.
-    pub(crate) fn snapshot(&self) -> Arc<HashMap<String, Arc<T>>> {
-        self.map.load_full()
-    }
-    /// Replaces the whole map.
-    pub(crate) fn store(&self, map: HashMap<String, Arc<T>>) {
-        self.map.store(Arc::new(map));
-    }
-}
-
 /// The rule list of one kind as loaded (deduplicated), and the lock that serializes loads of that kind.
 pub(crate) struct RuleList<R> {
     rules: ArcSwap<Vec<R>>,

@@ -109,6 +109,19 @@ pub(crate) struct Heartbeat {
     pub(crate) interval: Duration,
     pub(crate) machine: MachineInfo,
     pub(crate) status: Arc<Mutex<HeartbeatStatus>>,
+    /// Read at each beat: an application that uses gateway rules reports `app_type=1`.
+    pub(crate) engine: crate::Sentinel,
+}
+
+/// The type reported: the one configured, or 1 (gateway) for a common application (0) that uses gateway
+/// rules or a gateway layer, so that the dashboard shows its gateway pages.
+fn app_type(configured: u8, engine: &crate::Sentinel) -> u8 {
+    #[cfg(feature = "tower")]
+    if configured == 0 && engine.uses_gateway() {
+        return 1;
+    }
+    let _ = engine;
+    configured
 }
 
 impl Heartbeat {
@@ -119,7 +132,7 @@ impl Heartbeat {
             .append_pair("hostname", &m.hostname)
             .append_pair("ip", &m.ip)
             .append_pair("app", &m.app)
-            .append_pair("app_type", &m.app_type.to_string())
+            .append_pair("app_type", &app_type(m.app_type, &self.engine).to_string())
             .append_pair("port", &m.port.to_string())
             .append_pair("v", &version())
             .append_pair("version", &now.to_string())
@@ -216,6 +229,20 @@ async fn beat(d: &Dashboard, form: String) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "tower")]
+    #[test]
+    fn a_common_application_reports_the_gateway_type_once_it_uses_gateway_rules() {
+        use crate::web::gateway::GatewayFlowRule;
+        let engine = crate::Sentinel::builder().build();
+        assert_eq!(app_type(0, &engine), 0);
+        engine.load_gateway_rules([GatewayFlowRule::new("route").count(1.0)]).unwrap();
+        assert_eq!(app_type(0, &engine), 1, "the dashboard shows its gateway pages for type 1");
+        assert_eq!(app_type(12, &engine), 12, "a type set by the application stays");
+        let layered = crate::Sentinel::builder().build();
+        let _layer = crate::web::SentinelLayer::new(&layered).gateway(crate::web::TrustedProxies::none());
+        assert_eq!(app_type(0, &layered), 1, "a gateway layer, before any rule is pushed");
+    }
 
     #[test]
     fn dashboard_addresses_are_parsed_like_java() {

@@ -84,6 +84,8 @@ mod breakers;
 mod cluster;
 mod commands;
 mod console;
+#[cfg(feature = "tower")]
+mod gateway;
 mod handler;
 mod heartbeat;
 mod history;
@@ -204,9 +206,40 @@ const COMMANDS: &[Command] = &[
     },
 ];
 
+/// The dashboard's gateway commands (feature `tower`, which holds gateway flow control).
+#[cfg(feature = "tower")]
+const GATEWAY_COMMANDS: &[Command] = &[
+    Command {
+        name: "gateway/getApiDefinitions",
+        desc: "get the API definitions of the gateway",
+        write: false,
+        run: gateway::get_api_definitions,
+    },
+    Command {
+        name: "gateway/updateApiDefinitions",
+        desc: "replace the API definitions of the gateway, accept param: data={apiDefinitionsJson}",
+        write: true,
+        run: gateway::update_api_definitions,
+    },
+    Command { name: "gateway/getRules", desc: "get the gateway flow rules", write: false, run: gateway::get_rules },
+    Command {
+        name: "gateway/updateRules",
+        desc: "replace the gateway flow rules, accept param: data={gatewayFlowRulesJson}",
+        write: true,
+        run: gateway::update_rules,
+    },
+];
+#[cfg(not(feature = "tower"))]
+const GATEWAY_COMMANDS: &[Command] = &[];
+
+/// Every command, the table's then the gateway's.
+fn all_commands() -> impl Iterator<Item = &'static Command> {
+    COMMANDS.iter().chain(GATEWAY_COMMANDS)
+}
+
 /// The command named `name`.
 fn find_command(name: &str) -> Option<&'static Command> {
-    COMMANDS.iter().find(|c| c.name == name)
+    all_commands().find(|c| c.name == name)
 }
 
 /// `api`: every command with what it does.
@@ -216,7 +249,7 @@ fn api(_: &Center, _: &Params) -> Result<Reply, CommandError> {
         url: String,
         desc: &'static str,
     }
-    let list: Vec<Api> = COMMANDS.iter().map(|c| Api { url: format!("/{}", c.name), desc: c.desc }).collect();
+    let list: Vec<Api> = all_commands().map(|c| Api { url: format!("/{}", c.name), desc: c.desc }).collect();
     Reply::json(&list)
 }
 
@@ -650,8 +683,13 @@ impl CommandCenterBuilder {
             }
         }));
         if !dashboards.is_empty() {
-            let beat =
-                heartbeat::Heartbeat { dashboards, interval: self.heartbeat_interval, machine, status: status.clone() };
+            let beat = heartbeat::Heartbeat {
+                dashboards,
+                interval: self.heartbeat_interval,
+                machine,
+                status: status.clone(),
+                engine: self.engine.clone(),
+            };
             tasks.push(Box::pin(beat.run()));
         }
         let runtime = match self.runtime {

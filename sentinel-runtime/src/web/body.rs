@@ -33,7 +33,7 @@ impl Watch for BodyWatch {
         }
     }
     fn error(&mut self) {
-        self.entry.entry_mut().set_error();
+        self.entry.set_error();
     }
 }
 

@@ -9,8 +9,10 @@ use bytes::Bytes;
 use http::Response;
 
 use super::extract::ValueFn;
+use super::gateway::enter::GatewayMode;
 use super::naming::{Naming, ResourceCache};
 use super::outcome::{is_error_by_default, Outcome};
+use super::rate_limit::RateLimitHeaders;
 use super::request::RequestView;
 use crate::{BlockError, Sentinel};
 
@@ -84,6 +86,10 @@ pub(crate) struct LayerConfig {
     pub(crate) exit_on: ExitOn,
     /// `None`: the engine's default context (no lookup per request).
     pub(crate) context: Option<Arc<str>>,
+    /// Gateway mode: the route's and the API groups' resources, with the gateway rules' arguments.
+    pub(crate) gateway: Option<GatewayMode>,
+    /// The RateLimit header fields, when asked for.
+    pub(crate) rate_limit: Option<RateLimitHeaders>,
 }
 
 impl LayerConfig {
@@ -101,6 +107,8 @@ impl LayerConfig {
             judging: None,
             exit_on: ExitOn::Response,
             context: None,
+            gateway: None,
+            rate_limit: None,
         }
     }
 

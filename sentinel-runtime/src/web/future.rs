@@ -50,11 +50,11 @@ impl Guard {
             self.error();
         }
         if crate::web::is_overload(outcome) {
-            self.entry.entry_mut().set_overload();
+            self.entry.set_overload();
         }
     }
     fn error(&mut self) {
-        self.entry.entry_mut().set_error();
+        self.entry.set_error();
     }
     fn timeout(&self) -> Option<Box<Sleep>> {
         timer(self.judging.as_ref())
@@ -77,7 +77,7 @@ fn finish<B, E, M: BodyMode<B>>(
     let Some(g) = slot.as_mut() else {
         return result.map(|r| r.map(M::plain));
     };
-    let response = match result {
+    let mut response = match result {
         Ok(r) => r,
         Err(e) => {
             g.error();
@@ -85,6 +85,9 @@ fn finish<B, E, M: BodyMode<B>>(
             return Err(e);
         }
     };
+    if let Some(headers) = g.entry.take_headers() {
+        response.headers_mut().extend(*headers);
+    }
     let hold = if g.grpc {
         match GrpcCode::from_headers(response.headers()) {
             // A trailers-only response: the call ended with this status.
@@ -246,7 +249,7 @@ where
                         // timed-out call (an error whose response time is the limit).
                         g.in_scope(|| this.state.set(State::Done));
                         if let Some(limit) = g.limit() {
-                            g.entry.entry_mut().set_timed_out(limit);
+                            g.entry.set_timed_out(limit);
                         }
                     }
                     drop(guard);

@@ -12,10 +12,13 @@ use http::Response;
 use tower_layer::Layer;
 
 use super::body::Wrapped;
+use super::client_ip::TrustedProxies;
 use super::config::{ExitOn, LayerConfig, LayerState};
+use super::gateway::enter::GatewayMode;
 #[cfg(doc)]
 use super::outcome::is_error_by_default;
 use super::outcome::Outcome;
+use super::rate_limit::RateLimitHeaders;
 use super::request::RequestView;
 use super::service::SentinelService;
 use crate::{BlockError, Sentinel};
@@ -221,6 +224,51 @@ impl<M> SentinelLayer<M> {
         self.update(|c| c.exit_on = exit_on)
     }
 
+    /// Gateway mode (Java's API-gateway adapters; see [`gateway`](super::gateway)): each request enters its
+    /// route's resource and then the resource of every API group ([`Sentinel::load_api_definitions`]) its
+    /// path belongs to, each with the arguments its gateway flow rules ([`Sentinel::load_gateway_rules`])
+    /// read from the request: client IP (through `proxies`), host, a header, a URL parameter, a cookie.
+    /// These replace the hot parameters of [`param`](Self::param) in this mode. A route's id in gateway
+    /// rules is the resource name the layer gives it (`GET:/orders/{id}`, or `/orders/{id}` with
+    /// [`method_prefix`](Self::method_prefix)`(false)`, or the name of [`resource_name`](Self::resource_name)).
+    ///
+    /// Per request this costs a lookup of the route's arguments, one match of the path against the API
+    /// definitions, and an entry per API group; the parameter values are borrowed from the request where
+    /// they can be (a client IP is written out as text).
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, web::{SentinelLayer, TrustedProxies}};
+    /// use sentinel_runtime::web::gateway::{ApiDefinition, ApiPredicateItem, GatewayFlowRule, GatewayParamItem, ResourceMode};
+    /// let engine = Sentinel::builder().build();
+    /// engine.load_api_definitions([ApiDefinition::new("products").item(ApiPredicateItem::prefix("/product/**"))]).unwrap();
+    /// engine
+    ///     .load_gateway_rules([GatewayFlowRule::new("products")
+    ///         .resource_mode(ResourceMode::CustomApiName)
+    ///         .count(10.0)
+    ///         .param_item(GatewayParamItem::client_ip())])
+    ///     .unwrap();
+    /// let layer = SentinelLayer::new(&engine).gateway(TrustedProxies::none());
+    /// # let _ = layer;
+    /// ```
+    pub fn gateway(self, proxies: TrustedProxies) -> Self {
+        self.update(|c| c.gateway = Some(GatewayMode::new(&c.engine, proxies)))
+    }
+
+    /// Writes the RateLimit header fields of the IETF httpapi draft on the responses of limited resources
+    /// (see [`RateLimitHeaders`] for the older `x-ratelimit-*` names and gRPC): `RateLimit-Policy` with
+    /// each policy's quota and window, and `RateLimit` with what remains and the seconds until more is
+    /// available. A policy is a QPS flow rule for every caller on the request's resource (named after the
+    /// resource; window 1 s) or a hot-parameter token bucket the request's value went through, a gateway
+    /// rule's included (named `resource#param_idx`; the quota is `count + burst`, the window the rule's).
+    /// Each is read from the rule's window or bucket after the request was admitted, without taking from
+    /// it: the values are exact at that instant, and a rule of count 3 still admits exactly 3 calls. A
+    /// blocked request gets the policy it ran out of, with nothing remaining, beside `Retry-After`.
+    ///
+    /// Off by default; on, a request pays a read of each rule's window and the fields' formatting.
+    pub fn rate_limit_headers(self, headers: RateLimitHeaders) -> Self {
+        self.update(|c| c.rate_limit = Some(headers))
+    }
+
     /// The context requests enter. By default they enter the engine's default context
     /// ([`DEFAULT_CONTEXT_NAME`](crate::DEFAULT_CONTEXT_NAME)), which costs nothing per request; a named context
     /// (for instance [`WEB_CONTEXT_NAME`], as Java's web adapters do) lets chain rules tell requests from other
@@ -254,6 +302,8 @@ impl<M> fmt::Debug for SentinelLayer<M> {
             .field("timeout", &c.timeout)
             .field("exit_on", &c.exit_on)
             .field("context", &c.context.as_deref().unwrap_or(crate::DEFAULT_CONTEXT_NAME))
+            .field("gateway", &c.gateway.is_some())
+            .field("rate_limit_headers", &c.rate_limit)
             .finish_non_exhaustive()
     }
 }

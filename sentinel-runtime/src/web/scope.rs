@@ -7,20 +7,34 @@
 //! the innermost entry of the thread's context, put back afterwards. This is the one place the layer
 //! depends on how entries and contexts meet.
 
-use crate::{BlockError, Entry, EntryBuilder};
+use crate::Entry;
+#[cfg(doc)]
+use crate::EntryBuilder;
 
 /// The entry of one request. Dropping it exits the entry (without an error unless one was marked),
 /// wherever it is dropped.
 #[derive(Debug)]
 pub(crate) struct RequestEntry {
+    /// The entries of the API groups the request belongs to (gateway mode; empty otherwise, which costs no
+    /// allocation). Declared first: they exit before the route's entry.
+    apis: Vec<Entry<'static>>,
     entry: Entry<'static>,
+    /// The RateLimit header fields for the response, when the layer writes them.
+    headers: Option<Box<http::HeaderMap>>,
 }
 
 impl RequestEntry {
-    /// Runs the checks for the request; a queueing wait is not slept (see [`Entry::waited`]). The request
-    /// joins the context active where the service is called (none on a server's workers).
-    pub(crate) fn enter(builder: EntryBuilder<'static, '_>) -> Result<RequestEntry, BlockError> {
-        Ok(RequestEntry { entry: builder.decide()? })
+    /// The request's entry, decided by [`EntryBuilder::decide`] (a queueing wait is not slept, see
+    /// [`Entry::waited`]; the request joins the context active where the service is called, none on a
+    /// server's workers).
+    #[inline(always)]
+    pub(crate) fn new(entry: Entry<'static>) -> RequestEntry {
+        RequestEntry { apis: Vec::new(), entry, headers: None }
+    }
+
+    /// The request's entry on its route and on the API groups it belongs to (gateway mode).
+    pub(crate) fn with_apis(entry: Entry<'static>, apis: Vec<Entry<'static>>) -> RequestEntry {
+        RequestEntry { apis, entry, headers: None }
     }
 
     /// Runs `f` (creating, polling or dropping the handler's future) with the request's entry as the
@@ -36,20 +50,44 @@ impl RequestEntry {
         self.entry.scope()
     }
 
-    /// The entry.
-    pub(crate) fn entry_mut(&mut self) -> &mut Entry<'static> {
-        &mut self.entry
+    /// Sets the header fields the response gets.
+    pub(crate) fn set_headers(&mut self, headers: Option<Box<http::HeaderMap>>) {
+        self.headers = headers;
+    }
+
+    /// The header fields the response gets (once).
+    #[inline]
+    pub(crate) fn take_headers(&mut self) -> Option<Box<http::HeaderMap>> {
+        self.headers.take()
+    }
+
+    /// Counts the request as an error (on its route and its API groups).
+    pub(crate) fn set_error(&mut self) {
+        self.entry.set_error();
+        self.apis.iter_mut().for_each(Entry::set_error);
+    }
+
+    /// Counts the request as failed by overload (a 429 or 503 answer; on its route and its API groups).
+    pub(crate) fn set_overload(&mut self) {
+        self.entry.set_overload();
+        self.apis.iter_mut().for_each(Entry::set_overload);
+    }
+
+    /// Counts the request as timed out after `limit` (on its route and its API groups).
+    pub(crate) fn set_timed_out(&mut self, limit: std::time::Duration) {
+        self.entry.set_timed_out(limit);
+        self.apis.iter_mut().for_each(|e| e.set_timed_out(limit));
     }
 
     /// Whether the queueing rules ask the call to wait before it runs (cheaper than testing
     /// [`wait`](Self::wait) for zero).
     #[inline(always)]
     pub(crate) fn waits(&self) -> bool {
-        self.entry.waits()
+        self.entry.waits() || self.apis.iter().any(Entry::waits)
     }
 
     /// How long the queueing rules ask the call to wait before it runs.
     pub(crate) fn wait(&self) -> std::time::Duration {
-        self.entry.waited()
+        self.apis.iter().map(Entry::waited).fold(self.entry.waited(), std::cmp::max)
     }
 }

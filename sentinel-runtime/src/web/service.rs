@@ -1,6 +1,7 @@
 //! [`SentinelService`]: enters the request's resource, then calls the wrapped service.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -16,11 +17,13 @@ use super::body::{BodyMode, Wrapped};
 use super::config::LayerState;
 use super::extract::ValueFn;
 use super::future::{Guard, ResponseFuture};
+use super::gateway::enter::enter_all as gateway_enter;
 use super::naming::RouteMemo;
+use super::rate_limit;
 use super::request::RequestView;
 use super::scope::RequestEntry;
 use crate::param_flow::HotParam;
-use crate::{BlockError, EntryType};
+use crate::{BlockError, EntryType, Resource};
 
 /// The service made by [`SentinelLayer`](super::SentinelLayer): each request enters an inbound resource
 /// before the wrapped service sees it. Cheap to clone (the configuration is shared). `M`: the layer's
@@ -90,10 +93,16 @@ where
         // Matched at once (no intermediate decision to move the entry through).
         match enter(&self.state, &view, grpc) {
             None => ResponseFuture::unguarded(self.inner.call(req)),
-            Some(Err(blocked)) => ResponseFuture::blocked(Box::new(match &config.on_blocked {
-                Some(f) => f(&blocked, &view),
-                None => block::default_response(&blocked, &view),
-            })),
+            Some(Err(blocked)) => {
+                let mut response = match &config.on_blocked {
+                    Some(f) => f(&blocked, &view),
+                    None => block::default_response(&blocked, &view),
+                };
+                if let Some(h) = config.rate_limit.filter(|h| h.applies(grpc)) {
+                    h.write_blocked(response.headers_mut(), &blocked);
+                }
+                ResponseFuture::blocked(Box::new(response))
+            }
             Some(Ok(entry)) if !entry.waits() => ResponseFuture::calling(&mut self.inner, req, entry, grpc, config),
             Some(Ok(entry)) => {
                 // The call runs after the wait: take the service that is ready and leave a clone in its place
@@ -116,17 +125,35 @@ fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Res
     layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
         let origin = config.origin.as_ref().and_then(|f| f(view));
         let prioritized = config.prioritized.as_ref().is_some_and(|f| f(view));
-        with_params(&config.params, view, |args| {
+        let headers = config.rate_limit.filter(|h| h.applies(grpc));
+        let policies = RefCell::new(Vec::new());
+        let enter_one = |resource: &Resource, args: &[&dyn HotParam]| {
             let builder = resource.entry_owned().entry_type(EntryType::In).args(args).prioritized(prioritized);
             let builder = match config.context.as_deref() {
                 Some(name) => builder.context(name),
                 None => builder,
             };
-            match origin.as_deref() {
-                Some(o) => RequestEntry::enter(builder.origin(o)),
-                None => RequestEntry::enter(builder),
+            let entry = match origin.as_deref() {
+                Some(o) => builder.origin(o).decide(),
+                None => builder.decide(),
+            };
+            if headers.is_some() && entry.is_ok() {
+                rate_limit::passed(resource, args, config.engine.shared.now_ms(), &mut policies.borrow_mut());
             }
-        })
+            entry
+        };
+        let entered = match &config.gateway {
+            None => with_params(&config.params, view, |args| enter_one(resource, args).map(RequestEntry::new)),
+            Some(mode) => gateway_enter(mode, &config.engine, resource, view, enter_one)
+                .map(|(route, apis)| RequestEntry::with_apis(route, apis)),
+        };
+        match (entered, headers) {
+            (Ok(mut entry), Some(h)) => {
+                entry.set_headers(h.map(&policies.into_inner()));
+                Ok(entry)
+            }
+            (entered, _) => entered,
+        }
     })
 }
 

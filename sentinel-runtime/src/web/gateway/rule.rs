@@ -149,7 +149,7 @@ impl GatewayParamItem {
 /// Java's defaults: QPS, `interval_sec` 1, reject, no burst, `max_queueing_timeout_ms` 500.
 ///
 /// ```
-/// use sentinel_runtime::gateway::{GatewayFlowRule, GatewayParamItem, ParamMatchStrategy, ResourceMode};
+/// use sentinel_runtime::web::gateway::{GatewayFlowRule, GatewayParamItem, ParamMatchStrategy, ResourceMode};
 /// let per_client = GatewayFlowRule::new("orders_api")
 ///     .resource_mode(ResourceMode::CustomApiName)
 ///     .count(5.0)

@@ -13,7 +13,7 @@ use super::{NOT_MATCHED_COUNT, NOT_MATCHED_PARAM};
 /// A validated set of gateway flow rules and what it becomes (see [`GatewayRuleSet::new`]).
 ///
 /// ```
-/// use sentinel_runtime::gateway::{GatewayFlowRule, GatewayParamItem, GatewayRuleSet, ResourceMode};
+/// use sentinel_runtime::web::gateway::{GatewayFlowRule, GatewayParamItem, GatewayRuleSet, ResourceMode};
 /// let set = GatewayRuleSet::new(vec![
 ///     GatewayFlowRule::new("orders_route").count(100.0),
 ///     GatewayFlowRule::new("orders_route").count(5.0).param_item(GatewayParamItem::client_ip()),

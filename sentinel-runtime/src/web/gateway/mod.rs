@@ -1,31 +1,54 @@
 //! Gateway flow control (feature `tower`): API groups, gateway flow rules with request parameters, and the
-//! RateLimit header fields. **Not wired yet**: nothing in the engine, the web layer, the command center or
-//! the console uses this module so far; it holds the parts that do not depend on the slot contract, and
-//! its items are hidden from the documentation until they are.
-//!
-//! What Java Sentinel's gateway adapters (`sentinel-api-gateway-adapter-common`) do, in Java's formats:
+//! RateLimit header fields, as Java Sentinel's gateway adapters (`sentinel-api-gateway-adapter-common`) do
+//! them, in Java's formats.
 //!
 //! - [`ApiDefinition`]: a named group of paths (exact, Ant-style as Spring Cloud Gateway matches them, or a
 //!   regular expression); a request that matches it enters the resource named after the API
-//!   ([`ResourceMode::CustomApiName`]) besides its route's own ([`ResourceMode::RouteId`]).
-//!   [`ApiMatcher`] compiles a set and says which APIs a path belongs to.
+//!   ([`ResourceMode::CustomApiName`]) besides its route's own ([`ResourceMode::RouteId`]). Loaded with
+//!   [`Sentinel::load_api_definitions`](crate::Sentinel::load_api_definitions).
 //! - [`GatewayFlowRule`]: a limit on a route or API, as a whole or per value of a request parameter
 //!   ([`GatewayParamItem`]: client IP, host, header, URL parameter, cookie; values optionally matched
-//!   exactly, by prefix, by regular expression or by substring).
-//! - [`GatewayRuleSet`]: as in Java, each gateway rule becomes a hot-parameter rule
-//!   ([`ParamFlowRule`](crate::param_flow::ParamFlowRule)) on its resource; [`GatewayRuleSet::arguments`]
-//!   takes the arguments those rules read from a request.
+//!   exactly, by prefix, by regular expression or by substring). Loaded with
+//!   [`Sentinel::load_gateway_rules`](crate::Sentinel::load_gateway_rules): as in Java, each becomes a
+//!   hot-parameter rule ([`ParamFlowRule`](crate::param_flow::ParamFlowRule)) on its resource, beside the
+//!   user's own hot-parameter rules (neither load replaces nor resets the other).
+//! - [`SentinelLayer::gateway`](crate::web::SentinelLayer::gateway): the web layer's gateway mode enters
+//!   each request's route and every API group it belongs to, with the values the rules read from it.
 //! - [`json`] (feature `serde`): the rules and definitions in Java's JSON (`gw-flow-rules.json`,
-//!   `gw-api-definitions.json`, the dashboard's `gateway/*` commands).
+//!   `gw-api-definitions.json` in a rules directory of a
+//!   [`FileDataSource`](crate::datasource::FileDataSource), and the dashboard's `gateway/*` commands of the
+//!   command center, which report `app_type=1` in their heartbeat so that the dashboard shows its gateway
+//!   pages).
 //! - [`rate_limit_headers`]: `RateLimit-Policy` and `RateLimit` of the IETF httpapi draft, and the older
-//!   `x-ratelimit-*` names.
+//!   `x-ratelimit-*` names ([`SentinelLayer::rate_limit_headers`](crate::web::SentinelLayer::rate_limit_headers)).
 //!
-//! # What wiring it needs (next step, on the slot contract)
-//! - Loading: [`GatewayRuleSet::param_flow_rules`] joins the engine's hot-parameter rules without replacing
-//!   the user's own (a source of rules per owner), and a gateway reload must not reset other counters.
-//! - Per request: the web layer's gateway mode enters the route's resource and each API
-//!   [`ApiMatcher::matching`] names, with [`GatewayArguments::extract`]'s values as the arguments.
-//! - RateLimit fields: a read of a rule's bucket or window that spends nothing (remaining, time to refill).
+//! ```
+//! # #[cfg(feature = "axum")] {
+//! use axum::{routing::get, Router};
+//! use sentinel_runtime::Sentinel;
+//! use sentinel_runtime::web::{RateLimitHeaders, SentinelLayer, TrustedProxies};
+//! use sentinel_runtime::web::gateway::{ApiDefinition, ApiPredicateItem, GatewayFlowRule, GatewayParamItem, ResourceMode};
+//!
+//! let engine = Sentinel::builder().build();
+//! engine.load_api_definitions([ApiDefinition::new("products").item(ApiPredicateItem::prefix("/product/**"))]).unwrap();
+//! engine
+//!     .load_gateway_rules([
+//!         // Each client IP: 10 requests a second to any product path.
+//!         GatewayFlowRule::new("products")
+//!             .resource_mode(ResourceMode::CustomApiName)
+//!             .count(10.0)
+//!             .param_item(GatewayParamItem::client_ip()),
+//!         // The route as a whole: 1,000 a second.
+//!         GatewayFlowRule::new("/product/{id}").count(1000.0),
+//!     ])
+//!     .unwrap();
+//! let layer = SentinelLayer::new(&engine)
+//!     .method_prefix(false) // route ids without the method
+//!     .gateway(TrustedProxies::none())
+//!     .rate_limit_headers(RateLimitHeaders::new());
+//! let app: Router = Router::new().route("/product/{id}", get(|| async { "a product" })).route_layer(layer.axum());
+//! # let _ = app; }
+//! ```
 //!
 //! # Differences from Java Sentinel
 //! - A prefix parameter pattern is a prefix (Java's parser lets every value through it).
@@ -42,9 +65,11 @@
 
 mod ant;
 mod api;
+pub(crate) mod enter;
 mod error;
 #[cfg(feature = "serde")]
 pub mod json;
+mod loading;
 mod params;
 pub mod rate_limit_headers;
 mod rule;

@@ -9,7 +9,7 @@
 //! is absent. Any other field is an error, so a misspelt field is never silently dropped.
 //!
 //! ```
-//! use sentinel_runtime::gateway::json;
+//! use sentinel_runtime::web::gateway::json;
 //! let rules = json::rules_from_json(
 //!     r#"[{"resource":"httpbin_route","count":10,"paramItem":{"parseStrategy":2,"fieldName":"X-Tenant"}}]"#,
 //! )

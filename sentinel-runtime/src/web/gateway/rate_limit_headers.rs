@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use sentinel_runtime::gateway::rate_limit_headers::{format, RateLimitPolicy, RateLimitStatus};
+//! use sentinel_runtime::web::gateway::rate_limit_headers::{format, RateLimitPolicy, RateLimitStatus};
 //! let policy = RateLimitPolicy::new("default", 100).unwrap().window_secs(10).unwrap();
 //! let status = RateLimitStatus { remaining: 50, reset: Some(Duration::from_secs(30)) };
 //! let fields = format(&[(&policy, status)]).unwrap();

@@ -43,7 +43,7 @@ impl ApiPredicateItem {
 /// Cloud Gateway: write `/product/**`.
 ///
 /// ```
-/// use sentinel_runtime::gateway::{ApiDefinition, ApiPredicateItem, ApiMatcher};
+/// use sentinel_runtime::web::gateway::{ApiDefinition, ApiPredicateItem, ApiMatcher};
 /// let apis = ApiMatcher::new(&[ApiDefinition::new("products")
 ///     .item(ApiPredicateItem::prefix("/product/**"))
 ///     .item(ApiPredicateItem::regex(r"/item/\d+"))])

@@ -190,13 +190,21 @@ impl GatewayArguments {
     /// carry the value. `proxies` decides which `X-Forwarded-For` hops are believed for the client IP.
     pub fn extract<'a>(&self, req: &RequestView<'a>, proxies: &TrustedProxies) -> Vec<Option<Cow<'a, str>>> {
         let mut args: Vec<Option<Cow<'a, str>>> = vec![None; self.len];
-        for (idx, item) in &self.items {
-            args[*idx] = item.value(req, proxies);
-        }
-        if let Some(idx) = self.constant {
-            args[idx] = Some(Cow::Borrowed(DEFAULT_PARAM));
-        }
+        self.fill(req, proxies, &mut args);
         args
+    }
+
+    /// [`extract`](Self::extract) into `out` (at least [`len`](Self::len) long; the positions no rule of
+    /// this mode reads are left as they are).
+    pub(crate) fn fill<'a>(&self, req: &RequestView<'a>, proxies: &TrustedProxies, out: &mut [Option<Cow<'a, str>>]) {
+        for (idx, item) in &self.items {
+            if let Some(slot) = out.get_mut(*idx) {
+                *slot = item.value(req, proxies);
+            }
+        }
+        if let Some(slot) = self.constant.and_then(|idx| out.get_mut(idx)) {
+            *slot = Some(Cow::Borrowed(DEFAULT_PARAM));
+        }
     }
 }
 

@@ -1,0 +1,56 @@
+//! The dashboard's gateway commands (Java's `sentinel-api-gateway-adapter-common` command handlers):
+//! `gateway/getApiDefinitions`, `gateway/updateApiDefinitions`, `gateway/getRules`, `gateway/updateRules`,
+//! in Java's JSON ([`web::gateway::json`](crate::web::gateway::json)).
+//!
+//! `data` is decoded once (Java decodes it a second time, which turns a `+` of a regular expression into a
+//! space); an invalid push is answered `400` with the reason and changes nothing (Java drops invalid rules
+//! and answers `success`).
+
+use super::commands::WRITE_DATA_SOURCE_FAILED;
+use super::handler::{Center, CommandError, Params, Reply};
+use crate::web::gateway::json;
+
+/// `data`, or the error that says what it should hold.
+fn data<'p>(p: &'p Params, what: &str) -> Result<&'p str, CommandError> {
+    p.0.get("data")
+        .map(String::as_str)
+        .ok_or_else(|| CommandError(format!("`data` is required: a JSON array of {what} (`[]` removes them all)")))
+}
+
+pub(crate) fn get_api_definitions(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    Ok(Reply::json_text(json::api_definitions_to_json(&c.engine.api_definitions())))
+}
+
+pub(crate) fn get_rules(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    Ok(Reply::json_text(json::rules_to_json(&c.engine.gateway_rules())))
+}
+
+pub(crate) fn update_api_definitions(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let definitions = json::api_definitions_from_json(data(p, "API definitions")?)
+        .map_err(|e| CommandError(format!("invalid API definitions in `data`: {e}")))?;
+    let _serial = c.writes.lock().unwrap_or_else(|e| e.into_inner());
+    c.engine.load_api_definitions(definitions).map_err(|e| CommandError(e.to_string()))?;
+    tracing::info!("API definitions pushed through the command center are in force");
+    Ok(written_back(c))
+}
+
+pub(crate) fn update_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let rules = json::rules_from_json(data(p, "gateway flow rules")?)
+        .map_err(|e| CommandError(format!("invalid gateway flow rules in `data`: {e}")))?;
+    let _serial = c.writes.lock().unwrap_or_else(|e| e.into_inner());
+    c.engine.load_gateway_rules(rules).map_err(|e| CommandError(e.to_string()))?;
+    tracing::info!("gateway flow rules pushed through the command center are in force");
+    Ok(written_back(c))
+}
+
+/// Writes the gateway rules and API definitions in force back to the data source, if there is one:
+/// `success`, or [`WRITE_DATA_SOURCE_FAILED`] when the store could not be written.
+fn written_back(c: &Center) -> Reply {
+    if let Some(source) = &c.source {
+        if let Err(e) = source.write_gateway(&crate::datasource::GatewayDocuments::snapshot(&c.engine)) {
+            tracing::warn!(error = %e, "the pushed gateway rules are in force but could not be written back");
+            return Reply { write_error: Some(e.to_string()), ..Reply::text(WRITE_DATA_SOURCE_FAILED) };
+        }
+    }
+    Reply::text("success")
+}

@@ -1,0 +1,77 @@
+//! The web layer's gateway mode, per request: the route's resource and each matching API's, with the
+//! gateway rules' arguments taken from the request.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use crate::param_flow::HotParam;
+use crate::web::{RequestView, TrustedProxies};
+use crate::{BlockError, Entry, EntryType, Resource, Sentinel};
+
+use super::loading::GatewayState;
+use super::params::GatewayArguments;
+use super::rule::ResourceMode;
+
+/// What a layer in gateway mode holds: the engine's gateway state and the proxies it believes.
+#[derive(Clone)]
+pub(crate) struct GatewayMode {
+    pub(crate) state: Arc<GatewayState>,
+    pub(crate) proxies: TrustedProxies,
+}
+
+impl GatewayMode {
+    pub(crate) fn new(engine: &Sentinel, proxies: TrustedProxies) -> Self {
+        let state = engine.gateway();
+        state.mark_in_use();
+        GatewayMode { state, proxies }
+    }
+}
+
+/// Arguments kept on the stack up to this many (a resource's gateway rules read one each, plus one
+/// constant): more take a vector.
+const INLINE_ARGS: usize = 8;
+
+/// Runs `f` with the arguments `args` takes from the request (none when no gateway rule names the
+/// resource in that mode).
+fn with_arguments<R>(
+    args: Option<&GatewayArguments>,
+    view: &RequestView<'_>,
+    proxies: &TrustedProxies,
+    f: impl FnOnce(&[&dyn HotParam]) -> R,
+) -> R {
+    let Some(args) = args.filter(|a| !a.is_empty()) else { return f(&[]) };
+    if args.len() <= INLINE_ARGS {
+        let mut values: [Option<Cow<'_, str>>; INLINE_ARGS] = Default::default();
+        args.fill(view, proxies, &mut values[..args.len()]);
+        let refs: [&dyn HotParam; INLINE_ARGS] = std::array::from_fn(|i| &values[i] as &dyn HotParam);
+        return f(&refs[..args.len()]);
+    }
+    let values = args.extract(view, proxies);
+    let refs: Vec<&dyn HotParam> = values.iter().map(|v| v as &dyn HotParam).collect();
+    f(&refs)
+}
+
+/// Enters `route` (the request's route resource) and then the resource of every API whose definition
+/// matches the request's path, in definition order, each with the arguments its gateway rules read.
+/// `enter` runs one entry's checks (origin, priority, context as the layer sets them). When one blocks,
+/// the entries taken before it exit (as passed calls) and the block is returned.
+pub(crate) fn enter_all(
+    mode: &GatewayMode,
+    engine: &Sentinel,
+    route: &Resource,
+    view: &RequestView<'_>,
+    enter: impl Fn(&Resource, &[&dyn HotParam]) -> Result<Entry<'static>, BlockError>,
+) -> Result<(Entry<'static>, Vec<Entry<'static>>), BlockError> {
+    let rules = mode.state.rules();
+    let args = rules.arguments(ResourceMode::RouteId, route.name());
+    let first = with_arguments(args, view, &mode.proxies, |a| enter(route, a))?;
+    let apis = mode.state.apis();
+    let mut more = Vec::new();
+    for name in apis.matcher.matching(view.path()) {
+        let resource = engine.resource_typed(name, EntryType::In);
+        let args = rules.arguments(ResourceMode::CustomApiName, name);
+        // On a block, `more` and `first` drop here: their entries exit, the later one first.
+        more.push(with_arguments(args, view, &mode.proxies, |a| enter(&resource, a))?);
+    }
+    Ok((first, more))
+}
