@@ -13,6 +13,8 @@
 //! The `part-*` variants measure one part of a request's work instead, with nothing around it:
 //! - `part-governor-check`: tower-governor's decision alone (the `governor` variant's limiter, checked for the
 //!   global key);
+//! - `part-governor-direct`: a bare governor rate limiter's `check()` (`RateLimiter::direct`, never limits);
+//! - `part-failsafe`: a call through failsafe's circuit breaker (default configuration, closed);
 //! - `part-stats`: the statistics an inbound Sentinel entry must keep, through `StatNode`'s public API: two
 //!   clock reads, a pass and a completion (response time, success) on the resource's node and on the global
 //!   inbound node, and one compare-and-swap standing for the flow rule's exact pass counter;
@@ -24,9 +26,12 @@
 //!   the guard's own cost is the difference from `part-client-bare`.
 //! - `part-entry-*`: one entry and its exit through `Resource::enter` (the slot chain's cost, no web layer):
 //!   `none` (no rule), `flow-pass` (one flow rule that passes), `flow-block` (one flow rule that blocks every
-//!   call), `flow-breaker` (a passing flow rule and a closed slow-ratio breaker), `param` (a hot-parameter
-//!   rule that passes, one value), `adaptive` (an adaptive concurrency rule with a limit of 1,000) and
-//!   `thread` (a thread-grade flow rule with the same limit: the cost the adaptive rule is held to);
+//!   call), `flow-breaker` (a passing flow rule and a closed slow-ratio breaker), `flow-error-ratio` (a passing
+//!   flow rule and a closed error-ratio breaker), `flow-breaker-thread` (the same with a thread-grade flow rule
+//!   besides), `param` (a hot-parameter rule that passes, one value), `param-million` (the same rule, each
+//!   call another of 10^6 values in turn: every call a miss and an eviction), `adaptive` (an adaptive
+//!   concurrency rule with a limit of 1,000) and `thread` (a thread-grade flow rule with the same limit: the
+//!   cost the adaptive rule is held to);
 //! - `part-macro-sync`, `part-macro-async`: a call of a `#[sentinel_resource]` function, sync and async (the
 //!   future polled once, with no executor), on the global engine with one passing flow rule.
 
@@ -42,7 +47,7 @@ use futures::FutureExt;
 use http::Request;
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::{Clock, SystemClock};
-use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::flow::{FlowGrade, FlowRule};
 use sentinel_runtime::outbound::SentinelClientLayer;
 use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::stat::StatNode;
@@ -155,6 +160,17 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             let limiter = config.ok_or("governor config")?.limiter().clone();
             run_part(|| assert!(black_box(limiter.check_key(&())).is_ok()), n);
         }
+        "part-governor-direct" => {
+            let limiter = governor::RateLimiter::direct(governor::Quota::per_second(std::num::NonZeroU32::MAX));
+            run_part(|| assert!(black_box(limiter.check()).is_ok()), n);
+        }
+        "part-failsafe" => {
+            let breaker = failsafe::Config::new().build();
+            run_part(
+                || assert!(black_box(failsafe::CircuitBreaker::call(&breaker, || Ok::<u64, ()>(black_box(1)))).is_ok()),
+                n,
+            );
+        }
         "part-stats" => {
             let (clock, resource, inbound) = (SystemClock::new(), StatNode::new(), StatNode::new());
             let passed = AtomicU64::new(0);
@@ -211,6 +227,22 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             false,
             n,
         )?,
+        "part-entry-flow-error-ratio" | "part-entry-flow-breaker-thread" => entries(
+            |e| {
+                let mut flow = vec![FlowRule::new("part").count(1e12)];
+                if variant.ends_with("thread") {
+                    flow.push(FlowRule::new("part").grade(FlowGrade::Thread).count(1e9));
+                }
+                e.load_flow_rules(flow)?;
+                e.load_degrade_rules([DegradeRule::new("part", DegradeGrade::ErrorRatio)
+                    .count(0.5)
+                    .min_request_amount(5)
+                    .time_window_sec(10)])?;
+                Ok(())
+            },
+            false,
+            n,
+        )?,
         "part-entry-thread" => entries(
             |e| {
                 Ok(e.load_flow_rules([FlowRule::new("part")
@@ -220,11 +252,20 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             false,
             n,
         )?,
-        "part-entry-param" => {
+        "part-entry-param" | "part-entry-param-million" => {
             let engine = Sentinel::builder().build().leak();
             engine.load_param_flow_rules([ParamFlowRule::new("part", 0).count(1e12)])?;
             let resource = engine.resource("part");
-            run_part(|| assert!(black_box(resource.entry().args(&[&"value"]).enter()).is_ok()), n);
+            // One value, or each call the next of 10^6 (far beyond the rule's 4,000 tracked values), after
+            // 10,000 calls that fill the rule's table, so that every measured call replaces a value.
+            let (values, fill) = if variant.ends_with("million") { (1_000_000, 10_000) } else { (1, 0) };
+            let mut next = 0u64;
+            let mut call = || {
+                next = (next + 1) % values;
+                assert!(black_box(resource.entry().args(&[&next]).enter()).is_ok());
+            };
+            (0..fill).for_each(|_| call());
+            run_part(call, n);
         }
         "part-macro-sync" => {
             Sentinel::global().load_flow_rules([FlowRule::new("part.macro-sync").count(1e12)])?;

@@ -5,6 +5,8 @@
 //! - `identity`: `route_layer` with tower's `Identity` (what routing through a route layer costs by itself);
 //! - `sentinel`: `SentinelLayer` with one flow rule that always passes (checked on every request);
 //! - `sentinel-axum`: the same layer in its axum mode (`SentinelLayer::axum`: responses keep axum's body);
+//! - `sentinel-guarded`: `sentinel-axum` with a closed error-ratio breaker and a thread-grade flow rule
+//!   besides (flow + degrade + thread, none of which ever limits);
 //! - `sentinel-cached`: `sentinel` on an engine with `cached_clock()` (a ticker thread refreshes a
 //!   millisecond timestamp; what its 1,000 wake-ups a second cost shows against `sentinel`);
 //! - `sentinel-off`: `sentinel` with the engine switched off, so every entry passes unchecked: what the
@@ -34,7 +36,8 @@ use axum::error_handling::HandleErrorLayer;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{BoxError, Router};
-use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
+use sentinel_runtime::flow::{FlowGrade, FlowRule};
 use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::web::{extract, RateLimitHeaders, SentinelLayer, TrustedProxies};
 use sentinel_runtime::Sentinel;
@@ -46,6 +49,7 @@ pub const VARIANTS: &[&str] = &[
     "identity",
     "sentinel",
     "sentinel-axum",
+    "sentinel-guarded",
     "sentinel-cached",
     "sentinel-off",
     "governor",
@@ -67,6 +71,7 @@ pub fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
         "identity" => routes.route_layer(tower::layer::util::Identity::new()),
         "sentinel" => sentinel(routes, false, true, false)?,
         "sentinel-axum" => sentinel(routes, false, true, true)?,
+        "sentinel-guarded" => guarded(routes)?,
         "sentinel-cached" => sentinel(routes, true, true, false)?,
         "sentinel-off" => sentinel(routes, false, false, false)?,
         "sentinel-per-ip" => per_client(routes, TrustedProxies::none())?,
@@ -136,6 +141,21 @@ fn gateway(routes: Router, headers: bool) -> Result<Router, Box<dyn Error>> {
     let layer = SentinelLayer::new(engine).gateway(TrustedProxies::none());
     let layer = if headers { layer.rate_limit_headers(RateLimitHeaders::new()) } else { layer };
     Ok(routes.route_layer(layer.axum()))
+}
+
+/// The layer in its axum mode with a flow rule, a thread-grade flow rule and a closed error-ratio breaker,
+/// none of which ever limits.
+fn guarded(routes: Router) -> Result<Router, Box<dyn Error>> {
+    let engine = Sentinel::builder().build().leak();
+    engine.load_flow_rules([
+        FlowRule::new("GET:/hello").count(1e12),
+        FlowRule::new("GET:/hello").grade(FlowGrade::Thread).count(1e9),
+    ])?;
+    engine.load_degrade_rules([DegradeRule::new("GET:/hello", DegradeGrade::ErrorRatio)
+        .count(0.5)
+        .min_request_amount(5)
+        .time_window_sec(10)])?;
+    Ok(routes.route_layer(SentinelLayer::new(engine).axum()))
 }
 
 /// `SentinelLayer` over `routes` with one flow rule that always passes; `cached`: the engine reads a ticker
