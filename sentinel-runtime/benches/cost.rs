@@ -88,7 +88,9 @@ fn entry_exit(c: &mut Criterion) {
         });
     }
     let limiter = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
-    g.bench_function(BenchmarkId::new("governor", "check()"), |b| b.iter(|| assert!(black_box(limiter.check()).is_ok())));
+    g.bench_function(BenchmarkId::new("governor", "check()"), |b| {
+        b.iter(|| assert!(black_box(limiter.check()).is_ok()))
+    });
     let fs = failsafe::Config::new().build();
     g.bench_function(BenchmarkId::new("failsafe", "closed call"), |b| {
         b.iter(|| assert!(black_box(failsafe::CircuitBreaker::call(&fs, || Ok::<u64, ()>(black_box(1)))).is_ok()))
