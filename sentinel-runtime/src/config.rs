@@ -231,7 +231,7 @@ impl Config {
 /// Where an engine stands against its caps on names ([`Sentinel::caps`](crate::Sentinel::caps)). Names that rules name (and the
 /// resources of annotated functions) are not counted and always get their own resource or context; past a
 /// cap, other new names share [`RESOURCE_OVERFLOW`],
-/// [`CONTEXT_OVERFLOW`] or [`UNTRACKED_ORIGIN`](crate::UNTRACKED_ORIGIN), which are
+/// [`CONTEXT_OVERFLOW`] or [`UNTRACKED_ORIGIN`], which are
 /// checked like any other: no cap switches a rule off.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

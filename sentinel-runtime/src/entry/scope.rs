@@ -39,7 +39,7 @@ impl<'r> Entry<'r> {
 
     /// Runs `f` with this entry as the innermost entry of the thread's context: entries made in `f` are its
     /// children in the call tree and inherit its context and origin. The thread's context is put back after
-    /// `f` (also when `f` panics). Meant for owned entries ([`Resource::entry_owned`], [`EntryBuilder::enter_async`]),
+    /// `f` (also when `f` panics). Meant for owned entries ([`Resource::entry_owned`](crate::Resource::entry_owned), [`EntryBuilder::enter_async`](crate::EntryBuilder::enter_async)),
     /// which never install themselves.
     ///
     /// ```

@@ -4,7 +4,7 @@
 //! Both fields are Structured Field Lists (RFC 9651): one item per policy, the policy's name as a String
 //! with parameters. `RateLimit-Policy: "default";q=100;w=10` says the policy allows a quota `q` per window
 //! `w` (seconds); `RateLimit: "default";r=50;t=30` says `r` units remain and more are available in `t`
-//! seconds. [`format`] writes both for any number of policies; [`legacy`] writes `x-ratelimit-limit`,
+//! seconds. [`format()`] writes both for any number of policies; [`legacy`] writes `x-ratelimit-limit`,
 //! `x-ratelimit-remaining` and `x-ratelimit-reset` (seconds) for the policy closest to running out.
 //!
 //! ```
