@@ -15,14 +15,14 @@ pub use rule::{
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::pattern::{Compiler, Patterns};
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, RelatedStat, RuleSlot, Verdict};
-use crate::slot::toolkit::{group_reusing, RuleList};
+use crate::slot::toolkit::{group_reusing, Matched, RuleList};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 use crate::{LIMIT_APP_DEFAULT, LIMIT_APP_OTHER};
@@ -274,7 +274,7 @@ struct FlowRuleSet {
     patterns: Patterns<FlowRule>,
     /// The rules of each resource that matches a pattern (its exact rules, then its own state of every
     /// matching regex rule), resolved when the resource is created or the set loads.
-    matched: Mutex<HashMap<String, Arc<ResourceFlowRules>>>,
+    matched: Matched<ResourceFlowRules>,
     /// Resources that relate rules read (`ref_resource` of the relate strategy).
     related: HashSet<String>,
     /// Contexts that chain rules read (`ref_resource` of the chain strategy).
@@ -513,17 +513,12 @@ impl FlowManager {
         let mut set = FlowRuleSet {
             exact: exact.collect(),
             patterns: Patterns::group(regex.into_iter().map(|r| (r.resource.as_str(), r.clone())), &compiled),
-            matched: Mutex::default(),
+            matched: Matched::default(),
             related,
             chained,
         };
         // Resolve again the resources that matched a pattern, keeping the state of rules that stay.
-        let old_matched = std::mem::take(&mut *old.matched.lock().unwrap_or_else(|e| e.into_inner()));
-        let matched = old_matched
-            .into_iter()
-            .filter_map(|(name, rules)| set.resolve(&name, Some(&rules)).map(|r| (name, r)))
-            .collect();
-        set.matched = Mutex::new(matched);
+        set.matched = Matched::resolved_again(&old.matched, |name, rules| set.resolve(name, Some(rules)));
         self.set.store(Arc::new(set));
         Ok(())
     }
@@ -536,20 +531,7 @@ impl FlowManager {
     /// when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceFlowRules>> {
         let set = self.set.load();
-        if set.patterns.is_empty() {
-            return set.exact.get(name).cloned();
-        }
-        let mut matched = set.matched.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = matched.get(name) {
-            return Some(r.clone());
-        }
-        match set.resolve(name, None) {
-            Some(r) => {
-                matched.insert(name.to_string(), r.clone());
-                Some(r)
-            }
-            None => set.exact.get(name).cloned(),
-        }
+        set.matched.for_resource(name, !set.patterns.is_empty(), &set.exact, |name| set.resolve(name, None))
     }
 
     /// Whether a relate rule reads the resource `name` (its `ref_resource`).

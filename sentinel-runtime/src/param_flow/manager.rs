@@ -12,7 +12,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{RuleError, RuleKind};
 use crate::pattern::{Compiler, Patterns};
-use crate::slot::toolkit::{dedup, group_reusing, RuleList};
+use crate::slot::toolkit::{dedup, group_reusing, Matched, RuleList};
 
 use super::state::ParamRuleState;
 use super::{normalize, validate, ParamFlowRule, ResourceParamRules};
@@ -46,7 +46,7 @@ struct ParamRuleSet {
     patterns: Patterns<ParamFlowRule>,
     /// The rules of each resource that matches a pattern, resolved when the resource is created or the set
     /// loads (its exact rules, then a state of its own for each matching regex rule).
-    matched: Mutex<HashMap<String, Arc<ResourceParamRules>>>,
+    matched: Matched<ResourceParamRules>,
 }
 
 impl ParamRuleSet {
@@ -112,15 +112,10 @@ impl ParamFlowManager {
         let mut set = ParamRuleSet {
             exact: by_resource.into_iter().map(|(k, rules)| (k, Arc::new(ResourceParamRules { rules }))).collect(),
             patterns: Patterns::group(regex.into_iter().map(|r| (r.resource.as_str(), r.clone())), &compiled),
-            matched: Mutex::default(),
+            matched: Matched::default(),
         };
         // Resolve again the resources that matched a pattern, keeping the counters of rules that stay.
-        let old_matched = std::mem::take(&mut *old.matched.lock().unwrap_or_else(|e| e.into_inner()));
-        let matched = old_matched
-            .into_iter()
-            .filter_map(|(name, rules)| set.resolve(&name, Some(&rules)).map(|r| (name, r)))
-            .collect();
-        set.matched = Mutex::new(matched);
+        set.matched = Matched::resolved_again(&old.matched, |name, rules| set.resolve(name, Some(rules)));
         self.set.store(Arc::new(set));
     }
 
@@ -136,19 +131,6 @@ impl ParamFlowManager {
     /// when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceParamRules>> {
         let set = self.set.load();
-        if set.patterns.is_empty() {
-            return set.exact.get(name).cloned();
-        }
-        let mut matched = set.matched.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = matched.get(name) {
-            return Some(r.clone());
-        }
-        match set.resolve(name, None) {
-            Some(r) => {
-                matched.insert(name.to_string(), r.clone());
-                Some(r)
-            }
-            None => set.exact.get(name).cloned(),
-        }
+        set.matched.for_resource(name, !set.patterns.is_empty(), &set.exact, |name| set.resolve(name, None))
     }
 }

@@ -120,3 +120,52 @@ fn key_of<R: DedupKey>(rule: &R) -> u64 {
     rule.dedup_key(&mut h);
     h.finish()
 }
+
+/// The rules of each resource that matched a regex rule of a kind's rule set, resolved once per resource and
+/// rule set (when the resource is created or the set loads, never per call).
+pub(crate) struct Matched<R>(std::sync::Mutex<HashMap<String, Arc<R>>>);
+
+impl<R> Default for Matched<R> {
+    fn default() -> Self {
+        Matched(std::sync::Mutex::default())
+    }
+}
+
+impl<R> Matched<R> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<R>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The rules of `name`: `exact` alone when the set has no pattern; else the resolved ones, resolving
+    /// (and keeping) them on first use, or `exact` when no pattern matches.
+    pub(crate) fn for_resource(
+        &self,
+        name: &str,
+        has_patterns: bool,
+        exact: &HashMap<String, Arc<R>>,
+        resolve: impl FnOnce(&str) -> Option<Arc<R>>,
+    ) -> Option<Arc<R>> {
+        if !has_patterns {
+            return exact.get(name).cloned();
+        }
+        let mut matched = self.lock();
+        if let Some(r) = matched.get(name) {
+            return Some(r.clone());
+        }
+        match resolve(name) {
+            Some(r) => {
+                matched.insert(name.to_string(), r.clone());
+                Some(r)
+            }
+            None => exact.get(name).cloned(),
+        }
+    }
+
+    /// The resources `old` resolved, resolved again by `resolve` (given their old rules, so that rules that
+    /// stay keep their state); a resource no pattern matches any more is dropped.
+    pub(crate) fn resolved_again(old: &Matched<R>, resolve: impl Fn(&str, &R) -> Option<Arc<R>>) -> Matched<R> {
+        let old = std::mem::take(&mut *old.lock());
+        let again = old.into_iter().filter_map(|(name, rules)| resolve(&name, &rules).map(|r| (name, r))).collect();
+        Matched(std::sync::Mutex::new(again))
+    }
+}
