@@ -1,7 +1,8 @@
 //! The console in a real headless Chromium, driven over WebDriver (Debian's `chromedriver`): the page loads
 //! with no console error, resources appear with their numbers, a chart advances, a rule edited in the page
-//! changes what the engine enforces, an invalid rule shows the server's error. The screenshot is written to
-//! `target/console-screenshot.png`.
+//! changes what the engine enforces, an invalid rule shows the server's error; adaptive limiters are charted
+//! from the served history; API groups and gateway rules are added, edited and deleted through the page.
+//! Screenshots are written to `target/console-*.png`.
 #![cfg(feature = "transport")]
 
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
+use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::ManualClock;
 use sentinel_runtime::flow::FlowRule;
@@ -58,6 +60,33 @@ fn traffic(engine: &Sentinel, clock: &ManualClock, center: &CommandCenter, secon
             let _ = get(center.local_addr(), "/console/overview", &[]);
         }
     }
+}
+
+/// A headless Chromium session through a chromedriver of its own.
+struct Browser {
+    c: Client,
+    session: String,
+    driver_port: u16,
+    _driver: Server,
+    _dir: tempfile::TempDir,
+}
+
+/// Chromedriver started on a port of its own, and a headless Chromium session through it (`None`: the
+/// programs are missing and the test skips, as the testkit decides).
+async fn start_browser(test: &str) -> Option<Browser> {
+    let (Some(chromium), Some(chromedriver)) =
+        (require_program("chromium", test), require_program("chromedriver", test))
+    else {
+        return None;
+    };
+    let dir = temp_dir();
+    let driver_port = free_port();
+    let mut cmd = Command::new(&chromedriver);
+    cmd.arg(format!("--port={driver_port}"));
+    let driver = Server::start("chromedriver", cmd, temp_dir(), ([127, 0, 0, 1], driver_port).into());
+    let c = browser(dir.path(), driver_port, &chromium).await;
+    let session = c.session_id().await.unwrap().expect("a session id");
+    Some(Browser { c, session, driver_port, _driver: driver, _dir: dir })
 }
 
 async fn browser(dir: &std::path::Path, driver_port: u16, chromium: &std::path::Path) -> Client {
@@ -267,4 +296,294 @@ async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
         .collect();
     assert!(errors.is_empty(), "the page logged errors: {errors:?}");
     c.close().await.unwrap();
+}
+
+/// Calls `db` holds in second `s` of [`adaptive_traffic`]: `(from no origin, from mobile)`.
+fn held_in(s: u64) -> (u64, u64) {
+    (s % 12 + 1, s % 5)
+}
+
+/// Traffic on an adaptive resource `db`: at the start of each simulated second, [`held_in`] calls enter and
+/// the console's command samples them; 300 ms later they complete, then 10 calls of 20 ms each run one
+/// after the other (so no moment of the second has more calls in flight than the sampled ones).
+fn adaptive_traffic(engine: &Sentinel, clock: &ManualClock, center: &CommandCenter, seconds: u64) {
+    let db = engine.resource("db");
+    for s in 0..seconds {
+        let (plain, mobile) = held_in(s);
+        // Owned entries: each in a context of its own, so that each keeps its origin.
+        let held: Vec<_> = (0..plain).filter_map(|_| db.entry_owned().enter().ok()).collect();
+        let from_mobile: Vec<_> =
+            (0..mobile).filter_map(|_| db.entry_owned().origin("mobile").enter().ok()).collect();
+        let _ = get(center.local_addr(), "/console/adaptive", &[]);
+        clock.advance_millis(300);
+        drop((held, from_mobile));
+        for _ in 0..10 {
+            if let Ok(e) = db.enter() {
+                clock.advance_millis(20);
+                drop(e);
+            }
+        }
+        let used = clock.now_millis() % 1000;
+        clock.advance_millis(1000 - used);
+    }
+}
+
+fn adaptive_engine(min: u32, max: u32) -> (Sentinel, ManualClock) {
+    let clock = ManualClock::at_millis(T0);
+    let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("orders-gateway").build();
+    engine
+        .load_adaptive_rules([AdaptiveRule::new("db")
+            .algorithm(AlgorithmKind::Gradient2)
+            .limits(min, 20, max)
+            .partition("mobile", 0.6)
+            .partition("default", 0.4)])
+        .unwrap();
+    (engine, clock)
+}
+
+#[test]
+fn console_adaptive_serves_every_limiter_now_and_its_limit_and_inflight_per_second() {
+    // A limit held at 20, so that every call of the traffic is admitted.
+    let (engine, clock) = adaptive_engine(20, 20);
+    let center = CommandCenter::builder(&engine).port(0).start().unwrap();
+    adaptive_traffic(&engine, &clock, &center, 40);
+    // Now: 7 calls held (3 of them from mobile), read by the command at this second.
+    let db = engine.resource("db");
+    let _held: Vec<_> = (0..4).map(|_| db.entry_owned().enter().unwrap()).collect();
+    let _mobile: Vec<_> = (0..3).map(|_| db.entry_owned().origin("mobile").enter().unwrap()).collect();
+    let r = get(center.local_addr(), "/console/adaptive", &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    let now = engine.now_millis();
+    assert_eq!(v["now"], now);
+    let count = v["count"].as_u64().unwrap();
+    assert_eq!(count, 300, "5 minutes of seconds");
+    assert_eq!(v["start"].as_u64().unwrap(), (now / 1000 + 1 - count) * 1000, "the last second is the current one");
+    let resources = v["resources"].as_array().unwrap();
+    assert_eq!(resources.len(), 1, "{v}");
+    let db = &resources[0];
+    let status = &engine.adaptive_status()[0];
+    assert_eq!(db["resource"], "db");
+    assert_eq!(db["algorithm"], "gradient2");
+    assert_eq!((db["limit"].as_u64(), db["inflight"].as_u64()), (Some(u64::from(status.limit)), Some(7)));
+    assert_eq!((db["minLimit"].as_u64(), db["maxLimit"].as_u64()), (Some(20), Some(20)));
+    assert_eq!(db["waiting"], 0);
+    // The shortest calls took 20 ms on the manual clock; the average is what the limiter measured.
+    assert_eq!(db["minRttMs"].as_f64(), Some(20.0), "{db}");
+    assert_eq!(db["sampleRttMs"].as_f64(), Some(status.sample_rtt.as_micros() as f64 / 1000.0), "{db}");
+    assert!(db["sampleRttMs"].as_f64().unwrap() > 20.0, "the held calls took 300 ms: {db}");
+    assert!(db["gradient"].as_f64().is_some_and(|g| (0.5..=1.0).contains(&g)), "{db}");
+    assert_eq!(db["probing"], false);
+
+    let limit = db["series"]["limit"].as_array().unwrap();
+    let inflight = db["series"]["inflight"].as_array().unwrap();
+    assert_eq!((limit.len(), inflight.len()), (300, 300));
+    // 40 seconds sampled, then the current one; the seconds before are gaps.
+    let sampled = limit.iter().filter(|p| !p.is_null()).count();
+    assert_eq!(sampled, 41, "{limit:?}");
+    assert!(limit[..300 - 41].iter().all(serde_json::Value::is_null));
+    for k in 0..40 {
+        // The peak of each second: the calls held when the command sampled it.
+        let s = k as u64;
+        let (plain, mobile) = held_in(s);
+        assert_eq!(inflight[300 - 41 + k].as_u64(), Some(plain + mobile), "second {s}");
+        assert_eq!(limit[300 - 41 + k].as_u64(), Some(20), "second {s}");
+    }
+    assert_eq!(inflight[299].as_u64(), Some(7), "the current second");
+    assert_eq!(limit[299].as_u64(), Some(u64::from(status.limit)));
+
+    let partitions = db["partitions"].as_array().unwrap();
+    let mobile = partitions.iter().find(|p| p["origin"] == "mobile").unwrap();
+    assert_eq!(mobile["share"].as_f64(), Some(0.6));
+    assert_eq!(mobile["guarantee"].as_u64(), Some((f64::from(status.limit) * 0.6).ceil() as u64));
+    assert_eq!(mobile["inflight"], 3);
+    assert_eq!(mobile["series"]["inflight"][299], 3);
+    assert_eq!(mobile["series"]["inflight"][300 - 41 + 3].as_u64(), Some(held_in(3).1));
+    assert_eq!(mobile["series"]["limit"][300 - 41 + 3].as_u64(), Some(12), "its guarantee: ceil(20 × 0.6)");
+    let default = partitions.iter().find(|p| p["origin"] == "default").unwrap();
+    assert_eq!(default["inflight"], 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_browser() {
+    let test = "the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_browser";
+    let (engine, clock) = adaptive_engine(8, 200);
+    let center = CommandCenter::builder(&engine).port(0).start().unwrap();
+    adaptive_traffic(&engine, &clock, &center, 200);
+    let db = engine.resource("db");
+    let _held: Vec<_> = (0..5).map(|_| db.entry_owned().enter().unwrap()).collect();
+    let Some(b) = start_browser(test).await else { return };
+    let c = &b.c;
+
+    // The adaptive chart: one card for `db`, with its figures and the lines of the served series.
+    c.goto(&center.console_url()).await.unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css("[data-adaptive='db'] svg path.limit[data-points]"))
+        .await
+        .unwrap();
+    let drawn = wait_for_js(
+        c,
+        "const card = document.querySelector(\"[data-adaptive='db']\");\
+         const l = card.querySelector('path.limit'), f = card.querySelector('path.inflight');\
+         if (!l.dataset.points || l.dataset.points === '0') return null;\
+         return fetch('console/adaptive').then(r => r.json()).then(a => ({\
+           served: a.resources[0],\
+           limit: l.dataset.values, inflight: f.dataset.values,\
+           limitVertices: (l.getAttribute('d').match(/[ML]/g) || []).length,\
+           inflightVertices: (f.getAttribute('d').match(/[ML]/g) || []).length,\
+           figures: [...card.querySelectorAll('dd')].map(d => d.textContent),\
+           algorithm: card.querySelector('.badge.algo').textContent,\
+           partitions: [...card.querySelectorAll('table.partitions tbody tr td:first-child')].map(t => t.textContent),\
+         }));",
+        "the adaptive chart",
+    )
+    .await;
+    let served = &drawn["served"];
+    let values = |key: &str| -> String {
+        served["series"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(serde_json::Value::as_u64)
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    assert_eq!(drawn["limit"].as_str().unwrap(), values("limit"), "the limit line is the served series");
+    assert_eq!(drawn["inflight"].as_str().unwrap(), values("inflight"), "the in-flight line is the served series");
+    let points = values("limit").split(',').count() as u64;
+    assert_eq!(points, 201, "200 sampled seconds and the current one");
+    assert_eq!(drawn["limitVertices"].as_u64(), Some(points), "one vertex per served point");
+    assert_eq!(drawn["inflightVertices"].as_u64(), Some(points));
+    let figures = drawn["figures"].as_array().unwrap();
+    assert_eq!(figures[0].as_str(), Some(served["limit"].to_string().as_str()), "the limit: {figures:?}");
+    assert_eq!(figures[1], "5", "in flight: {figures:?}");
+    assert_eq!(figures[3], "20.0 ms", "the min RTT: {figures:?}");
+    assert!(figures[4].as_str().unwrap().ends_with(" ms"), "the sample RTT: {figures:?}");
+    assert_eq!(drawn["algorithm"], "gradient2");
+    assert_eq!(drawn["partitions"], serde_json::json!(["mobile", "default"]));
+    let shots = target_dir();
+    std::fs::create_dir_all(&shots).unwrap();
+    std::fs::write(shots.join("console-adaptive.png"), c.screenshot().await.unwrap()).unwrap();
+
+    // The gateway tab: empty at first, as the application is not a gateway yet.
+    c.find(Locator::Css("button[data-tab='gateway']")).await.unwrap().click().await.unwrap();
+    wait_for_js(c, "const e = document.querySelector('#gateway-empty'); return e && !e.hidden;", "the empty state")
+        .await;
+    let fill = |form: &str, values: &[(&str, &str)]| {
+        let mut js = format!("const f = document.querySelector('{form} form');");
+        for (name, value) in values {
+            js.push_str(&format!(
+                "{{ const i = f.querySelector('[name={name}]'); i.value = {}; i.dispatchEvent(new Event('change')); }}",
+                serde_json::to_string(value).unwrap()
+            ));
+        }
+        js + "return true;"
+    };
+
+    // Add an API group with a prefix path.
+    c.find(Locator::Css("#gw-apis button.add")).await.unwrap().click().await.unwrap();
+    c.execute(&fill("#gw-apis", &[("apiName", "products"), ("pattern", "/product/**"), ("matchStrategy", "1")]), vec![])
+        .await
+        .unwrap();
+    c.find(Locator::Css("#gw-apis form button.save")).await.unwrap().click().await.unwrap();
+    wait_for_js(c, "return document.querySelector(\"#gw-apis tr[data-key='products']\") !== null", "the new API group")
+        .await;
+    let apis = get(center.local_addr(), "/gateway/getApiDefinitions", &[]);
+    let apis: serde_json::Value = serde_json::from_str(&apis.body).unwrap();
+    assert_eq!(apis, serde_json::json!([{"apiName": "products", "predicateItems": [{"pattern": "/product/**", "matchStrategy": 1}]}]));
+
+    // Add a gateway rule on it, per header value.
+    c.find(Locator::Css("#gw-rules button.add")).await.unwrap().click().await.unwrap();
+    c.execute(
+        &fill(
+            "#gw-rules",
+            &[("resource", "products"), ("resourceMode", "1"), ("count", "5"), ("parseStrategy", "2"), ("fieldName", "X-Tenant")],
+        ),
+        vec![],
+    )
+    .await
+    .unwrap();
+    c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
+    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products']\") !== null", "the new rule").await;
+    let rules = get(center.local_addr(), "/gateway/getRules", &[]);
+    let rules: serde_json::Value = serde_json::from_str(&rules.body).unwrap();
+    assert_eq!(rules[0]["resource"], "products");
+    assert_eq!((rules[0]["resourceMode"].as_u64(), rules[0]["count"].as_f64()), (Some(1), Some(5.0)));
+    assert_eq!(rules[0]["paramItem"]["parseStrategy"], 2);
+    assert_eq!(rules[0]["paramItem"]["fieldName"], "X-Tenant");
+    assert_eq!(engine.gateway_rules().len(), 1);
+    wait_for_js(c, "return document.querySelector('#gateway-empty').hidden", "the empty state gone").await;
+
+    // Edit it: an invalid header name is refused, shown next to the field, and the rule in force stays.
+    c.find(Locator::Css("#gw-rules tr[data-key='products'] button.edit")).await.unwrap().click().await.unwrap();
+    c.execute(&fill("#gw-rules", &[("fieldName", "X Tenant")]), vec![]).await.unwrap();
+    c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
+    let error = wait_for_js(
+        c,
+        "const e = document.querySelector(\"#gw-rules [data-field='paramItem.fieldName'] .field-error\"); return e ? e.textContent : null;",
+        "the error next to the header name",
+    )
+    .await;
+    assert!(error.as_str().unwrap().contains("header name"), "{error}");
+    assert_eq!(engine.gateway_rules()[0].param_item.as_ref().unwrap().field_name.as_deref(), Some("X-Tenant"));
+    // A count that is not a number: the server's JSON error, at the count field.
+    c.execute(&fill("#gw-rules", &[("fieldName", "X-Tenant"), ("count", "five")]), vec![]).await.unwrap();
+    c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
+    let error = wait_for_js(
+        c,
+        "const e = document.querySelector(\"#gw-rules [data-field='count'] .field-error\"); return e ? e.textContent : null;",
+        "the error next to the count",
+    )
+    .await;
+    assert!(error.as_str().unwrap().contains("count"), "{error}");
+    assert_eq!(engine.gateway_rules()[0].count, 5.0, "the rule in force stays");
+    std::fs::write(shots.join("console-gateway.png"), c.screenshot().await.unwrap()).unwrap();
+    // Then a valid edit.
+    c.execute(&fill("#gw-rules", &[("count", "8")]), vec![]).await.unwrap();
+    c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
+    wait_for_js(c, "return document.querySelector('#gw-rules form') === null", "the form closing").await;
+    assert_eq!(engine.gateway_rules()[0].count, 8.0);
+
+    // An invalid API group (a regular expression that does not compile): inline, and the groups stay.
+    c.find(Locator::Css("#gw-apis button.add")).await.unwrap().click().await.unwrap();
+    c.execute(&fill("#gw-apis", &[("apiName", "orders"), ("pattern", "/orders/(\\d+"), ("matchStrategy", "2")]), vec![])
+        .await
+        .unwrap();
+    c.find(Locator::Css("#gw-apis form button.save")).await.unwrap().click().await.unwrap();
+    let error = wait_for_js(
+        c,
+        "const e = document.querySelector(\"#gw-apis [data-field='predicateItems.pattern'] .field-error\"); return e ? e.textContent : null;",
+        "the error next to the pattern",
+    )
+    .await;
+    assert!(error.as_str().unwrap().contains("/orders/(\\d+"), "{error}");
+    assert_eq!(engine.api_definitions().len(), 1, "the API groups in force stay");
+
+    // Narrow screens: the same views at a phone's width.
+    c.set_window_size(390, 844).await.unwrap();
+    std::fs::write(shots.join("console-gateway-narrow.png"), c.screenshot().await.unwrap()).unwrap();
+    c.find(Locator::Css("button[data-tab='resources']")).await.unwrap().click().await.unwrap();
+    wait_for_js(c, "return document.querySelector(\"[data-adaptive='db'] path.limit\").dataset.points > 0", "the chart").await;
+    std::fs::write(shots.join("console-adaptive-narrow.png"), c.screenshot().await.unwrap()).unwrap();
+    c.set_window_size(1440, 1000).await.unwrap();
+
+    // Delete the rule (two clicks: delete, confirm).
+    c.find(Locator::Css("button[data-tab='gateway']")).await.unwrap().click().await.unwrap();
+    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products'] button.delete\") !== null", "the rule").await;
+    for _ in 0..2 {
+        c.find(Locator::Css("#gw-rules tr[data-key='products'] button.delete")).await.unwrap().click().await.unwrap();
+    }
+    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products']\") === null", "the rule gone").await;
+    assert!(engine.gateway_rules().is_empty());
+
+    // The invalid pushes above are the only 400s; anything else logged is an error of the page.
+    let errors: Vec<(String, String)> = console_log(b.driver_port, &b.session)
+        .into_iter()
+        .filter(|(level, _)| level == "SEVERE" || level == "WARNING")
+        .filter(|(_, message)| !message.contains("/gateway/update") || !message.contains("status of 400"))
+        .collect();
+    assert!(errors.is_empty(), "the page logged errors: {errors:?}");
+    b.c.clone().close().await.unwrap();
 }

@@ -4,13 +4,18 @@
 //! - `console/overview`: every resource's last complete second (pass, block, success, exception, average
 //!   rt), its concurrency, its breakers with their last transitions, and the global switch;
 //! - `console/history?after={ms}`: per-second series of every resource, for the 5-minute charts (only the
-//!   seconds after `after` when given, so the page fetches a few numbers a second).
+//!   seconds after `after` when given, so the page fetches a few numbers a second);
+//! - `console/adaptive`: every adaptive limiter now (algorithm, limit and its bounds, calls in flight and
+//!   waiting, min RTT, sample RTT, baseline RTT, gradient, partitions) and, per resource and partition, the
+//!   limit and the peak in flight of every second of the history (`null` where none was sampled), for the
+//!   chart of limit against in-flight.
 //!
 //! Rules are read and written through `getRules` / `setRules` (and the hot-parameter pair), the switch
 //! through `setSwitch`, the diagnosis through `diagnose`: the page uses the same commands as everyone.
 
 use serde::Serialize;
 
+use super::adaptive_history::{AdaptiveSeries, SeriesKey};
 use super::breakers::Transition;
 use super::handler::{version, Center, CommandError, Params, Reply};
 use super::history::TOTAL_INBOUND;
@@ -130,6 +135,21 @@ struct Overview {
     transitions: Vec<TransitionVo>,
     /// Where the engine stands against its caps on names ([`Sentinel::caps`](crate::Sentinel::caps)).
     caps: CapsVo,
+    /// Whether the application is a gateway (gateway rules or API definitions in force, or a web layer in
+    /// gateway mode); `null` when the gateway commands are not built in (feature `tower`).
+    gateway: Option<bool>,
+}
+
+/// Whether the engine serves as a gateway, when gateway flow control is built in.
+#[cfg(feature = "tower")]
+fn gateway_in_use(engine: &crate::Sentinel) -> Option<bool> {
+    Some(engine.uses_gateway())
+}
+
+/// Gateway flow control is not built in.
+#[cfg(not(feature = "tower"))]
+fn gateway_in_use(_: &crate::Sentinel) -> Option<bool> {
+    None
 }
 
 #[derive(Serialize)]
@@ -218,6 +238,7 @@ pub(crate) fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
                 contexts_overflowed: caps.contexts_overflowed,
             }
         },
+        gateway: gateway_in_use(&c.engine),
     })
 }
 
@@ -260,4 +281,112 @@ pub(crate) fn history(c: &Center, p: &Params) -> Result<Reply, CommandError> {
         })
         .collect();
     Reply::json(&HistoryVo { start, count, series })
+}
+
+/// Milliseconds of a duration, to the microsecond.
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AdaptivePartitionVo {
+    origin: String,
+    share: f64,
+    /// Calls in flight guaranteed to it under contention: its limit in the series.
+    guarantee: u32,
+    inflight: u32,
+    /// Per second: its guarantee and peak in flight.
+    series: AdaptiveSeriesVo,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AdaptiveSeriesVo {
+    limit: Vec<Option<u32>>,
+    inflight: Vec<Option<u32>>,
+}
+
+impl From<Option<AdaptiveSeries>> for AdaptiveSeriesVo {
+    fn from(s: Option<AdaptiveSeries>) -> Self {
+        let s = s.unwrap_or_default();
+        AdaptiveSeriesVo { limit: s.limit, inflight: s.inflight }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AdaptiveVo {
+    resource: String,
+    algorithm: &'static str,
+    limit: u32,
+    min_limit: u32,
+    max_limit: u32,
+    inflight: u32,
+    waiting: usize,
+    min_rtt_ms: f64,
+    sample_rtt_ms: f64,
+    baseline_rtt_ms: f64,
+    gradient: f64,
+    probing: bool,
+    /// Per second: the limit last seen and the peak in flight.
+    series: AdaptiveSeriesVo,
+    partitions: Vec<AdaptivePartitionVo>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AdaptiveAnswer {
+    now: u64,
+    /// Start (ms) of the first second of every series; the last is the second in progress.
+    start: u64,
+    /// Seconds in every series.
+    count: usize,
+    resources: Vec<AdaptiveVo>,
+}
+
+pub(crate) fn adaptive(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+    let now = c.engine.now_millis();
+    let status = c.engine.adaptive_status();
+    // The state just read is the last point of each series.
+    c.history.adaptive.record(now, &status);
+    let (start, count, mut series) = c.history.adaptive.series(now);
+    let resources = status
+        .into_iter()
+        .map(|s| {
+            let resource: std::sync::Arc<str> = s.resource.as_str().into();
+            let mut take = |partition: Option<&str>| {
+                AdaptiveSeriesVo::from(
+                    series.remove(&SeriesKey { resource: resource.clone(), partition: partition.map(Into::into) }),
+                )
+            };
+            AdaptiveVo {
+                series: take(None),
+                partitions: s
+                    .partitions
+                    .iter()
+                    .map(|p| AdaptivePartitionVo {
+                        origin: p.origin.clone(),
+                        share: p.share,
+                        guarantee: p.guarantee,
+                        inflight: p.inflight,
+                        series: take(Some(&p.origin)),
+                    })
+                    .collect(),
+                algorithm: s.algorithm.as_str(),
+                limit: s.limit,
+                min_limit: s.min_limit,
+                max_limit: s.max_limit,
+                inflight: s.inflight,
+                waiting: s.waiting,
+                min_rtt_ms: ms(s.min_rtt),
+                sample_rtt_ms: ms(s.sample_rtt),
+                baseline_rtt_ms: ms(s.baseline_rtt),
+                gradient: if s.gradient.is_finite() { s.gradient } else { 1.0 },
+                probing: s.probing,
+                resource: s.resource,
+            }
+        })
+        .collect();
+    Reply::json(&AdaptiveAnswer { now, start, count, resources })
 }

@@ -6,6 +6,8 @@
 //! second in progress is never recorded, so a line once answered never changes). It is sampled once a
 //! second in the background and before every answer, so an answer is complete up to the last whole second.
 //!
+//! The adaptive limiters' limit and calls in flight are sampled with them (`adaptive_history`).
+//!
 //! Memory: one ring of 32-byte slots per resource that had traffic, so `32 × seconds` bytes (9,600 bytes for
 //! 5 minutes) plus the name, allocated when the resource first shows traffic; at most as many resources as
 //! the engine tracks ([`Config::max_resources`](crate::Config::max_resources)).
@@ -13,6 +15,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::adaptive_history::{AdaptiveHistory, MAX_ADAPTIVE_SERIES};
 use crate::{SecondTotals, Sentinel};
 
 /// Seconds of history kept per resource by default (5 minutes).
@@ -125,6 +128,8 @@ pub(crate) struct History {
     seconds: usize,
     max_resources: usize,
     state: Mutex<State>,
+    /// The adaptive limiters' limit and calls in flight, sampled with the rest.
+    pub(crate) adaptive: AdaptiveHistory,
 }
 
 /// Dense series of one resource, one value per second, oldest first.
@@ -143,6 +148,7 @@ impl History {
             seconds: seconds.max(MIN_HISTORY_SECONDS),
             max_resources,
             state: Mutex::new(State { rings: HashMap::new(), since_ms: None, sampled_to_ms: 0 }),
+            adaptive: AdaptiveHistory::new(seconds.max(MIN_HISTORY_SECONDS), MAX_ADAPTIVE_SERIES),
         }
     }
 
@@ -151,9 +157,11 @@ impl History {
         self.seconds
     }
 
-    /// Records the engine's complete seconds not recorded yet. Returns the end of the last complete second.
+    /// Records the engine's complete seconds not recorded yet, and the adaptive limiters' state now. Returns
+    /// the end of the last complete second.
     pub(crate) fn sample(&self, engine: &Sentinel) -> u64 {
         let now = engine.now_millis();
+        self.adaptive.record(now, &engine.adaptive_status());
         let boundary = now - now % 1000;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if state.since_ms.is_none() {

@@ -26,8 +26,11 @@
 //! changes on an error.
 //!
 //! `GET /` is the console: every resource live (pass, block, success, exception per second, average rt,
-//! concurrency), a 5-minute chart each, breaker states and transitions, the rules of each kind (editable,
-//! the server's error shown inline), `diagnose` at a click and the global switch.
+//! concurrency), a 5-minute chart each, every adaptive limiter (its limit against the calls in flight over 5
+//! minutes, min and sample RTT, partitions), breaker states and transitions, the rules of each kind
+//! (editable, the server's error shown inline), the gateway's API groups and flow rules (feature `tower`:
+//! added, edited and deleted through the `gateway/update*` commands, the server's error next to the field),
+//! `diagnose` at a click and the global switch.
 //!
 //! # Rules pushed from the dashboard survive a restart
 //! With [`CommandCenterBuilder::data_source`], a push is validated by the engine (a rejected push changes
@@ -70,7 +73,9 @@
 //!
 //! # Memory
 //! The history keeps every resource's last [`DEFAULT_HISTORY_SECONDS`] seconds at 1 s resolution: 32 bytes
-//! a second, 9,600 bytes per resource that had traffic, at most the engine's resource cap. With the `logs`
+//! a second, 9,600 bytes per resource that had traffic, at most the engine's resource cap; and each adaptive
+//! limiter's limit and calls in flight, per resource and per partition, at 12 bytes a second (3,600 bytes for
+//! 5 minutes), at most 1,024 such series. With the `logs`
 //! feature, `metric` answers for older seconds from the metric log files (`log::MetricSearcher`), streamed
 //! through the index: an answer holds at most 12,000 lines (`maxLines` without `endTime`) and 2 MiB of them
 //! and reads at most an hour of log; at most four such searches run at once (another is refused, "busy").
@@ -80,6 +85,7 @@
 //! runtime, and never on the threads that call resources; [`CommandCenterBuilder::runtime`] runs it on the
 //! application's runtime instead. It only reads the engine's statistics: it adds nothing to a call.
 
+mod adaptive_history;
 mod breakers;
 mod cluster;
 mod commands;
@@ -203,6 +209,12 @@ const COMMANDS: &[Command] = &[
         desc: "per-second series of every resource for the console's charts, accept param: after={ms}",
         write: false,
         run: console::history,
+    },
+    Command {
+        name: "console/adaptive",
+        desc: "every adaptive limiter: its limit, calls in flight, RTTs and partitions now, and its limit and calls in flight per second over the history",
+        write: false,
+        run: console::adaptive,
     },
 ];
 

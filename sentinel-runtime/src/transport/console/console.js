@@ -17,6 +17,9 @@
     end: 0,              // end (ms, exclusive) of the last second held in `series`
     series: new Map(),   // resource -> {pass, block, success, exception, rt}: arrays of `length`
     cards: new Map(),    // resource -> card elements
+    adaptive: null,      // the last `console/adaptive` answer
+    adaptiveCards: new Map(), // adaptive resource -> card elements
+    gateway: null,       // whether the application is a gateway (null: no gateway commands)
     overview: null,
     tab: 'resources',
     failures: 0,
@@ -319,6 +322,179 @@
     $('#sum-open').textContent = num(sums.open);
   }
 
+  // ---------------------------------------------------------------------------------------------------
+  // Adaptive limits: per adaptive resource, its limit against the calls in flight over 5 minutes (SVG)
+
+  const SVG = 'http://www.w3.org/2000/svg';
+  const svg = (tag, attrs) => {
+    const e = document.createElementNS(SVG, tag);
+    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+    return e;
+  };
+  const millis = (v) => (v > 0 ? (v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : num(v)) + ' ms' : '—');
+
+  const ADAPTIVE_STATS = [
+    ['limit', 'Limit'],
+    ['inflight', 'In flight'],
+    ['waiting', 'Waiting'],
+    ['minRtt', 'Min RTT'],
+    ['sampleRtt', 'Sample RTT'],
+    ['gradient', 'Gradient'],
+  ];
+
+  function adaptiveCard(name) {
+    let c = state.adaptiveCards.get(name);
+    if (c) return c;
+    const root = el('article', 'card adaptive');
+    root.dataset.adaptive = name;
+    const head = el('header', 'card-head');
+    const title = el('h3', '', name);
+    title.title = name;
+    const algorithm = el('span', 'badge algo', '');
+    const probing = el('span', 'badge probing', 'probing min RTT');
+    probing.title = 'The limit is pinned low for a moment to measure the no-load round-trip time';
+    probing.hidden = true;
+    head.append(title, algorithm, probing, el('span', 'spacer'));
+    const stats = el('dl', 'stats');
+    const values = {};
+    for (const [key, label] of ADAPTIVE_STATS) {
+      const d = el('div');
+      const dd = el('dd', key === 'limit' ? 'limit' : key === 'inflight' ? 'inflight' : '', '0');
+      d.append(el('dt', '', label), dd);
+      stats.append(d);
+      values[key] = dd;
+    }
+    const chart = svg('svg', { class: 'adaptive-chart', role: 'img' });
+    chart.setAttribute('aria-label', 'limit and calls in flight per second over the last 5 minutes for ' + name);
+    const grid = svg('g', { class: 'grid-lines' });
+    const area = svg('path', { class: 'inflight-area' });
+    const inflight = svg('path', { class: 'inflight' });
+    const limit = svg('path', { class: 'limit' });
+    const label = svg('text', { class: 'scale', x: 2, y: 10 });
+    chart.append(grid, area, inflight, limit, label);
+    const axis = el('div', 'axis');
+    axis.append(el('span', '', '−5 min'), el('span', '', '−2.5 min'), el('span', '', 'now'));
+    const bounds = el('p', 'bounds muted', '');
+    const parts = el('table', 'table partitions');
+    parts.hidden = true;
+    const thead = el('thead');
+    const htr = el('tr');
+    for (const h of ['Partition', 'Share', 'Guaranteed', 'In flight', '']) htr.append(el('th', h === 'Partition' || h === '' ? '' : 'r', h));
+    thead.append(htr);
+    parts.append(thead, el('tbody'));
+    root.append(head, stats, chart, axis, bounds, parts);
+    c = { root, title, algorithm, probing, values, chart, grid, area, inflight, limit, label, bounds, parts };
+    state.adaptiveCards.set(name, c);
+    return c;
+  }
+
+  // The path through the non-null points of `values` (a gap starts a new segment), how many points it has,
+  // and the area under it down to `base`.
+  function polyline(values, x, y, base) {
+    let d = '';
+    let area = '';
+    let points = 0;
+    let first = null;
+    let last = null;
+    const close = () => {
+      if (first !== null) area += 'L' + last + ' ' + base + 'L' + first + ' ' + base + 'Z';
+      first = null;
+    };
+    for (let i = 0; i < values.length; i++) {
+      const v = values[i];
+      if (v == null) { close(); continue; }
+      const px = x(i).toFixed(1);
+      const p = px + ' ' + y(v).toFixed(1);
+      d += (first === null ? 'M' : 'L') + p;
+      area += (first === null ? 'M' : 'L') + p;
+      if (first === null) first = px;
+      last = px;
+      points++;
+    }
+    close();
+    return { d, area, points };
+  }
+
+  function drawAdaptive(c, r, count) {
+    const w = c.chart.clientWidth;
+    const h = c.chart.clientHeight;
+    if (w === 0 || h === 0) return;
+    c.chart.setAttribute('viewBox', '0 0 ' + w + ' ' + h);
+    const limits = r.series.limit;
+    const inflights = r.series.inflight;
+    let top = r.limit;
+    for (let i = 0; i < limits.length; i++) top = Math.max(top, limits[i] || 0, inflights[i] || 0);
+    const max = niceMax(top);
+    const padTop = 14;
+    const y = (v) => h - 1 - (v / max) * (h - padTop - 2);
+    const x = (i) => (count > 1 ? (i / (count - 1)) * w : w);
+    const lines = [];
+    for (const f of [0.5, 1]) {
+      const gy = Math.round(y(max * f)) + 0.5;
+      lines.push(svg('line', { x1: 0, x2: w, y1: gy, y2: gy }));
+    }
+    lines.push(svg('line', { x1: 0, x2: w, y1: h - 0.5, y2: h - 0.5 }));
+    c.grid.replaceChildren(...lines);
+    c.label.textContent = num(max) + ' calls';
+    const lim = polyline(limits, x, y, h - 1);
+    const inf = polyline(inflights, x, y, h - 1);
+    c.limit.setAttribute('d', lim.d);
+    c.limit.dataset.points = String(lim.points);
+    c.limit.dataset.values = limits.filter((v) => v != null).join(',');
+    c.inflight.setAttribute('d', inf.d);
+    c.inflight.dataset.points = String(inf.points);
+    c.inflight.dataset.values = inflights.filter((v) => v != null).join(',');
+    c.area.setAttribute('d', inf.area);
+    c.chart.dataset.start = String(state.adaptive.start);
+  }
+
+  function setText(node, text) {
+    if (node.textContent !== text) node.textContent = text;
+  }
+
+  function renderAdaptive() {
+    const a = state.adaptive;
+    const band = $('#adaptive');
+    if (!a) return;
+    const filter = $('#filter').value.trim().toLowerCase();
+    const list = a.resources.filter((r) => !filter || r.resource.toLowerCase().includes(filter));
+    band.hidden = a.resources.length === 0;
+    const cards = $('#adaptive-cards');
+    const wanted = list.map((r) => {
+      const c = adaptiveCard(r.resource);
+      setText(c.algorithm, r.algorithm);
+      c.probing.hidden = !r.probing;
+      setText(c.values.limit, num(r.limit));
+      setText(c.values.inflight, num(r.inflight));
+      setText(c.values.waiting, num(r.waiting));
+      setText(c.values.minRtt, millis(r.minRttMs));
+      setText(c.values.sampleRtt, millis(r.sampleRttMs));
+      setText(c.values.gradient, r.algorithm === 'gradient2' ? r.gradient.toFixed(2) : '—');
+      c.values.waiting.classList.toggle('zero', !r.waiting);
+      c.values.inflight.classList.toggle('full', r.inflight >= r.limit);
+      setText(c.bounds, 'Limit between ' + num(r.minLimit) + ' and ' + num(r.maxLimit) +
+        (r.baselineRttMs > 0 ? ' · baseline RTT ' + millis(r.baselineRttMs) : ''));
+      const rows = r.partitions.map((p) => {
+        const tr = el('tr');
+        const bar = el('td', 'bar');
+        const fill = el('span');
+        fill.style.width = Math.min(100, p.guarantee ? (100 * p.inflight) / p.guarantee : 0) + '%';
+        bar.append(fill);
+        tr.append(el('td', 'mono', p.origin), el('td', 'r', Math.round(p.share * 100) + ' %'),
+          el('td', 'r', num(p.guarantee)), el('td', 'r', num(p.inflight)), bar);
+        return tr;
+      });
+      c.parts.tBodies[0].replaceChildren(...rows);
+      c.parts.hidden = rows.length === 0;
+      return { c, r };
+    });
+    wanted.forEach(({ c }, i) => {
+      if (cards.children[i] !== c.root) cards.insertBefore(c.root, cards.children[i] || null);
+    });
+    while (cards.children.length > wanted.length) cards.lastChild.remove();
+    for (const { c, r } of wanted) drawAdaptive(c, r, a.count);
+  }
+
   async function showDiagnosis(name) {
     const r = await call('diagnose', { resource: name }, false);
     $('#diagnosis-title').textContent = 'Diagnosis of ' + name;
@@ -499,6 +675,364 @@
   }
 
   // ---------------------------------------------------------------------------------------------------
+  // Gateway: API groups and gateway flow rules, edited in forms and saved through `gateway/update*`
+
+  const URL_MATCH = [['0', 'exact'], ['1', 'prefix (Ant)'], ['2', 'regex']];
+  const PARSE = [['', 'whole resource'], ['0', 'client IP'], ['1', 'host'], ['2', 'header'], ['3', 'URL parameter'], ['4', 'cookie']];
+  const PARAM_MATCH = [['0', 'exact'], ['1', 'prefix'], ['2', 'regex'], ['3', 'contains']];
+  const label = (options, v) => (options.find(([k]) => k === String(v)) || [null, String(v)])[1];
+
+  // A number typed in a field, as JSON: a number when it is one, else the text as typed (the server says
+  // what is wrong with it, at that field); left out when blank (the server's default).
+  function numberField(v) {
+    const t = v.trim();
+    if (t === '') return undefined;
+    const n = Number(t);
+    return Number.isFinite(n) ? n : t;
+  }
+
+  function select(name, options, value) {
+    const s = el('select');
+    s.name = name;
+    for (const [v, text] of options) {
+      const o = el('option', '', text);
+      o.value = v;
+      s.append(o);
+    }
+    s.value = value == null ? options[0][0] : String(value);
+    return s;
+  }
+
+  // A labelled field whose server errors are shown under it (`data-field` is the JSON path of the value).
+  function field(labelText, input, path, hint) {
+    const f = el('label', 'field');
+    f.dataset.field = path;
+    f.append(el('span', 'label', labelText), input);
+    if (hint) f.append(el('span', 'hint', hint));
+    return f;
+  }
+
+  function textInput(name, value, placeholder) {
+    const i = el('input');
+    i.type = 'text';
+    i.name = name;
+    i.value = value == null ? '' : String(value);
+    if (placeholder) i.placeholder = placeholder;
+    i.autocomplete = 'off';
+    i.spellcheck = false;
+    return i;
+  }
+
+  // Where the server's error points: the entry (its index in the pushed list), the field (as the JSON names
+  // it) and, in a list of items, which one. JSON errors name a path (`[0].paramItem.parseStrategy`), rule
+  // errors the field in Rust's words (`#0 (...): `param_item.field_name``).
+  function errorPlace(text) {
+    let m = /at `\[(\d+)\]((?:\.\w+|\[\d+\])*)`/.exec(text);
+    if (m) {
+      const item = /\[(\d+)\]/.exec(m[2]);
+      return { index: Number(m[1]), field: m[2].replace(/\[\d+\]/g, '').replace(/^\./, ''), item: item ? Number(item[1]) : null };
+    }
+    m = /#(\d+) \(.*?\): `([a-z_.]+)`/.exec(text);
+    if (m) return { index: Number(m[1]), field: m[2].replace(/_([a-z])/g, (_, c) => c.toUpperCase()), item: null };
+    return null;
+  }
+
+  function clearErrors(form) {
+    for (const e of form.querySelectorAll('.field-error')) e.remove();
+    for (const e of form.querySelectorAll('[aria-invalid]')) e.removeAttribute('aria-invalid');
+    const fe = form.querySelector('.form-error');
+    fe.hidden = true;
+    fe.textContent = '';
+  }
+
+  // Shows the server's answer next to the field it names, or under the form when it names none of it.
+  function showError(form, text, index) {
+    const place = errorPlace(text);
+    let target = null;
+    if (place && place.index === index && place.field) {
+      const candidates = [...form.querySelectorAll('[data-field="' + place.field + '"]')];
+      if (place.item != null) target = candidates.find((c) => c.closest('[data-item="' + place.item + '"]'));
+      // A rule error names no item: the one whose value the message quotes, else the first.
+      if (!target) target = candidates.find((c) => { const i = c.querySelector('input'); return i && i.value && text.includes('`' + i.value + '`'); });
+      if (!target) target = candidates[0] || null;
+      if (!target && place.field.includes('.')) target = form.querySelector('[data-field="' + place.field.split('.')[0] + '"]');
+    }
+    if (!target) {
+      const fe = form.querySelector('.form-error');
+      fe.textContent = text;
+      fe.hidden = false;
+      return;
+    }
+    const msg = el('p', 'field-error', text);
+    msg.setAttribute('role', 'alert');
+    target.append(msg);
+    const input = target.querySelector('input, select') || target;
+    input.setAttribute('aria-invalid', 'true');
+    if (input.focus) input.focus();
+  }
+
+  function predicateRow(item, k) {
+    const row = el('div', 'predicate');
+    row.dataset.item = String(k);
+    const remove = el('button', 'ghost small remove', 'Remove');
+    remove.type = 'button';
+    remove.title = 'Remove this path';
+    remove.addEventListener('click', () => {
+      const list = row.parentElement;
+      row.remove();
+      [...list.children].forEach((r, i) => { r.dataset.item = String(i); });
+    });
+    row.append(
+      field('Path pattern', textInput('pattern', item.pattern, '/product/**'), 'predicateItems.pattern'),
+      field('Match', select('matchStrategy', URL_MATCH, item.matchStrategy), 'predicateItems.matchStrategy'),
+      remove);
+    return row;
+  }
+
+  const GATEWAY = {
+    apis: {
+      get: 'gateway/getApiDefinitions',
+      set: 'gateway/updateApiDefinitions',
+      noun: ['API group', 'API groups'],
+      blank: { apiName: '', predicateItems: [{ pattern: '', matchStrategy: 1 }] },
+      form(entry) {
+        const body = el('div', 'form-grid');
+        body.append(field('Name', textInput('apiName', entry.apiName, 'products'), 'apiName',
+          'The resource requests that match enter'));
+        const paths = el('div', 'predicates');
+        paths.dataset.field = 'predicateItems';
+        (entry.predicateItems || []).forEach((p, k) => paths.append(predicateRow(p, k)));
+        const add = el('button', 'ghost small add-path', '+ Path');
+        add.type = 'button';
+        add.addEventListener('click', () => {
+          paths.append(predicateRow({ pattern: '', matchStrategy: 1 }, paths.children.length));
+          paths.lastChild.querySelector('input').focus();
+        });
+        const group = el('div', 'paths');
+        group.append(el('span', 'label', 'Paths'), paths, add);
+        return [body, group];
+      },
+      read(form) {
+        return {
+          apiName: form.querySelector('[name=apiName]').value.trim(),
+          predicateItems: [...form.querySelectorAll('.predicate')].map((row) => ({
+            pattern: row.querySelector('[name=pattern]').value.trim(),
+            matchStrategy: Number(row.querySelector('[name=matchStrategy]').value),
+          })),
+        };
+      },
+      row(a) {
+        const paths = el('td', 'chips');
+        for (const p of a.predicateItems) {
+          const chip = el('span', 'chip');
+          chip.append(el('span', 'mono', p.pattern), el('span', 'kind', label(URL_MATCH, p.matchStrategy)));
+          paths.append(chip);
+        }
+        return [el('td', 'mono', a.apiName), paths];
+      },
+      key: (a) => a.apiName,
+    },
+    rules: {
+      get: 'gateway/getRules',
+      set: 'gateway/updateRules',
+      noun: ['gateway rule', 'gateway rules'],
+      blank: { resource: '', resourceMode: 0, grade: 1, count: 10, intervalSec: 1, controlBehavior: 0, burst: 0, maxQueueingTimeoutMs: 500 },
+      form(entry) {
+        const p = entry.paramItem || {};
+        const main = el('div', 'form-grid');
+        const resource = textInput('resource', entry.resource, 'route id or API group');
+        resource.setAttribute('list', 'gw-api-names');
+        main.append(
+          field('Resource', resource, 'resource'),
+          field('Resource is', select('resourceMode', [['0', 'a route id'], ['1', 'an API group']], entry.resourceMode), 'resourceMode'),
+          field('Grade', select('grade', [['1', 'QPS'], ['0', 'threads']], entry.grade), 'grade'),
+          field('Count', textInput('count', entry.count), 'count'),
+          field('Interval (s)', textInput('intervalSec', entry.intervalSec), 'intervalSec'),
+          field('Behavior', select('controlBehavior', [['0', 'reject'], ['2', 'rate limiter (queue)']], entry.controlBehavior), 'controlBehavior'),
+          field('Burst', textInput('burst', entry.burst), 'burst'),
+          field('Max queueing (ms)', textInput('maxQueueingTimeoutMs', entry.maxQueueingTimeoutMs), 'maxQueueingTimeoutMs'));
+        const param = el('div', 'form-grid param');
+        param.dataset.field = 'paramItem';
+        const strategy = select('parseStrategy', PARSE, p.parseStrategy);
+        param.append(
+          field('Per parameter', strategy, 'paramItem.parseStrategy'),
+          field('Name', textInput('fieldName', p.fieldName, 'X-Tenant'), 'paramItem.fieldName', 'header, URL parameter or cookie'),
+          field('Value pattern', textInput('pattern', p.pattern, 'any value'), 'paramItem.pattern'),
+          field('Match', select('matchStrategy', PARAM_MATCH, p.matchStrategy), 'paramItem.matchStrategy'));
+        const sync = () => {
+          const none = strategy.value === '';
+          const named = ['2', '3', '4'].includes(strategy.value);
+          for (const n of ['pattern', 'matchStrategy']) param.querySelector('[name=' + n + ']').disabled = none;
+          param.querySelector('[name=fieldName]').disabled = !named;
+        };
+        strategy.addEventListener('change', sync);
+        sync();
+        return [main, param];
+      },
+      read(form) {
+        const v = (n) => form.querySelector('[name=' + n + ']').value;
+        const rule = {
+          resource: v('resource').trim(),
+          resourceMode: Number(v('resourceMode')),
+          grade: Number(v('grade')),
+          count: numberField(v('count')),
+          intervalSec: numberField(v('intervalSec')),
+          controlBehavior: Number(v('controlBehavior')),
+          burst: numberField(v('burst')),
+          maxQueueingTimeoutMs: numberField(v('maxQueueingTimeoutMs')),
+        };
+        if (v('parseStrategy') !== '') {
+          const item = { parseStrategy: Number(v('parseStrategy')), matchStrategy: Number(v('matchStrategy')) };
+          if (['2', '3', '4'].includes(v('parseStrategy')) && v('fieldName').trim()) item.fieldName = v('fieldName').trim();
+          if (v('pattern').trim()) item.pattern = v('pattern').trim();
+          rule.paramItem = item;
+        }
+        return rule;
+      },
+      row(r) {
+        const res = el('td');
+        res.append(el('span', 'mono', r.resource), el('span', 'kind', r.resourceMode === 1 ? 'API group' : 'route'));
+        const limit = num(r.count) + (r.grade === 0 ? ' threads' : ' per ' + (r.intervalSec === 1 ? 's' : r.intervalSec + ' s')) +
+          (r.burst ? ' + burst ' + num(r.burst) : '');
+        const behavior = r.controlBehavior === 2 ? 'queue ≤ ' + num(r.maxQueueingTimeoutMs) + ' ms' : 'reject';
+        let param = '—';
+        const p = r.paramItem;
+        if (p) {
+          param = label(PARSE, p.parseStrategy) + (p.fieldName ? ' ' + p.fieldName : '') +
+            (p.pattern ? ' ' + label(PARAM_MATCH, p.matchStrategy) + ' ' + p.pattern : '');
+        }
+        return [res, el('td', 'num', limit), el('td', '', behavior), el('td', p ? 'mono' : 'muted', param)];
+      },
+      key: (r) => r.resource,
+    },
+  };
+
+  function gatewayCard(kind) {
+    return document.getElementById('gw-' + kind);
+  }
+
+  // Pushes `list` (the entries in force with one added, changed or removed): the server's answer.
+  async function pushGateway(kind, list) {
+    return call(GATEWAY[kind].set, { data: JSON.stringify(list) }, true);
+  }
+
+  function openGatewayForm(kind, index) {
+    const k = GATEWAY[kind];
+    const card = gatewayCard(kind);
+    const entries = card.entries || [];
+    const entry = index >= 0 ? entries[index] : k.blank;
+    const form = el('form', 'gw-form');
+    form.noValidate = true;
+    form.dataset.index = String(index);
+    form.append(el('h4', '', index >= 0 ? 'Edit ' + k.noun[0] + ' ' + k.key(entry) : 'New ' + k.noun[0]));
+    form.append(...k.form(entry));
+    const actions = el('div', 'actions');
+    const save = el('button', 'primary save', index >= 0 ? 'Save' : 'Add');
+    save.type = 'submit';
+    const cancel = el('button', 'ghost cancel', 'Cancel');
+    cancel.type = 'button';
+    cancel.addEventListener('click', () => form.remove());
+    actions.append(save, cancel);
+    const formError = el('p', 'error form-error');
+    formError.setAttribute('role', 'alert');
+    formError.hidden = true;
+    form.append(actions, formError);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      clearErrors(form);
+      const list = entries.slice();
+      const at = index >= 0 ? index : list.length;
+      list[at] = k.read(form);
+      save.disabled = true;
+      const r = await pushGateway(kind, list);
+      save.disabled = false;
+      if (!r.ok) {
+        showError(form, r.text, at);
+        return;
+      }
+      form.remove();
+      await loadGateway(kind);
+      noteSaved(kind, r);
+    });
+    const slot = card.querySelector('.gw-form-slot');
+    slot.replaceChildren(form);
+    const first = form.querySelector('input');
+    if (first) first.focus();
+  }
+
+  function noteSaved(kind, r) {
+    const card = gatewayCard(kind);
+    const err = card.querySelector('.list-error');
+    if (r.text.trim() === 'success') {
+      err.hidden = true;
+      toast('Saved: in force now');
+    } else {
+      err.textContent = 'In force, but not saved to the data source: ' + (r.writeError || r.text);
+      err.hidden = false;
+    }
+  }
+
+  async function deleteGateway(kind, index, button) {
+    if (button.dataset.confirm !== '1') {
+      button.dataset.confirm = '1';
+      button.textContent = 'Confirm';
+      button.classList.add('danger');
+      setTimeout(() => { button.dataset.confirm = ''; button.textContent = 'Delete'; button.classList.remove('danger'); }, 4000);
+      return;
+    }
+    const card = gatewayCard(kind);
+    const list = (card.entries || []).filter((_, i) => i !== index);
+    const r = await pushGateway(kind, list);
+    const err = card.querySelector('.list-error');
+    if (!r.ok) {
+      err.textContent = r.text;
+      err.hidden = false;
+      return;
+    }
+    await loadGateway(kind);
+    noteSaved(kind, r);
+  }
+
+  async function loadGateway(kind) {
+    const k = GATEWAY[kind];
+    const card = gatewayCard(kind);
+    let entries;
+    try {
+      entries = await json(k.get);
+    } catch (e) {
+      card.querySelector('.count').textContent = 'could not read';
+      return;
+    }
+    card.entries = entries;
+    card.querySelector('.count').textContent = entries.length + ' ' + k.noun[entries.length === 1 ? 0 : 1];
+    const rows = entries.map((entry, i) => {
+      const tr = el('tr');
+      tr.dataset.key = k.key(entry);
+      tr.append(...k.row(entry));
+      const actions = el('td', 'actions-col');
+      const edit = el('button', 'small ghost edit', 'Edit');
+      edit.type = 'button';
+      edit.addEventListener('click', () => openGatewayForm(kind, i));
+      const del = el('button', 'small ghost delete', 'Delete');
+      del.type = 'button';
+      del.addEventListener('click', () => deleteGateway(kind, i, del));
+      actions.append(edit, del);
+      tr.append(actions);
+      return tr;
+    });
+    card.querySelector('tbody').replaceChildren(...rows);
+    card.querySelector('.empty').hidden = rows.length > 0;
+    card.querySelector('.table-wrap').hidden = rows.length === 0;
+    if (kind === 'apis') {
+      $('#gw-api-names').replaceChildren(...entries.map((a) => { const o = el('option'); o.value = a.apiName; return o; }));
+    }
+  }
+
+  function loadAllGateway() {
+    return Promise.all(Object.keys(GATEWAY).map(loadGateway));
+  }
+
+  // ---------------------------------------------------------------------------------------------------
   // The loop
 
   function renderHeader() {
@@ -510,6 +1044,10 @@
     if (document.activeElement !== sw) sw.checked = o.enabled;
     $('#switch-text').textContent = o.enabled ? 'Protection on' : 'Protection off';
     document.title = o.app + ' · Sentinel console';
+    // The gateway tab exists when the server has the gateway commands; its empty state says when the
+    // application is not a gateway yet.
+    $('.tabs [data-tab=gateway]').hidden = o.gateway == null;
+    $('#gateway-empty').hidden = o.gateway !== false;
     const caps = o.caps;
     $('#caps').textContent = caps ? 'Resource cap: ' + caps.resources + ' of ' + caps.maxResources +
       ' names taken (annotated functions and names rules name are not counted)' +
@@ -535,8 +1073,10 @@
       const history = await json('console/history', state.end ? { after: state.end - 1000 } : null);
       mergeHistory(history);
       state.overview = await json('console/overview');
+      if (state.tab === 'resources') state.adaptive = await json('console/adaptive');
       renderHeader();
       renderResources();
+      if (state.tab === 'resources') renderAdaptive();
       if (state.tab === 'breakers') renderBreakers();
       state.failures = 0;
       setLive(true, 'live');
@@ -556,15 +1096,20 @@
     }
     for (const v of document.querySelectorAll('.view')) v.hidden = v.id !== 'tab-' + tab;
     if (tab === 'rules') loadAllRules();
+    if (tab === 'gateway') loadAllGateway();
     if (tab === 'breakers' && state.overview) renderBreakers();
     if (tab === 'resources' && state.overview) renderResources();
+    if (tab === 'resources') renderAdaptive();
     if (location.hash !== '#' + tab) history.replaceState(null, '', '#' + tab);
   }
 
   function init() {
     for (const b of document.querySelectorAll('.tabs button')) b.addEventListener('click', () => showTab(b.dataset.tab));
     for (const b of document.querySelectorAll('[data-close]')) b.addEventListener('click', () => b.closest('dialog').close());
-    $('#filter').addEventListener('input', () => { if (state.overview) renderResources(); });
+    $('#filter').addEventListener('input', () => {
+      if (state.overview) renderResources();
+      renderAdaptive();
+    });
     $('#switch').addEventListener('change', async (e) => {
       const on = e.target.checked;
       const r = await call('setSwitch', { value: String(on) }, true);
@@ -578,10 +1123,14 @@
       state.token = $('#token-input').value.trim();
       sessionStorage.setItem('sentinel-token', state.token);
     });
-    window.addEventListener('resize', () => { if (state.overview) renderResources(); });
+    window.addEventListener('resize', () => {
+      if (state.overview) renderResources();
+      renderAdaptive();
+    });
     const start = (location.hash || '#resources').slice(1);
     KINDS.forEach(ruleCard);
-    showTab(['resources', 'rules', 'breakers'].includes(start) ? start : 'resources');
+    for (const kind of Object.keys(GATEWAY)) gatewayCard(kind).querySelector('.add').addEventListener('click', () => openGatewayForm(kind, -1));
+    showTab(['resources', 'rules', 'breakers', 'gateway'].includes(start) ? start : 'resources');
     tick();
   }
 
