@@ -312,8 +312,7 @@ fn adaptive_traffic(engine: &Sentinel, clock: &ManualClock, center: &CommandCent
         let (plain, mobile) = held_in(s);
         // Owned entries: each in a context of its own, so that each keeps its origin.
         let held: Vec<_> = (0..plain).filter_map(|_| db.entry_owned().enter().ok()).collect();
-        let from_mobile: Vec<_> =
-            (0..mobile).filter_map(|_| db.entry_owned().origin("mobile").enter().ok()).collect();
+        let from_mobile: Vec<_> = (0..mobile).filter_map(|_| db.entry_owned().origin("mobile").enter().ok()).collect();
         let _ = get(center.local_addr(), "/console/adaptive", &[]);
         clock.advance_millis(300);
         drop((held, from_mobile));
@@ -484,29 +483,42 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
 
     // Add an API group with a prefix path.
     c.find(Locator::Css("#gw-apis button.add")).await.unwrap().click().await.unwrap();
-    c.execute(&fill("#gw-apis", &[("apiName", "products"), ("pattern", "/product/**"), ("matchStrategy", "1")]), vec![])
-        .await
-        .unwrap();
+    c.execute(
+        &fill("#gw-apis", &[("apiName", "products"), ("pattern", "/product/**"), ("matchStrategy", "1")]),
+        vec![],
+    )
+    .await
+    .unwrap();
     c.find(Locator::Css("#gw-apis form button.save")).await.unwrap().click().await.unwrap();
     wait_for_js(c, "return document.querySelector(\"#gw-apis tr[data-key='products']\") !== null", "the new API group")
         .await;
     let apis = get(center.local_addr(), "/gateway/getApiDefinitions", &[]);
     let apis: serde_json::Value = serde_json::from_str(&apis.body).unwrap();
-    assert_eq!(apis, serde_json::json!([{"apiName": "products", "predicateItems": [{"pattern": "/product/**", "matchStrategy": 1}]}]));
+    assert_eq!(
+        apis,
+        serde_json::json!([{"apiName": "products", "predicateItems": [{"pattern": "/product/**", "matchStrategy": 1}]}])
+    );
 
     // Add a gateway rule on it, per header value.
     c.find(Locator::Css("#gw-rules button.add")).await.unwrap().click().await.unwrap();
     c.execute(
         &fill(
             "#gw-rules",
-            &[("resource", "products"), ("resourceMode", "1"), ("count", "5"), ("parseStrategy", "2"), ("fieldName", "X-Tenant")],
+            &[
+                ("resource", "products"),
+                ("resourceMode", "1"),
+                ("count", "5"),
+                ("parseStrategy", "2"),
+                ("fieldName", "X-Tenant"),
+            ],
         ),
         vec![],
     )
     .await
     .unwrap();
     c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
-    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products']\") !== null", "the new rule").await;
+    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products']\") !== null", "the new rule")
+        .await;
     let rules = get(center.local_addr(), "/gateway/getRules", &[]);
     let rules: serde_json::Value = serde_json::from_str(&rules.body).unwrap();
     assert_eq!(rules[0]["resource"], "products");
@@ -514,6 +526,21 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
     assert_eq!(rules[0]["paramItem"]["parseStrategy"], 2);
     assert_eq!(rules[0]["paramItem"]["fieldName"], "X-Tenant");
     assert_eq!(engine.gateway_rules().len(), 1);
+    let row = c
+        .execute(
+            "return Object.fromEntries([...document.querySelectorAll(\"#gw-rules tr[data-key='products'] td[data-col]\")].map(t => [t.dataset.col, t.textContent]))",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        row,
+        serde_json::json!({
+            "resource": "products", "resourceMode": "API group", "grade": "QPS", "count": "5", "intervalSec": "1 s",
+            "controlBehavior": "reject", "burst": "0", "maxQueueingTimeoutMs": "500 ms", "paramItem": "header X-Tenant",
+        }),
+        "the rule as the table shows it"
+    );
     wait_for_js(c, "return document.querySelector('#gateway-empty').hidden", "the empty state gone").await;
 
     // Edit it: an invalid header name is refused, shown next to the field, and the rule in force stays.
@@ -548,9 +575,12 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
 
     // An invalid API group (a regular expression that does not compile): inline, and the groups stay.
     c.find(Locator::Css("#gw-apis button.add")).await.unwrap().click().await.unwrap();
-    c.execute(&fill("#gw-apis", &[("apiName", "orders"), ("pattern", "/orders/(\\d+"), ("matchStrategy", "2")]), vec![])
-        .await
-        .unwrap();
+    c.execute(
+        &fill("#gw-apis", &[("apiName", "orders"), ("pattern", "/orders/(\\d+"), ("matchStrategy", "2")]),
+        vec![],
+    )
+    .await
+    .unwrap();
     c.find(Locator::Css("#gw-apis form button.save")).await.unwrap().click().await.unwrap();
     let error = wait_for_js(
         c,
@@ -564,18 +594,32 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
     // Narrow screens: the same views at a phone's width.
     c.set_window_size(390, 844).await.unwrap();
     std::fs::write(shots.join("console-gateway-narrow.png"), c.screenshot().await.unwrap()).unwrap();
+    c.find(Locator::Css("#gw-apis form button.cancel")).await.unwrap().click().await.unwrap();
+    let tab = c.find(Locator::Css("#tab-gateway")).await.unwrap();
+    std::fs::write(shots.join("console-gateway-narrow-lists.png"), tab.screenshot().await.unwrap()).unwrap();
     c.find(Locator::Css("button[data-tab='resources']")).await.unwrap().click().await.unwrap();
-    wait_for_js(c, "return document.querySelector(\"[data-adaptive='db'] path.limit\").dataset.points > 0", "the chart").await;
+    wait_for_js(
+        c,
+        "return document.querySelector(\"[data-adaptive='db'] path.limit\").dataset.points > 0",
+        "the chart",
+    )
+    .await;
     std::fs::write(shots.join("console-adaptive-narrow.png"), c.screenshot().await.unwrap()).unwrap();
     c.set_window_size(1440, 1000).await.unwrap();
 
     // Delete the rule (two clicks: delete, confirm).
     c.find(Locator::Css("button[data-tab='gateway']")).await.unwrap().click().await.unwrap();
-    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products'] button.delete\") !== null", "the rule").await;
+    wait_for_js(
+        c,
+        "return document.querySelector(\"#gw-rules tr[data-key='products'] button.delete\") !== null",
+        "the rule",
+    )
+    .await;
     for _ in 0..2 {
         c.find(Locator::Css("#gw-rules tr[data-key='products'] button.delete")).await.unwrap().click().await.unwrap();
     }
-    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products']\") === null", "the rule gone").await;
+    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products']\") === null", "the rule gone")
+        .await;
     assert!(engine.gateway_rules().is_empty());
 
     // The invalid pushes above are the only 400s; anything else logged is an error of the page.

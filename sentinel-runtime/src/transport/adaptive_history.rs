@@ -207,7 +207,10 @@ mod tests {
         let clock = ManualClock::at_millis(T0);
         let engine = Sentinel::builder().manual_clock(clock.clone()).build();
         engine
-            .load_adaptive_rules([AdaptiveRule::new("api").limits(2, 10, 100).partition("mobile", 0.6).partition("default", 0.4)])
+            .load_adaptive_rules([AdaptiveRule::new("api")
+                .limits(2, 10, 100)
+                .partition("mobile", 0.6)
+                .partition("default", 0.4)])
             .unwrap();
         let api = engine.resource("api");
         let _mobile: Vec<_> = (0..3).map(|_| api.entry_owned().origin("mobile").enter().unwrap()).collect();

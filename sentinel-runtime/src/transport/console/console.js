@@ -332,6 +332,19 @@
     return e;
   };
   const millis = (v) => (v > 0 ? (v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : num(v)) + ' ms' : '—');
+  // A figure with its unit set smaller: `20.0 ms` as `20.0` and a small `ms`.
+  function setFigure(dd, text) {
+    const [value, unit] = text.split(' ');
+    if (!dd.unit) {
+      dd.textContent = '';
+      dd.value = document.createTextNode('');
+      dd.unit = el('span', 'unit', '');
+      dd.append(dd.value, dd.unit);
+    }
+    const shown = unit ? value + ' ' : value;
+    if (dd.value.data !== shown) dd.value.data = shown;
+    if (dd.unit.textContent !== (unit || '')) dd.unit.textContent = unit || '';
+  }
 
   const ADAPTIVE_STATS = [
     ['limit', 'Limit'],
@@ -467,8 +480,8 @@
       setText(c.values.limit, num(r.limit));
       setText(c.values.inflight, num(r.inflight));
       setText(c.values.waiting, num(r.waiting));
-      setText(c.values.minRtt, millis(r.minRttMs));
-      setText(c.values.sampleRtt, millis(r.sampleRttMs));
+      setFigure(c.values.minRtt, millis(r.minRttMs));
+      setFigure(c.values.sampleRtt, millis(r.sampleRttMs));
       setText(c.values.gradient, r.algorithm === 'gradient2' ? r.gradient.toFixed(2) : '—');
       c.values.waiting.classList.toggle('zero', !r.waiting);
       c.values.inflight.classList.toggle('full', r.inflight >= r.limit);
@@ -479,6 +492,7 @@
         const bar = el('td', 'bar');
         const fill = el('span');
         fill.style.width = Math.min(100, p.guarantee ? (100 * p.inflight) / p.guarantee : 0) + '%';
+        fill.title = p.inflight + ' of ' + p.guarantee + ' guaranteed';
         bar.append(fill);
         tr.append(el('td', 'mono', p.origin), el('td', 'r', Math.round(p.share * 100) + ' %'),
           el('td', 'r', num(p.guarantee)), el('td', 'r', num(p.inflight)), bar);
@@ -890,18 +904,25 @@
         return rule;
       },
       row(r) {
-        const res = el('td');
-        res.append(el('span', 'mono', r.resource), el('span', 'kind', r.resourceMode === 1 ? 'API group' : 'route'));
-        const limit = num(r.count) + (r.grade === 0 ? ' threads' : ' per ' + (r.intervalSec === 1 ? 's' : r.intervalSec + ' s')) +
-          (r.burst ? ' + burst ' + num(r.burst) : '');
-        const behavior = r.controlBehavior === 2 ? 'queue ≤ ' + num(r.maxQueueingTimeoutMs) + ' ms' : 'reject';
         let param = '—';
         const p = r.paramItem;
         if (p) {
           param = label(PARSE, p.parseStrategy) + (p.fieldName ? ' ' + p.fieldName : '') +
-            (p.pattern ? ' ' + label(PARAM_MATCH, p.matchStrategy) + ' ' + p.pattern : '');
+            (p.pattern ? ', ' + label(PARAM_MATCH, p.matchStrategy) + ' ' + p.pattern : '');
         }
-        return [res, el('td', 'num', limit), el('td', '', behavior), el('td', p ? 'mono' : 'muted', param)];
+        const queued = r.controlBehavior === 2;
+        const td = (cls, text, col) => { const t = el('td', cls, text); t.dataset.col = col; return t; };
+        return [
+          td('mono', r.resource, 'resource'),
+          td('', r.resourceMode === 1 ? 'API group' : 'route id', 'resourceMode'),
+          td('', r.grade === 0 ? 'threads' : 'QPS', 'grade'),
+          td('r num', String(r.count), 'count'),
+          td('r num', r.intervalSec + ' s', 'intervalSec'),
+          td('', queued ? 'rate limiter' : 'reject', 'controlBehavior'),
+          td('r num', num(r.burst), 'burst'),
+          td('r num' + (queued ? '' : ' muted'), num(r.maxQueueingTimeoutMs) + ' ms', 'maxQueueingTimeoutMs'),
+          td(p ? 'mono' : 'muted', param, 'paramItem'),
+        ];
       },
       key: (r) => r.resource,
     },
