@@ -151,11 +151,6 @@ fn target_dir() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
     let test = "the_console_shows_live_resources_and_edits_rules_in_a_real_browser";
-    let (Some(chromium), Some(chromedriver)) =
-        (require_program("chromium", test), require_program("chromedriver", test))
-    else {
-        return;
-    };
     let clock = ManualClock::at_millis(T0);
     let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("shop-frontend").build();
     engine.load_flow_rules([FlowRule::new("POST /checkout").count(12.0)]).unwrap();
@@ -167,14 +162,8 @@ async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
         .unwrap();
     let center = CommandCenter::builder(&engine).port(0).start().unwrap();
     traffic(&engine, &clock, &center, 300);
-
-    let dir = temp_dir();
-    let driver_port = free_port();
-    let mut cmd = Command::new(&chromedriver);
-    cmd.arg(format!("--port={driver_port}"));
-    let _driver = Server::start("chromedriver", cmd, temp_dir(), ([127, 0, 0, 1], driver_port).into());
-    let c = browser(dir.path(), driver_port, &chromium).await;
-    let session = c.session_id().await.unwrap().expect("a session id");
+    let Some(b) = start_browser(test).await else { return };
+    let (c, session, driver_port) = (b.c.clone(), b.session.clone(), b.driver_port);
 
     c.goto(&center.console_url()).await.unwrap();
     c.wait()
@@ -296,6 +285,34 @@ async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
         .collect();
     assert!(errors.is_empty(), "the page logged errors: {errors:?}");
     c.close().await.unwrap();
+}
+
+/// Fills the open form of a gateway card (`#gw-apis`, `#gw-rules`) by field name, as a person types and
+/// chooses (with the change events the page listens to), and saves it.
+async fn fill_and_save(c: &Client, card: &str, values: &[(&str, &str)]) {
+    let mut js = format!("const f = document.querySelector('{card} form');");
+    for (name, value) in values {
+        js.push_str(&format!(
+            "{{ const i = f.querySelector('[name={name}]'); i.value = {}; i.dispatchEvent(new Event('change')); }}",
+            serde_json::to_string(value).unwrap()
+        ));
+    }
+    c.execute(&(js + "return true;"), vec![]).await.unwrap();
+    c.find(Locator::Css(&format!("{card} form button.save"))).await.unwrap().click().await.unwrap();
+}
+
+/// Waits for the row of `key` in a gateway card's table.
+async fn wait_for_row(c: &Client, card: &str, key: &str) {
+    let js = format!("return document.querySelector(\"{card} tr[data-key='{key}']\") !== null");
+    wait_for_js(c, &js, &format!("the row of {key}")).await;
+}
+
+/// Waits for the server's error shown next to `field` of a gateway card's form, and gives its text.
+async fn field_error(c: &Client, card: &str, field: &str) -> String {
+    let js = format!(
+        "const e = document.querySelector(\"{card} [data-field='{field}'] .field-error\"); return e ? e.textContent : null;"
+    );
+    wait_for_js(c, &js, &format!("the error next to {field}")).await.as_str().unwrap_or_default().to_string()
 }
 
 /// Calls `db` holds in second `s` of [`adaptive_traffic`]: `(from no origin, from mobile)`.
@@ -470,28 +487,10 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
     c.find(Locator::Css("button[data-tab='gateway']")).await.unwrap().click().await.unwrap();
     wait_for_js(c, "const e = document.querySelector('#gateway-empty'); return e && !e.hidden;", "the empty state")
         .await;
-    let fill = |form: &str, values: &[(&str, &str)]| {
-        let mut js = format!("const f = document.querySelector('{form} form');");
-        for (name, value) in values {
-            js.push_str(&format!(
-                "{{ const i = f.querySelector('[name={name}]'); i.value = {}; i.dispatchEvent(new Event('change')); }}",
-                serde_json::to_string(value).unwrap()
-            ));
-        }
-        js + "return true;"
-    };
-
     // Add an API group with a prefix path.
     c.find(Locator::Css("#gw-apis button.add")).await.unwrap().click().await.unwrap();
-    c.execute(
-        &fill("#gw-apis", &[("apiName", "products"), ("pattern", "/product/**"), ("matchStrategy", "1")]),
-        vec![],
-    )
-    .await
-    .unwrap();
-    c.find(Locator::Css("#gw-apis form button.save")).await.unwrap().click().await.unwrap();
-    wait_for_js(c, "return document.querySelector(\"#gw-apis tr[data-key='products']\") !== null", "the new API group")
-        .await;
+    fill_and_save(c, "#gw-apis", &[("apiName", "products"), ("pattern", "/product/**"), ("matchStrategy", "1")]).await;
+    wait_for_row(c, "#gw-apis", "products").await;
     let apis = get(center.local_addr(), "/gateway/getApiDefinitions", &[]);
     let apis: serde_json::Value = serde_json::from_str(&apis.body).unwrap();
     assert_eq!(
@@ -501,24 +500,15 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
 
     // Add a gateway rule on it, per header value.
     c.find(Locator::Css("#gw-rules button.add")).await.unwrap().click().await.unwrap();
-    c.execute(
-        &fill(
-            "#gw-rules",
-            &[
-                ("resource", "products"),
-                ("resourceMode", "1"),
-                ("count", "5"),
-                ("parseStrategy", "2"),
-                ("fieldName", "X-Tenant"),
-            ],
-        ),
-        vec![],
-    )
-    .await
-    .unwrap();
-    c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
-    wait_for_js(c, "return document.querySelector(\"#gw-rules tr[data-key='products']\") !== null", "the new rule")
-        .await;
+    let rule = [
+        ("resource", "products"),
+        ("resourceMode", "1"),
+        ("count", "5"),
+        ("parseStrategy", "2"),
+        ("fieldName", "X-Tenant"),
+    ];
+    fill_and_save(c, "#gw-rules", &rule).await;
+    wait_for_row(c, "#gw-rules", "products").await;
     let rules = get(center.local_addr(), "/gateway/getRules", &[]);
     let rules: serde_json::Value = serde_json::from_str(&rules.body).unwrap();
     assert_eq!(rules[0]["resource"], "products");
@@ -545,50 +535,26 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
 
     // Edit it: an invalid header name is refused, shown next to the field, and the rule in force stays.
     c.find(Locator::Css("#gw-rules tr[data-key='products'] button.edit")).await.unwrap().click().await.unwrap();
-    c.execute(&fill("#gw-rules", &[("fieldName", "X Tenant")]), vec![]).await.unwrap();
-    c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
-    let error = wait_for_js(
-        c,
-        "const e = document.querySelector(\"#gw-rules [data-field='paramItem.fieldName'] .field-error\"); return e ? e.textContent : null;",
-        "the error next to the header name",
-    )
-    .await;
-    assert!(error.as_str().unwrap().contains("header name"), "{error}");
+    fill_and_save(c, "#gw-rules", &[("fieldName", "X Tenant")]).await;
+    let error = field_error(c, "#gw-rules", "paramItem.fieldName").await;
+    assert!(error.contains("header name"), "{error}");
     assert_eq!(engine.gateway_rules()[0].param_item.as_ref().unwrap().field_name.as_deref(), Some("X-Tenant"));
     // A count that is not a number: the server's JSON error, at the count field.
-    c.execute(&fill("#gw-rules", &[("fieldName", "X-Tenant"), ("count", "five")]), vec![]).await.unwrap();
-    c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
-    let error = wait_for_js(
-        c,
-        "const e = document.querySelector(\"#gw-rules [data-field='count'] .field-error\"); return e ? e.textContent : null;",
-        "the error next to the count",
-    )
-    .await;
-    assert!(error.as_str().unwrap().contains("count"), "{error}");
+    fill_and_save(c, "#gw-rules", &[("fieldName", "X-Tenant"), ("count", "five")]).await;
+    let error = field_error(c, "#gw-rules", "count").await;
+    assert!(error.contains("count"), "{error}");
     assert_eq!(engine.gateway_rules()[0].count, 5.0, "the rule in force stays");
     std::fs::write(shots.join("console-gateway.png"), c.screenshot().await.unwrap()).unwrap();
     // Then a valid edit.
-    c.execute(&fill("#gw-rules", &[("count", "8")]), vec![]).await.unwrap();
-    c.find(Locator::Css("#gw-rules form button.save")).await.unwrap().click().await.unwrap();
+    fill_and_save(c, "#gw-rules", &[("count", "8")]).await;
     wait_for_js(c, "return document.querySelector('#gw-rules form') === null", "the form closing").await;
     assert_eq!(engine.gateway_rules()[0].count, 8.0);
 
     // An invalid API group (a regular expression that does not compile): inline, and the groups stay.
     c.find(Locator::Css("#gw-apis button.add")).await.unwrap().click().await.unwrap();
-    c.execute(
-        &fill("#gw-apis", &[("apiName", "orders"), ("pattern", "/orders/(\\d+"), ("matchStrategy", "2")]),
-        vec![],
-    )
-    .await
-    .unwrap();
-    c.find(Locator::Css("#gw-apis form button.save")).await.unwrap().click().await.unwrap();
-    let error = wait_for_js(
-        c,
-        "const e = document.querySelector(\"#gw-apis [data-field='predicateItems.pattern'] .field-error\"); return e ? e.textContent : null;",
-        "the error next to the pattern",
-    )
-    .await;
-    assert!(error.as_str().unwrap().contains("/orders/(\\d+"), "{error}");
+    fill_and_save(c, "#gw-apis", &[("apiName", "orders"), ("pattern", "/orders/(\\d+"), ("matchStrategy", "2")]).await;
+    let error = field_error(c, "#gw-apis", "predicateItems.pattern").await;
+    assert!(error.contains("/orders/(\\d+"), "{error}");
     assert_eq!(engine.api_definitions().len(), 1, "the API groups in force stay");
 
     // Narrow screens: the same views at a phone's width.

@@ -233,6 +233,20 @@
     ['concurrency', 'Threads', ''],
   ];
 
+  // A card's row of figures: `[key, label, class]` each; the `dd` of each by key.
+  function figures(spec) {
+    const stats = el('dl', 'stats');
+    const values = {};
+    for (const [key, label, cls] of spec) {
+      const d = el('div');
+      const dd = el('dd', cls, '0');
+      d.append(el('dt', '', label), dd);
+      stats.append(d);
+      values[key] = dd;
+    }
+    return { stats, values };
+  }
+
   function card(name) {
     let c = state.cards.get(name);
     if (c) return c;
@@ -248,15 +262,7 @@
     diagnose.type = 'button';
     diagnose.addEventListener('click', () => showDiagnosis(name));
     head.append(title, badge, spacer, diagnose);
-    const stats = el('dl', 'stats');
-    const values = {};
-    for (const [key, label, cls] of STATS) {
-      const d = el('div');
-      const dd = el('dd', cls, '0');
-      d.append(el('dt', '', label), dd);
-      stats.append(d);
-      values[key] = dd;
-    }
+    const { stats, values } = figures(STATS);
     const canvas = el('canvas', 'chart');
     canvas.setAttribute('aria-label', 'pass, block and exception per second over the last 5 minutes for ' + name);
     canvas.setAttribute('role', 'img');
@@ -347,12 +353,12 @@
   }
 
   const ADAPTIVE_STATS = [
-    ['limit', 'Limit'],
-    ['inflight', 'In flight'],
-    ['waiting', 'Waiting'],
-    ['minRtt', 'Min RTT'],
-    ['sampleRtt', 'Sample RTT'],
-    ['gradient', 'Gradient'],
+    ['limit', 'Limit', 'limit'],
+    ['inflight', 'In flight', 'inflight'],
+    ['waiting', 'Waiting', ''],
+    ['minRtt', 'Min RTT', ''],
+    ['sampleRtt', 'Sample RTT', ''],
+    ['gradient', 'Gradient', ''],
   ];
 
   function adaptiveCard(name) {
@@ -368,15 +374,7 @@
     probing.title = 'The limit is pinned low for a moment to measure the no-load round-trip time';
     probing.hidden = true;
     head.append(title, algorithm, probing, el('span', 'spacer'));
-    const stats = el('dl', 'stats');
-    const values = {};
-    for (const [key, label] of ADAPTIVE_STATS) {
-      const d = el('div');
-      const dd = el('dd', key === 'limit' ? 'limit' : key === 'inflight' ? 'inflight' : '', '0');
-      d.append(el('dt', '', label), dd);
-      stats.append(d);
-      values[key] = dd;
-    }
+    const { stats, values } = figures(ADAPTIVE_STATS);
     const chart = svg('svg', { class: 'adaptive-chart', role: 'img' });
     chart.setAttribute('aria-label', 'limit and calls in flight per second over the last 5 minutes for ' + name);
     const grid = svg('g', { class: 'grid-lines' });
