@@ -556,6 +556,18 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
     let error = field_error(c, "#gw-apis", "predicateItems.pattern").await;
     assert!(error.contains("/orders/(\\d+"), "{error}");
     assert_eq!(engine.api_definitions().len(), 1, "the API groups in force stay");
+    // A second path left blank: the error is shown at that path, not the first.
+    c.find(Locator::Css("#gw-apis form button.add-path")).await.unwrap().click().await.unwrap();
+    fill_and_save(c, "#gw-apis", &[("pattern", "/orders/**"), ("matchStrategy", "1")]).await;
+    let blank = wait_for_js(
+        c,
+        "const e = document.querySelector(\"#gw-apis .predicate[data-item='1'] .field-error\"); return e ? e.textContent : null;",
+        "the error at the blank path",
+    )
+    .await;
+    assert!(blank.as_str().unwrap().contains("blank"), "{blank}");
+    assert!(c.find(Locator::Css("#gw-apis .predicate[data-item='0'] .field-error")).await.is_err(), "not at the first");
+    assert_eq!(engine.api_definitions().len(), 1, "the API groups in force stay");
 
     // Narrow screens: the same views at a phone's width.
     c.set_window_size(390, 844).await.unwrap();

@@ -11,7 +11,7 @@
 //! Memory: 12 bytes a second per series (3,600 bytes for 5 minutes), at most [`MAX_ADAPTIVE_SERIES`] series;
 //! a series goes when its resource no longer has an adaptive limiter (its rule was removed or changed).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::adaptive::AdaptiveStatus;
@@ -68,7 +68,8 @@ impl AdaptiveHistory {
         let tag = tag_of(second);
         let i = (second % self.seconds as u64) as usize;
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
-        rings.retain(|k, _| status.iter().any(|s| *s.resource == *k.resource));
+        let governed: HashSet<&str> = status.iter().map(|s| s.resource.as_str()).collect();
+        rings.retain(|k, _| governed.contains(&*k.resource));
         let mut put = |key: SeriesKey, limit: u32, inflight: u32| {
             if !rings.contains_key(&key) {
                 if rings.len() >= self.max_series {

@@ -764,8 +764,10 @@
     if (place && place.index === index && place.field) {
       const candidates = [...form.querySelectorAll('[data-field="' + place.field + '"]')];
       if (place.item != null) target = candidates.find((c) => c.closest('[data-item="' + place.item + '"]'));
-      // A rule error names no item: the one whose value the message quotes, else the first.
-      if (!target) target = candidates.find((c) => { const i = c.querySelector('input'); return i && i.value && text.includes('`' + i.value + '`'); });
+      // A rule error names no item: the one whose value the message quotes, else a blank one, else the first.
+      const input = (c) => c.querySelector('input');
+      if (!target) target = candidates.find((c) => input(c) && input(c).value && text.includes('`' + input(c).value + '`'));
+      if (!target && /blank/.test(text)) target = candidates.find((c) => input(c) && !input(c).value.trim());
       if (!target) target = candidates[0] || null;
       if (!target && place.field.includes('.')) target = form.querySelector('[data-field="' + place.field.split('.')[0] + '"]');
     }
