@@ -487,6 +487,7 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
     c.find(Locator::Css("button[data-tab='gateway']")).await.unwrap().click().await.unwrap();
     wait_for_js(c, "const e = document.querySelector('#gateway-empty'); return e && !e.hidden;", "the empty state")
         .await;
+    std::fs::write(shots.join("console-gateway-empty.png"), c.screenshot().await.unwrap()).unwrap();
     // Add an API group with a prefix path.
     c.find(Locator::Css("#gw-apis button.add")).await.unwrap().click().await.unwrap();
     fill_and_save(c, "#gw-apis", &[("apiName", "products"), ("pattern", "/product/**"), ("matchStrategy", "1")]).await;
