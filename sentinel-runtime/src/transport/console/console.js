@@ -934,7 +934,11 @@
 
   // Pushes `list` (the entries in force with one added, changed or removed): the server's answer.
   async function pushGateway(kind, list) {
-    return call(GATEWAY[kind].set, { data: JSON.stringify(list) }, true);
+    try {
+      return await call(GATEWAY[kind].set, { data: JSON.stringify(list) }, true);
+    } catch (e) {
+      return { ok: false, status: 0, text: 'Could not reach the command center: ' + e.message };
+    }
   }
 
   function openGatewayForm(kind, index) {
@@ -952,7 +956,11 @@
     save.type = 'submit';
     const cancel = el('button', 'ghost cancel', 'Cancel');
     cancel.type = 'button';
-    cancel.addEventListener('click', () => form.remove());
+    const close = () => {
+      form.remove();
+      for (const tr of card.querySelectorAll('tbody tr.editing')) tr.classList.remove('editing');
+    };
+    cancel.addEventListener('click', close);
     actions.append(save, cancel);
     const formError = el('p', 'error form-error');
     formError.setAttribute('role', 'alert');
@@ -975,8 +983,11 @@
       await loadGateway(kind);
       noteSaved(kind, r);
     });
+    form.addEventListener('keydown', (e) => { if (e.key === 'Escape') close(); });
     const slot = card.querySelector('.gw-form-slot');
     slot.replaceChildren(form);
+    for (const tr of card.querySelectorAll('tbody tr')) tr.classList.toggle('editing', tr.rowIndex - 1 === index);
+    form.scrollIntoView({ block: 'nearest' });
     const first = form.querySelector('input');
     if (first) first.focus();
   }
