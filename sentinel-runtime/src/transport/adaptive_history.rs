@@ -3,7 +3,7 @@
 //! the last [`DEFAULT_HISTORY_SECONDS`](super::DEFAULT_HISTORY_SECONDS) (5 minutes by default).
 //!
 //! It is written by the command center's sampler (once a second in the background, and before every answer
-//! of the console), which reads [`Sentinel::adaptive_status`]: nothing is added to a call, and no lock a call
+//! of the console), which reads [`Sentinel::adaptive_status`](crate::Sentinel::adaptive_status): nothing is added to a call, and no lock a call
 //! takes is touched (the status is read under each limiter's control lock, which calls never wait for). A
 //! second holds the limit last seen in it and the highest in-flight count seen in it, so a second sampled
 //! several times keeps its peak.
