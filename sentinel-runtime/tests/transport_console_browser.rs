@@ -418,6 +418,12 @@ fn console_adaptive_serves_every_limiter_now_and_its_limit_and_inflight_per_seco
     assert_eq!(mobile["series"]["limit"][300 - 41 + 3].as_u64(), Some(12), "its guarantee: ceil(20 × 0.6)");
     let default = partitions.iter().find(|p| p["origin"] == "default").unwrap();
     assert_eq!(default["inflight"], 4);
+
+    // Without the rule there is no limiter, and its history goes with it.
+    engine.load_adaptive_rules(Vec::new()).unwrap();
+    let r = get(center.local_addr(), "/console/adaptive", &[]);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["resources"], serde_json::json!([]), "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
