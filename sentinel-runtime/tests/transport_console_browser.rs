@@ -287,6 +287,45 @@ async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
     c.close().await.unwrap();
 }
 
+/// Waits for the chart of the adaptive resource `db`, then reads its lines and figures and, in the same
+/// page, the command's answer: checks that the lines are the served series, one vertex per point. Gives what
+/// was read and the number of points.
+async fn chart_against_served(c: &Client) -> (serde_json::Value, u64) {
+    let drawn = wait_for_js(
+        c,
+        "const card = document.querySelector(\"[data-adaptive='db']\");\
+         const l = card.querySelector('path.limit'), f = card.querySelector('path.inflight');\
+         if (!l.dataset.points || l.dataset.points === '0') return null;\
+         return fetch('console/adaptive').then(r => r.json()).then(a => ({\
+           served: a.resources[0],\
+           limit: l.dataset.values, inflight: f.dataset.values,\
+           limitVertices: (l.getAttribute('d').match(/[ML]/g) || []).length,\
+           inflightVertices: (f.getAttribute('d').match(/[ML]/g) || []).length,\
+           figures: [...card.querySelectorAll('dd')].map(d => d.textContent),\
+           algorithm: card.querySelector('.badge.algo').textContent,\
+           partitions: [...card.querySelectorAll('table.partitions tbody tr td:first-child')].map(t => t.textContent),\
+         }));",
+        "the adaptive chart",
+    )
+    .await;
+    let values = |key: &str| -> String {
+        drawn["served"]["series"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(serde_json::Value::as_u64)
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    assert_eq!(drawn["limit"].as_str().unwrap(), values("limit"), "the limit line is the served series");
+    assert_eq!(drawn["inflight"].as_str().unwrap(), values("inflight"), "the in-flight line is the served series");
+    let points = values("limit").split(',').count() as u64;
+    assert_eq!(drawn["limitVertices"].as_u64(), Some(points), "one vertex per served point");
+    assert_eq!(drawn["inflightVertices"].as_u64(), Some(points));
+    (drawn, points)
+}
+
 /// Fills the open form of a gateway card (`#gw-apis`, `#gw-rules`) by field name, as a person types and
 /// chooses (with the change events the page listens to), and saves it.
 async fn fill_and_save(c: &Client, card: &str, values: &[(&str, &str)]) {
@@ -444,40 +483,9 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
         .for_element(Locator::Css("[data-adaptive='db'] svg path.limit[data-points]"))
         .await
         .unwrap();
-    let drawn = wait_for_js(
-        c,
-        "const card = document.querySelector(\"[data-adaptive='db']\");\
-         const l = card.querySelector('path.limit'), f = card.querySelector('path.inflight');\
-         if (!l.dataset.points || l.dataset.points === '0') return null;\
-         return fetch('console/adaptive').then(r => r.json()).then(a => ({\
-           served: a.resources[0],\
-           limit: l.dataset.values, inflight: f.dataset.values,\
-           limitVertices: (l.getAttribute('d').match(/[ML]/g) || []).length,\
-           inflightVertices: (f.getAttribute('d').match(/[ML]/g) || []).length,\
-           figures: [...card.querySelectorAll('dd')].map(d => d.textContent),\
-           algorithm: card.querySelector('.badge.algo').textContent,\
-           partitions: [...card.querySelectorAll('table.partitions tbody tr td:first-child')].map(t => t.textContent),\
-         }));",
-        "the adaptive chart",
-    )
-    .await;
-    let served = &drawn["served"];
-    let values = |key: &str| -> String {
-        served["series"][key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(serde_json::Value::as_u64)
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    assert_eq!(drawn["limit"].as_str().unwrap(), values("limit"), "the limit line is the served series");
-    assert_eq!(drawn["inflight"].as_str().unwrap(), values("inflight"), "the in-flight line is the served series");
-    let points = values("limit").split(',').count() as u64;
+    let (drawn, points) = chart_against_served(c).await;
     assert_eq!(points, 201, "200 sampled seconds and the current one");
-    assert_eq!(drawn["limitVertices"].as_u64(), Some(points), "one vertex per served point");
-    assert_eq!(drawn["inflightVertices"].as_u64(), Some(points));
+    let served = &drawn["served"];
     let figures = drawn["figures"].as_array().unwrap();
     assert_eq!(figures[0].as_str(), Some(served["limit"].to_string().as_str()), "the limit: {figures:?}");
     assert_eq!(figures[1], "5", "in flight: {figures:?}");
@@ -488,6 +496,18 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
     let shots = target_dir();
     std::fs::create_dir_all(&shots).unwrap();
     std::fs::write(shots.join("console-adaptive.png"), c.screenshot().await.unwrap()).unwrap();
+    // The chart follows: three more seconds of traffic, fetched by the page a few seconds at a time and merged
+    // with what it held, and the lines are still the served series, three points longer.
+    adaptive_traffic(&engine, &clock, &center, 3);
+    let last = clock.now_millis() / 1000 * 1000;
+    wait_for_js(
+        c,
+        &format!("return document.querySelector(\"[data-adaptive='db'] svg\").dataset.end === '{last}'"),
+        "the chart advancing",
+    )
+    .await;
+    let (_, points) = chart_against_served(c).await;
+    assert_eq!(points, 204);
 
     // The gateway tab: empty at first, as the application is not a gateway yet.
     c.find(Locator::Css("button[data-tab='gateway']")).await.unwrap().click().await.unwrap();

@@ -92,11 +92,22 @@ impl AdaptiveHistory {
         }
     }
 
-    /// Every series over the history's span that ends with the second of `now_ms` (included: its points are
-    /// what was seen so far in it).
-    pub(crate) fn series(&self, now_ms: u64) -> (u64, usize, HashMap<SeriesKey, AdaptiveSeries>) {
+    /// Seconds kept per series.
+    pub(crate) fn seconds(&self) -> usize {
+        self.seconds
+    }
+
+    /// Every series over the seconds after the one of `after_ms` (all the history's span without it) up to
+    /// the second of `now_ms` (included: its points are what was seen so far in it), and the start (ms) of
+    /// the first of them.
+    pub(crate) fn series(
+        &self,
+        now_ms: u64,
+        after_ms: Option<u64>,
+    ) -> (u64, usize, HashMap<SeriesKey, AdaptiveSeries>) {
         let last = now_ms / 1000;
-        let first = (last + 1).saturating_sub(self.seconds as u64);
+        let kept = (last + 1).saturating_sub(self.seconds as u64);
+        let first = after_ms.map_or(kept, |a| (a / 1000 + 1).max(kept)).min(last + 1);
         let n = (last + 1 - first) as usize;
         let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let out = rings
@@ -179,7 +190,7 @@ mod tests {
             }
             clock.advance_millis(1000);
         }
-        let (start, n, series) = h.series(T0 + 99_000);
+        let (start, n, series) = h.series(T0 + 99_000, None);
         assert_eq!(n, 60, "the ring's length");
         assert_eq!(start, T0 + 40_000, "the span ends with the second asked for");
         let api = total(&series, "api");
@@ -196,11 +207,20 @@ mod tests {
             }
         }
         // Later seconds than were sampled are gaps, and the span moves on.
-        let (start, _, series) = h.series(T0 + 130_000);
+        let (start, _, series) = h.series(T0 + 130_000, None);
         assert_eq!(start, T0 + 71_000);
         let api = total(&series, "api");
         assert_eq!(api.limit.iter().filter(|v| v.is_some()).count(), 29 - 3, "seconds 71..=99 less the missed ones");
         assert!(api.limit[29..].iter().all(Option::is_none));
+        // Only the seconds after `after` (the one it falls in excluded), never before the span.
+        let (start, n, series) = h.series(T0 + 99_000, Some(T0 + 97_500));
+        assert_eq!((start, n), (T0 + 98_000, 2));
+        assert_eq!(
+            total(&series, "api").inflight,
+            vec![expected.get(&98).map(|e| e.1), expected.get(&99).map(|e| e.1)]
+        );
+        assert_eq!(h.series(T0 + 99_000, Some(T0)).0, T0 + 40_000, "clamped to the span");
+        assert_eq!(h.series(T0 + 99_000, Some(T0 + 99_000)).1, 0, "nothing after the current second");
     }
 
     #[test]
@@ -218,7 +238,7 @@ mod tests {
         let _other = api.enter().unwrap();
         let h = AdaptiveHistory::new(30, 16);
         sample(&h, &engine);
-        let (_, n, series) = h.series(T0);
+        let (_, n, series) = h.series(T0, None);
         let at = |p: Option<&str>| {
             let s = &series[&SeriesKey { resource: "api".into(), partition: p.map(Arc::from) }];
             (s.limit[n - 1], s.inflight[n - 1])

@@ -5,10 +5,11 @@
 //!   rt), its concurrency, its breakers with their last transitions, and the global switch;
 //! - `console/history?after={ms}`: per-second series of every resource, for the 5-minute charts (only the
 //!   seconds after `after` when given, so the page fetches a few numbers a second);
-//! - `console/adaptive`: every adaptive limiter now (algorithm, limit and its bounds, calls in flight and
-//!   waiting, min RTT, sample RTT, baseline RTT, gradient, partitions) and, per resource and partition, the
-//!   limit and the peak in flight of every second of the history (`null` where none was sampled), for the
-//!   chart of limit against in-flight.
+//! - `console/adaptive?after={ms}`: every adaptive limiter now (algorithm, limit and its bounds, calls in
+//!   flight and waiting, min RTT, sample RTT, baseline RTT, gradient, partitions) and, per resource and
+//!   partition, the limit and the peak in flight of every second of the history up to the current one
+//!   (`null` where none was sampled; only the seconds after `after` when given), for the chart of limit
+//!   against in-flight.
 //!
 //! Rules are read and written through `getRules` / `setRules` (and the hot-parameter pair), the switch
 //! through `setSwitch`, the diagnosis through `diagnose`: the page uses the same commands as everyone.
@@ -338,6 +339,8 @@ struct AdaptiveVo {
 #[serde(rename_all = "camelCase")]
 struct AdaptiveAnswer {
     now: u64,
+    /// Seconds the history keeps per series (the length of a full answer's series).
+    seconds: usize,
     /// Start (ms) of the first second of every series; the last is the second in progress.
     start: u64,
     /// Seconds in every series.
@@ -345,12 +348,13 @@ struct AdaptiveAnswer {
     resources: Vec<AdaptiveVo>,
 }
 
-pub(crate) fn adaptive(c: &Center, _: &Params) -> Result<Reply, CommandError> {
+pub(crate) fn adaptive(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let after = p.number::<u64>("after", "a time in ms")?;
     let now = c.engine.now_millis();
     let status = c.engine.adaptive_status();
     // The state just read is the last point of each series.
     c.history.adaptive.record(now, &status);
-    let (start, count, mut series) = c.history.adaptive.series(now);
+    let (start, count, mut series) = c.history.adaptive.series(now, after);
     let resources = status
         .into_iter()
         .map(|s| {
@@ -388,5 +392,5 @@ pub(crate) fn adaptive(c: &Center, _: &Params) -> Result<Reply, CommandError> {
             }
         })
         .collect();
-    Reply::json(&AdaptiveAnswer { now, start, count, resources })
+    Reply::json(&AdaptiveAnswer { now, seconds: c.history.adaptive.seconds(), start, count, resources })
 }

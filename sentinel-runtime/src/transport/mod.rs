@@ -212,7 +212,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "console/adaptive",
-        desc: "every adaptive limiter: its limit, calls in flight, RTTs and partitions now, and its limit and calls in flight per second over the history",
+        desc: "every adaptive limiter: its limit, calls in flight, RTTs and partitions now, and its limit and calls in flight per second over the history, accept param: after={ms}",
         write: false,
         run: console::adaptive,
     },

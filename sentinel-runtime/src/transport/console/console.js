@@ -17,7 +17,9 @@
     end: 0,              // end (ms, exclusive) of the last second held in `series`
     series: new Map(),   // resource -> {pass, block, success, exception, rt}: arrays of `length`
     cards: new Map(),    // resource -> card elements
-    adaptive: null,      // the last `console/adaptive` answer
+    adaptive: null,      // the last `console/adaptive` answer, its series merged with the ones held
+    adaptiveSeries: new Map(), // resource NUL partition -> {limit, inflight}: arrays of the history's length
+    adaptiveLast: null,  // start (ms) of the last second held (the one in progress when asked)
     adaptiveCards: new Map(), // adaptive resource -> card elements
     gateway: null,       // whether the application is a gateway (null: no gateway commands)
     overview: null,
@@ -456,7 +458,38 @@
     c.inflight.dataset.points = String(inf.points);
     c.inflight.dataset.values = inflights.filter((v) => v != null).join(',');
     c.area.setAttribute('d', inf.area);
-    c.chart.dataset.start = String(state.adaptive.start);
+    c.chart.dataset.end = String(state.adaptiveLast || 0);
+  }
+
+  // Merges a `console/adaptive` answer into the series held, one per resource and partition: after the first
+  // answer only the seconds from the last one held are asked for (it was in progress, so it comes again).
+  function mergeAdaptive(a) {
+    const incremental = state.adaptiveLast !== null && a.start === state.adaptiveLast;
+    const held = state.adaptiveSeries;
+    const next = new Map();
+    const fit = (prefix, values) => {
+      const out = prefix.concat(values);
+      return out.slice(Math.max(0, out.length - a.seconds));
+    };
+    const merge = (key, s) => {
+      const old = incremental ? held.get(key) : null;
+      const pad = new Array(Math.max(0, a.seconds - s.limit.length)).fill(null);
+      const merged = {
+        limit: fit(old ? old.limit.slice(0, -1) : pad, s.limit),
+        inflight: fit(old ? old.inflight.slice(0, -1) : pad, s.inflight),
+      };
+      next.set(key, merged);
+      return merged;
+    };
+    for (const r of a.resources) {
+      r.series = merge(r.resource + '\u0000', r.series);
+      for (const p of r.partitions) p.series = merge(r.resource + '\u0000' + p.origin, p.series);
+    }
+    state.adaptiveSeries = next;
+    // A full answer is asked for again when this one did not continue the series held (the clock moved back).
+    const asked = state.adaptiveLast !== null;
+    state.adaptiveLast = asked && !incremental ? null : a.count > 0 ? a.start + (a.count - 1) * 1000 : state.adaptiveLast;
+    state.adaptive = a;
   }
 
   function setText(node, text) {
@@ -504,7 +537,7 @@
       if (cards.children[i] !== c.root) cards.insertBefore(c.root, cards.children[i] || null);
     });
     while (cards.children.length > wanted.length) cards.lastChild.remove();
-    for (const { c, r } of wanted) drawAdaptive(c, r, a.count);
+    for (const { c, r } of wanted) drawAdaptive(c, r, a.seconds);
   }
 
   async function showDiagnosis(name) {
@@ -1105,7 +1138,9 @@
       const history = await json('console/history', state.end ? { after: state.end - 1000 } : null);
       mergeHistory(history);
       state.overview = await json('console/overview');
-      if (state.tab === 'resources') state.adaptive = await json('console/adaptive');
+      if (state.tab === 'resources') {
+        mergeAdaptive(await json('console/adaptive', state.adaptiveLast !== null ? { after: state.adaptiveLast - 1 } : null));
+      }
       renderHeader();
       renderResources();
       if (state.tab === 'resources') renderAdaptive();
