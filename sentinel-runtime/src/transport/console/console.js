@@ -392,7 +392,7 @@
     parts.hidden = true;
     const thead = el('thead');
     const htr = el('tr');
-    for (const h of ['Partition', 'Share', 'Guaranteed', 'In flight', '']) htr.append(el('th', h === 'Partition' || h === '' ? '' : 'r', h));
+    for (const [h, cls] of [['Partition', ''], ['Share', 'r'], ['Guaranteed', 'r'], ['In flight', 'r'], ['Last 5 min', '']]) htr.append(el('th', cls, h));
     thead.append(htr);
     parts.append(thead, el('tbody'));
     root.append(head, stats, chart, axis, bounds, parts);
@@ -426,6 +426,23 @@
     }
     close();
     return { d, area, points };
+  }
+
+  // A partition's 5 minutes in a table cell: its guarantee against its calls in flight, on one scale.
+  function sparkline(series, origin) {
+    const w = 120;
+    const h = 22;
+    const n = series.limit.length;
+    let top = 1;
+    for (let i = 0; i < n; i++) top = Math.max(top, series.limit[i] || 0, series.inflight[i] || 0);
+    const y = (v) => h - 1 - (v / top) * (h - 3);
+    const x = (i) => (n > 1 ? (i / (n - 1)) * w : w);
+    const s = svg('svg', { class: 'sparkline', viewBox: '0 0 ' + w + ' ' + h, preserveAspectRatio: 'none', role: 'img' });
+    s.setAttribute('aria-label', 'guaranteed and in flight over the last 5 minutes for partition ' + origin);
+    const inf = polyline(series.inflight, x, y, h - 1);
+    s.append(svg('path', { class: 'inflight-area', d: inf.area }), svg('path', { class: 'inflight', d: inf.d }),
+      svg('path', { class: 'limit', d: polyline(series.limit, x, y, h - 1).d }));
+    return s;
   }
 
   function drawAdaptive(c, r, count) {
@@ -520,13 +537,10 @@
         (r.baselineRttMs > 0 ? ' · baseline RTT ' + millis(r.baselineRttMs) : ''));
       const rows = r.partitions.map((p) => {
         const tr = el('tr');
-        const bar = el('td', 'bar');
-        const fill = el('span');
-        fill.style.width = Math.min(100, p.guarantee ? (100 * p.inflight) / p.guarantee : 0) + '%';
-        fill.title = p.inflight + ' of ' + p.guarantee + ' guaranteed';
-        bar.append(fill);
+        const spark = el('td', 'spark');
+        spark.append(sparkline(p.series, p.origin));
         tr.append(el('td', 'mono', p.origin), el('td', 'r', Math.round(p.share * 100) + ' %'),
-          el('td', 'r', num(p.guarantee)), el('td', 'r', num(p.inflight)), bar);
+          el('td', 'r', num(p.guarantee)), el('td', 'r', num(p.inflight)), spark);
         return tr;
       });
       c.parts.tBodies[0].replaceChildren(...rows);
