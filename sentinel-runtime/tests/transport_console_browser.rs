@@ -610,6 +610,12 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
     )
     .await;
     std::fs::write(shots.join("console-adaptive-narrow.png"), c.screenshot().await.unwrap()).unwrap();
+    // (the toast of the last save is let go, and the card's end scrolled into view)
+    let js = "document.querySelector('#toast').hidden = true; \
+              document.querySelector(\"[data-adaptive='db'] table\").scrollIntoView(false); return true;";
+    c.execute(js, vec![]).await.unwrap();
+    let card = c.find(Locator::Css("[data-adaptive='db']")).await.unwrap();
+    std::fs::write(shots.join("console-adaptive-narrow-card.png"), card.screenshot().await.unwrap()).unwrap();
     c.set_window_size(1440, 1000).await.unwrap();
 
     // Delete the rule (two clicks: delete, confirm).

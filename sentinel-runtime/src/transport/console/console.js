@@ -395,7 +395,9 @@
     for (const [h, cls] of [['Partition', ''], ['Share', 'r'], ['Guaranteed', 'r'], ['In flight', 'r'], ['Last 5 min', '']]) htr.append(el('th', cls, h));
     thead.append(htr);
     parts.append(thead, el('tbody'));
-    root.append(head, stats, chart, axis, bounds, parts);
+    const partsWrap = el('div', 'table-wrap');
+    partsWrap.append(parts);
+    root.append(head, stats, chart, axis, bounds, partsWrap);
     c = { root, title, algorithm, probing, values, chart, grid, area, inflight, limit, label, bounds, parts };
     state.adaptiveCards.set(name, c);
     return c;
