@@ -105,6 +105,8 @@ impl Limits {
 
 /// How the server treats a peer, decided from its address alone before anything is read from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Only the command center refuses or trusts peers; the exporter alone admits everyone.
+#[cfg_attr(not(feature = "transport"), allow(dead_code))]
 pub(crate) enum PeerClass {
     /// Answered `403` with this reason and closed at once: it takes no connection slot.
     Refused(String),
@@ -120,6 +122,7 @@ pub(crate) struct PeerPolicy(Option<Arc<dyn Fn(IpAddr) -> PeerClass + Send + Syn
 
 impl PeerPolicy {
     /// A policy that asks `classify`.
+    #[cfg_attr(not(feature = "transport"), allow(dead_code))]
     pub(crate) fn new(classify: impl Fn(IpAddr) -> PeerClass + Send + Sync + 'static) -> Self {
         PeerPolicy(Some(Arc::new(classify)))
     }

@@ -86,6 +86,7 @@ pub use file::{FileDataSource, FileLimits, Reloaded};
 pub use gateway::{GatewayDocumentError, GatewayDocuments, API_DEFINITIONS_FILE_STEM, GATEWAY_RULES_FILE_STEM};
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "cluster-redis"))]
 pub(crate) use writable::now_ms;
 pub use writable::{SourceStatus, WritableDataSource, WriteBackError};
 #[cfg(feature = "zookeeper")]

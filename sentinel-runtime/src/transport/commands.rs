@@ -5,7 +5,6 @@
 //! NodeVo JSON, fastjson rule JSON, the exact `success` replies); the differences are listed in the module
 //! docs of [`transport`](super).
 
-use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -127,7 +126,7 @@ fn older_lines(
                 .lines
                 .into_iter()
                 .map(|m| LineRecord {
-                    resource: Arc::from(m.resource.as_str()),
+                    resource: std::sync::Arc::from(m.resource.as_str()),
                     totals: crate::SecondTotals {
                         start_ms: m.timestamp_ms,
                         pass: m.pass,
