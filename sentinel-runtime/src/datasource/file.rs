@@ -192,10 +192,17 @@ impl FileDataSource {
     pub(crate) fn watch_targets(&self) -> Vec<PathBuf> {
         match &self.inner.layout {
             Layout::Combined(p) | Layout::Single(p, _) => vec![p.clone()],
-            Layout::Dir(dir) => ALL_KINDS
-                .into_iter()
-                .flat_map(|kind| EXTENSIONS.map(|ext| dir.join(format!("{}.{ext}", file_stem(kind)))))
-                .collect(),
+            Layout::Dir(dir) => {
+                #[allow(unused_mut)]
+                let mut targets: Vec<PathBuf> = ALL_KINDS
+                    .into_iter()
+                    .flat_map(|kind| EXTENSIONS.map(|ext| dir.join(format!("{}.{ext}", file_stem(kind)))))
+                    .collect();
+                // The gateway's files (Java's names) change the rules too.
+                #[cfg(feature = "tower")]
+                targets.extend(super::gateway::GATEWAY_FILE_STEMS.map(|stem| dir.join(format!("{stem}.json"))));
+                targets
+            }
         }
     }
 
@@ -306,15 +313,29 @@ impl FileDataSource {
         };
         let writes: Vec<(PathBuf, RuleSet)> = match &self.inner.layout {
             Layout::Combined(path) => {
-                let held = current(path)?.map(|doc| doc.kinds()).unwrap_or_default();
-                let others: Vec<RuleKind> = held.into_iter().filter(|k| !set.has(*k)).collect();
+                let held = current(path)?.unwrap_or_default();
+                let others: Vec<RuleKind> = held.kinds().into_iter().filter(|k| !set.has(*k)).collect();
                 let mut doc = RuleSet::snapshot(engine, &others);
+                // The gateway's lists the document holds are written as in force too.
+                #[cfg(feature = "tower")]
+                {
+                    if held.gateway.rules.is_some() {
+                        doc.gateway.rules = Some(engine.gateway_rules());
+                    }
+                    if held.gateway.api_definitions.is_some() {
+                        doc.gateway.api_definitions = Some(engine.api_definitions());
+                    }
+                }
                 doc.merge(set.clone());
                 vec![(path.clone(), doc)]
             }
             Layout::Single(path, holds) => {
                 if let Some(kind) = set.kinds().into_iter().find(|k| k != holds) {
                     return Err(WriteError::WrongKind { path: path.clone(), holds: *holds, kind });
+                }
+                #[cfg(feature = "tower")]
+                if !set.gateway.is_empty() {
+                    return Err(WriteError::NoGateway { path: path.clone(), holds: *holds });
                 }
                 if set.has(*holds) {
                     vec![(path.clone(), set.clone())]
@@ -375,6 +396,11 @@ impl FileDataSource {
         }
         drop(state);
         tracing::info!(path = %self.path().display(), kinds = ?set.kinds(), "rules written back");
+        // A directory keeps the gateway's lists in files of their own.
+        #[cfg(feature = "tower")]
+        if self.is_dir() && !set.gateway.is_empty() {
+            self.write_gateway_files(&set.gateway)?;
+        }
         Ok(())
     }
 
@@ -396,14 +422,12 @@ impl FileDataSource {
             return Ok(Reloaded::Unchanged);
         }
         let mut set = RuleSet::default();
-        #[cfg(feature = "tower")]
-        let mut gateway = super::GatewayDocuments::default();
         for (path, text) in &inputs {
             #[cfg(feature = "tower")]
             if let Some(stem) = super::gateway::gateway_stem(path).filter(|_| self.is_dir()) {
                 let parsed = super::GatewayDocuments::parse_file(stem, text)
                     .map_err(|e| SourceError::Gateway { path: path.clone(), error: e.into() })?;
-                gateway.merge(parsed);
+                set.gateway.merge(parsed);
                 continue;
             }
             let format = format_of(path);
@@ -413,8 +437,6 @@ impl FileDataSource {
             set.merge(parsed);
         }
         let count = set.len();
-        #[cfg(feature = "tower")]
-        let count = count + gateway.len();
         if count > state.limits.max_rules {
             return Err(SourceError::TooManyRules {
                 path: self.path().to_path_buf(),
@@ -423,61 +445,52 @@ impl FileDataSource {
             });
         }
         // The gateway's lists first (validated whole), put back if a kind is then refused.
-        #[cfg(feature = "tower")]
-        let gateway_before = self.apply_gateway(&gateway)?;
-        let kinds = set.apply(&self.inner.engine).map_err(|error| {
-            #[cfg(feature = "tower")]
-            if let Some(before) = &gateway_before {
-                if let Err(e) = before.apply(&self.inner.engine) {
-                    tracing::error!(error = %e, "could not restore the previous gateway rules");
-                }
+        let kinds = set.apply_all(&self.inner.engine).map_err(|error| match error {
+            super::ApplyError::Rules(error) => {
+                let path = self.path_for_error(&inputs, &error);
+                SourceError::Invalid { path, error }
             }
-            let path = self.path_for_error(&inputs, &error);
-            SourceError::Invalid { path, error }
+            #[cfg(feature = "tower")]
+            super::ApplyError::Gateway(e) => {
+                // In a directory, the file of the list refused; else the combined document.
+                let path = match (&self.inner.layout, &e) {
+                    (Layout::Dir(dir), crate::web::gateway::GatewayRuleError::InvalidApi { .. }) => {
+                        dir.join(format!("{}.json", super::API_DEFINITIONS_FILE_STEM))
+                    }
+                    (Layout::Dir(dir), _) => dir.join(format!("{}.json", super::GATEWAY_RULES_FILE_STEM)),
+                    _ => self.path().to_path_buf(),
+                };
+                SourceError::Gateway { path, error: e.into() }
+            }
         })?;
         state.applied = Some(inputs);
         Ok(Reloaded::Applied { kinds })
     }
 
-    /// Applies the gateway lists of a directory's files; the lists in force before, when there were any to
-    /// apply.
-    #[cfg(feature = "tower")]
-    fn apply_gateway(&self, docs: &super::GatewayDocuments) -> Result<Option<super::GatewayDocuments>, SourceError> {
-        if docs.is_empty() {
-            return Ok(None);
-        }
-        let engine = &self.inner.engine;
-        let before = super::GatewayDocuments::snapshot(engine);
-        docs.apply(engine).map_err(|e| {
-            let stem = match e {
-                crate::web::gateway::GatewayRuleError::InvalidApi { .. } => super::API_DEFINITIONS_FILE_STEM,
-                _ => super::GATEWAY_RULES_FILE_STEM,
-            };
-            SourceError::Gateway { path: self.path().join(format!("{stem}.json")), error: e.into() }
-        })?;
-        Ok(Some(before))
-    }
-
-    /// Writes the gateway lists `docs` manages to a rules directory's `gw-flow-rules.json` and
-    /// `gw-api-definitions.json` (Java's files, in Java's JSON), atomically each, as
-    /// [`write_rules`](FileDataSource::write_rules) writes the other kinds (feature `tower`). Only a
-    /// directory holds them: a single file is an error.
+    /// Writes the gateway's lists `docs` manages back to the store (feature `tower`): in a rules directory,
+    /// to `gw-flow-rules.json` and `gw-api-definitions.json` (Java's files, in Java's JSON), atomically each;
+    /// in a combined document, to its `gwFlowRules` and `gwApiDefinitions` keys (with the rest of the
+    /// document kept, as [`write_rules`](FileDataSource::write_rules) keeps it). A file of one kind's rules
+    /// cannot hold them: an error.
     #[cfg(feature = "tower")]
     pub fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), super::WriteBackError> {
-        let Layout::Dir(dir) = &self.inner.layout else {
-            return Err(super::WriteBackError::Store {
-                target: self.path().display().to_string(),
-                reason: "gateway rules are stored in a rules directory (gw-flow-rules.json, gw-api-definitions.json), \
-                         not in a single rules file"
-                    .into(),
-            });
-        };
+        match &self.inner.layout {
+            Layout::Dir(_) => self.write_gateway_files(docs).map_err(super::WriteBackError::File),
+            _ => self
+                .write_rules(&RuleSet { gateway: docs.clone(), ..RuleSet::default() })
+                .map_err(super::WriteBackError::File),
+        }
+    }
+
+    /// Writes the gateway's lists `docs` manages to a rules directory's `gw-*.json` files.
+    #[cfg(feature = "tower")]
+    fn write_gateway_files(&self, docs: &super::GatewayDocuments) -> Result<(), WriteError> {
+        let Layout::Dir(dir) = &self.inner.layout else { return Ok(()) };
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         for stem in super::gateway::GATEWAY_FILE_STEMS {
             let Some(text) = docs.file_text(stem) else { continue };
             let path = dir.join(format!("{stem}.json"));
-            write_through(&path, &text)
-                .map_err(|e| super::WriteBackError::File(WriteError::Io { path: path.clone(), source: Arc::new(e) }))?;
+            write_through(&path, &text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
             if let Some(applied) = state.applied.as_mut() {
                 match applied.iter_mut().find(|(p, _)| *p == path) {
                     Some(entry) => entry.1 = text.clone(),

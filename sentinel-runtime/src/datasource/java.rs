@@ -824,4 +824,10 @@ pub struct RuleSetDto {
     pub param_flow_rules: Option<Vec<ParamFlowWire>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive_rules: Option<Vec<crate::adaptive::AdaptiveRule>>,
+    #[cfg(feature = "tower")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gw_flow_rules: Option<Vec<crate::web::gateway::GatewayFlowRule>>,
+    #[cfg(feature = "tower")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gw_api_definitions: Option<Vec<crate::web::gateway::ApiDefinition>>,
 }
