@@ -132,6 +132,36 @@ mod file {
     }
 
     #[test]
+    fn javas_gateway_rules_file_alone_loads_takes_the_dashboards_rules_and_refuses_to_hold_api_definitions() {
+        let dir = sentinel_testkit::temp_dir();
+        let path = dir.path().join("gw-flow-rules.json");
+        std::fs::write(&path, gw_rules(3)).unwrap();
+        let engine = Sentinel::builder().build();
+        let source = FileDataSource::new(&engine, &path);
+        source.reload_now().unwrap();
+        assert_eq!(gateway(&engine), [("orders".to_string(), 3.0)]);
+
+        std::fs::write(&path, r#"[{"resource": "orders", "cout": 3}]"#).unwrap();
+        match source.reload_now() {
+            Err(SourceError::Gateway { error: GatewayDocumentError::Parse(e), .. }) => {
+                assert!(e.message.contains("cout"), "{e}")
+            }
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+        assert_eq!(gateway(&engine), [("orders".to_string(), 3.0)], "the rules in force stay");
+        std::fs::write(&path, gw_rules(3)).unwrap();
+
+        let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
+        assert_eq!(push(&center, "updateRules", &gw_rules(6)), success());
+        assert_eq!(push(&center, "updateApiDefinitions", &gw_apis("/pay")), partial(), "the file holds rules only");
+        assert_eq!(api_paths(&engine), ["/orders/**", "/pay"], "in force all the same");
+        let restarted = Sentinel::builder().build();
+        FileDataSource::new(&restarted, &path).reload_now().unwrap();
+        assert_eq!(gateway(&restarted), [("orders".to_string(), 6.0)]);
+        assert!(restarted.api_definitions().is_empty());
+    }
+
+    #[test]
     fn a_single_kind_file_cannot_hold_a_gateway_push_which_stays_in_force() {
         let dir = sentinel_testkit::temp_dir();
         let path = dir.path().join("flow-rules.json");

@@ -70,10 +70,7 @@ impl Holds {
             Holds::Kind(kind) => RuleSet::parse_entry(Some(kind), text, format),
             #[cfg(feature = "tower")]
             Holds::GatewayRules | Holds::ApiDefinitions => {
-                let gateway_error = |e: crate::web::gateway::json::GatewayJsonError| {
-                    let field = (e.path != ".").then_some(e.path);
-                    ParseError::new(Format::Json, Some(e.line), Some(e.column), field, e.message)
-                };
+                let gateway_error = super::gateway::parse_error;
                 let mut set = RuleSet::default();
                 if self == Holds::GatewayRules {
                     set.gateway.rules = Some(crate::web::gateway::json::rules_from_json(text).map_err(gateway_error)?);

@@ -171,15 +171,18 @@ impl SourceError {
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WriteError {
-    /// The source is a file of one kind and was asked to write the gateway's rules or API definitions
-    /// (feature `tower`): a rules directory or a combined document holds them.
+    /// The file holds one list and was asked to write another: the gateway's rules or API definitions to a
+    /// file of one rule kind, a rule kind or the other gateway list to a gateway file (feature `tower`). A
+    /// rules directory or a combined document holds them all.
     #[cfg(feature = "tower")]
-    #[error("rules file {} holds only {holds} rules and cannot store the gateway's rules or API definitions", path.display())]
-    NoGateway {
-        /// The path.
+    #[error("rules file {} holds only {holds} and cannot store {what}", path.display())]
+    CannotHold {
+        /// The file.
         path: PathBuf,
-        /// The kind it holds.
-        holds: crate::RuleKind,
+        /// What it holds.
+        holds: String,
+        /// What was to be written.
+        what: String,
     },
     /// The source is a file of one kind and was asked to write another.
     #[error("rules file {} holds only {holds} rules and cannot store {kind} rules", path.display())]

@@ -35,6 +35,9 @@ enum Layout {
     Single(PathBuf, RuleKind),
     /// A directory with one file per kind, named `flow-rules.json`, `degrade-rules.yaml`, ...
     Dir(PathBuf),
+    /// One of the gateway's lists, Java's file named by its stem (`gw-flow-rules`, `gw-api-definitions`).
+    #[cfg(feature = "tower")]
+    Gateway(PathBuf, &'static str),
 }
 
 /// Bounds on what a [`FileDataSource`] accepts: a file over either is refused with a typed error
@@ -84,7 +87,10 @@ struct Inner {
 /// * a directory: one file per kind, named `flow-rules`, `degrade-rules`, `system-rules`, `authority-rules`,
 ///   `param-flow-rules`, with the extension `.json`, `.yaml`/`.yml` or `.toml` (each a list, as Java's files);
 /// * a file named like one of those: that kind's list;
-/// * any other file: a combined document ([`RuleSet`]).
+/// * `gw-flow-rules.json` or `gw-api-definitions.json` (feature `tower`): that gateway list, in Java's JSON
+///   (a directory may hold them too, beside the other kinds' files);
+/// * any other file: a combined document ([`RuleSet`]; with the gateway's `gwFlowRules` and
+///   `gwApiDefinitions`).
 ///
 /// [`reload_now`](FileDataSource::reload_now) reads and applies it; with the `file-watch` feature,
 /// [`watch`](FileDataSource::watch) does so whenever it changes. A file that cannot be read, parsed or
@@ -122,6 +128,19 @@ fn kind_of_file(path: &Path) -> Option<RuleKind> {
     ALL_KINDS.into_iter().find(|k| file_stem(*k) == stem)
 }
 
+/// The layout of a rules file, from its name: one of the gateway's files (`gw-flow-rules.json`,
+/// `gw-api-definitions.json`), one kind's list (`flow-rules.json`, ...), else a combined document.
+fn file_layout(path: PathBuf) -> Layout {
+    #[cfg(feature = "tower")]
+    if let Some(stem) = super::gateway::gateway_stem(&path) {
+        return Layout::Gateway(path, stem);
+    }
+    match kind_of_file(&path) {
+        Some(kind) => Layout::Single(path, kind),
+        None => Layout::Combined(path),
+    }
+}
+
 fn format_of(path: &Path) -> Format {
     Format::from_path(path).unwrap_or(Format::Json)
 }
@@ -134,13 +153,7 @@ impl FileDataSource {
     /// [`watch`](FileDataSource::watch).
     pub fn new(engine: &Sentinel, path: impl AsRef<Path>) -> Self {
         let path = path.as_ref().to_path_buf();
-        let layout = if path.is_dir() {
-            Layout::Dir(path)
-        } else if let Some(kind) = kind_of_file(&path) {
-            Layout::Single(path, kind)
-        } else {
-            Layout::Combined(path)
-        };
+        let layout = if path.is_dir() { Layout::Dir(path) } else { file_layout(path) };
         FileDataSource {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
@@ -179,11 +192,19 @@ impl FileDataSource {
     pub fn path(&self) -> &Path {
         match &self.inner.layout {
             Layout::Combined(p) | Layout::Single(p, _) | Layout::Dir(p) => p,
+            #[cfg(feature = "tower")]
+            Layout::Gateway(p, _) => p,
         }
     }
 
     pub(crate) fn is_dir(&self) -> bool {
         matches!(self.inner.layout, Layout::Dir(_))
+    }
+
+    /// Whether the source is a file of one rule kind's list (whatever its name).
+    #[cfg(feature = "tower")]
+    fn is_single_kind(&self) -> bool {
+        matches!(self.inner.layout, Layout::Single(..))
     }
 
     /// The paths whose content is the rules: the file, or every name a rules file of the directory may have
@@ -192,6 +213,8 @@ impl FileDataSource {
     pub(crate) fn watch_targets(&self) -> Vec<PathBuf> {
         match &self.inner.layout {
             Layout::Combined(p) | Layout::Single(p, _) => vec![p.clone()],
+            #[cfg(feature = "tower")]
+            Layout::Gateway(p, _) => vec![p.clone()],
             Layout::Dir(dir) => {
                 #[allow(unused_mut)]
                 let mut targets: Vec<PathBuf> = ALL_KINDS
@@ -296,6 +319,14 @@ impl FileDataSource {
     /// # std::fs::remove_dir_all(&dir).ok();
     /// ```
     pub fn write_rules(&self, set: &RuleSet) -> Result<(), WriteError> {
+        #[cfg(feature = "tower")]
+        if let Layout::Gateway(path, stem) = &self.inner.layout {
+            if let Some(kind) = set.kinds().into_iter().next() {
+                let holds = super::gateway::list_name(stem).to_string();
+                return Err(WriteError::CannotHold { path: path.clone(), holds, what: format!("{kind} rules") });
+            }
+            return self.write_gateway_files(&set.gateway);
+        }
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let limits = state.limits;
         let engine = &self.inner.engine;
@@ -335,7 +366,11 @@ impl FileDataSource {
                 }
                 #[cfg(feature = "tower")]
                 if !set.gateway.is_empty() {
-                    return Err(WriteError::NoGateway { path: path.clone(), holds: *holds });
+                    return Err(WriteError::CannotHold {
+                        path: path.clone(),
+                        holds: format!("{holds} rules"),
+                        what: "the gateway's rules or API definitions".into(),
+                    });
                 }
                 if set.has(*holds) {
                     vec![(path.clone(), set.clone())]
@@ -343,6 +378,9 @@ impl FileDataSource {
                     Vec::new()
                 }
             }
+            // Written above.
+            #[cfg(feature = "tower")]
+            Layout::Gateway(..) => Vec::new(),
             Layout::Dir(dir) => {
                 let mut out = Vec::new();
                 for kind in ALL_KINDS {
@@ -412,6 +450,8 @@ impl FileDataSource {
             (Layout::Single(_, kind), _) => kind_list(doc, *kind, format),
             (Layout::Dir(_), Some(kind)) => kind_list(doc, kind, format),
             (Layout::Dir(_), None) => doc.to_string(format),
+            #[cfg(feature = "tower")]
+            (Layout::Gateway(..), _) => doc.to_string(format),
         };
         text.map_err(|error| WriteError::Serialize { path: path.to_path_buf(), error })
     }
@@ -424,7 +464,7 @@ impl FileDataSource {
         let mut set = RuleSet::default();
         for (path, text) in &inputs {
             #[cfg(feature = "tower")]
-            if let Some(stem) = super::gateway::gateway_stem(path).filter(|_| self.is_dir()) {
+            if let Some(stem) = super::gateway::gateway_stem(path).filter(|_| !self.is_single_kind()) {
                 let parsed = super::GatewayDocuments::parse_file(stem, text)
                     .map_err(|e| SourceError::Gateway { path: path.clone(), error: e.into() })?;
                 set.gateway.merge(parsed);
@@ -475,21 +515,39 @@ impl FileDataSource {
     #[cfg(feature = "tower")]
     pub fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), super::WriteBackError> {
         match &self.inner.layout {
-            Layout::Dir(_) => self.write_gateway_files(docs).map_err(super::WriteBackError::File),
+            Layout::Dir(_) | Layout::Gateway(..) => self.write_gateway_files(docs).map_err(super::WriteBackError::File),
             _ => self
                 .write_rules(&RuleSet { gateway: docs.clone(), ..RuleSet::default() })
                 .map_err(super::WriteBackError::File),
         }
     }
 
-    /// Writes the gateway's lists `docs` manages to a rules directory's `gw-*.json` files.
+    /// Writes the gateway's lists `docs` manages to a rules directory's `gw-*.json` files, or to the
+    /// gateway file this source is (which holds one list: the other is an error).
     #[cfg(feature = "tower")]
     fn write_gateway_files(&self, docs: &super::GatewayDocuments) -> Result<(), WriteError> {
-        let Layout::Dir(dir) = &self.inner.layout else { return Ok(()) };
+        let targets: Vec<(&str, PathBuf)> = match &self.inner.layout {
+            Layout::Dir(dir) => super::gateway::GATEWAY_FILE_STEMS
+                .iter()
+                .map(|stem| (*stem, dir.join(format!("{stem}.json"))))
+                .collect(),
+            Layout::Gateway(path, stem) => {
+                if let Some(other) = super::gateway::GATEWAY_FILE_STEMS.into_iter().find(|s| s != stem) {
+                    if docs.file_text(other).is_some() {
+                        return Err(WriteError::CannotHold {
+                            path: path.clone(),
+                            holds: super::gateway::list_name(stem).into(),
+                            what: super::gateway::list_name(other).into(),
+                        });
+                    }
+                }
+                vec![(*stem, path.clone())]
+            }
+            _ => return Ok(()),
+        };
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        for stem in super::gateway::GATEWAY_FILE_STEMS {
+        for (stem, path) in targets {
             let Some(text) = docs.file_text(stem) else { continue };
-            let path = dir.join(format!("{stem}.json"));
             write_through(&path, &text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
             if let Some(applied) = state.applied.as_mut() {
                 match applied.iter_mut().find(|(p, _)| *p == path) {
@@ -509,6 +567,11 @@ impl FileDataSource {
     fn parse_file(&self, path: &Path, text: &str, format: Format) -> Result<RuleSet, super::ParseError> {
         let kind = match &self.inner.layout {
             Layout::Combined(_) => return RuleSet::parse(text, format),
+            #[cfg(feature = "tower")]
+            Layout::Gateway(_, stem) => {
+                let gateway = super::GatewayDocuments::parse_file(stem, text).map_err(super::gateway::parse_error)?;
+                return Ok(RuleSet { gateway, ..RuleSet::default() });
+            }
             Layout::Single(_, kind) => *kind,
             Layout::Dir(_) => match kind_of_file(path) {
                 Some(k) => k,
@@ -540,6 +603,8 @@ impl FileDataSource {
     fn read_inputs(&self, state: &mut State) -> Result<Vec<(PathBuf, String)>, SourceError> {
         match &self.inner.layout {
             Layout::Combined(p) | Layout::Single(p, _) => Ok(vec![(p.clone(), read(p, &state.limits)?)]),
+            #[cfg(feature = "tower")]
+            Layout::Gateway(p, _) => Ok(vec![(p.clone(), read(p, &state.limits)?)]),
             Layout::Dir(dir) => {
                 let mut found = Vec::new();
                 for kind in ALL_KINDS {

@@ -115,6 +115,22 @@ impl GatewayDocuments {
     }
 }
 
+/// What the gateway file named by `stem` holds, in words.
+pub(crate) fn list_name(stem: &str) -> &'static str {
+    if stem == GATEWAY_RULES_FILE_STEM {
+        "gateway flow rules"
+    } else {
+        "API definitions"
+    }
+}
+
+/// A gateway list that is not Java's gateway JSON, as a JSON [`ParseError`](super::ParseError) naming the
+/// field.
+pub(crate) fn parse_error(e: GatewayJsonError) -> super::ParseError {
+    let field = (e.path != ".").then_some(e.path);
+    super::ParseError::new(super::Format::Json, Some(e.line), Some(e.column), field, e.message)
+}
+
 /// The gateway file stems, in the order they are applied (definitions first: the rules name them).
 pub(crate) const GATEWAY_FILE_STEMS: [&str; 2] = [API_DEFINITIONS_FILE_STEM, GATEWAY_RULES_FILE_STEM];
 
