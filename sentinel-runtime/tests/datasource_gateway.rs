@@ -48,6 +48,37 @@ fn push(center: &CommandCenter, command: &str, data: &str) -> (u16, String) {
     (r.status, r.body.trim().to_string())
 }
 
+/// The lists in force are `gw` (the count of the rule on `orders`) and `paths`, the flow rule `api` is 3.
+fn assert_in_force(engine: &Sentinel, gw: f64, paths: &[&str]) {
+    assert_eq!(gateway(engine), [("orders".to_string(), gw)], "the gateway rules");
+    assert_eq!(api_paths(engine), paths, "the API definitions");
+    assert_eq!(counts(engine), [("api".to_string(), 3.0)], "the other kinds");
+}
+
+/// The dashboard's two pushes through a command center writing back to `source` are answered `success`,
+/// and a restarted engine (`restart` starts a source on it and waits for its first reads) loads them with
+/// the other kinds kept. Returns the command center.
+fn pushes_survive_a_restart<R>(
+    engine: &Sentinel,
+    source: impl sentinel_runtime::datasource::WritableDataSource,
+    restart: impl FnOnce(&Sentinel) -> R,
+) -> CommandCenter {
+    let center = CommandCenter::builder(engine).port(0).data_source(source).start().unwrap();
+    assert_eq!(push(&center, "updateRules", &gw_rules(9)), success());
+    assert_eq!(push(&center, "updateApiDefinitions", &gw_apis("/pay")), success());
+    let restarted = Sentinel::builder().build();
+    let again = restart(&restarted);
+    assert_in_force(&restarted, 9.0, &["/orders/**", "/pay"]);
+    drop(again);
+    center
+}
+
+/// With the store down, a push is answered `partial success` and is in force all the same.
+fn a_push_with_the_store_down_is_in_force(center: &CommandCenter, engine: &Sentinel) {
+    assert_eq!(push(center, "updateRules", &gw_rules(2)), partial());
+    assert_eq!(gateway(engine), [("orders".to_string(), 2.0)]);
+}
+
 fn success() -> (u16, String) {
     (200, "success".to_string())
 }
@@ -78,25 +109,16 @@ mod file {
         let engine = Sentinel::builder().build();
         let source = FileDataSource::new(&engine, &path);
         source.reload_now().unwrap();
-        assert_eq!(gateway(&engine), [("orders".to_string(), 5.0)]);
-        assert_eq!(api_paths(&engine), ["/orders/**", "/checkout"]);
-        assert_eq!(counts(&engine), [("api".to_string(), 3.0)]);
-
-        let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
-        assert_eq!(push(&center, "updateRules", &gw_rules(8)), success());
-        assert_eq!(push(&center, "updateApiDefinitions", &gw_apis("/pay")), success());
-        let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        assert_eq!(stored["gwFlowRules"][0]["count"], 8.0, "{stored}");
-        assert_eq!(stored["gwApiDefinitions"][0]["predicateItems"][1]["pattern"], "/pay", "{stored}");
-        assert_eq!(stored["flowRules"][0]["count"], 3.0, "the other kinds are kept: {stored}");
+        assert_in_force(&engine, 5.0, &["/orders/**", "/checkout"]);
 
         // A restart: a new engine loads the file.
-        drop(center);
-        let restarted = Sentinel::builder().build();
-        FileDataSource::new(&restarted, &path).reload_now().unwrap();
-        assert_eq!(gateway(&restarted), [("orders".to_string(), 8.0)]);
-        assert_eq!(api_paths(&restarted), ["/orders/**", "/pay"]);
-        assert_eq!(counts(&restarted), [("api".to_string(), 3.0)]);
+        let _center = pushes_survive_a_restart(&engine, source, |restarted| {
+            FileDataSource::new(restarted, &path).reload_now().unwrap()
+        });
+        let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(stored["gwFlowRules"][0]["count"], 9.0, "{stored}");
+        assert_eq!(stored["gwApiDefinitions"][0]["predicateItems"][1]["pattern"], "/pay", "{stored}");
+        assert_eq!(stored["flowRules"][0]["count"], 3.0, "the other kinds are kept: {stored}");
     }
 
     #[test]
@@ -126,9 +148,7 @@ mod file {
             }
             other => panic!("expected an invalid gateway rule, got {other:?}"),
         }
-        assert_eq!(gateway(&engine), [("orders".to_string(), 5.0)], "the gateway rules in force stay");
-        assert_eq!(api_paths(&engine), ["/orders/**", "/checkout"]);
-        assert_eq!(counts(&engine), [("api".to_string(), 3.0)], "the other kinds are untouched");
+        assert_in_force(&engine, 5.0, &["/orders/**", "/checkout"]);
     }
 
     #[test]
@@ -219,9 +239,7 @@ mod redis_store {
         let engine = Sentinel::builder().build();
         let source = start(&engine, &redis);
         assert!(source.wait_for(3, WAIT), "the three keys are read");
-        assert_eq!(gateway(&engine), [("orders".to_string(), 5.0)]);
-        assert_eq!(api_paths(&engine), ["/orders/**", "/checkout"]);
-        assert_eq!(counts(&engine), [("api".to_string(), 3.0)]);
+        assert_in_force(&engine, 5.0, &["/orders/**", "/checkout"]);
 
         // A push by another client.
         publish(&redis, RULES, &gw_rules(7));
@@ -246,28 +264,18 @@ mod redis_store {
             }
             other => panic!("expected an invalid API definition, got {other:?}"),
         }
-        assert_eq!(gateway(&engine), [("orders".to_string(), 7.0)], "the gateway rules in force stay");
-        assert_eq!(api_paths(&engine), ["/orders/**", "/checkout"]);
-        assert_eq!(counts(&engine), [("api".to_string(), 3.0)], "the other kinds are untouched");
+        assert_in_force(&engine, 7.0, &["/orders/**", "/checkout"]);
 
         // The dashboard's pushes are written back (SET + PUBLISH) and a restarted engine reads them.
-        let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
-        assert_eq!(push(&center, "updateRules", &gw_rules(9)), success());
-        assert_eq!(push(&center, "updateApiDefinitions", &gw_apis("/pay")), success());
+        let center = pushes_survive_a_restart(&engine, source, |restarted| {
+            let again = start(restarted, &redis);
+            assert!(again.wait_for(3, WAIT));
+            again
+        });
         assert!(stored(&redis, RULES.0).contains(r#""count":9.0"#), "{}", stored(&redis, RULES.0));
-        let restarted = Sentinel::builder().build();
-        let again = start(&restarted, &redis);
-        assert!(again.wait_for(3, WAIT));
-        assert_eq!(gateway(&restarted), [("orders".to_string(), 9.0)]);
-        assert_eq!(api_paths(&restarted), ["/orders/**", "/pay"]);
-        assert_eq!(counts(&restarted), [("api".to_string(), 3.0)]);
-        drop(again);
-
-        // Redis down: `partial success`, the pushed rules in force.
         let mut redis = redis;
         redis.kill();
-        assert_eq!(push(&center, "updateRules", &gw_rules(2)), partial());
-        assert_eq!(gateway(&engine), [("orders".to_string(), 2.0)]);
+        a_push_with_the_store_down_is_in_force(&center, &engine);
     }
 
     #[test]
@@ -349,24 +357,16 @@ mod etcd_store {
         put(&rt, &mut client, &doc(7).replace("gwFlowRules", "gwFlowRule"));
         assert!(source.wait_for(4, WAIT));
         assert!(matches!(source.last_error(), Some(EtcdSourceError::Parse { .. })), "{:?}", source.last_error());
-        assert_eq!(gateway(&engine), [("orders".to_string(), 7.0)], "the gateway rules in force stay");
-        assert_eq!(counts(&engine), [("api".to_string(), 3.0)], "the other kinds are untouched");
+        assert_in_force(&engine, 7.0, &["/orders/**", "/checkout"]);
 
         wait_until("connected", || source.is_connected());
-        let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
-        assert_eq!(push(&center, "updateRules", &gw_rules(9)), success());
-        assert_eq!(push(&center, "updateApiDefinitions", &gw_apis("/pay")), success());
-        let restarted = Sentinel::builder().build();
-        let again = start(&restarted, &etcd);
-        assert!(again.wait_for(1, WAIT));
-        assert_eq!(gateway(&restarted), [("orders".to_string(), 9.0)]);
-        assert_eq!(api_paths(&restarted), ["/orders/**", "/pay"]);
-        assert_eq!(counts(&restarted), [("api".to_string(), 3.0)], "the flow rules are kept in the document");
-        drop(again);
-
+        let center = pushes_survive_a_restart(&engine, source, |restarted| {
+            let again = start(restarted, &etcd);
+            assert!(again.wait_for(1, WAIT));
+            again
+        });
         etcd.kill();
-        assert_eq!(push(&center, "updateRules", &gw_rules(2)), partial());
-        assert_eq!(gateway(&engine), [("orders".to_string(), 2.0)]);
+        a_push_with_the_store_down_is_in_force(&center, &engine);
     }
 }
 
@@ -439,25 +439,16 @@ mod zookeeper_store {
         set(&rt, &client, APIS, "[{\"apiName\": ");
         assert!(source.wait_for(6, WAIT));
         assert!(matches!(source.last_error(), Some(ZookeeperSourceError::Parse { .. })), "{:?}", source.last_error());
-        assert_eq!(gateway(&engine), [("orders".to_string(), 5.0)], "the gateway rules in force stay");
-        assert_eq!(api_paths(&engine), ["/orders/**", "/checkout"]);
-        assert_eq!(counts(&engine), [("api".to_string(), 3.0)], "the other kinds are untouched");
+        assert_in_force(&engine, 5.0, &["/orders/**", "/checkout"]);
 
         // The write-back replaces the refused documents (at the versions the source saw).
         wait_until("connected", || source.is_connected());
-        let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
-        assert_eq!(push(&center, "updateRules", &gw_rules(9)), success());
-        assert_eq!(push(&center, "updateApiDefinitions", &gw_apis("/pay")), success());
-        let restarted = Sentinel::builder().build();
-        let again = start(&restarted, &server);
-        assert!(again.wait_for(3, WAIT));
-        assert_eq!(gateway(&restarted), [("orders".to_string(), 9.0)]);
-        assert_eq!(api_paths(&restarted), ["/orders/**", "/pay"]);
-        assert_eq!(counts(&restarted), [("api".to_string(), 3.0)]);
-        drop(again);
-
+        let center = pushes_survive_a_restart(&engine, source, |restarted| {
+            let again = start(restarted, &server);
+            assert!(again.wait_for(3, WAIT));
+            again
+        });
         server.kill();
-        assert_eq!(push(&center, "updateRules", &gw_rules(2)), partial());
-        assert_eq!(gateway(&engine), [("orders".to_string(), 2.0)]);
+        a_push_with_the_store_down_is_in_force(&center, &engine);
     }
 }

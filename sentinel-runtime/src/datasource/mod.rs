@@ -55,8 +55,8 @@
 //! * The gateway's lists (feature `tower`; Java's gateway JSON, see
 //!   [`web::gateway::json`](crate::web::gateway::json)): in a combined document under `gwFlowRules` (gateway
 //!   flow rules) and `gwApiDefinitions` (API definitions), loaded with the rest as one change
-//!   ([`RuleSet::apply_all`]); in a rules directory as Java's files `gw-flow-rules.json` and
-//!   `gw-api-definitions.json`; in Redis, etcd and ZooKeeper as a key or node of their own
+//!   ([`RuleSet::apply_all`]); as Java's files `gw-flow-rules.json` and `gw-api-definitions.json`, alone or
+//!   in a rules directory; in Redis, etcd and ZooKeeper as a key or node of their own
 //!   (`gateway_rules(..)`, `api_definitions(..)` on each builder) or in a combined one. A gateway list that
 //!   does not parse or that the engine refuses is an error naming the document and the field, and nothing
 //!   of that document is applied.
