@@ -387,7 +387,8 @@ mod zookeeper_store {
         ZookeeperDataSource::builder(server.connect_string())
             .rules(RuleKind::Flow, FLOW)
             .gateway_rules(RULES)
-            .api_definitions(APIS)
+            // Java's `/{groupId}/{dataId}`.
+            .api_definitions_at("SENTINEL_GROUP", "shop-gw-api-definitions")
             .retry_max(std::time::Duration::from_millis(200))
             .session_timeout(std::time::Duration::from_secs(2))
             .start(engine)

@@ -190,6 +190,19 @@ impl ZookeeperDataSourceBuilder {
         self.rules(kind, format!("/{group_id}/{data_id}"))
     }
 
+    /// The gateway's flow rules in the node `/{group_id}/{data_id}` (feature `tower`), as Java's
+    /// `ZookeeperDataSource` reads them with a gateway rule parser.
+    #[cfg(feature = "tower")]
+    pub fn gateway_rules_at(self, group_id: &str, data_id: &str) -> Self {
+        self.gateway_rules(format!("/{group_id}/{data_id}"))
+    }
+
+    /// The gateway's API definitions in the node `/{group_id}/{data_id}` (feature `tower`).
+    #[cfg(feature = "tower")]
+    pub fn api_definitions_at(self, group_id: &str, data_id: &str) -> Self {
+        self.api_definitions(format!("/{group_id}/{data_id}"))
+    }
+
     /// Digest authentication (`addauth digest user:password`, Java's `AuthInfo("digest", ...)`); replaces
     /// credentials given in the address.
     pub fn digest(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
