@@ -184,6 +184,22 @@ mod tests {
     }
 
     #[test]
+    fn a_gateway_rule_cut_short_in_yaml_or_toml_is_refused_as_the_other_kinds_are() {
+        let yaml = "gwFlowRules:\n- resource: orders\n  intervalSec: 1\n";
+        let e = RuleSet::parse(yaml, Format::Yaml).unwrap_err();
+        assert!(e.message.contains("missing field `count`"), "{e}");
+        assert_eq!(e.field.as_deref(), Some("gwFlowRules[0]"), "{e}");
+        let toml = "[[gwFlowRules]]\nresource = \"orders\"\n";
+        assert!(RuleSet::parse(toml, Format::Toml).unwrap_err().message.contains("missing field `count`"));
+        // JSON keeps Java's defaults (a dashboard export omits nothing; `count` defaults to 0 as in Java).
+        let json = r#"{"gwFlowRules": [{"resource": "orders"}]}"#;
+        assert_eq!(RuleSet::parse(json, Format::Json).unwrap().gateway.rules.unwrap()[0].count, 0.0);
+        let complete = "gwFlowRules:\n- resource: orders\n  count: 4\n  paramItem:\n    parseStrategy: 0\n";
+        let rules = RuleSet::parse(complete, Format::Yaml).unwrap().gateway.rules.unwrap();
+        assert_eq!((rules[0].count, rules[0].param_item.is_some()), (4.0, true));
+    }
+
+    #[test]
     fn apply_all_loads_the_gateway_lists_and_puts_them_back_when_a_kind_is_refused() {
         let engine = Sentinel::builder().build();
         let first =

@@ -402,7 +402,10 @@ impl RuleSet {
             param_flow: unwrap_all(dto.param_flow_rules),
             adaptive: dto.adaptive_rules,
             #[cfg(feature = "tower")]
-            gateway: GatewayDocuments { rules: dto.gw_flow_rules, api_definitions: dto.gw_api_definitions },
+            gateway: GatewayDocuments {
+                rules: dto.gw_flow_rules.map(|rules| rules.into_iter().map(|r| r.0).collect()),
+                api_definitions: dto.gw_api_definitions,
+            },
         })
     }
 
@@ -416,7 +419,7 @@ impl RuleSet {
             param_flow_rules: wrap_all(&self.param_flow),
             adaptive_rules: self.adaptive.clone(),
             #[cfg(feature = "tower")]
-            gw_flow_rules: self.gateway.rules.clone(),
+            gw_flow_rules: self.gateway.rules.as_ref().map(|r| r.iter().cloned().map(java::GatewayRuleWire).collect()),
             #[cfg(feature = "tower")]
             gw_api_definitions: self.gateway.api_definitions.clone(),
         };
