@@ -73,9 +73,18 @@ fn pushes_survive_a_restart<R>(
     center
 }
 
-/// With the store down, a push is answered `partial success` and is in force all the same.
-fn a_push_with_the_store_down_is_in_force(center: &CommandCenter, engine: &Sentinel) {
-    assert_eq!(push(center, "updateRules", &gw_rules(2)), partial());
+/// [`pushes_survive_a_restart`] (`restart` starts a source on the `server`), then with the server down
+/// (`kill`) a push is answered `partial success` and is in force all the same.
+fn pushes_survive_a_restart_and_the_store_going_down<S, R>(
+    engine: &Sentinel,
+    source: impl sentinel_runtime::datasource::WritableDataSource,
+    server: &mut S,
+    restart: impl FnOnce(&Sentinel, &S) -> R,
+    kill: impl FnOnce(&mut S),
+) {
+    let center = pushes_survive_a_restart(engine, source, |restarted| restart(restarted, server));
+    kill(server);
+    assert_eq!(push(&center, "updateRules", &gw_rules(2)), partial());
     assert_eq!(gateway(engine), [("orders".to_string(), 2.0)]);
 }
 
@@ -267,15 +276,14 @@ mod redis_store {
         assert_in_force(&engine, 7.0, &["/orders/**", "/checkout"]);
 
         // The dashboard's pushes are written back (SET + PUBLISH) and a restarted engine reads them.
-        let center = pushes_survive_a_restart(&engine, source, |restarted| {
-            let again = start(restarted, &redis);
+        let mut redis = redis;
+        let restart = |restarted: &Sentinel, redis: &RedisServer| {
+            assert!(stored(redis, RULES.0).contains(r#""count":9.0"#), "{}", stored(redis, RULES.0));
+            let again = start(restarted, redis);
             assert!(again.wait_for(3, WAIT));
             again
-        });
-        assert!(stored(&redis, RULES.0).contains(r#""count":9.0"#), "{}", stored(&redis, RULES.0));
-        let mut redis = redis;
-        redis.kill();
-        a_push_with_the_store_down_is_in_force(&center, &engine);
+        };
+        pushes_survive_a_restart_and_the_store_going_down(&engine, source, &mut redis, restart, |r| r.kill());
     }
 
     #[test]
@@ -360,13 +368,12 @@ mod etcd_store {
         assert_in_force(&engine, 7.0, &["/orders/**", "/checkout"]);
 
         wait_until("connected", || source.is_connected());
-        let center = pushes_survive_a_restart(&engine, source, |restarted| {
-            let again = start(restarted, &etcd);
+        let restart = |restarted: &Sentinel, etcd: &EtcdServer| {
+            let again = start(restarted, etcd);
             assert!(again.wait_for(1, WAIT));
             again
-        });
-        etcd.kill();
-        a_push_with_the_store_down_is_in_force(&center, &engine);
+        };
+        pushes_survive_a_restart_and_the_store_going_down(&engine, source, &mut etcd, restart, |e| e.kill());
     }
 }
 
@@ -444,12 +451,11 @@ mod zookeeper_store {
 
         // The write-back replaces the refused documents (at the versions the source saw).
         wait_until("connected", || source.is_connected());
-        let center = pushes_survive_a_restart(&engine, source, |restarted| {
-            let again = start(restarted, &server);
+        let restart = |restarted: &Sentinel, server: &ZookeeperServer| {
+            let again = start(restarted, server);
             assert!(again.wait_for(3, WAIT));
             again
-        });
-        server.kill();
-        a_push_with_the_store_down_is_in_force(&center, &engine);
+        };
+        pushes_survive_a_restart_and_the_store_going_down(&engine, source, &mut server, restart, |s| s.kill());
     }
 }
