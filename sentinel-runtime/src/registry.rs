@@ -192,7 +192,9 @@ impl Sentinel {
             // A regex rule names no resource: it applies to those that match, now or later.
             RuleKind::Flow => self.flow_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect(),
             RuleKind::Degrade => self.degrade_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect(),
-            RuleKind::ParamFlow => self.param_flow_rules().into_iter().map(|r| r.resource).collect(),
+            RuleKind::ParamFlow => {
+                self.param_flow_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect()
+            }
             RuleKind::Authority => {
                 self.authority_rules().into_iter().filter(|r| !r.regex).map(|r| r.resource).collect()
             }

@@ -161,11 +161,13 @@ fn pushed_gateway_rules_and_api_definitions_survive_a_restart() {
 fn partial_success_when_the_data_source_cannot_store_gateway_rules() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, _clock) = engine();
-    let source = FileDataSource::new(&engine, dir.path().join("rules.json"));
+    // A file of one kind's rules (a combined document or a rules directory would hold them).
+    let source = FileDataSource::new(&engine, dir.path().join("flow-rules.json"));
     let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
     let r = dashboard_post(&center, "gateway/updateRules", DASHBOARD_RULES);
     assert_eq!((r.status, r.body.as_str()), (200, WRITE_DATA_SOURCE_FAILED));
-    assert!(r.header("x-sentinel-write-error").is_some_and(|e| e.contains("rules directory")), "{:?}", r.headers);
+    let names_why = |e: &str| e.contains("flow-rules.json") && e.contains("cannot store the gateway");
+    assert!(r.header("x-sentinel-write-error").is_some_and(names_why), "{:?}", r.headers);
     assert_eq!(engine.gateway_rules().len(), 2, "in force all the same");
 }
 

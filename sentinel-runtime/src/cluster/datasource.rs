@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::datasource::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use crate::datasource::entry::Holds;
+use crate::datasource::{ApplyError, Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
 use super::connection::{Link, Topology};
@@ -41,8 +42,8 @@ use super::error::ClusterError;
 /// One key and its channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Source {
-    /// `None`: a combined document.
-    kind: Option<RuleKind>,
+    /// What the key holds.
+    holds: Holds,
     key: String,
     channel: String,
 }
@@ -93,6 +94,16 @@ pub enum RedisSourceError {
         /// The rule and the field.
         #[source]
         error: RuleError,
+    },
+    /// A gateway flow rule or API definition is invalid (the engine rejected the document; feature `tower`).
+    #[cfg(feature = "tower")]
+    #[error("gateway rules from Redis key `{key}`: {error}")]
+    InvalidGateway {
+        /// The key of the source.
+        key: String,
+        /// The rule or definition and the field.
+        #[source]
+        error: crate::web::gateway::GatewayRuleError,
     },
     /// Redis is unreachable (the data source reconnects by itself).
     #[error("Redis data source at {url}: {reason}; reconnecting, the rules in force stay")]
@@ -244,13 +255,30 @@ impl Drop for RedisDataSource {
 impl RedisDataSourceBuilder {
     /// One kind's rules (a JSON list, as Java's data source holds) in `key`, updates announced on `channel`.
     pub fn rules(mut self, kind: RuleKind, key: impl Into<String>, channel: impl Into<String>) -> Self {
-        self.sources.push(Source { kind: Some(kind), key: key.into(), channel: channel.into() });
+        self.sources.push(Source { holds: Holds::Kind(kind), key: key.into(), channel: channel.into() });
         self
     }
 
-    /// A combined document (`{"flowRules": [...], "degradeRules": [...]}`) in `key`, updates on `channel`.
+    /// A combined document (`{"flowRules": [...], "degradeRules": [...]}`, with the gateway's `gwFlowRules`
+    /// and `gwApiDefinitions`) in `key`, updates on `channel`.
     pub fn rule_set(mut self, key: impl Into<String>, channel: impl Into<String>) -> Self {
-        self.sources.push(Source { kind: None, key: key.into(), channel: channel.into() });
+        self.sources.push(Source { holds: Holds::Combined, key: key.into(), channel: channel.into() });
+        self
+    }
+
+    /// The gateway's flow rules (a JSON list, Java's `gw-flow-rules` document) in `key`, updates on
+    /// `channel` (feature `tower`).
+    #[cfg(feature = "tower")]
+    pub fn gateway_rules(mut self, key: impl Into<String>, channel: impl Into<String>) -> Self {
+        self.sources.push(Source { holds: Holds::GatewayRules, key: key.into(), channel: channel.into() });
+        self
+    }
+
+    /// The gateway's API definitions (a JSON list, Java's `gw-api-definitions` document) in `key`, updates
+    /// on `channel` (feature `tower`).
+    #[cfg(feature = "tower")]
+    pub fn api_definitions(mut self, key: impl Into<String>, channel: impl Into<String>) -> Self {
+        self.sources.push(Source { holds: Holds::ApiDefinitions, key: key.into(), channel: channel.into() });
         self
     }
 
@@ -264,7 +292,9 @@ impl RedisDataSourceBuilder {
     /// is down is not an error (it is reported and retried); bad settings are.
     pub fn start(self, engine: &Sentinel) -> Result<RedisDataSource, ClusterError> {
         if self.sources.is_empty() {
-            return Err(ClusterError::Source { reason: "no key: add one with `rules` or `rule_set`".into() });
+            return Err(ClusterError::Source {
+                reason: "no key: add one with `rules`, `rule_set`, `gateway_rules` or `api_definitions`".into(),
+            });
         }
         for s in &self.sources {
             if s.key.trim().is_empty() || s.channel.trim().is_empty() {
@@ -438,11 +468,11 @@ impl Inner {
                 return;
             }
         }
-        let set = match parse(s.kind, text) {
+        let set = match s.holds.parse(text, Format::Json) {
             Ok(set) => set,
             Err(error) => return self.reject(i, error),
         };
-        match set.apply(&self.engine) {
+        match set.apply_all(&self.engine) {
             Ok(kinds) => {
                 self.applied.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(text.to_string());
                 *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -451,7 +481,12 @@ impl Inner {
                 self.report(RedisReload::Applied { key: s.key.clone(), kinds }, true);
             }
             Err(error) => {
-                let e = RedisSourceError::Invalid { key: s.key.clone(), error };
+                let key = s.key.clone();
+                let e = match error {
+                    ApplyError::Rules(error) => RedisSourceError::Invalid { key, error },
+                    #[cfg(feature = "tower")]
+                    ApplyError::Gateway(error) => RedisSourceError::InvalidGateway { key, error },
+                };
                 tracing::warn!(error = %e, "Redis data source: rules rejected, the rules in force stay");
                 self.report(RedisReload::Rejected(e), true);
             }
@@ -479,11 +514,6 @@ impl Inner {
     }
 }
 
-/// Parses one source's document: one kind's list, or a combined document.
-fn parse(kind: Option<RuleKind>, text: &str) -> Result<RuleSet, ParseError> {
-    RuleSet::parse_entry(kind, text, Format::Json)
-}
-
 impl WritableDataSource for RedisDataSource {
     /// Writes each kind of `set` to its key and announces it on the key's channel, `SET` and `PUBLISH` in one
     /// `MULTI` (what Java's Redis data source expects of every writer). A combined document keeps the kinds
@@ -492,17 +522,9 @@ impl WritableDataSource for RedisDataSource {
     fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
         let target = self.inner.target.clone();
         let store = |reason: String| WriteBackError::Store { target: target.clone(), reason };
-        for kind in set.kinds() {
-            if !self.inner.sources.iter().any(|s| s.kind.is_none_or(|k| k == kind)) {
-                return Err(WriteBackError::Unsupported { target: target.clone(), kind });
-            }
-        }
+        let writes = crate::datasource::entry::entries_for(self.inner.sources.iter().map(|s| s.holds), set, &target)?;
         let timeout = Some(Duration::from_secs(2));
-        for s in &self.inner.sources {
-            let kinds: Vec<RuleKind> = set.kinds().into_iter().filter(|k| s.kind.is_none_or(|sk| sk == *k)).collect();
-            if kinds.is_empty() {
-                continue;
-            }
+        for s in writes.into_iter().map(|i| &self.inner.sources[i]) {
             // The server that holds the key (the master; on a cluster, the shard that owns its slot), so
             // that `WATCH` and the transaction run where the key lives.
             let client = self.inner.client_for_key(&s.key).map_err(store)?;
@@ -513,22 +535,17 @@ impl WritableDataSource for RedisDataSource {
             let mut written = false;
             for _ in 0..5 {
                 redis::cmd("WATCH").arg(&s.key).query::<()>(&mut conn).map_err(|e| store(e.to_string()))?;
-                let text = match s.kind {
-                    Some(kind) => set.kind_to_string(kind, Format::Json),
-                    None => {
-                        let current: Option<String> =
-                            redis::cmd("GET").arg(&s.key).query(&mut conn).map_err(|e| store(e.to_string()))?;
-                        let mut doc = match current.as_deref().map(str::trim) {
-                            None | Some("") => RuleSet::default(),
-                            Some(t) => RuleSet::parse(t, Format::Json).map_err(|e| {
-                                store(format!("key `{}` holds no valid rules document ({e}); left untouched", s.key))
-                            })?,
-                        };
-                        doc.merge(set.clone());
-                        doc.to_string(Format::Json)
+                // A combined document keeps what `set` does not hold, as the key has it now.
+                let current: Option<String> = match s.holds {
+                    Holds::Combined => {
+                        redis::cmd("GET").arg(&s.key).query(&mut conn).map_err(|e| store(e.to_string()))?
                     }
-                }
-                .map_err(|error| WriteBackError::Serialize { target: s.key.clone(), error })?;
+                    _ => None,
+                };
+                let text = s
+                    .holds
+                    .text(current.as_deref(), set)
+                    .map_err(|e| store(format!("key `{}`: {e}; left untouched", s.key)))?;
                 let done: Option<(String, i64)> = redis::pipe()
                     .atomic()
                     .set(&s.key, &text)
@@ -547,8 +564,15 @@ impl WritableDataSource for RedisDataSource {
                 });
             }
         }
-        tracing::info!(url = %target, kinds = ?set.kinds(), "rules written back to Redis");
+        tracing::info!(url = %target, parts = ?Holds::parts_of(set), "rules written back to Redis");
         Ok(())
+    }
+
+    /// Writes the gateway's lists `docs` manages to their keys (one holding that list, or a combined
+    /// document) and announces them, as [`write_rules`](WritableDataSource::write_rules) does.
+    #[cfg(feature = "tower")]
+    fn write_gateway(&self, docs: &crate::datasource::GatewayDocuments) -> Result<(), WriteBackError> {
+        self.write_rules(&RuleSet { gateway: docs.clone(), ..RuleSet::default() })
     }
 
     fn status(&self) -> SourceStatus {

@@ -67,6 +67,20 @@ impl SerializeError {
     }
 }
 
+/// A rule set was refused by the engine ([`RuleSet::apply_all`](super::RuleSet::apply_all)); the engine's
+/// rules are as they were.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// A rule of one kind is invalid.
+    #[error(transparent)]
+    Rules(#[from] RuleError),
+    /// A gateway flow rule or API definition is invalid (feature `tower`).
+    #[cfg(feature = "tower")]
+    #[error(transparent)]
+    Gateway(#[from] crate::web::gateway::GatewayRuleError),
+}
+
 /// A rules file could not be applied; the rules in force stay.
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -157,6 +171,19 @@ impl SourceError {
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WriteError {
+    /// The file holds one list and was asked to write another: the gateway's rules or API definitions to a
+    /// file of one rule kind, a rule kind or the other gateway list to a gateway file (feature `tower`). A
+    /// rules directory or a combined document holds them all.
+    #[cfg(feature = "tower")]
+    #[error("rules file {} holds only {holds} and cannot store {what}", path.display())]
+    CannotHold {
+        /// The file.
+        path: PathBuf,
+        /// What it holds.
+        holds: String,
+        /// What was to be written.
+        what: String,
+    },
     /// The source is a file of one kind and was asked to write another.
     #[error("rules file {} holds only {holds} rules and cannot store {kind} rules", path.display())]
     WrongKind {

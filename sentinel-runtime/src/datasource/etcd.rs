@@ -23,10 +23,9 @@ use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, Tx
 use futures::StreamExt;
 
 use super::remote::{
-    entry_text, parse_bytes, settings_methods, source_accessors, split_credentials, Background, Credentials, Entry,
-    Reports, SourceSettings,
+    settings_methods, source_accessors, split_credentials, Background, Credentials, Entry, Reports, SourceSettings,
 };
-use super::{Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use super::{ApplyError, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
 /// What happened to one key: given to [`EtcdDataSource::on_reload`] listeners.
@@ -83,6 +82,18 @@ pub enum EtcdSourceError {
         /// The rule and the field.
         #[source]
         error: RuleError,
+    },
+    /// A gateway flow rule or API definition is invalid (the engine rejected the document; feature `tower`).
+    #[cfg(feature = "tower")]
+    #[error("gateway rules from etcd key `{key}` (revision {revision}): {error}")]
+    InvalidGateway {
+        /// The key.
+        key: String,
+        /// The key's mod revision.
+        revision: i64,
+        /// The rule or definition and the field.
+        #[source]
+        error: crate::web::gateway::GatewayRuleError,
     },
     /// The key was deleted (revision of the delete).
     #[error("etcd key `{key}` was deleted at revision {revision}; the rules in force stay")]
@@ -377,15 +388,8 @@ impl Inner {
             }
             seen[i] = Seen { revision, present: false, applied: None };
         }
-        if self.clear_on_delete {
-            let mut set = RuleSet::default();
-            let kinds = k.kind.map_or_else(|| super::ALL_KINDS.to_vec(), |kind| vec![kind]);
-            for kind in kinds {
-                set.merge(RuleSet::parse_entry(Some(kind), "[]", Format::Json).unwrap_or_default());
-            }
-            if let Ok(kinds) = set.apply(&self.engine) {
-                tracing::warn!(key = %k.name, ?kinds, "etcd key deleted: its rules are cleared");
-            }
+        if self.clear_on_delete && k.holds.cleared().apply_all(&self.engine).is_ok() {
+            tracing::warn!(key = %k.name, holds = %k.holds, "etcd key deleted: its rules are cleared");
         }
         let e = EtcdSourceError::Deleted { key: k.name.clone(), revision };
         tracing::warn!(error = %e, "etcd data source: key deleted");
@@ -410,7 +414,7 @@ impl Inner {
                 return;
             }
         }
-        let parsed = parse_bytes(k.kind, value);
+        let parsed = k.holds.parse_bytes(value);
         let (text, set) = match parsed {
             Ok(ok) => ok,
             Err(error) => {
@@ -419,7 +423,7 @@ impl Inner {
                 return self.report(EtcdReload::Rejected(e), true);
             }
         };
-        match set.apply(&self.engine) {
+        match set.apply_all(&self.engine) {
             Ok(kinds) => {
                 self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied = Some(text.to_string());
                 self.reports.loaded();
@@ -427,7 +431,12 @@ impl Inner {
                 self.report(EtcdReload::Applied { key: k.name.clone(), revision, kinds }, true);
             }
             Err(error) => {
-                let e = EtcdSourceError::Invalid { key: k.name.clone(), revision, error };
+                let key = k.name.clone();
+                let e = match error {
+                    ApplyError::Rules(error) => EtcdSourceError::Invalid { key, revision, error },
+                    #[cfg(feature = "tower")]
+                    ApplyError::Gateway(error) => EtcdSourceError::InvalidGateway { key, revision, error },
+                };
                 tracing::warn!(error = %e, "etcd data source: rules rejected, the rules in force stay");
                 self.report(EtcdReload::Rejected(e), true);
             }
@@ -452,7 +461,10 @@ impl Inner {
             (if seen[i].present { seen[i].revision } else { 0 }, seen[i].applied.clone())
         };
         // A combined document keeps the kinds the push does not hold as this source last read them.
-        let text = entry_text(k.kind, current.as_deref(), set, &k.name)?;
+        let text = k
+            .holds
+            .text(current.as_deref(), set)
+            .map_err(|error| WriteBackError::Serialize { target: k.name.clone(), error })?;
         let txn = Txn::new()
             .when([Compare::mod_revision(k.name.as_str(), CompareOp::Equal, expected)])
             .and_then([TxnOp::put(k.name.as_str(), text.as_str(), None)])
@@ -481,7 +493,7 @@ impl WritableDataSource for EtcdDataSource {
         self.background.write_back(
             "etcd",
             format!("etcd {}", self.inner.endpoints()),
-            self.inner.keys.iter().map(|e| e.kind),
+            self.inner.keys.iter().map(|e| e.holds),
             &self.inner.client,
             set,
             move |mut client, i, set| {
@@ -489,6 +501,13 @@ impl WritableDataSource for EtcdDataSource {
                 async move { inner.write_key(&mut client, i, &set).await }
             },
         )
+    }
+
+    /// Puts the gateway's lists `docs` manages in their keys (one holding that list, or a combined
+    /// document), as [`write_rules`](WritableDataSource::write_rules) does.
+    #[cfg(feature = "tower")]
+    fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), WriteBackError> {
+        self.write_rules(&RuleSet { gateway: docs.clone(), ..RuleSet::default() })
     }
 
     fn status(&self) -> SourceStatus {

@@ -35,6 +35,9 @@ enum Layout {
     Single(PathBuf, RuleKind),
     /// A directory with one file per kind, named `flow-rules.json`, `degrade-rules.yaml`, ...
     Dir(PathBuf),
+    /// One of the gateway's lists, Java's file named by its stem (`gw-flow-rules`, `gw-api-definitions`).
+    #[cfg(feature = "tower")]
+    Gateway(PathBuf, &'static str),
 }
 
 /// Bounds on what a [`FileDataSource`] accepts: a file over either is refused with a typed error
@@ -84,7 +87,10 @@ struct Inner {
 /// * a directory: one file per kind, named `flow-rules`, `degrade-rules`, `system-rules`, `authority-rules`,
 ///   `param-flow-rules`, with the extension `.json`, `.yaml`/`.yml` or `.toml` (each a list, as Java's files);
 /// * a file named like one of those: that kind's list;
-/// * any other file: a combined document ([`RuleSet`]).
+/// * `gw-flow-rules.json` or `gw-api-definitions.json` (feature `tower`): that gateway list, in Java's JSON
+///   (a directory may hold them too, beside the other kinds' files);
+/// * any other file: a combined document ([`RuleSet`]; with the gateway's `gwFlowRules` and
+///   `gwApiDefinitions`).
 ///
 /// [`reload_now`](FileDataSource::reload_now) reads and applies it; with the `file-watch` feature,
 /// [`watch`](FileDataSource::watch) does so whenever it changes. A file that cannot be read, parsed or
@@ -122,6 +128,19 @@ fn kind_of_file(path: &Path) -> Option<RuleKind> {
     ALL_KINDS.into_iter().find(|k| file_stem(*k) == stem)
 }
 
+/// The layout of a rules file, from its name: one of the gateway's files (`gw-flow-rules.json`,
+/// `gw-api-definitions.json`), one kind's list (`flow-rules.json`, ...), else a combined document.
+fn file_layout(path: PathBuf) -> Layout {
+    #[cfg(feature = "tower")]
+    if let Some(stem) = super::gateway::gateway_stem(&path) {
+        return Layout::Gateway(path, stem);
+    }
+    match kind_of_file(&path) {
+        Some(kind) => Layout::Single(path, kind),
+        None => Layout::Combined(path),
+    }
+}
+
 fn format_of(path: &Path) -> Format {
     Format::from_path(path).unwrap_or(Format::Json)
 }
@@ -134,13 +153,7 @@ impl FileDataSource {
     /// [`watch`](FileDataSource::watch).
     pub fn new(engine: &Sentinel, path: impl AsRef<Path>) -> Self {
         let path = path.as_ref().to_path_buf();
-        let layout = if path.is_dir() {
-            Layout::Dir(path)
-        } else if let Some(kind) = kind_of_file(&path) {
-            Layout::Single(path, kind)
-        } else {
-            Layout::Combined(path)
-        };
+        let layout = if path.is_dir() { Layout::Dir(path) } else { file_layout(path) };
         FileDataSource {
             inner: Arc::new(Inner {
                 engine: engine.clone(),
@@ -179,11 +192,19 @@ impl FileDataSource {
     pub fn path(&self) -> &Path {
         match &self.inner.layout {
             Layout::Combined(p) | Layout::Single(p, _) | Layout::Dir(p) => p,
+            #[cfg(feature = "tower")]
+            Layout::Gateway(p, _) => p,
         }
     }
 
     pub(crate) fn is_dir(&self) -> bool {
         matches!(self.inner.layout, Layout::Dir(_))
+    }
+
+    /// Whether the source is a file of one rule kind's list (whatever its name).
+    #[cfg(feature = "tower")]
+    fn is_single_kind(&self) -> bool {
+        matches!(self.inner.layout, Layout::Single(..))
     }
 
     /// The paths whose content is the rules: the file, or every name a rules file of the directory may have
@@ -192,10 +213,19 @@ impl FileDataSource {
     pub(crate) fn watch_targets(&self) -> Vec<PathBuf> {
         match &self.inner.layout {
             Layout::Combined(p) | Layout::Single(p, _) => vec![p.clone()],
-            Layout::Dir(dir) => ALL_KINDS
-                .into_iter()
-                .flat_map(|kind| EXTENSIONS.map(|ext| dir.join(format!("{}.{ext}", file_stem(kind)))))
-                .collect(),
+            #[cfg(feature = "tower")]
+            Layout::Gateway(p, _) => vec![p.clone()],
+            Layout::Dir(dir) => {
+                #[allow(unused_mut)]
+                let mut targets: Vec<PathBuf> = ALL_KINDS
+                    .into_iter()
+                    .flat_map(|kind| EXTENSIONS.map(|ext| dir.join(format!("{}.{ext}", file_stem(kind)))))
+                    .collect();
+                // The gateway's files (Java's names) change the rules too.
+                #[cfg(feature = "tower")]
+                targets.extend(super::gateway::GATEWAY_FILE_STEMS.map(|stem| dir.join(format!("{stem}.json"))));
+                targets
+            }
         }
     }
 
@@ -289,6 +319,14 @@ impl FileDataSource {
     /// # std::fs::remove_dir_all(&dir).ok();
     /// ```
     pub fn write_rules(&self, set: &RuleSet) -> Result<(), WriteError> {
+        #[cfg(feature = "tower")]
+        if let Layout::Gateway(path, stem) = &self.inner.layout {
+            if let Some(kind) = set.kinds().into_iter().next() {
+                let holds = super::gateway::list_name(stem).to_string();
+                return Err(WriteError::CannotHold { path: path.clone(), holds, what: format!("{kind} rules") });
+            }
+            return self.write_gateway_files(&set.gateway);
+        }
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let limits = state.limits;
         let engine = &self.inner.engine;
@@ -306,9 +344,19 @@ impl FileDataSource {
         };
         let writes: Vec<(PathBuf, RuleSet)> = match &self.inner.layout {
             Layout::Combined(path) => {
-                let held = current(path)?.map(|doc| doc.kinds()).unwrap_or_default();
-                let others: Vec<RuleKind> = held.into_iter().filter(|k| !set.has(*k)).collect();
+                let held = current(path)?.unwrap_or_default();
+                let others: Vec<RuleKind> = held.kinds().into_iter().filter(|k| !set.has(*k)).collect();
                 let mut doc = RuleSet::snapshot(engine, &others);
+                // The gateway's lists the document holds are written as in force too.
+                #[cfg(feature = "tower")]
+                {
+                    if held.gateway.rules.is_some() {
+                        doc.gateway.rules = Some(engine.gateway_rules());
+                    }
+                    if held.gateway.api_definitions.is_some() {
+                        doc.gateway.api_definitions = Some(engine.api_definitions());
+                    }
+                }
                 doc.merge(set.clone());
                 vec![(path.clone(), doc)]
             }
@@ -316,12 +364,23 @@ impl FileDataSource {
                 if let Some(kind) = set.kinds().into_iter().find(|k| k != holds) {
                     return Err(WriteError::WrongKind { path: path.clone(), holds: *holds, kind });
                 }
+                #[cfg(feature = "tower")]
+                if !set.gateway.is_empty() {
+                    return Err(WriteError::CannotHold {
+                        path: path.clone(),
+                        holds: format!("{holds} rules"),
+                        what: "the gateway's rules or API definitions".into(),
+                    });
+                }
                 if set.has(*holds) {
                     vec![(path.clone(), set.clone())]
                 } else {
                     Vec::new()
                 }
             }
+            // Written above.
+            #[cfg(feature = "tower")]
+            Layout::Gateway(..) => Vec::new(),
             Layout::Dir(dir) => {
                 let mut out = Vec::new();
                 for kind in ALL_KINDS {
@@ -375,6 +434,11 @@ impl FileDataSource {
         }
         drop(state);
         tracing::info!(path = %self.path().display(), kinds = ?set.kinds(), "rules written back");
+        // A directory keeps the gateway's lists in files of their own.
+        #[cfg(feature = "tower")]
+        if self.is_dir() && !set.gateway.is_empty() {
+            self.write_gateway_files(&set.gateway)?;
+        }
         Ok(())
     }
 
@@ -386,6 +450,8 @@ impl FileDataSource {
             (Layout::Single(_, kind), _) => kind_list(doc, *kind, format),
             (Layout::Dir(_), Some(kind)) => kind_list(doc, kind, format),
             (Layout::Dir(_), None) => doc.to_string(format),
+            #[cfg(feature = "tower")]
+            (Layout::Gateway(..), _) => doc.to_string(format),
         };
         text.map_err(|error| WriteError::Serialize { path: path.to_path_buf(), error })
     }
@@ -396,14 +462,12 @@ impl FileDataSource {
             return Ok(Reloaded::Unchanged);
         }
         let mut set = RuleSet::default();
-        #[cfg(feature = "tower")]
-        let mut gateway = super::GatewayDocuments::default();
         for (path, text) in &inputs {
             #[cfg(feature = "tower")]
-            if let Some(stem) = super::gateway::gateway_stem(path).filter(|_| self.is_dir()) {
+            if let Some(stem) = super::gateway::gateway_stem(path).filter(|_| !self.is_single_kind()) {
                 let parsed = super::GatewayDocuments::parse_file(stem, text)
                     .map_err(|e| SourceError::Gateway { path: path.clone(), error: e.into() })?;
-                gateway.merge(parsed);
+                set.gateway.merge(parsed);
                 continue;
             }
             let format = format_of(path);
@@ -413,8 +477,6 @@ impl FileDataSource {
             set.merge(parsed);
         }
         let count = set.len();
-        #[cfg(feature = "tower")]
-        let count = count + gateway.len();
         if count > state.limits.max_rules {
             return Err(SourceError::TooManyRules {
                 path: self.path().to_path_buf(),
@@ -423,61 +485,70 @@ impl FileDataSource {
             });
         }
         // The gateway's lists first (validated whole), put back if a kind is then refused.
-        #[cfg(feature = "tower")]
-        let gateway_before = self.apply_gateway(&gateway)?;
-        let kinds = set.apply(&self.inner.engine).map_err(|error| {
-            #[cfg(feature = "tower")]
-            if let Some(before) = &gateway_before {
-                if let Err(e) = before.apply(&self.inner.engine) {
-                    tracing::error!(error = %e, "could not restore the previous gateway rules");
-                }
+        let kinds = set.apply_all(&self.inner.engine).map_err(|error| match error {
+            super::ApplyError::Rules(error) => {
+                let path = self.path_for_error(&inputs, &error);
+                SourceError::Invalid { path, error }
             }
-            let path = self.path_for_error(&inputs, &error);
-            SourceError::Invalid { path, error }
+            #[cfg(feature = "tower")]
+            super::ApplyError::Gateway(e) => {
+                // In a directory, the file of the list refused; else the combined document.
+                let path = match (&self.inner.layout, &e) {
+                    (Layout::Dir(dir), crate::web::gateway::GatewayRuleError::InvalidApi { .. }) => {
+                        dir.join(format!("{}.json", super::API_DEFINITIONS_FILE_STEM))
+                    }
+                    (Layout::Dir(dir), _) => dir.join(format!("{}.json", super::GATEWAY_RULES_FILE_STEM)),
+                    _ => self.path().to_path_buf(),
+                };
+                SourceError::Gateway { path, error: e.into() }
+            }
         })?;
         state.applied = Some(inputs);
         Ok(Reloaded::Applied { kinds })
     }
 
-    /// Applies the gateway lists of a directory's files; the lists in force before, when there were any to
-    /// apply.
-    #[cfg(feature = "tower")]
-    fn apply_gateway(&self, docs: &super::GatewayDocuments) -> Result<Option<super::GatewayDocuments>, SourceError> {
-        if docs.is_empty() {
-            return Ok(None);
-        }
-        let engine = &self.inner.engine;
-        let before = super::GatewayDocuments::snapshot(engine);
-        docs.apply(engine).map_err(|e| {
-            let stem = match e {
-                crate::web::gateway::GatewayRuleError::InvalidApi { .. } => super::API_DEFINITIONS_FILE_STEM,
-                _ => super::GATEWAY_RULES_FILE_STEM,
-            };
-            SourceError::Gateway { path: self.path().join(format!("{stem}.json")), error: e.into() }
-        })?;
-        Ok(Some(before))
-    }
-
-    /// Writes the gateway lists `docs` manages to a rules directory's `gw-flow-rules.json` and
-    /// `gw-api-definitions.json` (Java's files, in Java's JSON), atomically each, as
-    /// [`write_rules`](FileDataSource::write_rules) writes the other kinds (feature `tower`). Only a
-    /// directory holds them: a single file is an error.
+    /// Writes the gateway's lists `docs` manages back to the store (feature `tower`): in a rules directory,
+    /// to `gw-flow-rules.json` and `gw-api-definitions.json` (Java's files, in Java's JSON), atomically each;
+    /// in a combined document, to its `gwFlowRules` and `gwApiDefinitions` keys (with the rest of the
+    /// document kept, as [`write_rules`](FileDataSource::write_rules) keeps it). A file of one kind's rules
+    /// cannot hold them: an error.
     #[cfg(feature = "tower")]
     pub fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), super::WriteBackError> {
-        let Layout::Dir(dir) = &self.inner.layout else {
-            return Err(super::WriteBackError::Store {
-                target: self.path().display().to_string(),
-                reason: "gateway rules are stored in a rules directory (gw-flow-rules.json, gw-api-definitions.json), \
-                         not in a single rules file"
-                    .into(),
-            });
+        match &self.inner.layout {
+            Layout::Dir(_) | Layout::Gateway(..) => self.write_gateway_files(docs).map_err(super::WriteBackError::File),
+            _ => self
+                .write_rules(&RuleSet { gateway: docs.clone(), ..RuleSet::default() })
+                .map_err(super::WriteBackError::File),
+        }
+    }
+
+    /// Writes the gateway's lists `docs` manages to a rules directory's `gw-*.json` files, or to the
+    /// gateway file this source is (which holds one list: the other is an error).
+    #[cfg(feature = "tower")]
+    fn write_gateway_files(&self, docs: &super::GatewayDocuments) -> Result<(), WriteError> {
+        let targets: Vec<(&str, PathBuf)> = match &self.inner.layout {
+            Layout::Dir(dir) => super::gateway::GATEWAY_FILE_STEMS
+                .iter()
+                .map(|stem| (*stem, dir.join(format!("{stem}.json"))))
+                .collect(),
+            Layout::Gateway(path, stem) => {
+                if let Some(other) = super::gateway::GATEWAY_FILE_STEMS.into_iter().find(|s| s != stem) {
+                    if docs.file_text(other).is_some() {
+                        return Err(WriteError::CannotHold {
+                            path: path.clone(),
+                            holds: super::gateway::list_name(stem).into(),
+                            what: super::gateway::list_name(other).into(),
+                        });
+                    }
+                }
+                vec![(*stem, path.clone())]
+            }
+            _ => return Ok(()),
         };
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        for stem in super::gateway::GATEWAY_FILE_STEMS {
+        for (stem, path) in targets {
             let Some(text) = docs.file_text(stem) else { continue };
-            let path = dir.join(format!("{stem}.json"));
-            write_through(&path, &text)
-                .map_err(|e| super::WriteBackError::File(WriteError::Io { path: path.clone(), source: Arc::new(e) }))?;
+            write_through(&path, &text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
             if let Some(applied) = state.applied.as_mut() {
                 match applied.iter_mut().find(|(p, _)| *p == path) {
                     Some(entry) => entry.1 = text.clone(),
@@ -496,6 +567,11 @@ impl FileDataSource {
     fn parse_file(&self, path: &Path, text: &str, format: Format) -> Result<RuleSet, super::ParseError> {
         let kind = match &self.inner.layout {
             Layout::Combined(_) => return RuleSet::parse(text, format),
+            #[cfg(feature = "tower")]
+            Layout::Gateway(_, stem) => {
+                let gateway = super::GatewayDocuments::parse_file(stem, text).map_err(super::gateway::parse_error)?;
+                return Ok(RuleSet { gateway, ..RuleSet::default() });
+            }
             Layout::Single(_, kind) => *kind,
             Layout::Dir(_) => match kind_of_file(path) {
                 Some(k) => k,
@@ -527,6 +603,8 @@ impl FileDataSource {
     fn read_inputs(&self, state: &mut State) -> Result<Vec<(PathBuf, String)>, SourceError> {
         match &self.inner.layout {
             Layout::Combined(p) | Layout::Single(p, _) => Ok(vec![(p.clone(), read(p, &state.limits)?)]),
+            #[cfg(feature = "tower")]
+            Layout::Gateway(p, _) => Ok(vec![(p.clone(), read(p, &state.limits)?)]),
             Layout::Dir(dir) => {
                 let mut found = Vec::new();
                 for kind in ALL_KINDS {

@@ -104,6 +104,27 @@ fn required<T>(value: &Option<T>, field: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A gateway flow rule of a combined document, in Java's gateway JSON: in YAML and TOML its `count` is
+/// required, as the other kinds' (a rule cut short would otherwise limit its route or API to 0).
+#[cfg(feature = "tower")]
+#[derive(Clone, Debug, Serialize)]
+#[serde(transparent)]
+pub struct GatewayRuleWire(pub crate::web::gateway::GatewayFlowRule);
+
+#[cfg(feature = "tower")]
+impl<'de> Deserialize<'de> for GatewayRuleWire {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use crate::web::gateway::GatewayFlowRule;
+        if !STRICT.with(|s| s.get()) {
+            return GatewayFlowRule::deserialize(d).map(GatewayRuleWire);
+        }
+        // Read whole first, to see which fields are there.
+        let value = serde_json::Value::deserialize(d)?;
+        required(&value.get("count"), "count").map_err(serde::de::Error::custom)?;
+        serde_json::from_value(value).map(GatewayRuleWire).map_err(serde::de::Error::custom)
+    }
+}
+
 fn limit_app_or_default(app: Option<String>) -> String {
     match app {
         Some(a) if !a.trim().is_empty() => a,
@@ -824,4 +845,10 @@ pub struct RuleSetDto {
     pub param_flow_rules: Option<Vec<ParamFlowWire>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive_rules: Option<Vec<crate::adaptive::AdaptiveRule>>,
+    #[cfg(feature = "tower")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gw_flow_rules: Option<Vec<GatewayRuleWire>>,
+    #[cfg(feature = "tower")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gw_api_definitions: Option<Vec<crate::web::gateway::ApiDefinition>>,
 }

@@ -52,6 +52,14 @@
 //!   tables. See [`parse_rules`] / [`rules_to_string`].
 //! * All kinds in one document ([`RuleSet`]): `{"flowRules": [...], "degradeRules": [...], "systemRules":
 //!   [...], "authorityRules": [...], "paramFlowRules": [...], "adaptiveRules": [...]}`. A kind left out is not managed by the document.
+//! * The gateway's lists (feature `tower`; Java's gateway JSON, see
+//!   [`web::gateway::json`](crate::web::gateway::json)): in a combined document under `gwFlowRules` (gateway
+//!   flow rules) and `gwApiDefinitions` (API definitions), loaded with the rest as one change
+//!   ([`RuleSet::apply_all`]); as Java's files `gw-flow-rules.json` and `gw-api-definitions.json`, alone or
+//!   in a rules directory; in Redis, etcd and ZooKeeper as a key or node of their own
+//!   (`gateway_rules(..)`, `api_definitions(..)` on each builder) or in a combined one. A gateway list that
+//!   does not parse or that the engine refuses is an error naming the document and the field, and nothing
+//!   of that document is applied.
 //!
 //! ```
 //! use sentinel_runtime::datasource::{parse_rules, Format};
@@ -63,6 +71,8 @@
 //! assert_eq!(rules[0].count, 20.0);
 //! ```
 
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "cluster-redis"))]
+pub(crate) mod entry;
 mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
@@ -78,7 +88,7 @@ mod writable;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
-pub use error::{ParseError, SerializeError, SourceError, WriteError};
+pub use error::{ApplyError, ParseError, SerializeError, SourceError, WriteError};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceError};
 pub use file::{FileDataSource, FileLimits, Reloaded};
@@ -361,6 +371,10 @@ pub struct RuleSet {
     pub param_flow: Option<Vec<ParamFlowRule>>,
     /// Adaptive concurrency rules (`adaptiveRules`; their own shape, see [`crate::adaptive`]).
     pub adaptive: Option<Vec<AdaptiveRule>>,
+    /// Gateway flow rules and API definitions (`gwFlowRules`, `gwApiDefinitions`, in Java's gateway JSON;
+    /// feature `tower`). Loaded by [`apply_all`](RuleSet::apply_all), not by [`apply`](RuleSet::apply).
+    #[cfg(feature = "tower")]
+    pub gateway: GatewayDocuments,
 }
 
 fn unwrap_all<R: RuleData>(v: Option<Vec<R::Wire>>) -> Option<Vec<R>> {
@@ -388,6 +402,11 @@ impl RuleSet {
             authority: unwrap_all(dto.authority_rules),
             param_flow: unwrap_all(dto.param_flow_rules),
             adaptive: dto.adaptive_rules,
+            #[cfg(feature = "tower")]
+            gateway: GatewayDocuments {
+                rules: dto.gw_flow_rules.map(|rules| rules.into_iter().map(|r| r.0).collect()),
+                api_definitions: dto.gw_api_definitions,
+            },
         })
     }
 
@@ -400,6 +419,10 @@ impl RuleSet {
             authority_rules: wrap_all(&self.authority),
             param_flow_rules: wrap_all(&self.param_flow),
             adaptive_rules: self.adaptive.clone(),
+            #[cfg(feature = "tower")]
+            gw_flow_rules: self.gateway.rules.as_ref().map(|r| r.iter().cloned().map(java::GatewayRuleWire).collect()),
+            #[cfg(feature = "tower")]
+            gw_api_definitions: self.gateway.api_definitions.clone(),
         };
         to_text(&dto, format)
     }
@@ -409,14 +432,17 @@ impl RuleSet {
         ALL_KINDS.into_iter().filter(|k| self.has(*k)).collect()
     }
 
-    /// The number of rules, every kind counted.
+    /// The number of rules, every kind counted (and the gateway's rules and API definitions).
     pub fn len(&self) -> usize {
-        self.flow.as_ref().map_or(0, Vec::len)
+        let len = self.flow.as_ref().map_or(0, Vec::len)
             + self.degrade.as_ref().map_or(0, Vec::len)
             + self.system.as_ref().map_or(0, Vec::len)
             + self.authority.as_ref().map_or(0, Vec::len)
             + self.param_flow.as_ref().map_or(0, Vec::len)
-            + self.adaptive.as_ref().map_or(0, Vec::len)
+            + self.adaptive.as_ref().map_or(0, Vec::len);
+        #[cfg(feature = "tower")]
+        let len = len + self.gateway.len();
+        len
     }
 
     /// Whether the set holds no rule (it may still manage kinds, with empty lists).
@@ -424,8 +450,12 @@ impl RuleSet {
         self.len() == 0
     }
 
-    /// The set with only `kind` (if it holds it).
+    /// The set with only `kind` (if it holds it), and no gateway list.
     pub(crate) fn only(mut self, kind: RuleKind) -> RuleSet {
+        #[cfg(feature = "tower")]
+        {
+            self.gateway = GatewayDocuments::default();
+        }
         for k in ALL_KINDS.into_iter().filter(|k| *k != kind) {
             match k {
                 RuleKind::Flow => self.flow = None,
@@ -470,6 +500,8 @@ impl RuleSet {
         if other.adaptive.is_some() {
             self.adaptive = other.adaptive;
         }
+        #[cfg(feature = "tower")]
+        self.gateway.merge(other.gateway);
     }
 
     /// The rules the engine has in force, for the given kinds.
@@ -499,8 +531,9 @@ impl RuleSet {
         }
     }
 
-    /// Loads every kind the set holds into the engine, as one change: if any kind is rejected, the kinds
-    /// loaded before it are put back and the engine's rules are as they were.
+    /// Loads every rule kind the set holds into the engine, as one change: if any kind is rejected, the
+    /// kinds loaded before it are put back and the engine's rules are as they were. The gateway's lists
+    /// (feature `tower`) are left alone: [`apply_all`](RuleSet::apply_all) loads them too.
     ///
     /// ```
     /// use sentinel_runtime::{Sentinel, datasource::{Format, RuleSet}};
@@ -524,6 +557,38 @@ impl RuleSet {
             }
         }
         Ok(kinds)
+    }
+
+    /// Loads everything the set holds, as one change: the gateway's rules and API definitions (feature
+    /// `tower`), then every rule kind. If anything is refused, what was loaded before it is put back and
+    /// the engine's rules are as they were. What the data sources call for each document.
+    ///
+    /// ```
+    /// use sentinel_runtime::{Sentinel, datasource::{ApplyError, Format, RuleSet}};
+    /// let engine = Sentinel::builder().build();
+    /// let set = RuleSet::parse(r#"{"flowRules": [{"resource": "a", "count": -1}]}"#, Format::Json).unwrap();
+    /// assert!(matches!(set.apply_all(&engine), Err(ApplyError::Rules(_))));
+    /// assert!(engine.flow_rules().is_empty());
+    /// ```
+    pub fn apply_all(&self, engine: &Sentinel) -> Result<Vec<RuleKind>, ApplyError> {
+        #[cfg(feature = "tower")]
+        let before = if self.gateway.is_empty() {
+            None
+        } else {
+            let before = GatewayDocuments::snapshot(engine);
+            self.gateway.apply(engine)?;
+            Some(before)
+        };
+        self.apply(engine).map_err(|e| {
+            #[cfg(feature = "tower")]
+            if let Some(before) = before {
+                // The previous lists were in force: they load again.
+                if let Err(rollback) = before.apply(engine) {
+                    tracing::error!(error = %rollback, "could not restore the previous gateway rules");
+                }
+            }
+            ApplyError::Rules(e)
+        })
     }
 }
 

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{now_ms, Format, ParseError, RuleSet, WriteBackError};
-use crate::RuleKind;
+use super::entry::{entries_for, Holds};
+use super::{now_ms, RuleSet, WriteBackError};
 
 type Listener<R> = dyn Fn(&R) + Send + Sync;
 
@@ -29,8 +29,8 @@ pub(crate) fn split_credentials(address: &str) -> (Option<Credentials>, &str) {
 /// One entry a server-backed source watches: an etcd key or a ZooKeeper node.
 #[derive(Clone, Debug)]
 pub(crate) struct Entry {
-    /// `None`: a combined document.
-    pub(crate) kind: Option<RuleKind>,
+    /// What it holds.
+    pub(crate) holds: Holds,
     /// The key, or the node's path.
     pub(crate) name: String,
 }
@@ -54,7 +54,7 @@ impl SourceSettings {
     /// "node"), no entry that `invalid` rejects (its message), a pause above zero.
     pub(crate) fn check(&self, entry: &str, invalid: impl Fn(&Entry) -> Option<String>) -> Result<(), String> {
         if self.entries.is_empty() {
-            return Err(format!("no {entry}: add one with `rules` or `rule_set`"));
+            return Err(format!("no {entry}: add one with `rules`, `rule_set`, `gateway_rules` or `api_definitions`"));
         }
         if let Some(reason) = self.entries.iter().find_map(invalid) {
             return Err(reason);
@@ -74,15 +74,40 @@ macro_rules! settings_methods {
         impl $builder {
             #[doc = concat!("One kind's rules (a JSON list, as Java's `", $java, "` reads) in ", $where, ".")]
             pub fn rules(mut self, kind: RuleKind, $name: impl Into<String>) -> Self {
-                self.settings.entries.push(super::remote::Entry { kind: Some(kind), name: $name.into() });
+                let holds = super::entry::Holds::Kind(kind);
+                self.settings.entries.push(super::remote::Entry { holds, name: $name.into() });
                 self
             }
 
             #[doc = concat!(
-                        "A combined document (`{\"flowRules\": [...], \"degradeRules\": [...]}`) in ", $where, "."
+                        "A combined document (`{\"flowRules\": [...], \"degradeRules\": [...]}`, with the gateway's ",
+                        "`gwFlowRules` and `gwApiDefinitions`) in ", $where, "."
                     )]
             pub fn rule_set(mut self, $name: impl Into<String>) -> Self {
-                self.settings.entries.push(super::remote::Entry { kind: None, name: $name.into() });
+                let holds = super::entry::Holds::Combined;
+                self.settings.entries.push(super::remote::Entry { holds, name: $name.into() });
+                self
+            }
+
+            #[doc = concat!(
+                        "The gateway's flow rules (a JSON list, Java's `gw-flow-rules` document) in ", $where,
+                        " (feature `tower`)."
+                    )]
+            #[cfg(feature = "tower")]
+            pub fn gateway_rules(mut self, $name: impl Into<String>) -> Self {
+                let holds = super::entry::Holds::GatewayRules;
+                self.settings.entries.push(super::remote::Entry { holds, name: $name.into() });
+                self
+            }
+
+            #[doc = concat!(
+                        "The gateway's API definitions (a JSON list, Java's `gw-api-definitions` document) in ",
+                        $where, " (feature `tower`)."
+                    )]
+            #[cfg(feature = "tower")]
+            pub fn api_definitions(mut self, $name: impl Into<String>) -> Self {
+                let holds = super::entry::Holds::ApiDefinitions;
+                self.settings.entries.push(super::remote::Entry { holds, name: $name.into() });
                 self
             }
 
@@ -242,7 +267,7 @@ impl Background {
         &self,
         store: &str,
         target: String,
-        entries: impl Iterator<Item = Option<RuleKind>> + Clone,
+        entries: impl Iterator<Item = Holds> + Clone,
         client: &Mutex<Option<C>>,
         set: &RuleSet,
         write: W,
@@ -257,7 +282,7 @@ impl Background {
         let Some(client) = client else {
             return Err(WriteBackError::Store { target, reason: "not connected (reconnecting)".into() });
         };
-        let kinds = set.kinds();
+        let parts = Holds::parts_of(set);
         let set = set.clone();
         let result = self.call(&target, Duration::from_secs(10), async move {
             for i in targets {
@@ -266,7 +291,7 @@ impl Background {
             Ok(())
         });
         match &result {
-            Ok(()) => tracing::info!(?kinds, "rules written back to {store}"),
+            Ok(()) => tracing::info!(?parts, "rules written back to {store}"),
             Err(e) => tracing::warn!(error = %e, "rules could not be written back to {store}"),
         }
         result
@@ -284,50 +309,6 @@ impl Drop for Background {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// The entries (keys, nodes; by index) a push of `set` writes: for each kind, the first entry holding that
-/// kind alone or a combined document. A kind no entry holds is [`WriteBackError::Unsupported`].
-pub(crate) fn entries_for(
-    entries: impl Iterator<Item = Option<RuleKind>> + Clone,
-    set: &RuleSet,
-    target: &str,
-) -> Result<Vec<usize>, WriteBackError> {
-    let mut out = Vec::new();
-    for kind in set.kinds() {
-        match entries.clone().position(|k| k.is_none_or(|k| k == kind)) {
-            Some(i) if !out.contains(&i) => out.push(i),
-            Some(_) => {}
-            None => return Err(WriteBackError::Unsupported { target: target.to_string(), kind }),
-        }
-    }
-    Ok(out)
-}
-
-/// An entry's bytes as rules: one kind's list when `kind` is given, else a combined document.
-pub(crate) fn parse_bytes(kind: Option<RuleKind>, value: &[u8]) -> Result<(&str, RuleSet), ParseError> {
-    let text = std::str::from_utf8(value)
-        .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))?;
-    Ok((text, RuleSet::parse_entry(kind, text, Format::Json)?))
-}
-
-/// The text a write-back puts in an entry: one kind's list, or the combined document last applied from the
-/// entry (`current`) with the kinds of `set` replaced.
-pub(crate) fn entry_text(
-    kind: Option<RuleKind>,
-    current: Option<&str>,
-    set: &RuleSet,
-    target: &str,
-) -> Result<String, WriteBackError> {
-    match kind {
-        Some(kind) => set.kind_to_string(kind, Format::Json),
-        None => {
-            let mut doc = current.and_then(|t| RuleSet::parse(t, Format::Json).ok()).unwrap_or_default();
-            doc.merge(set.clone());
-            doc.to_string(Format::Json)
-        }
-    }
-    .map_err(|error| WriteBackError::Serialize { target: target.to_string(), error })
 }
 
 /// The accessors every server-backed source offers over its [`Reports`] and [`Background`]: `on_reload`,

@@ -121,6 +121,7 @@ fn rule_set_round_trips_and_keeps_absent_kinds_absent() {
         authority: Some(Vec::new()),
         param_flow: Some(sample_param()),
         adaptive: Some(vec![crate::adaptive::AdaptiveRule::new("db").limits(2, 4, 40).partition("mobile", 0.6)]),
+        ..RuleSet::default()
     };
     for f in FORMATS {
         let text = set.to_string(f).unwrap();

@@ -120,8 +120,9 @@ pub trait WritableDataSource: Send + Sync + 'static {
     /// Which store, when it last loaded, and its last failure (for `diagnose` and the console).
     fn status(&self) -> SourceStatus;
 
-    /// Writes the gateway lists `docs` manages (feature `tower`; the dashboard's gateway pages push them).
-    /// By default the store does not hold them: an error, and the command center answers
+    /// Writes the gateway lists `docs` manages (feature `tower`; the dashboard's gateway pages push them,
+    /// one list at a time). The file, Redis, ZooKeeper and etcd sources store them (see
+    /// [the module](super)); by default a store does not hold them: an error, and the command center answers
     /// `partial success (write data source failed)`.
     #[cfg(feature = "tower")]
     fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), WriteBackError> {

@@ -21,10 +21,9 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use super::remote::{
-    entry_text, parse_bytes, settings_methods, source_accessors, split_credentials, Background, Credentials, Entry,
-    Reports, SourceSettings,
+    settings_methods, source_accessors, split_credentials, Background, Credentials, Entry, Reports, SourceSettings,
 };
-use super::{ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+use super::{ApplyError, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
 /// What happened to one node: given to [`ZookeeperDataSource::on_reload`] listeners.
@@ -75,6 +74,16 @@ pub enum ZookeeperSourceError {
         /// The rule and the field.
         #[source]
         error: RuleError,
+    },
+    /// A gateway flow rule or API definition is invalid (the engine rejected the document; feature `tower`).
+    #[cfg(feature = "tower")]
+    #[error("gateway rules from ZooKeeper node `{path}`: {error}")]
+    InvalidGateway {
+        /// The node's path.
+        path: String,
+        /// The rule or definition and the field.
+        #[source]
+        error: crate::web::gateway::GatewayRuleError,
     },
     /// The node was deleted.
     #[error("ZooKeeper node `{path}` was deleted; the rules in force stay")]
@@ -179,6 +188,19 @@ impl ZookeeperDataSourceBuilder {
     /// groupId, dataId, parser)`.
     pub fn rules_at(self, kind: RuleKind, group_id: &str, data_id: &str) -> Self {
         self.rules(kind, format!("/{group_id}/{data_id}"))
+    }
+
+    /// The gateway's flow rules in the node `/{group_id}/{data_id}` (feature `tower`), as Java's
+    /// `ZookeeperDataSource` reads them with a gateway rule parser.
+    #[cfg(feature = "tower")]
+    pub fn gateway_rules_at(self, group_id: &str, data_id: &str) -> Self {
+        self.gateway_rules(format!("/{group_id}/{data_id}"))
+    }
+
+    /// The gateway's API definitions in the node `/{group_id}/{data_id}` (feature `tower`).
+    #[cfg(feature = "tower")]
+    pub fn api_definitions_at(self, group_id: &str, data_id: &str) -> Self {
+        self.api_definitions(format!("/{group_id}/{data_id}"))
     }
 
     /// Digest authentication (`addauth digest user:password`, Java's `AuthInfo("digest", ...)`); replaces
@@ -397,7 +419,7 @@ impl Inner {
                 return self.report(ZookeeperReload::Unchanged { path: n.name.clone() }, true);
             }
         }
-        let parsed = parse_bytes(n.kind, value);
+        let parsed = n.holds.parse_bytes(value);
         let (text, set) = match parsed {
             Ok(ok) => ok,
             Err(error) => {
@@ -406,7 +428,7 @@ impl Inner {
                 return self.report(ZookeeperReload::Rejected(e), true);
             }
         };
-        match set.apply(&self.engine) {
+        match set.apply_all(&self.engine) {
             Ok(kinds) => {
                 self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].applied = Some(text.to_string());
                 self.reports.loaded();
@@ -414,7 +436,12 @@ impl Inner {
                 self.report(ZookeeperReload::Applied { path: n.name.clone(), version, kinds }, true);
             }
             Err(error) => {
-                let e = ZookeeperSourceError::Invalid { path: n.name.clone(), error };
+                let path = n.name.clone();
+                let e = match error {
+                    ApplyError::Rules(error) => ZookeeperSourceError::Invalid { path, error },
+                    #[cfg(feature = "tower")]
+                    ApplyError::Gateway(error) => ZookeeperSourceError::InvalidGateway { path, error },
+                };
                 tracing::warn!(error = %e, "ZooKeeper data source: rules rejected, the rules in force stay");
                 self.report(ZookeeperReload::Rejected(e), true);
             }
@@ -439,7 +466,10 @@ impl Inner {
             (seen[i].version, seen[i].applied.clone())
         };
         // A combined document keeps the kinds the push does not hold as this source last read them.
-        let text = entry_text(n.kind, current.as_deref(), set, &n.name)?;
+        let text = n
+            .holds
+            .text(current.as_deref(), set)
+            .map_err(|error| WriteBackError::Serialize { target: n.name.clone(), error })?;
         let conflict = |detail: String| WriteBackError::Conflict { target: target.clone(), detail };
         let version = match expected {
             Some(v) => match client.set_data(&n.name, text.as_bytes(), Some(v)).await {
@@ -482,7 +512,7 @@ impl WritableDataSource for ZookeeperDataSource {
         self.background.write_back(
             "ZooKeeper",
             format!("ZooKeeper {}", self.inner.servers),
-            self.inner.nodes.iter().map(|e| e.kind),
+            self.inner.nodes.iter().map(|e| e.holds),
             &self.inner.client,
             set,
             move |client, i, set| {
@@ -490,6 +520,13 @@ impl WritableDataSource for ZookeeperDataSource {
                 async move { inner.write_node(&client, i, &set).await }
             },
         )
+    }
+
+    /// Writes the gateway's lists `docs` manages to their nodes (one holding that list, or a combined
+    /// document), as [`write_rules`](WritableDataSource::write_rules) does.
+    #[cfg(feature = "tower")]
+    fn write_gateway(&self, docs: &super::GatewayDocuments) -> Result<(), WriteBackError> {
+        self.write_rules(&RuleSet { gateway: docs.clone(), ..RuleSet::default() })
     }
 
     fn status(&self) -> SourceStatus {

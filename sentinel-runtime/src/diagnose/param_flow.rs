@@ -1,15 +1,15 @@
 //! The findings on hot-parameter rules.
 
-use super::RuleFinding;
+use super::{names, RuleFinding};
 use crate::{RuleKind, Sentinel};
 
-/// The findings on the hot-parameter rules of `resource`.
+/// The findings on the hot-parameter rules that apply to `resource` (name it, or their pattern matches).
 pub(super) fn findings(engine: &Sentinel, resource: &str, ever_entered: bool) -> Vec<RuleFinding> {
     engine
         .param_flow_rules()
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.resource == resource)
+        .filter(|(_, r)| names(r.regex, &r.resource, resource, |p, n| engine.shared.param.pattern_matches(p, n)))
         .map(|(i, r)| RuleFinding {
             kind: RuleKind::ParamFlow,
             index: i,
@@ -29,7 +29,7 @@ pub(super) fn findings(engine: &Sentinel, resource: &str, ever_entered: bool) ->
             problems: vec!["note: the rule only sees arguments passed with the entry (`.args(...)`, or the annotated \
                  function's parameters); a call without that argument passes"
                 .to_string()],
-            pattern: None,
+            pattern: r.regex.then(|| r.resource.clone()),
         })
         .collect()
 }

@@ -152,3 +152,43 @@ fn an_open_breaker_is_shown_with_its_state_and_numbers() {
     clock.advance_millis(10_000);
     assert!(pay.enter().is_ok(), "the probe");
 }
+
+#[test]
+fn a_regex_hot_parameter_rule_shows_under_each_resource_it_matches_and_nowhere_else() {
+    use crate::param_flow::ParamFlowRule;
+    let (engine, _clock) = engine();
+    engine
+        .load_param_flow_rules(vec![
+            ParamFlowRule::new("order_get", 0).count(9.0),
+            ParamFlowRule::new("order_.*", 0).count(3.0).regex(true),
+        ])
+        .unwrap();
+    for name in ["order_get", "order_put", "user_get"] {
+        drop(engine.resource(name).enter());
+    }
+    let get = engine.diagnose("order_get");
+    let found: Vec<_> = get.param_flow.iter().map(|f| (f.index, f.threshold, f.pattern.as_deref())).collect();
+    assert_eq!(found, vec![(0, Some(9.0), None), (1, Some(3.0), Some("order_.*"))]);
+    let put = engine.diagnose("order_put");
+    let found: Vec<_> = put.param_flow.iter().map(|f| (f.index, f.pattern.as_deref())).collect();
+    assert_eq!(found, vec![(1, Some("order_.*"))], "the pattern's rule, not the exact rule of another name");
+    assert!(put.param_flow[0].applies);
+    assert!(put.to_string().contains("matched by pattern: `order_.*`"), "{put}");
+    assert!(engine.diagnose("user_get").param_flow.is_empty(), "a pattern that does not match is not reported");
+}
+
+#[test]
+fn a_regex_hot_parameter_rule_that_matches_nothing_is_not_an_unknown_resource() {
+    use crate::param_flow::ParamFlowRule;
+    let (engine, _clock) = engine();
+    drop(engine.resource("order_get").enter());
+    engine
+        .load_param_flow_rules(vec![
+            ParamFlowRule::new("nothing_.*", 0).count(1.0).regex(true),
+            ParamFlowRule::new("order_gt", 0).count(1.0),
+        ])
+        .unwrap();
+    let unknown: Vec<String> = engine.unknown_rule_resources().into_iter().map(|u| u.resource).collect();
+    assert_eq!(unknown, vec!["order_gt".to_string()], "as for a regex flow rule: a pattern names no resource");
+    assert!(engine.diagnose("order_get").param_flow.is_empty());
+}

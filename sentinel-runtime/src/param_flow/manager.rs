@@ -127,6 +127,11 @@ impl ParamFlowManager {
         }
     }
 
+    /// Whether the regex rule pattern `pattern` of the set in force matches `name`.
+    pub(crate) fn pattern_matches(&self, pattern: &str, name: &str) -> bool {
+        self.set.load().patterns.get(pattern).is_some_and(|p| p.matches(name))
+    }
+
     /// The rules of the resource `name`, exact and matched (resolved once per resource and rule set: called
     /// when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceParamRules>> {

@@ -8,6 +8,7 @@
 
 use super::commands::WRITE_DATA_SOURCE_FAILED;
 use super::handler::{Center, CommandError, Params, Reply};
+use crate::datasource::GatewayDocuments;
 use crate::web::gateway::json;
 
 /// `data`, or the error that says what it should hold.
@@ -31,7 +32,8 @@ pub(crate) fn update_api_definitions(c: &Center, p: &Params) -> Result<Reply, Co
     let _serial = c.writes.lock().unwrap_or_else(|e| e.into_inner());
     c.engine.load_api_definitions(definitions).map_err(|e| CommandError(e.to_string()))?;
     tracing::info!("API definitions pushed through the command center are in force");
-    Ok(written_back(c))
+    let pushed = GatewayDocuments { api_definitions: Some(c.engine.api_definitions()), rules: None };
+    Ok(written_back(c, &pushed))
 }
 
 pub(crate) fn update_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
@@ -40,14 +42,15 @@ pub(crate) fn update_rules(c: &Center, p: &Params) -> Result<Reply, CommandError
     let _serial = c.writes.lock().unwrap_or_else(|e| e.into_inner());
     c.engine.load_gateway_rules(rules).map_err(|e| CommandError(e.to_string()))?;
     tracing::info!("gateway flow rules pushed through the command center are in force");
-    Ok(written_back(c))
+    let pushed = GatewayDocuments { rules: Some(c.engine.gateway_rules()), api_definitions: None };
+    Ok(written_back(c, &pushed))
 }
 
-/// Writes the gateway rules and API definitions in force back to the data source, if there is one:
-/// `success`, or [`WRITE_DATA_SOURCE_FAILED`] when the store could not be written.
-fn written_back(c: &Center) -> Reply {
+/// Writes the list pushed (as it is in force) back to the data source, if there is one: `success`, or
+/// [`WRITE_DATA_SOURCE_FAILED`] when the store could not be written (or holds no such list).
+fn written_back(c: &Center, pushed: &GatewayDocuments) -> Reply {
     if let Some(source) = &c.source {
-        if let Err(e) = source.write_gateway(&crate::datasource::GatewayDocuments::snapshot(&c.engine)) {
+        if let Err(e) = source.write_gateway(pushed) {
             tracing::warn!(error = %e, "the pushed gateway rules are in force but could not be written back");
             return Reply { write_error: Some(e.to_string()), ..Reply::text(WRITE_DATA_SOURCE_FAILED) };
         }

@@ -1,0 +1,170 @@
+//! What one entry of a store (a Redis key, an etcd key, a ZooKeeper node) holds, shared by the stores:
+//! one rule kind's list (Java's per-kind documents), a combined document, or one of the gateway's lists
+//! (Java's `gw-flow-rules` and `gw-api-definitions` documents, feature `tower`). How an entry's text is read,
+//! which entries a write-back puts, and the text it puts there.
+
+use super::{Format, ParseError, RuleSet, SerializeError, WriteBackError};
+use crate::RuleKind;
+
+/// What one store entry holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Holds {
+    /// A combined document (`{"flowRules": [...], "gwFlowRules": [...], ...}`).
+    Combined,
+    /// One kind's list.
+    Kind(RuleKind),
+    /// The gateway's flow rules, a list in Java's gateway JSON.
+    #[cfg(feature = "tower")]
+    GatewayRules,
+    /// The gateway's API definitions, a list in Java's gateway JSON.
+    #[cfg(feature = "tower")]
+    ApiDefinitions,
+}
+
+impl From<Option<RuleKind>> for Holds {
+    fn from(kind: Option<RuleKind>) -> Self {
+        kind.map_or(Holds::Combined, Holds::Kind)
+    }
+}
+
+impl std::fmt::Display for Holds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holds::Combined => f.write_str("a combined rules document"),
+            Holds::Kind(kind) => write!(f, "{kind} rules"),
+            #[cfg(feature = "tower")]
+            Holds::GatewayRules => f.write_str("gateway flow rules"),
+            #[cfg(feature = "tower")]
+            Holds::ApiDefinitions => f.write_str("API definitions"),
+        }
+    }
+}
+
+impl Holds {
+    /// The parts of `set` an entry may hold alone: each rule kind it holds, then each gateway list.
+    pub(crate) fn parts_of(set: &RuleSet) -> Vec<Holds> {
+        #[allow(unused_mut)]
+        let mut parts: Vec<Holds> = set.kinds().into_iter().map(Holds::Kind).collect();
+        #[cfg(feature = "tower")]
+        {
+            if set.gateway.rules.is_some() {
+                parts.push(Holds::GatewayRules);
+            }
+            if set.gateway.api_definitions.is_some() {
+                parts.push(Holds::ApiDefinitions);
+            }
+        }
+        parts
+    }
+
+    /// Whether an entry holding this stores `part` (a part of [`parts_of`](Holds::parts_of)).
+    pub(crate) fn stores(self, part: Holds) -> bool {
+        self == Holds::Combined || self == part
+    }
+
+    /// An entry's text as a set: the kind's or the gateway list's, or the combined document's. A gateway
+    /// list that is not Java's gateway JSON is reported as a JSON [`ParseError`] naming the field.
+    pub(crate) fn parse(self, text: &str, format: Format) -> Result<RuleSet, ParseError> {
+        match self {
+            Holds::Combined => RuleSet::parse(text, format),
+            Holds::Kind(kind) => RuleSet::parse_entry(Some(kind), text, format),
+            #[cfg(feature = "tower")]
+            Holds::GatewayRules | Holds::ApiDefinitions => {
+                let gateway_error = super::gateway::parse_error;
+                let mut set = RuleSet::default();
+                if self == Holds::GatewayRules {
+                    set.gateway.rules = Some(crate::web::gateway::json::rules_from_json(text).map_err(gateway_error)?);
+                } else {
+                    set.gateway.api_definitions =
+                        Some(crate::web::gateway::json::api_definitions_from_json(text).map_err(gateway_error)?);
+                }
+                Ok(set)
+            }
+        }
+    }
+
+    /// An entry's bytes (UTF-8) as a set, with its text.
+    pub(crate) fn parse_bytes(self, value: &[u8]) -> Result<(&str, RuleSet), ParseError> {
+        let text = std::str::from_utf8(value)
+            .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))?;
+        Ok((text, self.parse(text, Format::Json)?))
+    }
+
+    /// A set that clears what the entry holds (every kind and gateway list, for a combined document).
+    pub(crate) fn cleared(self) -> RuleSet {
+        let mut set = RuleSet::default();
+        let kinds = match self {
+            Holds::Combined => super::ALL_KINDS.to_vec(),
+            Holds::Kind(kind) => vec![kind],
+            #[cfg(feature = "tower")]
+            Holds::GatewayRules | Holds::ApiDefinitions => Vec::new(),
+        };
+        for kind in kinds {
+            set.merge(RuleSet::parse_entry(Some(kind), "[]", Format::Json).unwrap_or_default());
+        }
+        #[cfg(feature = "tower")]
+        {
+            if matches!(self, Holds::Combined | Holds::GatewayRules) {
+                set.gateway.rules = Some(Vec::new());
+            }
+            if matches!(self, Holds::Combined | Holds::ApiDefinitions) {
+                set.gateway.api_definitions = Some(Vec::new());
+            }
+        }
+        set
+    }
+
+    /// The text a write-back of `set` puts in the entry, in JSON: the kind's list, the gateway list, or the
+    /// combined document `current` (the entry's present text, if any) with what `set` holds replaced. A
+    /// `current` that is not a rules document is an error: the entry is left untouched.
+    pub(crate) fn text(self, current: Option<&str>, set: &RuleSet) -> Result<String, SerializeError> {
+        match self {
+            Holds::Combined => {
+                let mut doc = match current.map(str::trim) {
+                    None | Some("") => RuleSet::default(),
+                    Some(t) => RuleSet::parse(t, Format::Json).map_err(|e| {
+                        SerializeError::new(Format::Json, format!("the entry holds no valid rules document ({e})"))
+                    })?,
+                };
+                doc.merge(set.clone());
+                doc.to_string(Format::Json)
+            }
+            Holds::Kind(kind) => set.kind_to_string(kind, Format::Json),
+            #[cfg(feature = "tower")]
+            Holds::GatewayRules => {
+                Ok(crate::web::gateway::json::rules_to_json(set.gateway.rules.as_deref().unwrap_or_default()))
+            }
+            #[cfg(feature = "tower")]
+            Holds::ApiDefinitions => Ok(crate::web::gateway::json::api_definitions_to_json(
+                set.gateway.api_definitions.as_deref().unwrap_or_default(),
+            )),
+        }
+    }
+}
+
+/// The entries (by index) a write-back of `set` puts: for each part of the set, the first entry that holds
+/// it alone or a combined document. A part no entry holds is an error: a rule kind
+/// [`WriteBackError::Unsupported`], a gateway list [`WriteBackError::Store`] naming it.
+pub(crate) fn entries_for(
+    entries: impl Iterator<Item = Holds> + Clone,
+    set: &RuleSet,
+    target: &str,
+) -> Result<Vec<usize>, WriteBackError> {
+    let mut out = Vec::new();
+    for part in Holds::parts_of(set) {
+        match entries.clone().position(|e| e.stores(part)) {
+            Some(i) if !out.contains(&i) => out.push(i),
+            Some(_) => {}
+            None => {
+                return Err(match part {
+                    Holds::Kind(kind) => WriteBackError::Unsupported { target: target.to_string(), kind },
+                    other => WriteBackError::Store {
+                        target: target.to_string(),
+                        reason: format!("no key or node of this data source holds {other}"),
+                    },
+                })
+            }
+        }
+    }
+    Ok(out)
+}
