@@ -620,9 +620,11 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
 
     // Delete the rule (two clicks: delete, confirm).
     c.find(Locator::Css("button[data-tab='gateway']")).await.unwrap().click().await.unwrap();
+    // Clicking the tab reads the lists again, which replaces the rows: click once they have settled.
     wait_for_js(
         c,
-        "return document.querySelector(\"#gw-rules tr[data-key='products'] button.delete\") !== null",
+        "return !document.querySelector('#gw-rules').hasAttribute('aria-busy') \
+         && document.querySelector(\"#gw-rules tr[data-key='products'] button.delete\") !== null",
         "the rule",
     )
     .await;

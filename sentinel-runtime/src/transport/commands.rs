@@ -5,7 +5,6 @@
 //! NodeVo JSON, fastjson rule JSON, the exact `success` replies); the differences are listed in the module
 //! docs of [`transport`](super).
 
-
 use serde::Serialize;
 
 use super::handler::{Center, CommandError, Params, Reply};

@@ -1077,12 +1077,18 @@
   async function loadGateway(kind) {
     const k = GATEWAY[kind];
     const card = gatewayCard(kind);
+    // Busy while a read is under way (assistive technology, and whoever waits for the rows to settle).
+    card.loads = (card.loads || 0) + 1;
+    card.setAttribute('aria-busy', 'true');
     let entries;
     try {
       entries = await json(k.get);
     } catch (e) {
       card.querySelector('.count').textContent = 'could not read';
       return;
+    } finally {
+      card.loads -= 1;
+      if (card.loads === 0) card.removeAttribute('aria-busy');
     }
     card.entries = entries;
     card.querySelector('.count').textContent = entries.length + ' ' + k.noun[entries.length === 1 ? 0 : 1];
