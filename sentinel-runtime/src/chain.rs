@@ -13,7 +13,7 @@
 use crate::adaptive::slot::{AdaptiveHeld, AdaptiveSlot};
 use crate::authority::AuthoritySlot;
 use crate::circuit_breaker::BreakerSlot;
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::error::BlockError;
 use crate::flow::FlowSlot;
 use crate::param_flow::ParamSlot;

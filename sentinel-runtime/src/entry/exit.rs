@@ -4,9 +4,9 @@ use std::sync::atomic::Ordering;
 
 use crate::clock::NANOS_PER_MILLI;
 use crate::context::{self, ContextState};
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::node::DefaultNode;
-use crate::resource::ResourceInner;
+use crate::resource::inner::ResourceInner;
 
 use super::path::Nodes;
 use super::{Entry, Flags};

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use crate::clock::NANOS_PER_MILLI;
 use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::error::BlockError;
 use crate::node::{DefaultNode, OriginNode};
+use crate::resource::inner::ResourceInner;
 use crate::resource::EntryType;
-use crate::resource::ResourceInner;
 
 use super::{Entry, EntryBuilder, Flags};
 use crate::chain::{self, Decided};

@@ -1,17 +1,11 @@
-//! Resources and their handles.
+//! What the engine keeps per resource name: its cluster node, its nodes per context and the rules in force.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::engine::Shared;
-use crate::entry::EntryBuilder;
-use crate::error::BlockError;
 use crate::node::{ClusterNode, DefaultNode};
 use crate::rcu::{RcuPtr, RetireBatch};
 use crate::rules::ResourceRules;
-use crate::Entry;
-
-pub use crate::slot::EntryType;
 
 /// Everything the engine keeps per resource name. Lives as long as its engine.
 pub(crate) struct ResourceInner {
@@ -130,58 +124,5 @@ impl ResourceInner {
         let mut v: Vec<_> = self.default_ctx_node.get().cloned().into_iter().collect();
         v.extend(self.ctx_nodes.iter().map(|(_, n)| n.clone()));
         v
-    }
-}
-
-/// A cheap, cloneable handle to a resource of one engine: create it once, enter it many times.
-///
-/// ```
-/// use sentinel_runtime::{Sentinel, flow::FlowRule};
-/// let engine = Sentinel::builder().build();
-/// engine.load_flow_rules(vec![FlowRule::new("db").count(1.0)]).unwrap();
-/// let db = engine.resource("db");
-/// let first = db.enter();
-/// assert!(first.is_ok());
-/// assert!(db.enter().is_err()); // the second call in the same second is over the limit
-/// ```
-#[derive(Clone)]
-pub struct Resource {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) inner: Arc<ResourceInner>,
-    pub(crate) entry_type: EntryType,
-}
-
-impl std::fmt::Debug for Resource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resource").field("name", &self.inner.name).field("entry_type", &self.entry_type).finish()
-    }
-}
-
-impl Resource {
-    /// The resource's name.
-    pub fn name(&self) -> &str {
-        &self.inner.name
-    }
-    /// Inbound or outbound.
-    pub fn entry_type(&self) -> EntryType {
-        self.entry_type
-    }
-    /// Enters the resource with one permit, in the current context.
-    #[inline]
-    pub fn enter(&self) -> Result<Entry<'_>, BlockError> {
-        EntryBuilder::new(self).enter()
-    }
-    /// Starts an entry with options (acquire count, origin, context, hot parameters, priority).
-    #[inline]
-    pub fn entry(&self) -> EntryBuilder<'_, 'static> {
-        EntryBuilder::new(self)
-    }
-    /// Starts an entry that owns a clone of this handle: a `'static` entry that can move into a future or a
-    /// response body (middleware). Costs two reference-count updates more than [`Resource::entry`], except
-    /// on the global engine and on leaked ones ([`Sentinel::leak`](crate::Sentinel::leak)), which live until
-    /// the process ends: their entries need no count.
-    #[inline]
-    pub fn entry_owned(&self) -> EntryBuilder<'static, 'static> {
-        EntryBuilder::owned(self)
     }
 }
