@@ -16,7 +16,7 @@ use crate::config::{Config, CONTEXT_OVERFLOW, UNTRACKED_ORIGIN, UNTRACKED_ORIGIN
 use crate::context::{ContextInfo, ContextState, EngineOverride, OriginInfo, DEFAULT_CONTEXT_NAME};
 use crate::engine::extensions::Extensions;
 use crate::error::BlockError;
-use crate::flow::FlowManager;
+use crate::flow::manager::FlowManager;
 use crate::node::{Children, EntranceNode};
 use crate::param_flow::ParamFlowManager;
 use crate::resource::inner::ResourceInner;

@@ -271,7 +271,9 @@ impl EntryBuilder<'_, '_> {
             // in hand, the general path below waits, falls back or blocks.
             let now_ms = now_nanos / NANOS_PER_MILLI;
             if let Some(f) = &rules.flow {
-                if chain::admits_fast(rules, site.shared, now_ms) && flow::check_cluster_only(f, now_ms, self.acquire) {
+                if chain::admits_fast(rules, site.shared, now_ms)
+                    && flow::check::check_cluster_only(f, now_ms, self.acquire)
+                {
                     return Ok(());
                 }
             }
