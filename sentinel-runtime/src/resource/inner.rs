@@ -15,10 +15,12 @@ pub(crate) struct ResourceInner {
     rules: RcuPtr<ResourceRules>,
     /// Whether `rules` holds anything: lets an entry skip the load entirely.
     pub(crate) has_rules: AtomicBool,
-    /// Whether `rules` holds circuit breakers (the only rules an exit needs).
-    pub(crate) has_breakers: AtomicBool,
+    /// Whether `rules` holds rules that a call's exit reads (circuit breakers, an adaptive limit): the
+    /// exit reads the rules only then. Set before rules that need it are published and cleared after
+    /// rules that do not, so that an entry admitted under rules it names finds it set at its exit.
+    pub(crate) exit_reads_rules: AtomicBool,
     /// Response-time histogram and blocks by kind, once an integration observes them (next to
-    /// `has_breakers`, which every exit reads).
+    /// `exit_reads_rules`, which every exit reads).
     pub(crate) observed: OnceLock<crate::observe::Observed>,
     default_ctx_node: OnceLock<Arc<DefaultNode>>,
     /// Whether the default context's node must record its own calls from its creation (a rule reads it).
@@ -31,7 +33,7 @@ impl ResourceInner {
     pub(crate) fn new(name: Arc<str>, rules: ResourceRules) -> Self {
         let split_default = rules.flow.as_ref().is_some_and(|f| f.reads_default_context());
         let has = !rules.is_empty();
-        let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
+        let exit_reads = exit_reads_rules(&rules);
         let cluster = ClusterNode::new();
         for (id, name) in &rules.named_origins {
             cluster.ensure_named_origin(*id, name);
@@ -41,7 +43,7 @@ impl ResourceInner {
             cluster,
             rules: RcuPtr::new(rules),
             has_rules: AtomicBool::new(has),
-            has_breakers: AtomicBool::new(breakers),
+            exit_reads_rules: AtomicBool::new(exit_reads),
             observed: OnceLock::new(),
             default_ctx_node: OnceLock::new(),
             split_default: AtomicBool::new(split_default),
@@ -59,10 +61,18 @@ impl ResourceInner {
             self.cluster.ensure_named_origin(*id, name);
         }
         let has = !rules.is_empty();
-        let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
+        let exit_reads = exit_reads_rules(&rules);
+        if exit_reads {
+            // Before the rules: an entry that reads them (an acquire load that the replace below
+            // releases) then finds the flag set at its exit.
+            self.exit_reads_rules.store(true, Ordering::Release);
+        }
         retired.push(self.rules.replace(rules));
         self.has_rules.store(has, Ordering::Release);
-        self.has_breakers.store(breakers, Ordering::Release);
+        if !exit_reads {
+            // After the rules: an exit that still reads `true` reads rules whose exit has nothing to do.
+            self.exit_reads_rules.store(false, Ordering::Release);
+        }
     }
 
     /// Runs `f` on the rules in force.
@@ -125,4 +135,10 @@ impl ResourceInner {
         v.extend(self.ctx_nodes.iter().map(|(_, n)| n.clone()));
         v
     }
+}
+
+/// Whether a call's exit reads `rules`: circuit breakers count the call (a probe decides its breaker), an
+/// adaptive limit takes back the call's place.
+fn exit_reads_rules(rules: &ResourceRules) -> bool {
+    rules.degrade.is_some() || rules.default_degrade.is_some() || rules.adaptive.is_some()
 }
