@@ -1,7 +1,7 @@
 //! Flow control: QPS and concurrency limits with node selection by origin, relation and chain.
 //!
 //! The rules' data is in `rule.rs`; the manager (`manager.rs`) validates, loads and compiles them per
-//! resource ([`ResourceFlowRules`], here, with what a call holds and takes); the slot (`check.rs`) decides a
+//! resource (`ResourceFlowRules`, here, with what a call holds and takes); the slot (`check.rs`) decides a
 //! call on them and gives back what it took.
 
 pub(crate) mod check;
