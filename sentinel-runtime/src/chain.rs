@@ -13,9 +13,9 @@
 use crate::adaptive::slot::{AdaptiveHeld, AdaptiveSlot};
 use crate::authority::AuthoritySlot;
 use crate::circuit_breaker::BreakerSlot;
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::error::BlockError;
-use crate::flow::FlowSlot;
+use crate::flow::check::FlowSlot;
 use crate::param_flow::ParamSlot;
 use crate::rules::ResourceRules;
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};

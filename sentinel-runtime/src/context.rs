@@ -8,9 +8,7 @@ use std::fmt;
 use std::ptr;
 use std::sync::Arc;
 
-use crate::engine::Shared;
 use crate::node::{DefaultNode, EntranceNode};
-use crate::Sentinel;
 
 pub use crate::names::DEFAULT_CONTEXT_NAME;
 
@@ -50,7 +48,19 @@ pub(crate) struct ContextState {
     pub(crate) cur_node: *const DefaultNode,
     pub(crate) depth: u32,
     /// An engine that annotated functions use instead of the global one (tests).
-    pub(crate) override_engine: *const Sentinel,
+    pub(crate) override_engine: EngineOverride,
+}
+
+/// The engine that annotated functions use on this thread instead of the global one
+/// ([`Sentinel::scoped`](crate::Sentinel::scoped)): the address of a `&'static Sentinel`, or null. Opaque here,
+/// since contexts sit below the engine; only the engine's handle makes one and reads it back
+/// (`Sentinel::overriding`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EngineOverride(pub(crate) *const ());
+
+impl EngineOverride {
+    /// No engine stands in: annotated functions use the global one.
+    pub(crate) const NONE: EngineOverride = EngineOverride(ptr::null());
 }
 
 impl ContextState {
@@ -60,7 +70,7 @@ impl ContextState {
         origin: ptr::null(),
         cur_node: ptr::null(),
         depth: 0,
-        override_engine: ptr::null(),
+        override_engine: EngineOverride::NONE,
     };
 }
 
@@ -90,10 +100,12 @@ pub enum ContextError {
     EmptyName,
 }
 
-/// An entered context: leaving the scope exits it. See [`Sentinel::enter_context`].
+/// An entered context: leaving the scope exits it. See [`Sentinel::enter_context`](crate::Sentinel::enter_context).
 #[must_use = "the context is exited when the guard is dropped"]
 pub struct ContextGuard<'e> {
-    pub(crate) engine: &'e Sentinel,
+    /// The id of the engine the guard borrows.
+    pub(crate) engine_id: u64,
+    pub(crate) _engine: std::marker::PhantomData<&'e ()>,
     /// The state to restore, or `None` when another context was already active (nothing to undo).
     pub(crate) restore: Option<ContextState>,
     pub(crate) _not_send: std::marker::PhantomData<*const ()>,
@@ -103,7 +115,7 @@ impl ContextGuard<'_> {
     /// The name of the active context.
     pub fn name(&self) -> String {
         let s = current();
-        if s.engine_id == self.engine.shared.id && !s.ctx.is_null() {
+        if s.engine_id == self.engine_id && !s.ctx.is_null() {
             // SAFETY: contexts live as long as the engine, which this guard borrows.
             unsafe { (*s.ctx).name().to_string() }
         } else {
@@ -123,60 +135,6 @@ impl Drop for ContextGuard<'_> {
 impl fmt::Debug for ContextGuard<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ContextGuard").field("owns", &self.restore.is_some()).finish()
-    }
-}
-
-impl Sentinel {
-    /// Enters the context `name` with the caller `origin` (empty for none) on this thread. If a context is
-    /// already active it stays active and the guard does nothing, as in Java Sentinel.
-    ///
-    /// ```
-    /// use sentinel_runtime::Sentinel;
-    /// let engine = Sentinel::builder().build();
-    /// let _ctx = engine.enter_context("http-entrance", "appA").unwrap();
-    /// let e = engine.enter("queryOrder").unwrap();
-    /// assert_eq!(e.origin(), "appA");
-    /// ```
-    pub fn enter_context(&self, name: &str, origin: &str) -> Result<ContextGuard<'_>, ContextError> {
-        if name == DEFAULT_CONTEXT_NAME {
-            return Err(ContextError::ReservedName);
-        }
-        if name.is_empty() {
-            return Err(ContextError::EmptyName);
-        }
-        let cur = current();
-        if cur.engine_id == self.shared.id {
-            return Ok(ContextGuard { engine: self, restore: None, _not_send: Default::default() });
-        }
-        let state = self.shared.context_state(name, origin, cur.override_engine);
-        set_current(state);
-        Ok(ContextGuard { engine: self, restore: Some(cur), _not_send: Default::default() })
-    }
-
-    /// The name and origin of this thread's active context of this engine, if any.
-    pub fn current_context(&self) -> Option<(String, String)> {
-        let s = current();
-        if s.engine_id != self.shared.id || s.ctx.is_null() {
-            return None;
-        }
-        // SAFETY: the context and origin tables live as long as the engine.
-        unsafe { Some(((*s.ctx).name().to_string(), (*s.origin).name.to_string())) }
-    }
-}
-
-impl Shared {
-    /// A fresh state for context `name` (interned, entrance created on first use) and `origin`.
-    pub(crate) fn context_state(&self, name: &str, origin: &str, override_engine: *const Sentinel) -> ContextState {
-        let ctx = self.context(name);
-        let origin = self.origin(origin);
-        ContextState {
-            engine_id: self.id,
-            ctx: ctx as *const ContextInfo,
-            origin: origin as *const OriginInfo,
-            cur_node: ptr::null(),
-            depth: 0,
-            override_engine,
-        }
     }
 }
 

@@ -226,30 +226,24 @@ pub mod __private {
         /// The resource in the engine this thread uses: no lookup once cached.
         #[inline]
         pub fn resource(&'static self) -> &'static Resource {
-            let s = crate::context::current();
-            if s.override_engine.is_null() {
+            let Some(engine) = Sentinel::overriding(crate::context::current().override_engine) else {
                 if let Some(r) = self.global.get() {
                     return r;
                 }
                 return self.init_global(self.name);
-            }
-            // SAFETY: only `&'static Sentinel` values are installed as overrides.
-            let engine: &'static Sentinel = unsafe { &*s.override_engine };
+            };
             engine.site_resource(self as *const Self as usize, self.name, self.entry_type)
         }
 
         /// The resource of a method site: `self_type` is `core::any::type_name::<Self>`, read once.
         #[inline]
         pub fn method_resource(&'static self, self_type: fn() -> &'static str) -> &'static Resource {
-            let s = crate::context::current();
-            if s.override_engine.is_null() {
+            let Some(engine) = Sentinel::overriding(crate::context::current().override_engine) else {
                 if let Some(r) = self.global.get() {
                     return r;
                 }
                 return self.init_global(self.method_name(self_type));
-            }
-            // SAFETY: only `&'static Sentinel` values are installed as overrides.
-            let engine: &'static Sentinel = unsafe { &*s.override_engine };
+            };
             engine.site_resource(self as *const Self as usize, self.method_name(self_type), self.entry_type)
         }
 

@@ -206,6 +206,24 @@ fn a_place_goes_back_when_a_later_slot_blocks_the_call() {
 }
 
 #[test]
+fn a_place_taken_under_rules_loaded_after_the_handle_goes_back_at_exit_with_no_breaker_loaded() {
+    let (engine, _) = engine();
+    let db = engine.resource("db"); // created with no rule: its exits read no rules
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1)]).unwrap();
+    let first = db.enter().unwrap();
+    assert!(matches!(db.enter(), Err(BlockError::Adaptive { .. })));
+    drop(first);
+    assert_eq!(engine.adaptive_status()[0].inflight, 0, "the exit read the rules and gave the place back");
+    let held = db.enter().expect("the place is free");
+    engine.load_adaptive_rules(Vec::<AdaptiveRule>::new()).unwrap();
+    drop(held); // the rule is gone: its place goes back to nobody, and nothing else is read
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1)]).unwrap();
+    let again = db.enter().expect("a new limiter starts with no call in flight");
+    drop(again);
+    assert_eq!(engine.adaptive_status()[0].inflight, 0);
+}
+
+#[test]
 fn a_place_goes_back_when_a_user_slot_after_it_panics() {
     use crate::slot::{Slot, SlotEntry};
     struct Panics;

@@ -241,7 +241,7 @@ impl RedisClusterBuilder {
             .enable_all()
             .build()
             .map_err(|source| ClusterError::Thread { what: "cluster I/O", source })?;
-        let shared = Arc::new(worker::Shared {
+        let client = Arc::new(worker::ClientState {
             stop: std::sync::atomic::AtomicBool::new(false),
             status: Mutex::new(ClusterClientStatus {
                 url: opts.topology.describe(),
@@ -254,8 +254,8 @@ impl RedisClusterBuilder {
             }),
             status_changed: Condvar::new(),
         });
-        let service = Arc::new(worker::Service::new(opts.timeout, &opts.topology, shared.clone(), engine.now_millis()));
-        let w = worker::Worker::new(engine.clone(), service.clone(), shared.clone(), opts, namespace, member, rt, link);
+        let service = Arc::new(worker::Service::new(opts.timeout, &opts.topology, client.clone(), engine.now_millis()));
+        let w = worker::Worker::new(engine.clone(), service.clone(), client.clone(), opts, namespace, member, rt, link);
         let thread = std::thread::Builder::new()
             .name("sentinel-cluster".into())
             .spawn(move || w.run())
@@ -265,12 +265,12 @@ impl RedisClusterBuilder {
         let svc: Arc<dyn TokenService> = service.clone();
         if let Err(e) = engine.set_cluster_service(Some(svc)) {
             // Rebuilding the rules in force cannot fail for rules that were valid; stop the thread anyway.
-            shared.stop.store(true, Ordering::Release);
+            client.stop.store(true, Ordering::Release);
             thread.thread().unpark();
             let _ = thread.join();
             return Err(ClusterError::Option { field: "rules", reason: e.to_string() });
         }
-        Ok(ClusterClient { shared, thread: Some(thread) })
+        Ok(ClusterClient { client, thread: Some(thread) })
     }
 }
 
@@ -298,7 +298,7 @@ pub struct ClusterClientStatus {
 /// A running cluster client. Dropping it stops it.
 #[must_use = "dropping the client stops cluster flow control at once"]
 pub struct ClusterClient {
-    shared: Arc<worker::Shared>,
+    client: Arc<worker::ClientState>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -311,14 +311,14 @@ impl std::fmt::Debug for ClusterClient {
 impl ClusterClient {
     /// The client's state.
     pub fn status(&self) -> ClusterClientStatus {
-        self.shared.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.client.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Waits until Redis answered (at most `timeout`): `Err` with the last failure if it did not. Rules fall
     /// back to local limits meanwhile; this is for a service that wants to know at start.
     pub fn wait_connected(&self, timeout: Duration) -> Result<(), ClusterError> {
         let deadline = Instant::now() + timeout;
-        let mut s = self.shared.status.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.client.status.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if s.connected {
                 return Ok(());
@@ -328,7 +328,7 @@ impl ClusterClient {
                 let reason = s.last_error.clone().unwrap_or_else(|| "no answer yet".to_string());
                 return Err(ClusterError::Unavailable { reason });
             }
-            s = self.shared.status_changed.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            s = self.client.status_changed.wait_timeout(s, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 
@@ -339,7 +339,7 @@ impl ClusterClient {
 
     fn stop_now(&mut self) {
         if let Some(t) = self.thread.take() {
-            self.shared.stop.store(true, Ordering::Release);
+            self.client.stop.store(true, Ordering::Release);
             t.thread().unpark();
             let _ = t.join();
         }

@@ -47,14 +47,14 @@ pub(crate) struct Service {
     port: u16,
     since_ms: u64,
     /// The client's state (whether Redis answers).
-    shared: Arc<Shared>,
+    client: Arc<ClientState>,
     /// Leases attached since the worker last looked.
     attached: Mutex<Vec<Weak<RuleLease>>>,
     pub(crate) thread: OnceLock<std::thread::Thread>,
 }
 
 impl Service {
-    pub(crate) fn new(timeout: Duration, topology: &Topology, shared: Arc<Shared>, since_ms: u64) -> Service {
+    pub(crate) fn new(timeout: Duration, topology: &Topology, client: Arc<ClientState>, since_ms: u64) -> Service {
         let first = match topology {
             Topology::Standalone { url } => Some(url),
             Topology::Cluster { nodes } => nodes.first(),
@@ -73,7 +73,7 @@ impl Service {
             host,
             port,
             since_ms,
-            shared,
+            client,
             attached: Mutex::new(Vec::new()),
             thread: OnceLock::new(),
         }
@@ -100,14 +100,14 @@ impl TokenService for Service {
             host: self.host.clone(),
             port: self.port,
             timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
-            connected: self.shared.status.lock().unwrap_or_else(|e| e.into_inner()).connected,
+            connected: self.client.status.lock().unwrap_or_else(|e| e.into_inner()).connected,
             since_ms: self.since_ms,
         }
     }
 }
 
 /// State shared by the worker and the [`ClusterClient`](super::ClusterClient) handle.
-pub(crate) struct Shared {
+pub(crate) struct ClientState {
     pub(crate) stop: AtomicBool,
     pub(crate) status: Mutex<ClusterClientStatus>,
     pub(crate) status_changed: Condvar,
@@ -128,7 +128,7 @@ pub(crate) fn default_instance_id() -> String {
 pub(crate) struct Worker {
     pub(crate) engine: Sentinel,
     pub(crate) service: Arc<Service>,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) client: Arc<ClientState>,
     pub(crate) opts: ClusterOptions,
     pub(crate) namespace: String,
     pub(crate) member: String,
@@ -156,7 +156,7 @@ impl Worker {
     pub(crate) fn new(
         engine: Sentinel,
         service: Arc<Service>,
-        shared: Arc<Shared>,
+        client: Arc<ClientState>,
         opts: ClusterOptions,
         namespace: String,
         member: String,
@@ -166,7 +166,7 @@ impl Worker {
         Worker {
             engine,
             service,
-            shared,
+            client,
             opts,
             namespace,
             member,
@@ -235,13 +235,13 @@ impl Worker {
         );
         self.adopt();
         let _ = self.ping();
-        while !self.shared.stop.load(Ordering::Acquire) {
+        while !self.client.stop.load(Ordering::Acquire) {
             self.adopt();
             let now = Instant::now();
             let now_ms = self.engine.now_millis();
             self.step(now, now_ms);
             let next = self.next_wake(Instant::now(), self.engine.now_millis());
-            if !self.shared.stop.load(Ordering::Acquire) {
+            if !self.client.stop.load(Ordering::Acquire) {
                 std::thread::park_timeout(next.saturating_duration_since(Instant::now()));
             }
         }
@@ -634,7 +634,7 @@ impl Worker {
     }
 
     fn publish_status(&self) {
-        let mut s = self.shared.status.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.client.status.lock().unwrap_or_else(|e| e.into_inner());
         s.connected = self.reached && self.all_closed();
         // The connection's failure first, else a rule's.
         let mut open: Vec<(&String, &Breaker)> = self.breakers.iter().filter(|(_, b)| b.last.is_some()).collect();
@@ -642,7 +642,7 @@ impl Worker {
         s.last_error = open.first().and_then(|(_, b)| b.last.as_ref()).map(ToString::to_string);
         s.rules = self.drivers.len();
         drop(s);
-        self.shared.status_changed.notify_all();
+        self.client.status_changed.notify_all();
     }
 
     fn shutdown(&mut self) {
@@ -676,11 +676,11 @@ impl Worker {
         if let Err(e) = self.engine.unregister_cluster_service(&service) {
             tracing::error!(error = %e, "cluster flow control: could not unregister the token service");
         }
-        let mut s = self.shared.status.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.client.status.lock().unwrap_or_else(|e| e.into_inner());
         s.connected = false;
         s.stopped = true;
         drop(s);
-        self.shared.status_changed.notify_all();
+        self.client.status_changed.notify_all();
         tracing::info!(instance = %self.member, "cluster flow control: client stopped");
     }
 }

@@ -1,44 +1,33 @@
-//! What integrations keep per engine without the engine knowing their types, and the narrow door through
-//! which the gateway loads its converted hot-parameter rules (as an owner of its own).
+//! What integrations (and the engine's handle) keep per engine without the engine's state knowing their
+//! types.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::error::RuleError;
-use crate::param_flow::{ParamFlowRule, ParamRuleOwner};
-use crate::Sentinel;
-
-/// One value per type, created on first use (a few per engine: a linear scan on a cold path).
+/// One value per type, created on first use (a few per engine: a linear scan). Values are never removed.
 #[derive(Default)]
 pub(crate) struct Extensions {
-    values: std::sync::Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
+    /// Each an `Arc<T>` of its own `T`.
+    values: boxcar::Vec<Box<dyn Any + Send + Sync>>,
+    /// Serializes first uses, so that each type has one value.
+    insert: Mutex<()>,
 }
 
-impl Sentinel {
-    /// This engine's value of type `T`, created with `T::default()` on first use. Cold path: integrations
-    /// look it up once (a layer when built, a command when it runs) and keep the `Arc`.
-    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
-    pub(crate) fn extension<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
-        let mut values = self.shared.extensions.values.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = values.iter().find_map(|v| v.clone().downcast::<T>().ok()) {
+impl Extensions {
+    /// The value of type `T`, created with `T::default()` on first use.
+    pub(crate) fn get<T: Any + Send + Sync + Default>(&self) -> &Arc<T> {
+        if let Some(found) = self.find::<T>() {
             return found;
         }
-        let value = Arc::new(T::default());
-        values.push(value.clone());
-        value
+        let guard = self.insert.lock().unwrap_or_else(|e| e.into_inner());
+        if self.find::<T>().is_none() {
+            self.values.push(Box::new(Arc::new(T::default())));
+        }
+        drop(guard);
+        self.get()
     }
 
-    /// Replaces `owner`'s hot-parameter rules (the user's stay when the gateway loads, and the other way
-    /// round); counters of rules that stay are kept.
-    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
-    pub(crate) fn load_param_flow_rules_of(
-        &self,
-        owner: ParamRuleOwner,
-        rules: Vec<ParamFlowRule>,
-    ) -> Result<(), RuleError> {
-        if self.shared.param.load(owner, rules)? {
-            self.shared.refresh_rules();
-        }
-        Ok(())
+    fn find<T: Any>(&self) -> Option<&Arc<T>> {
+        self.values.iter().find_map(|(_, v)| v.downcast_ref::<Arc<T>>())
     }
 }

@@ -138,7 +138,7 @@ impl Sentinel {
         rules: impl IntoIterator<Item = crate::adaptive::AdaptiveRule>,
     ) -> Result<(), crate::RuleError> {
         if self.shared.adaptive.load(rules.into_iter().collect())? {
-            self.shared.refresh_rules();
+            super::compile::refresh_rules(&self.shared);
         }
         self.warn_unknown_rule_resources(crate::RuleKind::Adaptive);
         Ok(())
@@ -159,6 +159,20 @@ impl Sentinel {
             .filter_map(|(name, cell)| cell.built().map(|l| crate::adaptive::AdaptiveStatus::of(&name, &cell.rule, l)))
             .collect()
     }
+
+    /// Replaces `owner`'s hot-parameter rules (the user's stay when the gateway loads, and the other way
+    /// round); counters of rules that stay are kept.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn load_param_flow_rules_of(
+        &self,
+        owner: crate::param_flow::ParamRuleOwner,
+        rules: Vec<crate::param_flow::ParamFlowRule>,
+    ) -> Result<(), crate::RuleError> {
+        if self.shared.param.load(owner, rules)? {
+            super::compile::refresh_rules(&self.shared);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +180,6 @@ impl Sentinel {
     /// Denies every `n`-th call of `resource` from now on (the test-only kind's "load rules").
     pub(crate) fn deny_every_nth(&self, resource: &str, n: u64) {
         self.shared.every_nth.set(resource, n);
-        self.shared.refresh_rules();
+        super::compile::refresh_rules(&self.shared);
     }
 }

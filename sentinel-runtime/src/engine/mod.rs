@@ -1,38 +1,31 @@
-//! The engine: rules, nodes, contexts and a clock.
+//! The engine's handle ([`Sentinel`]): building an engine, its resources, loading rules, contexts and the
+//! global engine. The state every handle shares is in `shared.rs`, below everything that holds it; this file
+//! sits on top: the resources, contexts, the chain and the entries do not import it.
 
+mod compile;
 mod extensions;
 mod kinds;
+pub(crate) mod shared;
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arc_swap::{ArcSwap, ArcSwapOption};
-
-use crate::authority::{AuthorityManager, AuthorityRule};
-use crate::circuit_breaker::{DegradeManager, DegradeRule};
+use crate::authority::AuthorityRule;
+use crate::circuit_breaker::DegradeRule;
 use crate::clock::{Clock, EngineClock, ManualClock, SystemClock};
-use crate::config::{Config, ConfigError, CONTEXT_OVERFLOW, RESOURCE_OVERFLOW, UNTRACKED_ORIGIN, UNTRACKED_ORIGIN_ID};
-use crate::context::{ContextInfo, ContextState, OriginInfo, DEFAULT_CONTEXT_NAME};
+use crate::config::{Config, ConfigError, RESOURCE_OVERFLOW};
+use crate::context::{self, ContextError, ContextGuard, ContextState, EngineOverride, DEFAULT_CONTEXT_NAME};
 use crate::error::{BlockError, RuleError};
-use crate::flow::{FlowManager, FlowRule};
-use crate::node::{Children, EntranceNode};
-use crate::param_flow::{ParamFlowManager, ParamFlowRule, ParamRuleOwner};
-use crate::resource::{EntryType, Resource, ResourceInner};
-use crate::rules::ResourceRules;
+use crate::flow::FlowRule;
+use crate::param_flow::{ParamFlowRule, ParamRuleOwner};
+use crate::resource::inner::ResourceInner;
+use crate::resource::{EntryType, Resource};
 use crate::slot::{CustomSlots, Slot};
-use crate::stat::StatNode;
-use crate::system::{SystemManager, SystemRule};
-
-static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
-
-/// A predicate deciding which traced errors count (the global error filter for manual entries).
-pub type ErrorFilter = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
-
-/// Called for every blocked call: the error, the time (ms) and the permits asked.
-pub type BlockListener = dyn Fn(&BlockError, u64, u32) + Send + Sync;
+use crate::system::SystemRule;
+use shared::{BlockListener, Shared};
 
 impl SentinelBuilder {
     /// A builder configured from the environment ([`Config::from_env`]).
@@ -124,363 +117,7 @@ impl SentinelBuilder {
             crate::config::ClockKind::Precise => EngineClock::System(SystemClock::precise()),
             crate::config::ClockKind::Manual { start_ms } => EngineClock::Manual(ManualClock::at_millis(start_ms)),
         });
-        let default_ctx = Box::new(ContextInfo {
-            id: 0,
-            entrance: EntranceNode { name: DEFAULT_CONTEXT_NAME.into(), children: Children::default() },
-        });
-        let empty_origin = Box::new(OriginInfo { id: 0, name: "".into() });
-        let untracked_origin = Box::new(OriginInfo { id: UNTRACKED_ORIGIN_ID, name: UNTRACKED_ORIGIN.into() });
-        Sentinel {
-            shared: Arc::new(Shared {
-                id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
-                clock,
-                config: self.config,
-                enabled: AtomicBool::new(true),
-                immortal: AtomicBool::new(false),
-                inbound: StatNode::new(),
-                resources: papaya::HashMap::new(),
-                registry_lock: Mutex::new(()),
-                resource_list: boxcar::Vec::new(),
-                resource_generation: AtomicUsize::new(0),
-                default_ctx,
-                contexts: papaya::HashMap::new(),
-                intern_lock: Mutex::new(()),
-                context_list: boxcar::Vec::new(),
-                empty_origin,
-                untracked_origin,
-                unnamed_origins: AtomicUsize::new(0),
-                warned_origins: AtomicBool::new(false),
-                origins: papaya::HashMap::new(),
-                origin_list: boxcar::Vec::new(),
-                flow: FlowManager::default(),
-                degrade: DegradeManager::default(),
-                system: SystemManager::default(),
-                param: ParamFlowManager::default(),
-                authority: AuthorityManager::default(),
-                adaptive: crate::adaptive::manager::AdaptiveManager::default(),
-                custom_slots: ArcSwap::from_pointee(CustomSlots::default()),
-                has_custom_slots: AtomicBool::new(false),
-                error_filter: ArcSwapOption::empty(),
-                block_listeners: ArcSwap::from_pointee(Vec::new()),
-                has_block_listeners: AtomicBool::new(false),
-                warned_contexts: AtomicBool::new(false),
-                warned_resources: AtomicBool::new(false),
-                unnamed_resources: AtomicUsize::new(0),
-                unnamed_contexts: AtomicUsize::new(0),
-                overflowed_resources: AtomicU64::new(0),
-                overflowed_contexts: AtomicU64::new(0),
-                sites: Mutex::new(HashMap::new()),
-                site_list: boxcar::Vec::new(),
-                observers: crate::observe::Observers::default(),
-                extensions: extensions::Extensions::default(),
-                #[cfg(test)]
-                every_nth: Default::default(),
-            }),
-        }
-    }
-}
-
-/// State shared by every handle of one engine.
-pub(crate) struct Shared {
-    pub(crate) id: u64,
-    pub(crate) clock: EngineClock,
-    pub(crate) config: Config,
-    pub(crate) enabled: AtomicBool,
-    /// Set once a handle of this engine can never be dropped ([`Sentinel::leak`], the global engine), and
-    /// never cleared: the engine then lives until the process ends, and so do its checked resources (each is
-    /// held by `resource_list`, which only grows). An owned entry of such a resource takes no reference
-    /// count ([`Resource::entry_owned`]).
-    pub(crate) immortal: AtomicBool,
-    pub(crate) inbound: StatNode,
-    /// Resources by name: read lock-free; `registry_lock` serializes creation and rule refreshes.
-    resources: papaya::HashMap<Arc<str>, Arc<ResourceInner>>,
-    registry_lock: Mutex<()>,
-    resource_list: boxcar::Vec<Arc<ResourceInner>>,
-    /// Bumped whenever a resource is created (lets cached negative lookups stay valid without a lock).
-    pub(crate) resource_generation: AtomicUsize,
-    default_ctx: Box<ContextInfo>,
-    /// Context and origin names to their index: read lock-free; `intern_lock` serializes first sightings.
-    contexts: papaya::HashMap<Arc<str>, usize>,
-    intern_lock: Mutex<()>,
-    context_list: boxcar::Vec<ContextInfo>,
-    empty_origin: Box<OriginInfo>,
-    /// The origin of calls from origins past the cap.
-    untracked_origin: Box<OriginInfo>,
-    /// Origins interned that no rule named when they were first seen (counted against the cap).
-    unnamed_origins: AtomicUsize,
-    warned_origins: AtomicBool,
-    origins: papaya::HashMap<Arc<str>, usize>,
-    origin_list: boxcar::Vec<OriginInfo>,
-    pub(crate) flow: FlowManager,
-    pub(crate) degrade: DegradeManager,
-    pub(crate) system: SystemManager,
-    pub(crate) param: ParamFlowManager,
-    pub(crate) authority: AuthorityManager,
-    pub(crate) adaptive: crate::adaptive::manager::AdaptiveManager,
-    pub(crate) custom_slots: ArcSwap<CustomSlots>,
-    pub(crate) has_custom_slots: AtomicBool,
-    error_filter: ArcSwapOption<Box<ErrorFilter>>,
-    block_listeners: ArcSwap<Vec<Arc<BlockListener>>>,
-    /// Whether `block_listeners` holds any: a blocked call then skips loading them.
-    has_block_listeners: AtomicBool,
-    warned_contexts: AtomicBool,
-    warned_resources: AtomicBool,
-    /// Resources created that no rule named (counted against the cap).
-    unnamed_resources: AtomicUsize,
-    /// Contexts created that no chain rule named (counted against the cap).
-    unnamed_contexts: AtomicUsize,
-    /// Handles on a new name given [`RESOURCE_OVERFLOW`] because the cap was reached.
-    overflowed_resources: AtomicU64,
-    /// Entries in a new context run in [`CONTEXT_OVERFLOW`] because the cap was reached.
-    overflowed_contexts: AtomicU64,
-    /// Resources of annotated call sites, when this engine stands in for the global one.
-    sites: Mutex<HashMap<usize, usize>>,
-    site_list: boxcar::Vec<Resource>,
-    /// What integrations observe beyond the windows (histograms, blocks by kind), once one asks.
-    pub(crate) observers: crate::observe::Observers,
-    /// What integrations keep per engine (the gateway's rules).
-    pub(crate) extensions: extensions::Extensions,
-    /// The test-only kind's rules (slot/every_nth.rs).
-    #[cfg(test)]
-    pub(crate) every_nth: crate::slot::every_nth::EveryNthRules,
-}
-
-impl Shared {
-    #[inline]
-    pub(crate) fn default_state(&self, override_engine: *const Sentinel) -> ContextState {
-        ContextState {
-            engine_id: self.id,
-            ctx: &*self.default_ctx as *const ContextInfo,
-            origin: &*self.empty_origin as *const OriginInfo,
-            cur_node: std::ptr::null(),
-            depth: 0,
-            override_engine,
-        }
-    }
-
-    /// The context with id `id` (0: the default context).
-    pub(crate) fn context_by_id(&self, id: u32) -> Option<&ContextInfo> {
-        if id == 0 {
-            return Some(&self.default_ctx);
-        }
-        match self.context_list.get(id as usize - 1) {
-            Some(c) if c.id == id => Some(c),
-            _ => self.context_list.iter().map(|(_, c)| c).find(|c| c.id == id),
-        }
-    }
-
-    /// The context named `name`, created on first use; past the cap (for a name no chain rule names),
-    /// [`CONTEXT_OVERFLOW`].
-    pub(crate) fn context(&self, name: &str) -> &ContextInfo {
-        if name == DEFAULT_CONTEXT_NAME {
-            return &self.default_ctx;
-        }
-        if let Some(&i) = self.contexts.pin().get(name) {
-            return &self.context_list[i];
-        }
-        self.create_context(name)
-    }
-
-    #[cold]
-    fn create_context(&self, name: &str) -> &ContextInfo {
-        if let Some(ctx) = self.intern_context(name, true) {
-            return ctx;
-        }
-        self.overflowed_contexts.fetch_add(1, Ordering::Relaxed);
-        if !self.warned_contexts.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                max = self.config.max_contexts,
-                context = name,
-                "context cap reached: entries in new contexts that no chain rule names run in `{CONTEXT_OVERFLOW}`"
-            );
-        }
-        // Not capped: always interned.
-        self.intern_context(CONTEXT_OVERFLOW, false).unwrap_or(&self.default_ctx)
-    }
-
-    /// Interns the context `name`; `None` when `capped` and the cap on contexts no chain rule names is
-    /// reached.
-    fn intern_context(&self, name: &str, capped: bool) -> Option<&ContextInfo> {
-        let _guard = self.intern_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let map = self.contexts.pin();
-        if let Some(&i) = map.get(name) {
-            return Some(&self.context_list[i]);
-        }
-        if capped && !self.flow.chains_through(name) {
-            // The default context counts as one.
-            if self.unnamed_contexts.load(Ordering::Relaxed) + 1 >= self.config.max_contexts {
-                return None;
-            }
-            self.unnamed_contexts.fetch_add(1, Ordering::Relaxed);
-        }
-        let name: Arc<str> = name.into();
-        let i = self.context_list.push(ContextInfo {
-            id: self.context_list.count() as u32 + 1,
-            entrance: EntranceNode { name: name.clone(), children: Children::default() },
-        });
-        map.insert(name, i);
-        Some(&self.context_list[i])
-    }
-
-    /// The interned origin; [`UNTRACKED_ORIGIN`]'s once the cap on origins no rule names is reached.
-    pub(crate) fn origin(&self, name: &str) -> &OriginInfo {
-        if name.is_empty() {
-            return &self.empty_origin;
-        }
-        if let Some(&i) = self.origins.pin().get(name) {
-            return &self.origin_list[i];
-        }
-        self.create_origin(name, false)
-    }
-
-    /// Interns an origin a rule names: always tracked, not counted against the cap.
-    pub(crate) fn named_origin(&self, name: &str) -> &OriginInfo {
-        match self.origins.pin().get(name) {
-            Some(&i) => &self.origin_list[i],
-            None => self.create_origin(name, true),
-        }
-    }
-
-    #[cold]
-    fn create_origin(&self, name: &str, named: bool) -> &OriginInfo {
-        let _guard = self.intern_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let map = self.origins.pin();
-        if let Some(&i) = map.get(name) {
-            return &self.origin_list[i];
-        }
-        if !named {
-            if self.unnamed_origins.load(Ordering::Relaxed) >= self.config.max_origins {
-                if !self.warned_origins.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        max = self.config.max_origins,
-                        origin = name,
-                        "origin cap reached: calls from new origins run as `{UNTRACKED_ORIGIN}`"
-                    );
-                }
-                return &self.untracked_origin;
-            }
-            self.unnamed_origins.fetch_add(1, Ordering::Relaxed);
-        }
-        let name: Arc<str> = name.into();
-        let id =
-            u32::try_from(self.origin_list.count() + 1).unwrap_or(UNTRACKED_ORIGIN_ID).min(UNTRACKED_ORIGIN_ID - 1);
-        let i = self.origin_list.push(OriginInfo { id, name: name.clone() });
-        map.insert(name, i);
-        &self.origin_list[i]
-    }
-
-    /// The interned id of an origin, if it was ever seen.
-    pub(crate) fn origin_id(&self, name: &str) -> Option<u32> {
-        if name.is_empty() {
-            return Some(0);
-        }
-        if name == UNTRACKED_ORIGIN {
-            return Some(UNTRACKED_ORIGIN_ID);
-        }
-        self.origins.pin().get(name).map(|&i| self.origin_list[i].id)
-    }
-
-    /// A resource by name, if one was created.
-    pub(crate) fn find_resource(&self, name: &str) -> Option<Arc<ResourceInner>> {
-        self.resources.pin().get(name).cloned()
-    }
-
-    fn rules_for(&self, name: &Arc<str>) -> ResourceRules {
-        let flow = self.flow.for_resource(name);
-        // Origins the rules name are always tracked: interned here (and given their own node on this
-        // resource when a flow rule reads it).
-        let named_origins = flow
-            .as_ref()
-            .map(|f| f.named_origins().iter().map(|o| self.named_origin(o)).map(|o| (o.id, o.name.clone())).collect())
-            .unwrap_or_default();
-        let authority = self.authority.for_resource(name);
-        if let Some(a) = &authority {
-            for o in a.listed_origins() {
-                self.named_origin(o);
-            }
-        }
-        let degrade = self.degrade.for_resource(name);
-        let mut rules = ResourceRules {
-            named_origins,
-            authority,
-            param: self.param.for_resource(name),
-            fast_path: false,
-            cluster_only: false,
-            flow,
-            // The `"*"` breakers apply only to a resource with none of its own: kept only then, so that each
-            // breaker slot reads one field.
-            default_degrade: self.degrade.default_breakers_for(name).filter(|_| degrade.is_none()),
-            degrade,
-            adaptive: self.adaptive.for_resource(name),
-            #[cfg(test)]
-            every_nth: self.every_nth.for_resource(name),
-        };
-        rules.fast_path = !crate::chain::has_slow_rules(&rules, self)
-            && rules.param.as_ref().is_none_or(|p| p.holds_nothing())
-            && rules.flow.as_ref().is_none_or(|f| f.simple_limit().is_some());
-        rules.cluster_only = !crate::chain::has_slow_rules(&rules, self)
-            && rules.param.is_none()
-            && rules.flow.as_ref().is_some_and(|f| f.cluster_only());
-        rules
-    }
-
-    /// Runs `f` on every resource while no resource can be created.
-    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
-    pub(crate) fn for_each_resource_locked(&self, f: impl Fn(&ResourceInner)) {
-        let _guard = self.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
-        for (_, inner) in self.resource_list.iter() {
-            f(inner);
-        }
-    }
-
-    /// Rebuilds every resource's rules after a manager changed.
-    pub(crate) fn refresh_rules(&self) {
-        let _guard = self.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
-        // One grace period for the whole refresh, when `retired` drops (after the lock is released).
-        let mut retired = crate::rcu::RetireBatch::new();
-        for (_, inner) in self.resource_list.iter() {
-            inner.set_rules(self.rules_for(&inner.name), &mut retired);
-        }
-        drop(_guard);
-    }
-
-    pub(crate) fn error_filter_accepts(&self, err: &(dyn StdError + 'static)) -> bool {
-        match &*self.error_filter.load() {
-            Some(f) => f(err),
-            None => true,
-        }
-    }
-
-    #[inline]
-    pub(crate) fn on_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
-        if self.has_block_listeners.load(Ordering::Acquire) {
-            self.notify_block(err, now_ms, acquire);
-        }
-    }
-
-    #[cold]
-    fn notify_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
-        let listeners = self.block_listeners.load();
-        for l in listeners.iter() {
-            // A listener's panic is contained (like a breaker observer's): the caller gets its BlockError.
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(err, now_ms, acquire))).is_err() {
-                static LOGGED: std::sync::Once = std::sync::Once::new();
-                LOGGED.call_once(|| tracing::error!(resource = %err.resource(), "a block listener panicked"));
-            }
-        }
-    }
-
-    pub(crate) fn resources(&self) -> impl Iterator<Item = &Arc<ResourceInner>> {
-        self.resource_list.iter().map(|(_, r)| r)
-    }
-
-    pub(crate) fn contexts(&self) -> impl Iterator<Item = &ContextInfo> {
-        std::iter::once(&*self.default_ctx).chain(self.context_list.iter().map(|(_, c)| c))
-    }
-
-    #[inline]
-    pub(crate) fn now_ms(&self) -> u64 {
-        self.clock.now_nanos() / crate::clock::NANOS_PER_MILLI
+        Sentinel { shared: Arc::new(Shared::new(self.config, clock)) }
     }
 }
 
@@ -548,6 +185,14 @@ impl fmt::Debug for WeakSentinel {
 
 static GLOBAL: OnceLock<Sentinel> = OnceLock::new();
 
+/// The resources of annotated call sites, when this engine stands in for the global one (by the site's
+/// address): kept among the engine's extensions, since the engine's state holds no handle.
+#[derive(Default)]
+struct Sites {
+    map: Mutex<HashMap<usize, usize>>,
+    list: boxcar::Vec<Resource>,
+}
+
 /// The global engine was already initialized.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("the global Sentinel engine is already initialized; call init_global before the first entry")]
@@ -604,11 +249,11 @@ impl Sentinel {
         struct Restore(ContextState);
         impl Drop for Restore {
             fn drop(&mut self) {
-                crate::context::set_current(self.0);
+                context::set_current(self.0);
             }
         }
-        let prev = crate::context::current();
-        crate::context::set_current(ContextState { override_engine: self as *const Sentinel, ..prev });
+        let prev = context::current();
+        context::set_current(ContextState { override_engine: self.as_override(), ..prev });
         let _r = Restore(prev);
         f()
     }
@@ -616,12 +261,64 @@ impl Sentinel {
     /// The engine annotated functions use on this thread: a [`scoped`](Sentinel::scoped) one, or the global.
     #[inline]
     pub fn current() -> &'static Sentinel {
-        let s = crate::context::current();
-        if s.override_engine.is_null() {
-            Sentinel::global()
-        } else {
-            // SAFETY: only `&'static Sentinel` values are installed as overrides.
-            unsafe { &*s.override_engine }
+        Sentinel::overriding(context::current().override_engine).unwrap_or_else(Sentinel::global)
+    }
+
+    /// This engine as the one that stands in for the global one ([`Sentinel::scoped`]).
+    fn as_override(&'static self) -> EngineOverride {
+        EngineOverride((self as *const Sentinel).cast())
+    }
+
+    /// The engine `o` names, if one stands in for the global one.
+    #[inline]
+    pub(crate) fn overriding(o: EngineOverride) -> Option<&'static Sentinel> {
+        // SAFETY: an `EngineOverride` other than `NONE` is only made by `as_override`, from a `&'static
+        // Sentinel`.
+        (!o.0.is_null()).then(|| unsafe { &*o.0.cast::<Sentinel>() })
+    }
+
+    /// Enters the context `name` with the caller `origin` (empty for none) on this thread. If a context is
+    /// already active it stays active and the guard does nothing, as in Java Sentinel.
+    ///
+    /// ```
+    /// use sentinel_runtime::Sentinel;
+    /// let engine = Sentinel::builder().build();
+    /// let _ctx = engine.enter_context("http-entrance", "appA").unwrap();
+    /// let e = engine.enter("queryOrder").unwrap();
+    /// assert_eq!(e.origin(), "appA");
+    /// ```
+    pub fn enter_context(&self, name: &str, origin: &str) -> Result<ContextGuard<'_>, ContextError> {
+        if name == DEFAULT_CONTEXT_NAME {
+            return Err(ContextError::ReservedName);
+        }
+        if name.is_empty() {
+            return Err(ContextError::EmptyName);
+        }
+        let cur = context::current();
+        if cur.engine_id == self.shared.id {
+            return Ok(self.context_guard(None));
+        }
+        let state = self.shared.context_state(name, origin, cur.override_engine);
+        context::set_current(state);
+        Ok(self.context_guard(Some(cur)))
+    }
+
+    /// The name and origin of this thread's active context of this engine, if any.
+    pub fn current_context(&self) -> Option<(String, String)> {
+        let s = context::current();
+        if s.engine_id != self.shared.id || s.ctx.is_null() {
+            return None;
+        }
+        // SAFETY: the context and origin tables live as long as the engine.
+        unsafe { Some(((*s.ctx).name().to_string(), (*s.origin).name.to_string())) }
+    }
+
+    fn context_guard(&self, restore: Option<ContextState>) -> ContextGuard<'_> {
+        ContextGuard {
+            engine_id: self.shared.id,
+            _engine: std::marker::PhantomData,
+            restore,
+            _not_send: std::marker::PhantomData,
         }
     }
 
@@ -753,7 +450,7 @@ impl Sentinel {
             shared.unnamed_resources.fetch_add(1, Ordering::Relaxed);
         }
         let name: Arc<str> = name.into();
-        let inner = Arc::new(ResourceInner::new(name.clone(), shared.rules_for(&name)));
+        let inner = Arc::new(ResourceInner::new(name.clone(), compile::rules_for(shared, &name)));
         shared.observers.start(&inner.observed);
         resources.insert(name, inner.clone());
         shared.resource_list.push(inner.clone());
@@ -866,7 +563,7 @@ impl Sentinel {
     /// Replaces the flow rules. An invalid rule rejects the whole set and the rules in force stay.
     pub fn load_flow_rules(&self, rules: impl IntoIterator<Item = FlowRule>) -> Result<(), RuleError> {
         if self.shared.flow.load(rules.into_iter().collect())? {
-            self.shared.refresh_rules();
+            compile::refresh_rules(&self.shared);
         }
         self.warn_unknown_rule_resources(crate::error::RuleKind::Flow);
         Ok(())
@@ -897,7 +594,7 @@ impl Sentinel {
         service: Option<Arc<dyn crate::flow::token_service::TokenService>>,
     ) -> Result<(), RuleError> {
         self.shared.flow.set_cluster_service(service)?;
-        self.shared.refresh_rules();
+        compile::refresh_rules(&self.shared);
         Ok(())
     }
 
@@ -933,7 +630,7 @@ impl Sentinel {
     /// Replaces the degrade (circuit breaker) rules.
     pub fn load_degrade_rules(&self, rules: impl IntoIterator<Item = DegradeRule>) -> Result<(), RuleError> {
         if self.shared.degrade.load(rules.into_iter().collect())? {
-            self.shared.refresh_rules();
+            compile::refresh_rules(&self.shared);
         }
         self.warn_unknown_rule_resources(crate::error::RuleKind::Degrade);
         Ok(())
@@ -968,7 +665,7 @@ impl Sentinel {
     /// Replaces the authority rules.
     pub fn load_authority_rules(&self, rules: impl IntoIterator<Item = AuthorityRule>) -> Result<(), RuleError> {
         if self.shared.authority.load(rules.into_iter().collect())? {
-            self.shared.refresh_rules();
+            compile::refresh_rules(&self.shared);
         }
         self.warn_unknown_rule_resources(crate::error::RuleKind::Authority);
         Ok(())
@@ -978,36 +675,22 @@ impl Sentinel {
         self.shared.authority.rules()
     }
 
+    /// This engine's value of type `T`, created with `T::default()` on first use. Cold path: integrations
+    /// look it up once (a layer when built, a command when it runs) and keep the `Arc`.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn extension<T: std::any::Any + Send + Sync + Default>(&self) -> Arc<T> {
+        self.shared.extensions.get::<T>().clone()
+    }
+
     /// The resource of an annotated call site in this engine (used when this engine stands in for the global).
     pub(crate) fn site_resource(&'static self, key: usize, name: &str, entry_type: EntryType) -> &'static Resource {
-        let mut sites = self.shared.sites.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&i) = sites.get(&key) {
-            return &self.shared.site_list[i];
+        let sites: &'static Sites = self.shared.extensions.get();
+        let mut map = sites.map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = map.get(&key) {
+            return &sites.list[i];
         }
-        let i = self.shared.site_list.push(self.site_resource_typed(name, entry_type));
-        sites.insert(key, i);
-        &self.shared.site_list[i]
-    }
-}
-
-impl crate::slot::contract::Resources for Shared {
-    fn generation(&self) -> usize {
-        self.resource_generation.load(Ordering::Acquire)
-    }
-
-    fn related(&self, name: &str) -> Option<crate::slot::contract::RelatedStat> {
-        let res = self.find_resource(name)?;
-        Some(crate::slot::contract::RelatedStat::new(res, |r| &r.cluster.stat))
-    }
-}
-
-impl Shared {
-    /// Starts recording response-time histograms (with `bounds_micros`, increasing) and blocks by kind for
-    /// every resource, present and future. Returns the bounds in force: the first call's.
-    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
-    pub(crate) fn observe(&self, bounds_micros: Arc<[u64]>) -> Arc<[u64]> {
-        let bounds = self.observers.set_bounds(bounds_micros);
-        self.for_each_resource_locked(|inner| self.observers.start(&inner.observed));
-        bounds
+        let i = sites.list.push(self.site_resource_typed(name, entry_type));
+        map.insert(key, i);
+        &sites.list[i]
     }
 }

@@ -13,6 +13,29 @@ use super::{Entry, ResRef};
 use crate::flow;
 use crate::wait::Wait;
 
+/// A resource's entries start here (the handle is defined with the resources; its entry methods sit with the
+/// builder they return, so that resources know no entry).
+impl Resource {
+    /// Enters the resource with one permit, in the current context.
+    #[inline]
+    pub fn enter(&self) -> Result<Entry<'_>, BlockError> {
+        EntryBuilder::new(self).enter()
+    }
+    /// Starts an entry with options (acquire count, origin, context, hot parameters, priority).
+    #[inline]
+    pub fn entry(&self) -> EntryBuilder<'_, 'static> {
+        EntryBuilder::new(self)
+    }
+    /// Starts an entry that owns a clone of this handle: a `'static` entry that can move into a future or a
+    /// response body (middleware). Costs two reference-count updates more than [`Resource::entry`], except
+    /// on the global engine and on leaked ones ([`Sentinel::leak`](crate::Sentinel::leak)), which live until
+    /// the process ends: their entries need no count.
+    #[inline]
+    pub fn entry_owned(&self) -> EntryBuilder<'static, 'static> {
+        EntryBuilder::owned(self)
+    }
+}
+
 /// Options for one entry. Made by [`Resource::entry`].
 #[must_use = "an entry builder does nothing until `enter` is called"]
 pub struct EntryBuilder<'r, 'a> {

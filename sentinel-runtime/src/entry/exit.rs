@@ -4,9 +4,9 @@ use std::sync::atomic::Ordering;
 
 use crate::clock::NANOS_PER_MILLI;
 use crate::context::{self, ContextState};
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::node::DefaultNode;
-use crate::resource::ResourceInner;
+use crate::resource::inner::ResourceInner;
 
 use super::path::Nodes;
 use super::{Entry, Flags};
@@ -76,8 +76,8 @@ impl Drop for Entry<'_> {
         if self.flags & Flags::TOUCHES_TLS != 0 {
             self.restore_context(shared, node);
         }
-        // The adaptive slot's place goes back to the rule state that gave it, read here like breakers'.
-        if inner.has_breakers.load(Ordering::Acquire) || self.adaptive.holds() {
+        // Breakers count the call; the adaptive slot's place goes back to the rule state that gave it.
+        if inner.exit_reads_rules.load(Ordering::Acquire) {
             let xcx = ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));

@@ -15,11 +15,11 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::context::OriginInfo;
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::error::BlockError;
 use crate::node::{DefaultNode, OriginNode};
+use crate::resource::inner::ResourceInner;
 use crate::resource::Resource;
-use crate::resource::ResourceInner;
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use crate::clock::NANOS_PER_MILLI;
 use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::error::BlockError;
 use crate::node::{DefaultNode, OriginNode};
+use crate::resource::inner::ResourceInner;
 use crate::resource::EntryType;
-use crate::resource::ResourceInner;
 
 use super::{Entry, EntryBuilder, Flags};
 use crate::chain::{self, Decided};
@@ -105,7 +105,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 if !general && rules.fast_path && chain::admits_fast(rules, site.shared, now_ms) {
                     // The same chain, specialised: only the slots that can be on the fast path, on rules that
                     // leave a passed call holding nothing.
-                    let call = || self.call_cx(&site, now_nanos);
+                    let call = || self.call_cx(&site, now_nanos, now_ms);
                     return chain::run_fast(rules, site.shared, &call, &mut checks.tally.wait_nanos);
                 }
                 self.run_general(rules, &mut checks, &site, now_nanos)
@@ -221,9 +221,9 @@ impl EntryBuilder<'_, '_> {
         }
     }
 
-    /// What every check sees of this call.
+    /// What every check sees of this call (`now_ms`: `now_nanos` in milliseconds, computed once by the caller).
     #[inline(always)]
-    fn call_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64) -> CallCx<'c> {
+    fn call_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64, now_ms: u64) -> CallCx<'c> {
         CallCx {
             resource: &site.inner.name,
             cluster: &site.inner.cluster.stat,
@@ -231,7 +231,7 @@ impl EntryBuilder<'_, '_> {
             acquire: self.acquire,
             args: &self.args,
             now_nanos,
-            now_ms: now_nanos / NANOS_PER_MILLI,
+            now_ms,
             clock: &site.shared.clock,
         }
     }
@@ -240,7 +240,7 @@ impl EntryBuilder<'_, '_> {
     #[inline(always)]
     fn check_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64, cluster_wait: Wait) -> CheckCx<'c> {
         CheckCx {
-            call: self.call_cx(site, now_nanos),
+            call: self.call_cx(site, now_nanos, now_nanos / NANOS_PER_MILLI),
             node: site.node.stats(),
             origin_node: site.nodes.origin(),
             context_name: site.ctx.name(),
@@ -271,7 +271,9 @@ impl EntryBuilder<'_, '_> {
             // in hand, the general path below waits, falls back or blocks.
             let now_ms = now_nanos / NANOS_PER_MILLI;
             if let Some(f) = &rules.flow {
-                if chain::admits_fast(rules, site.shared, now_ms) && flow::check_cluster_only(f, now_ms, self.acquire) {
+                if chain::admits_fast(rules, site.shared, now_ms)
+                    && flow::check::check_cluster_only(f, now_ms, self.acquire)
+                {
                     return Ok(());
                 }
             }

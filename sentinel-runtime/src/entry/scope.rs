@@ -22,7 +22,7 @@ impl Drop for ScopeRestore {
 impl<'r> Entry<'r> {
     /// The thread-context state in which this entry is the innermost entry (`None` when unchecked).
     #[inline]
-    fn scope_state(&self, override_engine: *const crate::Sentinel) -> Option<ContextState> {
+    fn scope_state(&self, override_engine: context::EngineOverride) -> Option<ContextState> {
         let node = self.node?;
         let shared = self.res.shared();
         let ctx = shared.context_by_id(node.context_id)?;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::circuit_breaker::{BreakerState, DegradeGrade};
-use crate::engine::Shared;
+use crate::engine::shared::Shared;
 use crate::observe::{ObservedSnapshot, BLOCK_KIND_NAMES};
 use crate::stat::MetricEvent;
 use crate::Sentinel;

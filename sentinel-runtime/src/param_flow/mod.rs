@@ -178,7 +178,7 @@ fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CallCx<'_>, es: &mut
         if blocked.is_some() {
             return;
         }
-        match st.decide(&v.key(), cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
+        match st.decide_value(&v.key(), cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
             ValueDecision::Pass => {}
             ValueDecision::Wait(w) => wait = wait.max(w),
             ValueDecision::Permit(cell) => es.push(cell),

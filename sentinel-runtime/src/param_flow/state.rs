@@ -211,7 +211,7 @@ impl ParamRuleState {
     /// Decides one value.
     #[inline]
     /// `now_nanos` is the entry's (possibly cached) time; the rate limiter spaces calls with `precise()`.
-    pub(crate) fn decide(
+    pub(crate) fn decide_value(
         &self,
         key: &ValueKey,
         acquire: u32,
@@ -382,7 +382,10 @@ mod tests {
     fn bucket_keeps_time_and_tokens_together() {
         let s = ParamRuleState::new(ParamFlowRule::new("r", 0).count(3.0).burst_count(1));
         let k = ParamValue::Int(1).key();
-        assert!(matches!(s.decide(&k, 1, 5_000 * NANOS_PER_MILLI, || 5_000 * NANOS_PER_MILLI), ValueDecision::Pass));
+        assert!(matches!(
+            s.decide_value(&k, 1, 5_000 * NANOS_PER_MILLI, || 5_000 * NANOS_PER_MILLI),
+            ValueDecision::Pass
+        ));
         assert_eq!(s.peek(&k).unwrap().raw(), (5_000, 3), "first sight: max (3 + 1) - 1 left");
     }
 
@@ -392,7 +395,7 @@ mod tests {
         let s = ParamRuleState::new(ParamFlowRule::new("r", 0).count(1.0).duration_in_sec(60));
         let cap = s.capacity();
         for v in 0..300_000i64 {
-            assert!(matches!(s.decide(&ParamValue::Int(v).key(), 1, 0, || 0), ValueDecision::Pass));
+            assert!(matches!(s.decide_value(&ParamValue::Int(v).key(), 1, 0, || 0), ValueDecision::Pass));
         }
         assert!(s.tracked() <= cap && cap <= 200_000, "{} of {cap}", s.tracked());
         assert!(s.tracked() > cap / 2);
@@ -403,7 +406,7 @@ mod tests {
         let s = ParamRuleState::with_capacity(ParamFlowRule::new("r", 0).count(1.0), Some(1024));
         for v in 0..100_000u32 {
             let text = format!("user-{v}");
-            let _ = s.decide(&ParamValue::Str(&text).key(), 1, 0, || 0);
+            let _ = s.decide_value(&ParamValue::Str(&text).key(), 1, 0, || 0);
             assert!(s.tracked() <= 1024);
         }
     }

@@ -1,17 +1,11 @@
-//! Resources and their handles.
+//! What the engine keeps per resource name: its cluster node, its nodes per context and the rules in force.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::engine::Shared;
-use crate::entry::EntryBuilder;
-use crate::error::BlockError;
 use crate::node::{ClusterNode, DefaultNode};
 use crate::rcu::{RcuPtr, RetireBatch};
 use crate::rules::ResourceRules;
-use crate::Entry;
-
-pub use crate::slot::EntryType;
 
 /// Everything the engine keeps per resource name. Lives as long as its engine.
 pub(crate) struct ResourceInner {
@@ -21,10 +15,12 @@ pub(crate) struct ResourceInner {
     rules: RcuPtr<ResourceRules>,
     /// Whether `rules` holds anything: lets an entry skip the load entirely.
     pub(crate) has_rules: AtomicBool,
-    /// Whether `rules` holds circuit breakers (the only rules an exit needs).
-    pub(crate) has_breakers: AtomicBool,
+    /// Whether `rules` holds rules that a call's exit reads (circuit breakers, an adaptive limit): the
+    /// exit reads the rules only then. Set before rules that need it are published and cleared after
+    /// rules that do not, so that an entry admitted under rules it names finds it set at its exit.
+    pub(crate) exit_reads_rules: AtomicBool,
     /// Response-time histogram and blocks by kind, once an integration observes them (next to
-    /// `has_breakers`, which every exit reads).
+    /// `exit_reads_rules`, which every exit reads).
     pub(crate) observed: OnceLock<crate::observe::Observed>,
     default_ctx_node: OnceLock<Arc<DefaultNode>>,
     /// Whether the default context's node must record its own calls from its creation (a rule reads it).
@@ -37,7 +33,7 @@ impl ResourceInner {
     pub(crate) fn new(name: Arc<str>, rules: ResourceRules) -> Self {
         let split_default = rules.flow.as_ref().is_some_and(|f| f.reads_default_context());
         let has = !rules.is_empty();
-        let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
+        let exit_reads = exit_reads_rules(&rules);
         let cluster = ClusterNode::new();
         for (id, name) in &rules.named_origins {
             cluster.ensure_named_origin(*id, name);
@@ -47,7 +43,7 @@ impl ResourceInner {
             cluster,
             rules: RcuPtr::new(rules),
             has_rules: AtomicBool::new(has),
-            has_breakers: AtomicBool::new(breakers),
+            exit_reads_rules: AtomicBool::new(exit_reads),
             observed: OnceLock::new(),
             default_ctx_node: OnceLock::new(),
             split_default: AtomicBool::new(split_default),
@@ -65,10 +61,18 @@ impl ResourceInner {
             self.cluster.ensure_named_origin(*id, name);
         }
         let has = !rules.is_empty();
-        let breakers = rules.degrade.is_some() || rules.default_degrade.is_some();
+        let exit_reads = exit_reads_rules(&rules);
+        if exit_reads {
+            // Before the rules: an entry that reads them (an acquire load that the replace below
+            // releases) then finds the flag set at its exit.
+            self.exit_reads_rules.store(true, Ordering::Release);
+        }
         retired.push(self.rules.replace(rules));
         self.has_rules.store(has, Ordering::Release);
-        self.has_breakers.store(breakers, Ordering::Release);
+        if !exit_reads {
+            // After the rules: an exit that still reads `true` reads rules whose exit has nothing to do.
+            self.exit_reads_rules.store(false, Ordering::Release);
+        }
     }
 
     /// Runs `f` on the rules in force.
@@ -133,55 +137,8 @@ impl ResourceInner {
     }
 }
 
-/// A cheap, cloneable handle to a resource of one engine: create it once, enter it many times.
-///
-/// ```
-/// use sentinel_runtime::{Sentinel, flow::FlowRule};
-/// let engine = Sentinel::builder().build();
-/// engine.load_flow_rules(vec![FlowRule::new("db").count(1.0)]).unwrap();
-/// let db = engine.resource("db");
-/// let first = db.enter();
-/// assert!(first.is_ok());
-/// assert!(db.enter().is_err()); // the second call in the same second is over the limit
-/// ```
-#[derive(Clone)]
-pub struct Resource {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) inner: Arc<ResourceInner>,
-    pub(crate) entry_type: EntryType,
-}
-
-impl std::fmt::Debug for Resource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resource").field("name", &self.inner.name).field("entry_type", &self.entry_type).finish()
-    }
-}
-
-impl Resource {
-    /// The resource's name.
-    pub fn name(&self) -> &str {
-        &self.inner.name
-    }
-    /// Inbound or outbound.
-    pub fn entry_type(&self) -> EntryType {
-        self.entry_type
-    }
-    /// Enters the resource with one permit, in the current context.
-    #[inline]
-    pub fn enter(&self) -> Result<Entry<'_>, BlockError> {
-        EntryBuilder::new(self).enter()
-    }
-    /// Starts an entry with options (acquire count, origin, context, hot parameters, priority).
-    #[inline]
-    pub fn entry(&self) -> EntryBuilder<'_, 'static> {
-        EntryBuilder::new(self)
-    }
-    /// Starts an entry that owns a clone of this handle: a `'static` entry that can move into a future or a
-    /// response body (middleware). Costs two reference-count updates more than [`Resource::entry`], except
-    /// on the global engine and on leaked ones ([`Sentinel::leak`](crate::Sentinel::leak)), which live until
-    /// the process ends: their entries need no count.
-    #[inline]
-    pub fn entry_owned(&self) -> EntryBuilder<'static, 'static> {
-        EntryBuilder::owned(self)
-    }
+/// Whether a call's exit reads `rules`: circuit breakers count the call (a probe decides its breaker), an
+/// adaptive limit takes back the call's place.
+fn exit_reads_rules(rules: &ResourceRules) -> bool {
+    rules.degrade.is_some() || rules.default_degrade.is_some() || rules.adaptive.is_some()
 }

@@ -1,0 +1,373 @@
+//! The state every handle of one engine shares ([`Shared`]): the clock, the configuration, the rule kinds'
+//! managers and states, the resources and their nodes, the interned contexts and origins, the user slots and
+//! the listeners. It sits below everything that holds it (resources, contexts, the chain, entries), so that
+//! none of them imports the engine's handle ([`Sentinel`](crate::Sentinel), `engine/mod.rs`), which sits on top.
+
+use std::error::Error as StdError;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+
+use crate::authority::AuthorityManager;
+use crate::circuit_breaker::DegradeManager;
+use crate::clock::EngineClock;
+use crate::config::{Config, CONTEXT_OVERFLOW, UNTRACKED_ORIGIN, UNTRACKED_ORIGIN_ID};
+use crate::context::{ContextInfo, ContextState, EngineOverride, OriginInfo, DEFAULT_CONTEXT_NAME};
+use crate::engine::extensions::Extensions;
+use crate::error::BlockError;
+use crate::flow::manager::FlowManager;
+use crate::node::{Children, EntranceNode};
+use crate::param_flow::ParamFlowManager;
+use crate::resource::inner::ResourceInner;
+use crate::slot::CustomSlots;
+use crate::stat::StatNode;
+use crate::system::SystemManager;
+
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A predicate deciding which traced errors count (the global error filter for manual entries).
+pub type ErrorFilter = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
+
+/// Called for every blocked call: the error, the time (ms) and the permits asked.
+pub type BlockListener = dyn Fn(&BlockError, u64, u32) + Send + Sync;
+
+/// State shared by every handle of one engine.
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    pub(crate) clock: EngineClock,
+    pub(crate) config: Config,
+    pub(crate) enabled: AtomicBool,
+    /// Set once a handle of this engine can never be dropped ([`Sentinel::leak`](crate::Sentinel::leak), the global engine), and
+    /// never cleared: the engine then lives until the process ends, and so do its checked resources (each is
+    /// held by `resource_list`, which only grows). An owned entry of such a resource takes no reference
+    /// count ([`Resource::entry_owned`](crate::Resource::entry_owned)).
+    pub(crate) immortal: AtomicBool,
+    pub(crate) inbound: StatNode,
+    /// Resources by name: read lock-free; `registry_lock` serializes creation and rule refreshes.
+    pub(super) resources: papaya::HashMap<Arc<str>, Arc<ResourceInner>>,
+    pub(super) registry_lock: Mutex<()>,
+    pub(super) resource_list: boxcar::Vec<Arc<ResourceInner>>,
+    /// Bumped whenever a resource is created (lets cached negative lookups stay valid without a lock).
+    pub(crate) resource_generation: AtomicUsize,
+    pub(super) default_ctx: Box<ContextInfo>,
+    /// Context and origin names to their index: read lock-free; `intern_lock` serializes first sightings.
+    pub(super) contexts: papaya::HashMap<Arc<str>, usize>,
+    pub(super) intern_lock: Mutex<()>,
+    pub(super) context_list: boxcar::Vec<ContextInfo>,
+    pub(super) empty_origin: Box<OriginInfo>,
+    /// The origin of calls from origins past the cap.
+    pub(super) untracked_origin: Box<OriginInfo>,
+    /// Origins interned that no rule named when they were first seen (counted against the cap).
+    pub(super) unnamed_origins: AtomicUsize,
+    pub(super) warned_origins: AtomicBool,
+    pub(super) origins: papaya::HashMap<Arc<str>, usize>,
+    pub(super) origin_list: boxcar::Vec<OriginInfo>,
+    pub(crate) flow: FlowManager,
+    pub(crate) degrade: DegradeManager,
+    pub(crate) system: SystemManager,
+    pub(crate) param: ParamFlowManager,
+    pub(crate) authority: AuthorityManager,
+    pub(crate) adaptive: crate::adaptive::manager::AdaptiveManager,
+    pub(crate) custom_slots: ArcSwap<CustomSlots>,
+    pub(crate) has_custom_slots: AtomicBool,
+    pub(super) error_filter: ArcSwapOption<Box<ErrorFilter>>,
+    pub(super) block_listeners: ArcSwap<Vec<Arc<BlockListener>>>,
+    /// Whether `block_listeners` holds any: a blocked call then skips loading them.
+    pub(super) has_block_listeners: AtomicBool,
+    pub(super) warned_contexts: AtomicBool,
+    pub(super) warned_resources: AtomicBool,
+    /// Resources created that no rule named (counted against the cap).
+    pub(super) unnamed_resources: AtomicUsize,
+    /// Contexts created that no chain rule named (counted against the cap).
+    pub(super) unnamed_contexts: AtomicUsize,
+    /// Handles on a new name given [`RESOURCE_OVERFLOW`] because the cap was reached.
+    pub(super) overflowed_resources: AtomicU64,
+    /// Entries in a new context run in [`CONTEXT_OVERFLOW`] because the cap was reached.
+    pub(super) overflowed_contexts: AtomicU64,
+    /// What integrations observe beyond the windows (histograms, blocks by kind), once one asks.
+    pub(crate) observers: crate::observe::Observers,
+    /// What integrations keep per engine (the gateway's rules).
+    pub(crate) extensions: Extensions,
+    /// The test-only kind's rules (slot/every_nth.rs).
+    #[cfg(test)]
+    pub(crate) every_nth: crate::slot::every_nth::EveryNthRules,
+}
+
+impl Shared {
+    /// The state of a new engine with `config` and `clock`.
+    pub(super) fn new(config: Config, clock: EngineClock) -> Shared {
+        let default_ctx = Box::new(ContextInfo {
+            id: 0,
+            entrance: EntranceNode { name: DEFAULT_CONTEXT_NAME.into(), children: Children::default() },
+        });
+        let empty_origin = Box::new(OriginInfo { id: 0, name: "".into() });
+        let untracked_origin = Box::new(OriginInfo { id: UNTRACKED_ORIGIN_ID, name: UNTRACKED_ORIGIN.into() });
+        Shared {
+            id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
+            clock,
+            config,
+            enabled: AtomicBool::new(true),
+            immortal: AtomicBool::new(false),
+            inbound: StatNode::new(),
+            resources: papaya::HashMap::new(),
+            registry_lock: Mutex::new(()),
+            resource_list: boxcar::Vec::new(),
+            resource_generation: AtomicUsize::new(0),
+            default_ctx,
+            contexts: papaya::HashMap::new(),
+            intern_lock: Mutex::new(()),
+            context_list: boxcar::Vec::new(),
+            empty_origin,
+            untracked_origin,
+            unnamed_origins: AtomicUsize::new(0),
+            warned_origins: AtomicBool::new(false),
+            origins: papaya::HashMap::new(),
+            origin_list: boxcar::Vec::new(),
+            flow: FlowManager::default(),
+            degrade: DegradeManager::default(),
+            system: SystemManager::default(),
+            param: ParamFlowManager::default(),
+            authority: AuthorityManager::default(),
+            adaptive: crate::adaptive::manager::AdaptiveManager::default(),
+            custom_slots: ArcSwap::from_pointee(CustomSlots::default()),
+            has_custom_slots: AtomicBool::new(false),
+            error_filter: ArcSwapOption::empty(),
+            block_listeners: ArcSwap::from_pointee(Vec::new()),
+            has_block_listeners: AtomicBool::new(false),
+            warned_contexts: AtomicBool::new(false),
+            warned_resources: AtomicBool::new(false),
+            unnamed_resources: AtomicUsize::new(0),
+            unnamed_contexts: AtomicUsize::new(0),
+            overflowed_resources: AtomicU64::new(0),
+            overflowed_contexts: AtomicU64::new(0),
+            observers: crate::observe::Observers::default(),
+            extensions: Extensions::default(),
+            #[cfg(test)]
+            every_nth: Default::default(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn default_state(&self, override_engine: EngineOverride) -> ContextState {
+        ContextState {
+            engine_id: self.id,
+            ctx: &*self.default_ctx as *const ContextInfo,
+            origin: &*self.empty_origin as *const OriginInfo,
+            cur_node: std::ptr::null(),
+            depth: 0,
+            override_engine,
+        }
+    }
+
+    /// A fresh state for context `name` (interned, entrance created on first use) and `origin`.
+    pub(crate) fn context_state(&self, name: &str, origin: &str, override_engine: EngineOverride) -> ContextState {
+        let ctx = self.context(name);
+        let origin = self.origin(origin);
+        ContextState {
+            engine_id: self.id,
+            ctx: ctx as *const ContextInfo,
+            origin: origin as *const OriginInfo,
+            cur_node: std::ptr::null(),
+            depth: 0,
+            override_engine,
+        }
+    }
+
+    /// The context with id `id` (0: the default context).
+    pub(crate) fn context_by_id(&self, id: u32) -> Option<&ContextInfo> {
+        if id == 0 {
+            return Some(&self.default_ctx);
+        }
+        match self.context_list.get(id as usize - 1) {
+            Some(c) if c.id == id => Some(c),
+            _ => self.context_list.iter().map(|(_, c)| c).find(|c| c.id == id),
+        }
+    }
+
+    /// The context named `name`, created on first use; past the cap (for a name no chain rule names),
+    /// [`CONTEXT_OVERFLOW`].
+    pub(crate) fn context(&self, name: &str) -> &ContextInfo {
+        if name == DEFAULT_CONTEXT_NAME {
+            return &self.default_ctx;
+        }
+        if let Some(&i) = self.contexts.pin().get(name) {
+            return &self.context_list[i];
+        }
+        self.create_context(name)
+    }
+
+    #[cold]
+    fn create_context(&self, name: &str) -> &ContextInfo {
+        if let Some(ctx) = self.intern_context(name, true) {
+            return ctx;
+        }
+        self.overflowed_contexts.fetch_add(1, Ordering::Relaxed);
+        if !self.warned_contexts.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max = self.config.max_contexts,
+                context = name,
+                "context cap reached: entries in new contexts that no chain rule names run in `{CONTEXT_OVERFLOW}`"
+            );
+        }
+        // Not capped: always interned.
+        self.intern_context(CONTEXT_OVERFLOW, false).unwrap_or(&self.default_ctx)
+    }
+
+    /// Interns the context `name`; `None` when `capped` and the cap on contexts no chain rule names is
+    /// reached.
+    fn intern_context(&self, name: &str, capped: bool) -> Option<&ContextInfo> {
+        let _guard = self.intern_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.contexts.pin();
+        if let Some(&i) = map.get(name) {
+            return Some(&self.context_list[i]);
+        }
+        if capped && !self.flow.chains_through(name) {
+            // The default context counts as one.
+            if self.unnamed_contexts.load(Ordering::Relaxed) + 1 >= self.config.max_contexts {
+                return None;
+            }
+            self.unnamed_contexts.fetch_add(1, Ordering::Relaxed);
+        }
+        let name: Arc<str> = name.into();
+        let i = self.context_list.push(ContextInfo {
+            id: self.context_list.count() as u32 + 1,
+            entrance: EntranceNode { name: name.clone(), children: Children::default() },
+        });
+        map.insert(name, i);
+        Some(&self.context_list[i])
+    }
+
+    /// The interned origin; [`UNTRACKED_ORIGIN`]'s once the cap on origins no rule names is reached.
+    pub(crate) fn origin(&self, name: &str) -> &OriginInfo {
+        if name.is_empty() {
+            return &self.empty_origin;
+        }
+        if let Some(&i) = self.origins.pin().get(name) {
+            return &self.origin_list[i];
+        }
+        self.create_origin(name, false)
+    }
+
+    /// Interns an origin a rule names: always tracked, not counted against the cap.
+    pub(crate) fn named_origin(&self, name: &str) -> &OriginInfo {
+        match self.origins.pin().get(name) {
+            Some(&i) => &self.origin_list[i],
+            None => self.create_origin(name, true),
+        }
+    }
+
+    #[cold]
+    fn create_origin(&self, name: &str, named: bool) -> &OriginInfo {
+        let _guard = self.intern_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.origins.pin();
+        if let Some(&i) = map.get(name) {
+            return &self.origin_list[i];
+        }
+        if !named {
+            if self.unnamed_origins.load(Ordering::Relaxed) >= self.config.max_origins {
+                if !self.warned_origins.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        max = self.config.max_origins,
+                        origin = name,
+                        "origin cap reached: calls from new origins run as `{UNTRACKED_ORIGIN}`"
+                    );
+                }
+                return &self.untracked_origin;
+            }
+            self.unnamed_origins.fetch_add(1, Ordering::Relaxed);
+        }
+        let name: Arc<str> = name.into();
+        let id =
+            u32::try_from(self.origin_list.count() + 1).unwrap_or(UNTRACKED_ORIGIN_ID).min(UNTRACKED_ORIGIN_ID - 1);
+        let i = self.origin_list.push(OriginInfo { id, name: name.clone() });
+        map.insert(name, i);
+        &self.origin_list[i]
+    }
+
+    /// The interned id of an origin, if it was ever seen.
+    pub(crate) fn origin_id(&self, name: &str) -> Option<u32> {
+        if name.is_empty() {
+            return Some(0);
+        }
+        if name == UNTRACKED_ORIGIN {
+            return Some(UNTRACKED_ORIGIN_ID);
+        }
+        self.origins.pin().get(name).map(|&i| self.origin_list[i].id)
+    }
+
+    /// A resource by name, if one was created.
+    pub(crate) fn find_resource(&self, name: &str) -> Option<Arc<ResourceInner>> {
+        self.resources.pin().get(name).cloned()
+    }
+
+    /// Runs `f` on every resource while no resource can be created.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn for_each_resource_locked(&self, f: impl Fn(&ResourceInner)) {
+        let _guard = self.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, inner) in self.resource_list.iter() {
+            f(inner);
+        }
+    }
+
+    pub(crate) fn error_filter_accepts(&self, err: &(dyn StdError + 'static)) -> bool {
+        match &*self.error_filter.load() {
+            Some(f) => f(err),
+            None => true,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn on_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
+        if self.has_block_listeners.load(Ordering::Acquire) {
+            self.notify_block(err, now_ms, acquire);
+        }
+    }
+
+    #[cold]
+    fn notify_block(&self, err: &BlockError, now_ms: u64, acquire: u32) {
+        let listeners = self.block_listeners.load();
+        for l in listeners.iter() {
+            // A listener's panic is contained (like a breaker observer's): the caller gets its BlockError.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l(err, now_ms, acquire))).is_err() {
+                static LOGGED: std::sync::Once = std::sync::Once::new();
+                LOGGED.call_once(|| tracing::error!(resource = %err.resource(), "a block listener panicked"));
+            }
+        }
+    }
+
+    pub(crate) fn resources(&self) -> impl Iterator<Item = &Arc<ResourceInner>> {
+        self.resource_list.iter().map(|(_, r)| r)
+    }
+
+    pub(crate) fn contexts(&self) -> impl Iterator<Item = &ContextInfo> {
+        std::iter::once(&*self.default_ctx).chain(self.context_list.iter().map(|(_, c)| c))
+    }
+
+    #[inline]
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_nanos() / crate::clock::NANOS_PER_MILLI
+    }
+}
+
+impl crate::slot::contract::Resources for Shared {
+    fn generation(&self) -> usize {
+        self.resource_generation.load(Ordering::Acquire)
+    }
+
+    fn related(&self, name: &str) -> Option<crate::slot::contract::RelatedStat> {
+        let res = self.find_resource(name)?;
+        Some(crate::slot::contract::RelatedStat::new(res, |r| &r.cluster.stat))
+    }
+}
+
+impl Shared {
+    /// Starts recording response-time histograms (with `bounds_micros`, increasing) and blocks by kind for
+    /// every resource, present and future. Returns the bounds in force: the first call's.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
+    pub(crate) fn observe(&self, bounds_micros: Arc<[u64]>) -> Arc<[u64]> {
+        let bounds = self.observers.set_bounds(bounds_micros);
+        self.for_each_resource_locked(|inner| self.observers.start(&inner.observed));
+        bounds
+    }
+}

@@ -1,0 +1,324 @@
+//! The flow slot (order -2000): decides a call on its resource's flow rules, gives back what it took when a
+//! later slot blocks, and releases concurrency permits on exit.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::error::BlockError;
+use crate::flow::controller::{reject_qps, Controller, Decision};
+use crate::flow::rule::{FlowGrade, FlowStrategy};
+use crate::flow::token_service;
+use crate::flow::{EntryState, FlowRuleState, LimitApp, ResourceFlowRules, Scratch};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
+use crate::stat::StatNode;
+
+/// The flow slot (order -2000): the resource's flow rules, in order; the first that blocks decides.
+pub(crate) struct FlowSlot;
+
+impl RuleSlot for FlowSlot {
+    type Rules = ResourceFlowRules;
+    type State = ();
+    /// Concurrency permits of thread-grade rules.
+    type Held = EntryState;
+    /// Reservations of QPS rules and tokens of cluster leases.
+    type Taken = Scratch;
+    const ORDER: i32 = crate::slot::ORDER_FLOW;
+    const ON_FAST_PATH: bool = true;
+
+    #[inline(always)]
+    fn check(
+        rules: &ResourceFlowRules,
+        _: &(),
+        cx: &CheckCx<'_>,
+        held: &mut EntryState,
+        taken: &mut Scratch,
+    ) -> Result<Verdict, BlockError> {
+        check(rules, cx, held, taken)
+    }
+
+    /// On the fast path the resource's only flow rule is simple (or it has none that applies).
+    #[inline(always)]
+    fn check_fast<'c>(
+        rules: &ResourceFlowRules,
+        _: &(),
+        call: &impl Fn() -> CallCx<'c>,
+        _: &mut u64,
+    ) -> Result<(), BlockError> {
+        match rules.simple {
+            Some(limit) => check_simple_only(rules, limit, &call()),
+            None => Ok(()),
+        }
+    }
+
+    #[inline(always)]
+    fn give_back(_: &ResourceFlowRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
+        taken.release();
+        held.release_permits(cx.acquire);
+    }
+
+    #[inline(always)]
+    fn holds(held: &EntryState) -> bool {
+        held.is_active()
+    }
+
+    #[inline(always)]
+    fn exit(_: Option<&ResourceFlowRules>, _: &(), cx: &ExitCx, held: &mut EntryState) {
+        held.release_permits(cx.acquire);
+    }
+}
+
+/// A check that only reads a node: `retry_after` is computed only when it blocks.
+#[inline(always)]
+fn read_only(pass: bool, retry_after: impl FnOnce() -> Option<std::time::Duration>) -> Decision {
+    if pass {
+        Decision::Pass { reservation: None, wait_nanos: 0 }
+    } else {
+        Decision::Block { retry_after: retry_after() }
+    }
+}
+
+/// Java's `FlowRuleChecker.selectNodeByRequesterAndStrategy`.
+#[inline]
+fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
+    let direct = st.rule.strategy == FlowStrategy::Direct;
+    let origin: &str = cx.origin;
+    let applies = match &st.limit_app {
+        LimitApp::Default => return if direct { Some(cx.cluster) } else { reference_node(st, cx) },
+        LimitApp::Origin(app) => !origin.is_empty() && app == origin,
+        LimitApp::Other => !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin),
+    };
+    if !applies {
+        return None;
+    }
+    if direct {
+        cx.origin_node
+    } else {
+        reference_node(st, cx)
+    }
+}
+
+fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
+    let r = st.rule.ref_resource.as_deref()?;
+    match st.rule.strategy {
+        FlowStrategy::Relate => {
+            if let Some(res) = st.ref_resource.get() {
+                return Some(res.stat());
+            }
+            let generation = cx.resources.generation();
+            if st.ref_miss_generation.load(Ordering::Relaxed) == generation {
+                return None;
+            }
+            match cx.resources.related(r) {
+                Some(res) => Some(st.ref_resource.get_or_init(|| res).stat()),
+                None => {
+                    st.ref_miss_generation.store(generation, Ordering::Relaxed);
+                    None
+                }
+            }
+        }
+        FlowStrategy::Chain => (cx.context_name == r).then_some(cx.node),
+        FlowStrategy::Direct => None,
+    }
+}
+
+/// Checks the resource's flow rules in order; the first that blocks decides.
+pub(crate) fn check(
+    rules: &ResourceFlowRules,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+    scratch: &mut Scratch,
+) -> Result<Verdict, BlockError> {
+    if let Some(limit) = rules.simple_limit() {
+        return check_simple(rules, limit, cx, es, scratch);
+    }
+    let mut wait_nanos = 0u64;
+    for st in &rules.rules {
+        let rule = &*st.rule;
+        if rule.cluster_mode {
+            if let Some(lease) = st.lease.get() {
+                let Some(node) = select_node(st, rules, cx) else {
+                    continue;
+                };
+                let decision = lease.check(node, cx, scratch);
+                if let Some(r) = apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
+                    return r;
+                }
+                continue;
+            }
+            if !token_service::no_service(rule) {
+                // No token service: cluster rules without local fallback pass (Java's behaviour).
+                continue;
+            }
+        }
+        let Some(node) = select_node(st, rules, cx) else {
+            continue;
+        };
+        // A relate rule reads another resource's node: its traffic is not admitted here, so the rule can only
+        // read it. Every other node is entered only through this resource's rules and is reserved exactly.
+        let owned = rule.strategy != FlowStrategy::Relate;
+        let decision = match rule.grade {
+            // Concurrency frees up when calls finish: no retry time is known.
+            FlowGrade::Thread if !owned => {
+                read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count, || None)
+            }
+            FlowGrade::Thread => {
+                if es.has_permit(node) {
+                    read_only(node.thread_permits() as f64 <= rule.count, || None)
+                } else if node.try_thread_permit(cx.acquire, rule.count) {
+                    Decision::ThreadPermit
+                } else {
+                    Decision::Block { retry_after: None }
+                }
+            }
+            FlowGrade::Qps => match &st.controller {
+                Controller::Reject if !owned => {
+                    read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count, || {
+                        node.qps_retry_after(cx.now_ms, cx.acquire, rule.count, true)
+                    })
+                }
+                Controller::Reject => {
+                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, scratch.held(node))
+                }
+                Controller::WarmUp(w) => {
+                    w.sync(cx.now_ms, node);
+                    if owned {
+                        reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, scratch.held(node))
+                    } else {
+                        let allowed = w.allowed_qps();
+                        read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= allowed, || {
+                            node.qps_retry_after(cx.now_ms, cx.acquire, allowed, true)
+                        })
+                    }
+                }
+                Controller::RateLimiter(t) => t.acquire(cx.clock.precise_nanos(), cx.acquire, rule.count),
+                Controller::WarmUpRateLimiter(w, t) => {
+                    w.sync(cx.now_ms, node);
+                    t.acquire(cx.clock.precise_nanos(), cx.acquire, w.allowed_qps())
+                }
+            },
+        };
+        if let Some(r) = apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
+            return r;
+        }
+    }
+    Ok(Verdict::Pass { wait_nanos })
+}
+
+/// The check of a resource whose only rule is simple (see [`ResourceFlowRules::simple_limit`]), without the
+/// general rule loop.
+#[inline(always)]
+fn check_simple(
+    rules: &ResourceFlowRules,
+    limit: f64,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+    scratch: &mut Scratch,
+) -> Result<Verdict, BlockError> {
+    let node = cx.cluster;
+    match reject_qps(node, cx.now_ms, cx.acquire, limit, cx.prioritized, None) {
+        Decision::Pass { reservation, wait_nanos } => {
+            if let Some(r) = reservation {
+                scratch.push_reservation(node, r);
+            }
+            Ok(Verdict::Pass { wait_nanos })
+        }
+        decision => {
+            let mut wait_nanos = 0u64;
+            match apply(decision, &rules.rules[0], node, cx, es, scratch, &mut wait_nanos) {
+                Some(r) => r,
+                None => Ok(Verdict::Pass { wait_nanos }),
+            }
+        }
+    }
+}
+
+/// The whole check of a resource whose only rule of any kind is one simple flow rule (`limit`, the only rule
+/// of `rules`), for a call that is not prioritized.
+#[inline(always)]
+pub(crate) fn check_simple_only(rules: &ResourceFlowRules, limit: f64, call: &CallCx<'_>) -> Result<(), BlockError> {
+    let (now_ms, acquire) = (call.now_ms, call.acquire);
+    // `reject_qps` without a held reservation and not prioritized, reduced to the reservation itself: going
+    // through it (and its `Decision`) measured 1.5 ns more per call on this path.
+    let node = call.cluster;
+    match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
+        Some(_) => Ok(()),
+        // The block is built from two of the call's fields, not from `call`: passing `call` to the cold
+        // function would make the fast path store the whole call view on the stack first.
+        None => Err(simple_only_block(
+            rules,
+            call.resource,
+            call.origin,
+            node.qps_retry_after(now_ms, acquire, limit, false),
+        )),
+    }
+}
+
+/// The whole check of a resource whose only rule is a cluster rule for every caller (and only closed
+/// breakers), for a call that is not prioritized: true when a leased token paid for it. Anything else (no
+/// token in hand, no token service) takes the general path, which waits, falls back or blocks.
+#[inline(always)]
+pub(crate) fn check_cluster_only(rules: &ResourceFlowRules, now_ms: u64, acquire: u32) -> bool {
+    match rules.rules[0].lease.get() {
+        Some(lease) => lease.take_in_hand(now_ms, acquire),
+        None => false,
+    }
+}
+
+#[cold]
+fn simple_only_block(
+    rules: &ResourceFlowRules,
+    resource: &Arc<str>,
+    origin: &Arc<str>,
+    retry_after: Option<std::time::Duration>,
+) -> BlockError {
+    // A simple rule set holds exactly one rule.
+    BlockError::Flow {
+        resource: resource.clone(),
+        rule: rules.rules[0].rule.clone(),
+        origin: origin.clone(),
+        retry_after,
+    }
+}
+
+/// Acts on one rule's decision: `Some` ends the check (occupied or blocked), `None` goes on to the next rule.
+#[inline(always)]
+fn apply(
+    decision: Decision,
+    st: &FlowRuleState,
+    node: &StatNode,
+    cx: &CheckCx<'_>,
+    es: &mut EntryState,
+    scratch: &mut Scratch,
+    wait_nanos: &mut u64,
+) -> Option<Result<Verdict, BlockError>> {
+    match decision {
+        Decision::Pass { reservation, wait_nanos: w } => {
+            if let Some(r) = reservation {
+                scratch.push_reservation(node, r);
+            }
+            *wait_nanos += w;
+            None
+        }
+        Decision::ThreadPermit => {
+            if !es.push_permit(node) {
+                node.release_thread_permit(cx.acquire);
+            }
+            None
+        }
+        Decision::Occupied { wait_nanos: w } => {
+            scratch.release();
+            es.release_permits(cx.acquire);
+            Some(Ok(Verdict::Occupied { wait_nanos: *wait_nanos + w }))
+        }
+        Decision::Block { retry_after } => {
+            scratch.release();
+            es.release_permits(cx.acquire);
+            Some(Err(BlockError::Flow {
+                resource: cx.resource.clone(),
+                rule: st.rule.clone(),
+                origin: cx.origin.clone(),
+                retry_after,
+            }))
+        }
+    }
+}

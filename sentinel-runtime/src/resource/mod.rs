@@ -1,0 +1,47 @@
+//! Resources: the public handle ([`Resource`]) and what the engine keeps per resource name
+//! ([`inner::ResourceInner`]). The handle's entry methods sit with the entry builder (`entry/builder.rs`), so
+//! that entries import resources and not the other way round.
+
+pub(crate) mod inner;
+
+use std::sync::Arc;
+
+use crate::engine::shared::Shared;
+use crate::resource::inner::ResourceInner;
+
+pub use crate::slot::EntryType;
+
+/// A cheap, cloneable handle to a resource of one engine: create it once, enter it many times.
+///
+/// ```
+/// use sentinel_runtime::{Sentinel, flow::FlowRule};
+/// let engine = Sentinel::builder().build();
+/// engine.load_flow_rules(vec![FlowRule::new("db").count(1.0)]).unwrap();
+/// let db = engine.resource("db");
+/// let first = db.enter();
+/// assert!(first.is_ok());
+/// assert!(db.enter().is_err()); // the second call in the same second is over the limit
+/// ```
+#[derive(Clone)]
+pub struct Resource {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) inner: Arc<ResourceInner>,
+    pub(crate) entry_type: EntryType,
+}
+
+impl std::fmt::Debug for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resource").field("name", &self.inner.name).field("entry_type", &self.entry_type).finish()
+    }
+}
+
+impl Resource {
+    /// The resource's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+    /// Inbound or outbound.
+    pub fn entry_type(&self) -> EntryType {
+        self.entry_type
+    }
+}
