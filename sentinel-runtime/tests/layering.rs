@@ -185,10 +185,7 @@ fn paths(code: &str) -> Vec<String> {
 /// Every path after `super::` in the file `rel`, made relative to the crate root (`super::super::` climbs
 /// twice), with groups expanded.
 fn super_paths(rel: &str, code: &str) -> Vec<String> {
-    let mut module: Vec<&str> = rel.trim_end_matches(".rs").split('/').collect();
-    if module.last().is_some_and(|m| *m == "mod" || *m == "lib") {
-        module.pop();
-    }
+    let module = module_of(rel);
     let mut out = Vec::new();
     let mut rest = code;
     while let Some(i) = rest.find("super::") {
@@ -206,6 +203,56 @@ fn super_paths(rel: &str, code: &str) -> Vec<String> {
         rest = tail;
         let Some(base) = module.len().checked_sub(up) else { continue };
         expand(&module[..base].join("::"), tail, &mut out);
+    }
+    out
+}
+
+/// The module path of the file `rel` (`flow/mod.rs` and `flow.rs` are `flow`).
+fn module_of(rel: &str) -> Vec<&str> {
+    let mut module: Vec<&str> = rel.trim_end_matches(".rs").split('/').collect();
+    if module.last().is_some_and(|m| *m == "mod" || *m == "lib") {
+        module.pop();
+    }
+    module
+}
+
+/// Every path into a child module the file `rel` declares (`mod x;`, then `x::Item` or `self::x::Item`),
+/// made relative to the crate root, with groups expanded. A parent's re-exports (`pub use x::Item;`,
+/// `pub(crate) use ...`) declare its face, they are not uses: left out.
+fn child_paths(rel: &str, code: &str) -> Vec<String> {
+    let module = module_of(rel).join("::");
+    let mut children = Vec::new();
+    for stmt in code.split(';') {
+        let t = stmt.trim();
+        let t = t.rsplit(']').next().unwrap_or(t).trim(); // after attributes such as `#[cfg(...)]`
+        for p in ["mod ", "pub mod ", "pub(crate) mod ", "pub(super) mod "] {
+            if let Some(name) = t.strip_prefix(p).filter(|n| n.chars().all(|c| c.is_alphanumeric() || c == '_')) {
+                children.push(name.to_string());
+            }
+        }
+    }
+    let uses: String = code
+        .split_inclusive(';')
+        .filter(|stmt| {
+            let t = stmt.trim_start();
+            let t = t.rsplit(']').next().unwrap_or(t).trim_start();
+            !["pub use ", "pub(crate) use ", "pub(super) use "].iter().any(|p| t.starts_with(p))
+        })
+        .collect::<String>()
+        .replace("self::", "");
+    let mut out = Vec::new();
+    for child in &children {
+        let needle = format!("{child}::");
+        let mut rest = uses.as_str();
+        while let Some(i) = rest.find(&needle) {
+            let before = rest[..i].chars().last();
+            let tail = &rest[i..];
+            rest = &rest[i + needle.len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            expand(&module, tail, &mut out);
+        }
     }
     out
 }
@@ -293,6 +340,7 @@ fn imports(root: &Path) -> BTreeSet<(String, String)> {
         let code = code(&text);
         let mut found = paths(&code);
         found.extend(super_paths(&rel, &code));
+        found.extend(child_paths(&rel, &code));
         for p in found {
             if let Some(target) = resolve(root, &p, &reexports) {
                 if target != rel {

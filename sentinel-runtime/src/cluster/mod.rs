@@ -90,12 +90,14 @@ mod error;
 mod keys;
 mod lease;
 mod script;
+mod status;
 mod worker;
 
 pub use config::ClusterOptions;
 pub use connection::Topology;
 pub use datasource::{RedisDataSource, RedisDataSourceBuilder, RedisReload, RedisSourceError};
 pub use error::ClusterError;
+pub use status::ClusterClientStatus;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
@@ -272,27 +274,6 @@ impl RedisClusterBuilder {
         }
         Ok(ClusterClient { client, thread: Some(thread) })
     }
-}
-
-/// The state of a cluster client ([`ClusterClient::status`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ClusterClientStatus {
-    /// Where Redis runs: its URL, the cluster's seed nodes or the sentinels and the master's name
-    /// (passwords hidden).
-    pub url: String,
-    /// The key namespace.
-    pub namespace: String,
-    /// This instance's member name.
-    pub instance_id: String,
-    /// Whether Redis answers (false before the first answer and while it fails).
-    pub connected: bool,
-    /// Whether the client was stopped.
-    pub stopped: bool,
-    /// The last failure, while Redis fails.
-    pub last_error: Option<String>,
-    /// Cluster rules the client leases for.
-    pub rules: usize,
 }
 
 /// A running cluster client. Dropping it stops it.

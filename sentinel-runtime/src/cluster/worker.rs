@@ -24,7 +24,7 @@ use super::connection::{Conn, Link, Topology};
 use super::keys;
 use super::lease::{CallAt, CallTimes, Driver, RedisClock};
 use super::script::{LeaseCall, LeaseReply, Scripts};
-use super::ClusterClientStatus;
+use super::status::ClusterClientStatus;
 
 /// A Redis call's outcome under a timeout.
 type Timed<T> = Result<Result<T, redis::RedisError>, tokio::time::error::Elapsed>;

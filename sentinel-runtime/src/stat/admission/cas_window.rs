@@ -3,8 +3,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::TAG_MASK;
 use crate::stat::window::{deprecated, BUCKET_MS, INTERVAL_MS, SAMPLES};
+
+/// The bits of a bucket's number that tag a reservation's second bucket (see `Reservation`).
+pub(super) const TAG_MASK: u64 = (1 << 18) - 1;
 
 const EMPTY: u64 = u64::MAX;
 const RESETTING: u64 = u64::MAX - 1;

@@ -96,7 +96,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-use self::cas_window::CasWindow;
+use self::cas_window::{CasWindow, TAG_MASK};
 use super::stripe;
 use crate::rcu;
 
@@ -281,7 +281,6 @@ pub(crate) struct Reservation {
 
 const START_BITS: u32 = 45;
 const START_MASK: u64 = (1 << START_BITS) - 1;
-const TAG_MASK: u64 = (1 << 18) - 1;
 
 impl Reservation {
     #[inline(always)]
