@@ -10,8 +10,7 @@ use crate::resource::{EntryType, Resource};
 
 use super::path::MayWait;
 use super::{Entry, ResRef};
-use crate::flow;
-use crate::wait::Wait;
+use crate::wait::{Pending, RetryScope, Wait};
 
 /// Options for one entry. Made by [`Resource::entry`].
 #[must_use = "an entry builder does nothing until `enter` is called"]
@@ -133,6 +132,22 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
     }
 
+    /// For the integrations (the web layer, the outbound guards): decides now like
+    /// [`decide`](Self::decide), except that a call a check asks to wait (an adaptive rule at its limit
+    /// with `maxWaitMs`, a cluster rule with no leased token in hand) is handed back as a future that
+    /// awaits the wait without blocking the thread and then decides again. Owned entries only (the future
+    /// keeps the handle); with hot-parameter arguments the call never waits (deciding again would need
+    /// them).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn decide_or_queue(self) -> Result<Result<Entry<'r>, BlockError>, QueuedEntry<'r>> {
+        let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
+        match self.enter_or_wait(wait, false) {
+            Ok(decided) => Ok(decided),
+            Err((b, pending)) => Err(Box::pin(Retry::of(b).run(pending))),
+        }
+    }
+
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
     /// Like [`enter`](EntryBuilder::enter), a borrowed handle's entry becomes the thread's innermost entry.
     /// A cluster rule with no leased token in hand is decided by its local fallback.
@@ -150,7 +165,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     pub(crate) fn decide_or_wait(
         self,
         deadline: u64,
-        pending: &mut Option<flow::token_service::Pending>,
+        pending: &mut Option<Pending>,
     ) -> Option<Result<Entry<'r>, BlockError>> {
         let install = !self.res.is_owned();
         match self.enter_or_wait(Wait::Async(deadline), install) {
@@ -176,10 +191,15 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         self,
         wait: Wait,
         install: bool,
-    ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::token_service::Pending)> {
+    ) -> Result<Result<Entry<'r>, BlockError>, (Self, Pending)> {
         self.entry_path::<MayWait<'r, 'a>>(wait, install)
     }
 }
+
+/// A call waiting for a place or a lease ([`EntryBuilder::decide_or_queue`]): resolves to its decision.
+/// Dropping it gives back whatever the wait got.
+pub(crate) type QueuedEntry<'r> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r>>;
 
 /// What an async entry needs to decide again after waiting for a cluster lease: the handle and the options,
 /// owned (the origin and context names are copied; there are no hot-parameter arguments).
@@ -205,12 +225,15 @@ impl<'r> Retry<'r> {
         }
     }
 
-    /// Awaits the lease, decides again, and so on until the call is decided (at the latest when the wait's
-    /// deadline passed: then by the rule's local fallback).
-    async fn run(mut self, mut pending: flow::token_service::Pending) -> Result<Entry<'r>, BlockError> {
+    /// Awaits the wait, decides again with what it got, and so on until the call is decided (a wait ends:
+    /// a cluster rule's at its deadline, then decided by the rule's local fallback; an adaptive rule's
+    /// after `maxWaitMs`).
+    async fn run(mut self, mut pending: Pending) -> Result<Entry<'r>, BlockError> {
         loop {
             let deadline = pending.deadline();
-            pending.wait_async().await;
+            let waited = pending.wait_async().await;
+            // Only for the decision below: never held across an `.await`.
+            let _retry = RetryScope::enter(waited);
             let b = EntryBuilder {
                 res: self.res,
                 entry_type: self.entry_type,
