@@ -171,7 +171,7 @@ fn etcd_two_engines_pushing_end_with_one_rule_set_whole_and_the_stale_writer_is_
     // change first, B expects the revision it saw before and is refused.
     let before_watch = b_view.events();
     other.put(KEY, &flow("z", 8.0));
-    let stale = b_view.write_rules(&RuleSet { flow: Some(vec![FlowRule::new("b").count(1.0)]), ..Default::default() });
+    let stale = b_view.write_rules(&RuleSet::new().with_flow(vec![FlowRule::new("b").count(1.0)]));
     match stale {
         Err(e) => {
             assert!(e.to_string().contains("another writer"), "{e}");
