@@ -157,7 +157,10 @@ async fn an_annotated_async_fn_over_its_limit_waits_up_to_max_wait_for_a_place_w
         let gate = Arc::new(Semaphore::new(0));
         let status = || engine.adaptive_status()[0].clone();
         let first = tokio::spawn(engine.scoped_future(queued(1, gate.clone())));
-        until("the first call holds the only place", || engine.adaptive_status().first().is_some_and(|s| s.inflight == 1)).await;
+        until("the first call holds the only place", || {
+            engine.adaptive_status().first().is_some_and(|s| s.inflight == 1)
+        })
+        .await;
         // On a one-thread runtime: the second call waits, and the first still runs to completion.
         let second = tokio::spawn(engine.scoped_future(queued(2, gate.clone())));
         until("the second call waits", || status().waiting == 1).await;
@@ -193,7 +196,10 @@ async fn at_its_adaptive_limit_with_max_wait_the_web_layer_holds_the_request_unt
     bounded(async {
         let (engine, clock) = engine_at(0);
         engine
-            .load_adaptive_rules([AdaptiveRule::new("GET:/slow").algorithm(AlgorithmKind::Aimd).limits(1, 1, 1).max_wait_ms(300)])
+            .load_adaptive_rules([AdaptiveRule::new("GET:/slow")
+                .algorithm(AlgorithmKind::Aimd)
+                .limits(1, 1, 1)
+                .max_wait_ms(300)])
             .unwrap();
         let release = Arc::new(Semaphore::new(0));
         let r = release.clone();

@@ -219,7 +219,11 @@ impl Limiter {
     /// Takes a permit, waiting up to the rule's `max_wait_ms` on `clock`'s timer when the limit is reached.
     /// (The engine's calls wait through `slot::PlaceWait`, which owns its limiter.)
     #[cfg(test)]
-    pub(crate) fn acquire(&self, partition: Option<PartitionId>, clock: &crate::clock::EngineClock) -> super::wait::WaitForPermit<&Limiter> {
+    pub(crate) fn acquire(
+        &self,
+        partition: Option<PartitionId>,
+        clock: &crate::clock::EngineClock,
+    ) -> super::wait::WaitForPermit<&Limiter> {
         super::wait::WaitForPermit::start(self, partition, clock)
     }
 

@@ -235,7 +235,12 @@ fn ended_reason(code: u8) -> AdaptiveBlockReason {
 /// The limiter refused the call: it waits if the rule and the caller allow, and had not waited already.
 #[cold]
 #[inline(never)]
-fn refuse(cell: &Arc<ResourceAdaptive>, limiter: &Limiter, partition: Option<PartitionId>, cx: &CheckCx<'_>) -> BlockError {
+fn refuse(
+    cell: &Arc<ResourceAdaptive>,
+    limiter: &Limiter,
+    partition: Option<PartitionId>,
+    cx: &CheckCx<'_>,
+) -> BlockError {
     let ended = RetryScope::ended();
     if ended != 0 {
         return blocked(limiter, ended_reason(ended), cx);

@@ -123,7 +123,10 @@ fn dropping_a_waiting_future_leaks_no_place_and_gives_none_back_twice() {
     drop(granted);
     assert_eq!(status(&engine), (1, 0), "and back from it, once: `b` still holds its place");
     let c = engine.enter("db").unwrap();
-    assert!(engine.resource("db").entry().decide().map(drop).is_err(), "two places, both held: nothing was given back twice");
+    assert!(
+        engine.resource("db").entry().decide().map(drop).is_err(),
+        "two places, both held: nothing was given back twice"
+    );
     drop((b, c));
     assert_eq!(status(&engine), (0, 0));
     // Dropped before its first poll: it never waited.

@@ -567,8 +567,11 @@ mod file_source {
     #[test]
     fn adaptive_rules_load_from_the_rules_directory_and_the_combined_document_in_every_format() {
         use crate::adaptive::{AdaptiveRule, AlgorithmKind};
-        let expected =
-            vec![AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(2, 8, 40).max_wait_ms(50).partition("mobile", 0.6)];
+        let expected = vec![AdaptiveRule::new("db")
+            .algorithm(AlgorithmKind::Vegas)
+            .limits(2, 8, 40)
+            .max_wait_ms(50)
+            .partition("mobile", 0.6)];
         let per_kind = [
             ("json", r#"[{"resource": "db", "algorithm": "vegas", "minLimit": 2, "initialLimit": 8, "maxLimit": 40, "maxWaitMs": 50, "partitions": {"mobile": 0.6}}]"#),
             ("yaml", "- resource: db\n  algorithm: vegas\n  minLimit: 2\n  initialLimit: 8\n  maxLimit: 40\n  maxWaitMs: 50\n  partitions:\n    mobile: 0.6\n"),

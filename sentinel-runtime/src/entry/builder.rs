@@ -187,11 +187,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// rule asked for.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn enter_or_wait(
-        self,
-        wait: Wait,
-        install: bool,
-    ) -> Result<Result<Entry<'r>, BlockError>, (Self, Pending)> {
+    fn enter_or_wait(self, wait: Wait, install: bool) -> Result<Result<Entry<'r>, BlockError>, (Self, Pending)> {
         self.entry_path::<MayWait<'r, 'a>>(wait, install)
     }
 }

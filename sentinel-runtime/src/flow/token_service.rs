@@ -542,7 +542,11 @@ impl RuleLease {
             return self.fallback(node, cx, scratch);
         }
         // The call waits outside the rules' read section and is decided again (see `crate::wait`).
-        crate::wait::ask(crate::wait::Pending::new(LeaseWait { lease: self.clone(), deadline_nanos: deadline, version }));
+        crate::wait::ask(crate::wait::Pending::new(LeaseWait {
+            lease: self.clone(),
+            deadline_nanos: deadline,
+            version,
+        }));
         Decision::Block { retry_after: None }
     }
 

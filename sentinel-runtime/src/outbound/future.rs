@@ -74,7 +74,10 @@ where
         ResponseFuture { state: State::Calling { future, timeout }, call: Some(call) }
     }
     pub(crate) fn queued(admitted: Admitted, service: S, request: Request<B>, guard: Arc<GuardState>) -> Self {
-        ResponseFuture { state: State::Queued { admitted, pending: Some(Box::new((service, request, guard))) }, call: None }
+        ResponseFuture {
+            state: State::Queued { admitted, pending: Some(Box::new((service, request, guard))) },
+            call: None,
+        }
     }
     pub(crate) fn waiting(sleep: Sleep, service: S, request: Request<B>, call: Call) -> Self {
         ResponseFuture {

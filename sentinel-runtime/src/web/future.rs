@@ -15,9 +15,9 @@ use tower_service::Service;
 
 use super::block_response as block;
 use super::body::{BodyMode, BodyWatch, ResponseBody, Wrapped};
+use super::config::LayerState;
 use super::config::{is_error, ExitOn, Judging, LayerConfig, OutcomeFn};
 use super::outcome::{GrpcCode, Outcome};
-use super::config::LayerState;
 use super::request::RequestView;
 use super::scope::RequestEntry;
 use super::service::{blocked_response, QueuedRequest};
