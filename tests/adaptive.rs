@@ -77,6 +77,19 @@ async fn an_annotated_async_fn_over_its_adaptive_limit_gets_the_block_in_its_han
     .await
 }
 
+/// A handler that answers once `release` gives it a permit.
+fn slow_handler(release: Arc<Semaphore>) -> axum::routing::MethodRouter {
+    get(move || {
+        let r = release.clone();
+        async move {
+            if let Ok(p) = r.acquire().await {
+                p.forget();
+            }
+            "done"
+        }
+    })
+}
+
 #[tokio::test]
 async fn at_its_adaptive_limit_the_web_layer_answers_503_with_retry_after_and_a_503_from_the_service_is_a_drop() {
     bounded(async {
@@ -90,20 +103,8 @@ async fn at_its_adaptive_limit_the_web_layer_answers_503_with_retry_after_and_a_
             ])
             .unwrap();
         let release = Arc::new(Semaphore::new(0));
-        let r = release.clone();
         let app = Router::new()
-            .route(
-                "/slow",
-                get(move || {
-                    let r = r.clone();
-                    async move {
-                        if let Ok(p) = r.acquire().await {
-                            p.forget();
-                        }
-                        "done"
-                    }
-                }),
-            )
+            .route("/slow", slow_handler(release.clone()))
             .route("/busy", get(|| async { (StatusCode::SERVICE_UNAVAILABLE, "overloaded") }))
             .route_layer(SentinelLayer::new(&engine));
         let addr = serve(app).await;
@@ -202,21 +203,7 @@ async fn at_its_adaptive_limit_with_max_wait_the_web_layer_holds_the_request_unt
                 .max_wait_ms(300)])
             .unwrap();
         let release = Arc::new(Semaphore::new(0));
-        let r = release.clone();
-        let app = Router::new()
-            .route(
-                "/slow",
-                get(move || {
-                    let r = r.clone();
-                    async move {
-                        if let Ok(p) = r.acquire().await {
-                            p.forget();
-                        }
-                        "done"
-                    }
-                }),
-            )
-            .route_layer(SentinelLayer::new(&engine));
+        let app = Router::new().route("/slow", slow_handler(release.clone())).route_layer(SentinelLayer::new(&engine));
         let addr = serve(app).await;
         // (in flight, waiting); the limiter is built by the first request.
         let status = || engine.adaptive_status().first().map_or((0, 0), |s| (s.inflight, s.waiting));
