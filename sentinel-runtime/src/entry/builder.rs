@@ -106,10 +106,13 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     }
 
     /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread, and so
-    /// does a cluster rule whose leased tokens ran out (it awaits the token service, at most its timeout,
-    /// then decides again). The returned future holds only the entry (not the hot-parameter arguments), so
-    /// it is `Send`; with hot-parameter arguments, a cluster rule with no token in hand is decided at once by
-    /// its local fallback instead of waiting (deciding again would need the arguments).
+    /// does a call a check asks to wait: an adaptive rule at its limit with `maxWaitMs` (it awaits a place on
+    /// the engine clock's timer, newest first, then takes it; refused when the wait ends) or a cluster rule
+    /// whose leased tokens ran out (it awaits the token service, at most its timeout, then decides again).
+    /// Dropping the future gives back a place granted meanwhile. The returned future holds only the entry
+    /// (not the hot-parameter arguments), so it is `Send`; with hot-parameter arguments, such a call is
+    /// decided at once instead of waiting (deciding again would need the arguments): refused by the adaptive
+    /// rule, or by the cluster rule's local fallback.
     ///
     /// The entry joins the active context (if any) but never changes the thread's context: the future may be
     /// polled on any thread and the entry dropped anywhere. Use [`Entry::instrument`] to run a future with

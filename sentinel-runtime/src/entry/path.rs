@@ -114,8 +114,10 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             if let Err(block) = decided {
                 // A check that refused a call which may wait left its wait: wait outside the rules' read
                 // section, then decide again.
-                let block = match crate::wait::take_pending() {
-                    Some(p) if !matches!(wait, Wait::Now) => {
+                // (A call that may not wait is never asked to: no thread-local is read for it.)
+                let pending = if matches!(wait, Wait::Now) { None } else { crate::wait::take_pending() };
+                let block = match pending {
+                    Some(p) => {
                         if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
                             return O::wait(self, p, block);
                         }
