@@ -18,9 +18,9 @@ use super::body::{BodyMode, BodyWatch, ResponseBody, Wrapped};
 use super::config::LayerState;
 use super::config::{is_error, ExitOn, Judging, LayerConfig, OutcomeFn};
 use super::outcome::{GrpcCode, Outcome};
+use super::refused::{blocked_response, QueuedRequest};
 use super::request::RequestView;
 use super::scope::RequestEntry;
-use super::service::{blocked_response, QueuedRequest};
 use crate::clock::Sleep;
 
 /// A request that passed its checks: its entry, and what judging its response needs (copied from the

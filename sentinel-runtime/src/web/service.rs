@@ -12,7 +12,6 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::block_response as block;
 use super::body::{BodyMode, Wrapped};
 use super::config::{LayerConfig, LayerState};
 use super::extract::ValueFn;
@@ -20,13 +19,11 @@ use super::future::{Guard, ResponseFuture};
 use super::gateway::enter::enter_all as gateway_enter;
 use super::naming::RouteMemo;
 use super::rate_limit;
+use super::refused::{blocked_response, Queued, Refused};
 use super::request::RequestView;
 use super::scope::RequestEntry;
-use crate::entry::QueuedEntry;
 use crate::param_flow::HotParam;
-use crate::{BlockError, EntryType, Resource};
-use std::future::Future;
-use std::pin::Pin;
+use crate::{EntryType, Resource};
 
 /// The service made by [`SentinelLayer`](super::SentinelLayer): each request enters an inbound resource
 /// before the wrapped service sees it. Cheap to clone (the configuration is shared). `M`: the layer's
@@ -115,58 +112,6 @@ where
                 ResponseFuture::waiting(sleep, ready, req, Guard::new(entry, grpc, config))
             }
         }
-    }
-}
-
-/// The layer's response to a blocked request: the layer's `on_blocked` or the default, with the RateLimit
-/// header fields when the layer writes them.
-pub(crate) fn blocked_response(
-    config: &LayerConfig,
-    blocked: &BlockError,
-    view: &RequestView<'_>,
-    grpc: bool,
-) -> Response<Bytes> {
-    let mut response = match &config.on_blocked {
-        Some(f) => f(blocked, view),
-        None => block::default_response(blocked, view),
-    };
-    if let Some(h) = config.rate_limit.filter(|h| h.applies(grpc)) {
-        h.write_blocked(response.headers_mut(), blocked);
-    }
-    response
-}
-
-/// A request its checks did not let through now.
-enum Refused {
-    Blocked(BlockError),
-    /// A check asked it to wait (an adaptive rule's `maxWaitMs`, a cluster lease): decided again after.
-    Queued(Queued),
-}
-
-/// A request waiting to be decided again: its entry's wait, and its resource (for the RateLimit fields).
-pub(crate) struct Queued {
-    waiting: QueuedEntry<'static>,
-    resource: Resource,
-}
-
-/// The decision of a queued request: its entry (with the RateLimit fields when the layer writes them), or
-/// its block. Dropping it gives back whatever the wait got.
-pub(crate) type QueuedRequest = Pin<Box<dyn Future<Output = Result<RequestEntry, BlockError>> + Send>>;
-
-impl Queued {
-    fn into_admission(self, layer: Arc<LayerState>, grpc: bool) -> (QueuedRequest, Arc<LayerState>) {
-        let shared = layer.clone();
-        let decided = Box::pin(async move {
-            let layer = shared;
-            let mut entry = RequestEntry::new(self.waiting.await?);
-            if let Some(h) = layer.config.rate_limit.filter(|h| h.applies(grpc)) {
-                let mut policies = Vec::new();
-                rate_limit::passed(&self.resource, &[], layer.config.engine.shared.now_ms(), &mut policies);
-                entry.set_headers(h.map(&policies));
-            }
-            Ok(entry)
-        });
-        (decided, layer)
     }
 }
 
