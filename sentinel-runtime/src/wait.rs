@@ -194,15 +194,16 @@ pub(crate) fn take_pending() -> Option<Pending> {
 }
 
 /// The decision made again after a wait: what the wait got is offered to the checks for its scope; a grant
-/// left untaken goes back when the scope ends.
-pub(crate) struct RetryScope(());
+/// left untaken goes back when the scope ends. Scopes nest (a check's user code may enter another resource
+/// that waits): the outer scope's offer is put back when the inner one ends.
+pub(crate) struct RetryScope(Option<(Option<Grant>, u8)>);
 
 impl RetryScope {
     /// Offers what `waited` got to the checks run on this thread until the scope drops.
     #[cold]
     pub(crate) fn enter(waited: Waited) -> RetryScope {
-        let _ = RETRY.try_with(|r| *r.borrow_mut() = (waited.grant, waited.ended));
-        RetryScope(())
+        let offer = (waited.grant, waited.ended);
+        RetryScope(RETRY.try_with(|r| std::mem::replace(&mut *r.borrow_mut(), offer)).ok())
     }
     /// Why the wait of the call decided now ended without a place (0: it did not, or there was none).
     #[cold]
@@ -213,8 +214,9 @@ impl RetryScope {
 
 impl Drop for RetryScope {
     fn drop(&mut self) {
+        let outer = self.0.take().unwrap_or_default();
         // Taken out before it drops: the place's `Drop` may wake other waiters.
-        let left = RETRY.try_with(|r| std::mem::take(&mut *r.borrow_mut())).ok();
+        let left = RETRY.try_with(|r| std::mem::replace(&mut *r.borrow_mut(), outer)).ok();
         drop(left);
     }
 }
@@ -235,4 +237,53 @@ pub(crate) fn take_grant<T: Any + Send>(mine: impl FnOnce(&T) -> bool) -> Option
         })
         .ok()
         .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    /// A place that counts how often it was given back.
+    struct Place(u32, Arc<AtomicU32>);
+    impl Drop for Place {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn offer(id: u32, returned: &Arc<AtomicU32>) -> Waited {
+        Waited { grant: Some(Grant::new(Place(id, returned.clone()))), ended: 0 }
+    }
+
+    #[test]
+    fn a_grant_nobody_takes_goes_back_once_and_a_taken_one_is_the_takers() {
+        let returned = Arc::new(AtomicU32::new(0));
+        drop(RetryScope::enter(offer(1, &returned)));
+        assert_eq!(returned.load(Ordering::SeqCst), 1, "untaken: given back when the scope ends");
+        let scope = RetryScope::enter(offer(2, &returned));
+        assert!(take_grant::<Place>(|p| p.0 == 3).is_none(), "not the taker's");
+        let taken = take_grant::<Place>(|p| p.0 == 2).expect("offered");
+        assert!(take_grant::<Place>(|_| true).is_none(), "offered once");
+        drop(scope);
+        assert_eq!(returned.load(Ordering::SeqCst), 1, "the scope gives back nothing it no longer holds");
+        drop(taken);
+        assert_eq!(returned.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_nested_retry_puts_the_outer_offer_back_when_it_ends() {
+        let returned = Arc::new(AtomicU32::new(0));
+        let outer = RetryScope::enter(Waited { grant: Some(Grant::new(Place(1, returned.clone()))), ended: 0 });
+        {
+            let _inner = RetryScope::enter(Waited { grant: None, ended: 2 });
+            assert_eq!(RetryScope::ended(), 2);
+            assert!(take_grant::<Place>(|_| true).is_none(), "the outer offer is not the inner decision's");
+        }
+        assert_eq!((RetryScope::ended(), returned.load(Ordering::SeqCst)), (0, 0));
+        assert_eq!(take_grant::<Place>(|_| true).map(|p| p.0), Some(1));
+        drop(outer);
+        assert_eq!(RetryScope::ended(), 0);
+    }
 }
