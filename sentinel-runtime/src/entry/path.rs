@@ -345,3 +345,15 @@ impl<'r> Nodes<'r> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_decision_that_may_wait_is_returned_in_the_room_of_one_that_may_not() {
+        // The web layer and async entries take the decision that may hand the call back: it must cost no
+        // more to return than a plain one.
+        let plain = std::mem::size_of::<Result<super::Entry<'static>, crate::BlockError>>();
+        let may_wait = std::mem::size_of::<super::MayWait<'static, 'static>>();
+        assert_eq!(may_wait, plain, "{may_wait} bytes against {plain}");
+    }
+}
