@@ -24,10 +24,15 @@ enum Answer {
 
 #[sentinel_resource(name = "adaptive.fetch", block_handler = fetch_blocked)]
 async fn fetch(id: u32, gate: Arc<Semaphore>) -> Result<Answer, std::convert::Infallible> {
+    pass_gate(&gate).await;
+    Ok(Answer::Done(id))
+}
+
+/// Waits for one of the gate's permits (and keeps it).
+async fn pass_gate(gate: &Semaphore) {
     if let Ok(p) = gate.acquire().await {
         p.forget();
     }
-    Ok(Answer::Done(id))
 }
 
 fn fetch_blocked(_: u32, _: Arc<Semaphore>, b: BlockError) -> Result<Answer, std::convert::Infallible> {
@@ -82,9 +87,7 @@ fn slow_handler(release: Arc<Semaphore>) -> axum::routing::MethodRouter {
     get(move || {
         let r = release.clone();
         async move {
-            if let Ok(p) = r.acquire().await {
-                p.forget();
-            }
+            pass_gate(&r).await;
             "done"
         }
     })
@@ -133,9 +136,7 @@ async fn at_its_adaptive_limit_the_web_layer_answers_503_with_retry_after_and_a_
 
 #[sentinel_resource(name = "adaptive.queued", block_handler = queued_blocked)]
 async fn queued(id: u32, gate: Arc<Semaphore>) -> Result<Answer, std::convert::Infallible> {
-    if let Ok(p) = gate.acquire().await {
-        p.forget();
-    }
+    pass_gate(&gate).await;
     Ok(Answer::Done(id))
 }
 
