@@ -143,12 +143,10 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// them).
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     #[inline(always)]
-    pub(crate) fn decide_or_queue(self) -> Result<Result<Entry<'r>, BlockError>, QueuedEntry<'r>> {
+    pub(crate) fn decide_or_queue(self) -> Result<Result<Entry<'r>, BlockError>, Queue<'r, 'a>> {
+        // The decision is returned as the entry path built it (no copy of the entry to rewrap it).
         let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
-        match self.enter_or_wait(wait, false) {
-            Ok(decided) => Ok(decided),
-            Err((b, pending)) => Err(Box::pin(Retry::of(b).run(pending))),
-        }
+        self.enter_or_wait(wait, false).map_err(|(b, pending)| Queue(b, pending))
     }
 
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
@@ -192,6 +190,19 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     #[allow(clippy::type_complexity)]
     fn enter_or_wait(self, wait: Wait, install: bool) -> Result<Result<Entry<'r>, BlockError>, (Self, Pending)> {
         self.entry_path::<MayWait<'r, 'a>>(wait, install)
+    }
+}
+
+/// A call a check asked to wait ([`EntryBuilder::decide_or_queue`]): [`Queue::start`] makes its wait.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) struct Queue<'r, 'a>(EntryBuilder<'r, 'a>, Pending);
+
+impl<'r> Queue<'r, '_> {
+    /// The call's wait and the decision made after it, owning what it needs.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[cold]
+    pub(crate) fn start(self) -> QueuedEntry<'r> {
+        Box::pin(Retry::of(self.0).run(self.1))
     }
 }
 

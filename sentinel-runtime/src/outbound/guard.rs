@@ -114,7 +114,7 @@ impl GuardState {
             }
         }
         match target.resource.entry_owned().entry_type(EntryType::Out).decide_or_queue() {
-            Err(waiting) => Admission::Queued(Queued { waiting, target, state: self.clone(), grpc }),
+            Err(queue) => Admission::Queued(Queued { waiting: queue.start(), target, state: self.clone(), grpc }),
             Ok(Err(blocked)) => Admission::Blocked(blocked),
             Ok(Ok(entry)) => {
                 let wait = entry.waits().then(|| entry.waited());

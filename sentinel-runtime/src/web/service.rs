@@ -146,7 +146,7 @@ fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Res
                     return enter_one(resource, args).map(RequestEntry::new).map_err(Refused::Blocked);
                 }
                 match entry_builder(resource, args, config, origin.as_deref(), prioritized).decide_or_queue() {
-                    Err(waiting) => Err(Refused::Queued(Queued { waiting, resource: resource.clone() })),
+                    Err(queue) => Err(Refused::Queued(Queued { waiting: queue.start(), resource: resource.clone() })),
                     Ok(entry) => {
                         if entry.is_ok() {
                             passed(resource, args);
