@@ -274,8 +274,9 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     let mutability = if plan.returns_result { quote!(mut) } else { TokenStream::new() };
     let enter = if is_async {
         quote! {
-            // Decided now; a cluster rule whose leased tokens ran out makes the call await its token
-            // service (without blocking the executor) and decide again, with the arguments re-borrowed.
+            // Decided now; a check that asks the call to wait (a cluster rule whose leased tokens ran out,
+            // an adaptive rule's `maxWaitMs`) makes it await that wait (without blocking the executor) and
+            // decide again, with the arguments re-borrowed.
             let mut #cluster_wait = #private::AsyncWait::new();
             let #decision = loop {
                 match #private::decide_async(#builder, &mut #cluster_wait) {

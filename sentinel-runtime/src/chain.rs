@@ -508,7 +508,7 @@ pub(crate) fn run(
         Err(panic) => {
             give_back(rules, shared, cx, decided, taken, entered);
             // No wait is left behind for a later entry on this thread.
-            let _ = crate::flow::token_service::take_pending();
+            let _ = crate::wait::take_pending();
             std::panic::resume_unwind(panic)
         }
     }

@@ -291,10 +291,13 @@ pub fn as_str<S: AsRef<str> + ?Sized>(value: &S) -> &str {
     value.as_ref()
 }
 
-/// The wait of an annotated `async fn` whose cluster rule has no leased token in hand (see [`decide_async`]).
+/// The wait of an annotated `async fn` that a check asked to wait (a cluster rule with no leased token in
+/// hand, an adaptive rule at its limit with `maxWaitMs`): see [`decide_async`].
 #[derive(Default)]
 pub struct AsyncWait {
-    pending: Option<crate::flow::token_service::Pending>,
+    pending: Option<crate::wait::Pending>,
+    /// What the last wait got, for the next decision (a place it holds goes back if this is dropped first).
+    waited: Option<crate::wait::Waited>,
     /// The deadline of the wait under way (0: none yet), kept for the next decision.
     deadline: u64,
 }
@@ -305,22 +308,37 @@ impl AsyncWait {
         AsyncWait::default()
     }
 
-    /// Awaits the token service (at most until the wait's deadline), without blocking the thread.
+    /// Awaits the end of the wait a check asked for, without blocking the thread.
     pub async fn wait(&mut self) {
         if let Some(p) = self.pending.take() {
             self.deadline = p.deadline();
-            p.wait_async().await;
+            self.waited = Some(p.wait_async().await);
         }
     }
 }
 
-/// Decides an async entry: `None` when the call must `wait` (a cluster rule's lease is empty) and then be
-/// decided again with a fresh builder (the arguments are borrowed again, so the future holds none of them).
+/// Decides an async entry: `None` when the call must `wait` and then be decided again with a fresh builder
+/// (the arguments are borrowed again, so the future holds none of them).
 #[inline(always)]
 pub fn decide_async<'r>(
     builder: crate::EntryBuilder<'r, '_>,
     wait: &mut AsyncWait,
 ) -> Option<Result<Entry<'r>, BlockError>> {
+    match wait.waited.take() {
+        None => builder.decide_or_wait(wait.deadline, &mut wait.pending),
+        Some(waited) => retry_async(builder, wait, waited),
+    }
+}
+
+/// [`decide_async`] after a wait: decided with what the wait got.
+#[cold]
+#[inline(never)]
+fn retry_async<'r>(
+    builder: crate::EntryBuilder<'r, '_>,
+    wait: &mut AsyncWait,
+    waited: crate::wait::Waited,
+) -> Option<Result<Entry<'r>, BlockError>> {
+    let _retry = crate::wait::RetryScope::enter(waited);
     builder.decide_or_wait(wait.deadline, &mut wait.pending)
 }
 

@@ -548,7 +548,7 @@ fn rules_published_on_a_cluster_are_in_force_within_a_second() {
     assert_eq!(engine.flow_rules()[0].count, 20.0);
     // Written back through the data source: to the key's shard, announced to every subscriber.
     use sentinel_runtime::datasource::{RuleSet, WritableDataSource};
-    let set = RuleSet { flow: Some(vec![FlowRule::new("api").count(30.0)]), ..RuleSet::default() };
+    let set = RuleSet::new().with_flow(vec![FlowRule::new("api").count(30.0)]);
     source.write_rules(&set).unwrap();
     assert!(source.wait_for(3, Duration::from_secs(1)), "the write is announced");
     assert_eq!(engine.flow_rules()[0].count, 30.0);

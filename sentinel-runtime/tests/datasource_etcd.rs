@@ -171,7 +171,7 @@ fn etcd_two_engines_pushing_end_with_one_rule_set_whole_and_the_stale_writer_is_
     // change first, B expects the revision it saw before and is refused.
     let before_watch = b_view.events();
     other.put(KEY, &flow("z", 8.0));
-    let stale = b_view.write_rules(&RuleSet { flow: Some(vec![FlowRule::new("b").count(1.0)]), ..Default::default() });
+    let stale = b_view.write_rules(&RuleSet::new().with_flow(vec![FlowRule::new("b").count(1.0)]));
     match stale {
         Err(e) => {
             assert!(e.to_string().contains("another writer"), "{e}");
@@ -224,4 +224,50 @@ fn etcd_credentials_from_the_url_or_the_builder_are_used_and_missing_ones_are_re
         .unwrap();
     assert!(by_builder.wait_for(1, WAIT));
     assert_eq!(counts(&restarted), [("api".to_string(), 6.0)]);
+}
+
+#[test]
+fn etcd_adaptive_rules_from_another_client_and_from_the_command_center_are_in_force_and_a_bad_one_is_refused() {
+    let Some(etcd) = EtcdServer::start("etcd_adaptive_rules") else { return };
+    const ADAPTIVE: &str = "/sentinel/shop/adaptive-rules";
+    let mut other = Other::connect(&etcd.url());
+    other.put(
+        ADAPTIVE,
+        r#"[{"resource": "db", "algorithm": "gradient2", "minLimit": 2, "initialLimit": 6, "maxLimit": 30}]"#,
+    );
+    let start = |engine: &Sentinel| {
+        EtcdDataSource::builder(etcd.url())
+            .rules(RuleKind::Adaptive, ADAPTIVE)
+            .retry_max(Duration::from_millis(200))
+            .start(engine)
+            .unwrap()
+    };
+    let engine = Sentinel::builder().build();
+    let source = start(&engine);
+    assert!(source.wait_for(1, WAIT), "the initial read");
+    assert_eq!(engine.adaptive_rules()[0].max_limit, 30);
+    wait_until("connected", || source.is_connected());
+
+    // A bad document from another client (shares over 1): reported, the rules in force stay.
+    other.put(ADAPTIVE, r#"[{"resource": "db", "partitions": {"a": 0.8, "b": 0.8}}]"#);
+    assert!(source.wait_for(2, WAIT), "the watch delivers the change");
+    assert_eq!(engine.adaptive_rules()[0].max_limit, 30, "the rules in force stay");
+    assert!(source.status().last_error.is_some_and(|e| e.contains("partitions")), "{:?}", source.status());
+
+    let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
+    let data = r#"[{"resource": "db", "algorithm": "aimd", "minLimit": 1, "initialLimit": 4, "maxLimit": 12}]"#;
+    let r = sentinel_testkit::http::post_form(
+        center.local_addr(),
+        "/setRules",
+        &[("type", "adaptive"), ("data", data)],
+        &[],
+    );
+    assert_eq!((r.status, r.body.trim()), (200, "success"));
+    let stored = other.get(ADAPTIVE).expect("written back");
+    assert!(stored.contains("\"maxLimit\": 12"), "{stored}");
+    drop(center);
+    let restarted = Sentinel::builder().build();
+    let again = start(&restarted);
+    assert!(again.wait_for(1, WAIT));
+    assert_eq!(restarted.adaptive_rules(), engine.adaptive_rules(), "a new engine reads it back");
 }

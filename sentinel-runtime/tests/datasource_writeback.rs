@@ -70,6 +70,61 @@ fn a_users_own_store_receives_pushed_rules_and_a_failing_one_gives_partial_succe
     assert!(store.map.lock().unwrap()["flow"].contains("4.0"), "the store keeps what it had");
 }
 
+#[test]
+fn adaptive_rules_through_the_command_center_refuse_a_bad_push_and_survive_a_restart_in_the_rules_directory() {
+    use sentinel_runtime::datasource::FileDataSource;
+    let dir = sentinel_testkit::temp_dir();
+    let engine = Sentinel::builder().build();
+    let source = FileDataSource::new(&engine, dir.path());
+    let center = CommandCenter::builder(&engine).port(0).data_source(source).start().unwrap();
+
+    let rules = r#"[{"resource": "db", "algorithm": "vegas", "minLimit": 2, "initialLimit": 8, "maxLimit": 40,
+        "maxWaitMs": 50, "partitions": {"mobile": 0.6, "default": 0.4}}]"#;
+    assert_eq!(push(&center, "setRules", "adaptive", rules), (200, "success".into()));
+    let in_force = engine.adaptive_rules();
+    assert_eq!(in_force.len(), 1);
+    assert_eq!((in_force[0].min_limit, in_force[0].max_limit, in_force[0].max_wait_ms), (2, 40, 50));
+    let got = get(center.local_addr(), "/getRules?type=adaptive", &[]);
+    assert_eq!(got.status, 200, "{}", got.body);
+    let listed: Vec<sentinel_runtime::adaptive::AdaptiveRule> =
+        sentinel_runtime::datasource::parse_rules(&got.body, Format::Json).unwrap();
+    assert_eq!(listed, in_force, "getRules answers the rules in force");
+    let file = dir.path().join("adaptive-rules.json");
+    let written = std::fs::read_to_string(&file).expect("written back to the rules directory");
+
+    // Bad pushes: a typed error naming the field; the rules in force and the file stay.
+    for (bad, field) in [
+        (r#"[{"resource": "db", "minLimit": 50, "maxLimit": 10}]"#, "minLimit"),
+        (r#"[{"resource": "db", "partitions": {"mobile": 0.8, "web": 0.7}}]"#, "partitions"),
+        (r#"[{"resource": "db", "partitions": {"mobile": 0}}]"#, "partitions"),
+        (r#"[{"resource": "db", "algorithm": "fastest"}]"#, "algorithm"),
+        (r#"[{"resource": "db", "maxLimitt": 10}]"#, "maxLimitt"),
+    ] {
+        let (status, body) = push(&center, "setRules", "adaptive", bad);
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.to_lowercase().contains(&field.to_lowercase()) || body.contains(&snake(field)), "{bad}: {body}");
+        assert_eq!(engine.adaptive_rules(), in_force, "{bad}: the rules in force stay");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), written, "{bad}: the file is untouched");
+    }
+
+    // A restart: a new engine loads the directory.
+    drop(center);
+    let restarted = Sentinel::builder().build();
+    FileDataSource::new(&restarted, dir.path()).reload_now().unwrap();
+    assert_eq!(restarted.adaptive_rules(), in_force);
+}
+
+/// `minLimit` as `min_limit`: the engine's error may name the field either way.
+fn snake(field: &str) -> String {
+    field.chars().fold(String::new(), |mut s, c| {
+        if c.is_ascii_uppercase() {
+            s.push('_');
+        }
+        s.push(c.to_ascii_lowercase());
+        s
+    })
+}
+
 #[cfg(feature = "cluster-redis")]
 #[test]
 fn redis_write_back_sets_and_publishes_so_another_engines_source_applies_it_and_a_restart_reads_it() {
@@ -107,4 +162,40 @@ fn redis_write_back_sets_and_publishes_so_another_engines_source_applies_it_and_
     let (status, body) = push(&center, "setRules", "flow", r#"[{"resource": "api", "count": 5}]"#);
     assert_eq!((status, body.as_str()), (200, WRITE_DATA_SOURCE_FAILED));
     assert_eq!(a.flow_rules()[0].count, 5.0);
+}
+
+#[cfg(feature = "cluster-redis")]
+#[test]
+fn adaptive_rules_pushed_with_a_redis_write_back_reach_another_engine_and_a_restart() {
+    use sentinel_runtime::cluster::RedisDataSource;
+    use sentinel_runtime::RuleKind;
+    use std::time::Duration;
+    let Some(redis) = sentinel_testkit::redis::RedisServer::start("adaptive_rules_pushed_with_a_redis_write_back")
+    else {
+        return;
+    };
+    let (key, channel) = ("sentinel:shop:adaptive-rules", "sentinel:shop:adaptive-rules:changed");
+    let start = |engine: &Sentinel| {
+        RedisDataSource::builder(redis.url()).rules(RuleKind::Adaptive, key, channel).start(engine).unwrap()
+    };
+    let (a, b) = (Sentinel::builder().build(), Sentinel::builder().build());
+    let source_a = start(&a);
+    let source_b = start(&b);
+    assert!(source_a.wait_for(1, Duration::from_secs(10)) && source_b.wait_for(1, Duration::from_secs(10)));
+    let center = CommandCenter::builder(&a).port(0).data_source(source_a).start().unwrap();
+
+    let rules = r#"[{"resource": "db", "algorithm": "aimd", "minLimit": 1, "initialLimit": 5, "maxLimit": 9}]"#;
+    assert_eq!(push(&center, "setRules", "adaptive", rules), (200, "success".into()));
+    assert!(source_b.wait_for(2, Duration::from_secs(10)), "B hears the PUBLISH");
+    assert_eq!(b.adaptive_rules(), a.adaptive_rules());
+    assert_eq!(b.adaptive_rules()[0].max_limit, 9);
+    // A bad push changes nothing anywhere.
+    let (status, _) = push(&center, "setRules", "adaptive", r#"[{"resource": "db", "minLimit": 9, "maxLimit": 1}]"#);
+    assert_eq!(status, 400);
+    assert_eq!(a.adaptive_rules()[0].max_limit, 9);
+
+    let restarted = Sentinel::builder().build();
+    let again = start(&restarted);
+    assert!(again.wait_for(1, Duration::from_secs(10)));
+    assert_eq!(restarted.adaptive_rules(), a.adaptive_rules(), "a new engine reads the key");
 }

@@ -126,3 +126,39 @@ fn distinct_hosts_past_the_bound_share_one_resource_and_a_ruled_one_keeps_its_ow
     );
     assert_eq!(sent.load(Ordering::SeqCst), 50);
 }
+
+#[test]
+fn at_an_adaptive_limit_with_max_wait_a_call_waits_for_a_place_then_is_sent_or_refused_when_the_wait_ends() {
+    use sentinel_runtime::adaptive::{AdaptiveBlockReason, AdaptiveRule};
+    let (engine, clock) = engine();
+    engine.load_adaptive_rules([AdaptiveRule::new("GET:stock.svc/slow").limits(1, 1, 1).max_wait_ms(200)]).unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counted = sent.clone();
+    // A downstream that never answers: each call holds its place until the caller drops it.
+    let mut svc = SentinelClientLayer::new(&engine).layer(tower::service_fn(move |_req: Request<()>| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        std::future::pending::<Result<Response<Full<Bytes>>, Infallible>>()
+    }));
+    let inflight = || engine.adaptive_status().first().map_or((0, 0), |s| (s.inflight, s.waiting));
+    let mut first = Box::pin(svc.call(get("/slow")));
+    assert!(poll(first.as_mut()).is_pending());
+    let mut second = Box::pin(svc.call(get("/slow")));
+    assert!(poll(second.as_mut()).is_pending(), "it waits rather than being refused");
+    assert_eq!((sent.load(Ordering::SeqCst), inflight()), (1, (1, 1)), "not sent while it waits");
+    drop(first);
+    assert!(poll(second.as_mut()).is_pending(), "sent, and now waiting for its answer");
+    assert_eq!((sent.load(Ordering::SeqCst), inflight()), (2, (1, 0)));
+
+    let mut third = Box::pin(svc.call(get("/slow")));
+    assert!(poll(third.as_mut()).is_pending());
+    clock.advance_millis(200);
+    match poll(third.as_mut()) {
+        Poll::Ready(Err(ClientError::Blocked(BlockError::Adaptive { block, .. }))) => {
+            assert_eq!(block.reason, AdaptiveBlockReason::WaitTimedOut)
+        }
+        other => panic!("refused once its wait ran out: {other:?}"),
+    }
+    assert_eq!(sent.load(Ordering::SeqCst), 2, "a refused call is never sent");
+    drop(second);
+    assert_eq!(inflight(), (0, 0), "no place leaked");
+}

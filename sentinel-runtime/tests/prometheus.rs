@@ -7,6 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
 use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::ManualClock;
@@ -162,6 +163,50 @@ fn the_output_passes_promtool_check_metrics() {
         .unwrap();
     child.stdin.take().unwrap().write_all(empty.as_bytes()).unwrap();
     assert!(child.wait().unwrap().success(), "{empty}");
+}
+
+#[test]
+fn adaptive_gauges_carry_the_resource_and_partition_labels_in_a_scrape_of_the_endpoint() {
+    let clock = ManualClock::at_millis(1_700_000_000_000);
+    let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("shop").build();
+    exporter::attach(&engine, ExporterConfig::default()).unwrap();
+    let mut rule =
+        AdaptiveRule::new("db").algorithm(AlgorithmKind::Gradient2).limits(2, 10, 50).partition("mobile", 0.6);
+    rule.window.window_ms = 100;
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    let db = engine.resource("db");
+    // Ten calls of 20 ms each: windows of 100 ms close, each with a 20 ms RTT.
+    for _ in 0..10 {
+        let e = db.enter().unwrap();
+        clock.advance_millis(20);
+        drop(e);
+    }
+    let held = db.entry_owned().origin("mobile").enter().unwrap();
+    let metrics = MetricsServer::serve_loopback(&engine, 0).unwrap();
+    let text = http_get(metrics.local_addr(), "/metrics").expect("a 200 answer from /metrics");
+    let status = engine.adaptive_status().remove(0);
+    let at = |name: &str, partition: &str| {
+        let series = format!("{name}{{app=\"shop\",resource=\"db\",partition=\"{partition}\"}}");
+        sample(&text, &series).unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    };
+    assert!((2..=50).contains(&status.limit), "{status:?}");
+    assert_eq!(at("sentinel_adaptive_limit", ""), f64::from(status.limit));
+    let guarantee = (f64::from(status.limit) * 0.6).ceil();
+    assert_eq!(at("sentinel_adaptive_limit", "mobile"), guarantee, "a partition's limit is its guarantee");
+    assert_eq!(at("sentinel_adaptive_inflight", ""), 1.0);
+    assert_eq!(at("sentinel_adaptive_inflight", "mobile"), 1.0);
+    assert!((at("sentinel_adaptive_min_rtt_seconds", "") - 0.020).abs() < 1e-9, "{text}");
+    assert!((at("sentinel_adaptive_sample_rtt_seconds", "") - 0.020).abs() < 1e-9, "{text}");
+    assert_eq!(at("sentinel_adaptive_baseline_rtt_seconds", ""), status.baseline_rtt.as_secs_f64());
+    assert_eq!(at("sentinel_adaptive_gradient", ""), status.gradient);
+    assert_eq!(at("sentinel_adaptive_waiting", ""), 0.0);
+    for family in ["sentinel_adaptive_limit", "sentinel_adaptive_inflight", "sentinel_adaptive_min_rtt_seconds"] {
+        assert!(text.contains(&format!("# TYPE {family} gauge")), "{family} is a gauge");
+    }
+    drop(held);
+    let text = http_get(metrics.local_addr(), "/metrics").unwrap();
+    assert_eq!(sample(&text, r#"sentinel_adaptive_inflight{app="shop",resource="db",partition="mobile"}"#), Some(0.0));
 }
 
 /// `GET path` on `addr` over HTTP/1.0; the body of a 200 answer.

@@ -39,8 +39,7 @@ use super::permit::{AdaptiveBlock, AdaptiveBlockReason, PartitionId, Permit};
 use super::rule::{AdaptiveRule, ProbeConfig, WindowConfig, DEFAULT_PARTITION};
 use super::wait::{Admission, WaitQueue};
 
-use super::wait::WaitForPermit;
-use crate::clock::{EngineClock, NANOS_PER_MILLI as NANOS_PER_MS};
+use crate::clock::NANOS_PER_MILLI as NANOS_PER_MS;
 
 /// A partition's live state.
 #[derive(Debug)]
@@ -218,16 +217,23 @@ impl Limiter {
     }
 
     /// Takes a permit, waiting up to the rule's `max_wait_ms` on `clock`'s timer when the limit is reached.
-    pub(crate) fn acquire(&self, partition: Option<PartitionId>, clock: &EngineClock) -> WaitForPermit<'_, Limiter> {
-        WaitForPermit::start(self, partition, clock)
+    /// (The engine's calls wait through `slot::PlaceWait`, which owns its limiter.)
+    #[cfg(test)]
+    pub(crate) fn acquire(
+        &self,
+        partition: Option<PartitionId>,
+        clock: &crate::clock::EngineClock,
+    ) -> super::wait::WaitForPermit<&Limiter> {
+        super::wait::WaitForPermit::start(self, partition, clock)
     }
 
     /// The blocking variant for sync callers: parks this thread until a permit or the end of the wait. Never
     /// call it on an async executor's worker (use [`Limiter::acquire`] there).
+    #[cfg(test)]
     pub(crate) fn acquire_blocking(
         &self,
         partition: Option<PartitionId>,
-        clock: &EngineClock,
+        clock: &crate::clock::EngineClock,
     ) -> Result<Permit, AdaptiveBlock> {
         futures::executor::block_on(self.acquire(partition, clock))
     }

@@ -75,6 +75,8 @@ mod engine_tests;
 mod sim;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wait_tests;
 
 pub use block::{AdaptiveBlock, AdaptiveBlockReason};
 #[cfg(feature = "serde")]

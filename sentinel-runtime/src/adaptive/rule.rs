@@ -213,9 +213,13 @@ pub struct AdaptiveRule {
     /// AIMD's parameters.
     pub aimd: AimdParams,
     /// How long a call over the limit may wait for a permit (0: it is blocked at once). Waiting calls are
-    /// served newest first. A sync entry ([`EntryBuilder::enter`](crate::EntryBuilder::enter)) waits blocking
-    /// its thread, outside the rules' read section; entries that must not block (`decide`, `enter_async`, the
-    /// async macro, the web layer) are refused at once for now.
+    /// served newest first, on the engine clock's timer, outside the rules' read section; then the call's
+    /// checks run again and it takes the place it was granted. A sync entry
+    /// ([`EntryBuilder::enter`](crate::EntryBuilder::enter), a sync annotated function) blocks its thread; an
+    /// async one ([`EntryBuilder::enter_async`](crate::EntryBuilder::enter_async), an annotated `async fn`,
+    /// the web layer, the outbound guards) awaits and never blocks an executor's worker. Calls that must not
+    /// wait ([`EntryBuilder::decide`](crate::EntryBuilder::decide), and async calls with hot-parameter
+    /// arguments, which are not kept to decide again) are refused at once.
     pub max_wait_ms: u64,
     /// The most calls that may wait at once; when full, the oldest waiter is refused (the default, 0, means
     /// `max_limit`: as many waiting as could ever run).

@@ -14,14 +14,18 @@
 //! below zero, so even a generation that came round again (255 changed reloads during one call) can only
 //! let one call more in, once.
 
-use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use super::limiter::Limiter;
 use super::permit::{AdaptiveBlockReason, PartitionId, Permit};
 use super::rule::AdaptiveRule;
+use super::wait::{Admission, WaitForPermit, WaitQueue};
+use crate::clock::EngineClock;
 use crate::error::BlockError;
 use crate::slot::contract::{CheckCx, ExitCx, RuleSlot, Verdict};
+use crate::wait::{Grant, Pending, PendingWait, RetryScope, Wait, Waited};
 
 /// The adaptive rule of one resource and its limiter.
 ///
@@ -121,12 +125,7 @@ impl RuleSlot for AdaptiveSlot {
                 *held = AdaptiveHeld::of(rules, partition);
                 Ok(Verdict::PASS)
             }
-            None => {
-                if matches!(cx.cluster_wait, crate::wait::Wait::Blocking(_)) {
-                    ask_to_wait(rules, partition, limiter.max_wait_nanos > 0);
-                }
-                Err(blocked(limiter, AdaptiveBlockReason::AtLimit, cx))
-            }
+            None => Err(refuse(rules, limiter, partition, cx)),
         }
     }
 
@@ -152,74 +151,111 @@ impl RuleSlot for AdaptiveSlot {
     }
 }
 
-thread_local! {
-    /// A sync call the limiter refused and that may wait (`maxWaitMs`): where to wait, set by the check and
-    /// taken by the entry path, which waits outside the rules' read section.
-    static WAIT: RefCell<Option<(Arc<ResourceAdaptive>, Option<PartitionId>)>> = const { RefCell::new(None) };
-    /// The place a wait got, for the check of the same call made again after it.
-    static GRANTED: RefCell<Option<(Arc<ResourceAdaptive>, Permit)>> = const { RefCell::new(None) };
+/// A call the limiter refused that may wait (`maxWaitMs`): its wait, handed to the entry path through
+/// [`crate::wait`] (blocking a sync caller's thread, awaited by an async one), on the engine clock's timer.
+struct PlaceWait {
+    limiter: OwnedLimiter,
+    partition: Option<PartitionId>,
+    clock: EngineClock,
 }
 
-/// Notes whether the refused call may wait (always set, so that the entry path never sees an older call's).
+/// The limiter of a rule state, held by a wait that outlives the check that asked for it.
+#[derive(Debug)]
+struct OwnedLimiter(Arc<ResourceAdaptive>);
+
+impl OwnedLimiter {
+    fn get(&self) -> &Limiter {
+        // Built: only a call the built limiter refused waits. (Were it not, the direction only picks the
+        // default algorithm of a limiter nobody has used.)
+        self.0.limiter(0, true)
+    }
+}
+
+impl Admission for OwnedLimiter {
+    fn try_acquire(&self, partition: Option<PartitionId>) -> Option<Permit> {
+        self.get().try_acquire(partition)
+    }
+    fn cancel(&self, permit: Permit) {
+        self.get().cancel(permit)
+    }
+    fn blocked(&self, reason: AdaptiveBlockReason) -> super::permit::AdaptiveBlock {
+        self.get().blocked(reason)
+    }
+    fn queue(&self) -> &WaitQueue {
+        &self.get().queue
+    }
+    fn max_wait_nanos(&self) -> u64 {
+        self.get().max_wait_nanos
+    }
+}
+
+/// A place a wait got, kept for the decision made again after it; dropped untaken, it goes back.
+struct PlaceGrant {
+    cell: Arc<ResourceAdaptive>,
+    permit: Option<Permit>,
+}
+
+impl Drop for PlaceGrant {
+    fn drop(&mut self) {
+        if let (Some(permit), Some(l)) = (self.permit.take(), self.cell.built()) {
+            l.cancel(permit);
+        }
+    }
+}
+
+impl PendingWait for PlaceWait {
+    fn wait_async(self: Box<Self>) -> Pin<Box<dyn Future<Output = Waited> + Send>> {
+        let PlaceWait { limiter, partition, clock } = *self;
+        let cell = limiter.0.clone();
+        let wait = WaitForPermit::start(limiter, partition, &clock);
+        Box::pin(async move {
+            match wait.await {
+                Ok(permit) => Waited { grant: Some(Grant::new(PlaceGrant { cell, permit: Some(permit) })), ended: 0 },
+                Err(block) => Waited { grant: None, ended: ended_code(block.reason) },
+            }
+        })
+    }
+}
+
+/// Why a wait ended without a place, as [`Waited::ended`] says it (never 0), and back.
+fn ended_code(reason: AdaptiveBlockReason) -> u8 {
+    match reason {
+        AdaptiveBlockReason::Displaced => 2,
+        _ => 1,
+    }
+}
+
+fn ended_reason(code: u8) -> AdaptiveBlockReason {
+    match code {
+        2 => AdaptiveBlockReason::Displaced,
+        _ => AdaptiveBlockReason::WaitTimedOut,
+    }
+}
+
+/// The limiter refused the call: it waits if the rule and the caller allow, and had not waited already.
 #[cold]
-fn ask_to_wait(cell: &Arc<ResourceAdaptive>, partition: Option<PartitionId>, may_wait: bool) {
-    let _ = WAIT.try_with(|w| *w.borrow_mut() = may_wait.then(|| (cell.clone(), partition)));
+#[inline(never)]
+fn refuse(
+    cell: &Arc<ResourceAdaptive>,
+    limiter: &Limiter,
+    partition: Option<PartitionId>,
+    cx: &CheckCx<'_>,
+) -> BlockError {
+    let ended = RetryScope::ended();
+    if ended != 0 {
+        return blocked(limiter, ended_reason(ended), cx);
+    }
+    if limiter.max_wait_nanos > 0 && !matches!(cx.cluster_wait, Wait::Now) {
+        let clock = cx.clock.clone();
+        crate::wait::ask(Pending::new(PlaceWait { limiter: OwnedLimiter(cell.clone()), partition, clock }));
+    }
+    blocked(limiter, AdaptiveBlockReason::AtLimit, cx)
 }
 
 /// The place a wait got for this call, if it came from `cell`.
 #[cold]
 fn granted_to(cell: &Arc<ResourceAdaptive>) -> Option<Permit> {
-    if GRANTED.try_with(|g| g.borrow().is_none()).unwrap_or(true) {
-        return None;
-    }
-    GRANTED
-        .try_with(|g| {
-            let mut g = g.borrow_mut();
-            match g.take() {
-                Some((c, permit)) if Arc::ptr_eq(&c, cell) => Some(permit),
-                other => {
-                    *g = other;
-                    None
-                }
-            }
-        })
-        .ok()
-        .flatten()
-}
-
-/// For the entry path: a sync call refused by an adaptive rule with `maxWaitMs` waits here, outside the rules'
-/// read section, blocking its thread (newest first, up to the rule's wait) on `clock`. `Ok(true)`: it got a
-/// place, and the checks made again for it take that place; `Ok(false)`: there was nothing to wait for.
-/// `Err`: the wait ran out or newer calls displaced it.
-#[cold]
-pub(crate) fn wait_blocking(
-    clock: &crate::clock::EngineClock,
-    cx_resource: &Arc<str>,
-    origin: &Arc<str>,
-) -> Result<bool, BlockError> {
-    let Some((cell, partition)) = WAIT.try_with(|w| w.borrow_mut().take()).ok().flatten() else {
-        return Ok(false);
-    };
-    let Some(limiter) = cell.built() else { return Ok(false) };
-    match limiter.acquire_blocking(partition, clock) {
-        Ok(permit) => {
-            let _ = GRANTED.try_with(|g| *g.borrow_mut() = Some((cell.clone(), permit)));
-            Ok(true)
-        }
-        Err(block) => Err(BlockError::Adaptive { resource: cx_resource.clone(), origin: origin.clone(), block }),
-    }
-}
-
-/// For the entry path, after the checks made again: a place a wait got that no check took (the rules
-/// changed, or an earlier slot refused the call this time) goes back.
-#[cold]
-pub(crate) fn return_unused_grant() {
-    let _ = WAIT.try_with(|w| w.borrow_mut().take());
-    if let Some((cell, permit)) = GRANTED.try_with(|g| g.borrow_mut().take()).ok().flatten() {
-        if let Some(l) = cell.built() {
-            l.cancel(permit);
-        }
-    }
+    crate::wait::take_grant::<PlaceGrant>(|g| Arc::ptr_eq(&g.cell, cell)).and_then(|mut g| g.permit.take())
 }
 
 /// The block of a call the limiter refused.

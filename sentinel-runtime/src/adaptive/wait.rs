@@ -38,6 +38,24 @@ pub(crate) trait Admission {
     fn max_wait_nanos(&self) -> u64;
 }
 
+impl<A: Admission + ?Sized> Admission for &A {
+    fn try_acquire(&self, partition: Option<PartitionId>) -> Option<Permit> {
+        (**self).try_acquire(partition)
+    }
+    fn cancel(&self, permit: Permit) {
+        (**self).cancel(permit)
+    }
+    fn blocked(&self, reason: AdaptiveBlockReason) -> AdaptiveBlock {
+        (**self).blocked(reason)
+    }
+    fn queue(&self) -> &WaitQueue {
+        (**self).queue()
+    }
+    fn max_wait_nanos(&self) -> u64 {
+        (**self).max_wait_nanos()
+    }
+}
+
 const WAITING: u8 = 0;
 const GRANTED: u8 = 1;
 const DISPLACED: u8 = 2;
@@ -155,11 +173,12 @@ impl Waiter {
 }
 
 /// A call waiting for a permit: resolves to the permit, or to [`AdaptiveBlock`] when the wait runs out or newer
-/// calls displace it. Dropping it gives back a permit granted in the meantime.
+/// calls displace it. Dropping it gives back a permit granted in the meantime. It holds the limiter as `L`:
+/// a reference, or an owned handle for a wait that must outlive the caller's borrow (an async entry's).
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
-pub(crate) struct WaitForPermit<'l, L: Admission> {
-    limiter: &'l L,
+pub(crate) struct WaitForPermit<L: Admission> {
+    limiter: L,
     state: AcquireState,
 }
 
@@ -170,15 +189,15 @@ enum AcquireState {
     Done,
 }
 
-impl<'l, L: Admission> WaitForPermit<'l, L> {
+impl<L: Admission> WaitForPermit<L> {
     /// Takes a permit, waiting up to the limiter's longest wait on `clock`'s timer when the limit is reached.
-    pub(crate) fn start(limiter: &'l L, partition: Option<PartitionId>, clock: &EngineClock) -> Self {
+    pub(crate) fn start(limiter: L, partition: Option<PartitionId>, clock: &EngineClock) -> Self {
         let state = match limiter.try_acquire(partition) {
             Some(p) => AcquireState::Ready(Ok(p)),
             None if limiter.max_wait_nanos() == 0 => {
                 AcquireState::Ready(Err(limiter.blocked(AdaptiveBlockReason::AtLimit)))
             }
-            None => match limiter.queue().enqueue(limiter, partition) {
+            None => match limiter.queue().enqueue(&limiter, partition) {
                 Ok(p) => AcquireState::Ready(Ok(p)),
                 Err(waiter) => AcquireState::Waiting {
                     waiter,
@@ -190,12 +209,12 @@ impl<'l, L: Admission> WaitForPermit<'l, L> {
     }
 }
 
-impl<L: Admission> Future for WaitForPermit<'_, L> {
+impl<L: Admission + Unpin> Future for WaitForPermit<L> {
     type Output = Result<Permit, AdaptiveBlock>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let limiter = this.limiter;
+        let limiter = &this.limiter;
         match std::mem::replace(&mut this.state, AcquireState::Done) {
             AcquireState::Ready(r) => Poll::Ready(r),
             AcquireState::Done => Poll::Ready(Err(limiter.blocked(AdaptiveBlockReason::WaitTimedOut))),
@@ -223,7 +242,7 @@ impl<L: Admission> Future for WaitForPermit<'_, L> {
     }
 }
 
-impl<L: Admission> Drop for WaitForPermit<'_, L> {
+impl<L: Admission> Drop for WaitForPermit<L> {
     fn drop(&mut self) {
         match std::mem::replace(&mut self.state, AcquireState::Done) {
             AcquireState::Waiting { waiter, .. } => {

@@ -311,7 +311,7 @@ impl FileDataSource {
     /// let source = FileDataSource::new(&engine, &file);
     /// let rules = vec![FlowRule::new("api").count(5.0)];
     /// engine.load_flow_rules(rules.clone()).unwrap();
-    /// source.write_rules(&RuleSet { flow: Some(rules), ..RuleSet::default() }).unwrap();
+    /// source.write_rules(&RuleSet::new().with_flow(rules)).unwrap();
     /// // A restart: a new engine loads the file.
     /// let restarted = Sentinel::builder().build();
     /// FileDataSource::new(&restarted, &file).reload_now().unwrap();

@@ -357,7 +357,22 @@ pub fn rules_to_string<R: RuleData>(rules: &[R], format: Format) -> Result<Strin
 }
 
 /// Rules of any kinds, as one document holds them. `None` means "this document does not manage that kind".
+///
+/// New rule kinds add fields, so the set is built with [`RuleSet::new`] and its `with_*` methods (or
+/// [`RuleSet::default`]) rather than a struct literal; the fields stay public for reading and changing.
+///
+/// ```
+/// use sentinel_runtime::adaptive::AdaptiveRule;
+/// use sentinel_runtime::datasource::RuleSet;
+/// use sentinel_runtime::flow::FlowRule;
+/// let set = RuleSet::new()
+///     .with_flow(vec![FlowRule::new("api").count(5.0)])
+///     .with_adaptive(vec![AdaptiveRule::new("db")]);
+/// assert_eq!(set.len(), 2);
+/// assert!(set.degrade.is_none(), "not managed by this set");
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct RuleSet {
     /// Flow rules.
     pub flow: Option<Vec<FlowRule>>,
@@ -385,6 +400,41 @@ fn wrap_all<R: RuleData>(v: &Option<Vec<R>>) -> Option<Vec<R::Wire>> {
 }
 
 impl RuleSet {
+    /// A set that manages no kind (the same as [`RuleSet::default`]).
+    pub fn new() -> RuleSet {
+        RuleSet::default()
+    }
+    /// The set managing flow rules: `rules`.
+    pub fn with_flow(mut self, rules: Vec<FlowRule>) -> RuleSet {
+        self.flow = Some(rules);
+        self
+    }
+    /// The set managing degrade (circuit breaker) rules: `rules`.
+    pub fn with_degrade(mut self, rules: Vec<DegradeRule>) -> RuleSet {
+        self.degrade = Some(rules);
+        self
+    }
+    /// The set managing system rules: `rules`.
+    pub fn with_system(mut self, rules: Vec<SystemRule>) -> RuleSet {
+        self.system = Some(rules);
+        self
+    }
+    /// The set managing authority rules: `rules`.
+    pub fn with_authority(mut self, rules: Vec<AuthorityRule>) -> RuleSet {
+        self.authority = Some(rules);
+        self
+    }
+    /// The set managing hot-parameter rules: `rules`.
+    pub fn with_param_flow(mut self, rules: Vec<ParamFlowRule>) -> RuleSet {
+        self.param_flow = Some(rules);
+        self
+    }
+    /// The set managing adaptive concurrency rules: `rules`.
+    pub fn with_adaptive(mut self, rules: Vec<AdaptiveRule>) -> RuleSet {
+        self.adaptive = Some(rules);
+        self
+    }
+
     /// Parses a combined document: `{"flowRules": [...], "degradeRules": [...], ...}`.
     ///
     /// ```

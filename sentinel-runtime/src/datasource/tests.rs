@@ -566,6 +566,50 @@ mod file_source {
     }
 
     #[test]
+    fn adaptive_rules_load_from_the_rules_directory_and_the_combined_document_in_every_format() {
+        use crate::adaptive::{AdaptiveRule, AlgorithmKind};
+        let expected = vec![AdaptiveRule::new("db")
+            .algorithm(AlgorithmKind::Vegas)
+            .limits(2, 8, 40)
+            .max_wait_ms(50)
+            .partition("mobile", 0.6)];
+        let per_kind = [
+            ("json", r#"[{"resource": "db", "algorithm": "vegas", "minLimit": 2, "initialLimit": 8, "maxLimit": 40, "maxWaitMs": 50, "partitions": {"mobile": 0.6}}]"#),
+            ("yaml", "- resource: db\n  algorithm: vegas\n  minLimit: 2\n  initialLimit: 8\n  maxLimit: 40\n  maxWaitMs: 50\n  partitions:\n    mobile: 0.6\n"),
+            ("toml", "[[rules]]\nresource = \"db\"\nalgorithm = \"vegas\"\nminLimit = 2\ninitialLimit = 8\nmaxLimit = 40\nmaxWaitMs = 50\npartitions = { mobile = 0.6 }\n"),
+        ];
+        for (ext, text) in per_kind {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join(format!("adaptive-rules.{ext}")), text).unwrap();
+            let engine = Sentinel::builder().build();
+            let src = FileDataSource::new(&engine, dir.path());
+            assert_eq!(src.reload_now().unwrap(), Reloaded::Applied { kinds: vec![RuleKind::Adaptive] }, "{ext}");
+            assert_eq!(engine.adaptive_rules(), expected, "adaptive-rules.{ext}");
+            // A bad rule (min over max): a typed error naming the field, the rules in force stay.
+            let bad = text.replace("40", "1");
+            fs::write(dir.path().join(format!("adaptive-rules.{ext}")), bad).unwrap();
+            match src.reload_now().unwrap_err() {
+                SourceError::Invalid { error: RuleError::Invalid { field, .. }, .. } => {
+                    assert!(field.contains("imit"), "{ext}: {field}")
+                }
+                other => panic!("{ext}: unexpected {other}"),
+            }
+            assert_eq!(engine.adaptive_rules(), expected, "{ext}: the rules in force stay");
+        }
+        for f in FORMATS {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(format!("rules.{}", f.extension()));
+            let set = RuleSet::new().with_adaptive(expected.clone()).with_flow(vec![FlowRule::new("api").count(3.0)]);
+            fs::write(&path, set.to_string(f).unwrap()).unwrap();
+            assert!(set.to_string(f).unwrap().contains("adaptiveRules"), "{f}");
+            let engine = Sentinel::builder().build();
+            FileDataSource::new(&engine, &path).reload_now().unwrap();
+            assert_eq!(engine.adaptive_rules(), expected, "{f}: adaptiveRules of a combined document");
+            assert_eq!(engine.flow_rules().len(), 1);
+        }
+    }
+
+    #[test]
     fn a_java_per_kind_file_loads_whatever_its_name() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("FlowRule.json");

@@ -109,7 +109,7 @@ impl SourceStatus {
 /// }
 ///
 /// let store = MapStore::default();
-/// let set = RuleSet { flow: Some(vec![sentinel_runtime::flow::FlowRule::new("api").count(5.0)]), ..RuleSet::default() };
+/// let set = RuleSet::new().with_flow(vec![sentinel_runtime::flow::FlowRule::new("api").count(5.0)]);
 /// store.write_rules(&set).unwrap();
 /// assert!(store.0.lock().unwrap()["flow"].contains("\"count\": 5.0"));
 /// ```

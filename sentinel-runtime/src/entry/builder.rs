@@ -10,8 +10,7 @@ use crate::resource::{EntryType, Resource};
 
 use super::path::MayWait;
 use super::{Entry, ResRef};
-use crate::flow;
-use crate::wait::Wait;
+use crate::wait::{Pending, RetryScope, Wait};
 
 /// A resource's entries start here (the handle is defined with the resources; its entry methods sit with the
 /// builder they return, so that resources know no entry).
@@ -130,10 +129,13 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     }
 
     /// Runs the checks now; a queueing decision then awaits a timer instead of blocking the thread, and so
-    /// does a cluster rule whose leased tokens ran out (it awaits the token service, at most its timeout,
-    /// then decides again). The returned future holds only the entry (not the hot-parameter arguments), so
-    /// it is `Send`; with hot-parameter arguments, a cluster rule with no token in hand is decided at once by
-    /// its local fallback instead of waiting (deciding again would need the arguments).
+    /// does a call a check asks to wait: an adaptive rule at its limit with `maxWaitMs` (it awaits a place on
+    /// the engine clock's timer, newest first, then takes it; refused when the wait ends) or a cluster rule
+    /// whose leased tokens ran out (it awaits the token service, at most its timeout, then decides again).
+    /// Dropping the future gives back a place granted meanwhile. The returned future holds only the entry
+    /// (not the hot-parameter arguments), so it is `Send`; with hot-parameter arguments, such a call is
+    /// decided at once instead of waiting (deciding again would need the arguments): refused by the adaptive
+    /// rule, or by the cluster rule's local fallback.
     ///
     /// The entry joins the active context (if any) but never changes the thread's context: the future may be
     /// polled on any thread and the entry dropped anywhere. Use [`Entry::instrument`] to run a future with
@@ -156,6 +158,20 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
     }
 
+    /// For the integrations (the web layer, the outbound guards): decides now like
+    /// [`decide`](Self::decide), except that a call a check asks to wait (an adaptive rule at its limit
+    /// with `maxWaitMs`, a cluster rule with no leased token in hand) is handed back as a future that
+    /// awaits the wait without blocking the thread and then decides again. Owned entries only (the future
+    /// keeps the handle); with hot-parameter arguments the call never waits (deciding again would need
+    /// them).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[inline(always)]
+    pub(crate) fn decide_or_queue(self) -> Result<Result<Entry<'r>, BlockError>, Queue<'r, 'a>> {
+        // The decision is returned as the entry path built it (no copy of the entry to rewrap it).
+        let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
+        self.enter_or_wait(wait, false).map_err(|(b, pending)| Queue(b, pending))
+    }
+
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
     /// Like [`enter`](EntryBuilder::enter), a borrowed handle's entry becomes the thread's innermost entry.
     /// A cluster rule with no leased token in hand is decided by its local fallback.
@@ -173,7 +189,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     pub(crate) fn decide_or_wait(
         self,
         deadline: u64,
-        pending: &mut Option<flow::token_service::Pending>,
+        pending: &mut Option<Pending>,
     ) -> Option<Result<Entry<'r>, BlockError>> {
         let install = !self.res.is_owned();
         match self.enter_or_wait(Wait::Async(deadline), install) {
@@ -195,14 +211,28 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// rule asked for.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
-    fn enter_or_wait(
-        self,
-        wait: Wait,
-        install: bool,
-    ) -> Result<Result<Entry<'r>, BlockError>, (Self, flow::token_service::Pending)> {
+    fn enter_or_wait(self, wait: Wait, install: bool) -> Result<Result<Entry<'r>, BlockError>, (Self, Pending)> {
         self.entry_path::<MayWait<'r, 'a>>(wait, install)
     }
 }
+
+/// A call a check asked to wait ([`EntryBuilder::decide_or_queue`]): [`Queue::start`] makes its wait.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))]
+pub(crate) struct Queue<'r, 'a>(EntryBuilder<'r, 'a>, Pending);
+
+impl<'r> Queue<'r, '_> {
+    /// The call's wait and the decision made after it, owning what it needs.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[cold]
+    pub(crate) fn start(self) -> QueuedEntry<'r> {
+        Box::pin(Retry::of(self.0).run(self.1))
+    }
+}
+
+/// A call waiting for a place or a lease ([`EntryBuilder::decide_or_queue`]): resolves to its decision.
+/// Dropping it gives back whatever the wait got.
+pub(crate) type QueuedEntry<'r> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r>>;
 
 /// What an async entry needs to decide again after waiting for a cluster lease: the handle and the options,
 /// owned (the origin and context names are copied; there are no hot-parameter arguments).
@@ -228,12 +258,15 @@ impl<'r> Retry<'r> {
         }
     }
 
-    /// Awaits the lease, decides again, and so on until the call is decided (at the latest when the wait's
-    /// deadline passed: then by the rule's local fallback).
-    async fn run(mut self, mut pending: flow::token_service::Pending) -> Result<Entry<'r>, BlockError> {
+    /// Awaits the wait, decides again with what it got, and so on until the call is decided (a wait ends:
+    /// a cluster rule's at its deadline, then decided by the rule's local fallback; an adaptive rule's
+    /// after `maxWaitMs`).
+    async fn run(mut self, mut pending: Pending) -> Result<Entry<'r>, BlockError> {
         loop {
             let deadline = pending.deadline();
-            pending.wait_async().await;
+            let waited = pending.wait_async().await;
+            // Only for the decision below: never held across an `.await`.
+            let _retry = RetryScope::enter(waited);
             let b = EntryBuilder {
                 res: self.res,
                 entry_type: self.entry_type,

@@ -6,6 +6,8 @@ mod path;
 mod scope;
 
 pub use builder::EntryBuilder;
+#[cfg(feature = "tower")]
+pub(crate) use builder::QueuedEntry;
 pub use scope::Instrumented;
 #[cfg(feature = "tower")]
 pub(crate) use scope::ScopeRestore;

@@ -17,14 +17,15 @@ use crate::flow;
 use crate::rules::ResourceRules;
 use crate::slot::contract::{CallCx, CheckCx};
 use crate::stat::{StatNode, Writer};
-use crate::wait::Wait;
+use crate::wait::{Pending, RetryScope, Wait};
 
 impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// The whole entry path; the entry is built once, in place, at the end. `install`: the entry becomes the
-    /// innermost entry of the thread's context (a borrowed, synchronous entry). A cluster rule's wait blocks
-    /// here ([`Wait::Blocking`]) or, for an outcome that can hand the call back ([`MayWait`], with
+    /// innermost entry of the thread's context (a borrowed, synchronous entry). A wait a check asked for
+    /// (`crate::wait`: a cluster rule's empty lease, an adaptive rule's `maxWaitMs`) blocks here
+    /// ([`Wait::Blocking`]) or, for an outcome that can hand the call back ([`MayWait`], with
     /// [`Wait::Async`]), returns the builder and the wait. The outcome type is static, so the synchronous
-    /// path compiles to what it was before cluster waits existed.
+    /// path compiles to what it was before waits existed.
     #[inline(always)]
     pub(super) fn entry_path<O: PathResult<'r, 'a>>(self, wait: Wait, install: bool) -> O {
         let sleep = matches!(wait, Wait::Blocking(_));
@@ -111,19 +112,18 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 self.run_general(rules, &mut checks, &site, now_nanos)
             });
             if let Err(block) = decided {
-                let block = if asks_to_wait(&block, wait) {
-                    // A cluster rule's lease is empty: wait outside the rules' read section.
-                    let Some(p) = flow::token_service::take_pending() else {
-                        return O::decided(Err(block));
-                    };
-                    if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
-                        return O::wait(self, p, block);
+                // A check that refused a call which may wait left its wait: wait outside the rules' read
+                // section, then decide again.
+                // (A call that may not wait is never asked to: no thread-local is read for it.)
+                let pending = if matches!(wait, Wait::Now) { None } else { crate::wait::take_pending() };
+                let block = match pending {
+                    Some(p) => {
+                        if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
+                            return O::wait(self, p, block);
+                        }
+                        self.recheck_after_wait(p, &mut checks, &site).err()
                     }
-                    self.recheck_after_wait(p, &mut checks, &site).err()
-                } else if matches!(block, BlockError::Adaptive { .. }) && sleep {
-                    self.wait_for_adaptive_place(block, &mut checks, &site)
-                } else {
-                    Some(block)
+                    _ => Some(block),
                 };
                 if let Some(block) = block {
                     let w = Writer::at(now_ms);
@@ -175,48 +175,22 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 }
 
 impl EntryBuilder<'_, '_> {
-    /// An adaptive rule with `maxWaitMs` refused a sync call: it waits for a place outside the rules' read
-    /// section (`adaptive::slot::wait_blocking`), then the checks run again and take that place. The block
-    /// that stands, if any.
+    /// A check asked the call to wait (`p`): blocks the thread until the wait ends, and decides again with
+    /// what the wait got, as often as a check asks again.
     #[cold]
     #[inline(never)]
-    fn wait_for_adaptive_place(&self, block: BlockError, checks: &mut Decided, site: &Site<'_>) -> Option<BlockError> {
-        let clock = &site.shared.clock;
-        match crate::adaptive::slot::wait_blocking(clock, &site.inner.name, &site.origin.name) {
-            Ok(true) => {}
-            Ok(false) => return Some(block),
-            Err(timed_out) => return Some(timed_out),
-        }
-        *checks = Decided::default();
-        let now_nanos = clock.now_nanos();
-        let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
-        crate::adaptive::slot::return_unused_grant();
-        decided.err()
-    }
-
-    /// A cluster rule asked the call to wait (`p`): blocks the thread until its lease changed or the wait's
-    /// deadline passed, and decides again, as often as the lease changes before the deadline.
-    #[cold]
-    #[inline(never)]
-    fn recheck_after_wait(
-        &self,
-        mut p: flow::token_service::Pending,
-        checks: &mut Decided,
-        site: &Site<'_>,
-    ) -> Result<(), BlockError> {
+    fn recheck_after_wait(&self, mut p: Pending, checks: &mut Decided, site: &Site<'_>) -> Result<(), BlockError> {
         loop {
-            p.wait_blocking();
+            let deadline = p.deadline();
+            let _retry = RetryScope::enter(p.wait_blocking());
             // The checks undid what they took when the call was asked to wait.
             *checks = Decided::default();
-            let _deadline = crate::wait::DeadlineScope::enter(p.deadline());
+            let _deadline = crate::wait::DeadlineScope::enter(deadline);
             let now_nanos = site.shared.clock.now_nanos();
             let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
-            match decided {
-                Err(ref b) if asks_to_wait(b, Wait::Blocking(0)) => match flow::token_service::take_pending() {
-                    Some(again) => p = again,
-                    None => return decided,
-                },
-                decided => return decided,
+            match (decided, crate::wait::take_pending()) {
+                (Err(_), Some(again)) => p = again,
+                (decided, _) => return decided,
             }
         }
     }
@@ -284,14 +258,14 @@ impl EntryBuilder<'_, '_> {
 }
 
 /// What the entry path returns ([`EntryBuilder::entry_path`]): a decision, or, for async callers, the
-/// builder and the wait a cluster rule asked for.
+/// builder and the wait a check asked for.
 pub(super) trait PathResult<'r, 'a>: Sized {
-    /// Whether the call may be handed back to wait (else a cluster wait blocks the thread).
+    /// Whether the call may be handed back to wait (else a wait blocks the thread).
     const HANDS_BACK: bool;
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
     /// The call must wait (only called when [`HANDS_BACK`](PathResult::HANDS_BACK)); `block` is what the
     /// checks answered meanwhile.
-    fn wait(b: EntryBuilder<'r, 'a>, p: flow::token_service::Pending, block: BlockError) -> Self;
+    fn wait(b: EntryBuilder<'r, 'a>, p: Pending, block: BlockError) -> Self;
 }
 
 impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, BlockError> {
@@ -300,14 +274,13 @@ impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, BlockError> {
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
         d
     }
-    fn wait(_: EntryBuilder<'r, 'a>, _: flow::token_service::Pending, block: BlockError) -> Self {
+    fn wait(_: EntryBuilder<'r, 'a>, _: Pending, block: BlockError) -> Self {
         Err(block)
     }
 }
 
-/// A decision, or the builder back with a cluster wait.
-pub(super) type MayWait<'r, 'a> =
-    Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, flow::token_service::Pending)>;
+/// A decision, or the builder back with the wait a check asked for.
+pub(super) type MayWait<'r, 'a> = Result<Result<Entry<'r>, BlockError>, (EntryBuilder<'r, 'a>, Pending)>;
 
 impl<'r, 'a> PathResult<'r, 'a> for MayWait<'r, 'a> {
     const HANDS_BACK: bool = true;
@@ -315,7 +288,7 @@ impl<'r, 'a> PathResult<'r, 'a> for MayWait<'r, 'a> {
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
         Ok(d)
     }
-    fn wait(b: EntryBuilder<'r, 'a>, p: flow::token_service::Pending, _: BlockError) -> Self {
+    fn wait(b: EntryBuilder<'r, 'a>, p: Pending, _: BlockError) -> Self {
         Err((b, p))
     }
 }
@@ -375,12 +348,14 @@ impl<'r> Nodes<'r> {
     }
 }
 
-/// Whether a check that answered `block` asked the call to wait for a cluster lease instead (the wait is in
-/// `flow::token_service::take_pending`): only a cluster rule's flow block can be one, and only when the call may
-/// wait. Looked at on the blocked path only.
-#[inline(always)]
-fn asks_to_wait(block: &BlockError, wait: Wait) -> bool {
-    !matches!(wait, Wait::Now)
-        && matches!(block, BlockError::Flow { rule, .. } if rule.cluster_mode)
-        && flow::token_service::has_pending()
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_decision_that_may_wait_is_returned_in_the_room_of_one_that_may_not() {
+        // The web layer and async entries take the decision that may hand the call back: it must cost no
+        // more to return than a plain one.
+        let plain = std::mem::size_of::<Result<super::Entry<'static>, crate::BlockError>>();
+        let may_wait = std::mem::size_of::<super::MayWait<'static, 'static>>();
+        assert_eq!(may_wait, plain, "{may_wait} bytes against {plain}");
+    }
 }

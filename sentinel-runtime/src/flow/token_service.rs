@@ -40,8 +40,7 @@ pub use super::cluster_status::{ClusterRuleMode, ClusterRuleStatus, ClusterServi
 pub(crate) use service::TokenService;
 
 pub(crate) use crate::wait::{mono_nanos, DeadlineScope, Wait};
-use pending::set_pending;
-pub(crate) use pending::{has_pending, take_pending, Pending};
+use pending::LeaseWait;
 
 use super::controller::{reject_qps, Decision};
 use super::rule::{ClusterThresholdType, FallbackInstances, FlowRule};
@@ -542,8 +541,12 @@ impl RuleLease {
             self.counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
             return self.fallback(node, cx, scratch);
         }
-        // The call waits outside the rules' read section and is decided again (see `take_pending`).
-        set_pending(Pending { lease: self.clone(), deadline_nanos: deadline, version });
+        // The call waits outside the rules' read section and is decided again (see `crate::wait`).
+        crate::wait::ask(crate::wait::Pending::new(LeaseWait {
+            lease: self.clone(),
+            deadline_nanos: deadline,
+            version,
+        }));
         Decision::Block { retry_after: None }
     }
 

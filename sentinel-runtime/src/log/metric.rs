@@ -710,6 +710,32 @@ mod tests {
     }
 
     #[test]
+    fn an_adaptive_resource_writes_its_calls_in_flight_in_the_concurrency_column_and_its_blocks() {
+        let (engine, clock, dir) = setup("app");
+        engine.load_adaptive_rules([crate::adaptive::AdaptiveRule::new("db").limits(1, 3, 3)]).unwrap();
+        let w = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
+        let db = engine.resource("db");
+        let held: Vec<_> = (0..3).map(|_| db.entry_owned().enter().unwrap()).collect();
+        assert!(matches!(db.enter(), Err(crate::BlockError::Adaptive { .. })), "at its limit of 3");
+        clock.advance_millis(1000);
+        w.flush_once(clock.now_millis()).unwrap();
+        drop(held);
+        clock.advance_millis(1000);
+        drop(db.enter().unwrap());
+        clock.advance_millis(1000);
+        w.flush_once(clock.now_millis()).unwrap();
+        let text = fs::read_to_string(dir.path().join("app-metrics.log.2023-11-14")).unwrap();
+        let lines: Vec<MetricLine> =
+            text.lines().map(|l| l.parse().unwrap()).filter(|l: &MetricLine| l.resource == "db").collect();
+        // The second with three calls in flight and one refused, the second they completed in, and the last.
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!((lines[0].pass, lines[0].block, lines[0].concurrency), (3, 1, 3), "{text}");
+        assert_eq!((lines[1].success, lines[1].rt_ms), (3, 1000), "{text}");
+        assert_eq!((lines[2].pass, lines[2].block, lines[2].concurrency), (1, 0, 0), "{text}");
+        assert_eq!(engine.adaptive_status()[0].inflight, 0);
+    }
+
+    #[test]
     fn searcher_answers_a_resource_between_two_times() {
         let (engine, clock, dir) = setup("app");
         let w = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();

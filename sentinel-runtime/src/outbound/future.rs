@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -12,7 +13,8 @@ use tower_service::Service;
 
 use super::body::ClientBody;
 use super::error::ClientError;
-use super::guard::Call;
+use super::guard::{Admitted, Call, GuardState};
+use super::request::CallView;
 use crate::clock::Sleep;
 use crate::BlockError;
 
@@ -40,6 +42,8 @@ pin_project! {
     {
         /// A queueing rule asked the call to wait.
         Waiting { sleep: Sleep, pending: Option<Box<(S, Request<B>)>> },
+        /// The call waits for a place or a lease, and is decided again.
+        Queued { admitted: Admitted, pending: Option<Box<(S, Request<B>, Arc<GuardState>)>> },
         /// The client runs.
         Calling { #[pin] future: S::Future, timeout: Option<Box<Sleep>> },
         /// No resource guards this call.
@@ -68,6 +72,12 @@ where
     pub(crate) fn calling(future: S::Future, call: Call) -> Self {
         let timeout = call.timer();
         ResponseFuture { state: State::Calling { future, timeout }, call: Some(call) }
+    }
+    pub(crate) fn queued(admitted: Admitted, service: S, request: Request<B>, guard: Arc<GuardState>) -> Self {
+        ResponseFuture {
+            state: State::Queued { admitted, pending: Some(Box::new((service, request, guard))) },
+            call: None,
+        }
     }
     pub(crate) fn waiting(sleep: Sleep, service: S, request: Request<B>, call: Call) -> Self {
         ResponseFuture {
@@ -120,6 +130,23 @@ where
                     let timeout = this.call.as_ref().and_then(Call::timer);
                     this.state.set(State::Calling { future, timeout });
                 }
+                StateProj::Queued { admitted, pending } => {
+                    let decided = std::task::ready!(admitted.as_mut().poll(cx));
+                    let Some(boxed) = pending.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
+                    let (mut service, request, guard) = *boxed;
+                    match decided {
+                        Ok(call) => {
+                            let future = service.call(request);
+                            let timeout = call.timer();
+                            *this.call = Some(call);
+                            this.state.set(State::Calling { future, timeout });
+                        }
+                        Err(blocked) => match guard.fallback(&blocked, &CallView::new(&request)) {
+                            Some(response) => this.state.set(State::Fallback { response: Some(Box::new(response)) }),
+                            None => this.state.set(State::Blocked { error: Some(blocked) }),
+                        },
+                    }
+                }
                 StateProj::Calling { future, timeout } => {
                     if let Poll::Ready(result) = future.poll(cx) {
                         this.state.set(State::Done);
@@ -162,6 +189,7 @@ where
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Waiting { .. } => "waiting",
+            State::Queued { .. } => "queued",
             State::Calling { .. } => "calling",
             State::Unguarded { .. } => "unguarded",
             State::Blocked { .. } => "blocked",

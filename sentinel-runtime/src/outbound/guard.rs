@@ -62,8 +62,39 @@ pub(crate) enum Admission {
     Pass(Call),
     /// The call may go out after this wait (a queueing rule).
     Wait(Call, Duration),
+    /// The call waits for a place (an adaptive rule's `maxWaitMs`) or a cluster lease, on a timer, and is
+    /// decided again: see [`Queued::admitted`].
+    Queued(Queued),
     /// The call must not go out.
     Blocked(BlockError),
+}
+
+/// A call waiting to be decided again (see [`Admission::Queued`]).
+pub(crate) struct Queued {
+    waiting: crate::entry::QueuedEntry<'static>,
+    target: Arc<Target>,
+    state: Arc<GuardState>,
+    grpc: bool,
+}
+
+/// The decision of a queued call: awaited without blocking the thread; dropping it gives back whatever its
+/// wait got.
+pub(crate) type Admitted = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Call, BlockError>> + Send>>;
+
+impl Queued {
+    /// Awaits the wait and the decision made after it; an admitted call also waits out a queueing rule's
+    /// delay, if its decision asks for one.
+    pub(crate) fn admitted(self) -> Admitted {
+        Box::pin(async move {
+            let entry = self.waiting.await?;
+            let delay = entry.waits().then(|| entry.waited());
+            let call = Call { entry, target: self.target, state: self.state, grpc: self.grpc };
+            if let Some(d) = delay {
+                call.engine().sleep(d).await;
+            }
+            Ok(call)
+        })
+    }
 }
 
 impl GuardState {
@@ -82,9 +113,10 @@ impl GuardState {
                 });
             }
         }
-        match target.resource.entry_owned().entry_type(EntryType::Out).decide() {
-            Err(blocked) => Admission::Blocked(blocked),
-            Ok(entry) => {
+        match target.resource.entry_owned().entry_type(EntryType::Out).decide_or_queue() {
+            Err(queue) => Admission::Queued(Queued { waiting: queue.start(), target, state: self.clone(), grpc }),
+            Ok(Err(blocked)) => Admission::Blocked(blocked),
+            Ok(Ok(entry)) => {
                 let wait = entry.waits().then(|| entry.waited());
                 let call = Call { entry, target, state: self.clone(), grpc };
                 match wait {

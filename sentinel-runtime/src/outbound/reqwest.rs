@@ -17,18 +17,23 @@ impl Middleware for OutboundGuard<client::Reqwest> {
     /// [`BlockError`](crate::BlockError) (`err.downcast_ref::<BlockError>()`), or the fallback's answer.
     async fn handle(&self, req: Request, extensions: &mut Extensions, next: Next<'_>) -> Result<Response> {
         let admission = self.state.admit(&CallView::reqwest(&req, extensions));
-        let call = match admission {
+        let decided = match admission {
             Admission::Unguarded => return next.run(req, extensions).await,
-            Admission::Blocked(blocked) => {
+            Admission::Blocked(blocked) => Err(blocked),
+            Admission::Pass(call) => Ok(call),
+            Admission::Wait(call, wait) => {
+                call.engine().sleep(wait).await;
+                Ok(call)
+            }
+            Admission::Queued(queued) => queued.admitted().await,
+        };
+        let call = match decided {
+            Ok(call) => call,
+            Err(blocked) => {
                 return match self.state.fallback(&blocked, &CallView::reqwest(&req, extensions)) {
                     Some(answer) => Ok(with_url(answer.map(reqwest::Body::from), req.url().clone())),
                     None => Err(Error::middleware(blocked)),
                 };
-            }
-            Admission::Pass(call) => call,
-            Admission::Wait(call, wait) => {
-                call.engine().sleep(wait).await;
-                call
             }
         };
         run(call, req, extensions, next).await

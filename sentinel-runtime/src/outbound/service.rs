@@ -78,6 +78,11 @@ where
                 let sleep = call.engine().sleep(wait);
                 ResponseFuture::waiting(sleep, ready, req, call)
             }
+            Admission::Queued(queued) => {
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::queued(queued.admitted(), ready, req, self.state.clone())
+            }
         }
     }
 }

@@ -15,8 +15,11 @@ use tower_service::Service;
 
 use super::block_response as block;
 use super::body::{BodyMode, BodyWatch, ResponseBody, Wrapped};
+use super::config::LayerState;
 use super::config::{is_error, ExitOn, Judging, LayerConfig, OutcomeFn};
 use super::outcome::{GrpcCode, Outcome};
+use super::refused::{blocked_response, QueuedRequest};
+use super::request::RequestView;
 use super::scope::RequestEntry;
 use crate::clock::Sleep;
 
@@ -159,6 +162,9 @@ pin_project! {
     {
         /// A queueing rule asked the call to wait (boxed: the rare case should not make every future larger).
         Waiting { sleep: Sleep, call: Option<Box<(S, Request<B>)>> },
+        /// A check asked the call to wait (an adaptive rule's `maxWaitMs`, a cluster lease): it is decided
+        /// again after the wait.
+        Queued { decided: QueuedRequest, call: Option<Box<(S, Request<B>, Arc<LayerState>, bool)>> },
         /// The service runs.
         Calling { #[pin] future: S::Future, timeout: Option<Box<Sleep>> },
         /// No resource guards this request.
@@ -198,6 +204,15 @@ where
         };
         ResponseFuture { state: State::Calling { future, timeout }, guard: Some(guard), mode: PhantomData }
     }
+    pub(crate) fn queued(
+        (decided, layer): (QueuedRequest, Arc<LayerState>),
+        grpc: bool,
+        service: S,
+        request: Request<B>,
+    ) -> Self {
+        let state = State::Queued { decided, call: Some(Box::new((service, request, layer, grpc))) };
+        ResponseFuture { state, guard: None, mode: PhantomData }
+    }
     pub(crate) fn waiting(sleep: Sleep, service: S, request: Request<B>, guard: Guard) -> Self {
         let state = State::Waiting { sleep, call: Some(Box::new((service, request))) };
         ResponseFuture { state, guard: Some(guard), mode: PhantomData }
@@ -227,6 +242,31 @@ where
                         Some(g) => (g.in_scope(|| service.call(request)), g.timeout()),
                         None => (service.call(request), None),
                     };
+                    this.state.set(State::Calling { future, timeout });
+                }
+                StateProj::Queued { decided, call } => {
+                    let decided = std::task::ready!(decided.as_mut().poll(cx));
+                    let Some(boxed) = call.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
+                    let (mut service, request, layer, grpc) = *boxed;
+                    let mut guard = match decided {
+                        Ok(entry) => Guard::new(entry, grpc, &layer.config),
+                        Err(blocked) => {
+                            let view = RequestView::new(&request);
+                            let response = blocked_response(&layer.config, &blocked, &view, grpc);
+                            this.state.set(State::Respond { response: Some(Box::new(response)) });
+                            continue;
+                        }
+                    };
+                    if guard.entry.waits() {
+                        // A queueing rule asks for a wait as well.
+                        let sleep = layer.config.engine.sleep(guard.entry.wait());
+                        *this.guard = Some(guard);
+                        this.state.set(State::Waiting { sleep, call: Some(Box::new((service, request))) });
+                        continue;
+                    }
+                    let timeout = guard.timeout();
+                    let future = guard.in_scope(|| service.call(request));
+                    *this.guard = Some(guard);
                     this.state.set(State::Calling { future, timeout });
                 }
                 StateProj::Calling { future, timeout } => {
@@ -278,6 +318,7 @@ where
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Waiting { .. } => "waiting",
+            State::Queued { .. } => "queued",
             State::Calling { .. } => "calling",
             State::Unguarded { .. } => "unguarded",
             State::Respond { .. } => "blocked",

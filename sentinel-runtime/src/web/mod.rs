@@ -86,6 +86,7 @@ mod layer;
 mod naming;
 mod outcome;
 mod rate_limit;
+mod refused;
 mod request;
 mod scope;
 mod service;

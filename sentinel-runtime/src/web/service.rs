@@ -12,18 +12,18 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::block_response as block;
 use super::body::{BodyMode, Wrapped};
-use super::config::LayerState;
+use super::config::{LayerConfig, LayerState};
 use super::extract::ValueFn;
 use super::future::{Guard, ResponseFuture};
 use super::gateway::enter::enter_all as gateway_enter;
 use super::naming::RouteMemo;
 use super::rate_limit;
+use super::refused::{blocked_response, Queued, Refused};
 use super::request::RequestView;
 use super::scope::RequestEntry;
 use crate::param_flow::HotParam;
-use crate::{BlockError, EntryType, Resource};
+use crate::{EntryType, Resource};
 
 /// The service made by [`SentinelLayer`](super::SentinelLayer): each request enters an inbound resource
 /// before the wrapped service sees it. Cheap to clone (the configuration is shared). `M`: the layer's
@@ -93,15 +93,14 @@ where
         // Matched at once (no intermediate decision to move the entry through).
         match enter(&self.state, &view, grpc) {
             None => ResponseFuture::unguarded(self.inner.call(req)),
-            Some(Err(blocked)) => {
-                let mut response = match &config.on_blocked {
-                    Some(f) => f(&blocked, &view),
-                    None => block::default_response(&blocked, &view),
-                };
-                if let Some(h) = config.rate_limit.filter(|h| h.applies(grpc)) {
-                    h.write_blocked(response.headers_mut(), &blocked);
-                }
-                ResponseFuture::blocked(Box::new(response))
+            Some(Err(Refused::Blocked(blocked))) => {
+                ResponseFuture::blocked(Box::new(blocked_response(config, &blocked, &view, grpc)))
+            }
+            Some(Err(Refused::Queued(queued))) => {
+                // As for a queueing wait: the ready service is taken, a clone left in its place.
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::queued(queued.into_admission(self.state.layer.clone(), grpc), grpc, ready, req)
             }
             Some(Ok(entry)) if !entry.waits() => ResponseFuture::calling(&mut self.inner, req, entry, grpc, config),
             Some(Ok(entry)) => {
@@ -118,7 +117,7 @@ where
 
 /// Names the request's resource and runs its checks: `None` when no resource guards the request.
 #[inline(always)]
-fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Result<RequestEntry, BlockError>> {
+fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Result<RequestEntry, Refused>> {
     let layer = &*state.layer;
     let config = &layer.config;
     let memo = Some(&state.memo);
@@ -127,25 +126,38 @@ fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Res
         let prioritized = config.prioritized.as_ref().is_some_and(|f| f(view));
         let headers = config.rate_limit.filter(|h| h.applies(grpc));
         let policies = RefCell::new(Vec::new());
-        let enter_one = |resource: &Resource, args: &[&dyn HotParam]| {
-            let builder = resource.entry_owned().entry_type(EntryType::In).args(args).prioritized(prioritized);
-            let builder = match config.context.as_deref() {
-                Some(name) => builder.context(name),
-                None => builder,
-            };
-            let entry = match origin.as_deref() {
-                Some(o) => builder.origin(o).decide(),
-                None => builder.decide(),
-            };
-            if headers.is_some() && entry.is_ok() {
+        let passed = |resource: &Resource, args: &[&dyn HotParam]| {
+            if headers.is_some() {
                 rate_limit::passed(resource, args, config.engine.shared.now_ms(), &mut policies.borrow_mut());
+            }
+        };
+        let enter_one = |resource: &Resource, args: &[&dyn HotParam]| {
+            let entry = entry_builder(resource, args, config, origin.as_deref(), prioritized).decide();
+            if entry.is_ok() {
+                passed(resource, args);
             }
             entry
         };
         let entered = match &config.gateway {
-            None => with_params(&config.params, view, |args| enter_one(resource, args).map(RequestEntry::new)),
+            // One resource without hot parameters: a check may ask the call to wait (it is decided again
+            // after the wait, which needs no arguments).
+            None => with_params(&config.params, view, |args| {
+                if !args.is_empty() {
+                    return enter_one(resource, args).map(RequestEntry::new).map_err(Refused::Blocked);
+                }
+                match entry_builder(resource, args, config, origin.as_deref(), prioritized).decide_or_queue() {
+                    Err(queue) => Err(Refused::Queued(Queued { waiting: queue.start(), resource: resource.clone() })),
+                    Ok(entry) => {
+                        if entry.is_ok() {
+                            passed(resource, args);
+                        }
+                        entry.map(RequestEntry::new).map_err(Refused::Blocked)
+                    }
+                }
+            }),
             Some(mode) => gateway_enter(mode, &config.engine, resource, view, enter_one)
-                .map(|(route, apis)| RequestEntry::with_apis(route, apis)),
+                .map(|(route, apis)| RequestEntry::with_apis(route, apis))
+                .map_err(Refused::Blocked),
         };
         match (entered, headers) {
             (Ok(mut entry), Some(h)) => {
@@ -155,6 +167,26 @@ fn enter(state: &ServiceState, view: &RequestView<'_>, grpc: bool) -> Option<Res
             (entered, _) => entered,
         }
     })
+}
+
+/// The entry of one of the request's resources, with the layer's context, the request's origin and priority.
+#[inline(always)]
+fn entry_builder<'b>(
+    resource: &Resource,
+    args: &'b [&'b dyn HotParam],
+    config: &'b LayerConfig,
+    origin: Option<&'b str>,
+    prioritized: bool,
+) -> crate::EntryBuilder<'static, 'b> {
+    let builder = resource.entry_owned().entry_type(EntryType::In).args(args).prioritized(prioritized);
+    let builder = match config.context.as_deref() {
+        Some(name) => builder.context(name),
+        None => builder,
+    };
+    match origin {
+        Some(o) => builder.origin(o),
+        None => builder,
+    }
 }
 
 /// Hot parameters kept on the stack up to this many.

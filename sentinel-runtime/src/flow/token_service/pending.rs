@@ -1,59 +1,34 @@
 //! The wait of a call whose cluster rule's lease is empty: blocking its thread or awaiting, until the lease
-//! changes or the deadline passes.
+//! changes or the deadline passes. One kind of [`crate::wait::Pending`].
 
-use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::RuleLease;
-use crate::wait::mono_nanos;
+use crate::wait::{mono_nanos, PendingWait, Waited};
 
 /// A call that found its lease empty and waits for the token service.
-pub(crate) struct Pending {
+pub(crate) struct LeaseWait {
     pub(super) lease: Arc<RuleLease>,
     pub(super) deadline_nanos: u64,
     pub(super) version: u64,
 }
 
-thread_local! {
-    static PENDING: Cell<Option<Pending>> = const { Cell::new(None) };
-}
-
-/// Leaves the wait a check asked for, for the entry path to take.
-pub(super) fn set_pending(p: Pending) {
-    PENDING.with(|c| c.set(Some(p)));
-}
-
-/// Whether a check on this thread asked for a wait not taken yet.
-pub(crate) fn has_pending() -> bool {
-    PENDING
-        .try_with(|c| {
-            let p = c.take();
-            let some = p.is_some();
-            c.set(p);
-            some
-        })
-        .unwrap_or(false)
-}
-
-/// The wait a check on this thread just asked for (taken: asking again returns `None`).
-pub(crate) fn take_pending() -> Option<Pending> {
-    PENDING.try_with(|c| c.take()).ok().flatten()
-}
-
-impl Pending {
-    /// The deadline, to decide the call again with ([`Wait::Blocking`] / [`Wait::Async`]).
-    pub(crate) fn deadline(&self) -> u64 {
-        self.deadline_nanos
-    }
-
+impl LeaseWait {
     fn ready(&self) -> bool {
         self.lease.version.load(Ordering::Acquire) != self.version || mono_nanos() >= self.deadline_nanos
     }
+}
+
+impl PendingWait for LeaseWait {
+    /// The decision made again keeps this deadline: past it, the rule's local fallback decides.
+    fn deadline(&self) -> u64 {
+        self.deadline_nanos
+    }
 
     /// Blocks the thread until the lease changes or the deadline passes.
-    pub(crate) fn wait_blocking(&self) {
+    fn wait_blocking(self: Box<Self>) -> Waited {
         let mut guard = self.lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
         while !self.ready() {
             let left = self.deadline_nanos.saturating_sub(mono_nanos());
@@ -61,28 +36,29 @@ impl Pending {
                 self.lease.changed.wait_timeout(guard, Duration::from_nanos(left)).unwrap_or_else(|e| e.into_inner());
             guard = g;
         }
+        Waited::default()
     }
 
     /// Awaits the lease's change or the deadline, without blocking the thread.
-    pub(crate) fn wait_async(self) -> PendingFuture {
+    fn wait_async(self: Box<Self>) -> std::pin::Pin<Box<dyn std::future::Future<Output = Waited> + Send>> {
         let left = self.deadline_nanos.saturating_sub(mono_nanos());
         let sleep = futures_timer::Delay::new(Duration::from_nanos(left));
         let id = self.lease.next_waiter.fetch_add(1, Ordering::Relaxed);
-        PendingFuture { pending: self, sleep, id, registered: false }
+        Box::pin(LeaseFuture { pending: *self, sleep, id, registered: false })
     }
 }
 
 pin_project_lite::pin_project! {
     /// Completes when a waiting call's lease changed or its deadline passed.
-    pub(crate) struct PendingFuture {
-        pending: Pending,
+    struct LeaseFuture {
+        pending: LeaseWait,
         #[pin]
         sleep: futures_timer::Delay,
         id: u64,
         registered: bool,
     }
 
-    impl PinnedDrop for PendingFuture {
+    impl PinnedDrop for LeaseFuture {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if *this.registered {
@@ -93,16 +69,16 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl std::future::Future for PendingFuture {
-    type Output = ();
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+impl std::future::Future for LeaseFuture {
+    type Output = Waited;
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Waited> {
         let this = self.project();
         let lease = &this.pending.lease;
         if lease.version.load(Ordering::Acquire) != this.pending.version {
-            return std::task::Poll::Ready(());
+            return std::task::Poll::Ready(Waited::default());
         }
         if this.sleep.poll(cx).is_ready() {
-            return std::task::Poll::Ready(());
+            return std::task::Poll::Ready(Waited::default());
         }
         {
             let mut w = lease.waiters.lock().unwrap_or_else(|e| e.into_inner());
@@ -114,7 +90,7 @@ impl std::future::Future for PendingFuture {
         }
         // A change published before the registration would have found no waker to wake.
         if lease.version.load(Ordering::Acquire) != this.pending.version {
-            return std::task::Poll::Ready(());
+            return std::task::Poll::Ready(Waited::default());
         }
         std::task::Poll::Pending
     }
