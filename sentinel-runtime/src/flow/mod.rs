@@ -7,6 +7,7 @@
 pub(crate) mod check;
 mod cluster_status;
 mod controller;
+mod lease_check;
 pub(crate) mod manager;
 #[cfg(feature = "tower")]
 pub(crate) mod peek;

@@ -23,15 +23,12 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::Waker;
-use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 
-use crate::slot::contract::CheckCx;
 use crate::stat::admission::{AdmissionWindow, Mode};
-use crate::stat::StatNode;
 
-mod pending;
+pub(super) mod pending;
 mod service;
 
 // `ClusterServiceInfo` for the tests below (through `super::*`).
@@ -40,15 +37,12 @@ pub use super::cluster_status::{ClusterRuleMode, ClusterRuleStatus, ClusterServi
 pub(crate) use service::TokenService;
 
 pub(crate) use crate::wait::{mono_nanos, DeadlineScope, Wait};
-use pending::LeaseWait;
 
-use super::controller::{reject_qps, Decision};
 use super::rule::{ClusterThresholdType, FallbackInstances, FlowRule};
-use super::Scratch;
 
-const MODE_LEASING: u8 = 0;
+pub(super) const MODE_LEASING: u8 = 0;
 const MODE_FALLBACK: u8 = 1;
-const MODE_DETACHED: u8 = 2;
+pub(super) const MODE_DETACHED: u8 = 2;
 
 /// What the service reports about a lease, for [`ClusterRuleStatus`].
 #[derive(Default)]
@@ -62,14 +56,14 @@ struct Report {
 
 /// One cluster rule's tokens, filled by the token service and spent by the flow check.
 pub(crate) struct RuleLease {
-    rule: Arc<FlowRule>,
-    window: AdmissionWindow,
+    pub(super) rule: Arc<FlowRule>,
+    pub(super) window: AdmissionWindow,
     service: Arc<dyn TokenService>,
-    mode: AtomicU8,
+    pub(super) mode: AtomicU8,
     /// Engine time (ms) before which an empty lease blocks the call without asking the service.
-    exhausted_until: AtomicU64,
+    pub(super) exhausted_until: AtomicU64,
     /// Bits of the local limit (calls per second) that falling back uses.
-    fallback_limit: AtomicU64,
+    pub(super) fallback_limit: AtomicU64,
     /// How much lower the local limit is while what the shared window held when the service failed is still
     /// in it ([`FallbackDebt`]), and the engine time (ms) from which it is nothing (the cold fallback path
     /// reads the schedule only before then).
@@ -80,15 +74,15 @@ pub(crate) struct RuleLease {
     /// A call asked for tokens since the service last looked.
     requested: AtomicBool,
     /// Bumped by the service whenever what callers wait for may have changed.
-    version: AtomicU64,
-    timeout_nanos: u64,
+    pub(super) version: AtomicU64,
+    pub(super) timeout_nanos: u64,
     waiters: Mutex<Vec<(u64, Waker)>>,
     changed: Condvar,
     next_waiter: AtomicU64,
     report: Mutex<Report>,
     /// Calls the local fallback admitted, per slot of the rule's window: the service tells the shared limit
     /// about them when it answers again ([`RuleLease::take_local_admissions`]).
-    local: LocalAdmissions,
+    pub(super) local: LocalAdmissions,
     pub(crate) counters: LeaseCounters,
     /// The tokens left in hand when the lease was dropped (its rule changed or was removed), and the last
     /// millisecond they could be spent in, for the service to give back (`u64::MAX`: not dropped yet).
@@ -232,10 +226,10 @@ pub(crate) struct LeaseCounters {
     pub(crate) round_trips: AtomicU64,
     pub(crate) failures: AtomicU64,
     pub(crate) reported: AtomicU64,
-    waits: AtomicU64,
-    wait_timeouts: AtomicU64,
-    fallback: AtomicU64,
-    exhausted: AtomicU64,
+    pub(super) waits: AtomicU64,
+    pub(super) wait_timeouts: AtomicU64,
+    pub(super) fallback: AtomicU64,
+    pub(super) exhausted: AtomicU64,
 }
 
 impl fmt::Debug for RuleLease {
@@ -490,90 +484,6 @@ impl RuleLease {
     pub(crate) fn take_in_hand(&self, now_ms: u64, acquire: u32) -> bool {
         acquire > 0 && self.window.lease_take(now_ms, acquire, self).is_some()
     }
-
-    /// Decides a call on the rule (on `node`, the node the rule selected): spends leased tokens, or takes the
-    /// slow path.
-    #[inline(always)]
-    pub(crate) fn check(self: &Arc<Self>, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
-        if cx.acquire > 0 {
-            if let Some(key) = self.window.lease_take(cx.now_ms, cx.acquire, &**self) {
-                scratch.push_leased(self, key, cx.acquire);
-                return Decision::Pass { reservation: None, wait_nanos: 0 };
-            }
-        }
-        self.check_slow(node, cx, scratch)
-    }
-
-    /// No leased token for the call: `acquire == 0`, an empty or expired lease, or a failing service.
-    #[cold]
-    #[inline(never)]
-    fn check_slow(self: &Arc<Self>, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
-        if cx.acquire == 0 {
-            return Decision::Pass { reservation: None, wait_nanos: 0 };
-        }
-        if self.mode.load(Ordering::Acquire) != MODE_LEASING {
-            return self.fallback(node, cx, scratch);
-        }
-        // Read before the second look at the pool: a change published after it is not missed.
-        let version = self.version.load(Ordering::Acquire);
-        if let Some(key) = self.window.lease_take(cx.now_ms, cx.acquire, &**self) {
-            scratch.push_leased(self, key, cx.acquire);
-            return Decision::Pass { reservation: None, wait_nanos: 0 };
-        }
-        let exhausted_until = self.exhausted_until.load(Ordering::Acquire);
-        if cx.now_ms < exhausted_until {
-            self.counters.exhausted.fetch_add(1, Ordering::Relaxed);
-            // The cluster's window is spent until then.
-            return Decision::Block { retry_after: Some(Duration::from_millis(exhausted_until - cx.now_ms)) };
-        }
-        self.request();
-        let now = mono_nanos();
-        let deadline = match (cx.cluster_wait, DeadlineScope::current()) {
-            (Wait::Now, _) => return self.fallback(node, cx, scratch),
-            // A call deciding again after a wait keeps that wait's deadline.
-            (_, d) if d != 0 => d,
-            _ => {
-                self.counters.waits.fetch_add(1, Ordering::Relaxed);
-                now.saturating_add(self.timeout_nanos)
-            }
-        };
-        if now >= deadline {
-            self.counters.wait_timeouts.fetch_add(1, Ordering::Relaxed);
-            return self.fallback(node, cx, scratch);
-        }
-        // The call waits outside the rules' read section and is decided again (see `crate::wait`).
-        crate::wait::ask(crate::wait::Pending::new(LeaseWait {
-            lease: self.clone(),
-            deadline_nanos: deadline,
-            version,
-        }));
-        Decision::Block { retry_after: None }
-    }
-
-    /// The local decision: the fallback limit on the rule's node, or a pass without local fallback.
-    fn fallback(&self, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
-        self.counters.fallback.fetch_add(1, Ordering::Relaxed);
-        let mode = self.mode.load(Ordering::Acquire);
-        let limit = match mode {
-            // As with no service at all (Java's behaviour): the whole count.
-            MODE_DETACHED => self.rule.count,
-            // While what the shared window held when the service failed is still in it, its share counts.
-            _ => {
-                let limit = f64::from_bits(self.fallback_limit.load(Ordering::Relaxed));
-                (limit - self.fallback_debt_at(cx.now_ms) as f64).max(0.0)
-            }
-        };
-        let decision = if no_service(&self.rule) {
-            reject_qps(node, cx.now_ms, cx.acquire, limit, false, scratch.held(node))
-        } else {
-            Decision::Pass { reservation: None, wait_nanos: 0 }
-        };
-        if mode != MODE_DETACHED && !matches!(decision, Decision::Block { .. }) {
-            // Admitted without a token of the shared limit: the service counts it there when it can.
-            self.local.record(cx.now_ms, u64::from(cx.acquire));
-        }
-        decision
-    }
 }
 
 /// Whether a cluster rule falls back to a local limit (else it passes) when it has no working service.
@@ -616,6 +526,8 @@ pub(crate) fn bound_to(lease: &RuleLease, service: &Arc<dyn TokenService>) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
     use crate::clock::ManualClock;
     use crate::flow::{ClusterConfig, FlowRule};
     use crate::{BlockError, Sentinel};

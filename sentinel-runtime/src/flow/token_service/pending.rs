@@ -16,6 +16,10 @@ pub(crate) struct LeaseWait {
 }
 
 impl LeaseWait {
+    /// The wait of a call that found `lease` empty at `version`, until `deadline_nanos` ([`mono_nanos`]).
+    pub(crate) fn new(lease: Arc<RuleLease>, deadline_nanos: u64, version: u64) -> LeaseWait {
+        LeaseWait { lease, deadline_nanos, version }
+    }
     fn ready(&self) -> bool {
         self.lease.version.load(Ordering::Acquire) != self.version || mono_nanos() >= self.deadline_nanos
     }
