@@ -292,17 +292,42 @@ pub fn as_str<S: AsRef<str> + ?Sized>(value: &S) -> &str {
 }
 
 /// The wait of an annotated `async fn` that a check asked to wait (a cluster rule with no leased token in
-/// hand, an adaptive rule at its limit with `maxWaitMs`): see [`decide_async`].
+/// hand, an adaptive rule at its limit with `maxWaitMs`): see [`decide_async`]. One word in the call's future
+/// until a check first asks it to wait (rare), so that a call that never waits carries and drops no more.
 #[derive(Default)]
 pub struct AsyncWait {
+    /// Dropped by `Drop` only when a wait was asked for: the future's drop glue tests it inline.
+    state: std::mem::ManuallyDrop<Option<Box<WaitState>>>,
+}
+
+#[derive(Default)]
+struct WaitState {
+    /// The wait a check asked for, not awaited yet.
     pending: Option<crate::wait::Pending>,
     /// What the last wait got, for the next decision (a place it holds goes back if this is dropped first).
     waited: Option<crate::wait::Waited>,
-    /// The deadline of the wait under way (0: none yet), kept for the next decision.
+    /// The deadline of the wait under way, kept for the next decision.
     deadline: u64,
 }
 
+impl Drop for AsyncWait {
+    /// Inlined into the call's future: a call that never waited tests one word.
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.state.is_some() {
+            self.release();
+        }
+    }
+}
+
 impl AsyncWait {
+    /// What a wait left: a pending wait and a place it got go back.
+    #[cold]
+    #[inline(never)]
+    fn release(&mut self) {
+        drop(std::mem::take(&mut *self.state));
+    }
+
     /// No wait yet.
     pub fn new() -> Self {
         AsyncWait::default()
@@ -310,9 +335,11 @@ impl AsyncWait {
 
     /// Awaits the end of the wait a check asked for, without blocking the thread.
     pub async fn wait(&mut self) {
-        if let Some(p) = self.pending.take() {
-            self.deadline = p.deadline();
-            self.waited = Some(p.wait_async().await);
+        if let Some(s) = self.state.as_deref_mut() {
+            if let Some(p) = s.pending.take() {
+                s.deadline = p.deadline();
+                s.waited = Some(p.wait_async().await);
+            }
         }
     }
 }
@@ -324,10 +351,22 @@ pub fn decide_async<'r>(
     builder: crate::EntryBuilder<'r, '_>,
     wait: &mut AsyncWait,
 ) -> Option<Result<Entry<'r>, BlockError>> {
-    match wait.waited.take() {
-        None => builder.decide_or_wait(wait.deadline, &mut wait.pending),
-        Some(waited) => retry_async(builder, wait, waited),
+    if wait.state.is_some() {
+        return retry_async(builder, wait);
     }
+    let mut pending = None;
+    let decided = builder.decide_or_wait(0, &mut pending);
+    if let Some(p) = pending {
+        ask_to_wait(wait, p);
+    }
+    decided
+}
+
+/// A check asked the call to wait for the first time.
+#[cold]
+#[inline(never)]
+fn ask_to_wait(wait: &mut AsyncWait, pending: crate::wait::Pending) {
+    *wait.state = Some(Box::new(WaitState { pending: Some(pending), waited: None, deadline: 0 }));
 }
 
 /// [`decide_async`] after a wait: decided with what the wait got.
@@ -336,10 +375,10 @@ pub fn decide_async<'r>(
 fn retry_async<'r>(
     builder: crate::EntryBuilder<'r, '_>,
     wait: &mut AsyncWait,
-    waited: crate::wait::Waited,
 ) -> Option<Result<Entry<'r>, BlockError>> {
-    let _retry = crate::wait::RetryScope::enter(waited);
-    builder.decide_or_wait(wait.deadline, &mut wait.pending)
+    let s = wait.state.get_or_insert_with(Box::default);
+    let _retry = s.waited.take().map(crate::wait::RetryScope::enter);
+    builder.decide_or_wait(s.deadline, &mut s.pending)
 }
 
 /// The timer an async entry awaits when a queueing rule (rate limiter, warm-up queueing, occupy) made it wait.

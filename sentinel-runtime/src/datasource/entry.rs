@@ -84,6 +84,7 @@ impl Holds {
     }
 
     /// An entry's bytes (UTF-8) as a set, with its text.
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
     pub(crate) fn parse_bytes(self, value: &[u8]) -> Result<(&str, RuleSet), ParseError> {
         let text = std::str::from_utf8(value)
             .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))?;
@@ -91,6 +92,7 @@ impl Holds {
     }
 
     /// A set that clears what the entry holds (every kind and gateway list, for a combined document).
+    #[cfg(feature = "etcd")]
     pub(crate) fn cleared(self) -> RuleSet {
         let mut set = RuleSet::default();
         let kinds = match self {
