@@ -89,7 +89,7 @@ fn finish<B, E, M: BodyMode<B>>(
         }
     };
     if let Some(headers) = g.entry.take_headers() {
-        response.headers_mut().extend(*headers);
+        response.headers_mut().extend(headers);
     }
     let hold = if g.grpc {
         match GrpcCode::from_headers(response.headers()) {

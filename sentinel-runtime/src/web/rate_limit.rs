@@ -148,12 +148,12 @@ impl RateLimitHeaders {
     }
 
     /// The header map for the policies of a call that passed; `None` when no rule gave one.
-    pub(crate) fn map(&self, policies: &[(RateLimitPolicy, RateLimitStatus)]) -> Option<Box<HeaderMap>> {
+    pub(crate) fn map(&self, policies: &[(RateLimitPolicy, RateLimitStatus)]) -> Option<HeaderMap> {
         if policies.is_empty() {
             return None;
         }
         let mut map = HeaderMap::new();
         write(&mut map, policies, self.legacy);
-        Some(Box::new(map))
+        Some(map)
     }
 }
