@@ -12,7 +12,8 @@
 //!
 //! The rules come from `rules.json` in the demo's directory (printed at start; a copy of
 //! `examples/rules/dashboard-demo-rules.json` the first time), and its logs go to `logs/` there. By default the
-//! directory is a fresh private one, removed when the demo ends; `--dir DIR` (or `SENTINEL_DEMO_DIR`) names one
+//! directory is a fresh private one, removed when the demo ends: `sentinel-dashboard-demo` under the temporary
+//! directory if this run creates it, else a new name beside it (never one that exists already); `--dir DIR` (or `SENTINEL_DEMO_DIR`) names one
 //! to keep: rules pushed from the console or from the dashboard are written back to its `rules.json`, so they
 //! are still in force after a restart of the demo with the same `--dir`.
 //!
@@ -81,8 +82,8 @@ fn traffic(stop: &Arc<AtomicBool>, per_second: u32, mut f: impl FnMut(u64) + Sen
 
 fn main() -> Result<(), Box<dyn Error>> {
     let Args { duration, dir } = args()?;
-    // A directory the user names (kept), or a fresh private one (removed at the end). Never a fixed name
-    // under the shared temporary directory: another user could create it first, with rules or links in it.
+    // A directory the user names (kept), or a fresh private one (removed at the end). Never one found under
+    // the shared temporary directory: another user could create it first, with rules or links in it.
     let fresh;
     let dir = match dir {
         Some(dir) => {
@@ -90,7 +91,13 @@ fn main() -> Result<(), Box<dyn Error>> {
             dir
         }
         None => {
-            fresh = tempfile::Builder::new().prefix("sentinel-dashboard-demo-").tempdir()?;
+            // `sentinel-dashboard-demo` under the temporary directory when this run creates it (exclusively,
+            // private to the user), so that it is easy to find; if it exists already, whoever made it, a
+            // fresh name beside it.
+            fresh = match tempfile::Builder::new().prefix("sentinel-dashboard-demo").rand_bytes(0).tempdir() {
+                Ok(d) => d,
+                Err(_) => tempfile::Builder::new().prefix("sentinel-dashboard-demo-").tempdir()?,
+            };
             fresh.path().to_path_buf()
         }
     };

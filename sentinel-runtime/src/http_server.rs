@@ -223,15 +223,26 @@ impl Drop for Slot {
 /// A connection's socket with a deadline on writing the answer: from the first byte written, the client must
 /// take the whole answer within `timeout`, or every later write fails with `TimedOut` (and the connection,
 /// with its slot, is dropped). Reads pass through.
+///
+/// Its close lingers: after the answer and the end of the write side, what the client still sends (the rest
+/// of a body refused with `413`, say) is read and dropped until the client closes, at most [`LINGER_BYTES`]
+/// within [`LINGER_TIME`], so that the client reads its answer rather than a connection reset.
 struct WriteDeadline<T> {
     io: T,
     timeout: Duration,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Set once the write side is shut: the end of the linger and the bytes it may still read.
+    linger: Option<(Pin<Box<tokio::time::Sleep>>, usize)>,
 }
+
+/// At most this much is read and dropped after the answer (see [`WriteDeadline`]).
+const LINGER_BYTES: usize = 16 << 20;
+/// For at most this long.
+const LINGER_TIME: Duration = Duration::from_secs(2);
 
 impl<T> WriteDeadline<T> {
     fn new(io: T, timeout: Duration) -> Self {
-        WriteDeadline { io, timeout, deadline: None }
+        WriteDeadline { io, timeout, deadline: None, linger: None }
     }
 
     /// Whether the deadline has passed; `start` arms it (the first byte of the answer). A pending deadline
@@ -256,7 +267,25 @@ impl<T: AsyncRead + Unpin> AsyncRead for WriteDeadline<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
+impl<T: AsyncRead + Unpin> WriteDeadline<T> {
+    /// Reads and drops what the client still sends until it closes, the linger's bytes are read or its
+    /// time is over (whichever first); `Ready` then.
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some((end, left)) = self.linger.as_mut() else { return Poll::Ready(()) };
+        let mut sink = [0u8; 8192];
+        while *left > 0 {
+            let mut buf = ReadBuf::new(&mut sink);
+            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => *left = left.saturating_sub(buf.filled().len()),
+                Poll::Ready(_) => return Poll::Ready(()), // closed by the client, or an error
+                Poll::Pending => return end.as_mut().poll(cx),
+            }
+        }
+        Poll::Ready(())
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         if let Some(e) = self.passed(cx, !buf.is_empty()) {
             return Poll::Ready(Err(e));
@@ -287,10 +316,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<T> {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if let Some(e) = self.passed(cx, false) {
-            return Poll::Ready(Err(e));
+        if self.linger.is_none() {
+            if let Some(e) = self.passed(cx, false) {
+                return Poll::Ready(Err(e));
+            }
+            std::task::ready!(Pin::new(&mut self.io).poll_shutdown(cx))?;
+            self.linger = Some((Box::pin(tokio::time::sleep(LINGER_TIME)), LINGER_BYTES));
         }
-        Pin::new(&mut self.io).poll_shutdown(cx)
+        self.poll_linger(cx).map(Ok)
     }
 }
 

@@ -94,6 +94,36 @@ fn an_oversize_body_gets_413_announced_or_chunked() {
     assert_eq!(small.status, 200, "{}", small.body);
 }
 
+#[test]
+fn a_client_that_sends_a_body_far_over_the_cap_reads_its_413_rather_than_a_reset() {
+    // Megabytes more than the socket buffers hold: the server must read (and drop) what the client still
+    // sends after refusing it, or the client's writes fail with a reset before it can read the answer.
+    let (engine, _) = engine();
+    let center = CommandCenter::builder(&engine).port(0).max_body_bytes(1024).start().unwrap();
+    let addr = center.local_addr();
+    let data = "a".repeat(4 << 20);
+    let announced = format!(
+        "POST /setRules HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\ntype=flow&data={data}",
+        data.len() + 15
+    );
+    let chunked = format!(
+        "POST /setRules HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\ntype=flow&data={data}\r\n0\r\n\r\n",
+        data.len() + 15
+    );
+    for (how, request) in [("announced", announced), ("chunked", chunked)] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(request.as_bytes()).unwrap_or_else(|e| panic!("{how}: the body could not be sent whole: {e}"));
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).unwrap_or_else(|e| panic!("{how}: no answer: {e}"));
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{how}: {}", answer.lines().next().unwrap_or(""));
+        assert!(answer.contains("1024"), "{how}: {answer}");
+    }
+    assert!(engine.flow_rules().is_empty());
+    assert_eq!(get(addr, "/getRules?type=flow", &[]).status, 200, "still serving");
+}
+
 /// Sends `bytes` one at a time, `gap` apart, until the server closes the connection; returns how many were
 /// sent before it did (or all of them).
 fn trickle(addr: std::net::SocketAddr, first: &[u8], bytes: &[u8], gap: Duration) -> (usize, Vec<u8>) {
