@@ -78,7 +78,9 @@ fn start_ticker() {
 /// with the precise reading.
 #[derive(Clone)]
 pub struct SystemClock {
-    cached: bool,
+    /// The time-stamp counter's base for the precise clock (held here, so that a read does not look the
+    /// process-wide base up again); `None` for the cached clock.
+    base: Option<&'static Base>,
 }
 
 impl SystemClock {
@@ -88,17 +90,16 @@ impl SystemClock {
     }
     /// The precise clock: a time-stamp counter read per call, no background thread.
     pub fn precise() -> Self {
-        Base::get();
-        SystemClock { cached: false }
+        SystemClock { base: Some(Base::get()) }
     }
     /// The cached (millisecond) clock; starts the process-wide ticker thread on first use.
     pub fn cached() -> Self {
         start_ticker();
-        SystemClock { cached: true }
+        SystemClock { base: None }
     }
     /// Whether this clock reads the cached time.
     pub fn is_cached(&self) -> bool {
-        self.cached
+        self.base.is_none()
     }
 }
 
@@ -110,22 +111,21 @@ impl Default for SystemClock {
 
 impl fmt::Debug for SystemClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SystemClock").field("cached", &self.cached).finish()
+        f.debug_struct("SystemClock").field("cached", &self.is_cached()).finish()
     }
 }
 
 impl Clock for SystemClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
-        if self.cached {
-            CACHED_NANOS.load(Ordering::Relaxed)
-        } else {
-            Base::get().precise()
+        match self.base {
+            Some(base) => base.precise(),
+            None => CACHED_NANOS.load(Ordering::Relaxed),
         }
     }
     #[inline]
     fn precise_nanos(&self) -> u64 {
-        Base::get().precise()
+        self.base.unwrap_or_else(Base::get).precise()
     }
 }
 

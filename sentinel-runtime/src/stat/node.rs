@@ -1,9 +1,5 @@
 //! Statistic nodes: the numbers of a resource, per context, per origin, per entrance and inbound.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-
-use crossbeam_utils::CachePadded;
-
 use super::stripe::{self, Lease};
 use super::window::{deprecated, BucketTotals, MetricEvent, PlainWindow, Pos, StripedWindow};
 
@@ -36,7 +32,6 @@ pub struct StatNode {
     minute: PlainWindow,
     /// Prioritized requests that borrowed a later bucket: keyed by that bucket's start.
     borrowed: PlainWindow,
-    threads: Box<[CachePadded<AtomicI64>]>,
     /// Exact pass counter for reject-style QPS rules (see `flow`): a single word, touched only when such a
     /// rule reads this node.
     /// Allocated on first use: most nodes are never read by a reject rule.
@@ -64,7 +59,6 @@ impl StatNode {
             second: StripedWindow::new(),
             minute: PlainWindow::new(MINUTE_SAMPLE_COUNT, MINUTE_INTERVAL_MS),
             borrowed: PlainWindow::new(SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS),
-            threads: (0..stripe::total_stripes()).map(|_| CachePadded::new(AtomicI64::new(0))).collect(),
             admission: std::sync::OnceLock::new(),
             thread_gate: Default::default(),
         }
@@ -93,19 +87,10 @@ impl StatNode {
     }
 
     #[inline(always)]
-    fn add_threads(&self, w: &Writer, delta: i64) {
-        let t = &self.threads[w.lease.index];
-        if w.lease.exclusive {
-            t.store(t.load(Ordering::Relaxed).wrapping_add(delta), Ordering::Relaxed);
-        } else {
-            t.fetch_add(delta, Ordering::Relaxed);
-        }
-    }
-
-    #[inline(always)]
     pub(crate) fn pass_with(&self, w: &Writer, count: u32) {
-        self.cell(w).add(MetricEvent::Pass, count as u64);
-        self.add_threads(w, 1);
+        let c = self.cell(w);
+        c.add(MetricEvent::Pass, count as u64);
+        c.add_threads(1);
     }
 
     #[inline(always)]
@@ -122,12 +107,12 @@ impl StatNode {
         if error {
             c.add(MetricEvent::Exception, count as u64);
         }
-        self.add_threads(w, -1);
+        c.add_threads(-1);
     }
 
     #[inline(always)]
     pub(crate) fn borrowed_pass_with(&self, w: &Writer) {
-        self.add_threads(w, 1);
+        self.second.add_threads(w.lease, 1);
     }
 
     /// Records `count` passed requests and one more concurrent call.
@@ -157,7 +142,7 @@ impl StatNode {
 
     /// Calls in flight now.
     pub fn cur_threads(&self) -> u64 {
-        self.threads.iter().map(|t| t.load(Ordering::Relaxed)).sum::<i64>().max(0) as u64
+        self.second.threads().max(0) as u64
     }
 
     /// Totals over the per-second window at `now_ms`.

@@ -7,7 +7,9 @@
 //! per-minute figures add the per-second buckets that have not been folded yet, so nothing is counted twice
 //! or missed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
 
 /// The events a bucket counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,15 +230,23 @@ impl OwnedCell {
 /// The per-second window. Every bucket has one cell per stripe; a cell carries its own start and is reset by
 /// its owner when the owner first writes in a later bucket (folding its old totals into the per-minute
 /// window). The shared stripe's cells are claimed with a compare-and-swap instead.
+///
+/// Each stripe also keeps its part of the node's concurrency (calls in flight), beside its cells: a call
+/// finds both from its stripe with one bounds check.
 pub(crate) struct StripedWindow {
-    stripes: usize,
-    /// `SAMPLES * stripes` cells, bucket-major.
-    cells: Box<[OwnedCell]>,
+    stripes: Box<[StripeCells]>,
+}
+
+/// One stripe's cell in each bucket and its part of the concurrency.
+struct StripeCells {
+    cells: [OwnedCell; SAMPLES],
+    threads: CachePadded<AtomicI64>,
 }
 
 /// A thread's cell in the current bucket, ready for writes.
 pub(crate) struct CellRef<'a> {
     cell: &'a OwnedCell,
+    threads: &'a AtomicI64,
     exclusive: bool,
 }
 
@@ -244,6 +254,11 @@ impl CellRef<'_> {
     #[inline(always)]
     pub(crate) fn add(&self, e: MetricEvent, v: u64) {
         super::stripe::add(&self.cell.counts[e as usize], v, self.exclusive);
+    }
+    /// Adds `delta` to the calls in flight (this stripe's part).
+    #[inline(always)]
+    pub(crate) fn add_threads(&self, delta: i64) {
+        add_threads(self.threads, delta, self.exclusive);
     }
     #[inline(always)]
     pub(crate) fn min_rt(&self, rt_micros: u64) {
@@ -261,25 +276,42 @@ impl CellRef<'_> {
 impl StripedWindow {
     pub(crate) fn new() -> Self {
         let stripes = super::stripe::total_stripes();
-        StripedWindow { stripes, cells: (0..SAMPLES * stripes).map(|_| OwnedCell::new()).collect() }
+        let stripe = || StripeCells { cells: [OwnedCell::new(), OwnedCell::new()], threads: Default::default() };
+        StripedWindow { stripes: (0..stripes).map(|_| stripe()).collect() }
     }
 
     /// This thread's cell for the bucket at `pos`, rolled over (and the old totals folded) if stale.
     #[inline]
     pub(crate) fn cell(&self, pos: Pos, lease: super::stripe::Lease, fold: &PlainWindow) -> CellRef<'_> {
-        let cell = &self.cells[pos.idx * self.stripes + lease.index];
+        let stripe = &self.stripes[lease.index];
+        let cell = &stripe.cells[pos.idx];
         let s = cell.start.load(Ordering::Acquire);
         // Current, or the clock went backwards: count in the newer bucket (totals stay consistent).
         if s != pos.start && !(s > pos.start && s < RESETTING) {
             roll(cell, pos.start, lease.exclusive, fold);
         }
-        CellRef { cell, exclusive: lease.exclusive }
+        CellRef { cell, threads: &stripe.threads, exclusive: lease.exclusive }
+    }
+
+    /// Adds `delta` to the calls in flight, on `lease`'s stripe.
+    #[inline(always)]
+    pub(crate) fn add_threads(&self, lease: super::stripe::Lease, delta: i64) {
+        add_threads(&self.stripes[lease.index].threads, delta, lease.exclusive);
+    }
+
+    /// The calls in flight, over every stripe.
+    pub(crate) fn threads(&self) -> i64 {
+        self.stripes.iter().map(|s| s.threads.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The cells of bucket slot `slot`, one per stripe.
+    fn slot_cells(&self, slot: usize) -> impl Iterator<Item = &OwnedCell> {
+        self.stripes.iter().map(move |s| &s.cells[slot])
     }
 
     /// For each slot, the newest start any of its cells holds that is inside the window at `now_ms`.
     fn valid_start(&self, slot: usize, now_ms: u64) -> Option<u64> {
-        self.cells[slot * self.stripes..(slot + 1) * self.stripes]
-            .iter()
+        self.slot_cells(slot)
             .map(|c| c.start.load(Ordering::Acquire))
             .filter(|&s| s < RESETTING && !deprecated(now_ms, s, INTERVAL_MS))
             .max()
@@ -287,7 +319,7 @@ impl StripedWindow {
 
     fn slot_totals(&self, slot: usize, start: u64) -> BucketTotals {
         let mut t = BucketTotals::default();
-        for c in &self.cells[slot * self.stripes..(slot + 1) * self.stripes] {
+        for c in self.slot_cells(slot) {
             if c.start.load(Ordering::Acquire) == start {
                 c.read_into(&mut t);
             }
@@ -306,7 +338,7 @@ impl StripedWindow {
 
     /// Visits every cell not yet folded (whatever its age), with its start and totals.
     pub(crate) fn for_each_unfolded(&self, mut f: impl FnMut(u64, &BucketTotals)) {
-        for c in self.cells.iter() {
+        for c in self.stripes.iter().flat_map(|s| s.cells.iter()) {
             let s = c.start.load(Ordering::Acquire);
             if s < RESETTING {
                 f(s, &c.totals());
@@ -319,6 +351,16 @@ impl StripedWindow {
         let slot = ((start / BUCKET_MS) % SAMPLES as u64) as usize;
         let t = self.slot_totals(slot, start);
         Some(t)
+    }
+}
+
+/// Adds `delta` to a stripe's calls in flight: a plain store on an owned stripe, else an atomic add.
+#[inline(always)]
+fn add_threads(t: &AtomicI64, delta: i64, exclusive: bool) {
+    if exclusive {
+        t.store(t.load(Ordering::Relaxed).wrapping_add(delta), Ordering::Relaxed);
+    } else {
+        t.fetch_add(delta, Ordering::Relaxed);
     }
 }
 
