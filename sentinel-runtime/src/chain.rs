@@ -323,6 +323,7 @@ pub(crate) trait Chain {
         shared: &Shared,
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
+        held: &mut Held<'_>,
     ) -> Result<(), BlockError>;
 
     /// The exits of the slots that do not read the rules.
@@ -359,7 +360,13 @@ impl Chain for () {
         false
     }
     #[inline(always)]
-    fn fast<'c>(_: &ResourceRules, _: &Shared, _: &impl Fn() -> CallCx<'c>, _: &mut u64) -> Result<(), BlockError> {
+    fn fast<'c>(
+        _: &ResourceRules,
+        _: &Shared,
+        _: &impl Fn() -> CallCx<'c>,
+        _: &mut u64,
+        _: &mut Held<'_>,
+    ) -> Result<(), BlockError> {
         Ok(())
     }
     #[inline(always)]
@@ -438,20 +445,23 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         shared: &Shared,
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
+        held: &mut Held<'_>,
     ) -> Result<(), BlockError> {
+        // The fast path undoes nothing: a check that may hold must be its last that can refuse.
+        const { assert!(!S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST, "a check that holds on the fast path must be its last") };
         if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
             if let Some(r) = S::rules(rules, shared, false) {
                 if !R::CHECKS_FAST {
                     // The last check of the fast path: its answer is the path's, built in the caller's slot.
-                    return S::check_fast(r, S::state(shared), call, wait);
+                    return S::check_fast(r, S::state(shared), call, wait, S::held(held));
                 }
-                return match S::check_fast(r, S::state(shared), call, wait) {
-                    Ok(()) => R::fast(rules, shared, call, wait),
+                return match S::check_fast(r, S::state(shared), call, wait, S::held(held)) {
+                    Ok(()) => R::fast(rules, shared, call, wait, held),
                     blocked => blocked,
                 };
             }
         }
-        R::fast(rules, shared, call, wait)
+        R::fast(rules, shared, call, wait, held)
     }
 
     #[inline(always)]
@@ -566,8 +576,9 @@ pub(crate) fn run_fast<'c>(
     shared: &Shared,
     call: &impl Fn() -> CallCx<'c>,
     wait: &mut u64,
+    held: &mut Held<'_>,
 ) -> Result<(), BlockError> {
-    <BuiltIn as Chain>::fast(rules, shared, call, wait)
+    <BuiltIn as Chain>::fast(rules, shared, call, wait, held)
 }
 
 /// The exit of a call that passed, for the slots that do not read the rules.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
 use sentinel_runtime::circuit_breaker::{BreakerState, DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::ManualClock;
-use sentinel_runtime::flow::{ControlBehavior, FlowRule};
+use sentinel_runtime::flow::{ControlBehavior, FlowGrade, FlowRule};
 use sentinel_runtime::param_flow::{HotParam, ParamFlowRule, ParamValue};
 use sentinel_runtime::{BlockError, Sentinel};
 
@@ -86,6 +86,86 @@ fn a_blocked_fast_path_call_names_the_rule_resource_and_origin() {
         }
         other => panic!("expected a flow block, got {other:?}"),
     }
+}
+
+/// The grade of the flow rule that blocked `r`, or `None` when it passed.
+fn flow_block_grade<T>(r: Result<T, BlockError>) -> Option<FlowGrade> {
+    match r {
+        Ok(_) => None,
+        Err(BlockError::Flow { rule, .. }) => Some(rule.grade),
+        Err(other) => panic!("expected a flow block or a pass, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_thread_grade_rule_on_the_fast_path_holds_its_permit_until_exit_and_shares_it_with_the_general_path() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("api").grade(FlowGrade::Thread).count(2.0)]).unwrap();
+    let api = engine.resource("api");
+    let first = api.enter().unwrap(); // the fast path
+    let second = api.entry().prioritized(true).decide().unwrap(); // the general path
+    assert_eq!(flow_block_grade(api.enter()), Some(FlowGrade::Thread), "two in flight: the third is refused");
+    assert_eq!(flow_block_grade(api.entry().prioritized(true).decide()), Some(FlowGrade::Thread));
+    drop(second);
+    let third = api.enter().unwrap();
+    drop((first, third));
+    let both: Vec<_> = (0..2).map(|_| api.enter().unwrap()).collect();
+    assert_eq!(flow_block_grade(api.enter()), Some(FlowGrade::Thread), "every exit gave its permit back, once");
+    drop(both);
+    assert_eq!(engine.cluster_stats("api").unwrap().block_qps, 3.0);
+}
+
+#[test]
+fn with_a_qps_and_a_thread_rule_the_first_to_refuse_names_the_block_and_what_the_other_took_goes_back() {
+    // The QPS rule first: a call the thread rule refuses gives its QPS reservation back.
+    let (engine, clock) = engine();
+    let qps = FlowRule::new("api").count(3.0);
+    let threads = FlowRule::new("api").grade(FlowGrade::Thread).count(1.0);
+    engine.load_flow_rules([qps.clone(), threads.clone()]).unwrap();
+    let api = engine.resource("api");
+    let held = api.enter().unwrap();
+    for _ in 0..5 {
+        assert_eq!(flow_block_grade(api.enter()), Some(FlowGrade::Thread));
+    }
+    drop(held);
+    drop(api.enter().unwrap());
+    drop(api.enter().unwrap());
+    assert_eq!(flow_block_grade(api.enter()), Some(FlowGrade::Qps), "three passed: the refused calls took none");
+    assert_eq!(engine.cluster_stats("api").unwrap().pass_qps, 3.0);
+    // A call the QPS rule refused took no permit: in the next window one call is in flight again.
+    clock.advance_millis(1_000);
+    let again = api.enter().unwrap();
+    assert_eq!(flow_block_grade(api.enter()), Some(FlowGrade::Thread));
+    drop(again);
+
+    // The thread rule first: a call the QPS rule refuses gives its permit back.
+    let (engine, clock) = self::engine();
+    engine.load_flow_rules([threads.count(1.0), qps.count(1.0)]).unwrap();
+    let api = engine.resource("api");
+    drop(api.enter().unwrap());
+    for _ in 0..3 {
+        assert_eq!(flow_block_grade(api.enter()), Some(FlowGrade::Qps));
+    }
+    clock.advance_millis(1_000);
+    let held = api.enter().expect("no permit was kept by the refused calls");
+    assert_eq!(flow_block_grade(api.enter()), Some(FlowGrade::Thread), "the thread rule is checked first");
+    drop(held);
+}
+
+#[test]
+fn a_thread_grade_rule_beside_a_closed_breaker_limits_calls_in_flight_and_the_breaker_still_counts_every_call() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("db").grade(FlowGrade::Thread).count(1.0)]).unwrap();
+    let rule = DegradeRule::new("db", DegradeGrade::ErrorCount).count(1.0).min_request_amount(1).time_window_sec(5);
+    engine.load_degrade_rules([rule]).unwrap();
+    let db = engine.resource("db");
+    for _ in 0..2 {
+        let mut e = db.enter().unwrap();
+        assert_eq!(flow_block_grade(db.enter()), Some(FlowGrade::Thread));
+        e.set_error();
+    }
+    assert_eq!(engine.circuit_breakers("db")[0].state, BreakerState::Open, "the second error is above 1");
+    assert!(matches!(db.enter(), Err(BlockError::Degrade { .. })));
 }
 
 /// What one call with `value` as its hot parameter met: a pass, or the kind of block.

@@ -107,7 +107,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                     // The same chain, specialised: only the slots that can be on the fast path, on rules that
                     // leave a passed call holding nothing.
                     let call = || self.call_cx(&site, now_nanos, now_ms);
-                    return chain::run_fast(rules, site.shared, &call, &mut checks.tally.wait_nanos);
+                    let (mut held, tally) = checks.split();
+                    return chain::run_fast(rules, site.shared, &call, &mut tally.wait_nanos, &mut held);
                 }
                 self.run_general(rules, &mut checks, &site, now_nanos)
             });

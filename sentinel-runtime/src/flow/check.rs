@@ -8,7 +8,7 @@ use crate::error::BlockError;
 use crate::flow::controller::{reject_qps, Controller, Decision};
 use crate::flow::rule::{FlowGrade, FlowStrategy};
 use crate::flow::token_service;
-use crate::flow::{EntryState, FlowRuleState, LimitApp, ResourceFlowRules, Scratch};
+use crate::flow::{EntryState, FastRules, FlowRuleState, LimitApp, ResourceFlowRules, Scratch};
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
 use crate::stat::StatNode;
 
@@ -24,6 +24,7 @@ impl RuleSlot for FlowSlot {
     type Taken = Scratch;
     const ORDER: i32 = crate::slot::ORDER_FLOW;
     const ON_FAST_PATH: bool = true;
+    const HOLDS_ON_FAST_PATH: bool = true;
 
     #[inline(always)]
     fn check(
@@ -36,17 +37,22 @@ impl RuleSlot for FlowSlot {
         check(rules, cx, held, taken)
     }
 
-    /// On the fast path the resource's only flow rule is simple (or it has none that applies).
+    /// On the fast path the resource's flow rules are [`FastRules`]: a simple QPS rule, a thread-grade rule,
+    /// or one of each (or it has none that applies). A thread-grade rule's permit is held until exit.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &ResourceFlowRules,
         _: &(),
         call: &impl Fn() -> CallCx<'c>,
         _: &mut u64,
+        held: &mut EntryState,
     ) -> Result<(), BlockError> {
         match rules.simple {
             Some(limit) => check_simple_only(rules, limit, &call()),
-            None => Ok(()),
+            None => match rules.fast_rules() {
+                Some(fast) => check_fast_with_threads(rules, fast, &call(), held),
+                None => Ok(()),
+            },
         }
     }
 
@@ -251,6 +257,56 @@ pub(crate) fn check_simple_only(rules: &ResourceFlowRules, limit: f64, call: &Ca
             node.qps_retry_after(now_ms, acquire, limit, false),
         )),
     }
+}
+
+/// The fast path's check of a thread-grade rule, alone or with a simple QPS rule (both on the resource's own
+/// node, for every caller), in the rules' order: the permit taken is held (`held`) until exit, and what the
+/// first rule took is given back when the second refuses.
+#[inline(never)]
+fn check_fast_with_threads(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    call: &CallCx<'_>,
+    held: &mut EntryState,
+) -> Result<(), BlockError> {
+    let Some(threads) = fast.threads else { return Ok(()) };
+    let (node, now_ms, acquire) = (call.cluster, call.now_ms, call.acquire);
+    let block = |at: usize, retry_after| BlockError::Flow {
+        resource: call.resource.clone(),
+        rule: rules.rules[at].rule.clone(),
+        origin: call.origin.clone(),
+        retry_after,
+    };
+    let reserve = |qps: f64| node.admission().try_reserve(now_ms, acquire, qps, &|start| node.borrowed_at(start));
+    let qps_at = 1 - fast.threads_at;
+    if fast.threads_at == 0 {
+        if !node.try_thread_permit(acquire, threads) {
+            return Err(block(0, None));
+        }
+        if let Some(qps) = fast.qps {
+            if reserve(qps).is_none() {
+                node.release_thread_permit(acquire);
+                return Err(block(qps_at, node.qps_retry_after(now_ms, acquire, qps, false)));
+            }
+        }
+    } else {
+        let reservation = match fast.qps {
+            Some(qps) => match reserve(qps) {
+                Some(r) => Some(r),
+                None => return Err(block(qps_at, node.qps_retry_after(now_ms, acquire, qps, false))),
+            },
+            None => None,
+        };
+        if !node.try_thread_permit(acquire, threads) {
+            if let Some(r) = reservation {
+                node.admission().release(r);
+            }
+            return Err(block(fast.threads_at, None));
+        }
+    }
+    // An entry state starts empty: the permit always has a place.
+    held.push_permit(node);
+    Ok(())
 }
 
 /// The whole check of a resource whose only rule is a cluster rule for every caller (and only closed

@@ -59,12 +59,19 @@ impl FlowRuleState {
     }
 
     fn is_simple(&self) -> bool {
-        let r = &*self.rule;
-        r.grade == FlowGrade::Qps
-            && matches!(self.controller, Controller::Reject)
-            && r.strategy == FlowStrategy::Direct
+        self.rule.grade == FlowGrade::Qps && matches!(self.controller, Controller::Reject) && self.is_plain()
+    }
+
+    /// A thread-grade rule for every caller on the resource's own node, local.
+    fn is_simple_threads(&self) -> bool {
+        self.rule.grade == FlowGrade::Thread && self.is_plain()
+    }
+
+    /// For every caller, on the resource's own node, and local.
+    fn is_plain(&self) -> bool {
+        self.rule.strategy == FlowStrategy::Direct
             && matches!(self.limit_app, LimitApp::Default)
-            && !r.cluster_mode
+            && !self.rule.cluster_mode
     }
 
     fn new(rule: FlowRule) -> Self {
@@ -93,6 +100,8 @@ pub(crate) struct ResourceFlowRules {
     /// The limit of the resource's only rule when it is a local reject-style QPS limit on its own cluster
     /// node for every origin (the common rule): checked without the general loop.
     simple: Option<f64>,
+    /// The rules when the fast path decides them ([`FastRules`]).
+    pub(crate) fast: Option<FastRules>,
     /// The resource's only rule is a cluster rule for every caller on the resource's own node: a call with a
     /// leased token in hand is decided without the general loop ([`check_cluster_only`](check::check_cluster_only)).
     cluster_only: bool,
@@ -110,12 +119,18 @@ impl ResourceFlowRules {
             .collect();
         let simple = (rules.len() == 1 && rules[0].is_simple()).then(|| rules[0].rule.count);
         let cluster_only = rules.len() == 1 && rules[0].is_cluster_only();
-        ResourceFlowRules { rules, named_origins, simple, cluster_only }
+        let fast = FastRules::of(&rules);
+        ResourceFlowRules { rules, named_origins, simple, fast, cluster_only }
     }
 
     /// The origins the rules name in `limit_app` (neither `default` nor `other`).
     pub(crate) fn named_origins(&self) -> &[String] {
         &self.named_origins
+    }
+
+    /// The rules, when the fast path decides them.
+    pub(crate) fn fast_rules(&self) -> Option<&FastRules> {
+        self.fast.as_ref()
     }
 
     /// The limit of the only rule, when it is simple.
@@ -134,6 +149,40 @@ impl ResourceFlowRules {
             st.rule.strategy == FlowStrategy::Chain
                 && st.rule.ref_resource.as_deref() == Some(crate::DEFAULT_CONTEXT_NAME)
         })
+    }
+}
+
+/// A resource's flow rules when the fast path decides them: a simple QPS rule (a local reject-style limit on
+/// the resource's own node for every caller), a thread-grade rule of the same kind, or one of each. The
+/// thread-grade rule's permit is the one thing a call on the fast path holds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastRules {
+    /// The QPS rule's limit.
+    pub(crate) qps: Option<f64>,
+    /// The thread-grade rule's limit (calls in flight).
+    pub(crate) threads: Option<f64>,
+    /// Where the thread-grade rule is in the resource's rules (0 or 1): the rules are checked in that order,
+    /// and the first to refuse names the block.
+    pub(crate) threads_at: usize,
+}
+
+impl FastRules {
+    fn of(rules: &[Arc<FlowRuleState>]) -> Option<FastRules> {
+        let qps = |st: &FlowRuleState| st.is_simple().then_some(st.rule.count);
+        let threads = |st: &FlowRuleState| st.is_simple_threads().then_some(st.rule.count);
+        match rules {
+            [a] => match (qps(a), threads(a)) {
+                (Some(q), _) => Some(FastRules { qps: Some(q), threads: None, threads_at: 0 }),
+                (_, Some(t)) => Some(FastRules { qps: None, threads: Some(t), threads_at: 0 }),
+                _ => None,
+            },
+            [a, b] => match (qps(a), threads(b), threads(a), qps(b)) {
+                (Some(q), Some(t), _, _) => Some(FastRules { qps: Some(q), threads: Some(t), threads_at: 1 }),
+                (_, _, Some(t), Some(q)) => Some(FastRules { qps: Some(q), threads: Some(t), threads_at: 0 }),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 }
 
@@ -230,5 +279,50 @@ impl StatNode {
     }
     fn thread_permits(&self) -> u64 {
         self.thread_gate.permits()
+    }
+}
+
+#[cfg(test)]
+mod fast_rules_tests {
+    use super::*;
+    use crate::flow::{ControlBehavior, FlowRule};
+
+    fn fast(rules: Vec<FlowRule>) -> Option<FastRules> {
+        let states: Vec<_> = rules.into_iter().map(|r| Arc::new(FlowRuleState::new(r))).collect();
+        FastRules::of(&states)
+    }
+
+    fn threads(count: f64) -> FlowRule {
+        FlowRule::new("r").grade(FlowGrade::Thread).count(count)
+    }
+
+    #[test]
+    fn the_fast_path_takes_a_simple_qps_rule_a_thread_rule_or_one_of_each_in_either_order() {
+        let f = fast(vec![FlowRule::new("r").count(5.0)]).unwrap();
+        assert_eq!((f.qps, f.threads), (Some(5.0), None));
+        let f = fast(vec![threads(2.0)]).unwrap();
+        assert_eq!((f.qps, f.threads, f.threads_at), (None, Some(2.0), 0));
+        let f = fast(vec![FlowRule::new("r").count(5.0), threads(2.0)]).unwrap();
+        assert_eq!((f.qps, f.threads, f.threads_at), (Some(5.0), Some(2.0), 1));
+        let f = fast(vec![threads(2.0), FlowRule::new("r").count(5.0)]).unwrap();
+        assert_eq!((f.qps, f.threads, f.threads_at), (Some(5.0), Some(2.0), 0));
+    }
+
+    #[test]
+    fn any_other_rule_set_takes_the_general_path() {
+        let qps = || FlowRule::new("r").count(5.0);
+        for rules in [
+            vec![qps(), qps()],
+            vec![threads(1.0), threads(2.0)],
+            vec![qps(), threads(1.0), qps()],
+            vec![threads(1.0).limit_app("shop")],
+            vec![threads(1.0), qps().limit_app("other")],
+            vec![threads(1.0), qps().control_behavior(ControlBehavior::RateLimiter)],
+            vec![threads(1.0).relate("s")],
+            vec![threads(1.0).chain("ctx")],
+            vec![FlowRule { cluster_mode: true, ..qps() }, threads(1.0)],
+        ] {
+            assert!(fast(rules.clone()).is_none(), "{rules:?}");
+        }
     }
 }

@@ -249,6 +249,7 @@ impl RuleSlot for ParamSlot {
         _: &(),
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
+        _: &mut EntryState,
     ) -> Result<(), BlockError> {
         // The first check of the fast path (no kind before it is on it): its wait is the first.
         *wait = check_holding_nothing(rules, &call())?;

@@ -161,18 +161,25 @@ pub(crate) trait RuleSlot {
     const CHECKS_ON_FAST_PATH: bool = Self::ON_FAST_PATH;
 
     /// The check on the fast path ([`ON_FAST_PATH`](RuleSlot::ON_FAST_PATH) kinds only, on rules the engine
-    /// flagged as such): no held state, no undo; `call` makes the call's view when the check needs it (made
-    /// in place, so a check that reads two of its fields costs two loads); a wait it asks for adds to `wait`.
+    /// flagged as such): no undo, so only a kind that says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH)
+    /// may leave something in `held` (and it must be the path's last check that can refuse: the chain asserts
+    /// it); `call` makes the call's view when the check needs it (made in place, so a check that reads two of
+    /// its fields costs two loads); a wait it asks for adds to `wait`.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &Self::Rules,
         state: &Self::State,
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
+        held: &mut Self::Held,
     ) -> Result<(), BlockError> {
-        let _ = (rules, state, call, wait);
+        let _ = (rules, state, call, wait, held);
         Ok(())
     }
+
+    /// Whether [`check_fast`](RuleSlot::check_fast) may leave the call holding something (a thread-grade
+    /// rule's permit), released by [`exit`](RuleSlot::exit).
+    const HOLDS_ON_FAST_PATH: bool = false;
 
     /// Whether the fast path may decide the call, as far as this kind goes (a breaker that is not closed
     /// sends the call down the general path).
