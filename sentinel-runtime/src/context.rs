@@ -64,6 +64,13 @@ impl EngineOverride {
 }
 
 impl ContextState {
+    /// Whether this is [`NONE`](Self::NONE): no context and no stand-in engine (a state without an engine has
+    /// no context, origin, node nor depth either).
+    #[inline(always)]
+    pub(crate) fn is_none(&self) -> bool {
+        self.engine_id == 0 && self.override_engine == EngineOverride::NONE
+    }
+
     pub(crate) const NONE: ContextState = ContextState {
         engine_id: 0,
         ctx: ptr::null(),
@@ -86,6 +93,12 @@ pub(crate) fn current() -> ContextState {
 #[inline]
 pub(crate) fn set_current(s: ContextState) {
     CURRENT.with(|c| c.set(s))
+}
+
+/// Whether no context (and no stand-in engine) is active on this thread.
+#[inline]
+fn current_is_none() -> bool {
+    current().is_none()
 }
 
 /// Errors entering a context.
@@ -163,6 +176,27 @@ impl CarriedContext {
     /// Installs the carried context on this thread for the duration of `f`, then carries away what `f` left.
     #[inline]
     pub fn scope<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        // The common case, a future with no context polled on a thread with none: nothing to install or put
+        // back, unless `f` leaves a context behind (an entry still open across an await).
+        if self.state.is_none() && current_is_none() {
+            struct Carry<'a>(&'a mut ContextState);
+            impl Drop for Carry<'_> {
+                #[inline]
+                fn drop(&mut self) {
+                    if !current_is_none() {
+                        *self.0 = current();
+                        set_current(ContextState::NONE);
+                    }
+                }
+            }
+            let _carry = Carry(&mut self.state);
+            return f();
+        }
+        self.scope_installed(f)
+    }
+
+    /// [`scope`](Self::scope) with a context to install or to put back.
+    fn scope_installed<R>(&mut self, f: impl FnOnce() -> R) -> R {
         struct Restore<'a> {
             carried: &'a mut ContextState,
             outer: ContextState,
@@ -183,5 +217,55 @@ impl CarriedContext {
 impl fmt::Debug for CarriedContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CarriedContext").field("depth", &self.state.depth).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state as an entry installs it (only its identity matters here).
+    fn some_state() -> ContextState {
+        ContextState { engine_id: 7, depth: 1, ..ContextState::NONE }
+    }
+
+    #[test]
+    fn a_future_without_context_carries_away_what_its_poll_left_and_leaves_the_thread_without_one() {
+        set_current(ContextState::NONE);
+        let mut carried = CarriedContext::capture();
+        carried.scope(|| set_current(some_state())); // an entry opened and held across an await
+        assert!(current().is_none(), "the thread is left as it was");
+        assert_eq!(carried.state.engine_id, 7, "the future carries the open entry's context");
+        // The next poll installs it, and the entry's exit inside it is carried away too.
+        carried.scope(|| {
+            assert_eq!(current().engine_id, 7);
+            set_current(ContextState::NONE);
+        });
+        assert!(carried.state.is_none());
+        assert!(current().is_none());
+    }
+
+    #[test]
+    fn a_poll_that_panics_leaves_the_thread_without_the_futures_context() {
+        set_current(ContextState::NONE);
+        let mut carried = CarriedContext::capture();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            carried.scope(|| {
+                set_current(some_state());
+                panic!("user code");
+            })
+        }));
+        assert!(unwound.is_err());
+        assert!(current().is_none());
+        assert_eq!(carried.state.engine_id, 7);
+    }
+
+    #[test]
+    fn a_thread_with_a_context_gets_it_back_after_polling_a_future_without_one() {
+        set_current(some_state());
+        let mut carried = CarriedContext::from_state(ContextState::NONE);
+        carried.scope(|| assert!(current().is_none(), "the future's own (empty) context is installed"));
+        assert_eq!(current().engine_id, 7);
+        set_current(ContextState::NONE);
     }
 }

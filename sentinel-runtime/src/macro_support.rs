@@ -385,11 +385,10 @@ fn retry_async<'r>(
 /// `None` when it need not wait, or when the engine runs on a manual clock.
 #[inline]
 pub fn queue_delay(entry: &Entry<'_>) -> Option<futures_timer::Delay> {
-    let wait = entry.waited();
-    if wait.is_zero() || entry.shared().clock.manual().is_some() {
+    if !entry.waits() || entry.shared().clock.manual().is_some() {
         None
     } else {
-        Some(futures_timer::Delay::new(Duration::from_nanos(wait.as_nanos() as u64)))
+        Some(futures_timer::Delay::new(entry.waited()))
     }
 }
 

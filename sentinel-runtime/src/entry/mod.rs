@@ -224,9 +224,8 @@ impl<'r> Entry<'r> {
     pub fn waited(&self) -> Duration {
         Duration::from_nanos(self.wait_nanos)
     }
-    /// Whether [`waited`](Self::waited) is more than zero (the web layer's test, without building a
-    /// `Duration`).
-    #[cfg(feature = "tower")]
+    /// Whether [`waited`](Self::waited) is more than zero (the web layer's and the async macro's test,
+    /// without building a `Duration`).
     #[inline(always)]
     pub(crate) fn waits(&self) -> bool {
         self.wait_nanos > 0
