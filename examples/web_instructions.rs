@@ -31,7 +31,8 @@
 //!   besides), `param` (a hot-parameter rule that passes, one value), `param-million` (the same rule, each
 //!   call another of 10^6 values in turn: every call a miss and an eviction), `adaptive` (an adaptive
 //!   concurrency rule with a limit of 1,000) and `thread` (a thread-grade flow rule with the same limit: the
-//!   cost the adaptive rule is held to);
+//!   cost the adaptive rule is held to), `authority` (an authority black list and a passing flow rule, called
+//!   with an origin the list does not name);
 //! - `part-macro-sync`, `part-macro-async`: a call of a `#[sentinel_resource]` function, sync and async (the
 //!   future polled once, with no executor), on the global engine with one passing flow rule.
 
@@ -243,6 +244,18 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             false,
             n,
         )?,
+        "part-entry-authority" => {
+            // A black list and a flow rule, called with an origin that is not listed.
+            let engine = Sentinel::builder().build().leak();
+            engine.load_authority_rules([sentinel_runtime::authority::AuthorityRule::new(
+                "part",
+                "crawler",
+                sentinel_runtime::authority::AuthorityStrategy::Black,
+            )])?;
+            engine.load_flow_rules([FlowRule::new("part").count(1e12)])?;
+            let resource = engine.resource("part");
+            run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
+        }
         "part-entry-thread" => entries(
             |e| {
                 Ok(e.load_flow_rules([FlowRule::new("part")

@@ -168,6 +168,31 @@ fn a_thread_grade_rule_beside_a_closed_breaker_limits_calls_in_flight_and_the_br
     assert!(matches!(db.enter(), Err(BlockError::Degrade { .. })));
 }
 
+#[test]
+fn authority_lists_on_the_fast_path_refuse_listed_origins_before_any_other_rule() {
+    let (engine, _clock) = engine();
+    engine.load_authority_rules([AuthorityRule::new("api", "crawler", AuthorityStrategy::Black)]).unwrap();
+    engine.load_flow_rules([FlowRule::new("api").count(1.0)]).unwrap();
+    let api = engine.resource("api");
+    drop(api.entry().origin("shop").enter().unwrap());
+    // The flow window is used up; the listed origin is still refused by its list first (Java's slot order).
+    match api.entry().origin("crawler").enter() {
+        Err(BlockError::Authority { origin, rule, .. }) => {
+            assert_eq!(&*origin, "crawler");
+            assert_eq!(rule.strategy, AuthorityStrategy::Black);
+        }
+        other => panic!("expected the black list to refuse, got {other:?}"),
+    }
+    assert!(matches!(api.entry().origin("shop").enter(), Err(BlockError::Flow { .. })));
+    assert!(matches!(api.enter(), Err(BlockError::Flow { .. })), "no origin: the lists pass it");
+    // The same on the general path (a prioritized call).
+    assert!(matches!(api.entry().origin("crawler").prioritized(true).decide(), Err(BlockError::Authority { .. })));
+    // A white list admits only its members.
+    engine.load_authority_rules([AuthorityRule::new("api", "shop", AuthorityStrategy::White)]).unwrap();
+    assert!(matches!(api.entry().origin("crawler").enter(), Err(BlockError::Authority { .. })));
+    assert!(matches!(api.entry().origin("shop").enter(), Err(BlockError::Flow { .. })));
+}
+
 /// What one call with `value` as its hot parameter met: a pass, or the kind of block.
 fn outcome(engine: &Sentinel, value: &str) -> &'static str {
     match engine.resource("api").entry().args(&[&value]).enter() {

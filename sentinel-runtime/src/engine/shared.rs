@@ -32,6 +32,12 @@ pub type ErrorFilter = dyn Fn(&(dyn StdError + 'static)) -> bool + Send + Sync;
 /// Called for every blocked call: the error, the time (ms) and the permits asked.
 pub type BlockListener = dyn Fn(&BlockError, u64, u32) + Send + Sync;
 
+/// Names (resources, contexts, origins) to what they stand for. An origin is looked up on every call that has
+/// one, so its name is hashed with foldhash, seeded at random per map, rather than SipHash: the names are short
+/// and every map is bounded (the resource, context and origin caps), so SipHash's stronger resistance to
+/// chosen collisions buys nothing here, at about five times the cost.
+pub(super) type NameMap<V> = papaya::HashMap<Arc<str>, V, foldhash::fast::RandomState>;
+
 /// State shared by every handle of one engine.
 pub(crate) struct Shared {
     pub(crate) id: u64,
@@ -45,14 +51,14 @@ pub(crate) struct Shared {
     pub(crate) immortal: AtomicBool,
     pub(crate) inbound: StatNode,
     /// Resources by name: read lock-free; `registry_lock` serializes creation and rule refreshes.
-    pub(super) resources: papaya::HashMap<Arc<str>, Arc<ResourceInner>>,
+    pub(super) resources: NameMap<Arc<ResourceInner>>,
     pub(super) registry_lock: Mutex<()>,
     pub(super) resource_list: boxcar::Vec<Arc<ResourceInner>>,
     /// Bumped whenever a resource is created (lets cached negative lookups stay valid without a lock).
     pub(crate) resource_generation: AtomicUsize,
     pub(super) default_ctx: Box<ContextInfo>,
     /// Context and origin names to their index: read lock-free; `intern_lock` serializes first sightings.
-    pub(super) contexts: papaya::HashMap<Arc<str>, usize>,
+    pub(super) contexts: NameMap<usize>,
     pub(super) intern_lock: Mutex<()>,
     pub(super) context_list: boxcar::Vec<ContextInfo>,
     pub(super) empty_origin: Box<OriginInfo>,
@@ -61,7 +67,7 @@ pub(crate) struct Shared {
     /// Origins interned that no rule named when they were first seen (counted against the cap).
     pub(super) unnamed_origins: AtomicUsize,
     pub(super) warned_origins: AtomicBool,
-    pub(super) origins: papaya::HashMap<Arc<str>, usize>,
+    pub(super) origins: NameMap<usize>,
     pub(super) origin_list: boxcar::Vec<OriginInfo>,
     pub(crate) flow: FlowManager,
     pub(crate) degrade: DegradeManager,
@@ -110,19 +116,19 @@ impl Shared {
             enabled: AtomicBool::new(true),
             immortal: AtomicBool::new(false),
             inbound: StatNode::new(),
-            resources: papaya::HashMap::new(),
+            resources: NameMap::default(),
             registry_lock: Mutex::new(()),
             resource_list: boxcar::Vec::new(),
             resource_generation: AtomicUsize::new(0),
             default_ctx,
-            contexts: papaya::HashMap::new(),
+            contexts: NameMap::default(),
             intern_lock: Mutex::new(()),
             context_list: boxcar::Vec::new(),
             empty_origin,
             untracked_origin,
             unnamed_origins: AtomicUsize::new(0),
             warned_origins: AtomicBool::new(false),
-            origins: papaya::HashMap::new(),
+            origins: NameMap::default(),
             origin_list: boxcar::Vec::new(),
             flow: FlowManager::default(),
             degrade: DegradeManager::default(),

@@ -251,7 +251,7 @@ impl RuleSlot for ParamSlot {
         wait: &mut u64,
         _: &mut EntryState,
     ) -> Result<(), BlockError> {
-        // The first check of the fast path (no kind before it is on it): its wait is the first.
+        // The first check of the fast path that can ask for a wait (the authority lists before it never do).
         *wait = check_holding_nothing(rules, &call())?;
         Ok(())
     }
