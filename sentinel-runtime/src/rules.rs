@@ -17,10 +17,11 @@ pub(crate) struct ResourceRules {
     pub(crate) authority: Option<Arc<ResourceAuthority>>,
     pub(crate) param: Option<Arc<ResourceParamRules>>,
     pub(crate) flow: Option<Arc<ResourceFlowRules>>,
-    /// No authority rule, no hot-parameter rule or only ones that leave a call holding nothing
-    /// ([`ResourceParamRules::holds_nothing`]), and no flow rule or one simple one: an entry that is not
-    /// prioritized, while every breaker is closed, is checked by the hot-parameter rules and the flow rule
-    /// alone, without the general check context.
+    /// No hot-parameter rule or only ones that leave a call holding nothing
+    /// ([`ResourceParamRules::holds_nothing`]), no flow rule or only ones the fast path decides
+    /// ([`FastRules`](crate::flow::FastRules)), no kind off the fast path (adaptive limits): an entry that is not
+    /// prioritized, while every breaker is closed, is checked by the authority lists, the hot-parameter rules
+    /// and the flow rules alone, without the general check context.
     pub(crate) fast_path: bool,
     /// No authority or hot-parameter rule, and one flow rule, a cluster rule for every caller: an entry that
     /// is not prioritized, while every breaker is closed and a leased token is in hand, is decided by it
