@@ -32,7 +32,7 @@
 //!   call another of 10^6 values in turn: every call a miss and an eviction), `adaptive` (an adaptive
 //!   concurrency rule with a limit of 1,000) and `thread` (a thread-grade flow rule with the same limit: the
 //!   cost the adaptive rule is held to), `authority` (an authority black list and a passing flow rule, called
-//!   with an origin the list does not name);
+//!   with an origin the list does not name), `rate-limiter` (a flow rule that spaces calls, never reached);
 //! - `part-macro-sync`, `part-macro-async`: a call of a `#[sentinel_resource]` function, sync and async (the
 //!   future polled once, with no executor), on the global engine with one passing flow rule.
 
@@ -256,6 +256,15 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             let resource = engine.resource("part");
             run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
         }
+        "part-entry-rate-limiter" => entries(
+            |e| {
+                Ok(e.load_flow_rules([FlowRule::new("part")
+                    .count(1e12)
+                    .control_behavior(sentinel_runtime::flow::ControlBehavior::RateLimiter)])?)
+            },
+            false,
+            n,
+        )?,
         "part-entry-thread" => entries(
             |e| {
                 Ok(e.load_flow_rules([FlowRule::new("part")

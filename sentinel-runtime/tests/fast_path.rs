@@ -193,6 +193,45 @@ fn authority_lists_on_the_fast_path_refuse_listed_origins_before_any_other_rule(
     assert!(matches!(api.entry().origin("shop").enter(), Err(BlockError::Flow { .. })));
 }
 
+#[test]
+fn warm_up_and_rate_limiter_rules_decide_on_the_fast_path_as_on_the_general_path() {
+    // Two engines on clocks that move alike: calls on one take the fast path (`enter`), on the other the
+    // general path (a prioritized call, which these behaviours decide as any other). Every decision and every
+    // wait must be the same.
+    for behavior in [ControlBehavior::WarmUp, ControlBehavior::RateLimiter, ControlBehavior::WarmUpRateLimiter] {
+        for with_threads in [false, true] {
+            let mut rules = vec![FlowRule::new("api").count(20.0).control_behavior(behavior).max_queueing_time_ms(200)];
+            if with_threads {
+                rules.insert(0, FlowRule::new("api").grade(FlowGrade::Thread).count(5.0));
+            }
+            let (fast_engine, fast_clock) = engine();
+            let (general_engine, general_clock) = engine();
+            fast_engine.load_flow_rules(rules.clone()).unwrap();
+            general_engine.load_flow_rules(rules).unwrap();
+            let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
+            let outcome = |r: Result<sentinel_runtime::Entry<'_>, BlockError>| match r {
+                Ok(e) => Ok(e.waited()),
+                Err(BlockError::Flow { rule, retry_after, .. }) => Err((rule.grade, retry_after)),
+                Err(other) => panic!("unexpected block {other:?}"),
+            };
+            let (mut passed, mut waited) = (0, 0);
+            for i in 0..400 {
+                let a = outcome(fast.enter());
+                let b = outcome(general.entry().prioritized(true).decide());
+                assert_eq!(a, b, "{behavior:?}, thread rule {with_threads}, call {i}");
+                passed += a.is_ok() as u32;
+                waited += a.is_ok_and(|w| !w.is_zero()) as u32;
+                fast_clock.advance_millis(7);
+                general_clock.advance_millis(7);
+            }
+            assert!(passed > 0 && passed < 400, "{behavior:?}: some pass, some not ({passed})");
+            if behavior != ControlBehavior::WarmUp {
+                assert!(waited > 0, "{behavior:?}: the rate limiter asks calls to wait");
+            }
+        }
+    }
+}
+
 /// What one call with `value` as its hot parameter met: a pass, or the kind of block.
 fn outcome(engine: &Sentinel, value: &str) -> &'static str {
     match engine.resource("api").entry().args(&[&value]).enter() {

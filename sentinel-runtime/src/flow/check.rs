@@ -4,12 +4,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::clock::EngineClock;
 use crate::error::BlockError;
 use crate::flow::controller::{reject_qps, Controller, Decision};
 use crate::flow::rule::{FlowGrade, FlowStrategy};
 use crate::flow::token_service;
 use crate::flow::{EntryState, FastRules, FlowRuleState, LimitApp, ResourceFlowRules, Scratch};
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
+use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 
 /// The flow slot (order -2000): the resource's flow rules, in order; the first that blocks decides.
@@ -37,20 +39,21 @@ impl RuleSlot for FlowSlot {
         check(rules, cx, held, taken)
     }
 
-    /// On the fast path the resource's flow rules are [`FastRules`]: a simple QPS rule, a thread-grade rule,
-    /// or one of each (or it has none that applies). A thread-grade rule's permit is held until exit.
+    /// On the fast path the resource's flow rules are [`FastRules`]: a QPS rule, a thread-grade rule, or one of
+    /// each (or it has none that applies). A thread-grade rule's permit is held until exit; a rate limiter's
+    /// wait adds to `wait`.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &ResourceFlowRules,
         _: &(),
         call: &impl Fn() -> CallCx<'c>,
-        _: &mut u64,
+        wait: &mut u64,
         held: &mut EntryState,
     ) -> Result<(), BlockError> {
         match rules.simple {
             Some(limit) => check_simple_only(rules, limit, &call()),
             None => match rules.fast_rules() {
-                Some(fast) => check_fast_with_threads(rules, fast, &call(), held),
+                Some(fast) => check_fast_rules(rules, fast, &call(), held, wait),
                 None => Ok(()),
             },
         }
@@ -182,25 +185,14 @@ pub(crate) fn check(
                         node.qps_retry_after(cx.now_ms, cx.acquire, rule.count, true)
                     })
                 }
-                Controller::Reject => {
-                    reject_qps(node, cx.now_ms, cx.acquire, rule.count, cx.prioritized, scratch.held(node))
-                }
-                Controller::WarmUp(w) => {
+                Controller::WarmUp(w) if !owned => {
                     w.sync(cx.now_ms, node);
-                    if owned {
-                        reject_qps(node, cx.now_ms, cx.acquire, w.allowed_qps(), false, scratch.held(node))
-                    } else {
-                        let allowed = w.allowed_qps();
-                        read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= allowed, || {
-                            node.qps_retry_after(cx.now_ms, cx.acquire, allowed, true)
-                        })
-                    }
+                    let allowed = w.allowed_qps();
+                    read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= allowed, || {
+                        node.qps_retry_after(cx.now_ms, cx.acquire, allowed, true)
+                    })
                 }
-                Controller::RateLimiter(t) => t.acquire(cx.clock.precise_nanos(), cx.acquire, rule.count),
-                Controller::WarmUpRateLimiter(w, t) => {
-                    w.sync(cx.now_ms, node);
-                    t.acquire(cx.clock.precise_nanos(), cx.acquire, w.allowed_qps())
-                }
+                _ => owned_qps(st, node, cx.now_ms, cx.acquire, cx.prioritized, scratch.held(node), cx.clock),
             },
         };
         if let Some(r) = apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
@@ -259,54 +251,121 @@ pub(crate) fn check_simple_only(rules: &ResourceFlowRules, limit: f64, call: &Ca
     }
 }
 
-/// The fast path's check of a thread-grade rule, alone or with a simple QPS rule (both on the resource's own
-/// node, for every caller), in the rules' order: the permit taken is held (`held`) until exit, and what the
-/// first rule took is given back when the second refuses.
+/// The fast path's check of [`FastRules`] other than a lone reject-style QPS rule (which takes
+/// [`check_simple_only`]): a QPS rule of any control behaviour, a thread-grade rule, or one of each, in the
+/// rules' order. A thread-grade rule's permit is held (`held`) until exit; what the first rule took is given
+/// back when the second refuses; a rate limiter's wait adds to `wait`.
 #[inline(never)]
-fn check_fast_with_threads(
+fn check_fast_rules(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     call: &CallCx<'_>,
     held: &mut EntryState,
+    wait: &mut u64,
 ) -> Result<(), BlockError> {
-    let Some(threads) = fast.threads else { return Ok(()) };
-    let (node, now_ms, acquire) = (call.cluster, call.now_ms, call.acquire);
     let block = |at: usize, retry_after| BlockError::Flow {
         resource: call.resource.clone(),
         rule: rules.rules[at].rule.clone(),
         origin: call.origin.clone(),
         retry_after,
     };
-    let reserve = |qps: f64| node.admission().try_reserve(now_ms, acquire, qps, &|start| node.borrowed_at(start));
-    let qps_at = 1 - fast.threads_at;
-    if fast.threads_at == 0 {
-        if !node.try_thread_permit(acquire, threads) {
-            return Err(block(0, None));
-        }
-        if let Some(qps) = fast.qps {
-            if reserve(qps).is_none() {
-                node.release_thread_permit(acquire);
-                return Err(block(qps_at, node.qps_retry_after(now_ms, acquire, qps, false)));
+    let first = fast_one(rules, fast, 0, call, wait).map_err(|retry_after| block(0, retry_after))?;
+    let second = if rules.rules.len() > 1 {
+        match fast_one(rules, fast, 1, call, wait) {
+            Ok(took) => took,
+            Err(retry_after) => {
+                first.give_back(call);
+                return Err(block(1, retry_after));
             }
         }
     } else {
-        let reservation = match fast.qps {
-            Some(qps) => match reserve(qps) {
-                Some(r) => Some(r),
-                None => return Err(block(qps_at, node.qps_retry_after(now_ms, acquire, qps, false))),
-            },
-            None => None,
-        };
-        if !node.try_thread_permit(acquire, threads) {
-            if let Some(r) = reservation {
-                node.admission().release(r);
-            }
-            return Err(block(fast.threads_at, None));
+        Took::Nothing
+    };
+    if matches!(first, Took::Permit) || matches!(second, Took::Permit) {
+        // An entry state starts empty: the permit always has a place.
+        held.push_permit(call.cluster);
+    }
+    Ok(())
+}
+
+/// What one rule of [`FastRules`] took for a call it let through.
+enum Took {
+    Nothing,
+    Reservation(Reservation),
+    Permit,
+}
+
+impl Took {
+    /// The next rule refused the call: back to the node.
+    #[cold]
+    fn give_back(self, call: &CallCx<'_>) {
+        match self {
+            Took::Nothing => {}
+            Took::Reservation(r) => call.cluster.admission().release(r),
+            Took::Permit => call.cluster.release_thread_permit(call.acquire),
         }
     }
-    // An entry state starts empty: the permit always has a place.
-    held.push_permit(node);
-    Ok(())
+}
+
+/// The rule at `at` of [`FastRules`] on the call: `Err` with the retry time when it refuses.
+#[inline(always)]
+fn fast_one(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    at: usize,
+    call: &CallCx<'_>,
+    wait: &mut u64,
+) -> Result<Took, Option<std::time::Duration>> {
+    let (node, now_ms, acquire) = (call.cluster, call.now_ms, call.acquire);
+    if let Some((i, limit)) = fast.threads {
+        if i == at {
+            return if node.try_thread_permit(acquire, limit) { Ok(Took::Permit) } else { Err(None) };
+        }
+    }
+    let st = &rules.rules[at];
+    if let Controller::Reject = st.controller {
+        let count = st.rule.count;
+        return match node.admission().try_reserve(now_ms, acquire, count, &|start| node.borrowed_at(start)) {
+            Some(r) => Ok(Took::Reservation(r)),
+            None => Err(node.qps_retry_after(now_ms, acquire, count, false)),
+        };
+    }
+    match owned_qps(st, node, now_ms, acquire, false, None, call.clock) {
+        Decision::Pass { reservation, wait_nanos } => {
+            *wait += wait_nanos;
+            Ok(reservation.map_or(Took::Nothing, Took::Reservation))
+        }
+        Decision::Block { retry_after } => Err(retry_after),
+        // Not prioritized: never borrowed nor a permit.
+        Decision::Occupied { .. } | Decision::ThreadPermit => Ok(Took::Nothing),
+    }
+}
+
+/// A QPS rule's decision on a node its resource owns (any node but a related resource's): the same for the
+/// general path and the fast path. `held`: a reservation this call already took on the node.
+#[inline(always)]
+fn owned_qps(
+    st: &FlowRuleState,
+    node: &StatNode,
+    now_ms: u64,
+    acquire: u32,
+    prioritized: bool,
+    held: Option<&mut Reservation>,
+    clock: &EngineClock,
+) -> Decision {
+    let count = st.rule.count;
+    match &st.controller {
+        Controller::Reject => reject_qps(node, now_ms, acquire, count, prioritized, held),
+        Controller::WarmUp(w) => {
+            w.sync(now_ms, node);
+            reject_qps(node, now_ms, acquire, w.allowed_qps(), false, held)
+        }
+        Controller::RateLimiter(t) => t.acquire(clock.precise_nanos(), acquire, count),
+        Controller::WarmUpRateLimiter(w, t) => {
+            w.sync(now_ms, node);
+            t.acquire(clock.precise_nanos(), acquire, w.allowed_qps())
+        }
+    }
 }
 
 /// The whole check of a resource whose only rule is a cluster rule for every caller (and only closed

@@ -62,6 +62,11 @@ impl FlowRuleState {
         self.rule.grade == FlowGrade::Qps && matches!(self.controller, Controller::Reject) && self.is_plain()
     }
 
+    /// A QPS rule (any control behaviour) for every caller on the resource's own node, local.
+    fn is_plain_qps(&self) -> bool {
+        self.rule.grade == FlowGrade::Qps && self.is_plain()
+    }
+
     /// A thread-grade rule for every caller on the resource's own node, local.
     fn is_simple_threads(&self) -> bool {
         self.rule.grade == FlowGrade::Thread && self.is_plain()
@@ -152,37 +157,33 @@ impl ResourceFlowRules {
     }
 }
 
-/// A resource's flow rules when the fast path decides them: a simple QPS rule (a local reject-style limit on
-/// the resource's own node for every caller), a thread-grade rule of the same kind, or one of each. The
-/// thread-grade rule's permit is the one thing a call on the fast path holds.
+/// A resource's flow rules when the fast path decides them: one QPS rule (any control behaviour: reject, warm
+/// up, rate limiter), one thread-grade rule, or one of each, each local, for every caller, on the resource's
+/// own node. The thread-grade rule's permit is the one thing a call on the fast path holds.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRules {
-    /// The QPS rule's limit.
-    pub(crate) qps: Option<f64>,
-    /// The thread-grade rule's limit (calls in flight).
-    pub(crate) threads: Option<f64>,
-    /// Where the thread-grade rule is in the resource's rules (0 or 1): the rules are checked in that order,
-    /// and the first to refuse names the block.
-    pub(crate) threads_at: usize,
+    /// Where the QPS rule is in the resource's rules.
+    pub(crate) qps: Option<usize>,
+    /// Where the thread-grade rule is, and its limit (calls in flight).
+    pub(crate) threads: Option<(usize, f64)>,
 }
 
 impl FastRules {
     fn of(rules: &[Arc<FlowRuleState>]) -> Option<FastRules> {
-        let qps = |st: &FlowRuleState| st.is_simple().then_some(st.rule.count);
-        let threads = |st: &FlowRuleState| st.is_simple_threads().then_some(st.rule.count);
-        match rules {
-            [a] => match (qps(a), threads(a)) {
-                (Some(q), _) => Some(FastRules { qps: Some(q), threads: None, threads_at: 0 }),
-                (_, Some(t)) => Some(FastRules { qps: None, threads: Some(t), threads_at: 0 }),
-                _ => None,
-            },
-            [a, b] => match (qps(a), threads(b), threads(a), qps(b)) {
-                (Some(q), Some(t), _, _) => Some(FastRules { qps: Some(q), threads: Some(t), threads_at: 1 }),
-                (_, _, Some(t), Some(q)) => Some(FastRules { qps: Some(q), threads: Some(t), threads_at: 0 }),
-                _ => None,
-            },
-            _ => None,
+        let mut fast = FastRules { qps: None, threads: None };
+        if rules.len() > 2 {
+            return None;
         }
+        for (i, st) in rules.iter().enumerate() {
+            if st.is_plain_qps() && fast.qps.is_none() {
+                fast.qps = Some(i);
+            } else if st.is_simple_threads() && fast.threads.is_none() {
+                fast.threads = Some((i, st.rule.count));
+            } else {
+                return None;
+            }
+        }
+        (fast.qps.is_some() || fast.threads.is_some()).then_some(fast)
     }
 }
 
@@ -297,15 +298,19 @@ mod fast_rules_tests {
     }
 
     #[test]
-    fn the_fast_path_takes_a_simple_qps_rule_a_thread_rule_or_one_of_each_in_either_order() {
+    fn the_fast_path_takes_a_qps_rule_a_thread_rule_or_one_of_each_in_either_order() {
         let f = fast(vec![FlowRule::new("r").count(5.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), (Some(5.0), None));
+        assert_eq!((f.qps, f.threads), (Some(0), None));
         let f = fast(vec![threads(2.0)]).unwrap();
-        assert_eq!((f.qps, f.threads, f.threads_at), (None, Some(2.0), 0));
+        assert_eq!((f.qps, f.threads), (None, Some((0, 2.0))));
         let f = fast(vec![FlowRule::new("r").count(5.0), threads(2.0)]).unwrap();
-        assert_eq!((f.qps, f.threads, f.threads_at), (Some(5.0), Some(2.0), 1));
+        assert_eq!((f.qps, f.threads), (Some(0), Some((1, 2.0))));
         let f = fast(vec![threads(2.0), FlowRule::new("r").count(5.0)]).unwrap();
-        assert_eq!((f.qps, f.threads, f.threads_at), (Some(5.0), Some(2.0), 0));
+        assert_eq!((f.qps, f.threads), (Some(1), Some((0, 2.0))));
+        for behavior in [ControlBehavior::WarmUp, ControlBehavior::RateLimiter, ControlBehavior::WarmUpRateLimiter] {
+            let f = fast(vec![threads(2.0), FlowRule::new("r").count(5.0).control_behavior(behavior)]).unwrap();
+            assert_eq!((f.qps, f.threads), (Some(1), Some((0, 2.0))), "{behavior:?}");
+        }
     }
 
     #[test]
@@ -317,7 +322,6 @@ mod fast_rules_tests {
             vec![qps(), threads(1.0), qps()],
             vec![threads(1.0).limit_app("shop")],
             vec![threads(1.0), qps().limit_app("other")],
-            vec![threads(1.0), qps().control_behavior(ControlBehavior::RateLimiter)],
             vec![threads(1.0).relate("s")],
             vec![threads(1.0).chain("ctx")],
             vec![FlowRule { cluster_mode: true, ..qps() }, threads(1.0)],
