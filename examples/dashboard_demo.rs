@@ -80,6 +80,17 @@ fn traffic(stop: &Arc<AtomicBool>, per_second: u32, mut f: impl FnMut(u64) + Sen
     });
 }
 
+/// A directory builder that makes the directory readable by its owner only (on Unix).
+fn private_dir() -> tempfile::Builder<'static, 'static> {
+    let mut builder = tempfile::Builder::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o700));
+    }
+    builder
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let Args { duration, dir } = args()?;
     // A directory the user names (kept), or a fresh private one (removed at the end). Never one found under
@@ -94,9 +105,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             // `sentinel-dashboard-demo` under the temporary directory when this run creates it (exclusively,
             // private to the user), so that it is easy to find; if it exists already, whoever made it, a
             // fresh name beside it.
-            fresh = match tempfile::Builder::new().prefix("sentinel-dashboard-demo").rand_bytes(0).tempdir() {
+            fresh = match private_dir().prefix("sentinel-dashboard-demo").rand_bytes(0).tempdir() {
                 Ok(d) => d,
-                Err(_) => tempfile::Builder::new().prefix("sentinel-dashboard-demo-").tempdir()?,
+                Err(_) => private_dir().prefix("sentinel-dashboard-demo-").tempdir()?,
             };
             fresh.path().to_path_buf()
         }
