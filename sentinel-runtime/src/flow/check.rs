@@ -242,12 +242,9 @@ pub(crate) fn check_simple_only(rules: &ResourceFlowRules, limit: f64, call: &Ca
         Some(_) => Ok(()),
         // The block is built from two of the call's fields, not from `call`: passing `call` to the cold
         // function would make the fast path store the whole call view on the stack first.
-        None => Err(simple_only_block(
-            rules,
-            call.resource,
-            call.origin,
-            node.qps_retry_after(now_ms, acquire, limit, false),
-        )),
+        None => {
+            Err(fast_block(rules, 0, call.resource, call.origin, node.qps_retry_after(now_ms, acquire, limit, false)))
+        }
     }
 }
 
@@ -263,12 +260,7 @@ fn check_fast_rules(
     held: &mut EntryState,
     wait: &mut u64,
 ) -> Result<(), BlockError> {
-    let block = |at: usize, retry_after| BlockError::Flow {
-        resource: call.resource.clone(),
-        rule: rules.rules[at].rule.clone(),
-        origin: call.origin.clone(),
-        retry_after,
-    };
+    let block = |at, retry_after| fast_block(rules, at, call.resource, call.origin, retry_after);
     let first = fast_one(rules, fast, 0, call, wait).map_err(|retry_after| block(0, retry_after))?;
     let second = if rules.rules.len() > 1 {
         match fast_one(rules, fast, 1, call, wait) {
@@ -379,17 +371,18 @@ pub(crate) fn check_cluster_only(rules: &ResourceFlowRules, now_ms: u64, acquire
     }
 }
 
+/// The fast path's block by the rule at `at` of `rules`.
 #[cold]
-fn simple_only_block(
+fn fast_block(
     rules: &ResourceFlowRules,
+    at: usize,
     resource: &Arc<str>,
     origin: &Arc<str>,
     retry_after: Option<std::time::Duration>,
 ) -> BlockError {
-    // A simple rule set holds exactly one rule.
     BlockError::Flow {
         resource: resource.clone(),
-        rule: rules.rules[0].rule.clone(),
+        rule: rules.rules[at].rule.clone(),
         origin: origin.clone(),
         retry_after,
     }
