@@ -168,7 +168,22 @@ impl Shared {
 
     /// A fresh state for context `name` (interned, entrance created on first use) and `origin`.
     pub(crate) fn context_state(&self, name: &str, origin: &str, override_engine: EngineOverride) -> ContextState {
-        let ctx = self.context(name);
+        self.context_state_of(Some(name), origin, override_engine)
+    }
+
+    /// [`context_state`](Self::context_state) with the context named or not (`None`: the default context,
+    /// without comparing names).
+    #[inline]
+    pub(crate) fn context_state_of(
+        &self,
+        name: Option<&str>,
+        origin: &str,
+        override_engine: EngineOverride,
+    ) -> ContextState {
+        let ctx = match name {
+            Some(name) => self.context(name),
+            None => &self.default_ctx,
+        };
         let origin = self.origin(origin);
         ContextState {
             engine_id: self.id,
@@ -245,14 +260,33 @@ impl Shared {
     }
 
     /// The interned origin; [`UNTRACKED_ORIGIN`]'s once the cap on origins no rule names is reached.
+    #[inline]
     pub(crate) fn origin(&self, name: &str) -> &OriginInfo {
         if name.is_empty() {
             return &self.empty_origin;
         }
-        if let Some(&i) = self.origins.pin().get(name) {
-            return &self.origin_list[i];
+        if let Some(info) = recent_origins::find(self.id, name) {
+            // SAFETY: `find` returns only what `remember` stored for this engine: an entry of its
+            // `origin_list`, which never moves nor drops an entry while the engine (borrowed as `self`) lives.
+            return unsafe { &*info };
         }
-        self.create_origin(name, false)
+        self.origin_looked_up(name)
+    }
+
+    /// [`origin`](Self::origin) past the thread's recent origins: the map, and the thread remembers what it
+    /// found.
+    #[inline(never)]
+    fn origin_looked_up(&self, name: &str) -> &OriginInfo {
+        let info = match self.origins.pin().get(name) {
+            Some(&i) => &self.origin_list[i],
+            None => self.create_origin(name, false),
+        };
+        // Only an origin interned under this name: the untracked origin (past the cap) stands for many names,
+        // and a rule naming one of them later interns it.
+        if &*info.name == name {
+            recent_origins::remember(self.id, info);
+        }
+        info
     }
 
     /// Interns an origin a rule names: always tracked, not counted against the cap.
@@ -375,5 +409,107 @@ impl Shared {
         let bounds = self.observers.set_bounds(bounds_micros);
         self.for_each_resource_locked(|inner| self.observers.start(&inner.observed));
         bounds
+    }
+}
+
+/// The origins a thread looked up last, so that a caller calling again and again from the same few origins
+/// (the common case: an origin names a calling application) finds its origin without the engine's map, whose
+/// lookup (a guard of the lock-free map, a hash, a probe) costs several times a comparison of the name.
+///
+/// Each remembered origin is an entry of an engine's `origin_list`, tagged with that engine's id. Engine ids are
+/// never reused (`NEXT_ENGINE_ID`), entries of `origin_list` never move nor drop while their engine lives, and
+/// an origin is only ever handed back to a caller that borrows the engine with the same id: so a remembered
+/// pointer is read only while what it points to lives. An interned origin's name never changes, so a name
+/// that matches is the answer the map would give.
+mod recent_origins {
+    use std::cell::Cell;
+
+    use crate::context::OriginInfo;
+
+    /// How many origins a thread remembers (most recent first).
+    const WAYS: usize = 4;
+
+    #[derive(Clone, Copy)]
+    struct Remembered {
+        /// 0: none (engine ids start at 1).
+        engine: u64,
+        info: *const OriginInfo,
+    }
+
+    const NONE: Remembered = Remembered { engine: 0, info: std::ptr::null() };
+
+    thread_local! {
+        static RECENT: [Cell<Remembered>; WAYS] = const { [const { Cell::new(NONE) }; WAYS] };
+    }
+
+    /// The origin named `name` that this thread remembers for engine `engine`.
+    #[inline]
+    pub(super) fn find(engine: u64, name: &str) -> Option<*const OriginInfo> {
+        RECENT.with(|recent| {
+            recent.iter().map(Cell::get).find_map(|r| {
+                // SAFETY: `r.engine == engine` only for an origin of that engine, which the caller borrows (see
+                // the module docs): `r.info` points to a live `OriginInfo`.
+                (r.engine == engine && unsafe { &*(*r.info).name } == name).then_some(r.info)
+            })
+        })
+    }
+
+    /// Remembers `info`, an origin interned by engine `engine`, as this thread's most recent one.
+    pub(super) fn remember(engine: u64, info: &OriginInfo) {
+        let _ = RECENT.try_with(|recent| {
+            for i in (1..WAYS).rev() {
+                recent[i].set(recent[i - 1].get());
+            }
+            recent[0].set(Remembered { engine, info });
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::authority::{AuthorityRule, AuthorityStrategy};
+    use crate::{Sentinel, UNTRACKED_ORIGIN};
+
+    #[test]
+    fn a_remembered_origin_is_the_one_the_map_holds_and_each_engine_keeps_its_own() {
+        let a = Sentinel::builder().build();
+        let b = Sentinel::builder().build();
+        let (sa, sb) = (&a.shared, &b.shared);
+        let first = sa.origin("shop") as *const _;
+        // Now remembered by this thread: the same interned origin, from the thread or from the map.
+        assert_eq!(sa.origin("shop") as *const _, first);
+        assert_eq!(sa.origin_looked_up("shop") as *const _, first);
+        // The other engine's origin of the same name is its own, though this thread remembers `a`'s.
+        let other = sb.origin("shop") as *const _;
+        assert_ne!(other, first);
+        assert_eq!(sb.origin("shop") as *const _, other);
+        assert_eq!(sa.origin("shop") as *const _, first);
+        // More origins than the thread remembers: every name still finds its own.
+        let names: Vec<String> = (0..10).map(|i| format!("caller-{i}")).collect();
+        let infos: Vec<*const _> = names.iter().map(|n| sa.origin(n) as *const _).collect();
+        for _ in 0..3 {
+            for (n, info) in names.iter().zip(&infos) {
+                assert_eq!(sa.origin(n) as *const _, *info, "{n}");
+                assert_eq!(&*sa.origin(n).name, n.as_str());
+            }
+        }
+        assert_eq!(sa.origin("shop") as *const _, first);
+    }
+
+    #[test]
+    fn an_origin_past_the_cap_is_not_remembered_and_a_rule_naming_it_later_applies_at_once() {
+        let engine = Sentinel::builder().max_origins(1).build();
+        let r = engine.resource("api");
+        assert_eq!(r.entry().origin("known").enter().unwrap().origin(), "known");
+        // Past the cap: untracked, whatever this thread saw before.
+        for _ in 0..3 {
+            assert_eq!(r.entry().origin("late").enter().unwrap().origin(), UNTRACKED_ORIGIN);
+        }
+        // A rule names it: interned as itself from the next call on, on this thread too.
+        engine.load_authority_rules([AuthorityRule::new("api", "late", AuthorityStrategy::Black)]).unwrap();
+        let blocked = r.entry().origin("late").enter();
+        assert!(blocked.is_err(), "the black list applies to the origin it names");
+        assert_eq!(engine.shared.origin("late").name.as_ref(), "late");
+        assert_eq!(r.entry().origin("known").enter().unwrap().origin(), "known");
     }
 }

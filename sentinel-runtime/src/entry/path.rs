@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::clock::NANOS_PER_MILLI;
-use crate::context::{self, ContextState, DEFAULT_CONTEXT_NAME};
+use crate::context::{self, ContextState};
 use crate::engine::shared::Shared;
 use crate::error::BlockError;
 use crate::node::{DefaultNode, OriginNode};
@@ -46,11 +46,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             let st = match (self.context, self.origin) {
                 (None, None) => shared.default_state(outer.override_engine),
                 // `name` is never the default context's (`EntryBuilder::context` leaves it out).
-                (name, origin) => shared.context_state(
-                    name.unwrap_or(DEFAULT_CONTEXT_NAME),
-                    origin.unwrap_or(""),
-                    outer.override_engine,
-                ),
+                (name, origin) => shared.context_state_of(name, origin.unwrap_or(""), outer.override_engine),
             };
             // Another engine's context is active: enter without touching it.
             (st, install && outer.engine_id == 0)
