@@ -371,3 +371,166 @@ fn async_methods_with_mut_self_and_send_futures() {
     let (_tx, rx) = futures::channel::oneshot::channel::<()>();
     drop(assert_send(never_finishes(rx)));
 }
+
+// ---- the entry's context across suspensions, without a wrapper around the call ------------------------------------
+//
+// An annotated `async fn` decides its entry in its first poll, in the polling thread's context, and runs its work
+// (body, queueing wait, fallback) in the entry's context: untouched while the work does not suspend; from its
+// first suspension on, carried in the future and installed only while the future is polled. These tests poll by
+// hand (no executor, no `scoped_future` wrapper, which would carry a context itself) and move the future between
+// threads at the suspension points, so each interleaving happens exactly as written.
+
+/// Polls `fut` once on this thread, with `engine` standing in for the global one during the poll; returns what
+/// the poll gave and the context this thread had right after it.
+fn poll_once<F: std::future::Future + Unpin>(
+    engine: &'static Sentinel,
+    fut: &mut F,
+) -> (std::task::Poll<F::Output>, Option<(String, String)>) {
+    let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
+    engine.scoped(|| (std::pin::Pin::new(fut).poll(&mut cx), engine.current_context()))
+}
+
+/// The children of `name` in the engine's default context, with their passes.
+fn children_of(engine: &Sentinel, name: &str) -> Vec<(String, u64)> {
+    fn find<'t>(nodes: &'t [sentinel_runtime::TreeNode], name: &str) -> Option<&'t sentinel_runtime::TreeNode> {
+        nodes.iter().find_map(|n| if n.name == name { Some(n) } else { find(&n.children, name) })
+    }
+    let tree = engine.tree();
+    let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).expect("the default context");
+    let node = find(&default.children, name).unwrap_or_else(|| panic!("no `{name}` in {tree:#?}"));
+    let mut children: Vec<(String, u64)> =
+        node.children.iter().map(|c| (c.name.clone(), c.stats.minute_pass)).collect();
+    children.sort();
+    children
+}
+
+#[sentinel_resource(name = "async.gated")]
+async fn gated(gate: Arc<tokio::sync::Notify>) -> Result<u32, AppError> {
+    gate.notified().await;
+    inner_sync()
+}
+
+#[test]
+fn a_body_suspended_with_its_entry_open_leaves_the_thread_clean_and_resumes_under_its_entry_on_another_thread() {
+    let (engine, _clock) = engine();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut fut = Box::pin(assert_send(gated(gate.clone())));
+    let (polled, context) = poll_once(engine, &mut fut);
+    assert!(polled.is_pending());
+    assert_eq!(context, None, "the suspended call's entry is not left installed on the thread");
+    assert_eq!(stats(engine, "async.gated").threads, 1, "entered, waiting");
+    // A call made on this thread meanwhile is not nested under the suspended one.
+    engine.scoped(|| drop(inner_sync()));
+    gate.notify_one();
+    let (polled, context) = std::thread::spawn(move || poll_once(engine, &mut fut)).join().unwrap();
+    assert!(matches!(polled, std::task::Poll::Ready(Ok(10))), "{polled:?}");
+    assert_eq!(context, None, "the other thread is left as it was");
+    // One node per resource and context (Java's `DefaultNode`): the call made meanwhile sits at the top of the
+    // default context, the nested one under the suspended call; the node counts both.
+    let tree = engine.tree();
+    let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
+    let mut top: Vec<&str> = default.children.iter().map(|c| c.name.as_str()).collect();
+    top.sort();
+    assert_eq!(top, ["async.gated", "async.inner_sync"], "{tree:#?}");
+    assert_eq!(children_of(engine, "async.gated"), [("async.inner_sync".to_string(), 2)]);
+    let s = stats(engine, "async.gated");
+    assert_eq!((s.threads, s.minute_pass, s.minute_success, s.minute_exception), (0, 1, 1, 0));
+    assert_eq!(engine.current_context(), None);
+}
+
+#[sentinel_resource(name = "async.gated_fails", fallback = gated_fallback)]
+async fn gated_fails(gate: Arc<tokio::sync::Notify>) -> Result<u32, AppError> {
+    gate.notified().await;
+    Err(AppError::NotFound(1))
+}
+
+async fn gated_fallback(gate: Arc<tokio::sync::Notify>, _e: AppError) -> Result<u32, AppError> {
+    // Suspends once more, then calls a resource: still under the failed call's entry.
+    gate.notified().await;
+    inner_sync().map(|v| v + 100)
+}
+
+#[test]
+fn a_fallback_after_a_suspended_body_runs_under_the_entry_on_whichever_thread_polls() {
+    let (engine, _clock) = engine();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut fut = Box::pin(assert_send(gated_fails(gate.clone())));
+    assert!(poll_once(engine, &mut fut).0.is_pending());
+    gate.notify_one();
+    let (polled, context, fut) = std::thread::spawn(move || {
+        let (polled, context) = poll_once(engine, &mut fut);
+        (polled, context, fut)
+    })
+    .join()
+    .unwrap();
+    assert!(polled.is_pending(), "the fallback waits");
+    assert_eq!(context, None);
+    let mut fut = fut;
+    gate.notify_one();
+    let (polled, context) = poll_once(engine, &mut fut);
+    assert!(matches!(polled, std::task::Poll::Ready(Ok(110))), "{polled:?}");
+    assert_eq!(context, None);
+    assert_eq!(children_of(engine, "async.gated_fails"), [("async.inner_sync".to_string(), 1)]);
+    let s = stats(engine, "async.gated_fails");
+    assert_eq!((s.threads, s.minute_pass, s.minute_exception), (0, 1, 1));
+}
+
+#[sentinel_resource(name = "async.gated_outer")]
+async fn gated_outer(gate: Arc<tokio::sync::Notify>) -> Result<u32, AppError> {
+    gated(gate).await
+}
+
+#[test]
+fn a_call_dropped_while_a_nested_call_is_suspended_exits_both_and_leaves_every_thread_clean() {
+    let (engine, _clock) = engine();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut fut = Box::pin(assert_send(gated_outer(gate)));
+    let (polled, context) = poll_once(engine, &mut fut);
+    assert!(polled.is_pending());
+    assert_eq!(context, None);
+    assert_eq!((stats(engine, "async.gated_outer").threads, stats(engine, "async.gated").threads), (1, 1));
+    // Dropped on another thread, with a context of its own active there: the nested entry exits under the outer
+    // one, and that thread's context is as it was.
+    std::thread::spawn(move || {
+        let _ctx = engine.enter_context("elsewhere", "").unwrap();
+        drop(fut);
+        assert_eq!(engine.current_context(), Some(("elsewhere".to_string(), String::new())));
+    })
+    .join()
+    .unwrap();
+    for name in ["async.gated_outer", "async.gated"] {
+        let s = stats(engine, name);
+        assert_eq!((s.threads, s.minute_pass, s.minute_success, s.minute_exception), (0, 1, 1, 0), "{name}");
+    }
+    assert_eq!(children_of(engine, "async.gated_outer"), [("async.gated".to_string(), 1)]);
+    assert_eq!(engine.current_context(), None);
+}
+
+#[sentinel_resource(name = "async.gated_panics")]
+async fn gated_panics(gate: Arc<tokio::sync::Notify>) -> Result<u32, AppError> {
+    gate.notified().await;
+    let _nested = inner_sync();
+    panic!("the body panics in its second poll");
+}
+
+#[test]
+fn a_body_that_panics_in_a_later_poll_leaves_the_polling_thread_clean() {
+    let (engine, _clock) = engine();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut fut = Box::pin(assert_send(gated_panics(gate.clone())));
+    assert!(poll_once(engine, &mut fut).0.is_pending());
+    gate.notify_one();
+    let caught = std::thread::spawn(move || {
+        let _ctx = engine.enter_context("elsewhere", "").unwrap();
+        let caught = std::panic::catch_unwind(AssertUnwindSafe(|| poll_once(engine, &mut fut))).is_err();
+        let context = engine.current_context();
+        drop(fut);
+        (caught, context)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(caught, (true, Some(("elsewhere".to_string(), String::new()))));
+    let s = stats(engine, "async.gated_panics");
+    assert_eq!((s.threads, s.minute_pass, s.minute_exception), (0, 1, 1));
+    assert_eq!(stats(engine, "async.inner_sync").threads, 0);
+}

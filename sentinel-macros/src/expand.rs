@@ -168,13 +168,15 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     let block = local("__sentinel_block");
     let result = local("__sentinel_result");
     let error = local("__sentinel_error");
-    let delay = local("__sentinel_delay");
-    let cluster_wait = local("__sentinel_cluster_wait");
-    let await_output = |call: TokenStream| -> TokenStream {
-        if is_async {
-            quote!(#private::handler_output(#call).await)
-        } else {
-            call
+    let slow = local("__sentinel_slow");
+    let scope = local("__sentinel_scope");
+    // An async handler's work runs in the call's context: a fallback's in the entry's (still open), a block
+    // handler's in the context the call was made in.
+    let await_output = |call: TokenStream, in_entry: bool| -> TokenStream {
+        match (is_async, in_entry) {
+            (false, _) => call,
+            (true, true) => quote!(#private::in_entry(&mut #scope, &#entry, #private::handler_output(#call)).await),
+            (true, false) => quote!(#private::blocked_output(#call).await),
         }
     };
 
@@ -222,7 +224,12 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     };
     let param_tys: Vec<&TokenStream> = plan.params.iter().map(|p| &p.ty).collect();
     let handler_var = local("__sentinel_handler");
-    let call = |path: &syn::ExprPath, last_ty: &TokenStream, call_args: Vec<TokenStream>, all_args: bool, via: &str| {
+    let call = |path: &syn::ExprPath,
+                last_ty: &TokenStream,
+                call_args: Vec<TokenStream>,
+                all_args: bool,
+                via: &str,
+                in_entry: bool| {
         let span = path.span();
         let call = if plan.typed_handlers {
             let tys: Vec<TokenStream> =
@@ -245,7 +252,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 quote_spanned!(span=> #private::#via(#path, #(#call_args)*))
             }
         };
-        await_output(call)
+        await_output(call, in_entry)
     };
     let with_names = |last: TokenStream| -> Vec<TokenStream> {
         let mut v: Vec<TokenStream> = names.iter().map(|n| n.to_token_stream()).collect();
@@ -260,13 +267,13 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     };
     let private_at_error = respan(private.clone(), error_span);
     let on_block = if let Some(h) = &args.block_handler {
-        call(&h.value, &block_error_ty, with_names(block.to_token_stream()), true, "call_block_handler")
+        call(&h.value, &block_error_ty, with_names(block.to_token_stream()), true, "call_block_handler", false)
     } else if let Some(f) = &args.fallback {
         let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
-        call(&f.value, &err_ptr, with_names(converted), true, "call_fallback")
+        call(&f.value, &err_ptr, with_names(converted), true, "call_fallback", false)
     } else if let Some(f) = &args.default_fallback {
         let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
-        call(&f.value, &err_ptr, vec![converted], false, "call_default_fallback")
+        call(&f.value, &err_ptr, vec![converted], false, "call_default_fallback", false)
     } else {
         quote_spanned!(error_span=> #private_at_error::blocked_result(#block))
     };
@@ -274,23 +281,26 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     let mutability = if plan.returns_result { quote!(mut) } else { TokenStream::new() };
     let enter = if is_async {
         quote! {
-            // Decided now; a check that asks the call to wait (a cluster rule whose leased tokens ran out,
-            // an adaptive rule's `maxWaitMs`) makes it await that wait (without blocking the executor) and
-            // decide again, with the arguments re-borrowed.
-            let mut #cluster_wait = #private::AsyncWait::new();
-            let #decision = loop {
-                match #private::decide_async(#builder, &mut #cluster_wait) {
-                    ::core::option::Option::Some(d) => break d,
-                    ::core::option::Option::None => #cluster_wait.wait().await,
+            // Decided in the first poll, in the context of the thread that polls; the entry installs itself
+            // there, and the call's work runs in its context (`in_entry`). A call that passes without waiting
+            // goes straight on. Else: a blocked call goes to its handler; a queueing rule's wait is awaited;
+            // a check that asks the call to wait (a cluster rule whose leased tokens ran out, an adaptive
+            // rule's `maxWaitMs`) makes it await that wait (without blocking the executor) and decide again,
+            // with the arguments re-borrowed.
+            let mut #scope = #private::EntryScope::new();
+            let #mutability #entry = match #private::decide_now(#builder) {
+                ::core::result::Result::Ok(e) => e,
+                ::core::result::Result::Err(#slow) => {
+                    let #decision = #private::decide_slow(#slow, &mut #scope, |w| {
+                        #private::decide_async(#builder, w)
+                    })
+                    .await;
+                    match #decision {
+                        ::core::result::Result::Ok(e) => e,
+                        ::core::result::Result::Err(#block) => return #on_block,
+                    }
                 }
             };
-            let #mutability #entry = match #decision {
-                ::core::result::Result::Ok(e) => e,
-                ::core::result::Result::Err(#block) => return #on_block,
-            };
-            if let ::core::option::Option::Some(#delay) = #private::queue_delay(&#entry) {
-                #delay.await;
-            }
         }
     } else {
         quote! {
@@ -321,9 +331,9 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         if let Some(f) = &args.fallback {
             let mut v = reused.clone();
             v.push(error.to_token_stream());
-            call(&f.value, &err_ptr, v, true, "call_fallback")
+            call(&f.value, &err_ptr, v, true, "call_fallback", true)
         } else if let Some(f) = &args.default_fallback {
-            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback")
+            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback", true)
         } else {
             quote!(::core::result::Result::Err(#error))
         }
@@ -377,15 +387,15 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 });
             },
             (Shape::Async, None) => quote! {
-                let #result = async move {
+                let #result = #private::in_entry(&mut #scope, &#entry, async move {
                     #edge
                     #(#pattern_lets)*
                     #user_block
-                }
+                })
                 .await;
             },
             (Shape::AsyncTrait { future, .. }, None) => quote! {
-                let #result = #future.await;
+                let #result = #private::in_entry(&mut #scope, &#entry, #future).await;
             },
             (shape, Some(timeout)) => {
                 // The body races a timer on the engine's clock; when the time is up the body's future is dropped
@@ -408,7 +418,13 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 let timed_out = quote_spanned!(error_span=> #private_at_error::timed_out(&mut #entry, #limit));
                 quote! {
                     let #limit = ::core::time::Duration::from_millis(#checked);
-                    let #result = match #private::time_limited(&#entry, #limit, #body).await {
+                    let #result = match #private::in_entry(
+                        &mut #scope,
+                        &#entry,
+                        #private::time_limited(&#entry, #limit, #body),
+                    )
+                    .await
+                    {
                         ::core::option::Option::Some(r) => r,
                         ::core::option::Option::None => {
                             let #error = #timed_out;
@@ -427,11 +443,21 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
             }
         }
     } else {
-        let body = match &plan.shape {
-            Shape::AsyncTrait { future, .. } => quote!(#future.await),
-            _ => quote!(#(#pattern_lets)* #user_block),
-        };
-        body
+        match &plan.shape {
+            Shape::AsyncTrait { future, .. } => quote!(#private::in_entry(&mut #scope, &#entry, #future).await),
+            Shape::Async => {
+                let edge = fake_return_edge(output_ty);
+                quote! {
+                    #private::in_entry(&mut #scope, &#entry, async move {
+                        #edge
+                        #(#pattern_lets)*
+                        #user_block
+                    })
+                    .await
+                }
+            }
+            Shape::Sync => quote!(#(#pattern_lets)* #user_block),
+        }
     };
 
     let attrs = &func.attrs;
@@ -457,20 +483,15 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 #outcome
             }
         },
-        Shape::Async => {
-            let edge = fake_return_edge(output_ty);
-            quote! {
-                {
-                    #registration
-                    #private::in_context(async move {
-                        #edge
-                        #enter
-                        #outcome
-                    })
-                    .await
-                }
+        // The async fn's own future decides the call and awaits its work in the entry's context: no wrapper
+        // around the whole (the code before the first await runs in the first poll, in the poller's context).
+        Shape::Async => quote! {
+            {
+                #registration
+                #enter
+                #outcome
             }
-        }
+        },
         Shape::AsyncTrait { prefix, .. } => quote! {
             {
                 #(#prefix)*

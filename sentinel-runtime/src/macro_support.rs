@@ -137,6 +137,13 @@ pub fn handler_output<R, M, O: HandlerOutput<R, M>>(output: O) -> HandlerFuture<
     HandlerFuture { fut: output.into_output(), _marker: std::marker::PhantomData }
 }
 
+/// [`handler_output`] for a block handler of an `async fn`: awaited in the context the call was made in (no
+/// entry is open), carried across its awaits like [`in_context`]'s.
+#[inline(always)]
+pub fn blocked_output<R, M, O: HandlerOutput<R, M>>(output: O) -> InContext<HandlerFuture<O, R, M>> {
+    InContext::new(handler_output(output))
+}
+
 /// The future of a handler's output. Its `Output` is `R` itself (not a projection through the impl that is
 /// chosen later), so the return type of the annotated function decides between a sync and an async handler.
 #[must_use = "futures do nothing unless polled"]
@@ -344,6 +351,58 @@ impl AsyncWait {
     }
 }
 
+pub use crate::entry::{AskedToWait, Slow};
+
+/// The first decision of an annotated `async fn`: the entry, for a call that passes without waiting (the
+/// common case, which the generated code takes without any of the waits' machinery), else what the call
+/// must do first ([`decide_slow`]).
+// `Err` is no larger than `Ok` (both can hold an entry); boxing a delayed entry would allocate per queued call.
+#[allow(clippy::result_large_err)]
+#[inline(always)]
+pub fn decide_now<'r>(builder: crate::EntryBuilder<'r, '_>) -> Result<Entry<'r>, Slow<'r>> {
+    builder.decide_now()
+}
+
+/// What an annotated `async fn` does when its first decision is not a plain pass: a blocked call's block
+/// comes back; a wait a check asked for is awaited and the call decided again by `decide` (which builds a
+/// new builder: the arguments are borrowed again), as often as a check asks; a queueing rule's wait is
+/// awaited in the entry's context.
+pub async fn decide_slow<'r, D>(first: Slow<'r>, scope: &mut EntryScope, mut decide: D) -> Result<Entry<'r>, BlockError>
+where
+    D: FnMut(&mut AsyncWait) -> Option<Result<Entry<'r>, BlockError>>,
+{
+    let mut wait = AsyncWait::new();
+    let mut decided = wait.first(first);
+    let entry = loop {
+        match decided {
+            Some(d) => break d?,
+            None => {
+                wait.wait().await;
+                decided = decide(&mut wait);
+            }
+        }
+    };
+    if let Some(delay) = queue_delay(&entry) {
+        in_entry(scope, &entry, delay).await;
+    }
+    Ok(entry)
+}
+
+impl AsyncWait {
+    /// Takes the first decision's outcome ([`decide_now`]): the decision, or `None` when the call must
+    /// [`wait`](AsyncWait::wait) and then be decided again ([`decide_async`]).
+    fn first<'r>(&mut self, slow: Slow<'r>) -> Option<Result<Entry<'r>, BlockError>> {
+        match slow {
+            Slow::Blocked(block) => Some(Err(block)),
+            Slow::Delayed(entry) => Some(Ok(entry)),
+            Slow::Wait(AskedToWait(pending)) => {
+                ask_to_wait(self, pending);
+                None
+            }
+        }
+    }
+}
+
 /// Decides an async entry: `None` when the call must `wait` and then be decided again with a fresh builder
 /// (the arguments are borrowed again, so the future holds none of them).
 #[inline(always)]
@@ -396,6 +455,104 @@ pub fn queue_delay(entry: &Entry<'_>) -> Option<futures_timer::Delay> {
 #[inline(always)]
 pub fn trace_error(entry: &mut Entry<'_>) {
     entry.set_error();
+}
+
+/// Where an annotated `async fn`'s work stands with the thread's context: not suspended yet (the thread's
+/// context is as the entry left it: the entry is the innermost one if it installed itself), or suspended once,
+/// with the context its work runs in, installed during each later poll ([`in_entry`]).
+///
+/// The entry is decided in the future's first poll, in the context of the thread that polls it, and installs
+/// itself there like a synchronous entry; while the call's work (a queueing wait, the body, a fallback) is not
+/// suspended, there is nothing to install nor to put back. At the first suspension the thread gets its own
+/// context back, and the entry's is carried in the future, as [`InContext`] carries a context.
+#[derive(Debug, Default)]
+pub struct EntryScope {
+    carried: Option<CarriedContext>,
+}
+
+impl EntryScope {
+    /// Not suspended yet.
+    #[inline(always)]
+    pub fn new() -> Self {
+        EntryScope { carried: None }
+    }
+
+    /// Runs `f` (a poll of the call's work, or its drop) in the call's context; `suspends`: whether what `f`
+    /// returned leaves the work suspended.
+    #[inline(always)]
+    fn run<R>(&mut self, entry: &Entry<'_>, f: impl FnOnce() -> R, suspends: impl FnOnce(&R) -> bool) -> R {
+        match &mut self.carried {
+            Some(carried) => carried.scope(f),
+            None => {
+                let r = f();
+                if suspends(&r) {
+                    self.suspend(entry);
+                }
+                r
+            }
+        }
+    }
+
+    /// The work is suspended for the first time: carry its context away, and give the thread back the context
+    /// it had before the entry.
+    #[cold]
+    fn suspend(&mut self, entry: &Entry<'_>) {
+        let cur = crate::context::current();
+        if let Some(outer) = entry.context_without(cur) {
+            crate::context::set_current(outer);
+        }
+        self.carried = Some(CarriedContext::from_state(cur));
+    }
+}
+
+/// Awaits `work` (the body, a queueing wait, a fallback) of an annotated `async fn` in its entry's context
+/// ([`EntryScope`]).
+#[inline(always)]
+pub fn in_entry<'s, 'e, 'r, F: Future>(
+    scope: &'s mut EntryScope,
+    entry: &'e Entry<'r>,
+    work: F,
+) -> InEntry<'s, 'e, 'r, F> {
+    InEntry { work: ManuallyDrop::new(work), scope, entry }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`in_entry`]: polls and drops the work in its entry's context.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct InEntry<'s, 'e, 'r, F> {
+        #[pin]
+        work: ManuallyDrop<F>,
+        scope: &'s mut EntryScope,
+        entry: &'e Entry<'r>,
+    }
+
+    impl<'s, 'e, 'r, F> PinnedDrop for InEntry<'s, 'e, 'r, F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            let work = this.work;
+            this.scope.run(
+                this.entry,
+                || {
+                    // SAFETY: the work is pinned in place and dropped exactly once, here; it is never touched
+                    // again.
+                    unsafe { ManuallyDrop::drop(work.get_unchecked_mut()) }
+                },
+                |_| false,
+            );
+        }
+    }
+}
+
+impl<F: Future> Future for InEntry<'_, '_, '_, F> {
+    type Output = F::Output;
+
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        // SAFETY: `work` is structurally pinned; `ManuallyDrop` is a transparent wrapper.
+        let work = unsafe { this.work.map_unchecked_mut(|f| &mut **f) };
+        this.scope.run(this.entry, || work.poll(cx), Poll::is_pending)
+    }
 }
 
 pin_project_lite::pin_project! {

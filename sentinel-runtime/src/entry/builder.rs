@@ -201,6 +201,17 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         }
     }
 
+    /// The first decision of an async entry (annotated `async fn`s): the entry of a call that passes without
+    /// waiting, else what the call must do first (a wait a check asked for is awaited, and the call decided
+    /// again with a new builder). Installed like [`decide`](EntryBuilder::decide)'s.
+    // `Err` is no larger than `Ok` (both can hold an entry); boxing a delayed entry would allocate per queued call.
+    #[allow(clippy::result_large_err)]
+    #[inline(always)]
+    pub(crate) fn decide_now(self) -> Result<Entry<'r>, super::Slow<'r>> {
+        let install = !self.res.is_owned();
+        self.entry_path(Wait::Async(0), install)
+    }
+
     /// The whole entry path, waiting as `sleep` says; `install` as for [`enter_or_wait`](Self::enter_or_wait).
     #[inline(always)]
     fn enter_with(self, sleep: bool, install: bool) -> Result<Entry<'r>, BlockError> {

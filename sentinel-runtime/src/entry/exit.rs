@@ -27,11 +27,7 @@ impl Entry<'_> {
         if unsafe { (*cur.ctx).id } != node.context_id {
             return; // another context of the engine is active now
         }
-        let outer = if self.flags & Flags::FRESH != 0 {
-            ContextState { override_engine: cur.override_engine, ..ContextState::NONE }
-        } else {
-            ContextState { cur_node: self.parent, depth: self.depth - 1, ..cur }
-        };
+        let outer = self.outer_of(cur);
         let mine = cur.depth == self.depth && std::ptr::eq(cur.cur_node, node);
         if mine {
             context::set_current(outer);
@@ -42,6 +38,28 @@ impl Entry<'_> {
             );
             context::set_current(outer);
         }
+    }
+}
+
+impl Entry<'_> {
+    /// The thread's context as it was before this entry, given `cur`, a context of the entry's engine in which
+    /// the entry (or an entry nested in it) is the innermost one.
+    #[inline]
+    fn outer_of(&self, cur: ContextState) -> ContextState {
+        if self.flags & Flags::FRESH != 0 {
+            ContextState { override_engine: cur.override_engine, ..ContextState::NONE }
+        } else {
+            ContextState { cur_node: self.parent, depth: self.depth - 1, ..cur }
+        }
+    }
+
+    /// For work of this entry that is suspended (an `async fn`'s body awaiting): what the thread's context
+    /// must be put back to, given `cur` (the context the work leaves), when this entry installed itself in the
+    /// thread's context; `None` when it did not (it left the thread's context as it found it).
+    #[inline]
+    pub(crate) fn context_without(&self, cur: ContextState) -> Option<ContextState> {
+        let installed = self.flags & Flags::TOUCHES_TLS != 0 && cur.engine_id == self.res.shared().id;
+        installed.then(|| self.outer_of(cur))
     }
 }
 

@@ -8,6 +8,8 @@ mod scope;
 pub use builder::EntryBuilder;
 #[cfg(feature = "tower")]
 pub(crate) use builder::QueuedEntry;
+#[doc(hidden)]
+pub use path::{AskedToWait, Slow};
 pub use scope::Instrumented;
 #[cfg(feature = "tower")]
 pub(crate) use scope::ScopeRestore;

@@ -290,6 +290,44 @@ impl<'r, 'a> PathResult<'r, 'a> for MayWait<'r, 'a> {
     }
 }
 
+/// The first decision of an annotated `async fn` when it is not a plain pass (`EntryBuilder::decide_now`).
+#[derive(Debug)]
+pub enum Slow<'r> {
+    /// Refused.
+    Blocked(BlockError),
+    /// Admitted after a queueing wait ([`Entry::waited`]), not awaited yet.
+    Delayed(Entry<'r>),
+    /// A check asks the call to wait, then to be decided again (an adaptive rule's `maxWaitMs`, a cluster
+    /// rule's empty lease).
+    Wait(AskedToWait),
+}
+
+/// The wait a check asked an async call for ([`Slow::Wait`]).
+pub struct AskedToWait(pub(crate) Pending);
+
+impl std::fmt::Debug for AskedToWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AskedToWait")
+    }
+}
+
+/// The decision an async call takes straight on (a pass without a wait), or what it must do first: built in
+/// place by the entry path, so the common case moves the entry once.
+impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, Slow<'r>> {
+    const HANDS_BACK: bool = true;
+    #[inline(always)]
+    fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
+        match d {
+            Ok(entry) if !entry.waits() => Ok(entry),
+            Ok(entry) => Err(Slow::Delayed(entry)),
+            Err(block) => Err(Slow::Blocked(block)),
+        }
+    }
+    fn wait(_: EntryBuilder<'r, 'a>, p: Pending, _: BlockError) -> Self {
+        Err(Slow::Wait(AskedToWait(p)))
+    }
+}
+
 /// Where a call stands while it is checked: its engine, its resource, its node in its context, its context and
 /// origin, and the nodes it records on (built once in [`EntryBuilder::entry_path`], seen by every check).
 struct Site<'c> {
