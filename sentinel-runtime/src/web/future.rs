@@ -20,7 +20,7 @@ use super::config::{is_error, ExitOn, Judging, LayerConfig, OutcomeFn};
 use super::outcome::{GrpcCode, Outcome};
 use super::refused::{blocked_response, QueuedRequest};
 use super::request::RequestView;
-use super::scope::RequestEntry;
+use super::scope::{Extras, RequestEntry};
 use crate::clock::Sleep;
 
 /// A request that passed its checks: its entry, and what judging its response needs (copied from the
@@ -192,11 +192,12 @@ where
     pub(crate) fn calling(
         service: &mut S,
         request: Request<B>,
-        entry: RequestEntry,
+        entry: crate::Entry<'static>,
+        extras: Extras,
         grpc: bool,
         config: &LayerConfig,
     ) -> Self {
-        let guard = Guard::new(entry, grpc, config);
+        let guard = Guard::new(RequestEntry::with(entry, extras), grpc, config);
         let timeout = guard.timeout();
         let future = {
             let _scope = guard.entry.scope();

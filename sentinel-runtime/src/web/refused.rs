@@ -56,7 +56,7 @@ impl Queued {
         let shared = layer.clone();
         let decided = Box::pin(async move {
             let layer = shared;
-            let mut entry = RequestEntry::new(self.waiting.await?);
+            let mut entry = RequestEntry::with(self.waiting.await?, Default::default());
             if let Some(h) = layer.config.rate_limit.filter(|h| h.applies(grpc)) {
                 let mut policies = Vec::new();
                 rate_limit::passed(&self.resource, &[], layer.config.engine.shared.now_ms(), &mut policies);
