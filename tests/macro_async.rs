@@ -534,3 +534,97 @@ fn a_body_that_panics_in_a_later_poll_leaves_the_polling_thread_clean() {
     assert_eq!((s.threads, s.minute_pass, s.minute_exception), (0, 1, 1));
     assert_eq!(stats(engine, "async.inner_sync").threads, 0);
 }
+
+#[sentinel_resource(name = "async.waits_for_a_place", block_handler = waited_blocked)]
+async fn waits_for_a_place(gate: Arc<tokio::sync::Notify>) -> Result<(Option<(String, String)>, u32), AppError> {
+    // What the call's entry sees: its context and origin.
+    let seen = Sentinel::current().current_context();
+    gate.notified().await;
+    Ok((seen, inner_sync()?))
+}
+
+fn waited_blocked(
+    _gate: Arc<tokio::sync::Notify>,
+    _b: BlockError,
+) -> Result<(Option<(String, String)>, u32), AppError> {
+    Ok((Sentinel::current().current_context(), 0))
+}
+
+#[test]
+fn a_call_that_waits_for_a_place_is_decided_again_in_the_context_it_was_called_in_on_whichever_thread_polls() {
+    use sentinel_runtime::adaptive::AdaptiveRule;
+    let (engine, clock) = engine();
+    engine
+        .load_adaptive_rules([AdaptiveRule::new("async.waits_for_a_place").limits(1, 1, 1).max_wait_ms(500)])
+        .unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let holder = engine.resource("async.waits_for_a_place").entry_owned().enter().unwrap(); // the only place
+                                                                                            // Called in a context with an origin; the place is taken, so the call waits (suspended, no entry yet).
+    let mut fut = {
+        let _ctx = engine.enter_context("checkout", "app-a").unwrap();
+        let mut fut = Box::pin(assert_send(waits_for_a_place(gate.clone())));
+        let (polled, context) = poll_once(engine, &mut fut);
+        assert!(polled.is_pending());
+        assert_eq!(context, Some(("checkout".to_string(), "app-a".to_string())), "the caller's context is as it was");
+        fut
+    };
+    assert_eq!(engine.current_context(), None);
+    drop(holder); // the place frees: the waiting call gets it
+                  // Resumed on another thread with no context: decided again in the context it was called in.
+    let (polled, context, fut) = std::thread::spawn(move || {
+        let (polled, context) = poll_once(engine, &mut fut);
+        (polled, context, fut)
+    })
+    .join()
+    .unwrap();
+    assert!(polled.is_pending(), "admitted, the body waits at its gate");
+    assert_eq!(context, None, "the other thread is left without a context");
+    gate.notify_one();
+    let mut fut = fut;
+    let (polled, _) = poll_once(engine, &mut fut);
+    let std::task::Poll::Ready(Ok((seen, nested))) = polled else { panic!("{polled:?}") };
+    assert_eq!(seen, Some(("checkout".to_string(), "app-a".to_string())));
+    assert_eq!(nested, 10);
+    let entrance = engine.tree().into_iter().find(|t| t.name == "checkout").expect("the caller's context");
+    assert_eq!(entrance.children[0].name, "async.waits_for_a_place");
+    assert_eq!(entrance.children[0].children[0].name, "async.inner_sync");
+
+    // A call that waits and is refused when its wait runs out: its block handler runs in the caller's context.
+    let holder = engine.resource("async.waits_for_a_place").entry_owned().enter().unwrap();
+    let mut fut = {
+        let _ctx = engine.enter_context("checkout", "app-a").unwrap();
+        let mut fut = Box::pin(assert_send(waits_for_a_place(gate.clone())));
+        assert!(poll_once(engine, &mut fut).0.is_pending());
+        fut
+    };
+    clock.advance_millis(500);
+    let (polled, context) = std::thread::spawn(move || poll_once(engine, &mut fut)).join().unwrap();
+    let std::task::Poll::Ready(Ok((seen, 0))) = polled else { panic!("{polled:?}") };
+    assert_eq!(seen, Some(("checkout".to_string(), "app-a".to_string())), "the handler's context");
+    assert_eq!(context, None);
+    drop(holder);
+}
+
+#[sentinel_resource(name = "async.gated_fails_sync_fallback", fallback = sync_fallback)]
+async fn gated_fails_sync_fallback(gate: Arc<tokio::sync::Notify>) -> Result<u32, AppError> {
+    gate.notified().await;
+    Err(AppError::NotFound(2))
+}
+
+// A sync fallback: called (not only awaited) in the entry's context.
+fn sync_fallback(_gate: Arc<tokio::sync::Notify>, _e: AppError) -> Result<u32, AppError> {
+    inner_sync().map(|v| v + 200)
+}
+
+#[test]
+fn a_sync_fallback_after_a_suspended_body_is_called_under_the_entry_on_another_thread() {
+    let (engine, _clock) = engine();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut fut = Box::pin(assert_send(gated_fails_sync_fallback(gate.clone())));
+    assert!(poll_once(engine, &mut fut).0.is_pending());
+    gate.notify_one();
+    let (polled, context) = std::thread::spawn(move || poll_once(engine, &mut fut)).join().unwrap();
+    assert!(matches!(polled, std::task::Poll::Ready(Ok(210))), "{polled:?}");
+    assert_eq!(context, None);
+    assert_eq!(children_of(engine, "async.gated_fails_sync_fallback"), [("async.inner_sync".to_string(), 1)]);
+}

@@ -170,13 +170,15 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     let error = local("__sentinel_error");
     let slow = local("__sentinel_slow");
     let scope = local("__sentinel_scope");
-    // An async handler's work runs in the call's context: a fallback's in the entry's (still open), a block
-    // handler's in the context the call was made in.
-    let await_output = |call: TokenStream, in_entry: bool| -> TokenStream {
+    // An async fn's handler is called and awaited in the call's context: a fallback in the entry's (still
+    // open), a block handler in the context the call was made in.
+    // Spanned on the handler's path, so that a handler whose output does not fit is reported there.
+    let await_output = |call: TokenStream, in_entry: bool, span: Span| -> TokenStream {
+        let private = respan(private.clone(), span);
         match (is_async, in_entry) {
             (false, _) => call,
-            (true, true) => quote!(#private::in_entry(&mut #scope, &#entry, #private::handler_output(#call)).await),
-            (true, false) => quote!(#private::blocked_output(#call).await),
+            (true, true) => quote_spanned!(span=> #private::entry_output(&mut #scope, &#entry, move || #call).await),
+            (true, false) => quote_spanned!(span=> #private::blocked_output(&mut #scope, move || #call).await),
         }
     };
 
@@ -252,7 +254,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 quote_spanned!(span=> #private::#via(#path, #(#call_args)*))
             }
         };
-        await_output(call, in_entry)
+        await_output(call, in_entry, span)
     };
     let with_names = |last: TokenStream| -> Vec<TokenStream> {
         let mut v: Vec<TokenStream> = names.iter().map(|n| n.to_token_stream()).collect();

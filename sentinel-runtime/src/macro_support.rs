@@ -137,11 +137,29 @@ pub fn handler_output<R, M, O: HandlerOutput<R, M>>(output: O) -> HandlerFuture<
     HandlerFuture { fut: output.into_output(), _marker: std::marker::PhantomData }
 }
 
-/// [`handler_output`] for a block handler of an `async fn`: awaited in the context the call was made in (no
-/// entry is open), carried across its awaits like [`in_context`]'s.
+/// [`handler_output`] for a block handler of an `async fn`: called, and awaited, in the context the call was
+/// made in (no entry is open; the one carried across the call's waits, if it waited), carried across its
+/// awaits like [`in_context`]'s.
 #[inline(always)]
-pub fn blocked_output<R, M, O: HandlerOutput<R, M>>(output: O) -> InContext<HandlerFuture<O, R, M>> {
-    InContext::new(handler_output(output))
+pub fn blocked_output<R, M, O: HandlerOutput<R, M>>(
+    scope: &mut EntryScope,
+    call: impl FnOnce() -> O,
+) -> InContext<HandlerFuture<O, R, M>> {
+    let mut carried = scope.carried.take().unwrap_or_else(CarriedContext::capture);
+    let output = carried.scope(call);
+    InContext::carrying(handler_output(output), carried)
+}
+
+/// [`handler_output`] for a fallback of an `async fn`: called, and awaited, in the entry's context (the entry
+/// is still open), like the body ([`in_entry`]).
+#[inline(always)]
+pub fn entry_output<'s, 'e, 'r, R, M, O: HandlerOutput<R, M>>(
+    scope: &'s mut EntryScope,
+    entry: &'e Entry<'r>,
+    call: impl FnOnce() -> O,
+) -> InEntry<'s, 'e, 'r, HandlerFuture<O, R, M>> {
+    let output = scope.run(entry, call, |_| false);
+    in_entry(scope, entry, handler_output(output))
 }
 
 /// The future of a handler's output. Its `Output` is `R` itself (not a projection through the impl that is
@@ -367,6 +385,11 @@ pub fn decide_now<'r>(builder: crate::EntryBuilder<'r, '_>) -> Result<Entry<'r>,
 /// comes back; a wait a check asked for is awaited and the call decided again by `decide` (which builds a
 /// new builder: the arguments are borrowed again), as often as a check asks; a queueing rule's wait is
 /// awaited in the entry's context.
+///
+/// A call that waits for a check is suspended before it has an entry: the context it was called in (this
+/// first poll's) is carried in `scope` across the waits, and the call is decided again in it, whichever thread
+/// polls then; what the decision leaves (the entry, installed in that context) stays carried for the call's
+/// work, and a block handler runs in the context carried ([`blocked_output`]).
 pub async fn decide_slow<'r, D>(first: Slow<'r>, scope: &mut EntryScope, mut decide: D) -> Result<Entry<'r>, BlockError>
 where
     D: FnMut(&mut AsyncWait) -> Option<Result<Entry<'r>, BlockError>>,
@@ -377,8 +400,9 @@ where
         match decided {
             Some(d) => break d?,
             None => {
+                scope.carried.get_or_insert_with(CarriedContext::capture);
                 wait.wait().await;
-                decided = decide(&mut wait);
+                decided = scope.carried.get_or_insert_with(CarriedContext::capture).scope(|| decide(&mut wait));
             }
         }
     };
