@@ -390,7 +390,39 @@ pub fn decide_now<'r>(builder: crate::EntryBuilder<'r, '_>) -> Result<Entry<'r>,
 /// first poll's) is carried in `scope` across the waits, and the call is decided again in it, whichever thread
 /// polls then; what the decision leaves (the entry, installed in that context) stays carried for the call's
 /// work, and a block handler runs in the context carried ([`blocked_output`]).
-pub async fn decide_slow<'r, D>(first: Slow<'r>, scope: &mut EntryScope, mut decide: D) -> Result<Entry<'r>, BlockError>
+pub fn decide_slow<'s, 'r, D>(
+    first: Slow<'r>,
+    scope: &'s mut EntryScope,
+    decide: D,
+) -> Outlined<impl Future<Output = Result<Entry<'r>, BlockError>> + use<'s, 'r, D>>
+where
+    D: FnMut(&mut AsyncWait) -> Option<Result<Entry<'r>, BlockError>>,
+{
+    Outlined { inner: slow_decision(first, scope, decide) }
+}
+
+pin_project_lite::pin_project! {
+    /// A future polled out of line: the rare paths of an annotated `async fn` ([`decide_slow`]) stay out of the
+    /// code of its common path.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Outlined<F> {
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F: Future> Future for Outlined<F> {
+    type Output = F::Output;
+
+    #[cold]
+    #[inline(never)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.project().inner.poll(cx)
+    }
+}
+
+/// [`decide_slow`]'s work.
+async fn slow_decision<'r, D>(first: Slow<'r>, scope: &mut EntryScope, mut decide: D) -> Result<Entry<'r>, BlockError>
 where
     D: FnMut(&mut AsyncWait) -> Option<Result<Entry<'r>, BlockError>>,
 {
