@@ -59,12 +59,21 @@ pub(crate) struct Judging {
 pub(crate) struct LayerState {
     pub(crate) config: LayerConfig,
     pub(crate) cache: ResourceCache,
+    /// The layer has none of the per-request options (origin, hot parameters, priority, context, gateway
+    /// mode, RateLimit header fields): a request's entry is one owned inbound entry of its resource.
+    pub(crate) plain: bool,
 }
 
 impl LayerState {
-    /// A layer's state with no resources named yet.
+    /// A layer's state with no resources named yet (every change of the configuration makes a new one).
     pub(crate) fn new(config: LayerConfig) -> Self {
-        LayerState { config, cache: ResourceCache::default() }
+        let plain = config.origin.is_none()
+            && config.params.is_empty()
+            && config.prioritized.is_none()
+            && config.context.is_none()
+            && config.gateway.is_none()
+            && config.rate_limit.is_none();
+        LayerState { config, cache: ResourceCache::default(), plain }
     }
 }
 

@@ -132,6 +132,17 @@ fn enter(
     let layer = &*state.layer;
     let config = &layer.config;
     let memo = Some(&state.memo);
+    if layer.plain {
+        // No per-request option: the resource's owned inbound entry, as below without the options.
+        return layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| match resource
+            .entry_owned()
+            .entry_type(EntryType::In)
+            .decide_or_queue()
+        {
+            Err(queue) => Err(Refused::Queued(Queued { waiting: queue.start(), resource: resource.clone() })),
+            Ok(entry) => entry.map_err(Refused::Blocked),
+        });
+    }
     layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
         let origin = config.origin.as_ref().and_then(|f| f(view));
         let prioritized = config.prioritized.as_ref().is_some_and(|f| f(view));
