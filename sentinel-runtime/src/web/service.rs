@@ -134,13 +134,12 @@ fn enter(
     let memo = Some(&state.memo);
     if layer.plain {
         // No per-request option: the resource's owned inbound entry, as below without the options.
-        return layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| match resource
-            .entry_owned()
-            .entry_type(EntryType::In)
-            .decide_or_queue()
-        {
-            Err(queue) => Err(Refused::Queued(Queued { waiting: queue.start(), resource: resource.clone() })),
-            Ok(entry) => entry.map_err(Refused::Blocked),
+        return layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
+            let decided = resource.entry_owned().entry_type(EntryType::In).decide_or_queue();
+            match decided {
+                Err(queue) => Err(Refused::Queued(Queued { waiting: queue.start(), resource: resource.clone() })),
+                Ok(entry) => entry.map_err(Refused::Blocked),
+            }
         });
     }
     layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
