@@ -54,21 +54,35 @@ pub const SET_B: &str =
 
 /// Two command centers push at once; the store ends with one of the two sets whole and, if one was told
 /// `partial success`, the other's. Returns the replies.
-pub fn race(center_a: &CommandCenter, center_b: &CommandCenter, stored: impl FnOnce() -> String) -> [(u16, String); 2] {
-    let (ra, rb) = std::thread::scope(|s| {
-        let ha = s.spawn(|| push(center_a, SET_A));
-        let hb = s.spawn(|| push(center_b, SET_B));
-        (ha.join().unwrap(), hb.join().unwrap())
-    });
-    let rules = resources(&stored());
-    assert!(rules == ["a1", "a2"] || rules == ["b1", "b2", "b3"], "one set whole, never a mix: {rules:?}");
+///
+/// A writer is told `success` only if its set went in: when neither set is in the store, both must have been
+/// told (a store error that both writes met, say under a load that delays the store's answers); the store then
+/// kept its rules whole, and the two race again, at most three times in all.
+pub fn race(
+    center_a: &CommandCenter,
+    center_b: &CommandCenter,
+    mut stored: impl FnMut() -> String,
+) -> [(u16, String); 2] {
     let failed = sentinel_runtime::transport::WRITE_DATA_SOURCE_FAILED;
-    let told = [&ra, &rb].iter().filter(|r| r.1 == failed).count();
-    // Either they wrote in turn (the second had seen the first's change) or they raced and one was told.
-    assert!(told <= 1, "{ra:?} {rb:?}");
-    if told == 1 {
-        let winner = if ra.1 == "success" { vec!["a1", "a2"] } else { vec!["b1", "b2", "b3"] };
-        assert_eq!(rules, winner, "the store keeps the winner's rules");
+    for _ in 0..3 {
+        let (ra, rb) = std::thread::scope(|s| {
+            let ha = s.spawn(|| push(center_a, SET_A));
+            let hb = s.spawn(|| push(center_b, SET_B));
+            (ha.join().unwrap(), hb.join().unwrap())
+        });
+        let rules = resources(&stored());
+        let told = [&ra, &rb].iter().filter(|r| r.1 == failed).count();
+        if rules != ["a1", "a2"] && rules != ["b1", "b2", "b3"] {
+            assert_eq!(told, 2, "a writer told `success` finds its set in the store: {rules:?} ({ra:?} {rb:?})");
+            continue;
+        }
+        // Either they wrote in turn (the second had seen the first's change) or they raced and one was told.
+        assert!(told <= 1, "{ra:?} {rb:?}");
+        if told == 1 {
+            let winner = if ra.1 == "success" { vec!["a1", "a2"] } else { vec!["b1", "b2", "b3"] };
+            assert_eq!(rules, winner, "the store keeps the winner's rules");
+        }
+        return [ra, rb];
     }
-    [ra, rb]
+    panic!("three races in a row ended with neither set in the store");
 }
