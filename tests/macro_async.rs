@@ -390,6 +390,22 @@ fn poll_once<F: std::future::Future + Unpin>(
     engine.scoped(|| (std::pin::Pin::new(fut).poll(&mut cx), engine.current_context()))
 }
 
+/// [`poll_once`] on a new thread; gives the future back for later polls.
+fn poll_elsewhere<F: std::future::Future + Unpin + Send + 'static>(
+    engine: &'static Sentinel,
+    mut fut: F,
+) -> (std::task::Poll<F::Output>, Option<(String, String)>, F)
+where
+    F::Output: Send,
+{
+    std::thread::spawn(move || {
+        let (polled, context) = poll_once(engine, &mut fut);
+        (polled, context, fut)
+    })
+    .join()
+    .unwrap()
+}
+
 /// The children of `name` in the engine's default context, with their passes.
 fn children_of(engine: &Sentinel, name: &str) -> Vec<(String, u64)> {
     fn find<'t>(nodes: &'t [sentinel_runtime::TreeNode], name: &str) -> Option<&'t sentinel_runtime::TreeNode> {
@@ -422,7 +438,7 @@ fn a_body_suspended_with_its_entry_open_leaves_the_thread_clean_and_resumes_unde
     // A call made on this thread meanwhile is not nested under the suspended one.
     engine.scoped(|| drop(inner_sync()));
     gate.notify_one();
-    let (polled, context) = std::thread::spawn(move || poll_once(engine, &mut fut)).join().unwrap();
+    let (polled, context, _) = poll_elsewhere(engine, fut);
     assert!(matches!(polled, std::task::Poll::Ready(Ok(10))), "{polled:?}");
     assert_eq!(context, None, "the other thread is left as it was");
     // One node per resource and context (Java's `DefaultNode`): the call made meanwhile sits at the top of the
@@ -457,12 +473,7 @@ fn a_fallback_after_a_suspended_body_runs_under_the_entry_on_whichever_thread_po
     let mut fut = Box::pin(assert_send(gated_fails(gate.clone())));
     assert!(poll_once(engine, &mut fut).0.is_pending());
     gate.notify_one();
-    let (polled, context, fut) = std::thread::spawn(move || {
-        let (polled, context) = poll_once(engine, &mut fut);
-        (polled, context, fut)
-    })
-    .join()
-    .unwrap();
+    let (polled, context, fut) = poll_elsewhere(engine, fut);
     assert!(polled.is_pending(), "the fallback waits");
     assert_eq!(context, None);
     let mut fut = fut;
@@ -558,9 +569,10 @@ fn a_call_that_waits_for_a_place_is_decided_again_in_the_context_it_was_called_i
         .load_adaptive_rules([AdaptiveRule::new("async.waits_for_a_place").limits(1, 1, 1).max_wait_ms(500)])
         .unwrap();
     let gate = Arc::new(tokio::sync::Notify::new());
-    let holder = engine.resource("async.waits_for_a_place").entry_owned().enter().unwrap(); // the only place
-                                                                                            // Called in a context with an origin; the place is taken, so the call waits (suspended, no entry yet).
-    let mut fut = {
+    // The only place.
+    let holder = engine.resource("async.waits_for_a_place").entry_owned().enter().unwrap();
+    // Called in a context with an origin; the place is taken, so the call waits (suspended, no entry yet).
+    let fut = {
         let _ctx = engine.enter_context("checkout", "app-a").unwrap();
         let mut fut = Box::pin(assert_send(waits_for_a_place(gate.clone())));
         let (polled, context) = poll_once(engine, &mut fut);
@@ -569,14 +581,10 @@ fn a_call_that_waits_for_a_place_is_decided_again_in_the_context_it_was_called_i
         fut
     };
     assert_eq!(engine.current_context(), None);
-    drop(holder); // the place frees: the waiting call gets it
-                  // Resumed on another thread with no context: decided again in the context it was called in.
-    let (polled, context, fut) = std::thread::spawn(move || {
-        let (polled, context) = poll_once(engine, &mut fut);
-        (polled, context, fut)
-    })
-    .join()
-    .unwrap();
+    // The place frees: the waiting call gets it. Resumed on another thread with no context, it is decided again
+    // in the context it was called in.
+    drop(holder);
+    let (polled, context, fut) = poll_elsewhere(engine, fut);
     assert!(polled.is_pending(), "admitted, the body waits at its gate");
     assert_eq!(context, None, "the other thread is left without a context");
     gate.notify_one();
@@ -591,14 +599,14 @@ fn a_call_that_waits_for_a_place_is_decided_again_in_the_context_it_was_called_i
 
     // A call that waits and is refused when its wait runs out: its block handler runs in the caller's context.
     let holder = engine.resource("async.waits_for_a_place").entry_owned().enter().unwrap();
-    let mut fut = {
+    let fut = {
         let _ctx = engine.enter_context("checkout", "app-a").unwrap();
         let mut fut = Box::pin(assert_send(waits_for_a_place(gate.clone())));
         assert!(poll_once(engine, &mut fut).0.is_pending());
         fut
     };
     clock.advance_millis(500);
-    let (polled, context) = std::thread::spawn(move || poll_once(engine, &mut fut)).join().unwrap();
+    let (polled, context, _) = poll_elsewhere(engine, fut);
     let std::task::Poll::Ready(Ok((seen, 0))) = polled else { panic!("{polled:?}") };
     assert_eq!(seen, Some(("checkout".to_string(), "app-a".to_string())), "the handler's context");
     assert_eq!(context, None);
@@ -623,7 +631,7 @@ fn a_sync_fallback_after_a_suspended_body_is_called_under_the_entry_on_another_t
     let mut fut = Box::pin(assert_send(gated_fails_sync_fallback(gate.clone())));
     assert!(poll_once(engine, &mut fut).0.is_pending());
     gate.notify_one();
-    let (polled, context) = std::thread::spawn(move || poll_once(engine, &mut fut)).join().unwrap();
+    let (polled, context, _) = poll_elsewhere(engine, fut);
     assert!(matches!(polled, std::task::Poll::Ready(Ok(210))), "{polled:?}");
     assert_eq!(context, None);
     assert_eq!(children_of(engine, "async.gated_fails_sync_fallback"), [("async.inner_sync".to_string(), 1)]);

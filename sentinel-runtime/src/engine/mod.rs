@@ -298,7 +298,7 @@ impl Sentinel {
         if cur.engine_id == self.shared.id {
             return Ok(self.context_guard(None));
         }
-        let state = self.shared.context_state(name, origin, cur.override_engine);
+        let state = self.shared.context_state(Some(name), origin, cur.override_engine);
         context::set_current(state);
         Ok(self.context_guard(Some(cur)))
     }

@@ -166,15 +166,10 @@ impl Shared {
         }
     }
 
-    /// A fresh state for context `name` (interned, entrance created on first use) and `origin`.
-    pub(crate) fn context_state(&self, name: &str, origin: &str, override_engine: EngineOverride) -> ContextState {
-        self.context_state_of(Some(name), origin, override_engine)
-    }
-
-    /// [`context_state`](Self::context_state) with the context named or not (`None`: the default context,
-    /// without comparing names).
+    /// A fresh state for context `name` (interned, entrance created on first use; `None`: the default context,
+    /// without comparing names) and `origin`.
     #[inline]
-    pub(crate) fn context_state_of(
+    pub(crate) fn context_state(
         &self,
         name: Option<&str>,
         origin: &str,

@@ -46,7 +46,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             let st = match (self.context, self.origin) {
                 (None, None) => shared.default_state(outer.override_engine),
                 // `name` is never the default context's (`EntryBuilder::context` leaves it out).
-                (name, origin) => shared.context_state_of(name, origin.unwrap_or(""), outer.override_engine),
+                (name, origin) => shared.context_state(name, origin.unwrap_or(""), outer.override_engine),
             };
             // Another engine's context is active: enter without touching it.
             (st, install && outer.engine_id == 0)

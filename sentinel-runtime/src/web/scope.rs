@@ -55,7 +55,7 @@ impl RequestEntry {
 
     /// Sets the header fields the response gets.
     pub(crate) fn set_headers(&mut self, headers: Option<http::HeaderMap>) {
-        Extras::set_headers(&mut self.extra, headers);
+        Extras::put_headers(&mut self.extra, headers);
     }
 
     /// The header fields the response gets (once).
@@ -115,11 +115,11 @@ impl Extras {
     }
 
     /// The header fields the response gets.
-    pub(crate) fn set_headers_of(&mut self, headers: Option<http::HeaderMap>) {
-        Self::set_headers(&mut self.0, headers);
+    pub(crate) fn set_headers(&mut self, headers: Option<http::HeaderMap>) {
+        Self::put_headers(&mut self.0, headers);
     }
 
-    fn set_headers(extra: &mut Option<Box<Extra>>, headers: Option<http::HeaderMap>) {
+    fn put_headers(extra: &mut Option<Box<Extra>>, headers: Option<http::HeaderMap>) {
         match (extra, headers) {
             (Some(extra), headers) => extra.headers = headers,
             (extra @ None, Some(headers)) => {

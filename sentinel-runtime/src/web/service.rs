@@ -137,7 +137,7 @@ fn enter(
         return layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
             let decided = resource.entry_owned().entry_type(EntryType::In).decide_or_queue();
             match decided {
-                Err(queue) => Err(Refused::Queued(Queued { waiting: queue.start(), resource: resource.clone() })),
+                Err(queue) => Err(queued(resource, queue.start())),
                 Ok(entry) => entry.map_err(Refused::Blocked),
             }
         });
@@ -167,7 +167,7 @@ fn enter(
                     return enter_one(resource, args).map_err(Refused::Blocked);
                 }
                 match entry_builder(resource, args, config, origin.as_deref(), prioritized).decide_or_queue() {
-                    Err(queue) => Err(Refused::Queued(Queued { waiting: queue.start(), resource: resource.clone() })),
+                    Err(queue) => Err(queued(resource, queue.start())),
                     Ok(entry) => {
                         if entry.is_ok() {
                             passed(resource, args);
@@ -184,10 +184,15 @@ fn enter(
                 .map_err(Refused::Blocked),
         };
         if let (Ok(_), Some(h)) = (&entered, headers) {
-            extras.set_headers_of(h.map(&policies.into_inner()));
+            extras.set_headers(h.map(&policies.into_inner()));
         }
         entered
     })
+}
+
+/// A request that a check asked to wait for `resource`, its wait under way.
+fn queued(resource: &Resource, waiting: crate::entry::QueuedEntry<'static>) -> Refused {
+    Refused::Queued(Queued { waiting, resource: resource.clone() })
 }
 
 /// The entry of one of the request's resources, with the layer's context, the request's origin and priority.
