@@ -395,6 +395,40 @@ fn reloading_an_equal_rule_keeps_its_counters_and_a_changed_rule_starts_fresh() 
 }
 
 #[test]
+fn thread_permits_go_back_to_the_rule_that_gave_them_whatever_was_reloaded_while_their_calls_ran() {
+    let thread_rule = |count: f64| ParamFlowRule::new("res", 0).grade(FlowGrade::Thread).count(count);
+    let (e, _clock) = engine(vec![thread_rule(1.0)]);
+    let r = e.resource("res");
+
+    // The same rule reloaded, with another rule beside it: the permit goes back to the rule that stayed.
+    let held = r.entry().args(&[&"u"]).enter().unwrap();
+    e.load_param_flow_rules(vec![ParamFlowRule::new("res", 0).count(1_000.0), thread_rule(1.0)]).unwrap();
+    assert!(r.entry().args(&[&"u"]).enter().is_err(), "the rule kept its counters: u is in flight");
+    drop(held);
+    drop(r.entry().args(&[&"u"]).enter().expect("the permit went back to the rule that stayed"));
+
+    // A changed rule starts fresh, and the permit of the old one takes nothing from it.
+    let old = r.entry().args(&[&"u"]).enter().unwrap();
+    e.load_param_flow_rules(vec![thread_rule(2.0)]).unwrap();
+    let a = r.entry().args(&[&"u"]).enter().expect("a fresh rule");
+    let b = r.entry().args(&[&"u"]).enter().expect("two in flight under the new rule");
+    assert!(r.entry().args(&[&"u"]).enter().is_err());
+    drop(old);
+    assert!(r.entry().args(&[&"u"]).enter().is_err(), "the old permit took nothing from the new rule");
+    drop((a, b));
+
+    // The rule removed while a call holds a permit, then loaded again: it starts fresh.
+    let gone = r.entry().args(&[&"u"]).enter().unwrap();
+    e.load_param_flow_rules(vec![]).unwrap();
+    drop(gone);
+    e.load_param_flow_rules(vec![thread_rule(1.0)]).unwrap();
+    let again = r.entry().args(&[&"u"]).enter().expect("a fresh rule");
+    assert!(r.entry().args(&[&"u"]).enter().is_err());
+    drop(again);
+    drop(r.entry().args(&[&"u"]).enter().expect("given back"));
+}
+
+#[test]
 fn invalid_rules_are_rejected_and_the_old_rules_stay() {
     let (e, _clock) = engine(vec![ParamFlowRule::new("res", 0).count(1.0)]);
     let cases: Vec<(ParamFlowRule, &str)> = vec![

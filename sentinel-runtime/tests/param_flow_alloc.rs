@@ -49,3 +49,18 @@ fn passing_calls_on_tracked_values_allocate_nothing() {
     }
     assert_eq!(allocations() - before, 0, "allocations on 100k passing calls");
 }
+
+#[test]
+fn calls_on_values_beyond_the_capacity_allocate_nothing() {
+    // Each call a value never seen, ten times the rule's 4,000 tracked values: every call past the first
+    // 4,000 replaces a value in the rule's table, which is allocated with the rule.
+    let engine = Sentinel::builder().build();
+    engine.load_param_flow_rules(vec![ParamFlowRule::new("api", 0).count(1e12)]).unwrap();
+    let api = engine.resource("api");
+    assert!(api.entry().args(&[&u64::MAX]).enter().is_ok());
+    let before = allocations();
+    for v in 0..40_000u64 {
+        assert!(api.entry().args(&[&v]).enter().is_ok());
+    }
+    assert_eq!(allocations() - before, 0, "allocations on 40k calls, each a new value");
+}

@@ -17,21 +17,30 @@
 //! Exception `items` give single values their own count; matching is type-sensitive (the integer 7 is not
 //! the string "7", see [`ParamValue`]).
 //!
-//! Memory is bounded: each rule keeps its per-value counters in a concurrent cache (S3-FIFO eviction, close
-//! to LRU) of at most `min(4000 * duration_in_sec, 200000)` values, however many distinct values arrive. A
-//! value evicted and seen again starts a fresh counter, as in Java. Decisions are exact under concurrency:
-//! each value's counter is one 128-bit word updated by compare-and-swap (40 threads at once on one value
-//! with count 5: exactly 5 pass).
+//! Memory is bounded: each rule keeps its per-value counters in a table of at most
+//! `min(4000 * duration_in_sec, 200000)` values (32 bytes each, allocated with the rule), however many
+//! distinct values arrive; a call never allocates and takes no lock on a value already tracked (a value seen
+//! for the first time holds its two candidate sets' insert bits for a few dozen instructions). Up to about
+//! 90 % of that capacity every value keeps its counter; past it a new value replaces one used least (a
+//! flood of values seen once replaces only values seen once, so a value in use keeps its count). A value
+//! replaced and seen again starts a fresh counter, as in Java. Decisions are exact under concurrency: each
+//! value's counter is one 128-bit word updated by compare-and-swap (40 threads at once on one value with
+//! count 5: exactly 5 pass), and callers that see a value for the first time at once share one counter.
 //!
 //! # Differences from Java Sentinel
 //! - Java's token bucket reads and writes the tokens and the refill time separately, so concurrent callers
 //!   can over-admit around a refill; ours updates both at once and never does.
 //! - The rate limiter keeps nanosecond precision through the engine's (mockable) clock; Java rounds the
 //!   cost to whole milliseconds.
+//! - A value's token bucket holds at most 2^48 − 1 tokens (2.8 · 10^14): a larger `count + burst_count` acts
+//!   as that many, more calls than any process makes in a rule's duration.
 //! - Thread-grade permits are taken at check time by compare-and-swap (exact), not counted after the fact.
-//!   An entry keeps a handle to the value's counter (never the borrowed value) and releases it at exit. If
+//!   An entry keeps one word naming the rule's table and the value's cell (never the borrowed value, and no
+//!   reference count) and gives the permit back at exit to the rule in force then, if it is the rule that
+//!   gave it (a rule reloaded unchanged keeps its counters; a changed or removed one took them with it). If
 //!   more than the cap of distinct values churn through a thread rule while a value has calls in flight,
-//!   its counter may be evicted and that value starts again from zero (as in Java's bounded map).
+//!   its counter is kept as long as another can go; if none can, it may be replaced and that value starts
+//!   again from zero (as in Java's bounded map).
 //!   A call holds at most [`MAX_THREAD_PERMITS`] per-value permits; values beyond that (a large collection
 //!   argument under a thread rule) are checked but not counted.
 //!
@@ -56,6 +65,7 @@ mod manager;
 pub(crate) mod peek;
 pub(crate) mod rule;
 mod state;
+mod table;
 pub(crate) mod value;
 
 pub use rule::{ParamFlowItem, ParamFlowRule, ParamItemValue};
@@ -70,7 +80,7 @@ use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
 
 pub(crate) use manager::{ParamFlowManager, ParamRuleOwner};
 pub(crate) use state::ParamRuleState;
-use state::{ValueCell, ValueDecision};
+use state::{ValueDecision, ValuePermit};
 
 /// The hot-parameter rules of one resource.
 pub(crate) struct ResourceParamRules {
@@ -85,7 +95,7 @@ pub const MAX_THREAD_PERMITS: usize = 2;
 #[derive(Debug, Default)]
 pub(crate) struct EntryState {
     /// Filled from the front.
-    permits: [Option<Arc<ValueCell>>; MAX_THREAD_PERMITS],
+    permits: [Option<ValuePermit>; MAX_THREAD_PERMITS],
 }
 
 impl EntryState {
@@ -94,17 +104,20 @@ impl EntryState {
     pub(crate) fn is_active(&self) -> bool {
         self.permits[0].is_some()
     }
-    fn push(&mut self, cell: Arc<ValueCell>) {
+    /// Keeps a permit `st` gave, or gives it back at once beyond the fixed storage (checked, not counted).
+    fn push(&mut self, permit: ValuePermit, st: &ParamRuleState) {
         match self.permits.iter_mut().find(|s| s.is_none()) {
-            Some(slot) => *slot = Some(cell),
-            None => cell.release_thread(), // beyond the fixed storage: checked, not counted
+            Some(slot) => *slot = Some(permit),
+            None => {
+                st.release(permit);
+            }
         }
     }
-    fn release_all(&mut self) {
-        for slot in self.permits.iter_mut() {
-            if let Some(c) = slot.take() {
-                c.release_thread();
-            }
+    /// Gives every permit back to the rule (of `rules`, the resource's rules now) that gave it.
+    fn release_all(&mut self, rules: &ResourceParamRules) {
+        for permit in self.permits.iter_mut().filter_map(Option::take) {
+            // A rule replaced since took its counters with it: nothing to give back.
+            let _ = rules.rules.iter().any(|st| st.release(permit));
         }
     }
 }
@@ -181,7 +194,7 @@ fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CallCx<'_>, es: &mut
         match st.decide_value(&v.key(), cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
             ValueDecision::Pass => {}
             ValueDecision::Wait(w) => wait = wait.max(w),
-            ValueDecision::Permit(cell) => es.push(cell),
+            ValueDecision::Permit(permit) => es.push(permit, st),
             ValueDecision::Block(retry_after) => blocked = Some((v.to_string(), retry_after)),
         }
     });
@@ -204,7 +217,7 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryS
         match check_rule(st, arg, cx, es) {
             Ok(w) => wait = wait.saturating_add(w),
             Err((value, retry_after)) => {
-                es.release_all();
+                es.release_all(state);
                 return Err(BlockError::ParamFlow {
                     resource: cx.resource.clone(),
                     rule: st.rule.clone(),
@@ -229,6 +242,9 @@ impl RuleSlot for ParamSlot {
     type Taken = ();
     const ORDER: i32 = crate::slot::ORDER_PARAM_FLOW;
     const ON_FAST_PATH: bool = true;
+    /// Permits go back to the rules in force at exit (the entry holds no reference to them): a rule that
+    /// stayed kept its counters, one replaced or removed took them with it.
+    const EXIT_READS_RULES: bool = true;
 
     #[inline(always)]
     fn check(
@@ -257,8 +273,8 @@ impl RuleSlot for ParamSlot {
     }
 
     #[inline(always)]
-    fn give_back(_: &ResourceParamRules, _: &(), _: &CheckCx<'_>, held: &mut EntryState, _: &mut ()) {
-        held.release_all();
+    fn give_back(rules: &ResourceParamRules, _: &(), _: &CheckCx<'_>, held: &mut EntryState, _: &mut ()) {
+        held.release_all(rules);
     }
 
     #[inline(always)]
@@ -267,8 +283,10 @@ impl RuleSlot for ParamSlot {
     }
 
     #[inline(always)]
-    fn exit(_: Option<&ResourceParamRules>, _: &(), _: &ExitCx, held: &mut EntryState) {
-        held.release_all();
+    fn exit(rules: Option<&ResourceParamRules>, _: &(), _: &ExitCx, held: &mut EntryState) {
+        if let Some(rules) = rules {
+            held.release_all(rules);
+        }
     }
 }
 

@@ -1,12 +1,9 @@
-//! Per-rule state: the bounded map of per-value counters, and the three per-value algorithms.
+//! Per-rule state: the bounded table of per-value counters, and the three per-value algorithms.
 
 use std::sync::Arc;
 
-use portable_atomic::{AtomicU128, Ordering};
-use quick_cache::sync::Cache;
-use quick_cache::{DefaultHashBuilder, OptionsBuilder, UnitWeighter};
-
 use super::rule::ParamFlowRule;
+use super::table::{CellRef, Step, ValueTable};
 use super::value::ValueKey;
 use crate::clock::NANOS_PER_MILLI;
 use crate::flow::{ControlBehavior, FlowGrade};
@@ -21,41 +18,29 @@ pub fn counter_capacity(duration_in_sec: u64) -> usize {
     BASE_PARAM_MAX_CAPACITY.saturating_mul(duration_in_sec.max(1)).min(TOTAL_MAX_CAPACITY) as usize
 }
 
-/// One value's counter: 128 bits updated by compare-and-swap, so every decision on a value is exact.
-///
-/// - token bucket: high 64 bits the time of the last refill (ms), low 64 bits the tokens left (`i64`);
-/// - rate limiter: the time (ns) the last admitted call was scheduled at;
-/// - thread grade: the calls in flight.
-#[derive(Debug)]
-pub(crate) struct ValueCell {
-    state: AtomicU128,
-}
+/// The bits of a token bucket's time (ms) and of its tokens, in a counter's 96-bit payload.
+const BUCKET_BITS: u32 = 48;
+const BUCKET_MASK: u64 = (1 << BUCKET_BITS) - 1;
+/// The most tokens a bucket holds: `count + burst` above this (2.8 * 10^14) counts as this much, which no
+/// caller spends within a rule's duration.
+pub(crate) const BUCKET_MAX_TOKENS: i64 = BUCKET_MASK as i64;
 
-impl ValueCell {
-    fn new(hi: u64, lo: u64) -> Self {
-        ValueCell { state: AtomicU128::new(pack(hi, lo)) }
-    }
-    /// Releases one in-flight call (thread grade).
-    pub(crate) fn release_thread(&self) {
-        let _ = self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some(s.saturating_sub(1)));
-    }
-    /// The raw counter (tests).
-    #[cfg(test)]
-    pub(crate) fn raw(&self) -> (u64, u64) {
-        unpack(self.state.load(Ordering::Acquire))
-    }
-}
-
+/// A token bucket's payload: the time of its last refill (ms) and the tokens left.
 #[inline]
-fn pack(hi: u64, lo: u64) -> u128 {
-    ((hi as u128) << 64) | lo as u128
+fn pack_bucket(last_ms: u64, tokens: i64) -> u128 {
+    (((last_ms & BUCKET_MASK) as u128) << BUCKET_BITS) | (tokens as u64 & BUCKET_MASK) as u128
 }
 #[inline]
-fn unpack(s: u128) -> (u64, u64) {
-    ((s >> 64) as u64, s as u64)
+fn unpack_bucket(p: u128) -> (u64, i64) {
+    ((p >> BUCKET_BITS) as u64 & BUCKET_MASK, (p as u64 & BUCKET_MASK) as i64)
 }
 
-type Counters = Cache<ValueKey, Arc<ValueCell>, UnitWeighter, DefaultHashBuilder>;
+/// A thread-grade permit on one value's counter, given back at exit to the rule that gave it
+/// ([`ParamRuleState::release`]): one word, which names the rule's table, so an entry holds it without a
+/// reference count. A rule replaced meanwhile (its counters gone with it), or a value whose cell went to
+/// another value since, takes nothing back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ValuePermit(CellRef);
 
 /// A token bucket read without spending ([`ParamRuleState::peek_bucket`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,13 +66,13 @@ enum Mode {
 }
 
 /// The outcome for one value.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) enum ValueDecision {
     Pass,
     /// Pass after waiting this long (rate limiter).
     Wait(u64),
-    /// Pass holding one in-flight permit on this cell, released at exit.
-    Permit(Arc<ValueCell>),
+    /// Pass holding one in-flight permit on the value, released at exit.
+    Permit(ValuePermit),
     /// Block; a retry could pass after this long (when known).
     Block(Option<std::time::Duration>),
 }
@@ -103,33 +88,13 @@ pub(crate) struct ParamRuleState {
     duration_sec: u64,
     /// Exception items, sorted by key: `(key, threshold)`.
     items: Box<[(ValueKey, i64)]>,
-    counters: Counters,
-    capacity: usize,
+    counters: ValueTable,
 }
 
 impl std::fmt::Debug for ParamRuleState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ParamRuleState").field("rule", &self.rule).field("tracked", &self.counters.len()).finish()
+        f.debug_struct("ParamRuleState").field("rule", &self.rule).field("tracked", &self.counters.tracked()).finish()
     }
-}
-
-fn new_counters(capacity: usize) -> (Counters, usize) {
-    let parallel = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    // Shards of at least 512 values; a power of two, so each holds exactly `per_shard`.
-    let mut shards = (parallel * 4).next_power_of_two().min(64);
-    while shards > 1 && capacity / shards < 512 {
-        shards /= 2;
-    }
-    let per_shard = capacity / shards;
-    let total = per_shard * shards; // never above `capacity`
-    let built =
-        OptionsBuilder::new().shards(shards).estimated_items_capacity(total).weight_capacity(total as u64).build();
-    let cache = match built {
-        Ok(opts) => Cache::with_options(opts, UnitWeighter, DefaultHashBuilder::default(), Default::default()),
-        // Unreachable with the options above; the plain constructor is still bounded.
-        Err(_) => Cache::with(total, total as u64, UnitWeighter, DefaultHashBuilder::default(), Default::default()),
-    };
-    (cache, total)
 }
 
 impl ParamRuleState {
@@ -154,7 +119,7 @@ impl ParamRuleState {
             items.push((key, it.count as i64));
         }
         items.sort_by_key(|(k, _)| *k);
-        let (counters, capacity) = new_counters(cap.unwrap_or_else(|| counter_capacity(rule.duration_in_sec)));
+        let counters = ValueTable::new(cap.unwrap_or_else(|| counter_capacity(rule.duration_in_sec)));
         let duration_sec = rule.duration_in_sec.max(1);
         ParamRuleState {
             mode,
@@ -164,9 +129,13 @@ impl ParamRuleState {
             duration_sec,
             items: items.into_boxed_slice(),
             counters,
-            capacity,
             rule: Arc::new(rule),
         }
+    }
+
+    /// Gives back an in-flight call's permit, if this rule gave it: `false` when it is another rule's.
+    pub(crate) fn release(&self, permit: ValuePermit) -> bool {
+        self.counters.release(permit.0, |n| n.saturating_sub(1))
     }
 
     /// Whether a call that passed holds something of this rule until it exits (a thread-grade permit).
@@ -176,11 +145,11 @@ impl ParamRuleState {
 
     /// The values tracked now (never above [`capacity`](Self::capacity)).
     pub(crate) fn tracked(&self) -> usize {
-        self.counters.len()
+        self.counters.tracked()
     }
     /// The most values this rule tracks.
     pub(crate) fn capacity(&self) -> usize {
-        self.capacity
+        self.counters.capacity()
     }
 
     #[inline]
@@ -191,20 +160,6 @@ impl ParamRuleState {
         match self.items.binary_search_by(|(k, _)| k.cmp(key)) {
             Ok(i) => self.items[i].1,
             Err(_) => self.threshold,
-        }
-    }
-
-    /// The cell of `key`, created with `init` on first sight; `true` when this call created it.
-    #[inline]
-    fn cell(&self, key: &ValueKey, init: impl FnOnce() -> ValueCell) -> (Arc<ValueCell>, bool) {
-        let mut created = false;
-        let cell = self.counters.get_or_insert_with(key, || -> Result<_, std::convert::Infallible> {
-            created = true;
-            Ok(Arc::new(init()))
-        });
-        match cell {
-            Ok(c) => (c, created),
-            Err(never) => match never {},
         }
     }
 
@@ -228,41 +183,37 @@ impl ParamRuleState {
 
     /// Java's `ParamFlowChecker.passDefaultLocalCheck`, with the refill time and the tokens in one word so
     /// that concurrent callers never over-admit.
+    #[inline(always)]
     fn bucket(&self, key: &ValueKey, count: i64, acquire: i64, now_ms: u64) -> ValueDecision {
         if count <= 0 {
             return ValueDecision::Block(None);
         }
-        let max = count.saturating_add(self.burst);
+        let max = count.saturating_add(self.burst).min(BUCKET_MAX_TOKENS);
         if acquire > max {
             return ValueDecision::Block(None);
         }
-        let (cell, created) = self.cell(key, || ValueCell::new(now_ms, (max - acquire) as u64));
-        if created {
-            return ValueDecision::Pass;
-        }
-        let mut cur = cell.state.load(Ordering::Acquire);
-        loop {
-            let (last_ms, tokens) = unpack(cur);
-            let tokens = tokens as i64;
+        let now_ms = now_ms.min(BUCKET_MASK);
+        // The step answers what a block needs (the bucket's refill time and tokens), or `None` for a pass: a
+        // small answer keeps the check of a tracked value from moving a whole decision around.
+        let first = || (pack_bucket(now_ms, max - acquire), None);
+        let step = |p: u128| {
+            let (last_ms, tokens) = unpack_bucket(p);
             let elapsed = now_ms.saturating_sub(last_ms);
-            let next = if elapsed > self.duration_ms {
+            let (at, rest) = if elapsed > self.duration_ms {
                 let add = (elapsed as u128 * count as u128 / self.duration_ms as u128).min(i64::MAX as u128) as i64;
-                let rest = if tokens.saturating_add(add) > max { max - acquire } else { tokens + add - acquire };
-                if rest < 0 {
-                    return self.bucket_block(now_ms, count, acquire, last_ms, tokens);
-                }
-                pack(now_ms, rest as u64)
+                (now_ms, if tokens.saturating_add(add) > max { max - acquire } else { tokens + add - acquire })
             } else {
-                let rest = tokens - acquire;
-                if rest < 0 {
-                    return self.bucket_block(now_ms, count, acquire, last_ms, tokens);
-                }
-                pack(last_ms, rest as u64)
+                (last_ms, tokens - acquire)
             };
-            match cell.state.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return ValueDecision::Pass,
-                Err(v) => cur = v,
+            if rest < 0 {
+                Step::Keep(Some((last_ms, tokens)))
+            } else {
+                Step::Store(pack_bucket(at, rest), None)
             }
+        };
+        match self.counters.update(key, first, step, |_| false).0 {
+            None => ValueDecision::Pass,
+            Some((last_ms, tokens)) => self.bucket_block(now_ms, count, acquire, last_ms, tokens),
         }
     }
 
@@ -286,11 +237,11 @@ impl ParamRuleState {
             return None;
         }
         let count = self.threshold_for(key).max(0);
-        let max = count.saturating_add(self.burst).max(0);
+        let max = count.saturating_add(self.burst).clamp(0, BUCKET_MAX_TOKENS);
         let full = BucketPeek { quota: max as u64, remaining: max as u64, refill_in_ms: self.duration_ms + 1 };
-        let Some(cell) = self.counters.peek(key) else { return Some(full) };
-        let (last_ms, tokens) = unpack(cell.state.load(Ordering::Acquire));
-        let tokens = (tokens as i64).max(0);
+        let Some(payload) = self.counters.peek(key) else { return Some(full) };
+        let (last_ms, tokens) = unpack_bucket(payload);
+        let tokens = tokens.max(0);
         let elapsed = now_ms.saturating_sub(last_ms);
         if elapsed > self.duration_ms {
             // The next call refills first (as `bucket` does).
@@ -313,29 +264,21 @@ impl ParamRuleState {
         if count <= 0 {
             return ValueDecision::Block(None);
         }
-        let (cell, created) = self.cell(key, || ValueCell::new(0, now_nanos));
-        if created {
-            return ValueDecision::Pass;
-        }
         let cost = (1e9 * acquire as f64 * self.duration_sec as f64 / count as f64).round() as u64;
-        let mut cur = cell.state.load(Ordering::Acquire);
-        loop {
-            let (_, last) = unpack(cur);
-            let expected = last.saturating_add(cost);
-            let (next, wait) = if expected <= now_nanos {
-                (now_nanos, 0)
+        let first = || (now_nanos as u128, ValueDecision::Pass);
+        let step = |p: u128| {
+            let expected = (p as u64).saturating_add(cost);
+            if expected <= now_nanos {
+                Step::Store(now_nanos as u128, ValueDecision::Pass)
             } else if expected - now_nanos < max_queue {
-                (expected, expected - now_nanos)
+                Step::Store(expected as u128, ValueDecision::Wait(expected - now_nanos))
             } else {
                 // Retried once the wait is strictly below the queueing time, the call queues.
                 let beyond = (expected - now_nanos - max_queue).saturating_add(1);
-                return ValueDecision::Block(Some(std::time::Duration::from_nanos(beyond)));
-            };
-            match cell.state.compare_exchange_weak(cur, pack(0, next), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return if wait == 0 { ValueDecision::Pass } else { ValueDecision::Wait(wait) },
-                Err(v) => cur = v,
+                Step::Keep(ValueDecision::Block(Some(std::time::Duration::from_nanos(beyond))))
             }
-        }
+        };
+        self.counters.update(key, first, step, |_| false).0
     }
 
     /// Thread grade: take one in-flight permit if the value has fewer than its threshold.
@@ -343,19 +286,19 @@ impl ParamRuleState {
         if threshold <= 0 {
             return ValueDecision::Block(None);
         }
-        let (cell, _) = self.cell(key, || ValueCell::new(0, 0));
         let limit = threshold as u128;
-        let taken = cell.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1));
-        match taken {
-            Ok(_) => ValueDecision::Permit(cell),
+        // A value seen first takes the first permit; a cell with calls in flight is kept while it can be.
+        let step = |n: u128| if n < limit { Step::Store(n + 1, true) } else { Step::Keep(false) };
+        match self.counters.update(key, || (1, true), step, |n| n > 0) {
+            (true, at) => ValueDecision::Permit(ValuePermit(at)),
             // In-flight calls free up when they finish: no retry time is known.
-            Err(_) => ValueDecision::Block(None),
+            (false, _) => ValueDecision::Block(None),
         }
     }
 
-    /// The cell of a value, if tracked (tests).
+    /// The counter of a value, if tracked (tests).
     #[cfg(test)]
-    pub(crate) fn peek(&self, key: &ValueKey) -> Option<Arc<ValueCell>> {
+    pub(crate) fn peek(&self, key: &ValueKey) -> Option<u128> {
         self.counters.peek(key)
     }
 }
@@ -363,6 +306,7 @@ impl ParamRuleState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flow::FlowGrade;
     use crate::param_flow::ParamValue;
 
     #[test]
@@ -386,7 +330,7 @@ mod tests {
             s.decide_value(&k, 1, 5_000 * NANOS_PER_MILLI, || 5_000 * NANOS_PER_MILLI),
             ValueDecision::Pass
         ));
-        assert_eq!(s.peek(&k).unwrap().raw(), (5_000, 3), "first sight: max (3 + 1) - 1 left");
+        assert_eq!(unpack_bucket(s.peek(&k).unwrap()), (5_000, 3), "first sight: max (3 + 1) - 1 left");
     }
 
     #[test]
@@ -409,5 +353,121 @@ mod tests {
             let _ = s.decide_value(&ParamValue::Str(&text).key(), 1, 0, || 0);
             assert!(s.tracked() <= 1024);
         }
+    }
+
+    /// Runs `rounds` rounds of `threads` threads released together by a barrier, each calling `call(round)`
+    /// once per round; returns how many calls passed in each round.
+    fn race(threads: usize, rounds: usize, call: impl Fn(usize) -> bool + Send + Sync + 'static) -> Vec<usize> {
+        let call = Arc::new(call);
+        let barrier = Arc::new(std::sync::Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (call, barrier) = (call.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    (0..rounds)
+                        .map(|r| {
+                            barrier.wait();
+                            call(r)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let results: Vec<Vec<bool>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        (0..rounds).map(|r| results.iter().filter(|t| t[r]).count()).collect()
+    }
+
+    #[test]
+    fn callers_racing_on_a_value_never_seen_share_one_counter() {
+        // Limit 1 per value; each round a new value that every thread misses at once: one inserts it, the
+        // others must find that counter (a second cell for the value would admit a second call).
+        let s = Arc::new(ParamRuleState::new(ParamFlowRule::new("r", 0).count(1.0)));
+        let passes = race(4, 2_000, move |r| {
+            matches!(s.decide_value(&ParamValue::Int(r as i64).key(), 1, 0, || 0), ValueDecision::Pass)
+        });
+        assert!(passes.iter().all(|&p| p == 1), "passes per round: {passes:?}");
+    }
+
+    #[test]
+    fn callers_racing_on_a_value_at_its_limit_spend_its_last_token_once() {
+        // Limit 2: one call takes a token first, then every thread races for the last one.
+        let s = Arc::new(ParamRuleState::new(ParamFlowRule::new("r", 0).count(2.0)));
+        for r in 0..2_000i64 {
+            assert!(matches!(s.decide_value(&ParamValue::Int(r).key(), 1, 0, || 0), ValueDecision::Pass));
+        }
+        let passes = race(4, 2_000, move |r| {
+            matches!(s.decide_value(&ParamValue::Int(r as i64).key(), 1, 0, || 0), ValueDecision::Pass)
+        });
+        assert!(passes.iter().all(|&p| p == 1), "passes per round: {passes:?}");
+    }
+
+    #[test]
+    fn thread_grade_permits_never_exceed_the_limit_under_threads() {
+        let s = Arc::new(ParamRuleState::new(ParamFlowRule::new("r", 0).grade(FlowGrade::Thread).count(2.0)));
+        let inflight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (st, inf, mx) = (s.clone(), inflight.clone(), most.clone());
+        race(4, 5_000, move |_| match st.decide_value(&ParamValue::Str("hot").key(), 1, 0, || 0) {
+            ValueDecision::Permit(p) => {
+                let now = inf.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                mx.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                inf.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                assert!(st.release(p));
+                true
+            }
+            _ => false,
+        });
+        assert!(most.load(std::sync::atomic::Ordering::SeqCst) <= 2);
+        assert_eq!(s.peek(&ParamValue::Str("hot").key()), Some(0), "every permit given back");
+    }
+
+    #[test]
+    fn a_value_in_use_keeps_its_counter_through_a_flood_of_values_seen_once() {
+        // The eviction attack: spend a value's tokens, then flood the table with 10 times its capacity of
+        // new values; the spent value must stay blocked (a reset counter would admit it again).
+        let s = ParamRuleState::new(ParamFlowRule::new("r", 0).count(5.0));
+        let hot = ParamValue::Str("hot").key();
+        for _ in 0..5 {
+            assert!(matches!(s.decide_value(&hot, 1, 0, || 0), ValueDecision::Pass));
+        }
+        assert!(matches!(s.decide_value(&hot, 1, 0, || 0), ValueDecision::Block(_)));
+        for v in 0..(10 * s.capacity()) as i64 {
+            let _ = s.decide_value(&ParamValue::Int(v).key(), 1, 0, || 0);
+        }
+        assert!(s.tracked() <= s.capacity());
+        assert!(matches!(s.decide_value(&hot, 1, 0, || 0), ValueDecision::Block(_)), "the flood reset the counter");
+    }
+
+    #[test]
+    fn values_up_to_most_of_the_capacity_are_all_kept() {
+        // Two choices of eight cells: at 80 % of the capacity no value has been pushed out.
+        let s = ParamRuleState::new(ParamFlowRule::new("r", 0).count(1.0));
+        let n = s.capacity() * 8 / 10;
+        for v in 0..n as i64 {
+            assert!(matches!(s.decide_value(&ParamValue::Int(v).key(), 1, 0, || 0), ValueDecision::Pass));
+        }
+        assert_eq!(s.tracked(), n);
+        let kept = (0..n as i64).filter(|&v| s.peek(&ParamValue::Int(v).key()).is_some()).count();
+        assert_eq!(kept, n);
+    }
+
+    #[test]
+    fn a_permit_on_a_value_pushed_out_gives_back_nothing_to_its_successor() {
+        // One set: 8 cells. A permit on a value, then 8 new values with calls in flight except one pushed out.
+        let s = ParamRuleState::with_capacity(ParamFlowRule::new("r", 0).grade(FlowGrade::Thread).count(5.0), Some(8));
+        let first = match s.decide_value(&ParamValue::Int(-1).key(), 1, 0, || 0) {
+            ValueDecision::Permit(p) => p,
+            other => panic!("{other:?}"),
+        };
+        let mut held = Vec::new();
+        for v in 0..16i64 {
+            if let ValueDecision::Permit(p) = s.decide_value(&ParamValue::Int(v).key(), 1, 0, || 0) {
+                held.push(p);
+            }
+        }
+        let counts: Vec<u128> = (0..16i64).filter_map(|v| s.peek(&ParamValue::Int(v).key())).collect();
+        assert!(s.release(first));
+        let after: Vec<u128> = (0..16i64).filter_map(|v| s.peek(&ParamValue::Int(v).key())).collect();
+        assert_eq!(counts, after, "a stale permit changed another value's count");
     }
 }

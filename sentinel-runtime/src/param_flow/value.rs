@@ -96,6 +96,16 @@ impl ValueKey {
         let h = xxhash_rust::xxh3::xxh3_128(s.as_bytes());
         ValueKey { tag: TAG_STR, hi: (h >> 64) as u64, lo: h as u64 }
     }
+    /// The type tag (never 0) and the two words of the key.
+    #[inline]
+    pub(crate) fn parts(&self) -> (u8, u64, u64) {
+        (self.tag, self.hi, self.lo)
+    }
+    /// The key of these parts (a value's cell read back by the counter table).
+    #[inline]
+    pub(crate) fn from_parts(tag: u8, hi: u64, lo: u64) -> Self {
+        ValueKey { tag, hi, lo }
+    }
     /// The key of an exception item's value.
     pub(crate) fn of_item(v: &ParamItemValue) -> Self {
         match v {

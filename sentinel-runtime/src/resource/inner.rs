@@ -138,7 +138,10 @@ impl ResourceInner {
 }
 
 /// Whether a call's exit reads `rules`: circuit breakers count the call (a probe decides its breaker), an
-/// adaptive limit takes back the call's place.
+/// adaptive limit takes back the call's place, a thread-grade hot-parameter rule takes back its permits.
 fn exit_reads_rules(rules: &ResourceRules) -> bool {
-    rules.degrade.is_some() || rules.default_degrade.is_some() || rules.adaptive.is_some()
+    rules.degrade.is_some()
+        || rules.default_degrade.is_some()
+        || rules.adaptive.is_some()
+        || rules.param.as_ref().is_some_and(|p| p.rules.iter().any(|st| st.holds_permits()))
 }

@@ -1,0 +1,772 @@
+//! The bounded table of per-value counters of one hot-parameter rule: a fixed array of cells, allocated once
+//! at the rule's capacity, read and updated without a lock.
+//!
+//! # Layout
+//!
+//! The cells form sets of [`WAYS`]; a value may live in either of two sets picked by a hash seeded per table
+//! (so a caller cannot aim many values at one set), and a new value goes to the emptier one: with two
+//! choices of eight cells, a table 85 % full has almost no set pair full. A cell is a key (two words) and a
+//! 128-bit state word: a header (version, type tag, a busy flag, a use frequency) above a 96-bit payload (the
+//! counter the rule decides on). A set keeps its keys' low words together, so a lookup reads one cache line
+//! to find its cell.
+//!
+//! # Why a decision is exact (proof sketch)
+//!
+//! - *Hits take no lock.* A reader loads the state `s` (acquire), then the key, then applies its decision
+//!   with one compare-and-swap of the state from `s` (a decision that writes nothing loads the state again
+//!   instead, and retries if it moved). A cell changes value only as: swap the state to *busy* at the next
+//!   version, store the key, store the state (release) at that version. So when the CAS succeeds no change
+//!   of value began between the reader's loads: the acquire of `s` orders the key's store before the
+//!   reader's read of it, and a later key store follows a busy store that the CAS would have seen. The
+//!   payload changes only by such a CAS, so callers on one value are serialised by it, and none is admitted
+//!   on a count another already spent. The version has 24 bits: a reader would have to stall across 2^24
+//!   changes of value of its cell to be fooled.
+//! - *One cell per value.* A value is inserted only by a thread holding the insert bits of both its sets
+//!   (taken in index order, held for a few dozen instructions, never by a hit). Under them it looks for the
+//!   value again before it takes a cell, so callers that miss on one value at once share one counter.
+//! - *Permits.* A thread-grade permit is one word: the table's id, the cell and its version when the permit
+//!   was taken. It is given back by a CAS that requires that version and no busy bit, so a cell that went
+//!   to another value since (a later version) loses nothing to it, and a table that is not the permit's
+//!   (another id) is not touched.
+//! - *The insert bits.* A set's word holds its insert bit and, written only by the bit's holder, which cells
+//!   hold a value and the eviction hand: taking the bit (acquire) sees what the last holder wrote before
+//!   releasing it (release).
+//! - *Memory is bounded.* `capacity` cells of 32 bytes and a word per set, allocated with the rule, never
+//!   more whatever the number of distinct values; a call never allocates.
+//!
+//! # Eviction
+//!
+//! A new value takes an empty cell of the emptier of its two sets (each set's word beside its insert bit
+//! says which of its cells hold a value); if both are full and the table is below 15/16 full, one of their
+//! values moves to an empty cell of its own other set; else it replaces a cell whose value was never used
+//! since it came in (each hit that changes a counter raises its cell's frequency, up to 3; a new value starts
+//! at 0), the first such from a hand that moves one cell per replacement, so equals go in turn and a flood
+//! of values seen once replaces only values seen once, reading a cell or two. When every candidate was used,
+//! frequencies of 2 and 3 drop by one and the first of the least used goes. A value in regular use thus keeps
+//! its counter (what S3-FIFO gave the cache this table replaced). A thread-grade counter with calls in
+//! flight is kept while another candidate exists.
+
+use std::hash::BuildHasher;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use portable_atomic::AtomicU128;
+
+use super::value::ValueKey;
+
+/// Cells per set.
+pub(crate) const WAYS: usize = 8;
+
+const PAYLOAD_BITS: u32 = 96;
+/// The payload: the counter a rule decides on.
+pub(crate) const PAYLOAD_MASK: u128 = (1 << PAYLOAD_BITS) - 1;
+const FREQ_SHIFT: u32 = 98;
+const FREQ_MASK: u128 = 0b11 << FREQ_SHIFT;
+const FREQ_MAX: u128 = 3;
+const BUSY: u128 = 1 << 100;
+const TAG_SHIFT: u32 = 101;
+const TAG_MASK: u128 = 0b111 << TAG_SHIFT;
+const VERSION_SHIFT: u32 = 104;
+const VERSION_ONE: u128 = 1 << VERSION_SHIFT;
+
+/// In a set's insert word: the first bit of the occupancy mask, and the eviction hand's shift.
+const OCCUPIED_SHIFT: u32 = 1;
+const HAND_SHIFT: u32 = OCCUPIED_SHIFT + WAYS as u32;
+
+#[inline]
+fn tag_of(s: u128) -> u8 {
+    ((s & TAG_MASK) >> TAG_SHIFT) as u8
+}
+#[inline]
+fn version_of(s: u128) -> u32 {
+    (s >> VERSION_SHIFT) as u32
+}
+#[inline]
+fn freq_of(s: u128) -> u128 {
+    (s & FREQ_MASK) >> FREQ_SHIFT
+}
+
+/// [`WAYS`] cells: their keys' low words (one cache line), high words and states.
+#[derive(Default)]
+#[repr(C, align(64))]
+struct Set {
+    lo: [AtomicU64; WAYS],
+    hi: [AtomicU64; WAYS],
+    state: [AtomicU128; WAYS],
+}
+
+/// What a decision does with a counter's payload.
+pub(crate) enum Step<R> {
+    /// Store this payload (one compare-and-swap) and answer `R`.
+    Store(u128, R),
+    /// Leave the counter as it is and answer `R`.
+    Keep(R),
+}
+
+/// A cell of one table at one version, in one word: what a thread-grade permit gives back at exit (the entry
+/// keeps the word, and finds the table again among the rules in force then). A permit whose table was
+/// replaced, or whose cell went to another value since, gives back nothing.
+///
+/// Bits: the table's id (21, never 0), the set (15), the way (3), the version (24, the state's own width).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CellRef(NonZeroU64);
+
+const REF_VERSION_BITS: u32 = 24;
+const REF_WAY_BITS: u32 = 3;
+const REF_SET_BITS: u32 = 15;
+const REF_TABLE_BITS: u32 = 64 - REF_VERSION_BITS - REF_WAY_BITS - REF_SET_BITS - 1;
+/// The most sets a table has: the largest rule capacity (200,000 values) needs 25,000.
+const MAX_SETS: usize = 1 << REF_SET_BITS;
+const _: () = assert!(WAYS == 1 << REF_WAY_BITS && 128 - VERSION_SHIFT == REF_VERSION_BITS);
+
+impl CellRef {
+    #[inline]
+    fn new(table: u32, set: usize, way: usize, version: u32) -> CellRef {
+        let bits = (table as u64) << (REF_SET_BITS + REF_WAY_BITS + REF_VERSION_BITS)
+            | (set as u64) << (REF_WAY_BITS + REF_VERSION_BITS)
+            | (way as u64) << REF_VERSION_BITS
+            | version as u64;
+        // The table id is never 0 (`next_table_id`).
+        CellRef(NonZeroU64::new(bits).unwrap_or(NonZeroU64::MAX))
+    }
+    fn table(self) -> u32 {
+        (self.0.get() >> (REF_SET_BITS + REF_WAY_BITS + REF_VERSION_BITS)) as u32
+    }
+    fn set(self) -> usize {
+        (self.0.get() >> (REF_WAY_BITS + REF_VERSION_BITS)) as usize & (MAX_SETS - 1)
+    }
+    fn way(self) -> usize {
+        (self.0.get() >> REF_VERSION_BITS) as usize & (WAYS - 1)
+    }
+    fn version(self) -> u32 {
+        self.0.get() as u32 & ((1 << REF_VERSION_BITS) - 1)
+    }
+}
+
+/// A new table's id: 1 to 2^21 - 1, in turn. A permit could only be given back to the wrong table if 2^21 - 1
+/// tables were made while its call was in flight and the one that took its id again had its cell at the
+/// same version.
+fn next_table_id() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    n % ((1 << REF_TABLE_BITS) - 1) + 1
+}
+
+/// See the module docs.
+pub(crate) struct ValueTable {
+    sets: Box<[Set]>,
+    /// Per set: bit 0 the insert bit, bits 1 to 8 which cells hold a value, the rest the eviction hand
+    /// (written only by the insert bit's holder, see [`InsertBit`]).
+    inserts: Box<[AtomicU32]>,
+    /// Seeds the hash that picks a value's sets.
+    seed: u64,
+    /// This table's id in its cells' references (`CellRef`).
+    id: u32,
+    occupied: AtomicUsize,
+}
+
+impl ValueTable {
+    /// A table of at most `capacity` cells (rounded down to whole sets; one set at least, 2^15 sets at most).
+    pub(crate) fn new(capacity: usize) -> Self {
+        let sets = (capacity / WAYS).clamp(1, MAX_SETS);
+        ValueTable {
+            sets: (0..sets).map(|_| Set::default()).collect(),
+            inserts: (0..sets).map(|_| AtomicU32::new(0)).collect(),
+            seed: std::collections::hash_map::RandomState::new().hash_one(0x5e_u8),
+            occupied: AtomicUsize::new(0),
+            id: next_table_id(),
+        }
+    }
+
+    /// How many values the table holds at most.
+    pub(crate) fn capacity(&self) -> usize {
+        self.sets.len() * WAYS
+    }
+
+    /// How many values it holds now.
+    pub(crate) fn tracked(&self) -> usize {
+        self.occupied.load(Ordering::Relaxed)
+    }
+
+    /// The two sets of `key` (one when the table has one set).
+    #[inline]
+    fn sets_of(&self, key: &ValueKey) -> [usize; 2] {
+        let (tag, hi, lo) = key.parts();
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&hi.to_le_bytes());
+        bytes[8..].copy_from_slice(&lo.to_le_bytes());
+        let h = xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, self.seed ^ tag as u64);
+        let n = self.sets.len() as u64;
+        let a = ((h & 0xffff_ffff) * n) >> 32;
+        let b = ((h >> 32) * n) >> 32;
+        let b = if b == a && n > 1 { (a + 1) % n } else { b };
+        [a as usize, b as usize]
+    }
+
+    /// Applies `step` to the counter of `key`; a value not in the table takes a cell whose payload and answer
+    /// are `init`'s (the first call's decision, applied). `pinned`: a payload whose cell is kept while
+    /// another can go.
+    #[inline(always)]
+    pub(crate) fn update<R>(
+        &self,
+        key: &ValueKey,
+        init: impl FnOnce() -> (u128, R),
+        mut step: impl FnMut(u128) -> Step<R>,
+        pinned: impl Fn(u128) -> bool,
+    ) -> (R, CellRef) {
+        let sets = self.sets_of(key);
+        // Inline: a value found in its first set. Out of line: its second set, then a miss.
+        match self.find_in(sets[0], key, &mut step) {
+            Some(found) => found,
+            None => self.update_beyond_first_set(sets, key, init, step, pinned),
+        }
+    }
+
+    /// [`update`](Self::update) of a value not in its first set (when the caller looked).
+    #[inline(never)]
+    fn update_beyond_first_set<R>(
+        &self,
+        sets: [usize; 2],
+        key: &ValueKey,
+        init: impl FnOnce() -> (u128, R),
+        mut step: impl FnMut(u128) -> Step<R>,
+        pinned: impl Fn(u128) -> bool,
+    ) -> (R, CellRef) {
+        if sets[1] != sets[0] {
+            if let Some(found) = self.find_in(sets[1], key, &mut step) {
+                return found;
+            }
+        }
+        self.insert(sets, key, init, step, pinned)
+    }
+
+    /// The validated update of `key`'s cell in `sets`, if it holds one.
+    #[inline]
+    fn find<R>(
+        &self,
+        sets: [usize; 2],
+        key: &ValueKey,
+        step: &mut impl FnMut(u128) -> Step<R>,
+    ) -> Option<(R, CellRef)> {
+        self.find_in(sets[0], key, step).or_else(|| (sets[1] != sets[0]).then(|| self.find_in(sets[1], key, step))?)
+    }
+
+    /// The validated update of `key`'s cell in set `set`, if it holds one.
+    #[inline(always)]
+    fn find_in<R>(&self, set: usize, key: &ValueKey, step: &mut impl FnMut(u128) -> Step<R>) -> Option<(R, CellRef)> {
+        let lo = key.parts().2;
+        let cells = &self.sets[set];
+        for way in 0..WAYS {
+            if cells.lo[way].load(Ordering::Relaxed) == lo {
+                if let Some(done) = self.probe(cells, set, way, key, step) {
+                    return Some(done);
+                }
+            }
+        }
+        None
+    }
+
+    /// The validated update of one cell if it holds `key` (see the module docs).
+    #[inline(always)]
+    fn probe<R>(
+        &self,
+        cells: &Set,
+        set: usize,
+        way: usize,
+        key: &ValueKey,
+        step: &mut impl FnMut(u128) -> Step<R>,
+    ) -> Option<(R, CellRef)> {
+        let (tag, hi, lo) = key.parts();
+        let state = &cells.state[way];
+        let mut s = state.load(Ordering::Acquire);
+        loop {
+            if tag_of(s) != tag
+                || s & BUSY != 0
+                || cells.hi[way].load(Ordering::Acquire) != hi
+                || cells.lo[way].load(Ordering::Acquire) != lo
+            {
+                return None;
+            }
+            #[cfg(test)]
+            test_hooks::before_swap();
+            let at = CellRef::new(self.id, set, way, version_of(s));
+            match step(s & PAYLOAD_MASK) {
+                Step::Store(payload, r) => {
+                    let freq = (freq_of(s) + 1).min(FREQ_MAX) << FREQ_SHIFT;
+                    let next = (s & !(PAYLOAD_MASK | FREQ_MASK)) | freq | (payload & PAYLOAD_MASK);
+                    match state.compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => return Some((r, at)),
+                        Err(now) => s = now,
+                    }
+                }
+                Step::Keep(r) => {
+                    let now = state.load(Ordering::Acquire);
+                    if now == s {
+                        return Some((r, at));
+                    }
+                    s = now;
+                }
+            }
+        }
+    }
+
+    /// A miss: under the insert bits of both sets, looks again, then takes a cell for `key`.
+    #[cold]
+    #[inline(never)]
+    fn insert<R>(
+        &self,
+        sets: [usize; 2],
+        key: &ValueKey,
+        init: impl FnOnce() -> (u128, R),
+        mut step: impl FnMut(u128) -> Step<R>,
+        pinned: impl Fn(u128) -> bool,
+    ) -> (R, CellRef) {
+        let [a, b] = sets;
+        #[cfg(test)]
+        test_hooks::before_lock();
+        // In index order, so that two misses never wait for each other.
+        let first = self.lock(a.min(b));
+        let second = (a != b).then(|| self.lock(a.max(b)));
+        #[cfg(test)]
+        test_hooks::holding_bits();
+        // Another caller may have inserted the value since our look: never two cells for one value.
+        if let Some(found) = self.find(sets, key, &mut step) {
+            return found;
+        }
+        let (ga, gb) = match &second {
+            Some(g) if a > b => (g, &first),
+            Some(g) => (&first, g),
+            None => (&first, &first),
+        };
+        let (guard, way) = match Self::empty_cell(ga, gb) {
+            Some(empty) => empty,
+            // Moving a value pays only while the table has room elsewhere (below 15/16 full).
+            None if self.tracked() < self.capacity() - self.capacity() / 16 => {
+                self.make_room([ga, gb], &pinned).unwrap_or_else(|| self.victim(ga, gb, &pinned))
+            }
+            None => self.victim(ga, gb, &pinned),
+        };
+        let set = guard.set;
+        let (tag, hi, lo) = key.parts();
+        let (payload, r) = init();
+        let cells = &self.sets[set];
+        let state = &cells.state[way];
+        // Busy at the next version: from here every reader's CAS on this cell fails.
+        let mut s = state.load(Ordering::Acquire);
+        let busy = loop {
+            let busy = ((s & !(PAYLOAD_MASK | FREQ_MASK)) | BUSY).wrapping_add(VERSION_ONE);
+            match state.compare_exchange_weak(s, busy, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break busy,
+                Err(now) => s = now,
+            }
+        };
+        if tag_of(s) == 0 {
+            self.occupied.fetch_add(1, Ordering::Relaxed);
+        }
+        guard.set_word(guard.word() | 1 << (OCCUPIED_SHIFT + way as u32));
+        cells.hi[way].store(hi, Ordering::Release);
+        cells.lo[way].store(lo, Ordering::Release);
+        let ready = (busy & !(BUSY | TAG_MASK)) | ((tag as u128) << TAG_SHIFT) | (payload & PAYLOAD_MASK);
+        state.store(ready, Ordering::Release);
+        (r, CellRef::new(self.id, set, way, version_of(ready)))
+    }
+
+    /// An empty cell in the emptier of the two sets (their occupancy masks, read under their insert bits).
+    #[inline]
+    fn empty_cell<'g, 't>(a: &'g InsertBit<'t>, b: &'g InsertBit<'t>) -> Option<(&'g InsertBit<'t>, usize)> {
+        let (ma, mb) = (a.occupancy(), b.occupancy());
+        let (guard, mask) = if ma.count_ones() <= mb.count_ones() { (a, ma) } else { (b, mb) };
+        let way = (!mask).trailing_zeros() as usize;
+        (way < WAYS).then_some((guard, way))
+    }
+
+    /// Both sets are full: moves one of their values (holding no thread permit) to its other set if that one
+    /// has an empty cell and its insert bit is free, and returns the cell it left. With this one move a table
+    /// keeps every value up to about 90 % of its capacity.
+    fn make_room<'g, 't>(
+        &'t self,
+        guards: [&'g InsertBit<'t>; 2],
+        pinned: &impl Fn(u128) -> bool,
+    ) -> Option<(&'g InsertBit<'t>, usize)> {
+        let [a, b] = guards.map(|g| g.set);
+        for guard in guards {
+            let set = guard.set;
+            for way in 0..WAYS {
+                let cells = &self.sets[set];
+                let s = cells.state[way].load(Ordering::Acquire);
+                let key = ValueKey::from_parts(
+                    tag_of(s),
+                    cells.hi[way].load(Ordering::Relaxed),
+                    cells.lo[way].load(Ordering::Relaxed),
+                );
+                let [x, y] = self.sets_of(&key);
+                let other = if x == set { y } else { x };
+                if other == a || other == b || pinned(s & PAYLOAD_MASK) {
+                    continue;
+                }
+                let Some(dest) = self.try_lock(other) else { continue };
+                let to = (!dest.occupancy()).trailing_zeros() as usize;
+                if to >= WAYS {
+                    continue;
+                }
+                if self.relocate((set, way), s, (other, to), pinned) {
+                    dest.set_word(dest.word() | 1 << (OCCUPIED_SHIFT + to as u32));
+                    return Some((guard, way));
+                }
+            }
+        }
+        None
+    }
+
+    /// Moves the value of cell `from` (whose state was `s`) to the empty cell `to`, under the insert bits of
+    /// both sets: the source goes busy (a reader's CAS on it fails, and it finds the value in its new cell,
+    /// or misses and waits for our insert bits), the destination is filled, then the source is emptied.
+    /// `false` if the value took a thread permit meanwhile (it stays).
+    fn relocate(&self, from: (usize, usize), mut s: u128, to: (usize, usize), pinned: &impl Fn(u128) -> bool) -> bool {
+        let source = &self.sets[from.0];
+        let busy = loop {
+            if pinned(s & PAYLOAD_MASK) || s & BUSY != 0 {
+                return false;
+            }
+            let busy = (s | BUSY).wrapping_add(VERSION_ONE);
+            match source.state[from.1].compare_exchange_weak(s, busy, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break busy,
+                Err(now) => s = now,
+            }
+        };
+        #[cfg(test)]
+        test_hooks::source_busy();
+        let dest = &self.sets[to.0];
+        let d = dest.state[to.1].load(Ordering::Acquire);
+        // Busy at the next version, like any change of value (no reader can match an empty cell anyway).
+        dest.state[to.1].store((d & !(PAYLOAD_MASK | FREQ_MASK | TAG_MASK)) | BUSY, Ordering::Release);
+        dest.hi[to.1].store(source.hi[from.1].load(Ordering::Relaxed), Ordering::Release);
+        dest.lo[to.1].store(source.lo[from.1].load(Ordering::Relaxed), Ordering::Release);
+        let header = (d & !(PAYLOAD_MASK | FREQ_MASK | TAG_MASK | BUSY)).wrapping_add(VERSION_ONE);
+        dest.state[to.1].store(header | (s & (TAG_MASK | FREQ_MASK | PAYLOAD_MASK)), Ordering::Release);
+        source.state[from.1].store(busy & !(BUSY | TAG_MASK | FREQ_MASK | PAYLOAD_MASK), Ordering::Release);
+        true
+    }
+
+    /// The cell a new value replaces in the two sets, both full (under both insert bits; allocates nothing).
+    ///
+    /// From set `a`'s hand (which moves one cell per replacement, so that equals go in turn), the first
+    /// candidate never used since it came in and holding no thread permit; a flood of values seen once thus
+    /// replaces only values seen once, and reads a cell or two. If every candidate was used, frequencies of 2
+    /// and 3 drop by one and the first of the least used goes. If every candidate holds a permit, the one at
+    /// the hand goes (its permit then gives back nothing).
+    fn victim<'g, 't>(
+        &'t self,
+        a: &'g InsertBit<'t>,
+        b: &'g InsertBit<'t>,
+        pinned: &impl Fn(u128) -> bool,
+    ) -> (&'g InsertBit<'t>, usize) {
+        let guards = [a, b];
+        let sets = [&self.sets[a.set], &self.sets[b.set]];
+        let count = if a.set == b.set { WAYS } else { 2 * WAYS };
+        let word = a.word();
+        a.set_word(word.wrapping_add(1 << HAND_SHIFT));
+        let start = (word >> HAND_SHIFT) as usize % count;
+        let state = |i: usize| &sets[i / WAYS].state[i % WAYS];
+        let cell = |i: usize| (guards[i / WAYS], i % WAYS);
+        // The least used candidate seen: (frequency, index).
+        let mut least: Option<(u128, usize)> = None;
+        for step in 0..count {
+            let i = (start + step) % count;
+            let s = state(i).load(Ordering::Acquire);
+            if pinned(s & PAYLOAD_MASK) {
+                continue;
+            }
+            let f = freq_of(s);
+            if f == 0 {
+                return cell(i);
+            }
+            if least.is_none_or(|(lf, _)| f < lf) {
+                least = Some((f, i));
+            }
+        }
+        let Some((_, i)) = least else { return cell(start) };
+        // Aging: every candidate was used since it came in; 2 and 3 drop by one (a reader's CAS on the cell
+        // then retries once). The least used keeps its place as the first of its frequency.
+        for i in 0..count {
+            let _ = state(i).fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (freq_of(s) >= 2 && !pinned(s & PAYLOAD_MASK)).then(|| s - (1 << FREQ_SHIFT))
+            });
+        }
+        cell(i)
+    }
+
+    /// The insert bit of `set` if no other miss holds it.
+    fn try_lock(&self, set: usize) -> Option<InsertBit<'_>> {
+        let bit = &self.inserts[set];
+        let cur = bit.load(Ordering::Relaxed);
+        (cur & 1 == 0 && bit.compare_exchange(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok())
+            .then_some(InsertBit { word: bit, set })
+    }
+
+    /// Takes the insert bit of `set`, spinning (then yielding) while another miss holds it.
+    fn lock(&self, set: usize) -> InsertBit<'_> {
+        let bit = &self.inserts[set];
+        let mut spins = 0u32;
+        loop {
+            let cur = bit.load(Ordering::Relaxed);
+            if cur & 1 == 0 && bit.compare_exchange_weak(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return InsertBit { word: bit, set };
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Applies `step` to the counter a permit was taken on, if its cell still holds that value.
+    /// `false` when `at` is another table's.
+    pub(crate) fn release(&self, at: CellRef, step: impl Fn(u128) -> u128) -> bool {
+        if at.table() != self.id {
+            return false;
+        }
+        let Some(cells) = self.sets.get(at.set()) else { return true };
+        let _ = cells.state[at.way()].fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+            (version_of(s) == at.version() && s & BUSY == 0)
+                .then(|| (s & !PAYLOAD_MASK) | (step(s & PAYLOAD_MASK) & PAYLOAD_MASK))
+        });
+        true
+    }
+
+    /// The payload of `key`'s counter, if tracked, read without changing it.
+    #[cfg_attr(not(any(test, feature = "tower")), allow(dead_code))] // Read by the web layer's RateLimit headers.
+    pub(crate) fn peek(&self, key: &ValueKey) -> Option<u128> {
+        let mut keep = |p: u128| Step::Keep(p);
+        self.find(self.sets_of(key), key, &mut keep).map(|(p, _)| p)
+    }
+}
+
+/// A held insert bit of one set, released on drop. While it is held no other thread writes the set's word,
+/// so its holder reads and writes the rest of the word (which cells hold a value, the eviction hand) plainly.
+struct InsertBit<'t> {
+    word: &'t AtomicU32,
+    set: usize,
+}
+
+impl InsertBit<'_> {
+    /// The set's word (insert bit set).
+    #[inline]
+    fn word(&self) -> u32 {
+        self.word.load(Ordering::Relaxed)
+    }
+    /// Writes the set's word, keeping the insert bit.
+    #[inline]
+    fn set_word(&self, w: u32) {
+        self.word.store(w | 1, Ordering::Relaxed);
+    }
+    /// Which cells of the set hold a value (bit `way`).
+    #[inline]
+    fn occupancy(&self) -> u32 {
+        (self.word() >> OCCUPIED_SHIFT) & ((1 << WAYS) - 1)
+    }
+}
+
+impl Drop for InsertBit<'_> {
+    fn drop(&mut self) {
+        // Release: the next holder sees this holder's cells and word.
+        self.word.fetch_and(!1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    //! Test-only points where a test makes a thread stop, to force an interleaving (a preemption there); the
+    //! machinery is rcu's (`rcu::test_hooks`).
+    pub(crate) use crate::rcu::test_hooks::set;
+    use crate::rcu::test_hooks::{run, Hook};
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Runs once on this thread when a reader has matched a cell's key, before it swaps the cell's state.
+        pub(crate) static BEFORE_SWAP: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread when a miss is about to take its sets' insert bits.
+        pub(crate) static BEFORE_LOCK: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread when a miss holds its sets' insert bits, before it looks again.
+        pub(crate) static HOLDING_BITS: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread when a value being moved to its other set has its source cell busy.
+        pub(crate) static SOURCE_BUSY: Hook = const { RefCell::new(None) };
+    }
+
+    pub(crate) fn before_swap() {
+        run(&BEFORE_SWAP);
+    }
+    pub(crate) fn before_lock() {
+        run(&BEFORE_LOCK);
+    }
+    pub(crate) fn holding_bits() {
+        run(&HOLDING_BITS);
+    }
+    pub(crate) fn source_busy() {
+        run(&SOURCE_BUSY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_hooks::{self, BEFORE_LOCK, BEFORE_SWAP, HOLDING_BITS, SOURCE_BUSY};
+    use super::*;
+    use crate::param_flow::ParamValue;
+    use std::sync::mpsc;
+    use std::sync::Arc;
+
+    fn key(v: i64) -> ValueKey {
+        ParamValue::Int(v).key()
+    }
+
+    /// A counter that starts at `start` and loses one per call: `true` when the call created it.
+    fn spend(t: &ValueTable, v: i64, start: u128) -> (bool, CellRef) {
+        t.update(&key(v), || (start, true), |p| Step::Store(p - 1, false), |_| false)
+    }
+
+    /// The first values (from `from`) whose two sets are `sets`, in either order.
+    fn values_in(t: &ValueTable, sets: [usize; 2], from: i64, n: usize) -> Vec<i64> {
+        (from..)
+            .filter(|&v| {
+                let [x, y] = t.sets_of(&key(v));
+                [x, y] == sets || [y, x] == sets
+            })
+            .take(n)
+            .collect()
+    }
+
+    #[test]
+    fn a_reader_stopped_before_its_swap_never_spends_the_counter_of_the_value_that_took_its_cell() {
+        // One set of eight: `0` is never used after it came in, the seven others were, so a new value
+        // replaces `0`, while a reader of `0` stands between its match of the key and its swap.
+        let t = Arc::new(ValueTable::new(WAYS));
+        assert!(spend(&t, 0, 100).0);
+        for v in 1..WAYS as i64 {
+            spend(&t, v, 100);
+            spend(&t, v, 100);
+        }
+        let inside = t.clone();
+        test_hooks::set(&BEFORE_SWAP, move || {
+            assert!(spend(&inside, 1_000, 500).0, "a new value");
+            assert!(inside.peek(&key(0)).is_none(), "it took the cell of 0");
+            // Used twice, so that the reader's own miss below replaces another value.
+            spend(&inside, 1_000, 500);
+            spend(&inside, 1_000, 500);
+        });
+        let (created, _) = spend(&t, 0, 100);
+        assert!(created, "the reader's swap failed and it started 0 again, in a cell of its own");
+        assert_eq!(t.peek(&key(1_000)), Some(498), "the new value's counter holds its own two calls only");
+        assert_eq!(t.peek(&key(0)), Some(100));
+        assert_eq!(t.tracked(), WAYS);
+    }
+
+    #[test]
+    fn two_misses_on_one_value_share_one_counter_when_the_second_waits_for_the_first_ones_bits() {
+        let t = Arc::new(ValueTable::new(64 * WAYS));
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (missed_tx, missed_rx) = mpsc::channel::<()>();
+        let second = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                go_rx.recv().expect("go");
+                // This miss has looked and not found the value, and is about to wait for the bits.
+                test_hooks::set(&BEFORE_LOCK, move || missed_tx.send(()).expect("missed"));
+                spend(&t, 7, 10)
+            })
+        };
+        test_hooks::set(&HOLDING_BITS, move || {
+            go_tx.send(()).expect("go");
+            missed_rx.recv().expect("the other miss looked while this one held the bits");
+        });
+        let (first_created, at) = spend(&t, 7, 10);
+        let (second_created, at2) = second.join().expect("second miss");
+        assert!(first_created && !second_created, "one created the counter, the other found it");
+        assert_eq!(at, at2, "one cell");
+        assert_eq!(t.peek(&key(7)), Some(9), "the first call's count and the second's spend");
+        assert_eq!(t.tracked(), 1);
+    }
+
+    /// A table of 4 sets where `v` lives in set `a`, whose other set is `c`, and sets `a` and `b` are full
+    /// of values that can only live in one of them; `n`, whose sets are `a` and `b`, is not in yet.
+    struct Moving {
+        t: Arc<ValueTable>,
+        v: i64,
+        n: i64,
+        c: usize,
+    }
+
+    fn moving() -> Moving {
+        let t = Arc::new(ValueTable::new(4 * WAYS));
+        let (v, [a, c]) = (0..).map(|v| (v, t.sets_of(&key(v)))).find(|(_, s)| s[0] != s[1]).expect("a value");
+        let b = (0..4).find(|&s| s != a && s != c).expect("a set");
+        let fill = values_in(&t, [a, b], 1, 2 * WAYS);
+        assert!(spend(&t, v, 100).0);
+        for &f in &fill[..2 * WAYS - 1] {
+            assert!(spend(&t, f, 100).0);
+        }
+        let n = fill[2 * WAYS - 1];
+        assert_eq!(t.tracked(), 2 * WAYS);
+        Moving { t, v, n, c }
+    }
+
+    #[test]
+    fn a_reader_stopped_before_its_swap_while_its_value_moves_to_its_other_set_spends_it_there_once() {
+        let Moving { t, v, n, c } = moving();
+        let inside = t.clone();
+        test_hooks::set(&BEFORE_SWAP, move || {
+            // Sets a and b are full: the new value makes room by moving v to its other set.
+            assert!(spend(&inside, n, 500).0);
+        });
+        let (created, at) = spend(&t, v, 100);
+        assert!(!created, "the reader found v in its new cell");
+        assert_eq!(at.set(), c, "v moved to its other set");
+        assert_eq!(t.peek(&key(v)), Some(99), "spent once");
+        assert_eq!(t.peek(&key(n)), Some(500));
+        assert_eq!(t.tracked(), 2 * WAYS + 1, "every value kept");
+    }
+
+    #[test]
+    fn a_miss_on_a_value_being_moved_waits_for_the_move_and_finds_it_in_its_new_cell() {
+        let Moving { t, v, n, c } = moving();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (missed_tx, missed_rx) = mpsc::channel::<()>();
+        let reader = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                go_rx.recv().expect("go");
+                // v's source cell is busy and its new cell not filled yet: this call misses.
+                test_hooks::set(&BEFORE_LOCK, move || missed_tx.send(()).expect("missed"));
+                spend(&t, v, 100)
+            })
+        };
+        test_hooks::set(&SOURCE_BUSY, move || {
+            go_tx.send(()).expect("go");
+            missed_rx.recv().expect("the reader looked while v was between its cells");
+        });
+        assert!(spend(&t, n, 500).0);
+        let (created, at) = reader.join().expect("reader");
+        assert!(!created, "the miss found v under the bits, in its new cell");
+        assert_eq!(at.set(), c);
+        assert_eq!(t.peek(&key(v)), Some(99), "one counter for v, spent once");
+        assert_eq!(t.tracked(), 2 * WAYS + 1);
+    }
+
+    #[test]
+    fn a_flood_of_new_values_replaces_only_values_never_used_again() {
+        let t = ValueTable::new(16 * WAYS);
+        let hot: Vec<i64> = (0..8).collect();
+        for &h in &hot {
+            spend(&t, h, 1_000);
+            spend(&t, h, 1_000);
+        }
+        for v in 1_000..1_000 + 100 * t.capacity() as i64 {
+            spend(&t, v, 1);
+        }
+        for &h in &hot {
+            assert_eq!(t.peek(&key(h)), Some(999), "value {h} kept its counter");
+        }
+        assert!(t.tracked() <= t.capacity());
+    }
+}
