@@ -6,7 +6,7 @@
 //! A call that a slot blocks (or a slot that panics) gives back what every slot it entered took through one
 //! mechanism ([`give_back`]); a call that passed exits through [`exit`] and [`exit_reading_rules`].
 //!
-//! Each kind implements the contract ([`RuleSlot`](crate::slot::contract::RuleSlot)) in its own module and
+//! Each kind implements the contract ([`crate::slot::contract::RuleSlot`]) in its own module and
 //! knows no engine; this file says where the engine keeps each kind's rules, state and held state
 //! ([`InChain`]).
 

@@ -1,7 +1,7 @@
 //! Rules from Redis: Java's `RedisDataSource` semantics.
 //!
 //! Each source is a key holding a rule document (one kind's list in Sentinel's JSON, as Java's data source
-//! holds, or a combined [`RuleSet`](crate::datasource::RuleSet) document) and a channel on which updates
+//! holds, or a combined [`crate::datasource::RuleSet`] document) and a channel on which updates
 //! are announced: the message is the new document. A publisher writes both at once, as Java's documentation
 //! says:
 //!

@@ -1,6 +1,6 @@
 //! Each resource's rules, compiled from every kind's manager ([`ResourceRules`]) with the chain's flags for
 //! them (which path a call on them can take): above the chain, so that the state below it
-//! ([`Shared`](super::shared::Shared)) knows no chain.
+//! ([`super::shared::Shared`]) knows no chain.
 
 use std::sync::Arc;
 

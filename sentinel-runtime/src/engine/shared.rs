@@ -87,7 +87,7 @@ pub(crate) struct Shared {
     pub(super) unnamed_resources: AtomicUsize,
     /// Contexts created that no chain rule named (counted against the cap).
     pub(super) unnamed_contexts: AtomicUsize,
-    /// Handles on a new name given [`RESOURCE_OVERFLOW`] because the cap was reached.
+    /// Handles on a new name given [`RESOURCE_OVERFLOW`](crate::RESOURCE_OVERFLOW) because the cap was reached.
     pub(super) overflowed_resources: AtomicU64,
     /// Entries in a new context run in [`CONTEXT_OVERFLOW`] because the cap was reached.
     pub(super) overflowed_contexts: AtomicU64,

@@ -142,7 +142,7 @@ pub struct Entry<'r> {
     flags: u8,
     /// What the adaptive slot holds (two bytes, in what was padding).
     adaptive: crate::adaptive::slot::AdaptiveHeld,
-    /// What the slots hold until exit (see [`chain::Held`]).
+    /// What the slots hold until exit (see [`chain::Held`](crate::chain::Held)).
     flow: crate::flow::EntryState,
     param: crate::param_flow::EntryState,
     breakers: crate::circuit_breaker::EntryState,
