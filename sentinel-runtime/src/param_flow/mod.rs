@@ -18,10 +18,10 @@
 //! the string "7", see [`ParamValue`]).
 //!
 //! Memory is bounded: each rule keeps its per-value counters in a table of at most
-//! `min(4000 * duration_in_sec, 200000)` values (32 bytes each, allocated with the rule), however many
+//! `min(4000 * duration_in_sec, 200000)` values (36 bytes each, allocated with the rule), however many
 //! distinct values arrive; a call never allocates and takes no lock on a value already tracked (a value seen
-//! for the first time holds its two candidate sets' insert bits for a few dozen instructions). Up to about
-//! 90 % of that capacity every value keeps its counter; past it a new value replaces one used least (a
+//! for the first time holds its two candidate sets' insert bits for a few dozen instructions). Every value
+//! keeps its counter until the rule tracks that many; from then on a new value replaces one used least (a
 //! flood of values seen once replaces only values seen once, so a value in use keeps its count). A value
 //! replaced and seen again starts a fresh counter, as in Java. Decisions are exact under concurrency: each
 //! value's counter is one 128-bit word updated by compare-and-swap (40 threads at once on one value with
