@@ -29,7 +29,8 @@
 //!   call), `flow-breaker` (a passing flow rule and a closed slow-ratio breaker), `flow-error-ratio` (a passing
 //!   flow rule and a closed error-ratio breaker), `flow-breaker-thread` (the same with a thread-grade flow rule
 //!   besides), `param` (a hot-parameter rule that passes, one value), `param-million` (the same rule, each
-//!   call another of 10^6 values in turn: every call a miss and an eviction), `adaptive` (an adaptive
+//!   call another of 10^6 values in turn: every call a miss and an eviction), `param-thread` (a thread-grade
+//!   hot-parameter rule, one value, which a call holds until it exits), `adaptive` (an adaptive
 //!   concurrency rule with a limit of 1,000) and `thread` (a thread-grade flow rule with the same limit: the
 //!   cost the adaptive rule is held to), `authority` (an authority black list and a passing flow rule, called
 //!   with an origin the list does not name), `rate-limiter` (a flow rule that spaces calls, never reached);
@@ -274,9 +275,11 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             false,
             n,
         )?,
-        "part-entry-param" | "part-entry-param-million" => {
+        "part-entry-param" | "part-entry-param-million" | "part-entry-param-thread" => {
             let engine = Sentinel::builder().build().leak();
-            engine.load_param_flow_rules([ParamFlowRule::new("part", 0).count(1e12)])?;
+            let rule = ParamFlowRule::new("part", 0).count(1e12);
+            let rule = if variant.ends_with("thread") { rule.grade(FlowGrade::Thread).count(1_000.0) } else { rule };
+            engine.load_param_flow_rules([rule])?;
             let resource = engine.resource("part");
             // One value, or each call the next of 10^6 (far beyond the rule's 4,000 tracked values), after
             // 10,000 calls that fill the rule's table, so that every measured call replaces a value.

@@ -176,7 +176,8 @@ impl ValueTable {
     /// with that room, one move of a value to its other set keeps every value until the table holds
     /// `capacity` (see the module docs).
     pub(crate) fn new(capacity: usize) -> Self {
-        let capacity = capacity.clamp(1, MAX_SETS * WAYS);
+        // The most sets leave the 9/8 room up to 233,016 values (a rule's formula caps at 200,000).
+        let capacity = capacity.clamp(1, MAX_SETS * WAYS * 8 / 9);
         Self::with_sets(capacity, (capacity * 9 / 8).div_ceil(WAYS))
     }
 
