@@ -247,17 +247,40 @@ impl Background {
     }
 
     /// Runs `fut` on the source's runtime and waits for it (at most `timeout`), from any thread.
+    ///
+    /// Past `timeout`, `fut` is cancelled and has ended before the caller is answered, so nothing it would
+    /// still send reaches the store after the caller was told it failed (a request the store had already
+    /// received may still be applied, which the error says). An answer that came in meanwhile is the answer.
     pub(crate) fn call<F>(&self, target: &str, timeout: Duration, fut: F) -> Result<(), WriteBackError>
     where
         F: std::future::Future<Output = Result<(), WriteBackError>> + Send + 'static,
     {
         let (tx, rx) = std::sync::mpsc::channel();
-        self.handle.spawn(async move {
+        let task = self.handle.spawn(async move {
             let _ = tx.send(fut.await);
         });
-        rx.recv_timeout(timeout).unwrap_or_else(|_| {
-            Err(WriteBackError::Store { target: target.to_string(), reason: format!("no answer within {timeout:?}") })
-        })
+        let store = |reason: String| WriteBackError::Store { target: target.to_string(), reason };
+        match rx.recv_timeout(timeout) {
+            Ok(answer) => answer,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                task.abort();
+                // Until the task has ended, a poll running now could still send something. (On the source's
+                // own thread, where the runtime cannot run while this waits, a poll cannot be running.)
+                let on_runtime = self.thread.as_ref().is_some_and(|t| t.thread().id() == std::thread::current().id());
+                if !on_runtime {
+                    let _ = futures::executor::block_on(task);
+                }
+                rx.try_recv().unwrap_or_else(|_| {
+                    Err(store(format!(
+                        "no answer within {timeout:?}: the write was cancelled (the store may have applied a \
+                         request it had already received)"
+                    )))
+                })
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(store("the write ended without an answer (the source stopped, or the write panicked)".to_string()))
+            }
+        }
     }
 
     /// The command center's write-back of `set` to a source on `store` (`target` names it in errors): on
@@ -352,3 +375,48 @@ macro_rules! source_accessors {
     };
 }
 pub(crate) use source_accessors;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends on drop: tells the test that the future holding it was dropped.
+    struct Dropped(std::sync::mpsc::Sender<()>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+
+    fn background() -> (Background, Arc<tokio::sync::Notify>) {
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let (wait, ask) = (stop.clone(), stop.clone());
+        let bg = Background::spawn("write-back-test", move || ask.notify_one(), async move { wait.notified().await })
+            .expect("a runtime");
+        (bg, stop)
+    }
+
+    #[test]
+    fn a_write_past_its_time_is_cancelled_and_has_ended_when_its_caller_is_answered() {
+        let (bg, _stop) = background();
+        let (tx, dropped) = std::sync::mpsc::channel();
+        let guard = Dropped(tx);
+        let never = async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+            Ok(())
+        };
+        let e = bg.call("store `x`", Duration::ZERO, never).expect_err("no answer");
+        assert!(e.to_string().contains("cancelled"), "{e}");
+        assert!(dropped.try_recv().is_ok(), "the write had ended when its caller was answered");
+    }
+
+    #[test]
+    fn a_write_that_answers_in_time_gives_its_answer() {
+        let (bg, _stop) = background();
+        assert!(bg.call("store `x`", Duration::from_secs(60), async { Ok(()) }).is_ok());
+        let refused = WriteBackError::Conflict { target: "x".into(), detail: "changed".into() };
+        let e = bg.call("store `x`", Duration::from_secs(60), async move { Err(refused) }).expect_err("refused");
+        assert!(matches!(e, WriteBackError::Conflict { .. }), "{e}");
+    }
+}
