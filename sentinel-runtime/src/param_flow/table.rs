@@ -146,6 +146,22 @@ impl CellRef {
     }
 }
 
+/// Marks a cell busy at its next version (from then on every reader's compare-and-swap on it fails, and a
+/// reader that loads it sees it busy), unless `may` refuses the state found: the state it replaced and the
+/// busy one. Every change of a cell's value starts so.
+fn mark_busy_if(state: &AtomicU128, mut s: u128, may: impl Fn(u128) -> bool) -> Option<(u128, u128)> {
+    loop {
+        if !may(s) {
+            return None;
+        }
+        let busy = (s | BUSY).wrapping_add(VERSION_ONE);
+        match state.compare_exchange_weak(s, busy, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some((s, busy)),
+            Err(now) => s = now,
+        }
+    }
+}
+
 /// A new table's id: 1 to 2^21 - 1, in turn. A permit could only be given back to the wrong table if 2^21 - 1
 /// tables were made while its call was in flight and the one that took its id again had its cell at the
 /// same version.
@@ -381,19 +397,14 @@ impl ValueTable {
         let (payload, r) = init();
         let cells = &self.sets[set];
         let state = &cells.state[way];
-        // Busy at the next version: from here every reader's CAS on this cell fails.
-        let mut s = state.load(Ordering::Acquire);
-        let busy = loop {
-            let busy = ((s & !(PAYLOAD_MASK | FREQ_MASK)) | BUSY).wrapping_add(VERSION_ONE);
-            match state.compare_exchange_weak(s, busy, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break busy,
-                Err(now) => s = now,
-            }
+        let Some((_, busy)) = mark_busy_if(state, state.load(Ordering::Acquire), |_| true) else {
+            unreachable!("nothing refuses")
         };
         guard.set_word(guard.word() | 1 << (OCCUPIED_SHIFT + way as u32));
         cells.hi[way].store(hi, Ordering::Release);
         cells.lo[way].store(lo, Ordering::Release);
-        let ready = (busy & !(BUSY | TAG_MASK)) | ((tag as u128) << TAG_SHIFT) | (payload & PAYLOAD_MASK);
+        let header = busy & !(BUSY | TAG_MASK | FREQ_MASK | PAYLOAD_MASK);
+        let ready = header | ((tag as u128) << TAG_SHIFT) | (payload & PAYLOAD_MASK);
         state.store(ready, Ordering::Release);
         (r, CellRef::new(self.id, set, way, version_of(ready)))
     }
@@ -449,18 +460,10 @@ impl ValueTable {
     /// both sets: the source goes busy (a reader's CAS on it fails, and it finds the value in its new cell,
     /// or misses and waits for our insert bits), the destination is filled, then the source is emptied.
     /// `false` if the value took a thread permit meanwhile (it stays).
-    fn relocate(&self, from: (usize, usize), mut s: u128, to: (usize, usize), pinned: &impl Fn(u128) -> bool) -> bool {
+    fn relocate(&self, from: (usize, usize), s: u128, to: (usize, usize), pinned: &impl Fn(u128) -> bool) -> bool {
         let source = &self.sets[from.0];
-        let busy = loop {
-            if pinned(s & PAYLOAD_MASK) || s & BUSY != 0 {
-                return false;
-            }
-            let busy = (s | BUSY).wrapping_add(VERSION_ONE);
-            match source.state[from.1].compare_exchange_weak(s, busy, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break busy,
-                Err(now) => s = now,
-            }
-        };
+        let movable = |s: u128| !pinned(s & PAYLOAD_MASK) && s & BUSY == 0;
+        let Some((s, busy)) = mark_busy_if(&source.state[from.1], s, movable) else { return false };
         #[cfg(test)]
         test_hooks::source_busy();
         let dest = &self.sets[to.0];
@@ -577,13 +580,8 @@ impl ValueTable {
             let Some(way) = free.or_else(|| ways.clone().next()) else { continue };
             // Busy at the next version (a reader's CAS on it fails), then empty.
             let state = &cells.state[way];
-            let mut s = state.load(Ordering::Acquire);
-            let busy = loop {
-                let busy = (s | BUSY).wrapping_add(VERSION_ONE);
-                match state.compare_exchange_weak(s, busy, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => break busy,
-                    Err(now) => s = now,
-                }
+            let Some((_, busy)) = mark_busy_if(state, state.load(Ordering::Acquire), |_| true) else {
+                unreachable!("nothing refuses")
             };
             state.store(busy & !(BUSY | TAG_MASK | FREQ_MASK | PAYLOAD_MASK), Ordering::Release);
             other.set_word(other.word() & !(1 << (OCCUPIED_SHIFT + way as u32)));
