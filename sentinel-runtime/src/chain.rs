@@ -447,17 +447,30 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         wait: &mut u64,
         held: &mut Held<'_>,
     ) -> Result<(), BlockError> {
-        // The fast path undoes nothing: a check that may hold must be its last that can refuse.
-        const { assert!(!S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST, "a check that holds on the fast path must be its last") };
+        // The fast path's one undo: a check that may hold gives it back when a later check refuses, unless it
+        // is the path's last that can refuse.
+        const {
+            assert!(
+                !S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST || S::UNDOES_ON_FAST_PATH,
+                "a check that holds on the fast path must be its last, or undo"
+            )
+        };
         if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
             if let Some(r) = S::rules(rules, shared, false) {
                 if !R::CHECKS_FAST {
                     // The last check of the fast path: its answer is the path's, built in the caller's slot.
                     return S::check_fast(r, S::state(shared), call, wait, S::held(held));
                 }
-                return match S::check_fast(r, S::state(shared), call, wait, S::held(held)) {
-                    Ok(()) => R::fast(rules, shared, call, wait, held),
-                    blocked => blocked,
+                S::check_fast(r, S::state(shared), call, wait, S::held(held))?;
+                if !S::HOLDS_ON_FAST_PATH {
+                    return R::fast(rules, shared, call, wait, held);
+                }
+                return match R::fast(rules, shared, call, wait, held) {
+                    Ok(()) => Ok(()),
+                    Err(block) => {
+                        S::undo_fast(r, S::state(shared), S::held(held));
+                        Err(block)
+                    }
                 };
             }
         }
@@ -569,7 +582,7 @@ pub(crate) fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
     <BuiltIn as Chain>::has_slow_rules(rules, shared)
 }
 
-/// The fast path: the table's slots that can be on it, on rules that hold nothing for a passed call.
+/// The fast path: the table's slots that can be on it, on the rules the engine flagged for it.
 #[inline(always)]
 pub(crate) fn run_fast<'c>(
     rules: &ResourceRules,

@@ -17,8 +17,7 @@ pub(crate) struct ResourceRules {
     pub(crate) authority: Option<Arc<ResourceAuthority>>,
     pub(crate) param: Option<Arc<ResourceParamRules>>,
     pub(crate) flow: Option<Arc<ResourceFlowRules>>,
-    /// No hot-parameter rule or only ones that leave a call holding nothing
-    /// ([`ResourceParamRules::holds_nothing`]), no flow rule or only ones the fast path decides
+    /// No hot-parameter rule or only local ones ([`ResourceParamRules::on_fast_path`]), no flow rule or only ones the fast path decides
     /// ([`FastRules`](crate::flow::FastRules)), no kind off the fast path (adaptive limits): an entry that is not
     /// prioritized, while every breaker is closed, is checked by the authority lists, the hot-parameter rules
     /// and the flow rules alone, without the general check context.

@@ -1,4 +1,4 @@
-//! The common case (one simple flow rule, hot-parameter rules that leave a call holding nothing, closed
+//! The common case (one simple flow rule, local hot-parameter rules, their thread-grade permits included, closed
 //! breakers, nothing else) is decided without the general check path; these tests pin that both paths
 //! agree: same window, same order of checks, same errors.
 
@@ -316,4 +316,83 @@ fn a_panicking_hot_parameter_on_the_fast_path_leaves_nothing_taken() {
     // The flow rule's only token of this window is still there.
     drop(api.entry().args(&[&1u64]).enter().unwrap());
     assert!(matches!(api.entry().args(&[&2u64]).enter(), Err(BlockError::Flow { .. })));
+}
+
+/// A user's hot parameter that hands the checks one value, then panics.
+struct HalfExploding(i64);
+impl HotParam for HalfExploding {
+    fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
+        f(ParamValue::Int(self.0));
+        panic!("user HotParam panics after one value (expected by the test)");
+    }
+}
+
+#[test]
+fn thread_grade_hot_parameter_rules_on_the_fast_path_decide_as_the_general_path_does() {
+    // A thread-grade hot-parameter rule (its permit held until exit) before a QPS flow rule: a call the flow
+    // rule refuses gives its value's permit back, on either path.
+    let run = |general: bool| {
+        let (engine, clock) = engine();
+        engine
+            .load_param_flow_rules([
+                ParamFlowRule::new("api", 0).grade(FlowGrade::Thread).count(1.0),
+                ParamFlowRule::new("api", 0).count(100.0),
+            ])
+            .unwrap();
+        engine.load_flow_rules([FlowRule::new("api").count(3.0)]).unwrap();
+        if general {
+            engine.load_authority_rules([AuthorityRule::new("api", "nobody", AuthorityStrategy::Black)]).unwrap();
+        }
+        let api = engine.resource("api");
+        let mut seen = Vec::new();
+        let mut note = |r: &Result<sentinel_runtime::Entry, BlockError>| {
+            seen.push(match r {
+                Ok(_) => "pass",
+                Err(BlockError::ParamFlow { .. }) => "param",
+                Err(BlockError::Flow { .. }) => "flow",
+                Err(other) => panic!("unexpected block {other:?}"),
+            })
+        };
+        let a = api.entry().args(&[&"a"]).enter();
+        note(&a);
+        let a2 = api.entry().args(&[&"a"]).enter(); // "a" has its one call in flight
+        note(&a2);
+        let b = api.entry().args(&[&"b"]).enter();
+        note(&b);
+        drop(a);
+        let c = api.entry().args(&[&"c"]).enter(); // the flow window's third pass
+        note(&c);
+        let d = api.entry().args(&[&"d"]).enter(); // refused by the flow rule: "d" gives its permit back
+        note(&d);
+        drop((b, c));
+        clock.advance_millis(1_000);
+        let d = api.entry().args(&[&"d"]).enter(); // a new flow window: "d" has no call in flight
+        note(&d);
+        let d2 = api.entry().args(&[&"d"]).enter();
+        note(&d2);
+        drop(d);
+        let a = api.entry().args(&[&"a"]).enter();
+        note(&a);
+        drop(a);
+        let stats = engine.cluster_stats("api").unwrap();
+        seen.push(if stats.threads == 0 { "all back" } else { "leaked" });
+        seen
+    };
+    let fast = run(false);
+    assert_eq!(fast, ["pass", "param", "pass", "pass", "flow", "pass", "param", "pass", "all back"]);
+    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
+}
+
+#[test]
+fn a_hot_parameter_that_panics_on_the_fast_path_gives_back_the_thread_permits_it_took() {
+    let (engine, _clock) = engine();
+    engine.load_param_flow_rules([ParamFlowRule::new("api", 0).grade(FlowGrade::Thread).count(1.0)]).unwrap();
+    engine.load_flow_rules([FlowRule::new("api").count(100.0)]).unwrap();
+    let api = engine.resource("api");
+    // The first value takes its permit, then the impl panics before the call is decided.
+    assert!(catch_unwind(AssertUnwindSafe(|| drop(api.entry().args(&[&HalfExploding(7)]).enter()))).is_err());
+    let held = api.entry().args(&[&7u64]).enter().expect("value 7's permit went back when the check unwound");
+    assert!(matches!(api.entry().args(&[&7u64]).enter(), Err(BlockError::ParamFlow { .. })), "the limit holds");
+    drop(held);
+    assert_eq!(engine.cluster_stats("api").unwrap().threads, 0);
 }

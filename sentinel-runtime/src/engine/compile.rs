@@ -40,7 +40,7 @@ pub(super) fn rules_for(shared: &Shared, name: &Arc<str>) -> ResourceRules {
         every_nth: shared.every_nth.for_resource(name),
     };
     rules.fast_path = !has_slow_rules(&rules, shared)
-        && rules.param.as_ref().is_none_or(|p| p.holds_nothing())
+        && rules.param.as_ref().is_none_or(|p| p.on_fast_path())
         && rules.flow.as_ref().is_none_or(|f| f.fast_rules().is_some());
     rules.cluster_only = !has_slow_rules(&rules, shared)
         && rules.param.is_none()

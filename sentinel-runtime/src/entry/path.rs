@@ -100,8 +100,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 || shared.has_custom_slots.load(Ordering::Acquire);
             let decided = inner.with_rules(|rules| {
                 if !general && rules.fast_path && chain::admits_fast(rules, site.shared, now_ms) {
-                    // The same chain, specialised: only the slots that can be on the fast path, on rules that
-                    // leave a passed call holding nothing.
+                    // The same chain, specialised: only the slots that can be on the fast path, on the rules
+                    // the engine flagged for it.
                     let call = || self.call_cx(&site, now_nanos, now_ms);
                     let (mut held, tally) = checks.split();
                     return chain::run_fast(rules, site.shared, &call, &mut tally.wait_nanos, &mut held);

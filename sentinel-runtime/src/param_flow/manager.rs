@@ -59,7 +59,7 @@ impl ParamRuleSet {
             let reused = old.and_then(|o| o.rules.iter().find(|s| *s.rule == *rule).cloned());
             rules.push(reused.unwrap_or_else(|| Arc::new(ParamRuleState::new(rule.clone()))));
         }
-        Some(Arc::new(ResourceParamRules { rules }))
+        Some(Arc::new(ResourceParamRules::new(rules)))
     }
 }
 
@@ -110,7 +110,7 @@ impl ParamFlowManager {
         );
         let compiled = compiler.finish();
         let mut set = ParamRuleSet {
-            exact: by_resource.into_iter().map(|(k, rules)| (k, Arc::new(ResourceParamRules { rules }))).collect(),
+            exact: by_resource.into_iter().map(|(k, rules)| (k, Arc::new(ResourceParamRules::new(rules)))).collect(),
             patterns: Patterns::group(regex.into_iter().map(|r| (r.resource.as_str(), r.clone())), &compiled),
             matched: Matched::default(),
         };

@@ -85,6 +85,8 @@ use state::{ValueDecision, ValuePermit};
 /// The hot-parameter rules of one resource.
 pub(crate) struct ResourceParamRules {
     pub(crate) rules: Vec<Arc<ParamRuleState>>,
+    /// Whether a rule is thread-grade (a call it passes holds a per-value permit until exit).
+    holds_permits: bool,
 }
 
 /// The most per-value thread permits one call holds (see the module docs).
@@ -257,19 +259,35 @@ impl RuleSlot for ParamSlot {
         check(rules, &cx.call, held).map(|wait_nanos| Verdict::Pass { wait_nanos })
     }
 
-    /// On the fast path the rules leave a call holding nothing ([`ResourceParamRules::holds_nothing`]): a
-    /// later block or a panic in a `HotParam` impl has nothing to give back, so no undo and no unwind guard.
+    /// On the fast path the rules are local ([`ResourceParamRules::on_fast_path`]). Rules that hold nothing
+    /// need no undo and no unwind guard; thread-grade ones leave their permits in `held`, given back by
+    /// [`undo_fast`](RuleSlot::undo_fast) when a later check refuses, and by a guard when a `HotParam` impl
+    /// panics.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &ResourceParamRules,
         _: &(),
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
-        _: &mut EntryState,
+        held: &mut EntryState,
     ) -> Result<(), BlockError> {
         // The first check of the fast path that can ask for a wait (the authority lists before it never do).
-        *wait = check_holding_nothing(rules, &call())?;
+        *wait = if rules.holds_permits {
+            check_holding_permits(rules, &call(), held)?
+        } else {
+            check_holding_nothing(rules, &call())?
+        };
         Ok(())
+    }
+
+    const HOLDS_ON_FAST_PATH: bool = true;
+    const UNDOES_ON_FAST_PATH: bool = true;
+
+    #[inline(always)]
+    fn undo_fast(rules: &ResourceParamRules, _: &(), held: &mut EntryState) {
+        if held.is_active() {
+            give_back_cold(rules, held);
+        }
     }
 
     #[inline(always)]
@@ -290,6 +308,13 @@ impl RuleSlot for ParamSlot {
     }
 }
 
+/// What a call refused after the hot-parameter check passed it gives back (out of the passing path's way).
+#[cold]
+#[inline(never)]
+fn give_back_cold(rules: &ResourceParamRules, held: &mut EntryState) {
+    held.release_all(rules);
+}
+
 /// The check of rules that leave a call holding nothing.
 #[inline(never)]
 fn check_holding_nothing(rules: &ResourceParamRules, call: &CallCx<'_>) -> Result<u64, BlockError> {
@@ -298,12 +323,42 @@ fn check_holding_nothing(rules: &ResourceParamRules, call: &CallCx<'_>) -> Resul
     check(rules, call, &mut held)
 }
 
+/// The check of rules of which one or more is thread-grade, off the general path's unwind guard: if a
+/// `HotParam` impl panics, the permits already taken go back before the panic goes on (or their values
+/// would stay blocked).
+#[inline(never)]
+fn check_holding_permits(
+    rules: &ResourceParamRules,
+    call: &CallCx<'_>,
+    held: &mut EntryState,
+) -> Result<u64, BlockError> {
+    /// Gives the permits back when dropped, which only an unwind does (the normal path forgets it).
+    struct OnUnwind<'a> {
+        rules: &'a ResourceParamRules,
+        held: &'a mut EntryState,
+    }
+    impl Drop for OnUnwind<'_> {
+        fn drop(&mut self) {
+            self.held.release_all(self.rules);
+        }
+    }
+    let guard = OnUnwind { rules, held };
+    let checked = check(guard.rules, call, guard.held);
+    std::mem::forget(guard);
+    checked
+}
+
 impl ResourceParamRules {
-    /// Whether every rule is local and leaves a call that passed holding nothing (no thread grade, no
-    /// cluster mode): a check that panics or is followed by a block then has nothing to give back, so these
-    /// rules can be checked on the entry's fast path (see `EntryBuilder::entry_path`).
-    pub(crate) fn holds_nothing(&self) -> bool {
-        self.rules.iter().all(|s| !s.rule.cluster_mode && !s.holds_permits())
+    /// One resource's rules, in order.
+    pub(crate) fn new(rules: Vec<Arc<ParamRuleState>>) -> Self {
+        let holds_permits = rules.iter().any(|s| s.holds_permits());
+        ResourceParamRules { rules, holds_permits }
+    }
+
+    /// Whether every rule is local (no cluster mode): the rules can then be checked on the entry's fast path
+    /// (see `EntryBuilder::entry_path`), thread-grade ones included.
+    pub(crate) fn on_fast_path(&self) -> bool {
+        self.rules.iter().all(|s| !s.rule.cluster_mode)
     }
 
     /// (tracked values, capacity) of each rule, in order (tests and inspection).

@@ -161,9 +161,9 @@ pub(crate) trait RuleSlot {
     const CHECKS_ON_FAST_PATH: bool = Self::ON_FAST_PATH;
 
     /// The check on the fast path ([`ON_FAST_PATH`](RuleSlot::ON_FAST_PATH) kinds only, on rules the engine
-    /// flagged as such): no undo, so only a kind that says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH)
-    /// may leave something in `held` (and it must be the path's last check that can refuse: the chain asserts
-    /// it); `call` makes the call's view when the check needs it (made in place, so a check that reads two of
+    /// flagged as such): only a kind that says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH) may leave
+    /// something in `held`, and unless it is the path's last check that can refuse, it gives that back in
+    /// [`undo_fast`](RuleSlot::undo_fast) (the chain asserts it); `call` makes the call's view when the check needs it (made in place, so a check that reads two of
     /// its fields costs two loads); a wait it asks for adds to `wait`.
     #[inline(always)]
     fn check_fast<'c>(
@@ -180,6 +180,18 @@ pub(crate) trait RuleSlot {
     /// Whether [`check_fast`](RuleSlot::check_fast) may leave the call holding something (a thread-grade
     /// rule's permit), released by [`exit`](RuleSlot::exit).
     const HOLDS_ON_FAST_PATH: bool = false;
+
+    /// Whether [`undo_fast`](RuleSlot::undo_fast) gives back what [`check_fast`](RuleSlot::check_fast) left
+    /// in `held`: a kind that holds on the fast path and is not its last check that can refuse must (the
+    /// chain asserts it).
+    const UNDOES_ON_FAST_PATH: bool = false;
+
+    /// A later check of the fast path refused the call this kind's [`check_fast`](RuleSlot::check_fast)
+    /// passed: give back what it left in `held` (the fast path's one undo; it runs no user code).
+    #[inline(always)]
+    fn undo_fast(rules: &Self::Rules, state: &Self::State, held: &mut Self::Held) {
+        let _ = (rules, state, held);
+    }
 
     /// Whether the fast path may decide the call, as far as this kind goes (a breaker that is not closed
     /// sends the call down the general path).
