@@ -531,11 +531,7 @@ impl AdmissionWindow {
     ) -> Step {
         let mut spins = 0;
         loop {
-            let p = self.pool.word.load(Ordering::Acquire);
-            if p == CLOSED {
-                backoff(&mut spins);
-                continue;
-            }
+            let p = self.open_pool(&mut spins);
             let open = self.meta.bucket.load(Ordering::Acquire);
             if open == NONE || bucket > open || self.meta.limit.load(Ordering::Relaxed) != limit.to_bits() {
                 if !M::OPENS {
@@ -597,6 +593,19 @@ impl AdmissionWindow {
         }
     }
 
+    /// The pool's word once no close is in progress (a close ends with [`publish`](Self::publish)): every
+    /// change of the pool starts here.
+    #[inline]
+    fn open_pool(&self, spins: &mut u32) -> u64 {
+        loop {
+            let p = self.pool.word.load(Ordering::Acquire);
+            if p != CLOSED {
+                return p;
+            }
+            backoff(spins);
+        }
+    }
+
     /// Returns `n` tokens of bucket `bucket` to the pool, if that bucket is still open (else they are dropped:
     /// the closed bucket counted them as used, which only lowers what later buckets admit). `announce` when
     /// the caller is not inside a move already: the tokens added then count as a move for blocked callers.
@@ -606,11 +615,7 @@ impl AdmissionWindow {
         }
         let mut spins = 0;
         loop {
-            let p = self.pool.word.load(Ordering::Acquire);
-            if p == CLOSED {
-                backoff(&mut spins);
-                continue;
-            }
+            let p = self.open_pool(&mut spins);
             // The bookkeeping changes only while the pool is closed: a successful swap below proves it was
             // read for the generation of `p`.
             if self.meta.bucket.load(Ordering::Acquire) != bucket {
@@ -790,11 +795,7 @@ impl AdmissionWindow {
     fn close(&self, own: usize, done: impl Fn() -> bool) -> Option<(u64, u64)> {
         let mut spins = 0;
         let p = loop {
-            let p = self.pool.word.load(Ordering::Acquire);
-            if p == CLOSED {
-                backoff(&mut spins);
-                continue;
-            }
+            let p = self.open_pool(&mut spins);
             if done() {
                 return None;
             }
