@@ -387,13 +387,55 @@ fn adaptive_engine(min: u32, max: u32) -> (Sentinel, ManualClock) {
     let clock = ManualClock::at_millis(T0);
     let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("orders-gateway").build();
     engine
-        .load_adaptive_rules([AdaptiveRule::new("db")
-            .algorithm(AlgorithmKind::Gradient2)
-            .limits(min, 20, max)
-            .partition("mobile", 0.6)
-            .partition("default", 0.4)])
+        .load_adaptive_rules([
+            AdaptiveRule::new("db")
+                .algorithm(AlgorithmKind::Gradient2)
+                .limits(min, 20, max)
+                .partition("mobile", 0.6)
+                .partition("default", 0.4),
+            // A pattern no call of these tests matches: its limiter never starts.
+            AdaptiveRule::new("inventory-.*").regex(true).limits(5, 10, 50),
+        ])
         .unwrap();
     (engine, clock)
+}
+
+#[test]
+fn console_adaptive_lists_the_rules_whose_limiter_has_not_started() {
+    let (engine, _clock) = adaptive_engine(20, 20);
+    let center = CommandCenter::builder(&engine).port(0).start().unwrap();
+    let waiting = || {
+        let r = get(center.local_addr(), "/console/adaptive", &[]);
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        let names: Vec<String> =
+            v["resources"].as_array().unwrap().iter().map(|r| r["resource"].as_str().unwrap().to_string()).collect();
+        (v["waiting"].clone(), names)
+    };
+    let pattern = serde_json::json!({
+        "resource": "inventory-.*", "regex": true, "algorithm": null, "initialLimit": 10, "minLimit": 5, "maxLimit": 50,
+    });
+    // Before any call, no limiter runs: both rules are listed, with what their limiters will start from.
+    let (w, started) = waiting();
+    assert!(started.is_empty(), "{started:?}");
+    assert_eq!(
+        w,
+        serde_json::json!([
+            {"resource": "db", "regex": false, "algorithm": "gradient2", "initialLimit": 20, "minLimit": 20, "maxLimit": 20},
+            pattern,
+        ])
+    );
+    // The first call of `db` starts its limiter: it leaves the list for a card of its own.
+    drop(engine.resource("db").enter().unwrap());
+    let (w, started) = waiting();
+    assert_eq!(started, ["db"]);
+    assert_eq!(w, serde_json::json!([pattern]));
+    // A resource the pattern matches starts the pattern's limiter for it.
+    drop(engine.resource("inventory-eu").enter().unwrap());
+    let (w, started) = waiting();
+    assert_eq!(started, ["db", "inventory-eu"]);
+    assert_eq!(w, serde_json::json!([]));
+    assert!(engine.adaptive_rules_waiting().is_empty());
 }
 
 #[test]
@@ -485,6 +527,17 @@ async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_brow
         .unwrap();
     let (drawn, points) = chart_against_served(c).await;
     assert_eq!(points, 201, "200 sampled seconds and the current one");
+    // The pattern's rule has no limiter yet (no resource it matches was called): named under the cards.
+    let waiting = wait_for_js(
+        c,
+        "const n = document.querySelector('#adaptive-waiting'); return n && !n.hidden ? n.textContent : null;",
+        "the adaptive rules waiting for a first call",
+    )
+    .await;
+    assert_eq!(
+        waiting,
+        "Starting at the first call: pattern inventory-.* (algorithm by the call's direction, limit 10 between 5 and 50)"
+    );
     let served = &drawn["served"];
     let figures = drawn["figures"].as_array().unwrap();
     assert_eq!(figures[0].as_str(), Some(served["limit"].to_string().as_str()), "the limit: {figures:?}");

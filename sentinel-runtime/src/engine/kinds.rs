@@ -160,6 +160,31 @@ impl Sentinel {
             .collect()
     }
 
+    /// The adaptive rules in force that no limiter runs for yet: a rule's limiter starts at the first checked
+    /// call of a resource it governs (which also picks its default algorithm, by the call's direction), so
+    /// until then [`adaptive_status`](Self::adaptive_status) has nothing for it. A pattern's rule is listed
+    /// until a resource it matches was called.
+    ///
+    /// ```
+    /// use sentinel_runtime::{adaptive::AdaptiveRule, Sentinel};
+    /// let engine = Sentinel::builder().build();
+    /// engine.load_adaptive_rules([AdaptiveRule::new("db")]).unwrap();
+    /// assert_eq!(engine.adaptive_rules_waiting().len(), 1);
+    /// drop(engine.resource("db").enter().unwrap());
+    /// assert!(engine.adaptive_rules_waiting().is_empty());
+    /// ```
+    pub fn adaptive_rules_waiting(&self) -> Vec<crate::adaptive::AdaptiveRule> {
+        let started: Vec<_> = self
+            .shared
+            .adaptive
+            .cells()
+            .into_iter()
+            .filter(|(_, c)| c.built().is_some())
+            .map(|(_, c)| c.rule.clone())
+            .collect();
+        self.shared.adaptive.rules().into_iter().filter(|r| !started.iter().any(|s| **s == *r)).collect()
+    }
+
     /// Replaces `owner`'s hot-parameter rules (the user's stay when the gateway loads, and the other way
     /// round); counters of rules that stay are kept.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]

@@ -9,7 +9,7 @@
 //!   flight and waiting, min RTT, sample RTT, baseline RTT, gradient, partitions) and, per resource and
 //!   partition, the limit and the peak in flight of every second of the history up to the current one
 //!   (`null` where none was sampled; only the seconds after `after` when given), for the chart of limit
-//!   against in-flight.
+//!   against in-flight; and the adaptive rules whose limiter no call has started yet (`waiting`).
 //!
 //! Rules are read and written through `getRules` / `setRules` (and the hot-parameter pair), the switch
 //! through `setSwitch`, the diagnosis through `diagnose`: the page uses the same commands as everyone.
@@ -335,6 +335,20 @@ struct AdaptiveVo {
     partitions: Vec<AdaptivePartitionVo>,
 }
 
+/// An adaptive rule in force whose limiter no call has started yet.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AdaptiveWaitingVo {
+    /// The resource, or the pattern of a regex rule.
+    resource: String,
+    regex: bool,
+    /// The rule's algorithm; none: chosen by the first call's direction.
+    algorithm: Option<&'static str>,
+    initial_limit: u32,
+    min_limit: u32,
+    max_limit: u32,
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct AdaptiveAnswer {
@@ -346,6 +360,8 @@ struct AdaptiveAnswer {
     /// Seconds in every series.
     count: usize,
     resources: Vec<AdaptiveVo>,
+    /// Rules in force whose limiter starts at their resource's first call.
+    waiting: Vec<AdaptiveWaitingVo>,
 }
 
 pub(crate) fn adaptive(c: &Center, p: &Params) -> Result<Reply, CommandError> {
@@ -392,5 +408,18 @@ pub(crate) fn adaptive(c: &Center, p: &Params) -> Result<Reply, CommandError> {
             }
         })
         .collect();
-    Reply::json(&AdaptiveAnswer { now, seconds: c.history.adaptive.seconds(), start, count, resources })
+    let waiting = c
+        .engine
+        .adaptive_rules_waiting()
+        .into_iter()
+        .map(|r| AdaptiveWaitingVo {
+            algorithm: r.algorithm.map(|a| a.as_str()),
+            initial_limit: r.initial_limit,
+            min_limit: r.min_limit,
+            max_limit: r.max_limit,
+            regex: r.regex,
+            resource: r.resource,
+        })
+        .collect();
+    Reply::json(&AdaptiveAnswer { now, seconds: c.history.adaptive.seconds(), start, count, resources, waiting })
 }

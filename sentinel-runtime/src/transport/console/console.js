@@ -521,7 +521,15 @@
     if (!a) return;
     const filter = $('#filter').value.trim().toLowerCase();
     const list = a.resources.filter((r) => !filter || r.resource.toLowerCase().includes(filter));
-    band.hidden = a.resources.length === 0;
+    const waitingAll = a.waiting || [];
+    band.hidden = a.resources.length === 0 && waitingAll.length === 0;
+    // Rules in force whose limiter starts at the first call of a resource they govern: no card until then.
+    const waiting = waitingAll.filter((w) => !filter || w.resource.toLowerCase().includes(filter));
+    const note = $('#adaptive-waiting');
+    note.hidden = waiting.length === 0;
+    setText(note, waiting.length === 0 ? '' : 'Starting at the first call: ' + waiting.map((w) =>
+      (w.regex ? 'pattern ' : '') + w.resource + ' (' + (w.algorithm || 'algorithm by the call\'s direction') +
+      ', limit ' + num(w.initialLimit) + ' between ' + num(w.minLimit) + ' and ' + num(w.maxLimit) + ')').join(' · '));
     const cards = $('#adaptive-cards');
     const wanted = list.map((r) => {
       const c = adaptiveCard(r.resource);
