@@ -163,8 +163,9 @@ pub(crate) trait RuleSlot {
     /// The check on the fast path ([`ON_FAST_PATH`](RuleSlot::ON_FAST_PATH) kinds only, on rules the engine
     /// flagged as such): only a kind that says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH) may leave
     /// something in `held`, and unless it is the path's last check that can refuse, it gives that back in
-    /// [`undo_fast`](RuleSlot::undo_fast) (the chain asserts it); `call` makes the call's view when the check needs it (made in place, so a check that reads two of
-    /// its fields costs two loads); a wait it asks for adds to `wait`.
+    /// [`undo_fast`](RuleSlot::undo_fast) (the chain asserts it); `call` makes the call's view when the check
+    /// needs it (made in place, so a check that reads two of its fields costs two loads); a wait it asks for
+    /// adds to `wait`.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &Self::Rules,
