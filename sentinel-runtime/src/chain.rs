@@ -287,6 +287,9 @@ pub(crate) trait Chain {
     const LEN: u32;
     /// Whether a slot of the list checks anything on the fast path.
     const CHECKS_FAST: bool;
+    /// Whether a slot of the list checks on the fast path beside the kinds before it (one that is not
+    /// [`FAST_PATH_ALONE`](RuleSlot::FAST_PATH_ALONE)).
+    const CHECKS_FAST_BESIDE: bool;
 
     /// Runs the slots in order; `entered` gets the bit of every slot whose check ran. `Ok(true)`: a slot let
     /// the call through without the slots after it.
@@ -317,6 +320,10 @@ pub(crate) trait Chain {
     /// Whether a slot that cannot be on the fast path has rules for the resource (outbound calls).
     fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool;
 
+    /// Whether a [`FAST_PATH_ALONE`](RuleSlot::FAST_PATH_ALONE) slot of the list has rules for the resource
+    /// after a slot that holds on the fast path had some (`held_before`): the fast path cannot take them.
+    fn alone_beside_holders(rules: &ResourceRules, shared: &Shared, held_before: bool) -> bool;
+
     /// The fast path's checks: the wait they ask for adds to `wait`.
     fn fast<'c>(
         rules: &ResourceRules,
@@ -337,6 +344,7 @@ pub(crate) trait Chain {
 impl Chain for () {
     const LEN: u32 = 0;
     const CHECKS_FAST: bool = false;
+    const CHECKS_FAST_BESIDE: bool = false;
     #[inline(always)]
     fn run<U: UserSlots>(
         _: &ResourceRules,
@@ -359,6 +367,9 @@ impl Chain for () {
     fn has_slow_rules(_: &ResourceRules, _: &Shared) -> bool {
         false
     }
+    fn alone_beside_holders(_: &ResourceRules, _: &Shared, _: bool) -> bool {
+        false
+    }
     #[inline(always)]
     fn fast<'c>(
         _: &ResourceRules,
@@ -379,6 +390,8 @@ impl Chain for () {
 impl<S: InChain, R: Chain> Chain for (S, R) {
     const LEN: u32 = R::LEN + 1;
     const CHECKS_FAST: bool = (S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH) || R::CHECKS_FAST;
+    const CHECKS_FAST_BESIDE: bool =
+        (S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH && !S::FAST_PATH_ALONE) || R::CHECKS_FAST_BESIDE;
 
     #[inline(always)]
     fn run<U: UserSlots>(
@@ -439,6 +452,12 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         (!S::ON_FAST_PATH && S::rules(rules, shared, false).is_some()) || R::has_slow_rules(rules, shared)
     }
 
+    fn alone_beside_holders(rules: &ResourceRules, shared: &Shared, held_before: bool) -> bool {
+        let has = S::ON_FAST_PATH && S::rules(rules, shared, false).is_some();
+        (S::FAST_PATH_ALONE && has && held_before)
+            || R::alone_beside_holders(rules, shared, held_before || (has && S::HOLDS_ON_FAST_PATH))
+    }
+
     #[inline(always)]
     fn fast<'c>(
         rules: &ResourceRules,
@@ -448,17 +467,19 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         held: &mut Held<'_>,
     ) -> Result<(), BlockError> {
         // The fast path's one undo: a check that may hold gives it back when a later check refuses, unless it
-        // is the path's last that can refuse.
+        // is the path's last that can refuse beside it (a later kind that is on the fast path only alone has
+        // no rules where this one has: the engine's flag sends such a resource down the general path).
         const {
             assert!(
-                !S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST || S::UNDOES_ON_FAST_PATH,
+                !S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST_BESIDE || S::UNDOES_ON_FAST_PATH,
                 "a check that holds on the fast path must be its last, or undo"
             )
         };
         if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
             if let Some(r) = S::rules(rules, shared, false) {
-                if !R::CHECKS_FAST {
-                    // The last check of the fast path: its answer is the path's, built in the caller's slot.
+                if !R::CHECKS_FAST_BESIDE && (S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST) {
+                    // The last check of the fast path for these rules: its answer is the path's, built in the
+                    // caller's slot.
                     return S::check_fast(r, S::state(shared), call, wait, S::held(held));
                 }
                 S::check_fast(r, S::state(shared), call, wait, S::held(held))?;
@@ -576,10 +597,11 @@ pub(crate) fn admits_fast(rules: &ResourceRules, shared: &Shared, now_ms: u64) -
     <BuiltIn as Chain>::admits_fast(rules, shared, now_ms)
 }
 
-/// Whether a kind that cannot be on the fast path has rules in `rules` (the system slot, which applies to
-/// inbound calls whatever the resource's rules, is left to the entry path, which checks it per call).
+/// Whether the fast path cannot take `rules`: a kind that cannot be on it has rules (the system slot, which
+/// applies to inbound calls whatever the resource's rules, is left to the entry path, which checks it per
+/// call), or a kind that is on it only alone has rules beside a kind before it that holds.
 pub(crate) fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
-    <BuiltIn as Chain>::has_slow_rules(rules, shared)
+    <BuiltIn as Chain>::has_slow_rules(rules, shared) || <BuiltIn as Chain>::alone_beside_holders(rules, shared, false)
 }
 
 /// The fast path: the table's slots that can be on it, on the rules the engine flagged for it.

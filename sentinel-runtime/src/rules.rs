@@ -17,10 +17,11 @@ pub(crate) struct ResourceRules {
     pub(crate) authority: Option<Arc<ResourceAuthority>>,
     pub(crate) param: Option<Arc<ResourceParamRules>>,
     pub(crate) flow: Option<Arc<ResourceFlowRules>>,
-    /// No hot-parameter rule or only local ones ([`ResourceParamRules::on_fast_path`]), no flow rule or only ones the fast path decides
-    /// ([`FastRules`](crate::flow::FastRules)), no kind off the fast path (adaptive limits): an entry that is not
-    /// prioritized, while every breaker is closed, is checked by the authority lists, the hot-parameter rules
-    /// and the flow rules alone, without the general check context.
+    /// No hot-parameter rule or only local ones ([`ResourceParamRules::on_fast_path`]), no flow rule or only
+    /// ones the fast path decides ([`FastRules`](crate::flow::FastRules)), no adaptive rule or one whose calls
+    /// never wait and beside neither of those, no kind off the fast path (cluster-mode hot parameters): an
+    /// entry that is not prioritized, while every breaker is closed, is checked by the authority lists, the
+    /// hot-parameter rules, the flow rules and the adaptive limit alone, without the general check context.
     pub(crate) fast_path: bool,
     /// No authority or hot-parameter rule, and one flow rule, a cluster rule for every caller: an entry that
     /// is not prioritized, while every breaker is closed and a leased token is in hand, is decided by it

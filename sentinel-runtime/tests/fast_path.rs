@@ -1,6 +1,6 @@
-//! The common case (one simple flow rule, local hot-parameter rules, their thread-grade permits included, closed
-//! breakers, nothing else) is decided without the general check path; these tests pin that both paths
-//! agree: same window, same order of checks, same errors.
+//! The common case (one simple flow rule, local hot-parameter rules, their thread-grade permits included, an
+//! adaptive limit alone, closed breakers, nothing else) is decided without the general check path; these tests
+//! pin that both paths agree: same window, same order of checks, same errors.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -395,4 +395,60 @@ fn a_hot_parameter_that_panics_on_the_fast_path_gives_back_the_thread_permits_it
     assert!(matches!(api.entry().args(&[&7u64]).enter(), Err(BlockError::ParamFlow { .. })), "the limit holds");
     drop(held);
     assert_eq!(engine.cluster_stats("api").unwrap().threads, 0);
+}
+
+#[test]
+fn an_adaptive_limit_alone_decides_on_the_fast_path_as_on_the_general_path() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    // A limit pinned at 2 (its bounds are equal), partitioned by origin; an authority rule (which lets every
+    // caller through) sends the second engine's calls down the general path.
+    let run = |general: bool| {
+        let (engine, _clock) = engine();
+        let rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(2, 2, 2).partition("mobile", 0.5);
+        engine.load_adaptive_rules([rule]).unwrap();
+        if general {
+            engine.load_authority_rules([AuthorityRule::new("db", "nobody", AuthorityStrategy::Black)]).unwrap();
+        }
+        let db = engine.resource("db");
+        let mut seen = Vec::new();
+        let mut note = |r: &Result<sentinel_runtime::Entry, BlockError>| {
+            seen.push(match r {
+                Ok(_) => "pass",
+                Err(BlockError::Adaptive { .. }) => "adaptive",
+                Err(other) => panic!("unexpected block {other:?}"),
+            })
+        };
+        let a = db.entry().origin("mobile").enter();
+        note(&a);
+        let b = db.entry().origin("web").enter();
+        note(&b);
+        let c = db.entry().origin("web").enter(); // at the limit
+        note(&c);
+        drop(a);
+        let d = db.entry().origin("web").enter(); // a's place is back
+        note(&d);
+        drop((b, d));
+        let status = &engine.adaptive_status()[0];
+        seen.push(if status.inflight == 0 { "all back" } else { "leaked" });
+        seen
+    };
+    let fast = run(false);
+    assert_eq!(fast, ["pass", "pass", "adaptive", "pass", "all back"]);
+    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
+}
+
+#[test]
+fn beside_a_flow_rule_an_adaptive_refusal_gives_the_flow_token_back() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("db").count(2.0)]).unwrap();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
+    let db = engine.resource("db");
+    let first = db.enter().unwrap();
+    // The flow rule passes the second call (its second token), the adaptive limit refuses it: the token goes
+    // back, so one call more passes in this second once the place is free.
+    assert!(matches!(db.enter(), Err(BlockError::Adaptive { .. })));
+    drop(first);
+    drop(db.enter().expect("the refused call's flow token went back"));
+    assert!(matches!(db.enter(), Err(BlockError::Flow { .. })), "two passes this second");
 }

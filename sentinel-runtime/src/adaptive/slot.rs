@@ -24,7 +24,7 @@ use super::rule::AdaptiveRule;
 use super::wait::{Admission, WaitForPermit, WaitQueue};
 use crate::clock::EngineClock;
 use crate::error::BlockError;
-use crate::slot::contract::{CheckCx, ExitCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
 use crate::wait::{Grant, Pending, PendingWait, RetryScope, Wait, Waited};
 
 /// The adaptive rule of one resource and its limiter.
@@ -59,6 +59,12 @@ impl ResourceAdaptive {
     #[cold]
     fn init(&self, now_nanos: u64, inbound: bool) -> &Limiter {
         self.limiter.get_or_init(|| Limiter::new(&self.rule, inbound, now_nanos, self.seed))
+    }
+
+    /// Whether a call the limiter refuses never waits for a place (`maxWaitMs` 0): only such a rule is
+    /// decided on the fast path, which cannot hand a call a wait.
+    pub(crate) fn never_waits(&self) -> bool {
+        self.rule.max_wait_ms == 0
     }
 
     /// The limiter, once a call built it.
@@ -107,6 +113,14 @@ impl RuleSlot for AdaptiveSlot {
     type Taken = ();
     const ORDER: i32 = crate::slot::ORDER_ADAPTIVE;
     const EXIT_READS_RULES: bool = true;
+    /// An adaptive limit alone (with authority lists and closed breakers at most) whose calls never wait
+    /// ([`ResourceAdaptive::never_waits`]) is decided on the fast path: the place it takes is the call's only
+    /// hold, and the slot is the path's last that can refuse.
+    const ON_FAST_PATH: bool = true;
+    const HOLDS_ON_FAST_PATH: bool = true;
+    /// Beside flow or hot-parameter rules the resource takes the general path: their fast checks do not keep
+    /// what they spent for an undo.
+    const FAST_PATH_ALONE: bool = true;
 
     #[inline]
     fn check(
@@ -116,17 +130,18 @@ impl RuleSlot for AdaptiveSlot {
         held: &mut AdaptiveHeld,
         _: &mut (),
     ) -> Result<Verdict, BlockError> {
-        let limiter = rules.limiter(cx.now_nanos, cx.entry_type == crate::slot::EntryType::In);
-        let partition = if limiter.has_partitions() { limiter.partition_of(cx.origin) } else { None };
-        match limiter.try_acquire(partition).or_else(|| granted_to(rules)) {
-            Some(permit) => {
-                // The place is counted in the limiter; the call keeps only where it came from.
-                let _ = permit;
-                *held = AdaptiveHeld::of(rules, partition);
-                Ok(Verdict::PASS)
-            }
-            None => Err(refuse(rules, limiter, partition, cx)),
-        }
+        take_place(rules, cx, cx.cluster_wait, held).map(|()| Verdict::PASS)
+    }
+
+    #[inline(always)]
+    fn check_fast<'c>(
+        rules: &Arc<ResourceAdaptive>,
+        _: &(),
+        call: &impl Fn() -> CallCx<'c>,
+        _: &mut u64,
+        held: &mut AdaptiveHeld,
+    ) -> Result<(), BlockError> {
+        take_place_fast(rules, &call(), held)
     }
 
     #[inline(always)]
@@ -232,6 +247,35 @@ fn ended_reason(code: u8) -> AdaptiveBlockReason {
     }
 }
 
+/// The check, on either path: a place under the limit (or the one a wait got), kept in `held`; `wait` says
+/// whether a refused call may wait, and how.
+#[inline(always)]
+fn take_place(
+    rules: &Arc<ResourceAdaptive>,
+    cx: &CallCx<'_>,
+    wait: Wait,
+    held: &mut AdaptiveHeld,
+) -> Result<(), BlockError> {
+    let limiter = rules.limiter(cx.now_nanos, cx.entry_type == crate::slot::EntryType::In);
+    let partition = if limiter.has_partitions() { limiter.partition_of(cx.origin) } else { None };
+    match limiter.try_acquire(partition).or_else(|| granted_to(rules)) {
+        Some(permit) => {
+            // The place is counted in the limiter; the call keeps only where it came from.
+            let _ = permit;
+            *held = AdaptiveHeld::of(rules, partition);
+            Ok(())
+        }
+        None => Err(refuse(rules, limiter, partition, cx, wait)),
+    }
+}
+
+/// [`take_place`] on the fast path, which takes only rules whose calls never wait
+/// ([`ResourceAdaptive::never_waits`]); out of line, so that the entry path inlines only the call to it.
+#[inline(never)]
+fn take_place_fast(rules: &Arc<ResourceAdaptive>, cx: &CallCx<'_>, held: &mut AdaptiveHeld) -> Result<(), BlockError> {
+    take_place(rules, cx, Wait::Now, held)
+}
+
 /// The limiter refused the call: it waits if the rule and the caller allow, and had not waited already.
 #[cold]
 #[inline(never)]
@@ -239,13 +283,14 @@ fn refuse(
     cell: &Arc<ResourceAdaptive>,
     limiter: &Limiter,
     partition: Option<PartitionId>,
-    cx: &CheckCx<'_>,
+    cx: &CallCx<'_>,
+    wait: Wait,
 ) -> BlockError {
     let ended = RetryScope::ended();
     if ended != 0 {
         return blocked(limiter, ended_reason(ended), cx);
     }
-    if limiter.max_wait_nanos > 0 && !matches!(cx.cluster_wait, Wait::Now) {
+    if limiter.max_wait_nanos > 0 && !matches!(wait, Wait::Now) {
         let clock = cx.clock.clone();
         crate::wait::ask(Pending::new(PlaceWait { limiter: OwnedLimiter(cell.clone()), partition, clock }));
     }
@@ -260,6 +305,6 @@ fn granted_to(cell: &Arc<ResourceAdaptive>) -> Option<Permit> {
 
 /// The block of a call the limiter refused.
 #[cold]
-fn blocked(limiter: &Limiter, reason: AdaptiveBlockReason, cx: &CheckCx<'_>) -> BlockError {
+fn blocked(limiter: &Limiter, reason: AdaptiveBlockReason, cx: &CallCx<'_>) -> BlockError {
     BlockError::Adaptive { resource: cx.resource.clone(), origin: cx.origin.clone(), block: limiter.blocked(reason) }
 }

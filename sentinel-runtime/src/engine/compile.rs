@@ -41,7 +41,8 @@ pub(super) fn rules_for(shared: &Shared, name: &Arc<str>) -> ResourceRules {
     };
     rules.fast_path = !has_slow_rules(&rules, shared)
         && rules.param.as_ref().is_none_or(|p| p.on_fast_path())
-        && rules.flow.as_ref().is_none_or(|f| f.fast_rules().is_some());
+        && rules.flow.as_ref().is_none_or(|f| f.fast_rules().is_some())
+        && rules.adaptive.as_ref().is_none_or(|a| a.never_waits());
     rules.cluster_only = !has_slow_rules(&rules, shared)
         && rules.param.is_none()
         && rules.flow.as_ref().is_some_and(|f| f.cluster_only());

@@ -204,6 +204,7 @@ impl EntryBuilder<'_, '_> {
             now_nanos,
             now_ms,
             clock: &site.shared.clock,
+            entry_type: self.entry_type,
         }
     }
 
@@ -215,7 +216,6 @@ impl EntryBuilder<'_, '_> {
             node: site.node.stats(),
             origin_node: site.nodes.origin(),
             context_name: site.ctx.name(),
-            entry_type: self.entry_type,
             prioritized: self.prioritized,
             cluster_wait,
             resources: site.shared,

@@ -33,6 +33,8 @@ pub(crate) struct CallCx<'a> {
     pub(crate) now_ms: u64,
     /// The engine's clock, for the checks that need a precise reading (rate limiters, value throttles).
     pub(crate) clock: &'a EngineClock,
+    /// Inbound or outbound.
+    pub(crate) entry_type: EntryType,
 }
 
 /// What a check on the general path sees of the entry being decided: the call ([`CallCx`], through `Deref`),
@@ -44,7 +46,6 @@ pub(crate) struct CheckCx<'a> {
     /// The resource's node for the caller's origin (none when the origin is empty).
     pub(crate) origin_node: Option<&'a StatNode>,
     pub(crate) context_name: &'a str,
-    pub(crate) entry_type: EntryType,
     pub(crate) prioritized: bool,
     /// Whether a cluster rule whose lease is empty may make the call wait, and how.
     pub(crate) cluster_wait: Wait,
@@ -181,6 +182,12 @@ pub(crate) trait RuleSlot {
     /// Whether [`check_fast`](RuleSlot::check_fast) may leave the call holding something (a thread-grade
     /// rule's permit), released by [`exit`](RuleSlot::exit).
     const HOLDS_ON_FAST_PATH: bool = false;
+
+    /// Whether the kind is on the fast path only for a resource that no earlier kind of the fast path holds
+    /// anything for (no rules of a kind that says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH) before
+    /// it): the engine sends a resource with both down the general path, so the kinds that hold before it
+    /// need not undo for it.
+    const FAST_PATH_ALONE: bool = false;
 
     /// Whether [`undo_fast`](RuleSlot::undo_fast) gives back what [`check_fast`](RuleSlot::check_fast) left
     /// in `held`: a kind that holds on the fast path and is not its last check that can refuse must (the
