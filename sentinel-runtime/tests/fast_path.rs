@@ -232,14 +232,20 @@ fn warm_up_and_rate_limiter_rules_decide_on_the_fast_path_as_on_the_general_path
     }
 }
 
-/// What one call with `value` as its hot parameter met: a pass, or the kind of block.
-fn outcome(engine: &Sentinel, value: &str) -> &'static str {
-    match engine.resource("api").entry().args(&[&value]).enter() {
+/// What a call met: a pass, or the kind of block (hot parameter, flow or adaptive; any other fails the test).
+fn met(r: &Result<sentinel_runtime::Entry<'_>, BlockError>) -> &'static str {
+    match r {
         Ok(_) => "pass",
         Err(BlockError::ParamFlow { .. }) => "param",
         Err(BlockError::Flow { .. }) => "flow",
+        Err(BlockError::Adaptive { .. }) => "adaptive",
         Err(other) => panic!("unexpected block {other:?}"),
     }
+}
+
+/// What one call with `value` as its hot parameter met.
+fn outcome(engine: &Sentinel, value: &str) -> &'static str {
+    met(&engine.resource("api").entry().args(&[&value]).enter())
 }
 
 #[test]
@@ -345,14 +351,7 @@ fn thread_grade_hot_parameter_rules_on_the_fast_path_decide_as_the_general_path_
         }
         let api = engine.resource("api");
         let mut seen = Vec::new();
-        let mut note = |r: &Result<sentinel_runtime::Entry, BlockError>| {
-            seen.push(match r {
-                Ok(_) => "pass",
-                Err(BlockError::ParamFlow { .. }) => "param",
-                Err(BlockError::Flow { .. }) => "flow",
-                Err(other) => panic!("unexpected block {other:?}"),
-            })
-        };
+        let mut note = |r: &Result<sentinel_runtime::Entry, BlockError>| seen.push(met(r));
         let a = api.entry().args(&[&"a"]).enter();
         note(&a);
         let a2 = api.entry().args(&[&"a"]).enter(); // "a" has its one call in flight
@@ -411,13 +410,7 @@ fn an_adaptive_limit_alone_decides_on_the_fast_path_as_on_the_general_path() {
         }
         let db = engine.resource("db");
         let mut seen = Vec::new();
-        let mut note = |r: &Result<sentinel_runtime::Entry, BlockError>| {
-            seen.push(match r {
-                Ok(_) => "pass",
-                Err(BlockError::Adaptive { .. }) => "adaptive",
-                Err(other) => panic!("unexpected block {other:?}"),
-            })
-        };
+        let mut note = |r: &Result<sentinel_runtime::Entry, BlockError>| seen.push(met(r));
         let a = db.entry().origin("mobile").enter();
         note(&a);
         let b = db.entry().origin("web").enter();
