@@ -656,3 +656,45 @@ async fn an_authority_rule_holds_for_a_route_first_used_after_the_engine_cap_is_
     })
     .await;
 }
+
+#[tokio::test]
+async fn each_method_of_a_route_and_each_route_of_a_nested_router_counts_on_its_own_resource() {
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        // One route for five methods, and the same routes under a nested router, whose route text axum builds
+        // for each request (its state given, so that each of its routes keeps one service).
+        let items = Router::new()
+            .route("/items/{id}", get(hello).post(hello).put(hello).delete(hello).patch(hello))
+            .route("/tags/{tag}", get(hello))
+            .route_layer(SentinelLayer::new(&engine));
+        let nested = items.clone().with_state(());
+        let addr = serve(Router::new().nest_service("/api", nested).merge(items)).await;
+        let sends = [("GET", 3), ("POST", 1), ("PUT", 4), ("DELETE", 2), ("PATCH", 5)];
+        for round in 0..2 {
+            for (method, n) in sends {
+                for _ in 0..n {
+                    for prefix in ["", "/api"] {
+                        let url = format!("http://{addr}{prefix}/items/{round}");
+                        assert_eq!(send(method, &url).await, StatusCode::OK, "{method} {url}");
+                    }
+                }
+            }
+            assert_eq!(send("GET", &format!("http://{addr}/tags/{round}")).await, StatusCode::OK);
+        }
+        let mut names = engine.resource_names();
+        names.sort();
+        let mut want: Vec<String> = sends.iter().map(|(m, _)| format!("{m}:/items/{{id}}")).collect();
+        want.extend(sends.iter().map(|(m, _)| format!("{m}:/api/items/{{id}}")));
+        want.push("GET:/tags/{tag}".into());
+        want.sort();
+        assert_eq!(names, want);
+        for (method, n) in sends {
+            for prefix in ["", "/api"] {
+                let name = format!("{method}:{prefix}/items/{{id}}");
+                assert_eq!(stats(&engine, &name).pass_qps, 2.0 * n as f64, "{name}");
+            }
+        }
+        assert_eq!(stats(&engine, "GET:/tags/{tag}").pass_qps, 2.0);
+    })
+    .await;
+}

@@ -45,22 +45,45 @@ pub const OVERFLOW_RESOURCE: &str = "sentinel_web_overflow";
 /// names `METHOD:/route` exactly. Checked by system rules and by rules on this name.
 pub const OTHER_METHODS_RESOURCE: &str = "sentinel_web_other_methods";
 
-/// The method as it prefixes a resource name: `HEAD` as `GET`; `None` for the methods that share
-/// [`OTHER_METHODS_RESOURCE`].
-#[inline]
-fn method_prefix(m: &Method) -> Option<&'static str> {
-    if m == Method::GET || m == Method::HEAD {
-        Some("GET")
-    } else if m == Method::POST {
-        Some("POST")
-    } else if m == Method::PUT {
-        Some("PUT")
-    } else if m == Method::DELETE {
-        Some("DELETE")
-    } else if m == Method::PATCH {
-        Some("PATCH")
-    } else {
-        None
+/// A method that prefixes a resource name of its own (`HEAD` is named `GET`): compared as one byte where a
+/// service's memo looks a route up.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Verb {
+    Get,
+    Post,
+    Put,
+    Delete,
+    Patch,
+}
+
+impl Verb {
+    /// The method as it prefixes a resource name: `HEAD` as `GET`; `None` for the methods that share
+    /// [`OTHER_METHODS_RESOURCE`].
+    #[inline]
+    fn of(m: &Method) -> Option<Verb> {
+        if m == Method::GET || m == Method::HEAD {
+            Some(Verb::Get)
+        } else if m == Method::POST {
+            Some(Verb::Post)
+        } else if m == Method::PUT {
+            Some(Verb::Put)
+        } else if m == Method::DELETE {
+            Some(Verb::Delete)
+        } else if m == Method::PATCH {
+            Some(Verb::Patch)
+        } else {
+            None
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "GET",
+            Verb::Post => "POST",
+            Verb::Put => "PUT",
+            Verb::Delete => "DELETE",
+            Verb::Patch => "PATCH",
+        }
     }
 }
 
@@ -147,24 +170,18 @@ fn fixed_resource(engine: &Sentinel, name: &str) -> Resource {
 
 /// A cached route: the method prefix (when the name has one) and the rest of the name.
 struct RouteKey {
-    method: Option<&'static str>,
+    method: Option<Verb>,
     name: Box<str>,
 }
 
 /// The borrowed form of [`RouteKey`], hashed the same way.
 struct RouteRef<'a> {
-    method: Option<&'static str>,
+    method: Option<Verb>,
     name: &'a str,
 }
 
-fn hash_route<H: Hasher>(method: Option<&str>, name: &str, h: &mut H) {
-    match method {
-        Some(m) => {
-            h.write_u8(1);
-            m.hash(h);
-        }
-        None => h.write_u8(0),
-    }
+fn hash_route<H: Hasher>(method: Option<Verb>, name: &str, h: &mut H) {
+    h.write_u8(method.map_or(0, |m| m as u8 + 1));
     name.hash(h);
 }
 
@@ -193,7 +210,7 @@ impl papaya::Equivalent<RouteKey> for RouteRef<'_> {
 impl RouteRef<'_> {
     fn resource_name(&self) -> String {
         match self.method {
-            Some(m) => format!("{m}:{}", self.name),
+            Some(m) => format!("{}:{}", m.as_str(), self.name),
             None => self.name.to_string(),
         }
     }
@@ -236,35 +253,86 @@ impl Default for Naming {
 /// Slots of a [`RouteMemo`].
 const MEMO_SLOTS: usize = 4;
 
+/// The route template a router gives every request of one route: axum's `MatchedPath`, one `Arc<str>` per
+/// route, shared by its requests. A memo slot holds a clone, so the address of a request's route text
+/// identifies the route.
+#[cfg(feature = "axum")]
+type RouteText = axum::extract::MatchedPath;
+/// No router hands out route templates without feature `axum`.
+#[cfg(not(feature = "axum"))]
+#[derive(Clone)]
+enum RouteText {}
+
+#[inline]
+fn route_text(t: &RouteText) -> &str {
+    #[cfg(feature = "axum")]
+    return t.as_str();
+    #[cfg(not(feature = "axum"))]
+    match *t {}
+}
+
+/// The router's text of `req`'s route (feature `axum`).
+#[inline]
+fn matched_route<'a>(req: &RequestView<'a>) -> Option<&'a RouteText> {
+    #[cfg(feature = "axum")]
+    return req.matched_route();
+    #[cfg(not(feature = "axum"))]
+    {
+        let _ = req;
+        None
+    }
+}
+
 /// The last few routes one service saw, with their resources: with `route_layer`, axum wraps each route in a
-/// service of its own, which then sees one route template (one per method), found here by comparing the
-/// method and the template, without hashing or the shared map. Only names the cache holds are remembered
-/// (they never change); a service that sees more routes than slots uses the cache for the others.
+/// service of its own, which then sees one route template (one per method). Found here by the method and the
+/// address of the route's text, without hashing, the shared map or a comparison of the text (which serves
+/// only a route text the router built for this request, as for a nested router). Only names the cache holds
+/// are remembered (they never change); a service that sees more routes than slots uses the cache for the
+/// others.
 #[derive(Default)]
 pub(crate) struct RouteMemo {
     slots: [OnceLock<Remembered>; MEMO_SLOTS],
 }
 
-/// A remembered route: the method prefix, the rest of the name, the resource.
-type Remembered = (Option<&'static str>, Box<str>, Resource);
+/// A remembered route.
+struct Remembered {
+    method: Option<Verb>,
+    /// The rest of the name.
+    name: Box<str>,
+    resource: Resource,
+    /// The address of `_held`'s text (0 without it). While `_held` lives no other text has this address, and a
+    /// `str` never changes, so a request's route text at this address with this length is `name`.
+    text_at: usize,
+    _held: Option<RouteText>,
+}
 
 impl RouteMemo {
     #[inline]
     fn get(&self, key: &RouteRef<'_>) -> Option<&Resource> {
+        let at = key.name.as_ptr() as usize;
         for slot in &self.slots {
-            match slot.get() {
-                Some((m, n, r)) if *m == key.method && **n == *key.name => return Some(r),
-                Some(_) => continue,
-                None => return None,
+            let r = slot.get()?;
+            if r.method == key.method && r.name.len() == key.name.len() && (r.text_at == at || *r.name == *key.name) {
+                return Some(&r.resource);
             }
         }
         None
     }
+    /// Remembers `key`'s resource, with the router's text of the route when `key.name` is that text.
     #[cold]
-    fn remember(&self, key: &RouteRef<'_>, resource: &Resource) {
+    fn remember(&self, key: &RouteRef<'_>, resource: &Resource, text: Option<&RouteText>) {
+        let held = text.filter(|t| std::ptr::eq(route_text(t), key.name)).cloned();
+        let text_at = held.as_ref().map_or(0, |t| route_text(t).as_ptr() as usize);
         for slot in &self.slots {
             if slot.get().is_none() {
-                let _ = slot.set((key.method, key.name.into(), resource.clone()));
+                let remembered = Remembered {
+                    method: key.method,
+                    name: key.name.into(),
+                    resource: resource.clone(),
+                    text_at,
+                    _held: held,
+                };
+                let _ = slot.set(remembered);
                 return;
             }
         }
@@ -308,21 +376,22 @@ impl ResourceCache {
         memo: Option<&RouteMemo>,
         f: impl FnOnce(&Resource) -> R,
     ) -> Option<R> {
-        let (name, method, source) = match &naming.namer {
-            Some(f) => (f(req)?, None, Source::Request),
-            None if grpc => (Cow::Borrowed(req.path()), None, Source::Request),
+        // `text`: the router's text of the route, when the name is that text.
+        let (name, method, source, text) = match &naming.namer {
+            Some(f) => (f(req)?, None, Source::Request, None),
+            None if grpc => (Cow::Borrowed(req.path()), None, Source::Request, None),
             None => {
                 let method = naming.method_prefix.then(|| req.method());
-                match req.matched_path() {
-                    Some(route) => (Cow::Borrowed(route), method, Source::Route),
-                    None => ((naming.cleaner)(req.path())?, method, Source::Request),
+                match matched_route(req) {
+                    Some(route) => (Cow::Borrowed(route_text(route)), method, Source::Route, Some(route)),
+                    None => ((naming.cleaner)(req.path())?, method, Source::Request, None),
                 }
             }
         };
         let method = match method {
             None => None,
-            Some(m) => match method_prefix(m) {
-                Some(prefix) => Some(prefix),
+            Some(m) => match Verb::of(m) {
+                Some(verb) => Some(verb),
                 None => return Some(self.with_other_method(engine, m, &name, f)),
             },
         };
@@ -336,7 +405,7 @@ impl ResourceCache {
                 match map.get(&key) {
                     Some(r) => {
                         if let Some(m) = memo {
-                            m.remember(&key, r);
+                            m.remember(&key, r, text);
                         }
                         r
                     }
@@ -444,9 +513,17 @@ mod tests {
         for p in ["/a", "/b", "/c", "/d", "/e", "/f", "/a", "/f"] {
             assert_eq!(name(p).as_deref(), Some(format!("GET:{p}").as_str()));
         }
-        let held: Vec<_> = memo.slots.iter().filter_map(|s| s.get()).map(|(_, n, _)| n.to_string()).collect();
+        let held: Vec<_> = memo.slots.iter().filter_map(|s| s.get()).map(|r| r.name.to_string()).collect();
         // The first routes seen are remembered (a miss in the cache inserts; the next sight remembers).
         assert_eq!(held, ["/a", "/f"]);
+        // The method tells routes with the same text apart.
+        for (method, path) in [("POST", "/a"), ("POST", "/a"), ("GET", "/a"), ("POST", "/a")] {
+            let req = Request::builder().method(method).uri(path).body(()).unwrap();
+            let named = cache
+                .with_resource(&naming, &engine, &RequestView::new(&req), false, Some(&memo), |r| r.name().to_string());
+            assert_eq!(named.as_deref(), Some(format!("{method}:{path}").as_str()));
+        }
+        assert_eq!(memo.slots.iter().filter(|s| s.get().is_some()).count(), 3);
     }
 
     #[test]

@@ -77,10 +77,17 @@ impl<'a> RequestView<'a> {
     /// (feature `axum`).
     pub fn matched_path(&self) -> Option<&'a str> {
         #[cfg(feature = "axum")]
-        if let Some(m) = self.extensions.get::<axum::extract::MatchedPath>() {
+        if let Some(m) = self.matched_route() {
             return Some(m.as_str());
         }
         None
+    }
+    /// axum's `MatchedPath`: the router's text of the route (one `Arc<str>` per route, which its requests
+    /// share unless the router built the text for the request, as for a nested router).
+    #[cfg(feature = "axum")]
+    #[inline]
+    pub(crate) fn matched_route(&self) -> Option<&'a axum::extract::MatchedPath> {
+        self.extensions.get::<axum::extract::MatchedPath>()
     }
     /// The address of the connection's peer: a [`PeerAddr`] extension, axum's `ConnectInfo<SocketAddr>`
     /// (feature `axum`) or tonic's `TcpConnectInfo` (feature `tonic`), in that order.

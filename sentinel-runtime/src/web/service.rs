@@ -133,14 +133,23 @@ fn enter(
     let config = &layer.config;
     let memo = Some(&state.memo);
     if layer.plain {
-        // No per-request option: the resource's owned inbound entry, as below without the options.
-        return layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
-            let decided = resource.entry_owned().entry_type(EntryType::In).decide_or_queue();
-            match decided {
-                Err(queue) => Err(queued(resource, queue.start())),
-                Ok(entry) => entry.map_err(Refused::Blocked),
-            }
-        });
+        // No per-request option: the resource's owned inbound entry, as below without the options (inlined, so
+        // the entry is written where the caller keeps it rather than copied out of a call).
+        return layer.cache.with_resource(
+            &config.naming,
+            &config.engine,
+            view,
+            grpc,
+            memo,
+            #[inline(always)]
+            |resource| {
+                let decided = resource.entry_owned().entry_type(EntryType::In).decide_or_queue();
+                match decided {
+                    Err(queue) => Err(queued(resource, queue.start())),
+                    Ok(entry) => entry.map_err(Refused::Blocked),
+                }
+            },
+        );
     }
     layer.cache.with_resource(&config.naming, &config.engine, view, grpc, memo, |resource| {
         let origin = config.origin.as_ref().and_then(|f| f(view));
