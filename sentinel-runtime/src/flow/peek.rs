@@ -23,12 +23,12 @@ impl ResourceFlowRules {
     /// from it: exact at that instant. Other rules (per origin, relate or chain, queueing, warm-up, cluster)
     /// are left out.
     /// `node` is the resource's own (cluster) node.
-    pub(crate) fn peek(&self, node: &StatNode, now_ms: u64, out: &mut Vec<WindowPeek>) {
+    pub(crate) fn peek(&self, node: &StatNode, now_ms: u64, out: &mut impl FnMut(WindowPeek)) {
         let mut passed = None;
         for st in self.rules.iter().filter(|s| s.is_simple()) {
             let passed = *passed.get_or_insert_with(|| node.admission().total(now_ms, &|s| node.borrowed_at(s)));
             let quota = st.rule.count.max(0.0).floor() as u64;
-            out.push(WindowPeek {
+            out(WindowPeek {
                 quota,
                 remaining: quota.saturating_sub(passed),
                 refill_in_ms: BUCKET_MS - now_ms % BUCKET_MS,

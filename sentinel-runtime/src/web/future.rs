@@ -88,8 +88,8 @@ fn finish<B, E, M: BodyMode<B>>(
             return Err(e);
         }
     };
-    if let Some(headers) = g.entry.take_headers() {
-        response.headers_mut().extend(headers);
+    if let Some(fields) = g.entry.take_headers() {
+        fields.write_into(response.headers_mut());
     }
     let hold = if g.grpc {
         match GrpcCode::from_headers(response.headers()) {

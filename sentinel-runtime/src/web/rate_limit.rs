@@ -60,48 +60,100 @@ impl RateLimitHeaders {
 
 /// A structured-field String holds printable ASCII only: other characters of a resource name become `_`.
 fn policy_name(resource: &str, param_idx: Option<i32>) -> String {
-    let clean: String = resource.chars().map(|c| if (' '..='~').contains(&c) { c } else { '_' }).collect();
-    match param_idx {
-        None => clean,
-        Some(i) => format!("{clean}#{i}"),
+    let mut name = String::new();
+    write_policy_name(&mut name, resource, param_idx);
+    name
+}
+
+/// Writes [`policy_name`] into `out`.
+fn write_policy_name(out: &mut String, resource: &str, param_idx: Option<i32>) {
+    if printable(resource) {
+        out.push_str(resource);
+    } else {
+        out.extend(resource.chars().map(|c| if (' '..='~').contains(&c) { c } else { '_' }));
     }
+    if let Some(i) = param_idx {
+        out.push('#');
+        out.push_str(itoa::Buffer::new().format(i));
+    }
+}
+
+/// Whether a structured-field String can hold `s` as it is.
+fn printable(s: &str) -> bool {
+    s.bytes().all(|b| (b' '..=b'~').contains(&b))
 }
 
 fn policy(name: String, quota: u64, window_secs: u64) -> Option<RateLimitPolicy> {
     RateLimitPolicy::new(name, quota).ok()?.window_secs(window_secs.max(1)).ok()
 }
 
+/// The RateLimit header fields of a request that passed, serialized as its resources' checks pass: the two
+/// lists grow in place (no policy value, no header map per request) and go into the response's headers
+/// once ([`write_into`](Self::write_into)).
+#[derive(Debug, Default)]
+pub(crate) struct PassedFields {
+    lists: fields::Lists,
+    /// The policy with the least remaining, the first such (the legacy fields): its quota and status.
+    least: Option<(u64, RateLimitStatus)>,
+    legacy: bool,
+    /// A policy name built for the request (a hot parameter's, or a resource name with characters a field
+    /// cannot hold).
+    scratch: String,
+}
+
+impl PassedFields {
+    /// Appends a policy of `resource` (of its hot parameter `param_idx`, if any).
+    fn push(&mut self, resource: &str, param_idx: Option<i32>, quota: u64, window_secs: u64, status: RateLimitStatus) {
+        let name = if param_idx.is_none() && printable(resource) {
+            resource
+        } else {
+            self.scratch.clear();
+            write_policy_name(&mut self.scratch, resource, param_idx);
+            &self.scratch
+        };
+        // Printable ASCII by construction.
+        let Ok(name) = sfv::StringRef::from_str(name) else { return };
+        let shape = fields::Shape { quota, unit: fields::QuotaUnit::Requests, window_secs: Some(window_secs.max(1)) };
+        self.lists.push(name, shape, status, None);
+        if self.least.is_none_or(|(_, least)| status.remaining < least.remaining) {
+            self.least = Some((quota, status));
+        }
+    }
+
+    /// The fields, or `None` when no rule gave a policy.
+    pub(crate) fn finish(self) -> Option<PassedFields> {
+        (!self.lists.is_empty()).then_some(self)
+    }
+
+    /// Inserts the fields into a response's `headers` (replacing fields of the same names).
+    pub(crate) fn write_into(self, headers: &mut HeaderMap) {
+        let least = self.least;
+        let Some(f) = self.lists.finish() else { return };
+        headers.insert(RATELIMIT_POLICY, f.policy);
+        headers.insert(RATELIMIT, f.rate_limit);
+        if let (true, Some((quota, status))) = (self.legacy, least) {
+            insert_legacy(headers, fields::legacy_of(quota, status));
+        }
+    }
+}
+
 /// The policies of `resource` for a call that passed with `args`: its QPS flow rules (named after the
 /// resource) and its hot-parameter token buckets (named `resource#param_idx`), read at `now_ms`.
-pub(crate) fn passed(
-    resource: &Resource,
-    args: &[&dyn HotParam],
-    now_ms: u64,
-    out: &mut Vec<(RateLimitPolicy, RateLimitStatus)>,
-) {
+pub(crate) fn passed(resource: &Resource, args: &[&dyn HotParam], now_ms: u64, out: &mut PassedFields) {
     let inner = &*resource.inner;
     let (flow, param) = inner.with_rules(|r| (r.flow.clone(), r.param.clone()));
     if let Some(flow) = flow {
-        let mut peeks = Vec::new();
-        flow.peek(&inner.cluster.stat, now_ms, &mut peeks);
-        for p in peeks {
-            if let Some(pol) = policy(policy_name(resource.name(), None), p.quota, 1) {
-                let status =
-                    RateLimitStatus { remaining: p.remaining, reset: Some(Duration::from_millis(p.refill_in_ms)) };
-                out.push((pol, status));
-            }
-        }
+        flow.peek(&inner.cluster.stat, now_ms, &mut |p| {
+            let status = RateLimitStatus { remaining: p.remaining, reset: Some(Duration::from_millis(p.refill_in_ms)) };
+            out.push(resource.name(), None, p.quota, 1, status);
+        });
     }
     if let Some(param) = param {
-        let mut peeks = Vec::new();
-        param.peek(args, now_ms, &mut peeks);
-        for p in peeks {
-            let name = policy_name(resource.name(), Some(p.rule.param_idx));
-            if let Some(pol) = policy(name, p.bucket.quota, p.window_secs) {
-                let reset = Some(Duration::from_millis(p.bucket.refill_in_ms));
-                out.push((pol, RateLimitStatus { remaining: p.bucket.remaining, reset }));
-            }
-        }
+        param.peek(args, now_ms, &mut |p| {
+            let reset = Some(Duration::from_millis(p.bucket.refill_in_ms));
+            let status = RateLimitStatus { remaining: p.bucket.remaining, reset };
+            out.push(resource.name(), Some(p.rule.param_idx), p.bucket.quota, p.window_secs, status);
+        });
     }
 }
 
@@ -130,12 +182,16 @@ pub(crate) fn write(headers: &mut HeaderMap, policies: &[(RateLimitPolicy, RateL
     }
     if legacy {
         if let Some(l) = fields::legacy(&refs) {
-            headers.insert(X_RATELIMIT_LIMIT, l.limit);
-            headers.insert(X_RATELIMIT_REMAINING, l.remaining);
-            if let Some(reset) = l.reset {
-                headers.insert(X_RATELIMIT_RESET, reset);
-            }
+            insert_legacy(headers, l);
         }
+    }
+}
+
+fn insert_legacy(headers: &mut HeaderMap, l: fields::LegacyFields) {
+    headers.insert(X_RATELIMIT_LIMIT, l.limit);
+    headers.insert(X_RATELIMIT_REMAINING, l.remaining);
+    if let Some(reset) = l.reset {
+        headers.insert(X_RATELIMIT_RESET, reset);
     }
 }
 
@@ -147,13 +203,40 @@ impl RateLimitHeaders {
         }
     }
 
-    /// The header map for the policies of a call that passed; `None` when no rule gave one.
-    pub(crate) fn map(&self, policies: &[(RateLimitPolicy, RateLimitStatus)]) -> Option<HeaderMap> {
-        if policies.is_empty() {
-            return None;
+    /// The fields of a call that passed, empty: [`passed`] fills them.
+    pub(crate) fn passed_fields(&self) -> PassedFields {
+        PassedFields { legacy: self.legacy, ..PassedFields::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passed_fields_write_what_the_policies_of_the_same_calls_write() {
+        // A resource name with characters a field cannot hold, a hot parameter's policy, a zero window, and a
+        // tie for the least remaining (the first policy's quota is the legacy limit).
+        let calls =
+            [("GET:/a", None, 10, 1, 4, 300), ("caf\u{e9} \"x\"", Some(2), 5, 60, 4, 1500), ("b", None, 3, 0, 9, 1)];
+        for legacy in [true, false] {
+            let mut fields = RateLimitHeaders::new().legacy(legacy).passed_fields();
+            let mut policies = Vec::new();
+            for (name, idx, quota, window, remaining, reset_ms) in calls {
+                let status = RateLimitStatus { remaining, reset: Some(Duration::from_millis(reset_ms)) };
+                fields.push(name, idx, quota, window, status);
+                policies.push((policy(policy_name(name, idx), quota, window).unwrap(), status));
+            }
+            let mut got = HeaderMap::new();
+            got.insert(RATELIMIT, http::HeaderValue::from_static("replaced"));
+            fields.finish().unwrap().write_into(&mut got);
+            let mut want = HeaderMap::new();
+            write(&mut want, &policies, legacy);
+            assert_eq!(got, want);
+            assert_eq!(got[RATELIMIT_POLICY], r##""GET:/a";q=10;w=1, "caf_ \"x\"#2";q=5;w=60, "b";q=3;w=1"##);
+            assert_eq!(got[RATELIMIT], r##""GET:/a";r=4;t=1, "caf_ \"x\"#2";r=4;t=2, "b";r=9;t=1"##);
+            assert_eq!(got.get(X_RATELIMIT_LIMIT).map(|v| v.to_str().unwrap()), legacy.then_some("10"));
         }
-        let mut map = HeaderMap::new();
-        write(&mut map, policies, self.legacy);
-        Some(map)
+        assert!(RateLimitHeaders::new().passed_fields().finish().is_none(), "no policy: no fields");
     }
 }

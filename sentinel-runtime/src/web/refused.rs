@@ -58,9 +58,9 @@ impl Queued {
             let layer = shared;
             let mut entry = RequestEntry::with(self.waiting.await?, Default::default());
             if let Some(h) = layer.config.rate_limit.filter(|h| h.applies(grpc)) {
-                let mut policies = Vec::new();
-                rate_limit::passed(&self.resource, &[], layer.config.engine.shared.now_ms(), &mut policies);
-                entry.set_headers(h.map(&policies));
+                let mut fields = h.passed_fields();
+                rate_limit::passed(&self.resource, &[], layer.config.engine.shared.now_ms(), &mut fields);
+                entry.set_headers(fields.finish());
             }
             Ok(entry)
         });

@@ -7,6 +7,7 @@
 //! the innermost entry of the thread's context, put back afterwards. This is the one place the layer
 //! depends on how entries and contexts meet.
 
+use super::rate_limit::PassedFields;
 use crate::Entry;
 #[cfg(doc)]
 use crate::EntryBuilder;
@@ -27,7 +28,7 @@ pub(crate) struct Extra {
     /// The entries of the API groups the request belongs to (gateway mode).
     apis: Vec<Entry<'static>>,
     /// The RateLimit header fields for the response, when the layer writes them.
-    headers: Option<http::HeaderMap>,
+    headers: Option<PassedFields>,
 }
 
 impl RequestEntry {
@@ -54,13 +55,13 @@ impl RequestEntry {
     }
 
     /// Sets the header fields the response gets.
-    pub(crate) fn set_headers(&mut self, headers: Option<http::HeaderMap>) {
+    pub(crate) fn set_headers(&mut self, headers: Option<PassedFields>) {
         Extras::put_headers(&mut self.extra, headers);
     }
 
     /// The header fields the response gets (once).
     #[inline]
-    pub(crate) fn take_headers(&mut self) -> Option<http::HeaderMap> {
+    pub(crate) fn take_headers(&mut self) -> Option<PassedFields> {
         self.extra.as_mut().and_then(|x| x.headers.take())
     }
 
@@ -115,11 +116,11 @@ impl Extras {
     }
 
     /// The header fields the response gets.
-    pub(crate) fn set_headers(&mut self, headers: Option<http::HeaderMap>) {
+    pub(crate) fn set_headers(&mut self, headers: Option<PassedFields>) {
         Self::put_headers(&mut self.0, headers);
     }
 
-    fn put_headers(extra: &mut Option<Box<Extra>>, headers: Option<http::HeaderMap>) {
+    fn put_headers(extra: &mut Option<Box<Extra>>, headers: Option<PassedFields>) {
         match (extra, headers) {
             (Some(extra), headers) => extra.headers = headers,
             (extra @ None, Some(headers)) => {

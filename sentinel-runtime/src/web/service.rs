@@ -155,10 +155,10 @@ fn enter(
         let origin = config.origin.as_ref().and_then(|f| f(view));
         let prioritized = config.prioritized.as_ref().is_some_and(|f| f(view));
         let headers = config.rate_limit.filter(|h| h.applies(grpc));
-        let policies = RefCell::new(Vec::new());
+        let fields = RefCell::new(headers.map(|h| h.passed_fields()));
         let passed = |resource: &Resource, args: &[&dyn HotParam]| {
-            if headers.is_some() {
-                rate_limit::passed(resource, args, config.engine.shared.now_ms(), &mut policies.borrow_mut());
+            if let Some(fields) = &mut *fields.borrow_mut() {
+                rate_limit::passed(resource, args, config.engine.shared.now_ms(), fields);
             }
         };
         let enter_one = |resource: &Resource, args: &[&dyn HotParam]| {
@@ -192,8 +192,8 @@ fn enter(
                 })
                 .map_err(Refused::Blocked),
         };
-        if let (Ok(_), Some(h)) = (&entered, headers) {
-            extras.set_headers(h.map(&policies.into_inner()));
+        if let (Ok(_), Some(fields)) = (&entered, fields.into_inner()) {
+            extras.set_headers(fields.finish());
         }
         entered
     })

@@ -20,7 +20,7 @@
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use sfv::{Integer, KeyRef, ListSerializer, RefBareItem, StringRef};
+use sfv::{Integer, ItemSerializer, KeyRef, RefBareItem, StringRef};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -167,6 +167,15 @@ fn integer(v: u64) -> RefBareItem<'static> {
     RefBareItem::Integer(Integer::try_from(v.min(MAX_FIELD_INTEGER)).unwrap_or(Integer::MAX))
 }
 
+/// Appends the parameter `;k=v` as RFC 9651 serializes an Integer parameter (what sfv writes for
+/// `parameter(key(k), integer(v))`, without its formatter), `k` one of the draft's keys.
+fn integer_param(out: &mut String, k: &'static str, v: u64) {
+    out.push(';');
+    out.push_str(k);
+    out.push('=');
+    out.push_str(itoa::Buffer::new().format(v.min(MAX_FIELD_INTEGER)));
+}
+
 fn key(k: &'static str) -> &'static KeyRef {
     // The keys are the draft's (`q`, `w`, `qu`, `pk`, `r`, `t`): valid by construction.
     KeyRef::constant(k)
@@ -179,43 +188,109 @@ fn value(text: String) -> HeaderValue {
 
 /// `RateLimit-Policy` and `RateLimit` for `policies` (one item each, in order); `None` when there is none.
 pub fn format(policies: &[(&RateLimitPolicy, RateLimitStatus)]) -> Option<RateLimitFields> {
-    let mut policy_list = ListSerializer::new();
-    let mut limit_list = ListSerializer::new();
+    let mut lists = Lists::default();
     for (policy, status) in policies {
         // The name was checked when the policy was made.
         let Ok(name) = StringRef::from_str(&policy.name) else { continue };
-        let mut p = policy_list.bare_item(name).parameter(key("q"), integer(policy.quota));
-        if policy.quota_unit != QuotaUnit::Requests {
-            p = p.parameter(key("qu"), StringRef::constant(policy.quota_unit.as_str()));
+        let shape = Shape { quota: policy.quota, unit: policy.quota_unit, window_secs: policy.window_secs };
+        lists.push(name, shape, *status, policy.partition_key.as_deref());
+    }
+    lists.finish()
+}
+
+/// What a policy's item says besides its name and partition key.
+#[derive(Clone, Copy)]
+pub(crate) struct Shape {
+    pub(crate) quota: u64,
+    pub(crate) unit: QuotaUnit,
+    pub(crate) window_secs: Option<u64>,
+}
+
+/// The two fields' lists, serialized as policies come (one item each, in order).
+#[derive(Debug, Default)]
+pub(crate) struct Lists {
+    policy: String,
+    limit: String,
+}
+
+impl Lists {
+    /// Appends one policy's items.
+    pub(crate) fn push(&mut self, name: &StringRef, shape: Shape, status: RateLimitStatus, pk: Option<&[u8]>) {
+        // Room for the item as most are (the name, three short integers, a window), so that each list is
+        // one allocation rather than one per doubling.
+        let room = name.as_str().len() + 40;
+        self.policy.reserve(room);
+        self.limit.reserve(room);
+        if !self.policy.is_empty() {
+            // RFC 9651's list separator (the item serializer writes members one at a time).
+            self.policy.push_str(", ");
+            self.limit.push_str(", ");
         }
-        if let Some(w) = policy.window_secs {
+        if shape.unit == QuotaUnit::Requests && pk.is_none() {
+            // Integer parameters only (every policy of a passed request): written without sfv's formatter.
+            let p = ItemSerializer::with_buffer(&mut self.policy).bare_item(name).finish();
+            integer_param(p, "q", shape.quota);
+            if let Some(w) = shape.window_secs {
+                integer_param(p, "w", w);
+            }
+            let l = ItemSerializer::with_buffer(&mut self.limit).bare_item(name).finish();
+            integer_param(l, "r", status.remaining);
+            if let Some(t) = status.reset {
+                integer_param(l, "t", delay_seconds(t));
+            }
+            return;
+        }
+        let mut p =
+            ItemSerializer::with_buffer(&mut self.policy).bare_item(name).parameter(key("q"), integer(shape.quota));
+        if shape.unit != QuotaUnit::Requests {
+            p = p.parameter(key("qu"), StringRef::constant(shape.unit.as_str()));
+        }
+        if let Some(w) = shape.window_secs {
             p = p.parameter(key("w"), integer(w));
         }
-        if let Some(pk) = &policy.partition_key {
+        if let Some(pk) = pk {
             p = p.parameter(key("pk"), RefBareItem::ByteSequence(pk));
         }
         let _ = p.finish();
-        let mut l = limit_list.bare_item(name).parameter(key("r"), integer(status.remaining));
+        let mut l =
+            ItemSerializer::with_buffer(&mut self.limit).bare_item(name).parameter(key("r"), integer(status.remaining));
         if let Some(t) = status.reset {
             l = l.parameter(key("t"), integer(delay_seconds(t)));
         }
-        if let Some(pk) = &policy.partition_key {
+        if let Some(pk) = pk {
             l = l.parameter(key("pk"), RefBareItem::ByteSequence(pk));
         }
         let _ = l.finish();
     }
-    Some(RateLimitFields { policy: value(policy_list.finish()?), rate_limit: value(limit_list.finish()?) })
+
+    /// Whether no policy was pushed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.policy.is_empty()
+    }
+
+    /// The two values; `None` when no policy was pushed (an empty list is not written).
+    pub(crate) fn finish(self) -> Option<RateLimitFields> {
+        if self.is_empty() {
+            return None;
+        }
+        Some(RateLimitFields { policy: value(self.policy), rate_limit: value(self.limit) })
+    }
 }
 
 /// The older `x-ratelimit-*` values for the policy with the least remaining (the first such); `None` when
 /// there is no policy.
 pub fn legacy(policies: &[(&RateLimitPolicy, RateLimitStatus)]) -> Option<LegacyFields> {
     let (policy, status) = policies.iter().min_by_key(|(_, s)| s.remaining)?;
-    Some(LegacyFields {
-        limit: HeaderValue::from(policy.quota),
+    Some(legacy_of(policy.quota, *status))
+}
+
+/// The older values for one policy's quota and status.
+pub(crate) fn legacy_of(quota: u64, status: RateLimitStatus) -> LegacyFields {
+    LegacyFields {
+        limit: HeaderValue::from(quota),
         remaining: HeaderValue::from(status.remaining),
         reset: status.reset.map(|t| HeaderValue::from(delay_seconds(t))),
-    })
+    }
 }
 
 #[cfg(test)]
@@ -285,6 +360,22 @@ mod tests {
         assert_eq!(f.policy, r#""h";q=999999999999999;w=999999999999999"#);
         assert_eq!(f.rate_limit, r#""h";r=999999999999999;t=0"#);
         assert_eq!(format(&[]), None, "an empty list is not written");
+    }
+
+    #[test]
+    fn integer_parameters_are_written_as_sfv_writes_them() {
+        let mut values = vec![0, 1, 9, 10, 99, 100, 12_345, u32::MAX as u64, MAX_FIELD_INTEGER - 1];
+        values.extend([MAX_FIELD_INTEGER, MAX_FIELD_INTEGER + 1, u64::MAX]);
+        values.extend((0..64).map(|b| 1u64 << b));
+        for v in values {
+            for k in ["q", "w", "r", "t"] {
+                let mut ours = String::new();
+                integer_param(&mut ours, k, v);
+                let theirs =
+                    ItemSerializer::new().bare_item(StringRef::constant("n")).parameter(key(k), integer(v)).finish();
+                assert_eq!(format!("\"n\"{ours}"), theirs, "{k}={v}");
+            }
+        }
     }
 
     #[test]
