@@ -32,7 +32,7 @@
 //!   call another of 10^6 values in turn: every call a miss and an eviction), `param-thread` (a thread-grade
 //!   hot-parameter rule, one value, which a call holds until it exits), `adaptive` (an adaptive
 //!   concurrency rule with a limit of 1,000) and `thread` (a thread-grade flow rule with the same limit: the
-//!   cost the adaptive rule is held to), `authority` (an authority black list and a passing flow rule, called
+//!   cost the adaptive rule is held to), `flow-adaptive` (the adaptive rule beside a passing flow rule), `authority` (an authority black list and a passing flow rule, called
 //!   with an origin the list does not name), `rate-limiter` (a flow rule that spaces calls, never reached);
 //! - `part-macro-sync`, `part-macro-async`: a call of a `#[sentinel_resource]` function, sync and async (the
 //!   future polled once, with no executor), on the global engine with one passing flow rule.
@@ -222,6 +222,16 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
         )?,
         "part-entry-adaptive" => entries(
             |e| {
+                Ok(e.load_adaptive_rules([
+                    sentinel_runtime::adaptive::AdaptiveRule::new("part").limits(1_000, 1_000, 1_000)
+                ])?)
+            },
+            false,
+            n,
+        )?,
+        "part-entry-flow-adaptive" => entries(
+            |e| {
+                e.load_flow_rules([FlowRule::new("part").count(1e12)])?;
                 Ok(e.load_adaptive_rules([
                     sentinel_runtime::adaptive::AdaptiveRule::new("part").limits(1_000, 1_000, 1_000)
                 ])?)
