@@ -176,6 +176,19 @@ fn integer_param(out: &mut String, k: &'static str, v: u64) {
     out.push_str(itoa::Buffer::new().format(v.min(MAX_FIELD_INTEGER)));
 }
 
+/// Appends `name` as RFC 9651 serializes a String (what sfv writes for `bare_item(name)`): whole when it
+/// has nothing to escape, the usual case, where sfv pushes a character at a time.
+fn string_item(out: &mut String, name: &StringRef) {
+    let text = name.as_str();
+    if text.bytes().any(|b| b == b'"' || b == b'\\') {
+        let _ = ItemSerializer::with_buffer(out).bare_item(name).finish();
+        return;
+    }
+    out.push('"');
+    out.push_str(text);
+    out.push('"');
+}
+
 fn key(k: &'static str) -> &'static KeyRef {
     // The keys are the draft's (`q`, `w`, `qu`, `pk`, `r`, `t`): valid by construction.
     KeyRef::constant(k)
@@ -228,12 +241,14 @@ impl Lists {
         }
         if shape.unit == QuotaUnit::Requests && pk.is_none() {
             // Integer parameters only (every policy of a passed request): written without sfv's formatter.
-            let p = ItemSerializer::with_buffer(&mut self.policy).bare_item(name).finish();
+            let p = &mut self.policy;
+            string_item(p, name);
             integer_param(p, "q", shape.quota);
             if let Some(w) = shape.window_secs {
                 integer_param(p, "w", w);
             }
-            let l = ItemSerializer::with_buffer(&mut self.limit).bare_item(name).finish();
+            let l = &mut self.limit;
+            string_item(l, name);
             integer_param(l, "r", status.remaining);
             if let Some(t) = status.reset {
                 integer_param(l, "t", delay_seconds(t));
@@ -375,6 +390,18 @@ mod tests {
                     ItemSerializer::new().bare_item(StringRef::constant("n")).parameter(key(k), integer(v)).finish();
                 assert_eq!(format!("\"n\"{ours}"), theirs, "{k}={v}");
             }
+        }
+    }
+
+    #[test]
+    fn string_items_are_written_as_sfv_writes_them() {
+        let printable: String = (b' '..=b'~').map(char::from).collect();
+        let unescaped: String = printable.chars().filter(|c| !matches!(c, '"' | '\\')).collect();
+        for name in ["", "GET:/hello", "/product/{id}#0", r#"a "quoted" \ name"#, "\\", "\"", &printable, &unescaped] {
+            let name = StringRef::from_str(name).unwrap();
+            let mut ours = String::new();
+            string_item(&mut ours, name);
+            assert_eq!(ours, ItemSerializer::new().bare_item(name).finish(), "{name:?}");
         }
     }
 
