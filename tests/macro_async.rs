@@ -636,3 +636,71 @@ fn a_sync_fallback_after_a_suspended_body_is_called_under_the_entry_on_another_t
     assert_eq!(context, None);
     assert_eq!(children_of(engine, "async.gated_fails_sync_fallback"), [("async.inner_sync".to_string(), 1)]);
 }
+
+// ---- the size of the call's future -------------------------------------------------------------------------------
+
+async fn sized_plain(id: u64) -> Result<u64, AppError> {
+    futures::future::ready(()).await;
+    Ok(id)
+}
+
+#[sentinel_resource(name = "async.sized", block_handler = sized_blocked)]
+async fn sized(id: u64) -> Result<u64, AppError> {
+    futures::future::ready(()).await;
+    Ok(id)
+}
+
+fn sized_blocked(_id: u64, _b: BlockError) -> Result<u64, AppError> {
+    Ok(0)
+}
+
+async fn sized_large_plain(id: u64) -> Result<u64, AppError> {
+    let buf = [id as u8; 1000];
+    futures::future::ready(()).await;
+    Ok(id + u64::from(buf[id as usize % 1000]))
+}
+
+#[sentinel_resource(name = "async.sized_large", block_handler = sized_blocked)]
+async fn sized_large(id: u64) -> Result<u64, AppError> {
+    let buf = [id as u8; 1000];
+    futures::future::ready(()).await;
+    Ok(id + u64::from(buf[id as usize % 1000]))
+}
+
+async fn sized_fallback(id: u64, _e: AppError) -> Result<u64, AppError> {
+    futures::future::ready(()).await;
+    Ok(id)
+}
+
+#[sentinel_resource(name = "async.sized_fallback", block_handler = sized_blocked, fallback = sized_fallback)]
+async fn sized_with_fallback(id: u64) -> Result<u64, AppError> {
+    futures::future::ready(()).await;
+    Ok(id)
+}
+
+#[test]
+fn an_annotated_async_fns_future_holds_its_work_its_entry_and_the_context_it_may_carry_and_no_more() {
+    // Beyond what the plain fn's future holds: the entry, the context the call carries once its work
+    // suspends (56 bytes), the work's references and the state's tag. The rare paths (a refusal, a wait) keep
+    // no more room than a refusal: a wait's machinery is boxed, and the first decision is not kept.
+    let room = std::mem::size_of::<sentinel_runtime::Entry<'static>>() + 128;
+    let (plain, annotated) = (std::mem::size_of_val(&sized_plain(1)), std::mem::size_of_val(&sized(1)));
+    assert!(annotated <= plain + room, "{annotated} bytes against {plain} for the plain fn");
+    let (plain, annotated) = (std::mem::size_of_val(&sized_large_plain(1)), std::mem::size_of_val(&sized_large(1)));
+    assert!(annotated <= plain + room, "{annotated} bytes against {plain} for the plain fn");
+    // With an async fallback, its future besides (the body's and the fallback's are never both alive).
+    let fallback = std::mem::size_of_val(&sized_fallback(1, AppError::Timeout));
+    let annotated = std::mem::size_of_val(&sized_with_fallback(1));
+    assert!(annotated <= std::mem::size_of_val(&sized_plain(1)) + fallback + room, "{annotated} bytes");
+
+    // And the calls still pass, block (to the handler) and fall back as before.
+    let (engine, _clock) = engine_with_limits(&["async.sized", "async.sized_large", "async.sized_fallback"], 1.0);
+    engine.scoped(|| {
+        futures::executor::block_on(async {
+            assert_eq!(sized(7).await.unwrap(), 7);
+            assert_eq!(sized(7).await.unwrap(), 0, "the second call in the second is refused");
+            assert_eq!(sized_large(3).await.unwrap(), 6);
+            assert_eq!(sized_with_fallback(5).await.unwrap(), 5);
+        })
+    });
+}

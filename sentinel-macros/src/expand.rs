@@ -289,17 +289,27 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
             // a check that asks the call to wait (a cluster rule whose leased tokens ran out, an adaptive
             // rule's `maxWaitMs`) makes it await that wait (without blocking the executor) and decide again,
             // with the arguments re-borrowed.
+            //
+            // The first decision moves whole into the slow path before anything is awaited, and its local ends
+            // with the block: the call's future keeps no room for it (a match that moved only a part of it
+            // would keep all of it across the awaits that follow).
             let mut #scope = #private::EntryScope::new();
-            let #mutability #entry = match #private::decide_now(#builder) {
-                ::core::result::Result::Ok(e) => e,
-                ::core::result::Result::Err(#slow) => {
-                    let #decision = #private::decide_slow(#slow, &mut #scope, |w| {
-                        #private::decide_async(#builder, w)
-                    })
-                    .await;
-                    match #decision {
-                        ::core::result::Result::Ok(e) => e,
-                        ::core::result::Result::Err(#block) => return #on_block,
+            let #mutability #entry = {
+                let #slow = #private::decide_now(#builder);
+                match #slow {
+                    ::core::result::Result::Ok(e) => e,
+                    ::core::result::Result::Err(_) => {
+                        let #decision = #private::decide_slow(#slow, &mut #scope, |w| {
+                            #private::decide_async(#builder, w)
+                        })
+                        .await;
+                        match #decision {
+                            ::core::result::Result::Ok(e) => e,
+                            ::core::result::Result::Err(_) => {
+                                let #block = #private::refusal(#decision);
+                                return #on_block;
+                            }
+                        }
                     }
                 }
             };

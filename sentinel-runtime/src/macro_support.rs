@@ -381,8 +381,8 @@ pub fn decide_now<'r>(builder: crate::EntryBuilder<'r, '_>) -> Result<Entry<'r>,
     builder.decide_now()
 }
 
-/// What an annotated `async fn` does when its first decision is not a plain pass: a blocked call's block
-/// comes back; a wait a check asked for is awaited and the call decided again by `decide` (which builds a
+/// What an annotated `async fn` does when its first decision (`first`, taken whole: see [`refusal`]) is not a
+/// plain pass: a blocked call's block comes back, ready at once; a wait a check asked for is awaited and the call decided again by `decide` (which builds a
 /// new builder: the arguments are borrowed again), as often as a check asks; a queueing rule's wait is
 /// awaited in the entry's context.
 ///
@@ -391,14 +391,68 @@ pub fn decide_now<'r>(builder: crate::EntryBuilder<'r, '_>) -> Result<Entry<'r>,
 /// polls then; what the decision leaves (the entry, installed in that context) stays carried for the call's
 /// work, and a block handler runs in the context carried ([`blocked_output`]).
 pub fn decide_slow<'s, 'r, D>(
-    first: Slow<'r>,
+    first: Result<Entry<'r>, Slow<'r>>,
     scope: &'s mut EntryScope,
     decide: D,
-) -> Outlined<impl Future<Output = Result<Entry<'r>, BlockError>> + use<'s, 'r, D>>
+) -> Outlined<SlowRest<impl Future<Output = Result<Entry<'r>, BlockError>> + use<'s, 'r, D>>>
 where
     D: FnMut(&mut AsyncWait) -> Option<Result<Entry<'r>, BlockError>>,
 {
-    Outlined { inner: slow_decision(first, scope, decide) }
+    let rest = match first {
+        // Refused: ready at once, nothing allocated (a blocked call allocates nothing).
+        Err(Slow::Blocked(block)) => SlowRest::Blocked(Some(block)),
+        // A plain pass, which the generated code takes without this function: an entry that waits for nothing.
+        Ok(entry) => SlowRest::Waits(Box::pin(slow_decision(Slow::Delayed(entry), scope, decide))),
+        // A wait (a queueing rule's delay, a check's wait): the machinery lives in a box of its own, so the
+        // call's future keeps one word for it rather than its whole state (a wait allocates its timer anyway).
+        Err(waits) => SlowRest::Waits(Box::pin(slow_decision(waits, scope, decide))),
+    };
+    Outlined { inner: rest }
+}
+
+/// The refusal of a slow decision that refused (`decided` is an `Err`). Takes the whole decision, so that the
+/// call's future keeps no room for it while the block handler runs.
+#[inline(always)]
+pub fn refusal(decided: Result<Entry<'_>, BlockError>) -> BlockError {
+    match decided {
+        Err(block) => block,
+        // The generated code calls it in the `Err` arm of a match on `decided` only.
+        Ok(_) => unreachable!("`refusal` called on an admitted call"),
+    }
+}
+
+/// What [`decide_slow`] awaits: a refusal, ready at once, or the boxed future of a call that waits. No larger
+/// than a refusal: the call's future keeps room for it until it is decided.
+#[must_use = "futures do nothing unless polled"]
+pub enum SlowRest<F> {
+    /// Refused (taken by the first poll).
+    Blocked(Option<BlockError>),
+    /// Waits, then is decided again.
+    Waits(Pin<Box<F>>),
+}
+
+impl<F> std::fmt::Debug for SlowRest<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SlowRest::Blocked(_) => "SlowRest::Blocked",
+            SlowRest::Waits(_) => "SlowRest::Waits",
+        })
+    }
+}
+
+impl<'r, F: Future<Output = Result<Entry<'r>, BlockError>>> Future for SlowRest<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        // `SlowRest` is `Unpin`: a boxed future, or a block.
+        match self.get_mut() {
+            SlowRest::Blocked(block) => match block.take() {
+                Some(block) => Poll::Ready(Err(block)),
+                None => panic!("`SlowRest` polled after it completed"),
+            },
+            SlowRest::Waits(f) => f.as_mut().poll(cx),
+        }
+    }
 }
 
 pin_project_lite::pin_project! {
