@@ -82,7 +82,7 @@ impl WarmUp {
         if last != u64::MAX && current <= last {
             return;
         }
-        let prev_qps = node.previous_pass_qps(now_ms) as i64;
+        let prev_qps = node.previous_pass_qps_on_call(now_ms) as i64;
         let old = self.stored_tokens.load(Ordering::Acquire);
         let new = self.cool_down_tokens(current, prev_qps);
         if self.last_filled.compare_exchange(last, current, Ordering::AcqRel, Ordering::Acquire).is_ok() {

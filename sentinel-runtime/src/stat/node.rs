@@ -12,6 +12,11 @@ pub const MINUTE_SAMPLE_COUNT: usize = 60;
 /// Length of the per-minute window.
 pub const MINUTE_INTERVAL_MS: u64 = 60_000;
 
+/// The most reads of whole seconds ([`StatNode::seconds`], [`StatNode::second_totals`]) before one that a
+/// fold ran across is kept: folds are a few dozen instructions, twice a second per thread at most, so only a
+/// folding thread descheduled for all of them (the reader yields between them) makes a read keep that.
+const SETTLED_READS: u32 = 64;
+
 /// Where this thread writes at one instant: computed once per entry or exit, used for every node.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Writer {
@@ -207,21 +212,31 @@ impl StatNode {
     }
 
     /// The totals of the whole second starting at `second_start_ms`, from the per-minute window plus the
-    /// per-second buckets not folded into it yet.
+    /// per-second buckets not folded into it yet. Exact for a second whose calls have all stored their
+    /// counts: a read that a bucket's fold ran across is read again.
     pub fn second_totals(&self, now_ms: u64, second_start_ms: u64) -> BucketTotals {
-        let mut t = BucketTotals::default();
-        self.minute.for_each_valid(now_ms, |s, b| {
-            if s == second_start_ms {
-                t.merge(b)
-            }
-        });
+        self.second_totals_within(now_ms, second_start_ms, SETTLED_READS)
+    }
+
+    /// [`second_totals`](Self::second_totals) in at most `attempts` reads.
+    fn second_totals_within(&self, now_ms: u64, second_start_ms: u64, attempts: u32) -> BucketTotals {
         let minute_bucket = self.minute.bucket_ms();
-        self.second.for_each_unfolded(|s, b| {
-            if s - s % minute_bucket == second_start_ms {
-                t.merge(b)
-            }
-        });
-        t
+        self.second.settled(attempts, || {
+            let mut t = BucketTotals::default();
+            self.minute.for_each_valid(now_ms, |s, b| {
+                if s == second_start_ms {
+                    t.merge(b)
+                }
+            });
+            #[cfg(test)]
+            super::window::test_hooks::run(&super::window::test_hooks::BETWEEN_MINUTE_AND_CELLS);
+            self.second.for_each_unfolded(|s, b| {
+                if s - s % minute_bucket == second_start_ms {
+                    t.merge(b)
+                }
+            });
+            t
+        })
     }
 
     /// Passed requests in the previous whole second.
@@ -229,26 +244,38 @@ impl StatNode {
         let prev = (now_ms - now_ms % 1000).saturating_sub(1000);
         self.second_totals(now_ms, prev).get(MetricEvent::Pass) as f64
     }
+    /// Passed requests in the previous whole second, read on a call's path (a warm-up rule's refill): a fold
+    /// under way makes it read once more at most, never wait.
+    pub(crate) fn previous_pass_qps_on_call(&self, now_ms: u64) -> f64 {
+        let prev = (now_ms - now_ms % 1000).saturating_sub(1000);
+        self.second_totals_within(now_ms, prev, 2).get(MetricEvent::Pass) as f64
+    }
     /// Blocked requests in the previous whole second.
     pub fn previous_block_qps(&self, now_ms: u64) -> f64 {
         let prev = (now_ms - now_ms % 1000).saturating_sub(1000);
         self.second_totals(now_ms, prev).get(MetricEvent::Block) as f64
     }
 
-    /// Per-second totals over the last minute, oldest first, seconds with no events left out.
+    /// Per-second totals over the last minute, oldest first, seconds with no events left out. Exact for the
+    /// seconds whose calls have all stored their counts (see [`second_totals`](Self::second_totals)).
     pub fn seconds(&self, now_ms: u64) -> Vec<(u64, BucketTotals)> {
-        let mut out: Vec<(u64, BucketTotals)> = Vec::new();
-        let mut add = |s: u64, b: &BucketTotals| match out.iter_mut().find(|(k, _)| *k == s) {
-            Some((_, t)) => t.merge(b),
-            None => out.push((s, *b)),
-        };
-        self.minute.for_each_valid(now_ms, |s, b| add(s, b));
         let minute_bucket = self.minute.bucket_ms();
-        self.second.for_each_unfolded(|s, b| {
-            let sec = s - s % minute_bucket;
-            if !deprecated(now_ms, sec, MINUTE_INTERVAL_MS) {
-                add(sec, b)
-            }
+        let mut out: Vec<(u64, BucketTotals)> = self.second.settled(SETTLED_READS, || {
+            let mut out: Vec<(u64, BucketTotals)> = Vec::new();
+            let mut add = |s: u64, b: &BucketTotals| match out.iter_mut().find(|(k, _)| *k == s) {
+                Some((_, t)) => t.merge(b),
+                None => out.push((s, *b)),
+            };
+            self.minute.for_each_valid(now_ms, |s, b| add(s, b));
+            #[cfg(test)]
+            super::window::test_hooks::run(&super::window::test_hooks::BETWEEN_MINUTE_AND_CELLS);
+            self.second.for_each_unfolded(|s, b| {
+                let sec = s - s % minute_bucket;
+                if !deprecated(now_ms, sec, MINUTE_INTERVAL_MS) {
+                    add(sec, b)
+                }
+            });
+            out
         });
         out.retain(|(_, t)| t.counts.iter().any(|c| *c != 0));
         out.sort_by_key(|(s, _)| *s);
@@ -328,5 +355,109 @@ impl StatNode {
 
     pub(crate) fn second_window(&self) -> (usize, u64) {
         (SECOND_SAMPLE_COUNT, SECOND_INTERVAL_MS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stat::window::test_hooks::{self, BETWEEN_MINUTE_AND_CELLS, ROLL_MARKED};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    fn passes(node: &StatNode, at_ms: u64, n: u32) {
+        node.pass_with(&Writer::at(at_ms), n);
+    }
+
+    fn pass_of(node: &StatNode, now_ms: u64, second: u64, attempts: u32) -> u64 {
+        node.second_totals_within(now_ms, second, attempts).get(MetricEvent::Pass)
+    }
+
+    #[test]
+    fn a_fold_between_the_minute_read_and_the_cells_read_makes_the_read_run_again() {
+        // Second 1000's bucket (slot 0) is folded into the per-minute window by this thread's first write in
+        // the bucket at 2000 (slot 0 again), made after the read took the per-minute window and before it
+        // took the cells: the read saw the bucket in neither.
+        let node = Arc::new(StatNode::new());
+        passes(&node, 1_000, 5);
+        let n = node.clone();
+        test_hooks::set(&BETWEEN_MINUTE_AND_CELLS, move || passes(&n, 2_000, 1));
+        assert_eq!(pass_of(&node, 2_000, 1_000, 1), 0, "one read alone misses the folded bucket");
+
+        let node = Arc::new(StatNode::new());
+        passes(&node, 1_000, 5);
+        let n = node.clone();
+        test_hooks::set(&BETWEEN_MINUTE_AND_CELLS, move || passes(&n, 2_000, 1));
+        assert_eq!(node.second_totals(2_000, 1_000).get(MetricEvent::Pass), 5, "read again after the fold");
+
+        // The same for every second at once (the metric lines' read).
+        let n = node.clone();
+        test_hooks::set(&BETWEEN_MINUTE_AND_CELLS, move || passes(&n, 3_000, 2));
+        let seconds: Vec<(u64, u64)> =
+            node.seconds(3_000).iter().map(|(s, t)| (*s, t.get(MetricEvent::Pass))).collect();
+        assert_eq!(seconds, [(1_000, 5), (2_000, 1), (3_000, 2)]);
+    }
+
+    #[test]
+    fn a_fold_is_announced_before_its_cell_is_marked_and_a_read_after_it_is_exact() {
+        let node = Arc::new(StatNode::new());
+        passes(&node, 1_000, 5);
+        let n = node.clone();
+        let under_way = Arc::new(AtomicU64::new(u64::MAX));
+        let seen = under_way.clone();
+        // Stopped where a reader would find the cell marked and its totals not yet in the per-minute window.
+        test_hooks::set(&ROLL_MARKED, move || seen.store(n.second.folds_under_way(), Ordering::SeqCst));
+        passes(&node, 2_000, 1);
+        assert_eq!(under_way.load(Ordering::SeqCst), 1, "the fold was under way for readers");
+        assert_eq!(node.second.folds_under_way(), 0, "and is over");
+        assert_eq!(pass_of(&node, 2_000, 1_000, 1), 5);
+        assert_eq!(pass_of(&node, 2_000, 2_000, 1), 1);
+    }
+
+    #[test]
+    fn whole_seconds_read_while_every_writer_folds_are_exact() {
+        // Writers count `PER_BUCKET` passes in each bucket of each second, in step (a barrier between seconds,
+        // as threads on one clock are), so that moving to a second folds the buckets of the one before. The
+        // reader checks each second as soon as every writer has written it: while they fold it.
+        const WRITERS: usize = 3;
+        const SECONDS: u64 = 300;
+        const PER_BUCKET: u32 = 7;
+        // Writers stay within `AHEAD` seconds of the reader (the per-minute window keeps 60).
+        const AHEAD: u64 = 20;
+        let node = Arc::new(StatNode::new());
+        let done = Arc::new((0..WRITERS).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+        let read = Arc::new(AtomicU64::new(0));
+        let step = Arc::new(std::sync::Barrier::new(WRITERS));
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let (node, done, read, step) = (node.clone(), done.clone(), read.clone(), step.clone());
+                std::thread::spawn(move || {
+                    for s in 1..=SECONDS {
+                        while read.load(Ordering::Acquire) + AHEAD < s {
+                            std::thread::yield_now();
+                        }
+                        step.wait();
+                        passes(&node, s * 1_000, PER_BUCKET);
+                        passes(&node, s * 1_000 + 500, PER_BUCKET);
+                        done[w].store(s, Ordering::Release);
+                    }
+                })
+            })
+            .collect();
+        for s in 1..=SECONDS {
+            // Wait until every writer has written second `s` (they may be folding it now).
+            while done.iter().map(|d| d.load(Ordering::Acquire)).min().unwrap_or(0) < s {
+                std::thread::yield_now();
+            }
+            assert_eq!(
+                node.second_totals(s * 1_000 + 999, s * 1_000).get(MetricEvent::Pass),
+                WRITERS as u64 * 2 * u64::from(PER_BUCKET),
+                "second {s}"
+            );
+            read.store(s, Ordering::Release);
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
     }
 }

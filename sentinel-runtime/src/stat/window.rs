@@ -5,9 +5,9 @@
 //! When a per-second bucket is reused for a later period, the thread that claims it folds its totals into the
 //! per-minute window, which is therefore written about twice a second and needs no striping. Readers of
 //! per-minute figures add the per-second buckets that have not been folded yet, so nothing is counted twice
-//! or missed.
+//! or missed: a read that a fold ran across is read again ([`StripedWindow::settled`]).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -235,7 +235,15 @@ impl OwnedCell {
 /// finds both from its stripe with one bounds check.
 pub(crate) struct StripedWindow {
     stripes: Box<[StripeCells]>,
+    /// The folds of buckets into the per-minute window: under way (the low 32 bits) and done (the high
+    /// 32 bits). Written only by folds (twice a second per stripe at most), read by [`settled`](Self::settled).
+    folds: AtomicU64,
 }
+
+/// One fold done, in [`StripedWindow::folds`].
+const FOLD_DONE: u64 = 1 << 32;
+/// The folds under way, in [`StripedWindow::folds`].
+const FOLDS_UNDER_WAY: u64 = FOLD_DONE - 1;
 
 /// One stripe's cell in each bucket and its part of the concurrency.
 struct StripeCells {
@@ -277,7 +285,48 @@ impl StripedWindow {
     pub(crate) fn new() -> Self {
         let stripes = super::stripe::total_stripes();
         let stripe = || StripeCells { cells: [OwnedCell::new(), OwnedCell::new()], threads: Default::default() };
-        StripedWindow { stripes: (0..stripes).map(|_| stripe()).collect() }
+        StripedWindow { stripes: (0..stripes).map(|_| stripe()).collect(), folds: AtomicU64::new(0) }
+    }
+
+    /// The folds under way now.
+    #[cfg(test)]
+    pub(crate) fn folds_under_way(&self) -> u64 {
+        self.folds.load(Ordering::SeqCst) & FOLDS_UNDER_WAY
+    }
+
+    /// Runs `read` (a read of the per-minute window, then of the buckets not folded into it) until no
+    /// fold ran during it, at most `attempts` times (the last read is kept if folds never let up).
+    ///
+    /// A fold moves a bucket's totals from a stripe's cell into the per-minute window. A read that took the
+    /// per-minute window before a fold and the cells after it would miss the bucket (and the other way round
+    /// count it twice), so a read counts only when no fold was under way when it began and none began or
+    /// ended before it ended. Why that is enough: a fold announces itself (`folds` + 1, then a release fence)
+    /// before it writes anything a read looks at, and says it is done (`folds` + `FOLD_DONE` - 1, release)
+    /// after its last write. A read that sees any of a fold's writes, followed by its acquire fence, is
+    /// ordered after the fold's announcement (fence-to-fence synchronization), so its second load of `folds`
+    /// sees the fold under way or done: changed from the first load, which found none under way. A read that
+    /// sees none of them read the cells and the window as they were without that fold. Failed attempts of a
+    /// shared stripe's fold (another thread claimed the cell) announce and withdraw themselves without
+    /// writing: they can only make a read run again.
+    pub(crate) fn settled<R>(&self, attempts: u32, mut read: impl FnMut() -> R) -> R {
+        let mut tried = 0;
+        loop {
+            tried += 1;
+            let before = self.folds.load(Ordering::Acquire);
+            if before & FOLDS_UNDER_WAY == 0 || tried >= attempts {
+                let r = read();
+                fence(Ordering::Acquire);
+                if self.folds.load(Ordering::Relaxed) == before || tried >= attempts {
+                    return r;
+                }
+            }
+            // A fold is a few dozen instructions: spin first, then let a descheduled folder run.
+            if tried < 4 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// This thread's cell for the bucket at `pos`, rolled over (and the old totals folded) if stale.
@@ -288,7 +337,7 @@ impl StripedWindow {
         let s = cell.start.load(Ordering::Acquire);
         // Current, or the clock went backwards: count in the newer bucket (totals stay consistent).
         if s != pos.start && !(s > pos.start && s < RESETTING) {
-            roll(cell, pos.start, lease.exclusive, fold);
+            roll(cell, pos.start, lease.exclusive, fold, &self.folds);
         }
         CellRef { cell, threads: &stripe.threads, exclusive: lease.exclusive }
     }
@@ -364,17 +413,44 @@ fn add_threads(t: &AtomicI64, delta: i64, exclusive: bool) {
     }
 }
 
+/// Announces a fold to readers ([`StripedWindow::settled`]): before any of its writes.
+#[inline(always)]
+fn fold_begins(folds: &AtomicU64) {
+    folds.fetch_add(1, Ordering::Relaxed);
+    fence(Ordering::Release);
+}
+
+/// A fold is over: after its last write (`done`: it wrote; else it gave up without writing).
+#[inline(always)]
+fn fold_ends(folds: &AtomicU64, done: bool) {
+    if done {
+        folds.fetch_add(FOLD_DONE - 1, Ordering::Release);
+    } else {
+        folds.fetch_sub(1, Ordering::Release);
+    }
+}
+
 #[cold]
 #[inline(never)]
-fn roll(cell: &OwnedCell, start: u64, exclusive: bool, fold: &PlainWindow) {
+fn roll(cell: &OwnedCell, start: u64, exclusive: bool, fold: &PlainWindow, folds: &AtomicU64) {
     if exclusive {
-        // Only this thread writes this cell: mark it, fold, reset, publish.
+        // Only this thread writes this cell: mark it, fold, reset, publish. A cell never used holds nothing to
+        // fold, and readers skip it as they skip the reset one.
+        let folding = cell.start.load(Ordering::Relaxed) < RESETTING;
+        if folding {
+            fold_begins(folds);
+        }
         let old = cell.start.swap(RESETTING, Ordering::AcqRel);
+        #[cfg(test)]
+        test_hooks::run(&test_hooks::ROLL_MARKED);
         if old < RESETTING {
             fold.add(old, &cell.totals());
         }
         cell.reset();
         cell.start.store(start, Ordering::Release);
+        if folding {
+            fold_ends(folds, true);
+        }
         return;
     }
     loop {
@@ -386,13 +462,52 @@ fn roll(cell: &OwnedCell, start: u64, exclusive: bool, fold: &PlainWindow) {
             std::hint::spin_loop();
             continue;
         }
+        let folding = s != EMPTY;
+        if folding {
+            fold_begins(folds);
+        }
         if cell.start.compare_exchange(s, RESETTING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            if s != EMPTY {
+            #[cfg(test)]
+            test_hooks::run(&test_hooks::ROLL_MARKED);
+            if folding {
                 fold.add(s, &cell.totals());
             }
             cell.reset();
             cell.start.store(start, Ordering::Release);
+            if folding {
+                fold_ends(folds, true);
+            }
             return;
         }
+        if folding {
+            fold_ends(folds, false);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    //! Test-only points where a test makes a thread stop, to force an interleaving (a preemption there).
+    use std::cell::RefCell;
+
+    /// A test-only stopping point: runs once on the thread that set it.
+    pub(crate) type Hook = RefCell<Option<Box<dyn FnMut()>>>;
+
+    thread_local! {
+        /// Runs once on this thread when a roll-over has marked its cell and not folded it yet.
+        pub(crate) static ROLL_MARKED: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread when a read of whole seconds has read the per-minute window and not the
+        /// cells yet.
+        pub(crate) static BETWEEN_MINUTE_AND_CELLS: Hook = const { RefCell::new(None) };
+    }
+
+    pub(crate) fn run(hook: &'static std::thread::LocalKey<Hook>) {
+        if let Ok(Some(mut f)) = hook.try_with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+    /// Sets `hook` on this thread.
+    pub(crate) fn set(hook: &'static std::thread::LocalKey<Hook>, f: impl FnMut() + 'static) {
+        hook.with(|h| *h.borrow_mut() = Some(Box::new(f)));
     }
 }
