@@ -142,19 +142,24 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// the entry as its innermost entry.
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
         let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
-        let first = match self.enter_or_wait(wait, false) {
-            Ok(decided) => Ok(decided),
-            Err((b, pending)) => Err((Retry::of(b), pending)),
-        };
-        async move {
-            let e = match first {
-                Ok(decided) => decided?,
-                Err((retry, pending)) => retry.run(pending).await?,
-            };
-            if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
-                futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
+        match self.enter_or_wait(wait, false) {
+            Ok(Ok(e)) if e.wait_nanos > 0 && e.shared().clock.manual().is_none() => {
+                EnterAsync::Waits(Box::pin(async move {
+                    futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
+                    Ok(e)
+                }))
             }
-            Ok(e)
+            Ok(decided) => EnterAsync::Ready(Some(decided)),
+            Err((b, pending)) => {
+                let retry = Retry::of(b);
+                EnterAsync::Waits(Box::pin(async move {
+                    let e = retry.run(pending).await?;
+                    if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
+                        futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
+                    }
+                    Ok(e)
+                }))
+            }
         }
     }
 
@@ -247,6 +252,29 @@ pub(crate) type QueuedEntry<'r> =
 
 /// What an async entry needs to decide again after waiting for a cluster lease: the handle and the options,
 /// owned (the origin and context names are copied; there are no hot-parameter arguments).
+/// The future of [`EntryBuilder::enter_async`]: the decision, ready at once (the common case, which holds the
+/// decision alone), or a call that waits (a queueing rule's delay, a check's wait), whose state is boxed (the
+/// wait allocates its timer anyway).
+enum EnterAsync<'r> {
+    Ready(Option<Result<Entry<'r>, BlockError>>),
+    Waits(std::pin::Pin<Box<dyn std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r>>),
+}
+
+impl<'r> std::future::Future for EnterAsync<'r> {
+    type Output = Result<Entry<'r>, BlockError>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        // `EnterAsync` is `Unpin`: a decision, or a boxed future.
+        match self.get_mut() {
+            EnterAsync::Ready(decided) => match decided.take() {
+                Some(decided) => std::task::Poll::Ready(decided),
+                None => panic!("`enter_async`'s future polled after it completed"),
+            },
+            EnterAsync::Waits(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
 struct Retry<'r> {
     res: ResRef<'r>,
     entry_type: EntryType,

@@ -331,6 +331,20 @@ mod tests {
         assert!(std::mem::size_of::<Result<super::Entry<'static>, crate::BlockError>>() <= 128);
     }
 
+    #[test]
+    fn an_async_entrys_future_holds_its_decision_and_no_more() {
+        // A call that waits (a queueing delay, a check's wait) keeps its state in a box of its own.
+        let engine = crate::Sentinel::builder().build();
+        let r = engine.resource("sized");
+        let f = r.entry().enter_async();
+        assert!(
+            std::mem::size_of_val(&f) <= std::mem::size_of::<Result<super::Entry<'static>, crate::BlockError>>() + 8,
+            "{} bytes",
+            std::mem::size_of_val(&f)
+        );
+        assert!(futures::executor::block_on(f).is_ok());
+    }
+
     use super::{COUNTED, DETACHED};
     use crate::Sentinel;
     use std::sync::Arc;
