@@ -100,16 +100,19 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 || shared.has_custom_slots.load(Ordering::Acquire);
             // Inlined: called out of line, the closure's frame and the values passed into it cost every call
             // 30 to 60 instructions (the call of each row of `part-entry-*`).
-            let decided = inner.with_rules(#[inline(always)] |rules| {
-                if !general && rules.fast_path && chain::admits_fast(rules, site.shared, now_ms) {
-                    // The same chain, specialised: only the slots that can be on the fast path, on the rules
-                    // the engine flagged for it.
-                    let call = || self.call_cx(&site, now_nanos, now_ms);
-                    let (mut held, tally) = checks.split();
-                    return chain::run_fast(rules, site.shared, &call, &mut tally.wait_nanos, &mut held);
-                }
-                self.run_general(rules, &mut checks, &site, now_nanos)
-            });
+            let decided = inner.with_rules(
+                #[inline(always)]
+                |rules| {
+                    if !general && rules.fast_path && chain::admits_fast(rules, site.shared, now_ms) {
+                        // The same chain, specialised: only the slots that can be on the fast path, on the rules
+                        // the engine flagged for it.
+                        let call = || self.call_cx(&site, now_nanos, now_ms);
+                        let (mut held, tally) = checks.split();
+                        return chain::run_fast(rules, site.shared, &call, &mut tally.wait_nanos, &mut held);
+                    }
+                    self.run_general(rules, &mut checks, &site, now_nanos)
+                },
+            );
             if let Err(block) = decided {
                 // A check that refused a call which may wait left its wait: wait outside the rules' read
                 // section, then decide again.

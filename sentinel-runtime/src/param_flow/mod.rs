@@ -188,21 +188,46 @@ type Blocked = (String, Option<std::time::Duration>);
 /// Checks one rule against one argument; `Err` when a value is over its limit.
 fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CallCx<'_>, es: &mut EntryState) -> Result<u64, Blocked> {
     let mut wait = 0u64;
-    let mut blocked: Option<Blocked> = None;
-    arg.visit_values(&mut |v| {
-        if blocked.is_some() {
-            return;
+    // A scalar is decided here, without calling back through the argument's `visit_values`.
+    let blocked = match arg.single_value() {
+        Some(v) => decide_value(st, v, cx, es, &mut wait),
+        None => {
+            let mut blocked: Option<Blocked> = None;
+            arg.visit_values(&mut |v| {
+                if blocked.is_none() {
+                    blocked = decide_value(st, v, cx, es, &mut wait);
+                }
+            });
+            blocked
         }
-        match st.decide_value(&v.key(), cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
-            ValueDecision::Pass => {}
-            ValueDecision::Wait(w) => wait = wait.max(w),
-            ValueDecision::Permit(permit) => es.push(permit, st),
-            ValueDecision::Block(retry_after) => blocked = Some((v.to_string(), retry_after)),
-        }
-    });
+    };
     match blocked {
         Some(value) => Err(value),
         None => Ok(wait),
+    }
+}
+
+/// Decides one value of an argument against one rule: `Some` when it is over its limit; a wait it asks for
+/// raises `wait`, a permit it takes goes to `es`.
+#[inline(always)]
+fn decide_value(
+    st: &ParamRuleState,
+    v: ParamValue<'_>,
+    cx: &CallCx<'_>,
+    es: &mut EntryState,
+    wait: &mut u64,
+) -> Option<Blocked> {
+    match st.decide_value(&v.key(), cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
+        ValueDecision::Pass => None,
+        ValueDecision::Wait(w) => {
+            *wait = (*wait).max(w);
+            None
+        }
+        ValueDecision::Permit(permit) => {
+            es.push(permit, st);
+            None
+        }
+        ValueDecision::Block(retry_after) => Some((v.to_string(), retry_after)),
     }
 }
 

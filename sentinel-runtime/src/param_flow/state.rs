@@ -164,7 +164,7 @@ impl ParamRuleState {
     }
 
     /// Decides one value.
-    #[inline]
+    #[inline(always)]
     /// `now_nanos` is the entry's (possibly cached) time; the rate limiter spaces calls with `precise()`.
     pub(crate) fn decide_value(
         &self,

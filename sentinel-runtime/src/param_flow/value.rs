@@ -155,6 +155,15 @@ pub trait HotParam {
     /// Calls `f` with each value this argument contributes: one for a scalar, each element for a collection,
     /// none for an absent value (which always passes).
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>));
+
+    /// The value this argument contributes when it is exactly one (a scalar), so that a check decides it
+    /// without calling back through [`visit_values`](Self::visit_values). `None`, the default, means "ask
+    /// `visit_values`" (a collection, an absent value, a type that does not say). An implementation that
+    /// returns `Some(v)` must contribute `v` alone, as its `visit_values` would.
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        None
+    }
 }
 
 macro_rules! small_int {
@@ -163,6 +172,10 @@ macro_rules! small_int {
             #[inline]
             fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
                 f(ParamValue::Int(*self as i64))
+            }
+            #[inline]
+            fn single_value(&self) -> Option<ParamValue<'_>> {
+                Some(ParamValue::Int(*self as i64))
             }
         }
     )*};
@@ -176,6 +189,10 @@ macro_rules! wide_int {
             fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
                 f(ParamValue::int(*self as i128))
             }
+            #[inline]
+            fn single_value(&self) -> Option<ParamValue<'_>> {
+                Some(ParamValue::int(*self as i128))
+            }
         }
     )*};
 }
@@ -186,11 +203,19 @@ impl HotParam for f64 {
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         f(ParamValue::Float(*self))
     }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        Some(ParamValue::Float(*self))
+    }
 }
 impl HotParam for f32 {
     #[inline]
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         f(ParamValue::Float(*self as f64))
+    }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        Some(ParamValue::Float(*self as f64))
     }
 }
 impl HotParam for bool {
@@ -198,11 +223,19 @@ impl HotParam for bool {
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         f(ParamValue::Bool(*self))
     }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        Some(ParamValue::Bool(*self))
+    }
 }
 impl HotParam for char {
     #[inline]
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         f(ParamValue::Char(*self))
+    }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        Some(ParamValue::Char(*self))
     }
 }
 impl HotParam for str {
@@ -210,11 +243,19 @@ impl HotParam for str {
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         f(ParamValue::Str(self))
     }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        Some(ParamValue::Str(self))
+    }
 }
 impl HotParam for String {
     #[inline]
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         f(ParamValue::Str(self))
+    }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        Some(ParamValue::Str(self))
     }
 }
 impl HotParam for Cow<'_, str> {
@@ -222,11 +263,19 @@ impl HotParam for Cow<'_, str> {
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         f(ParamValue::Str(self))
     }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        Some(ParamValue::Str(self))
+    }
 }
 impl HotParam for ParamValue<'_> {
     #[inline]
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         f(*self)
+    }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        Some(*self)
     }
 }
 
@@ -237,6 +286,10 @@ impl<T: HotParam> HotParam for Option<T> {
             v.visit_values(f)
         }
     }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        self.as_ref().and_then(|v| v.single_value())
+    }
 }
 
 macro_rules! pointer {
@@ -245,6 +298,10 @@ macro_rules! pointer {
             #[inline]
             fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
                 (**self).visit_values(f)
+            }
+            #[inline]
+            fn single_value(&self) -> Option<ParamValue<'_>> {
+                (**self).single_value()
             }
         }
     )*};
@@ -256,11 +313,19 @@ impl<T: HotParam + ?Sized> HotParam for &T {
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         (**self).visit_values(f)
     }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        (**self).single_value()
+    }
 }
 impl<T: HotParam + ?Sized> HotParam for &mut T {
     #[inline]
     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
         (**self).visit_values(f)
+    }
+    #[inline]
+    fn single_value(&self) -> Option<ParamValue<'_>> {
+        (**self).single_value()
     }
 }
 
@@ -325,6 +390,43 @@ mod tests {
         assert_eq!(values(&[true]), ["Bool(true)"]);
         assert_eq!(values(&&&'x'), ["Char('x')"]);
         assert_eq!(values(&Arc::<str>::from("s")), ["Str(\"s\")"]);
+    }
+
+    #[test]
+    fn a_single_value_is_what_visiting_yields_alone() {
+        let cases: Vec<Box<dyn HotParam>> = vec![
+            Box::new(7u8),
+            Box::new(-3i64),
+            Box::new(u64::MAX),
+            Box::new(i128::MIN),
+            Box::new(1.5f32),
+            Box::new(2.5f64),
+            Box::new(true),
+            Box::new('x'),
+            Box::new(String::from("b")),
+            Box::new(Cow::Borrowed("c")),
+            Box::new(ParamValue::Str("d")),
+            Box::new(Some(3i32)),
+            Box::new(None::<u32>),
+            Box::new(Some(Some(String::from("e")))),
+            Box::new(Arc::<str>::from("s")),
+            Box::new(Rc::new(9u16)),
+            Box::new(Box::new(4usize)),
+            Box::new(vec![1, 2]),
+            Box::new([5u8]),
+            Box::new(Vec::<u8>::new()),
+        ];
+        let mut singles = 0;
+        for p in &cases {
+            let visited = values(p.as_ref());
+            // Collections and absent values say nothing: they are visited.
+            if let Some(v) = p.single_value() {
+                assert_eq!(visited, [format!("{v:?}")]);
+                singles += 1;
+            }
+        }
+        assert_eq!(singles, 16, "every scalar, wrapped or not, says its value");
+        assert_eq!((&&7u8).single_value(), Some(ParamValue::Int(7)));
     }
 
     #[test]
