@@ -341,7 +341,7 @@ fn give_back_cold(rules: &ResourceParamRules, held: &mut EntryState) {
 }
 
 /// The check of rules that leave a call holding nothing.
-#[inline(never)]
+#[inline(always)]
 fn check_holding_nothing(rules: &ResourceParamRules, call: &CallCx<'_>) -> Result<u64, BlockError> {
     // The rules take no permit, so the entry state stays empty.
     let mut held = EntryState::default();
