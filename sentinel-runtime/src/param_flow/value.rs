@@ -123,7 +123,9 @@ impl ValueKey {
 /// Implemented for the integers, floats, `bool`, `char`, `str`/`String` (and `Cow`, `Box<str>`,
 /// `Arc<str>`), `Option<T>` (`None` is absent and always passes), slices, arrays, `Vec`, `VecDeque`,
 /// `HashSet` and `BTreeSet` (each element is checked, as Java checks each element of a collection), and
-/// references, `Box`, `Rc` and `Arc` of any of these.
+/// references, `Box`, `Rc` and `Arc` of any of these. The scalars also give their one value through
+/// [`single_value`](HotParam::single_value), which spares a check the callback; a type of your own that stands
+/// for one value may do the same, as `User` does below.
 ///
 /// ```
 /// use sentinel_runtime::param_flow::{HotParam, ParamFlowRule, ParamValue};
@@ -135,6 +137,10 @@ impl ValueKey {
 /// impl HotParam for User {
 ///     fn visit_values(&self, f: &mut dyn FnMut(ParamValue<'_>)) {
 ///         self.id.visit_values(f)
+///     }
+///     // Optional: the one value, without the callback.
+///     fn single_value(&self) -> Option<ParamValue<'_>> {
+///         self.id.single_value()
 ///     }
 /// }
 ///
