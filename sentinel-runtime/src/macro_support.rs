@@ -382,9 +382,9 @@ pub fn decide_now<'r>(builder: crate::EntryBuilder<'r, '_>) -> Result<Entry<'r>,
 }
 
 /// What an annotated `async fn` does when its first decision (`first`, taken whole: see [`refusal`]) is not a
-/// plain pass: a blocked call's block comes back, ready at once; a wait a check asked for is awaited and the call decided again by `decide` (which builds a
-/// new builder: the arguments are borrowed again), as often as a check asks; a queueing rule's wait is
-/// awaited in the entry's context.
+/// plain pass: a blocked call's block comes back, ready at once; a wait a check asked for is awaited and the
+/// call decided again by `decide` (which builds a new builder: the arguments are borrowed again), as often as
+/// a check asks; a queueing rule's wait is awaited in the entry's context.
 ///
 /// A call that waits for a check is suspended before it has an entry: the context it was called in (this
 /// first poll's) is carried in `scope` across the waits, and the call is decided again in it, whichever thread
