@@ -487,11 +487,12 @@ fn roll(cell: &OwnedCell, start: u64, exclusive: bool, fold: &PlainWindow, folds
 
 #[cfg(test)]
 pub(crate) mod test_hooks {
-    //! Test-only points where a test makes a thread stop, to force an interleaving (a preemption there).
+    //! Test-only points where a test makes a thread stop, to force an interleaving (a preemption there); set
+    //! and run as the read sections' (`crate::rcu::test_hooks`).
     use std::cell::RefCell;
 
-    /// A test-only stopping point: runs once on the thread that set it.
-    pub(crate) type Hook = RefCell<Option<Box<dyn FnMut()>>>;
+    use crate::rcu::test_hooks::Hook;
+    pub(crate) use crate::rcu::test_hooks::{run, set};
 
     thread_local! {
         /// Runs once on this thread when a roll-over has marked its cell and not folded it yet.
@@ -499,15 +500,5 @@ pub(crate) mod test_hooks {
         /// Runs once on this thread when a read of whole seconds has read the per-minute window and not the
         /// cells yet.
         pub(crate) static BETWEEN_MINUTE_AND_CELLS: Hook = const { RefCell::new(None) };
-    }
-
-    pub(crate) fn run(hook: &'static std::thread::LocalKey<Hook>) {
-        if let Ok(Some(mut f)) = hook.try_with(|h| h.borrow_mut().take()) {
-            f();
-        }
-    }
-    /// Sets `hook` on this thread.
-    pub(crate) fn set(hook: &'static std::thread::LocalKey<Hook>, f: impl FnMut() + 'static) {
-        hook.with(|h| *h.borrow_mut() = Some(Box::new(f)));
     }
 }
