@@ -554,11 +554,7 @@ fn retry_async<'r>(
 /// `None` when it need not wait, or when the engine runs on a manual clock.
 #[inline]
 pub fn queue_delay(entry: &Entry<'_>) -> Option<futures_timer::Delay> {
-    if !entry.waits() || entry.shared().clock.manual().is_some() {
-        None
-    } else {
-        Some(futures_timer::Delay::new(entry.waited()))
-    }
+    entry.queue_timer()
 }
 
 /// Marks the entry as failed by a traced error.

@@ -1,7 +1,6 @@
 //! The entry builder: the options of one entry, and the ways to enter (sync, async, deciding only).
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use crate::context;
 use crate::error::BlockError;
@@ -143,19 +142,20 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
         let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
         match self.enter_or_wait(wait, false) {
-            Ok(Ok(e)) if e.wait_nanos > 0 && e.shared().clock.manual().is_none() => {
-                EnterAsync::Waits(Box::pin(async move {
-                    futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
+            Ok(Ok(e)) => match e.queue_timer() {
+                None => EnterAsync::Ready(Some(Ok(e))),
+                Some(timer) => EnterAsync::Waits(Box::pin(async move {
+                    timer.await;
                     Ok(e)
-                }))
-            }
-            Ok(decided) => EnterAsync::Ready(Some(decided)),
+                })),
+            },
+            Ok(Err(block)) => EnterAsync::Ready(Some(Err(block))),
             Err((b, pending)) => {
                 let retry = Retry::of(b);
                 EnterAsync::Waits(Box::pin(async move {
                     let e = retry.run(pending).await?;
-                    if e.wait_nanos > 0 && e.shared().clock.manual().is_none() {
-                        futures_timer::Delay::new(Duration::from_nanos(e.wait_nanos)).await;
+                    if let Some(timer) = e.queue_timer() {
+                        timer.await;
                     }
                     Ok(e)
                 }))

@@ -232,6 +232,11 @@ impl<'r> Entry<'r> {
     pub(crate) fn waits(&self) -> bool {
         self.wait_nanos > 0
     }
+    /// The timer an async caller awaits for the queueing wait this call was given (a rate limiter, warm-up
+    /// queueing, a prioritized call): `None` when it has none, or on a manual clock, which nothing sleeps on.
+    pub(crate) fn queue_timer(&self) -> Option<futures_timer::Delay> {
+        (self.waits() && self.res.shared().clock.manual().is_none()).then(|| futures_timer::Delay::new(self.waited()))
+    }
     /// Whether this was a prioritized call admitted by borrowing a later window.
     pub fn is_occupied(&self) -> bool {
         self.flags & Flags::OCCUPIED != 0
