@@ -371,6 +371,13 @@ impl Sentinel {
         self.shared.now_ms()
     }
 
+    /// The time up to which whole seconds are recorded for good: now on a manual clock, half a second
+    /// earlier on any other (see `Shared::settled_ms`).
+    #[cfg(any(feature = "logs", feature = "transport"))]
+    pub(crate) fn settled_millis(&self) -> u64 {
+        self.shared.settled_ms()
+    }
+
     /// A timer of `duration` on the engine's clock: a real, runtime-agnostic timer on the system clock; on a
     /// [`ManualClock`] it completes when the clock is moved past its deadline (nothing waits for real time).
     ///

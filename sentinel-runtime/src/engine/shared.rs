@@ -38,6 +38,12 @@ pub type BlockListener = dyn Fn(&BlockError, u64, u32) + Send + Sync;
 /// chosen collisions buys nothing here, at about five times the cost.
 pub(super) type NameMap<V> = papaya::HashMap<Arc<str>, V, foldhash::fast::RandomState>;
 
+/// How long after a second ends on a real clock (not a [`ManualClock`](crate::clock::ManualClock)) it is
+/// recorded for good ([`Shared::settled_ms`]): a thread descheduled for less than this between its clock
+/// reading and its stores still counts in the second's line.
+#[cfg(any(feature = "logs", feature = "transport"))]
+pub(crate) const SETTLE_MS: u64 = 500;
+
 /// State shared by every handle of one engine.
 pub(crate) struct Shared {
     pub(crate) id: u64,
@@ -382,6 +388,20 @@ impl Shared {
     #[inline]
     pub(crate) fn now_ms(&self) -> u64 {
         self.clock.now_nanos() / crate::clock::NANOS_PER_MILLI
+    }
+
+    /// The time up to which whole seconds are recorded for good (the command center's history, the metric
+    /// log): on a manual clock, now; on any other clock, [`SETTLE_MS`] earlier, so that a call whose thread
+    /// was descheduled between its clock reading and its stores at the end of a second is still in the
+    /// second's line.
+    #[cfg(any(feature = "logs", feature = "transport"))]
+    pub(crate) fn settled_ms(&self) -> u64 {
+        let now = self.now_ms();
+        if self.clock.manual().is_some() {
+            now
+        } else {
+            now.saturating_sub(SETTLE_MS)
+        }
     }
 }
 

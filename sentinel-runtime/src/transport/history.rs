@@ -4,7 +4,9 @@
 //! The engine keeps each resource's last minute per second; this keeps [`DEFAULT_HISTORY_SECONDS`] (5
 //! minutes, configurable) in a fixed ring per resource, sampled from the engine's complete seconds (the
 //! second in progress is never recorded, so a line once answered never changes). It is sampled once a
-//! second in the background and before every answer, so an answer is complete up to the last whole second.
+//! second in the background and before every answer, so an answer is complete up to the last whole second
+//! that has settled: on a manual clock, the last whole second; on any other clock, the last one that ended
+//! half a second ago or more (so that a call whose thread stored its counts a little late is in its line).
 //!
 //! The adaptive limiters' limit and calls in flight are sampled with them (`adaptive_history`).
 //!
@@ -162,14 +164,16 @@ impl History {
     pub(crate) fn sample(&self, engine: &Sentinel) -> u64 {
         let now = engine.now_millis();
         self.adaptive.record(now, &engine.adaptive_status());
-        let boundary = now - now % 1000;
+        // Whole seconds that have settled (on a real clock, ended half a second ago or more).
+        let settled = engine.settled_millis();
+        let boundary = settled - settled % 1000;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if state.since_ms.is_none() {
             // The engine remembers the last minute: that is where this history starts.
             state.since_ms = Some(boundary.saturating_sub(crate::stat::MINUTE_INTERVAL_MS));
         }
         let add = |state: &mut State, name: &str, concurrency: u64, seconds: Vec<SecondTotals>| {
-            if seconds.is_empty() {
+            if !seconds.iter().any(|t| t.start_ms < boundary) {
                 return;
             }
             if !state.rings.contains_key(name) {
@@ -181,7 +185,7 @@ impl History {
             }
             let Some(ring) = state.rings.get_mut(name) else { return };
             for t in seconds {
-                if t.start_ms <= ring.last_ms && ring.last_ms != 0 {
+                if t.start_ms >= boundary || (t.start_ms <= ring.last_ms && ring.last_ms != 0) {
                     continue;
                 }
                 let i = (t.start_ms / 1000) as usize % ring.slots.len();
@@ -339,6 +343,36 @@ mod tests {
         let (start, n, series) = history.series(None, u64::MAX);
         assert_eq!(start + n as u64 * 1000, T0 + 1000, "the series ends with the last complete second");
         assert_eq!(series[0].1.pass.last(), Some(&1));
+    }
+
+    /// A clock the test sets, which the engine treats as a real one (not a manual clock).
+    struct SetClock(std::sync::atomic::AtomicU64);
+    impl crate::clock::Clock for SetClock {
+        fn now_nanos(&self) -> u64 {
+            self.0.load(std::sync::atomic::Ordering::SeqCst) * 1_000_000
+        }
+    }
+
+    #[test]
+    fn on_a_real_clock_a_second_is_recorded_once_it_has_settled_with_the_calls_stored_late() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let clock = Arc::new(SetClock(std::sync::atomic::AtomicU64::new(T0 + 999)));
+        let engine = Sentinel::builder().clock(clock.clone()).build();
+        let history = History::new(60, 100);
+        drop(engine.enter("api").unwrap());
+        // Just after the second: a call that read the clock in it may not have stored its counts yet.
+        clock.0.store(T0 + 1_000 + crate::engine::shared::SETTLE_MS - 1, SeqCst);
+        assert_eq!(history.sample(&engine), T0, "the second has not settled");
+        assert!(history.lines(0, u64::MAX, None).is_empty());
+        // A call of that second whose thread stored its counts late (its clock reading was in the second).
+        clock.0.store(T0 + 999, SeqCst);
+        drop(engine.enter("api").unwrap());
+        clock.0.store(T0 + 1_000 + crate::engine::shared::SETTLE_MS, SeqCst);
+        assert_eq!(history.sample(&engine), T0 + 1_000);
+        let lines = history.lines(0, u64::MAX, None);
+        let api: Vec<_> = lines.iter().filter(|l| &*l.resource == "api").collect();
+        assert_eq!(api.len(), 1);
+        assert_eq!((api[0].totals.start_ms, api[0].totals.pass), (T0, 2), "both calls in the second's line");
     }
 
     #[test]
