@@ -197,10 +197,17 @@ impl Shared {
     }
 
     /// The context with id `id` (0: the default context).
+    #[inline]
     pub(crate) fn context_by_id(&self, id: u32) -> Option<&ContextInfo> {
         if id == 0 {
             return Some(&self.default_ctx);
         }
+        self.named_context_by_id(id)
+    }
+
+    /// [`context_by_id`](Self::context_by_id) for a named context.
+    #[inline(never)]
+    fn named_context_by_id(&self, id: u32) -> Option<&ContextInfo> {
         match self.context_list.get(id as usize - 1) {
             Some(c) if c.id == id => Some(c),
             _ => self.context_list.iter().map(|(_, c)| c).find(|c| c.id == id),

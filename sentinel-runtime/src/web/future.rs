@@ -59,8 +59,12 @@ impl Guard {
     fn error(&mut self) {
         self.entry.set_error();
     }
+    #[inline]
     fn timeout(&self) -> Option<Box<Sleep>> {
-        timer(self.judging.as_ref())
+        match &self.judging {
+            Some(j) if j.timeout.is_some() => timer(Some(j)),
+            _ => None,
+        }
     }
 }
 
