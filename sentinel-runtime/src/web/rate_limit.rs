@@ -141,20 +141,23 @@ impl PassedFields {
 /// resource) and its hot-parameter token buckets (named `resource#param_idx`), read at `now_ms`.
 pub(crate) fn passed(resource: &Resource, args: &[&dyn HotParam], now_ms: u64, out: &mut PassedFields) {
     let inner = &*resource.inner;
-    let (flow, param) = inner.with_rules(|r| (r.flow.clone(), r.param.clone()));
-    if let Some(flow) = flow {
-        flow.peek(&inner.cluster.stat, now_ms, &mut |p| {
-            let status = RateLimitStatus { remaining: p.remaining, reset: Some(Duration::from_millis(p.refill_in_ms)) };
-            out.push(resource.name(), None, p.quota, 1, status);
-        });
-    }
-    if let Some(param) = param {
-        param.peek(args, now_ms, &mut |p| {
-            let reset = Some(Duration::from_millis(p.bucket.refill_in_ms));
-            let status = RateLimitStatus { remaining: p.bucket.remaining, reset };
-            out.push(resource.name(), Some(p.rule.param_idx), p.bucket.quota, p.window_secs, status);
-        });
-    }
+    // Read in the rules' read section, as the checks read them: no reference count taken (every request on
+    // every thread would write the same counters).
+    inner.with_rules(|r| {
+        if let Some(flow) = &r.flow {
+            flow.peek(&inner.cluster.stat, now_ms, &mut |p| {
+                let reset = Some(Duration::from_millis(p.refill_in_ms));
+                out.push(resource.name(), None, p.quota, 1, RateLimitStatus { remaining: p.remaining, reset });
+            });
+        }
+        if let Some(param) = &r.param {
+            param.peek(args, now_ms, &mut |p| {
+                let reset = Some(Duration::from_millis(p.bucket.refill_in_ms));
+                let status = RateLimitStatus { remaining: p.bucket.remaining, reset };
+                out.push(resource.name(), Some(p.rule.param_idx), p.bucket.quota, p.window_secs, status);
+            });
+        }
+    });
 }
 
 /// The policy a blocked call ran out of (a QPS flow rule or a hot-parameter token bucket), with nothing
