@@ -12,8 +12,8 @@
 //! - `web`: one `GET /hello` through an axum `Router` with `route_layer(Identity)`, `SentinelLayer::axum()`
 //!   with one passing rule, the same with flow + error-ratio breaker + thread-grade rule, tower-governor's
 //!   layer with one global limit; each figure includes the router's own work (subtract `identity`);
-//! - `two_threads`: entry + exit of one resource from two threads at once (aggregate time per call), next to
-//!   governor's `check()` on one shared limiter.
+//! - `two_threads`: entry + exit of one resource from two threads at once (aggregate time per call), a call
+//!   that passes and one that is blocked, next to governor's `check()` on one shared limiter.
 
 use std::future::Future;
 use std::hint::black_box;
@@ -179,6 +179,14 @@ fn two_threads(c: &mut Criterion) {
                 parallel(threads, iters, || {
                     let r = engine.resource("pass");
                     move || assert!(black_box(r.enter()).is_ok())
+                })
+            })
+        });
+        g.bench_function(BenchmarkId::new("sentinel-rs, one rule blocks", format!("{threads} threads")), |b| {
+            b.iter_custom(|iters| {
+                parallel(threads, iters, || {
+                    let r = engine.resource("block");
+                    move || assert!(black_box(r.enter()).is_err())
                 })
             })
         });

@@ -256,19 +256,19 @@ impl UserSlots for Interleaved<'_> {
                 break;
             }
             let e = SlotEntry {
-                resource: cx.resource,
+                resource: cx.resource.as_str(),
                 entry_type: cx.entry_type,
                 context: cx.context_name,
-                origin: cx.origin,
+                origin: cx.origin.as_str(),
                 acquire: cx.acquire,
                 now_ms: cx.now_ms,
             };
             if let Err(reason) = slot.entry(&e) {
                 return Err(BlockError::Custom {
-                    resource: cx.resource.clone(),
+                    resource: cx.resource.share(),
                     slot: slot.name(),
                     reason: reason.into(),
-                    origin: cx.origin.clone(),
+                    origin: cx.origin.share(),
                 });
             }
             if (*id as usize) < MAX_SLOT_EXITS {

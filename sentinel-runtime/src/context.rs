@@ -35,6 +35,14 @@ impl ContextInfo {
 pub(crate) struct OriginInfo {
     pub(crate) id: u32,
     pub(crate) name: Arc<str>,
+    /// Per-stripe copies of `name`, for the errors of blocked calls.
+    pub(crate) name_shares: crate::stat::stripe::Shares<str>,
+}
+
+impl OriginInfo {
+    pub(crate) fn new(id: u32, name: Arc<str>) -> Self {
+        OriginInfo { id, name, name_shares: Default::default() }
+    }
 }
 
 /// The thread's current context: plain pointers into an engine that outlives every entry and guard using them.

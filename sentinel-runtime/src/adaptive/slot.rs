@@ -257,7 +257,7 @@ fn take_place(
     held: &mut AdaptiveHeld,
 ) -> Result<(), BlockError> {
     let limiter = rules.limiter(cx.now_nanos, cx.entry_type == crate::slot::EntryType::In);
-    let partition = if limiter.has_partitions() { limiter.partition_of(cx.origin) } else { None };
+    let partition = if limiter.has_partitions() { limiter.partition_of(cx.origin.as_str()) } else { None };
     match limiter.try_acquire(partition).or_else(|| granted_to(rules)) {
         Some(permit) => {
             // The place is counted in the limiter; the call keeps only where it came from.
@@ -306,5 +306,5 @@ fn granted_to(cell: &Arc<ResourceAdaptive>) -> Option<Permit> {
 /// The block of a call the limiter refused.
 #[cold]
 fn blocked(limiter: &Limiter, reason: AdaptiveBlockReason, cx: &CallCx<'_>) -> BlockError {
-    BlockError::Adaptive { resource: cx.resource.clone(), origin: cx.origin.clone(), block: limiter.blocked(reason) }
+    BlockError::Adaptive { resource: cx.resource.share(), origin: cx.origin.share(), block: limiter.blocked(reason) }
 }

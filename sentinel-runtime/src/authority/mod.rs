@@ -40,6 +40,8 @@ pub(crate) struct ResourceAuthority {
     pub(crate) rules: Vec<Arc<AuthorityRule>>,
     /// `lists[i]`: the origins of `rules[i]`, split once at load.
     lists: Vec<Box<[Box<str>]>>,
+    /// `shares[i]`: per-stripe copies of `rules[i]`, for the errors of blocked calls.
+    shares: Vec<crate::stat::stripe::Shares<AuthorityRule>>,
 }
 
 /// Holds the authority rules.
@@ -78,7 +80,18 @@ fn listed(rule: &AuthorityRule) -> ListedRule {
     (Arc::new(rule.clone()), rule.limit_app.split(',').map(Box::from).collect())
 }
 
+crate::stat::stripe::duplicate_by_clone!(AuthorityRule);
+
 impl ResourceAuthority {
+    fn new(rules: Vec<Arc<AuthorityRule>>, lists: Vec<Box<[Box<str>]>>) -> Self {
+        let shares = rules.iter().map(|_| Default::default()).collect();
+        ResourceAuthority { rules, lists, shares }
+    }
+    fn push(&mut self, (rule, list): ListedRule) {
+        self.rules.push(rule);
+        self.lists.push(list);
+        self.shares.push(Default::default());
+    }
     /// Every origin the resource's lists name.
     pub(crate) fn listed_origins(&self) -> impl Iterator<Item = &str> {
         self.lists.iter().flat_map(|l| l.iter().map(|o| &**o))
@@ -107,9 +120,8 @@ impl AuthorityManager {
                     let (rule, list) = listed(rule);
                     let e = exact
                         .entry(rule.resource.clone())
-                        .or_insert_with(|| ResourceAuthority { rules: Vec::new(), lists: Vec::new() });
-                    e.rules.push(rule);
-                    e.lists.push(list);
+                        .or_insert_with(|| ResourceAuthority::new(Vec::new(), Vec::new()));
+                    e.push((rule, list));
                 }
                 let regex = unique.iter().filter(|r| r.regex).map(|r| (r.resource.as_str(), listed(r)));
                 let patterns = Patterns::group(regex, &compiler.finish());
@@ -132,12 +144,11 @@ impl AuthorityManager {
             return exact.cloned();
         }
         let mut resolved = match exact {
-            Some(e) => ResourceAuthority { rules: e.rules.clone(), lists: e.lists.clone() },
-            None => ResourceAuthority { rules: Vec::new(), lists: Vec::new() },
+            Some(e) => ResourceAuthority::new(e.rules.clone(), e.lists.clone()),
+            None => ResourceAuthority::new(Vec::new(), Vec::new()),
         };
-        for (_, (rule, list)) in hits {
-            resolved.rules.push(rule.clone());
-            resolved.lists.push(list.clone());
+        for (_, listed) in hits {
+            resolved.push(listed.clone());
         }
         Some(Arc::new(resolved))
     }
@@ -196,13 +207,10 @@ impl RuleSlot for AuthoritySlot {
 
 /// Checks the caller's origin against the resource's authority rules.
 pub(crate) fn check(state: &ResourceAuthority, cx: &CallCx<'_>) -> Result<(), BlockError> {
-    for (rule, list) in state.rules.iter().zip(state.lists.iter()) {
-        if !passes(rule.strategy, list, cx.origin) {
-            return Err(BlockError::Authority {
-                resource: cx.resource.clone(),
-                rule: rule.clone(),
-                origin: cx.origin.clone(),
-            });
+    for (i, (rule, list)) in state.rules.iter().zip(state.lists.iter()).enumerate() {
+        if !passes(rule.strategy, list, cx.origin.as_str()) {
+            let rule = state.shares.get(i).map_or_else(|| rule.clone(), |s| s.share(rule));
+            return Err(BlockError::Authority { resource: cx.resource.share(), rule, origin: cx.origin.share() });
         }
     }
     Ok(())

@@ -334,6 +334,8 @@ pub(crate) enum Peek {
 /// A circuit breaker built from one degrade rule.
 pub(crate) struct Breaker {
     pub(crate) rule: Arc<DegradeRule>,
+    /// Per-stripe copies of `rule`, for the errors of blocked calls.
+    rule_shares: crate::stat::stripe::Shares<DegradeRule>,
     /// Whether it was built from a default (`"*"`) rule.
     pub(crate) is_default: bool,
     state: AtomicU64,
@@ -353,11 +355,19 @@ impl fmt::Debug for Breaker {
     }
 }
 
+crate::stat::stripe::duplicate_by_clone!(DegradeRule);
+
 impl Breaker {
+    /// The rule, for a blocked call's error (see [`Shares`](crate::stat::stripe::Shares)).
+    #[inline]
+    pub(crate) fn rule_for_block(&self) -> Arc<DegradeRule> {
+        self.rule_shares.share(&self.rule)
+    }
     pub(crate) fn new(rule: Arc<DegradeRule>, is_default: bool) -> Self {
         // `rt > count ms` over integer µs: rt > floor(count * 1000).
         let slow_rt_micros = (rule.count * 1000.0).floor().clamp(0.0, u64::MAX as f64) as u64;
         Breaker {
+            rule_shares: Default::default(),
             is_default,
             state: AtomicU64::new(state_word(CLOSED, 0)),
             counts: Counts::new(rule.stat_interval_ms as u64),

@@ -247,7 +247,12 @@ fn degrade_block(b: &Breaker, cx: &CheckCx<'_>) -> BlockError {
     // the probe's completion decides, at a time nobody knows.
     let retry_after =
         b.retry_ms().filter(|&at| at > cx.now_ms).map(|at| std::time::Duration::from_millis(at - cx.now_ms));
-    BlockError::Degrade { resource: cx.resource.clone(), rule: b.rule.clone(), origin: cx.origin.clone(), retry_after }
+    BlockError::Degrade {
+        resource: cx.resource.share(),
+        rule: b.rule_for_block(),
+        origin: cx.origin.share(),
+        retry_after,
+    }
 }
 
 /// A call that passed completed: every breaker of the resource counts it; a probe's completion decides its

@@ -113,8 +113,8 @@ impl Shared {
             id: 0,
             entrance: EntranceNode { name: DEFAULT_CONTEXT_NAME.into(), children: Children::default() },
         });
-        let empty_origin = Box::new(OriginInfo { id: 0, name: "".into() });
-        let untracked_origin = Box::new(OriginInfo { id: UNTRACKED_ORIGIN_ID, name: UNTRACKED_ORIGIN.into() });
+        let empty_origin = Box::new(OriginInfo::new(0, "".into()));
+        let untracked_origin = Box::new(OriginInfo::new(UNTRACKED_ORIGIN_ID, UNTRACKED_ORIGIN.into()));
         Shared {
             id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
             clock,
@@ -328,7 +328,7 @@ impl Shared {
         let name: Arc<str> = name.into();
         let id =
             u32::try_from(self.origin_list.count() + 1).unwrap_or(UNTRACKED_ORIGIN_ID).min(UNTRACKED_ORIGIN_ID - 1);
-        let i = self.origin_list.push(OriginInfo { id, name: name.clone() });
+        let i = self.origin_list.push(OriginInfo::new(id, name.clone()));
         map.insert(name, i);
         &self.origin_list[i]
     }

@@ -2,7 +2,6 @@
 //! later slot blocks, and releases concurrency permits on exit.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use crate::clock::EngineClock;
 use crate::error::BlockError;
@@ -10,7 +9,7 @@ use crate::flow::controller::{reject_qps, Controller, Decision};
 use crate::flow::rule::{FlowGrade, FlowStrategy};
 use crate::flow::token_service;
 use crate::flow::{EntryState, FastRules, FlowRuleState, LimitApp, ResourceFlowRules, Scratch};
-use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, Named, RuleSlot, Verdict};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 
@@ -90,7 +89,7 @@ fn read_only(pass: bool, retry_after: impl FnOnce() -> Option<std::time::Duratio
 #[inline]
 fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
     let direct = st.rule.strategy == FlowStrategy::Direct;
-    let origin: &str = cx.origin;
+    let origin: &str = cx.origin.as_str();
     let applies = match &st.limit_app {
         LimitApp::Default => return if direct { Some(cx.cluster) } else { reference_node(st, cx) },
         LimitApp::Origin(app) => !origin.is_empty() && app == origin,
@@ -376,14 +375,14 @@ pub(crate) fn check_cluster_only(rules: &ResourceFlowRules, now_ms: u64, acquire
 fn fast_block(
     rules: &ResourceFlowRules,
     at: usize,
-    resource: &Arc<str>,
-    origin: &Arc<str>,
+    resource: Named<'_>,
+    origin: Named<'_>,
     retry_after: Option<std::time::Duration>,
 ) -> BlockError {
     BlockError::Flow {
-        resource: resource.clone(),
-        rule: rules.rules[at].rule.clone(),
-        origin: origin.clone(),
+        resource: resource.share(),
+        rule: rules.rules[at].rule_for_block(),
+        origin: origin.share(),
         retry_after,
     }
 }
@@ -422,9 +421,9 @@ fn apply(
             scratch.release();
             es.release_permits(cx.acquire);
             Some(Err(BlockError::Flow {
-                resource: cx.resource.clone(),
-                rule: st.rule.clone(),
-                origin: cx.origin.clone(),
+                resource: cx.resource.share(),
+                rule: st.rule_for_block(),
+                origin: cx.origin.share(),
                 retry_after,
             }))
         }

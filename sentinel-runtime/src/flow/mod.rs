@@ -40,6 +40,8 @@ enum LimitApp {
 /// A loaded rule with its controller state.
 pub(crate) struct FlowRuleState {
     pub(crate) rule: Arc<FlowRule>,
+    /// Per-stripe copies of `rule`, for the errors of blocked calls.
+    rule_shares: crate::stat::stripe::Shares<FlowRule>,
     limit_app: LimitApp,
     controller: Controller,
     /// The related resource, once it exists (relate strategy).
@@ -50,7 +52,15 @@ pub(crate) struct FlowRuleState {
     pub(crate) lease: OnceLock<Arc<token_service::RuleLease>>,
 }
 
+crate::stat::stripe::duplicate_by_clone!(FlowRule);
+
 impl FlowRuleState {
+    /// The rule, for a blocked call's error (see [`Shares`](crate::stat::stripe::Shares)).
+    #[inline]
+    pub(crate) fn rule_for_block(&self) -> Arc<FlowRule> {
+        self.rule_shares.share(&self.rule)
+    }
+
     /// A cluster rule (QPS and reject, by validation) for every caller on the resource's own node.
     fn is_cluster_only(&self) -> bool {
         self.rule.cluster_mode
@@ -88,6 +98,7 @@ impl FlowRuleState {
         };
         FlowRuleState {
             rule: Arc::new(rule),
+            rule_shares: Default::default(),
             limit_app,
             controller,
             ref_resource: OnceLock::new(),
@@ -328,5 +339,55 @@ mod fast_rules_tests {
         ] {
             assert!(fast(rules.clone()).is_none(), "{rules:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod block_error_tests {
+    use crate::flow::FlowRule;
+    use crate::{BlockError, Sentinel};
+    use std::sync::Arc;
+
+    /// The counts of the resource's name, the origin's and the rule that every thread would share.
+    fn shared_counts(r: &crate::Resource, origin: &Arc<str>) -> (usize, usize, usize) {
+        let rule = r.inner.with_rules(|rules| rules.flow.as_ref().map(|f| f.rules[0].rule.clone()));
+        let rule = rule.expect("a flow rule");
+        (Arc::strong_count(&r.inner.name), Arc::strong_count(origin), Arc::strong_count(&rule) - 1)
+    }
+
+    #[test]
+    fn a_thread_that_owns_a_stripe_blocks_without_a_count_on_what_every_thread_shares() {
+        let engine = Sentinel::builder().build();
+        engine.load_flow_rules([FlowRule::new("full").count(0.0)]).unwrap();
+        let r = engine.resource("full");
+        let origin = engine.shared.origin("app").name.clone();
+        let block = || match r.entry().origin("app").enter() {
+            Err(e @ BlockError::Flow { .. }) => e,
+            other => panic!("blocked by the flow rule, got {other:?}"),
+        };
+        drop(block());
+        let before = shared_counts(&r, &origin);
+        // One thread after the other (a thread on the shared stripe takes counts on the shared ones).
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let owns = crate::stat::stripe::lease().exclusive;
+                    let (a, b) = (block(), block());
+                    let (BlockError::Flow { resource, rule, origin: o, .. }, BlockError::Flow { rule: rule_b, .. }) =
+                        (&a, &b)
+                    else {
+                        unreachable!()
+                    };
+                    assert_eq!((&**resource, &**o, rule.count), ("full", "app", 0.0));
+                    if owns {
+                        assert!(Arc::ptr_eq(rule, rule_b), "one copy per stripe, kept");
+                        assert_eq!(shared_counts(&r, &origin), before, "no count taken on the shared ones");
+                    }
+                })
+                .join()
+                .unwrap();
+            }
+        });
+        assert_eq!(shared_counts(&r, &origin), before);
     }
 }

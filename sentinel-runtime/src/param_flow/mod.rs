@@ -246,10 +246,10 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryS
             Err((value, retry_after)) => {
                 es.release_all(state);
                 return Err(BlockError::ParamFlow {
-                    resource: cx.resource.clone(),
-                    rule: st.rule.clone(),
+                    resource: cx.resource.share(),
+                    rule: st.rule_for_block(),
                     value,
-                    origin: cx.origin.clone(),
+                    origin: cx.origin.share(),
                     retry_after,
                 });
             }

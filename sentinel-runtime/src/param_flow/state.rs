@@ -80,6 +80,8 @@ pub(crate) enum ValueDecision {
 /// A loaded rule with its counters.
 pub(crate) struct ParamRuleState {
     pub(crate) rule: Arc<ParamFlowRule>,
+    /// Per-stripe copies of `rule`, for the errors of blocked calls.
+    rule_shares: crate::stat::stripe::Shares<ParamFlowRule>,
     mode: Mode,
     /// `(long) count`, as Java reads it.
     threshold: i64,
@@ -97,7 +99,14 @@ impl std::fmt::Debug for ParamRuleState {
     }
 }
 
+crate::stat::stripe::duplicate_by_clone!(ParamFlowRule);
+
 impl ParamRuleState {
+    /// The rule, for a blocked call's error (see [`Shares`](crate::stat::stripe::Shares)).
+    #[inline]
+    pub(crate) fn rule_for_block(&self) -> Arc<ParamFlowRule> {
+        self.rule_shares.share(&self.rule)
+    }
     pub(crate) fn new(rule: ParamFlowRule) -> Self {
         Self::with_capacity(rule, None)
     }
@@ -122,6 +131,7 @@ impl ParamRuleState {
         let counters = ValueTable::new(cap.unwrap_or_else(|| counter_capacity(rule.duration_in_sec)));
         let duration_sec = rule.duration_in_sec.max(1);
         ParamRuleState {
+            rule_shares: Default::default(),
             mode,
             threshold: rule.count as i64,
             burst: rule.burst_count.min(i64::MAX as u64) as i64,

@@ -52,10 +52,10 @@ impl RuleSlot for EveryNthSlot {
             return Ok(Verdict::PASS);
         }
         Err(BlockError::Custom {
-            resource: cx.resource.clone(),
+            resource: cx.resource.share(),
             slot: "every-nth",
             reason: format!("call {call} is a multiple of {}", rules.n).into(),
-            origin: cx.origin.clone(),
+            origin: cx.origin.share(),
         })
     }
 }

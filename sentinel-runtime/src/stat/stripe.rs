@@ -108,3 +108,94 @@ pub(crate) fn add(c: &AtomicU64, v: u64, exclusive: bool) {
         c.fetch_add(v, Ordering::Relaxed);
     }
 }
+
+/// Copies of one value, one per owned stripe, each behind its own reference count: what a blocked call's
+/// [`BlockError`](crate::BlockError) holds (the resource's name, the origin's, the rule), so that threads
+/// blocked on one resource at once do not all write one reference count (a blocked call takes three counts
+/// and gives them back: on a count shared by every thread, blocking did not scale).
+///
+/// A thread that owns a stripe gets its stripe's copy, made on its first use; a thread on the shared stripe
+/// gets the value itself. Memory: nothing until a call of a thread that owns a stripe is blocked, then one
+/// word per owned stripe and one copy per stripe that blocked (at most [`owned_stripes`] per value).
+pub(crate) struct Shares<T: ?Sized> {
+    copies: OnceLock<Box<[OnceLock<std::sync::Arc<T>>]>>,
+}
+
+impl<T: ?Sized> Default for Shares<T> {
+    fn default() -> Self {
+        Shares { copies: OnceLock::new() }
+    }
+}
+
+impl<T: ?Sized> std::fmt::Debug for Shares<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shares").finish_non_exhaustive()
+    }
+}
+
+/// A value [`Shares`] can copy.
+pub(crate) trait Duplicate {
+    /// A copy of `v` behind a reference count of its own.
+    fn duplicate(v: &std::sync::Arc<Self>) -> std::sync::Arc<Self>;
+}
+
+impl Duplicate for str {
+    fn duplicate(v: &std::sync::Arc<str>) -> std::sync::Arc<str> {
+        std::sync::Arc::from(&**v)
+    }
+}
+
+/// [`Duplicate`] for a type that is `Clone` (each rule kind says it for its rule type).
+macro_rules! duplicate_by_clone {
+    ($t:ty) => {
+        impl $crate::stat::stripe::Duplicate for $t {
+            fn duplicate(v: &std::sync::Arc<Self>) -> std::sync::Arc<Self> {
+                std::sync::Arc::new((**v).clone())
+            }
+        }
+    };
+}
+pub(crate) use duplicate_by_clone;
+
+impl<T: ?Sized + Duplicate> Shares<T> {
+    /// A reference to `value` (whose copies these are) for the calling thread: its stripe's copy, or `value`
+    /// itself on the shared stripe.
+    #[inline]
+    pub(crate) fn share(&self, value: &std::sync::Arc<T>) -> std::sync::Arc<T> {
+        let lease = lease();
+        if !lease.exclusive {
+            return value.clone();
+        }
+        let copies =
+            self.copies.get_or_init(|| (0..owned_stripes()).map(|_| OnceLock::new()).collect::<Vec<_>>().into());
+        match copies.get(lease.index) {
+            Some(slot) => slot.get_or_init(|| T::duplicate(value)).clone(),
+            None => value.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod shares_tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn threads_that_own_stripes_share_copies_of_their_own_and_the_value_is_the_same() {
+        let value: Arc<str> = Arc::from("orders");
+        let shares = Shares::<str>::default();
+        let mine = shares.share(&value);
+        assert_eq!(&*mine, "orders");
+        let again = shares.share(&value);
+        if lease().exclusive {
+            assert!(!Arc::ptr_eq(&mine, &value), "a copy, not the value's own count");
+            assert!(Arc::ptr_eq(&mine, &again), "one copy per stripe, made once");
+        }
+        let value_c = value.clone();
+        let other = std::thread::scope(|s| s.spawn(|| shares.share(&value_c)).join().unwrap());
+        assert_eq!(&*other, "orders");
+        if lease().exclusive && !Arc::ptr_eq(&other, &value) {
+            assert!(!Arc::ptr_eq(&other, &mine), "another thread's stripe, another copy");
+        }
+    }
+}

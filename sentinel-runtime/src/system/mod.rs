@@ -193,7 +193,7 @@ impl SystemManager {
     pub(crate) fn check(&self, cx: &CheckCx<'_>, node: &StatNode) -> Result<(), BlockError> {
         let t = **self.thresholds.load();
         let block_after = |limit, retry_after| {
-            Err(BlockError::System { resource: cx.resource.clone(), limit, origin: cx.origin.clone(), retry_after })
+            Err(BlockError::System { resource: cx.resource.share(), limit, origin: cx.origin.share(), retry_after })
         };
         let block = |limit| block_after(limit, None);
         let now = cx.now_ms;
