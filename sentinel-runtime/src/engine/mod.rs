@@ -371,8 +371,8 @@ impl Sentinel {
         self.shared.now_ms()
     }
 
-    /// The time up to which whole seconds are recorded for good: now on a manual clock, half a second
-    /// earlier on any other (see `Shared::settled_ms`).
+    /// The time up to which whole seconds are recorded for good: now on a manual clock, a quarter of a
+    /// second earlier on any other (see `Shared::settled_ms`).
     #[cfg(any(feature = "logs", feature = "transport"))]
     pub(crate) fn settled_millis(&self) -> u64 {
         self.shared.settled_ms()

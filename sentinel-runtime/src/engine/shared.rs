@@ -42,7 +42,7 @@ pub(super) type NameMap<V> = papaya::HashMap<Arc<str>, V, foldhash::fast::Random
 /// recorded for good ([`Shared::settled_ms`]): a thread descheduled for less than this between its clock
 /// reading and its stores still counts in the second's line.
 #[cfg(any(feature = "logs", feature = "transport"))]
-pub(crate) const SETTLE_MS: u64 = 500;
+pub(crate) const SETTLE_MS: u64 = 250;
 
 /// State shared by every handle of one engine.
 pub(crate) struct Shared {

@@ -113,7 +113,7 @@ impl Logs {
             // Runs until `Logs` is dropped (the stop sender is dropped, or sends).
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
                 let now = e.now_millis();
-                // Whole seconds once they have settled (on a real clock, half a second after they end).
+                // Whole seconds once they have settled (on a real clock, a quarter of a second after they end).
                 if let Err(err) = m.flush_once(e.settled_millis()) {
                     tracing::warn!(error = %err, "metric log write failed");
                 }

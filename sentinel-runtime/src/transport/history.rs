@@ -6,7 +6,7 @@
 //! second in progress is never recorded, so a line once answered never changes). It is sampled once a
 //! second in the background and before every answer, so an answer is complete up to the last whole second
 //! that has settled: on a manual clock, the last whole second; on any other clock, the last one that ended
-//! half a second ago or more (so that a call whose thread stored its counts a little late is in its line).
+//! a quarter of a second ago or more (so that a call whose thread stored its counts a little late is in its line).
 //!
 //! The adaptive limiters' limit and calls in flight are sampled with them (`adaptive_history`).
 //!
@@ -164,7 +164,7 @@ impl History {
     pub(crate) fn sample(&self, engine: &Sentinel) -> u64 {
         let now = engine.now_millis();
         self.adaptive.record(now, &engine.adaptive_status());
-        // Whole seconds that have settled (on a real clock, ended half a second ago or more).
+        // Whole seconds that have settled (on a real clock, ended a quarter of a second ago or more).
         let settled = engine.settled_millis();
         let boundary = settled - settled % 1000;
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
