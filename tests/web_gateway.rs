@@ -322,3 +322,36 @@ async fn a_gateway_rules_bucket_is_a_policy_with_its_interval_and_burst() {
     })
     .await;
 }
+
+/// A request to `path`, for `oneshot`.
+fn request(path: &str) -> axum::http::Request<axum::body::Body> {
+    axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap()
+}
+
+#[tokio::test]
+async fn an_api_groups_resource_takes_the_rules_loaded_after_its_first_request() {
+    let (engine, _clock) = engine_at(0);
+    engine
+        .load_api_definitions([ApiDefinition::new("products").item(ApiPredicateItem::prefix("/product/**"))])
+        .unwrap();
+    let app = app(&engine, TrustedProxies::none());
+    assert_eq!(app.clone().oneshot(request("/product/1")).await.unwrap().status(), StatusCode::OK);
+    engine.load_gateway_rules([api_rule("products", 1.0)]).unwrap();
+    assert_eq!(app.clone().oneshot(request("/product/1")).await.unwrap().status(), StatusCode::OK);
+    assert_eq!(app.clone().oneshot(request("/product/2")).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(stats(&engine, "products").minute_pass, 2);
+}
+
+#[tokio::test]
+async fn an_api_group_past_the_resource_cap_gets_a_resource_of_its_own_once_a_rule_names_it() {
+    let engine = Sentinel::builder().max_resources(1).build();
+    engine
+        .load_api_definitions([ApiDefinition::new("products").item(ApiPredicateItem::prefix("/product/**"))])
+        .unwrap();
+    let app = app(&engine, TrustedProxies::none());
+    // The route's resource takes the one place: the group's calls go to the overflow resource.
+    assert_eq!(app.clone().oneshot(request("/product/1")).await.unwrap().status(), StatusCode::OK);
+    assert!(engine.cluster_stats("products").is_none_or(|s| s.minute_pass == 0));
+    engine.load_gateway_rules([api_rule("products", 0.0)]).unwrap();
+    assert_eq!(app.clone().oneshot(request("/product/1")).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+}

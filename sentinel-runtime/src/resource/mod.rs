@@ -44,4 +44,29 @@ impl Resource {
     pub fn entry_type(&self) -> EntryType {
         self.entry_type
     }
+
+    /// Runs `f` on a handle of `inner` in the engine `shared` made without taking a reference count on
+    /// either (a caller that keeps the resource's `ResourceInner` but not a `Resource`, which would hold its
+    /// engine: the gateway's API definitions, kept by the engine itself). A clone of the handle takes counts
+    /// of its own, as any clone.
+    #[cfg(feature = "tower")]
+    pub(crate) fn with_view<R>(
+        shared: &Arc<Shared>,
+        inner: &Arc<ResourceInner>,
+        entry_type: EntryType,
+        f: impl FnOnce(&Resource) -> R,
+    ) -> R {
+        // SAFETY: each `Arc` is rebuilt from the pointer of a live `Arc` that the caller lends for the whole
+        // call, so it points to a live allocation with a count of at least one. The handle is never dropped
+        // (`ManuallyDrop`, also when `f` unwinds), so it gives back no count it did not take, and it does not
+        // outlive the call: `f` only borrows it, and cannot move it out of the `ManuallyDrop`.
+        let view = std::mem::ManuallyDrop::new(unsafe {
+            Resource {
+                shared: Arc::from_raw(Arc::as_ptr(shared)),
+                inner: Arc::from_raw(Arc::as_ptr(inner)),
+                entry_type,
+            }
+        });
+        f(&view)
+    }
 }

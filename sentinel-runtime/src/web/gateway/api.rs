@@ -146,7 +146,18 @@ impl ApiMatcher {
 
     /// The names of the APIs `path` belongs to, in definition order (a path may belong to several).
     pub fn matching<'s>(&'s self, path: &'s str) -> impl Iterator<Item = &'s str> + 's {
-        self.apis.iter().filter(move |(_, ms)| ms.iter().any(|m| m.matches(path))).map(|(name, _)| &**name)
+        self.matching_at(path).map(|(_, name)| name)
+    }
+
+    /// [`matching`](Self::matching), each API with its place in definition order.
+    pub(crate) fn matching_at<'s>(&'s self, path: &'s str) -> impl Iterator<Item = (usize, &'s str)> + 's {
+        let apis = self.apis.iter().enumerate();
+        apis.filter(move |(_, (_, ms))| ms.iter().any(|m| m.matches(path))).map(|(i, (name, _))| (i, &**name))
+    }
+
+    /// How many APIs are defined.
+    pub(crate) fn len(&self) -> usize {
+        self.apis.len()
     }
 
     /// Whether no API is defined.

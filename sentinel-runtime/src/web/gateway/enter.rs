@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::param_flow::HotParam;
 use crate::web::{RequestView, TrustedProxies};
-use crate::{BlockError, Entry, EntryType, Resource, Sentinel};
+use crate::{BlockError, Entry, Resource, Sentinel};
 
 use super::loading::GatewayState;
 use super::params::GatewayArguments;
@@ -67,11 +67,12 @@ pub(crate) fn enter_all(
     let first = with_arguments(args, view, &mode.proxies, |a| enter(route, a))?;
     let apis = mode.state.apis();
     let mut more = Vec::new();
-    for name in apis.matcher.matching(view.path()) {
-        let resource = engine.resource_typed(name, EntryType::In);
+    for (at, name) in apis.matcher.matching_at(view.path()) {
         let args = rules.arguments(ResourceMode::CustomApiName, name);
+        let entered =
+            apis.with_resource(engine, at, name, |r| with_arguments(args, view, &mode.proxies, |a| enter(r, a)));
         // On a block, `more` and `first` drop here: their entries exit, the later one first.
-        more.push(with_arguments(args, view, &mode.proxies, |a| enter(&resource, a))?);
+        more.push(entered?);
     }
     Ok((first, more))
 }

@@ -31,6 +31,43 @@ pub(crate) struct GatewayState {
 pub(crate) struct ApiSet {
     pub(crate) definitions: Vec<ApiDefinition>,
     pub(crate) matcher: ApiMatcher,
+    /// Each API's resource (in the matcher's order), found at the first request that matches it, so that a
+    /// request enters it without looking its name up or taking a reference count. Its `ResourceInner` only:
+    /// a `Resource` holds its engine, which holds this set.
+    resources: Box<[std::sync::OnceLock<Arc<crate::resource::inner::ResourceInner>>]>,
+}
+
+impl ApiSet {
+    fn new(definitions: Vec<ApiDefinition>, matcher: ApiMatcher) -> Self {
+        let resources = (0..matcher.len()).map(|_| std::sync::OnceLock::new()).collect();
+        ApiSet { definitions, matcher, resources }
+    }
+
+    /// Runs `f` on the resource of the API at `at` (in the matcher's order), named `name`.
+    pub(crate) fn with_resource<R>(
+        &self,
+        engine: &Sentinel,
+        at: usize,
+        name: &str,
+        f: impl FnOnce(&crate::Resource) -> R,
+    ) -> R {
+        let Some(slot) = self.resources.get(at) else {
+            return f(&engine.resource_typed(name, crate::EntryType::In));
+        };
+        let inner = match slot.get() {
+            Some(inner) => inner,
+            None => {
+                let resource = engine.resource_typed(name, crate::EntryType::In);
+                if resource.name() != name {
+                    // Past the resource cap: the overflow resource, not kept (a rule loaded later that names
+                    // the API gives it a resource of its own).
+                    return f(&resource);
+                }
+                slot.get_or_init(|| resource.inner.clone())
+            }
+        };
+        crate::Resource::with_view(&engine.shared, inner, crate::EntryType::In, f)
+    }
 }
 
 impl GatewayState {
@@ -116,7 +153,7 @@ impl Sentinel {
         let matcher = ApiMatcher::new(&definitions)?;
         let state = self.gateway();
         let _g = state.load_lock.lock().unwrap_or_else(|e| e.into_inner());
-        state.apis.store(Arc::new(ApiSet { definitions, matcher }));
+        state.apis.store(Arc::new(ApiSet::new(definitions, matcher)));
         Ok(())
     }
 

@@ -28,8 +28,10 @@ use super::{NOT_MATCHED_COUNT, NOT_MATCHED_PARAM};
 pub struct GatewayRuleSet {
     rules: Vec<GatewayFlowRule>,
     param_rules: Vec<ParamFlowRule>,
-    routes: HashMap<String, GatewayArguments>,
-    apis: HashMap<String, GatewayArguments>,
+    /// By resource name, looked up on every request in gateway mode: foldhash, as the engine's name maps
+    /// (short names, maps bounded by the rules; SipHash cost about five times as much).
+    routes: HashMap<String, GatewayArguments, foldhash::fast::RandomState>,
+    apis: HashMap<String, GatewayArguments, foldhash::fast::RandomState>,
 }
 
 /// A rule's identity for removing repeated rules (`count` by its bits).
