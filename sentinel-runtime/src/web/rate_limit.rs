@@ -108,6 +108,8 @@ impl PassedFields {
             resource
         } else {
             self.scratch.clear();
+            // The name and `#` and an index at once, rather than growing as they are written.
+            self.scratch.reserve(resource.len() + 12);
             write_policy_name(&mut self.scratch, resource, param_idx);
             &self.scratch
         };

@@ -230,8 +230,11 @@ impl Lists {
     /// Appends one policy's items.
     pub(crate) fn push(&mut self, name: &StringRef, shape: Shape, status: RateLimitStatus, pk: Option<&[u8]>) {
         // Room for the item as most are (the name, three short integers, a window), so that each list is
-        // one allocation rather than one per doubling.
+        // one allocation rather than one per doubling; at the first item, room for a second as well (a
+        // request often passes two policies: its route's and an API group's, or a flow rule's and a hot
+        // parameter's), so that it is not moved to grow.
         let room = name.as_str().len() + 40;
+        let room = if self.policy.is_empty() { 2 * room + 2 } else { room + 2 };
         self.policy.reserve(room);
         self.limit.reserve(room);
         if !self.policy.is_empty() {
