@@ -35,13 +35,13 @@ impl ContextInfo {
 pub(crate) struct OriginInfo {
     pub(crate) id: u32,
     pub(crate) name: Arc<str>,
-    /// Per-stripe copies of `name`, for the errors of blocked calls.
-    pub(crate) name_shares: crate::stat::stripe::Shares<str>,
+    /// `name` with its per-stripe copies, for the errors of blocked calls.
+    pub(crate) shared_name: crate::stat::stripe::SharedName,
 }
 
 impl OriginInfo {
     pub(crate) fn new(id: u32, name: Arc<str>) -> Self {
-        OriginInfo { id, name, name_shares: Default::default() }
+        OriginInfo { id, shared_name: crate::stat::stripe::SharedName::new(name.clone()), name }
     }
 }
 

@@ -15,7 +15,7 @@ use super::{Entry, EntryBuilder, Flags};
 use crate::chain::{self, Decided};
 use crate::flow;
 use crate::rules::ResourceRules;
-use crate::slot::contract::{CallCx, CheckCx, Named};
+use crate::slot::contract::{CallCx, CheckCx};
 use crate::stat::{StatNode, Writer};
 use crate::wait::{Pending, RetryScope, Wait};
 
@@ -201,9 +201,9 @@ impl EntryBuilder<'_, '_> {
     #[inline(always)]
     fn call_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64, now_ms: u64) -> CallCx<'c> {
         CallCx {
-            resource: Named::new(&site.inner.name, &site.inner.name_shares),
+            resource: &site.inner.shared_name,
             cluster: &site.inner.cluster.stat,
-            origin: Named::new(&site.origin.name, &site.origin.name_shares),
+            origin: &site.origin.shared_name,
             acquire: self.acquire,
             args: &self.args,
             now_nanos,

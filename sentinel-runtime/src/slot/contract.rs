@@ -17,39 +17,9 @@ use crate::slot::EntryType;
 use crate::stat::StatNode;
 use crate::wait::Wait;
 
-/// A name a check sees (the resource's, the origin's): a `str`, and [`share`](Named::share) for the
+/// A name a check sees (the resource's, the origin's): a `str`, and [`share`](SharedName::share) for the
 /// reference a [`BlockError`] holds.
-#[derive(Clone, Copy)]
-pub(crate) struct Named<'a> {
-    name: &'a Arc<str>,
-    shares: &'a crate::stat::stripe::Shares<str>,
-}
-
-impl<'a> Named<'a> {
-    #[inline(always)]
-    pub(crate) fn new(name: &'a Arc<str>, shares: &'a crate::stat::stripe::Shares<str>) -> Self {
-        Named { name, shares }
-    }
-    /// The name for a blocked call's error: a reference counted apart from other threads' (see
-    /// [`Shares`](crate::stat::stripe::Shares)).
-    #[inline]
-    pub(crate) fn share(self) -> Arc<str> {
-        self.shares.share(self.name)
-    }
-    /// The name.
-    #[inline(always)]
-    pub(crate) fn as_str(self) -> &'a str {
-        self.name
-    }
-}
-
-impl std::ops::Deref for Named<'_> {
-    type Target = str;
-    #[inline(always)]
-    fn deref(&self) -> &str {
-        self.name
-    }
-}
+pub(crate) type Named<'a> = &'a crate::stat::stripe::SharedName;
 
 /// What every check sees of a call, on every path: the resource, the caller, the clock reading and the
 /// arguments. The fast path's checks see only this; the general path's see it through [`CheckCx`].

@@ -175,6 +175,29 @@ impl<T: ?Sized + Duplicate> Shares<T> {
     }
 }
 
+/// A name with its [`Shares`]: what a check sees of the resource's name and the origin's (one pointer).
+#[derive(Debug)]
+pub(crate) struct SharedName {
+    name: std::sync::Arc<str>,
+    shares: Shares<str>,
+}
+
+impl SharedName {
+    pub(crate) fn new(name: std::sync::Arc<str>) -> Self {
+        SharedName { name, shares: Shares::default() }
+    }
+    /// The name for a blocked call's error (see [`Shares`]).
+    #[inline]
+    pub(crate) fn share(&self) -> std::sync::Arc<str> {
+        self.shares.share(&self.name)
+    }
+    /// The name.
+    #[inline(always)]
+    pub(crate) fn as_str(&self) -> &str {
+        &self.name
+    }
+}
+
 #[cfg(test)]
 mod shares_tests {
     use super::*;
