@@ -17,7 +17,7 @@ use crate::slot::EntryType;
 use crate::stat::StatNode;
 use crate::wait::Wait;
 
-/// A name a check sees (the resource's, the origin's): a `str`, and [`share`](SharedName::share) for the
+/// A name a check sees (the resource's, the origin's): a `str`, and [`share`](crate::stat::stripe::SharedName::share) for the
 /// reference a [`BlockError`] holds.
 pub(crate) type Named<'a> = &'a crate::stat::stripe::SharedName;
 
