@@ -17,8 +17,8 @@ use crate::slot::EntryType;
 use crate::stat::StatNode;
 use crate::wait::Wait;
 
-/// A name a check sees (the resource's, the origin's): a `str`, and [`share`](crate::stat::stripe::SharedName::share) for the
-/// reference a [`BlockError`] holds.
+/// A name a check sees (the resource's, the origin's): a `str`, and
+/// [`share`](crate::stat::stripe::SharedName::share) for the reference a [`BlockError`] holds.
 pub(crate) type Named<'a> = &'a crate::stat::stripe::SharedName;
 
 /// What every check sees of a call, on every path: the resource, the caller, the clock reading and the
