@@ -156,8 +156,8 @@ impl Naming {
         if authority {
             name.push_str(view.host());
             if let Some(p) = view.port() {
-                use std::fmt::Write;
-                let _ = write!(name, ":{p}");
+                name.push(':');
+                name.push_str(itoa::Buffer::new().format(p));
             }
         }
         name.push_str(rest);
