@@ -170,3 +170,43 @@ impl Sentinel {
         state.layer_built.load(Ordering::Relaxed) || !state.rules().is_empty() || !state.apis().definitions.is_empty()
     }
 }
+
+#[cfg(test)]
+mod view_tests {
+    use super::*;
+    use crate::web::gateway::ApiPredicateItem;
+
+    #[test]
+    fn an_api_groups_resource_is_entered_through_a_view_that_leaves_every_reference_count_as_it_was() {
+        // Not leaked: an owned entry takes counts on the engine's handles, through the view's clone.
+        let engine = Sentinel::builder().build();
+        engine
+            .load_api_definitions([ApiDefinition::new("products").item(ApiPredicateItem::prefix("/product/**"))])
+            .unwrap();
+        let state = engine.gateway();
+        let apis = state.apis();
+        assert!(apis.with_resource(&engine, 0, "products", |r| r.entry_owned().enter().is_ok()));
+        let inner = apis.resources[0].get().expect("kept from the first request").clone();
+        let counts = || (Arc::strong_count(&engine.shared), Arc::strong_count(&inner));
+        let before = counts();
+        for _ in 0..100 {
+            apis.with_resource(&engine, 0, "products", |r| {
+                assert_eq!(r.name(), "products");
+                let e = r.entry_owned().enter().unwrap();
+                drop(r.clone());
+                drop(e);
+            });
+            assert_eq!(counts(), before);
+        }
+        let held = apis.with_resource(&engine, 0, "products", |r| r.entry_owned().enter().unwrap());
+        assert_eq!(counts(), (before.0 + 1, before.1 + 1), "an owned entry holds a count of its own on each");
+        drop(held);
+        assert_eq!(counts(), before);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            apis.with_resource(&engine, 0, "products", |_| panic!("user code"))
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(counts(), before, "a panic in the call gives back nothing it did not take");
+        assert_eq!(engine.cluster_stats("products").unwrap().minute_pass, 102);
+    }
+}
