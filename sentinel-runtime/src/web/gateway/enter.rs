@@ -62,10 +62,10 @@ pub(crate) fn enter_all(
     view: &RequestView<'_>,
     enter: impl Fn(&Resource, &[&dyn HotParam]) -> Result<Entry<'static>, BlockError>,
 ) -> Result<(Entry<'static>, Vec<Entry<'static>>), BlockError> {
-    let rules = mode.state.rules();
+    let now = mode.state.in_force();
+    let (rules, apis) = (&now.rules, &now.apis);
     let args = rules.arguments(ResourceMode::RouteId, route.name());
     let first = with_arguments(args, view, &mode.proxies, |a| enter(route, a))?;
-    let apis = mode.state.apis();
     let mut more = Vec::new();
     for (at, name) in apis.matcher.matching_at(view.path()) {
         let args = rules.arguments(ResourceMode::CustomApiName, name);

@@ -18,12 +18,19 @@ use super::rule_set::GatewayRuleSet;
 /// What one engine holds of the gateway (kept as an engine extension: the engine knows nothing of it).
 #[derive(Default)]
 pub(crate) struct GatewayState {
-    rules: ArcSwap<GatewayRuleSet>,
-    apis: ArcSwap<ApiSet>,
+    /// The rules and the API definitions, published together: a request reads both with one load.
+    in_force: ArcSwap<InForce>,
     /// Serializes loads (a rule set is published together with its hot-parameter rules).
     load_lock: Mutex<()>,
     /// Whether a layer in gateway mode was built on the engine.
     layer_built: AtomicBool,
+}
+
+/// The gateway rules and the API definitions in force.
+#[derive(Default)]
+pub(crate) struct InForce {
+    pub(crate) rules: Arc<GatewayRuleSet>,
+    pub(crate) apis: Arc<ApiSet>,
 }
 
 /// The API definitions in force, as loaded and compiled.
@@ -71,13 +78,17 @@ impl ApiSet {
 }
 
 impl GatewayState {
+    /// The rules and the API definitions in force (a request's one read of both).
+    pub(crate) fn in_force(&self) -> arc_swap::Guard<Arc<InForce>> {
+        self.in_force.load()
+    }
     /// The rule set in force.
-    pub(crate) fn rules(&self) -> arc_swap::Guard<Arc<GatewayRuleSet>> {
-        self.rules.load()
+    pub(crate) fn rules(&self) -> Arc<GatewayRuleSet> {
+        self.in_force.load().rules.clone()
     }
     /// The API definitions in force.
-    pub(crate) fn apis(&self) -> arc_swap::Guard<Arc<ApiSet>> {
-        self.apis.load()
+    pub(crate) fn apis(&self) -> Arc<ApiSet> {
+        self.in_force.load().apis.clone()
     }
     /// Notes that a layer in gateway mode serves requests (the application is a gateway).
     pub(crate) fn mark_in_use(&self) {
@@ -124,7 +135,8 @@ impl Sentinel {
         let _g = state.load_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.load_param_flow_rules_of(ParamRuleOwner::Gateway, set.param_flow_rules().to_vec())
             .map_err(|e| converted_rule_refused(e, &set))?;
-        state.rules.store(Arc::new(set));
+        let apis = state.in_force.load().apis.clone();
+        state.in_force.store(Arc::new(InForce { rules: Arc::new(set), apis }));
         Ok(())
     }
 
@@ -153,7 +165,8 @@ impl Sentinel {
         let matcher = ApiMatcher::new(&definitions)?;
         let state = self.gateway();
         let _g = state.load_lock.lock().unwrap_or_else(|e| e.into_inner());
-        state.apis.store(Arc::new(ApiSet::new(definitions, matcher)));
+        let rules = state.in_force.load().rules.clone();
+        state.in_force.store(Arc::new(InForce { rules, apis: Arc::new(ApiSet::new(definitions, matcher)) }));
         Ok(())
     }
 
