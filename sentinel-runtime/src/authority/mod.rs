@@ -207,9 +207,9 @@ impl RuleSlot for AuthoritySlot {
 
 /// Checks the caller's origin against the resource's authority rules.
 pub(crate) fn check(state: &ResourceAuthority, cx: &CallCx<'_>) -> Result<(), BlockError> {
-    for (i, (rule, list)) in state.rules.iter().zip(state.lists.iter()).enumerate() {
+    for ((rule, list), shares) in state.rules.iter().zip(&state.lists).zip(&state.shares) {
         if !passes(rule.strategy, list, cx.origin.as_str()) {
-            let rule = state.shares.get(i).map_or_else(|| rule.clone(), |s| s.share(rule));
+            let rule = shares.share(rule);
             return Err(BlockError::Authority { resource: cx.resource.share(), rule, origin: cx.origin.share() });
         }
     }
