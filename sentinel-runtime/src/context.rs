@@ -34,14 +34,13 @@ impl ContextInfo {
 /// An interned origin.
 pub(crate) struct OriginInfo {
     pub(crate) id: u32,
-    pub(crate) name: Arc<str>,
-    /// `name` with its per-stripe copies, for the errors of blocked calls.
-    pub(crate) shared_name: crate::stat::stripe::SharedName,
+    /// The name, with its per-stripe copies for the errors of blocked calls.
+    pub(crate) name: crate::stat::stripe::SharedName,
 }
 
 impl OriginInfo {
     pub(crate) fn new(id: u32, name: Arc<str>) -> Self {
-        OriginInfo { id, shared_name: crate::stat::stripe::SharedName::new(name.clone()), name }
+        OriginInfo { id, name: crate::stat::stripe::SharedName::new(name) }
     }
 }
 

@@ -291,7 +291,7 @@ impl Shared {
         };
         // Only an origin interned under this name: the untracked origin (past the cap) stands for many names,
         // and a rule naming one of them later interns it.
-        if &*info.name == name {
+        if info.name.as_str() == name {
             recent_origins::remember(self.id, info);
         }
         info
@@ -471,7 +471,7 @@ mod recent_origins {
             recent.iter().map(Cell::get).find_map(|r| {
                 // SAFETY: `r.engine == engine` only for an origin of that engine, which the caller borrows (see
                 // the module docs): `r.info` points to a live `OriginInfo`.
-                (r.engine == engine && unsafe { &*(*r.info).name } == name).then_some(r.info)
+                (r.engine == engine && unsafe { (*r.info).name.as_str() } == name).then_some(r.info)
             })
         })
     }
@@ -512,7 +512,7 @@ mod tests {
         for _ in 0..3 {
             for (n, info) in names.iter().zip(&infos) {
                 assert_eq!(sa.origin(n) as *const _, *info, "{n}");
-                assert_eq!(&*sa.origin(n).name, n.as_str());
+                assert_eq!(sa.origin(n).name.as_str(), n.as_str());
             }
         }
         assert_eq!(sa.origin("shop") as *const _, first);

@@ -201,9 +201,9 @@ impl EntryBuilder<'_, '_> {
     #[inline(always)]
     fn call_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64, now_ms: u64) -> CallCx<'c> {
         CallCx {
-            resource: &site.inner.shared_name,
+            resource: &site.inner.name,
             cluster: &site.inner.cluster.stat,
-            origin: &site.origin.shared_name,
+            origin: &site.origin.name,
             acquire: self.acquire,
             args: &self.args,
             now_nanos,

@@ -9,9 +9,8 @@ use crate::rules::ResourceRules;
 
 /// Everything the engine keeps per resource name. Lives as long as its engine.
 pub(crate) struct ResourceInner {
-    pub(crate) name: Arc<str>,
-    /// `name` with its per-stripe copies, for the errors of blocked calls.
-    pub(crate) shared_name: crate::stat::stripe::SharedName,
+    /// The name, with its per-stripe copies for the errors of blocked calls.
+    pub(crate) name: crate::stat::stripe::SharedName,
     pub(crate) cluster: ClusterNode,
     /// The rules in force, read in an RCU section (no reference count, no locked instruction on read).
     rules: RcuPtr<ResourceRules>,
@@ -41,8 +40,7 @@ impl ResourceInner {
             cluster.ensure_named_origin(*id, name);
         }
         ResourceInner {
-            shared_name: crate::stat::stripe::SharedName::new(name.clone()),
-            name,
+            name: crate::stat::stripe::SharedName::new(name),
             cluster,
             rules: RcuPtr::new(rules),
             has_rules: AtomicBool::new(has),

@@ -175,8 +175,8 @@ impl<T: ?Sized + Duplicate> Shares<T> {
     }
 }
 
-/// A name with its [`Shares`]: what a check sees of the resource's name and the origin's (one pointer).
-#[derive(Debug)]
+/// A name with its [`Shares`]: the resource's name and the origin's, as the engine keeps them (a check sees
+/// them through one pointer). Reads as the name's `Arc<str>`.
 pub(crate) struct SharedName {
     name: std::sync::Arc<str>,
     shares: Shares<str>,
@@ -195,6 +195,26 @@ impl SharedName {
     #[inline(always)]
     pub(crate) fn as_str(&self) -> &str {
         &self.name
+    }
+}
+
+impl std::ops::Deref for SharedName {
+    type Target = std::sync::Arc<str>;
+    #[inline(always)]
+    fn deref(&self) -> &std::sync::Arc<str> {
+        &self.name
+    }
+}
+
+impl std::fmt::Display for SharedName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl std::fmt::Debug for SharedName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.name, f)
     }
 }
 
