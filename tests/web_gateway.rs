@@ -355,3 +355,43 @@ async fn an_api_group_past_the_resource_cap_gets_a_resource_of_its_own_once_a_ru
     engine.load_gateway_rules([api_rule("products", 0.0)]).unwrap();
     assert_eq!(app.clone().oneshot(request("/product/1")).await.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+#[tokio::test]
+async fn the_route_and_its_api_group_each_limit_the_forwarded_client_and_many_rules_each_read_their_own_value() {
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        engine
+            .load_api_definitions([ApiDefinition::new("products").item(ApiPredicateItem::prefix("/product/**"))])
+            .unwrap();
+        // The client's address is read once per request for both resources: each still counts it.
+        engine
+            .load_gateway_rules([
+                GatewayFlowRule::new("/product/{id}").count(2.0).param_item(GatewayParamItem::client_ip()),
+                api_rule("products", 1.0).param_item(GatewayParamItem::client_ip()),
+            ])
+            .unwrap();
+        let addr = serve(app(&engine, TrustedProxies::new(["127.0.0.0/8"]).unwrap())).await;
+        let c = client();
+        let from = |ip: &str| c.get(format!("http://{addr}/product/1")).header("x-forwarded-for", ip);
+        assert_eq!(statuses(2, || from("203.0.113.1")).await, [200, 429], "the group's limit of 1 per client");
+        assert_eq!(statuses(2, || from("203.0.113.2")).await, [200, 429], "another client, its own budget");
+        assert_eq!(stats(&engine, "/product/{id}").minute_pass, 4, "the route passed all four (2 per client)");
+
+        // Nine rules on one route read nine arguments (more than are kept on the stack): the ninth, by
+        // header, limits per value; the eight others never limit.
+        let (engine, _clock) = engine_at(0);
+        let mut rules: Vec<GatewayFlowRule> = (0..8)
+            .map(|i| {
+                let item = if i % 2 == 0 { GatewayParamItem::client_ip() } else { GatewayParamItem::host() };
+                GatewayFlowRule::new("/search").count(1e9).param_item(item)
+            })
+            .collect();
+        rules.push(GatewayFlowRule::new("/search").count(1.0).param_item(GatewayParamItem::header("x-user")));
+        engine.load_gateway_rules(rules).unwrap();
+        let addr = serve(app(&engine, TrustedProxies::none())).await;
+        let user = |u: &str| c.get(format!("http://{addr}/search")).header("x-user", u);
+        assert_eq!(statuses(2, || user("ann")).await, [200, 429]);
+        assert_eq!(statuses(2, || user("bob")).await, [200, 429]);
+    })
+    .await;
+}

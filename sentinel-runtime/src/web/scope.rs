@@ -23,10 +23,14 @@ pub(crate) struct RequestEntry {
     entry: Entry<'static>,
 }
 
+/// The entries of the API groups a request belongs to (gateway mode), in definition order: the first one in
+/// place, so that a request in one group allocates only its [`Extra`]'s box.
+pub(crate) type ApiEntries = smallvec::SmallVec<[Entry<'static>; 1]>;
+
 #[derive(Debug, Default)]
 pub(crate) struct Extra {
     /// The entries of the API groups the request belongs to (gateway mode).
-    apis: Vec<Entry<'static>>,
+    apis: ApiEntries,
     /// The RateLimit header fields for the response, when the layer writes them.
     headers: Option<PassedFields>,
 }
@@ -109,7 +113,7 @@ pub(crate) struct Extras(Option<Box<Extra>>);
 
 impl Extras {
     /// The entries of the API groups the request belongs to (gateway mode).
-    pub(crate) fn set_apis(&mut self, apis: Vec<Entry<'static>>) {
+    pub(crate) fn set_apis(&mut self, apis: ApiEntries) {
         if !apis.is_empty() {
             self.0.get_or_insert_with(Box::default).apis = apis;
         }
@@ -124,7 +128,7 @@ impl Extras {
         match (extra, headers) {
             (Some(extra), headers) => extra.headers = headers,
             (extra @ None, Some(headers)) => {
-                *extra = Some(Box::new(Extra { apis: Vec::new(), headers: Some(headers) }))
+                *extra = Some(Box::new(Extra { apis: ApiEntries::new(), headers: Some(headers) }))
             }
             (None, None) => {}
         }

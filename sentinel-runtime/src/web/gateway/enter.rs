@@ -2,9 +2,11 @@
 //! gateway rules' arguments taken from the request.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use crate::param_flow::HotParam;
+use crate::web::scope::ApiEntries;
 use crate::web::{RequestView, TrustedProxies};
 use crate::{BlockError, Entry, Resource, Sentinel};
 
@@ -31,22 +33,41 @@ impl GatewayMode {
 /// constant): more take a vector.
 const INLINE_ARGS: usize = 8;
 
+/// The request's client address as text, found once for all the request's resources (the route's and its
+/// API groups' rules may each read it): the walk of `X-Forwarded-For` and the address's text, once.
+pub(super) struct ClientIpOnce<'a, 'p> {
+    view: RequestView<'a>,
+    proxies: &'p TrustedProxies,
+    text: OnceCell<Option<Cow<'a, str>>>,
+}
+
+impl<'a, 'p> ClientIpOnce<'a, 'p> {
+    fn new(view: &RequestView<'a>, proxies: &'p TrustedProxies) -> Self {
+        ClientIpOnce { view: *view, proxies, text: OnceCell::new() }
+    }
+    /// The text, borrowed from the first reading.
+    fn get(&self) -> Option<Cow<'_, str>> {
+        self.text.get_or_init(|| self.proxies.client_ip_text(&self.view)).as_deref().map(Cow::Borrowed)
+    }
+}
+
 /// Runs `f` with the arguments `args` takes from the request (none when no gateway rule names the
 /// resource in that mode).
 fn with_arguments<R>(
     args: Option<&GatewayArguments>,
-    view: &RequestView<'_>,
-    proxies: &TrustedProxies,
+    client: &ClientIpOnce<'_, '_>,
     f: impl FnOnce(&[&dyn HotParam]) -> R,
 ) -> R {
     let Some(args) = args.filter(|a| !a.is_empty()) else { return f(&[]) };
+    let client_ip = || client.get();
     if args.len() <= INLINE_ARGS {
         let mut values: [Option<Cow<'_, str>>; INLINE_ARGS] = Default::default();
-        args.fill(view, proxies, &mut values[..args.len()]);
+        args.fill(&client.view, &client_ip, &mut values[..args.len()]);
         let refs: [&dyn HotParam; INLINE_ARGS] = std::array::from_fn(|i| &values[i] as &dyn HotParam);
         return f(&refs[..args.len()]);
     }
-    let values = args.extract(view, proxies);
+    let mut values: Vec<Option<Cow<'_, str>>> = vec![None; args.len()];
+    args.fill(&client.view, &client_ip, &mut values);
     let refs: Vec<&dyn HotParam> = values.iter().map(|v| v as &dyn HotParam).collect();
     f(&refs)
 }
@@ -61,16 +82,16 @@ pub(crate) fn enter_all(
     route: &Resource,
     view: &RequestView<'_>,
     enter: impl Fn(&Resource, &[&dyn HotParam]) -> Result<Entry<'static>, BlockError>,
-) -> Result<(Entry<'static>, Vec<Entry<'static>>), BlockError> {
+) -> Result<(Entry<'static>, ApiEntries), BlockError> {
     let now = mode.state.in_force();
     let (rules, apis) = (&now.rules, &now.apis);
+    let client = ClientIpOnce::new(view, &mode.proxies);
     let args = rules.arguments(ResourceMode::RouteId, route.name());
-    let first = with_arguments(args, view, &mode.proxies, |a| enter(route, a))?;
-    let mut more = Vec::new();
+    let first = with_arguments(args, &client, |a| enter(route, a))?;
+    let mut more = ApiEntries::new();
     for (at, name) in apis.matcher.matching_at(view.path()) {
         let args = rules.arguments(ResourceMode::CustomApiName, name);
-        let entered =
-            apis.with_resource(engine, at, name, |r| with_arguments(args, view, &mode.proxies, |a| enter(r, a)));
+        let entered = apis.with_resource(engine, at, name, |r| with_arguments(args, &client, |a| enter(r, a)));
         // On a block, `more` and `first` drop here: their entries exit, the later one first.
         more.push(entered?);
     }

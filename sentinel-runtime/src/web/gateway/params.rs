@@ -91,9 +91,20 @@ impl CompiledItem {
     }
 
     /// The value this item counts for `req`: `None` when the request does not carry it (never limited).
+    #[cfg(test)]
     pub(crate) fn value<'a>(&self, req: &RequestView<'a>, proxies: &TrustedProxies) -> Option<Cow<'a, str>> {
+        self.value_with(req, &|| proxies.client_ip_text(req))
+    }
+
+    /// The value this item counts for `req`, with the client's address as text from `client_ip` (found once
+    /// per request when several items read it).
+    fn value_with<'a>(
+        &self,
+        req: &RequestView<'a>,
+        client_ip: &dyn Fn() -> Option<Cow<'a, str>>,
+    ) -> Option<Cow<'a, str>> {
         let raw = match &self.source {
-            Source::ClientIp => proxies.client_ip_text(req)?,
+            Source::ClientIp => client_ip()?,
             Source::Host => host(req)?,
             Source::Header(name) => text(req.headers().get(name)?.as_bytes()),
             Source::UrlParam(name) => url_param(req, name)?,
@@ -190,16 +201,22 @@ impl GatewayArguments {
     /// carry the value. `proxies` decides which `X-Forwarded-For` hops are believed for the client IP.
     pub fn extract<'a>(&self, req: &RequestView<'a>, proxies: &TrustedProxies) -> Vec<Option<Cow<'a, str>>> {
         let mut args: Vec<Option<Cow<'a, str>>> = vec![None; self.len];
-        self.fill(req, proxies, &mut args);
+        self.fill(req, &|| proxies.client_ip_text(req), &mut args);
         args
     }
 
     /// [`extract`](Self::extract) into `out` (at least [`len`](Self::len) long; the positions no rule of
     /// this mode reads are left as they are).
-    pub(crate) fn fill<'a>(&self, req: &RequestView<'a>, proxies: &TrustedProxies, out: &mut [Option<Cow<'a, str>>]) {
+    /// `client_ip`: the client's address as text (see [`ClientIpOnce`](super::enter::ClientIpOnce)).
+    pub(crate) fn fill<'a>(
+        &self,
+        req: &RequestView<'a>,
+        client_ip: &dyn Fn() -> Option<Cow<'a, str>>,
+        out: &mut [Option<Cow<'a, str>>],
+    ) {
         for (idx, item) in &self.items {
             if let Some(slot) = out.get_mut(*idx) {
-                *slot = item.value(req, proxies);
+                *slot = item.value_with(req, client_ip);
             }
         }
         if let Some(slot) = self.constant.and_then(|idx| out.get_mut(idx)) {
