@@ -6,8 +6,9 @@
 //!
 //! - `entry_exit`: one entry and its exit through a resource handle (`Resource::enter`), with one passing
 //!   flow rule, one that blocks, a passing rule and a closed error-ratio breaker, the same and a thread-grade
-//!   rule, a hot-parameter rule with one value and with 10^6 values in turn; beside governor's `check()` and
-//!   a call through failsafe's closed circuit breaker;
+//!   rule, a hot-parameter rule with one value and with 10^6 values in turn, the passing rule on the cached
+//!   clock, and the two readings of the precise clock a call takes; beside governor's `check()` and a call
+//!   through failsafe's closed circuit breaker;
 //! - `macro`: an annotated sync fn and the same async fn (polled once, no executor), one passing rule;
 //! - `web`: one `GET /hello` through an axum `Router` with `route_layer(Identity)`, `SentinelLayer::axum()`
 //!   with one passing rule, the same with flow + error-ratio breaker + thread-grade rule, tower-governor's
@@ -27,6 +28,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use futures::FutureExt;
 use http::Request;
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
+use sentinel_runtime::clock::{Clock, SystemClock};
 use sentinel_runtime::flow::{FlowGrade, FlowRule};
 use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::web::SentinelLayer;
@@ -87,6 +89,22 @@ fn entry_exit(c: &mut Criterion) {
             })
         });
     }
+    // The same passing call on the cached clock (Java's `TimeUtil` design: a millisecond a ticker thread
+    // refreshes), and the two readings of the precise default clock a call takes on its own: what of a
+    // call's time is the clock's.
+    let cached = Sentinel::builder().cached_clock().build().leak();
+    cached.load_flow_rules([FlowRule::new("pass").count(NEVER)]).expect("valid flow rule");
+    let r = cached.resource("pass");
+    g.bench_function(BenchmarkId::new("sentinel-rs", "one rule passes, cached clock"), |b| {
+        b.iter(|| assert!(black_box(r.enter()).is_ok()))
+    });
+    let clock = SystemClock::precise();
+    g.bench_function(BenchmarkId::new("clock", "two precise readings"), |b| {
+        b.iter(|| {
+            let start = black_box(&clock).now_nanos();
+            black_box(black_box(&clock).now_nanos().wrapping_sub(start))
+        })
+    });
     let limiter = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
     g.bench_function(BenchmarkId::new("governor", "check()"), |b| {
         b.iter(|| assert!(black_box(limiter.check()).is_ok()))
