@@ -118,9 +118,18 @@ impl TrustedProxies {
     /// written so already (a plain IPv4 address, whose text has one form), so that the common proxied request
     /// costs no allocation; the address written out otherwise.
     pub(crate) fn client_ip_text<'a>(&self, req: &RequestView<'a>) -> Option<Cow<'a, str>> {
+        Some(match self.client_ip_text_in_place(req)? {
+            ClientIpText::Hop(text) => Cow::Borrowed(text),
+            ClientIpText::Written(text) => Cow::Owned(text.as_str().to_owned()),
+        })
+    }
+
+    /// [`client_ip_text`](Self::client_ip_text) without an allocation: an address that is not borrowed from
+    /// the request is written on the stack.
+    pub(crate) fn client_ip_text_in_place<'a>(&self, req: &RequestView<'a>) -> Option<ClientIpText<'a>> {
         Some(match self.client(req)? {
-            (_, Some(text)) => Cow::Borrowed(text),
-            (ip, None) => Cow::Owned(ip_text(ip)),
+            (_, Some(text)) => ClientIpText::Hop(text),
+            (ip, None) => ClientIpText::Written(IpText::of(ip)),
         })
     }
 
@@ -172,32 +181,76 @@ fn parse_hop(hop: &str) -> Option<(IpAddr, Option<&str>)> {
     Some((canonical(ip), None))
 }
 
-/// An address as text, as `Display` writes it; IPv4 (the common case) without the formatting machinery, which
-/// costs several times the rest of a hot-parameter check: the digits go to a stack buffer, then into a string
-/// of the exact length.
-fn ip_text(ip: IpAddr) -> String {
-    let IpAddr::V4(v4) = ip else { return ip.to_string() };
-    let mut buf = [0u8; 15];
-    let mut n = 0;
-    for (i, octet) in v4.octets().into_iter().enumerate() {
-        if i > 0 {
-            buf[n] = b'.';
-            n += 1;
+/// The client's address as text: the `X-Forwarded-For` hop as the request wrote it, or the address written
+/// out on the stack.
+pub(crate) enum ClientIpText<'a> {
+    Hop(&'a str),
+    Written(IpText),
+}
+
+impl ClientIpText<'_> {
+    /// The text.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            ClientIpText::Hop(text) => text,
+            ClientIpText::Written(text) => text.as_str(),
         }
-        if octet >= 100 {
-            buf[n] = b'0' + octet / 100;
-            n += 1;
-        }
-        if octet >= 10 {
-            buf[n] = b'0' + octet / 10 % 10;
-            n += 1;
-        }
-        buf[n] = b'0' + octet % 10;
-        n += 1;
     }
-    // SAFETY: `buf[..n]` holds only the ASCII digits and dots written above, so it is valid UTF-8 (checking
-    // it would cost as much as writing it).
-    unsafe { std::str::from_utf8_unchecked(&buf[..n]) }.to_owned()
+}
+
+/// An address as text, as `Display` writes it, on the stack (the longest, an IPv6 address with an IPv4 tail,
+/// is 45 bytes). IPv4 (the common case) is written without the formatting machinery, which costs several times
+/// the rest of a hot-parameter check.
+pub(crate) struct IpText {
+    bytes: [u8; IP_TEXT_MAX],
+    len: u8,
+}
+
+const IP_TEXT_MAX: usize = 45;
+
+impl IpText {
+    fn of(ip: IpAddr) -> IpText {
+        let mut t = IpText { bytes: [0; IP_TEXT_MAX], len: 0 };
+        let v4 = match ip {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(v6) => {
+                let mut rest: &mut [u8] = &mut t.bytes;
+                // `Display` writes an IPv6 address in at most 45 bytes, so the buffer takes all of it; were it
+                // to take less, the text would be cut, never overrun.
+                let _ = std::io::Write::write_fmt(&mut rest, format_args!("{v6}"));
+                let left = rest.len();
+                t.len = (IP_TEXT_MAX - left) as u8;
+                return t;
+            }
+        };
+        let (buf, mut n) = (&mut t.bytes, 0);
+        for (i, octet) in v4.octets().into_iter().enumerate() {
+            if i > 0 {
+                buf[n] = b'.';
+                n += 1;
+            }
+            if octet >= 100 {
+                buf[n] = b'0' + octet / 100;
+                n += 1;
+            }
+            if octet >= 10 {
+                buf[n] = b'0' + octet / 10 % 10;
+                n += 1;
+            }
+            buf[n] = b'0' + octet % 10;
+            n += 1;
+        }
+        t.len = n as u8;
+        t
+    }
+
+    /// The text.
+    pub(crate) fn as_str(&self) -> &str {
+        // SAFETY: `bytes[..len]` holds only what `of` wrote: the ASCII digits and dots of an IPv4 address, or
+        // the ASCII text `Display` writes for an IPv6 address (cut, if ever, between two ASCII bytes), so it is
+        // valid UTF-8 (checking it would cost as much as writing it).
+        unsafe { std::str::from_utf8_unchecked(&self.bytes[..self.len as usize]) }
+    }
 }
 
 #[cfg(test)]
@@ -290,10 +343,20 @@ mod tests {
             v4.push(Ipv4Addr::new(a, 255 - a, a / 2, a.wrapping_mul(7)));
         }
         for ip in v4 {
-            assert_eq!(ip_text(IpAddr::V4(ip)), ip.to_string());
+            assert_eq!(IpText::of(IpAddr::V4(ip)).as_str(), ip.to_string());
         }
-        for ip in [Ipv6Addr::LOCALHOST, "2001:db8::7".parse().unwrap(), "::ffff:10.0.0.1".parse().unwrap()] {
-            assert_eq!(ip_text(IpAddr::V6(ip)), ip.to_string());
+        let v6 = [
+            "::1",
+            "2001:db8::7",
+            "::ffff:10.0.0.1",
+            "::ffff:255.255.255.255",
+            "::255.255.255.255",
+            "1:2:3:4:5:6:7:8",
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            "fe80::ffff:ffff:ffff:ffff",
+        ];
+        for ip in v6.map(|a| a.parse::<Ipv6Addr>().unwrap()) {
+            assert_eq!(IpText::of(IpAddr::V6(ip)).as_str(), ip.to_string());
         }
     }
 

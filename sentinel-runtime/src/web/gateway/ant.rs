@@ -13,8 +13,12 @@
 //!   matcher never matches it (use `/product/**`, or an exact predicate item).
 
 use regex::{Regex, RegexBuilder};
+use smallvec::SmallVec;
 
 use super::GATEWAY_REGEX_SIZE_LIMIT;
+
+/// A path's segments kept on the stack up to this many while it is matched (a longer path takes a vector).
+const INLINE_DIRS: usize = 16;
 
 /// One segment of a pattern.
 #[derive(Clone, Debug)]
@@ -167,7 +171,8 @@ impl AntPattern {
         if !self.is_pattern || path.starts_with('/') != self.leading_slash {
             return false;
         }
-        let dirs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        // On the stack up to `INLINE_DIRS` segments (no allocation per request for a common path).
+        let dirs: SmallVec<[&str; INLINE_DIRS]> = path.split('/').filter(|s| !s.is_empty()).collect();
         self.matches_dirs(&dirs, path.ends_with('/'))
     }
 

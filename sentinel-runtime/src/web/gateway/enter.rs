@@ -6,6 +6,7 @@ use std::cell::OnceCell;
 use std::sync::Arc;
 
 use crate::param_flow::HotParam;
+use crate::web::client_ip::ClientIpText;
 use crate::web::scope::ApiEntries;
 use crate::web::{RequestView, TrustedProxies};
 use crate::{BlockError, Entry, Resource, Sentinel};
@@ -34,11 +35,12 @@ impl GatewayMode {
 const INLINE_ARGS: usize = 8;
 
 /// The request's client address as text, found once for all the request's resources (the route's and its
-/// API groups' rules may each read it): the walk of `X-Forwarded-For` and the address's text, once.
+/// API groups' rules may each read it): the walk of `X-Forwarded-For` and the address's text, once, on the
+/// stack.
 pub(super) struct ClientIpOnce<'a, 'p> {
     view: RequestView<'a>,
     proxies: &'p TrustedProxies,
-    text: OnceCell<Option<Cow<'a, str>>>,
+    text: OnceCell<Option<ClientIpText<'a>>>,
 }
 
 impl<'a, 'p> ClientIpOnce<'a, 'p> {
@@ -47,7 +49,8 @@ impl<'a, 'p> ClientIpOnce<'a, 'p> {
     }
     /// The text, borrowed from the first reading.
     fn get(&self) -> Option<Cow<'_, str>> {
-        self.text.get_or_init(|| self.proxies.client_ip_text(&self.view)).as_deref().map(Cow::Borrowed)
+        let text = self.text.get_or_init(|| self.proxies.client_ip_text_in_place(&self.view));
+        text.as_ref().map(|t| Cow::Borrowed(t.as_str()))
     }
 }
 
