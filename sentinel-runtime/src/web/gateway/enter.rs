@@ -69,8 +69,7 @@ fn with_arguments<R>(
         let refs: [&dyn HotParam; INLINE_ARGS] = std::array::from_fn(|i| &values[i] as &dyn HotParam);
         return f(&refs[..args.len()]);
     }
-    let mut values: Vec<Option<Cow<'_, str>>> = vec![None; args.len()];
-    args.fill(&client.view, &client_ip, &mut values);
+    let values = args.extract_with(&client.view, &client_ip);
     let refs: Vec<&dyn HotParam> = values.iter().map(|v| v as &dyn HotParam).collect();
     f(&refs)
 }

@@ -200,8 +200,17 @@ impl GatewayArguments {
     /// The arguments for `req`: one per position (see the type's docs); `None` where the request does not
     /// carry the value. `proxies` decides which `X-Forwarded-For` hops are believed for the client IP.
     pub fn extract<'a>(&self, req: &RequestView<'a>, proxies: &TrustedProxies) -> Vec<Option<Cow<'a, str>>> {
+        self.extract_with(req, &|| proxies.client_ip_text(req))
+    }
+
+    /// [`extract`](Self::extract), with the client's address as text from `client_ip`.
+    pub(crate) fn extract_with<'a>(
+        &self,
+        req: &RequestView<'a>,
+        client_ip: &dyn Fn() -> Option<Cow<'a, str>>,
+    ) -> Vec<Option<Cow<'a, str>>> {
         let mut args: Vec<Option<Cow<'a, str>>> = vec![None; self.len];
-        self.fill(req, &|| proxies.client_ip_text(req), &mut args);
+        self.fill(req, client_ip, &mut args);
         args
     }
 
