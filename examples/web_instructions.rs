@@ -32,8 +32,10 @@
 //!   call another of 10^6 values in turn: every call a miss and an eviction), `param-thread` (a thread-grade
 //!   hot-parameter rule, one value, which a call holds until it exits), `adaptive` (an adaptive
 //!   concurrency rule with a limit of 1,000) and `thread` (a thread-grade flow rule with the same limit: the
-//!   cost the adaptive rule is held to), `flow-adaptive` (the adaptive rule beside a passing flow rule), `authority` (an authority black list and a passing flow rule, called
-//!   with an origin the list does not name), `rate-limiter` (a flow rule that spaces calls, never reached);
+//!   cost the adaptive rule is held to), `flow-adaptive` (the adaptive rule beside a passing flow rule),
+//!   `param-adaptive` (the adaptive rule beside the hot-parameter rule of `param`), `authority` (an authority
+//!   black list and a passing flow rule, called with an origin the list does not name), `rate-limiter` (a flow
+//!   rule that spaces calls, never reached);
 //! - `part-macro-sync`, `part-macro-async`: a call of a `#[sentinel_resource]` function, sync and async (the
 //!   future polled once, with no executor), on the global engine with one passing flow rule.
 
@@ -285,11 +287,16 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             false,
             n,
         )?,
-        "part-entry-param" | "part-entry-param-million" | "part-entry-param-thread" => {
+        "part-entry-param" | "part-entry-param-million" | "part-entry-param-thread" | "part-entry-param-adaptive" => {
             let engine = Sentinel::builder().build().leak();
             let rule = ParamFlowRule::new("part", 0).count(1e12);
             let rule = if variant.ends_with("thread") { rule.grade(FlowGrade::Thread).count(1_000.0) } else { rule };
             engine.load_param_flow_rules([rule])?;
+            if variant.ends_with("adaptive") {
+                engine.load_adaptive_rules([
+                    sentinel_runtime::adaptive::AdaptiveRule::new("part").limits(1_000, 1_000, 1_000)
+                ])?;
+            }
             let resource = engine.resource("part");
             // One value, or each call the next of 10^6 (far beyond the rule's 4,000 tracked values), after
             // 10,000 calls that fill the rule's table, so that every measured call replaces a value.

@@ -6,7 +6,8 @@
 //!
 //! - `entry_exit`: one entry and its exit through a resource handle (`Resource::enter`), with one passing
 //!   flow rule, one that blocks, a passing rule and a closed error-ratio breaker, the same and a thread-grade
-//!   rule, a hot-parameter rule with one value and with 10^6 values in turn, the passing rule on the cached
+//!   rule, a passing rule and an adaptive concurrency limit, a hot-parameter rule with one value and with
+//!   10^6 values in turn, the passing rule on the cached
 //!   clock, and the two readings of the precise clock a call takes; beside governor's `check()` and a call
 //!   through failsafe's closed circuit breaker;
 //! - `macro`: an annotated sync fn and the same async fn (polled once, no executor), one passing rule;
@@ -27,6 +28,7 @@ use axum::body::Body;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use futures::FutureExt;
 use http::Request;
+use sentinel_runtime::adaptive::AdaptiveRule;
 use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
 use sentinel_runtime::clock::{Clock, SystemClock};
 use sentinel_runtime::flow::{FlowGrade, FlowRule};
@@ -57,10 +59,15 @@ fn engine() -> &'static Sentinel {
             FlowRule::new("breaker").count(NEVER),
             FlowRule::new("thread").count(NEVER),
             FlowRule::new("thread").grade(FlowGrade::Thread).count(1e9),
+            FlowRule::new("adaptive").count(NEVER),
         ])
         .expect("valid flow rules");
     engine.load_degrade_rules([breaker("breaker"), breaker("thread")]).expect("valid degrade rules");
     engine.load_param_flow_rules([ParamFlowRule::new("param", 0).count(NEVER)]).expect("valid param rules");
+    // A limit no benchmark reaches (one call in flight at a time).
+    engine
+        .load_adaptive_rules([AdaptiveRule::new("adaptive").limits(1_000, 1_000, 1_000)])
+        .expect("valid adaptive rule");
     engine
 }
 
@@ -73,6 +80,7 @@ fn entry_exit(c: &mut Criterion) {
         ("one rule blocks", "block", true),
         ("+ closed error-ratio breaker", "breaker", false),
         ("+ thread-grade rule", "thread", false),
+        ("one rule + adaptive limit", "adaptive", false),
     ] {
         let r = engine.resource(resource);
         g.bench_function(BenchmarkId::new("sentinel-rs", case), |b| {

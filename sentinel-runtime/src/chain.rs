@@ -79,6 +79,14 @@ pub(crate) struct Taken {
     pub(crate) nothing: (),
 }
 
+/// What the fast path's checks took, likewise.
+#[derive(Default)]
+pub(crate) struct FastTaken {
+    pub(crate) flow: flow::FastTaken,
+    /// For kinds that take nothing.
+    pub(crate) nothing: (),
+}
+
 /// A built-in slot as the engine runs it: where its rules, its state and what a call holds of it live.
 pub(crate) trait InChain: RuleSlot {
     /// The slot's rules for the call, if it applies (`inbound`: the call is inbound).
@@ -89,6 +97,8 @@ pub(crate) trait InChain: RuleSlot {
     fn held<'a>(held: &'a mut Held<'_>) -> &'a mut Self::Held;
     /// Its part of what the checks took.
     fn taken(taken: &mut Taken) -> &mut Self::Taken;
+    /// Its part of what the fast path's checks took.
+    fn fast_taken(taken: &mut FastTaken) -> &mut Self::FastTaken;
 }
 
 /// Says where the engine keeps one kind ([`InChain`]): `rules` finds the kind's rules for a call
@@ -117,6 +127,10 @@ macro_rules! in_chain {
             }
             #[inline(always)]
             fn taken($t: &mut Taken) -> &mut Self::Taken {
+                $taken
+            }
+            #[inline(always)]
+            fn fast_taken($t: &mut FastTaken) -> &mut Self::FastTaken {
                 $taken
             }
         }
@@ -287,8 +301,8 @@ pub(crate) trait Chain {
     const LEN: u32;
     /// Whether a slot of the list checks anything on the fast path.
     const CHECKS_FAST: bool;
-    /// Whether a slot of the list checks on the fast path beside the kinds before it (one that is not
-    /// [`FAST_PATH_ALONE`](RuleSlot::FAST_PATH_ALONE)).
+    /// Whether a slot of the list checks on the fast path beside the kinds that hold before it, where no
+    /// [`FAST_PATH_APART`](RuleSlot::FAST_PATH_APART) kind has rules beside them (the common case).
     const CHECKS_FAST_BESIDE: bool;
 
     /// Runs the slots in order; `entered` gets the bit of every slot whose check ran. `Ok(true)`: a slot let
@@ -320,17 +334,20 @@ pub(crate) trait Chain {
     /// Whether a slot that cannot be on the fast path has rules for the resource (outbound calls).
     fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool;
 
-    /// Whether a [`FAST_PATH_ALONE`](RuleSlot::FAST_PATH_ALONE) slot of the list has rules for the resource
-    /// after a slot that holds on the fast path had some (`held_before`): the fast path cannot take them.
-    fn alone_beside_holders(rules: &ResourceRules, shared: &Shared, held_before: bool) -> bool;
+    /// Whether a [`FAST_PATH_APART`](RuleSlot::FAST_PATH_APART) slot of the list has rules for the resource
+    /// after a slot that holds on the fast path had some (`held_before`): the holders then keep what they
+    /// take, for an undo.
+    fn apart_beside_holders(rules: &ResourceRules, shared: &Shared, held_before: bool) -> bool;
 
-    /// The fast path's checks: the wait they ask for adds to `wait`.
-    fn fast<'c>(
+    /// The fast path's checks: the wait they ask for adds to `wait`; what they take goes to `taken` (given back
+    /// by the kinds before a check that refuses).
+    fn fast<'c, const APART: bool>(
         rules: &ResourceRules,
         shared: &Shared,
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
         held: &mut Held<'_>,
+        taken: Option<&mut FastTaken>,
     ) -> Result<(), BlockError>;
 
     /// The exits of the slots that do not read the rules.
@@ -367,16 +384,17 @@ impl Chain for () {
     fn has_slow_rules(_: &ResourceRules, _: &Shared) -> bool {
         false
     }
-    fn alone_beside_holders(_: &ResourceRules, _: &Shared, _: bool) -> bool {
+    fn apart_beside_holders(_: &ResourceRules, _: &Shared, _: bool) -> bool {
         false
     }
     #[inline(always)]
-    fn fast<'c>(
+    fn fast<'c, const APART: bool>(
         _: &ResourceRules,
         _: &Shared,
         _: &impl Fn() -> CallCx<'c>,
         _: &mut u64,
         _: &mut Held<'_>,
+        _: Option<&mut FastTaken>,
     ) -> Result<(), BlockError> {
         Ok(())
     }
@@ -391,7 +409,7 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
     const LEN: u32 = R::LEN + 1;
     const CHECKS_FAST: bool = (S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH) || R::CHECKS_FAST;
     const CHECKS_FAST_BESIDE: bool =
-        (S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH && !S::FAST_PATH_ALONE) || R::CHECKS_FAST_BESIDE;
+        (S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH && !S::FAST_PATH_APART) || R::CHECKS_FAST_BESIDE;
 
     #[inline(always)]
     fn run<U: UserSlots>(
@@ -452,50 +470,53 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         (!S::ON_FAST_PATH && S::rules(rules, shared, false).is_some()) || R::has_slow_rules(rules, shared)
     }
 
-    fn alone_beside_holders(rules: &ResourceRules, shared: &Shared, held_before: bool) -> bool {
+    fn apart_beside_holders(rules: &ResourceRules, shared: &Shared, held_before: bool) -> bool {
         let has = S::ON_FAST_PATH && S::rules(rules, shared, false).is_some();
-        (S::FAST_PATH_ALONE && has && held_before)
-            || R::alone_beside_holders(rules, shared, held_before || (has && S::HOLDS_ON_FAST_PATH))
+        (S::FAST_PATH_APART && has && held_before)
+            || R::apart_beside_holders(rules, shared, held_before || (has && S::HOLDS_ON_FAST_PATH))
     }
 
     #[inline(always)]
-    fn fast<'c>(
+    fn fast<'c, const APART: bool>(
         rules: &ResourceRules,
         shared: &Shared,
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
         held: &mut Held<'_>,
+        mut taken: Option<&mut FastTaken>,
     ) -> Result<(), BlockError> {
-        // The fast path's one undo: a check that may hold gives it back when a later check refuses, unless it
-        // is the path's last that can refuse beside it (a later kind that is on the fast path only alone has
-        // no rules where this one has: the engine's flag sends such a resource down the general path).
+        // The fast path's one undo: a check that may hold (or take) gives it back when a later check refuses,
+        // unless it is the path's last that can refuse beside it. In the common copy (`!APART`), an apart kind
+        // has no rules where a kind before it holds (the engine's flag picks the copy), so it is not "beside".
+        let later = if APART { R::CHECKS_FAST } else { R::CHECKS_FAST_BESIDE };
         const {
             assert!(
-                !S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST_BESIDE || S::UNDOES_ON_FAST_PATH,
+                !S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST || S::UNDOES_ON_FAST_PATH,
                 "a check that holds on the fast path must be its last, or undo"
             )
         };
         if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
             if let Some(r) = S::rules(rules, shared, false) {
-                if !R::CHECKS_FAST_BESIDE && (S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST) {
+                if !later && (S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST) {
                     // The last check of the fast path for these rules: its answer is the path's, built in the
-                    // caller's slot.
-                    return S::check_fast(r, S::state(shared), call, wait, S::held(held));
+                    // caller's slot (what it took is spent: nothing is kept for an undo).
+                    return S::check_fast(r, S::state(shared), call, wait, S::held(held), None);
                 }
-                S::check_fast(r, S::state(shared), call, wait, S::held(held))?;
+                let keep = taken.as_deref_mut().map(S::fast_taken);
+                S::check_fast(r, S::state(shared), call, wait, S::held(held), keep)?;
                 if !S::HOLDS_ON_FAST_PATH {
-                    return R::fast(rules, shared, call, wait, held);
+                    return R::fast::<APART>(rules, shared, call, wait, held, taken);
                 }
-                return match R::fast(rules, shared, call, wait, held) {
+                return match R::fast::<APART>(rules, shared, call, wait, held, taken.as_deref_mut()) {
                     Ok(()) => Ok(()),
                     Err(block) => {
-                        S::undo_fast(r, S::state(shared), S::held(held));
+                        S::undo_fast(r, S::state(shared), call, S::held(held), taken.map(S::fast_taken));
                         Err(block)
                     }
                 };
             }
         }
-        R::fast(rules, shared, call, wait, held)
+        R::fast::<APART>(rules, shared, call, wait, held, taken)
     }
 
     #[inline(always)]
@@ -599,21 +620,33 @@ pub(crate) fn admits_fast(rules: &ResourceRules, shared: &Shared, now_ms: u64) -
 
 /// Whether the fast path cannot take `rules`: a kind that cannot be on it has rules (the system slot, which
 /// applies to inbound calls whatever the resource's rules, is left to the entry path, which checks it per
-/// call), or a kind that is on it only alone has rules beside a kind before it that holds.
+/// call).
 pub(crate) fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
-    <BuiltIn as Chain>::has_slow_rules(rules, shared) || <BuiltIn as Chain>::alone_beside_holders(rules, shared, false)
+    <BuiltIn as Chain>::has_slow_rules(rules, shared)
 }
 
-/// The fast path: the table's slots that can be on it, on the rules the engine flagged for it.
+/// The fast path: the table's slots that can be on it, on the rules the engine flagged for it. What a check
+/// takes is spent when the call passes, as on the general path. Compiled twice: `APART` for rules where a
+/// [`FAST_PATH_APART`](RuleSlot::FAST_PATH_APART) kind has rules beside a kind before it that holds
+/// ([`FastPath::Apart`](crate::rules::FastPath::Apart)), in which the kinds that hold keep what they take while
+/// the later checks run and give it back if one refuses; the common case's copy (`!APART`) compiles as if the
+/// apart kinds were not there, and keeps nothing.
 #[inline(always)]
-pub(crate) fn run_fast<'c>(
+pub(crate) fn run_fast<'c, const APART: bool>(
     rules: &ResourceRules,
     shared: &Shared,
     call: &impl Fn() -> CallCx<'c>,
     wait: &mut u64,
     held: &mut Held<'_>,
 ) -> Result<(), BlockError> {
-    <BuiltIn as Chain>::fast(rules, shared, call, wait, held)
+    let mut taken = FastTaken::default();
+    <BuiltIn as Chain>::fast::<APART>(rules, shared, call, wait, held, APART.then_some(&mut taken))
+}
+
+/// Whether a kind that is on the fast path apart has rules in `rules` beside a kind before it that holds (see
+/// [`run_fast`]).
+pub(crate) fn fast_path_apart(rules: &ResourceRules, shared: &Shared) -> bool {
+    <BuiltIn as Chain>::apart_beside_holders(rules, shared, false)
 }
 
 /// The exit of a call that passed, for the slots that do not read the rules.

@@ -17,12 +17,8 @@ pub(crate) struct ResourceRules {
     pub(crate) authority: Option<Arc<ResourceAuthority>>,
     pub(crate) param: Option<Arc<ResourceParamRules>>,
     pub(crate) flow: Option<Arc<ResourceFlowRules>>,
-    /// No hot-parameter rule or only local ones ([`ResourceParamRules::on_fast_path`]), no flow rule or only
-    /// ones the fast path decides ([`FastRules`](crate::flow::FastRules)), no adaptive rule or one whose calls
-    /// never wait and beside neither of those, no kind off the fast path (cluster-mode hot parameters): an
-    /// entry that is not prioritized, while every breaker is closed, is checked by the authority lists, the
-    /// hot-parameter rules, the flow rules and the adaptive limit alone, without the general check context.
-    pub(crate) fast_path: bool,
+    /// Whether, and which, fast path decides the rules ([`FastPath`]).
+    pub(crate) fast_path: FastPath,
     /// No authority or hot-parameter rule, and one flow rule, a cluster rule for every caller: an entry that
     /// is not prioritized, while every breaker is closed and a leased token is in hand, is decided by it
     /// alone.
@@ -38,6 +34,25 @@ pub(crate) struct ResourceRules {
     pub(crate) every_nth: Option<Arc<crate::slot::every_nth::EveryNth>>,
     /// Origins the resource's flow rules name (interned id, name): each always has its own origin node.
     pub(crate) named_origins: Vec<(u32, Arc<str>)>,
+}
+
+/// Which path decides a resource's calls that are not prioritized, while every breaker is closed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum FastPath {
+    /// The general path (a kind off the fast path has rules, or flow rules the fast path does not decide).
+    #[default]
+    No,
+    /// The fast path: no hot-parameter rule or only local ones ([`ResourceParamRules::on_fast_path`]), no flow
+    /// rule or only ones the fast path decides ([`FastRules`](crate::flow::FastRules)), no adaptive rule or one
+    /// whose calls never wait, no kind off the fast path (cluster-mode hot parameters): the calls are checked
+    /// by the authority lists, the hot-parameter rules, the flow rules and the adaptive limit alone, without
+    /// the general check context.
+    Common,
+    /// The same, where a kind on the fast path apart
+    /// ([`FAST_PATH_APART`](crate::slot::contract::RuleSlot::FAST_PATH_APART): an adaptive limit) has rules
+    /// beside a kind before it that holds (flow or hot-parameter rules): the fast path's copy in which those
+    /// keep what they take, to give it back when the later check refuses (`chain::run_fast`'s `APART` copy).
+    Apart,
 }
 
 impl ResourceRules {

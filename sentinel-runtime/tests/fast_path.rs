@@ -1,6 +1,6 @@
 //! The common case (one simple flow rule, local hot-parameter rules, their thread-grade permits included, an
-//! adaptive limit alone, closed breakers, nothing else) is decided without the general check path; these tests
-//! pin that both paths agree: same window, same order of checks, same errors.
+//! adaptive limit, alone or beside them, closed breakers, nothing else) is decided without the general check
+//! path; these tests pin that both paths agree: same window, same order of checks, same errors.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -444,4 +444,94 @@ fn beside_a_flow_rule_an_adaptive_refusal_gives_the_flow_token_back() {
     drop(first);
     drop(db.enter().expect("the refused call's flow token went back"));
     assert!(matches!(db.enter(), Err(BlockError::Flow { .. })), "two passes this second");
+}
+
+/// A user slot that lets every call through: an engine with one decides every call on the general path.
+struct PassAll;
+
+impl sentinel_runtime::slot::Slot for PassAll {
+    fn name(&self) -> &'static str {
+        "pass-all"
+    }
+    fn entry(&self, _: &sentinel_runtime::slot::SlotEntry<'_>) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[test]
+fn flow_rules_beside_an_adaptive_limit_decide_on_the_fast_path_as_on_the_general_path() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    // A QPS rule (10 a second) and a thread-grade rule (3 in flight) before an adaptive limit pinned at 2: a
+    // call the limit refuses gives back the QPS rule's token and the thread-grade rule's permit, on either path.
+    let run = |general: bool| {
+        let (engine, clock) = engine();
+        engine
+            .load_flow_rules([FlowRule::new("db").count(10.0), FlowRule::new("db").grade(FlowGrade::Thread).count(3.0)])
+            .unwrap();
+        engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(2, 2, 2)]).unwrap();
+        if general {
+            engine.add_slot(0, PassAll);
+        }
+        let db = engine.resource("db");
+        let mut seen = Vec::new();
+        let (a, b) = (db.enter(), db.enter());
+        seen.extend([met(&a), met(&b)]);
+        // Both flow rules pass the third call (the third permit), the adaptive limit refuses it; the fourth
+        // meets the same, unless the third kept its permit (the thread-grade rule would refuse it then).
+        seen.extend([met(&db.enter()), met(&db.enter())]);
+        drop((a, b));
+        // Two tokens spent this second: eight more calls pass, unless the refused calls kept theirs.
+        for _ in 0..9 {
+            seen.push(met(&db.enter()));
+        }
+        clock.advance_millis(1_000);
+        seen.push(met(&db.enter()));
+        let status = &engine.adaptive_status()[0];
+        let stats = engine.cluster_stats("db").unwrap();
+        seen.push(if status.inflight == 0 && stats.threads == 0 { "all back" } else { "leaked" });
+        seen
+    };
+    let fast = run(false);
+    let mut want = vec!["pass", "pass", "adaptive", "adaptive"];
+    want.extend(["pass"; 8]);
+    want.extend(["flow", "pass", "all back"]);
+    assert_eq!(fast, want);
+    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
+}
+
+#[test]
+fn hot_parameter_permits_beside_an_adaptive_limit_go_back_when_it_refuses() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    // A thread-grade hot-parameter rule (one call in flight per value) before an adaptive limit pinned at 1.
+    let run = |general: bool| {
+        let (engine, _clock) = engine();
+        engine.load_param_flow_rules([ParamFlowRule::new("api", 0).grade(FlowGrade::Thread).count(1.0)]).unwrap();
+        engine.load_adaptive_rules([AdaptiveRule::new("api").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
+        if general {
+            engine.add_slot(0, PassAll);
+        }
+        let api = engine.resource("api");
+        let mut seen = Vec::new();
+        let mut note = |r: &Result<sentinel_runtime::Entry, BlockError>| seen.push(met(r));
+        let x = api.entry().args(&[&"x"]).enter();
+        note(&x);
+        let y = api.entry().args(&[&"y"]).enter(); // "y" takes its permit, the adaptive limit refuses the call
+        note(&y);
+        drop((x, y));
+        let y = api.entry().args(&[&"y"]).enter(); // "y"'s permit went back
+        note(&y);
+        let y2 = api.entry().args(&[&"y"]).enter();
+        note(&y2);
+        drop((y, y2));
+        let status = &engine.adaptive_status()[0];
+        seen.push(if status.inflight == 0 && engine.cluster_stats("api").unwrap().threads == 0 {
+            "all back"
+        } else {
+            "leaked"
+        });
+        seen
+    };
+    let fast = run(false);
+    assert_eq!(fast, ["pass", "adaptive", "pass", "param", "all back"]);
+    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
 }

@@ -111,16 +111,16 @@ impl RuleSlot for AdaptiveSlot {
     type State = ();
     type Held = AdaptiveHeld;
     type Taken = ();
+    type FastTaken = ();
     const ORDER: i32 = crate::slot::ORDER_ADAPTIVE;
     const EXIT_READS_RULES: bool = true;
-    /// An adaptive limit alone (with authority lists and closed breakers at most) whose calls never wait
-    /// ([`ResourceAdaptive::never_waits`]) is decided on the fast path: the place it takes is the call's only
-    /// hold, and the slot is the path's last that can refuse.
+    /// An adaptive limit whose calls never wait ([`ResourceAdaptive::never_waits`]) is decided on the fast
+    /// path, beside the other kinds there: the slot is the path's last that can refuse, so the place it takes
+    /// needs no undo, and the kinds before it give back what they took when it refuses.
     const ON_FAST_PATH: bool = true;
     const HOLDS_ON_FAST_PATH: bool = true;
-    /// Beside flow or hot-parameter rules the resource takes the general path: their fast checks do not keep
-    /// what they spent for an undo.
-    const FAST_PATH_ALONE: bool = true;
+    /// Beside flow or hot-parameter rules, the fast path's copy in which they keep what they took.
+    const FAST_PATH_APART: bool = true;
 
     #[inline]
     fn check(
@@ -140,6 +140,7 @@ impl RuleSlot for AdaptiveSlot {
         call: &impl Fn() -> CallCx<'c>,
         _: &mut u64,
         held: &mut AdaptiveHeld,
+        _: Option<&mut ()>,
     ) -> Result<(), BlockError> {
         take_place_fast(rules, &call(), held)
     }

@@ -178,6 +178,7 @@ impl RuleSlot for AuthoritySlot {
     type State = ();
     type Held = ();
     type Taken = ();
+    type FastTaken = ();
     const ORDER: i32 = crate::slot::ORDER_AUTHORITY;
     /// The lists read only the caller's origin and hold nothing: decided on the fast path too.
     const ON_FAST_PATH: bool = true;
@@ -200,6 +201,7 @@ impl RuleSlot for AuthoritySlot {
         call: &impl Fn() -> CallCx<'c>,
         _: &mut u64,
         _: &mut (),
+        _: Option<&mut ()>,
     ) -> Result<(), BlockError> {
         check(rules, &call())
     }

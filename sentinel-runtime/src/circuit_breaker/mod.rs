@@ -147,6 +147,7 @@ impl<const DEFAULT: bool> RuleSlot for BreakerSlot<DEFAULT> {
     /// The half-open probes a call holds.
     type Held = EntryState;
     type Taken = ();
+    type FastTaken = ();
     const ORDER: i32 = if DEFAULT { crate::slot::ORDER_DEFAULT_CIRCUIT_BREAKER } else { crate::slot::ORDER_DEGRADE };
     /// On the fast path every breaker is closed: a call passes them and holds nothing.
     const ON_FAST_PATH: bool = true;

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use crate::chain::has_slow_rules;
+use crate::chain::{fast_path_apart, has_slow_rules};
 use crate::engine::shared::Shared;
-use crate::rules::ResourceRules;
+use crate::rules::{FastPath, ResourceRules};
 
 /// The rules of every kind for the resource `name`, with the chain's flags for them.
 pub(super) fn rules_for(shared: &Shared, name: &Arc<str>) -> ResourceRules {
@@ -28,7 +28,7 @@ pub(super) fn rules_for(shared: &Shared, name: &Arc<str>) -> ResourceRules {
         named_origins,
         authority,
         param: shared.param.for_resource(name),
-        fast_path: false,
+        fast_path: FastPath::No,
         cluster_only: false,
         flow,
         // The `"*"` breakers apply only to a resource with none of its own: kept only then, so that each
@@ -39,10 +39,15 @@ pub(super) fn rules_for(shared: &Shared, name: &Arc<str>) -> ResourceRules {
         #[cfg(test)]
         every_nth: shared.every_nth.for_resource(name),
     };
-    rules.fast_path = !has_slow_rules(&rules, shared)
+    let fast = !has_slow_rules(&rules, shared)
         && rules.param.as_ref().is_none_or(|p| p.on_fast_path())
         && rules.flow.as_ref().is_none_or(|f| f.fast_rules().is_some())
         && rules.adaptive.as_ref().is_none_or(|a| a.never_waits());
+    rules.fast_path = match (fast, fast_path_apart(&rules, shared)) {
+        (false, _) => FastPath::No,
+        (true, false) => FastPath::Common,
+        (true, true) => FastPath::Apart,
+    };
     rules.cluster_only = !has_slow_rules(&rules, shared)
         && rules.param.is_none()
         && rules.flow.as_ref().is_some_and(|f| f.cluster_only());
@@ -58,4 +63,53 @@ pub(super) fn refresh_rules(shared: &Shared) {
         inner.set_rules(rules_for(shared, &inner.name), &mut retired);
     }
     drop(_guard);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::adaptive::AdaptiveRule;
+    use crate::authority::{AuthorityRule, AuthorityStrategy};
+    use crate::circuit_breaker::{DegradeGrade, DegradeRule};
+    use crate::flow::{FlowGrade, FlowRule};
+    use crate::param_flow::ParamFlowRule;
+    use crate::rules::FastPath;
+    use crate::Sentinel;
+
+    /// The path the rules of a resource with `load`'s rules take.
+    fn path(load: impl FnOnce(&Sentinel)) -> FastPath {
+        let engine = Sentinel::builder().build();
+        load(&engine);
+        engine.resource("r").inner.with_rules(|r| r.fast_path)
+    }
+
+    #[test]
+    fn an_adaptive_limit_beside_kinds_that_hold_takes_the_fast_path_that_undoes() {
+        let flow = |e: &Sentinel| e.load_flow_rules([FlowRule::new("r").count(5.0)]).unwrap();
+        let threads =
+            |e: &Sentinel| e.load_flow_rules([FlowRule::new("r").grade(FlowGrade::Thread).count(5.0)]).unwrap();
+        let param = |e: &Sentinel| e.load_param_flow_rules([ParamFlowRule::new("r", 0).count(5.0)]).unwrap();
+        let adaptive = |e: &Sentinel| e.load_adaptive_rules([AdaptiveRule::new("r").limits(2, 2, 2)]).unwrap();
+        let authority =
+            |e: &Sentinel| e.load_authority_rules([AuthorityRule::new("r", "x", AuthorityStrategy::Black)]).unwrap();
+        let breaker = |e: &Sentinel| {
+            e.load_degrade_rules([DegradeRule::new("r", DegradeGrade::ErrorRatio).count(0.5).time_window_sec(10)])
+                .unwrap()
+        };
+        assert_eq!(path(|_| {}), FastPath::Common);
+        for alone in [flow, threads, param, adaptive] {
+            assert_eq!(path(alone), FastPath::Common);
+        }
+        // Kinds that never hold beside the limit: the common copy.
+        assert_eq!(path(|e| (authority(e), adaptive(e)).1), FastPath::Common);
+        assert_eq!(path(|e| (breaker(e), adaptive(e)).1), FastPath::Common);
+        // Flow and hot-parameter rules hold (a token, a permit) before it: the copy that undoes.
+        for holder in [flow, threads, param] {
+            assert_eq!(path(|e| (holder(e), adaptive(e)).1), FastPath::Apart);
+            assert_eq!(path(|e| (holder(e), breaker(e), authority(e), adaptive(e)).1), FastPath::Apart);
+        }
+        // A kind off the fast path still sends the rules to the general path.
+        let waits =
+            |e: &Sentinel| e.load_adaptive_rules([AdaptiveRule::new("r").limits(2, 2, 2).max_wait_ms(10)]).unwrap();
+        assert_eq!(path(|e| (flow(e), waits(e)).1), FastPath::No);
+    }
 }

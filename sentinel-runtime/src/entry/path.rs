@@ -14,7 +14,7 @@ use crate::resource::EntryType;
 use super::{Entry, EntryBuilder, Flags};
 use crate::chain::{self, Decided};
 use crate::flow;
-use crate::rules::ResourceRules;
+use crate::rules::{FastPath, ResourceRules};
 use crate::slot::contract::{CallCx, CheckCx};
 use crate::stat::{StatNode, Writer};
 use crate::wait::{Pending, RetryScope, Wait};
@@ -103,12 +103,17 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             let decided = inner.with_rules(
                 #[inline(always)]
                 |rules| {
-                    if !general && rules.fast_path && chain::admits_fast(rules, site.shared, now_ms) {
+                    if !general && rules.fast_path == FastPath::Common && chain::admits_fast(rules, site.shared, now_ms)
+                    {
                         // The same chain, specialised: only the slots that can be on the fast path, on the rules
                         // the engine flagged for it.
                         let call = || self.call_cx(&site, now_nanos, now_ms);
                         let (mut held, tally) = checks.split();
-                        return chain::run_fast(rules, site.shared, &call, &mut tally.wait_nanos, &mut held);
+                        return chain::run_fast::<false>(rules, site.shared, &call, &mut tally.wait_nanos, &mut held);
+                    }
+                    if !general && rules.fast_path == FastPath::Apart && chain::admits_fast(rules, site.shared, now_ms)
+                    {
+                        return self.run_fast_apart(rules, &mut checks, &site, now_nanos, now_ms);
                     }
                     self.run_general(rules, &mut checks, &site, now_nanos)
                 },
@@ -230,6 +235,23 @@ impl EntryBuilder<'_, '_> {
     /// Whether the call needs every check whatever its rules (the system rules or user slots apply).
     fn is_general(&self, shared: &Shared) -> bool {
         (self.entry_type == EntryType::In && shared.system.active()) || shared.has_custom_slots.load(Ordering::Acquire)
+    }
+
+    /// The fast path for rules with an apart kind beside a kind that holds ([`FastPath::Apart`],
+    /// [`chain::run_fast`]'s copy that keeps what the checks take): out of line, as the general path is, so that
+    /// the common case's copy compiles as if it were not there.
+    #[inline(never)]
+    fn run_fast_apart(
+        &self,
+        rules: &ResourceRules,
+        checks: &mut Decided,
+        site: &Site<'_>,
+        now_nanos: u64,
+        now_ms: u64,
+    ) -> Result<(), BlockError> {
+        let call = || self.call_cx(site, now_nanos, now_ms);
+        let (mut held, tally) = checks.split();
+        chain::run_fast::<true>(rules, site.shared, &call, &mut tally.wait_nanos, &mut held)
     }
 
     /// Every check in slot order (the general path), on the rules read by the caller.

@@ -8,7 +8,7 @@ use crate::error::BlockError;
 use crate::flow::controller::{reject_qps, Controller, Decision};
 use crate::flow::rule::{FlowGrade, FlowStrategy};
 use crate::flow::token_service;
-use crate::flow::{EntryState, FastRules, FlowRuleState, LimitApp, ResourceFlowRules, Scratch};
+use crate::flow::{EntryState, FastRules, FastTaken, FlowRuleState, LimitApp, ResourceFlowRules, Scratch};
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, Named, RuleSlot, Verdict};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
@@ -23,6 +23,8 @@ impl RuleSlot for FlowSlot {
     type Held = EntryState;
     /// Reservations of QPS rules and tokens of cluster leases.
     type Taken = Scratch;
+    /// The token of the QPS rule, while the later checks of the fast path run.
+    type FastTaken = FastTaken;
     const ORDER: i32 = crate::slot::ORDER_FLOW;
     const ON_FAST_PATH: bool = true;
     const HOLDS_ON_FAST_PATH: bool = true;
@@ -39,8 +41,8 @@ impl RuleSlot for FlowSlot {
     }
 
     /// On the fast path the resource's flow rules are [`FastRules`]: a QPS rule, a thread-grade rule, or one of
-    /// each (or it has none that applies). A thread-grade rule's permit is held until exit; a rate limiter's
-    /// wait adds to `wait`.
+    /// each (or it has none that applies). A thread-grade rule's permit is held until exit; a QPS rule's token
+    /// stays in `taken` while the later checks run; a rate limiter's wait adds to `wait`.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &ResourceFlowRules,
@@ -48,14 +50,30 @@ impl RuleSlot for FlowSlot {
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
         held: &mut EntryState,
+        taken: Option<&mut FastTaken>,
     ) -> Result<(), BlockError> {
         match rules.simple {
-            Some(limit) => check_simple_only(rules, limit, &call()),
-            None => match rules.fast_rules() {
-                Some(fast) => check_fast_rules(rules, fast, &call(), held, wait),
-                None => Ok(()),
+            Some(limit) => check_simple_only(rules, limit, &call(), taken),
+            None => match (rules.fast_rules(), taken) {
+                (Some(fast), None) => check_fast_rules(rules, fast, &call(), held, wait),
+                (Some(fast), Some(t)) => check_fast_rules_keeping(rules, fast, &call(), held, wait, t),
+                (None, _) => Ok(()),
             },
         }
+    }
+
+    /// A later check of the fast path (an adaptive limit) refused the call: its token and its permit go back.
+    const UNDOES_ON_FAST_PATH: bool = true;
+
+    #[inline(always)]
+    fn undo_fast<'c>(
+        _: &ResourceFlowRules,
+        _: &(),
+        call: &impl Fn() -> CallCx<'c>,
+        held: &mut EntryState,
+        taken: Option<&mut FastTaken>,
+    ) {
+        undo_fast(&call(), held, taken);
     }
 
     #[inline(always)]
@@ -229,16 +247,26 @@ fn check_simple(
     }
 }
 
-/// The whole check of a resource whose only rule of any kind is one simple flow rule (`limit`, the only rule
-/// of `rules`), for a call that is not prioritized.
+/// The fast path's check of a resource whose only flow rule is one simple rule (`limit`, the only rule of
+/// `rules`), for a call that is not prioritized: the token it takes goes to `taken`.
 #[inline(always)]
-pub(crate) fn check_simple_only(rules: &ResourceFlowRules, limit: f64, call: &CallCx<'_>) -> Result<(), BlockError> {
+fn check_simple_only(
+    rules: &ResourceFlowRules,
+    limit: f64,
+    call: &CallCx<'_>,
+    taken: Option<&mut FastTaken>,
+) -> Result<(), BlockError> {
     let (now_ms, acquire) = (call.now_ms, call.acquire);
     // `reject_qps` without a held reservation and not prioritized, reduced to the reservation itself: going
     // through it (and its `Decision`) measured 1.5 ns more per call on this path.
     let node = call.cluster;
     match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
-        Some(_) => Ok(()),
+        Some(r) => {
+            if let Some(t) = taken {
+                t.keep(node, r);
+            }
+            Ok(())
+        }
         // The block is built from two of the call's fields, not from `call`: passing `call` to the cold
         // function would make the fast path store the whole call view on the stack first.
         None => {
@@ -250,7 +278,7 @@ pub(crate) fn check_simple_only(rules: &ResourceFlowRules, limit: f64, call: &Ca
 /// The fast path's check of [`FastRules`] other than a lone reject-style QPS rule (which takes
 /// [`check_simple_only`]): a QPS rule of any control behaviour, a thread-grade rule, or one of each, in the
 /// rules' order. A thread-grade rule's permit is held (`held`) until exit; what the first rule took is given
-/// back when the second refuses; a rate limiter's wait adds to `wait`.
+/// back when the second refuses; a QPS rule's token goes to `taken`; a rate limiter's wait adds to `wait`.
 #[inline(never)]
 fn check_fast_rules(
     rules: &ResourceFlowRules,
@@ -258,6 +286,31 @@ fn check_fast_rules(
     call: &CallCx<'_>,
     held: &mut EntryState,
     wait: &mut u64,
+) -> Result<(), BlockError> {
+    fast_rules(rules, fast, call, held, wait, None)
+}
+
+/// [`check_fast_rules`] where a later check may refuse the call: the QPS rule's token goes to `taken`.
+#[inline(never)]
+fn check_fast_rules_keeping(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    call: &CallCx<'_>,
+    held: &mut EntryState,
+    wait: &mut u64,
+    taken: &mut FastTaken,
+) -> Result<(), BlockError> {
+    fast_rules(rules, fast, call, held, wait, Some(taken))
+}
+
+#[inline(always)]
+fn fast_rules(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    call: &CallCx<'_>,
+    held: &mut EntryState,
+    wait: &mut u64,
+    taken: Option<&mut FastTaken>,
 ) -> Result<(), BlockError> {
     let block = |at, retry_after| fast_block(rules, at, call.resource, call.origin, retry_after);
     let first = fast_one(rules, fast, 0, call, wait).map_err(|retry_after| block(0, retry_after))?;
@@ -272,11 +325,28 @@ fn check_fast_rules(
     } else {
         Took::Nothing
     };
+    if let Some(t) = taken {
+        // One QPS rule at most: its token, kept for an undo.
+        match (&first, &second) {
+            (Took::Reservation(r), _) | (_, Took::Reservation(r)) => t.keep(call.cluster, *r),
+            _ => {}
+        }
+    }
     if matches!(first, Took::Permit) || matches!(second, Took::Permit) {
         // An entry state starts empty: the permit always has a place.
         held.push_permit(call.cluster);
     }
     Ok(())
+}
+
+/// The fast path's undo ([`RuleSlot::undo_fast`]): the token the check took and the permit it holds go back.
+#[cold]
+#[inline(never)]
+fn undo_fast(call: &CallCx<'_>, held: &mut EntryState, taken: Option<&mut FastTaken>) {
+    if let Some(t) = taken {
+        t.release();
+    }
+    held.release_permits(call.acquire);
 }
 
 /// What one rule of [`FastRules`] took for a call it let through.

@@ -206,6 +206,23 @@ pub(crate) struct EntryState {
     permits: [Option<NodePtr>; MAX_HELD],
 }
 
+/// The token the fast path's QPS rule took (it has one at most), while the later checks run: given back if
+/// one refuses the call ([`FlowSlot`](check::FlowSlot)'s `undo_fast`), spent if the call passes.
+#[derive(Debug, Default)]
+pub(crate) struct FastTaken(Option<(NodePtr, Reservation)>);
+
+impl FastTaken {
+    #[inline(always)]
+    pub(crate) fn keep(&mut self, node: &StatNode, r: Reservation) {
+        self.0 = Some((NodePtr::of(node), r));
+    }
+    pub(crate) fn release(&mut self) {
+        if let Some((p, r)) = self.0.take() {
+            p.get().admission().release(r);
+        }
+    }
+}
+
 /// Reservations taken while deciding an entry: given back if a later check blocks it.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {

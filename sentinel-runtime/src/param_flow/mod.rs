@@ -267,6 +267,7 @@ impl RuleSlot for ParamSlot {
     /// Per-value thread permits.
     type Held = EntryState;
     type Taken = ();
+    type FastTaken = ();
     const ORDER: i32 = crate::slot::ORDER_PARAM_FLOW;
     const ON_FAST_PATH: bool = true;
     /// Permits go back to the rules in force at exit (the entry holds no reference to them): a rule that
@@ -295,6 +296,7 @@ impl RuleSlot for ParamSlot {
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
         held: &mut EntryState,
+        _: Option<&mut ()>,
     ) -> Result<(), BlockError> {
         // The first check of the fast path that can ask for a wait (the authority lists before it never do).
         *wait = if rules.holds_permits {
@@ -309,7 +311,13 @@ impl RuleSlot for ParamSlot {
     const UNDOES_ON_FAST_PATH: bool = true;
 
     #[inline(always)]
-    fn undo_fast(rules: &ResourceParamRules, _: &(), held: &mut EntryState) {
+    fn undo_fast<'c>(
+        rules: &ResourceParamRules,
+        _: &(),
+        _: &impl Fn() -> CallCx<'c>,
+        held: &mut EntryState,
+        _: Option<&mut ()>,
+    ) {
         if held.is_active() {
             give_back_cold(rules, held);
         }

@@ -144,6 +144,9 @@ pub(crate) trait RuleSlot {
     type Held: Default;
     /// What the check takes while deciding, kept only if the call passes every later slot.
     type Taken: Default;
+    /// What the fast path's check takes ([`check_fast`](RuleSlot::check_fast)), likewise: given back by
+    /// [`undo_fast`](RuleSlot::undo_fast) when a later check refuses.
+    type FastTaken: Default;
 
     /// Java's order of the slot (see [`crate::slot`]).
     const ORDER: i32;
@@ -168,10 +171,11 @@ pub(crate) trait RuleSlot {
 
     /// The check on the fast path ([`ON_FAST_PATH`](RuleSlot::ON_FAST_PATH) kinds only, on rules the engine
     /// flagged as such): only a kind that says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH) may leave
-    /// something in `held`, and unless it is the path's last check that can refuse, it gives that back in
-    /// [`undo_fast`](RuleSlot::undo_fast) (the chain asserts it); `call` makes the call's view when the check
-    /// needs it (made in place, so a check that reads two of its fields costs two loads); a wait it asks for
-    /// adds to `wait`.
+    /// something in `held` or `taken`, and unless it is the path's last check that can refuse, it gives that
+    /// back in [`undo_fast`](RuleSlot::undo_fast) (the chain asserts it); `call` makes the call's view when the
+    /// check needs it (made in place, so a check that reads two of its fields costs two loads); a wait it asks
+    /// for adds to `wait`. `taken` (`None` where no later check can refuse the call) starts empty and is
+    /// dropped when the call passes, as on the general path.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &Self::Rules,
@@ -179,31 +183,38 @@ pub(crate) trait RuleSlot {
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
         held: &mut Self::Held,
+        taken: Option<&mut Self::FastTaken>,
     ) -> Result<(), BlockError> {
-        let _ = (rules, state, call, wait, held);
+        let _ = (rules, state, call, wait, held, taken);
         Ok(())
     }
 
     /// Whether [`check_fast`](RuleSlot::check_fast) may leave the call holding something (a thread-grade
-    /// rule's permit), released by [`exit`](RuleSlot::exit).
+    /// rule's permit, released by [`exit`](RuleSlot::exit)) or having taken something (a QPS rule's token).
     const HOLDS_ON_FAST_PATH: bool = false;
 
-    /// Whether the kind is on the fast path only for a resource that no earlier kind of the fast path holds
-    /// anything for (no rules of a kind that says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH) before
-    /// it): the engine sends a resource with both down the general path, so the kinds that hold before it
-    /// need not undo for it.
-    const FAST_PATH_ALONE: bool = false;
+    /// Whether the kind is seldom on the fast path beside the kinds that hold before it (no rules of a kind that
+    /// says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH) before it): the fast path is compiled twice,
+    /// and only the copy the engine takes for a resource with both makes the kinds that hold before it keep
+    /// what they take for an undo, so that the common case pays nothing for it.
+    const FAST_PATH_APART: bool = false;
 
     /// Whether [`undo_fast`](RuleSlot::undo_fast) gives back what [`check_fast`](RuleSlot::check_fast) left
-    /// in `held`: a kind that holds on the fast path and is not its last check that can refuse must (the
-    /// chain asserts it).
+    /// in `held` and `taken`: a kind that holds on the fast path and is not its last check that can refuse
+    /// must (the chain asserts it).
     const UNDOES_ON_FAST_PATH: bool = false;
 
     /// A later check of the fast path refused the call this kind's [`check_fast`](RuleSlot::check_fast)
-    /// passed: give back what it left in `held` (the fast path's one undo; it runs no user code).
+    /// passed: give back what it left in `held` and `taken` (the fast path's one undo; it runs no user code).
     #[inline(always)]
-    fn undo_fast(rules: &Self::Rules, state: &Self::State, held: &mut Self::Held) {
-        let _ = (rules, state, held);
+    fn undo_fast<'c>(
+        rules: &Self::Rules,
+        state: &Self::State,
+        call: &impl Fn() -> CallCx<'c>,
+        held: &mut Self::Held,
+        taken: Option<&mut Self::FastTaken>,
+    ) {
+        let _ = (rules, state, call, held, taken);
     }
 
     /// Whether the fast path may decide the call, as far as this kind goes (a breaker that is not closed

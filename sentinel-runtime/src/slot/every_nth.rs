@@ -44,6 +44,7 @@ impl RuleSlot for EveryNthSlot {
     type State = ();
     type Held = ();
     type Taken = ();
+    type FastTaken = ();
     const ORDER: i32 = 0;
 
     fn check(rules: &EveryNth, _: &(), cx: &CheckCx<'_>, _: &mut (), _: &mut ()) -> Result<Verdict, BlockError> {

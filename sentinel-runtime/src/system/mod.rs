@@ -241,6 +241,7 @@ impl RuleSlot for SystemSlot {
     type State = StatNode;
     type Held = ();
     type Taken = ();
+    type FastTaken = ();
     const ORDER: i32 = crate::slot::ORDER_SYSTEM;
 
     #[inline(always)]
