@@ -193,10 +193,10 @@ pub(crate) trait RuleSlot {
     /// rule's permit, released by [`exit`](RuleSlot::exit)) or having taken something (a QPS rule's token).
     const HOLDS_ON_FAST_PATH: bool = false;
 
-    /// Whether the kind is seldom on the fast path beside the kinds that hold before it (no rules of a kind that
-    /// says [`HOLDS_ON_FAST_PATH`](RuleSlot::HOLDS_ON_FAST_PATH) before it): the fast path is compiled twice,
-    /// and only the copy the engine takes for a resource with both makes the kinds that hold before it keep
-    /// what they take for an undo, so that the common case pays nothing for it.
+    /// Whether the kind's rules are the uncommon case beside rules of a kind that
+    /// [holds](RuleSlot::HOLDS_ON_FAST_PATH) before it (an adaptive limit beside flow or hot-parameter rules):
+    /// the fast path is compiled twice, and only the copy the engine takes for a resource with both makes the
+    /// kinds that hold before it keep what they take for an undo, so that the common case pays nothing for it.
     const FAST_PATH_APART: bool = false;
 
     /// Whether [`undo_fast`](RuleSlot::undo_fast) gives back what [`check_fast`](RuleSlot::check_fast) left
