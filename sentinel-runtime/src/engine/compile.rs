@@ -39,7 +39,8 @@ pub(super) fn rules_for(shared: &Shared, name: &Arc<str>) -> ResourceRules {
         #[cfg(test)]
         every_nth: shared.every_nth.for_resource(name),
     };
-    let fast = !has_slow_rules(&rules, shared)
+    let slow = has_slow_rules(&rules, shared);
+    let fast = !slow
         && rules.param.as_ref().is_none_or(|p| p.on_fast_path())
         && rules.flow.as_ref().is_none_or(|f| f.fast_rules().is_some())
         && rules.adaptive.as_ref().is_none_or(|a| a.never_waits());
@@ -48,9 +49,7 @@ pub(super) fn rules_for(shared: &Shared, name: &Arc<str>) -> ResourceRules {
         (true, false) => FastPath::Common,
         (true, true) => FastPath::Apart,
     };
-    rules.cluster_only = !has_slow_rules(&rules, shared)
-        && rules.param.is_none()
-        && rules.flow.as_ref().is_some_and(|f| f.cluster_only());
+    rules.cluster_only = !slow && rules.param.is_none() && rules.flow.as_ref().is_some_and(|f| f.cluster_only());
     rules
 }
 

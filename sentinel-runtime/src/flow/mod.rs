@@ -217,9 +217,14 @@ impl FastTaken {
         self.0 = Some((NodePtr::of(node), r));
     }
     pub(crate) fn release(&mut self) {
-        if let Some((p, r)) = self.0.take() {
-            p.get().admission().release(r);
-        }
+        give_back_token(&mut self.0);
+    }
+}
+
+/// Gives a reserved token back to its node's admission window (emptying `slot`), if `slot` holds one.
+fn give_back_token(slot: &mut Option<(NodePtr, Reservation)>) {
+    if let Some((p, r)) = slot.take() {
+        p.get().admission().release(r);
     }
 }
 
@@ -246,11 +251,7 @@ impl Scratch {
         }
     }
     fn release(&mut self) {
-        for r in self.reservations.iter_mut() {
-            if let Some((p, res)) = r.take() {
-                p.get().admission().release(res);
-            }
-        }
+        self.reservations.iter_mut().for_each(give_back_token);
         for t in self.leased.iter_mut() {
             if let Some((p, key, n)) = t.take() {
                 // SAFETY: a lease lives as long as its rule state, which the check being undone holds.
