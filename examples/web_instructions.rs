@@ -18,6 +18,8 @@
 //! - `part-stats`: the statistics an inbound Sentinel entry must keep, through `StatNode`'s public API: two
 //!   clock reads, a pass and a completion (response time, success) on the resource's node and on the global
 //!   inbound node, and one compare-and-swap standing for the flow rule's exact pass counter;
+//! - `part-stats-one`: the same on the resource's node alone (what an outbound entry in the default context
+//!   must keep: the floor under `part-entry-flow-pass`);
 //! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer;
 //! - `part-client-bare`, `part-client-guard`, `part-client-guard-breaker`: one outbound call through a tower
 //!   `service_fn` client that answers at once, bare, behind `outbound::SentinelClientLayer` with a passing flow
@@ -175,8 +177,9 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                 n,
             );
         }
-        "part-stats" => {
+        "part-stats" | "part-stats-one" => {
             let (clock, resource, inbound) = (SystemClock::new(), StatNode::new(), StatNode::new());
+            let inbound = (variant == "part-stats").then_some(&inbound);
             let passed = AtomicU64::new(0);
             run_part(
                 || {
@@ -186,11 +189,15 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                     let admitted = passed.compare_exchange(p, p + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok();
                     assert!(black_box(admitted));
                     resource.on_pass(ms, 1);
-                    inbound.on_pass(ms, 1);
+                    if let Some(inbound) = inbound {
+                        inbound.on_pass(ms, 1);
+                    }
                     let end = clock.now_nanos();
                     let rt_micros = end.saturating_sub(start) / 1000;
                     resource.on_complete(end / 1_000_000, rt_micros, 1, false);
-                    inbound.on_complete(end / 1_000_000, rt_micros, 1, false);
+                    if let Some(inbound) = inbound {
+                        inbound.on_complete(end / 1_000_000, rt_micros, 1, false);
+                    }
                 },
                 n,
             );

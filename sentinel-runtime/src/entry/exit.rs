@@ -20,23 +20,28 @@ impl Entry<'_> {
     #[inline]
     fn restore_context(&self, shared: &Shared, node: &DefaultNode) {
         let cur = context::current();
-        if cur.engine_id != shared.id || cur.ctx.is_null() {
+        if cur.engine_id != shared.id {
+            return; // an outer entry already unwound this context
+        }
+        // This entry is the innermost one: its node is this resource's node in the entry's context, which no
+        // other context shares, so the context active is the entry's own.
+        if std::ptr::eq(cur.cur_node, node) && cur.depth == self.depth {
+            context::set_current(self.outer_of(cur));
+            return;
+        }
+        if cur.ctx.is_null() {
             return; // an outer entry already unwound this context
         }
         // SAFETY: contexts live as long as the engine, which `res` keeps alive.
         if unsafe { (*cur.ctx).id } != node.context_id {
             return; // another context of the engine is active now
         }
-        let outer = self.outer_of(cur);
-        let mine = cur.depth == self.depth && std::ptr::eq(cur.cur_node, node);
-        if mine {
-            context::set_current(outer);
-        } else if cur.depth > self.depth {
+        if cur.depth > self.depth {
             tracing::error!(
                 resource = %self.resource(),
                 "entry exited before the entries nested in it; exiting them from the context first"
             );
-            context::set_current(outer);
+            context::set_current(self.outer_of(cur));
         }
     }
 }
