@@ -199,8 +199,8 @@ fn two_threads(c: &mut Criterion) {
     let leaked = engine_on(Sentinel::builder()).leak();
     let mut g = c.benchmark_group("entry_exit_aggregate");
     g.throughput(Throughput::Elements(1));
-    // Owned entries are what the web layer makes per request: on an engine that can drop each takes a count
-    // on the engine and on the resource (two shared words every thread writes), on a leaked one (immortal)
+    // Owned entries are what the web layer makes per request: on an engine that can drop each takes a hold
+    // on the engine's state (a counter of its thread's stripe: `engine::keep`), on a leaked one (immortal)
     // none.
     let cases = [
         ("no-rule", engine.resource("no-rule"), false),

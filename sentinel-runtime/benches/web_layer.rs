@@ -12,7 +12,7 @@
 //!   parameter as well (with a hot-parameter rule that passes), and behind tower-governor's layer with one
 //!   global limit that never limits, and with its default configuration (a limit per peer IP);
 //! - `axum_router_2_threads`: routers called from two threads at once: bare, the axum-mode layer on an engine
-//!   that can drop and on a leaked one (whose requests' entries take no reference count), with a client-IP hot
+//!   that can drop (whose requests' entries take a hold on their thread's stripe) and on a leaked one (none), with a client-IP hot
 //!   parameter, and tower-governor's layer with a global limit and with its per-peer-IP default.
 
 use std::convert::Infallible;
@@ -148,8 +148,8 @@ fn axum_router(c: &mut Criterion) {
 }
 
 /// Routers called from two threads at once, each thread with its own clone (what a multi-thread runtime's
-/// workers do): bare, the axum-mode layer on an engine that can drop (each request's entry takes a count on
-/// the engine and on the resource, words both threads write) and on a leaked one (no count), the latter with a
+/// workers do): bare, the axum-mode layer on an engine that can drop (each request's entry takes a hold on the
+/// engine's state, on its thread's stripe) and on a leaked one (no hold), the latter with a
 /// client-IP hot parameter and a param-flow rule on it as well, and tower-governor's layer with one global limit
 /// and with its default per-peer-IP limit (never limiting).
 fn axum_router_2_threads(c: &mut Criterion) {

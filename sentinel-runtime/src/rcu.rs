@@ -347,6 +347,13 @@ pub(crate) struct Retired<T> {
     _value: Box<T>,
 }
 
+/// Drops `value` after a grace period (after a later one, with the values deferred there, when this thread is
+/// inside a read section): for a value that read sections may still reach although no pointer publishes it.
+pub(crate) fn retire_boxed<T: Send + 'static>(value: Box<T>) {
+    let mut batch = RetireBatch::new();
+    batch.push(Retired { _value: value });
+}
+
 /// Values waiting for a grace period; dropping the batch runs one grace period and then frees them.
 pub(crate) struct RetireBatch<T: Send + 'static> {
     items: Vec<Retired<T>>,

@@ -4,6 +4,7 @@
 
 mod compile;
 mod extensions;
+pub(crate) mod keep;
 mod kinds;
 pub(crate) mod shared;
 
@@ -25,6 +26,7 @@ use crate::resource::inner::ResourceInner;
 use crate::resource::{EntryType, Resource};
 use crate::slot::{CustomSlots, Slot};
 use crate::system::SystemRule;
+use keep::SharedHandle;
 use shared::{BlockListener, Shared};
 
 impl SentinelBuilder {
@@ -117,7 +119,7 @@ impl SentinelBuilder {
             crate::config::ClockKind::Precise => EngineClock::System(SystemClock::precise()),
             crate::config::ClockKind::Manual { start_ms } => EngineClock::Manual(ManualClock::at_millis(start_ms)),
         });
-        Sentinel { shared: Arc::new(Shared::new(self.config, clock)) }
+        Sentinel { shared: Arc::new(SharedHandle::new(Shared::new(self.config, clock))) }
     }
 }
 
@@ -139,7 +141,7 @@ impl SentinelBuilder {
 /// ```
 #[derive(Clone)]
 pub struct Sentinel {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<SharedHandle>,
 }
 
 impl fmt::Debug for Sentinel {
@@ -167,7 +169,7 @@ impl fmt::Debug for Sentinel {
 /// ```
 #[derive(Clone, Default)]
 pub struct WeakSentinel {
-    shared: std::sync::Weak<Shared>,
+    shared: std::sync::Weak<SharedHandle>,
 }
 
 impl WeakSentinel {

@@ -55,6 +55,9 @@ pub(crate) struct Shared {
     /// held by `resource_list`, which only grows). An owned entry of such a resource takes no reference
     /// count ([`Resource::entry_owned`](crate::Resource::entry_owned)).
     pub(crate) immortal: AtomicBool,
+    /// The holds of the owned entries in flight, which keep this state after the last handle
+    /// (`engine::keep`).
+    pub(crate) holds: super::keep::Holds,
     pub(crate) inbound: StatNode,
     /// Resources by name: read lock-free; `registry_lock` serializes creation and rule refreshes.
     pub(super) resources: NameMap<Arc<ResourceInner>>,
@@ -121,6 +124,7 @@ impl Shared {
             config,
             enabled: AtomicBool::new(true),
             immortal: AtomicBool::new(false),
+            holds: super::keep::Holds::new(),
             inbound: StatNode::new(),
             resources: NameMap::default(),
             registry_lock: Mutex::new(()),

@@ -25,9 +25,11 @@ impl Resource {
         EntryBuilder::new(self)
     }
     /// Starts an entry that owns a clone of this handle: a `'static` entry that can move into a future or a
-    /// response body (middleware). Costs two reference-count updates more than [`Resource::entry`], except
-    /// on the global engine and on leaked ones ([`Sentinel::leak`](crate::Sentinel::leak)), which live until
-    /// the process ends: their entries need no count.
+    /// response body (middleware), and exit after every handle of the engine is gone. On an engine that can
+    /// be dropped it holds the engine's state with a counter of the calling thread's statistics stripe (an
+    /// uncontended atomic add, and a subtraction at exit: threads entering one resource do not share the word
+    /// they write); on the global engine and on leaked ones ([`Sentinel::leak`](crate::Sentinel::leak)), which
+    /// live until the process ends, it holds nothing.
     #[inline]
     pub fn entry_owned(&self) -> EntryBuilder<'static, 'static> {
         EntryBuilder::owned(self)
@@ -53,8 +55,9 @@ impl<'r> EntryBuilder<'r, 'static> {
 }
 
 impl EntryBuilder<'static, 'static> {
-    /// An entry that keeps `res` alive: by a clone of its counts, or by nothing when its engine is immortal
-    /// (the global engine, a leaked one): every resource is held by its engine until the engine drops.
+    /// An entry that keeps `res` alive: by a hold on its engine's state (`engine::keep`), or by nothing when
+    /// its engine is immortal (the global engine, a leaked one): every resource is held by its engine's state
+    /// until the state is freed.
     #[inline]
     pub(crate) fn owned(res: &Resource) -> Self {
         if res.shared.immortal.load(Ordering::Relaxed) {
@@ -62,7 +65,7 @@ impl EntryBuilder<'static, 'static> {
             // last handle was put out of reach of any drop; see `Sentinel::immortal`).
             return Self::with(unsafe { ResRef::immortal(res) }, res.entry_type);
         }
-        Self::with(ResRef::owned(res.clone()), res.entry_type)
+        Self::with(ResRef::held(res), res.entry_type)
     }
 }
 

@@ -27,33 +27,33 @@ use crate::resource::Resource;
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 /// A resource handle borrowed (no reference counting) or owned (a `'static` entry): two direct pointers, so
 /// the exit reaches the engine and the resource without a match or a second dereference.
 struct ResRef<'r> {
     shared: NonNull<Shared>,
-    /// The resource, with two tag bits: [`COUNTED`] when this handle owns one reference count on both
-    /// (released on drop), [`DETACHED`] when it is an owned entry's (which never changes a thread's context).
+    /// The resource, with two tag bits: [`HELD`] when this handle holds the engine's state (released on
+    /// drop), [`DETACHED`] when it is an owned entry's (which never changes a thread's context).
     inner: NonNull<ResourceInner>,
     _borrow: PhantomData<&'r Resource>,
 }
 
-// SAFETY: a `ResRef` stands for a `&Resource` or for the two `Arc`s of a `Resource`, all `Send` and `Sync`.
+// SAFETY: a `ResRef` stands for a `&Resource`, or for a `Resource` whose engine's state it holds (the resource
+// is then held by the engine), all `Send` and `Sync`.
 unsafe impl Send for ResRef<'_> {}
 unsafe impl Sync for ResRef<'_> {}
 
-/// Tag bit: the handle owns one count on `shared` and one on `inner`.
-const COUNTED: usize = 1;
-/// Tag bit: the handle is an owned entry's (`Resource::entry_owned`), counted or not.
+/// Tag bit: the handle holds the engine's state, which holds `inner` (see [`ResRef::held`]).
+const HELD: usize = 1;
+/// Tag bit: the handle is an owned entry's (`Resource::entry_owned`), holding or not.
 const DETACHED: usize = 2;
-const TAGS: usize = COUNTED | DETACHED;
+const TAGS: usize = HELD | DETACHED;
 // The tags live in the low bits of a `ResourceInner` pointer.
 const _: () = assert!(std::mem::align_of::<ResourceInner>() > TAGS);
 
 impl<'r> ResRef<'r> {
     fn borrowed(r: &'r Resource) -> Self {
-        ResRef { shared: NonNull::from(&*r.shared), inner: NonNull::from(&*r.inner), _borrow: PhantomData }
+        ResRef { shared: NonNull::from(&**r.shared), inner: NonNull::from(&*r.inner), _borrow: PhantomData }
     }
     /// An owned entry's handle that holds no counts, for a resource that lives until the process ends.
     ///
@@ -64,23 +64,20 @@ impl<'r> ResRef<'r> {
     #[inline(always)]
     unsafe fn immortal(r: &Resource) -> ResRef<'static> {
         let inner = NonNull::from(&*r.inner).map_addr(|a| a | DETACHED);
-        ResRef { shared: NonNull::from(&*r.shared), inner, _borrow: PhantomData }
+        ResRef { shared: NonNull::from(&**r.shared), inner, _borrow: PhantomData }
     }
-    fn owned(r: Resource) -> ResRef<'static> {
-        let shared = Arc::into_raw(r.shared) as *mut Shared;
-        let inner = Arc::into_raw(r.inner) as *mut ResourceInner;
-        // SAFETY: `Arc::into_raw` never returns null; the tag bits are free (`ResourceInner`'s alignment).
-        unsafe {
-            ResRef {
-                shared: NonNull::new_unchecked(shared),
-                inner: NonNull::new_unchecked(inner.map_addr(|a| a | COUNTED | DETACHED)),
-                _borrow: PhantomData,
-            }
-        }
+    /// An owned entry's handle on an engine that can be dropped: it takes a hold on the engine's state
+    /// (`engine::keep`: a counter of the thread's stripe, not a reference count every thread writes), which
+    /// keeps the state, and with it the resource (held by the engine's `resource_list`, which only grows and
+    /// is dropped only with the state), until the entry is dropped.
+    fn held(r: &Resource) -> ResRef<'static> {
+        r.shared.holds.hold();
+        let inner = NonNull::from(&*r.inner).map_addr(|a| a | HELD | DETACHED);
+        ResRef { shared: NonNull::from(&**r.shared), inner, _borrow: PhantomData }
     }
     #[inline(always)]
     fn shared(&self) -> &'r Shared {
-        // SAFETY: borrowed, the resource outlives `'r`; counted, the handle holds a count until it drops (and
+        // SAFETY: borrowed, the resource outlives `'r`; held, the hold keeps the state until it drops (and
         // every `&'r` taken from it is used only while the entry that holds it lives); immortal, it is never
         // freed.
         unsafe { &*self.shared.as_ptr() }
@@ -101,7 +98,7 @@ impl<'r> ResRef<'r> {
 impl Drop for ResRef<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.inner.as_ptr().addr() & COUNTED != 0 {
+        if self.inner.as_ptr().addr() & HELD != 0 {
             self.release();
         }
     }
@@ -110,11 +107,9 @@ impl Drop for ResRef<'_> {
 impl ResRef<'_> {
     #[cold]
     fn release(&mut self) {
-        // SAFETY: counted: both pointers came from `Arc::into_raw` in `owned` and are released once, here.
-        unsafe {
-            drop(Arc::from_raw(self.shared.as_ptr()));
-            drop(Arc::from_raw(self.inner.as_ptr().map_addr(|a| a & !TAGS)));
-        }
+        // SAFETY: held: the hold was taken in `held` and is released once, here; nothing of the entry reaches
+        // the engine after it (the entry's own drop has run: `res` is its first field).
+        unsafe { crate::engine::keep::release(self.shared) };
     }
 }
 
@@ -350,23 +345,23 @@ mod tests {
         assert!(futures::executor::block_on(f).is_ok());
     }
 
-    use super::{COUNTED, DETACHED};
+    use super::{DETACHED, HELD};
     use crate::Sentinel;
     use std::sync::Arc;
 
     fn tags(e: &super::Entry<'_>) -> usize {
-        e.res.inner.as_ptr().addr() & (COUNTED | DETACHED)
+        e.res.inner.as_ptr().addr() & (HELD | DETACHED)
     }
 
     #[test]
-    fn owned_entries_of_an_engine_that_can_drop_hold_a_count_on_the_engine_and_the_resource() {
+    fn owned_entries_of_an_engine_that_can_drop_hold_its_state_without_a_reference_count() {
         let engine = Sentinel::builder().build();
         let r = engine.resource("api");
         let counts = |r: &crate::Resource| (Arc::strong_count(&r.shared), Arc::strong_count(&r.inner));
         let before = counts(&r);
         let e = r.entry_owned().enter().unwrap();
-        assert_eq!(tags(&e), COUNTED | DETACHED);
-        assert_eq!(counts(&r), (before.0 + 1, before.1 + 1));
+        assert_eq!(tags(&e), HELD | DETACHED);
+        assert_eq!(counts(&r), before, "a hold on the thread's stripe, no count");
         // The entry outlives every handle and the engine itself, and still exits.
         drop((r, engine));
         drop(e);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::circuit_breaker::{BreakerState, DegradeGrade};
-use crate::engine::shared::Shared;
+use crate::engine::keep::SharedHandle;
 use crate::observe::{ObservedSnapshot, BLOCK_KIND_NAMES};
 use crate::stat::MetricEvent;
 use crate::Sentinel;
@@ -168,11 +168,11 @@ fn state(engine: &Sentinel) -> Arc<ExporterState> {
     state_with(engine, micros.clone(), &DEFAULT_BUCKETS)
 }
 
-type Tracked = Vec<(Weak<Shared>, Weak<ExporterState>)>;
+type Tracked = Vec<(Weak<SharedHandle>, Weak<ExporterState>)>;
 
 /// Hands the exporter to the background thread that folds complete seconds into its counters (one thread
 /// for every engine of the process; it forgets an engine once it is dropped).
-fn track(engine: Weak<Shared>, state: Weak<ExporterState>) {
+fn track(engine: Weak<SharedHandle>, state: Weak<ExporterState>) {
     static TRACKED: Mutex<Tracked> = Mutex::new(Vec::new());
     static THREAD: OnceLock<()> = OnceLock::new();
     TRACKED.lock().unwrap_or_else(|e| e.into_inner()).push((engine, state));

@@ -6,7 +6,7 @@ pub(crate) mod inner;
 
 use std::sync::Arc;
 
-use crate::engine::shared::Shared;
+use crate::engine::keep::SharedHandle;
 use crate::resource::inner::ResourceInner;
 
 pub use crate::slot::EntryType;
@@ -24,7 +24,7 @@ pub use crate::slot::EntryType;
 /// ```
 #[derive(Clone)]
 pub struct Resource {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<SharedHandle>,
     pub(crate) inner: Arc<ResourceInner>,
     pub(crate) entry_type: EntryType,
 }
@@ -51,7 +51,7 @@ impl Resource {
     /// of its own, as any clone.
     #[cfg(feature = "tower")]
     pub(crate) fn with_view<R>(
-        shared: &Arc<Shared>,
+        shared: &Arc<SharedHandle>,
         inner: &Arc<ResourceInner>,
         entry_type: EntryType,
         f: impl FnOnce(&Resource) -> R,

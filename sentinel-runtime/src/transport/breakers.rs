@@ -35,7 +35,7 @@ impl Transitions {
     pub(crate) fn attach(engine: &Sentinel, observer: &str) -> Arc<Transitions> {
         let t = Arc::new(Transitions { list: Mutex::new(VecDeque::with_capacity(16)) });
         let sink = Arc::downgrade(&t);
-        let clock: Weak<crate::engine::shared::Shared> = Arc::downgrade(&engine.shared);
+        let clock: Weak<crate::engine::keep::SharedHandle> = Arc::downgrade(&engine.shared);
         engine.register_state_observer(observer, move |from, to, rule, snapshot| {
             let (Some(sink), Some(shared)) = (sink.upgrade(), clock.upgrade()) else { return };
             let at_ms = shared.now_ms();

@@ -70,11 +70,11 @@ impl<M> Clone for SentinelLayer<M> {
 impl SentinelLayer {
     /// A layer that enters resources of `engine`.
     ///
-    /// On the global engine ([`SentinelLayer::global`]) or a leaked one ([`Sentinel::leak`]), which live until
-    /// the process ends, a request's entry takes no reference count. On any other engine each entry takes one
-    /// on the engine and one on the resource: words that every worker thread writes, so with several workers
-    /// serving one route each request moves their cache lines between cores (`--bench entry`,
-    /// `entry_exit_aggregate`, owned entries on 2 threads: 186 ns a call against 51 ns on a leaked engine).
+    /// A request's entry outlives the layer if it must (it moves into the response future and body): on an
+    /// engine that can be dropped it holds the engine's state with a counter of its worker thread's own (no
+    /// reference count that every worker writes), so requests on one route scale across workers whatever the
+    /// engine; on the global engine ([`SentinelLayer::global`]) and leaked ones ([`Sentinel::leak`]) it holds
+    /// nothing.
     pub fn new(engine: &Sentinel) -> Self {
         SentinelLayer { state: Arc::new(LayerState::new(LayerConfig::new(engine))), mode: PhantomData }
     }
