@@ -139,6 +139,12 @@ unsafe fn free(state: NonNull<Shared>) {
 /// An engine's state, owned by its handles (through an `Arc`) and by the holds of its owned entries.
 pub(crate) struct SharedHandle {
     state: NonNull<Shared>,
+    /// Set once a handle of this engine can never be dropped ([`Sentinel::leak`](crate::Sentinel::leak), the
+    /// global engine), and never cleared: the state then lives until the process ends, and so do its checked
+    /// resources (each is held by `resource_list`, which only grows). An owned entry of such an engine takes
+    /// no hold ([`Resource::entry_owned`](crate::Resource::entry_owned)). Kept here rather than in the state,
+    /// so that an owned entry reads it beside the state's address, not after it.
+    pub(crate) immortal: AtomicBool,
 }
 
 // SAFETY: a handle stands for a `&Shared` that lives as long as the handle; `Shared` is `Send` and `Sync`.
@@ -147,7 +153,13 @@ unsafe impl Sync for SharedHandle {}
 
 impl SharedHandle {
     pub(crate) fn new(state: Shared) -> SharedHandle {
-        SharedHandle { state: NonNull::from(Box::leak(Box::new(state))) }
+        SharedHandle { state: NonNull::from(Box::leak(Box::new(state))), immortal: AtomicBool::new(false) }
+    }
+
+    /// The state's address (valid while this handle lives).
+    #[inline(always)]
+    pub(crate) fn state(&self) -> NonNull<Shared> {
+        self.state
     }
 }
 

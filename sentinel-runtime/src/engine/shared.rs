@@ -50,11 +50,6 @@ pub(crate) struct Shared {
     pub(crate) clock: EngineClock,
     pub(crate) config: Config,
     pub(crate) enabled: AtomicBool,
-    /// Set once a handle of this engine can never be dropped ([`Sentinel::leak`](crate::Sentinel::leak), the global engine), and
-    /// never cleared: the engine then lives until the process ends, and so do its checked resources (each is
-    /// held by `resource_list`, which only grows). An owned entry of such a resource takes no reference
-    /// count ([`Resource::entry_owned`](crate::Resource::entry_owned)).
-    pub(crate) immortal: AtomicBool,
     /// The holds of the owned entries in flight, which keep this state after the last handle
     /// (`engine::keep`).
     pub(crate) holds: super::keep::Holds,
@@ -123,7 +118,6 @@ impl Shared {
             clock,
             config,
             enabled: AtomicBool::new(true),
-            immortal: AtomicBool::new(false),
             holds: super::keep::Holds::new(),
             inbound: StatNode::new(),
             resources: NameMap::default(),

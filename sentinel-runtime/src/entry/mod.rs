@@ -53,18 +53,18 @@ const _: () = assert!(std::mem::align_of::<ResourceInner>() > TAGS);
 
 impl<'r> ResRef<'r> {
     fn borrowed(r: &'r Resource) -> Self {
-        ResRef { shared: NonNull::from(&**r.shared), inner: NonNull::from(&*r.inner), _borrow: PhantomData }
+        ResRef { shared: r.shared.state(), inner: NonNull::from(&*r.inner), _borrow: PhantomData }
     }
     /// An owned entry's handle that holds no counts, for a resource that lives until the process ends.
     ///
     /// # Safety
-    /// `r`'s engine is immortal: the engine's `Shared` is never dropped (`Shared::immortal`), and every
+    /// `r`'s engine is immortal: the engine's `Shared` is never dropped (`SharedHandle::immortal`), and every
     /// resource is held by the engine's `resource_list`, which only grows
     /// and is dropped only with `Shared`. Both pointers then stay valid for the rest of the process.
     #[inline(always)]
     unsafe fn immortal(r: &Resource) -> ResRef<'static> {
         let inner = NonNull::from(&*r.inner).map_addr(|a| a | DETACHED);
-        ResRef { shared: NonNull::from(&**r.shared), inner, _borrow: PhantomData }
+        ResRef { shared: r.shared.state(), inner, _borrow: PhantomData }
     }
     /// An owned entry's handle on an engine that can be dropped: it takes a hold on the engine's state
     /// (`engine::keep`: a counter of the thread's stripe, not a reference count every thread writes), which
@@ -73,7 +73,7 @@ impl<'r> ResRef<'r> {
     fn held(r: &Resource) -> ResRef<'static> {
         r.shared.holds.hold();
         let inner = NonNull::from(&*r.inner).map_addr(|a| a | HELD | DETACHED);
-        ResRef { shared: NonNull::from(&**r.shared), inner, _borrow: PhantomData }
+        ResRef { shared: r.shared.state(), inner, _borrow: PhantomData }
     }
     #[inline(always)]
     fn shared(&self) -> &'r Shared {
