@@ -54,71 +54,22 @@
 
 use std::ops::Deref;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-use crossbeam_utils::CachePadded;
+use std::sync::atomic::AtomicBool;
 
 use super::shared::Shared;
 use crate::rcu;
-use crate::stat::stripe;
 
-/// The holds of the owned entries in flight, and whether the state is orphaned.
-pub(crate) struct Holds {
-    /// One counter per stripe (wrapping: a stripe's counter alone may go below zero).
-    counts: Box<[CachePadded<AtomicUsize>]>,
-    /// Whether an owned entry ever took a hold (else the orphan frees the state at once).
-    ever: AtomicBool,
-    /// Set when the last handle is gone.
-    orphaned: AtomicBool,
-    /// Set by the one claimer that frees the state.
-    claimed: AtomicBool,
-}
-
-impl Holds {
-    pub(crate) fn new() -> Holds {
-        Holds {
-            counts: (0..stripe::total_stripes()).map(|_| CachePadded::new(AtomicUsize::new(0))).collect(),
-            ever: AtomicBool::new(false),
-            orphaned: AtomicBool::new(false),
-            claimed: AtomicBool::new(false),
-        }
-    }
-
-    /// Takes a hold for an owned entry; the caller has a handle of the engine.
-    ///
-    /// An atomic add even on a stripe the thread owns (uncontended: the line stays in the thread's cache):
-    /// every change of a counter is then a read-modify-write, so a claimer that reads a counter reads the end
-    /// of a release sequence that every earlier release on it heads (module docs, 5).
-    #[inline]
-    pub(crate) fn hold(&self) {
-        self.counts[stripe::lease().index].fetch_add(1, Ordering::Relaxed);
-        if !self.ever.load(Ordering::Relaxed) {
-            self.ever.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether the holds sum to zero and this caller is the one that claims the state.
-    fn claim(&self) -> bool {
-        let sum = self.counts.iter().fold(0usize, |s, c| s.wrapping_add(c.load(Ordering::SeqCst)));
-        sum == 0 && !self.claimed.swap(true, Ordering::AcqRel)
-    }
-}
-
-/// Releases a hold taken by [`Holds::hold`] on `state`, and frees the state when it was orphaned and this was
-/// the last hold.
+/// Releases a hold taken by [`Holds::hold`](super::holds::Holds::hold) on `state`, and frees the state when it
+/// was orphaned and this was the last hold.
 ///
 /// # Safety
 /// `state` points to an engine's state on which the caller took a hold it has not released.
 pub(crate) unsafe fn release(state: NonNull<Shared>) {
     let claimed = {
         let _section = rcu::ReadGuard::enter();
-        // SAFETY: the hold keeps the state alive until the subtraction below; after it, the section does
-        // (see the module docs, 5).
-        let holds = unsafe { &state.as_ref().holds };
-        holds.counts[stripe::lease().index].fetch_sub(1, Ordering::SeqCst);
-        #[cfg(test)]
-        tests::hook::after_release();
-        holds.orphaned.load(Ordering::SeqCst) && holds.claim()
+        // SAFETY: the hold keeps the state alive until its subtraction; after it, the section does (module
+        // docs, 5).
+        unsafe { state.as_ref() }.holds.release()
     };
     if claimed {
         // SAFETY: claimed: the state is orphaned, holds no entry, and no other claimer frees it.
@@ -175,50 +126,32 @@ impl Deref for SharedHandle {
 impl Drop for SharedHandle {
     fn drop(&mut self) {
         let state = self.state;
-        let claimed = {
+        let orphaned = {
             let _section = rcu::ReadGuard::enter();
-            // SAFETY: the state is not freed before it is orphaned, here; after the store, the section keeps
-            // it (see the module docs, 5).
-            let holds = unsafe { &state.as_ref().holds };
-            if !holds.ever.load(Ordering::Relaxed) {
-                // No owned entry ever held it: nothing but this handle reaches it (module docs, 1).
-                drop(_section);
-                // SAFETY: from `Box::leak` in `new`; the last handle, and no hold.
-                drop(unsafe { Box::from_raw(state.as_ptr()) });
-                return;
-            }
-            holds.orphaned.store(true, Ordering::SeqCst);
-            holds.claim()
+            // SAFETY: the state is not freed before it is orphaned, here; after that, the section keeps it
+            // (module docs, 5).
+            unsafe { state.as_ref() }.holds.orphan()
         };
-        if claimed {
+        match orphaned {
+            // No owned entry ever held it: nothing but this handle reaches it (module docs, 1).
+            // SAFETY: from `Box::leak` in `new`; the last handle, and no hold.
+            None => drop(unsafe { Box::from_raw(state.as_ptr()) }),
             // SAFETY: claimed: orphaned, no hold, no other claimer.
-            unsafe { free(state) };
+            Some(true) => unsafe { free(state) },
+            Some(false) => {}
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
     use std::sync::{Arc, Weak};
 
     use crate::flow::FlowRule;
     use crate::resource::inner::ResourceInner;
     use crate::{Entry, Sentinel};
 
-    pub(super) mod hook {
-        use crate::rcu::test_hooks::{run, Hook};
-        use std::cell::RefCell;
-
-        thread_local! {
-            /// Runs once on this thread between a release's subtraction and its read of `orphaned`.
-            pub(crate) static AFTER_RELEASE: Hook = const { RefCell::new(None) };
-        }
-
-        pub(crate) fn after_release() {
-            run(&AFTER_RELEASE);
-        }
-    }
+    use super::super::holds::hook;
 
     /// An engine with a passing rule, its resource, and a weak reference to the resource (which the engine's
     /// state holds until it is freed).
@@ -358,6 +291,6 @@ mod tests {
         let engine = Sentinel::builder().build().leak();
         let r = engine.resource("api");
         drop(owned(&r));
-        assert!(!engine.shared.holds.ever.load(Ordering::Relaxed));
+        assert!(!engine.shared.holds.ever_held());
     }
 }

@@ -4,6 +4,7 @@
 
 mod compile;
 mod extensions;
+mod holds;
 pub(crate) mod keep;
 mod kinds;
 pub(crate) mod shared;

@@ -52,7 +52,7 @@ pub(crate) struct Shared {
     pub(crate) enabled: AtomicBool,
     /// The holds of the owned entries in flight, which keep this state after the last handle
     /// (`engine::keep`).
-    pub(crate) holds: super::keep::Holds,
+    pub(crate) holds: super::holds::Holds,
     pub(crate) inbound: StatNode,
     /// Resources by name: read lock-free; `registry_lock` serializes creation and rule refreshes.
     pub(super) resources: NameMap<Arc<ResourceInner>>,
@@ -118,7 +118,7 @@ impl Shared {
             clock,
             config,
             enabled: AtomicBool::new(true),
-            holds: super::keep::Holds::new(),
+            holds: super::holds::Holds::new(),
             inbound: StatNode::new(),
             resources: NameMap::default(),
             registry_lock: Mutex::new(()),
