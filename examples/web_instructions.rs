@@ -20,7 +20,9 @@
 //!   inbound node, and one compare-and-swap standing for the flow rule's exact pass counter;
 //! - `part-stats-one`: the same on the resource's node alone (what an outbound entry in the default context
 //!   must keep: the floor under `part-entry-flow-pass`);
-//! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer;
+//! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer, on a
+//!   leaked engine (the entry holds nothing); `part-entry-held`: the same on an engine that can be dropped
+//!   (the entry holds its state: `engine::keep`);
 //! - `part-client-bare`, `part-client-guard`, `part-client-guard-breaker`: one outbound call through a tower
 //!   `service_fn` client that answers at once, bare, behind `outbound::SentinelClientLayer` with a passing flow
 //!   rule on its resource (`GET:inventory.svc/items/{id}`, the id folded by the path cleaner), and with a
@@ -202,8 +204,10 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                 n,
             );
         }
-        "part-entry" => {
-            let engine = Sentinel::builder().build().leak();
+        "part-entry" | "part-entry-held" => {
+            // `part-entry-held`: on an engine that can be dropped, whose owned entries hold its state.
+            let kept = Sentinel::builder().build();
+            let engine = if variant == "part-entry" { Sentinel::builder().build().leak() } else { &kept };
             engine.load_flow_rules([FlowRule::new("part").count(1e12)])?;
             let resource = engine.resource("part");
             run_part(

@@ -218,6 +218,15 @@ impl ReadGuard {
         }
     }
 
+    /// The stripe lease of the thread that entered this section (read when it entered).
+    #[inline(always)]
+    pub(crate) fn lease(&self) -> stripe::Lease {
+        match self.slot {
+            Slot::Owned { index, .. } => stripe::Lease { index, exclusive: true },
+            Slot::Shared { .. } => stripe::Lease { index: stripe::owned_stripes(), exclusive: false },
+        }
+    }
+
     /// Reads `ptr` inside this section.
     #[inline(always)]
     pub(crate) fn load<'g, T>(&'g self, ptr: &AtomicPtr<T>) -> &'g T {
