@@ -54,7 +54,8 @@
 //!    state after the last handle and the last hold are gone.
 //!
 //! `keep::tests` forces the interleavings: the orphan between a release's read of `orphaned` and its
-//! subtraction, a release after the orphan, and many threads' entries exiting while the last handle drops.
+//! subtraction, a release after the orphan, the last handle dropped inside a read section (the settle
+//! deferred), and many threads' entries exiting while the last handle drops.
 
 use std::ops::Deref;
 use std::ptr::NonNull;
@@ -302,6 +303,31 @@ mod tests {
                 t.join().unwrap();
             }
             assert!(weak.upgrade().is_none());
+        }
+    }
+
+    #[test]
+    fn the_last_handle_dropped_inside_a_read_section_settles_after_a_later_grace_period() {
+        // A thread inside a read section cannot wait for a grace period: the settle is deferred with the values
+        // retired there, and runs after the next grace period that frees them.
+        let (engine, r, weak) = engine();
+        let e = owned(&r);
+        {
+            let _section = crate::rcu::ReadGuard::enter();
+            drop((r, engine));
+        }
+        assert!(weak.upgrade().is_some(), "held by the entry, and not settled yet");
+        // A grace period outside any section frees what was deferred: the settle finds the entry's hold.
+        crate::rcu::retire_boxed(Box::new(()));
+        assert!(weak.upgrade().is_some(), "the entry still holds the state");
+        drop(e);
+        // Freed by this release, or, when another test's grace period took the deferred settle first and is
+        // running it now, by that settle when it ends.
+        let mut turns = 0u64;
+        while weak.upgrade().is_some() {
+            turns += 1;
+            assert!(turns < 100_000_000, "the state is never freed");
+            std::thread::yield_now();
         }
     }
 
