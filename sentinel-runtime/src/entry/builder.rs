@@ -26,10 +26,10 @@ impl Resource {
     }
     /// Starts an entry that owns a clone of this handle: a `'static` entry that can move into a future or a
     /// response body (middleware), and exit after every handle of the engine is gone. On an engine that can
-    /// be dropped it holds the engine's state with a counter of the calling thread's statistics stripe (an
-    /// uncontended atomic add, and a subtraction at exit: threads entering one resource do not share the word
-    /// they write); on the global engine and on leaked ones ([`Sentinel::leak`](crate::Sentinel::leak)), which
-    /// live until the process ends, it holds nothing.
+    /// be dropped it holds the engine's state with a counter of the calling thread's statistics stripe (a plain
+    /// store at entry and one at exit, each on the thread's own stripe: threads entering one resource do not
+    /// share the word they write); on the global engine and on leaked ones
+    /// ([`Sentinel::leak`](crate::Sentinel::leak)), which live until the process ends, it holds nothing.
     #[inline]
     pub fn entry_owned(&self) -> EntryBuilder<'static, 'static> {
         EntryBuilder::owned(self)

@@ -55,7 +55,7 @@ impl<'r> ResRef<'r> {
     fn borrowed(r: &'r Resource) -> Self {
         ResRef { shared: r.shared.state(), inner: NonNull::from(&*r.inner), _borrow: PhantomData }
     }
-    /// An owned entry's handle that holds no counts, for a resource that lives until the process ends.
+    /// An owned entry's handle that holds nothing, for a resource that lives until the process ends.
     ///
     /// # Safety
     /// `r`'s engine is immortal: the engine's `Shared` is never dropped (`SharedHandle::immortal`), and every
