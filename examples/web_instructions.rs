@@ -206,8 +206,13 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
         }
         "part-entry" | "part-entry-held" => {
             // `part-entry-held`: on an engine that can be dropped, whose owned entries hold its state.
-            let kept = Sentinel::builder().build();
-            let engine = if variant == "part-entry" { Sentinel::builder().build().leak() } else { &kept };
+            let kept;
+            let engine = if variant == "part-entry" {
+                Sentinel::builder().build().leak()
+            } else {
+                kept = Sentinel::builder().build();
+                &kept
+            };
             engine.load_flow_rules([FlowRule::new("part").count(1e12)])?;
             let resource = engine.resource("part");
             run_part(

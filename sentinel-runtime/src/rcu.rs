@@ -223,7 +223,7 @@ impl ReadGuard {
     pub(crate) fn lease(&self) -> stripe::Lease {
         match self.slot {
             Slot::Owned { index, .. } => stripe::Lease { index, exclusive: true },
-            Slot::Shared { .. } => stripe::Lease { index: stripe::owned_stripes(), exclusive: false },
+            Slot::Shared { .. } => stripe::Lease::shared(),
         }
     }
 

@@ -242,7 +242,7 @@ mod tests {
         use std::sync::Mutex;
 
         let (engine, r, weak) = engine();
-        let state = SendPtr(engine.shared.state());
+        let state = engine.shared.state();
         let e = owned(&r);
         let last = Arc::new(Mutex::new(Some((r, engine))));
         let orphan = Arc::new(Mutex::new(None));
@@ -253,7 +253,7 @@ mod tests {
                 let t = std::thread::spawn(move || drop(last.lock().unwrap().take()));
                 // The orphan marks the state (and then waits for a grace period, which waits for this section).
                 // SAFETY: the state is not freed before this section ends.
-                while !unsafe { state.0.as_ref() }.holds.is_orphaned() {
+                while !unsafe { state.as_ref() }.holds.is_orphaned() {
                     std::thread::yield_now();
                 }
                 *orphan.lock().unwrap() = Some(t);
@@ -265,9 +265,6 @@ mod tests {
         assert!(last.lock().unwrap().is_none());
         assert!(weak.upgrade().is_none(), "freed once, by the orphan's settle");
     }
-
-    /// The state's address, for the hook to watch the orphan flag.
-    struct SendPtr(std::ptr::NonNull<crate::engine::shared::Shared>);
 
     #[test]
     fn a_release_after_the_orphan_frees_the_state() {

@@ -34,6 +34,13 @@ pub(crate) struct Lease {
     pub(crate) exclusive: bool,
 }
 
+impl Lease {
+    /// The stripe every thread without one of its own shares.
+    pub(crate) fn shared() -> Lease {
+        Lease { index: owned_stripes(), exclusive: false }
+    }
+}
+
 struct Held(Lease);
 
 impl Held {
@@ -43,7 +50,7 @@ impl Held {
         loop {
             let free = (!map).trailing_zeros() as usize;
             if free >= owned {
-                return Held(Lease { index: owned, exclusive: false });
+                return Held(Lease::shared());
             }
             match LEASED.compare_exchange_weak(map, map | (1 << free), Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Held(Lease { index: free, exclusive: true }),
@@ -86,7 +93,7 @@ pub(crate) fn lease() -> Lease {
 
 #[cold]
 fn lease_slow(cached: usize) -> Lease {
-    let shared = Lease { index: owned_stripes(), exclusive: false };
+    let shared = Lease::shared();
     if cached == SHARED_LEASE {
         return shared;
     }
