@@ -17,6 +17,7 @@ use sentinel_runtime::flow::{
 };
 use sentinel_runtime::{RuleKind, Sentinel};
 use sentinel_testkit::redis::RedisServer;
+use sentinel_testkit::relay::Relay;
 
 #[path = "support/cluster_workers.rs"]
 mod cluster_workers;
@@ -718,7 +719,8 @@ fn instance_beating(
 }
 
 /// The tokens Redis counts in the rule's window now (the sum of its buckets, the fields named by a bucket's
-/// index: `g` is the window's generation, `s:<member>` the last give-back applied per member).
+/// index: `g` is the window's generation, `s:<member>` the last give-back applied per member, `c:<member>`
+/// what its last call counted).
 fn window_total(url: &str, key: &str) -> u64 {
     let mut conn = redis::Client::open(url).unwrap().get_connection_with_timeout(Duration::from_secs(2)).unwrap();
     let fields: BTreeMap<String, String> = redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
@@ -801,6 +803,35 @@ fn lease_calls_abandoned_while_redis_hangs_grant_nothing_when_it_resumes() {
     assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
     // Redis ran the abandoned call when it resumed (before anything sent later on the connection). What it
     // counts must be what the client knows of, once the fallback's admissions are reported.
+    let (counted, known, st) = window_and_client_agree(&engine, &redis.url(), &key);
+    assert_eq!(counted, known, "tokens counted in Redis that no caller was granted: {st}");
+}
+
+#[test]
+fn a_lease_call_redis_ran_whose_reply_came_after_the_timeout_is_taken_out_of_the_window() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("a_lease_call_whose_reply_came_late") else { return };
+    // The client reaches Redis through a relay that can hold Redis's replies back: the lease call runs at
+    // once, and its reply comes after the caller gave up on it.
+    let relay = Relay::start(redis.addr());
+    let rule = cluster_rule("api", 0.25, ClusterThresholdType::Global, 3_600_000, 1);
+    // A timeout far above a loaded machine's delay between sending a call and Redis running it (a call run
+    // after it would grant nothing, and this test would show nothing).
+    let url = format!("redis://{}", relay.addr());
+    let (engine, _client) =
+        instance_beating(&url, "late-reply", rule, Duration::from_millis(1000), Duration::from_secs(60));
+    let key = engine.cluster_status()[0].key.clone().unwrap();
+    call_until(&engine, Duration::from_secs(5), |_, n| n >= 50);
+    relay.hold_replies();
+    // Calls drain the lease in hand and ask for more: Redis grants it, the reply is held, the caller gives up.
+    call_until(&engine, Duration::from_secs(10), |s, _| s.mode == ClusterRuleMode::Fallback);
+    let hung = engine.cluster_status()[0].clone();
+    let known = hung.tokens_leased - hung.tokens_returned + hung.local_admissions_reported;
+    let counted = window_total(&redis.url(), &key);
+    assert!(counted > known, "Redis counts the grant whose reply is held: {counted} counted, {known} known: {hung}");
+    relay.release_replies();
+    assert!(wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing));
+    // The reply came after the caller gave up (the client dropped it): the next call took the grant out.
     let (counted, known, st) = window_and_client_agree(&engine, &redis.url(), &key);
     assert_eq!(counted, known, "tokens counted in Redis that no caller was granted: {st}");
 }

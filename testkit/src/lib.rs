@@ -11,6 +11,7 @@ pub mod etcd;
 pub mod http;
 pub mod redis;
 pub mod redis_cluster;
+pub mod relay;
 pub mod zookeeper;
 
 use std::io::Read;

@@ -40,6 +40,12 @@ use crate::flow::{ClusterThresholdType, FlowRule};
 use super::keys::RuleKeys;
 use super::script::{LeaseCall, LeaseReply};
 
+/// The number before a member's first batch or call: above any this member used before it restarted under
+/// the same name (fewer than a thousand a ms).
+fn first_number(at: &CallAt) -> u64 {
+    u64::try_from(at.clock.redis_ms(at.now_ms)).unwrap_or(0).saturating_mul(1000)
+}
+
 /// When a call is made: the instant and engine time, and Redis's clock as last seen.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CallAt {
@@ -150,8 +156,14 @@ pub(crate) struct Driver {
     /// instance that restarts under the same name numbers its batches above those of its previous life).
     batch: u64,
     /// Calls the local fallback admitted, to count in the window: (bucket, count). Kept until a call that
-    /// carried them got its reply (sent again after a failure: counted twice at worst, never missed).
+    /// carried them got its reply (sent again after a failure; the script takes out what a call whose
+    /// reply was not seen counted, so they are counted once).
     admitted: Vec<(i64, u64)>,
+    /// The last call's number (0: none yet; the first is numbered from Redis's clock, as batches are), and
+    /// the number of the first call whose reply was not seen since the last one that was: the script undoes
+    /// what the last of those that ran counted (see the script's docs).
+    seq: u64,
+    unseen_from: Option<u64>,
     /// The window's length, ms.
     window_ms: u64,
     /// How long a caller waits for a lease call (the deadline each call carries).
@@ -225,6 +237,8 @@ impl Driver {
             returns: Vec::new(),
             unconfirmed: Vec::new(),
             batch: 0,
+            seq: 0,
+            unseen_from: None,
             issued: 0,
             returned: 0,
             rate: 0.0,
@@ -420,6 +434,11 @@ impl Driver {
             self.take_local_admissions(lease, at);
         }
         self.batch_returns(at);
+        if self.seq == 0 {
+            self.seq = first_number(at);
+        }
+        self.seq += 1;
+        let unseen_from = *self.unseen_from.get_or_insert(self.seq);
         LeaseCall {
             want,
             member: member.to_string(),
@@ -430,6 +449,8 @@ impl Driver {
             sample_count: self.sample_count,
             deadline_ms: at.clock.deadline(at.now, self.timeout),
             generation: self.generation,
+            seq: self.seq,
+            unseen_from,
             returns: self.unconfirmed.clone(),
             admitted: self.admitted.clone(),
         }
@@ -440,8 +461,7 @@ impl Driver {
     fn batch_returns(&mut self, at: &CallAt) {
         if !self.returns.is_empty() {
             if self.batch == 0 {
-                // Above any number this member used before it restarted (fewer than a thousand a ms).
-                self.batch = u64::try_from(at.clock.redis_ms(at.now_ms)).unwrap_or(0).saturating_mul(1000);
+                self.batch = first_number(at);
             }
             self.batch += 1;
             let q = self.batch;
@@ -525,6 +545,10 @@ impl Driver {
     /// Applies a reply to `call`, made at the times of `at`.
     pub(crate) fn apply(&mut self, lease: &RuleLease, call: &LeaseCall, r: &LeaseReply, at: &CallTimes) {
         let CallTimes { t0_ms, t1_ms, rtt, now, beat } = *at;
+        // Every call up to this one is settled: seen, or undone by this one when it ran.
+        if self.unseen_from.is_some_and(|from| call.seq >= from) {
+            self.unseen_from = (call.seq < self.seq).then_some(call.seq + 1);
+        }
         if !r.late {
             // (Run after its deadline, it counted none of the fallback's admissions: they are sent again.)
             self.counted(lease, call);
@@ -716,6 +740,8 @@ mod tests {
             sample_count: 10,
             deadline_ms: 0,
             generation: 0,
+            seq: 1,
+            unseen_from: 1,
             returns: Vec::new(),
             admitted: Vec::new(),
         };
@@ -989,6 +1015,25 @@ mod tests {
         d.apply(&lease, &again, &ok, &times());
         assert!(d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 950)).returns.is_empty());
         assert_eq!(lease.counters.returned.load(std::sync::atomic::Ordering::Relaxed), 44);
+    }
+
+    #[test]
+    fn each_call_names_the_first_call_whose_reply_was_not_seen() {
+        let (mut d, lease) = driver();
+        let base = Instant::now();
+        let ttl = Duration::from_secs(3);
+        let first = d.beat_call(&lease, "me", ttl, &at(base, 0));
+        assert!(first.seq > ENGINE_MS * 1000, "numbered from the clock, above a previous life's numbers");
+        assert_eq!(first.unseen_from, first.seq, "no earlier call to undo");
+        // Its reply is not seen (a timeout): the calls after it name it until one's reply is.
+        let second = d.beat_call(&lease, "me", ttl, &at(base, 10));
+        let third = d.beat_call(&lease, "me", ttl, &at(base, 20));
+        assert_eq!((second.seq, third.seq), (first.seq + 1, first.seq + 2));
+        assert_eq!((second.unseen_from, third.unseen_from), (first.seq, first.seq));
+        let (_, ok) = reply(0, 0, 1000, 0);
+        d.apply(&lease, &third, &ok, &times());
+        let fourth = d.beat_call(&lease, "me", ttl, &at(base, 30));
+        assert_eq!(fourth.unseen_from, fourth.seq, "every earlier call is settled: seen, or undone by the third");
     }
 
     #[test]

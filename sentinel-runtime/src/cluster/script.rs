@@ -1,20 +1,24 @@
 //! The Lua script the cluster client runs, and its reply.
 //!
-//! It takes the time from Redis (`TIME`, so every instance shares one clock), renews this instance's membership of
-//! the rule, drops members whose membership expired, applies the tokens the instance gives back (a lease that ended
-//! with tokens left, per bucket) and counts the calls its local fallback admitted (per bucket, so that the window
-//! does not grant them again). A call carries a deadline in Redis time (the instant its caller gives up waiting,
-//! estimated from an earlier reply so that it is never late): run after it (Redis hung with the call queued), it
-//! grants nothing, so no token goes to a caller that left, and it counts no admissions (its caller counts the call
-//! failed and sends them again). Tokens given back come in numbered batches, sent again with every call until a reply
-//! shows them applied; the window hash records the last batch applied per member (field `s:<member>`, with the Redis
-//! time it was applied, dropped a window later), so a batch whose first call ran but whose reply was lost is not
-//! applied twice: a give-back that fails while Redis is down is applied, once, when it answers again. The window hash
-//! holds its generation (field `g`, the Redis time it was made): a window made afresh (its key was lost: a restart,
-//! `FLUSHALL`, a failover) grants nothing to a caller that knew another one until it has counted its own unspent
-//! grants in it. It then sums the buckets of the sliding window (dropping expired ones), grants at most what is left
-//! under the limit (`count` per window for global thresholds, `count × live instances` for average-local ones) in the
-//! current bucket, tells when the window frees room again if it is used up, and what each of the window's buckets
+//! It takes the time from Redis (`TIME`, so every instance shares one clock), renews this instance's membership of the
+//! rule, drops members whose membership expired, applies the tokens the instance gives back (a lease that ended with
+//! tokens left, per bucket) and counts the calls its local fallback admitted (per bucket, so that the window does not
+//! grant them again). A call carries a deadline in Redis time (the instant its caller gives up waiting, estimated from
+//! an earlier reply so that it is never late): run after it (Redis hung with the call queued), it grants nothing, so no
+//! token goes to a caller that left, and it counts no admissions (its caller counts the call failed and sends them
+//! again). A call that ran in time but whose reply its caller never saw (it came after the timeout, or the connection
+//! lost it) is undone by the member's next call that runs: calls are numbered, the window hash records what the
+//! member's last call counted (field `c:<member>`: its number, when it ran, its grant and the admissions it counted),
+//! and each call names the first of its member's calls whose reply was not seen, so the window counts exactly what the
+//! client knows it was granted and reported. Tokens given back come in numbered batches, sent again with every call
+//! until a reply shows them applied; the window hash records the last batch applied per member (field `s:<member>`,
+//! with the Redis time it was applied, dropped a window later), so a batch whose first call ran but whose reply was
+//! lost is not applied twice: a give-back that fails while Redis is down is applied, once, when it answers again. The
+//! window hash holds its generation (field `g`, the Redis time it was made): a window made afresh (its key was lost: a
+//! restart, `FLUSHALL`, a failover) grants nothing to a caller that knew another one until it has counted its own
+//! unspent grants in it. It then sums the buckets of the sliding window (dropping expired ones), grants at most what is
+//! left under the limit (`count` per window for global thresholds, `count × live instances` for average-local ones) in
+//! the current bucket, tells when the window frees room again if it is used up, and what each of the window's buckets
 //! holds (what a fallback that starts before the next reply owes, bucket by bucket, until they leave the window). It
 //! runs through EVALSHA, loaded again on `NOSCRIPT` (the client's script helper).
 
@@ -55,8 +59,41 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('PEXPIRE', KEYS[2], math.max(ttl, 1) * 2)
 local live = redis.call('ZCARD', KEYS[2])
-local nr = tonumber(ARGV[10])
-local na = tonumber(ARGV[11 + 3 * nr])
+-- What this member's last call counted (field `c:<member>`: its number, the Redis time it ran, then
+-- (bucket, tokens) pairs). Calls numbered from ARGV[11] up to this one (ARGV[10]) got no reply their
+-- caller saw: it gave up on them, was granted none of their tokens and sends their admissions again, so
+-- what the one among them that ran last counted is taken out of the window (each call takes out the one
+-- before it). A call older than the one recorded ran after it, hence after its caller gave up on it: it
+-- is late, whatever its deadline says (a first call carries none), and changes no record.
+local seq = tonumber(ARGV[10])
+local from = tonumber(ARGV[11])
+local ckey = 'c:' .. ARGV[2]
+local record = true
+local cv = redis.call('HGET', KEYS[1], ckey)
+if cv then
+  local nums = {}
+  for x in string.gmatch(cv, '%d+') do nums[#nums + 1] = tonumber(x) end
+  local q = nums[1] or 0
+  if q >= seq then
+    record = false
+    late = 1
+    want = 0
+  elseif q >= from then
+    for i = 3, #nums - 1, 2 do
+      local b = nums[i]
+      if b >= oldest and b <= cur then
+        local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
+        local back = math.min(v, nums[i + 1])
+        if back > 0 then
+          redis.call('HINCRBY', KEYS[1], tostring(b), -back)
+        end
+      end
+    end
+  end
+end
+local counted = {}
+local nr = tonumber(ARGV[12])
+local na = tonumber(ARGV[13 + 3 * nr])
 if late == 1 then
   -- Its caller gave up on it and counts it failed: it sends the admissions again.
   na = 0
@@ -71,9 +108,9 @@ if sv then
 end
 local top = applied
 for i = 0, nr - 1 do
-  local q = tonumber(ARGV[11 + 3 * i])
-  local b = tonumber(ARGV[12 + 3 * i])
-  local c = tonumber(ARGV[13 + 3 * i])
+  local q = tonumber(ARGV[13 + 3 * i])
+  local b = tonumber(ARGV[14 + 3 * i])
+  local c = tonumber(ARGV[15 + 3 * i])
   -- Only to the window the tokens were granted in (one made afresh never counted them).
   if q > applied and known == gen and b >= oldest and b <= cur then
     local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
@@ -89,13 +126,14 @@ if ttl == 0 then
 elseif top > applied then
   redis.call('HSET', KEYS[1], skey, string.format('%.0f:%.0f', top, now))
 end
-local at = 11 + 3 * nr
+local at = 13 + 3 * nr
 for i = 0, na - 1 do
   local b = tonumber(ARGV[at + 1 + 2 * i])
   local c = tonumber(ARGV[at + 2 + 2 * i])
   if b > cur then b = cur end
   if b >= oldest and c > 0 then
     redis.call('HINCRBY', KEYS[1], tostring(b), c)
+    counted[#counted + 1] = string.format('%.0f:%.0f', b, c)
   end
 end
 local fields = redis.call('HGETALL', KEYS[1])
@@ -110,6 +148,12 @@ for i = 1, #fields, 2 do
     -- A member's last applied batch: kept a window after it was applied (a batch sent again later holds
     -- only buckets that left the window).
     local when = tonumber(string.match(fields[i + 1], ':(%d+)$') or '0')
+    if when + blen * n < now then
+      redis.call('HDEL', KEYS[1], fields[i])
+    end
+  elseif string.sub(fields[i], 1, 2) == 'c:' then
+    -- A member's last call: kept a window after it ran (by then what it counted left the window).
+    local when = tonumber(string.match(fields[i + 1], '^%d+:(%d+)') or '0')
     if when + blen * n < now then
       redis.call('HDEL', KEYS[1], fields[i])
     end
@@ -132,6 +176,14 @@ if grant > avail then grant = avail end
 if grant > 0 then
   redis.call('HINCRBY', KEYS[1], tostring(cur), grant)
   buckets[#buckets + 1] = {cur, grant}
+  counted[#counted + 1] = string.format('%.0f:%.0f', cur, grant)
+end
+if record then
+  if ttl > 0 then
+    redis.call('HSET', KEYS[1], ckey, string.format('%.0f:%.0f:', seq, now) .. table.concat(counted, ':'))
+  else
+    redis.call('HDEL', KEYS[1], ckey)
+  end
 end
 redis.call('PEXPIRE', KEYS[1], blen * n * 2)
 local retry = 0
@@ -189,6 +241,12 @@ pub(crate) struct LeaseCall {
     /// The window's generation the caller knows (0: none yet): a window made afresh since (its key was lost)
     /// grants nothing to a caller that has not counted its own tokens in it yet.
     pub(crate) generation: i64,
+    /// This call's number (per member, ascending: the first numbered from Redis's clock, so that an instance
+    /// that restarts under the same name numbers its calls above those of its previous life).
+    pub(crate) seq: u64,
+    /// The number of the first of this member's calls whose reply it has not seen (this call's own when it
+    /// saw every earlier one): what the last of those that ran counted is taken out of the window.
+    pub(crate) unseen_from: u64,
     /// Tokens given back, in numbered batches (sent again until a reply shows them applied; each applied
     /// once): (batch number, bucket index, count), batch numbers ascending.
     pub(crate) returns: Vec<(u64, i64, u64)>,
@@ -280,6 +338,8 @@ impl Scripts {
             .arg(call.sample_count)
             .arg(call.deadline_ms)
             .arg(call.generation)
+            .arg(call.seq)
+            .arg(call.unseen_from)
             .arg(call.returns.len());
         for (q, b, n) in &call.returns {
             inv.arg(*q).arg(*b).arg(*n);
@@ -306,6 +366,128 @@ mod tests {
         let r = reply_of(&[5, 1_050, 10, 3, 95, 0, 0, 7, 8, 20, 10, 60, 10, 5, 9, 0]).unwrap();
         assert_eq!((r.granted, r.bucket, r.left, r.generation), (5, 10, 95, 7));
         assert_eq!(r.window, vec![(8, 20), (9, 0), (10, 65)]);
+    }
+
+    /// The lease script on a real `redis-server`: each call run once, its reply kept or dropped by the test
+    /// (a reply its caller never saw).
+    struct OnRedis {
+        _redis: sentinel_testkit::redis::RedisServer,
+        rt: tokio::runtime::Runtime,
+        conn: redis::aio::MultiplexedConnection,
+        keys: RuleKeys,
+        scripts: Scripts,
+    }
+
+    impl OnRedis {
+        fn start(test: &str) -> Option<OnRedis> {
+            let redis = sentinel_testkit::redis::RedisServer::start(test)?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let client = redis::Client::open(redis.url()).unwrap();
+            let conn = rt.block_on(client.get_multiplexed_async_connection()).unwrap();
+            let keys = super::super::keys::keys("ns", "res:api");
+            Some(OnRedis { _redis: redis, rt, conn, keys, scripts: Scripts::new() })
+        }
+
+        fn run(&mut self, call: &LeaseCall) -> LeaseReply {
+            let OnRedis { rt, conn, keys, scripts, .. } = self;
+            rt.block_on(scripts.lease(conn, keys, call)).unwrap()
+        }
+
+        /// The tokens the window counts (its buckets' sum).
+        fn total(&mut self) -> u64 {
+            let OnRedis { rt, conn, keys, .. } = self;
+            let fields: Vec<(String, String)> =
+                rt.block_on(redis::cmd("HGETALL").arg(&keys.window).query_async(conn)).unwrap();
+            fields.iter().filter(|(k, _)| k.parse::<i64>().is_ok()).map(|(_, v)| v.parse::<u64>().unwrap()).sum()
+        }
+
+        /// The member's record of its last call, if any.
+        fn record(&mut self) -> Option<String> {
+            let OnRedis { rt, conn, keys, .. } = self;
+            rt.block_on(redis::cmd("HGET").arg(&keys.window).arg("c:me").query_async(conn)).unwrap()
+        }
+    }
+
+    /// Call `seq` of member `me` (the first unseen one `from`), wanting `want` tokens and counting `admitted`
+    /// in `bucket`: a global 1000 per two hours, in buckets of an hour (a test that crosses the hour still
+    /// finds every bucket it used in the window).
+    fn numbered(seq: u64, from: u64, want: u64, admitted: &[(i64, u64)]) -> LeaseCall {
+        LeaseCall {
+            want,
+            member: "me".into(),
+            ttl_ms: 60_000,
+            allowance: 1000.0,
+            global: true,
+            bucket_ms: 3_600_000,
+            sample_count: 2,
+            deadline_ms: 0,
+            generation: 0,
+            seq,
+            unseen_from: from,
+            returns: Vec::new(),
+            admitted: admitted.to_vec(),
+        }
+    }
+
+    #[test]
+    fn what_a_call_whose_reply_was_not_seen_counted_is_undone_by_the_next_call() {
+        let Some(mut r) = OnRedis::start("what_a_call_whose_reply_was_not_seen_counted_is_undone") else { return };
+        let first = r.run(&numbered(100, 100, 0, &[]));
+        let (b, generation) = (first.bucket, first.generation);
+        let call =
+            |seq, from, want, admitted: &[(i64, u64)]| LeaseCall { generation, ..numbered(seq, from, want, admitted) };
+        // Seen: 30 granted.
+        assert_eq!(r.run(&call(101, 101, 30, &[])).granted, 30);
+        // Run, its reply never seen: 20 granted and 5 of the fallback's admissions counted.
+        assert_eq!(r.run(&call(102, 102, 20, &[(b, 5)])).granted, 20);
+        assert_eq!(r.total(), 55);
+        // The next call names 102 as the first unseen: what it counted goes; the admissions come again.
+        let next = r.run(&call(103, 102, 0, &[(b, 5)]));
+        assert!(!next.late);
+        assert_eq!(r.total(), 35, "the 30 seen and the 5 admissions, once");
+        // Seen (the first unseen is the call itself): nothing undone.
+        assert_eq!(r.run(&call(104, 104, 10, &[])).granted, 10);
+        assert_eq!(r.total(), 45);
+    }
+
+    #[test]
+    fn calls_lost_in_a_row_are_undone_each_by_the_next_that_ran() {
+        let Some(mut r) = OnRedis::start("calls_lost_in_a_row_are_undone") else { return };
+        let first = r.run(&numbered(10, 10, 0, &[]));
+        let (b, generation) = (first.bucket, first.generation);
+        let call =
+            |seq, from, want, admitted: &[(i64, u64)]| LeaseCall { generation, ..numbered(seq, from, want, admitted) };
+        // Three calls whose replies were lost, each carrying the admissions again (more each time).
+        r.run(&call(11, 11, 40, &[(b, 3)]));
+        r.run(&call(12, 11, 40, &[(b, 3), (b + 1, 2)]));
+        r.run(&call(13, 11, 40, &[(b, 3), (b + 1, 4)]));
+        assert_eq!(r.total(), 40 + 7, "the last one's grant and admissions only");
+        let seen = r.run(&call(14, 11, 25, &[(b, 3), (b + 1, 4)]));
+        assert_eq!(seen.granted, 25);
+        assert_eq!(r.total(), 25 + 7);
+        // Leaving undoes nothing seen and drops the record.
+        r.run(&LeaseCall { ttl_ms: 0, ..call(15, 15, 0, &[]) });
+        assert_eq!(r.total(), 25 + 7);
+        assert_eq!(r.record(), None);
+    }
+
+    #[test]
+    fn a_call_that_runs_after_a_later_one_of_its_member_is_late_and_counts_nothing() {
+        let Some(mut r) = OnRedis::start("a_call_that_runs_after_a_later_one") else { return };
+        let first = r.run(&numbered(50, 50, 0, &[]));
+        let (b, generation) = (first.bucket, first.generation);
+        let call =
+            |seq, from, want, admitted: &[(i64, u64)]| LeaseCall { generation, ..numbered(seq, from, want, admitted) };
+        r.run(&call(52, 51, 10, &[]));
+        let record = r.record();
+        // Call 51 was sent first but reached Redis later (another connection; a first call has no deadline):
+        // its caller gave up on it before sending 52.
+        let old = r.run(&call(51, 51, 30, &[(b, 6)]));
+        assert!(old.late && old.granted == 0, "{old:?}");
+        assert_eq!(r.total(), 10);
+        assert_eq!(r.record(), record, "the later call's record stays, for the call after it to undo");
+        r.run(&call(53, 52, 0, &[(b, 6)]));
+        assert_eq!(r.total(), 6);
     }
 
     #[test]

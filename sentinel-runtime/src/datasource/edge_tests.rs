@@ -5,7 +5,6 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use super::*;
 use crate::Sentinel;
@@ -233,6 +232,8 @@ fn many_duplicate_rules_load_as_one_and_distinct_ones_all_load() {
 
 #[cfg(feature = "file-watch")]
 mod watching {
+    use std::time::{Duration, Instant};
+
     use super::*;
 
     /// Waits (at most 10 s) for a reload after which `cond` holds.
