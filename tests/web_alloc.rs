@@ -1,6 +1,7 @@
 //! What the web layer allocates per request, counted with a counting global allocator (per thread; each
 //! request is run to completion on the test's thread): nothing over the router's own in axum mode, and one
-//! box in gateway mode (its API groups' entries), whatever rules read the client's address.
+//! box in gateway mode (its API groups' entries), whatever rules read the client's address. The outbound
+//! guard allocates nothing over the client's own per call, its name included.
 
 use std::net::SocketAddr;
 
@@ -9,12 +10,13 @@ use axum::routing::get;
 use axum::Router;
 use http::Request;
 use sentinel_runtime::flow::FlowRule;
+use sentinel_runtime::outbound::SentinelClientLayer;
 use sentinel_runtime::web::gateway::{
     ApiDefinition, ApiPredicateItem, GatewayFlowRule, GatewayParamItem, ResourceMode,
 };
 use sentinel_runtime::web::{PeerAddr, SentinelLayer, TrustedProxies};
 use sentinel_runtime::Sentinel;
-use tower::{Service, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 #[path = "../sentinel-runtime/tests/support/counting_alloc.rs"]
 mod counting_alloc;
@@ -91,4 +93,51 @@ fn the_layer_allocates_nothing_per_request_and_gateway_mode_one_box() {
     let forwarded = allocations_per_request(&proxied, Some("2001:db8::7"));
     let identity_forwarded = allocations_per_request(&identity, Some("2001:db8::7"));
     assert_eq!(forwarded, identity_forwarded + 1, "gateway mode behind a proxy");
+}
+
+/// Allocations per outbound call through `client` (a request to a path with an identifier, which the name
+/// folds to `{id}`), after a warm-up; the request itself is built before counting.
+fn allocations_per_call<S, B>(client: &mut S, url: &str) -> usize
+where
+    S: Service<Request<()>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let mut one = |counted: &mut usize| {
+        let request = Request::get(url).body(()).expect("a request");
+        let before = allocations();
+        let ready = futures::executor::block_on(ServiceExt::<Request<()>>::ready(&mut *client)).expect("ready");
+        let response = futures::executor::block_on(ready.call(request)).expect("a response");
+        assert_eq!(response.status(), 200);
+        drop(response);
+        *counted += allocations() - before;
+    };
+    let mut warm = 0;
+    for _ in 0..100 {
+        one(&mut warm);
+    }
+    const N: usize = 1_000;
+    let mut counted = 0;
+    for _ in 0..N {
+        one(&mut counted);
+    }
+    assert_eq!(counted % N, 0, "the same allocations every call: {counted} in {N}");
+    counted / N
+}
+
+#[test]
+fn the_outbound_guard_allocates_nothing_per_call_over_the_client() {
+    let bare = || {
+        tower::service_fn(|_req: Request<()>| {
+            std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty())))
+        })
+    };
+    let engine = Sentinel::builder().build().leak();
+    engine.load_flow_rules([FlowRule::new("GET:inventory.svc/items/{id}").count(1e12)]).unwrap();
+    let mut guarded = SentinelClientLayer::new(engine).layer(bare());
+    for url in
+        ["http://inventory.svc/items/42", "http://inventory.svc:8080/items/0f8fad5b-d9cb-469f-a165-70867728950e/stock"]
+    {
+        let baseline = allocations_per_call(&mut bare(), url);
+        assert_eq!(allocations_per_call(&mut guarded, url), baseline, "{url}");
+    }
 }

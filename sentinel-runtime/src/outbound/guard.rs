@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 
-use super::naming::{NameCache, Naming, Target};
+use super::naming::{NameBuf, NameCache, Naming, Target};
 use super::request::CallView;
 use super::signal::{grpc_pushback, is_downstream_error, millis, retry_after, wall_now};
 use crate::web::{ExitOn, GrpcCode, Outcome};
@@ -102,7 +102,8 @@ impl GuardState {
     pub(crate) fn admit(self: &Arc<Self>, view: &CallView<'_>) -> Admission {
         let config = &self.config;
         let grpc = view.is_grpc();
-        let Some((name, counted)) = config.naming.name(view, grpc) else { return Admission::Unguarded };
+        let mut buf = NameBuf::new();
+        let Some((name, counted)) = config.naming.name(view, grpc, &mut buf) else { return Admission::Unguarded };
         let target = self.names.target(&config.naming, &config.engine, &name, counted);
         if config.max_pushback.is_some() && config.engine.is_enabled() {
             if let Some(left) = target.held(&config.engine) {

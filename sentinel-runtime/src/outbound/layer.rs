@@ -136,7 +136,7 @@ impl<K> OutboundGuard<K> {
     where
         F: for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + Send + Sync + 'static,
     {
-        self.update(|c| c.naming.cleaner = Arc::new(f))
+        self.update(|c| c.naming.cleaner = Some(Arc::new(f)))
     }
 
     /// Whether HTTP names start with the method (`GET:host/path`; default true). gRPC names never do.

@@ -103,7 +103,8 @@ impl Template {
 pub(crate) struct Naming {
     pub(crate) namer: Option<NameFn>,
     pub(crate) templates: Vec<Template>,
-    pub(crate) cleaner: CleanFn,
+    /// The path cleaner; `None`: [`clean_path`](crate::web::clean_path), applied as the name is written.
+    pub(crate) cleaner: Option<CleanFn>,
     pub(crate) method_prefix: bool,
     pub(crate) max_resources: usize,
 }
@@ -113,55 +114,91 @@ impl Default for Naming {
         Naming {
             namer: None,
             templates: Vec::new(),
-            cleaner: Arc::new(crate::web::clean_path),
+            cleaner: None,
             method_prefix: true,
             max_resources: crate::web::DEFAULT_MAX_RESOURCES,
         }
     }
 }
 
+/// Room for a call's name on the stack (a longer name goes to the heap): a name written from its parts is
+/// looked up without an allocation.
+pub(crate) type NameBuf = smallvec::SmallVec<[u8; 192]>;
+
+/// The rest of a name after `METHOD:host[:port]`.
+enum Rest<'a> {
+    /// As it is (a route template's text, a path a custom cleaner cleaned).
+    Text(&'a str),
+    /// A path, cleaned by [`clean_path`](crate::web::clean_path) as it is written.
+    Cleaned(&'a str),
+}
+
 impl Naming {
-    /// The call's name, and whether it counts against the bound; `None`: the call is not guarded.
-    pub(crate) fn name<'a>(&self, view: &CallView<'a>, grpc: bool) -> Option<(Cow<'a, str>, bool)> {
+    /// The call's name, and whether it counts against the bound; `None`: the call is not guarded. A name
+    /// joined from the call's parts is written in `buf`.
+    pub(crate) fn name<'a: 'b, 'b>(
+        &self,
+        view: &CallView<'a>,
+        grpc: bool,
+        buf: &'b mut NameBuf,
+    ) -> Option<(Cow<'b, [u8]>, bool)> {
         if let Some(n) = view.resource_name() {
-            return Some((Cow::Borrowed(&n.0), true));
+            return Some((Cow::Borrowed(n.0.as_bytes()), true));
         }
         if let Some(f) = &self.namer {
-            return f(view).map(|n| (n, true));
+            let bytes = |n: Cow<'a, str>| match n {
+                Cow::Borrowed(n) => Cow::Borrowed(n.as_bytes()),
+                Cow::Owned(n) => Cow::Owned(n.into_bytes()),
+            };
+            return f(view).map(|n| (bytes(n), true));
         }
         if grpc {
-            return Some((Cow::Borrowed(view.path()), true));
+            return Some((Cow::Borrowed(view.path().as_bytes()), true));
         }
         let path = view.path();
         let template = self.templates.iter().find(|t| t.matches(view.host(), view.port(), path));
         if let Some(Template { text, host: Some(_), .. }) = template {
-            return Some((Cow::Owned(self.join(view, false, text)), false));
+            return Some((self.join(view, false, Rest::Text(text), buf), false));
         }
-        let rest = match template {
-            Some(t) => Cow::Borrowed(&*t.text),
-            None => (self.cleaner)(path)?,
+        let cleaned;
+        let rest = match (template, &self.cleaner) {
+            (Some(t), _) => Rest::Text(&t.text),
+            (None, None) => Rest::Cleaned(path),
+            (None, Some(clean)) => {
+                cleaned = clean(path)?;
+                Rest::Text(&cleaned)
+            }
         };
-        Some((Cow::Owned(self.join(view, true, &rest)), true))
+        Some((self.join(view, true, rest, buf), true))
     }
 
-    /// `METHOD:` (when the names have it), the call's `host[:port]` (with `authority`), and `rest`, in one
-    /// allocation.
-    fn join(&self, view: &CallView<'_>, authority: bool, rest: &str) -> String {
-        let method = if self.method_prefix { view.method().as_str() } else { "" };
-        let mut name = String::with_capacity(method.len() + 1 + view.host().len() + 6 + rest.len());
+    /// `METHOD:` (when the names have it), the call's `host[:port]` (with `authority`), and `rest`, written
+    /// in `buf` (whole strings, and ASCII cut at ASCII bytes: UTF-8, which the cache checks only when it
+    /// keeps a new name).
+    fn join<'b>(&self, view: &CallView<'_>, authority: bool, rest: Rest<'_>, buf: &'b mut NameBuf) -> Cow<'b, [u8]> {
+        buf.clear();
         if self.method_prefix {
-            name.push_str(method);
-            name.push(':');
+            buf.extend_from_slice(view.method().as_str().as_bytes());
+            buf.push(b':');
         }
         if authority {
-            name.push_str(view.host());
+            buf.extend_from_slice(view.host().as_bytes());
             if let Some(p) = view.port() {
-                name.push(':');
-                name.push_str(itoa::Buffer::new().format(p));
+                buf.push(b':');
+                buf.extend_from_slice(itoa::Buffer::new().format(p).as_bytes());
             }
         }
-        name.push_str(rest);
-        name
+        match rest {
+            Rest::Text(text) => buf.extend_from_slice(text.as_bytes()),
+            Rest::Cleaned(path) => {
+                let tail = crate::web::clean_segments(path, |before| {
+                    buf.extend_from_slice(before.as_bytes());
+                    buf.extend_from_slice(crate::web::ID_SEGMENT.as_bytes());
+                });
+                buf.extend_from_slice(&path.as_bytes()[tail..]);
+            }
+        }
+        Cow::Borrowed(buf)
     }
 }
 
@@ -196,10 +233,38 @@ impl Target {
     }
 }
 
+/// A name in the cache, hashed as its bytes (so that [`NameBytes`], a name written in a buffer, finds it).
+struct NameKey(Box<str>);
+
+/// The borrowed form of [`NameKey`]: the bytes of a name, hashed and compared the same way.
+struct NameBytes<'a>(&'a [u8]);
+
+impl std::hash::Hash for NameKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write(self.0.as_bytes());
+    }
+}
+impl std::hash::Hash for NameBytes<'_> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write(self.0);
+    }
+}
+impl PartialEq for NameKey {
+    fn eq(&self, o: &Self) -> bool {
+        self.0 == o.0
+    }
+}
+impl Eq for NameKey {}
+impl papaya::Equivalent<NameKey> for NameBytes<'_> {
+    fn equivalent(&self, key: &NameKey) -> bool {
+        self.0 == key.0.as_bytes()
+    }
+}
+
 /// The names a guard has seen, bounded.
 #[derive(Default)]
 pub(crate) struct NameCache {
-    map: papaya::HashMap<Box<str>, Arc<Target>, foldhash::fast::RandomState>,
+    map: papaya::HashMap<NameKey, Arc<Target>, foldhash::fast::RandomState>,
     /// Counted names in `map`.
     counted: AtomicUsize,
     overflow: OnceLock<Arc<Target>>,
@@ -207,11 +272,11 @@ pub(crate) struct NameCache {
 
 impl NameCache {
     /// The target named `name`.
-    pub(crate) fn target(&self, naming: &Naming, engine: &Sentinel, name: &str, counted: bool) -> Arc<Target> {
-        if let Some(t) = self.map.pin().get(name) {
+    pub(crate) fn target(&self, naming: &Naming, engine: &Sentinel, name: &[u8], counted: bool) -> Arc<Target> {
+        if let Some(t) = self.map.pin().get(&NameBytes(name)) {
             return t.clone();
         }
-        self.insert(naming, engine, name, counted)
+        self.insert(naming, engine, &String::from_utf8_lossy(name), counted)
     }
 
     #[cold]
@@ -233,7 +298,7 @@ impl NameCache {
         // A name a rule targets gets its own resource past the bound, and is not counted: rules bound them.
         let target = Target::new(engine.resource_typed(name, EntryType::Out), true);
         let map = self.map.pin();
-        match map.try_insert(name.into(), target.clone()) {
+        match map.try_insert(NameKey(name.into()), target.clone()) {
             Ok(_) => {
                 if counted && !full {
                     self.counted.fetch_add(1, Ordering::Relaxed);
@@ -257,13 +322,43 @@ mod tests {
     use http::Request;
 
     fn name(naming: &Naming, req: &Request<()>) -> Option<String> {
-        naming.name(&CallView::new(req), false).map(|(n, _)| n.into_owned())
+        naming
+            .name(&CallView::new(req), false, &mut NameBuf::new())
+            .map(|(n, _)| String::from_utf8(n.into_owned()).unwrap())
     }
 
     #[test]
     fn default_names_are_method_host_and_cleaned_path() {
         let req = Request::get("http://inventory.svc/items/42?page=3").body(()).unwrap();
         assert_eq!(name(&Naming::default(), &req).as_deref(), Some("GET:inventory.svc/items/{id}"));
+    }
+
+    #[test]
+    fn the_default_cleaner_written_in_place_names_calls_as_clean_path_does() {
+        let explicit = Naming { cleaner: Some(Arc::new(crate::web::clean_path)), ..Naming::default() };
+        // Longer than the name's room on the stack.
+        let long = format!("http://h:8080{}/7/end", "/segment".repeat(30));
+        let urls = [
+            "http://inventory.svc/items/42",
+            "http://inventory.svc:8080/items/42/stock/0f8fad5b-d9cb-469f-a165-70867728950e",
+            "http://h/",
+            "http://h",
+            "http://h/a//b/",
+            "http://h/1/2/3",
+            "http://h/%E2%82%AC/12",
+            "http://[::1]:81/x/99999999999999999999999999999999999999",
+            long.as_str(),
+        ];
+        for url in urls {
+            let req = Request::post(url).body(()).unwrap();
+            let in_place = name(&Naming::default(), &req);
+            assert_eq!(in_place, name(&explicit, &req), "{url}");
+            let path = CallView::new(&req).path().to_string();
+            let cleaned = crate::web::clean_path(&path).unwrap();
+            assert!(in_place.as_deref().is_some_and(|n| n.starts_with("POST:") && n.ends_with(&*cleaned)), "{url}");
+        }
+        let req = Request::get(long.as_str()).body(()).unwrap();
+        assert_eq!(name(&Naming::default(), &req).unwrap(), format!("GET:h:8080{}/{{id}}/end", "/segment".repeat(30)));
     }
 
     #[test]
@@ -304,7 +399,7 @@ mod tests {
         engine.load_flow_rules([crate::flow::FlowRule::new("late").count(5.0)]).unwrap();
         let cache = NameCache::default();
         let naming = Naming { max_resources: 2, ..Naming::default() };
-        let get = |n: &str| cache.target(&naming, &engine, n, true).resource.name().to_owned();
+        let get = |n: &str| cache.target(&naming, &engine, n.as_bytes(), true).resource.name().to_owned();
         assert_eq!(get("a"), "a");
         assert_eq!(get("b"), "b");
         assert_eq!(get("c"), OUTBOUND_OVERFLOW_RESOURCE);
@@ -312,7 +407,7 @@ mod tests {
         assert_eq!(get("a"), "a");
         assert_eq!(cache.len(), 3);
         // The overflow resource never records a downstream's back-off.
-        let overflow = cache.target(&naming, &engine, "d", true);
+        let overflow = cache.target(&naming, &engine, b"d", true);
         overflow.hold(u64::MAX);
         assert_eq!(overflow.held(&engine), None);
     }

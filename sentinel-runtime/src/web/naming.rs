@@ -104,31 +104,44 @@ pub(crate) type CleanFn = Arc<dyn for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + 
 /// assert_eq!(clean_path("/health"), Some("/health".into()));
 /// ```
 pub fn clean_path(path: &str) -> Option<Cow<'_, str>> {
-    // One pass, segment by segment over the bytes: the common path has no identifier and is borrowed; the
-    // name is built only from the first identifier on.
-    let b = path.as_bytes();
+    // The common path has no identifier and is borrowed; the name is built only from the first identifier on.
     let mut out: Option<String> = None;
-    // What of `path` is in `out` already.
+    let tail = clean_segments(path, |before| {
+        let o = out.get_or_insert_with(|| String::with_capacity(path.len() + 4));
+        o.push_str(before);
+        o.push_str(ID_SEGMENT);
+    });
+    Some(match out {
+        None => Cow::Borrowed(path),
+        Some(mut o) => {
+            o.push_str(&path[tail..]);
+            Cow::Owned(o)
+        }
+    })
+}
+
+/// What [`clean_path`] puts in place of an identifier segment.
+pub(crate) const ID_SEGMENT: &str = "{id}";
+
+/// [`clean_path`]'s pass, segment by segment over the bytes: `id` gets the text before each identifier
+/// segment (since the previous one), which the cleaned path follows with [`ID_SEGMENT`]; returns where the text after
+/// the last identifier starts (0 when there is none), which ends the cleaned path.
+#[inline(always)]
+pub(crate) fn clean_segments<'a>(path: &'a str, mut id: impl FnMut(&'a str)) -> usize {
+    let b = path.as_bytes();
+    // What of `path` went to `id` already.
     let mut copied = 0;
     let mut start = 0;
     while start <= b.len() {
         let end = b[start..].iter().position(|&c| c == b'/').map_or(b.len(), |p| start + p);
         if is_identifier(&b[start..end]) {
-            let o = out.get_or_insert_with(|| String::with_capacity(path.len() + 4));
             // `/` is ASCII: `copied`, `start` and `end` are character boundaries.
-            o.push_str(&path[copied..start]);
-            o.push_str("{id}");
+            id(&path[copied..start]);
             copied = end;
         }
         start = end + 1;
     }
-    Some(match out {
-        None => Cow::Borrowed(path),
-        Some(mut o) => {
-            o.push_str(&path[copied..]);
-            Cow::Owned(o)
-        }
-    })
+    copied
 }
 
 /// The classes of a byte: [`DIGIT`] and [`HEX`] bits.
