@@ -158,7 +158,7 @@ impl Naming {
         let path = view.path();
         let template = self.templates.iter().find(|t| t.matches(view.host(), view.port(), path));
         if let Some(Template { text, host: Some(_), .. }) = template {
-            return Some((self.join(view, false, Rest::Text(text), buf), false));
+            return Some((Cow::Borrowed(self.join(view, false, Rest::Text(text), buf)), false));
         }
         let cleaned;
         let rest = match (template, &self.cleaner) {
@@ -169,13 +169,13 @@ impl Naming {
                 Rest::Text(&cleaned)
             }
         };
-        Some((self.join(view, true, rest, buf), true))
+        Some((Cow::Borrowed(self.join(view, true, rest, buf)), true))
     }
 
     /// `METHOD:` (when the names have it), the call's `host[:port]` (with `authority`), and `rest`, written
     /// in `buf` (whole strings, and ASCII cut at ASCII bytes: UTF-8, which the cache checks only when it
     /// keeps a new name).
-    fn join<'b>(&self, view: &CallView<'_>, authority: bool, rest: Rest<'_>, buf: &'b mut NameBuf) -> Cow<'b, [u8]> {
+    fn join<'b>(&self, view: &CallView<'_>, authority: bool, rest: Rest<'_>, buf: &'b mut NameBuf) -> &'b [u8] {
         buf.clear();
         if self.method_prefix {
             buf.extend_from_slice(view.method().as_str().as_bytes());
@@ -198,7 +198,7 @@ impl Naming {
                 buf.extend_from_slice(&path.as_bytes()[tail..]);
             }
         }
-        Cow::Borrowed(buf)
+        buf
     }
 }
 
