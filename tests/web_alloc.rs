@@ -1,7 +1,8 @@
 //! What the web layer allocates per request, counted with a counting global allocator (per thread; each
 //! request is run to completion on the test's thread): nothing over the router's own in axum mode, and one
-//! box in gateway mode (its API groups' entries), whatever rules read the client's address. The outbound
-//! guard allocates nothing over the client's own per call, its name included.
+//! box in gateway mode (its API groups' entries), whatever rules read the client's address; nothing either
+//! outside a router, where the name is the cleaned path. The outbound guard allocates nothing over the
+//! client's own per call, its name included.
 
 use std::net::SocketAddr;
 
@@ -140,4 +141,48 @@ fn the_outbound_guard_allocates_nothing_per_call_over_the_client() {
         let baseline = allocations_per_call(&mut bare(), url);
         assert_eq!(allocations_per_call(&mut guarded, url), baseline, "{url}");
     }
+}
+
+#[test]
+fn outside_a_router_the_layer_allocates_nothing_per_request_for_a_path_it_cleans() {
+    // A hyper server's service (no axum route): the resource is `METHOD:` and the path with identifiers
+    // folded, `GET:/product/{id}/reviews/{id}`.
+    let bare = || {
+        tower::service_fn(|_req: Request<Body>| {
+            std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty())))
+        })
+    };
+    let engine = Sentinel::builder().build().leak();
+    engine.load_flow_rules([FlowRule::new("GET:/product/{id}/reviews/{id}").count(1e12)]).unwrap();
+    let mut layered = SentinelLayer::new(engine).layer(bare());
+    let per_request = |svc: &mut dyn FnMut() -> u16| {
+        for _ in 0..100 {
+            assert_eq!(svc(), 200);
+        }
+        const N: usize = 1_000;
+        let before = allocations();
+        for _ in 0..N {
+            assert_eq!(svc(), 200);
+        }
+        let counted = allocations() - before;
+        assert_eq!(counted % N, 0, "the same allocations every request: {counted} in {N}");
+        counted / N
+    };
+    let request = || Request::get("/product/7/reviews/0f8fad5b-d9cb-469f-a165-70867728950e").body(Body::empty());
+    let mut plain = bare();
+    let baseline = per_request(&mut || {
+        let ready = futures::executor::block_on(ServiceExt::<Request<Body>>::ready(&mut plain)).expect("ready");
+        futures::executor::block_on(ready.call(request().expect("a request"))).expect("a response").status().as_u16()
+    });
+    let layered = per_request(&mut || {
+        let ready = futures::executor::block_on(ServiceExt::<Request<Body>>::ready(&mut layered)).expect("ready");
+        futures::executor::block_on(ready.call(request().expect("a request"))).expect("a response").status().as_u16()
+    });
+    assert_eq!(layered, baseline);
+    assert_eq!(
+        engine.resource_names().iter().filter(|n| n.contains("{id}")).count(),
+        1,
+        "{:?}",
+        engine.resource_names()
+    );
 }

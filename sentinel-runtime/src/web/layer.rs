@@ -141,7 +141,7 @@ impl<M> SentinelLayer<M> {
     where
         F: for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + Send + Sync + 'static,
     {
-        self.update(|c| c.naming.cleaner = Arc::new(f))
+        self.update(|c| c.naming.cleaner = Some(Arc::new(f)))
     }
 
     /// Whether HTTP resource names start with the method (`GET:/users/{id}`; default true). gRPC names never

@@ -120,6 +120,28 @@ pub fn clean_path(path: &str) -> Option<Cow<'_, str>> {
     })
 }
 
+/// Room on the stack for a path [`clean_path_in`] cleans (a longer one goes to the heap).
+pub(crate) type CleanBuf = smallvec::SmallVec<[u8; 128]>;
+
+/// [`clean_path`], written in `buf` when it folds an identifier (the path itself otherwise): no allocation
+/// for a cleaned path of up to 128 bytes.
+pub(crate) fn clean_path_in<'a>(path: &'a str, buf: &'a mut CleanBuf) -> Cow<'a, str> {
+    let tail = clean_segments(path, |before| {
+        buf.extend_from_slice(before.as_bytes());
+        buf.extend_from_slice(ID_SEGMENT.as_bytes());
+    });
+    if tail == 0 {
+        return Cow::Borrowed(path);
+    }
+    buf.extend_from_slice(&path.as_bytes()[tail..]);
+    let buf: &'a CleanBuf = buf;
+    // Pieces of a string cut at ASCII bytes, and ASCII: always UTF-8.
+    match std::str::from_utf8(buf) {
+        Ok(cleaned) => Cow::Borrowed(cleaned),
+        Err(_) => Cow::Owned(String::from_utf8_lossy(buf).into_owned()),
+    }
+}
+
 /// What [`clean_path`] puts in place of an identifier segment.
 pub(crate) const ID_SEGMENT: &str = "{id}";
 
@@ -242,7 +264,8 @@ enum Source {
 /// How a layer names requests, and the resources it has named.
 pub(crate) struct Naming {
     pub(crate) namer: Option<NameFn>,
-    pub(crate) cleaner: CleanFn,
+    /// The path cleaner; `None`: [`clean_path`], written on the stack ([`clean_path_in`]).
+    pub(crate) cleaner: Option<CleanFn>,
     pub(crate) method_prefix: bool,
     pub(crate) max_resources: usize,
 }
@@ -260,7 +283,7 @@ impl Clone for Naming {
 
 impl Default for Naming {
     fn default() -> Self {
-        Naming { namer: None, cleaner: Arc::new(clean_path), method_prefix: true, max_resources: DEFAULT_MAX_RESOURCES }
+        Naming { namer: None, cleaner: None, method_prefix: true, max_resources: DEFAULT_MAX_RESOURCES }
     }
 }
 
@@ -391,6 +414,7 @@ impl ResourceCache {
         f: impl FnOnce(&Resource) -> R,
     ) -> Option<R> {
         // `text`: the router's text of the route, when the name is that text.
+        let mut cleaned = CleanBuf::new();
         let (name, method, source, text) = match &naming.namer {
             Some(f) => (f(req)?, None, Source::Request, None),
             None if grpc => (Cow::Borrowed(req.path()), None, Source::Request, None),
@@ -398,7 +422,13 @@ impl ResourceCache {
                 let method = naming.method_prefix.then(|| req.method());
                 match matched_route(req) {
                     Some(route) => (Cow::Borrowed(route_text(route)), method, Source::Route, Some(route)),
-                    None => ((naming.cleaner)(req.path())?, method, Source::Request, None),
+                    None => {
+                        let cleaned = match &naming.cleaner {
+                            None => clean_path_in(req.path(), &mut cleaned),
+                            Some(clean) => clean(req.path())?,
+                        };
+                        (cleaned, method, Source::Request, None)
+                    }
                 }
             }
         };
