@@ -27,23 +27,8 @@ fn routes() -> Router {
     Router::new().route("/product/{id}", get(|| async { "product" }))
 }
 
-/// Allocations per request through `router`, after a warm-up, from the peer 10.0.0.2 with `forwarded` as
-/// its `X-Forwarded-For` (when given). The router's handlers are made into services once, as `axum::serve`
-/// does (called as it is, a router applies its route layers anew on every request).
-fn allocations_per_request(router: &Router, forwarded: Option<&str>) -> usize {
-    let mut router = router.clone().with_state(());
-    let peer: SocketAddr = "10.0.0.2:4000".parse().expect("an address");
-    let mut one = || {
-        let mut b = Request::get("/product/7");
-        if let Some(f) = forwarded {
-            b = b.header("x-forwarded-for", f);
-        }
-        let mut req = b.body(Body::empty()).expect("a request");
-        req.extensions_mut().insert(PeerAddr(peer));
-        let ready = futures::executor::block_on(ServiceExt::<Request<Body>>::ready(&mut router)).expect("ready");
-        let response = futures::executor::block_on(ready.call(req)).expect("a response");
-        assert_eq!(response.status(), 200);
-    };
+/// Allocations per run of `one` (the same in every run), after a warm-up.
+fn allocations_per_run(mut one: impl FnMut()) -> usize {
     for _ in 0..100 {
         one();
     }
@@ -52,9 +37,36 @@ fn allocations_per_request(router: &Router, forwarded: Option<&str>) -> usize {
     for _ in 0..N {
         one();
     }
-    let per = (allocations() - before) as f64 / N as f64;
-    assert_eq!(per.fract(), 0.0, "the same allocations every request: {per}");
-    per as usize
+    let counted = allocations() - before;
+    assert_eq!(counted % N, 0, "the same allocations every run: {counted} in {N}");
+    counted / N
+}
+
+/// The status of `svc`'s answer to `req`, the call run to completion on this thread.
+fn status<S, R, B>(svc: &mut S, req: R) -> u16
+where
+    S: Service<R, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let ready = futures::executor::block_on(ServiceExt::<R>::ready(svc)).expect("ready");
+    futures::executor::block_on(ready.call(req)).expect("a response").status().as_u16()
+}
+
+/// Allocations per request through `router` from the peer 10.0.0.2 with `forwarded` as its `X-Forwarded-For`
+/// (when given). The router's handlers are made into services once, as `axum::serve` does (called as it is,
+/// a router applies its route layers anew on every request).
+fn allocations_per_request(router: &Router, forwarded: Option<&str>) -> usize {
+    let mut router = router.clone().with_state(());
+    let peer: SocketAddr = "10.0.0.2:4000".parse().expect("an address");
+    allocations_per_run(|| {
+        let mut b = Request::get("/product/7");
+        if let Some(f) = forwarded {
+            b = b.header("x-forwarded-for", f);
+        }
+        let mut req = b.body(Body::empty()).expect("a request");
+        req.extensions_mut().insert(PeerAddr(peer));
+        assert_eq!(status(&mut router, req), 200);
+    })
 }
 
 #[test]
@@ -96,33 +108,13 @@ fn the_layer_allocates_nothing_per_request_and_gateway_mode_one_box() {
     assert_eq!(forwarded, identity_forwarded + 1, "gateway mode behind a proxy");
 }
 
-/// Allocations per outbound call through `client` (a request to a path with an identifier, which the name
-/// folds to `{id}`), after a warm-up; the request itself is built before counting.
+/// Allocations per outbound call through `client` to `url` (building the request included).
 fn allocations_per_call<S, B>(client: &mut S, url: &str) -> usize
 where
     S: Service<Request<()>, Response = http::Response<B>>,
     S::Error: std::fmt::Debug,
 {
-    let mut one = |counted: &mut usize| {
-        let request = Request::get(url).body(()).expect("a request");
-        let before = allocations();
-        let ready = futures::executor::block_on(ServiceExt::<Request<()>>::ready(&mut *client)).expect("ready");
-        let response = futures::executor::block_on(ready.call(request)).expect("a response");
-        assert_eq!(response.status(), 200);
-        drop(response);
-        *counted += allocations() - before;
-    };
-    let mut warm = 0;
-    for _ in 0..100 {
-        one(&mut warm);
-    }
-    const N: usize = 1_000;
-    let mut counted = 0;
-    for _ in 0..N {
-        one(&mut counted);
-    }
-    assert_eq!(counted % N, 0, "the same allocations every call: {counted} in {N}");
-    counted / N
+    allocations_per_run(|| assert_eq!(status(client, Request::get(url).body(()).expect("a request")), 200))
 }
 
 #[test]
@@ -154,30 +146,12 @@ fn outside_a_router_the_layer_allocates_nothing_per_request_for_a_path_it_cleans
     };
     let engine = Sentinel::builder().build().leak();
     engine.load_flow_rules([FlowRule::new("GET:/product/{id}/reviews/{id}").count(1e12)]).unwrap();
-    let mut layered = SentinelLayer::new(engine).layer(bare());
-    let per_request = |svc: &mut dyn FnMut() -> u16| {
-        for _ in 0..100 {
-            assert_eq!(svc(), 200);
-        }
-        const N: usize = 1_000;
-        let before = allocations();
-        for _ in 0..N {
-            assert_eq!(svc(), 200);
-        }
-        let counted = allocations() - before;
-        assert_eq!(counted % N, 0, "the same allocations every request: {counted} in {N}");
-        counted / N
-    };
-    let request = || Request::get("/product/7/reviews/0f8fad5b-d9cb-469f-a165-70867728950e").body(Body::empty());
+    let mut service = SentinelLayer::new(engine).layer(bare());
+    let path = "/product/7/reviews/0f8fad5b-d9cb-469f-a165-70867728950e";
+    let request = || Request::get(path).body(Body::empty()).expect("a request");
     let mut plain = bare();
-    let baseline = per_request(&mut || {
-        let ready = futures::executor::block_on(ServiceExt::<Request<Body>>::ready(&mut plain)).expect("ready");
-        futures::executor::block_on(ready.call(request().expect("a request"))).expect("a response").status().as_u16()
-    });
-    let layered = per_request(&mut || {
-        let ready = futures::executor::block_on(ServiceExt::<Request<Body>>::ready(&mut layered)).expect("ready");
-        futures::executor::block_on(ready.call(request().expect("a request"))).expect("a response").status().as_u16()
-    });
+    let baseline = allocations_per_run(|| assert_eq!(status(&mut plain, request()), 200));
+    let layered = allocations_per_run(|| assert_eq!(status(&mut service, request()), 200));
     assert_eq!(layered, baseline);
     assert_eq!(
         engine.resource_names().iter().filter(|n| n.contains("{id}")).count(),

@@ -376,16 +376,43 @@ mod tests {
         conn: redis::aio::MultiplexedConnection,
         keys: RuleKeys,
         scripts: Scripts,
+        /// The window's generation and bucket at the first call (numbered `first`, seen).
+        generation: i64,
+        bucket: i64,
     }
 
     impl OnRedis {
-        fn start(test: &str) -> Option<OnRedis> {
+        fn start(test: &str, first: u64) -> Option<OnRedis> {
             let redis = sentinel_testkit::redis::RedisServer::start(test)?;
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let client = redis::Client::open(redis.url()).unwrap();
             let conn = rt.block_on(client.get_multiplexed_async_connection()).unwrap();
             let keys = super::super::keys::keys("ns", "res:api");
-            Some(OnRedis { _redis: redis, rt, conn, keys, scripts: Scripts::new() })
+            let mut r = OnRedis { _redis: redis, rt, conn, keys, scripts: Scripts::new(), generation: 0, bucket: 0 };
+            let reply = r.run(&r.call(first, first, 0, &[]));
+            (r.generation, r.bucket) = (reply.generation, reply.bucket);
+            Some(r)
+        }
+
+        /// Call `seq` of member `me` (the first unseen one `from`), wanting `want` tokens and counting
+        /// `admitted`: a global 1000 per two hours, in buckets of an hour (a test that crosses the hour still
+        /// finds every bucket it used in the window), in the window the first call saw.
+        fn call(&self, seq: u64, from: u64, want: u64, admitted: &[(i64, u64)]) -> LeaseCall {
+            LeaseCall {
+                want,
+                member: "me".into(),
+                ttl_ms: 60_000,
+                allowance: 1000.0,
+                global: true,
+                bucket_ms: 3_600_000,
+                sample_count: 2,
+                deadline_ms: 0,
+                generation: self.generation,
+                seq,
+                unseen_from: from,
+                returns: Vec::new(),
+                admitted: admitted.to_vec(),
+            }
         }
 
         fn run(&mut self, call: &LeaseCall) -> LeaseReply {
@@ -408,85 +435,55 @@ mod tests {
         }
     }
 
-    /// Call `seq` of member `me` (the first unseen one `from`), wanting `want` tokens and counting `admitted`
-    /// in `bucket`: a global 1000 per two hours, in buckets of an hour (a test that crosses the hour still
-    /// finds every bucket it used in the window).
-    fn numbered(seq: u64, from: u64, want: u64, admitted: &[(i64, u64)]) -> LeaseCall {
-        LeaseCall {
-            want,
-            member: "me".into(),
-            ttl_ms: 60_000,
-            allowance: 1000.0,
-            global: true,
-            bucket_ms: 3_600_000,
-            sample_count: 2,
-            deadline_ms: 0,
-            generation: 0,
-            seq,
-            unseen_from: from,
-            returns: Vec::new(),
-            admitted: admitted.to_vec(),
-        }
-    }
-
     #[test]
     fn what_a_call_whose_reply_was_not_seen_counted_is_undone_by_the_next_call() {
-        let Some(mut r) = OnRedis::start("what_a_call_whose_reply_was_not_seen_counted_is_undone") else { return };
-        let first = r.run(&numbered(100, 100, 0, &[]));
-        let (b, generation) = (first.bucket, first.generation);
-        let call =
-            |seq, from, want, admitted: &[(i64, u64)]| LeaseCall { generation, ..numbered(seq, from, want, admitted) };
+        let Some(mut r) = OnRedis::start("what_a_call_whose_reply_was_not_seen_counted_is_undone", 100) else { return };
+        let b = r.bucket;
         // Seen: 30 granted.
-        assert_eq!(r.run(&call(101, 101, 30, &[])).granted, 30);
+        assert_eq!(r.run(&r.call(101, 101, 30, &[])).granted, 30);
         // Run, its reply never seen: 20 granted and 5 of the fallback's admissions counted.
-        assert_eq!(r.run(&call(102, 102, 20, &[(b, 5)])).granted, 20);
+        assert_eq!(r.run(&r.call(102, 102, 20, &[(b, 5)])).granted, 20);
         assert_eq!(r.total(), 55);
         // The next call names 102 as the first unseen: what it counted goes; the admissions come again.
-        let next = r.run(&call(103, 102, 0, &[(b, 5)]));
+        let next = r.run(&r.call(103, 102, 0, &[(b, 5)]));
         assert!(!next.late);
         assert_eq!(r.total(), 35, "the 30 seen and the 5 admissions, once");
         // Seen (the first unseen is the call itself): nothing undone.
-        assert_eq!(r.run(&call(104, 104, 10, &[])).granted, 10);
+        assert_eq!(r.run(&r.call(104, 104, 10, &[])).granted, 10);
         assert_eq!(r.total(), 45);
     }
 
     #[test]
     fn calls_lost_in_a_row_are_undone_each_by_the_next_that_ran() {
-        let Some(mut r) = OnRedis::start("calls_lost_in_a_row_are_undone") else { return };
-        let first = r.run(&numbered(10, 10, 0, &[]));
-        let (b, generation) = (first.bucket, first.generation);
-        let call =
-            |seq, from, want, admitted: &[(i64, u64)]| LeaseCall { generation, ..numbered(seq, from, want, admitted) };
+        let Some(mut r) = OnRedis::start("calls_lost_in_a_row_are_undone", 10) else { return };
+        let b = r.bucket;
         // Three calls whose replies were lost, each carrying the admissions again (more each time).
-        r.run(&call(11, 11, 40, &[(b, 3)]));
-        r.run(&call(12, 11, 40, &[(b, 3), (b + 1, 2)]));
-        r.run(&call(13, 11, 40, &[(b, 3), (b + 1, 4)]));
+        r.run(&r.call(11, 11, 40, &[(b, 3)]));
+        r.run(&r.call(12, 11, 40, &[(b, 3), (b + 1, 2)]));
+        r.run(&r.call(13, 11, 40, &[(b, 3), (b + 1, 4)]));
         assert_eq!(r.total(), 40 + 7, "the last one's grant and admissions only");
-        let seen = r.run(&call(14, 11, 25, &[(b, 3), (b + 1, 4)]));
+        let seen = r.run(&r.call(14, 11, 25, &[(b, 3), (b + 1, 4)]));
         assert_eq!(seen.granted, 25);
         assert_eq!(r.total(), 25 + 7);
         // Leaving undoes nothing seen and drops the record.
-        r.run(&LeaseCall { ttl_ms: 0, ..call(15, 15, 0, &[]) });
+        r.run(&LeaseCall { ttl_ms: 0, ..r.call(15, 15, 0, &[]) });
         assert_eq!(r.total(), 25 + 7);
         assert_eq!(r.record(), None);
     }
 
     #[test]
     fn a_call_that_runs_after_a_later_one_of_its_member_is_late_and_counts_nothing() {
-        let Some(mut r) = OnRedis::start("a_call_that_runs_after_a_later_one") else { return };
-        let first = r.run(&numbered(50, 50, 0, &[]));
-        let (b, generation) = (first.bucket, first.generation);
-        let call =
-            |seq, from, want, admitted: &[(i64, u64)]| LeaseCall { generation, ..numbered(seq, from, want, admitted) };
-        r.run(&call(52, 51, 10, &[]));
+        let Some(mut r) = OnRedis::start("a_call_that_runs_after_a_later_one", 50) else { return };
+        let b = r.bucket;
+        r.run(&r.call(52, 51, 10, &[]));
         let record = r.record();
         // Call 51 was sent first but reached Redis later (another connection; a first call has no deadline):
         // its caller gave up on it before sending 52.
-        let old = r.run(&call(51, 51, 30, &[(b, 6)]));
+        let old = r.run(&r.call(51, 51, 30, &[(b, 6)]));
         assert!(old.late && old.granted == 0, "{old:?}");
         assert_eq!(r.total(), 10);
         assert_eq!(r.record(), record, "the later call's record stays, for the call after it to undo");
-        r.run(&call(53, 52, 0, &[(b, 6)]));
+        r.run(&r.call(53, 52, 0, &[(b, 6)]));
         assert_eq!(r.total(), 6);
     }
 
