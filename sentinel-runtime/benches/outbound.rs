@@ -7,6 +7,9 @@
 //!   folded by the path cleaner), with a closed slow-ratio breaker as well, and behind tower-resilience's
 //!   circuit breaker (closed, counting 5xx) as a peer. Each iteration builds a request, calls the ready
 //!   service and completes the response future (one poll);
+//! - `outbound_service_fn_threads`: the bare client and the guarded one (one passing flow rule) called from one
+//!   thread and from two at once, each thread with its own clone of the service (aggregate time per call:
+//!   a guard that scales costs about half its one-thread figure on two threads);
 //! - `outbound_reqwest_loopback`: a reqwest-middleware client calling an axum server on 127.0.0.1 (one
 //!   GET and its body, on a current-thread runtime), without middleware and with `SentinelMiddleware`.
 
@@ -14,7 +17,7 @@ use std::convert::Infallible;
 use std::future::ready;
 
 use bytes::Bytes;
-use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use futures::FutureExt;
 use http::{Request, Response};
 use http_body_util::Full;
@@ -24,6 +27,10 @@ use sentinel_runtime::outbound::{SentinelClientLayer, SentinelMiddleware};
 use sentinel_runtime::Sentinel;
 use tower::{Layer, Service, ServiceExt};
 use tower_resilience::circuitbreaker::CircuitBreakerLayer;
+
+#[path = "support/parallel.rs"]
+mod parallel;
+use parallel::parallel;
 
 const RESOURCE: &str = "GET:inventory.svc/items/{id}";
 
@@ -96,6 +103,39 @@ fn service_fn_client(c: &mut Criterion) {
     g.finish();
 }
 
+fn service_fn_threads(c: &mut Criterion) {
+    let client =
+        tower::service_fn(|_req: Request<()>| ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))));
+    let guarded = SentinelClientLayer::new(&engine(false)).layer(client);
+    let mut g = c.benchmark_group("outbound_service_fn_threads");
+    g.throughput(Throughput::Elements(1));
+    for threads in [1, 2] {
+        g.bench_function(BenchmarkId::new("bare", format!("{threads} threads")), |b| {
+            b.iter_custom(|iters| {
+                parallel(threads, iters, || {
+                    let (mut svc, mut id) = (client, 0u64);
+                    move || {
+                        id += 1;
+                        call(&mut svc, id)
+                    }
+                })
+            })
+        });
+        g.bench_function(BenchmarkId::new("sentinel_flow_rule", format!("{threads} threads")), |b| {
+            b.iter_custom(|iters| {
+                parallel(threads, iters, || {
+                    let (mut svc, mut id) = (guarded.clone(), 0u64);
+                    move || {
+                        id += 1;
+                        call(&mut svc, id)
+                    }
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
 fn reqwest_loopback(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let addr = rt.block_on(async {
@@ -128,5 +168,5 @@ fn reqwest_loopback(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, service_fn_client, reqwest_loopback);
+criterion_group!(benches, service_fn_client, service_fn_threads, reqwest_loopback);
 criterion_main!(benches);

@@ -7,9 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 
-use super::naming::{NameBuf, NameCache, Naming, Target};
+use super::naming::{NameBuf, NameCache, Naming, Target, TargetRef};
 use super::request::CallView;
 use super::signal::{grpc_pushback, is_downstream_error, millis, retry_after, wall_now};
+use crate::stat::stripe::{Duplicate, Shares};
 use crate::web::{ExitOn, GrpcCode, Outcome};
 use crate::{BlockError, Entry, EntryType, Sentinel};
 
@@ -54,6 +55,26 @@ pub(crate) struct GuardState {
     pub(crate) names: NameCache,
 }
 
+/// A reference to a guard's state, as a call keeps it. The guard hands each thread that owns a statistics stripe
+/// its own (see [`Guard`]), so that calls from several threads do not write one reference count.
+pub(crate) struct StateRef(Arc<GuardState>);
+
+impl Duplicate for StateRef {
+    fn duplicate(v: &Arc<Self>) -> Arc<Self> {
+        Arc::new(StateRef(v.0.clone()))
+    }
+}
+
+/// A guard, as its layers, services and middleware share it: the state, and a reference to it per statistics
+/// stripe for the calls of the thread that owns the stripe ([`Shares`]). A call must keep the state alive (its
+/// future may outlive every service), and a count on one shared `Arc` is a word that every thread calling
+/// through the guard writes at each call's start and end: two threads through one guard cost as much per call
+/// in aggregate as one. Each stripe's reference has a count of its own, written only by its thread.
+pub(crate) struct Guard {
+    state: Arc<StateRef>,
+    per_stripe: Shares<StateRef>,
+}
+
 /// What the checks decided for a call.
 pub(crate) enum Admission {
     /// No resource guards the call.
@@ -72,8 +93,8 @@ pub(crate) enum Admission {
 /// A call waiting to be decided again (see [`Admission::Queued`]).
 pub(crate) struct Queued {
     waiting: crate::entry::QueuedEntry<'static>,
-    target: Arc<Target>,
-    state: Arc<GuardState>,
+    target: TargetRef,
+    state: Arc<StateRef>,
     grpc: bool,
 }
 
@@ -97,14 +118,31 @@ impl Queued {
     }
 }
 
-impl GuardState {
+impl Guard {
+    /// A guard with this configuration and no names yet.
+    pub(crate) fn new(config: GuardConfig) -> Guard {
+        Guard {
+            state: Arc::new(StateRef(Arc::new(GuardState { config, names: NameCache::default() }))),
+            per_stripe: Shares::default(),
+        }
+    }
+
+    /// The guard's state.
+    pub(crate) fn state(&self) -> &Arc<GuardState> {
+        &self.state.0
+    }
+
     /// Names the call, checks the downstream's back-off, and enters its outbound resource.
-    pub(crate) fn admit(self: &Arc<Self>, view: &CallView<'_>) -> Admission {
-        let config = &self.config;
+    pub(crate) fn admit(&self, view: &CallView<'_>) -> Admission {
+        let state = self.state();
+        let config = &state.config;
         let grpc = view.is_grpc();
         let mut buf = NameBuf::new();
         let Some((name, counted)) = config.naming.name(view, grpc, &mut buf) else { return Admission::Unguarded };
-        let target = self.names.target(&config.naming, &config.engine, &name, counted);
+        let at = state.names.target(&config.naming, &config.engine, &name, counted);
+        // SAFETY: `self` keeps the state, and its cache, alive for this function; a call or a queued call made
+        // here keeps a reference to the state beside the target (`Call::target`).
+        let target = unsafe { at.get() };
         if config.max_pushback.is_some() && config.engine.is_enabled() {
             if let Some(left) = target.held(&config.engine) {
                 return Admission::Blocked(BlockError::Pushback {
@@ -115,11 +153,11 @@ impl GuardState {
             }
         }
         match target.resource.entry_owned().entry_type(EntryType::Out).decide_or_queue() {
-            Err(queue) => Admission::Queued(Queued { waiting: queue.start(), target, state: self.clone(), grpc }),
+            Err(queue) => Admission::Queued(Queued { waiting: queue.start(), target: at, state: self.share(), grpc }),
             Ok(Err(blocked)) => Admission::Blocked(blocked),
             Ok(Ok(entry)) => {
                 let wait = entry.waits().then(|| entry.waited());
-                let call = Call { entry, target, state: self.clone(), grpc };
+                let call = Call { entry, target: at, state: self.share(), grpc };
                 match wait {
                     Some(d) => Admission::Wait(call, d),
                     None => Admission::Pass(call),
@@ -128,6 +166,19 @@ impl GuardState {
         }
     }
 
+    /// A reference to the state for a call of this thread.
+    #[inline]
+    fn share(&self) -> Arc<StateRef> {
+        self.per_stripe.share(&self.state)
+    }
+
+    /// The fallback's response for a blocked call, when the guard has a fallback.
+    pub(crate) fn fallback(&self, blocked: &BlockError, view: &CallView<'_>) -> Option<Response<Bytes>> {
+        self.state().fallback(blocked, view)
+    }
+}
+
+impl GuardState {
     /// The fallback's response for a blocked call, when the guard has a fallback.
     pub(crate) fn fallback(&self, blocked: &BlockError, view: &CallView<'_>) -> Option<Response<Bytes>> {
         self.config.fallback.as_ref().map(|f| f(blocked, view))
@@ -138,8 +189,9 @@ impl GuardState {
 /// whose future the caller drops counts as neither an error nor a success of the downstream's.
 pub(crate) struct Call {
     entry: Entry<'static>,
-    target: Arc<Target>,
-    state: Arc<GuardState>,
+    /// Valid while `state` is: read through [`Call::target`].
+    target: TargetRef,
+    state: Arc<StateRef>,
     pub(crate) grpc: bool,
 }
 
@@ -150,20 +202,29 @@ impl std::fmt::Debug for Call {
 }
 
 impl Call {
+    fn config(&self) -> &GuardConfig {
+        &self.state.0.config
+    }
+
+    fn target(&self) -> &Target {
+        // SAFETY: `self.state` keeps the guard's state alive, and with it the name cache the target came from.
+        unsafe { self.target.get() }
+    }
+
     /// The time limit's timer, when the guard has one.
     pub(crate) fn timer(&self) -> Option<Box<crate::clock::Sleep>> {
-        let c = &self.state.config;
+        let c = self.config();
         c.timeout.map(|d| Box::new(c.engine.sleep(d)))
     }
 
     /// The guard's time limit.
     pub(crate) fn limit(&self) -> Option<Duration> {
-        self.state.config.timeout
+        self.config().timeout
     }
 
     /// The engine.
     pub(crate) fn engine(&self) -> &Sentinel {
-        &self.state.config.engine
+        &self.config().engine
     }
 
     /// A transport error: counts as an error.
@@ -178,7 +239,7 @@ impl Call {
     }
 
     fn judge(&mut self, outcome: Outcome) {
-        let error = match &self.state.config.trace_if {
+        let error = match &self.config().trace_if {
             Some(f) => f(outcome),
             None => is_downstream_error(outcome),
         };
@@ -191,9 +252,9 @@ impl Call {
     }
 
     fn listen(&self, asked: Option<Duration>) {
-        if let (Some(asked), Some(cap)) = (asked, self.state.config.max_pushback) {
-            let now = self.state.config.engine.now_millis();
-            self.target.hold(now.saturating_add(millis(asked.min(cap))));
+        if let (Some(asked), Some(cap)) = (asked, self.config().max_pushback) {
+            let now = self.config().engine.now_millis();
+            self.target().hold(now.saturating_add(millis(asked.min(cap))));
         }
     }
 
@@ -216,7 +277,7 @@ impl Call {
         }
         self.judge(Outcome::Http(status));
         self.listen(retry_after(status, headers, wall_now()));
-        self.state.config.exit_on == ExitOn::BodyEnd
+        self.config().exit_on == ExitOn::BodyEnd
     }
 
     /// Judges a gRPC call's trailers.
@@ -227,5 +288,59 @@ impl Call {
             }
             self.listen(grpc_pushback(trailers));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stat::stripe::lease;
+    use http::{HeaderValue, Request};
+
+    fn call(guard: &Guard) -> Call {
+        let req = Request::get("http://inventory.svc/items/7").body(()).unwrap();
+        match guard.admit(&CallView::new(&req)) {
+            Admission::Pass(call) => call,
+            _ => panic!("no rule: the call passes"),
+        }
+    }
+
+    #[test]
+    fn calls_of_a_thread_that_owns_a_stripe_count_on_its_stripes_reference_not_the_shared_one() {
+        let engine = Sentinel::builder().build();
+        let guard = Guard::new(GuardConfig::new(&engine));
+        let calls: Vec<Call> = (0..3).map(|_| call(&guard)).collect();
+        if lease().exclusive {
+            assert_eq!(Arc::strong_count(&guard.state), 1, "the shared reference is the guard's alone");
+            // The guard's reference and this stripe's copy.
+            assert_eq!(Arc::strong_count(guard.state()), 2);
+        } else {
+            assert_eq!(Arc::strong_count(&guard.state), 4);
+        }
+        drop(calls);
+        assert_eq!(Arc::strong_count(&guard.state), 1);
+    }
+
+    #[test]
+    fn calls_keep_the_guards_state_and_their_targets_after_every_handle_is_gone() {
+        let engine = Sentinel::builder().build();
+        let guard = Guard::new(GuardConfig::new(&engine));
+        let state = Arc::downgrade(guard.state());
+        // Calls from this thread and from others (each thread that owns a stripe has its own reference).
+        let mut calls = vec![call(&guard)];
+        calls.extend(std::thread::scope(|s| {
+            let threads: Vec<_> = (0..3).map(|_| s.spawn(|| call(&guard))).collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+        }));
+        drop(guard);
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("30"));
+        while let Some(mut call) = calls.pop() {
+            assert!(state.upgrade().is_some(), "a call in flight keeps the state");
+            // Reads the target (the downstream's back-off is recorded on it).
+            assert!(!call.head(StatusCode::TOO_MANY_REQUESTS, &headers));
+            assert!(call.target().held(&engine).is_some_and(|left| left > 0));
+        }
+        assert!(state.upgrade().is_none(), "the last call's drop frees the state");
     }
 }

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use http::Response;
 use tower_layer::Layer;
 
-use super::guard::{GuardConfig, GuardState};
-use super::naming::{InvalidTemplate, NameCache, Template};
+use super::guard::{Guard, GuardConfig};
+use super::naming::{InvalidTemplate, Template};
 use super::request::CallView;
 use super::service::SentinelClientService;
 use crate::web::{ExitOn, Outcome};
@@ -43,7 +43,7 @@ pub type SentinelMiddleware = OutboundGuard<client::Reqwest>;
 /// downstream's back-off signals are heard. Cheap to clone (the configuration is shared).
 #[must_use = "a guard does nothing until it wraps a client"]
 pub struct OutboundGuard<K> {
-    pub(crate) state: Arc<GuardState>,
+    pub(crate) state: Arc<Guard>,
     client: PhantomData<fn() -> K>,
 }
 
@@ -86,14 +86,11 @@ impl OutboundGuard<client::Reqwest> {
 
 impl<K> OutboundGuard<K> {
     fn with_config(config: GuardConfig) -> Self {
-        OutboundGuard { state: Arc::new(GuardState { config, names: NameCache::default() }), client: PhantomData }
+        OutboundGuard { state: Arc::new(Guard::new(config)), client: PhantomData }
     }
 
     fn update(self, f: impl FnOnce(&mut GuardConfig)) -> Self {
-        let mut config = match Arc::try_unwrap(self.state) {
-            Ok(state) => state.config,
-            Err(state) => state.config.clone(),
-        };
+        let mut config = self.state.state().config.clone();
         f(&mut config);
         // A new configuration starts with no names (the old ones may not hold any more).
         Self::with_config(config)
@@ -205,7 +202,7 @@ impl<S> Layer<S> for OutboundGuard<client::Tower> {
 
 impl<K> fmt::Debug for OutboundGuard<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let c = &self.state.config;
+        let c = &self.state.state().config;
         f.debug_struct("OutboundGuard")
             .field("engine", &c.engine)
             .field("custom_names", &c.naming.namer.is_some())

@@ -10,6 +10,7 @@
 //! their host are the application's own and are not counted.
 
 use std::borrow::Cow;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -233,6 +234,41 @@ impl Target {
     }
 }
 
+/// A target of a [`NameCache`], by address. A cache never lets go of a target before it is dropped itself (its
+/// map only grows and its overflow target is set once), so a call that keeps the guard's state, and with it the
+/// cache, alive can keep its target without a reference count: a count on one downstream's record is a word
+/// every thread calling that downstream would write twice per call.
+#[derive(Clone, Copy)]
+pub(crate) struct TargetRef(NonNull<Target>);
+
+// SAFETY: a `TargetRef` only ever gives out `&Target`, and `Target` is `Sync` (asserted below): sending the
+// address to another thread or sharing it is sharing a `&Target`.
+unsafe impl Send for TargetRef {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for TargetRef {}
+
+const _: () = {
+    const fn shared_between_threads<T: Send + Sync>() {}
+    shared_between_threads::<Target>();
+};
+
+impl TargetRef {
+    fn of(target: &Arc<Target>) -> TargetRef {
+        TargetRef(NonNull::from(&**target))
+    }
+
+    /// The target.
+    ///
+    /// # Safety
+    /// The [`NameCache`] this target came from is alive while the returned reference is used.
+    #[inline]
+    pub(crate) unsafe fn get(&self) -> &Target {
+        // SAFETY: the cache holds an `Arc` of the target until it is dropped (see the type's docs), and it is
+        // alive (the caller's contract).
+        unsafe { self.0.as_ref() }
+    }
+}
+
 /// A name in the cache, hashed as its bytes (so that [`NameBytes`], a name written in a buffer, finds it).
 struct NameKey(Box<str>);
 
@@ -271,41 +307,38 @@ pub(crate) struct NameCache {
 }
 
 impl NameCache {
-    /// The target named `name`.
-    pub(crate) fn target(&self, naming: &Naming, engine: &Sentinel, name: &[u8], counted: bool) -> Arc<Target> {
+    /// The target named `name` (valid while this cache is: see [`TargetRef`]).
+    pub(crate) fn target(&self, naming: &Naming, engine: &Sentinel, name: &[u8], counted: bool) -> TargetRef {
         if let Some(t) = self.map.pin().get(&NameBytes(name)) {
-            return t.clone();
+            return TargetRef::of(t);
         }
         self.insert(naming, engine, &String::from_utf8_lossy(name), counted)
     }
 
     #[cold]
-    fn insert(&self, naming: &Naming, engine: &Sentinel, name: &str, counted: bool) -> Arc<Target> {
+    fn insert(&self, naming: &Naming, engine: &Sentinel, name: &str, counted: bool) -> TargetRef {
         let full = counted && self.counted.load(Ordering::Relaxed) >= naming.max_resources;
         if full && !engine.has_rules_for(name) {
-            return self
-                .overflow
-                .get_or_init(|| {
+            return TargetRef::of(self.overflow.get_or_init(|| {
                     tracing::warn!(
                         max = naming.max_resources,
                         resource = %name,
                         "outbound guard: too many distinct resource names; names no rule targets now share `{OUTBOUND_OVERFLOW_RESOURCE}`"
                     );
-                    Target::new(engine.resource_typed(OUTBOUND_OVERFLOW_RESOURCE, EntryType::Out), false)
-                })
-                .clone();
+                Target::new(engine.resource_typed(OUTBOUND_OVERFLOW_RESOURCE, EntryType::Out), false)
+            }));
         }
         // A name a rule targets gets its own resource past the bound, and is not counted: rules bound them.
         let target = Target::new(engine.resource_typed(name, EntryType::Out), true);
         let map = self.map.pin();
-        match map.try_insert(NameKey(name.into()), target.clone()) {
-            Ok(_) => {
+        match map.try_insert(NameKey(name.into()), target) {
+            Ok(inserted) => {
                 if counted && !full {
                     self.counted.fetch_add(1, Ordering::Relaxed);
                 }
-                target
+                TargetRef::of(inserted)
             }
-            Err(e) => e.current.clone(),
+            Err(e) => TargetRef::of(e.current),
         }
     }
 
@@ -399,7 +432,11 @@ mod tests {
         engine.load_flow_rules([crate::flow::FlowRule::new("late").count(5.0)]).unwrap();
         let cache = NameCache::default();
         let naming = Naming { max_resources: 2, ..Naming::default() };
-        let get = |n: &str| cache.target(&naming, &engine, n.as_bytes(), true).resource.name().to_owned();
+        let get = |n: &str| {
+            let at = cache.target(&naming, &engine, n.as_bytes(), true);
+            // SAFETY: `cache` outlives the test's every use of its targets.
+            unsafe { at.get() }.resource.name().to_owned()
+        };
         assert_eq!(get("a"), "a");
         assert_eq!(get("b"), "b");
         assert_eq!(get("c"), OUTBOUND_OVERFLOW_RESOURCE);
@@ -407,7 +444,9 @@ mod tests {
         assert_eq!(get("a"), "a");
         assert_eq!(cache.len(), 3);
         // The overflow resource never records a downstream's back-off.
-        let overflow = cache.target(&naming, &engine, b"d", true);
+        let at = cache.target(&naming, &engine, b"d", true);
+        // SAFETY: as above.
+        let overflow = unsafe { at.get() };
         overflow.hold(u64::MAX);
         assert_eq!(overflow.held(&engine), None);
     }

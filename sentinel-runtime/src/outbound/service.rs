@@ -9,18 +9,18 @@ use tower_service::Service;
 
 use super::error::ClientError;
 use super::future::ResponseFuture;
-use super::guard::{Admission, GuardState};
+use super::guard::{Admission, Guard};
 use super::request::CallView;
 
 /// The service made by [`SentinelClientLayer`](super::SentinelClientLayer): each call enters an outbound
 /// resource before the wrapped client sends it; a blocked call is never sent.
 pub struct SentinelClientService<S> {
     inner: S,
-    state: Arc<GuardState>,
+    state: Arc<Guard>,
 }
 
 impl<S> SentinelClientService<S> {
-    pub(crate) fn new(inner: S, state: Arc<GuardState>) -> Self {
+    pub(crate) fn new(inner: S, state: Arc<Guard>) -> Self {
         SentinelClientService { inner, state }
     }
     /// The wrapped client.
@@ -81,7 +81,7 @@ where
             Admission::Queued(queued) => {
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::queued(queued.admitted(), ready, req, self.state.clone())
+                ResponseFuture::queued(queued.admitted(), ready, req, self.state.state().clone())
             }
         }
     }
