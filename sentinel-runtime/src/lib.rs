@@ -72,9 +72,9 @@
 //! read at entry and exit (no ticker thread; Java's cached `TimeUtil` timestamp is
 //! [`SentinelBuilder::cached_clock`]); reject-style limits spend tokens leased to the thread from an exact
 //! per-bucket budget with plain stores, so they never over-admit and still scale with cores; closed circuit
-//! breakers count good calls the same way. An entry with one passing flow rule cost about 27 ns on an Intel Xeon guest
-//! on the cached clock and 36–40 ns on the default one (`docs/performance.md` in the repository has the
-//! figures, the method and the machines).
+//! breakers count good calls the same way. An entry with one passing flow rule costs about 652 instructions:
+//! 44–46 ns on an Intel Xeon guest on the default clock, 26–28 ns on the cached one (`docs/performance.md` in
+//! the repository has the figures, the peers, the method and the machine).
 //!
 //! # Features
 //!
