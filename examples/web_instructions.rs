@@ -40,8 +40,9 @@
 //!   `param-adaptive` (the adaptive rule beside the hot-parameter rule of `param`), `authority` (an authority
 //!   black list and a passing flow rule, called with an origin the list does not name), `rate-limiter` (a flow
 //!   rule that spaces calls, never reached);
-//! - `part-macro-sync`, `part-macro-async`: a call of a `#[sentinel_resource]` function, sync and async (the
-//!   future polled once, with no executor), on the global engine with one passing flow rule.
+//! - `part-macro-sync`, `part-macro-async`, `part-macro-async-timeout`: a call of a `#[sentinel_resource]`
+//!   function, sync, async and async with `timeout_ms = 200` (the future polled once, with no executor), on
+//!   the global engine with one passing flow rule.
 
 use std::error::Error;
 use std::hint::black_box;
@@ -141,6 +142,32 @@ fn annotated(x: u64) -> Result<u64, BlockError> {
 #[inline(never)]
 #[sentinel_resource(name = "part.macro-async")]
 async fn annotated_async(x: u64) -> Result<u64, BlockError> {
+    Ok(black_box(x) + 1)
+}
+
+/// The error of `part-macro-async-timeout`'s function.
+#[derive(Debug)]
+enum TimedError {
+    Blocked,
+    TimedOut,
+}
+
+impl From<BlockError> for TimedError {
+    fn from(_: BlockError) -> Self {
+        TimedError::Blocked
+    }
+}
+
+impl From<sentinel_runtime::Timeout> for TimedError {
+    fn from(_: sentinel_runtime::Timeout) -> Self {
+        TimedError::TimedOut
+    }
+}
+
+/// The annotated async function of `part-macro-async-timeout`: `part-macro-async`'s with a time limit.
+#[inline(never)]
+#[sentinel_resource(name = "part.macro-async-timeout", timeout_ms = 200)]
+async fn annotated_async_timeout(x: u64) -> Result<u64, TimedError> {
     Ok(black_box(x) + 1)
 }
 
@@ -332,6 +359,13 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
         "part-macro-async" => {
             Sentinel::global().load_flow_rules([FlowRule::new("part.macro-async").count(1e12)])?;
             run_part(|| assert!(black_box(annotated_async(black_box(7)).now_or_never()).is_some_and(|r| r.is_ok())), n);
+        }
+        "part-macro-async-timeout" => {
+            Sentinel::global().load_flow_rules([FlowRule::new("part.macro-async-timeout").count(1e12)])?;
+            run_part(
+                || assert!(black_box(annotated_async_timeout(black_box(7)).now_or_never()).is_some_and(|r| r.is_ok())),
+                n,
+            );
         }
         "part-client-bare" => run_part(client_calls(client()), n),
         "part-client-guard" | "part-client-guard-breaker" => {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{engine, stats};
 use sentinel_runtime::circuit_breaker::{BreakerState, DegradeGrade, DegradeRule};
+use sentinel_runtime::flow::{ControlBehavior, FlowRule};
 use sentinel_runtime::{sentinel_resource, BlockError, Sentinel, Timeout};
 
 #[derive(Debug)]
@@ -38,6 +39,12 @@ async fn work(ms: u64) {
 
 #[sentinel_resource(name = "timeout.fetch", timeout_ms = 200)]
 async fn fetch(work_ms: u64) -> Result<u64, CallError> {
+    work(work_ms).await;
+    Ok(work_ms)
+}
+
+#[sentinel_resource(name = "timeout.queued", timeout_ms = 200)]
+async fn queued(work_ms: u64) -> Result<u64, CallError> {
     work(work_ms).await;
     Ok(work_ms)
 }
@@ -264,4 +271,46 @@ fn on_the_system_clock_the_limit_is_a_real_timer_on_any_executor() {
     let on_tokio = rt.block_on(engine.scoped_future(never_finishes()));
     assert!(matches!(on_tokio, Err(CallError::TimedOut(_))));
     assert_eq!(stats(engine, "timeout.never").minute_exception, 2);
+}
+
+/// Polls a call of `fetch`-like work that never ends until its limit, advancing the clock: it must still be
+/// pending 1 ms before `limit_ms` and time out at it.
+fn times_out_at<F: Future<Output = Result<u64, CallError>> + ?Sized>(
+    clock: &sentinel_runtime::clock::ManualClock,
+    call: &mut Pin<Box<F>>,
+    limit_ms: u64,
+) {
+    assert!(poll(call).is_pending());
+    clock.advance_millis(limit_ms - 1);
+    assert!(poll(call).is_pending(), "not yet: 1 ms is left");
+    clock.advance_millis(1);
+    assert!(matches!(poll(call), Poll::Ready(Err(CallError::TimedOut(_)))), "the limit is up");
+}
+
+#[test]
+fn with_the_engine_switched_off_the_limit_still_counts_from_the_call() {
+    // An unchecked entry has no decision time: the limit counts from the call (the clock is far from zero).
+    let (engine, clock) = engine();
+    engine.set_enabled(false);
+    let mut call = Box::pin(engine.scoped_future(fetch(150)));
+    assert!(poll(&mut call).is_pending());
+    clock.advance_millis(150);
+    assert!(matches!(poll(&mut call), Poll::Ready(Ok(150))));
+    times_out_at(&clock, &mut Box::pin(engine.scoped_future(fetch(10_000))), 200);
+}
+
+#[test]
+fn a_call_given_a_queueing_wait_has_its_whole_limit_for_its_body() {
+    let (engine, clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("timeout.queued")
+            .count(5.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(1_000)])
+        .unwrap();
+    // The first call passes at once; the second is given a wait (200 ms at 5 a second), which nothing sleeps on
+    // a manual clock: its body starts now, and its limit counts from there, not from the end of the wait.
+    times_out_at(&clock, &mut Box::pin(engine.scoped_future(queued(10_000))), 200);
+    let mut second = Box::pin(engine.scoped_future(queued(10_000)));
+    times_out_at(&clock, &mut second, 200);
 }

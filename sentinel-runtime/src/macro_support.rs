@@ -239,12 +239,13 @@ pub const fn checked_timeout_ms(ms: u64) -> u64 {
 
 /// Races the body of a function with `timeout_ms` against a timer of `limit` on the entry's engine clock (a
 /// manual clock completes it when advanced; the system clock uses a runtime-agnostic timer). The limit counts
-/// from now; the timer itself is made only if the body does not finish on its first poll (a real timer costs
-/// about a microsecond to arm).
+/// from the clock reading the entry was decided at (the start of the call's response time), or from now after a
+/// queueing wait or for an unchecked entry; the timer itself is made only if the body does not finish on its
+/// first poll (a real timer costs about a microsecond to arm).
 #[inline]
-pub fn time_limited<F: Future>(entry: &Entry<'_>, limit: Duration, body: F) -> TimeLimited<F> {
-    let clock = entry.shared().clock.clone();
-    let start_nanos = clock.now_nanos();
+pub fn time_limited<'e, F: Future>(entry: &'e Entry<'_>, limit: Duration, body: F) -> TimeLimited<'e, F> {
+    let clock = &entry.shared().clock;
+    let start_nanos = entry.decided_at().unwrap_or_else(|| clock.now_nanos());
     TimeLimited { body: Some(body), timer: None, clock, start_nanos, limit }
 }
 
@@ -261,18 +262,18 @@ pin_project_lite::pin_project! {
     /// `None` when the time ran out. The body's future is dropped as soon as the time is up (in the poll that
     /// sees it, so inside the caller's context), which exits every entry it holds.
     #[must_use = "futures do nothing unless polled"]
-    pub struct TimeLimited<F> {
+    pub struct TimeLimited<'e, F> {
         #[pin]
         body: Option<F>,
         #[pin]
         timer: Option<crate::clock::Sleep>,
-        clock: crate::clock::EngineClock,
+        clock: &'e crate::clock::EngineClock,
         start_nanos: u64,
         limit: Duration,
     }
 }
 
-impl<F: Future> Future for TimeLimited<F> {
+impl<F: Future> Future for TimeLimited<'_, F> {
     type Output = Option<F::Output>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {

@@ -227,6 +227,12 @@ impl<'r> Entry<'r> {
     pub(crate) fn waits(&self) -> bool {
         self.wait_nanos > 0
     }
+    /// The clock reading the call was decided at, when it was checked and went straight on (no queueing
+    /// wait): where its response time starts.
+    #[inline(always)]
+    pub(crate) fn decided_at(&self) -> Option<u64> {
+        (self.node.is_some() && !self.waits()).then_some(self.created_nanos)
+    }
     /// The timer an async caller awaits for the queueing wait this call was given (a rate limiter, warm-up
     /// queueing, a prioritized call): `None` when it has none, or on a manual clock, which nothing sleeps on.
     pub(crate) fn queue_timer(&self) -> Option<futures_timer::Delay> {
