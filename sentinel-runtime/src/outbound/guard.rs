@@ -10,7 +10,7 @@ use http::{HeaderMap, Response, StatusCode};
 use super::naming::{NameBuf, NameCache, Naming, Target, TargetRef};
 use super::request::CallView;
 use super::signal::{grpc_pushback, is_downstream_error, millis, retry_after, wall_now};
-use crate::stat::stripe::{Duplicate, Shares};
+use crate::stat::stripe::{Spread, SpreadRef};
 use crate::web::{ExitOn, GrpcCode, Outcome};
 use crate::{BlockError, Entry, EntryType, Sentinel};
 
@@ -55,25 +55,15 @@ pub(crate) struct GuardState {
     pub(crate) names: NameCache,
 }
 
-/// A reference to a guard's state, as a call keeps it. The guard hands each thread that owns a statistics stripe
-/// its own (see [`Guard`]), so that calls from several threads do not write one reference count.
-pub(crate) struct StateRef(Arc<GuardState>);
-
-impl Duplicate for StateRef {
-    fn duplicate(v: &Arc<Self>) -> Arc<Self> {
-        Arc::new(StateRef(v.0.clone()))
-    }
-}
-
 /// A guard, as its layers, services and middleware share it: the state, and a reference to it per statistics
-/// stripe for the calls of the thread that owns the stripe ([`Shares`]). A call must keep the state alive (its
+/// stripe for the calls of the thread that owns the stripe ([`Spread`]). A call must keep the state alive (its
 /// future may outlive every service), and a count on one shared `Arc` is a word that every thread calling
 /// through the guard writes at each call's start and end: two threads through one guard cost as much per call
-/// in aggregate as one. Each stripe's reference has a count of its own, written only by its thread.
-pub(crate) struct Guard {
-    state: Arc<StateRef>,
-    per_stripe: Shares<StateRef>,
-}
+/// in aggregate as one.
+pub(crate) struct Guard(Spread<GuardState>);
+
+/// A call's reference to its guard's state.
+type StateRef = SpreadRef<GuardState>;
 
 /// What the checks decided for a call.
 pub(crate) enum Admission {
@@ -121,15 +111,12 @@ impl Queued {
 impl Guard {
     /// A guard with this configuration and no names yet.
     pub(crate) fn new(config: GuardConfig) -> Guard {
-        Guard {
-            state: Arc::new(StateRef(Arc::new(GuardState { config, names: NameCache::default() }))),
-            per_stripe: Shares::default(),
-        }
+        Guard(Spread::new(GuardState { config, names: NameCache::default() }))
     }
 
     /// The guard's state.
     pub(crate) fn state(&self) -> &Arc<GuardState> {
-        &self.state.0
+        self.0.get()
     }
 
     /// Names the call, checks the downstream's back-off, and enters its outbound resource.
@@ -169,7 +156,7 @@ impl Guard {
     /// A reference to the state for a call of this thread.
     #[inline]
     fn share(&self) -> Arc<StateRef> {
-        self.per_stripe.share(&self.state)
+        self.0.share()
     }
 
     /// The fallback's response for a blocked call, when the guard has a fallback.
@@ -203,7 +190,7 @@ impl std::fmt::Debug for Call {
 
 impl Call {
     fn config(&self) -> &GuardConfig {
-        &self.state.0.config
+        &self.state.config
     }
 
     fn target(&self) -> &Target {
@@ -311,14 +298,14 @@ mod tests {
         let guard = Guard::new(GuardConfig::new(&engine));
         let calls: Vec<Call> = (0..3).map(|_| call(&guard)).collect();
         if lease().exclusive {
-            assert_eq!(Arc::strong_count(&guard.state), 1, "the shared reference is the guard's alone");
+            assert_eq!(guard.0.shared_count(), 1, "the shared reference is the guard's alone");
             // The guard's reference and this stripe's copy.
             assert_eq!(Arc::strong_count(guard.state()), 2);
         } else {
-            assert_eq!(Arc::strong_count(&guard.state), 4);
+            assert_eq!(guard.0.shared_count(), 4);
         }
         drop(calls);
-        assert_eq!(Arc::strong_count(&guard.state), 1);
+        assert_eq!(guard.0.shared_count(), 1);
     }
 
     #[test]

@@ -182,6 +182,67 @@ impl<T: ?Sized + Duplicate> Shares<T> {
     }
 }
 
+/// A reference to a [`Spread`] value: one count per stripe's reference, so that a thread counts on its own.
+/// Aligned to a cache line (so is the count before it in its `Arc`): the stripes' references are made one
+/// after another, and two counts in one line would be one word again for the cache.
+#[cfg(feature = "tower")]
+pub(crate) struct SpreadRef<T>(crossbeam_utils::CachePadded<std::sync::Arc<T>>);
+
+#[cfg(feature = "tower")]
+impl<T> Duplicate for SpreadRef<T> {
+    fn duplicate(v: &std::sync::Arc<Self>) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(SpreadRef(crossbeam_utils::CachePadded::new((*v.0).clone())))
+    }
+}
+
+#[cfg(feature = "tower")]
+impl<T> std::ops::Deref for SpreadRef<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// A value that handles on many threads keep alive, each thread counting on a reference of its own stripe
+/// ([`Shares`] of [`SpreadRef`]s): what an integration's service keeps when a server or client clones it, or
+/// makes a call that keeps it, once a request on every worker thread. A count on one shared `Arc` is a word
+/// every one of those threads writes twice a request, and does not scale across cores.
+///
+/// The `Spread` owns the stripes' references and each reference owns the value, so the value lives until the
+/// `Spread` and every reference handed out are dropped (plain `Arc` ownership, no cycle).
+#[cfg(feature = "tower")]
+pub(crate) struct Spread<T> {
+    value: std::sync::Arc<SpreadRef<T>>,
+    per_stripe: Shares<SpreadRef<T>>,
+}
+
+#[cfg(feature = "tower")]
+impl<T> Spread<T> {
+    pub(crate) fn new(value: T) -> Self {
+        let value = SpreadRef(crossbeam_utils::CachePadded::new(std::sync::Arc::new(value)));
+        Spread { value: std::sync::Arc::new(value), per_stripe: Shares::default() }
+    }
+
+    /// The value.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> &std::sync::Arc<T> {
+        &self.value.0
+    }
+
+    /// A reference that keeps the value alive, counted on the calling thread's stripe.
+    #[inline]
+    pub(crate) fn share(&self) -> std::sync::Arc<SpreadRef<T>> {
+        self.per_stripe.share(&self.value)
+    }
+
+    /// How many references count on the shared one (tests).
+    #[cfg(test)]
+    pub(crate) fn shared_count(&self) -> usize {
+        std::sync::Arc::strong_count(&self.value)
+    }
+}
+
 /// A name with its [`Shares`]: the resource's name and the origin's, as the engine keeps them (a check sees
 /// them through one pointer). Reads as the name's `Arc<str>`.
 pub(crate) struct SharedName {

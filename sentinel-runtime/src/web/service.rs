@@ -23,6 +23,7 @@ use super::refused::{blocked_response, Queued, Refused};
 use super::request::RequestView;
 use super::scope::{Extras, RequestEntry};
 use crate::param_flow::HotParam;
+use crate::stat::stripe::{Spread, SpreadRef};
 use crate::{Entry, EntryType, Resource};
 
 /// The service made by [`SentinelLayer`](super::SentinelLayer): each request enters an inbound resource
@@ -30,7 +31,7 @@ use crate::{Entry, EntryType, Resource};
 /// [`BodyMode`].
 pub struct SentinelService<S, M = Wrapped> {
     inner: S,
-    state: Arc<ServiceState>,
+    state: Handle,
     mode: PhantomData<fn() -> M>,
 }
 
@@ -40,9 +41,38 @@ struct ServiceState {
     memo: RouteMemo,
 }
 
+/// How a service keeps what its clones share. A server clones the service it was given for each request (axum's
+/// routes do) or connection, on every worker thread: the service the layer made holds the state with a
+/// reference per statistics stripe for its clones ([`Spread`]), so that each worker counts on its own, and a
+/// clone holds one such reference (a clone of a clone, the same one).
+enum Handle {
+    Made(Box<Spread<ServiceState>>),
+    Cloned(Arc<SpreadRef<ServiceState>>),
+}
+
+impl Handle {
+    #[inline(always)]
+    fn get(&self) -> &ServiceState {
+        match self {
+            Handle::Made(spread) => spread.get(),
+            Handle::Cloned(state) => state,
+        }
+    }
+}
+
+impl Clone for Handle {
+    #[inline]
+    fn clone(&self) -> Self {
+        match self {
+            Handle::Made(spread) => Handle::Cloned(spread.share()),
+            Handle::Cloned(state) => Handle::Cloned(state.clone()),
+        }
+    }
+}
+
 impl<S, M> SentinelService<S, M> {
     pub(crate) fn new(inner: S, layer: Arc<LayerState>) -> Self {
-        let state = Arc::new(ServiceState { layer, memo: RouteMemo::default() });
+        let state = Handle::Made(Box::new(Spread::new(ServiceState { layer, memo: RouteMemo::default() })));
         SentinelService { inner, state, mode: PhantomData }
     }
     /// The wrapped service.
@@ -87,12 +117,13 @@ where
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let config = &self.state.layer.config;
+        let state = self.state.get();
+        let config = &state.layer.config;
         let view = RequestView::new(&req);
         let grpc = view.is_grpc();
         let mut extras = Extras::default();
         // Matched at once (no intermediate decision to move the entry through).
-        match enter(&self.state, &view, grpc, &mut extras) {
+        match enter(state, &view, grpc, &mut extras) {
             None => ResponseFuture::unguarded(self.inner.call(req)),
             Some(Err(Refused::Blocked(blocked))) => {
                 ResponseFuture::blocked(Box::new(blocked_response(config, &blocked, &view, grpc)))
@@ -101,7 +132,7 @@ where
                 // As for a queueing wait: the ready service is taken, a clone left in its place.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::queued(queued.into_admission(self.state.layer.clone(), grpc), grpc, ready, req)
+                ResponseFuture::queued(queued.into_admission(state.layer.clone(), grpc), grpc, ready, req)
             }
             Some(Ok(entry)) if !entry.waits() && !extras.waits() => {
                 ResponseFuture::calling(&mut self.inner, req, entry, extras, grpc, config)
@@ -250,4 +281,79 @@ fn with_many_params<R>(params: &[ValueFn], view: &RequestView<'_>, f: impl FnOnc
     let values: Vec<Option<Cow<'_, str>>> = params.iter().map(|p| p(view)).collect();
     let refs: Vec<&dyn HotParam> = values.iter().map(|v| v as &dyn HotParam).collect();
     f(&refs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow::FlowRule;
+    use crate::stat::stripe::lease;
+    use crate::web::SentinelLayer;
+    use crate::Sentinel;
+    use futures::FutureExt;
+    use http_body_util::Full;
+    use std::convert::Infallible;
+    use tower_layer::Layer;
+
+    type Hello = Response<Full<Bytes>>;
+
+    fn hello(_: Request<()>) -> std::future::Ready<Result<Hello, Infallible>> {
+        std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(b"hello")))))
+    }
+
+    fn status<S, B>(svc: &mut S) -> u16
+    where
+        S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
+    {
+        let req = Request::get("/hello").body(()).unwrap();
+        svc.call(req).now_or_never().expect("answered at once").unwrap().status().as_u16()
+    }
+
+    /// The state of the service the layer made.
+    fn spread<S, M>(svc: &SentinelService<S, M>) -> &Spread<ServiceState> {
+        match &svc.state {
+            Handle::Made(spread) => spread,
+            Handle::Cloned(_) => panic!("the layer makes the service that holds the state"),
+        }
+    }
+
+    #[test]
+    fn clones_of_the_service_the_layer_made_count_on_their_threads_reference() {
+        let engine = Sentinel::builder().build();
+        let svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+        let clones: Vec<_> = (0..3).map(|_| svc.clone()).collect();
+        let again = clones[0].clone();
+        let count = spread(&svc).shared_count();
+        if lease().exclusive {
+            assert_eq!(count, 1, "the shared reference is the made service's alone");
+        } else {
+            assert_eq!(count, 4, "a thread without a stripe counts on the shared reference");
+        }
+        drop((clones, again));
+        assert_eq!(spread(&svc).shared_count(), 1);
+    }
+
+    #[test]
+    fn clones_serve_and_keep_the_state_after_the_service_the_layer_made_is_gone() {
+        let engine = Sentinel::builder().build();
+        engine.load_flow_rules([FlowRule::new("GET:/hello").count(1.0)]).unwrap();
+        let svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+        let state = Arc::downgrade(spread(&svc).get());
+        // Clones made on this thread and on others (each thread that owns a stripe counts on its own).
+        let mut clones = vec![svc.clone()];
+        clones.extend(std::thread::scope(|s| {
+            let threads: Vec<_> = (0..3).map(|_| s.spawn(|| svc.clone())).collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+        }));
+        drop(svc);
+        // The first request passes, the rule blocks the others: every clone still reads the layer's rules.
+        let mut answers = Vec::new();
+        while let Some(mut clone) = clones.pop() {
+            assert!(state.upgrade().is_some(), "a clone keeps the state");
+            answers.push(status(&mut clone));
+        }
+        assert!(state.upgrade().is_none(), "the last clone's drop frees it");
+        answers.sort_unstable();
+        assert_eq!(answers, [200, 429, 429, 429]);
+    }
 }
