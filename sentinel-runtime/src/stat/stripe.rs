@@ -210,7 +210,9 @@ impl<T> std::ops::Deref for SpreadRef<T> {
 /// every one of those threads writes twice a request, and does not scale across cores.
 ///
 /// The `Spread` owns the stripes' references and each reference owns the value, so the value lives until the
-/// `Spread` and every reference handed out are dropped (plain `Arc` ownership, no cycle).
+/// `Spread` and every reference handed out are dropped (plain `Arc` ownership, no cycle). Memory: a word per
+/// owned stripe once a thread that owns one asks, and 256 bytes per stripe that asked (a reference and its
+/// count, each on a cache line of its own).
 #[cfg(feature = "tower")]
 pub(crate) struct Spread<T> {
     value: std::sync::Arc<SpreadRef<T>>,
