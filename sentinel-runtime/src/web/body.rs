@@ -2,14 +2,13 @@
 //! layer's own short body (blocked calls, timeouts).
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::config::{is_error, Judging};
+use super::config::{is_error, JudgingRef};
 use super::outcome::{GrpcCode, Outcome};
 use super::scope::RequestEntry;
 use super::watched::{Watch, WatchedBody};
@@ -19,7 +18,7 @@ use super::watched::{Watch, WatchedBody};
 pub(crate) struct BodyWatch {
     pub(crate) entry: RequestEntry,
     pub(crate) grpc: bool,
-    pub(crate) judging: Option<Arc<Judging>>,
+    pub(crate) judging: Option<JudgingRef>,
 }
 
 impl Watch for BodyWatch {

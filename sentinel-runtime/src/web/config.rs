@@ -14,6 +14,7 @@ use super::naming::{Naming, ResourceCache};
 use super::outcome::{is_error_by_default, Outcome};
 use super::rate_limit::RateLimitHeaders;
 use super::request::RequestView;
+use crate::stat::stripe::{Spread, SpreadRef};
 use crate::{BlockError, Sentinel};
 
 /// Decides whether a request is prioritized.
@@ -55,6 +56,9 @@ pub(crate) struct Judging {
     pub(crate) engine: Sentinel,
 }
 
+/// A request's reference to its layer's [`Judging`], counted on its thread's stripe ([`Spread`]).
+pub(crate) type JudgingRef = Arc<SpreadRef<Judging>>;
+
 /// What every service of one layer shares: the configuration and the resources named so far.
 pub(crate) struct LayerState {
     pub(crate) config: LayerConfig,
@@ -90,8 +94,9 @@ pub(crate) struct LayerConfig {
     pub(crate) trace_if: Option<OutcomeFn>,
     pub(crate) timeout: Option<Duration>,
     /// What a request's guard needs beyond the defaults (a custom predicate, a time limit): shared, and
-    /// `None` when the layer uses neither, so a request takes no reference count for it.
-    pub(crate) judging: Option<Arc<Judging>>,
+    /// `None` when the layer uses neither, so a request takes no reference count for it. A request that
+    /// does takes it on its thread's stripe ([`Spread`]), not on one count every worker writes.
+    pub(crate) judging: Option<Arc<Spread<Judging>>>,
     pub(crate) exit_on: ExitOn,
     /// `None`: the engine's default context (no lookup per request).
     pub(crate) context: Option<Arc<str>>,
@@ -124,7 +129,9 @@ impl LayerConfig {
     /// Derives [`judging`](Self::judging) from the predicate and the time limit, after either changed.
     pub(crate) fn settle(&mut self) {
         self.judging = (self.trace_if.is_some() || self.timeout.is_some()).then(|| {
-            Arc::new(Judging { trace_if: self.trace_if.clone(), timeout: self.timeout, engine: self.engine.clone() })
+            let judging =
+                Judging { trace_if: self.trace_if.clone(), timeout: self.timeout, engine: self.engine.clone() };
+            Arc::new(Spread::new(judging))
         });
     }
 }

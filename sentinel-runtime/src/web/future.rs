@@ -16,7 +16,7 @@ use tower_service::Service;
 use super::block_response as block;
 use super::body::{BodyMode, BodyWatch, ResponseBody, Wrapped};
 use super::config::LayerState;
-use super::config::{is_error, ExitOn, Judging, LayerConfig, OutcomeFn};
+use super::config::{is_error, ExitOn, JudgingRef, LayerConfig, OutcomeFn};
 use super::outcome::{GrpcCode, Outcome};
 use super::refused::{blocked_response, QueuedRequest};
 use super::request::RequestView;
@@ -30,13 +30,13 @@ pub(crate) struct Guard {
     grpc: bool,
     exit_on: ExitOn,
     /// A custom predicate and the time limit, when the layer has them.
-    judging: Option<Arc<Judging>>,
+    judging: Option<JudgingRef>,
 }
 
 impl Guard {
     #[inline(always)]
     pub(crate) fn new(entry: RequestEntry, grpc: bool, config: &LayerConfig) -> Self {
-        Guard { entry, grpc, exit_on: config.exit_on, judging: config.judging.clone() }
+        Guard { entry, grpc, exit_on: config.exit_on, judging: config.judging.as_ref().map(|j| j.share()) }
     }
     #[inline(always)]
     pub(crate) fn in_scope<R>(&mut self, f: impl FnOnce() -> R) -> R {
@@ -70,7 +70,7 @@ impl Guard {
 
 /// The time limit's timer, when the layer has one (boxed: only layers with a time limit pay for its room in
 /// every future).
-fn timer(judging: Option<&Arc<Judging>>) -> Option<Box<Sleep>> {
+fn timer(judging: Option<&JudgingRef>) -> Option<Box<Sleep>> {
     let j = judging?;
     j.timeout.map(|d| Box::new(j.engine.sleep(d)))
 }

@@ -356,4 +356,24 @@ mod tests {
         answers.sort_unstable();
         assert_eq!(answers, [200, 429, 429, 429]);
     }
+
+    #[test]
+    fn requests_of_a_layer_with_a_time_limit_count_on_their_threads_reference_to_it() {
+        let engine = Sentinel::builder().build();
+        let mut svc =
+            SentinelLayer::new(&engine).timeout(std::time::Duration::from_secs(5)).layer(tower::service_fn(hello));
+        // Requests in flight (their futures not polled yet) hold what judging their responses needs.
+        let futures: Vec<_> = (0..3).map(|_| svc.call(Request::get("/hello").body(()).unwrap())).collect();
+        let judging = spread(&svc).get().layer.config.judging.as_ref().expect("a layer with a time limit");
+        let count = judging.shared_count();
+        if lease().exclusive {
+            assert_eq!(count, 1, "the shared reference is the layer's alone");
+        } else {
+            assert_eq!(count, 4, "a thread without a stripe counts on the shared reference");
+        }
+        for f in futures {
+            assert_eq!(f.now_or_never().expect("answered at once").unwrap().status(), 200);
+        }
+        assert_eq!(judging.shared_count(), 1);
+    }
 }
