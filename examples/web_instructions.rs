@@ -33,7 +33,8 @@
 //!   call), `flow-breaker` (a passing flow rule and a closed slow-ratio breaker), `flow-error-ratio` (a passing
 //!   flow rule and a closed error-ratio breaker), `flow-breaker-thread` (the same with a thread-grade flow rule
 //!   besides), `param` (a hot-parameter rule that passes, one value), `param-million` (the same rule, each
-//!   call another of 10^6 values in turn: every call a miss and an eviction), `param-thread` (a thread-grade
+//!   call another of 10^6 values in turn: every call a miss and an eviction), `param-thousand` (the same
+//!   rule, each call another of 1,000 values in turn, all tracked: every call a hit), `param-thread` (a thread-grade
 //!   hot-parameter rule, one value, which a call holds until it exits), `adaptive` (an adaptive
 //!   concurrency rule with a limit of 1,000) and `thread` (a thread-grade flow rule with the same limit: the
 //!   cost the adaptive rule is held to), `flow-adaptive` (the adaptive rule beside a passing flow rule),
@@ -330,7 +331,11 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             false,
             n,
         )?,
-        "part-entry-param" | "part-entry-param-million" | "part-entry-param-thread" | "part-entry-param-adaptive" => {
+        "part-entry-param"
+        | "part-entry-param-thousand"
+        | "part-entry-param-million"
+        | "part-entry-param-thread"
+        | "part-entry-param-adaptive" => {
             let engine = Sentinel::builder().build().leak();
             let rule = ParamFlowRule::new("part", 0).count(1e12);
             let rule = if variant.ends_with("thread") { rule.grade(FlowGrade::Thread).count(1_000.0) } else { rule };
@@ -341,9 +346,15 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                 ])?;
             }
             let resource = engine.resource("part");
-            // One value, or each call the next of 10^6 (far beyond the rule's 4,000 tracked values), after
-            // 10,000 calls that fill the rule's table, so that every measured call replaces a value.
-            let (values, fill) = if variant.ends_with("million") { (1_000_000, 10_000) } else { (1, 0) };
+            // One value; each call the next of 1,000 (all tracked, after a round that brings them in: every
+            // call a hit, in whichever cell of its set its value took); or each call the next of 10^6 (far
+            // beyond the rule's 4,000 tracked values), after 10,000 calls that fill the rule's table, so that
+            // every measured call replaces a value.
+            let (values, fill) = match variant {
+                "part-entry-param-million" => (1_000_000, 10_000),
+                "part-entry-param-thousand" => (1_000, 1_000),
+                _ => (1, 0),
+            };
             let mut next = 0u64;
             let mut call = || {
                 next = (next + 1) % values;

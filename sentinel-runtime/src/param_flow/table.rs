@@ -7,8 +7,9 @@
 //! (so a caller cannot aim many values at one set), and a new value goes to the emptier one: with two
 //! choices of eight cells, a table 85 % full has almost no set pair full. A cell is a key (two words) and a
 //! 128-bit state word: a header (version, type tag, a busy flag, a use frequency) above a 96-bit payload (the
-//! counter the rule decides on). A set keeps its keys' low words together, so a lookup reads one cache line
-//! to find its cell.
+//! counter the rule decides on). Beside the cells, each set has a word of eight one-byte fingerprints (a
+//! byte of the value's hash per cell), so a lookup compares the eight at once (bytewise in one word) and
+//! reads a cell's key only where its fingerprint matches.
 //!
 //! # Why a decision is exact (proof sketch)
 //!
@@ -23,17 +24,27 @@
 //!   changes of value of its cell to be fooled.
 //! - *One cell per value.* A value is inserted only by a thread holding the insert bits of both its sets
 //!   (taken in index order, held for a few dozen instructions, never by a hit). Under them it looks for the
-//!   value again before it takes a cell, so callers that miss on one value at once share one counter.
+//!   value again before it takes a cell, so callers that miss on one value at once share one counter. It
+//!   skips that second look when neither set was filled since its first: each set's word counts the cells
+//!   filled in it (by an insert or a value moving in, always under the set's insert bit, before the bit's
+//!   release). A miss reads both words (acquire) before its look; if neither bit was held then and both
+//!   counts are the same once it holds the bits, every key written to its sets since is one it saw, and its
+//!   look, which found nothing, still holds (a value can only enter them by a fill). The count has 51 bits.
+//! - *Fingerprints are hints.* A cell's key and state decide a match, never its fingerprint: a stale one
+//!   (written under the insert bit, like the key, but read with no order to it) can only make a reader
+//!   miss a value, and a miss looks again under the bits unless no fill happened since it read the words,
+//!   which orders every fingerprint written before them.
 //! - *Permits.* A thread-grade permit is one word: the table's id, the cell and its version when the permit
 //!   was taken. It is given back by a CAS that requires that version and no busy bit, so a cell that went
 //!   to another value since (a later version) loses nothing to it, and a table that is not the permit's
 //!   (another id) is not touched.
 //! - *The insert bits.* A set's word holds its insert bit and, written only by the bit's holder, which cells
-//!   hold a value and the eviction hand: taking the bit (acquire) sees what the last holder wrote before
-//!   releasing it (release).
-//! - *Memory is bounded.* Cells of 32 bytes for 9/8 of `capacity` and a word per set, allocated with the
-//!   rule, never more whatever the number of distinct values; a call never allocates. The table holds at
-//!   most `capacity` values: a miss reserves its room in the count before it fills an empty cell.
+//!   hold a value, the eviction hand and the count of fills: taking the bit (acquire) sees what the last
+//!   holder wrote before releasing it (release), fingerprints included.
+//! - *Memory is bounded.* Cells of 34 bytes (a set's two words shared by its eight) for 9/8 of `capacity`,
+//!   allocated with the rule, never more whatever the number of distinct values; a call never allocates. The
+//!   table holds at most `capacity` values: a miss reserves its room in the count before it fills an empty
+//!   cell.
 //!
 //! # Eviction
 //!
@@ -72,9 +83,24 @@ const TAG_MASK: u128 = 0b111 << TAG_SHIFT;
 const VERSION_SHIFT: u32 = 104;
 const VERSION_ONE: u128 = 1 << VERSION_SHIFT;
 
-/// In a set's insert word: the first bit of the occupancy mask, and the eviction hand's shift.
+/// In a set's insert word: the first bit of the occupancy mask, the eviction hand (modulo 16, a multiple of
+/// the one or two sets' cells it turns over), and the count of cells filled.
 const OCCUPIED_SHIFT: u32 = 1;
 const HAND_SHIFT: u32 = OCCUPIED_SHIFT + WAYS as u32;
+const HAND_MASK: u64 = 0xf << HAND_SHIFT;
+const FILLS_SHIFT: u32 = HAND_SHIFT + 4;
+
+/// Ones in every byte, and the top bit of every byte: the bytewise compare of fingerprints.
+const BYTES_ONE: u64 = u64::from_ne_bytes([1; 8]);
+const BYTES_TOP: u64 = u64::from_ne_bytes([0x80; 8]);
+
+/// The ways of a set whose fingerprint byte in `tags` may be `fp`: bit 7 of each such byte (with, rarely,
+/// a byte above a match that is not one; the key decides). The bytewise zero test of `tags ^ fp…fp`.
+#[inline(always)]
+fn candidates(tags: u64, fp: u8) -> u64 {
+    let x = tags ^ (BYTES_ONE * fp as u64);
+    x.wrapping_sub(BYTES_ONE) & !x & BYTES_TOP
+}
 
 #[inline]
 fn tag_of(s: u128) -> u8 {
@@ -89,13 +115,35 @@ fn freq_of(s: u128) -> u128 {
     (s & FREQ_MASK) >> FREQ_SHIFT
 }
 
-/// [`WAYS`] cells: their keys' low words (one cache line), high words and states.
+/// [`WAYS`] cells: the set's fingerprints and insert word, then the keys' low and high words and the states
+/// (272 bytes: 34 a cell).
 #[derive(Default)]
-#[repr(C, align(64))]
+#[repr(C)]
 struct Set {
+    head: Head,
     lo: [AtomicU64; WAYS],
     hi: [AtomicU64; WAYS],
     state: [AtomicU128; WAYS],
+}
+
+const _: () = assert!(std::mem::size_of::<Set>() == 272);
+
+/// A set's words beside its cells.
+#[derive(Default)]
+#[repr(C)]
+struct Head {
+    /// Byte `way`: the fingerprint of the value the cell last took (written under the insert bit).
+    tags: AtomicU64,
+    /// Bit 0 the insert bit; the others, written only by its holder: which cells hold a value, the eviction
+    /// hand, the count of fills (see [`InsertBit`]).
+    word: AtomicU64,
+}
+
+/// Where a value lives: its two sets and its fingerprint.
+#[derive(Clone, Copy)]
+struct Place {
+    sets: [usize; 2],
+    fp: u8,
 }
 
 /// What a decision does with a counter's payload.
@@ -174,9 +222,6 @@ fn next_table_id() -> u32 {
 /// See the module docs.
 pub(crate) struct ValueTable {
     sets: Box<[Set]>,
-    /// Per set: bit 0 the insert bit, bits 1 to 8 which cells hold a value, the rest the eviction hand
-    /// (written only by the insert bit's holder, see [`InsertBit`]).
-    inserts: Box<[AtomicU32]>,
     /// Seeds the hash that picks a value's sets.
     seed: u64,
     /// This table's id in its cells' references (`CellRef`).
@@ -209,7 +254,6 @@ impl ValueTable {
         let sets = sets.clamp(1, MAX_SETS);
         ValueTable {
             sets: (0..sets).map(|_| Set::default()).collect(),
-            inserts: (0..sets).map(|_| AtomicU32::new(0)).collect(),
             seed: std::collections::hash_map::RandomState::new().hash_one(0x5e_u8),
             occupied: AtomicUsize::new(0),
             id: next_table_id(),
@@ -228,8 +272,14 @@ impl ValueTable {
     }
 
     /// The two sets of `key` (one when the table has one set).
-    #[inline]
+    #[cfg(test)]
     fn sets_of(&self, key: &ValueKey) -> [usize; 2] {
+        self.place(key).sets
+    }
+
+    /// The two sets of `key` (one when the table has one set) and its fingerprint.
+    #[inline]
+    fn place(&self, key: &ValueKey) -> Place {
         let (tag, hi, lo) = key.parts();
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&hi.to_le_bytes());
@@ -239,7 +289,8 @@ impl ValueTable {
         let a = ((h & 0xffff_ffff) * n) >> 32;
         let b = ((h >> 32) * n) >> 32;
         let b = if b == a && n > 1 { (a + 1) % n } else { b };
-        [a as usize, b as usize]
+        // The low byte: the sets come from the high bits of each half.
+        Place { sets: [a as usize, b as usize], fp: h as u8 }
     }
 
     /// Applies `step` to the counter of `key`; a value not in the table takes a cell whose payload and answer
@@ -253,11 +304,11 @@ impl ValueTable {
         mut step: impl FnMut(u128) -> Step<R>,
         pinned: impl Fn(u128) -> bool,
     ) -> (R, CellRef) {
-        let sets = self.sets_of(key);
+        let place = self.place(key);
         // Inline: a value found in its first set. Out of line: its second set, then a miss.
-        match self.find_in(sets[0], key, &mut step) {
+        match self.find_in(place.sets[0], place.fp, key, &mut step) {
             Some(found) => found,
-            None => self.update_beyond_first_set(sets, key, init, step, pinned),
+            None => self.update_beyond_first_set(place, key, init, step, pinned),
         }
     }
 
@@ -265,42 +316,54 @@ impl ValueTable {
     #[inline(never)]
     fn update_beyond_first_set<R>(
         &self,
-        sets: [usize; 2],
+        place: Place,
         key: &ValueKey,
         init: impl FnOnce() -> (u128, R),
         mut step: impl FnMut(u128) -> Step<R>,
         pinned: impl Fn(u128) -> bool,
     ) -> (R, CellRef) {
-        if sets[1] != sets[0] {
-            if let Some(found) = self.find_in(sets[1], key, &mut step) {
-                return found;
-            }
+        // The words first, then a look at the second set and at the first one again (the caller's look came
+        // before the words): a miss under the insert bits then skips its second look if no cell was filled
+        // since.
+        let [a, b] = place.sets;
+        let looked = place.sets.map(|set| self.sets[set].head.word.load(Ordering::Acquire));
+        #[cfg(test)]
+        test_hooks::looked();
+        let found = match b != a {
+            true => self.find_in(b, place.fp, key, &mut step).or_else(|| self.find_in(a, place.fp, key, &mut step)),
+            false => self.find_in(a, place.fp, key, &mut step),
+        };
+        match found {
+            Some(found) => found,
+            None => self.insert(place, looked, key, init, step, pinned),
         }
-        self.insert(sets, key, init, step, pinned)
     }
 
-    /// The validated update of `key`'s cell in `sets`, if it holds one.
+    /// The validated update of `key`'s cell in its sets, if they hold one.
     #[inline]
-    fn find<R>(
+    fn find<R>(&self, place: Place, key: &ValueKey, step: &mut impl FnMut(u128) -> Step<R>) -> Option<(R, CellRef)> {
+        let [a, b] = place.sets;
+        self.find_in(a, place.fp, key, step).or_else(|| (b != a).then(|| self.find_in(b, place.fp, key, step))?)
+    }
+
+    /// The validated update of `key`'s cell in set `set`, if it holds one: the cells whose fingerprint is
+    /// `fp`, in order.
+    #[inline(always)]
+    fn find_in<R>(
         &self,
-        sets: [usize; 2],
+        set: usize,
+        fp: u8,
         key: &ValueKey,
         step: &mut impl FnMut(u128) -> Step<R>,
     ) -> Option<(R, CellRef)> {
-        self.find_in(sets[0], key, step).or_else(|| (sets[1] != sets[0]).then(|| self.find_in(sets[1], key, step))?)
-    }
-
-    /// The validated update of `key`'s cell in set `set`, if it holds one.
-    #[inline(always)]
-    fn find_in<R>(&self, set: usize, key: &ValueKey, step: &mut impl FnMut(u128) -> Step<R>) -> Option<(R, CellRef)> {
-        let lo = key.parts().2;
         let cells = &self.sets[set];
-        for way in 0..WAYS {
-            if cells.lo[way].load(Ordering::Relaxed) == lo {
-                if let Some(done) = self.probe(cells, set, way, key, step) {
-                    return Some(done);
-                }
+        let mut ways = candidates(cells.head.tags.load(Ordering::Relaxed), fp);
+        while ways != 0 {
+            let way = (ways.trailing_zeros() / 8) as usize;
+            if let Some(done) = self.probe(cells, set, way, key, step) {
+                return Some(done);
             }
+            ways &= ways - 1;
         }
         None
     }
@@ -349,17 +412,20 @@ impl ValueTable {
         }
     }
 
-    /// A miss: under the insert bits of both sets, looks again, then takes a cell for `key`.
+    /// A miss: under the insert bits of both sets, looks again (unless neither set was filled since the
+    /// words `looked` were read, before the caller's look), then takes a cell for `key`.
     #[cold]
     #[inline(never)]
     fn insert<R>(
         &self,
-        sets: [usize; 2],
+        place: Place,
+        looked: [u64; 2],
         key: &ValueKey,
         init: impl FnOnce() -> (u128, R),
         mut step: impl FnMut(u128) -> Step<R>,
         pinned: impl Fn(u128) -> bool,
     ) -> (R, CellRef) {
+        let Place { sets, fp } = place;
         let [a, b] = sets;
         #[cfg(test)]
         test_hooks::before_lock();
@@ -368,15 +434,18 @@ impl ValueTable {
         let second = (a != b).then(|| self.lock(a.max(b)));
         #[cfg(test)]
         test_hooks::holding_bits();
-        // Another caller may have inserted the value since our look: never two cells for one value.
-        if let Some(found) = self.find(sets, key, &mut step) {
-            return found;
-        }
         let (ga, gb) = match &second {
             Some(g) if a > b => (g, &first),
             Some(g) => (&first, g),
             None => (&first, &first),
         };
+        // Another caller may have inserted the value since our look: never two cells for one value.
+        let unfilled = |was: u64, now: &InsertBit<'_>| was & 1 == 0 && was >> FILLS_SHIFT == now.word() >> FILLS_SHIFT;
+        if !(unfilled(looked[0], ga) && unfilled(looked[1], gb)) {
+            if let Some(found) = self.find(place, key, &mut step) {
+                return found;
+            }
+        }
         // A cell for the value: an empty one while the table holds fewer than `capacity` values (reserved
         // first, so that concurrent misses never take it past), one a value of the two sets leaves for its
         // other set, or one a value gives up.
@@ -400,7 +469,7 @@ impl ValueTable {
         let Some((_, busy)) = mark_busy_if(state, state.load(Ordering::Acquire), |_| true) else {
             unreachable!("nothing refuses")
         };
-        guard.set_word(guard.word() | 1 << (OCCUPIED_SHIFT + way as u32));
+        guard.fill(way, fp);
         cells.hi[way].store(hi, Ordering::Release);
         cells.lo[way].store(lo, Ordering::Release);
         let header = busy & !(BUSY | TAG_MASK | FREQ_MASK | PAYLOAD_MASK);
@@ -437,7 +506,7 @@ impl ValueTable {
                     cells.hi[way].load(Ordering::Relaxed),
                     cells.lo[way].load(Ordering::Relaxed),
                 );
-                let [x, y] = self.sets_of(&key);
+                let Place { sets: [x, y], fp } = self.place(&key);
                 let other = if x == set { y } else { x };
                 if other == a || other == b || pinned(s & PAYLOAD_MASK) {
                     continue;
@@ -448,7 +517,7 @@ impl ValueTable {
                     continue;
                 }
                 if self.relocate((set, way), s, (other, to), pinned) {
-                    dest.set_word(dest.word() | 1 << (OCCUPIED_SHIFT + to as u32));
+                    dest.fill(to, fp);
                     return Some((guard, way));
                 }
             }
@@ -496,8 +565,8 @@ impl ValueTable {
         let count = if a.set == b.set { WAYS } else { 2 * WAYS };
         let held = |i: usize| guards[i / WAYS].occupancy() & 1 << (i % WAYS) != 0;
         let word = a.word();
-        a.set_word(word.wrapping_add(1 << HAND_SHIFT));
-        let start = (word >> HAND_SHIFT) as usize % count;
+        a.set_word((word & !HAND_MASK) | (word + (1 << HAND_SHIFT)) & HAND_MASK);
+        let start = ((word & HAND_MASK) >> HAND_SHIFT) as usize % count;
         let state = |i: usize| &sets[i / WAYS].state[i % WAYS];
         let cell = |i: usize| (guards[i / WAYS], i % WAYS);
         // The least used candidate seen: (frequency, index).
@@ -596,20 +665,22 @@ impl ValueTable {
 
     /// The insert bit of `set` if no other miss holds it.
     fn try_lock(&self, set: usize) -> Option<InsertBit<'_>> {
-        let bit = &self.inserts[set];
-        let cur = bit.load(Ordering::Relaxed);
-        (cur & 1 == 0 && bit.compare_exchange(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok())
-            .then_some(InsertBit { word: bit, set })
+        let head = &self.sets[set].head;
+        let cur = head.word.load(Ordering::Relaxed);
+        (cur & 1 == 0 && head.word.compare_exchange(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok())
+            .then_some(InsertBit { head, set })
     }
 
     /// Takes the insert bit of `set`, spinning (then yielding) while another miss holds it.
     fn lock(&self, set: usize) -> InsertBit<'_> {
-        let bit = &self.inserts[set];
+        let head = &self.sets[set].head;
         let mut spins = 0u32;
         loop {
-            let cur = bit.load(Ordering::Relaxed);
-            if cur & 1 == 0 && bit.compare_exchange_weak(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                return InsertBit { word: bit, set };
+            let cur = head.word.load(Ordering::Relaxed);
+            if cur & 1 == 0
+                && head.word.compare_exchange_weak(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            {
+                return InsertBit { head, set };
             }
             spins += 1;
             if spins < 64 {
@@ -638,39 +709,49 @@ impl ValueTable {
     #[cfg_attr(not(any(test, feature = "tower")), allow(dead_code))] // Read by the web layer's RateLimit headers.
     pub(crate) fn peek(&self, key: &ValueKey) -> Option<u128> {
         let mut keep = |p: u128| Step::Keep(p);
-        self.find(self.sets_of(key), key, &mut keep).map(|(p, _)| p)
+        self.find(self.place(key), key, &mut keep).map(|(p, _)| p)
     }
 }
 
-/// A held insert bit of one set, released on drop. While it is held no other thread writes the set's word,
-/// so its holder reads and writes the rest of the word (which cells hold a value, the eviction hand) plainly.
+/// A held insert bit of one set, released on drop. While it is held no other thread writes the set's word
+/// or its fingerprints, so its holder reads and writes the rest of the word (which cells hold a value, the
+/// eviction hand, the count of fills) and the fingerprints plainly.
 struct InsertBit<'t> {
-    word: &'t AtomicU32,
+    head: &'t Head,
     set: usize,
 }
 
 impl InsertBit<'_> {
     /// The set's word (insert bit set).
     #[inline]
-    fn word(&self) -> u32 {
-        self.word.load(Ordering::Relaxed)
+    fn word(&self) -> u64 {
+        self.head.word.load(Ordering::Relaxed)
     }
     /// Writes the set's word, keeping the insert bit.
     #[inline]
-    fn set_word(&self, w: u32) {
-        self.word.store(w | 1, Ordering::Relaxed);
+    fn set_word(&self, w: u64) {
+        self.head.word.store(w | 1, Ordering::Relaxed);
+    }
+    /// Cell `way` takes a value whose fingerprint is `fp`: it holds a value, the set counts one fill more
+    /// (published by the bit's release, see the module docs).
+    #[inline]
+    fn fill(&self, way: usize, fp: u8) {
+        let tags = self.head.tags.load(Ordering::Relaxed);
+        let shift = 8 * way as u32;
+        self.head.tags.store((tags & !(0xff << shift)) | (fp as u64) << shift, Ordering::Relaxed);
+        self.set_word((self.word() | 1 << (OCCUPIED_SHIFT + way as u32)).wrapping_add(1 << FILLS_SHIFT));
     }
     /// Which cells of the set hold a value (bit `way`).
     #[inline]
     fn occupancy(&self) -> u32 {
-        (self.word() >> OCCUPIED_SHIFT) & ((1 << WAYS) - 1)
+        ((self.word() >> OCCUPIED_SHIFT) & ((1 << WAYS) - 1)) as u32
     }
 }
 
 impl Drop for InsertBit<'_> {
     fn drop(&mut self) {
-        // Release: the next holder sees this holder's cells and word.
-        self.word.fetch_and(!1, Ordering::Release);
+        // Release: the next holder, and a miss that reads the word, see this holder's cells and words.
+        self.head.word.fetch_and(!1, Ordering::Release);
     }
 }
 
@@ -685,6 +766,9 @@ pub(crate) mod test_hooks {
     thread_local! {
         /// Runs once on this thread when a reader has matched a cell's key, before it swaps the cell's state.
         pub(crate) static BEFORE_SWAP: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread when a lookup that missed its first set has read its sets' words, before
+        /// it looks at both sets.
+        pub(crate) static LOOKED: Hook = const { RefCell::new(None) };
         /// Runs once on this thread when a miss is about to take its sets' insert bits.
         pub(crate) static BEFORE_LOCK: Hook = const { RefCell::new(None) };
         /// Runs once on this thread when a miss holds its sets' insert bits, before it looks again.
@@ -695,6 +779,9 @@ pub(crate) mod test_hooks {
 
     pub(crate) fn before_swap() {
         run(&BEFORE_SWAP);
+    }
+    pub(crate) fn looked() {
+        run(&LOOKED);
     }
     pub(crate) fn before_lock() {
         run(&BEFORE_LOCK);
@@ -709,7 +796,7 @@ pub(crate) mod test_hooks {
 
 #[cfg(test)]
 mod tests {
-    use super::test_hooks::{self, BEFORE_LOCK, BEFORE_SWAP, HOLDING_BITS, SOURCE_BUSY};
+    use super::test_hooks::{self, BEFORE_LOCK, BEFORE_SWAP, HOLDING_BITS, LOOKED, SOURCE_BUSY};
     use super::*;
     use crate::param_flow::ParamValue;
     use std::sync::mpsc;
@@ -733,6 +820,33 @@ mod tests {
             })
             .take(n)
             .collect()
+    }
+
+    #[test]
+    fn the_fingerprint_compare_flags_every_matching_cell() {
+        // Every matching byte is flagged; a byte flagged without matching sits above a match (the borrow).
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Bytes from a few values, so that matches (and bytes one above a match) are common.
+            let tags = u64::from_le_bytes(x.to_le_bytes().map(|b| b % 4));
+            let fp = (round % 4) as u8;
+            let flagged = candidates(tags, fp);
+            let mut lowest_match = None;
+            for way in 0..WAYS {
+                let byte = (tags >> (8 * way)) as u8;
+                let bit = flagged & 0x80 << (8 * way) != 0;
+                if byte == fp {
+                    assert!(bit, "{tags:#x} {fp}: way {way} matches");
+                    lowest_match.get_or_insert(way);
+                } else if bit {
+                    assert!(lowest_match.is_some_and(|m| m < way), "{tags:#x} {fp}: way {way} flagged alone");
+                }
+            }
+            assert_eq!(flagged & !BYTES_TOP, 0);
+        }
     }
 
     #[test]
@@ -784,6 +898,65 @@ mod tests {
         assert_eq!(at, at2, "one cell");
         assert_eq!(t.peek(&key(7)), Some(9), "the first call's count and the second's spend");
         assert_eq!(t.tracked(), 1);
+    }
+
+    #[test]
+    fn a_miss_whose_value_came_in_after_its_look_finds_it_under_the_bits() {
+        // Its words were read with no fill since, then (this thread's hook, run once) another call inserts
+        // the value and releases the bits: the miss must see the fill and look again.
+        let t = Arc::new(ValueTable::new(64 * WAYS));
+        let inside = t.clone();
+        test_hooks::set(&BEFORE_LOCK, move || assert!(spend(&inside, 7, 10).0, "the other call inserted 7"));
+        let (created, _) = spend(&t, 7, 10);
+        assert!(!created, "the miss found the other call's counter");
+        assert_eq!(t.peek(&key(7)), Some(9), "one counter: the first call's count and the second's spend");
+        assert_eq!(t.tracked(), 1);
+    }
+
+    #[test]
+    fn a_miss_that_read_the_words_before_a_move_began_finds_the_value_in_its_new_cell() {
+        // `v` lives in its second set `a` (its first, `c`, held a value when it came in); sets `a` and `b`
+        // fill up with values of theirs, so that the next one, `n`, moves `v` to `c`. The reader misses `c`,
+        // reads its sets' words while no insert bit is held, then looks while `v` is between its cells
+        // (source busy, `c` not filled yet), misses, and takes the bits after the move: the count of fills
+        // of `c` tells it to look again.
+        let t = Arc::new(ValueTable::with_sets(4 * WAYS, 4));
+        let (v, [c, a]) = (0..).map(|v| (v, t.sets_of(&key(v)))).find(|(_, s)| s[0] != s[1]).expect("a value");
+        let u = (v + 1..).find(|&u| t.sets_of(&key(u))[0] == c).expect("a value first in c");
+        assert!(spend(&t, u, 1).0);
+        assert!(spend(&t, v, 100).0);
+        assert_eq!(t.update(&key(v), || (0, 0), Step::Keep, |_| false).1.set(), a, "v is in a");
+        let b = (0..4).find(|&s| s != a && s != c).expect("a set");
+        let fill = values_in(&t, [a, b], v + 1, 2 * WAYS).into_iter().filter(|&f| f != u).collect::<Vec<_>>();
+        for &f in &fill[..2 * WAYS - 1] {
+            assert!(spend(&t, f, 100).0);
+        }
+        let n = fill[2 * WAYS - 1];
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (busy_tx, busy_rx) = mpsc::channel::<()>();
+        let (missed_tx, missed_rx) = mpsc::channel::<()>();
+        let mover = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                go_rx.recv().expect("go");
+                test_hooks::set(&SOURCE_BUSY, move || {
+                    busy_tx.send(()).expect("busy");
+                    missed_rx.recv().expect("the reader looked while v was between its cells");
+                });
+                assert!(spend(&t, n, 500).0);
+            })
+        };
+        test_hooks::set(&LOOKED, move || {
+            go_tx.send(()).expect("go");
+            busy_rx.recv().expect("v's source cell is busy");
+        });
+        test_hooks::set(&BEFORE_LOCK, move || missed_tx.send(()).expect("missed"));
+        let (created, at) = spend(&t, v, 100);
+        mover.join().expect("mover");
+        assert!(!created, "the miss found v under the bits, in its new cell");
+        assert_eq!(at.set(), c, "v moved to c");
+        assert_eq!(t.peek(&key(v)), Some(99), "one counter for v, spent once");
+        assert_eq!(t.tracked(), 2 * WAYS + 2, "every value kept");
     }
 
     /// A table of 4 sets where `v` lives in set `a`, whose other set is `c`, and sets `a` and `b` are full
