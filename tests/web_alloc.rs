@@ -1,8 +1,8 @@
 //! What the web layer allocates per request, counted with a counting global allocator (per thread; each
 //! request is run to completion on the test's thread): nothing over the router's own in axum mode, and one
 //! box in gateway mode (its API groups' entries), whatever rules read the client's address; nothing either
-//! outside a router, where the name is the cleaned path. The outbound guard allocates nothing over the
-//! client's own per call, its name included.
+//! outside a router, where the name is the cleaned path; the RateLimit header fields one value each. The
+//! outbound guard allocates nothing over the client's own per call, its name included.
 
 use std::net::SocketAddr;
 
@@ -15,7 +15,7 @@ use sentinel_runtime::outbound::SentinelClientLayer;
 use sentinel_runtime::web::gateway::{
     ApiDefinition, ApiPredicateItem, GatewayFlowRule, GatewayParamItem, ResourceMode,
 };
-use sentinel_runtime::web::{PeerAddr, SentinelLayer, TrustedProxies};
+use sentinel_runtime::web::{PeerAddr, RateLimitHeaders, SentinelLayer, TrustedProxies};
 use sentinel_runtime::Sentinel;
 use tower::{Layer, Service, ServiceExt};
 
@@ -159,4 +159,20 @@ fn outside_a_router_the_layer_allocates_nothing_per_request_for_a_path_it_cleans
         "{:?}",
         engine.resource_names()
     );
+}
+
+#[test]
+fn rate_limit_headers_allocate_one_value_per_field() {
+    // Over the plain layer: the request's extras' box (as gateway mode's), and each field's value once (a
+    // header value owns its bytes); the lists are serialized into buffers the thread keeps. The older
+    // fields add their three values and the growth of the response's header map past its first table.
+    let identity = routes().route_layer(tower::layer::util::Identity::new());
+    let baseline = allocations_per_request(&identity, None);
+    let engine = Sentinel::builder().build().leak();
+    engine.load_flow_rules([FlowRule::new("GET:/product/{id}").count(1e12)]).unwrap();
+    let layer = |h: RateLimitHeaders| routes().route_layer(SentinelLayer::new(engine).rate_limit_headers(h).axum());
+    let fields = allocations_per_request(&layer(RateLimitHeaders::new()), None);
+    assert_eq!(fields, baseline + 1 + 2, "RateLimit and RateLimit-Policy");
+    let legacy = allocations_per_request(&layer(RateLimitHeaders::new().legacy(true)), None);
+    assert_eq!(legacy, fields + 3 + 2, "and x-ratelimit-limit, -remaining, -reset");
 }

@@ -129,11 +129,11 @@ impl PassedFields {
 
     /// Inserts the fields into a response's `headers` (replacing fields of the same names).
     pub(crate) fn write_into(self, headers: &mut HeaderMap) {
-        let least = self.least;
+        let least = self.least.filter(|_| self.legacy);
         let Some(f) = self.lists.finish() else { return };
         headers.insert(RATELIMIT_POLICY, f.policy);
         headers.insert(RATELIMIT, f.rate_limit);
-        if let (true, Some((quota, status))) = (self.legacy, least) {
+        if let Some((quota, status)) = least {
             insert_legacy(headers, fields::legacy_of(quota, status));
         }
     }

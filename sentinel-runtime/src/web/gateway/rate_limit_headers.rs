@@ -194,9 +194,50 @@ fn key(k: &'static str) -> &'static KeyRef {
     KeyRef::constant(k)
 }
 
-fn value(text: String) -> HeaderValue {
+/// A field's value: one allocation of exactly its length (a value made from a `String` with room to spare
+/// takes a second one, the bytes' shared header).
+fn value(text: &str) -> HeaderValue {
     // A serialized structured field is printable ASCII by construction.
-    HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+    HeaderValue::from_bytes(text.as_bytes()).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// An integer's value, written on the stack and copied once (`HeaderValue::from(u64)` allocates twice).
+fn integer_value(n: u64) -> HeaderValue {
+    value(itoa::Buffer::new().format(n))
+}
+
+/// The two lists' buffers a thread keeps between requests, so that serializing a request's fields allocates
+/// nothing once the thread served one: taken by a request's first policy (on whichever thread it is then),
+/// given back when its fields are made (on that thread). One pair per thread, each at most
+/// [`SPARE_MAX_BYTES`]: a larger one is dropped.
+mod spare {
+    use std::cell::Cell;
+
+    /// The largest buffer a thread keeps.
+    pub(super) const SPARE_MAX_BYTES: usize = 4096;
+
+    thread_local! {
+        static LISTS: Cell<Option<(String, String)>> = const { Cell::new(None) };
+    }
+
+    /// This thread's spare pair, or two new empty buffers.
+    pub(super) fn take() -> (String, String) {
+        LISTS.try_with(Cell::take).ok().flatten().unwrap_or_default()
+    }
+
+    /// Keeps `pair`, emptied, for this thread's next request (unless it already keeps one, or a buffer is
+    /// too large, or the thread is exiting).
+    pub(super) fn give_back(mut pair: (String, String)) {
+        if pair.0.capacity() > SPARE_MAX_BYTES || pair.1.capacity() > SPARE_MAX_BYTES {
+            return;
+        }
+        pair.0.clear();
+        pair.1.clear();
+        let _ = LISTS.try_with(|l| {
+            let kept = l.take();
+            l.set(Some(kept.unwrap_or(pair)));
+        });
+    }
 }
 
 /// `RateLimit-Policy` and `RateLimit` for `policies` (one item each, in order); `None` when there is none.
@@ -234,6 +275,9 @@ impl Lists {
         // request often passes two policies: its route's and an API group's, or a flow rule's and a hot
         // parameter's), so that it is not moved to grow.
         let room = name.as_str().len() + 40;
+        if self.policy.capacity() == 0 {
+            (self.policy, self.limit) = spare::take();
+        }
         let room = if self.policy.is_empty() { 2 * room + 2 } else { room + 2 };
         self.policy.reserve(room);
         self.limit.reserve(room);
@@ -286,12 +330,15 @@ impl Lists {
         self.policy.is_empty()
     }
 
-    /// The two values; `None` when no policy was pushed (an empty list is not written).
+    /// The two values; `None` when no policy was pushed (an empty list is not written). The buffers go back
+    /// to the thread's spare pair.
     pub(crate) fn finish(self) -> Option<RateLimitFields> {
-        if self.is_empty() {
-            return None;
+        let fields =
+            (!self.is_empty()).then(|| RateLimitFields { policy: value(&self.policy), rate_limit: value(&self.limit) });
+        if self.policy.capacity() > 0 {
+            spare::give_back((self.policy, self.limit));
         }
-        Some(RateLimitFields { policy: value(self.policy), rate_limit: value(self.limit) })
+        fields
     }
 }
 
@@ -305,15 +352,35 @@ pub fn legacy(policies: &[(&RateLimitPolicy, RateLimitStatus)]) -> Option<Legacy
 /// The older values for one policy's quota and status.
 pub(crate) fn legacy_of(quota: u64, status: RateLimitStatus) -> LegacyFields {
     LegacyFields {
-        limit: HeaderValue::from(quota),
-        remaining: HeaderValue::from(status.remaining),
-        reset: status.reset.map(|t| HeaderValue::from(delay_seconds(t))),
+        limit: integer_value(quota),
+        remaining: integer_value(status.remaining),
+        reset: status.reset.map(|t| integer_value(delay_seconds(t))),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_keeps_one_spare_pair_of_bounded_emptied_buffers() {
+        std::thread::spawn(|| {
+            let (a, b) = spare::take();
+            assert_eq!((a.capacity(), b.capacity()), (0, 0), "a new thread keeps none");
+            let mut first = (String::with_capacity(100), String::with_capacity(100));
+            first.0.push_str("q=1");
+            spare::give_back(first);
+            spare::give_back((String::with_capacity(300), String::with_capacity(300)));
+            let (a, b) = spare::take();
+            assert!((100..300).contains(&a.capacity()) && (100..300).contains(&b.capacity()), "the first kept");
+            assert!(a.is_empty(), "emptied");
+            assert_eq!(spare::take().0.capacity(), 0, "one pair");
+            spare::give_back((String::with_capacity(spare::SPARE_MAX_BYTES + 1), String::new()));
+            assert_eq!(spare::take().0.capacity(), 0, "a buffer too large is dropped");
+        })
+        .join()
+        .expect("the thread");
+    }
 
     fn policy(name: &str, q: u64, w: u64) -> RateLimitPolicy {
         RateLimitPolicy::new(name, q).unwrap().window_secs(w).unwrap()
