@@ -69,18 +69,9 @@ fn allocations_per_request(router: &Router, forwarded: Option<&str>) -> usize {
     })
 }
 
-#[test]
-fn the_layer_allocates_nothing_per_request_and_gateway_mode_one_box() {
-    let identity = routes().route_layer(tower::layer::util::Identity::new());
-    let baseline = allocations_per_request(&identity, None);
-
-    let engine = Sentinel::builder().build().leak();
-    engine.load_flow_rules([FlowRule::new("GET:/product/{id}").count(1e12)]).unwrap();
-    let plain = routes().route_layer(SentinelLayer::new(engine).axum());
-    assert_eq!(allocations_per_request(&plain, None), baseline, "axum mode, one rule");
-
-    // The route and an API group, each with a rule per client IP (the peer's address, written out) and one
-    // per header; the path is matched against an Ant pattern.
+/// The route and an API group, each with a rule per client IP (the peer's address, written out) and one per
+/// header; the path is matched against an Ant pattern.
+fn gateway_engine() -> Sentinel {
     let engine = Sentinel::builder().build();
     engine
         .load_api_definitions([ApiDefinition::new("products").item(ApiPredicateItem::prefix("/product/**"))])
@@ -98,6 +89,20 @@ fn the_layer_allocates_nothing_per_request_and_gateway_mode_one_box() {
                 .param_item(GatewayParamItem::header("x-user")),
         ])
         .unwrap();
+    engine
+}
+
+#[test]
+fn the_layer_allocates_nothing_per_request_and_gateway_mode_one_box() {
+    let identity = routes().route_layer(tower::layer::util::Identity::new());
+    let baseline = allocations_per_request(&identity, None);
+
+    let engine = Sentinel::builder().build().leak();
+    engine.load_flow_rules([FlowRule::new("GET:/product/{id}").count(1e12)]).unwrap();
+    let plain = routes().route_layer(SentinelLayer::new(engine).axum());
+    assert_eq!(allocations_per_request(&plain, None), baseline, "axum mode, one rule");
+
+    let engine = gateway_engine();
     let gateway = routes().route_layer(SentinelLayer::new(&engine).gateway(TrustedProxies::none()).axum());
     assert_eq!(allocations_per_request(&gateway, None), baseline + 1, "gateway mode: the API groups' box");
 
@@ -175,4 +180,17 @@ fn rate_limit_headers_allocate_one_value_per_field() {
     assert_eq!(fields, baseline + 1 + 2, "RateLimit and RateLimit-Policy");
     let legacy = allocations_per_request(&layer(RateLimitHeaders::new().legacy(true)), None);
     assert_eq!(legacy, fields + 3 + 2, "and x-ratelimit-limit, -remaining, -reset");
+
+    // Gateway mode (whose box the fields share): policies of hot parameters, named `resource#index` as
+    // the request's checks pass.
+    let engine = gateway_engine();
+    let gateway = |h: Option<RateLimitHeaders>| {
+        let layer = SentinelLayer::new(&engine).gateway(TrustedProxies::none());
+        routes().route_layer(match h {
+            Some(h) => layer.rate_limit_headers(h).axum(),
+            None => layer.axum(),
+        })
+    };
+    let plain = allocations_per_request(&gateway(None), None);
+    assert_eq!(allocations_per_request(&gateway(Some(RateLimitHeaders::new())), None), plain + 2);
 }

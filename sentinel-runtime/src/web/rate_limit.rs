@@ -96,27 +96,25 @@ pub(crate) struct PassedFields {
     /// The policy with the least remaining, the first such (the legacy fields): its quota and status.
     least: Option<(u64, RateLimitStatus)>,
     legacy: bool,
-    /// A policy name built for the request (a hot parameter's, or a resource name with characters a field
-    /// cannot hold).
-    scratch: String,
 }
 
 impl PassedFields {
     /// Appends a policy of `resource` (of its hot parameter `param_idx`, if any).
     fn push(&mut self, resource: &str, param_idx: Option<i32>, quota: u64, window_secs: u64, status: RateLimitStatus) {
-        let name = if param_idx.is_none() && printable(resource) {
-            resource
-        } else {
-            self.scratch.clear();
-            // The name and `#` and an index at once, rather than growing as they are written.
-            self.scratch.reserve(resource.len() + 12);
-            write_policy_name(&mut self.scratch, resource, param_idx);
-            &self.scratch
-        };
-        // Printable ASCII by construction.
-        let Ok(name) = sfv::StringRef::from_str(name) else { return };
         let shape = fields::Shape { quota, unit: fields::QuotaUnit::Requests, window_secs: Some(window_secs.max(1)) };
-        self.lists.push(name, shape, status, None);
+        if param_idx.is_none() && printable(resource) {
+            // Printable ASCII, checked.
+            let Ok(name) = sfv::StringRef::from_str(resource) else { return };
+            self.lists.push(name, shape, status, None);
+        } else {
+            // A hot parameter's name, or a resource name with characters a field cannot hold: written into
+            // the lists' name buffer (the name, `#` and an index at once, rather than growing as written).
+            let write = |buf: &mut String| {
+                buf.reserve(resource.len() + 12);
+                write_policy_name(buf, resource, param_idx);
+            };
+            self.lists.push_named(write, shape, status);
+        }
         if self.least.is_none_or(|(_, least)| status.remaining < least.remaining) {
             self.least = Some((quota, status));
         }

@@ -206,10 +206,10 @@ fn integer_value(n: u64) -> HeaderValue {
     value(itoa::Buffer::new().format(n))
 }
 
-/// The two lists' buffers a thread keeps between requests, so that serializing a request's fields allocates
-/// nothing once the thread served one: taken by a request's first policy (on whichever thread it is then),
-/// given back when its fields are made (on that thread). One pair per thread, each at most
-/// [`SPARE_MAX_BYTES`]: a larger one is dropped.
+/// The buffers a thread keeps between requests (the two lists and a policy name), so that serializing a
+/// request's fields allocates nothing once the thread served one: taken by a request's first policy (on
+/// whichever thread it is then), given back when its fields are made (on that thread). One set per thread,
+/// each buffer at most [`SPARE_MAX_BYTES`]: a larger one is dropped.
 mod spare {
     use std::cell::Cell;
 
@@ -217,25 +217,24 @@ mod spare {
     pub(super) const SPARE_MAX_BYTES: usize = 4096;
 
     thread_local! {
-        static LISTS: Cell<Option<(String, String)>> = const { Cell::new(None) };
+        static BUFFERS: Cell<Option<[String; 3]>> = const { Cell::new(None) };
     }
 
-    /// This thread's spare pair, or two new empty buffers.
-    pub(super) fn take() -> (String, String) {
-        LISTS.try_with(Cell::take).ok().flatten().unwrap_or_default()
+    /// This thread's spare buffers, or new empty ones.
+    pub(super) fn take() -> [String; 3] {
+        BUFFERS.try_with(Cell::take).ok().flatten().unwrap_or_default()
     }
 
-    /// Keeps `pair`, emptied, for this thread's next request (unless it already keeps one, or a buffer is
-    /// too large, or the thread is exiting).
-    pub(super) fn give_back(mut pair: (String, String)) {
-        if pair.0.capacity() > SPARE_MAX_BYTES || pair.1.capacity() > SPARE_MAX_BYTES {
+    /// Keeps `buffers`, emptied, for this thread's next request (unless it already keeps a set, or a buffer
+    /// is too large, or the thread is exiting).
+    pub(super) fn give_back(mut buffers: [String; 3]) {
+        if buffers.iter().any(|b| b.capacity() > SPARE_MAX_BYTES) {
             return;
         }
-        pair.0.clear();
-        pair.1.clear();
-        let _ = LISTS.try_with(|l| {
-            let kept = l.take();
-            l.set(Some(kept.unwrap_or(pair)));
+        buffers.iter_mut().for_each(String::clear);
+        let _ = BUFFERS.try_with(|b| {
+            let kept = b.take();
+            b.set(Some(kept.unwrap_or(buffers)));
         });
     }
 }
@@ -265,9 +264,32 @@ pub(crate) struct Shape {
 pub(crate) struct Lists {
     policy: String,
     limit: String,
+    /// A policy name built for the request ([`push_named`](Self::push_named)).
+    name: String,
 }
 
 impl Lists {
+    /// Takes the thread's spare buffers at the first policy.
+    #[inline]
+    fn ready(&mut self) {
+        if self.policy.capacity() == 0 {
+            [self.policy, self.limit, self.name] = spare::take();
+        }
+    }
+
+    /// Appends one policy whose name `write_name` writes (printable ASCII, or the policy is left out), with
+    /// integer parameters only.
+    pub(crate) fn push_named(&mut self, write_name: impl FnOnce(&mut String), shape: Shape, status: RateLimitStatus) {
+        self.ready();
+        let mut name = std::mem::take(&mut self.name);
+        name.clear();
+        write_name(&mut name);
+        if let Ok(n) = StringRef::from_str(&name) {
+            self.push(n, shape, status, None);
+        }
+        self.name = name;
+    }
+
     /// Appends one policy's items.
     pub(crate) fn push(&mut self, name: &StringRef, shape: Shape, status: RateLimitStatus, pk: Option<&[u8]>) {
         // Room for the item as most are (the name, three short integers, a window), so that each list is
@@ -275,9 +297,7 @@ impl Lists {
         // request often passes two policies: its route's and an API group's, or a flow rule's and a hot
         // parameter's), so that it is not moved to grow.
         let room = name.as_str().len() + 40;
-        if self.policy.capacity() == 0 {
-            (self.policy, self.limit) = spare::take();
-        }
+        self.ready();
         let room = if self.policy.is_empty() { 2 * room + 2 } else { room + 2 };
         self.policy.reserve(room);
         self.limit.reserve(room);
@@ -336,7 +356,7 @@ impl Lists {
         let fields =
             (!self.is_empty()).then(|| RateLimitFields { policy: value(&self.policy), rate_limit: value(&self.limit) });
         if self.policy.capacity() > 0 {
-            spare::give_back((self.policy, self.limit));
+            spare::give_back([self.policy, self.limit, self.name]);
         }
         fields
     }
@@ -363,20 +383,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_thread_keeps_one_spare_pair_of_bounded_emptied_buffers() {
+    fn a_thread_keeps_one_spare_set_of_bounded_emptied_buffers() {
         std::thread::spawn(|| {
-            let (a, b) = spare::take();
-            assert_eq!((a.capacity(), b.capacity()), (0, 0), "a new thread keeps none");
-            let mut first = (String::with_capacity(100), String::with_capacity(100));
-            first.0.push_str("q=1");
+            let caps = |b: &[String; 3]| b.each_ref().map(String::capacity);
+            assert_eq!(caps(&spare::take()), [0; 3], "a new thread keeps none");
+            let mut first = [(); 3].map(|_| String::with_capacity(100));
+            first[0].push_str("q=1");
             spare::give_back(first);
-            spare::give_back((String::with_capacity(300), String::with_capacity(300)));
-            let (a, b) = spare::take();
-            assert!((100..300).contains(&a.capacity()) && (100..300).contains(&b.capacity()), "the first kept");
-            assert!(a.is_empty(), "emptied");
-            assert_eq!(spare::take().0.capacity(), 0, "one pair");
-            spare::give_back((String::with_capacity(spare::SPARE_MAX_BYTES + 1), String::new()));
-            assert_eq!(spare::take().0.capacity(), 0, "a buffer too large is dropped");
+            spare::give_back([(); 3].map(|_| String::with_capacity(300)));
+            let kept = spare::take();
+            assert!(caps(&kept).iter().all(|c| (100..300).contains(c)), "the first kept");
+            assert!(kept[0].is_empty(), "emptied");
+            assert_eq!(caps(&spare::take()), [0; 3], "one set");
+            spare::give_back([String::new(), String::with_capacity(spare::SPARE_MAX_BYTES + 1), String::new()]);
+            assert_eq!(caps(&spare::take()), [0; 3], "a buffer too large: none kept");
         })
         .join()
         .expect("the thread");
