@@ -351,7 +351,7 @@ impl Lists {
     }
 
     /// The two values; `None` when no policy was pushed (an empty list is not written). The buffers go back
-    /// to the thread's spare pair.
+    /// to the thread's spare set.
     pub(crate) fn finish(self) -> Option<RateLimitFields> {
         let fields =
             (!self.is_empty()).then(|| RateLimitFields { policy: value(&self.policy), rate_limit: value(&self.limit) });
