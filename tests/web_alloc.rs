@@ -92,13 +92,24 @@ fn gateway_engine() -> Sentinel {
     engine
 }
 
+/// The routes behind an identity layer: what the router allocates per request on its own.
+fn identity() -> Router {
+    routes().route_layer(tower::layer::util::Identity::new())
+}
+
+/// An engine with one passing flow rule on `resource`.
+fn one_rule_engine(resource: &str) -> &'static Sentinel {
+    let engine = Sentinel::builder().build().leak();
+    engine.load_flow_rules([FlowRule::new(resource).count(1e12)]).unwrap();
+    engine
+}
+
 #[test]
 fn the_layer_allocates_nothing_per_request_and_gateway_mode_one_box() {
-    let identity = routes().route_layer(tower::layer::util::Identity::new());
+    let identity = identity();
     let baseline = allocations_per_request(&identity, None);
 
-    let engine = Sentinel::builder().build().leak();
-    engine.load_flow_rules([FlowRule::new("GET:/product/{id}").count(1e12)]).unwrap();
+    let engine = one_rule_engine("GET:/product/{id}");
     let plain = routes().route_layer(SentinelLayer::new(engine).axum());
     assert_eq!(allocations_per_request(&plain, None), baseline, "axum mode, one rule");
 
@@ -129,8 +140,7 @@ fn the_outbound_guard_allocates_nothing_per_call_over_the_client() {
             std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty())))
         })
     };
-    let engine = Sentinel::builder().build().leak();
-    engine.load_flow_rules([FlowRule::new("GET:inventory.svc/items/{id}").count(1e12)]).unwrap();
+    let engine = one_rule_engine("GET:inventory.svc/items/{id}");
     let mut guarded = SentinelClientLayer::new(engine).layer(bare());
     for url in
         ["http://inventory.svc/items/42", "http://inventory.svc:8080/items/0f8fad5b-d9cb-469f-a165-70867728950e/stock"]
@@ -149,8 +159,7 @@ fn outside_a_router_the_layer_allocates_nothing_per_request_for_a_path_it_cleans
             std::future::ready(Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty())))
         })
     };
-    let engine = Sentinel::builder().build().leak();
-    engine.load_flow_rules([FlowRule::new("GET:/product/{id}/reviews/{id}").count(1e12)]).unwrap();
+    let engine = one_rule_engine("GET:/product/{id}/reviews/{id}");
     let mut service = SentinelLayer::new(engine).layer(bare());
     let path = "/product/7/reviews/0f8fad5b-d9cb-469f-a165-70867728950e";
     let request = || Request::get(path).body(Body::empty()).expect("a request");
@@ -171,10 +180,8 @@ fn rate_limit_headers_allocate_one_value_per_field() {
     // Over the plain layer: the request's extras' box (as gateway mode's), and each field's value once (a
     // header value owns its bytes); the lists are serialized into buffers the thread keeps. The older
     // fields add their three values and the growth of the response's header map past its first table.
-    let identity = routes().route_layer(tower::layer::util::Identity::new());
-    let baseline = allocations_per_request(&identity, None);
-    let engine = Sentinel::builder().build().leak();
-    engine.load_flow_rules([FlowRule::new("GET:/product/{id}").count(1e12)]).unwrap();
+    let baseline = allocations_per_request(&identity(), None);
+    let engine = one_rule_engine("GET:/product/{id}");
     let layer = |h: RateLimitHeaders| routes().route_layer(SentinelLayer::new(engine).rate_limit_headers(h).axum());
     let fields = allocations_per_request(&layer(RateLimitHeaders::new()), None);
     assert_eq!(fields, baseline + 1 + 2, "RateLimit and RateLimit-Policy");
