@@ -329,9 +329,10 @@ impl ValueTable {
         let looked = place.sets.map(|set| self.sets[set].head.word.load(Ordering::Acquire));
         #[cfg(test)]
         test_hooks::looked();
-        let found = match b != a {
-            true => self.find_in(b, place.fp, key, &mut step).or_else(|| self.find_in(a, place.fp, key, &mut step)),
-            false => self.find_in(a, place.fp, key, &mut step),
+        let found = if b != a {
+            self.find_in(b, place.fp, key, &mut step).or_else(|| self.find_in(a, place.fp, key, &mut step))
+        } else {
+            self.find_in(a, place.fp, key, &mut step)
         };
         match found {
             Some(found) => found,
