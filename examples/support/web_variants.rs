@@ -11,6 +11,7 @@
 //!   millisecond timestamp; what its 1,000 wake-ups a second cost shows against `sentinel`);
 //! - `sentinel-off`: `sentinel` with the engine switched off, so every entry passes unchecked: what the
 //!   layer does around the engine (naming, the response future, the body), against `identity`;
+//!   `sentinel-axum-off`: the same in axum mode;
 //! - `governor`: tower-governor's `GovernorLayer`, one global limit that never limits;
 //! - `sentinel-per-ip` and `governor-per-ip`: a limit per client address that never limits, as each is
 //!   usually deployed: the layer in its axum mode with the client IP as a hot parameter and a param-flow
@@ -27,7 +28,9 @@
 //!   and the fields' formatting per request);
 //! - `sentinel-gateway` and `sentinel-gateway-headers`: the layer in gateway mode (axum mode), the route and
 //!   an API group matching every path (`/**`), a gateway rule per client IP on each that never limits;
-//!   and the same with the RateLimit header fields.
+//!   and the same with the RateLimit header fields;
+//! - `floor`: a layer written by hand that records only what an inbound entry with one flow rule must
+//!   (`floor_layer.rs` says what): the floor under `sentinel-axum`.
 
 use std::error::Error;
 use std::time::Duration;
@@ -43,6 +46,9 @@ use sentinel_runtime::web::{extract, RateLimitHeaders, SentinelLayer, TrustedPro
 use sentinel_runtime::Sentinel;
 use tower::ServiceBuilder;
 
+#[path = "floor_layer.rs"]
+mod floor_layer;
+
 /// Every variant's name.
 pub const VARIANTS: &[&str] = &[
     "none",
@@ -52,6 +58,7 @@ pub const VARIANTS: &[&str] = &[
     "sentinel-guarded",
     "sentinel-cached",
     "sentinel-off",
+    "sentinel-axum-off",
     "governor",
     "sentinel-per-ip",
     "governor-per-ip",
@@ -61,6 +68,7 @@ pub const VARIANTS: &[&str] = &[
     "sentinel-headers",
     "sentinel-gateway",
     "sentinel-gateway-headers",
+    "floor",
 ];
 
 /// The router of `variant` (built inside a tokio runtime: tower's limiter keeps a tokio timer).
@@ -74,6 +82,7 @@ pub fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
         "sentinel-guarded" => guarded(routes)?,
         "sentinel-cached" => sentinel(routes, true, true, false)?,
         "sentinel-off" => sentinel(routes, false, false, false)?,
+        "sentinel-axum-off" => sentinel(routes, false, false, true)?,
         "sentinel-per-ip" => per_client(routes, TrustedProxies::none())?,
         "sentinel-headers" => {
             let engine = Sentinel::builder().build().leak();
@@ -102,6 +111,7 @@ pub fn app(variant: &str) -> Result<Router, Box<dyn Error>> {
                 _ => routes.route_layer(tower_governor::GovernorLayer::new(never.finish().ok_or("governor config")?)),
             }
         }
+        "floor" => routes.route_layer(floor_layer::FloorLayer::new()),
         "ratelimit" => routes.route_layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(|_: BoxError| async { StatusCode::TOO_MANY_REQUESTS }))
