@@ -48,6 +48,15 @@ impl Guard {
     fn limit(&self) -> Option<Duration> {
         self.judging.as_ref().and_then(|j| j.timeout)
     }
+    /// Judges an HTTP response by its status. Without a custom predicate, only 429 and up can be an error (5xx)
+    /// or an overload (429, 503): the common answer is judged by one comparison, in line.
+    #[inline(always)]
+    fn judge_http(&mut self, status: StatusCode) {
+        if status.as_u16() < StatusCode::TOO_MANY_REQUESTS.as_u16() && self.trace_if().is_none() {
+            return;
+        }
+        self.judge(Outcome::Http(status));
+    }
     fn judge(&mut self, outcome: Outcome) {
         if is_error(self.trace_if(), outcome) {
             self.error();
@@ -110,7 +119,7 @@ fn finish<B, E, M: BodyMode<B>>(
             None => true,
         }
     } else {
-        g.judge(Outcome::Http(response.status()));
+        g.judge_http(response.status());
         g.exit_on == ExitOn::BodyEnd
     };
     if !hold {
