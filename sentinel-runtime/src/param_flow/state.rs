@@ -153,7 +153,8 @@ impl ParamRuleState {
         self.mode == Mode::Thread
     }
 
-    /// The values tracked now (never above [`capacity`](Self::capacity)).
+    /// The values tracked now: at most [`capacity`](Self::capacity), but for a rare race of misses at the
+    /// capacity (the table's module docs), never more than the table's cells.
     pub(crate) fn tracked(&self) -> usize {
         self.counters.tracked()
     }

@@ -43,8 +43,10 @@
 //!   holder wrote before releasing it (release), fingerprints included.
 //! - *Memory is bounded.* Cells of 34 bytes (a set's two words shared by its eight) for 9/8 of `capacity`,
 //!   allocated with the rule, never more whatever the number of distinct values; a call never allocates. The
-//!   table holds at most `capacity` values: a miss reserves its room in the count before it fills an empty
-//!   cell.
+//!   table holds at most `capacity` values (a miss reserves its room in the count before it fills an empty
+//!   cell), or one more for each time a new value found its own sets empty while the table was at its
+//!   capacity and every other set's insert bit was held (no value could give up its cell): rare under
+//!   uniform hashing, and never more than the cells.
 //!
 //! # Eviction
 //!
@@ -228,7 +230,8 @@ pub(crate) struct ValueTable {
     id: u32,
     /// The most values the table holds (its cells are 9/8 of it).
     capacity: usize,
-    /// Values held now, or reserved by a miss about to fill an empty cell: never above `capacity`.
+    /// Values held now, or reserved by a miss about to fill an empty cell: at most `capacity`, but for the
+    /// race the module docs name (never more than the cells).
     occupied: AtomicUsize,
 }
 
@@ -447,6 +450,9 @@ impl ValueTable {
                 return found;
             }
         }
+        // The value's first count before its cell is chosen: no code of the caller's runs between a victim's
+        // busy mark and its fill (a panic there would leave the cell busy).
+        let (payload, r) = init();
         // A cell for the value: an empty one while the table holds fewer than `capacity` values (reserved
         // first, so that concurrent misses never take it past), one a value of the two sets leaves for its
         // other set, or one a value gives up.
@@ -464,11 +470,16 @@ impl ValueTable {
         };
         let set = guard.set;
         let (tag, hi, lo) = key.parts();
-        let (payload, r) = init();
         let cells = &self.sets[set];
         let state = &cells.state[way];
-        let Some((_, busy)) = mark_busy_if(state, state.load(Ordering::Acquire), |_| true) else {
-            unreachable!("nothing refuses")
+        // A victim is busy already (`victim` marks the one it chose, so that a permit taken after its choice
+        // keeps the value); only the holder of a set's insert bit marks its cells, so a busy cell here is ours.
+        let s = state.load(Ordering::Acquire);
+        let busy = if s & BUSY != 0 {
+            s
+        } else {
+            let Some((_, busy)) = mark_busy_if(state, s, |_| true) else { unreachable!("nothing refuses") };
+            busy
         };
         guard.fill(way, fp);
         cells.hi[way].store(hi, Ordering::Release);
@@ -555,6 +566,9 @@ impl ValueTable {
     /// replaces only values seen once, and reads a cell or two. If every candidate was used, frequencies of 2
     /// and 3 drop by one and the first of the least used goes. If every candidate holds a permit, the one at
     /// the hand goes (its permit then gives back nothing).
+    ///
+    /// A candidate chosen free of permits is marked busy here, by a CAS that requires it still free of them:
+    /// a call that took a permit on it after it was read keeps its counter, and the choice is made again.
     fn victim<'g, 't>(
         &'t self,
         a: &'g InsertBit<'t>,
@@ -565,42 +579,49 @@ impl ValueTable {
         let sets = [&self.sets[a.set], &self.sets[b.set]];
         let count = if a.set == b.set { WAYS } else { 2 * WAYS };
         let held = |i: usize| guards[i / WAYS].occupancy() & 1 << (i % WAYS) != 0;
-        let word = a.word();
-        a.set_word((word & !HAND_MASK) | (word + (1 << HAND_SHIFT)) & HAND_MASK);
-        let start = ((word & HAND_MASK) >> HAND_SHIFT) as usize % count;
         let state = |i: usize| &sets[i / WAYS].state[i % WAYS];
         let cell = |i: usize| (guards[i / WAYS], i % WAYS);
-        // The least used candidate seen: (frequency, index).
-        let mut least: Option<(u128, usize)> = None;
-        for step in 0..count {
-            let i = (start + step) % count;
-            if !held(i) {
-                continue;
+        // Busy now if still free of permits (a value that took one since its state was read stays).
+        let take = |i: usize, s: u128| mark_busy_if(state(i), s, |s| !pinned(s & PAYLOAD_MASK)).is_some();
+        // Each round needs a call on another thread to take a permit between a read and a mark.
+        loop {
+            let word = a.word();
+            a.set_word((word & !HAND_MASK) | (word + (1 << HAND_SHIFT)) & HAND_MASK);
+            let start = ((word & HAND_MASK) >> HAND_SHIFT) as usize % count;
+            // The least used candidate seen: (frequency, index).
+            let mut least: Option<(u128, usize)> = None;
+            for step in 0..count {
+                let i = (start + step) % count;
+                if !held(i) {
+                    continue;
+                }
+                let s = state(i).load(Ordering::Acquire);
+                if pinned(s & PAYLOAD_MASK) {
+                    continue;
+                }
+                let f = freq_of(s);
+                if f == 0 && take(i, s) {
+                    return Some(cell(i));
+                }
+                if f != 0 && least.is_none_or(|(lf, _)| f < lf) {
+                    least = Some((f, i));
+                }
             }
-            let s = state(i).load(Ordering::Acquire);
-            if pinned(s & PAYLOAD_MASK) {
-                continue;
+            let Some((_, i)) = least else {
+                // Every value of the two sets holds a permit: the first held from the hand goes.
+                return (0..count).map(|step| (start + step) % count).find(|&i| held(i)).map(cell);
+            };
+            // Aging: every candidate was used since it came in; 2 and 3 drop by one (a reader's CAS on the
+            // cell then retries once). The least used keeps its place as the first of its frequency.
+            for i in 0..count {
+                let _ = state(i).fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                    (freq_of(s) >= 2 && !pinned(s & PAYLOAD_MASK)).then(|| s - (1 << FREQ_SHIFT))
+                });
             }
-            let f = freq_of(s);
-            if f == 0 {
+            if take(i, state(i).load(Ordering::Acquire)) {
                 return Some(cell(i));
             }
-            if least.is_none_or(|(lf, _)| f < lf) {
-                least = Some((f, i));
-            }
         }
-        let Some((_, i)) = least else {
-            // Every value of the two sets holds a permit: the first held from the hand goes.
-            return (0..count).map(|step| (start + step) % count).find(|&i| held(i)).map(cell);
-        };
-        // Aging: every candidate was used since it came in; 2 and 3 drop by one (a reader's CAS on the cell
-        // then retries once). The least used keeps its place as the first of its frequency.
-        for i in 0..count {
-            let _ = state(i).fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                (freq_of(s) >= 2 && !pinned(s & PAYLOAD_MASK)).then(|| s - (1 << FREQ_SHIFT))
-            });
-        }
-        Some(cell(i))
     }
 
     /// Reserves room for one more value: `false` when the table holds `capacity` already.
@@ -646,13 +667,19 @@ impl ValueTable {
             }
             let cells = &self.sets[set];
             let ways = (0..WAYS).filter(|w| held & 1 << w != 0);
-            let free = ways.clone().find(|&w| !pinned(cells.state[w].load(Ordering::Acquire) & PAYLOAD_MASK));
-            let Some(way) = free.or_else(|| ways.clone().next()) else { continue };
-            // Busy at the next version (a reader's CAS on it fails), then empty.
-            let state = &cells.state[way];
-            let Some((_, busy)) = mark_busy_if(state, state.load(Ordering::Acquire), |_| true) else {
-                unreachable!("nothing refuses")
+            // Busy at the next version (a reader's CAS on it fails), then empty. One chosen free of permits
+            // goes only if it still is (the mark requires it); one that took a permit since stays, and the
+            // choice is made again (each round needs another thread's call to take one meanwhile).
+            let marked = loop {
+                let free = ways.clone().find(|&w| !pinned(cells.state[w].load(Ordering::Acquire) & PAYLOAD_MASK));
+                let Some(way) = free.or_else(|| ways.clone().next()) else { break None };
+                let state = &cells.state[way];
+                let may = |s: u128| free.is_none() || !pinned(s & PAYLOAD_MASK);
+                if let Some((_, busy)) = mark_busy_if(state, state.load(Ordering::Acquire), may) {
+                    break Some((state, way, busy));
+                }
             };
+            let Some((state, way, busy)) = marked else { continue };
             state.store(busy & !(BUSY | TAG_MASK | FREQ_MASK | PAYLOAD_MASK), Ordering::Release);
             other.set_word(other.word() & !(1 << (OCCUPIED_SHIFT + way as u32)));
             // Its room goes to the new value.
@@ -810,6 +837,90 @@ mod tests {
     /// A counter that starts at `start` and loses one per call: `true` when the call created it.
     fn spend(t: &ValueTable, v: i64, start: u128) -> (bool, CellRef) {
         t.update(&key(v), || (start, true), |p| Step::Store(p - 1, false), |_| false)
+    }
+
+    /// A thread-grade call on `v` with a limit of 1: `true` when it took the permit.
+    fn permit(t: &ValueTable, v: i64) -> (bool, CellRef) {
+        t.update(&key(v), || (1, true), |n| if n < 1 { Step::Store(n + 1, true) } else { Step::Keep(false) }, |n| n > 0)
+    }
+
+    /// A miss on `new` (a thread-grade rule's) whose eviction is interrupted, the first time it tests a
+    /// candidate for permits, by a call on `victim` on another thread, which must take its permit: the call
+    /// in flight keeps its counter, so a second call on `victim` is refused by its limit of 1.
+    fn a_permit_taken_after_the_victim_was_read_holds(t: &ValueTable, new: i64, victim: i64) {
+        let fired = std::sync::atomic::AtomicBool::new(false);
+        let pinned = |p: u128| {
+            if !fired.swap(true, Ordering::Relaxed) {
+                let (took, _) = std::thread::scope(|s| s.spawn(|| permit(t, victim)).join().expect("the call"));
+                assert!(took, "the call on {victim} took its permit");
+            }
+            p > 0
+        };
+        t.update(&key(new), || (1, true), |_| Step::Keep(false), pinned);
+        assert!(fired.load(Ordering::Relaxed), "the miss tested a candidate");
+        assert_eq!(t.peek(&key(victim)), Some(1), "the call in flight keeps its counter");
+        assert!(!permit(t, victim).0, "a second call in flight on {victim}, over its limit of 1");
+    }
+
+    #[test]
+    fn a_value_that_takes_a_permit_after_it_was_chosen_to_go_keeps_its_counter_while_another_can_go() {
+        // One set: eight values, none holding a permit; the hand is at the first.
+        let t = ValueTable::with_sets(WAYS, 1);
+        for v in 0..WAYS as i64 {
+            let (created, at) = permit(&t, v);
+            assert!(created);
+            assert!(t.release(at, |n| n - 1));
+        }
+        assert_eq!(t.update(&key(0), || (0, 0), Step::Keep, |_| false).1.way(), 0, "0 at the hand");
+        a_permit_taken_after_the_victim_was_read_holds(&t, 100, 0);
+    }
+
+    #[test]
+    fn a_value_elsewhere_that_takes_a_permit_after_it_was_chosen_to_go_keeps_its_counter() {
+        // Four sets, the table at its capacity with values of sets 0 and 1: a value of sets 2 and 3 makes
+        // one of them give up its cell.
+        let t = ValueTable::with_sets(WAYS, 4);
+        let filling = values_in(&t, [0, 1], 0, WAYS);
+        for &v in &filling {
+            let (created, at) = permit(&t, v);
+            assert!(created);
+            assert!(t.release(at, |n| n - 1));
+        }
+        let at = |v: i64| t.update(&key(v), || (0, 0), Step::Keep, |_| false).1;
+        let first = *filling.iter().filter(|&&v| at(v).set() == 0).min_by_key(|&&v| at(v).way()).expect("in 0");
+        let [n] = values_in(&t, [2, 3], 0, 1)[..] else { panic!("a value of sets 2 and 3") };
+        a_permit_taken_after_the_victim_was_read_holds(&t, n, first);
+    }
+
+    #[test]
+    fn at_the_capacity_a_value_whose_sets_are_empty_while_every_other_set_is_held_takes_one_cell_more() {
+        // Four sets, the table at its capacity with values of sets 0 and 1; another miss of theirs holds
+        // their insert bits while a value of sets 2 and 3 comes: no other set can give a value up, so the
+        // table holds one value over its capacity (its cells stay the bound; the module docs say so).
+        let t = Arc::new(ValueTable::with_sets(WAYS, 4));
+        let filling = values_in(&t, [0, 1], 0, WAYS + 1);
+        for &v in &filling[..WAYS] {
+            assert!(spend(&t, v, 10).0);
+        }
+        let (held_tx, held_rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let other = {
+            let (t, v) = (t.clone(), filling[WAYS]);
+            std::thread::spawn(move || {
+                test_hooks::set(&HOLDING_BITS, move || {
+                    held_tx.send(()).expect("the test waits");
+                    go_rx.recv().expect("the test lets it go");
+                });
+                spend(&t, v, 10)
+            })
+        };
+        held_rx.recv().expect("the other miss holds its bits");
+        let [n] = values_in(&t, [2, 3], 0, 1)[..] else { panic!("a value of sets 2 and 3") };
+        assert!(spend(&t, n, 10).0);
+        go_tx.send(()).expect("the other miss waits");
+        assert!(other.join().expect("the other miss").0);
+        let held = (0..10_000).filter(|&v| t.peek(&key(v)).is_some()).count();
+        assert_eq!((t.tracked(), held), (WAYS + 1, WAYS + 1), "one value over the capacity, counted");
     }
 
     /// The first values (from `from`) whose two sets are `sets`, in either order.
