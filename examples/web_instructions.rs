@@ -22,7 +22,8 @@
 //!   must keep: the floor under `part-entry-flow-pass`);
 //! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer, on a
 //!   leaked engine (the entry holds nothing); `part-entry-held`: the same on an engine that can be dropped
-//!   (the entry holds its state: `engine::keep`);
+//!   (the entry holds its state: `engine::keep`); `part-entry-system`: `part-entry` with a system rule
+//!   besides (a QPS limit on every inbound call that never limits);
 //! - `part-client-bare`, `part-client-guard`, `part-client-guard-breaker`: one outbound call through a tower
 //!   `service_fn` client that answers at once, bare, behind `outbound::SentinelClientLayer` with a passing flow
 //!   rule on its resource (`GET:inventory.svc/items/{id}`, the id folded by the path cleaner), and with a
@@ -61,6 +62,7 @@ use sentinel_runtime::flow::{FlowGrade, FlowRule};
 use sentinel_runtime::outbound::SentinelClientLayer;
 use sentinel_runtime::param_flow::ParamFlowRule;
 use sentinel_runtime::stat::StatNode;
+use sentinel_runtime::system::SystemRule;
 use sentinel_runtime::{sentinel_resource, BlockError, EntryType, Sentinel};
 use tower::{Layer, Service, ServiceExt};
 
@@ -232,16 +234,19 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                 n,
             );
         }
-        "part-entry" | "part-entry-held" => {
+        "part-entry" | "part-entry-held" | "part-entry-system" => {
             // `part-entry-held`: on an engine that can be dropped, whose owned entries hold its state.
             let kept;
-            let engine = if variant == "part-entry" {
-                Sentinel::builder().build().leak()
-            } else {
+            let engine = if variant == "part-entry-held" {
                 kept = Sentinel::builder().build();
                 &kept
+            } else {
+                Sentinel::builder().build().leak()
             };
             engine.load_flow_rules([FlowRule::new("part").count(1e12)])?;
+            if variant == "part-entry-system" {
+                engine.load_system_rules([SystemRule::new().qps(1e12)])?;
+            }
             let resource = engine.resource("part");
             run_part(
                 || {

@@ -339,9 +339,10 @@ pub(crate) trait Chain {
     /// take, for an undo.
     fn apart_beside_holders(rules: &ResourceRules, shared: &Shared, held_before: bool) -> bool;
 
-    /// The fast path's checks: the wait they ask for adds to `wait`; what they take goes to `taken` (given back
-    /// by the kinds before a check that refuses).
-    fn fast<'c, const APART: bool>(
+    /// The fast path's checks (`SYSTEM`: with the system rules, for an inbound call while one is loaded): the
+    /// wait they ask for adds to `wait`; what they take goes to `taken` (given back by the kinds before a check
+    /// that refuses).
+    fn fast<'c, const APART: bool, const SYSTEM: bool>(
         rules: &ResourceRules,
         shared: &Shared,
         call: &impl Fn() -> CallCx<'c>,
@@ -388,7 +389,7 @@ impl Chain for () {
         false
     }
     #[inline(always)]
-    fn fast<'c, const APART: bool>(
+    fn fast<'c, const APART: bool, const SYSTEM: bool>(
         _: &ResourceRules,
         _: &Shared,
         _: &impl Fn() -> CallCx<'c>,
@@ -477,7 +478,7 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
     }
 
     #[inline(always)]
-    fn fast<'c, const APART: bool>(
+    fn fast<'c, const APART: bool, const SYSTEM: bool>(
         rules: &ResourceRules,
         shared: &Shared,
         call: &impl Fn() -> CallCx<'c>,
@@ -496,7 +497,9 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
             )
         };
         if S::ON_FAST_PATH && S::CHECKS_ON_FAST_PATH {
-            if let Some(r) = S::rules(rules, shared, false) {
+            // `SYSTEM` stands for an inbound call: only the system slot's rules depend on it, and its copy
+            // without them compiles as if the slot were not there.
+            if let Some(r) = S::rules(rules, shared, SYSTEM) {
                 if !later && (S::HOLDS_ON_FAST_PATH || !R::CHECKS_FAST) {
                     // The last check of the fast path for these rules: its answer is the path's, built in the
                     // caller's slot (what it took is spent: nothing is kept for an undo).
@@ -505,9 +508,9 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
                 let keep = taken.as_deref_mut().map(S::fast_taken);
                 S::check_fast(r, S::state(shared), call, wait, S::held(held), keep)?;
                 if !S::HOLDS_ON_FAST_PATH {
-                    return R::fast::<APART>(rules, shared, call, wait, held, taken);
+                    return R::fast::<APART, SYSTEM>(rules, shared, call, wait, held, taken);
                 }
-                return match R::fast::<APART>(rules, shared, call, wait, held, taken.as_deref_mut()) {
+                return match R::fast::<APART, SYSTEM>(rules, shared, call, wait, held, taken.as_deref_mut()) {
                     Ok(()) => Ok(()),
                     Err(block) => {
                         S::undo_fast(r, S::state(shared), call, S::held(held), taken.map(S::fast_taken));
@@ -516,7 +519,7 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
                 };
             }
         }
-        R::fast::<APART>(rules, shared, call, wait, held, taken)
+        R::fast::<APART, SYSTEM>(rules, shared, call, wait, held, taken)
     }
 
     #[inline(always)]
@@ -618,9 +621,9 @@ pub(crate) fn admits_fast(rules: &ResourceRules, shared: &Shared, now_ms: u64) -
     <BuiltIn as Chain>::admits_fast(rules, shared, now_ms)
 }
 
-/// Whether the fast path cannot take `rules`: a kind that cannot be on it has rules (the system slot, which
-/// applies to inbound calls whatever the resource's rules, is left to the entry path, which checks it per
-/// call).
+/// Whether the fast path cannot take `rules`: a kind that cannot be on it has rules (the resource's rules
+/// only: the system rules, which apply to every inbound call, are checked on the fast path's copy with them,
+/// `run_fast`'s `SYSTEM`, which the entry path takes per call).
 pub(crate) fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
     <BuiltIn as Chain>::has_slow_rules(rules, shared)
 }
@@ -630,9 +633,10 @@ pub(crate) fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
 /// [`FAST_PATH_APART`](RuleSlot::FAST_PATH_APART) kind has rules beside a kind before it that holds
 /// ([`FastPath::Apart`](crate::rules::FastPath::Apart)), in which the kinds that hold keep what they take while
 /// the later checks run and give it back if one refuses; the common case's copy (`!APART`) compiles as if the
-/// apart kinds were not there, and keeps nothing.
+/// apart kinds were not there, and keeps nothing. `SYSTEM`: the copy with the system rules, for an inbound call
+/// while one is loaded (the other copies compile as if the system slot were not there).
 #[inline(always)]
-pub(crate) fn run_fast<'c, const APART: bool>(
+pub(crate) fn run_fast<'c, const APART: bool, const SYSTEM: bool>(
     rules: &ResourceRules,
     shared: &Shared,
     call: &impl Fn() -> CallCx<'c>,
@@ -640,7 +644,7 @@ pub(crate) fn run_fast<'c, const APART: bool>(
     held: &mut Held<'_>,
 ) -> Result<(), BlockError> {
     let mut taken = FastTaken::default();
-    <BuiltIn as Chain>::fast::<APART>(rules, shared, call, wait, held, APART.then_some(&mut taken))
+    <BuiltIn as Chain>::fast::<APART, SYSTEM>(rules, shared, call, wait, held, APART.then_some(&mut taken))
 }
 
 /// Whether a kind that is on the fast path apart has rules in `rules` beside a kind before it that holds (see

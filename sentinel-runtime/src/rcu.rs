@@ -344,6 +344,12 @@ impl<T> RcuPtr<T> {
     }
 }
 
+impl<T: Default> Default for RcuPtr<T> {
+    fn default() -> Self {
+        RcuPtr::new(T::default())
+    }
+}
+
 impl<T> Drop for RcuPtr<T> {
     fn drop(&mut self) {
         // SAFETY: `&mut self`: no reader can be in a section on this pointer.

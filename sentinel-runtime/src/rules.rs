@@ -45,8 +45,8 @@ pub(crate) enum FastPath {
     /// The fast path: no hot-parameter rule or only local ones ([`ResourceParamRules::on_fast_path`]), no flow
     /// rule or only ones the fast path decides ([`FastRules`](crate::flow::FastRules)), no adaptive rule or one
     /// whose calls never wait, no kind off the fast path (cluster-mode hot parameters): the calls are checked
-    /// by the authority lists, the hot-parameter rules, the flow rules and the adaptive limit alone, without
-    /// the general check context.
+    /// by the authority lists, the system rules (inbound calls), the hot-parameter rules, the flow rules and the
+    /// adaptive limit alone, without the general check context.
     Common,
     /// The same, where a kind on the fast path apart
     /// ([`FAST_PATH_APART`](crate::slot::contract::RuleSlot::FAST_PATH_APART): an adaptive limit) has rules

@@ -282,3 +282,81 @@ fn cpu_usage_bounds_zero_and_one_are_valid() {
     assert!(e.resource_typed("api", EntryType::In).enter().is_ok(), "usage 1.0 is never over a limit of 1.0");
     assert!(SystemRule::default().qps.is_none(), "unset fields are off");
 }
+
+/// The answers of an inbound call to `api` from `origin`, on the fast path and on the general path (a
+/// prioritized call takes the general one; neither waits here).
+fn answers(e: &Sentinel, origin: &str) -> [Result<(), String>; 2] {
+    let api = e.resource_typed("api", EntryType::In);
+    let kind = |r: Result<sentinel_runtime::Entry<'_>, BlockError>| match r {
+        Ok(_) => Ok(()),
+        Err(BlockError::System { limit, .. }) => Err(format!("system {limit:?}")),
+        Err(BlockError::Authority { .. }) => Err("authority".to_string()),
+        Err(other) => Err(format!("{other:?}")),
+    };
+    [kind(api.entry().origin(origin).enter()), kind(api.entry().origin(origin).prioritized(true).enter())]
+}
+
+#[test]
+fn beside_a_resources_simple_rules_the_system_rules_answer_as_on_the_general_path_in_java_order() {
+    use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+    use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
+    use sentinel_runtime::flow::{FlowGrade, FlowRule};
+    use sentinel_runtime::param_flow::ParamFlowRule;
+    let (e, _clock) = engine();
+    // Rules the fast path decides: a QPS and a thread-grade flow rule, a closed breaker, a hot-parameter rule
+    // (no argument is passed), an authority black list.
+    e.load_flow_rules([FlowRule::new("api").count(1e9), FlowRule::new("api").grade(FlowGrade::Thread).count(1.0)])
+        .unwrap();
+    e.load_degrade_rules([DegradeRule::new("api", DegradeGrade::ErrorRatio).count(0.5).time_window_sec(10)]).unwrap();
+    e.load_param_flow_rules([ParamFlowRule::new("api", 0).count(1e9)]).unwrap();
+    e.load_authority_rules([AuthorityRule::new("api", "intruder", AuthorityStrategy::Black)]).unwrap();
+    assert_eq!(answers(&e, "app"), [Ok(()), Ok(())]);
+
+    // A limit of no call at all: both paths refuse with it; the authority list still answers first (order
+    // -6000 before -5000).
+    e.load_system_rules(vec![SystemRule { qps: Some(0.0), ..Default::default() }]).unwrap();
+    let system = Err("system Qps { limit: 0.0 }".to_string());
+    assert_eq!(answers(&e, "app"), [system.clone(), system]);
+    assert_eq!(answers(&e, "intruder"), [Err("authority".into()), Err("authority".into())]);
+
+    // The refused calls took nothing from the rules after the system slot: with the limit gone, the
+    // thread-grade rule (a limit of one) admits one call in flight, then refuses the next.
+    e.load_system_rules(vec![]).unwrap();
+    let api = e.resource_typed("api", EntryType::In);
+    let held = api.enter().expect("the thread-grade rule's one place is free");
+    assert!(matches!(api.enter(), Err(BlockError::Flow { .. })));
+    drop(held);
+
+    // A thread limit, read on the fast path from the calls in flight on every inbound resource.
+    e.load_system_rules(vec![SystemRule { max_thread: Some(0), ..Default::default() }]).unwrap();
+    let other = e.resource_typed("other", EntryType::In);
+    let other = other.enter().expect("no call in flight yet");
+    assert_eq!(
+        answers(&e, "app"),
+        [Err("system Thread { limit: 0 }".into()), Err("system Thread { limit: 0 }".into())]
+    );
+    drop(other);
+    assert_eq!(answers(&e, "app"), [Ok(()), Ok(())]);
+}
+
+#[test]
+fn beside_an_adaptive_limit_and_a_flow_rule_the_system_rules_refuse_before_either_takes_anything() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    use sentinel_runtime::flow::{FlowGrade, FlowRule};
+    let (e, _clock) = engine();
+    // The fast path's copy that keeps what the checks take (an adaptive limit beside a flow rule), with the
+    // system rules: a limit of one call in flight for each of the two resource rules.
+    e.load_flow_rules([FlowRule::new("api").grade(FlowGrade::Thread).count(1.0)]).unwrap();
+    e.load_adaptive_rules([AdaptiveRule::new("api").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
+    e.load_system_rules(vec![SystemRule { qps: Some(0.0), ..Default::default() }]).unwrap();
+    let api = e.resource_typed("api", EntryType::In);
+    for _ in 0..3 {
+        assert_eq!(limit_of(api.enter()), Some(SystemLimit::Qps { limit: 0.0 }));
+    }
+    // Nothing was taken: the one place of each rule is free.
+    e.load_system_rules(vec![]).unwrap();
+    let held = api.enter().expect("both rules have their place free");
+    assert!(api.enter().is_err(), "a second call in flight is refused");
+    drop(held);
+    assert!(api.enter().is_ok());
+}

@@ -89,31 +89,34 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             checks.tally.wait_mode = wait.mode();
         }
         let _deadline = crate::wait::DeadlineScope::enter(wait.deadline());
-        let needs_checks = inner.has_rules.load(Ordering::Acquire)
-            || (inbound && shared.system.active())
-            || shared.has_custom_slots.load(Ordering::Acquire);
+        // The system rules apply to an inbound call while one is loaded.
+        let system = inbound && shared.system.active();
+        let needs_checks =
+            inner.has_rules.load(Ordering::Acquire) || system || shared.has_custom_slots.load(Ordering::Acquire);
         if needs_checks {
             // The common case (one simple flow rule, closed breakers, nothing else) is decided without building
-            // the general check context; anything else takes the general path, in the same read section.
-            let general = self.prioritized
-                || (inbound && shared.system.active())
-                || shared.has_custom_slots.load(Ordering::Acquire);
+            // the general check context; simple rules beside the system rules or an apart kind take a copy of
+            // the fast path out of line; anything else takes the general path, in the same read section.
+            let general = self.prioritized || shared.has_custom_slots.load(Ordering::Acquire);
             // Inlined: called out of line, the closure's frame and the values passed into it cost every call
             // 30 to 60 instructions (the call of each row of `part-entry-*`).
             let decided = inner.with_rules(
                 #[inline(always)]
                 |rules| {
-                    if !general && rules.fast_path == FastPath::Common && chain::admits_fast(rules, site.shared, now_ms)
+                    if !general
+                        && !system
+                        && rules.fast_path == FastPath::Common
+                        && chain::admits_fast(rules, site.shared, now_ms)
                     {
                         // The same chain, specialised: only the slots that can be on the fast path, on the rules
                         // the engine flagged for it.
                         let call = || self.call_cx(&site, now_nanos, now_ms);
                         let (mut held, tally) = checks.split();
-                        return chain::run_fast::<false>(rules, site.shared, &call, &mut tally.wait_nanos, &mut held);
+                        let wait = &mut tally.wait_nanos;
+                        return chain::run_fast::<false, false>(rules, site.shared, &call, wait, &mut held);
                     }
-                    if !general && rules.fast_path == FastPath::Apart && chain::admits_fast(rules, site.shared, now_ms)
-                    {
-                        return self.run_fast_apart(rules, &mut checks, &site, now_nanos, now_ms);
+                    if !general && rules.fast_path != FastPath::No && chain::admits_fast(rules, site.shared, now_ms) {
+                        return self.run_fast_apart(rules, &mut checks, &site, now_nanos, now_ms, system);
                     }
                     self.run_general(rules, &mut checks, &site, now_nanos)
                 },
@@ -237,9 +240,10 @@ impl EntryBuilder<'_, '_> {
         (self.entry_type == EntryType::In && shared.system.active()) || shared.has_custom_slots.load(Ordering::Acquire)
     }
 
-    /// The fast path for rules with an apart kind beside a kind that holds ([`FastPath::Apart`],
-    /// [`chain::run_fast`]'s copy that keeps what the checks take): out of line, as the general path is, so that
-    /// the common case's copy compiles as if it were not there.
+    /// The fast path's other copies ([`chain::run_fast`]): for rules with an apart kind beside a kind that
+    /// holds ([`FastPath::Apart`], the copy that keeps what the checks take), and with the system rules
+    /// (`system`: an inbound call while one is loaded). Out of line, as the general path is, so that the common
+    /// case's copy compiles as if they were not there.
     #[inline(never)]
     fn run_fast_apart(
         &self,
@@ -248,10 +252,17 @@ impl EntryBuilder<'_, '_> {
         site: &Site<'_>,
         now_nanos: u64,
         now_ms: u64,
+        system: bool,
     ) -> Result<(), BlockError> {
         let call = || self.call_cx(site, now_nanos, now_ms);
         let (mut held, tally) = checks.split();
-        chain::run_fast::<true>(rules, site.shared, &call, &mut tally.wait_nanos, &mut held)
+        let (shared, wait) = (site.shared, &mut tally.wait_nanos);
+        match (rules.fast_path == FastPath::Apart, system) {
+            (true, true) => chain::run_fast::<true, true>(rules, shared, &call, wait, &mut held),
+            (true, false) => chain::run_fast::<true, false>(rules, shared, &call, wait, &mut held),
+            (false, true) => chain::run_fast::<false, true>(rules, shared, &call, wait, &mut held),
+            (false, false) => chain::run_fast::<false, false>(rules, shared, &call, wait, &mut held),
+        }
     }
 
     /// Every check in slot order (the general path), on the rules read by the caller.

@@ -166,7 +166,9 @@ impl StatNode {
 
     /// Passed requests per second over the window.
     pub fn pass_qps(&self, now_ms: u64) -> f64 {
-        self.window_totals(now_ms).get(MetricEvent::Pass) as f64 / self.interval_secs()
+        // The passes alone (a system rule's QPS limit reads this on every inbound call).
+        let passed = self.second.event_sum(now_ms, MetricEvent::Pass, |start| self.borrowed_at(start));
+        passed as f64 / self.interval_secs()
     }
     /// Blocked requests per second.
     pub fn block_qps(&self, now_ms: u64) -> f64 {

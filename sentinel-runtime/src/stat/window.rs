@@ -385,6 +385,35 @@ impl StripedWindow {
         }
     }
 
+    /// One event's count over the buckets inside the window at `now_ms` (what [`for_each_valid`] gives, summed
+    /// for that event alone), with `extra(start)` added for each such bucket: the same cells read, one counter
+    /// of each rather than every event's.
+    ///
+    /// [`for_each_valid`]: Self::for_each_valid
+    pub(crate) fn event_sum(&self, now_ms: u64, event: MetricEvent, mut extra: impl FnMut(u64) -> u64) -> u64 {
+        let mut n = 0;
+        for slot in 0..SAMPLES {
+            // One pass over the slot's cells: the newest start inside the window, and the count of its cells.
+            let mut newest: Option<(u64, u64)> = None;
+            for c in self.slot_cells(slot) {
+                let s = c.start.load(Ordering::Acquire);
+                if s >= RESETTING || deprecated(now_ms, s, INTERVAL_MS) {
+                    continue;
+                }
+                let count = c.counts[event as usize].load(Ordering::Relaxed);
+                newest = match newest {
+                    Some((start, sum)) if s == start => Some((start, sum + count)),
+                    Some((start, _)) if s < start => newest,
+                    _ => Some((s, count)),
+                };
+            }
+            if let Some((start, sum)) = newest {
+                n += sum + extra(start);
+            }
+        }
+        n
+    }
+
     /// Visits every cell not yet folded (whatever its age), with its start and totals.
     pub(crate) fn for_each_unfolded(&self, mut f: impl FnMut(u64, &BucketTotals)) {
         for c in self.stripes.iter().flat_map(|s| s.cells.iter()) {
