@@ -307,7 +307,7 @@ fn flip_and_wait() {
                 test_hooks::writer_waits();
             }
             reported = true;
-            spins += 1;
+            spins = spins.saturating_add(1);
             if spins < 64 {
                 std::hint::spin_loop();
             } else {

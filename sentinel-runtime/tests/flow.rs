@@ -483,3 +483,31 @@ fn a_clock_that_goes_backwards_does_not_reopen_the_window() {
     assert_eq!(stats.minute_pass, 6);
     assert_eq!(stats.threads, 0);
 }
+
+#[test]
+fn passes_borrowed_in_a_bucket_no_call_opened_count_in_the_window_that_holds_it() {
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("p").count(10.0)]).unwrap();
+    let p = engine.resource("p");
+    clock.set_millis(T0 + 600);
+    assert_eq!(burst(&engine, "p", 5), 5); // bucket [T0+500, T0+1000)
+    clock.set_millis(T0 + 1100);
+    assert_eq!(burst(&engine, "p", 10), 5, "[T0+1000, T0+1500): the window holds 10");
+    // Prioritized calls borrow [T0+1500, T0+2000) (the 5 of [T0+500, T0+1000) leave the window then).
+    let mut borrowed = 0;
+    for _ in 0..10 {
+        if let Ok(e) = p.entry().prioritized(true).enter() {
+            assert!(e.is_occupied());
+            borrowed += 1;
+        }
+    }
+    assert_eq!(borrowed, 5);
+    // No other call in [T0+1500, T0+2000): the borrowed ones pass in it without reserving.
+    clock.set_millis(T0 + 2000);
+    let normal = burst(&engine, "p", 20);
+    let pass_qps = engine.cluster_stats("p").unwrap().pass_qps;
+    assert!(
+        borrowed + normal <= 10,
+        "[T0+1500, T0+2500) admitted {borrowed} borrowed + {normal} normal (pass_qps {pass_qps}) under a limit of 10"
+    );
+}

@@ -260,7 +260,10 @@ fn check_simple_only(
     // `reject_qps` without a held reservation and not prioritized, reduced to the reservation itself: going
     // through it (and its `Decision`) measured 1.5 ns more per call on this path.
     let node = call.cluster;
-    match node.admission().try_reserve(now_ms, acquire, limit, &|start| node.borrowed_at(start)) {
+    match node
+        .admission()
+        .try_reserve(now_ms, acquire, limit, &|start| super::controller::borrowed_for_open(node, start))
+    {
         Some(r) => {
             if let Some(t) = taken {
                 t.keep(node, r);
@@ -386,7 +389,10 @@ fn fast_one(
     let st = &rules.rules[at];
     if let Controller::Reject = st.controller {
         let count = st.rule.count;
-        return match node.admission().try_reserve(now_ms, acquire, count, &|start| node.borrowed_at(start)) {
+        return match node
+            .admission()
+            .try_reserve(now_ms, acquire, count, &|start| super::controller::borrowed_for_open(node, start))
+        {
             Some(r) => Ok(Took::Reservation(r)),
             None => Err(node.qps_retry_after(now_ms, acquire, count, false)),
         };

@@ -204,7 +204,7 @@ pub(crate) fn reject_qps(
             Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit, false) }
         };
     }
-    if let Some(r) = node.admission().try_reserve(now_ms, acquire, limit, &borrowed) {
+    if let Some(r) = node.admission().try_reserve(now_ms, acquire, limit, &|s| borrowed_for_open(node, s)) {
         return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
     }
     if prioritized {
@@ -213,12 +213,25 @@ pub(crate) fn reject_qps(
         // over the limit get here).
         let _one_at_a_time = occupy_lock(node);
         let wait = try_occupy_next(node, now_ms, acquire, limit);
-        if wait < OCCUPY_TIMEOUT_MS {
+        #[cfg(test)]
+        crate::rcu::test_hooks::run(&borrow_hooks::AFTER_OCCUPY_DECISION);
+        // Not into a bucket whose budget is computed already (or being computed): it would not count the
+        // borrow. Openings read the borrowed passes under this lock (`borrowed_for_open`).
+        if wait < OCCUPY_TIMEOUT_MS && node.admission().may_borrow((now_ms + wait) / crate::stat::BUCKET_MS) {
             node.add_waiting(now_ms, now_ms + wait, acquire);
             return Decision::Occupied { wait_nanos: wait * NANOS_PER_MILLI };
         }
     }
     Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit, false) }
+}
+
+/// The passes borrowed in the bucket starting at `start`, for the admission window opening that bucket: read
+/// under the node's occupy lock, so that a borrow decided before the opening is counted by it or sees it.
+pub(crate) fn borrowed_for_open(node: &StatNode, start: u64) -> u64 {
+    #[cfg(test)]
+    borrow_hooks::OPENER_WAITS_ON.store(node as *const StatNode as usize, Ordering::SeqCst);
+    let _one_at_a_time = occupy_lock(node);
+    node.borrowed_at(start)
 }
 
 /// The lock that serializes the borrowing decisions of prioritized calls on `node` (striped by address).
@@ -255,4 +268,81 @@ fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64) -
         idx += 1;
     }
     OCCUPY_TIMEOUT_MS
+}
+
+#[cfg(test)]
+pub(crate) mod borrow_hooks {
+    thread_local! {
+        /// Runs once on this thread in `reject_qps`, between a prioritized call's decision to borrow and the borrow.
+        pub(crate) static AFTER_OCCUPY_DECISION: crate::rcu::test_hooks::Hook = const { std::cell::RefCell::new(None) };
+    }
+    /// The node an opening last read the borrowed passes of (about to take the occupy lock).
+    pub(crate) static OPENER_WAITS_ON: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+}
+
+#[cfg(test)]
+mod borrow_tests {
+    use super::*;
+    use crate::stat::Writer;
+    use std::sync::{mpsc, Arc};
+
+    const T0: u64 = 1_700_000_000_000;
+
+    /// A normal call through the rule check, recorded as a pass like the engine does.
+    fn pass(node: &StatNode, t: u64, limit: f64) -> bool {
+        let ok = matches!(reject_qps(node, t, 1, limit, false, None), Decision::Pass { .. });
+        if ok {
+            node.pass_with(&Writer::at(t), 1);
+        }
+        ok
+    }
+
+    #[test]
+    fn hooked_prioritized_borrow_racing_with_the_opening_of_its_bucket_never_over_admits() {
+        // Limit 10: buckets 1 and 2 admit 5 each. Call A (prioritized, acquire 5, at T0+1499) decides to
+        // borrow bucket 3 and stops there; meanwhile calls at T0+1500 open bucket 3 and spend its budget.
+        let limit = 10.0;
+        let node = Arc::new(StatNode::new());
+        for _ in 0..5 {
+            assert!(pass(&node, T0 + 600, limit));
+        }
+        for _ in 0..5 {
+            assert!(pass(&node, T0 + 1100, limit));
+        }
+        assert!(!pass(&node, T0 + 1100, limit), "the window holds 10");
+        let (stopped_tx, stopped_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let na = node.clone();
+        let a = std::thread::spawn(move || {
+            crate::rcu::test_hooks::set(&borrow_hooks::AFTER_OCCUPY_DECISION, move || {
+                stopped_tx.send(()).expect("main waits");
+                go_rx.recv().expect("main sends");
+            });
+            let d = reject_qps(&na, T0 + 1499, 5, limit, true, None);
+            matches!(d, Decision::Occupied { .. })
+        });
+        stopped_rx.recv().expect("A decided to borrow");
+        let nb = node.clone();
+        let b = std::thread::spawn(move || {
+            let mut n = 0u64;
+            while pass(&nb, T0 + 1500, limit) {
+                n += 1;
+            }
+            n
+        });
+        // B's opening either completes or waits for the lock A holds (then A goes on first).
+        let me = Arc::as_ptr(&node) as usize;
+        while !b.is_finished() && borrow_hooks::OPENER_WAITS_ON.load(Ordering::SeqCst) != me {
+            std::thread::yield_now();
+        }
+        go_tx.send(()).expect("A waits");
+        let a_occupied = a.join().expect("A");
+        let b3 = b.join().expect("B");
+        let borrowed = node.borrowed_at(T0 + 1500);
+        let window = 5 + b3 + borrowed;
+        assert!(
+            window <= 10,
+            "buckets 2 and 3 admit {window} (5 + {b3} normal + {borrowed} borrowed; A occupied: {a_occupied})"
+        );
+    }
 }

@@ -710,7 +710,7 @@ impl ValueTable {
             {
                 return InsertBit { head, set };
             }
-            spins += 1;
+            spins = spins.saturating_add(1);
             if spins < 64 {
                 std::hint::spin_loop();
             } else {

@@ -9,6 +9,7 @@ mod window;
 pub(crate) use node::Writer;
 pub use node::{StatNode, MINUTE_INTERVAL_MS, MINUTE_SAMPLE_COUNT, SECOND_INTERVAL_MS, SECOND_SAMPLE_COUNT};
 pub(crate) use thread_gate::ThreadGate;
+pub(crate) use window::BUCKET_MS;
 pub use window::{BucketTotals, MetricEvent};
 
 /// How a resource name appears in a metric line (the metric log and the `metric` command): `|`, `\n` and

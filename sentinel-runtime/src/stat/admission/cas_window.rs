@@ -16,6 +16,10 @@ const RESETTING: u64 = u64::MAX - 1;
 pub(crate) struct CasWindow {
     starts: [AtomicU64; SAMPLES],
     counts: [AtomicU64; SAMPLES],
+    /// Serializes reservations: a reservation reads the other bucket and then adds to its own, and two calls
+    /// in adjacent buckets (or one that read the window before its bucket was reset) must not both pass on
+    /// counts that miss each other's add. Only a second reject rule with another limit on a node comes here.
+    lock: std::sync::Mutex<()>,
 }
 
 /// A reservation in a [`CasWindow`].
@@ -30,6 +34,7 @@ impl CasWindow {
         CasWindow {
             starts: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
             counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            lock: std::sync::Mutex::new(()),
         }
     }
 
@@ -57,7 +62,10 @@ impl CasWindow {
         }
     }
 
-    fn others(&self, now_ms: u64, cur: usize) -> u64 {
+    /// What the window's other buckets hold: their reservations, or, for the previous bucket when no call
+    /// reserved in it, what prioritized calls borrowed in it (they pass in it all the same).
+    fn others(&self, now_ms: u64, cur: usize, borrowed: &dyn Fn(u64) -> u64) -> u64 {
+        let prev = (now_ms / BUCKET_MS).checked_sub(1);
         let mut total = 0;
         for i in 0..self.starts.len() {
             if i == cur {
@@ -66,6 +74,8 @@ impl CasWindow {
             let s = self.starts[i].load(Ordering::Acquire);
             if s < RESETTING && !deprecated(now_ms, s, INTERVAL_MS) {
                 total += self.counts[i].load(Ordering::Acquire);
+            } else if let Some(b) = prev.filter(|b| (b % SAMPLES as u64) as usize == i) {
+                total += borrowed(b * BUCKET_MS);
             }
         }
         total
@@ -80,8 +90,13 @@ impl CasWindow {
         limit: f64,
         borrowed: &dyn Fn(u64) -> u64,
     ) -> Option<CasReservation> {
+        #[cfg(test)]
+        super::test_hooks::CAS_WAITS_ON.store(self as *const Self as usize, Ordering::SeqCst);
+        let _one_at_a_time = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let cur = self.current(now_ms, borrowed);
-        let others = self.others(now_ms, cur);
+        let others = self.others(now_ms, cur, borrowed);
+        #[cfg(test)]
+        super::test_hooks::cas_after_others();
         let c = &self.counts[cur];
         let mut v = c.load(Ordering::Acquire);
         loop {
@@ -102,21 +117,23 @@ impl CasWindow {
 
     /// Whether the window (already holding this call's reservation) is within `limit`.
     pub(crate) fn within(&self, now_ms: u64, limit: f64, borrowed: &dyn Fn(u64) -> u64) -> bool {
+        let _one_at_a_time = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let cur = self.current(now_ms, borrowed);
-        (self.others(now_ms, cur) + self.counts[cur].load(Ordering::Acquire)) as f64 <= limit
+        (self.others(now_ms, cur, borrowed) + self.counts[cur].load(Ordering::Acquire)) as f64 <= limit
     }
 
     /// Gives back `count` reserved in the bucket whose index has these low bits (if it is still there).
     pub(crate) fn release_tagged(&self, bucket_low: u64, count: u32) {
         let idx = (bucket_low % SAMPLES as u64) as usize;
+        let _one_at_a_time = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let s = self.starts[idx].load(Ordering::Acquire);
         if s < RESETTING && (s / BUCKET_MS) & TAG_MASK == bucket_low {
-            self.release(CasReservation { bucket_start: s, count });
+            self.release_locked(CasReservation { bucket_start: s, count });
         }
     }
 
-    /// Gives a reservation back (if its bucket is still there).
-    pub(crate) fn release(&self, r: CasReservation) {
+    /// Gives a reservation back (if its bucket is still there), under the lock.
+    fn release_locked(&self, r: CasReservation) {
         let idx = ((r.bucket_start / BUCKET_MS) % SAMPLES as u64) as usize;
         if self.starts[idx].load(Ordering::Acquire) == r.bucket_start {
             let _ = self.counts[idx]

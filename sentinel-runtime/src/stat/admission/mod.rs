@@ -152,7 +152,7 @@ fn floor_tokens(x: f64) -> u64 {
 }
 
 fn backoff(spins: &mut u32) {
-    *spins += 1;
+    *spins = spins.saturating_add(1);
     if *spins < 64 {
         std::hint::spin_loop();
     } else {
@@ -780,8 +780,13 @@ impl AdmissionWindow {
         } else {
             target = bucket;
             bor = borrowed(bucket * BUCKET_MS);
-            let prev =
-                if open != NONE && bucket == open + 1 { used + self.pool.borrowed.load(Ordering::Acquire) } else { 0 };
+            // The previous bucket is in the window: what it used and what was borrowed in it, or, when no call
+            // opened it, what prioritized calls borrowed in it (they pass in it all the same).
+            let prev = if open != NONE && bucket == open + 1 {
+                used + self.pool.borrowed.load(Ordering::Acquire)
+            } else {
+                bucket.checked_sub(1).map_or(0, |b| borrowed(b * BUCKET_MS))
+            };
             base = prev + bor;
             budget = floor_tokens(limit - base as f64);
             tokens = budget;
@@ -886,7 +891,7 @@ impl AdmissionWindow {
         let bucket = now_ms / BUCKET_MS;
         let open = self.meta.bucket.load(Ordering::Acquire);
         if open == NONE {
-            return borrowed(bucket * BUCKET_MS);
+            return bucket.checked_sub(1).map_or(0, |b| borrowed(b * BUCKET_MS)) + borrowed(bucket * BUCKET_MS);
         }
         let p = self.pool.word.load(Ordering::Acquire);
         let mut left = if p == CLOSED { 0 } else { tokens_of(p) };
@@ -902,8 +907,19 @@ impl AdmissionWindow {
         } else if bucket == open + 1 {
             used + self.pool.borrowed.load(Ordering::Acquire) + borrowed(bucket * BUCKET_MS)
         } else {
-            borrowed(bucket * BUCKET_MS)
+            bucket.checked_sub(1).map_or(0, |b| borrowed(b * BUCKET_MS)) + borrowed(bucket * BUCKET_MS)
         }
+    }
+
+    /// Whether prioritized calls may still borrow passes in bucket `bucket`: no bucket from it on is open or
+    /// being opened (whose budget would not count them). Call it holding the lock the `borrowed` reads of
+    /// openings take.
+    pub(crate) fn may_borrow(&self, bucket: u64) -> bool {
+        if self.pool.word.load(Ordering::Acquire) == CLOSED {
+            return false;
+        }
+        let open = self.meta.bucket.load(Ordering::Acquire);
+        open == NONE || open < bucket
     }
 
     /// Gives a reservation back (if its bucket is still open).
@@ -929,6 +945,16 @@ pub(crate) mod test_hooks {
         pub(crate) static SHARED_SLOW: Hook = const { RefCell::new(None) };
         /// Runs once on this thread between taking a chunk from the pool and crediting the rest to its stripe.
         pub(crate) static BEFORE_CREDIT: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread in `CasWindow::try_reserve`, between its read of the other bucket and its
+        /// read of its own count (a test forces the interleaving).
+        pub(crate) static CAS_AFTER_OTHERS: Hook = const { RefCell::new(None) };
+    }
+
+    /// The secondary window a reservation last went to (about to take its lock).
+    pub(crate) static CAS_WAITS_ON: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    pub(crate) fn cas_after_others() {
+        run(&CAS_AFTER_OTHERS);
     }
 
     pub(crate) fn shared_slow() {

@@ -456,3 +456,45 @@ fn admission_limit_changes_while_owners_spend_keep_the_count_exact() {
         assert_eq!(kept + drain(&w, T0, 1, 100.0), 100, "round {round}");
     }
 }
+
+#[test]
+fn hooked_a_cas_window_reservation_that_read_the_other_bucket_before_it_filled_does_not_over_admit() {
+    // The secondary window (a second reject rule with another limit on the node). Call A at T0+100 reads
+    // the other bucket (empty) and stops before its compare-and-swap; meanwhile (thread B) bucket 1 admits
+    // the whole limit and bucket 2 resets A's slot. A then adds to the reset slot with the count of the
+    // other bucket it read before: buckets 1 and 2 hold 11.
+    let w = Arc::new(CasWindow::new());
+    let limit = 10.0;
+    let (stopped_tx, stopped_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let wa = w.clone();
+    let a = std::thread::spawn(move || {
+        test_hooks::set(&test_hooks::CAS_AFTER_OTHERS, move || {
+            stopped_tx.send(()).expect("main waits");
+            go_rx.recv().expect("main sends");
+        });
+        wa.try_reserve(T0 + 100, 1, limit, NO_BORROW)
+    });
+    stopped_rx.recv().expect("A stopped after reading the other bucket");
+    test_hooks::CAS_WAITS_ON.store(0, Ordering::SeqCst);
+    let wb = w.clone();
+    let b = std::thread::spawn(move || {
+        let mut b1 = 0;
+        while wb.try_reserve(T0 + 600, 1, limit, NO_BORROW).is_some() {
+            b1 += 1;
+        }
+        (b1, wb.try_reserve(T0 + 1000, 1, limit, NO_BORROW))
+    });
+    // B finishes, or waits for A (if reservations exclude each other); then A goes on.
+    let me = Arc::as_ptr(&w) as usize;
+    while !b.is_finished() && test_hooks::CAS_WAITS_ON.load(Ordering::SeqCst) != me {
+        std::thread::yield_now();
+    }
+    go_tx.send(()).expect("A waits");
+    let r = a.join().expect("A");
+    let (b1, b2) = b.join().expect("B");
+    assert!(
+        w.within(T0 + 1000, limit, NO_BORROW),
+        "A reserved {r:?}, bucket 1 admitted {b1}, bucket 2 {b2:?}: buckets 1 and 2 hold more than {limit}"
+    );
+}
