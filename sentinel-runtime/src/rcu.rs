@@ -277,7 +277,20 @@ static DEFERRED: Mutex<Deferred> = Mutex::new(Vec::new());
 /// Waits until every read section that could have seen pointers unpublished before this call has ended: two
 /// flips of the phase (see the module docs for why one is not enough).
 pub(crate) fn synchronize() {
+    #[cfg(not(test))]
     let _w = WRITERS.lock().unwrap_or_else(|e| e.into_inner());
+    // A writer that waits for another's grace period says so too: a test that stops a reader in its section
+    // until its writer waits must not wait for a grace period of a test running beside it, which waits for
+    // that reader (the two tests would wait for each other).
+    #[cfg(test)]
+    let _w = match WRITERS.try_lock() {
+        Ok(w) => w,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            test_hooks::writer_waits();
+            WRITERS.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    };
     flip_and_wait();
     #[cfg(test)]
     test_hooks::between_flips();
@@ -621,7 +634,8 @@ pub(crate) mod test_hooks {
     thread_local! {
         /// Runs once on this thread between a reader's phase load and its mark.
         pub(crate) static AFTER_PHASE_LOAD: Hook = const { RefCell::new(None) };
-        /// Runs once on this thread when its grace period first finds a section it has to wait for.
+        /// Runs once on this thread when its grace period first finds a section it has to wait for, or
+        /// another grace period it has to wait for.
         pub(crate) static WRITER_WAITS: Hook = const { RefCell::new(None) };
         /// Runs once on this thread between the two flips of its grace period.
         pub(crate) static BETWEEN_FLIPS: Hook = const { RefCell::new(None) };
@@ -648,6 +662,35 @@ pub(crate) mod test_hooks {
     /// Sets `hook` on this thread.
     pub(crate) fn set(hook: &'static std::thread::LocalKey<Hook>, f: impl FnMut() + 'static) {
         hook.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    /// The addresses of what threads are waiting for now (a lock), for a test that lets a stopped thread go
+    /// once another thread waits: a set, so that waits of tests running beside it, on other things, neither
+    /// hide nor fake this one.
+    pub(crate) struct Waiters(std::sync::Mutex<Vec<usize>>);
+
+    impl Waiters {
+        pub(crate) const fn new() -> Self {
+            Waiters(std::sync::Mutex::new(Vec::new()))
+        }
+        fn list(&self) -> std::sync::MutexGuard<'_, Vec<usize>> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+        /// A thread is about to wait for what is at `at`.
+        pub(crate) fn arrive(&self, at: usize) {
+            self.list().push(at);
+        }
+        /// It waits no more.
+        pub(crate) fn leave(&self, at: usize) {
+            let mut list = self.list();
+            if let Some(i) = list.iter().position(|&a| a == at) {
+                list.swap_remove(i);
+            }
+        }
+        /// Whether a thread waits for what is at `at`.
+        pub(crate) fn has(&self, at: usize) -> bool {
+            self.list().contains(&at)
+        }
     }
 }
 

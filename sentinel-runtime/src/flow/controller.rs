@@ -229,8 +229,10 @@ pub(crate) fn reject_qps(
 /// under the node's occupy lock, so that a borrow decided before the opening is counted by it or sees it.
 pub(crate) fn borrowed_for_open(node: &StatNode, start: u64) -> u64 {
     #[cfg(test)]
-    borrow_hooks::OPENER_WAITS_ON.store(node as *const StatNode as usize, Ordering::SeqCst);
+    borrow_hooks::OPENERS.arrive(node as *const StatNode as usize);
     let _one_at_a_time = occupy_lock(node);
+    #[cfg(test)]
+    borrow_hooks::OPENERS.leave(node as *const StatNode as usize);
     node.borrowed_at(start)
 }
 
@@ -276,8 +278,8 @@ pub(crate) mod borrow_hooks {
         /// Runs once on this thread in `reject_qps`, between a prioritized call's decision to borrow and the borrow.
         pub(crate) static AFTER_OCCUPY_DECISION: crate::rcu::test_hooks::Hook = const { std::cell::RefCell::new(None) };
     }
-    /// The node an opening last read the borrowed passes of (about to take the occupy lock).
-    pub(crate) static OPENER_WAITS_ON: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    /// The nodes whose openings wait for the occupy lock to read their borrowed passes.
+    pub(crate) static OPENERS: crate::rcu::test_hooks::Waiters = crate::rcu::test_hooks::Waiters::new();
 }
 
 #[cfg(test)]
@@ -332,7 +334,7 @@ mod borrow_tests {
         });
         // B's opening either completes or waits for the lock A holds (then A goes on first).
         let me = Arc::as_ptr(&node) as usize;
-        while !b.is_finished() && borrow_hooks::OPENER_WAITS_ON.load(Ordering::SeqCst) != me {
+        while !b.is_finished() && !borrow_hooks::OPENERS.has(me) {
             std::thread::yield_now();
         }
         go_tx.send(()).expect("A waits");

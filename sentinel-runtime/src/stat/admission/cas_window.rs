@@ -91,12 +91,14 @@ impl CasWindow {
         borrowed: &dyn Fn(u64) -> u64,
     ) -> Option<CasReservation> {
         #[cfg(test)]
-        super::test_hooks::CAS_WAITS_ON.store(self as *const Self as usize, Ordering::SeqCst);
+        test_hooks::WAITERS.arrive(self as *const Self as usize);
         let _one_at_a_time = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        #[cfg(test)]
+        test_hooks::WAITERS.leave(self as *const Self as usize);
         let cur = self.current(now_ms, borrowed);
         let others = self.others(now_ms, cur, borrowed);
         #[cfg(test)]
-        super::test_hooks::cas_after_others();
+        crate::rcu::test_hooks::run(&test_hooks::AFTER_OTHERS);
         let c = &self.counts[cur];
         let mut v = c.load(Ordering::Acquire);
         loop {
@@ -140,4 +142,19 @@ impl CasWindow {
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(r.count as u64)));
         }
     }
+}
+
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    //! Test-only points of the window (the machinery is rcu's, `rcu::test_hooks`).
+    use crate::rcu::test_hooks::{Hook, Waiters};
+
+    thread_local! {
+        /// Runs once on this thread in `CasWindow::try_reserve`, between its read of the other bucket and its
+        /// read of its own count (a test forces the interleaving).
+        pub(crate) static AFTER_OTHERS: Hook = const { std::cell::RefCell::new(None) };
+    }
+
+    /// The windows whose reservations wait for their lock.
+    pub(crate) static WAITERS: Waiters = Waiters::new();
 }

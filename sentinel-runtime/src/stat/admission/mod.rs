@@ -945,16 +945,6 @@ pub(crate) mod test_hooks {
         pub(crate) static SHARED_SLOW: Hook = const { RefCell::new(None) };
         /// Runs once on this thread between taking a chunk from the pool and crediting the rest to its stripe.
         pub(crate) static BEFORE_CREDIT: Hook = const { RefCell::new(None) };
-        /// Runs once on this thread in `CasWindow::try_reserve`, between its read of the other bucket and its
-        /// read of its own count (a test forces the interleaving).
-        pub(crate) static CAS_AFTER_OTHERS: Hook = const { RefCell::new(None) };
-    }
-
-    /// The secondary window a reservation last went to (about to take its lock).
-    pub(crate) static CAS_WAITS_ON: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-    pub(crate) fn cas_after_others() {
-        run(&CAS_AFTER_OTHERS);
     }
 
     pub(crate) fn shared_slow() {

@@ -469,14 +469,13 @@ fn hooked_a_cas_window_reservation_that_read_the_other_bucket_before_it_filled_d
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let wa = w.clone();
     let a = std::thread::spawn(move || {
-        test_hooks::set(&test_hooks::CAS_AFTER_OTHERS, move || {
+        test_hooks::set(&super::cas_window::test_hooks::AFTER_OTHERS, move || {
             stopped_tx.send(()).expect("main waits");
             go_rx.recv().expect("main sends");
         });
         wa.try_reserve(T0 + 100, 1, limit, NO_BORROW)
     });
     stopped_rx.recv().expect("A stopped after reading the other bucket");
-    test_hooks::CAS_WAITS_ON.store(0, Ordering::SeqCst);
     let wb = w.clone();
     let b = std::thread::spawn(move || {
         let mut b1 = 0;
@@ -487,7 +486,7 @@ fn hooked_a_cas_window_reservation_that_read_the_other_bucket_before_it_filled_d
     });
     // B finishes, or waits for A (if reservations exclude each other); then A goes on.
     let me = Arc::as_ptr(&w) as usize;
-    while !b.is_finished() && test_hooks::CAS_WAITS_ON.load(Ordering::SeqCst) != me {
+    while !b.is_finished() && !super::cas_window::test_hooks::WAITERS.has(me) {
         std::thread::yield_now();
     }
     go_tx.send(()).expect("A waits");
