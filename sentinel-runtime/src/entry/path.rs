@@ -116,7 +116,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                         return chain::run_fast::<false, false>(rules, site.shared, &call, wait, &mut held);
                     }
                     if !general && rules.fast_path != FastPath::No && chain::admits_fast(rules, site.shared, now_ms) {
-                        return self.run_fast_apart(rules, &mut checks, &site, now_nanos, now_ms, system);
+                        return self.run_fast_out_of_line(rules, &mut checks, &site, now_nanos, now_ms, system);
                     }
                     self.run_general(rules, &mut checks, &site, now_nanos)
                 },
@@ -245,7 +245,7 @@ impl EntryBuilder<'_, '_> {
     /// (`system`: an inbound call while one is loaded). Out of line, as the general path is, so that the common
     /// case's copy compiles as if they were not there.
     #[inline(never)]
-    fn run_fast_apart(
+    fn run_fast_out_of_line(
         &self,
         rules: &ResourceRules,
         checks: &mut Decided,

@@ -76,9 +76,9 @@
 //! word and writing it back for a tag to be mistaken (an owner's `spent` is reset when it credits a chunk, so
 //! an idle owner's old count is not mistaken either).
 //!
-//! A second reject rule with a different limit on a node this entry already reserved on reserves in a plain
-//! compare-and-swap window ([`CasWindow`], in `cas_window`) that counts only the calls reaching that rule
-//! (rare: two rules on one node).
+//! A second reject rule with a different limit on a node this entry already reserved on reserves in a window
+//! of two buckets under a lock ([`SecondWindow`], in `second_window`) that counts only the calls reaching that
+//! rule (rare: two rules on one node).
 //!
 //! **Leases.** The same machinery spends tokens that an owner hands out as a whole (a cluster rule's lease
 //! from its token service): [`AdmissionWindow::lease_replace`] closes the pool like a bucket change (the
@@ -87,8 +87,8 @@
 //! [`AdmissionWindow::lease_add`] tops the pool up. Callers never open a lease themselves ([`Mode`]). That API
 //! is in `lease`.
 
-mod cas_window;
 mod lease;
+mod second_window;
 #[cfg(test)]
 mod tests;
 
@@ -96,7 +96,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-use self::cas_window::{CasWindow, TAG_MASK};
+use self::second_window::{SecondWindow, TAG_MASK};
 use super::stripe;
 use crate::rcu;
 
@@ -263,7 +263,7 @@ pub(crate) struct AdmissionWindow {
     /// One per stripe: the owned ones, then the shared one.
     locals: Box<[CachePadded<Local>]>,
     /// For a second rule with another limit on this node.
-    secondary: CasWindow,
+    secondary: SecondWindow,
 }
 
 /// A reservation to give back if a later check blocks the call.
@@ -271,7 +271,7 @@ pub(crate) struct AdmissionWindow {
 /// Sixteen bytes, like a plain (start, count) pair: it is returned and stored on every call, and a wider value
 /// written piecewise and read back whole stalls store forwarding. `word` holds the bucket start (ms) in its low
 /// 45 bits (a nanosecond `u64` clock reaches 1.9e13 ms < 2^45) and, in its high 19 bits, the low 18 bits of
-/// the bucket index in which a second rule reserved the same count in the node's [`CasWindow`], plus one
+/// the bucket index in which a second rule reserved the same count in the node's [`SecondWindow`], plus one
 /// (0 when none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Reservation {
@@ -327,7 +327,7 @@ impl AdmissionWindow {
                     })
                 })
                 .collect(),
-            secondary: CasWindow::new(),
+            secondary: SecondWindow::new(),
         }
     }
 

@@ -458,18 +458,18 @@ fn admission_limit_changes_while_owners_spend_keep_the_count_exact() {
 }
 
 #[test]
-fn hooked_a_cas_window_reservation_that_read_the_other_bucket_before_it_filled_does_not_over_admit() {
+fn hooked_a_second_window_reservation_that_read_the_other_bucket_before_it_filled_does_not_over_admit() {
     // The secondary window (a second reject rule with another limit on the node). Call A at T0+100 reads
     // the other bucket (empty) and stops before its compare-and-swap; meanwhile (thread B) bucket 1 admits
     // the whole limit and bucket 2 resets A's slot. A then adds to the reset slot with the count of the
     // other bucket it read before: buckets 1 and 2 hold 11.
-    let w = Arc::new(CasWindow::new());
+    let w = Arc::new(SecondWindow::new());
     let limit = 10.0;
     let (stopped_tx, stopped_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let wa = w.clone();
     let a = std::thread::spawn(move || {
-        test_hooks::set(&super::cas_window::test_hooks::AFTER_OTHERS, move || {
+        test_hooks::set(&super::second_window::test_hooks::AFTER_OTHERS, move || {
             stopped_tx.send(()).expect("main waits");
             go_rx.recv().expect("main sends");
         });
@@ -486,7 +486,7 @@ fn hooked_a_cas_window_reservation_that_read_the_other_bucket_before_it_filled_d
     });
     // B finishes, or waits for A (if reservations exclude each other); then A goes on.
     let me = Arc::as_ptr(&w) as usize;
-    while !b.is_finished() && !super::cas_window::test_hooks::WAITERS.has(me) {
+    while !b.is_finished() && !super::second_window::test_hooks::WAITERS.has(me) {
         std::thread::yield_now();
     }
     go_tx.send(()).expect("A waits");
