@@ -47,7 +47,7 @@
 //!
 //! The shared counters follow the same argument with the counter increment as the mark store.
 
-use std::sync::atomic::{compiler_fence, fence, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, Once};
 
 use crossbeam_utils::CachePadded;
@@ -78,16 +78,16 @@ fn init_mode() -> u8 {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         let off = std::env::var("SENTINEL_MEMBARRIER").is_ok_and(|v| matches!(v.as_str(), "off" | "0" | "false"));
-        let mode = if off {
-            tracing::info!("SENTINEL_MEMBARRIER=off: rule reads and exact limits use full fences");
-            MODE_FENCE
-        } else if register() {
-            MODE_EXPEDITED
-        } else {
-            tracing::info!("the process-wide memory barrier (membarrier) is unavailable: using full fences");
-            MODE_FENCE
-        };
+        let mode = if off || !register() { MODE_FENCE } else { MODE_EXPEDITED };
+        // The mode first: the log below runs the application's subscriber.
         MODE.store(mode, Ordering::SeqCst);
+        if off {
+            log_contained(|| tracing::info!("SENTINEL_MEMBARRIER=off: rule reads and exact limits use full fences"));
+        } else if mode == MODE_FENCE {
+            log_contained(|| {
+                tracing::info!("the process-wide memory barrier (membarrier) is unavailable: using full fences")
+            });
+        }
     });
     MODE.load(Ordering::SeqCst)
 }
@@ -162,24 +162,39 @@ pub(crate) fn heavy() {
 /// succeeds, so that the sections that started with a compiler fence alone are ordered too.
 #[cold]
 fn degrade(error: &str) {
-    static LOGGED: Once = Once::new();
-    LOGGED.call_once(|| {
-        tracing::error!(
-            error,
-            "the process-wide memory barrier failed; switching rule reads and exact limits to full fences"
-        );
-    });
     MODE.store(MODE_FENCE, Ordering::SeqCst);
     let mut backoff = std::time::Duration::from_micros(50);
     loop {
         // Either barrier orders every CPU running a thread of the process after the mode store above: from
         // then on every section runs full fences, and those that did not are ordered by this barrier.
         if process_barrier(false).is_ok() || process_barrier(true).is_ok() {
-            return;
+            break;
         }
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(std::time::Duration::from_millis(100));
     }
+    // Logged once the readers are safe again, and contained: the caller may hold an exact limit's pool
+    // closed or its stripes claimed, which a panic unwinding from here would leave so for every other thread.
+    if !DEGRADE_LOGGED.swap(true, Ordering::Relaxed) {
+        log_contained(|| {
+            tracing::error!(
+                error,
+                "the process-wide memory barrier failed; switching rule reads and exact limits to full fences"
+            )
+        });
+    }
+}
+
+/// Whether [`degrade`] logged (once per process).
+static DEGRADE_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Runs `log` (a `tracing` event, which calls the application's subscriber) without letting a panic in it
+/// unwind into the caller: the barriers and the mode's first decision run inside read sections, rule
+/// writers' grace periods and exact limits' bucket closes, whose state must not be left half-changed. A
+/// panicking subscriber loses the one event; the panic hook still reports it.
+#[cold]
+fn log_contained(log: impl FnOnce()) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(log));
 }
 
 /// Marks a read section on this thread's stripe; clears it on drop (also on unwind).
@@ -697,7 +712,7 @@ pub(crate) mod test_hooks {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
 
     struct Counted(Arc<AtomicUsize>, u64);
@@ -1010,6 +1025,51 @@ pub(crate) mod tests {
         assert_eq!(reader.join().unwrap(), Ok(()));
         writer_b.join().unwrap();
         assert_eq!(engine.flow_rules()[0].count, 3e9);
+    }
+
+    /// A subscriber that counts the events it is given, then panics.
+    pub(crate) struct Panicking(pub(crate) Arc<AtomicUsize>);
+    impl tracing::Subscriber for Panicking {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            panic!("the application's subscriber panics (expected by the test)");
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// The barrier's failure is logged through the application's subscriber, from inside exact limits' bucket
+    /// closes and rule writers' grace periods: a subscriber that panics loses its event, and nothing unwinds
+    /// into the caller (whose pool would stay closed for every other thread).
+    #[test]
+    fn a_panicking_subscriber_cannot_unwind_out_of_the_barriers_fall_back() {
+        if !register() {
+            eprintln!("skipped: no process-wide barrier on this machine, so it cannot fail and fall back");
+            return;
+        }
+        let events = Arc::new(AtomicUsize::new(0));
+        DEGRADE_LOGGED.store(false, Ordering::SeqCst);
+        let degraded = tracing::subscriber::with_default(Panicking(events.clone()), || {
+            std::panic::catch_unwind(|| degrade("injected failure (test)"))
+        });
+        assert!(degraded.is_ok(), "the subscriber's panic stayed inside the log");
+        assert_eq!(events.load(Ordering::SeqCst), 1, "the subscriber was given the event");
+        assert_eq!(MODE.load(Ordering::SeqCst), MODE_FENCE, "readers use full fences from then on");
+        // Sections and grace periods still work.
+        let freed = Arc::new(AtomicUsize::new(0));
+        let p = RcuPtr::new(Counted(freed.clone(), 1));
+        let old = p.replace(Counted(freed.clone(), 2));
+        synchronize();
+        drop(old);
+        assert_eq!((p.read(|c| c.1), freed.load(Ordering::SeqCst)), (2, 1));
     }
 
     /// A failing process-wide barrier switches readers to full fences and is retried until one succeeds:
