@@ -287,6 +287,7 @@ async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
     c.close().await.unwrap();
 }
 
+#[cfg(feature = "tower")] // used by the gateway's browser test
 /// Waits for the chart of the adaptive resource `db`, then reads its lines and figures and, in the same
 /// page, the command's answer: checks that the lines are the served series, one vertex per point. Gives what
 /// was read and the number of points.
@@ -326,6 +327,7 @@ async fn chart_against_served(c: &Client) -> (serde_json::Value, u64) {
     (drawn, points)
 }
 
+#[cfg(feature = "tower")] // gateway rules
 /// Fills the open form of a gateway card (`#gw-apis`, `#gw-rules`) by field name, as a person types and
 /// chooses (with the change events the page listens to), and saves it.
 async fn fill_and_save(c: &Client, card: &str, values: &[(&str, &str)]) {
@@ -340,12 +342,14 @@ async fn fill_and_save(c: &Client, card: &str, values: &[(&str, &str)]) {
     c.find(Locator::Css(&format!("{card} form button.save"))).await.unwrap().click().await.unwrap();
 }
 
+#[cfg(feature = "tower")] // gateway rules
 /// Waits for the row of `key` in a gateway card's table.
 async fn wait_for_row(c: &Client, card: &str, key: &str) {
     let js = format!("return document.querySelector(\"{card} tr[data-key='{key}']\") !== null");
     wait_for_js(c, &js, &format!("the row of {key}")).await;
 }
 
+#[cfg(feature = "tower")] // gateway rules
 /// Waits for the server's error shown next to `field` of a gateway card's form, and gives its text.
 async fn field_error(c: &Client, card: &str, field: &str) -> String {
     let js = format!(
@@ -507,6 +511,7 @@ fn console_adaptive_serves_every_limiter_now_and_its_limit_and_inflight_per_seco
     assert_eq!(v["resources"], serde_json::json!([]), "{v}");
 }
 
+#[cfg(feature = "tower")] // gateway rules
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_browser() {
     let test = "the_console_charts_adaptive_limits_and_edits_the_gateway_in_a_real_browser";

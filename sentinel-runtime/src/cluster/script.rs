@@ -28,6 +28,28 @@ use super::keys::RuleKeys;
 
 /// Renews the membership, gives tokens back, leases.
 const LEASE: &str = r#"
+-- A whole number from 0 to 2^53 read from the window, or nil: a value someone else wrote there (text, a
+-- fraction, a negative, NaN, an infinity) counts as nothing, so that no value read can stop the script
+-- half-way (after some of its writes) or open the window, and the sweep below drops it.
+local function count(x)
+  local v = tonumber(x)
+  if v == nil or v ~= v or v < 0 or v > 9007199254740992 or v ~= math.floor(v) then
+    return nil
+  end
+  return v
+end
+-- Adds `c` to bucket `b`'s count (read as a count: HINCRBY would stop on a value that is not an integer).
+local function add(b, c)
+  local v = count(redis.call('HGET', KEYS[1], tostring(b))) or 0
+  redis.call('HSET', KEYS[1], tostring(b), string.format('%.0f', math.max(v + c, 0)))
+end
+-- Another type at either key would stop the script at its first write there: refuse before any write.
+for i, kind in ipairs({'hash', 'zset'}) do
+  local found = redis.call('TYPE', KEYS[i])['ok']
+  if found ~= 'none' and found ~= kind then
+    return redis.error_reply('WRONGTYPE the key ' .. KEYS[i] .. ' holds a ' .. found .. ', not a ' .. kind)
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local want = tonumber(ARGV[1])
@@ -37,7 +59,7 @@ if deadline > 0 and now >= deadline then
   late = 1
   want = 0
 end
-local gen = tonumber(redis.call('HGET', KEYS[1], 'g') or '0')
+local gen = count(redis.call('HGET', KEYS[1], 'g')) or 0
 if gen == 0 then
   gen = tonumber(t[1]) * 1000000 + tonumber(t[2])
   redis.call('HSET', KEYS[1], 'g', string.format('%.0f', gen))
@@ -72,7 +94,7 @@ local record = true
 local cv = redis.call('HGET', KEYS[1], ckey)
 if cv then
   local nums = {}
-  for x in string.gmatch(cv, '%d+') do nums[#nums + 1] = tonumber(x) end
+  for x in string.gmatch(cv, '%d+') do nums[#nums + 1] = count(x) or 0 end
   local q = nums[1] or 0
   if q >= seq then
     record = false
@@ -82,10 +104,10 @@ if cv then
     for i = 3, #nums - 1, 2 do
       local b = nums[i]
       if b >= oldest and b <= cur then
-        local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
+        local v = count(redis.call('HGET', KEYS[1], tostring(b))) or 0
         local back = math.min(v, nums[i + 1])
         if back > 0 then
-          redis.call('HINCRBY', KEYS[1], tostring(b), -back)
+          add(b, -back)
         end
       end
     end
@@ -104,7 +126,7 @@ local skey = 's:' .. ARGV[2]
 local applied = 0
 local sv = redis.call('HGET', KEYS[1], skey)
 if sv then
-  applied = tonumber(string.match(sv, '^(%d+)')) or 0
+  applied = count(string.match(sv, '^(%d+)')) or 0
 end
 local top = applied
 for i = 0, nr - 1 do
@@ -113,10 +135,10 @@ for i = 0, nr - 1 do
   local c = tonumber(ARGV[15 + 3 * i])
   -- Only to the window the tokens were granted in (one made afresh never counted them).
   if q > applied and known == gen and b >= oldest and b <= cur then
-    local v = tonumber(redis.call('HGET', KEYS[1], tostring(b)) or '0')
+    local v = count(redis.call('HGET', KEYS[1], tostring(b))) or 0
     local back = math.min(v, c)
     if back > 0 then
-      redis.call('HINCRBY', KEYS[1], tostring(b), -back)
+      add(b, -back)
     end
   end
   if q > top then top = q end
@@ -132,7 +154,7 @@ for i = 0, na - 1 do
   local c = tonumber(ARGV[at + 2 + 2 * i])
   if b > cur then b = cur end
   if b >= oldest and c > 0 then
-    redis.call('HINCRBY', KEYS[1], tostring(b), c)
+    add(b, c)
     counted[#counted + 1] = string.format('%.0f:%.0f', b, c)
   end
 end
@@ -140,20 +162,20 @@ local fields = redis.call('HGETALL', KEYS[1])
 local used = 0
 local buckets = {}
 for i = 1, #fields, 2 do
-  local b = tonumber(fields[i])
-  local v = tonumber(fields[i + 1])
+  local b = count(fields[i])
+  local v = count(fields[i + 1])
   if fields[i] == 'g' then
     b = cur + 1
   elseif string.sub(fields[i], 1, 2) == 's:' then
     -- A member's last applied batch: kept a window after it was applied (a batch sent again later holds
     -- only buckets that left the window).
-    local when = tonumber(string.match(fields[i + 1], ':(%d+)$') or '0')
+    local when = count(string.match(fields[i + 1], ':(%d+)$')) or 0
     if when + blen * n < now then
       redis.call('HDEL', KEYS[1], fields[i])
     end
   elseif string.sub(fields[i], 1, 2) == 'c:' then
     -- A member's last call: kept a window after it ran (by then what it counted left the window).
-    local when = tonumber(string.match(fields[i + 1], '^%d+:(%d+)') or '0')
+    local when = count(string.match(fields[i + 1], '^%d+:(%d+)')) or 0
     if when + blen * n < now then
       redis.call('HDEL', KEYS[1], fields[i])
     end
@@ -174,7 +196,7 @@ if avail < 0 then avail = 0 end
 local grant = want
 if grant > avail then grant = avail end
 if grant > 0 then
-  redis.call('HINCRBY', KEYS[1], tostring(cur), grant)
+  add(cur, grant)
   buckets[#buckets + 1] = {cur, grant}
   counted[#counted + 1] = string.format('%.0f:%.0f', cur, grant)
 end
@@ -485,6 +507,80 @@ mod tests {
         assert_eq!(r.record(), record, "the later call's record stays, for the call after it to undo");
         r.run(&r.call(53, 52, 0, &[(b, 6)]));
         assert_eq!(r.total(), 6);
+    }
+
+    impl OnRedis {
+        /// Writes `value` into field `field` of the window's hash (what another writer of this Redis left).
+        fn write(&mut self, field: &str, value: &str) {
+            let OnRedis { rt, conn, keys, .. } = self;
+            let _: () =
+                rt.block_on(redis::cmd("HSET").arg(&keys.window).arg(field).arg(value).query_async(conn)).unwrap();
+        }
+
+        fn try_run(&mut self, call: &LeaseCall) -> Result<LeaseReply, RedisError> {
+            let OnRedis { rt, conn, keys, scripts, .. } = self;
+            rt.block_on(scripts.lease(conn, keys, call))
+        }
+
+        /// Every field of the window's hash.
+        fn fields(&mut self) -> Vec<(String, String)> {
+            let OnRedis { rt, conn, keys, .. } = self;
+            let mut f: Vec<(String, String)> =
+                rt.block_on(redis::cmd("HGETALL").arg(&keys.window).query_async(conn)).unwrap();
+            f.sort();
+            f
+        }
+    }
+
+    #[test]
+    fn a_count_another_writer_left_unreadable_stops_no_call_half_way_and_is_dropped() {
+        let Some(mut r) = OnRedis::start("a_count_another_writer_left_unreadable", 100) else { return };
+        let b = r.bucket;
+        let junks = ["twenty", "1.5", "-7", "1e400", "nan", "99999999999999999999"];
+        for (k, junk) in junks.into_iter().enumerate() {
+            let seq = 101 + 2 * k as u64;
+            r.write(&(b - 1).to_string(), "0");
+            r.write(&b.to_string(), "0");
+            // A call counted admissions in two buckets and a grant; its reply was lost.
+            assert_eq!(r.run(&r.call(seq, seq, 20, &[(b - 1, 3), (b, 5)])).granted, 20, "{junk:?}");
+            // Then someone wrote over the current bucket's count.
+            r.write(&b.to_string(), junk);
+            // The next call undoes the lost one (its first bucket before it reaches the unreadable one) and
+            // counts the admissions again: it runs to the end, counting the unreadable value as nothing.
+            let reply = r.try_run(&r.call(seq + 1, seq, 0, &[(b - 1, 3), (b, 5)]));
+            let reply = reply.unwrap_or_else(|e| panic!("{junk:?}: {e}"));
+            assert!(!reply.late, "{junk:?}");
+            assert_eq!(reply.window, vec![(b - 1, 3), (b, 5)], "{junk:?}: each admission once, nothing else");
+            let buckets: Vec<_> = r.fields().into_iter().filter(|(k, _)| !k.contains(':') && k != "g").collect();
+            assert_eq!(buckets, vec![((b - 1).to_string(), "3".into()), (b.to_string(), "5".into())], "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn a_count_that_is_not_a_number_cannot_open_the_window() {
+        let Some(mut r) = OnRedis::start("a_count_that_is_not_a_number", 10) else { return };
+        let b = r.bucket;
+        assert_eq!(r.run(&r.call(11, 11, 600, &[])).granted, 600);
+        for (i, junk) in ["nan", "-nan", "inf", "-inf", "-600", "abc"].into_iter().enumerate() {
+            r.write(&(b - 1).to_string(), junk);
+            let seq = 12 + i as u64;
+            let reply = r.try_run(&r.call(seq, seq, 5_000, &[])).unwrap_or_else(|e| panic!("{junk:?}: {e}"));
+            let expected = if i == 0 { 400 } else { 0 };
+            assert_eq!(reply.granted, expected, "{junk:?}: the limit of 1000 holds");
+            assert_eq!(r.total(), 1000, "{junk:?}: the unreadable count is dropped");
+        }
+    }
+
+    #[test]
+    fn a_key_of_another_type_is_refused_before_any_write() {
+        let Some(mut r) = OnRedis::start("a_key_of_another_type_is_refused", 10) else { return };
+        let OnRedis { rt, conn, keys, .. } = &mut r;
+        let (window, members) = (keys.window.clone(), keys.members.clone());
+        let _: () = rt.block_on(redis::cmd("DEL").arg(&window).query_async(conn)).unwrap();
+        let _: () = rt.block_on(redis::cmd("SET").arg(&members).arg("someone else's").query_async(conn)).unwrap();
+        let err = r.try_run(&r.call(11, 11, 5, &[(r.bucket, 2)])).unwrap_err();
+        assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+        assert_eq!(r.fields(), vec![], "nothing written: no generation, no count");
     }
 
     #[test]
