@@ -77,8 +77,8 @@
 //! an idle owner's old count is not mistaken either).
 //!
 //! A second reject rule with a different limit on a node this entry already reserved on reserves in a window
-//! of two buckets under a lock ([`SecondWindow`], in `second_window`) that counts only the calls reaching that
-//! rule (rare: two rules on one node).
+//! of two buckets held in one word and changed by compare-and-swap ([`SecondWindow`], in `second_window`)
+//! that counts only the calls reaching that rule (rare: two rules on one node).
 //!
 //! **Leases.** The same machinery spends tokens that an owner hands out as a whole (a cluster rule's lease
 //! from its token service): [`AdmissionWindow::lease_replace`] closes the pool like a bucket change (the
