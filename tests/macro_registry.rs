@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::{sentinel_resource, BlockError, Sentinel};
+use sentinel_testkit::logs::{Logged, OnEvent};
 
 #[sentinel_resource(name = "registry.queryOrder", block_handler = query_blocked)]
 fn query_order(id: u64) -> u64 {
@@ -22,42 +23,20 @@ async fn async_lookup() -> Result<(), common::AppError> {
     Ok(())
 }
 
-/// A minimal subscriber that records the message of every `WARN` event.
-struct Warnings(Arc<Mutex<Vec<String>>>);
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Message<'a>(&'a mut String);
-        impl tracing::field::Visit for Message<'_> {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" {
-                    *self.0 = format!("{value:?}");
-                }
-            }
+/// A subscriber that records the message of every `WARN` event.
+fn warnings(seen: Arc<Mutex<Vec<String>>>) -> OnEvent<impl Fn(Logged) + Send + Sync + 'static> {
+    OnEvent(move |e: Logged| {
+        if e.level == tracing::Level::WARN {
+            seen.lock().unwrap().push(e.message);
         }
-        if *event.metadata().level() == tracing::Level::WARN {
-            let mut m = String::new();
-            event.record(&mut Message(&mut m));
-            self.0.lock().unwrap().push(m);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
+    })
 }
 
 #[test]
 fn loading_a_rule_with_a_typo_warns_with_the_closest_registered_name() {
     let (engine, _clock) = common::engine();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    tracing::subscriber::with_default(Warnings(seen.clone()), || {
+    tracing::subscriber::with_default(warnings(seen.clone()), || {
         engine
             .load_flow_rules([
                 FlowRule::new("registry.queryOrdr").count(1.0),
@@ -74,7 +53,7 @@ fn declared_names_stay_quiet() {
     let (engine, _clock) = common::engine();
     Sentinel::declare_resources(["registry.manualOnly"]);
     let seen = Arc::new(Mutex::new(Vec::new()));
-    tracing::subscriber::with_default(Warnings(seen.clone()), || {
+    tracing::subscriber::with_default(warnings(seen.clone()), || {
         engine.load_flow_rules([FlowRule::new("registry.manualOnly").count(1.0)]).unwrap();
     });
     assert!(seen.lock().unwrap().is_empty());

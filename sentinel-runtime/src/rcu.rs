@@ -1027,25 +1027,6 @@ pub(crate) mod tests {
         assert_eq!(engine.flow_rules()[0].count, 3e9);
     }
 
-    /// A subscriber that counts the events it is given, then panics.
-    pub(crate) struct Panicking(pub(crate) Arc<AtomicUsize>);
-    impl tracing::Subscriber for Panicking {
-        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-            tracing::span::Id::from_u64(1)
-        }
-        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-        fn event(&self, _: &tracing::Event<'_>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-            panic!("the application's subscriber panics (expected by the test)");
-        }
-        fn enter(&self, _: &tracing::span::Id) {}
-        fn exit(&self, _: &tracing::span::Id) {}
-    }
-
     /// The barrier's failure is logged through the application's subscriber, from inside exact limits' bucket
     /// closes and rule writers' grace periods: a subscriber that panics loses its event, and nothing unwinds
     /// into the caller (whose pool would stay closed for every other thread).
@@ -1057,7 +1038,12 @@ pub(crate) mod tests {
         }
         let events = Arc::new(AtomicUsize::new(0));
         DEGRADE_LOGGED.store(false, Ordering::SeqCst);
-        let degraded = tracing::subscriber::with_default(Panicking(events.clone()), || {
+        let counted = events.clone();
+        let panicking = sentinel_testkit::logs::OnEvent(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            panic!("the application's subscriber panics (expected by the test)");
+        });
+        let degraded = tracing::subscriber::with_default(panicking, || {
             std::panic::catch_unwind(|| degrade("injected failure (test)"))
         });
         assert!(degraded.is_ok(), "the subscriber's panic stayed inside the log");

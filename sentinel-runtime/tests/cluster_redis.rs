@@ -16,6 +16,7 @@ use sentinel_runtime::flow::{
     ClusterConfig, ClusterRuleMode, ClusterThresholdType, FallbackInstances, FlowRule, ASSUMED_INSTANCES,
 };
 use sentinel_runtime::{RuleKind, Sentinel};
+use sentinel_testkit::logs::{Logged, OnEvent};
 use sentinel_testkit::redis::RedisServer;
 use sentinel_testkit::relay::Relay;
 
@@ -365,42 +366,13 @@ fn captured_logs() -> &'static Mutex<Vec<String>> {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     let logs = LOGS.get_or_init(|| Mutex::new(Vec::new()));
     INSTALLED.get_or_init(|| {
-        let _ = tracing::subscriber::set_global_default(Capture(logs));
+        let _ = tracing::subscriber::set_global_default(OnEvent(|e: Logged| {
+            if e.level <= tracing::Level::INFO {
+                logs.lock().unwrap().push(format!("{} {}", e.level, e.fields));
+            }
+        }));
     });
     logs
-}
-
-struct Capture(&'static Mutex<Vec<String>>);
-
-struct Fields(String);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        let _ = write!(self.0, "{}={:?} ", field.name(), value);
-    }
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        use std::fmt::Write;
-        let _ = write!(self.0, "{}={} ", field.name(), value);
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
-        *m.level() <= tracing::Level::INFO
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, e: &tracing::Event<'_>) {
-        let mut f = Fields(format!("{} ", e.metadata().level()));
-        e.record(&mut f);
-        self.0.lock().unwrap().push(f.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 fn logged(needle: &str) -> bool {

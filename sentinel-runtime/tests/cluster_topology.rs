@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use sentinel_runtime::cluster::{RedisCluster, RedisDataSource};
 use sentinel_runtime::flow::{ClusterConfig, ClusterRuleMode, ClusterThresholdType, FlowRule};
 use sentinel_runtime::{RuleKind, Sentinel};
+use sentinel_testkit::logs::{Logged, OnEvent};
 use sentinel_testkit::redis_cluster::{RedisClusterServers, RedisSentinelServers, MASTER_NAME};
 
 #[path = "support/cluster_workers.rs"]
@@ -401,7 +402,11 @@ fn a_standalone_client_on_the_wrong_cluster_node_says_to_give_the_seed_nodes() {
     let ns = "wrong-node";
     let (id, owner) = ids_on_distinct_shards(&cluster, ns, 1)[0];
     let wrong = cluster.urls()[(owner + 1) % 3].clone();
-    let _ = tracing::subscriber::set_global_default(Warnings);
+    let _ = tracing::subscriber::set_global_default(OnEvent(|e: Logged| {
+        if e.level == tracing::Level::WARN {
+            WARNINGS.lock().unwrap().push(e.fields);
+        }
+    }));
     let engine = Sentinel::builder().app_name("topology-test").build();
     engine.load_flow_rules([global_rule(id, 100.0, 1000)]).unwrap();
     let _client =
@@ -434,33 +439,6 @@ fn warnings_containing(needle: &str) -> usize {
 }
 
 static WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-/// Records every warning's message and fields.
-struct Warnings;
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
-        *m.level() == tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, e: &tracing::Event<'_>) {
-        struct Text(String);
-        impl tracing::field::Visit for Text {
-            fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{value:?} "));
-            }
-        }
-        let mut text = Text(String::new());
-        e.record(&mut text);
-        WARNINGS.lock().unwrap().push(text.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
 
 // ---------------------------------------------------------------------------------------------------------
 // Redis Sentinel

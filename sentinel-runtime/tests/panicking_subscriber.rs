@@ -9,37 +9,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::{BlockError, Sentinel};
+use sentinel_testkit::logs::{Logged, OnEvent};
 
 static FROM_RCU: AtomicUsize = AtomicUsize::new(0);
-
-/// Panics on every event the engine's read sections log (the others pass).
-struct Panicking;
-
-impl tracing::Subscriber for Panicking {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, e: &tracing::Event<'_>) {
-        if e.metadata().module_path() == Some("sentinel_runtime::rcu") {
-            FROM_RCU.fetch_add(1, Ordering::SeqCst);
-            panic!("the application's subscriber panics (expected by the test)");
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
 
 #[test]
 fn a_subscriber_that_panics_on_the_fences_decision_costs_its_event_and_no_call() {
     // Full fences, switched off by the environment, are logged when the first read section decides them.
     // SAFETY (of the environment): this binary's one test sets it before any thread of the engine exists.
     std::env::set_var("SENTINEL_MEMBARRIER", "off");
-    tracing::subscriber::set_global_default(Panicking).expect("the first subscriber of this process");
+    // Panics on every event the engine's read sections log (the others pass).
+    let panicking = OnEvent(|e: Logged| {
+        if e.module_path == Some("sentinel_runtime::rcu") {
+            FROM_RCU.fetch_add(1, Ordering::SeqCst);
+            panic!("the application's subscriber panics (expected by the test)");
+        }
+    });
+    tracing::subscriber::set_global_default(panicking).expect("the first subscriber of this process");
     std::panic::set_hook(Box::new(|_| {}));
 
     let engine = Sentinel::builder().build();

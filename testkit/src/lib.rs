@@ -9,6 +9,7 @@
 
 pub mod etcd;
 pub mod http;
+pub mod logs;
 pub mod redis;
 pub mod redis_cluster;
 pub mod relay;
