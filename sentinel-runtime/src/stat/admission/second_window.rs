@@ -119,8 +119,8 @@ impl SecondWindow {
     }
 
     /// Stores a window rolled forward that no reservation changed (once, if the word is still `stored`), so
-    /// that the calls after it read the borrowed passes it started with from the word, not again from their
-    /// lock.
+    /// that the calls after it take the borrowed passes it started with from the word rather than reading the
+    /// node's borrowed counts again.
     fn keep_rolled(&self, stored: u128, w: Window) {
         if Window::unpack(stored).is_none_or(|s| s.bucket != w.bucket) {
             let _ = self.word.compare_exchange(stored, w.pack(), Ordering::AcqRel, Ordering::Relaxed);
