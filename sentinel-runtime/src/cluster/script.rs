@@ -586,6 +586,34 @@ mod tests {
     }
 
     #[test]
+    fn a_count_at_the_top_that_admissions_push_past_it_does_not_open_the_window() {
+        // 2^53 is a count the script reads (the window is full); the admissions it adds must not push it to
+        // a value it reads as nothing (dropped by the sweep: the admissions go with it, the window opens).
+        let Some(mut r) = OnRedis::start("a_count_at_the_top_that_admissions_push_past_it", 10) else { return };
+        let b = r.bucket;
+        r.write(&b.to_string(), "9007199254740992");
+        let reply = r.run(&r.call(11, 11, 5_000, &[(b, 5)]));
+        assert_eq!(reply.granted, 0, "a full window grants nothing: {reply:?}");
+        let next = r.run(&r.call(12, 12, 5_000, &[]));
+        assert_eq!(next.granted, 0, "the admissions counted stay counted: {next:?}");
+    }
+
+    #[test]
+    fn a_call_with_missing_arguments_is_refused_before_any_write() {
+        let Some(mut r) = OnRedis::start("a_call_with_missing_arguments", 10) else { return };
+        let OnRedis { rt, conn, keys, .. } = &mut r;
+        let (window, members) = (keys.window.clone(), keys.members.clone());
+        let _: () = rt.block_on(redis::cmd("DEL").arg(&window).arg(&members).query_async(conn)).unwrap();
+        // One batch of give-backs announced, none sent (nor the admissions' count).
+        let args = ["5", "me", "60000", "1000", "1", "3600000", "2", "0", "0", "11", "11", "1"];
+        let res: Result<redis::Value, RedisError> =
+            rt.block_on(redis::cmd("EVAL").arg(LEASE).arg(2).arg(&window).arg(&members).arg(&args[..]).query_async(conn));
+        assert!(res.is_err(), "{res:?}");
+        let exists: i64 = rt.block_on(redis::cmd("EXISTS").arg(&window).arg(&members).query_async(conn)).unwrap();
+        assert_eq!(exists, 0, "nothing written: {:?}", r.fields());
+    }
+
+    #[test]
     fn a_long_reply_is_summed_per_bucket_in_one_pass() {
         // What a Redis that is not ours could send: many entries of few buckets (the check is quadratic no
         // more: 200,000 entries summed in one pass after a sort), with counts that would overflow a sum.
