@@ -41,7 +41,28 @@ end
 -- Adds `c` to bucket `b`'s count (read as a count: HINCRBY would stop on a value that is not an integer).
 local function add(b, c)
   local v = count(redis.call('HGET', KEYS[1], tostring(b))) or 0
-  redis.call('HSET', KEYS[1], tostring(b), string.format('%.0f', math.max(v + c, 0)))
+  -- At most 2^53: a sum past it would read as nothing (dropped, with what was added to it).
+  redis.call('HSET', KEYS[1], tostring(b), string.format('%.0f', math.min(math.max(v + c, 0), 9007199254740992)))
+end
+-- Every argument read as a number is one, and there are as many as the counts say: refuse before any write
+-- (a missing one stopped the script half-way, after its undo writes).
+local function malformed()
+  for _, i in ipairs({1, 3, 4, 6, 7, 8, 9, 10, 11, 12}) do
+    local v = tonumber(ARGV[i])
+    if v == nil or v ~= v then return true end
+  end
+  local nr = tonumber(ARGV[12])
+  if ARGV[2] == nil or nr < 0 or nr ~= math.floor(nr) then return true end
+  local na = tonumber(ARGV[13 + 3 * nr])
+  if na == nil or na < 0 or na ~= math.floor(na) or #ARGV ~= 13 + 3 * nr + 2 * na then return true end
+  for i = 13, #ARGV do
+    local v = tonumber(ARGV[i])
+    if v == nil or v ~= v then return true end
+  end
+  return false
+end
+if malformed() then
+  return redis.error_reply('ERR the lease script was called with malformed arguments')
 end
 -- Another type at either key would stop the script at its first write there: refuse before any write.
 for i, kind in ipairs({'hash', 'zset'}) do
