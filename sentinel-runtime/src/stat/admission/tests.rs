@@ -492,3 +492,22 @@ fn hooked_a_second_window_reservation_that_read_the_other_bucket_before_it_fille
         "A reserved {r:?}, bucket 1 admitted {b1}, bucket 2 {b2:?}: buckets 1 and 2 hold more than {limit}"
     );
 }
+
+#[test]
+fn a_second_window_release_after_the_window_moved_2_pow_18_buckets_takes_nothing_from_it() {
+    // Call A reserved on the node and in the second window at T0, then stalled (or the clock jumped) while
+    // the window moved on by 2^18 buckets (36 h) and filled; a later check refuses A and gives it back: the
+    // bucket the window is at never held A's reservation.
+    let w = AdmissionWindow::new();
+    let (limit, second) = (100.0, 4.0);
+    let mut a = w.try_reserve(T0, 1, limit, NO_BORROW).unwrap();
+    assert!(w.within(T0, 1, second, NO_BORROW, &mut a));
+    let later = T0 + (1u64 << 18) * BUCKET_MS;
+    for _ in 0..4 {
+        let mut r = w.try_reserve(later, 1, limit, NO_BORROW).unwrap();
+        assert!(w.within(later, 1, second, NO_BORROW, &mut r));
+    }
+    w.release(a);
+    let mut r = w.try_reserve(later, 1, limit, NO_BORROW).unwrap();
+    assert!(!w.within(later, 1, second, NO_BORROW, &mut r), "5 admitted in a second window of 4");
+}
