@@ -627,8 +627,8 @@ mod tests {
         let _: () = rt.block_on(redis::cmd("DEL").arg(&window).arg(&members).query_async(conn)).unwrap();
         // One batch of give-backs announced, none sent (nor the admissions' count).
         let args = ["5", "me", "60000", "1000", "1", "3600000", "2", "0", "0", "11", "11", "1"];
-        let res: Result<redis::Value, RedisError> =
-            rt.block_on(redis::cmd("EVAL").arg(LEASE).arg(2).arg(&window).arg(&members).arg(&args[..]).query_async(conn));
+        let res: Result<redis::Value, RedisError> = rt
+            .block_on(redis::cmd("EVAL").arg(LEASE).arg(2).arg(&window).arg(&members).arg(&args[..]).query_async(conn));
         assert!(res.is_err(), "{res:?}");
         let exists: i64 = rt.block_on(redis::cmd("EXISTS").arg(&window).arg(&members).query_async(conn)).unwrap();
         assert_eq!(exists, 0, "nothing written: {:?}", r.fields());

@@ -96,7 +96,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-use self::second_window::{SecondWindow, TAG_MASK};
+use self::second_window::SecondWindow;
 use super::stripe;
 use crate::rcu;
 
@@ -270,9 +270,11 @@ pub(crate) struct AdmissionWindow {
 ///
 /// Sixteen bytes, like a plain (start, count) pair: it is returned and stored on every call, and a wider value
 /// written piecewise and read back whole stalls store forwarding. `word` holds the bucket start (ms) in its low
-/// 45 bits (a nanosecond `u64` clock reaches 1.9e13 ms < 2^45) and, in its high 19 bits, the low 18 bits of
-/// the bucket index in which a second rule reserved the same count in the node's [`SecondWindow`], plus one
-/// (0 when none).
+/// 45 bits (a nanosecond `u64` clock reaches 1.9e13 ms < 2^45) and, in its high 19 bits, where a second rule
+/// reserved the same count in the node's [`SecondWindow`]: 0 when none, else that bucket's index minus this
+/// reservation's, plus `TAG_ZERO` (`TAG_KEPT` when the two are too far apart: that reservation is never
+/// given back, which admits less, never more). The offset names the bucket exactly: low bits of its index
+/// would also name one 2^18 buckets (36 h) later, from which a release would take what it never held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Reservation {
     word: u64,
@@ -281,6 +283,10 @@ pub(crate) struct Reservation {
 
 const START_BITS: u32 = 45;
 const START_MASK: u64 = (1 << START_BITS) - 1;
+/// The tag of a second bucket that is the reservation's own; offsets from it up to ±2^17 buckets.
+const TAG_ZERO: i64 = 1 << 18;
+/// The tag of a second bucket too far from the reservation's own to be named (never given back).
+const TAG_KEPT: u64 = (1 << (64 - START_BITS)) - 1;
 
 impl Reservation {
     #[inline(always)]
@@ -295,8 +301,15 @@ impl Reservation {
         self.word >> START_BITS
     }
     fn set_secondary(&mut self, bucket_start: u64) {
-        let tag = ((bucket_start / BUCKET_MS) & TAG_MASK) + 1;
+        let offset = (bucket_start / BUCKET_MS) as i64 - (self.bucket_start() / BUCKET_MS) as i64;
+        let tag = if offset.abs() < TAG_ZERO / 2 { (TAG_ZERO + offset) as u64 } else { TAG_KEPT };
         self.word = (self.word & START_MASK) | (tag << START_BITS);
+    }
+    /// The bucket a second rule reserved in, if it can be given back.
+    fn secondary_bucket(&self) -> Option<u64> {
+        let tag = self.secondary();
+        (tag != 0 && tag != TAG_KEPT)
+            .then(|| ((self.bucket_start() / BUCKET_MS) as i64 + (tag as i64 - TAG_ZERO)) as u64)
     }
 }
 
@@ -925,8 +938,8 @@ impl AdmissionWindow {
     /// Gives a reservation back (if its bucket is still open).
     pub(crate) fn release(&self, r: Reservation) {
         let _ = self.give_back(r.bucket_start() / BUCKET_MS, r.count as u64, true);
-        if r.secondary() != 0 {
-            self.secondary.release_tagged(r.secondary() - 1, r.count);
+        if let Some(bucket) = r.secondary_bucket() {
+            self.secondary.release(bucket, r.count);
         }
     }
 }

@@ -16,9 +16,6 @@ use portable_atomic::AtomicU128;
 
 use crate::stat::window::BUCKET_MS;
 
-/// The bits of a bucket's number that tag a reservation's second bucket (see `Reservation`).
-pub(super) const TAG_MASK: u64 = (1 << 18) - 1;
-
 /// The word: the current bucket's index plus one (0: no bucket yet) in the high 40 bits (a nanosecond `u64`
 /// clock reaches bucket 3.7e10 < 2^40), then its count and the previous bucket's, 44 bits each.
 const COUNT_BITS: u32 = 44;
@@ -127,15 +124,14 @@ impl SecondWindow {
         }
     }
 
-    /// Gives back `count` reserved in the bucket whose index has these low bits (if it is still in the
-    /// window).
-    pub(crate) fn release_tagged(&self, bucket_low: u64, count: u32) {
+    /// Gives back `count` reserved in bucket `bucket` (if it is still in the window).
+    pub(crate) fn release(&self, bucket: u64, count: u32) {
         let mut stored = self.word.load(Ordering::Acquire);
         loop {
             let Some(mut w) = Window::unpack(stored) else { return };
-            if w.bucket & TAG_MASK == bucket_low {
+            if w.bucket == bucket {
                 w.cur = w.cur.saturating_sub(count as u64);
-            } else if w.bucket.wrapping_sub(1) & TAG_MASK == bucket_low {
+            } else if w.bucket.checked_sub(1) == Some(bucket) {
                 w.prev = w.prev.saturating_sub(count as u64);
             } else {
                 return;
@@ -193,8 +189,7 @@ mod tests {
         let r: Vec<_> = (0..4).map(|_| sw.try_reserve(t0, 1, 4.0, NONE_BORROWED)).collect();
         assert!(r.iter().all(Option::is_some));
         assert_eq!(sw.try_reserve(t0 + BUCKET_MS, 1, 4.0, NONE_BORROWED), None, "the previous bucket is in the window");
-        let low = (r[0].unwrap().bucket_start / BUCKET_MS) & TAG_MASK;
-        sw.release_tagged(low, 1);
+        sw.release(r[0].unwrap().bucket_start / BUCKET_MS, 1);
         assert!(sw.try_reserve(t0 + BUCKET_MS, 1, 4.0, NONE_BORROWED).is_some(), "one went back to its bucket");
         assert!(sw.try_reserve(t0 + 2 * BUCKET_MS, 4, 4.0, NONE_BORROWED).is_none(), "3 + 1 in the window");
         assert!(sw.try_reserve(t0 + 3 * BUCKET_MS, 4, 4.0, NONE_BORROWED).is_some());
@@ -221,7 +216,7 @@ mod tests {
                             if let Some(r) = sw.try_reserve(now, 1, 100.0, NONE_BORROWED) {
                                 kept.fetch_add(1, Ordering::Relaxed);
                                 if i % 10 == 0 {
-                                    sw.release_tagged((r.bucket_start / BUCKET_MS) & TAG_MASK, 1);
+                                    sw.release(r.bucket_start / BUCKET_MS, 1);
                                     kept.fetch_sub(1, Ordering::Relaxed);
                                 }
                             }
