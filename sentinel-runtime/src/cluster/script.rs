@@ -44,20 +44,24 @@ local function add(b, c)
   -- At most 2^53: a sum past it would read as nothing (dropped, with what was added to it).
   redis.call('HSET', KEYS[1], tostring(b), string.format('%.0f', math.min(math.max(v + c, 0), 9007199254740992)))
 end
--- Every argument read as a number is one, and there are as many as the counts say: refuse before any write
--- (a missing one stopped the script half-way, after its undo writes).
+-- Every argument read as a number is a finite one, the window has buckets of some length, and there are as
+-- many arguments as the counts say: refuse before any write (a missing one stopped the script half-way,
+-- after its undo writes; an infinite allowance or an empty bucket length granted all that was asked).
+local function finite(x)
+  local v = tonumber(x)
+  return v ~= nil and v == v and v ~= math.huge and v ~= -math.huge
+end
 local function malformed()
   for _, i in ipairs({1, 3, 4, 6, 7, 8, 9, 10, 11, 12}) do
-    local v = tonumber(ARGV[i])
-    if v == nil or v ~= v then return true end
+    if not finite(ARGV[i]) then return true end
   end
+  if tonumber(ARGV[6]) < 1 or tonumber(ARGV[7]) < 1 then return true end
   local nr = tonumber(ARGV[12])
   if ARGV[2] == nil or nr < 0 or nr ~= math.floor(nr) then return true end
   local na = tonumber(ARGV[13 + 3 * nr])
   if na == nil or na < 0 or na ~= math.floor(na) or #ARGV ~= 13 + 3 * nr + 2 * na then return true end
   for i = 13, #ARGV do
-    local v = tonumber(ARGV[i])
-    if v == nil or v ~= v then return true end
+    if not finite(ARGV[i]) then return true end
   end
   return false
 end
@@ -632,6 +636,29 @@ mod tests {
         assert!(res.is_err(), "{res:?}");
         let exists: i64 = rt.block_on(redis::cmd("EXISTS").arg(&window).arg(&members).query_async(conn)).unwrap();
         assert_eq!(exists, 0, "nothing written: {:?}", r.fields());
+    }
+
+    #[test]
+    fn an_infinite_allowance_or_an_empty_bucket_length_is_refused_before_any_write() {
+        let Some(mut r) = OnRedis::start("an_infinite_allowance_or_an_empty_bucket", 10) else { return };
+        let OnRedis { rt, conn, keys, .. } = &mut r;
+        let (window, members) = (keys.window.clone(), keys.members.clone());
+        let _: () = rt.block_on(redis::cmd("DEL").arg(&window).arg(&members).query_async(conn)).unwrap();
+        let good = ["5", "me", "60000", "1000", "1", "3600000", "2", "0", "0", "11", "11", "0", "0"];
+        for (i, bad) in [(3, "inf"), (3, "-inf"), (5, "0"), (6, "0"), (12, "nan")] {
+            let mut args = good;
+            args[i] = bad;
+            let res: Result<redis::Value, RedisError> = rt.block_on(
+                redis::cmd("EVAL").arg(LEASE).arg(2).arg(&window).arg(&members).arg(&args[..]).query_async(conn),
+            );
+            assert!(res.is_err(), "ARGV[{}] = {bad}: {res:?}", i + 1);
+        }
+        let exists: i64 = rt.block_on(redis::cmd("EXISTS").arg(&window).arg(&members).query_async(conn)).unwrap();
+        assert_eq!(exists, 0, "nothing written");
+        // The same call, well formed, runs.
+        let res: Result<redis::Value, RedisError> = rt
+            .block_on(redis::cmd("EVAL").arg(LEASE).arg(2).arg(&window).arg(&members).arg(&good[..]).query_async(conn));
+        assert!(res.is_ok(), "{res:?}");
     }
 
     #[test]
