@@ -1027,6 +1027,9 @@ pub(crate) mod tests {
         assert_eq!(engine.flow_rules()[0].count, 3e9);
     }
 
+    /// The tests that make the process-wide barrier fail, one at a time.
+    static DEGRADING: Mutex<()> = Mutex::new(());
+
     /// The barrier's failure is logged through the application's subscriber, from inside exact limits' bucket
     /// closes and rule writers' grace periods: a subscriber that panics loses its event, and nothing unwinds
     /// into the caller (whose pool would stay closed for every other thread).
@@ -1036,6 +1039,8 @@ pub(crate) mod tests {
             eprintln!("skipped: no process-wide barrier on this machine, so it cannot fail and fall back");
             return;
         }
+        // Not beside the other test that fails barriers (its fall-back would log in this one's place).
+        let _one = DEGRADING.lock().unwrap_or_else(|e| e.into_inner());
         let events = Arc::new(AtomicUsize::new(0));
         DEGRADE_LOGGED.store(false, Ordering::SeqCst);
         let counted = events.clone();
@@ -1062,6 +1067,7 @@ pub(crate) mod tests {
     /// grace periods stay correct (readers keep seeing whole values, nothing is freed early).
     #[test]
     fn a_failing_process_barrier_falls_back_to_full_fences() {
+        let _one = DEGRADING.lock().unwrap_or_else(|e| e.into_inner());
         let expedited = mode() == MODE_EXPEDITED;
         if expedited {
             test_hooks::FAIL_BARRIERS.store(3, Ordering::SeqCst);
