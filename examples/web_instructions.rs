@@ -33,7 +33,8 @@
 //!   `none` (no rule), `flow-pass` (one flow rule that passes), `flow-block` (one flow rule that blocks every
 //!   call), `flow-breaker` (a passing flow rule and a closed slow-ratio breaker), `flow-error-ratio` (a passing
 //!   flow rule and a closed error-ratio breaker), `flow-breaker-thread` (the same with a thread-grade flow rule
-//!   besides), `param` (a hot-parameter rule that passes, one value), `param-million` (the same rule, each
+//!   besides), `two-limits` (two passing QPS rules with different limits: the second reserves in the node's
+//!   second window), `param` (a hot-parameter rule that passes, one value), `param-million` (the same rule, each
 //!   call another of 10^6 values in turn: every call a miss and an eviction), `param-thousand` (the same
 //!   rule, each call another of 1,000 values in turn, all tracked: every call a hit), `param-thread` (a thread-grade
 //!   hot-parameter rule, one value, which a call holds until it exits), `adaptive` (an adaptive
@@ -259,6 +260,11 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
         "part-entry-none" => entries(|_| Ok(()), false, n)?,
         "part-entry-flow-pass" => entries(|e| Ok(e.load_flow_rules([FlowRule::new("part").count(1e12)])?), false, n)?,
         "part-entry-flow-block" => entries(|e| Ok(e.load_flow_rules([FlowRule::new("part").count(0.0)])?), true, n)?,
+        "part-entry-two-limits" => entries(
+            |e| Ok(e.load_flow_rules([FlowRule::new("part").count(1e12), FlowRule::new("part").count(1e11)])?),
+            false,
+            n,
+        )?,
         "part-entry-flow-breaker" => entries(
             |e| {
                 e.load_flow_rules([FlowRule::new("part").count(1e12)])?;
