@@ -978,6 +978,60 @@ mod tests {
         assert_eq!(lease.counters.reported.load(std::sync::atomic::Ordering::Relaxed), 3);
     }
 
+    #[test]
+    fn a_window_of_huge_bucket_counts_makes_a_fallback_owe_everything_and_panics_nowhere() {
+        // A reply valid in shape whose buckets hold more than a u64 can sum (the parser keeps each count up to
+        // i64::MAX): the fallback owes all its limit, not what a wrapped sum says.
+        let (mut d, lease) = driver();
+        let (call, mut r) = reply(0, 0, 0, 0);
+        let b = REDIS_MS / 100;
+        r.window = vec![(b - 2, i64::MAX as u64), (b - 1, i64::MAX as u64), (b, i64::MAX as u64)];
+        d.apply(&lease, &call, &r, &times());
+        let debt = d.fallback_debt(&lease, ENGINE_MS + 2);
+        assert!(debt.at(ENGINE_MS + 2) as f64 >= lease.local_limit(), "{debt:?}");
+    }
+
+    #[test]
+    fn replies_with_extreme_times_buckets_and_grants_panic_nowhere() {
+        for (redis_ms, bucket, retry_at_ms, granted) in [
+            (i64::MIN, i64::MIN, i64::MAX, u64::MAX / 2),
+            (i64::MAX, i64::MAX, i64::MIN, u64::MAX / 2),
+            (0, i64::MAX, i64::MAX, 1),
+            (i64::MAX, i64::MIN, 0, 1),
+        ] {
+            let (mut d, lease) = driver();
+            let mut clock = RedisClock::default();
+            clock.observe(redis_ms, ENGINE_MS, Instant::now());
+            for _ in 0..3 {
+                let (call, mut r) = reply(10, granted, 0, retry_at_ms);
+                r.redis_ms = redis_ms;
+                r.bucket = bucket;
+                r.window = vec![(i64::MIN, 5), (bucket, granted)];
+                d.apply(&lease, &call, &r, &times());
+                let at = CallAt { clock, ..at(Instant::now(), 5) };
+                lease.record_local_admissions(ENGINE_MS + 5, 1);
+                let _ = d.lease_call(&lease, "me", Duration::from_secs(3), &at);
+                let _ = d.fallback_debt(&lease, ENGINE_MS + 5);
+                d.expire(&lease, u64::MAX);
+                let _ = d.hold_until(ENGINE_MS + 6);
+            }
+        }
+    }
+
+    #[test]
+    fn what_an_instance_was_granted_per_bucket_stays_bounded_when_redis_time_steps_back_at_each_reply() {
+        // Redis's clock steps one bucket back at every reply (valid in shape: time, bucket and window agree).
+        let (mut d, lease) = driver();
+        for i in 0..5_000i64 {
+            let (call, mut r) = reply(1, 1, 900, 0);
+            r.redis_ms = REDIS_MS - i * 100;
+            r.bucket = r.redis_ms / 100;
+            r.window = vec![(r.bucket, 1)];
+            d.apply(&lease, &call, &r, &times());
+        }
+        assert!(d.granted_by_bucket.len() <= 2 * 10, "{} buckets kept", d.granted_by_bucket.len());
+    }
+
     /// The (bucket, count) pairs a call gives back, whatever their batches.
     fn given_back(call: &LeaseCall) -> Vec<(i64, u64)> {
         call.returns.iter().map(|(_, b, n)| (*b, *n)).collect()
