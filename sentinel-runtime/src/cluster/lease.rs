@@ -82,7 +82,7 @@ impl RedisClock {
     /// `received`.
     pub(crate) fn observe(&mut self, redis_ms: i64, sent_ms: u64, received: Instant) {
         self.anchor = Some((received, redis_ms));
-        self.ahead_of_engine = Some(redis_ms - sent_ms as i64);
+        self.ahead_of_engine = Some(redis_ms.saturating_sub(i64::try_from(sent_ms).unwrap_or(i64::MAX)));
     }
 
     /// The Redis time from which a call sent at `now` is late (its caller gave up after `timeout`): 0 (no
@@ -120,7 +120,7 @@ impl WindowSeen {
     /// `redis_ms` before the reply arrived).
     fn bucket_end_ms(&self, bucket: i64, bucket_ms: u64) -> i64 {
         let end = bucket.saturating_add(1).saturating_mul(bucket_ms as i64);
-        (self.arrived_ms as i64).saturating_add(end - self.redis_ms)
+        (self.arrived_ms as i64).saturating_add(end.saturating_sub(self.redis_ms))
     }
 }
 
@@ -289,10 +289,12 @@ impl Driver {
         let newest = seen.buckets.last().map_or(i64::MIN, |(b, _)| *b);
         let others = self.live.max(1) - 1;
         let weight = |bucket: i64, n: u64| match self.granted_by_bucket.iter().find(|(b, _)| *b == bucket) {
-            Some((_, mine)) if bucket >= newest - 1 => n.saturating_add(others.saturating_mul(*mine)),
+            Some((_, mine)) if bucket >= newest.saturating_sub(1) => n.saturating_add(others.saturating_mul(*mine)),
             _ => n,
         };
-        let mut held: u64 = seen.buckets.iter().map(|(b, n)| weight(*b, *n)).sum();
+        // Held at u64::MAX (a reply's counts may sum past it): owing everything, never a wrapped sum.
+        let total = seen.buckets.iter().fold(0u64, |sum, (b, n)| sum.saturating_add(weight(*b, *n)));
+        let mut held = total;
         let mut steps = Vec::with_capacity(seen.buckets.len());
         for (bucket, n) in &seen.buckets {
             let leaves = seen.bucket_end_ms(*bucket, self.bucket_ms).saturating_add(span - self.bucket_ms as i64);
@@ -300,7 +302,9 @@ impl Driver {
             if leaves > now_ms as i64 && debt > 0 {
                 steps.push((leaves as u64, debt));
             }
-            held -= weight(*bucket, *n);
+            if total < u64::MAX {
+                held -= weight(*bucket, *n);
+            }
         }
         FallbackDebt::new(steps)
     }
@@ -421,7 +425,7 @@ impl Driver {
         let left = left.load(std::sync::atomic::Ordering::Acquire);
         if let Some(c) = self.cur.take().filter(|_| lease.is_none() && left != u64::MAX && left > 0) {
             if until.load(std::sync::atomic::Ordering::Relaxed) == c.valid_until {
-                self.returned += left;
+                self.returned = self.returned.saturating_add(left);
                 self.add_return(c.bucket, left);
             }
         }
@@ -437,7 +441,7 @@ impl Driver {
         if self.seq == 0 {
             self.seq = first_number(at);
         }
-        self.seq += 1;
+        self.seq = self.seq.saturating_add(1);
         let unseen_from = *self.unseen_from.get_or_insert(self.seq);
         LeaseCall {
             want,
@@ -463,12 +467,12 @@ impl Driver {
             if self.batch == 0 {
                 self.batch = first_number(at);
             }
-            self.batch += 1;
+            self.batch = self.batch.saturating_add(1);
             let q = self.batch;
             self.unconfirmed.extend(self.returns.drain(..).map(|(b, n)| (q, b, n)));
         }
         let newest = at.clock.redis_ms(at.now_ms).div_euclid(self.bucket_ms as i64);
-        self.unconfirmed.retain(|(_, b, _)| *b > newest - self.sample_count as i64);
+        self.unconfirmed.retain(|(_, b, _)| *b > newest.saturating_sub(self.sample_count as i64));
     }
 
     /// Moves the calls the fallback admitted since the last look into `admitted`, in Redis buckets: each
@@ -481,13 +485,13 @@ impl Driver {
         }
         // Buckets that left the window need not be counted.
         let newest = at.clock.redis_ms(at.now_ms).div_euclid(self.bucket_ms as i64);
-        self.admitted.retain(|(b, _)| *b > newest - self.sample_count as i64);
+        self.admitted.retain(|(b, _)| *b > newest.saturating_sub(self.sample_count as i64));
     }
 
     /// Adds `n` calls to count in Redis bucket `bucket`.
     fn add_admitted(&mut self, bucket: i64, n: u64) {
         match self.admitted.iter_mut().find(|(b, _)| *b == bucket) {
-            Some((_, c)) => *c += n,
+            Some((_, c)) => *c = c.saturating_add(n),
             None => self.admitted.push((bucket, n)),
         }
     }
@@ -514,7 +518,7 @@ impl Driver {
         if let Some((_, c)) = self.granted_by_bucket.iter_mut().find(|(b, _)| *b == bucket) {
             *c = c.saturating_sub(n);
         }
-        self.returned += n;
+        self.returned = self.returned.saturating_add(n);
         lease.counters.returned.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         self.add_return(bucket, n);
     }
@@ -522,12 +526,12 @@ impl Driver {
     /// Sends `n` tokens back to `bucket` with the next call.
     fn add_return(&mut self, bucket: i64, n: u64) {
         match self.returns.iter_mut().find(|(b, _)| *b == bucket) {
-            Some((_, c)) => *c += n,
+            Some((_, c)) => *c = c.saturating_add(n),
             None => self.returns.push((bucket, n)),
         }
         // Buckets that left the window cannot take tokens back.
         let newest = self.returns.iter().map(|(b, _)| *b).max().unwrap_or(bucket);
-        let oldest = newest - self.sample_count as i64 + 1;
+        let oldest = newest.saturating_sub(self.sample_count as i64 - 1);
         self.returns.retain(|(b, _)| *b >= oldest);
     }
 
@@ -564,7 +568,7 @@ impl Driver {
                 // given back are net of them (the new window never counted them: not given back there).
                 self.unconfirmed.clear();
                 self.returns.clear();
-                let oldest = r.bucket - i64::from(self.sample_count) + 1;
+                let oldest = r.bucket.saturating_sub(i64::from(self.sample_count) - 1);
                 for (b, n) in std::mem::take(&mut self.granted_by_bucket) {
                     if b >= oldest && n > 0 {
                         self.add_admitted(b.min(r.bucket), n);
@@ -576,11 +580,14 @@ impl Driver {
         }
         if r.granted > 0 {
             match self.granted_by_bucket.iter_mut().find(|(b, _)| *b == r.bucket) {
-                Some((_, c)) => *c += r.granted,
+                Some((_, c)) => *c = c.saturating_add(r.granted),
                 None => self.granted_by_bucket.push((r.bucket, r.granted)),
             }
-            let oldest = r.bucket - i64::from(self.sample_count) + 1;
-            self.granted_by_bucket.retain(|(b, _)| *b >= oldest);
+            // The window's buckets, and as many ahead of this reply's (Redis's clock stepped back): a clock
+            // that steps back at every reply must not keep every bucket it ever granted in.
+            let span = i64::from(self.sample_count) - 1;
+            let (oldest, newest) = (r.bucket.saturating_sub(span), r.bucket.saturating_add(span));
+            self.granted_by_bucket.retain(|(b, _)| *b >= oldest && *b <= newest);
         }
         self.last_left = r.left;
         self.window_seen = Some(WindowSeen { arrived_ms: t1_ms, redis_ms: r.redis_ms, buckets: r.window.clone() });
@@ -593,16 +600,17 @@ impl Driver {
         let fallback_live = self.fallback_live(now);
         self.rtt_ms = 0.8 * self.rtt_ms + 0.2 * rtt.as_secs_f64() * 1000.0;
         self.next_beat = now + beat;
-        let bucket_end = (r.bucket + 1).saturating_mul(self.bucket_ms as i64);
-        let valid_until =
-            (t0_ms as i64).saturating_add(bucket_end - r.redis_ms).saturating_sub(self.margin_ms as i64 + 1);
+        let bucket_end = r.bucket.saturating_add(1).saturating_mul(self.bucket_ms as i64);
+        let valid_until = (t0_ms as i64)
+            .saturating_add(bucket_end.saturating_sub(r.redis_ms))
+            .saturating_sub(self.margin_ms as i64 + 1);
         if r.granted > 0 {
             lease.counters.leased.fetch_add(r.granted, std::sync::atomic::Ordering::Relaxed);
             match self.cur {
                 // More for the lease in force (if it is still in force: tokens added to an ended lease could
                 // not be spent).
                 Some(c) if c.bucket == r.bucket && c.valid_until >= t1_ms && lease.add(c.valid_until, r.granted) => {
-                    self.issued += r.granted
+                    self.issued = self.issued.saturating_add(r.granted)
                 }
                 _ if valid_until >= t1_ms as i64 => {
                     let valid_until = valid_until as u64;
@@ -611,21 +619,22 @@ impl Driver {
                         self.give_back(lease, old.bucket, left);
                     }
                     self.cur = Some(Current { bucket: r.bucket, valid_until });
-                    self.issued += r.granted;
+                    self.issued = self.issued.saturating_add(r.granted);
                 }
                 // Arrived too late to be spent within its bucket.
                 _ => {
-                    self.issued += r.granted;
+                    self.issued = self.issued.saturating_add(r.granted);
                     self.give_back(lease, r.bucket, r.granted);
                 }
             }
         }
         // Latest estimates (from the reply's arrival): asking earlier could find Redis still before them.
-        self.next_bucket_at = (t1_ms as i64).saturating_add(bucket_end - r.redis_ms).max(0) as u64;
+        self.next_bucket_at = (t1_ms as i64).saturating_add(bucket_end.saturating_sub(r.redis_ms)).max(0) as u64;
         if !r.late && call.want > r.granted && r.left == 0 && r.retry_at_ms > r.redis_ms {
             // Until the window frees room, or until Redis's next bucket at the latest: leases that end with
             // the bucket give their unspent tokens back then, which the window's oldest buckets do not show.
-            self.exhausted_until = t1_ms.saturating_add((r.retry_at_ms - r.redis_ms) as u64).min(self.next_bucket_at);
+            self.exhausted_until =
+                t1_ms.saturating_add(r.retry_at_ms.saturating_sub(r.redis_ms) as u64).min(self.next_bucket_at);
         } else {
             self.exhausted_until = 0;
         }
