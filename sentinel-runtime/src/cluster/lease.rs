@@ -1041,6 +1041,48 @@ mod tests {
         assert!(d.granted_by_bucket.len() <= 2 * 10, "{} buckets kept", d.granted_by_bucket.len());
     }
 
+    #[test]
+    fn a_give_back_sent_again_is_applied_once_after_redis_time_read_far_ahead_when_batches_were_first_numbered() {
+        let Some(redis) = sentinel_testkit::redis::RedisServer::start("give_back_after_far_ahead_time") else {
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut conn =
+            rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
+        let scripts = super::super::script::Scripts::new();
+        let (mut d, lease) = driver();
+        let keys = d.keys.clone();
+        let base = Instant::now();
+        let mut run = |call: &LeaseCall| rt.block_on(scripts.lease(&mut conn, &keys, call)).unwrap();
+        // A reply read Redis's clock far ahead (year 2300) when this instance first gave tokens back: its batches
+        // are numbered from there.
+        let mut far = RedisClock::default();
+        far.observe(10_500_000_000_000, ENGINE_MS, base);
+        d.give_back(&lease, 10_500_000_000_000 / 100, 1);
+        let first = d.beat_call(&lease, "me", Duration::from_secs(3), &CallAt { clock: far, ..at(base, 0) });
+        assert_eq!(given_back(&first), vec![(10_500_000_000_000 / 100, 1)]);
+        let ok = run(&first);
+        d.apply(&lease, &first, &ok, &times());
+        // Redis's clock is right again: a lease of this bucket, ended unspent, is given back.
+        let call = d.lease_call(&lease, "me", Duration::from_secs(3), &at(base, 1));
+        let granted = run(&call);
+        assert!(granted.granted > 0);
+        d.apply(&lease, &call, &granted, &times());
+        d.expire(&lease, u64::MAX - 1);
+        // Another instance is granted 30 in the same bucket.
+        let other = LeaseCall { member: "other".into(), want: 30, seq: 1, unseen_from: 1, ..call.clone() };
+        assert_eq!(run(&other).granted, 30);
+        // The give-back's call runs, its reply is lost; it is sent again (same batch): applied once.
+        let back = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 2));
+        assert_eq!(given_back(&back), vec![(granted.bucket, granted.granted)]);
+        run(&back);
+        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 3));
+        assert_eq!(again.returns, back.returns);
+        let r = run(&again);
+        let held: u64 = r.window.iter().map(|(_, n)| n).sum();
+        assert_eq!(held, 30, "the other instance's 30 still counted: {:?} (batch {})", r.window, back.returns[0].0);
+    }
+
     /// The (bucket, count) pairs a call gives back, whatever their batches.
     fn given_back(call: &LeaseCall) -> Vec<(i64, u64)> {
         call.returns.iter().map(|(_, b, n)| (*b, *n)).collect()
