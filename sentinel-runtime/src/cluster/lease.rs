@@ -41,9 +41,11 @@ use super::keys::RuleKeys;
 use super::script::{LeaseCall, LeaseReply};
 
 /// The number before a member's first batch or call: above any this member used before it restarted under
-/// the same name (fewer than a thousand a ms).
+/// the same name (fewer than a thousand a ms). At most 2^52, so that numbers stay below 2^53, the largest the
+/// script reads (past it a number reads as nothing: every batch sent again would be applied again) whatever
+/// time Redis's clock read.
 fn first_number(at: &CallAt) -> u64 {
-    u64::try_from(at.clock.redis_ms(at.now_ms)).unwrap_or(0).saturating_mul(1000)
+    u64::try_from(at.clock.redis_ms(at.now_ms)).unwrap_or(0).saturating_mul(1000).min(1 << 52)
 }
 
 /// When a call is made: the instant and engine time, and Redis's clock as last seen.
