@@ -422,13 +422,28 @@ impl Inner {
             .map_err(|e| e.to_string())?;
         drop(link);
         for (i, s) in self.sources.iter().enumerate() {
-            let value: Option<String> =
+            // Bytes, not text: a key holding bytes that are not UTF-8, or a value of another type (a list),
+            // is that key's bad document, not a lost connection (which would stop every key being read).
+            let value: Result<Option<Vec<u8>>, redis::RedisError> =
                 tokio::time::timeout(timeout, redis::cmd("GET").arg(&s.key).query_async(&mut conn))
                     .await
-                    .map_err(|_| format!("GET {}: no answer within 2 s", s.key))?
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|_| format!("GET {}: no answer within 2 s", s.key))?;
+            let value = match value {
+                Ok(value) => value,
+                Err(e) if e.code() == Some("WRONGTYPE") => {
+                    let why = format!("the key holds no text (GET: {e})");
+                    self.reject(i, ParseError::new(Format::Json, None, None, None, why));
+                    continue;
+                }
+                Err(e) => return Err(e.to_string()),
+            };
             match value {
-                Some(text) => self.apply(i, &text),
+                Some(bytes) => match std::str::from_utf8(&bytes) {
+                    Ok(text) => self.apply(i, text),
+                    Err(e) => {
+                        self.reject(i, ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))
+                    }
+                },
                 None => {
                     tracing::info!(key = %s.key, "Redis data source: the key holds no rules yet");
                     self.report(RedisReload::Missing { key: s.key.clone() }, true);
