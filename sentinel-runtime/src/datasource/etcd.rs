@@ -356,6 +356,8 @@ impl Inner {
             at = if at == 0 { header } else { at.min(header) };
             match resp.kvs().first() {
                 Some(kv) => self.put(i, kv.mod_revision(), kv.value(), true),
+                // Present when last seen: deleted meanwhile (a compaction hid the delete from the watch).
+                None if self.seen.lock().unwrap_or_else(|e| e.into_inner())[i].present => self.deleted(i, header),
                 None => {
                     tracing::info!(key = %k.name, "etcd data source: the key holds no rules yet");
                     self.report(EtcdReload::Missing { key: k.name.clone() }, true);
