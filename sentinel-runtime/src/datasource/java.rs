@@ -118,10 +118,31 @@ impl<'de> Deserialize<'de> for GatewayRuleWire {
         if !STRICT.with(|s| s.get()) {
             return GatewayFlowRule::deserialize(d).map(GatewayRuleWire);
         }
-        // Read whole first, to see which fields are there.
+        // Read whole first, to see which fields are there. A JSON value holds no NaN or infinity: they read as
+        // null, as an empty field (`count:` of a file cut short) does, and null reads as the field's default
+        // (a count of 0). YAML and TOML have no use for null here, so any null is refused, naming its field.
         let value = serde_json::Value::deserialize(d)?;
         required(&value.get("count"), "count").map_err(serde::de::Error::custom)?;
+        if let Some(field) = null_field(&value, "") {
+            return Err(serde::de::Error::custom(format!(
+                "field `{field}` is empty or not a finite number (required in YAML and TOML rules files)"
+            )));
+        }
         serde_json::from_value(value).map(GatewayRuleWire).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The path of the first null in `value` (`count`, `paramItem.pattern`), if any.
+#[cfg(feature = "tower")]
+fn null_field(value: &serde_json::Value, path: &str) -> Option<String> {
+    let at = |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+    match value {
+        serde_json::Value::Null => Some(path.to_string()),
+        serde_json::Value::Object(map) => map.iter().find_map(|(k, v)| null_field(v, &at(k))),
+        serde_json::Value::Array(items) => {
+            items.iter().enumerate().find_map(|(i, v)| null_field(v, &format!("{path}[{i}]")))
+        }
+        _ => None,
     }
 }
 
