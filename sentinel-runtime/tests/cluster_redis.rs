@@ -1007,3 +1007,24 @@ fn tokens_given_back_while_the_script_fails_are_counted_once_when_redis_answers_
     assert!(st.tokens_returned >= given.tokens_returned, "{st}");
     assert_eq!(counted, known, "Redis counts tokens the client gave back: {st}");
 }
+
+#[test]
+fn a_rule_whose_count_changes_keeps_its_window_key() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("a_rule_whose_count_changes_keeps_its_window_key") else { return };
+    let rule = cluster_rule("api", 10.0, ClusterThresholdType::Global, 60_000, 10);
+    let (engine, _client) = instance_with(&redis.url(), "changed-rule-key", rule.clone(), Duration::from_millis(50));
+    let key = engine.cluster_status()[0].key.clone().unwrap();
+    // Redis hangs: the worker is parked until a lease is attached, and adopts it at once, while the rule set is
+    // still being installed (the list in force still holds the old rule, with the same fingerprint).
+    redis.pause();
+    call_until(&engine, Duration::from_secs(10), |s, _| s.fallback_decisions >= 300);
+    engine.load_flow_rules([FlowRule { count: 11.0, ..rule }]).unwrap();
+    redis.resume();
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.rule.count == 11.0 && s.key.is_some()),
+        "{}",
+        engine.cluster_status()[0]
+    );
+    assert_eq!(engine.cluster_status()[0].key.as_deref(), Some(key.as_str()), "the same window");
+}

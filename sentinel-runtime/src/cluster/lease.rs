@@ -704,7 +704,7 @@ mod tests {
     struct Idle;
 
     impl TokenService for Idle {
-        fn attach(&self, _: &Arc<RuleLease>) {}
+        fn attach(&self, _: &Arc<RuleLease>, _: &[FlowRule]) {}
         fn wake(&self) {}
         fn timeout(&self) -> Duration {
             Duration::from_millis(20)
@@ -730,7 +730,7 @@ mod tests {
         };
         let slot = OnceLock::new();
         let svc: Arc<dyn TokenService> = Arc::new(Idle);
-        lease_for(&slot, &Arc::new(rule), &svc);
+        lease_for(&slot, &Arc::new(rule.clone()), &svc, &[rule]);
         let lease = slot.get().unwrap().clone();
         let keys = super::super::keys::keys("ns", "res:api");
         let d = Driver::new(&lease, keys, Duration::from_millis(2), Duration::from_millis(20), Instant::now());

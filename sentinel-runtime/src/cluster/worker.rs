@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::flow::token_service::{RuleLease, TokenService};
+use crate::flow::FlowRule;
 use crate::Sentinel;
 
 use super::breaker::{Breaker, Failure, Gate};
@@ -48,8 +49,9 @@ pub(crate) struct Service {
     since_ms: u64,
     /// The client's state (whether Redis answers).
     client: Arc<ClientState>,
-    /// Leases attached since the worker last looked.
-    attached: Mutex<Vec<Weak<RuleLease>>>,
+    /// Leases attached since the worker last looked, with their rule's rank in the rule list it came into
+    /// force with ([`keys::rank_in`]).
+    attached: Mutex<Vec<(Weak<RuleLease>, usize)>>,
     pub(crate) thread: OnceLock<std::thread::Thread>,
 }
 
@@ -81,8 +83,12 @@ impl Service {
 }
 
 impl TokenService for Service {
-    fn attach(&self, lease: &Arc<RuleLease>) {
-        self.attached.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(lease));
+    fn attach(&self, lease: &Arc<RuleLease>, rules: &[FlowRule]) {
+        // Ranked in the list the rule comes into force with: the list in force may still be the one before,
+        // where the rule this one replaces (a changed count, the same fingerprint) would count before it and
+        // name another window.
+        let rank = keys::rank_in(lease.rule(), rules);
+        self.attached.lock().unwrap_or_else(|e| e.into_inner()).push((Arc::downgrade(lease), rank));
         self.wake();
     }
     fn wake(&self) {
@@ -291,13 +297,12 @@ impl Worker {
 
     /// Takes the leases attached since the last look, and forgets those whose rules are gone.
     fn adopt(&mut self) {
-        let new: Vec<Weak<RuleLease>> =
+        let new: Vec<(Weak<RuleLease>, usize)> =
             std::mem::take(&mut *self.service.attached.lock().unwrap_or_else(|e| e.into_inner()));
         if !new.is_empty() {
-            let rules = self.engine.flow_rules();
             let now = Instant::now();
-            for lease in new.iter().filter_map(Weak::upgrade) {
-                let id = keys::identity(lease.rule(), keys::rank_in(lease.rule(), &rules));
+            for (lease, rank) in new.iter().filter_map(|(l, rank)| Some((l.upgrade()?, *rank))) {
+                let id = keys::identity(lease.rule(), rank);
                 let k = keys::keys(&self.namespace, &id);
                 lease.set_key(k.window.clone());
                 lease.set_expected_instances(self.opts.expected_instances);

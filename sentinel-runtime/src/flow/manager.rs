@@ -242,7 +242,7 @@ impl FlowManager {
         if let Some(svc) = &service {
             // Cluster rules are exact (validation refuses regex ones).
             for st in by_resource.values().flatten().filter(|s| s.rule.cluster_mode) {
-                token_service::lease_for(&st.lease, &st.rule, svc);
+                token_service::lease_for(&st.lease, &st.rule, svc, unique);
             }
         }
         let exact = by_resource.into_iter().map(|(name, rules)| (name, Arc::new(ResourceFlowRules::new(rules))));

@@ -507,14 +507,19 @@ impl Registration {
 }
 
 /// The lease of a cluster rule state, made (and attached) on first need when a service is registered.
-pub(crate) fn lease_for(slot: &OnceLock<Arc<RuleLease>>, rule: &Arc<FlowRule>, service: &Arc<dyn TokenService>) {
+pub(crate) fn lease_for(
+    slot: &OnceLock<Arc<RuleLease>>,
+    rule: &Arc<FlowRule>,
+    service: &Arc<dyn TokenService>,
+    rules: &[FlowRule],
+) {
     let mut made = false;
     let lease = slot.get_or_init(|| {
         made = true;
         Arc::new(RuleLease::new(rule.clone(), service.clone()))
     });
     if made {
-        service.attach(lease);
+        service.attach(lease, rules);
     }
 }
 
@@ -552,7 +557,7 @@ mod tests {
     }
 
     impl TokenService for FakeService {
-        fn attach(&self, lease: &Arc<RuleLease>) {
+        fn attach(&self, lease: &Arc<RuleLease>, _: &[FlowRule]) {
             self.leases.lock().unwrap().push(Arc::downgrade(lease));
         }
         fn wake(&self) {

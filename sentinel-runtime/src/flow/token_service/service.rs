@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::RuleLease;
 use crate::flow::cluster_status::ClusterServiceInfo;
+use crate::flow::FlowRule;
 
 /// A cluster token service: keeps the leases of the cluster rules in force filled.
 ///
@@ -13,8 +14,9 @@ use crate::flow::cluster_status::ClusterServiceInfo;
 /// registration), and [`wake`](TokenService::wake) when a lease asks for tokens.
 pub(crate) trait TokenService: Send + Sync + 'static {
     /// A cluster rule came into force: lease tokens for it. Keep the lease weakly (it is dropped when the
-    /// rule is no longer in force). Must not block.
-    fn attach(&self, lease: &Arc<RuleLease>);
+    /// rule is no longer in force). `rules`: the rule list coming into force with it (the list in force may
+    /// still be the one before, which can hold the rule this one replaces). Must not block.
+    fn attach(&self, lease: &Arc<RuleLease>, rules: &[FlowRule]);
     /// A lease asked for tokens ([`RuleLease::take_request`]). Called on the calling thread of an entry:
     /// must not block, lock or allocate.
     fn wake(&self);
