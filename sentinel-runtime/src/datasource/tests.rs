@@ -383,6 +383,23 @@ fn yaml_and_toml_use_the_same_field_names() {
 }
 
 #[test]
+fn a_yaml_document_nesting_flow_collections_deeper_than_any_rule_document_is_refused_before_parsing() {
+    // The parser takes time in the square of the depth: such a document would hold the reloading thread.
+    for open in ["[", "{a: "] {
+        let deep = format!("flowRules:\n  - resource: api\n    count: 1\nx: {}", open.repeat(100_000));
+        let e = RuleSet::parse(&deep, Format::Yaml).unwrap_err();
+        assert!(e.message.contains("nested more than 64"), "{e}");
+        assert_eq!((e.line, e.column), (Some(4), Some(4 + 64 * open.len())), "where the 65th opens: {e}");
+    }
+    // Flow style within the bound parses as before.
+    let flow = "flowRules: [{resource: api, count: 4, limitApp: appA}]\n";
+    assert_eq!(RuleSet::parse(flow, Format::Yaml).unwrap().flow.unwrap()[0].count, 4.0);
+    let nested = format!("x: {}1{}", "[".repeat(64), "]".repeat(64));
+    let e = RuleSet::parse(&nested, Format::Yaml).unwrap_err();
+    assert!(!e.message.contains("nested more than"), "64 levels are parsed (and refused as unknown): {e}");
+}
+
+#[test]
 fn applied_rule_set_limits_calls() {
     let clock = ManualClock::at_millis(1_700_000_000_000);
     let engine = Sentinel::builder().manual_clock(clock.clone()).build();
