@@ -549,6 +549,26 @@ mod tests {
             rt.block_on(scripts.lease(conn, keys, call))
         }
 
+        /// Deletes the rule's keys (a call then finds a window never made).
+        fn clear(&mut self) {
+            let OnRedis { rt, conn, keys, .. } = self;
+            let _: () = rt.block_on(redis::cmd("DEL").arg(&keys.window).arg(&keys.members).query_async(conn)).unwrap();
+        }
+
+        /// Runs the script with `args` as written, as another caller could.
+        fn eval(&mut self, args: &[&str]) -> Result<redis::Value, RedisError> {
+            let OnRedis { rt, conn, keys, .. } = self;
+            rt.block_on(
+                redis::cmd("EVAL").arg(LEASE).arg(2).arg(&keys.window).arg(&keys.members).arg(args).query_async(conn),
+            )
+        }
+
+        /// How many of the rule's keys exist.
+        fn keys_existing(&mut self) -> i64 {
+            let OnRedis { rt, conn, keys, .. } = self;
+            rt.block_on(redis::cmd("EXISTS").arg(&keys.window).arg(&keys.members).query_async(conn)).unwrap()
+        }
+
         /// Every field of the window's hash.
         fn fields(&mut self) -> Vec<(String, String)> {
             let OnRedis { rt, conn, keys, .. } = self;
@@ -626,38 +646,27 @@ mod tests {
     #[test]
     fn a_call_with_missing_arguments_is_refused_before_any_write() {
         let Some(mut r) = OnRedis::start("a_call_with_missing_arguments", 10) else { return };
-        let OnRedis { rt, conn, keys, .. } = &mut r;
-        let (window, members) = (keys.window.clone(), keys.members.clone());
-        let _: () = rt.block_on(redis::cmd("DEL").arg(&window).arg(&members).query_async(conn)).unwrap();
+        r.clear();
         // One batch of give-backs announced, none sent (nor the admissions' count).
-        let args = ["5", "me", "60000", "1000", "1", "3600000", "2", "0", "0", "11", "11", "1"];
-        let res: Result<redis::Value, RedisError> = rt
-            .block_on(redis::cmd("EVAL").arg(LEASE).arg(2).arg(&window).arg(&members).arg(&args[..]).query_async(conn));
+        let res = r.eval(&["5", "me", "60000", "1000", "1", "3600000", "2", "0", "0", "11", "11", "1"]);
         assert!(res.is_err(), "{res:?}");
-        let exists: i64 = rt.block_on(redis::cmd("EXISTS").arg(&window).arg(&members).query_async(conn)).unwrap();
-        assert_eq!(exists, 0, "nothing written: {:?}", r.fields());
+        assert_eq!(r.keys_existing(), 0, "nothing written: {:?}", r.fields());
     }
 
     #[test]
     fn an_infinite_allowance_or_an_empty_bucket_length_is_refused_before_any_write() {
         let Some(mut r) = OnRedis::start("an_infinite_allowance_or_an_empty_bucket", 10) else { return };
-        let OnRedis { rt, conn, keys, .. } = &mut r;
-        let (window, members) = (keys.window.clone(), keys.members.clone());
-        let _: () = rt.block_on(redis::cmd("DEL").arg(&window).arg(&members).query_async(conn)).unwrap();
+        r.clear();
         let good = ["5", "me", "60000", "1000", "1", "3600000", "2", "0", "0", "11", "11", "0", "0"];
         for (i, bad) in [(3, "inf"), (3, "-inf"), (5, "0"), (6, "0"), (12, "nan")] {
             let mut args = good;
             args[i] = bad;
-            let res: Result<redis::Value, RedisError> = rt.block_on(
-                redis::cmd("EVAL").arg(LEASE).arg(2).arg(&window).arg(&members).arg(&args[..]).query_async(conn),
-            );
+            let res = r.eval(&args);
             assert!(res.is_err(), "ARGV[{}] = {bad}: {res:?}", i + 1);
         }
-        let exists: i64 = rt.block_on(redis::cmd("EXISTS").arg(&window).arg(&members).query_async(conn)).unwrap();
-        assert_eq!(exists, 0, "nothing written");
+        assert_eq!(r.keys_existing(), 0, "nothing written");
         // The same call, well formed, runs.
-        let res: Result<redis::Value, RedisError> = rt
-            .block_on(redis::cmd("EVAL").arg(LEASE).arg(2).arg(&window).arg(&members).arg(&good[..]).query_async(conn));
+        let res = r.eval(&good);
         assert!(res.is_ok(), "{res:?}");
     }
 
