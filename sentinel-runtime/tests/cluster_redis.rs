@@ -1028,3 +1028,28 @@ fn a_rule_whose_count_changes_keeps_its_window_key() {
     );
     assert_eq!(engine.cluster_status()[0].key.as_deref(), Some(key.as_str()), "the same window");
 }
+
+#[test]
+fn calls_a_changed_rule_admitted_locally_before_its_change_are_counted_when_redis_answers_again() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("calls_a_changed_rule_admitted_locally") else { return };
+    // 10/s over a minute (6 s buckets): every call of the test is in one window; the rule's key keeps its window
+    // when its count changes.
+    let rule = cluster_rule("api", 10.0, ClusterThresholdType::Global, 60_000, 10);
+    let (engine, _client) =
+        instance_with(&redis.url(), "changed-rule-counted", rule.clone(), Duration::from_millis(50));
+    let key = engine.cluster_status()[0].key.clone().unwrap();
+    redis.pause();
+    let local = call_until(&engine, Duration::from_secs(10), |s, _| s.fallback_decisions >= 300);
+    assert!(local > 0, "the fallback admitted calls: {}", engine.cluster_status()[0]);
+    // While Redis hangs, the rule changes (its count): a new lease for the same window.
+    engine.load_flow_rules([FlowRule { count: 11.0, ..rule }]).unwrap();
+    redis.resume();
+    assert!(
+        wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing && s.rule.count == 11.0),
+        "cluster mode resumes: {}",
+        engine.cluster_status()[0]
+    );
+    assert_eq!(engine.cluster_status()[0].key.as_deref(), Some(key.as_str()));
+    assert!(window_total(&redis.url(), &key) >= local, "Redis counts the {local} calls admitted before the change");
+}

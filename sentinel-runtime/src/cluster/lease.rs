@@ -34,7 +34,7 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::flow::token_service::{FallbackDebt, RuleLease};
+use crate::flow::token_service::{FallbackDebt, LocalAdmissions, RuleLease};
 use crate::flow::{ClusterThresholdType, FlowRule};
 
 use super::keys::RuleKeys;
@@ -140,6 +140,9 @@ pub(crate) struct Driver {
     pub(crate) lease: Weak<RuleLease>,
     /// What the lease held when it was dropped ([`RuleLease::left_at_drop`]).
     left_at_drop: Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>,
+    /// The calls the lease's fallback admitted ([`RuleLease::local_admissions`]): still taken after the lease
+    /// is dropped.
+    local: Arc<LocalAdmissions>,
     pub(crate) keys: RuleKeys,
     /// Tokens per window: per instance for average-local thresholds, for all of them for global ones.
     allowance: f64,
@@ -229,6 +232,7 @@ impl Driver {
             live_peak: None,
             live_hold: Duration::from_secs(6),
             left_at_drop: lease.left_at_drop.clone(),
+            local: lease.local_admissions().clone(),
             keys,
             allowance: rule.count * c.window_interval_ms as f64 / 1000.0,
             global: c.threshold_type == ClusterThresholdType::Global,
@@ -411,34 +415,74 @@ impl Driver {
     pub(crate) fn lease_call(&mut self, lease: &RuleLease, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
         self.measure(lease, at.now);
         let want = self.want(lease, at.now_ms, &at.clock);
-        self.call(Some(lease), want, member, ttl, at)
+        self.call(want, member, ttl, at)
     }
 
     /// A membership renewal (no tokens), giving back what is due and counting what the fallback admitted.
-    pub(crate) fn beat_call(&mut self, lease: &RuleLease, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
-        self.call(Some(lease), 0, member, ttl, at)
+    pub(crate) fn beat_call(&mut self, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
+        self.call(0, member, ttl, at)
     }
 
     /// Leaving the rule's member set (the rule is gone, or the client stops), with what is due: the tokens
     /// a dropped lease still held are given back.
     pub(crate) fn leave_call(&mut self, member: &str, at: &CallAt) -> (RuleKeys, LeaseCall) {
-        let lease = self.lease.upgrade();
+        self.settle_dropped(at);
+        let call = self.call(0, member, Duration::ZERO, at);
+        (self.keys.clone(), call)
+    }
+
+    /// Once the lease is dropped: the tokens it still held go back, and what its fallback admitted since the
+    /// last look is taken to be counted.
+    fn settle_dropped(&mut self, at: &CallAt) {
+        if self.lease.strong_count() > 0 {
+            return;
+        }
         let (left, until) = &*self.left_at_drop;
         let left = left.load(std::sync::atomic::Ordering::Acquire);
-        if let Some(c) = self.cur.take().filter(|_| lease.is_none() && left != u64::MAX && left > 0) {
+        if let Some(c) = self.cur.take().filter(|_| left != u64::MAX && left > 0) {
             if until.load(std::sync::atomic::Ordering::Relaxed) == c.valid_until {
                 self.returned = self.returned.saturating_add(left);
                 self.add_return(c.bucket, left);
             }
         }
-        let call = self.call(lease.as_deref(), 0, member, Duration::ZERO, at);
-        (self.keys.clone(), call)
+        self.take_local_admissions(at);
     }
 
-    fn call(&mut self, lease: Option<&RuleLease>, want: u64, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
-        if let Some(lease) = lease {
-            self.take_local_admissions(lease, at);
+    /// Takes over what `gone` had not settled with Redis: `gone` drove the rule this driver's rule replaced
+    /// (its count changed, say), under the same window key and member, and its lease is dropped. What its
+    /// fallback admitted and the tokens it holds or gave back are counted by this driver's calls instead of a
+    /// leave call (which would drop the member's records this driver goes on with), also when Redis does not
+    /// answer now. A driver that has made no call yet goes on with `gone`'s numbering of calls and give-backs
+    /// and its view of the window (what a fallback owes); one that has goes on with its own, and what it takes
+    /// over can only be counted twice, never missed.
+    pub(crate) fn take_over(&mut self, mut gone: Driver, at: &CallAt) {
+        gone.settle_dropped(at);
+        gone.batch_returns(at);
+        if self.seq == 0 && self.batch == 0 {
+            self.seq = gone.seq;
+            self.unseen_from = gone.unseen_from;
+            self.batch = gone.batch;
+            self.unconfirmed = std::mem::take(&mut gone.unconfirmed);
+            if self.generation == 0 {
+                self.generation = gone.generation;
+                self.granted_by_bucket = std::mem::take(&mut gone.granted_by_bucket);
+            }
+            if self.window_seen.is_none() {
+                self.window_seen = gone.window_seen.take();
+                self.live = self.live.max(gone.live);
+            }
+        } else {
+            // Batches numbered below this driver's may read as applied: given back at most once.
+            self.unconfirmed.extend(gone.unconfirmed.iter().copied());
+            self.unconfirmed.sort_unstable_by_key(|(q, _, _)| *q);
         }
+        for (b, n) in gone.admitted {
+            self.add_admitted(b, n);
+        }
+    }
+
+    fn call(&mut self, want: u64, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
+        self.take_local_admissions(at);
         self.batch_returns(at);
         if self.seq == 0 {
             self.seq = first_number(at);
@@ -480,8 +524,8 @@ impl Driver {
     /// Moves the calls the fallback admitted since the last look into `admitted`, in Redis buckets: each
     /// slot's count goes to the bucket its last millisecond falls in on Redis's clock (estimated never
     /// early), so that it stays in the window at least as long as it should.
-    fn take_local_admissions(&mut self, lease: &RuleLease, at: &CallAt) {
-        let (slots, slot_ms) = lease.take_local_admissions(at.now_ms, self.window_ms);
+    fn take_local_admissions(&mut self, at: &CallAt) {
+        let (slots, slot_ms) = (self.local.take(at.now_ms, self.window_ms), self.local.slot_ms());
         for (start, n) in slots {
             self.add_admitted(at.clock.redis_ms(start + slot_ms - 1).div_euclid(self.bucket_ms as i64), n);
         }
@@ -966,6 +1010,47 @@ mod tests {
     }
 
     #[test]
+    fn a_driver_that_replaces_a_gone_one_counts_what_the_gone_one_had_not_and_goes_on_with_its_numbers() {
+        let now = Instant::now();
+        let mut clock = RedisClock::default();
+        clock.observe(ENGINE_MS as i64, ENGINE_MS, now);
+        let at = CallAt { now, now_ms: ENGINE_MS + 150, clock };
+        let bucket = (ENGINE_MS as i64 + 199) / 100;
+        // The gone rule's driver: a window seen, then Redis failed: two calls went unanswered, and its
+        // fallback admitted 3 calls after its last look, which its lease still holds when it is dropped.
+        let gone_driver = || {
+            let (mut gone, lease) = driver();
+            let (call, r) = reply(0, 0, 1000, 0);
+            gone.apply(&lease, &call, &r, &times());
+            lease.set_fallback("redis down".into());
+            let first = gone.beat_call("me", Duration::from_secs(3), &at);
+            let second = gone.beat_call("me", Duration::from_secs(3), &at);
+            lease.record_local_admissions(ENGINE_MS + 100, 3);
+            (gone, lease, first.seq, second.seq)
+        };
+
+        // A driver that has made no call yet goes on from the gone one.
+        let (gone, lease, first, second) = gone_driver();
+        drop(lease);
+        let (mut d, _new_lease) = driver();
+        d.take_over(gone, &at);
+        let call = d.beat_call("me", Duration::from_secs(3), &at);
+        assert_eq!(call.admitted, vec![(bucket, 3)], "the dropped lease's admissions are counted");
+        assert_eq!((call.seq, call.unseen_from), (second + 1, first), "its unseen calls are undone by this one");
+        assert!(d.window_seen.is_some(), "what the window held is still owed");
+
+        // A driver that has called already keeps its own numbers, and counts them all the same.
+        let (gone, lease, _, _) = gone_driver();
+        drop(lease);
+        let (mut d, _new_lease) = driver();
+        let own = d.beat_call("me", Duration::from_secs(3), &at);
+        d.take_over(gone, &at);
+        let call = d.beat_call("me", Duration::from_secs(3), &at);
+        assert_eq!(call.admitted, vec![(bucket, 3)]);
+        assert_eq!((call.seq, call.unseen_from), (own.seq + 1, own.unseen_from));
+    }
+
+    #[test]
     fn what_the_fallback_admitted_is_reported_in_redis_buckets_until_a_reply_counts_it() {
         let (mut d, lease) = driver();
         let mut clock = RedisClock::default();
@@ -977,15 +1062,15 @@ mod tests {
         let admitted_at = ENGINE_MS + 100;
         let at = CallAt { now, now_ms: admitted_at + 50, clock };
         lease.record_local_admissions(admitted_at, 3);
-        let call = d.beat_call(&lease, "me", Duration::from_secs(3), &at);
+        let call = d.beat_call("me", Duration::from_secs(3), &at);
         let bucket = (admitted_at as i64 + 99 + 10) / 100;
         assert_eq!(call.admitted, vec![(bucket, 3)]);
         // Not answered (a failure): sent again with the next call.
-        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at);
+        let again = d.beat_call("me", Duration::from_secs(3), &at);
         assert_eq!(again.admitted, vec![(bucket, 3)]);
         let (_, r) = reply(0, 0, 1000, 0);
         d.apply(&lease, &again, &r, &times());
-        assert!(d.beat_call(&lease, "me", Duration::from_secs(3), &at).admitted.is_empty(), "counted once");
+        assert!(d.beat_call("me", Duration::from_secs(3), &at).admitted.is_empty(), "counted once");
         assert_eq!(lease.counters.reported.load(std::sync::atomic::Ordering::Relaxed), 3);
     }
 
@@ -1061,7 +1146,7 @@ mod tests {
         let mut far = RedisClock::default();
         far.observe(10_500_000_000_000, ENGINE_MS, base);
         d.give_back(&lease, 10_500_000_000_000 / 100, 1);
-        let first = d.beat_call(&lease, "me", Duration::from_secs(3), &CallAt { clock: far, ..at(base, 0) });
+        let first = d.beat_call("me", Duration::from_secs(3), &CallAt { clock: far, ..at(base, 0) });
         assert_eq!(given_back(&first), vec![(10_500_000_000_000 / 100, 1)]);
         let ok = run(&first);
         d.apply(&lease, &first, &ok, &times());
@@ -1075,10 +1160,10 @@ mod tests {
         let other = LeaseCall { member: "other".into(), want: 30, seq: 1, unseen_from: 1, ..call.clone() };
         assert_eq!(run(&other).granted, 30);
         // The give-back's call runs, its reply is lost; it is sent again (same batch): applied once.
-        let back = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 2));
+        let back = d.beat_call("me", Duration::from_secs(3), &at(base, 2));
         assert_eq!(given_back(&back), vec![(granted.bucket, granted.granted)]);
         run(&back);
-        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 3));
+        let again = d.beat_call("me", Duration::from_secs(3), &at(base, 3));
         assert_eq!(again.returns, back.returns);
         let r = run(&again);
         let held: u64 = r.window.iter().map(|(_, n)| n).sum();
@@ -1107,12 +1192,12 @@ mod tests {
         // Redis hangs; the lease ends meanwhile with 39 tokens unspent.
         let (mut d, lease) = ended_lease(1);
         let base = Instant::now();
-        let first = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 60));
+        let first = d.beat_call("me", Duration::from_secs(3), &at(base, 60));
         assert_eq!(given_back(&first), vec![(REDIS_MS / 100, 39)]);
         // The call times out (no reply): the batch goes again, under the same number (Redis applies it once,
         // whether or not the first call ran), with what was given back since in a batch of its own.
         d.give_back(&lease, REDIS_MS / 100, 5);
-        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 900));
+        let again = d.beat_call("me", Duration::from_secs(3), &at(base, 900));
         assert_eq!(again.returns[0], first.returns[0]);
         assert_eq!(given_back(&again), vec![(REDIS_MS / 100, 39), (REDIS_MS / 100, 5)]);
         assert!(again.returns[1].0 > again.returns[0].0, "a later batch is numbered higher");
@@ -1120,7 +1205,7 @@ mod tests {
         // Redis answers again: the reply shows both applied; nothing is sent again.
         let (_, ok) = reply(0, 0, 1000, 0);
         d.apply(&lease, &again, &ok, &times());
-        assert!(d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 950)).returns.is_empty());
+        assert!(d.beat_call("me", Duration::from_secs(3), &at(base, 950)).returns.is_empty());
         assert_eq!(lease.counters.returned.load(std::sync::atomic::Ordering::Relaxed), 44);
     }
 
@@ -1129,30 +1214,30 @@ mod tests {
         let (mut d, lease) = driver();
         let base = Instant::now();
         let ttl = Duration::from_secs(3);
-        let first = d.beat_call(&lease, "me", ttl, &at(base, 0));
+        let first = d.beat_call("me", ttl, &at(base, 0));
         assert!(first.seq > ENGINE_MS * 1000, "numbered from the clock, above a previous life's numbers");
         assert_eq!(first.unseen_from, first.seq, "no earlier call to undo");
         // Its reply is not seen (a timeout): the calls after it name it until one's reply is.
-        let second = d.beat_call(&lease, "me", ttl, &at(base, 10));
-        let third = d.beat_call(&lease, "me", ttl, &at(base, 20));
+        let second = d.beat_call("me", ttl, &at(base, 10));
+        let third = d.beat_call("me", ttl, &at(base, 20));
         assert_eq!((second.seq, third.seq), (first.seq + 1, first.seq + 2));
         assert_eq!((second.unseen_from, third.unseen_from), (first.seq, first.seq));
         let (_, ok) = reply(0, 0, 1000, 0);
         d.apply(&lease, &third, &ok, &times());
-        let fourth = d.beat_call(&lease, "me", ttl, &at(base, 30));
+        let fourth = d.beat_call("me", ttl, &at(base, 30));
         assert_eq!(fourth.unseen_from, fourth.seq, "every earlier call is settled: seen, or undone by the third");
     }
 
     #[test]
     fn a_give_back_for_buckets_that_left_the_window_is_no_longer_sent() {
-        let (mut d, lease) = ended_lease(0);
+        let (mut d, _lease) = ended_lease(0);
         let mut clock = RedisClock::default();
         clock.observe(REDIS_MS, ENGINE_MS, Instant::now());
         let soon = CallAt { clock, ..at(Instant::now(), 500) };
-        assert_eq!(given_back(&d.beat_call(&lease, "me", Duration::from_secs(3), &soon)), vec![(REDIS_MS / 100, 40)]);
+        assert_eq!(given_back(&d.beat_call("me", Duration::from_secs(3), &soon)), vec![(REDIS_MS / 100, 40)]);
         // Redis stays down until the bucket has left the window (10 buckets of 100 ms): the give-back is moot.
         let later = CallAt { clock, ..at(Instant::now(), 960) };
-        let late = d.beat_call(&lease, "me", Duration::from_secs(3), &later);
+        let late = d.beat_call("me", Duration::from_secs(3), &later);
         assert!(late.returns.is_empty(), "{:?}", late.returns);
     }
 
@@ -1160,13 +1245,13 @@ mod tests {
     fn a_window_made_afresh_takes_no_give_back_of_the_lost_one_and_counts_the_net_grant() {
         let (mut d, lease) = ended_lease(10);
         let base = Instant::now();
-        let next = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 49));
+        let next = d.beat_call("me", Duration::from_secs(3), &at(base, 49));
         assert_eq!(given_back(&next), vec![(REDIS_MS / 100, 30)]);
         // The window key was lost: the script took no give-back there (generations differ).
         let (_, mut fresh) = reply(0, 0, 1000, 0);
         fresh.generation = 8;
         d.apply(&lease, &next, &fresh, &times());
-        let again = d.beat_call(&lease, "me", Duration::from_secs(3), &at(base, 50));
+        let again = d.beat_call("me", Duration::from_secs(3), &at(base, 50));
         assert!(again.returns.is_empty(), "nothing to give back to the new window");
         assert_eq!(again.admitted, vec![(REDIS_MS / 100, 10)], "what was spent is counted there");
     }

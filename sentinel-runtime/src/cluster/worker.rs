@@ -320,12 +320,36 @@ impl Worker {
             }
         }
         let before = self.drivers.len();
-        let gone: Vec<Driver> = {
+        let mut gone: Vec<Driver> = {
             let (alive, gone): (Vec<Driver>, Vec<Driver>) =
                 std::mem::take(&mut self.drivers).into_iter().partition(|d| d.lease.strong_count() > 0);
             self.drivers = alive;
             gone
         };
+        if !gone.is_empty() {
+            // A rule that replaced a gone one under the same key (its count changed, say) takes over what the
+            // gone one had not settled with Redis, whether Redis answers now or not; no leave call for it (it
+            // would drop the member's records the new one goes on with).
+            let at = self.call_at(Instant::now(), self.engine.now_millis());
+            let mut left = Vec::with_capacity(gone.len());
+            for g in gone {
+                match self.drivers.iter().position(|d| d.keys.window == g.keys.window) {
+                    Some(i) => {
+                        let d = &mut self.drivers[i];
+                        d.take_over(g, &at);
+                        let group = self.group_of(&self.drivers[i].keys.window);
+                        let falling_back = self.breakers.get(&group).is_some_and(|b| !b.is_closed());
+                        let d = &mut self.drivers[i];
+                        if let Some(lease) = d.lease.upgrade().filter(|_| falling_back) {
+                            // What the window held at the gone rule's last reply is still owed.
+                            lease.set_fallback_debt(d.fallback_debt(&lease, at.now_ms));
+                        }
+                    }
+                    None => left.push(g),
+                }
+            }
+            gone = left;
+        }
         if self.link.is_sharded() && !gone.is_empty() {
             // The breakers of rules no longer in force go with them.
             let live: HashSet<String> = self.drivers.iter().map(|d| d.keys.window.clone()).collect();
@@ -399,7 +423,7 @@ impl Worker {
             if d.probation_until.is_some() {
                 // Resuming: report (the reply of the call made once the pause is over resumes leasing).
                 if all || d.beat_due(now) || !d.on_probation(now) {
-                    calls.push((i, d.beat_call(&lease, &self.member, ttl, &at)));
+                    calls.push((i, d.beat_call(&self.member, ttl, &at)));
                 }
                 continue;
             }
@@ -407,7 +431,7 @@ impl Worker {
                 // Ask as soon as a lease call is worth it (see `next_wake`).
                 d.ask_when_free |= asked || demand;
                 if all || d.beat_due(now) {
-                    calls.push((i, d.beat_call(&lease, &self.member, ttl, &at)));
+                    calls.push((i, d.beat_call(&self.member, ttl, &at)));
                 }
                 continue;
             }
@@ -415,7 +439,7 @@ impl Worker {
                 d.ask_when_free = false;
                 calls.push((i, d.lease_call(&lease, &self.member, ttl, &at)));
             } else if all || d.beat_due(now) {
-                calls.push((i, d.beat_call(&lease, &self.member, ttl, &at)));
+                calls.push((i, d.beat_call(&self.member, ttl, &at)));
             }
         }
         calls

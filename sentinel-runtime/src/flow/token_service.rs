@@ -81,8 +81,9 @@ pub(crate) struct RuleLease {
     next_waiter: AtomicU64,
     report: Mutex<Report>,
     /// Calls the local fallback admitted, per slot of the rule's window: the service tells the shared limit
-    /// about them when it answers again ([`RuleLease::take_local_admissions`]).
-    pub(super) local: LocalAdmissions,
+    /// about them when it answers again ([`RuleLease::take_local_admissions`]), also after the lease was
+    /// dropped (the service keeps the slots: [`RuleLease::local_admissions`]).
+    pub(super) local: Arc<LocalAdmissions>,
     pub(crate) counters: LeaseCounters,
     /// The tokens left in hand when the lease was dropped (its rule changed or was removed), and the last
     /// millisecond they could be spent in, for the service to give back (`u64::MAX`: not dropped yet).
@@ -268,7 +269,7 @@ fn local_limit_of(rule: &FlowRule, live: u64) -> f64 {
 
 impl RuleLease {
     fn new(rule: Arc<FlowRule>, service: Arc<dyn TokenService>) -> Self {
-        let local = LocalAdmissions::for_rule(&rule);
+        let local = Arc::new(LocalAdmissions::for_rule(&rule));
         let timeout_nanos = u64::try_from(service.timeout().as_nanos()).unwrap_or(u64::MAX);
         let report = Report { expected: expected_of(&rule, None), ..Report::default() };
         let instances = fallback_instances_of(&report).count();
@@ -338,8 +339,15 @@ impl RuleLease {
     /// The calls the local fallback admitted within `window_ms` of `now_ms` not taken yet: (engine ms of
     /// their slot's start, calls), oldest first; and the slot length (ms). The service counts them in the
     /// shared window; taking clears them.
+    #[cfg(test)]
     pub(crate) fn take_local_admissions(&self, now_ms: u64, window_ms: u64) -> (Vec<(u64, u64)>, u64) {
         (self.local.take(now_ms, window_ms), self.local.slot_ms())
+    }
+
+    /// The slots of the calls the local fallback admitted, for the service to take them from after the lease
+    /// is dropped (its rule changed or went while the service could not count them).
+    pub(crate) fn local_admissions(&self) -> &Arc<LocalAdmissions> {
+        &self.local
     }
 
     /// Counts `n` calls admitted without a token at engine time `now_ms` (as the fallback does).
