@@ -1051,6 +1051,84 @@ mod tests {
     }
 
     #[test]
+    fn a_driver_that_called_without_a_reply_still_owes_what_the_gone_driver_saw_in_the_window() {
+        // The gone rule's driver saw the window hold 900 of 1000.
+        let (mut gone, old_lease) = driver();
+        let (call, mut r) = reply(0, 0, 100, 0);
+        r.window = vec![(REDIS_MS / 100, 900)];
+        gone.apply(&old_lease, &call, &r, &times());
+        // The new rule's driver was adopted before the old lease dropped and made a call Redis never answered.
+        let (mut d, lease) = driver();
+        let _ = d.beat_call("me", Duration::from_secs(3), &at(Instant::now(), 2));
+        drop(old_lease);
+        d.take_over(gone, &at(Instant::now(), 3));
+        lease.set_fallback_debt(d.fallback_debt(&lease, ENGINE_MS + 3));
+        assert!(lease.fallback_debt_at(ENGINE_MS + 3) > 0, "the window's 900 are still owed");
+    }
+
+    #[test]
+    fn tokens_a_gone_driver_spent_are_counted_again_in_a_window_made_afresh_after_a_driver_with_calls_took_over() {
+        // The gone rule's driver was granted 40 in generation 7, all spent.
+        let (mut gone, old_lease) = driver();
+        let (call, r) = reply(40, 40, 900, 0);
+        gone.apply(&old_lease, &call, &r, &times());
+        assert!(old_lease.take_in_hand(ENGINE_MS + 2, 40));
+        // The new rule's driver had called already (generation 7 seen).
+        let (mut d, lease) = driver();
+        let base = Instant::now();
+        let own = d.beat_call("me", Duration::from_secs(3), &at(base, 2));
+        let (_, seen) = reply(0, 0, 860, 0);
+        d.apply(&lease, &own, &seen, &times());
+        drop(old_lease);
+        d.take_over(gone, &at(base, 3));
+        // The key is lost: a new window (generation 8).
+        let next = d.beat_call("me", Duration::from_secs(3), &at(base, 4));
+        let (_, mut fresh) = reply(0, 0, 1000, 0);
+        fresh.generation = 8;
+        d.apply(&lease, &next, &fresh, &times());
+        let again = d.beat_call("me", Duration::from_secs(3), &at(base, 5));
+        assert_eq!(again.admitted, vec![(REDIS_MS / 100, 40)], "the gone driver's 40 spent tokens");
+    }
+
+    #[test]
+    fn a_fresh_driver_that_takes_over_two_gone_ones_is_not_numbered_below_the_calls_redis_recorded() {
+        let Some(redis) = sentinel_testkit::redis::RedisServer::start("take_over_two_gone") else {
+            return;
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut conn =
+            rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
+        let scripts = super::super::script::Scripts::new();
+        let (mut a, lease_a) = driver();
+        let keys = a.keys.clone();
+        let mut run = |call: &LeaseCall| rt.block_on(scripts.lease(&mut conn, &keys, call)).unwrap();
+        let probe = LeaseCall { member: "probe".into(), ..reply(0, 0, 0, 0).0 };
+        let mut clock = RedisClock::default();
+        clock.observe(run(&probe).redis_ms, ENGINE_MS, Instant::now());
+        let at = |after: u64| CallAt { now: Instant::now(), now_ms: ENGINE_MS + after, clock };
+        // Rule A, then B (adopted while A's lease was still held); both call, B's call is Redis's last record.
+        let ca = a.beat_call("me", Duration::from_secs(3), &at(1));
+        let ra = run(&ca);
+        a.apply(&lease_a, &ca, &ra, &times());
+        let (mut b, lease_b) = driver();
+        let cb = b.beat_call("me", Duration::from_secs(3), &at(10));
+        let rb = run(&cb);
+        b.apply(&lease_b, &cb, &rb, &times());
+        // A's fallback admitted 3 calls; then both are gone and C (no call yet) takes them over, in order.
+        lease_a.record_local_admissions(ENGINE_MS + 11, 3);
+        drop((lease_a, lease_b));
+        let (mut c, lease_c) = driver();
+        c.take_over(a, &at(12));
+        c.take_over(b, &at(12));
+        let cc = c.beat_call("me", Duration::from_secs(3), &at(13));
+        let rc = run(&cc);
+        c.apply(&lease_c, &cc, &rc, &times());
+        assert!(!rc.late, "C's call is read as one older than Redis's record: it counts nothing");
+        let held: u64 = rc.window.iter().map(|(_, n)| n).sum();
+        assert_eq!(held, 3, "the 3 calls A's fallback admitted: {:?}", rc.window);
+    }
+
+    #[test]
     fn what_the_fallback_admitted_is_reported_in_redis_buckets_until_a_reply_counts_it() {
         let (mut d, lease) = driver();
         let mut clock = RedisClock::default();
