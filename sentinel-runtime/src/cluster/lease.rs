@@ -452,29 +452,56 @@ impl Driver {
     /// (its count changed, say), under the same window key and member, and its lease is dropped. What its
     /// fallback admitted and the tokens it holds or gave back are counted by this driver's calls instead of a
     /// leave call (which would drop the member's records this driver goes on with), also when Redis does not
-    /// answer now. A driver that has made no call yet goes on with `gone`'s numbering of calls and give-backs
-    /// and its view of the window (what a fallback owes); one that has goes on with its own, and what it takes
-    /// over can only be counted twice, never missed.
+    /// answer now. It goes on above both drivers' numbering of calls and give-backs (Redis reads a call
+    /// numbered at or below its record as late), with the newer view of the window (what a fallback owes) and
+    /// `gone`'s grants (counted again in a window made afresh); what it takes over can only be counted twice,
+    /// never missed.
     pub(crate) fn take_over(&mut self, mut gone: Driver, at: &CallAt) {
         gone.settle_dropped(at);
         gone.batch_returns(at);
-        if self.seq == 0 && self.batch == 0 {
-            self.seq = gone.seq;
-            self.unseen_from = gone.unseen_from;
-            self.batch = gone.batch;
-            self.unconfirmed = std::mem::take(&mut gone.unconfirmed);
-            if self.generation == 0 {
-                self.generation = gone.generation;
-                self.granted_by_bucket = std::mem::take(&mut gone.granted_by_bucket);
+        // Redis records the highest-numbered call of the member that ran and reads any call numbered at or
+        // below it as late (it counts nothing): go on above both drivers' numbers. Undo only calls numbered
+        // above the last either driver saw settled (a seen call is never undone; an unseen one below it is
+        // counted twice at worst).
+        if gone.seq > 0 {
+            let settled = |d: &Driver| d.unseen_from.map_or(d.seq, |u| u - 1);
+            let last_settled = settled(self).max(settled(&gone));
+            self.unseen_from = [(self.unseen_from, self.seq), (gone.unseen_from, gone.seq)]
+                .into_iter()
+                .filter_map(|(u, s)| u.map(|u| u.max(last_settled + 1)).filter(|u| *u <= s))
+                .min();
+            self.seq = self.seq.max(gone.seq);
+        }
+        // Batches: numbered above both drivers' (one numbered below an applied batch reads as applied); those
+        // numbered below this driver's applied ones may read as applied: given back at most once.
+        self.batch = self.batch.max(gone.batch);
+        self.unconfirmed.append(&mut gone.unconfirmed);
+        self.unconfirmed.sort_unstable_by_key(|(q, _, _)| *q);
+        // What the gone driver was granted, counted again if the window is made afresh.
+        if self.generation == 0 {
+            self.generation = gone.generation;
+            self.granted_by_bucket = std::mem::take(&mut gone.granted_by_bucket);
+        } else if gone.generation == self.generation {
+            for (b, n) in std::mem::take(&mut gone.granted_by_bucket) {
+                match self.granted_by_bucket.iter_mut().find(|(x, _)| *x == b) {
+                    Some((_, c)) => *c = c.saturating_add(n),
+                    None => self.granted_by_bucket.push((b, n)),
+                }
             }
-            if self.window_seen.is_none() {
-                self.window_seen = gone.window_seen.take();
-                self.live = self.live.max(gone.live);
+        } else if gone.generation != 0 {
+            // Granted in a window this driver does not know: counted in the one it knows (twice at worst).
+            for (b, n) in std::mem::take(&mut gone.granted_by_bucket) {
+                self.add_admitted(b, n);
             }
-        } else {
-            // Batches numbered below this driver's may read as applied: given back at most once.
-            self.unconfirmed.extend(gone.unconfirmed.iter().copied());
-            self.unconfirmed.sort_unstable_by_key(|(q, _, _)| *q);
+        }
+        // The latest view of the window (what a fallback owes).
+        if gone
+            .window_seen
+            .as_ref()
+            .is_some_and(|g| self.window_seen.as_ref().is_none_or(|s| g.arrived_ms > s.arrived_ms))
+        {
+            self.window_seen = gone.window_seen.take();
+            self.live = self.live.max(gone.live);
         }
         for (b, n) in gone.admitted {
             self.add_admitted(b, n);
@@ -1039,15 +1066,17 @@ mod tests {
         assert_eq!((call.seq, call.unseen_from), (second + 1, first), "its unseen calls are undone by this one");
         assert!(d.window_seen.is_some(), "what the window held is still owed");
 
-        // A driver that has called already keeps its own numbers, and counts them all the same.
-        let (gone, lease, _, _) = gone_driver();
+        // A driver that has called already goes on above both drivers' numbers (Redis reads a call numbered at
+        // or below its record as late: here the gone driver's second call and this one's first share the
+        // millisecond), and counts them all the same.
+        let (gone, lease, _, second) = gone_driver();
         drop(lease);
         let (mut d, _new_lease) = driver();
         let own = d.beat_call("me", Duration::from_secs(3), &at);
         d.take_over(gone, &at);
         let call = d.beat_call("me", Duration::from_secs(3), &at);
         assert_eq!(call.admitted, vec![(bucket, 3)]);
-        assert_eq!((call.seq, call.unseen_from), (own.seq + 1, own.unseen_from));
+        assert_eq!((call.seq, call.unseen_from), (second.max(own.seq) + 1, own.unseen_from));
     }
 
     #[test]
