@@ -1121,13 +1121,7 @@ mod tests {
 
     #[test]
     fn a_fresh_driver_that_takes_over_two_gone_ones_is_not_numbered_below_the_calls_redis_recorded() {
-        let Some(redis) = sentinel_testkit::redis::RedisServer::start("take_over_two_gone") else {
-            return;
-        };
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let mut conn =
-            rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
-        let scripts = super::super::script::Scripts::new();
+        let Some((_redis, rt, mut conn, scripts)) = on_redis("take_over_two_gone") else { return };
         let (mut a, lease_a) = driver();
         let keys = a.keys.clone();
         let mut run = |call: &LeaseCall| rt.block_on(scripts.lease(&mut conn, &keys, call)).unwrap();
@@ -1235,15 +1229,24 @@ mod tests {
         assert!(d.granted_by_bucket.len() <= 2 * 10, "{} buckets kept", d.granted_by_bucket.len());
     }
 
+    /// A real `redis-server` (kept while the first value lives), a runtime, a connection and the scripts.
+    fn on_redis(
+        test: &str,
+    ) -> Option<(
+        sentinel_testkit::redis::RedisServer,
+        tokio::runtime::Runtime,
+        redis::aio::MultiplexedConnection,
+        super::super::script::Scripts,
+    )> {
+        let redis = sentinel_testkit::redis::RedisServer::start(test)?;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let conn = rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
+        Some((redis, rt, conn, super::super::script::Scripts::new()))
+    }
+
     #[test]
     fn a_give_back_sent_again_is_applied_once_after_redis_time_read_far_ahead_when_batches_were_first_numbered() {
-        let Some(redis) = sentinel_testkit::redis::RedisServer::start("give_back_after_far_ahead_time") else {
-            return;
-        };
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let mut conn =
-            rt.block_on(redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection()).unwrap();
-        let scripts = super::super::script::Scripts::new();
+        let Some((_redis, rt, mut conn, scripts)) = on_redis("give_back_after_far_ahead_time") else { return };
         let (mut d, lease) = driver();
         let keys = d.keys.clone();
         let base = Instant::now();
