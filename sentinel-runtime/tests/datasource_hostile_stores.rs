@@ -21,8 +21,8 @@ fn counts(engine: &Sentinel) -> Vec<(String, f64)> {
     engine.flow_rules().into_iter().map(|r| (r.resource, r.count)).collect()
 }
 
-/// A key of a Redis source that holds something other than text (bytes that are not UTF-8, or a list) is
-/// reported as that key's bad document; the other keys load, and the source follows its channels.
+/// A key of a Redis source that holds something other than text (bytes that are not UTF-8, or a list) or
+/// more than a source reads (16 MiB) is reported as that key's bad document; the other keys load, and the source follows its channels.
 fn redis_key_holding_no_text(test: &str, store: impl FnOnce(&mut redis::Connection)) {
     let Some(redis) = RedisServer::start(test) else { return };
     let mut conn = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
@@ -66,6 +66,47 @@ fn redis_a_key_holding_a_list_is_that_keys_parse_error_and_the_other_keys_load()
     redis_key_holding_no_text("redis_a_key_holding_a_list", |conn| {
         redis::cmd("RPUSH").arg("flow").arg("[]").query::<()>(conn).unwrap();
     });
+}
+
+#[test]
+fn redis_a_key_holding_more_than_16_mib_is_that_keys_parse_error_and_the_other_keys_load() {
+    redis_key_holding_no_text("redis_a_key_holding_more_than_16_mib", |conn| {
+        let doc = format!(r#"[{{"resource": "api", "count": 9}}{}]"#, " ".repeat(16 << 20));
+        redis::cmd("SET").arg("flow").arg(doc).query::<()>(conn).unwrap();
+    });
+}
+
+/// A message over 16 MiB, or a document of more than 100,000 rules, on a Redis source's channel is refused
+/// (the rules in force stay); the source goes on following its channel.
+#[test]
+fn redis_a_message_too_large_or_with_too_many_rules_is_refused_and_the_source_goes_on() {
+    let Some(redis) = RedisServer::start("redis_a_message_too_large") else { return };
+    let mut conn = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+    let engine = Sentinel::builder().build();
+    engine.load_flow_rules(vec![FlowRule::new("api").count(3.0)]).unwrap();
+    let source = RedisDataSource::builder(redis.url())
+        .rules(RuleKind::Flow, "flow", "flow:changed")
+        .retry_max(Duration::from_millis(200))
+        .start(&engine)
+        .unwrap();
+    assert!(source.wait_for(1, WAIT), "the missing key is handled");
+    let publish = |conn: &mut redis::Connection, doc: String| {
+        redis::cmd("PUBLISH").arg("flow:changed").arg(doc).query::<()>(conn).unwrap();
+    };
+    let large = format!(r#"[{{"resource": "api", "count": 9}}{}]"#, " ".repeat(16 << 20));
+    publish(&mut conn, large);
+    assert!(source.wait_for(2, WAIT));
+    let error = source.last_error().map(|e| e.to_string()).unwrap_or_default();
+    assert!(error.contains("more than the 16777216"), "{error}");
+    let many: Vec<String> = (0..100_001).map(|i| format!(r#"{{"resource": "r{i}", "count": 1}}"#)).collect();
+    publish(&mut conn, format!("[{}]", many.join(",")));
+    assert!(source.wait_for(3, WAIT));
+    let error = source.last_error().map(|e| e.to_string()).unwrap_or_default();
+    assert!(error.contains("100001 rules, more than the 100000"), "{error}");
+    assert_eq!(counts(&engine), [("api".to_string(), 3.0)], "the rules in force stay");
+    publish(&mut conn, r#"[{"resource": "api", "count": 7}]"#.to_string());
+    assert!(source.wait_for(4, WAIT), "the source follows its channel");
+    assert_eq!(counts(&engine), [("api".to_string(), 7.0)]);
 }
 
 /// A TCP gate in front of a server: open, it relays; closed, it cuts every relayed connection and refuses

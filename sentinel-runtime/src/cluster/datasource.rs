@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::datasource::entry::Holds;
+use crate::datasource::entry::{too_large, Holds, MAX_ENTRY_BYTES};
 use crate::datasource::{ApplyError, Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
@@ -422,8 +422,26 @@ impl Inner {
             .map_err(|e| e.to_string())?;
         drop(link);
         for (i, s) in self.sources.iter().enumerate() {
-            // Bytes, not text: a key holding bytes that are not UTF-8, or a value of another type (a list),
-            // is that key's bad document, not a lost connection (which would stop every key being read).
+            // A value of another type (a list) is that key's bad document, not a lost connection (which would
+            // stop every key being read); so is one too large to read (its length first: nothing is read).
+            let len: Result<u64, redis::RedisError> =
+                tokio::time::timeout(timeout, redis::cmd("STRLEN").arg(&s.key).query_async(&mut conn))
+                    .await
+                    .map_err(|_| format!("STRLEN {}: no answer within 2 s", s.key))?;
+            match len {
+                Ok(len) if len > MAX_ENTRY_BYTES as u64 => {
+                    self.reject(i, too_large(usize::try_from(len).unwrap_or(usize::MAX)));
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) if e.code() == Some("WRONGTYPE") => {
+                    let why = format!("the key holds no text (STRLEN: {e})");
+                    self.reject(i, ParseError::new(Format::Json, None, None, None, why));
+                    continue;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+            // Bytes, not text: a key holding bytes that are not UTF-8 is that key's bad document.
             let value: Result<Option<Vec<u8>>, redis::RedisError> =
                 tokio::time::timeout(timeout, redis::cmd("GET").arg(&s.key).query_async(&mut conn))
                     .await
@@ -458,11 +476,17 @@ impl Inner {
                 m = messages.next() => match m {
                     Some(msg) => {
                         let channel = msg.get_channel_name().to_string();
-                        let text: Result<String, _> = msg.get_payload();
+                        let payload = msg.get_payload_bytes();
+                        let text = match payload.len() {
+                            n if n > MAX_ENTRY_BYTES => Err(too_large(n)),
+                            _ => std::str::from_utf8(payload).map_err(|e| {
+                                ParseError::new(Format::Json, None, None, None, format!("the message is not text: {e}"))
+                            }),
+                        };
                         for (i, _) in self.sources.iter().enumerate().filter(|(_, s)| s.channel == channel) {
                             match &text {
                                 Ok(t) => self.apply(i, t),
-                                Err(e) => self.reject(i, ParseError::new(Format::Json, None, None, None, format!("the message is not text: {e}"))),
+                                Err(e) => self.reject(i, e.clone()),
                             }
                         }
                     }

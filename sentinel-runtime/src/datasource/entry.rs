@@ -6,6 +6,24 @@
 use super::{Format, ParseError, RuleSet, SerializeError, WriteBackError};
 use crate::RuleKind;
 
+/// The largest entry a data source reads, in bytes: the file sources' default bound
+/// ([`FileLimits`](super::FileLimits)), 16 MiB. A larger one is refused and the rules in force stay.
+pub(crate) const MAX_ENTRY_BYTES: usize = super::file::DEFAULT_MAX_BYTES;
+
+/// The most rules one entry may hold, every kind counted: the file sources' default bound, 100,000.
+pub(crate) const MAX_ENTRY_RULES: usize = super::file::DEFAULT_MAX_RULES;
+
+/// The error of an entry of `len` bytes, over [`MAX_ENTRY_BYTES`].
+pub(crate) fn too_large(len: usize) -> ParseError {
+    ParseError::new(
+        Format::Json,
+        None,
+        None,
+        None,
+        format!("the entry holds {len} bytes, more than the {MAX_ENTRY_BYTES} a data source reads"),
+    )
+}
+
 /// What one store entry holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Holds {
@@ -63,8 +81,26 @@ impl Holds {
     }
 
     /// An entry's text as a set: the kind's or the gateway list's, or the combined document's. A gateway
-    /// list that is not Java's gateway JSON is reported as a JSON [`ParseError`] naming the field.
+    /// list that is not Java's gateway JSON is reported as a JSON [`ParseError`] naming the field. An entry
+    /// over [`MAX_ENTRY_BYTES`] or holding more than [`MAX_ENTRY_RULES`] rules is a [`ParseError`] too.
     pub(crate) fn parse(self, text: &str, format: Format) -> Result<RuleSet, ParseError> {
+        if text.len() > MAX_ENTRY_BYTES {
+            return Err(too_large(text.len()));
+        }
+        let set = self.parse_unbounded(text, format)?;
+        match set.len() {
+            n if n > MAX_ENTRY_RULES => Err(ParseError::new(
+                format,
+                None,
+                None,
+                None,
+                format!("the entry holds {n} rules, more than the {MAX_ENTRY_RULES} a data source applies"),
+            )),
+            _ => Ok(set),
+        }
+    }
+
+    fn parse_unbounded(self, text: &str, format: Format) -> Result<RuleSet, ParseError> {
         match self {
             Holds::Combined => RuleSet::parse(text, format),
             Holds::Kind(kind) => RuleSet::parse_entry(Some(kind), text, format),
@@ -84,8 +120,11 @@ impl Holds {
     }
 
     /// An entry's bytes (UTF-8) as a set, with its text.
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    #[cfg(any(feature = "etcd", feature = "zookeeper", test))]
     pub(crate) fn parse_bytes(self, value: &[u8]) -> Result<(&str, RuleSet), ParseError> {
+        if value.len() > MAX_ENTRY_BYTES {
+            return Err(too_large(value.len()));
+        }
         let text = std::str::from_utf8(value)
             .map_err(|e| ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))?;
         Ok((text, self.parse(text, Format::Json)?))
@@ -169,4 +208,41 @@ pub(crate) fn entries_for(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow_rules(n: usize) -> String {
+        let rules: Vec<String> = (0..n).map(|i| format!(r#"{{"resource": "r{i}", "count": 1}}"#)).collect();
+        format!("[{}]", rules.join(","))
+    }
+
+    #[test]
+    fn an_entry_over_the_bytes_a_source_reads_is_a_parse_error() {
+        let text = format!("[{}]", " ".repeat(MAX_ENTRY_BYTES));
+        for holds in [Holds::Combined, Holds::Kind(RuleKind::Flow)] {
+            let error = holds.parse(&text, Format::Json).unwrap_err();
+            assert!(error.message.contains("more than the 16777216 a data source reads"), "{error}");
+        }
+        // Checked before the bytes are read as text.
+        let mut bytes = text.into_bytes();
+        bytes[1] = 0xff;
+        let error = Holds::Kind(RuleKind::Flow).parse_bytes(&bytes).unwrap_err();
+        assert!(error.message.contains("more than the 16777216"), "{error}");
+    }
+
+    #[test]
+    fn an_entry_of_more_rules_than_a_source_applies_is_a_parse_error_and_the_bound_itself_parses() {
+        let at = flow_rules(MAX_ENTRY_RULES);
+        assert_eq!(Holds::Kind(RuleKind::Flow).parse(&at, Format::Json).map(|s| s.len()), Ok(MAX_ENTRY_RULES));
+        let over = flow_rules(MAX_ENTRY_RULES + 1);
+        let error = Holds::Kind(RuleKind::Flow).parse(&over, Format::Json).unwrap_err();
+        assert!(error.message.contains("100001 rules, more than the 100000"), "{error}");
+        let combined = format!(r#"{{"flowRules": {over}}}"#);
+        assert!(Holds::Combined.parse(&combined, Format::Json).is_err());
+        let error = Holds::Kind(RuleKind::Flow).parse_bytes(over.as_bytes()).unwrap_err();
+        assert!(error.message.contains("100001 rules"), "{error}");
+    }
 }

@@ -59,9 +59,15 @@ pub struct FileLimits {
     pub max_rules: usize,
 }
 
+/// The default of [`FileLimits::max_file_bytes`], also the bound on a store's entry (Redis, etcd, ZooKeeper).
+pub(crate) const DEFAULT_MAX_BYTES: usize = 16 << 20;
+
+/// The default of [`FileLimits::max_rules`], also the bound on a store's entry.
+pub(crate) const DEFAULT_MAX_RULES: usize = 100_000;
+
 impl Default for FileLimits {
     fn default() -> Self {
-        FileLimits { max_file_bytes: 16 << 20, max_rules: 100_000 }
+        FileLimits { max_file_bytes: DEFAULT_MAX_BYTES as u64, max_rules: DEFAULT_MAX_RULES }
     }
 }
 
