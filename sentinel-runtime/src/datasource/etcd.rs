@@ -2,9 +2,10 @@
 //! with a transaction on the key's revision.
 //!
 //! Each key holds one kind's list (Java's documents) or a combined [`RuleSet`] document. The data source
-//! reads every key when it starts, then watches them from the revision it read. After a lost connection it
-//! watches again from the last revision it saw, so every change made meanwhile is replayed in order: none is
-//! missed and none is applied twice. If etcd compacted that history away, the keys are read again.
+//! reads every key when it starts, then watches each from the revision it read it at. After a lost connection
+//! it watches each key again from the last revision its own watch reached (its last event, or a progress
+//! notice), so every change made meanwhile is replayed in order: none is missed and none is applied twice,
+//! whichever key's events arrived first. If etcd compacted that history away, the keys are read again.
 //!
 //! A document that does not parse or that the engine rejects, and a deleted key, are reported (logged, given
 //! to [`EtcdDataSource::on_reload`] listeners, kept as [`EtcdDataSource::last_error`]) and the rules in force
@@ -135,8 +136,9 @@ struct Inner {
     retry_max: Duration,
     clear_on_delete: bool,
     seen: Mutex<Vec<Seen>>,
-    /// The store's revision up to which every change was handled (the watch resumes after it).
-    revision: Mutex<i64>,
+    /// Per key, the store's revision up to which its changes were handled (its watch resumes after it); 0
+    /// before the key is read.
+    resume: Mutex<Vec<i64>>,
     client: Mutex<Option<Client>>,
     reports: Reports<EtcdReload, EtcdSourceError>,
 }
@@ -216,10 +218,10 @@ impl EtcdDataSourceBuilder {
             endpoints,
             user: settings.user.or(url_user),
             seen: Mutex::new(vec![Seen::default(); settings.entries.len()]),
+            resume: Mutex::new(vec![0; settings.entries.len()]),
             keys: settings.entries,
             retry_max: settings.retry_max,
             clear_on_delete: self.clear_on_delete,
-            revision: Mutex::new(0),
             client: Mutex::new(None),
             reports: Reports::new(),
         });
@@ -303,57 +305,68 @@ impl Inner {
     /// apply events until the connection drops (`Err`) or the source stops (`Ok`).
     async fn session(&self, pause: &mut Duration) -> Result<(), String> {
         let mut client = self.connect().await?;
-        let mut resume = *self.revision.lock().unwrap_or_else(|e| e.into_inner());
-        if resume == 0 {
-            resume = self.read_all(&mut client).await?;
+        if self.resume().contains(&0) {
+            self.read_all(&mut client).await?;
         }
         loop {
+            let resume = self.resume();
             let mut streams = Vec::with_capacity(self.keys.len());
-            for k in &self.keys {
-                let options = WatchOptions::new().with_start_revision(resume + 1).with_progress_notify();
+            for (i, k) in self.keys.iter().enumerate() {
+                let options = WatchOptions::new().with_start_revision(resume[i] + 1).with_progress_notify();
                 let stream = client.watch(k.name.as_str(), Some(options)).await.map_err(|e| e.to_string())?;
-                streams.push(stream);
+                // Each response is handled as its key's: the streams' events arrive in no common order.
+                streams.push(stream.map(move |m| (i, m)));
             }
             *self.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
             if !self.reports.set_connected(true) {
-                tracing::info!(endpoints = %self.endpoints(), from = resume + 1, "etcd data source watching");
+                tracing::info!(endpoints = %self.endpoints(), from = ?resume, "etcd data source watching");
             }
             *pause = Duration::from_millis(100).min(self.retry_max);
             let mut all = futures::stream::select_all(streams);
             let compacted = loop {
                 tokio::select! {
                     m = all.next() => match m {
-                        Some(Ok(resp)) => {
+                        Some((i, Ok(resp))) => {
                             if resp.canceled() || resp.compact_revision() > 0 {
                                 break true;
                             }
                             for ev in resp.events() {
-                                self.on_event(ev);
+                                self.on_event(i, ev);
+                            }
+                            // A progress notice: every change of the key up to its revision was sent.
+                            if resp.events().is_empty() && !resp.created() {
+                                self.handled_up_to(i, resp.header().map_or(0, |h| h.revision()));
                             }
                         }
-                        Some(Err(e)) => return Err(e.to_string()),
+                        Some((_, Err(e))) => return Err(e.to_string()),
                         None => return Err("the watch stream closed".into()),
                     },
                     _ = self.reports.stop_notify.notified() => return Ok(()),
                 }
             };
             if compacted {
-                tracing::warn!(
-                    from = resume + 1,
-                    "etcd compacted the history the watch needed: reading the keys again"
-                );
-                resume = self.read_all(&mut client).await?;
+                tracing::warn!(from = ?resume, "etcd compacted the history a watch needed: reading the keys again");
+                self.read_all(&mut client).await?;
             }
         }
     }
 
-    /// Reads every key and applies it; returns the store's revision of the read.
-    async fn read_all(&self, client: &mut Client) -> Result<i64, String> {
-        let mut at = 0;
+    /// Per key, the revision its watch resumes after.
+    fn resume(&self) -> Vec<i64> {
+        self.resume.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every change of key `i` up to `revision` was handled.
+    fn handled_up_to(&self, i: usize, revision: i64) {
+        let mut resume = self.resume.lock().unwrap_or_else(|e| e.into_inner());
+        resume[i] = resume[i].max(revision);
+    }
+
+    /// Reads every key and applies it; each key's watch then resumes after the revision it was read at.
+    async fn read_all(&self, client: &mut Client) -> Result<(), String> {
         for (i, k) in self.keys.iter().enumerate() {
             let resp = client.get(k.name.as_str(), None).await.map_err(|e| e.to_string())?;
             let header = resp.header().map_or(0, |h| h.revision());
-            at = if at == 0 { header } else { at.min(header) };
             match resp.kvs().first() {
                 Some(kv) => self.put(i, kv.mod_revision(), kv.value(), true),
                 // Present when last seen: deleted meanwhile (a compaction hid the delete from the watch).
@@ -363,22 +376,23 @@ impl Inner {
                     self.report(EtcdReload::Missing { key: k.name.clone() }, true);
                 }
             }
+            self.handled_up_to(i, header);
         }
-        let mut revision = self.revision.lock().unwrap_or_else(|e| e.into_inner());
-        *revision = (*revision).max(at);
-        Ok(at)
+        Ok(())
     }
 
-    fn on_event(&self, ev: &etcd_client::Event) {
+    /// An event of key `i`'s watch.
+    fn on_event(&self, i: usize, ev: &etcd_client::Event) {
         let Some(kv) = ev.kv() else { return };
-        let Some(i) = self.keys.iter().position(|k| k.name.as_bytes() == kv.key()) else { return };
+        if self.keys[i].name.as_bytes() != kv.key() {
+            return;
+        }
         let revision = kv.mod_revision();
         match ev.event_type() {
             EventType::Put => self.put(i, revision, kv.value(), false),
             EventType::Delete => self.deleted(i, revision),
         }
-        let mut at = self.revision.lock().unwrap_or_else(|e| e.into_inner());
-        *at = (*at).max(revision);
+        self.handled_up_to(i, revision);
     }
 
     fn deleted(&self, i: usize, revision: i64) {
@@ -478,11 +492,18 @@ impl Inner {
                 detail: format!("expected mod revision {expected}, another writer changed it"),
             });
         }
-        let revision = resp.header().map_or(0, |h| h.revision());
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        // Our own write is what is in force: its watch event finds nothing to do.
-        seen[i] = Seen { revision, present: true, applied: Some(text) };
+        self.written(i, resp.header().map_or(0, |h| h.revision()), text);
         Ok(())
+    }
+
+    /// This source put `text` in key `i` at `revision`: what is in force, so its watch event finds nothing to
+    /// do. Unless the watch already handled it, or a later change of the key: that one is in force, and the
+    /// next write expects its revision.
+    fn written(&self, i: usize, revision: i64, text: String) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen[i].revision < revision {
+            seen[i] = Seen { revision, present: true, applied: Some(text) };
+        }
     }
 }
 
@@ -520,5 +541,55 @@ impl WritableDataSource for EtcdDataSource {
             last_error: self.last_error().map(|e| e.to_string()),
             ..SourceStatus::new("etcd", format!("{} {}", self.inner.endpoints(), keys.join(", ")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source whose etcd never answers (nothing listens on port 1): its state is the test's alone.
+    fn source(engine: &Sentinel) -> EtcdDataSource {
+        EtcdDataSource::builder("http://127.0.0.1:1")
+            .rules(RuleKind::Flow, "/a/flow")
+            .rules(RuleKind::Degrade, "/b/degrade")
+            .retry_max(Duration::from_secs(60))
+            .start(engine)
+            .unwrap()
+    }
+
+    #[test]
+    fn each_keys_watch_resumes_after_what_its_own_watch_handled() {
+        let engine = Sentinel::builder().build();
+        let source = source(&engine);
+        let inner = &source.inner;
+        assert_eq!(inner.resume(), [0, 0], "no key read yet: the session reads them first");
+        // Key 1's change at revision 10 came in before key 0's at 9 (the streams keep no common order).
+        inner.handled_up_to(1, 10);
+        assert_eq!(inner.resume(), [0, 10], "key 0 resumes before its change at 9");
+        inner.handled_up_to(0, 9);
+        inner.handled_up_to(0, 7);
+        assert_eq!(inner.resume(), [9, 10], "never back");
+    }
+
+    #[test]
+    fn a_write_back_answered_after_the_watch_applied_a_later_change_keeps_that_change() {
+        let engine = Sentinel::builder().build();
+        let source = source(&engine);
+        let inner = &source.inner;
+        // Another writer's document at revision 12 is in force (the watch applied it)...
+        inner.put(0, 12, br#"[{"resource": "api", "count": 12}]"#, false);
+        assert_eq!(engine.flow_rules()[0].count, 12.0);
+        // ... when this source's own write at 11 is answered.
+        inner.written(0, 11, r#"[{"resource": "api", "count": 11}]"#.to_string());
+        let seen = inner.seen.lock().unwrap()[0].clone();
+        assert_eq!((seen.revision, seen.present), (12, true), "the next write expects revision 12");
+        assert_eq!(seen.applied.as_deref(), Some(r#"[{"resource": "api", "count": 12}]"#));
+        // The same document from the store again is found in force.
+        inner.put(0, 13, br#"[{"resource": "api", "count": 11}]"#, false);
+        assert_eq!(engine.flow_rules()[0].count, 11.0, "applied, not taken for the text in force");
+        // A write answered before its event: the write is what is in force.
+        inner.written(0, 14, r#"[{"resource": "api", "count": 14}]"#.to_string());
+        assert_eq!(inner.seen.lock().unwrap()[0].revision, 14);
     }
 }

@@ -497,9 +497,18 @@ impl Inner {
                 }
             }
         };
-        // Our own write is what is in force: its watch event finds nothing to do.
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())[i] = Seen { version: Some(version), applied: Some(text) };
+        self.written(i, version, text);
         Ok(())
+    }
+
+    /// This source put `text` in node `i` at data `version`: what is in force, so the read its watch makes
+    /// finds nothing to do. Unless the watch already read a later change of the node: that one is in force,
+    /// and the next write expects its version.
+    fn written(&self, i: usize, version: i32, text: String) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen[i].version.is_none_or(|v| v < version) {
+            seen[i] = Seen { version: Some(version), applied: Some(text) };
+        }
     }
 }
 
@@ -537,5 +546,35 @@ impl WritableDataSource for ZookeeperDataSource {
             last_error: self.last_error().map(|e| e.to_string()),
             ..SourceStatus::new("zookeeper", format!("{} {}", self.inner.servers, nodes.join(", ")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_back_answered_after_the_watch_read_a_later_change_keeps_that_change() {
+        let engine = Sentinel::builder().build();
+        // Nothing listens on port 1: the source's state is the test's alone.
+        let source = ZookeeperDataSource::builder("127.0.0.1:1")
+            .rules(RuleKind::Flow, "/sentinel/flow")
+            .retry_max(Duration::from_secs(60))
+            .start(&engine)
+            .unwrap();
+        let inner = &source.inner;
+        // Another writer's document at version 3 is in force (the watch read it)...
+        inner.put(0, 3, br#"[{"resource": "api", "count": 3}]"#);
+        // ... when this source's own write at version 2 is answered.
+        inner.written(0, 2, r#"[{"resource": "api", "count": 2}]"#.to_string());
+        let seen = inner.seen.lock().unwrap()[0].clone();
+        assert_eq!(seen.version, Some(3), "the next write expects version 3");
+        assert_eq!(seen.applied.as_deref(), Some(r#"[{"resource": "api", "count": 3}]"#));
+        // The same document from the store again is found in force.
+        inner.put(0, 4, br#"[{"resource": "api", "count": 2}]"#);
+        assert_eq!(engine.flow_rules()[0].count, 2.0, "applied, not taken for the text in force");
+        // A write answered before its watch's read: the write is what is in force.
+        inner.written(0, 5, r#"[{"resource": "api", "count": 5}]"#.to_string());
+        assert_eq!(inner.seen.lock().unwrap()[0].version, Some(5));
     }
 }
