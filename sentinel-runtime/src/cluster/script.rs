@@ -204,7 +204,9 @@ for i = 1, #fields, 2 do
     if when + blen * n < now then
       redis.call('HDEL', KEYS[1], fields[i])
     end
-  elseif b == nil or v == nil or b < oldest then
+  elseif b == nil or v == nil or b < oldest or fields[i] ~= tostring(b) then
+    -- Not a count, an old bucket, or a name that only reads as a bucket (`123.0`, ` 123`: the script
+    -- writes and reads a bucket's count under `tostring(b)` alone).
     redis.call('HDEL', KEYS[1], fields[i])
   elseif b <= cur then
     used = used + v
@@ -601,6 +603,19 @@ mod tests {
             let buckets: Vec<_> = r.fields().into_iter().filter(|(k, _)| !k.contains(':') && k != "g").collect();
             assert_eq!(buckets, vec![((b - 1).to_string(), "3".into()), (b.to_string(), "5".into())], "{junk:?}");
         }
+    }
+
+    #[test]
+    fn a_field_whose_name_only_reads_as_a_bucket_is_dropped_not_counted() {
+        let Some(mut r) = OnRedis::start("a_field_whose_name_only_reads_as_a_bucket", 10) else { return };
+        let b = r.bucket;
+        for name in [format!("{b}.0"), format!(" {b}"), format!("0{b}"), format!("{b}e0")] {
+            r.write(&name, "400");
+        }
+        let reply = r.run(&r.call(11, 11, 1_000, &[]));
+        assert_eq!(reply.granted, 1_000, "the limit of 1000, nothing counted twice");
+        let buckets: Vec<_> = r.fields().into_iter().filter(|(k, _)| !k.contains(':') && k != "g").collect();
+        assert_eq!(buckets, vec![(b.to_string(), "1000".into())], "the others dropped");
     }
 
     #[test]
