@@ -232,6 +232,77 @@ fn warm_up_and_rate_limiter_rules_decide_on_the_fast_path_as_on_the_general_path
     }
 }
 
+#[test]
+fn two_qps_rules_decide_on_the_fast_path_as_on_the_general_path_each_limit_exact() {
+    // Two engines on clocks that move alike: one with the two rules alone (the fast path), one with a third
+    // rule for an origin no call names (the general path). Every decision, block and wait must be the same.
+    let reject = |count| FlowRule::new("api").count(count);
+    let behaving = |count, behavior| reject(count).control_behavior(behavior).max_queueing_time_ms(200);
+    let pairs = [
+        [reject(5.0), reject(3.0)],
+        [reject(3.0), reject(5.0)],
+        [reject(4.0), reject(4.0)],
+        [behaving(20.0, ControlBehavior::WarmUp), reject(6.0)],
+        [reject(6.0), behaving(20.0, ControlBehavior::RateLimiter)],
+        [behaving(10.0, ControlBehavior::RateLimiter), reject(4.0)],
+    ];
+    for rules in pairs {
+        let (fast_engine, fast_clock) = engine();
+        let (general_engine, general_clock) = engine();
+        fast_engine.load_flow_rules(rules.clone()).unwrap();
+        let mut general_rules = rules.to_vec();
+        general_rules.push(reject(0.0).limit_app("nobody"));
+        general_engine.load_flow_rules(general_rules).unwrap();
+        let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
+        let outcome = |r: Result<sentinel_runtime::Entry<'_>, BlockError>| match r {
+            Ok(e) => Ok(e.waited()),
+            Err(BlockError::Flow { rule, retry_after, .. }) => Err((rule.count, rule.control_behavior, retry_after)),
+            Err(other) => panic!("unexpected block {other:?}"),
+        };
+        let (mut passed, mut blocked) = (0, 0);
+        for i in 0..600 {
+            let a = outcome(fast.enter());
+            let b = outcome(general.enter());
+            assert_eq!(a, b, "{rules:?}, call {i}");
+            passed += a.is_ok() as u32;
+            blocked += a.is_err() as u32;
+            // Bursts of calls within a millisecond, then a step: windows fill and turn.
+            if i % 4 == 3 {
+                fast_clock.advance_millis(37);
+                general_clock.advance_millis(37);
+            }
+        }
+        assert!(passed > 0 && blocked > 0, "{rules:?}: some pass ({passed}), some not");
+        assert_eq!(
+            fast_engine.cluster_stats("api").unwrap().pass_qps,
+            general_engine.cluster_stats("api").unwrap().pass_qps,
+            "{rules:?}"
+        );
+    }
+    // Each limit exact: under the lower limit's refusals, the higher one's tokens go back.
+    let (engine, clock) = engine();
+    engine.load_flow_rules([reject(5.0), reject(3.0)]).unwrap();
+    let api = engine.resource("api");
+    let refused = |r: Result<sentinel_runtime::Entry<'_>, BlockError>| match r {
+        Err(BlockError::Flow { rule, .. }) => rule.count,
+        other => panic!("expected a flow block, got {other:?}"),
+    };
+    for _ in 0..3 {
+        drop(api.enter().unwrap());
+    }
+    for _ in 0..4 {
+        assert_eq!(refused(api.enter()), 3.0, "the lower limit refuses");
+    }
+    // The rules swap their limits: the first (now 3) holds the three passes, none of the refused calls.
+    engine.load_flow_rules([reject(3.0), reject(5.0)]).unwrap();
+    assert_eq!(refused(api.enter()), 3.0);
+    clock.advance_millis(1_000);
+    for _ in 0..3 {
+        drop(api.enter().unwrap());
+    }
+    assert_eq!(refused(api.enter()), 3.0);
+}
+
 /// What a call met: a pass, or the kind of block (hot parameter, flow or adaptive; any other fails the test).
 fn met(r: &Result<sentinel_runtime::Entry<'_>, BlockError>) -> &'static str {
     match r {

@@ -94,6 +94,55 @@ fn admission_stays_exact_with_more_threads_than_cores_and_continuous_reloads() {
     assert!(reloads.join().unwrap() > 0);
 }
 
+/// Two QPS rules with different limits on one resource (the second reserves in the node's second window),
+/// in either order, on a frozen clock as above: no second ever admits more than the lower limit, and each
+/// phase takes exactly what the lower limit leaves.
+#[test]
+fn two_qps_limits_stay_exact_with_more_threads_than_cores() {
+    let threads = 16 * scale();
+    for limits in [[1000.0, 600.0], [600.0, 1000.0]] {
+        let clock = ManualClock::at_millis(1_700_000_000_000);
+        let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+        engine.load_flow_rules(limits.map(|l| FlowRule::new("two").count(l))).unwrap();
+        let two = engine.resource("two");
+        let mut previous = 0u64;
+        for phase in 0..10 * scale() {
+            let barrier = Arc::new(Barrier::new(threads));
+            let passed = Arc::new(AtomicU64::new(0));
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (two, barrier, passed) = (two.clone(), barrier.clone(), passed.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        let acquire = [1u32, 1, 2, 3][t % 4];
+                        let (mut mine, mut blocked) = (0u64, 0);
+                        while blocked < 3 {
+                            match two.entry().acquire(acquire).enter() {
+                                Ok(_) => {
+                                    mine += acquire as u64;
+                                    blocked = 0;
+                                }
+                                Err(_) => blocked += 1,
+                            }
+                        }
+                        passed.fetch_add(mine, Ordering::Relaxed);
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().unwrap();
+            }
+            let mut total = passed.load(Ordering::Relaxed);
+            while two.enter().is_ok() {
+                total += 1;
+            }
+            assert_eq!(previous + total, 600, "{limits:?}, phase {phase}: the lower limit, exactly, per second");
+            previous = total;
+            clock.advance_millis(500);
+        }
+    }
+}
+
 /// Real time: callers on more threads than cores, some entries dropped on another thread, a reloader:
 /// nothing is left in flight and no panic escapes.
 #[test]

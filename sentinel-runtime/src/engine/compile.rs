@@ -111,4 +111,17 @@ mod tests {
             |e: &Sentinel| e.load_adaptive_rules([AdaptiveRule::new("r").limits(2, 2, 2).max_wait_ms(10)]).unwrap();
         assert_eq!(path(|e| (flow(e), waits(e)).1), FastPath::No);
     }
+
+    #[test]
+    fn two_qps_rules_take_the_fast_path_and_a_third_rule_the_general_one() {
+        let qps = |count| FlowRule::new("r").count(count);
+        let two = |e: &Sentinel| e.load_flow_rules([qps(5.0), qps(3.0)]).unwrap();
+        assert_eq!(path(two), FastPath::Common);
+        let breaker = |e: &Sentinel| {
+            e.load_degrade_rules([DegradeRule::new("r", DegradeGrade::ErrorRatio).count(0.5).time_window_sec(10)])
+                .unwrap()
+        };
+        assert_eq!(path(|e| (two(e), breaker(e)).1), FastPath::Common);
+        assert_eq!(path(|e| e.load_flow_rules([qps(5.0), qps(3.0), qps(1.0)]).unwrap()), FastPath::No);
+    }
 }

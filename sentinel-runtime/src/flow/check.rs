@@ -279,8 +279,8 @@ fn check_simple_only(
 }
 
 /// The fast path's check of [`FastRules`] other than a lone reject-style QPS rule (which takes
-/// [`check_simple_only`]): a QPS rule of any control behaviour, a thread-grade rule, or one of each, in the
-/// rules' order. A thread-grade rule's permit is held (`held`) until exit; what the first rule took is given
+/// [`check_simple_only`]): a QPS rule of any control behaviour, a thread-grade rule, one of each, or two QPS
+/// rules, in the rules' order. A thread-grade rule's permit is held (`held`) until exit; what the first rule took is given
 /// back when the second refuses; a QPS rule's token goes to `taken`; a rate limiter's wait adds to `wait`.
 #[inline(never)]
 fn check_fast_rules(
@@ -316,9 +316,15 @@ fn fast_rules(
     taken: Option<&mut FastTaken>,
 ) -> Result<(), BlockError> {
     let block = |at, retry_after| fast_block(rules, at, call.resource, call.origin, retry_after);
-    let first = fast_one(rules, fast, 0, call, wait).map_err(|retry_after| block(0, retry_after))?;
+    let mut first = fast_one(rules, fast, 0, call, wait, None).map_err(|retry_after| block(0, retry_after))?;
     let second = if rules.rules.len() > 1 {
-        match fast_one(rules, fast, 1, call, wait) {
+        // A second QPS rule reserves in the node's second window, on the first one's reservation (as the
+        // general path does), so that each limit holds exactly.
+        let held = match &mut first {
+            Took::Reservation(r) if fast.qps[1].is_some() => Some(r),
+            _ => None,
+        };
+        match fast_one(rules, fast, 1, call, wait, held) {
             Ok(took) => took,
             Err(retry_after) => {
                 first.give_back(call);
@@ -329,7 +335,7 @@ fn fast_rules(
         Took::Nothing
     };
     if let Some(t) = taken {
-        // One QPS rule at most: its token, kept for an undo.
+        // One reservation at most (a second QPS rule's is the first's): its token, kept for an undo.
         match (&first, &second) {
             (Took::Reservation(r), _) | (_, Took::Reservation(r)) => t.keep(call.cluster, *r),
             _ => {}
@@ -371,7 +377,8 @@ impl Took {
     }
 }
 
-/// The rule at `at` of [`FastRules`] on the call: `Err` with the retry time when it refuses.
+/// The rule at `at` of [`FastRules`] on the call: `Err` with the retry time when it refuses. `held`: the
+/// reservation the first of two QPS rules took.
 #[inline(always)]
 fn fast_one(
     rules: &ResourceFlowRules,
@@ -379,6 +386,7 @@ fn fast_one(
     at: usize,
     call: &CallCx<'_>,
     wait: &mut u64,
+    held: Option<&mut Reservation>,
 ) -> Result<Took, Option<std::time::Duration>> {
     let (node, now_ms, acquire) = (call.cluster, call.now_ms, call.acquire);
     if let Some((i, limit)) = fast.threads {
@@ -387,7 +395,7 @@ fn fast_one(
         }
     }
     let st = &rules.rules[at];
-    if let Controller::Reject = st.controller {
+    if held.is_none() && matches!(st.controller, Controller::Reject) {
         let count = st.rule.count;
         return match node
             .admission()
@@ -397,7 +405,7 @@ fn fast_one(
             None => Err(node.qps_retry_after(now_ms, acquire, count, false)),
         };
     }
-    match owned_qps(st, node, now_ms, acquire, false, None, call.clock) {
+    match owned_qps(st, node, now_ms, acquire, false, held, call.clock) {
         Decision::Pass { reservation, wait_nanos } => {
             *wait += wait_nanos;
             Ok(reservation.map_or(Took::Nothing, Took::Reservation))

@@ -169,32 +169,35 @@ impl ResourceFlowRules {
 }
 
 /// A resource's flow rules when the fast path decides them: one QPS rule (any control behaviour: reject, warm
-/// up, rate limiter), one thread-grade rule, or one of each, each local, for every caller, on the resource's
-/// own node. The thread-grade rule's permit is the one thing a call on the fast path holds.
+/// up, rate limiter), one thread-grade rule, one of each, or two QPS rules, each local, for every caller, on
+/// the resource's own node. The thread-grade rule's permit is the one thing a call on the fast path holds;
+/// the second of two QPS rules reserves in the node's second window, on the first rule's reservation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRules {
-    /// Where the QPS rule is in the resource's rules.
-    pub(crate) qps: Option<usize>,
+    /// Where the QPS rules are in the resource's rules (the second only with no thread-grade rule).
+    pub(crate) qps: [Option<usize>; 2],
     /// Where the thread-grade rule is, and its limit (calls in flight).
     pub(crate) threads: Option<(usize, f64)>,
 }
 
 impl FastRules {
     fn of(rules: &[Arc<FlowRuleState>]) -> Option<FastRules> {
-        let mut fast = FastRules { qps: None, threads: None };
+        let mut fast = FastRules { qps: [None; 2], threads: None };
         if rules.len() > 2 {
             return None;
         }
         for (i, st) in rules.iter().enumerate() {
-            if st.is_plain_qps() && fast.qps.is_none() {
-                fast.qps = Some(i);
+            if st.is_plain_qps() && fast.qps[0].is_none() {
+                fast.qps[0] = Some(i);
+            } else if st.is_plain_qps() && fast.qps[1].is_none() {
+                fast.qps[1] = Some(i);
             } else if st.is_simple_threads() && fast.threads.is_none() {
                 fast.threads = Some((i, st.rule.count));
             } else {
                 return None;
             }
         }
-        (fast.qps.is_some() || fast.threads.is_some()).then_some(fast)
+        (fast.qps[0].is_some() || fast.threads.is_some()).then_some(fast)
     }
 }
 
@@ -327,18 +330,21 @@ mod fast_rules_tests {
     }
 
     #[test]
-    fn the_fast_path_takes_a_qps_rule_a_thread_rule_or_one_of_each_in_either_order() {
+    fn the_fast_path_takes_a_qps_rule_a_thread_rule_one_of_each_in_either_order_or_two_qps_rules() {
+        let qps = |count| FlowRule::new("r").count(count);
         let f = fast(vec![FlowRule::new("r").count(5.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), (Some(0), None));
+        assert_eq!((f.qps, f.threads), ([Some(0), None], None));
         let f = fast(vec![threads(2.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), (None, Some((0, 2.0))));
+        assert_eq!((f.qps, f.threads), ([None, None], Some((0, 2.0))));
         let f = fast(vec![FlowRule::new("r").count(5.0), threads(2.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), (Some(0), Some((1, 2.0))));
+        assert_eq!((f.qps, f.threads), ([Some(0), None], Some((1, 2.0))));
         let f = fast(vec![threads(2.0), FlowRule::new("r").count(5.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), (Some(1), Some((0, 2.0))));
+        assert_eq!((f.qps, f.threads), ([Some(1), None], Some((0, 2.0))));
         for behavior in [ControlBehavior::WarmUp, ControlBehavior::RateLimiter, ControlBehavior::WarmUpRateLimiter] {
             let f = fast(vec![threads(2.0), FlowRule::new("r").count(5.0).control_behavior(behavior)]).unwrap();
-            assert_eq!((f.qps, f.threads), (Some(1), Some((0, 2.0))), "{behavior:?}");
+            assert_eq!((f.qps, f.threads), ([Some(1), None], Some((0, 2.0))), "{behavior:?}");
+            let f = fast(vec![FlowRule::new("r").count(5.0).control_behavior(behavior), qps(3.0)]).unwrap();
+            assert_eq!((f.qps, f.threads), ([Some(0), Some(1)], None), "{behavior:?}");
         }
     }
 
@@ -346,9 +352,10 @@ mod fast_rules_tests {
     fn any_other_rule_set_takes_the_general_path() {
         let qps = || FlowRule::new("r").count(5.0);
         for rules in [
-            vec![qps(), qps()],
-            vec![threads(1.0), threads(2.0)],
+            vec![qps(), qps(), qps()],
             vec![qps(), threads(1.0), qps()],
+            vec![qps(), qps().limit_app("shop")],
+            vec![threads(1.0), threads(2.0)],
             vec![threads(1.0).limit_app("shop")],
             vec![threads(1.0), qps().limit_app("other")],
             vec![threads(1.0).relate("s")],
