@@ -43,6 +43,9 @@ fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
 }
 
+/// One measurement at a time: the count is over every thread of the binary.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn center() -> (Sentinel, CommandCenter) {
     let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_700_000_000_000)).build();
     let center = CommandCenter::builder(&engine).port(0).start().unwrap();
@@ -57,6 +60,7 @@ fn center() -> (Sentinel, CommandCenter) {
 #[test]
 #[ignore = "review: each pushed gateway rule eagerly allocates a counter table of up to 7.6 MB; a 1 KB push holds ~150 MB, a 1 MiB push can exhaust memory"]
 fn a_one_kilobyte_gateway_rule_push_does_not_hold_hundreds_of_megabytes() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (engine, center) = center();
     let rules: Vec<String> =
         (0..20).map(|i| format!(r#"{{"resource":"route-{i}","count":10,"intervalSec":60}}"#)).collect();
@@ -77,6 +81,7 @@ fn a_one_kilobyte_gateway_rule_push_does_not_hold_hundreds_of_megabytes() {
 #[test]
 #[ignore = "review: the 1 MiB regex size limit is per pattern with no total; a 4.4 KB API-definition push holds ~100 MB of compiled regexes"]
 fn a_five_kilobyte_api_definition_push_does_not_hold_a_hundred_megabytes_of_regexes() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (engine, center) = center();
     let items: Vec<String> = (0..100).map(|i| format!(r#"{{"pattern":"/{i}/.{{1000}}","matchStrategy":2}}"#)).collect();
     let data = format!(r#"[{{"apiName":"bomb","predicateItems":[{}]}}]"#, items.join(","));
@@ -85,6 +90,25 @@ fn a_five_kilobyte_api_definition_push_does_not_hold_a_hundred_megabytes_of_rege
     let r = post_form(center.local_addr(), "/gateway/updateApiDefinitions", &[("data", &data)], &[]);
     assert_eq!((r.status, r.body.as_str()), (200, "success"));
     assert_eq!(engine.api_definitions()[0].predicate_items.len(), 100);
+    let held = live() - before;
+    assert!(held < 32 * MIB, "a {} byte push holds {} MiB", data.len(), held / MIB);
+}
+
+/// The same eager table behind the ordinary hot-parameter push (`setParamFlowRules`, the dashboard's
+/// hot-parameter page): twenty rules of `durationInSec` 60 in about 1.3 KB hold about 150 MB.
+#[test]
+#[ignore = "review: each pushed hot-parameter rule eagerly allocates a counter table of up to 7.6 MB; a 1.3 KB setParamFlowRules push holds ~150 MB"]
+fn a_small_hot_parameter_rule_push_does_not_hold_hundreds_of_megabytes() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (engine, center) = center();
+    let rules: Vec<String> =
+        (0..20).map(|i| format!(r#"{{"resource":"res-{i}","paramIdx":0,"count":10,"durationInSec":60}}"#)).collect();
+    let data = format!("[{}]", rules.join(","));
+    assert!(data.len() < 1400, "{}", data.len());
+    let before = live();
+    let r = post_form(center.local_addr(), "/setParamFlowRules", &[("data", &data)], &[]);
+    assert_eq!((r.status, r.body.as_str()), (200, "success"));
+    assert_eq!(engine.param_flow_rules().len(), 20);
     let held = live() - before;
     assert!(held < 32 * MIB, "a {} byte push holds {} MiB", data.len(), held / MIB);
 }
