@@ -385,7 +385,8 @@ const MAX_LINE_BYTES: usize = 64 * 1024;
 ///
 /// A search streams the files through their indexes: it seeks to the first second asked for, reads one
 /// second's bytes at a time, and stops at the end of the range or at its bounds, whichever comes first: at
-/// most [`max_lines`](Self::max_lines) lines and [`max_bytes`](Self::max_bytes) bytes of lines held, and at
+/// most [`max_lines`](Self::max_lines) lines (and the rest of their last second) and
+/// [`max_bytes`](Self::max_bytes) bytes of lines held (whole seconds), and at
 /// most [`max_seconds`](Self::max_seconds) seconds of log read. Memory is what is answered plus a buffer.
 ///
 /// A line is trusted only where the index puts its second: a torn or foreign line (a write cut by a full
@@ -426,7 +427,8 @@ impl MetricSearcher {
         }
     }
 
-    /// Returns at most `n` lines (default [`DEFAULT_MAX_LINES`]).
+    /// Returns `n` lines (default [`DEFAULT_MAX_LINES`]) and the rest of the last second begun, as Java's
+    /// `MetricsReader` does: asking again from the next second loses no line.
     #[must_use]
     pub fn max_lines(mut self, n: usize) -> Self {
         self.max_lines = n;
@@ -573,7 +575,20 @@ impl Search<'_> {
             if self.resource.as_ref().is_some_and(|r| *r != m.resource) {
                 continue;
             }
-            if self.found.lines.len() >= self.bounds.max_lines || self.held_bytes + line.len() > self.bounds.max_bytes {
+            // Past `max_lines`, the lines of the second begun still come (Java's `MetricsReader`), so that
+            // asking again from the next second loses none. Past `max_bytes`, a second begun is left out
+            // whole, unless it is all there is.
+            let begun = self.found.lines.last().is_some_and(|l| l.timestamp_ms == m.timestamp_ms);
+            if self.held_bytes + line.len() > self.bounds.max_bytes {
+                if self.found.lines.iter().any(|l| l.timestamp_ms != m.timestamp_ms) {
+                    while self.found.lines.last().is_some_and(|l| l.timestamp_ms == m.timestamp_ms) {
+                        self.found.lines.pop();
+                    }
+                }
+                self.found.truncated = true;
+                return Ok(Reading::Done);
+            }
+            if self.found.lines.len() >= self.bounds.max_lines && !begun {
                 self.found.truncated = true;
                 return Ok(Reading::Done);
             }
@@ -863,7 +878,8 @@ mod tests {
         for (max_lines, from) in [(1, 0), (1, T0 + 12_000_000), (100, 0), (100, T0 + 23_990_000)] {
             let found =
                 MetricSearcher::new(dir.path(), "app").max_lines(max_lines).search(None, from, u64::MAX).unwrap();
-            assert_eq!(found.lines.len(), max_lines);
+            // 20 lines a second: the lines asked for and the rest of their last second.
+            assert_eq!(found.lines.len(), max_lines.div_ceil(20) * 20);
             assert!(found.truncated);
             // The line limit, a block of the reader's buffer, and a binary search of three indexes.
             assert!(found.bytes_read < 16 * 1024, "{max_lines} lines from {from}: read {} bytes", found.bytes_read);

@@ -46,7 +46,13 @@ pub(crate) fn metric(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     }
     lines.extend(c.history.lines(start.max(covered), end.unwrap_or(u64::MAX), identity));
     if end.is_none() {
-        lines.truncate(max_lines);
+        // As Java's `MetricsReader`: every line of the last second begun, so that asking again from the next
+        // second loses none.
+        let mut keep = max_lines.min(lines.len());
+        while keep > 0 && keep < lines.len() && lines[keep].totals.start_ms == lines[keep - 1].totals.start_ms {
+            keep += 1;
+        }
+        lines.truncate(keep);
     }
     Ok(Reply::text(thin_lines(&lines)))
 }

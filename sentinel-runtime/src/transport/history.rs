@@ -246,7 +246,7 @@ impl History {
         let end = to_ms.min(state.sampled_to_ms); // exclusive: the end of the last complete second
         let earliest = end.saturating_sub(self.seconds as u64 * 1000);
         let start = match after_ms {
-            Some(a) => (a - a % 1000 + 1000).max(earliest),
+            Some(a) => (a - a % 1000).saturating_add(1000).max(earliest),
             None => earliest,
         };
         let n = (end.saturating_sub(start) / 1000) as usize;
