@@ -133,6 +133,25 @@ impl TrustedProxies {
         })
     }
 
+    /// The client's address as Java's gateway adapters write it (`InetAddress.getHostAddress`): an IPv6
+    /// address as its eight groups in hexadecimal, none left out (`0:0:0:0:0:0:0:1`); an IPv4 one as
+    /// [`client_ip_text`](Self::client_ip_text) writes it.
+    pub(crate) fn client_ip_text_java<'a>(&self, req: &RequestView<'a>) -> Option<Cow<'a, str>> {
+        Some(match self.client_ip_text_java_in_place(req)? {
+            ClientIpText::Hop(text) => Cow::Borrowed(text),
+            ClientIpText::Written(text) => Cow::Owned(text.as_str().to_owned()),
+        })
+    }
+
+    /// [`client_ip_text_java`](Self::client_ip_text_java) without an allocation.
+    pub(crate) fn client_ip_text_java_in_place<'a>(&self, req: &RequestView<'a>) -> Option<ClientIpText<'a>> {
+        Some(match self.client(req)? {
+            (IpAddr::V6(v6), _) => ClientIpText::Written(IpText::java_v6(v6)),
+            (_, Some(text)) => ClientIpText::Hop(text),
+            (ip, None) => ClientIpText::Written(IpText::of(ip)),
+        })
+    }
+
     /// The walk behind [`client_ip`](Self::client_ip): the address, and the hop's text when the address is an
     /// `X-Forwarded-For` hop written as `Display` writes it.
     fn client<'a>(&self, req: &RequestView<'a>) -> Option<(IpAddr, Option<&'a str>)> {
@@ -209,6 +228,20 @@ pub(crate) struct IpText {
 const IP_TEXT_MAX: usize = 45;
 
 impl IpText {
+    /// Java's `Inet6Address.getHostAddress`: `x:x:x:x:x:x:x:x`, each group in lower-case hexadecimal without
+    /// leading zeros (at most 39 bytes).
+    fn java_v6(v6: std::net::Ipv6Addr) -> IpText {
+        let mut t = IpText { bytes: [0; IP_TEXT_MAX], len: 0 };
+        let mut rest: &mut [u8] = &mut t.bytes;
+        for (i, g) in v6.segments().into_iter().enumerate() {
+            let sep = if i == 0 { "" } else { ":" };
+            // 8 groups of at most 4 digits and 7 colons fit in the buffer: nothing is cut.
+            let _ = std::io::Write::write_fmt(&mut rest, format_args!("{sep}{g:x}"));
+        }
+        t.len = (IP_TEXT_MAX - rest.len()) as u8;
+        t
+    }
+
     fn of(ip: IpAddr) -> IpText {
         let mut t = IpText { bytes: [0; IP_TEXT_MAX], len: 0 };
         let v4 = match ip {

@@ -49,7 +49,7 @@ impl<'a, 'p> ClientIpOnce<'a, 'p> {
     }
     /// The text, borrowed from the first reading.
     fn get(&self) -> Option<Cow<'_, str>> {
-        let text = self.text.get_or_init(|| self.proxies.client_ip_text_in_place(&self.view));
+        let text = self.text.get_or_init(|| self.proxies.client_ip_text_java_in_place(&self.view));
         text.as_ref().map(|t| Cow::Borrowed(t.as_str()))
     }
 }
