@@ -18,8 +18,9 @@
 //! the string "7", see [`ParamValue`]).
 //!
 //! Memory is bounded: each rule keeps its per-value counters in a table of at most
-//! `min(4000 * duration_in_sec, 200000)` values (36 bytes each, allocated with the rule), however many
-//! distinct values arrive; a call never allocates and takes no lock on a value already tracked (a value seen
+//! `min(4000 * duration_in_sec, 200000)` values (38 bytes each, allocated in pages of 16 sets as values
+//! first reach them), however many distinct values arrive; a call never allocates once its value's sets'
+//! pages are made (one allocation per page in a rule's life) and takes no lock on a value already tracked (a value seen
 //! for the first time holds its two candidate sets' insert bits for a few dozen instructions). Every value
 //! keeps its counter until the rule tracks that many; from then on a new value replaces one used least (a
 //! flood of values seen once replaces only values seen once, so a value in use keeps its count). A value

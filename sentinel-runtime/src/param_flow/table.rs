@@ -1,5 +1,5 @@
-//! The bounded table of per-value counters of one hot-parameter rule: a fixed array of cells, allocated once
-//! at the rule's capacity, read and updated without a lock.
+//! The bounded table of per-value counters of one hot-parameter rule: a fixed array of cells for the rule's
+//! capacity, allocated in pages as values first reach them, read and updated without a lock.
 //!
 //! # Layout
 //!
@@ -42,7 +42,14 @@
 //!   hold a value, the eviction hand and the count of fills: taking the bit (acquire) sees what the last
 //!   holder wrote before releasing it (release), fingerprints included.
 //! - *Memory is bounded.* Cells of 34 bytes (a set's two words shared by its eight) for 9/8 of `capacity`,
-//!   allocated with the rule, never more whatever the number of distinct values; a call never allocates. The
+//!   never more whatever the number of distinct values. They are allocated in pages of [`PAGE_SETS`] sets
+//!   (4.3 KiB), each the first time a new value takes a set's insert bit in it (a table costs a pointer per
+//!   page until then): a rule no call reaches, or that sees few values, holds little (a rule of 200,000
+//!   values held 7.6 MB from its load). A page is published once by a compare-and-swap from empty (a racing
+//!   one is dropped) and freed with the table; a set of a page not made yet reads as a set never filled,
+//!   which it is (its fill count is 0, so a miss that read it so looks again once it holds the bits of a
+//!   page made since). Apart from those allocations, at most one per page in the table's life, a call never
+//!   allocates. The
 //!   table holds at most `capacity` values (a miss reserves its room in the count before it fills an empty
 //!   cell), or one more for each time a new value found its own sets empty while the table was at its
 //!   capacity and every other set's insert bit was held (no value could give up its cell): rare under
@@ -221,9 +228,21 @@ fn next_table_id() -> u32 {
     n % ((1 << REF_TABLE_BITS) - 1) + 1
 }
 
+/// Sets per page of a table's cells (4,352 bytes).
+pub(crate) const PAGE_SETS: usize = 16;
+
+/// [`PAGE_SETS`] sets, allocated together the first time a value is inserted in one of them.
+#[derive(Default)]
+struct Page {
+    sets: [Set; PAGE_SETS],
+}
+
 /// See the module docs.
 pub(crate) struct ValueTable {
-    sets: Box<[Set]>,
+    /// The sets' pages, each made when a value is first inserted in one of its sets.
+    pages: Box<[once_cell::race::OnceBox<Page>]>,
+    /// The number of sets (the pages may hold a few more, never used).
+    n_sets: usize,
     /// Seeds the hash that picks a value's sets.
     seed: u64,
     /// This table's id in its cells' references (`CellRef`).
@@ -256,12 +275,32 @@ impl ValueTable {
     fn with_sets(capacity: usize, sets: usize) -> Self {
         let sets = sets.clamp(1, MAX_SETS);
         ValueTable {
-            sets: (0..sets).map(|_| Set::default()).collect(),
+            pages: (0..sets.div_ceil(PAGE_SETS)).map(|_| once_cell::race::OnceBox::new()).collect(),
+            n_sets: sets,
             seed: std::collections::hash_map::RandomState::new().hash_one(0x5e_u8),
             occupied: AtomicUsize::new(0),
             id: next_table_id(),
             capacity,
         }
+    }
+
+    /// Set `i`, if its page was made (a set of a page not made yet holds nothing and was never filled).
+    #[inline(always)]
+    fn set(&self, i: usize) -> Option<&Set> {
+        self.pages.get(i / PAGE_SETS)?.get().map(|p| &p.sets[i % PAGE_SETS])
+    }
+
+    /// Set `i`, its page made if it was not (by a miss taking its insert bit; by the holder of a bit, which
+    /// made it, afterwards).
+    #[inline]
+    fn set_made(&self, i: usize) -> &Set {
+        &self.pages[i / PAGE_SETS].get_or_init(Box::default).sets[i % PAGE_SETS]
+    }
+
+    /// How many pages of sets were made (tests of memory).
+    #[cfg(test)]
+    fn pages_made(&self) -> usize {
+        self.pages.iter().filter(|p| p.get().is_some()).count()
     }
 
     /// How many values the table holds at most.
@@ -288,7 +327,7 @@ impl ValueTable {
         bytes[..8].copy_from_slice(&hi.to_le_bytes());
         bytes[8..].copy_from_slice(&lo.to_le_bytes());
         let h = xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, self.seed ^ tag as u64);
-        let n = self.sets.len() as u64;
+        let n = self.n_sets as u64;
         let a = ((h & 0xffff_ffff) * n) >> 32;
         let b = ((h >> 32) * n) >> 32;
         let b = if b == a && n > 1 { (a + 1) % n } else { b };
@@ -329,7 +368,7 @@ impl ValueTable {
         // before the words): a miss under the insert bits then skips its second look if no cell was filled
         // since.
         let [a, b] = place.sets;
-        let looked = place.sets.map(|set| self.sets[set].head.word.load(Ordering::Acquire));
+        let looked = place.sets.map(|set| self.set(set).map_or(0, |s| s.head.word.load(Ordering::Acquire)));
         #[cfg(test)]
         test_hooks::looked();
         let found = if b != a {
@@ -360,7 +399,7 @@ impl ValueTable {
         key: &ValueKey,
         step: &mut impl FnMut(u128) -> Step<R>,
     ) -> Option<(R, CellRef)> {
-        let cells = &self.sets[set];
+        let cells = self.set(set)?;
         let mut ways = candidates(cells.head.tags.load(Ordering::Relaxed), fp);
         while ways != 0 {
             let way = (ways.trailing_zeros() / 8) as usize;
@@ -470,7 +509,7 @@ impl ValueTable {
         };
         let set = guard.set;
         let (tag, hi, lo) = key.parts();
-        let cells = &self.sets[set];
+        let cells = guard.cells;
         let state = &cells.state[way];
         // A victim is busy already (`victim` marks the one it chose, so that a permit taken after its choice
         // keeps the value); only the holder of a set's insert bit marks its cells, so a busy cell here is ours.
@@ -511,7 +550,7 @@ impl ValueTable {
         for guard in guards {
             let set = guard.set;
             for way in 0..WAYS {
-                let cells = &self.sets[set];
+                let cells = guard.cells;
                 let s = cells.state[way].load(Ordering::Acquire);
                 let key = ValueKey::from_parts(
                     tag_of(s),
@@ -523,7 +562,8 @@ impl ValueTable {
                 if other == a || other == b || pinned(s & PAYLOAD_MASK) {
                     continue;
                 }
-                let Some(dest) = self.try_lock(other) else { continue };
+                // Its other set may be of a page not made yet: all room (the move makes it).
+                let Some(dest) = self.try_lock_in(self.set_made(other), other) else { continue };
                 let to = (!dest.occupancy()).trailing_zeros() as usize;
                 if to >= WAYS {
                     continue;
@@ -542,12 +582,12 @@ impl ValueTable {
     /// or misses and waits for our insert bits), the destination is filled, then the source is emptied.
     /// `false` if the value took a thread permit meanwhile (it stays).
     fn relocate(&self, from: (usize, usize), s: u128, to: (usize, usize), pinned: &impl Fn(u128) -> bool) -> bool {
-        let source = &self.sets[from.0];
+        let source = self.set_made(from.0);
         let movable = |s: u128| !pinned(s & PAYLOAD_MASK) && s & BUSY == 0;
         let Some((s, busy)) = mark_busy_if(&source.state[from.1], s, movable) else { return false };
         #[cfg(test)]
         test_hooks::source_busy();
-        let dest = &self.sets[to.0];
+        let dest = self.set_made(to.0);
         let d = dest.state[to.1].load(Ordering::Acquire);
         // Busy at the next version, like any change of value (no reader can match an empty cell anyway).
         dest.state[to.1].store((d & !(PAYLOAD_MASK | FREQ_MASK | TAG_MASK)) | BUSY, Ordering::Release);
@@ -576,7 +616,7 @@ impl ValueTable {
         pinned: &impl Fn(u128) -> bool,
     ) -> Option<(&'g InsertBit<'t>, usize)> {
         let guards = [a, b];
-        let sets = [&self.sets[a.set], &self.sets[b.set]];
+        let sets = [a.cells, b.cells];
         let count = if a.set == b.set { WAYS } else { 2 * WAYS };
         let held = |i: usize| guards[i / WAYS].occupancy() & 1 << (i % WAYS) != 0;
         let state = |i: usize| &sets[i / WAYS].state[i % WAYS];
@@ -654,7 +694,7 @@ impl ValueTable {
     ) -> (&'g InsertBit<'t>, usize) {
         // Both sets full and none of their values could go cannot happen (a full set holds values).
         let Some(empty) = empty else { return (a, 0) };
-        let n = self.sets.len();
+        let n = self.n_sets;
         for off in 1..n {
             let set = (sets[0] + off) % n;
             if set == sets[1] {
@@ -665,7 +705,7 @@ impl ValueTable {
             if held == 0 {
                 continue;
             }
-            let cells = &self.sets[set];
+            let cells = other.cells;
             let ways = (0..WAYS).filter(|w| held & 1 << w != 0);
             // Busy at the next version (a reader's CAS on it fails), then empty. One chosen free of permits
             // goes only if it still is (the mark requires it); one that took a permit since stays, and the
@@ -691,24 +731,31 @@ impl ValueTable {
         empty
     }
 
-    /// The insert bit of `set` if no other miss holds it.
+    /// The insert bit of `set` if no other miss holds it (none if its page was not made: it holds nothing).
     fn try_lock(&self, set: usize) -> Option<InsertBit<'_>> {
-        let head = &self.sets[set].head;
-        let cur = head.word.load(Ordering::Relaxed);
-        (cur & 1 == 0 && head.word.compare_exchange(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok())
-            .then_some(InsertBit { head, set })
+        self.try_lock_in(self.set(set)?, set)
     }
 
-    /// Takes the insert bit of `set`, spinning (then yielding) while another miss holds it.
+    /// The insert bit of set `set`, `cells`, if no other miss holds it.
+    fn try_lock_in<'t>(&'t self, cells: &'t Set, set: usize) -> Option<InsertBit<'t>> {
+        let head = &cells.head;
+        let cur = head.word.load(Ordering::Relaxed);
+        (cur & 1 == 0 && head.word.compare_exchange(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok())
+            .then_some(InsertBit { head, cells, set })
+    }
+
+    /// Takes the insert bit of `set`, spinning (then yielding) while another miss holds it; makes its page
+    /// if it was not.
     fn lock(&self, set: usize) -> InsertBit<'_> {
-        let head = &self.sets[set].head;
+        let cells = self.set_made(set);
+        let head = &cells.head;
         let mut spins = 0u32;
         loop {
             let cur = head.word.load(Ordering::Relaxed);
             if cur & 1 == 0
                 && head.word.compare_exchange_weak(cur, cur | 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
             {
-                return InsertBit { head, set };
+                return InsertBit { head, cells, set };
             }
             spins = spins.saturating_add(1);
             if spins < 64 {
@@ -725,7 +772,7 @@ impl ValueTable {
         if at.table() != self.id {
             return false;
         }
-        let Some(cells) = self.sets.get(at.set()) else { return true };
+        let Some(cells) = self.set(at.set()) else { return true };
         let _ = cells.state[at.way()].fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
             (version_of(s) == at.version() && s & BUSY == 0)
                 .then(|| (s & !PAYLOAD_MASK) | (step(s & PAYLOAD_MASK) & PAYLOAD_MASK))
@@ -746,6 +793,8 @@ impl ValueTable {
 /// eviction hand, the count of fills) and the fingerprints plainly.
 struct InsertBit<'t> {
     head: &'t Head,
+    /// The set's cells (its page is made).
+    cells: &'t Set,
     set: usize,
 }
 
@@ -860,6 +909,27 @@ mod tests {
         assert!(fired.load(Ordering::Relaxed), "the miss tested a candidate");
         assert_eq!(t.peek(&key(victim)), Some(1), "the call in flight keeps its counter");
         assert!(!permit(t, victim).0, "a second call in flight on {victim}, over its limit of 1");
+    }
+
+    #[test]
+    fn pages_are_made_as_values_reach_them_and_every_value_is_kept_up_to_the_capacity() {
+        let t = ValueTable::new(200_000).seeded(7);
+        assert_eq!(t.pages_made(), 0, "a rule no call reached holds a pointer per page");
+        assert!(t.peek(&key(1)).is_none());
+        assert_eq!(t.pages_made(), 0, "a look makes nothing");
+        assert!(spend(&t, 1, 10).0);
+        assert!((1..=2).contains(&t.pages_made()), "a value makes the pages of its two sets at most");
+        let pages = t.pages.len();
+        for v in 2..=200_000 {
+            spend(&t, v, 10);
+        }
+        assert_eq!(t.pages_made(), pages, "filled to its capacity, every page");
+        assert_eq!(t.tracked(), 200_000);
+        let kept = (1..=200_000).filter(|&v| t.peek(&key(v)).is_some()).count();
+        assert_eq!(kept, 200_000, "no value went before the capacity was reached");
+        // Pages are made once: a value's permit is given back in the page it was taken in.
+        let (_, at) = spend(&t, 1, 10);
+        assert!(t.release(at, |n| n + 1));
     }
 
     #[test]
