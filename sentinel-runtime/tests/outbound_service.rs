@@ -183,3 +183,20 @@ fn a_downstream_first_called_after_the_engine_cap_is_reached_gets_a_rule_loaded_
         "the engine's bound never switches a rule off"
     );
 }
+
+#[test]
+#[ignore = "review: past the guard's bound, every name a regex rule matches is kept in its name cache for good (no bound)"]
+fn names_a_regex_rule_matches_past_the_bound_are_not_kept_without_bound() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:search.svc/.*").regex(true).count(1_000_000.0)]).unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut svc = SentinelClientLayer::new(&engine).max_resources(10).layer(client(sent.clone()));
+    for i in 0..2_000 {
+        // Words from the caller's input (a search term in the path), never folded into `{id}`.
+        let term: String = format!("{i:x}").chars().map(|c| (b'g' + c.to_digit(16).unwrap() as u8) as char).collect();
+        let req = Request::get(format!("http://search.svc/q/{term}")).body(()).unwrap();
+        assert!(matches!(poll(pin!(svc.call(req))), Poll::Ready(Ok(_))));
+    }
+    let made = engine.resource_names().len();
+    assert!(made <= 100, "{made} resources from 2000 names, with a bound of 10");
+}

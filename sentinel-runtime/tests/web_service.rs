@@ -414,3 +414,30 @@ fn a_hot_value_with_its_own_threshold_is_told_the_same_quota_when_passed_and_whe
     );
     assert_eq!(seen[3], (StatusCode::TOO_MANY_REQUESTS, passed), "the policy the value ran out of");
 }
+
+/// A word no cleaner folds into `{id}` (letters past `f`, so never hexadecimal).
+fn word(mut i: usize) -> String {
+    let mut w = String::from("w");
+    loop {
+        w.push((b'g' + (i % 20) as u8) as char);
+        i /= 20;
+        if i == 0 {
+            return w;
+        }
+    }
+}
+
+#[test]
+#[ignore = "review: with a regex rule loaded, client-chosen paths that match it make engine resources without any bound"]
+fn paths_a_regex_rule_matches_do_not_make_resources_without_bound() {
+    let clock = ManualClock::at_millis(1_700_000_000_000);
+    let engine = Sentinel::builder().manual_clock(clock).max_resources(10).build();
+    engine.set_system_readings(None, None);
+    engine.load_flow_rules([FlowRule::new("GET:/search/.*").regex(true).count(1_000_000.0)]).unwrap();
+    let mut svc = SentinelLayer::new(&engine).max_resources(10).layer(tower::service_fn(hello));
+    for i in 0..2_000 {
+        assert_eq!(call_now(&mut svc, get(&format!("/search/{}", word(i)))).unwrap().status(), StatusCode::OK);
+    }
+    let made = engine.resource_names().len();
+    assert!(made <= 100, "{made} resources from 2000 client-chosen words, with caps of 10");
+}
