@@ -235,7 +235,7 @@ impl Target {
 }
 
 /// A target of a [`NameCache`], by address. A cache never lets go of a target before it is dropped itself (its
-/// map only grows and its overflow target is set once), so a call that keeps the guard's state, and with it the
+/// map only grows and its overflow targets are set once), so a call that keeps the guard's state, and with it the
 /// cache, alive can keep its target without a reference count: a count on one downstream's record is a word
 /// every thread calling that downstream would write twice per call.
 #[derive(Clone, Copy)]
@@ -303,7 +303,12 @@ pub(crate) struct NameCache {
     map: papaya::HashMap<NameKey, Arc<Target>, foldhash::fast::RandomState>,
     /// Counted names in `map`.
     counted: AtomicUsize,
+    /// The guard's overflow, [`OUTBOUND_OVERFLOW_RESOURCE`].
     overflow: OnceLock<Arc<Target>>,
+    /// The engine's overflow ([`RESOURCE_OVERFLOW`](crate::RESOURCE_OVERFLOW)), the answer for a name the
+    /// engine gave no resource of its own (its cap is reached): kept here, never under the name, so the
+    /// name is looked up again at its next call and gets its own resource once a rule names it.
+    engine_overflow: OnceLock<Arc<Target>>,
 }
 
 impl NameCache {
@@ -320,16 +325,24 @@ impl NameCache {
         let full = counted && self.counted.load(Ordering::Relaxed) >= naming.max_resources;
         if full && !engine.has_rules_for(name) {
             return TargetRef::of(self.overflow.get_or_init(|| {
-                    tracing::warn!(
-                        max = naming.max_resources,
-                        resource = %name,
-                        "outbound guard: too many distinct resource names; names no rule targets now share `{OUTBOUND_OVERFLOW_RESOURCE}`"
-                    );
-                Target::new(engine.resource_typed(OUTBOUND_OVERFLOW_RESOURCE, EntryType::Out), false)
+                tracing::warn!(
+                    max = naming.max_resources,
+                    resource = %name,
+                    "outbound guard: too many distinct resource names; names no rule targets now share `{OUTBOUND_OVERFLOW_RESOURCE}`"
+                );
+                // A fixed name of the guard's own: never counted against the engine's cap (nor answered by
+                // the engine's overflow, which would leave a rule on it without effect).
+                Target::new(engine.site_resource_typed(OUTBOUND_OVERFLOW_RESOURCE, EntryType::Out), false)
             }));
         }
+        let resource = engine.resource_typed(name, EntryType::Out);
+        if resource.name() != name {
+            // The engine's overflow (its cap is reached): not cached under the name, so a rule loaded later on
+            // the name applies at its next call. Shared, like the guard's overflow, so it records no back-off.
+            return TargetRef::of(self.engine_overflow.get_or_init(|| Target::new(resource, false)));
+        }
         // A name a rule targets gets its own resource past the bound, and is not counted: rules bound them.
-        let target = Target::new(engine.resource_typed(name, EntryType::Out), true);
+        let target = Target::new(resource, true);
         let map = self.map.pin();
         match map.try_insert(NameKey(name.into()), target) {
             Ok(inserted) => {
@@ -449,5 +462,26 @@ mod tests {
         let overflow = unsafe { at.get() };
         overflow.hold(u64::MAX);
         assert_eq!(overflow.held(&engine), None);
+    }
+
+    #[test]
+    fn the_engines_overflow_is_not_kept_under_a_name_so_a_rule_loaded_later_applies() {
+        let engine = Sentinel::builder().max_resources(1).build();
+        let _first = engine.resource("first");
+        let cache = NameCache::default();
+        let naming = Naming::default();
+        let get = |n: &str| cache.target(&naming, &engine, n.as_bytes(), true);
+        // SAFETY: `cache` outlives the test's every use of its targets.
+        let get = |n: &str| unsafe { &*(get(n).get() as *const Target) };
+        assert_eq!(get("late").resource.name(), crate::RESOURCE_OVERFLOW);
+        assert_eq!(get("other").resource.name(), crate::RESOURCE_OVERFLOW);
+        assert_eq!(cache.len(), 0, "the engine's answer for a name is not kept under it");
+        // The engine's overflow is shared: one downstream's back-off is not recorded on it.
+        get("late").hold(u64::MAX);
+        assert_eq!(get("other").held(&engine), None);
+        engine.load_flow_rules([crate::flow::FlowRule::new("late").count(5.0)]).unwrap();
+        assert_eq!(get("late").resource.name(), "late");
+        assert_eq!(get("other").resource.name(), crate::RESOURCE_OVERFLOW);
+        assert_eq!(cache.len(), 1);
     }
 }
