@@ -374,7 +374,6 @@ fn past_the_layer_bound_ruled_names_keep_their_rules_and_the_rest_count_towards_
 }
 
 #[test]
-#[ignore = "review: a client that sends `content-type: application/grpc` to an HTTP route is named by its raw path and escapes the route's rule"]
 fn a_grpc_content_type_sent_to_an_http_route_does_not_escape_the_routes_rule() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("POST:/orders/{id}/cancel").count(0.0)]).unwrap();
@@ -386,6 +385,28 @@ fn a_grpc_content_type_sent_to_an_http_route_does_not_escape_the_routes_rule() {
     let res = call_now(&mut svc, disguised).unwrap();
     let blocked = res.status() == StatusCode::TOO_MANY_REQUESTS || res.headers().get("grpc-status").is_some();
     assert!(blocked, "the rule on the route is escaped: resources {:?}", engine.resource_names());
+}
+
+/// Behind axum's router, a routed request is named by its route whatever its content type, even when its path
+/// has the shape of a gRPC method's (`/orders/cancel`).
+#[cfg(feature = "axum")]
+#[test]
+fn a_routed_request_is_named_by_its_route_whatever_its_content_type() {
+    use axum::body::Body;
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("POST:/orders/{op}").count(0.0)]).unwrap();
+    let mut app = axum::Router::new()
+        .route("/orders/{op}", axum::routing::post(|| async { "done" }))
+        .route_layer(SentinelLayer::new(&engine).axum());
+    for content_type in ["application/json", "application/grpc", "application/grpc+proto"] {
+        let req = Request::post("/orders/cancel").header("content-type", content_type).body(Body::empty()).unwrap();
+        let ready = ServiceExt::<Request<Body>>::ready(&mut app).now_or_never().expect("ready").unwrap();
+        let res = ready.call(req).now_or_never().expect("answered without waiting").unwrap();
+        let blocked = res.status() == StatusCode::TOO_MANY_REQUESTS || res.headers().get("grpc-status").is_some();
+        assert!(blocked, "{content_type}: the route's rule is escaped: resources {:?}", engine.resource_names());
+    }
+    assert_eq!(engine.cluster_stats("POST:/orders/{op}").unwrap().minute_block, 3);
+    assert!(!engine.resource_names().iter().any(|n| n == "/orders/cancel"));
 }
 
 #[test]

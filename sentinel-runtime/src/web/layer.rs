@@ -117,8 +117,9 @@ impl<M> SentinelLayer<M> {
         SentinelLayer { state: Arc::new(LayerState::new(config)), mode: PhantomData }
     }
 
-    /// Names each request's resource with `f` instead of the default (`METHOD:/route/{template}`, the gRPC
-    /// method path, or the cleaned path); `None` lets the request through unguarded (health checks, say).
+    /// Names each request's resource with `f` instead of the default (`METHOD:/route/{template}` for a request
+    /// axum routed, the method path of a gRPC call to a `/pkg.Service/Method` path, or the cleaned path);
+    /// `None` lets the request through unguarded (health checks, say).
     /// The names count against [`max_resources`](Self::max_resources).
     ///
     /// ```
@@ -134,9 +135,9 @@ impl<M> SentinelLayer<M> {
         self.update(|c| c.naming.namer = Some(Arc::new(f)))
     }
 
-    /// Cleans the path of a request that has no route template (no axum `MatchedPath`, not gRPC) before it
-    /// becomes the resource name; `None` lets the request through unguarded. The default is
-    /// [`clean_path`](super::clean_path), which folds identifiers into `{id}`.
+    /// Cleans the path of a request that has no route template (no axum `MatchedPath`, not a gRPC call to a
+    /// `/pkg.Service/Method` path) before it becomes the resource name; `None` lets the request through
+    /// unguarded. The default is [`clean_path`](super::clean_path), which folds identifiers into `{id}`.
     pub fn path_cleaner<F>(self, f: F) -> Self
     where
         F: for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + Send + Sync + 'static,

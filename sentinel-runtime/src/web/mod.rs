@@ -15,7 +15,8 @@
 //!
 //! Add it with `route_layer` (unmatched paths stay 404 and are not counted) or `layer`; with feature `axum`
 //! the resource is `METHOD:/route/{template}` from axum's `MatchedPath`, so `/users/1` and `/users/2` are one
-//! resource, `GET:/users/{id}`, and the peer address comes from `ConnectInfo`. [`SentinelLayer::axum`] keeps
+//! resource, `GET:/users/{id}` (whatever content type the client sends: `application/grpc` does not rename a
+//! routed request), and the peer address comes from `ConnectInfo`. [`SentinelLayer::axum`] keeps
 //! axum's `Body` in the responses, which saves the box axum's router would otherwise put around the layer's
 //! body on every response.
 //!

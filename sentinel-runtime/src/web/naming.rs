@@ -1,8 +1,10 @@
 //! Resource names for requests, and the bounded cache from a request's route to its resource handle.
 //!
-//! The default name is `METHOD:/route/{template}` from axum's matched route, the full method path for gRPC
-//! (`/pkg.Service/Method`), and otherwise `METHOD:` and the path through a cleaner that folds identifiers
-//! (numbers, UUIDs, long hex or opaque segments) into `{id}`. A request's name is looked up by borrowed
+//! The default name is `METHOD:/route/{template}` from axum's matched route (whatever the request's content
+//! type), else the full method path for a gRPC call to a gRPC method's path (`/pkg.Service/Method`), and
+//! otherwise `METHOD:` and the path through a cleaner that folds identifiers (numbers, UUIDs, long hex or
+//! opaque segments) into `{id}`. The content type is the client's to choose: it never takes a request away
+//! from the route it matched, nor names one by a path that is no gRPC method's. A request's name is looked up by borrowed
 //! key (no string is built per request once the route was seen).
 //!
 //! Nothing the client controls makes names without a bound:
@@ -376,6 +378,21 @@ impl RouteMemo {
     }
 }
 
+/// Whether `path` is a gRPC method's path, `/Service/Method` (`/pkg.Service/Method`): a service name of
+/// dot-separated identifiers and a method identifier, as protobuf names them. A gRPC call is named by this
+/// path only when it has this shape: any other path is an HTTP route's (`/orders/7/cancel`), however the client
+/// labels its content, and is named as HTTP requests are.
+fn is_grpc_method_path(path: &str) -> bool {
+    fn identifier(s: &[u8]) -> bool {
+        matches!(s.first(), Some(c) if c.is_ascii_alphabetic() || *c == b'_')
+            && s.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+    }
+    let Some((service, method)) = path.strip_prefix('/').and_then(|p| p.split_once('/')) else {
+        return false;
+    };
+    identifier(method.as_bytes()) && service.split('.').all(|part| identifier(part.as_bytes()))
+}
+
 /// The resources a layer (and every service it made) has named, by route.
 ///
 /// Keys are hashed with foldhash, seeded per process (a route key is short and the map is bounded, so the
@@ -417,11 +434,14 @@ impl ResourceCache {
         let mut cleaned = CleanBuf::new();
         let (name, method, source, text) = match &naming.namer {
             Some(f) => (f(req)?, None, Source::Request, None),
-            None if grpc => (Cow::Borrowed(req.path()), None, Source::Request, None),
             None => {
                 let method = naming.method_prefix.then(|| req.method());
                 match matched_route(req) {
+                    // The router's route, whatever the content type the client sent.
                     Some(route) => (Cow::Borrowed(route_text(route)), method, Source::Route, Some(route)),
+                    None if grpc && is_grpc_method_path(req.path()) => {
+                        (Cow::Borrowed(req.path()), None, Source::Request, None)
+                    }
                     None => {
                         let cleaned = match &naming.cleaner {
                             None => clean_path_in(req.path(), &mut cleaned),
@@ -638,5 +658,33 @@ mod tests {
         let req = Request::post("/shop.Orders/Get").header("content-type", "application/grpc").body(()).unwrap();
         let v = RequestView::new(&req);
         assert_eq!(cache.resolve(&Naming::default(), &engine, &v, v.is_grpc()).unwrap().name(), "/shop.Orders/Get");
+    }
+
+    #[test]
+    fn only_a_grpc_method_path_takes_the_grpc_name_whatever_the_content_type() {
+        let engine = Sentinel::builder().build();
+        let cache = ResourceCache::default();
+        let name = |path: &str| {
+            let req = Request::post(path).header("content-type", "application/grpc+proto").body(()).unwrap();
+            let v = RequestView::new(&req);
+            cache.resolve(&Naming::default(), &engine, &v, v.is_grpc()).unwrap().name().to_owned()
+        };
+        for grpc in ["/shop.Orders/Get", "/Greeter/SayHello", "/a.b_c.D2/_m"] {
+            assert_eq!(name(grpc), grpc);
+        }
+        for (path, http) in [
+            ("/orders/7/cancel", "POST:/orders/{id}/cancel"),
+            ("/orders/7", "POST:/orders/{id}"),
+            ("/files/0f8fad5b-d9cb-469f-a165-70867728950e", "POST:/files/{id}"),
+            ("/shop.Orders/Get/", "POST:/shop.Orders/Get/"),
+            ("/shop..Orders/Get", "POST:/shop..Orders/Get"),
+            ("/.Orders/Get", "POST:/.Orders/Get"),
+            ("/user-profile/get", "POST:/user-profile/get"),
+            ("/shop.Orders/", "POST:/shop.Orders/"),
+            ("/shop.Orders", "POST:/shop.Orders"),
+            ("/", "POST:/"),
+        ] {
+            assert_eq!(name(path), http, "{path}");
+        }
     }
 }
