@@ -103,6 +103,11 @@ pub enum BlockError {
         rule: Arc<ParamFlowRule>,
         /// The value that was over its limit, as text.
         value: String,
+        /// The count the value was held to: its item's ([`ParamFlowItem::count`]) when the rule has an item
+        /// for it, else the rule's `count`.
+        ///
+        /// [`ParamFlowItem::count`]: crate::param_flow::ParamFlowItem::count
+        threshold: f64,
         /// The caller's origin.
         origin: Arc<str>,
         /// When the value's counter could admit the call (see [`BlockError::retry_after`]).
@@ -280,22 +285,20 @@ impl fmt::Display for BlockError {
             BlockError::System { resource, limit, origin: o, .. } => {
                 write!(f, "`{resource}` blocked by system protection: {limit}{}", origin(o))
             }
-            BlockError::ParamFlow { resource, rule, value, origin: o, .. }
+            BlockError::ParamFlow { resource, rule, value, threshold, origin: o, .. }
                 if rule.grade == crate::flow::rule::FlowGrade::Thread =>
             {
                 write!(
                     f,
-                    "`{resource}` blocked by hot-parameter rule on argument {}: value {value} over {} calls in flight{}",
+                    "`{resource}` blocked by hot-parameter rule on argument {}: value {value} over {threshold} calls in flight{}",
                     rule.param_idx,
-                    rule.count,
                     origin(o)
                 )
             }
-            BlockError::ParamFlow { resource, rule, value, origin: o, .. } => write!(
+            BlockError::ParamFlow { resource, rule, value, threshold, origin: o, .. } => write!(
                 f,
-                "`{resource}` blocked by hot-parameter rule on argument {}: value {value} over {} per {} s{}",
+                "`{resource}` blocked by hot-parameter rule on argument {}: value {value} over {threshold} per {} s{}",
                 rule.param_idx,
-                rule.count,
                 rule.duration_in_sec,
                 origin(o)
             ),

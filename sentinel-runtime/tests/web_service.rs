@@ -410,7 +410,6 @@ fn a_routed_request_is_named_by_its_route_whatever_its_content_type() {
 }
 
 #[test]
-#[ignore = "review: a blocked request's RateLimit-Policy gives a hot-parameter rule's general count, not the threshold of the value's own item that its passed responses give"]
 fn a_hot_value_with_its_own_threshold_is_told_the_same_quota_when_passed_and_when_blocked() {
     use sentinel_runtime::param_flow::ParamItemValue;
     use sentinel_runtime::web::RateLimitHeaders;

@@ -1,6 +1,6 @@
 //! Reads of the flow rules' windows that spend nothing (the web layer's RateLimit header fields).
 
-use super::ResourceFlowRules;
+use super::{FlowRule, ResourceFlowRules};
 use crate::stat::{StatNode, SECOND_INTERVAL_MS, SECOND_SAMPLE_COUNT};
 
 /// The span of one bucket of the second window.
@@ -17,6 +17,12 @@ pub(crate) struct WindowPeek {
     pub(crate) refill_in_ms: u64,
 }
 
+/// The calls per second a QPS rule admits, the quota a client is told, whether its call passed or was
+/// blocked: the rule's count, down to a whole call.
+pub(crate) fn qps_quota(rule: &FlowRule) -> u64 {
+    rule.count.max(0.0).floor() as u64
+}
+
 impl ResourceFlowRules {
     /// The budget of each rule that limits every caller's calls per second on the resource's own window,
     /// rejecting past it (the rules a client can be told a quota of), read from the window without taking
@@ -27,7 +33,7 @@ impl ResourceFlowRules {
         let mut passed = None;
         for st in self.rules.iter().filter(|s| s.is_simple()) {
             let passed = *passed.get_or_insert_with(|| node.admission().total(now_ms, &|s| node.borrowed_at(s)));
-            let quota = st.rule.count.max(0.0).floor() as u64;
+            let quota = qps_quota(&st.rule);
             out(WindowPeek {
                 quota,
                 remaining: quota.saturating_sub(passed),

@@ -80,6 +80,8 @@ use crate::flow::ControlBehavior;
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
 
 pub(crate) use manager::{ParamFlowManager, ParamRuleOwner};
+#[cfg(feature = "tower")]
+pub(crate) use state::bucket_quota;
 pub(crate) use state::ParamRuleState;
 use state::{ValueDecision, ValuePermit};
 
@@ -183,8 +185,8 @@ fn argument<'a>(args: &'a [&'a dyn HotParam], idx: i32) -> Option<&'a dyn HotPar
     usize::try_from(i).ok().and_then(|i| args.get(i)).copied()
 }
 
-/// A value over its limit: its text, and when a retry could pass.
-type Blocked = (String, Option<std::time::Duration>);
+/// A value over its limit: its text, when a retry could pass, and the count it was held to.
+type Blocked = (String, Option<std::time::Duration>, f64);
 
 /// Checks one rule against one argument; `Err` when a value is over its limit.
 fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CallCx<'_>, es: &mut EntryState) -> Result<u64, Blocked> {
@@ -218,7 +220,8 @@ fn decide_value(
     es: &mut EntryState,
     wait: &mut u64,
 ) -> Option<Blocked> {
-    match st.decide_value(&v.key(), cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
+    let key = v.key();
+    match st.decide_value(&key, cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
         ValueDecision::Pass => None,
         ValueDecision::Wait(w) => {
             *wait = (*wait).max(w);
@@ -228,7 +231,7 @@ fn decide_value(
             es.push(permit, st);
             None
         }
-        ValueDecision::Block(retry_after) => Some((v.to_string(), retry_after)),
+        ValueDecision::Block(retry_after) => Some((v.to_string(), retry_after, st.count_for(&key))),
     }
 }
 
@@ -244,12 +247,13 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryS
         let Some(arg) = argument(cx.args, rule.param_idx) else { continue };
         match check_rule(st, arg, cx, es) {
             Ok(w) => wait = wait.saturating_add(w),
-            Err((value, retry_after)) => {
+            Err((value, retry_after, threshold)) => {
                 es.release_all(state);
                 return Err(BlockError::ParamFlow {
                     resource: cx.resource.share(),
                     rule: st.rule_for_block(),
                     value,
+                    threshold,
                     origin: cx.origin.share(),
                     retry_after,
                 });

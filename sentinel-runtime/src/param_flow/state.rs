@@ -25,6 +25,29 @@ const BUCKET_MASK: u64 = (1 << BUCKET_BITS) - 1;
 /// caller spends within a rule's duration.
 pub(crate) const BUCKET_MAX_TOKENS: i64 = BUCKET_MASK as i64;
 
+/// What a value's token bucket holds when full: its `threshold` (an item's count, else the rule's, read as
+/// the engine reads it: `count as i64`) plus the rule's `burst`, within `0..=BUCKET_MAX_TOKENS`. The one
+/// reading of a bucket's size: the check, and the quota the web layer's RateLimit fields give for the value
+/// whether its call passed or was blocked.
+#[inline]
+fn bucket_max(threshold: i64, burst: i64) -> i64 {
+    threshold.max(0).saturating_add(burst).clamp(0, BUCKET_MAX_TOKENS)
+}
+
+/// A rule's burst as the engine reads it.
+fn burst_of(rule: &ParamFlowRule) -> i64 {
+    rule.burst_count.min(i64::MAX as u64) as i64
+}
+
+/// The quota of a value held to `threshold` (its item's count, else the rule's: [`BlockError::ParamFlow`]'s
+/// `threshold`) under `rule`'s token bucket: what the bucket holds when full, as [`bucket_max`] reads it.
+///
+/// [`BlockError::ParamFlow`]: crate::BlockError::ParamFlow
+#[cfg_attr(not(feature = "tower"), allow(dead_code))] // Read by the web layer's RateLimit headers.
+pub(crate) fn bucket_quota(rule: &ParamFlowRule, threshold: f64) -> u64 {
+    bucket_max(threshold as i64, burst_of(rule)) as u64
+}
+
 /// A token bucket's payload: the time of its last refill (ms) and the tokens left.
 #[inline]
 fn pack_bucket(last_ms: u64, tokens: i64) -> u128 {
@@ -88,8 +111,9 @@ pub(crate) struct ParamRuleState {
     burst: i64,
     duration_ms: u64,
     duration_sec: u64,
-    /// Exception items, sorted by key: `(key, threshold)`.
-    items: Box<[(ValueKey, i64)]>,
+    /// Exception items, sorted by key: `(key, threshold, count)`, the threshold as the checks read it and the
+    /// count as the rule gives it (for a blocked call's error).
+    items: Box<[(ValueKey, i64, f64)]>,
     counters: ValueTable,
 }
 
@@ -120,21 +144,21 @@ impl ParamRuleState {
             }
             (FlowGrade::Qps, _) => Mode::Bucket,
         };
-        let mut items: Vec<(ValueKey, i64)> = Vec::with_capacity(rule.items.len());
+        let mut items: Vec<(ValueKey, i64, f64)> = Vec::with_capacity(rule.items.len());
         for it in &rule.items {
             let key = ValueKey::of_item(&it.value);
             // A later item for the same value replaces an earlier one (Java parses items into a map).
-            items.retain(|(k, _)| *k != key);
-            items.push((key, it.count as i64));
+            items.retain(|(k, ..)| *k != key);
+            items.push((key, it.count as i64, it.count));
         }
-        items.sort_by_key(|(k, _)| *k);
+        items.sort_by_key(|(k, ..)| *k);
         let counters = ValueTable::new(cap.unwrap_or_else(|| counter_capacity(rule.duration_in_sec)));
         let duration_sec = rule.duration_in_sec.max(1);
         ParamRuleState {
             rule_shares: Default::default(),
             mode,
             threshold: rule.count as i64,
-            burst: rule.burst_count.min(i64::MAX as u64) as i64,
+            burst: burst_of(&rule),
             duration_ms: duration_sec.saturating_mul(1000),
             duration_sec,
             items: items.into_boxed_slice(),
@@ -168,9 +192,19 @@ impl ParamRuleState {
         if self.items.is_empty() {
             return self.threshold;
         }
-        match self.items.binary_search_by(|(k, _)| k.cmp(key)) {
+        match self.items.binary_search_by(|(k, ..)| k.cmp(key)) {
             Ok(i) => self.items[i].1,
             Err(_) => self.threshold,
+        }
+    }
+
+    /// The count a value is held to, as the rule gives it: its item's, else the rule's (a blocked call's
+    /// error).
+    #[cold]
+    pub(crate) fn count_for(&self, key: &ValueKey) -> f64 {
+        match self.items.binary_search_by(|(k, ..)| k.cmp(key)) {
+            Ok(i) => self.items[i].2,
+            Err(_) => self.rule.count,
         }
     }
 
@@ -199,7 +233,7 @@ impl ParamRuleState {
         if count <= 0 {
             return ValueDecision::Block(None);
         }
-        let max = count.saturating_add(self.burst).min(BUCKET_MAX_TOKENS);
+        let max = bucket_max(count, self.burst);
         if acquire > max {
             return ValueDecision::Block(None);
         }
@@ -248,7 +282,7 @@ impl ParamRuleState {
             return None;
         }
         let count = self.threshold_for(key).max(0);
-        let max = count.saturating_add(self.burst).clamp(0, BUCKET_MAX_TOKENS);
+        let max = bucket_max(count, self.burst);
         let full = BucketPeek { quota: max as u64, remaining: max as u64, refill_in_ms: self.duration_ms + 1 };
         let Some(payload) = self.counters.peek(key) else { return Some(full) };
         let (last_ms, tokens) = unpack_bucket(payload);
@@ -342,6 +376,29 @@ mod tests {
             ValueDecision::Pass
         ));
         assert_eq!(unpack_bucket(s.peek(&k).unwrap()), (5_000, 3), "first sight: max (3 + 1) - 1 left");
+    }
+
+    #[test]
+    fn a_blocked_values_quota_is_the_one_its_bucket_is_read_with() {
+        use crate::param_flow::ParamItemValue;
+        let huge = 1e300;
+        for (count, burst) in [(1.0, 0), (1.0, 2), (0.0, 0), (-3.0, 5), (2.9, 0), (huge, 0), (1.0, u64::MAX)] {
+            let rule = ParamFlowRule::new("r", 0)
+                .count(count)
+                .burst_count(burst)
+                .item(ParamItemValue::Str("vip".into()), 3.0)
+                .item(ParamItemValue::Int(7), huge)
+                .item(ParamItemValue::Str("none".into()), -1.0);
+            let s = ParamRuleState::new(rule.clone());
+            for v in [ParamValue::Str("vip"), ParamValue::Int(7), ParamValue::Str("none"), ParamValue::Int(1)] {
+                let k = v.key();
+                let read = s.peek_bucket(&k, 0).unwrap().quota;
+                assert_eq!(bucket_quota(&rule, s.count_for(&k)), read, "{count} + {burst}, value {v}");
+                assert!(read <= BUCKET_MAX_TOKENS as u64);
+            }
+            assert_eq!(s.count_for(&ParamValue::Str("vip").key()), 3.0);
+            assert_eq!(s.count_for(&ParamValue::Int(1).key()), count);
+        }
     }
 
     #[test]

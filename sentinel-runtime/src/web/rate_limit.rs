@@ -166,10 +166,11 @@ pub(crate) fn blocked(err: &BlockError) -> Option<(RateLimitPolicy, RateLimitSta
     let status = RateLimitStatus { remaining: 0, reset: err.retry_after() };
     match err {
         BlockError::Flow { resource, rule, .. } if rule.grade == FlowGrade::Qps => {
-            Some((policy(policy_name(resource, None), rule.count.max(0.0).floor() as u64, 1)?, status))
+            Some((policy(policy_name(resource, None), crate::flow::peek::qps_quota(rule), 1)?, status))
         }
-        BlockError::ParamFlow { resource, rule, .. } if rule.grade == FlowGrade::Qps => {
-            let quota = (rule.count.max(0.0).floor() as u64).saturating_add(rule.burst_count);
+        BlockError::ParamFlow { resource, rule, threshold, .. } if rule.grade == FlowGrade::Qps => {
+            // The value's bucket, as the passed responses read it: its own threshold, the burst, clamped.
+            let quota = crate::param_flow::bucket_quota(rule, *threshold);
             Some((policy(policy_name(resource, Some(rule.param_idx)), quota, rule.duration_in_sec)?, status))
         }
         _ => None,
