@@ -55,7 +55,9 @@ impl TrustedProxies {
         TrustedProxies::default()
     }
 
-    /// Proxies from text: each an address (`192.0.2.7`, `::1`) or a network (`10.0.0.0/8`).
+    /// Proxies from text: each an address (`192.0.2.7`, `::1`) or a network (`10.0.0.0/8`). An IPv4 address
+    /// or network may be given mapped into IPv6 (`::ffff:192.0.2.7`, `::ffff:10.0.0.0/104`): it is the same
+    /// proxy, trusted whichever way its peer address is written.
     pub fn new<I, S>(proxies: I) -> Result<Self, InvalidProxy>
     where
         I: IntoIterator<Item = S>,
@@ -85,16 +87,31 @@ impl TrustedProxies {
         TrustedProxies::of(nets.iter().filter_map(|n| n.parse().ok()))
     }
 
-    /// Networks split by family, each kept as its network address and mask.
+    /// Networks split by family, each kept as its network address and mask. An address is checked as IPv4
+    /// when it is one mapped into IPv6 (`::ffff:a.b.c.d`), so IPv4-mapped networks are kept as the IPv4
+    /// networks they are (`::ffff:a.b.c.d/96+n` as `a.b.c.d/n`), and an IPv6 network that holds every mapped
+    /// address (`::/0`, `::ffff:0:0/96`) holds every IPv4 address too: either spelling of a proxy trusts it.
     fn of(nets: impl IntoIterator<Item = IpNet>) -> Self {
         let mut proxies = TrustedProxies::default();
         for net in nets {
             match net {
-                IpNet::V4(n) => proxies.v4.push((n.network().to_bits(), n.netmask().to_bits())),
-                IpNet::V6(n) => proxies.v6.push((n.network().to_bits(), n.netmask().to_bits())),
+                IpNet::V4(n) => proxies.push_v4(n),
+                IpNet::V6(n) => match mapped_v4(n) {
+                    Some(n) => proxies.push_v4(n),
+                    None => {
+                        if n.contains(&Ipv4Addr::UNSPECIFIED.to_ipv6_mapped()) {
+                            proxies.push_v4(Ipv4Net::default());
+                        }
+                        proxies.v6.push((n.network().to_bits(), n.netmask().to_bits()));
+                    }
+                },
             }
         }
         proxies
+    }
+
+    fn push_v4(&mut self, n: Ipv4Net) {
+        self.v4.push((n.network().to_bits(), n.netmask().to_bits()));
     }
 
     /// Whether `ip` is a trusted proxy.
@@ -177,6 +194,14 @@ impl TrustedProxies {
         }
         Some(nearest)
     }
+}
+
+/// An IPv6 network inside the IPv4-mapped range (`::ffff:a.b.c.d/96+n`) as the IPv4 network it is
+/// (`a.b.c.d/n`); `None` for any other network.
+fn mapped_v4(n: Ipv6Net) -> Option<Ipv4Net> {
+    let len = n.prefix_len().checked_sub(96)?;
+    let v4 = n.network().to_ipv4_mapped()?;
+    Ipv4Net::new(v4, len).ok()
 }
 
 /// An IPv4 address mapped into IPv6 (`::ffff:a.b.c.d`) is the IPv4 address.
@@ -407,7 +432,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "review: a proxy configured by its IPv4-mapped IPv6 address (or network) is never trusted, even for that very address"]
     fn a_proxy_given_as_an_ipv4_mapped_address_is_trusted() {
         let p = TrustedProxies::new(["::ffff:10.0.0.1", "::ffff:192.168.0.0/112"]).unwrap();
         assert!(p.contains("::ffff:10.0.0.1".parse().unwrap()), "the configured address itself");
@@ -415,6 +439,30 @@ mod tests {
         assert!(p.contains("::ffff:192.168.3.4".parse().unwrap()), "an address of the configured network");
         // Behind that proxy, the client is the forwarded address, not the proxy for every client.
         assert_eq!(client(&p, "[::ffff:10.0.0.1]", &["203.0.113.9"]), ip("203.0.113.9"));
+    }
+
+    #[test]
+    fn either_spelling_of_an_ipv4_network_trusts_both_spellings_of_its_addresses() {
+        let mapped = TrustedProxies::new(["::ffff:10.0.0.0/104", "::FFFF:192.0.2.7/128"]).unwrap();
+        assert_eq!(mapped, TrustedProxies::new(["10.0.0.0/8", "192.0.2.7"]).unwrap(), "kept as the IPv4 networks");
+        for yes in ["10.1.2.3", "::ffff:10.1.2.3", "192.0.2.7", "::ffff:192.0.2.7"] {
+            assert!(mapped.contains(yes.parse().unwrap()), "{yes}");
+        }
+        for no in ["11.0.0.1", "::ffff:11.0.0.1", "192.0.2.8", "::a00:1", "10::1"] {
+            assert!(!mapped.contains(no.parse().unwrap()), "{no}");
+        }
+        // An IPv6 network that holds the whole mapped range holds every IPv4 address, as either spelling.
+        for wide in ["::/0", "::ffff:0:0/96", "::fffe:0:0/95"] {
+            let p = TrustedProxies::new([wide]).unwrap();
+            for yes in ["8.8.8.8", "::ffff:8.8.8.8"] {
+                assert!(p.contains(yes.parse().unwrap()), "{wide} holds {yes}");
+            }
+        }
+        assert!(TrustedProxies::new(["::/0"]).unwrap().contains("2001:db8::1".parse().unwrap()));
+        assert!(!TrustedProxies::new(["::ffff:0:0/96"]).unwrap().contains("2001:db8::1".parse().unwrap()));
+        for narrow in ["2001:db8::/32", "::/96", "fc00::/7"] {
+            assert!(!TrustedProxies::new([narrow]).unwrap().contains("10.0.0.1".parse().unwrap()), "{narrow}");
+        }
     }
 
     #[test]
