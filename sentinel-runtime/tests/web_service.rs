@@ -409,6 +409,36 @@ fn a_routed_request_is_named_by_its_route_whatever_its_content_type() {
     assert!(!engine.resource_names().iter().any(|n| n == "/orders/cancel"));
 }
 
+/// A gRPC service mounted in a router as tonic's `Routes` mount it (`/{service}/{*rest}`): each method is its
+/// own resource; an HTTP catch-all route (another wildcard) names its calls by the route whatever their type.
+#[cfg(feature = "axum")]
+#[test]
+fn a_grpc_service_mounted_in_a_router_names_each_method() {
+    use axum::body::Body;
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("/shop.Orders/Cancel").count(0.0)]).unwrap();
+    let grpc = tower::service_fn(|_: Request<Body>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
+    });
+    let mut app = axum::Router::new()
+        .route_service("/shop.Orders/{*rest}", grpc)
+        .route("/files/{*path}", axum::routing::post(|| async { "done" }))
+        .route_layer(SentinelLayer::new(&engine).axum());
+    let mut call = |path: &str| {
+        let req = Request::post(path).header("content-type", "application/grpc").body(Body::empty()).unwrap();
+        let ready = ServiceExt::<Request<Body>>::ready(&mut app).now_or_never().expect("ready").unwrap();
+        let res = ready.call(req).now_or_never().expect("answered without waiting").unwrap();
+        res.headers().get("grpc-status").is_some_and(|s| s != "0") || res.status() == StatusCode::TOO_MANY_REQUESTS
+    };
+    assert!(call("/shop.Orders/Cancel"), "the method's rule applies");
+    assert!(!call("/shop.Orders/Get"), "another method passes");
+    assert!(!call("/files/shop/Get"));
+    let names = engine.resource_names();
+    assert!(names.iter().any(|n| n == "/shop.Orders/Get"), "{names:?}");
+    assert!(names.iter().any(|n| n == "POST:/files/{*path}"), "{names:?}");
+    assert!(!names.iter().any(|n| n == "/files/shop/Get"), "{names:?}");
+}
+
 #[test]
 fn a_hot_value_with_its_own_threshold_is_told_the_same_quota_when_passed_and_when_blocked() {
     use sentinel_runtime::param_flow::ParamItemValue;

@@ -1,7 +1,8 @@
 //! Resource names for requests, and the bounded cache from a request's route to its resource handle.
 //!
 //! The default name is `METHOD:/route/{template}` from axum's matched route (whatever the request's content
-//! type), else the full method path for a gRPC call to a gRPC method's path (`/pkg.Service/Method`), and
+//! type, but for a gRPC service mounted at `/{service}/{*rest}`, whose calls are named by their method), else
+//! the full method path for a gRPC call to a gRPC method's path (`/pkg.Service/Method`), and
 //! otherwise `METHOD:` and the path through a cleaner that folds identifiers (numbers, UUIDs, long hex or
 //! opaque segments) into `{id}`. The content type is the client's to choose: it never takes a request away
 //! from the route it matched, nor names one by a path that is no gRPC method's. A request's name is looked up by borrowed
@@ -393,6 +394,14 @@ fn is_grpc_method_path(path: &str) -> bool {
     identifier(method.as_bytes()) && service.split('.').all(|part| identifier(part.as_bytes()))
 }
 
+/// Whether `route` is the route a gRPC service is mounted at in a router (`/{service}/{*rest}`, as tonic's
+/// `Routes` mount it) and `path` a method's path of that service: such a call is named by its method. Any
+/// other route names its calls, whatever content type a client sends.
+fn is_service_route(route: &str, path: &str) -> bool {
+    let service = route.strip_prefix('/').and_then(|r| r.strip_suffix("/{*rest}"));
+    is_grpc_method_path(path) && service.is_some_and(|s| path[1..].split_once('/').is_some_and(|(p, _)| p == s))
+}
+
 /// The resources a layer (and every service it made) has named, by route.
 ///
 /// Keys are hashed with foldhash, seeded per process (a route key is short and the map is bounded, so the
@@ -437,6 +446,11 @@ impl ResourceCache {
             None => {
                 let method = naming.method_prefix.then(|| req.method());
                 match matched_route(req) {
+                    // A gRPC service in a router (tonic's `Routes` mount each at `/{service}/{*rest}`): the
+                    // method called.
+                    Some(route) if grpc && is_service_route(route_text(route), req.path()) => {
+                        (Cow::Borrowed(req.path()), None, Source::Request, None)
+                    }
                     // The router's route, whatever the content type the client sent.
                     Some(route) => (Cow::Borrowed(route_text(route)), method, Source::Route, Some(route)),
                     None if grpc && is_grpc_method_path(req.path()) => {
