@@ -33,7 +33,9 @@
 //! [`RuleError`] naming the rule and the field `resource`, and the rules in force stay:
 //! look-around and backreferences do not exist there (matching runs in linear time whatever the pattern),
 //! and a pattern that compiles to more than 1 MiB is refused, so a pushed rule cannot exhaust memory.
-//! Character classes such as `\w` and `\d` are Unicode-aware (Java's are ASCII unless `(?U)` is given).
+//! As in Java, `\d`, `\w`, `\s` and their negations are ASCII classes (`[0-9]`, `[a-zA-Z_0-9]`,
+//! `[ \t\n\x0B\f\r]`) unless the pattern starts with `(?U)` (Java's `UNICODE_CHARACTER_CLASS`), which makes
+//! them Unicode-aware; gateway patterns read them the same way.
 //!
 //! A regex flow rule cannot be in cluster mode (one cluster flow id cannot count every matching resource
 //! separately; Java refuses it too). Java also ignores regex flow rules that warm up or queue, because its
@@ -63,7 +65,7 @@ pub(crate) struct ResourcePattern {
 impl ResourcePattern {
     /// Compiles `source` anchored at both ends (Java's `matches()`): the whole name must match.
     pub(crate) fn compile(source: &str) -> Result<Self, String> {
-        RegexBuilder::new(&format!(r"\A(?:{source})\z"))
+        RegexBuilder::new(&format!(r"\A(?:{})\z", java_syntax(source)))
             .size_limit(PATTERN_SIZE_LIMIT)
             .dfa_size_limit(PATTERN_SIZE_LIMIT)
             .build()
@@ -80,6 +82,58 @@ impl ResourcePattern {
     pub(crate) fn matches(&self, name: &str) -> bool {
         self.regex.is_match(name)
     }
+}
+
+/// A pattern written for Java's `Pattern`, in the regex crate's syntax: Java reads `\d`, `\w`, `\s` and their
+/// negations as ASCII classes, the regex crate as Unicode ones, so each becomes the regex crate's ASCII class
+/// (`[[:digit:]]`, `[[:word:]]`, `[[:space:]]`, the same sets as Java's), in a bracketed class too. A pattern
+/// that starts with Java's `(?U)` (`UNICODE_CHARACTER_CLASS`, which the regex crate would read as "swap
+/// greed") keeps Unicode classes, without the flag. Anything else is left as written.
+pub(crate) fn java_syntax(source: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    if let Some(unicode) = source.strip_prefix("(?U)") {
+        return Cow::Borrowed(unicode);
+    }
+    if !source.contains('\\') {
+        return Cow::Borrowed(source);
+    }
+    let mut out = String::with_capacity(source.len() + 16);
+    let mut in_class = 0usize;
+    let mut chars = source.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('d' | 'D' | 'w' | 'W' | 's' | 'S')) => {
+                    let name = match e.to_ascii_lowercase() {
+                        'd' => "digit",
+                        'w' => "word",
+                        _ => "space",
+                    };
+                    let not = if e.is_ascii_uppercase() { "^" } else { "" };
+                    if in_class > 0 {
+                        out.push_str(&format!("[:{not}{name}:]"));
+                    } else {
+                        out.push_str(&format!("[[:{not}{name}:]]"));
+                    }
+                }
+                Some(e) => {
+                    out.push('\\');
+                    out.push(e);
+                }
+                None => out.push('\\'),
+            },
+            '[' => {
+                in_class += 1;
+                out.push('[');
+            }
+            ']' if in_class > 0 => {
+                in_class -= 1;
+                out.push(']');
+            }
+            _ => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// The regex crate's error in one line, with what to do.
@@ -195,6 +249,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn classes_are_javas_ascii_ones_unless_the_pattern_asks_for_unicode() {
+        let arabic_digits = "\u{661}\u{662}";
+        let digits = ResourcePattern::compile(r"order\d+").unwrap();
+        assert!(digits.matches("order42"));
+        assert!(!digits.matches(&format!("order{arabic_digits}")), "Java's \\d is [0-9]");
+        let not_digits = ResourcePattern::compile(r"\D+").unwrap();
+        assert!(not_digits.matches(arabic_digits));
+        assert!(ResourcePattern::compile(r"[\w.-]+").unwrap().matches("a_b.c-9"));
+        assert!(!ResourcePattern::compile(r"[\w]+").unwrap().matches("é"));
+        assert!(ResourcePattern::compile(r"[^\W]+").unwrap().matches("ab"));
+        assert!(ResourcePattern::compile(r"a\sb").unwrap().matches("a\tb"));
+        assert!(!ResourcePattern::compile(r"a\sb").unwrap().matches("a\u{a0}b"));
+        // Escapes stay as written: a backslash, a dot, a bracket.
+        assert!(ResourcePattern::compile(r"a\\d").unwrap().matches(r"a\d"));
+        assert!(ResourcePattern::compile(r"a\.\[\d\]").unwrap().matches("a.[7]"));
+        // Java's (?U): Unicode classes (the regex crate's (?U) would swap greed).
+        let unicode = ResourcePattern::compile(r"(?U)order\d+").unwrap();
+        assert!(unicode.matches(&format!("order{arabic_digits}")));
+        assert_eq!(unicode.source(), r"(?U)order\d+");
+    }
+
+    #[test]
     fn a_pattern_matches_whole_names_only() {
         let p = ResourcePattern::compile("order.*").unwrap();
         assert!(p.matches("order"));
@@ -218,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_pattern_that_compiles_too_big_is_refused() {
-        let e = ResourcePattern::compile(r"\w{1000}\w{1000}\w{1000}").unwrap_err();
+        let e = ResourcePattern::compile(r"(?U)\w{1000}\w{1000}\w{1000}").unwrap_err();
         assert!(e.contains("simplify"), "{e}");
     }
 

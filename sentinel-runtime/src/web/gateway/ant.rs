@@ -122,7 +122,7 @@ fn segment_regex(segment: &str) -> Result<Regex, String> {
                     match body.split_once(':') {
                         Some((_, custom)) => {
                             re.push_str("(?:");
-                            re.push_str(custom);
+                            re.push_str(&crate::pattern::java_syntax(custom));
                             re.push(')');
                         }
                         None => re.push_str(".*"),

@@ -101,7 +101,7 @@ const GATEWAY_REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// Compiles a regular expression the whole text must match (Java's `Pattern.matcher(text).matches()`).
 fn compile_regex(source: &str) -> Result<regex::Regex, String> {
-    regex::RegexBuilder::new(&format!(r"\A(?:{source})\z"))
+    regex::RegexBuilder::new(&format!(r"\A(?:{})\z", crate::pattern::java_syntax(source)))
         .size_limit(GATEWAY_REGEX_SIZE_LIMIT)
         .dfa_size_limit(GATEWAY_REGEX_SIZE_LIMIT)
         .build()
