@@ -321,15 +321,23 @@ fn push_rules(c: &Center, kind: RuleKind, p: &Params) -> Result<Reply, CommandEr
     let _serial = c.writes.lock().unwrap_or_else(|e| e.into_inner());
     set.apply(&c.engine).map_err(|e| CommandError(e.to_string()))?;
     tracing::info!(%kind, "rules pushed through the command center are in force");
-    if let Some(source) = &c.source {
-        // What is written is what is in force (a file source adds every other kind the file holds, as in
-        // force), so `success` survives a restart.
-        if let Err(e) = source.write_rules(&RuleSet::snapshot(&c.engine, &[kind])) {
-            tracing::warn!(error = %e, "the pushed rules are in force but could not be written back");
-            return Ok(Reply { write_error: Some(e.to_string()), ..Reply::text(WRITE_DATA_SOURCE_FAILED) });
+    // What is written is what is in force (a file source adds every other kind the file holds, as in force),
+    // so `success` survives a restart.
+    let snapshot = RuleSet::snapshot(&c.engine, &[kind]);
+    Ok(written_back(c, Box::new(move |source| source.write_rules(&snapshot))))
+}
+
+/// Writes what a push put in force back to the data source, if there is one, after the writes of earlier
+/// pushes and waiting at most the writer's deadline: `success`, or [`WRITE_DATA_SOURCE_FAILED`] (the rules
+/// are in force) when the store could not be written or did not answer in time.
+pub(super) fn written_back(c: &Center, write: super::write_back::Write) -> Reply {
+    match c.write_back.as_ref().map(|w| w.write(write)) {
+        None | Some(Ok(())) => Reply::text("success"),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "the pushed rules are in force but were not written back");
+            Reply { write_error: Some(e), ..Reply::text(WRITE_DATA_SOURCE_FAILED) }
         }
     }
-    Ok(Reply::text("success"))
 }
 
 // ---------------------------------------------------------------------------------------------------------

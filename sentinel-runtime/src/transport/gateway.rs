@@ -6,7 +6,7 @@
 //! space); an invalid push is answered `400` with the reason and changes nothing (Java drops invalid rules
 //! and answers `success`).
 
-use super::commands::WRITE_DATA_SOURCE_FAILED;
+use super::commands::written_back;
 use super::handler::{Center, CommandError, Params, Reply};
 use crate::datasource::GatewayDocuments;
 use crate::web::gateway::json;
@@ -33,7 +33,7 @@ pub(crate) fn update_api_definitions(c: &Center, p: &Params) -> Result<Reply, Co
     c.engine.load_api_definitions(definitions).map_err(|e| CommandError(e.to_string()))?;
     tracing::info!("API definitions pushed through the command center are in force");
     let pushed = GatewayDocuments { api_definitions: Some(c.engine.api_definitions()), rules: None };
-    Ok(written_back(c, &pushed))
+    Ok(written_back(c, Box::new(move |source| source.write_gateway(&pushed))))
 }
 
 pub(crate) fn update_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
@@ -43,17 +43,5 @@ pub(crate) fn update_rules(c: &Center, p: &Params) -> Result<Reply, CommandError
     c.engine.load_gateway_rules(rules).map_err(|e| CommandError(e.to_string()))?;
     tracing::info!("gateway flow rules pushed through the command center are in force");
     let pushed = GatewayDocuments { rules: Some(c.engine.gateway_rules()), api_definitions: None };
-    Ok(written_back(c, &pushed))
-}
-
-/// Writes the list pushed (as it is in force) back to the data source, if there is one: `success`, or
-/// [`WRITE_DATA_SOURCE_FAILED`] when the store could not be written (or holds no such list).
-fn written_back(c: &Center, pushed: &GatewayDocuments) -> Reply {
-    if let Some(source) = &c.source {
-        if let Err(e) = source.write_gateway(pushed) {
-            tracing::warn!(error = %e, "the pushed gateway rules are in force but could not be written back");
-            return Reply { write_error: Some(e.to_string()), ..Reply::text(WRITE_DATA_SOURCE_FAILED) };
-        }
-    }
-    Reply::text("success")
+    Ok(written_back(c, Box::new(move |source| source.write_gateway(&pushed))))
 }

@@ -38,6 +38,8 @@ pub(crate) struct Center {
     pub(crate) history: History,
     pub(crate) transitions: Arc<Transitions>,
     pub(crate) source: Option<Arc<dyn WritableDataSource>>,
+    /// The writer of `source`, when there is one.
+    pub(crate) write_back: Option<super::write_back::WriteBack>,
     pub(crate) machine: MachineInfo,
     /// Serializes rule pushes, so that what is in force and what is written back are the same push.
     pub(crate) writes: Mutex<()>,

@@ -38,7 +38,9 @@
 //! file's own format ([`FileDataSource::write_rules`](crate::datasource::FileDataSource::write_rules)), or to
 //! any other [`WritableDataSource`] (Redis, etcd, a store of your own). The answer is `success`, or
 //! `partial success (write data source failed)` when the rules are in force but the store could not be
-//! written (the reason is in the `X-Sentinel-Write-Error` header and the log).
+//! written, or did not answer within three quarters of the request timeout (the write goes on; writes are
+//! made one at a time in push order, four waiting at most). The reason is in the `X-Sentinel-Write-Error`
+//! header and the log.
 //!
 //! # Security defaults
 //! - Bound to `127.0.0.1` (Java binds every interface). Requests must name a loopback host, which defeats
@@ -96,6 +98,7 @@ mod handler;
 mod heartbeat;
 mod history;
 mod security;
+mod write_back;
 
 pub use commands::WRITE_DATA_SOURCE_FAILED;
 pub use heartbeat::{DashboardAddressError, HeartbeatStatus, DEFAULT_HEARTBEAT_INTERVAL, HEARTBEAT_PATH};
@@ -649,11 +652,16 @@ impl CommandCenterBuilder {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let observer = format!("sentinel-command-center-{id}");
         let transitions = breakers::Transitions::attach(&self.engine, &observer);
+        let write_back = match &self.source {
+            Some(source) => Some(write_back::WriteBack::start(source.clone(), self.limits.request_timeout)?),
+            None => None,
+        };
         let center = Arc::new(Center {
             engine: self.engine.clone(),
             history: history::History::new(self.history_seconds, self.engine.config().max_resources),
             transitions,
             source: self.source,
+            write_back,
             machine: machine.clone(),
             writes: Mutex::new(()),
         });

@@ -1,0 +1,156 @@
+//! Pushed rules written back to the data source on a thread of its own, in push order, each waited for at
+//! most a deadline below the request's timeout.
+//!
+//! A push puts its rules in force, then writes them back. A store that does not answer in time would have
+//! made the request time out (`408`, a failure to the dashboard) with the rules already in force. Instead the
+//! push waits for its write at most [`WriteBack::deadline`] and then answers `partial success` (the rules are
+//! in force, the store is not written yet); the write goes on and the writes of later pushes follow it, in
+//! order, so the store ends with the last push. At most [`QUEUED`] writes wait: past them a push is answered
+//! `partial success` at once, and its write is not made.
+
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::datasource::{WritableDataSource, WriteBackError};
+
+/// Writes waiting for the store at most, the one being made included.
+pub(crate) const QUEUED: usize = 4;
+
+/// A write of a push, made on the writer thread.
+pub(crate) type Write = Box<dyn FnOnce(&dyn WritableDataSource) -> Result<(), WriteBackError> + Send>;
+type Job = (Write, SyncSender<Result<(), WriteBackError>>);
+
+/// The writer of a command center's data source.
+pub(crate) struct WriteBack {
+    jobs: SyncSender<Job>,
+    /// The writer thread (never joined but by tests: a store that hangs would hang the caller).
+    #[cfg_attr(not(test), allow(dead_code))]
+    thread: std::thread::JoinHandle<()>,
+    /// How long a push waits for its write.
+    deadline: Duration,
+}
+
+impl WriteBack {
+    /// Starts the writer of `source`; `request_timeout` is the command server's (a push waits three quarters
+    /// of it, at most a second less).
+    pub(crate) fn start(source: Arc<dyn WritableDataSource>, request_timeout: Duration) -> std::io::Result<Self> {
+        let (jobs, queue) = mpsc::sync_channel::<Job>(QUEUED - 1);
+        let thread = std::thread::Builder::new().name("sentinel-write-back".into()).spawn(move || {
+            // Ends when the command center (the sender) is gone and the queue is empty.
+            for (write, answer) in queue {
+                let result = write(&*source);
+                if let Err(e) = &result {
+                    tracing::warn!(error = %e, "pushed rules could not be written back to the data source");
+                }
+                // The push may have stopped waiting: nobody to tell.
+                let _ = answer.send(result);
+            }
+        })?;
+        let margin = (request_timeout / 4).min(Duration::from_secs(1));
+        Ok(WriteBack { jobs, thread, deadline: request_timeout.saturating_sub(margin) })
+    }
+
+    /// Stops taking writes and waits for those queued (tests).
+    #[cfg(test)]
+    fn finish(self) {
+        drop(self.jobs);
+        self.thread.join().unwrap();
+    }
+
+    /// Writes with `write` after the writes queued before, waiting at most the deadline: `Err` with what to
+    /// tell the client when the write failed, or did not end in time (it goes on), or could not be queued.
+    pub(crate) fn write(&self, write: Write) -> Result<(), String> {
+        let (answer, result) = mpsc::sync_channel(1);
+        match self.jobs.try_send((write, answer)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                return Err(format!(
+                    "{QUEUED} writes are waiting for the data source, which does not answer; this one is not made"
+                ))
+            }
+            Err(TrySendError::Disconnected(_)) => return Err("the data source's writer stopped".to_string()),
+        }
+        match result.recv_timeout(self.deadline) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(RecvTimeoutError::Timeout) => Err(format!(
+                "the data source did not answer within {} ms; the write goes on, in push order",
+                self.deadline.as_millis()
+            )),
+            Err(RecvTimeoutError::Disconnected) => Err("the data source's writer stopped".to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datasource::{RuleSet, SourceStatus};
+    use std::sync::Mutex;
+
+    /// A store whose writes wait for the test to let each go, and that records the order they ended in.
+    struct Gated {
+        entered: Mutex<mpsc::Sender<()>>,
+        go: Mutex<mpsc::Receiver<()>>,
+        done: Mutex<Vec<usize>>,
+    }
+
+    impl WritableDataSource for Gated {
+        fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
+            let _ = self.entered.lock().unwrap().send(());
+            let _ = self.go.lock().unwrap().recv();
+            self.done.lock().unwrap().push(set.flow.as_ref().map_or(0, Vec::len));
+            Ok(())
+        }
+        fn status(&self) -> SourceStatus {
+            SourceStatus::new("gated", "gated")
+        }
+    }
+
+    fn flows(n: usize) -> RuleSet {
+        RuleSet { flow: Some(vec![crate::flow::FlowRule::new("r"); n]), ..RuleSet::default() }
+    }
+
+    #[test]
+    fn a_write_that_outlasts_the_deadline_is_answered_goes_on_and_later_ones_follow_it_in_order() {
+        let (go, gate) = mpsc::channel();
+        let (entered, writing) = mpsc::channel();
+        let store = Arc::new(Gated { entered: Mutex::new(entered), go: Mutex::new(gate), done: Mutex::default() });
+        // A request timeout of 40 ms: a push waits 30.
+        let writer = WriteBack::start(store.clone(), Duration::from_millis(40)).unwrap();
+        assert_eq!(writer.deadline, Duration::from_millis(30));
+        let write = |n: usize| -> Write { Box::new(move |s| s.write_rules(&flows(n))) };
+        let late = writer.write(write(1)).unwrap_err();
+        assert!(late.contains("did not answer within 30 ms"), "{late}");
+        writing.recv().unwrap();
+        // The first is being written: three more wait behind it, and the fifth finds no room.
+        for n in 2..=4 {
+            assert!(writer.write(write(n)).is_err());
+        }
+        let full = writer.write(write(5)).unwrap_err();
+        assert!(full.contains("this one is not made"), "{full}");
+        for _ in 1..=4 {
+            go.send(()).unwrap();
+        }
+        writer.finish();
+        assert_eq!(*store.done.lock().unwrap(), [1, 2, 3, 4], "in push order, the refused one not made");
+    }
+
+    #[test]
+    fn a_write_answered_in_time_or_failing_is_told_as_it_is() {
+        struct Failing;
+        impl WritableDataSource for Failing {
+            fn write_rules(&self, _: &RuleSet) -> Result<(), WriteBackError> {
+                Err(WriteBackError::Store { target: "here".into(), reason: "disk full".into() })
+            }
+            fn status(&self) -> SourceStatus {
+                SourceStatus::new("failing", "failing")
+            }
+        }
+        let writer = WriteBack::start(Arc::new(Failing), Duration::from_secs(3600)).unwrap();
+        let e = writer.write(Box::new(|s| s.write_rules(&flows(1)))).unwrap_err();
+        assert!(e.contains("disk full"), "{e}");
+        assert_eq!(writer.write(Box::new(|_| Ok(()))), Ok(()));
+    }
+}
