@@ -322,7 +322,10 @@ impl NameCache {
 
     #[cold]
     fn insert(&self, naming: &Naming, engine: &Sentinel, name: &str, counted: bool) -> TargetRef {
-        let full = counted && self.counted.load(Ordering::Relaxed) >= naming.max_resources;
+        // A name takes its room in the count before it is inserted (given back if it is not), so that threads
+        // inserting at once never pass the bound.
+        let reserved = counted && crate::web::reserve(&self.counted, naming.max_resources);
+        let full = counted && !reserved;
         if full && !engine.has_rules_for(name) {
             return TargetRef::of(self.overflow.get_or_init(|| {
                 tracing::warn!(
@@ -337,6 +340,9 @@ impl NameCache {
         }
         let resource = engine.resource_typed(name, EntryType::Out);
         if resource.name() != name {
+            if reserved {
+                self.counted.fetch_sub(1, Ordering::Relaxed);
+            }
             // The engine's overflow (its cap is reached): not cached under the name, so a rule loaded later on
             // the name applies at its next call. Shared, like the guard's overflow, so it records no back-off.
             return TargetRef::of(self.engine_overflow.get_or_init(|| Target::new(resource, false)));
@@ -345,13 +351,13 @@ impl NameCache {
         let target = Target::new(resource, true);
         let map = self.map.pin();
         match map.try_insert(NameKey(name.into()), target) {
-            Ok(inserted) => {
-                if counted && !full {
-                    self.counted.fetch_add(1, Ordering::Relaxed);
+            Ok(inserted) => TargetRef::of(inserted),
+            Err(e) => {
+                if reserved {
+                    self.counted.fetch_sub(1, Ordering::Relaxed);
                 }
-                TargetRef::of(inserted)
+                TargetRef::of(e.current)
             }
-            Err(e) => TargetRef::of(e.current),
         }
     }
 

@@ -110,7 +110,7 @@ pub use config::ExitOn;
 pub use future::ResponseFuture;
 pub use layer::{SentinelLayer, WEB_CONTEXT_NAME};
 pub use naming::{clean_path, DEFAULT_MAX_RESOURCES, OTHER_METHODS_RESOURCE, OVERFLOW_RESOURCE};
-pub(crate) use naming::{clean_segments, ID_SEGMENT};
+pub(crate) use naming::{clean_segments, reserve, ID_SEGMENT};
 pub use outcome::{is_error_by_default, is_overload, GrpcCode, Outcome};
 pub use rate_limit::RateLimitHeaders;
 pub use request::{PeerAddr, RequestView};

@@ -402,6 +402,11 @@ fn is_service_route(route: &str, path: &str) -> bool {
     is_grpc_method_path(path) && service.is_some_and(|s| path[1..].split_once('/').is_some_and(|(p, _)| p == s))
 }
 
+/// Takes one of `max` places in `counted`: `false` when all are taken.
+pub(crate) fn reserve(counted: &AtomicUsize, max: usize) -> bool {
+    counted.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1)).is_ok()
+}
+
 /// The resources a layer (and every service it made) has named, by route.
 ///
 /// Keys are hashed with foldhash, seeded per process (a route key is short and the map is bounded, so the
@@ -518,7 +523,10 @@ impl ResourceCache {
     #[cold]
     fn insert(&self, naming: &Naming, engine: &Sentinel, key: RouteRef<'_>, source: Source) -> Resource {
         let name = key.resource_name();
-        if source == Source::Request && self.counted.load(Ordering::Relaxed) >= naming.max_resources {
+        // A request's name takes its room in the count before it is inserted (given back if it is not), so
+        // that threads inserting at once never pass the bound.
+        let reserved = source == Source::Request && reserve(&self.counted, naming.max_resources);
+        if source == Source::Request && !reserved {
             if engine.has_rules_for(&name) {
                 // A name a rule targets always gets its own resource (not cached past the bound).
                 return engine.resource_typed(&name, EntryType::In);
@@ -533,18 +541,14 @@ impl ResourceCache {
             return self.overflow.get_or_init(|| fixed_resource(engine, OVERFLOW_RESOURCE)).clone();
         }
         let resource = engine.resource_typed(&name, EntryType::In);
-        if resource.name() != name {
-            // The engine's overflow (its cap is reached): not cached, so the name gets its own resource once a
-            // rule names it.
-            return resource;
-        }
-        let owned = RouteKey { method: key.method, name: key.name.into() };
-        let map = self.map.pin();
-        match map.try_insert(owned, resource.clone()) {
-            Ok(_) if source == Source::Request => {
-                self.counted.fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {}
+        // The engine's overflow (its cap is reached) is not cached, so the name gets its own resource once a
+        // rule names it.
+        let inserted = resource.name() == name && {
+            let owned = RouteKey { method: key.method, name: key.name.into() };
+            self.map.pin().try_insert(owned, resource.clone()).is_ok()
+        };
+        if reserved && !inserted {
+            self.counted.fetch_sub(1, Ordering::Relaxed);
         }
         resource
     }
@@ -672,6 +676,29 @@ mod tests {
         let req = Request::post("/shop.Orders/Get").header("content-type", "application/grpc").body(()).unwrap();
         let v = RequestView::new(&req);
         assert_eq!(cache.resolve(&Naming::default(), &engine, &v, v.is_grpc()).unwrap().name(), "/shop.Orders/Get");
+    }
+
+    #[test]
+    fn threads_naming_at_once_never_pass_the_bound() {
+        let engine = Sentinel::builder().build();
+        let cache = ResourceCache::default();
+        let naming = Naming { max_resources: 10, ..Naming::default() };
+        let barrier = std::sync::Barrier::new(8);
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let (engine, cache, naming, barrier) = (&engine, &cache, &naming, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    for i in 0..50 {
+                        let req = Request::get(format!("/t{t}/n{i}")).body(()).unwrap();
+                        let v = RequestView::new(&req);
+                        cache.resolve(naming, engine, &v, false).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(cache.len(), 10, "ten names cached, the others share the overflow");
+        assert_eq!(cache.counted.load(Ordering::Relaxed), 10);
     }
 
     #[test]
