@@ -376,7 +376,6 @@ fn a_sync_call_over_the_limit_waits_up_to_max_wait_for_a_place_and_the_newest_is
 }
 
 #[test]
-#[ignore = "review: a sync call that waited for a place reports the wait in its RTT (created_nanos is taken before the wait), inflating the limiter's samples"]
 fn review_a_sync_call_that_waited_for_a_place_measures_its_rtt_from_the_place() {
     let (engine, clock) = engine();
     let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 1, 1).max_wait_ms(1_000);

@@ -80,8 +80,10 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             nodes: Nodes::new(node, own, inner, origin_node, inbound, shared),
         };
 
-        let now_nanos = shared.clock.now_nanos();
-        let now_ms = now_nanos / NANOS_PER_MILLI;
+        // When the call is decided: re-read after a wait for a place, so that the call's response time (and
+        // the adaptive limit's sample and back-off epoch) starts when it got its place, as an async call's does.
+        let mut now_nanos = shared.clock.now_nanos();
+        let mut now_ms = now_nanos / NANOS_PER_MILLI;
         let mut checks = Decided::default();
         // The wait mode rides in `checks` (blocking is its zero: `enter` stores nothing); a retry's deadline
         // is kept where only the cluster rule's slow path looks for it.
@@ -131,7 +133,14 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                         if O::HANDS_BACK && matches!(wait, Wait::Async(_)) {
                             return O::wait(self, p, block);
                         }
-                        self.recheck_after_wait(p, &mut checks, &site).err()
+                        match self.recheck_after_wait(p, &mut checks, &site) {
+                            Ok(placed_at) => {
+                                now_nanos = placed_at;
+                                now_ms = placed_at / NANOS_PER_MILLI;
+                                None
+                            }
+                            Err(block) => Some(block),
+                        }
                     }
                     _ => Some(block),
                 };
@@ -186,10 +195,11 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
 
 impl EntryBuilder<'_, '_> {
     /// A check asked the call to wait (`p`): blocks the thread until the wait ends, and decides again with
-    /// what the wait got, as often as a check asks again.
+    /// what the wait got, as often as a check asks again. Admitted, it answers the clock reading of the
+    /// decision that admitted it (after the wait): where the call's response time starts.
     #[cold]
     #[inline(never)]
-    fn recheck_after_wait(&self, mut p: Pending, checks: &mut Decided, site: &Site<'_>) -> Result<(), BlockError> {
+    fn recheck_after_wait(&self, mut p: Pending, checks: &mut Decided, site: &Site<'_>) -> Result<u64, BlockError> {
         loop {
             let deadline = p.deadline();
             let _retry = RetryScope::enter(p.wait_blocking());
@@ -200,7 +210,7 @@ impl EntryBuilder<'_, '_> {
             let decided = site.inner.with_rules(|rules| self.run_general(rules, checks, site, now_nanos));
             match (decided, crate::wait::take_pending()) {
                 (Err(_), Some(again)) => p = again,
-                (decided, _) => return decided,
+                (decided, _) => return decided.map(|()| now_nanos),
             }
         }
     }
