@@ -224,7 +224,7 @@ pub struct AdaptiveRule {
     /// The most calls that may wait at once; when full, the oldest waiter is refused (the default, 0, means
     /// `max_limit`: as many waiting as could ever run).
     pub max_waiters: u32,
-    /// Guaranteed shares by origin (empty: one pool for every caller).
+    /// Guaranteed shares by origin, each origin named once (empty: one pool for every caller).
     #[cfg_attr(feature = "serde", serde(with = "partitions", skip_serializing_if = "Vec::is_empty"))]
     pub partitions: Vec<Partition>,
     /// How samples are grouped into windows.
@@ -460,14 +460,14 @@ pub fn validate_all(rules: &[AdaptiveRule]) -> Result<(), AdaptiveRuleError> {
     rules.iter().enumerate().try_for_each(|(i, r)| r.validate(i))
 }
 
-/// `partitions` as an object from origin to share.
+/// `partitions` as an object from origin to share. An origin named twice in the object is refused, as the
+/// same rule built in code is (a JSON object may repeat a key; a map would keep only the last share).
 #[cfg(feature = "serde")]
 mod partitions {
-    use std::collections::BTreeMap;
+    use std::fmt;
 
-    use serde::de::{Deserializer, Error};
+    use serde::de::{Deserializer, Error, MapAccess, Visitor};
     use serde::ser::{SerializeMap, Serializer};
-    use serde::Deserialize;
 
     use super::{Partition, MAX_PARTITIONS};
 
@@ -480,10 +480,33 @@ mod partitions {
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Partition>, D::Error> {
-        let map = BTreeMap::<String, f64>::deserialize(d)?;
-        if map.len() > MAX_PARTITIONS {
-            return Err(D::Error::custom(format!("{} partitions; at most {} are allowed", map.len(), MAX_PARTITIONS)));
+        d.deserialize_map(PartitionsVisitor)
+    }
+
+    /// Reads the object entry by entry (never more than [`MAX_PARTITIONS`] of them), refusing a repeated
+    /// origin; the partitions come out ordered by origin, whatever the order of the document.
+    struct PartitionsVisitor;
+
+    impl<'de> Visitor<'de> for PartitionsVisitor {
+        type Value = Vec<Partition>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an object from origin to share, each origin named once")
         }
-        Ok(map.into_iter().map(|(origin, share)| Partition { origin, share }).collect())
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut parts: Vec<Partition> = Vec::new();
+            while let Some((origin, share)) = map.next_entry::<String, f64>()? {
+                if parts.iter().any(|p| p.origin == origin) {
+                    return Err(A::Error::custom(format!("names origin `{origin}` twice; give each origin one share")));
+                }
+                if parts.len() == MAX_PARTITIONS {
+                    return Err(A::Error::custom(format!("has more than {MAX_PARTITIONS} partitions")));
+                }
+                parts.push(Partition { origin, share });
+            }
+            parts.sort_by(|a, b| a.origin.cmp(&b.origin));
+            Ok(parts)
+        }
     }
 }

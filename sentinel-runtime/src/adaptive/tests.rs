@@ -188,12 +188,21 @@ mod format {
     }
 
     #[test]
-    #[ignore = "review: an origin named twice in `partitions` is silently collapsed (last wins) instead of refused"]
     fn review_json_refuses_an_origin_named_twice_in_partitions() {
         // Built in code, the same rule is refused ("names origin `mobile` twice"); as JSON the map keeps the
         // last share and the set loads, whatever the file says first.
         let parsed = parse_json(r#"[{"resource":"a","partitions":{"mobile":0.9,"mobile":0.6,"default":0.4}}]"#);
         assert!(parsed.is_err(), "accepted: {parsed:?}");
+        let err = parsed.unwrap_err();
+        assert!(
+            matches!(&err, AdaptiveRuleError::Parse(m) if m.contains("[0].partitions") && m.contains("`mobile` twice")),
+            "{err}"
+        );
+        // The same origin in different rules, and many distinct origins, are fine.
+        let ok = parse_json(
+            r#"[{"resource":"a","partitions":{"mobile":0.5}},{"resource":"b","partitions":{"mobile":0.5}}]"#,
+        );
+        assert!(ok.is_ok(), "{ok:?}");
     }
 
     #[test]
