@@ -239,6 +239,15 @@ impl Algorithm {
         }
     }
 
+    /// Whether a window with a drop lowers the limit (AIMD, Vegas): only then does a drop close its window
+    /// early. Gradient2 leaves drops out of its formula.
+    pub(crate) fn backs_off_on_drop(&self) -> bool {
+        match self {
+            Algorithm::Gradient2(_) => false,
+            Algorithm::Vegas(_) | Algorithm::Aimd(_) => true,
+        }
+    }
+
     /// Which algorithm this is.
     pub(crate) fn kind(&self) -> AlgorithmKind {
         match self {

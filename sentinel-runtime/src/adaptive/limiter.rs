@@ -93,9 +93,14 @@ pub(crate) struct Limiter {
     limit: AtomicU32,
     inflight: AtomicU32,
     /// Counts the limit's decreases: a drop of a call admitted since the last decrease closes the window at
-    /// once (one back-off per round of calls, as TCP backs off once per round trip), while drops of calls
+    /// once when the algorithm backs off on drops (one back-off per round of calls, as TCP backs off once per round trip), while drops of calls
     /// admitted under the older, higher limit only count in the window.
     epoch: AtomicU32,
+    /// Whether the algorithm lowers the limit on a drop (AIMD, Vegas), so that a drop closes the window at
+    /// once. Gradient2 leaves drops out of its formula: for it a drop is a sample like any other, and the
+    /// window closes on time (else each drop would close a window of one sample and add its queue allowance
+    /// to the limit, growing it faster the more calls the downstream sheds).
+    drop_closes_window: bool,
     /// When the epoch last changed (nanoseconds of the caller's clock): a call admitted since belongs to it.
     epoch_since: AtomicU64,
     partitions: Box<[PartitionState]>,
@@ -118,6 +123,7 @@ impl Limiter {
     /// the jitter of probes (tests pass a fixed one).
     pub(crate) fn new(rule: &AdaptiveRule, inbound: bool, now: u64, seed: u64) -> Self {
         let algorithm = Algorithm::new(rule, rule.algorithm_for(inbound), seed);
+        let drop_closes_window = algorithm.backs_off_on_drop();
         let partitions: Box<[PartitionState]> = rule
             .partitions
             .iter()
@@ -136,6 +142,7 @@ impl Limiter {
             limit: AtomicU32::new(rule.initial_limit),
             inflight: AtomicU32::new(0),
             epoch: AtomicU32::new(0),
+            drop_closes_window,
             epoch_since: AtomicU64::new(now),
             partitions,
             default_partition,
@@ -277,7 +284,7 @@ impl Limiter {
         if rtt_nanos >= self.ignore_under_nanos || dropped {
             self.window.record(rtt_nanos, permit.inflight, dropped);
         }
-        let early = dropped && permit.epoch == self.epoch.load(Relaxed);
+        let early = dropped && self.drop_closes_window && permit.epoch == self.epoch.load(Relaxed);
         if early || now >= self.next_close.load(Relaxed) {
             self.close_window(now);
         }
@@ -356,10 +363,13 @@ impl Limiter {
                     c.window_start = now;
                 } else if count < cfg.min_samples
                     && elapsed < cfg.max_window_ms * NANOS_PER_MS
-                    && !(self.window.has_drop() && elapsed >= c.last.map_or(0, |s| s.rtt_nanos))
+                    && !(self.drop_closes_window
+                        && self.window.has_drop()
+                        && elapsed >= c.last.map_or(0, |s| s.rtt_nanos))
                 {
                     // Too few samples yet: extend the window (never drop it: slow responses are few). A drop
-                    // closes it at once, once the window is one round trip old.
+                    // closes it at once, once the window is one round trip old, for an algorithm that backs
+                    // off on drops.
                     return;
                 } else if let Some(s) = self.window.take() {
                     let before = self.limit();

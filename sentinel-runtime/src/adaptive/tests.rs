@@ -409,7 +409,6 @@ fn a_drop_backs_off_at_once_but_only_once_per_round_of_calls() {
 }
 
 #[test]
-#[ignore = "review: a Gradient2 limit grows faster under overload drops (each drop closes a window early and adds the queue allowance)"]
 fn review_overload_drops_never_make_gradient2_grow_faster_than_successes() {
     // Gradient2 leaves drops out of its formula, and its limit does not fall on them, so the back-off epoch
     // never moves: every drop of a call "admitted since the last decrease" closes the window at once (after
