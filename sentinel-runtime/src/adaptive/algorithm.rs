@@ -104,7 +104,8 @@ impl Gradient2 {
 /// Vegas: `queue = ceil(limit · (1 − no_load_rtt / rtt))`, with `log = max(1, floor(log10(limit)))`: a queue
 /// at or under `log` grows the limit by `beta · log`, under `alpha · log` by `log`; over `beta · log` it
 /// shrinks by `log`; a drop shrinks it by `log`. The new limit is clamped, then smoothed. The no-load RTT is
-/// the lowest RTT seen, measured afresh after `jitter · probe_multiplier · limit` updates (jitter in [0.5, 1)):
+/// the lowest RTT seen in a window without a drop (a drop's RTT is not the downstream's latency), measured
+/// afresh after `jitter · probe_multiplier · limit` updates (jitter in [0.5, 1)):
 /// Netflix counts the samples its Vegas is fed, which under its windowed limit are windows; counting calls
 /// instead would re-measure every few seconds under load and take a loaded RTT for the no-load one.
 #[derive(Clone, Debug)]
@@ -144,17 +145,22 @@ impl Vegas {
 
     pub(crate) fn update(&mut self, s: &WindowSample) -> f64 {
         self.updates_since_probe += 1;
-        let probe_after = self.probe_jitter * f64::from(self.params.probe_multiplier) * self.limit;
-        if self.params.probe_multiplier > 0 && self.updates_since_probe as f64 >= probe_after {
-            // Measure the no-load RTT afresh: the downstream may have become slower for good.
-            self.updates_since_probe = 0;
-            self.probe_jitter = 0.5 + self.rng.f64() * 0.5;
-            self.no_load_rtt = s.min_rtt_nanos.max(1);
-            return self.limit;
-        }
-        if self.no_load_rtt == 0 || s.min_rtt_nanos < self.no_load_rtt {
-            self.no_load_rtt = s.min_rtt_nanos.max(1);
-            return self.limit;
+        // A window with a drop never gives the no-load RTT, nor a new measure of it (a due one waits for the
+        // next window without a drop): a call the downstream refused or shed fast (a 503 after 1 ms) says
+        // nothing of its latency, and the downstream was overloaded in that window anyway.
+        if !s.dropped {
+            let probe_after = self.probe_jitter * f64::from(self.params.probe_multiplier) * self.limit;
+            if self.params.probe_multiplier > 0 && self.updates_since_probe as f64 >= probe_after {
+                // Measure the no-load RTT afresh: the downstream may have become slower for good.
+                self.updates_since_probe = 0;
+                self.probe_jitter = 0.5 + self.rng.f64() * 0.5;
+                self.no_load_rtt = s.min_rtt_nanos.max(1);
+                return self.limit;
+            }
+            if self.no_load_rtt == 0 || s.min_rtt_nanos < self.no_load_rtt {
+                self.no_load_rtt = s.min_rtt_nanos.max(1);
+                return self.limit;
+            }
         }
         let log = log10_at_least_one(self.limit.floor());
         let target = if s.dropped {
@@ -284,15 +290,16 @@ impl Algorithm {
         }
     }
 
-    /// Resets the baseline to a probe's measurement (an unloaded downstream's average and lowest RTT).
-    pub(crate) fn reset_baseline(&mut self, avg_rtt_nanos: u64, min_rtt_nanos: u64) {
+    /// Resets the baseline to a probe's measurement `s` (the window of an unloaded downstream). Vegas keeps
+    /// its no-load RTT when the window had a drop (a drop's RTT is not the downstream's latency).
+    pub(crate) fn reset_baseline(&mut self, s: &WindowSample) {
         match self {
-            Algorithm::Gradient2(a) => a.long_rtt.set(avg_rtt_nanos.max(1) as f64),
-            Algorithm::Vegas(a) => {
-                a.no_load_rtt = min_rtt_nanos.max(1);
+            Algorithm::Gradient2(a) => a.long_rtt.set(s.rtt_nanos.max(1) as f64),
+            Algorithm::Vegas(a) if !s.dropped => {
+                a.no_load_rtt = s.min_rtt_nanos.max(1);
                 a.updates_since_probe = 0;
             }
-            Algorithm::Aimd(_) => {}
+            Algorithm::Vegas(_) | Algorithm::Aimd(_) => {}
         }
     }
 }

@@ -351,7 +351,7 @@ impl Limiter {
                     return;
                 }
                 if let Some(s) = self.window.take() {
-                    c.algorithm.reset_baseline(s.rtt_nanos, s.min_rtt_nanos);
+                    c.algorithm.reset_baseline(&s);
                     c.last = Some(s);
                 }
                 let next_at = next_probe(&self.probe_cfg, now, &mut c.rng);

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Barrier};
 use std::task::{Context, Poll};
 
-use super::algorithm::{log10_at_least_one, Aimd, ExpAverage, Gradient2, Vegas, WindowSample};
+use super::algorithm::{log10_at_least_one, Aimd, Algorithm, ExpAverage, Gradient2, Vegas, WindowSample};
 use super::limiter::Limiter;
 use super::permit::AdaptiveBlockReason;
 use super::rule::*;
@@ -337,6 +337,28 @@ fn vegas_measures_its_no_load_rtt_again_after_jittered_probe_samples() {
 }
 
 #[test]
+fn vegas_takes_no_no_load_rtt_from_a_window_with_a_drop_not_even_a_due_measure_or_the_probe() {
+    let p = VegasParams { probe_multiplier: 1, ..Default::default() };
+    let mut v = Vegas::new(p, 20, 1, 1000, 7);
+    // The first window has a drop: no no-load RTT yet, the limit backs off by log10.
+    assert!(approx(v.update(&WindowSample { dropped: true, min_rtt_nanos: MS, ..window(1, 20) }), 19.0));
+    assert_eq!(v.no_load_rtt, 0);
+    v.update(&window(50, 20)); // no-load 50 ms
+    let fast_drop = WindowSample { dropped: true, min_rtt_nanos: MS, ..window(1, 1) };
+    // Past the due re-measure (jitter·1·limit windows), fast drops still never set it.
+    for _ in 0..40 {
+        v.update(&fast_drop);
+        assert_eq!(v.no_load_rtt, 50 * MS);
+    }
+    // Nor does the minimum-RTT probe's window when it had a drop.
+    let mut a = Algorithm::Vegas(v);
+    a.reset_baseline(&fast_drop);
+    assert_eq!(a.baseline_rtt_nanos(), 50 * MS);
+    a.reset_baseline(&window(40, 1));
+    assert_eq!(a.baseline_rtt_nanos(), 40 * MS);
+}
+
+#[test]
 fn aimd_backs_off_on_drops_and_slow_windows_and_grows_by_one() {
     let mut a = Aimd::new(AimdParams { backoff_ratio: 0.9, timeout_ms: 1_000 }, 20, 2, 30);
     assert!(approx(a.update(&WindowSample { dropped: true, ..window(10, 20) }), 18.0));
@@ -436,7 +458,6 @@ fn review_overload_drops_never_make_gradient2_grow_faster_than_successes() {
 }
 
 #[test]
-#[ignore = "review: one fast overload drop (a 1 ms 503) closes a one-sample window whose RTT becomes Vegas's no-load RTT; the limit then falls to a handful"]
 fn review_a_fast_drop_does_not_become_the_vegas_no_load_rtt() {
     let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Vegas).limits(1, 50, 200);
     rule.vegas.probe_multiplier = 0; // no re-measuring within the test
