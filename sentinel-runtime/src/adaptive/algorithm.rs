@@ -9,9 +9,10 @@ use super::rule::{AdaptiveRule, AimdParams, AlgorithmKind, Gradient2Params, Vega
 /// What one closed window of samples measured.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct WindowSample {
-    /// The window's average round-trip time, in nanoseconds (> 0).
+    /// The window's average round-trip time, in nanoseconds (> 0): the window's measure, the one RTT every
+    /// algorithm reads.
     pub rtt_nanos: u64,
-    /// The window's lowest round-trip time, in nanoseconds (> 0).
+    /// The window's lowest round-trip time, in nanoseconds (> 0): shown, not read by the algorithms.
     pub min_rtt_nanos: u64,
     /// The most calls in flight any sample of the window saw when it started.
     pub max_inflight: u32,
@@ -103,9 +104,14 @@ impl Gradient2 {
 
 /// Vegas: `queue = ceil(limit · (1 − no_load_rtt / rtt))`, with `log = max(1, floor(log10(limit)))`: a queue
 /// at or under `log` grows the limit by `beta · log`, under `alpha · log` by `log`; over `beta · log` it
-/// shrinks by `log`; a drop shrinks it by `log`. The new limit is clamped, then smoothed. The no-load RTT is
-/// the lowest RTT seen in a window without a drop (a drop's RTT is not the downstream's latency), measured
-/// afresh after `jitter · probe_multiplier · limit` updates (jitter in [0.5, 1)):
+/// shrinks by `log`; a drop shrinks it by `log`. The new limit is clamped, then smoothed.
+///
+/// `rtt` is the window's measure, its average RTT, and the no-load RTT is the lowest such measure of a window
+/// without a drop (a drop's RTT is not the downstream's latency): both sides of the ratio are window averages,
+/// as in Netflix's windowed Vegas, which is fed one RTT per window. (Comparing a window's average with the
+/// lowest single call would read the spread of a steady downstream's RTTs as a queue, and shrink the limit
+/// for nothing.) The no-load RTT is measured afresh after `jitter · probe_multiplier · limit` updates (jitter
+/// in [0.5, 1)):
 /// Netflix counts the samples its Vegas is fed, which under its windowed limit are windows; counting calls
 /// instead would re-measure every few seconds under load and take a loaded RTT for the no-load one.
 #[derive(Clone, Debug)]
@@ -154,11 +160,11 @@ impl Vegas {
                 // Measure the no-load RTT afresh: the downstream may have become slower for good.
                 self.updates_since_probe = 0;
                 self.probe_jitter = 0.5 + self.rng.f64() * 0.5;
-                self.no_load_rtt = s.min_rtt_nanos.max(1);
+                self.no_load_rtt = s.rtt_nanos.max(1);
                 return self.limit;
             }
-            if self.no_load_rtt == 0 || s.min_rtt_nanos < self.no_load_rtt {
-                self.no_load_rtt = s.min_rtt_nanos.max(1);
+            if self.no_load_rtt == 0 || s.rtt_nanos < self.no_load_rtt {
+                self.no_load_rtt = s.rtt_nanos.max(1);
                 return self.limit;
             }
         }
@@ -290,13 +296,14 @@ impl Algorithm {
         }
     }
 
-    /// Resets the baseline to a probe's measurement `s` (the window of an unloaded downstream). Vegas keeps
-    /// its no-load RTT when the window had a drop (a drop's RTT is not the downstream's latency).
+    /// Resets the baseline to a probe's measurement `s` (the window of an unloaded downstream): its average
+    /// RTT, the measure both algorithms compare. Vegas keeps its no-load RTT when the window had a drop (a
+    /// drop's RTT is not the downstream's latency).
     pub(crate) fn reset_baseline(&mut self, s: &WindowSample) {
         match self {
             Algorithm::Gradient2(a) => a.long_rtt.set(s.rtt_nanos.max(1) as f64),
             Algorithm::Vegas(a) if !s.dropped => {
-                a.no_load_rtt = s.min_rtt_nanos.max(1);
+                a.no_load_rtt = s.rtt_nanos.max(1);
                 a.updates_since_probe = 0;
             }
             Algorithm::Vegas(_) | Algorithm::Aimd(_) => {}

@@ -24,7 +24,8 @@ pub enum AlgorithmKind {
     /// Netflix's Gradient2: the limit follows the ratio of a long-term RTT average to the current RTT, plus
     /// a queue allowance (the default for inbound resources).
     Gradient2,
-    /// TCP Vegas: the limit grows or shrinks by log10(limit) from the queue estimated against the no-load RTT.
+    /// TCP Vegas: the limit grows or shrinks by log10(limit) from the queue estimated from each window's
+    /// average RTT against the no-load RTT (the lowest window average seen in a window without a drop).
     Vegas,
     /// Additive increase, multiplicative decrease on drops (the default for outbound resources).
     Aimd,
@@ -86,8 +87,9 @@ impl Default for Gradient2Params {
 }
 
 /// Vegas's parameters (Netflix's defaults). Thresholds scale with `log10(limit)` (at least 1): the queue
-/// estimate grows the limit fast at or under `log10`, by `log10` under `alpha·log10`, and shrinks it by
-/// `log10` over `beta·log10`.
+/// estimate, `ceil(limit · (1 − no_load / rtt))` with `rtt` the window's average RTT and `no_load` the lowest
+/// window average seen (windows with a drop left out), grows the limit fast at or under `log10`, by `log10`
+/// under `alpha·log10`, and shrinks it by `log10` over `beta·log10`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, rename_all = "camelCase", deny_unknown_fields))]
@@ -154,7 +156,7 @@ impl Default for WindowConfig {
 
 /// Envoy's minimum-RTT probe: now and then the limit is pinned low for a few samples, so the RTT of an
 /// unloaded downstream is measured again; the algorithm's baseline (Gradient2's long-term RTT, Vegas's
-/// no-load RTT) is reset to it. Off unless `interval_ms` is set.
+/// no-load RTT) is reset to the probe window's average RTT. Off unless `interval_ms` is set.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, rename_all = "camelCase", deny_unknown_fields))]

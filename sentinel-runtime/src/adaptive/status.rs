@@ -31,7 +31,8 @@ pub struct AdaptiveStatus {
     pub min_rtt: Duration,
     /// The last closed window's average RTT: the sample RTT (zero before the first window closed).
     pub sample_rtt: Duration,
-    /// The RTT the algorithm compares against: Gradient2's long-term RTT, Vegas's no-load RTT (zero for AIMD).
+    /// The RTT the algorithm compares against: Gradient2's long-term RTT, Vegas's no-load RTT (the lowest
+    /// window average; zero for AIMD).
     pub baseline_rtt: Duration,
     /// Gradient2's last gradient, in [0.5, 1] (1 for the other algorithms).
     pub gradient: f64,
