@@ -230,8 +230,10 @@ impl Limiter {
         &self,
         partition: Option<PartitionId>,
         clock: &crate::clock::EngineClock,
-    ) -> super::wait::WaitForPermit<&Limiter> {
-        super::wait::WaitForPermit::start(self, partition, clock)
+    ) -> impl std::future::Future<Output = Result<Permit, AdaptiveBlock>> + Send + '_ {
+        use futures::FutureExt;
+        super::wait::WaitForPermit::start(self, partition, clock, self.max_wait_nanos)
+            .map(move |r| r.map_err(|end| end.into_block(self)))
     }
 
     /// The blocking variant for sync callers: parks this thread until a permit or the end of the wait. Never
@@ -438,9 +440,6 @@ impl Admission for Limiter {
     }
     fn queue(&self) -> &WaitQueue {
         &self.queue
-    }
-    fn max_wait_nanos(&self) -> u64 {
-        self.max_wait_nanos
     }
 }
 

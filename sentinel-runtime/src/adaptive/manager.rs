@@ -35,6 +35,9 @@ pub(crate) struct AdaptiveManager {
     /// The last generation of each resource's state (kept when the state goes, so that a state that comes
     /// back is not taken for the one before): one byte per resource the engine created.
     generations: Mutex<HashMap<Arc<str>, u8>>,
+    /// States a load took out of force, to retire once the resources' rules no longer hold them
+    /// ([`retire_replaced`](Self::retire_replaced)).
+    replaced: Mutex<Vec<Arc<ResourceAdaptive>>>,
 }
 
 impl DedupKey for AdaptiveRule {
@@ -89,7 +92,14 @@ impl AdaptiveManager {
                 let regex = unique.iter().filter(|r| r.regex).map(|r| (r.resource.as_str(), Arc::new(r.clone())));
                 let set = AdaptiveSet { exact: exact.collect(), patterns: Patterns::group(regex, &compiled) };
                 let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
-                cells.retain(|name, cell| set.rule_of(name).is_some_and(|r| **r == *cell.rule));
+                let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+                cells.retain(|name, cell| {
+                    let keep = set.rule_of(name).is_some_and(|r| **r == *cell.rule);
+                    if !keep {
+                        replaced.push(cell.clone());
+                    }
+                    keep
+                });
                 self.set.store(Arc::new(set));
                 Ok(())
             },
@@ -121,8 +131,19 @@ impl AdaptiveManager {
         let generation = generations.entry(name.clone()).or_insert(0);
         *generation = generation.checked_add(1).unwrap_or(1);
         let cell = Arc::new(ResourceAdaptive::new(rule.clone(), seed_of(name), *generation));
-        cells.insert(name.clone(), cell.clone());
+        if let Some(old) = cells.insert(name.clone(), cell.clone()) {
+            self.replaced.lock().unwrap_or_else(|e| e.into_inner()).push(old);
+        }
         Some(cell)
+    }
+
+    /// Retires the states the last loads took out of force (see [`ResourceAdaptive::retire`]): call it once
+    /// the resources' rules were refreshed, so that a woken waiter, deciding again, finds the rules in force.
+    pub(crate) fn retire_replaced(&self) {
+        let replaced = std::mem::take(&mut *self.replaced.lock().unwrap_or_else(|e| e.into_inner()));
+        for cell in replaced {
+            cell.retire();
+        }
     }
 
     /// Every governed resource's state (for diagnose, gauges and the console).

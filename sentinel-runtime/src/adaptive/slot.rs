@@ -12,16 +12,19 @@
 //! after a reload that changed the rule, the old limiter is dropped and calls still in flight under it give
 //! their places to nobody (the new limiter starts with the calls it admits). A limiter's counts never go
 //! below zero, so even a generation that came round again (255 changed reloads during one call) can only
-//! let one call more in, once.
+//! let one call more in, once. Calls waiting for a place on the old limiter (`maxWaitMs`) are woken once the
+//! resource's rules are replaced ([`ResourceAdaptive::retire`]) and decided again against the rules in
+//! force, waiting (if they must) only what is left of their wait.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{fence, AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 
 use super::limiter::Limiter;
 use super::permit::{AdaptiveBlockReason, PartitionId, Permit};
 use super::rule::AdaptiveRule;
-use super::wait::{Admission, WaitForPermit, WaitQueue};
+use super::wait::{Admission, WaitEnd, WaitForPermit, WaitQueue};
 use crate::clock::EngineClock;
 use crate::error::BlockError;
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
@@ -39,12 +42,38 @@ pub(crate) struct ResourceAdaptive {
     seed: u64,
     /// Which state of the resource this is (1..=255, the next after the one it replaced).
     pub(crate) generation: u8,
+    /// The state went out of force ([`retire`](Self::retire)).
+    retired: AtomicBool,
 }
 
 impl ResourceAdaptive {
     /// The rule's state for one resource; `seed` drives the jitter of its probes.
     pub(crate) fn new(rule: Arc<AdaptiveRule>, seed: u64, generation: u8) -> Self {
-        ResourceAdaptive { rule, limiter: OnceLock::new(), seed, generation: generation.max(1) }
+        ResourceAdaptive {
+            rule,
+            limiter: OnceLock::new(),
+            seed,
+            generation: generation.max(1),
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    /// The state went out of force (a changed rule replaced it, or its rule went), and the resource's rules
+    /// no longer hold it: calls waiting for a place on its limiter are woken to be decided again against
+    /// the rules in force, and no call waits on it any more (nobody gives its places back).
+    #[cold]
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, SeqCst);
+        // Pairs with the fence in `init`: either this sees the limiter built, or `init` sees the flag.
+        fence(SeqCst);
+        if let Some(l) = self.limiter.get() {
+            l.queue.retire();
+        }
+    }
+
+    /// Whether the state went out of force.
+    fn is_retired(&self) -> bool {
+        self.retired.load(SeqCst)
     }
 
     /// The limiter, built at `now_nanos` for a resource of that direction on the first call.
@@ -58,7 +87,13 @@ impl ResourceAdaptive {
 
     #[cold]
     fn init(&self, now_nanos: u64, inbound: bool) -> &Limiter {
-        self.limiter.get_or_init(|| Limiter::new(&self.rule, inbound, now_nanos, self.seed))
+        let l = self.limiter.get_or_init(|| Limiter::new(&self.rule, inbound, now_nanos, self.seed));
+        // A limiter built by a call that read the rules just before the state was retired.
+        fence(SeqCst);
+        if self.is_retired() {
+            l.queue.retire();
+        }
+        l
     }
 
     /// Whether a call the limiter refuses never waits for a place (`maxWaitMs` 0): only such a rule is
@@ -168,11 +203,19 @@ impl RuleSlot for AdaptiveSlot {
 }
 
 /// A call the limiter refused that may wait (`maxWaitMs`): its wait, handed to the entry path through
-/// [`crate::wait`] (blocking a sync caller's thread, awaited by an async one), on the engine clock's timer.
+/// [`crate::wait`] (blocking a sync caller's thread, awaited by an async one), on the engine clock's timer,
+/// until `until` (engine clock nanoseconds).
 struct PlaceWait {
     limiter: OwnedLimiter,
     partition: Option<PartitionId>,
     clock: EngineClock,
+    until: u64,
+}
+
+/// What a wait whose limiter went out of force hands to the decision made again: when its wait ends, so
+/// that a call waiting again on the new limiter waits no longer in all than it was told to.
+struct WaitLeft {
+    until: u64,
 }
 
 /// The limiter of a rule state, held by a wait that outlives the check that asked for it.
@@ -200,9 +243,6 @@ impl Admission for OwnedLimiter {
     fn queue(&self) -> &WaitQueue {
         &self.get().queue
     }
-    fn max_wait_nanos(&self) -> u64 {
-        self.get().max_wait_nanos
-    }
 }
 
 /// A place a wait got, kept for the decision made again after it; dropped untaken, it goes back.
@@ -221,13 +261,15 @@ impl Drop for PlaceGrant {
 
 impl PendingWait for PlaceWait {
     fn wait_async(self: Box<Self>) -> Pin<Box<dyn Future<Output = Waited> + Send>> {
-        let PlaceWait { limiter, partition, clock } = *self;
+        let PlaceWait { limiter, partition, clock, until } = *self;
         let cell = limiter.0.clone();
-        let wait = WaitForPermit::start(limiter, partition, &clock);
+        let wait = WaitForPermit::start(limiter, partition, &clock, until.saturating_sub(clock.now_nanos()).max(1));
         Box::pin(async move {
             match wait.await {
                 Ok(permit) => Waited { grant: Some(Grant::new(PlaceGrant { cell, permit: Some(permit) })), ended: 0 },
-                Err(block) => Waited { grant: None, ended: ended_code(block.reason) },
+                Err(WaitEnd::Refused(block)) => Waited { grant: None, ended: ended_code(block.reason) },
+                // Decided again (not refused): against the rules in force, with what is left of the wait.
+                Err(WaitEnd::Retired) => Waited { grant: Some(Grant::new(WaitLeft { until })), ended: 0 },
             }
         })
     }
@@ -292,8 +334,17 @@ fn refuse(
         return blocked(limiter, ended_reason(ended), cx);
     }
     if limiter.max_wait_nanos > 0 && !matches!(wait, Wait::Now) {
+        let mut until = cx.now_nanos.saturating_add(limiter.max_wait_nanos);
+        // Woken because the limiter it waited on went out of force: the call waits what is left of its wait
+        // (and never again on a retired state, which could only wake it again at once).
+        if let Some(left) = crate::wait::take_grant::<WaitLeft>(|_| true) {
+            if cell.is_retired() || left.until <= cx.now_nanos {
+                return blocked(limiter, AdaptiveBlockReason::WaitTimedOut, cx);
+            }
+            until = until.min(left.until);
+        }
         let clock = cx.clock.clone();
-        crate::wait::ask(Pending::new(PlaceWait { limiter: OwnedLimiter(cell.clone()), partition, clock }));
+        crate::wait::ask(Pending::new(PlaceWait { limiter: OwnedLimiter(cell.clone()), partition, clock, until }));
     }
     blocked(limiter, AdaptiveBlockReason::AtLimit, cx)
 }

@@ -6,13 +6,18 @@
 //! that sees waiters). A freed place goes to the newest waiter that may take it (for partitions: the newest
 //! waiter of a partition that has room). When the queue is full, the oldest waiter is refused: under
 //! overload the newest callers are the ones still likely to be waited for by their own callers.
+//!
+//! A queue whose limiter went out of force (a changed rule replaced it, or its rule went) is retired
+//! ([`WaitQueue::retire`]): its waiters are woken at once with [`WaitEnd::Retired`], and a call that comes
+//! to wait on it later gets the same answer without waiting, so that no call waits on a limiter nobody gives
+//! places back to.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{
-    AtomicU32, AtomicU8, AtomicUsize,
-    Ordering::{Acquire as Acq, Release as Rel, SeqCst},
+    AtomicBool, AtomicU32, AtomicU8, AtomicUsize,
+    Ordering::{Acquire as Acq, Relaxed, Release as Rel, SeqCst},
 };
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
@@ -23,8 +28,8 @@ use futures::task::AtomicWaker;
 use super::permit::{AdaptiveBlock, AdaptiveBlockReason, PartitionId, Permit};
 use crate::clock::{EngineClock, Sleep};
 
-/// What the wait needs of a limiter: taking and giving back places, the numbers of a refusal, its queue and
-/// its longest wait. The limiter implements it; the wait knows no more of it.
+/// What the wait needs of a limiter: taking and giving back places, the numbers of a refusal and its queue
+/// (how long to wait is the caller's). The limiter implements it; the wait knows no more of it.
 pub(crate) trait Admission {
     /// Takes a place if there is room (never waits).
     fn try_acquire(&self, partition: Option<PartitionId>) -> Option<Permit>;
@@ -34,8 +39,6 @@ pub(crate) trait Admission {
     fn blocked(&self, reason: AdaptiveBlockReason) -> AdaptiveBlock;
     /// The queue of waiting calls.
     fn queue(&self) -> &WaitQueue;
-    /// The longest a call may wait, in nanoseconds (0: it never waits).
-    fn max_wait_nanos(&self) -> u64;
 }
 
 impl<A: Admission + ?Sized> Admission for &A {
@@ -51,14 +54,33 @@ impl<A: Admission + ?Sized> Admission for &A {
     fn queue(&self) -> &WaitQueue {
         (**self).queue()
     }
-    fn max_wait_nanos(&self) -> u64 {
-        (**self).max_wait_nanos()
-    }
 }
 
 const WAITING: u8 = 0;
 const GRANTED: u8 = 1;
 const DISPLACED: u8 = 2;
+const RETIRED: u8 = 3;
+
+/// How a wait for a permit ended without one.
+#[derive(Debug)]
+pub(crate) enum WaitEnd {
+    /// Refused: the wait ran out, newer callers displaced it, or the rule lets no call wait.
+    Refused(AdaptiveBlock),
+    /// The limiter went out of force (see [`WaitQueue::retire`]): the call is to be decided again against
+    /// the rules in force.
+    Retired,
+}
+
+impl WaitEnd {
+    /// The refusal, with `limiter`'s numbers for a retired wait (for callers that only refuse).
+    #[cfg(test)]
+    pub(crate) fn into_block(self, limiter: &impl Admission) -> AdaptiveBlock {
+        match self {
+            WaitEnd::Refused(block) => block,
+            WaitEnd::Retired => limiter.blocked(AdaptiveBlockReason::WaitTimedOut),
+        }
+    }
+}
 
 /// One waiting call.
 #[derive(Debug)]
@@ -77,11 +99,32 @@ pub(crate) struct WaitQueue {
     len: AtomicUsize,
     bound: usize,
     waiters: Mutex<VecDeque<Arc<Waiter>>>,
+    /// Set once, under the lock, when the limiter goes out of force; read under the lock.
+    retired: AtomicBool,
 }
 
 impl WaitQueue {
     pub(crate) fn new(bound: usize) -> Self {
-        WaitQueue { len: AtomicUsize::new(0), bound: bound.max(1), waiters: Mutex::new(VecDeque::new()) }
+        WaitQueue {
+            len: AtomicUsize::new(0),
+            bound: bound.max(1),
+            waiters: Mutex::new(VecDeque::new()),
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    /// The limiter went out of force: every waiter is woken with [`WaitEnd::Retired`] (to be decided again
+    /// against the rules in force, within what is left of its wait), and a call that comes to wait later is
+    /// answered so at once. Idempotent.
+    #[cold]
+    pub(crate) fn retire(&self) {
+        let mut q = self.lock();
+        self.retired.store(true, Relaxed);
+        for w in q.drain(..) {
+            self.len.fetch_sub(1, SeqCst);
+            w.state.store(RETIRED, Rel);
+            w.waker.wake();
+        }
     }
 
     /// Waiting calls (a `SeqCst` read: see the limiter's proof sketch).
@@ -135,6 +178,11 @@ impl WaitQueue {
             waker: AtomicWaker::new(),
         });
         let mut q = self.lock();
+        if self.retired.load(Relaxed) {
+            // Not queued: the wait ends at its first poll.
+            w.state.store(RETIRED, Rel);
+            return Err(w);
+        }
         if q.len() >= self.bound {
             if let Some(oldest) = q.pop_front() {
                 self.len.fetch_sub(1, SeqCst);
@@ -172,8 +220,9 @@ impl Waiter {
     }
 }
 
-/// A call waiting for a permit: resolves to the permit, or to [`AdaptiveBlock`] when the wait runs out or newer
-/// calls displace it. Dropping it gives back a permit granted in the meantime. It holds the limiter as `L`:
+/// A call waiting for a permit: resolves to the permit, or to [`WaitEnd::Refused`] when the wait runs out or
+/// newer calls displace it, or to [`WaitEnd::Retired`] when the limiter goes out of force meanwhile. Dropping
+/// it gives back a permit granted in the meantime. It holds the limiter as `L`:
 /// a reference, or an owned handle for a wait that must outlive the caller's borrow (an async entry's).
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
@@ -184,25 +233,25 @@ pub(crate) struct WaitForPermit<L: Admission> {
 
 #[derive(Debug)]
 enum AcquireState {
-    Ready(Result<Permit, AdaptiveBlock>),
+    Ready(Result<Permit, WaitEnd>),
     Waiting { waiter: Arc<Waiter>, sleep: Sleep },
     Done,
 }
 
 impl<L: Admission> WaitForPermit<L> {
-    /// Takes a permit, waiting up to the limiter's longest wait on `clock`'s timer when the limit is reached.
-    pub(crate) fn start(limiter: L, partition: Option<PartitionId>, clock: &EngineClock) -> Self {
+    /// Takes a permit, waiting up to `wait_nanos` on `clock`'s timer when the limit is reached (0: refused
+    /// at once).
+    pub(crate) fn start(limiter: L, partition: Option<PartitionId>, clock: &EngineClock, wait_nanos: u64) -> Self {
         let state = match limiter.try_acquire(partition) {
             Some(p) => AcquireState::Ready(Ok(p)),
-            None if limiter.max_wait_nanos() == 0 => {
-                AcquireState::Ready(Err(limiter.blocked(AdaptiveBlockReason::AtLimit)))
+            None if wait_nanos == 0 => {
+                AcquireState::Ready(Err(WaitEnd::Refused(limiter.blocked(AdaptiveBlockReason::AtLimit))))
             }
             None => match limiter.queue().enqueue(&limiter, partition) {
                 Ok(p) => AcquireState::Ready(Ok(p)),
-                Err(waiter) => AcquireState::Waiting {
-                    waiter,
-                    sleep: Sleep::new(clock, Duration::from_nanos(limiter.max_wait_nanos())),
-                },
+                Err(waiter) => {
+                    AcquireState::Waiting { waiter, sleep: Sleep::new(clock, Duration::from_nanos(wait_nanos)) }
+                }
             },
         };
         WaitForPermit { limiter, state }
@@ -210,19 +259,21 @@ impl<L: Admission> WaitForPermit<L> {
 }
 
 impl<L: Admission + Unpin> Future for WaitForPermit<L> {
-    type Output = Result<Permit, AdaptiveBlock>;
+    type Output = Result<Permit, WaitEnd>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let limiter = &this.limiter;
+        let refused = |reason| Err(WaitEnd::Refused(limiter.blocked(reason)));
         match std::mem::replace(&mut this.state, AcquireState::Done) {
             AcquireState::Ready(r) => Poll::Ready(r),
-            AcquireState::Done => Poll::Ready(Err(limiter.blocked(AdaptiveBlockReason::WaitTimedOut))),
+            AcquireState::Done => Poll::Ready(refused(AdaptiveBlockReason::WaitTimedOut)),
             AcquireState::Waiting { waiter, mut sleep } => {
                 waiter.waker.register(cx.waker());
                 match waiter.state.load(Acq) {
                     GRANTED => return Poll::Ready(Ok(waiter.permit())),
-                    DISPLACED => return Poll::Ready(Err(limiter.blocked(AdaptiveBlockReason::Displaced))),
+                    DISPLACED => return Poll::Ready(refused(AdaptiveBlockReason::Displaced)),
+                    RETIRED => return Poll::Ready(Err(WaitEnd::Retired)),
                     _ => {}
                 }
                 if Pin::new(&mut sleep).poll(cx).is_pending() {
@@ -230,12 +281,13 @@ impl<L: Admission + Unpin> Future for WaitForPermit<L> {
                     return Poll::Pending;
                 }
                 if limiter.queue().remove(&waiter) {
-                    return Poll::Ready(Err(limiter.blocked(AdaptiveBlockReason::WaitTimedOut)));
+                    return Poll::Ready(refused(AdaptiveBlockReason::WaitTimedOut));
                 }
-                // Granted or displaced between the check and the removal: the state is final now.
+                // Granted, displaced or retired between the check and the removal: the state is final now.
                 Poll::Ready(match waiter.state.load(Acq) {
                     GRANTED => Ok(waiter.permit()),
-                    _ => Err(limiter.blocked(AdaptiveBlockReason::Displaced)),
+                    RETIRED => Err(WaitEnd::Retired),
+                    _ => refused(AdaptiveBlockReason::Displaced),
                 })
             }
         }

@@ -138,7 +138,6 @@ fn dropping_a_waiting_future_leaks_no_place_and_gives_none_back_twice() {
 }
 
 #[test]
-#[ignore = "review: a waiter queued on a limiter that a changed rule replaced is never granted: it waits out maxWaitMs while the new limiter has room"]
 fn review_a_waiter_is_not_stranded_on_the_limiter_a_changed_rule_replaced() {
     let (engine, clock) = engine_with_wait(1, 100);
     let held = engine.enter("db").unwrap();
@@ -157,6 +156,51 @@ fn review_a_waiter_is_not_stranded_on_the_limiter_a_changed_rule_replaced() {
             panic!("the resource has had room for 50 ms, yet the waiter still waits on the old limiter: {other:?}")
         }
     }
+}
+
+#[test]
+fn a_waiter_woken_by_a_changed_rule_waits_on_the_new_limiter_only_what_is_left_of_its_wait() {
+    let (engine, clock) = engine_with_wait(1, 100);
+    let held = engine.enter("db").unwrap();
+    let mut waiting = enter_async(&engine);
+    assert!(poll(&mut waiting).is_pending());
+    clock.advance_millis(60);
+    // The rule changes to one as full: the new limiter's one place is taken before the waiter runs again.
+    let mut rule = AdaptiveRule::new("db").limits(1, 1, 1).max_wait_ms(100);
+    rule.max_waiters = 4;
+    engine.load_adaptive_rules([rule]).unwrap();
+    let new_holder = engine.enter("db").unwrap();
+    assert!(poll(&mut waiting).is_pending(), "it waits again, on the new limiter");
+    assert_eq!(status(&engine), (1, 1));
+    clock.advance_millis(39);
+    assert!(poll(&mut waiting).is_pending());
+    clock.advance_millis(1);
+    match poll(&mut waiting) {
+        Poll::Ready(Err(BlockError::Adaptive { block, .. })) => {
+            assert_eq!(block.reason, AdaptiveBlockReason::WaitTimedOut)
+        }
+        other => panic!("refused after the 100 ms it was told to wait in all, not 160: {other:?}"),
+    }
+    assert_eq!(status(&engine), (1, 0));
+    drop((held, new_holder));
+    assert_eq!(status(&engine), (0, 0));
+}
+
+#[test]
+fn a_sync_waiter_is_admitted_at_once_when_its_adaptive_rule_is_removed() {
+    let (engine, _clock) = engine_with_wait(1, 1_000);
+    let held = engine.enter("db").unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        std::thread::spawn(move || engine.enter("db").map(drop).is_ok())
+    };
+    while engine.adaptive_status()[0].waiting == 0 {
+        std::thread::yield_now();
+    }
+    // On a manual clock nothing ends the wait but a place: the rule's removal must wake it.
+    engine.load_adaptive_rules([]).unwrap();
+    assert!(waiter.join().unwrap(), "no adaptive rule governs the resource any more");
+    drop(held);
 }
 
 #[test]

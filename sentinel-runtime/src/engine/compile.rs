@@ -62,6 +62,9 @@ pub(super) fn refresh_rules(shared: &Shared) {
         inner.set_rules(rules_for(shared, &inner.name), &mut retired);
     }
     drop(_guard);
+    // After the resources' rules no longer hold them: a call waiting on an adaptive limiter that a changed
+    // rule replaced is woken and decides again on the rules in force.
+    shared.adaptive.retire_replaced();
 }
 
 #[cfg(test)]
