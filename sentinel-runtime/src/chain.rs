@@ -305,8 +305,9 @@ pub(crate) trait Chain {
     /// [`FAST_PATH_APART`](RuleSlot::FAST_PATH_APART) kind has rules beside them (the common case).
     const CHECKS_FAST_BESIDE: bool;
 
-    /// Runs the slots in order; `entered` gets the bit of every slot whose check ran. `Ok(true)`: a slot let
-    /// the call through without the slots after it.
+    /// Runs the slots in order; `entered` gets the bit of every slot whose check ran. `Ok(true)`: a
+    /// prioritized call borrowed a later window, and passed without the user slots and the breakers after
+    /// that ([`Verdict::Occupied`]).
     fn run<U: UserSlots>(
         rules: &ResourceRules,
         shared: &Shared,
@@ -374,6 +375,9 @@ impl Chain for () {
         _: &mut u32,
         users: &mut U,
     ) -> Result<bool, BlockError> {
+        if tally.occupied {
+            return Ok(true);
+        }
         users.before(i32::MAX, cx, tally).map(|()| false)
     }
     #[inline(always)]
@@ -423,7 +427,14 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         entered: &mut u32,
         users: &mut U,
     ) -> Result<bool, BlockError> {
-        users.before(S::ORDER, cx, tally)?;
+        // A call that borrowed a later window (`tally.occupied`) skips the user slots and the slots that say
+        // so (the breakers), not the ones that bound the calls in flight.
+        if !tally.occupied {
+            users.before(S::ORDER, cx, tally)?;
+        }
+        if S::SKIPPED_WHEN_OCCUPIED && tally.occupied {
+            return R::run(rules, shared, cx, held, tally, taken, entered, users);
+        }
         if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::slot::EntryType::In) {
             *entered |= 1 << R::LEN;
             match S::check(r, S::state(shared), cx, S::held(held), S::taken(taken))? {
@@ -431,7 +442,6 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
                 Verdict::Occupied { wait_nanos } => {
                     tally.wait_nanos += wait_nanos;
                     tally.occupied = true;
-                    return Ok(true);
                 }
             }
         }

@@ -406,7 +406,6 @@ fn review_a_sync_call_that_waited_for_a_place_measures_its_rtt_from_the_place() 
 }
 
 #[test]
-#[ignore = "review: a prioritized call that occupies a later QPS window skips the adaptive slot: admitted past the limit and not counted in flight"]
 fn review_a_prioritized_call_that_borrows_a_later_window_is_still_held_to_the_adaptive_limit() {
     let t0 = 1_700_000_000_000u64;
     let clock = ManualClock::at_millis(t0 - t0 % 1000 + 200);
@@ -431,4 +430,26 @@ fn review_a_prioritized_call_that_borrows_a_later_window_is_still_held_to_the_ad
         Err(other) => panic!("an adaptive block, got {other}"),
     }
     drop(held);
+}
+
+#[test]
+fn a_prioritized_call_the_adaptive_limit_refuses_gives_back_the_window_it_borrowed() {
+    let t0 = 1_700_000_000_000u64;
+    let clock = ManualClock::at_millis(t0 - t0 % 1000 + 200);
+    let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+    engine.load_flow_rules([FlowRule::new("db").count(1.0)]).unwrap();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 1, 1)]).unwrap();
+    let db = engine.resource("db");
+    let held = db.enter().unwrap(); // the second's one pass, holding the one place
+    clock.advance_millis(500); // the next bucket starts within the occupy timeout
+    let refused = db.entry().prioritized(true).enter();
+    assert!(matches!(refused, Err(BlockError::Adaptive { .. })), "{refused:?}");
+    drop(held);
+    // The refused call's borrow went back: the next bucket's one place is there for the next borrower (one
+    // borrow already counted would fill the limit of 1 and block it by the flow rule).
+    let e = db.entry().prioritized(true).enter().expect("the later window's room is still there");
+    assert!(e.is_occupied());
+    assert_eq!(engine.adaptive_status()[0].inflight, 1, "the borrower holds its place under the adaptive limit");
+    drop(e);
+    assert_eq!(engine.adaptive_status()[0].inflight, 0);
 }

@@ -154,6 +154,8 @@ impl<const DEFAULT: bool> RuleSlot for BreakerSlot<DEFAULT> {
     const CHECKS_ON_FAST_PATH: bool = false;
     /// A call that exits is counted by the breakers in force then.
     const EXIT_READS_RULES: bool = true;
+    /// Java's prioritized calls that borrow a later window skip the circuit breakers.
+    const SKIPPED_WHEN_OCCUPIED: bool = true;
 
     #[inline(always)]
     fn check(

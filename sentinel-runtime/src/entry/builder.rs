@@ -109,7 +109,9 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     {
         EntryBuilder { args, ..self }
     }
-    /// Marks the call prioritized: over a QPS limit it may borrow from the next window and wait.
+    /// Marks the call prioritized: over a QPS limit it may borrow from the next window and wait. A call that
+    /// borrows skips the circuit breakers (as in Java) but is still held to an adaptive limit of calls in
+    /// flight; refused there, it gives the borrowed room back.
     pub fn prioritized(mut self, p: bool) -> Self {
         self.prioritized = p;
         self

@@ -496,9 +496,11 @@ fn apply(
             }
             None
         }
-        Decision::Occupied { wait_nanos: w } => {
+        Decision::Occupied { wait_nanos: w, at_ms, future_ms } => {
             scratch.release();
             es.release_permits(cx.acquire);
+            // Kept only if the later checks that still apply to a borrower (an adaptive limit) pass it.
+            scratch.push_borrow(node, at_ms, future_ms, cx.acquire);
             Some(Ok(Verdict::Occupied { wait_nanos: *wait_nanos + w }))
         }
         Decision::Block { retry_after } => {

@@ -14,8 +14,10 @@ use super::rule::{ControlBehavior, FlowGrade, FlowRule};
 pub(crate) enum Decision {
     /// Pass; `reservation` must be given back if a later check blocks.
     Pass { reservation: Option<Reservation>, wait_nanos: u64 },
-    /// Pass after waiting, counted in a later window (prioritized occupy).
-    Occupied { wait_nanos: u64 },
+    /// Pass after waiting, counted in a later window (prioritized occupy): the node recorded the borrow at
+    /// `at_ms` in the bucket starting at `future_ms` ([`give_back_borrow`] takes it back if a later check
+    /// refuses the call).
+    Occupied { wait_nanos: u64, at_ms: u64, future_ms: u64 },
     /// Pass with a concurrency permit on the node, released at exit.
     ThreadPermit,
     /// Block; a retry could pass after `retry_after` (when known).
@@ -219,7 +221,7 @@ pub(crate) fn reject_qps(
         // borrow. Openings read the borrowed passes under this lock (`borrowed_for_open`).
         if wait < OCCUPY_TIMEOUT_MS && node.admission().may_borrow((now_ms + wait) / crate::stat::BUCKET_MS) {
             node.add_waiting(now_ms, now_ms + wait, acquire);
-            return Decision::Occupied { wait_nanos: wait * NANOS_PER_MILLI };
+            return Decision::Occupied { wait_nanos: wait * NANOS_PER_MILLI, at_ms: now_ms, future_ms: now_ms + wait };
         }
     }
     Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit, false) }
@@ -241,6 +243,15 @@ fn occupy_lock(node: &StatNode) -> std::sync::MutexGuard<'static, ()> {
     static LOCKS: [std::sync::Mutex<()>; 16] = [const { std::sync::Mutex::new(()) }; 16];
     let i = (node as *const StatNode as usize >> 6) % LOCKS.len();
     LOCKS[i].lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes back a borrow a prioritized call recorded on `node` ([`Decision::Occupied`]) when a later check
+/// refused the call (an adaptive limit): under the node's occupy lock, as the borrow was made, so the later
+/// bucket's room comes back for the next prioritized call (cold: only a refused borrower gets here).
+#[cold]
+pub(crate) fn give_back_borrow(node: &StatNode, at_ms: u64, future_ms: u64, acquire: u32) {
+    let _one_at_a_time = occupy_lock(node);
+    node.take_back_waiting(at_ms, future_ms, acquire);
 }
 
 /// Java's `StatisticNode.tryOccupyNext`: how long a prioritized request must wait for a later bucket to have

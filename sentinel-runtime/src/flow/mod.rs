@@ -237,6 +237,9 @@ pub(crate) struct Scratch {
     reservations: [Option<(NodePtr, Reservation)>; MAX_HELD],
     /// Tokens taken from cluster leases: the lease, its key, the count.
     leased: [Option<(std::ptr::NonNull<token_service::RuleLease>, u64, u32)>; MAX_HELD],
+    /// A prioritized call's borrow of a later bucket ([`controller::Decision::Occupied`]): the node, when it
+    /// was recorded, the bucket's start, the count.
+    borrow: Option<(NodePtr, u64, u64, u32)>,
 }
 
 impl Scratch {
@@ -247,6 +250,9 @@ impl Scratch {
     }
     fn held(&mut self, node: &StatNode) -> Option<&mut Reservation> {
         self.reservations.iter_mut().flatten().find(|(p, _)| std::ptr::eq(p.0.as_ptr(), node)).map(|(_, r)| r)
+    }
+    fn push_borrow(&mut self, node: &StatNode, at_ms: u64, future_ms: u64, count: u32) {
+        self.borrow = Some((NodePtr::of(node), at_ms, future_ms, count));
     }
     fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
         if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
@@ -260,6 +266,9 @@ impl Scratch {
                 // SAFETY: a lease lives as long as its rule state, which the check being undone holds.
                 unsafe { p.as_ref() }.release(key, n as u64);
             }
+        }
+        if let Some((node, at_ms, future_ms, n)) = self.borrow.take() {
+            controller::give_back_borrow(node.get(), at_ms, future_ms, n);
         }
     }
 }

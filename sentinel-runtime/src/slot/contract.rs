@@ -119,7 +119,10 @@ pub(crate) struct ExitCx {
 pub(crate) enum Verdict {
     /// The call passes this slot, after waiting `wait_nanos` (a queueing or rate-limiting rule).
     Pass { wait_nanos: u64 },
-    /// A prioritized call admitted by borrowing a later window: it passes without the slots after this one.
+    /// A prioritized call admitted by borrowing a later window: it passes without the circuit breakers and
+    /// the user slots after this one ([`SKIPPED_WHEN_OCCUPIED`](RuleSlot::SKIPPED_WHEN_OCCUPIED)), as in
+    /// Java; a later limit of calls in flight (an adaptive rule) still holds it, and refusing it gives back
+    /// the borrow.
     Occupied { wait_nanos: u64 },
 }
 
@@ -155,6 +158,10 @@ pub(crate) trait RuleSlot {
     const ON_FAST_PATH: bool = false;
     /// Whether [`exit`](RuleSlot::exit) reads the resource's rules (read once for every such slot).
     const EXIT_READS_RULES: bool = false;
+    /// Whether a prioritized call that borrowed a later window ([`Verdict::Occupied`]) passes this slot
+    /// unchecked (the circuit breakers, as in Java). A slot that bounds the calls in flight says no: a
+    /// borrowed pass is a call in flight like any other.
+    const SKIPPED_WHEN_OCCUPIED: bool = false;
 
     /// Checks a call: `Err` blocks it (after giving back what this check took).
     fn check(

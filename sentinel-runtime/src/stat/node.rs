@@ -145,6 +145,15 @@ impl StatNode {
         self.minute.add(future_ms, &t);
     }
 
+    /// Takes back a borrow [`add_waiting`](Self::add_waiting) recorded at `now_ms` (this thread) for the
+    /// bucket starting at `future_ms`: the prioritized call was refused by a later check after all.
+    pub(crate) fn take_back_waiting(&self, now_ms: u64, future_ms: u64, count: u32) {
+        let w = Writer::at(now_ms);
+        self.second.take_back(w.pos, w.lease, MetricEvent::OccupiedPass, count as u64);
+        self.borrowed.take_back(future_ms, MetricEvent::Pass, count as u64);
+        self.minute.take_back(future_ms, MetricEvent::Pass, count as u64);
+    }
+
     /// Calls in flight now.
     pub fn cur_threads(&self) -> u64 {
         self.second.threads().max(0) as u64

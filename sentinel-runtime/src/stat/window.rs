@@ -150,6 +150,16 @@ impl PlainWindow {
         }
     }
 
+    /// Takes back `v` of event `e` added at time `at_ms` ([`add`](Self::add)), if the bucket that holds it is
+    /// still there (else it left the window, and the count with it). Never below zero.
+    #[cold]
+    pub(crate) fn take_back(&self, at_ms: u64, e: MetricEvent, v: u64) {
+        let idx = ((at_ms / self.bucket_ms) % self.starts.len() as u64) as usize;
+        if self.starts[idx].load(Ordering::Acquire) == at_ms - at_ms % self.bucket_ms {
+            saturating_sub(&self.cells[idx].counts[e as usize], v);
+        }
+    }
+
     /// Visits every bucket still inside the window at `now_ms`, with its start.
     pub(crate) fn for_each_valid(&self, now_ms: u64, mut f: impl FnMut(u64, &BucketTotals)) {
         for (i, s) in self.starts.iter().enumerate() {
@@ -166,6 +176,11 @@ impl PlainWindow {
     pub(crate) fn bucket_ms(&self) -> u64 {
         self.bucket_ms
     }
+}
+
+/// Subtracts `v` from `c`, never below zero (a count taken back: cold).
+fn saturating_sub(c: &AtomicU64, v: u64) {
+    let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| Some(x.saturating_sub(v)));
 }
 
 /// Java's rule: a bucket is deprecated when `now - start > interval` (strictly). A start in the future (the clock
@@ -340,6 +355,16 @@ impl StripedWindow {
             roll(cell, pos.start, lease.exclusive, fold, &self.folds);
         }
         CellRef { cell, threads: &stripe.threads, exclusive: lease.exclusive }
+    }
+
+    /// Takes back `v` of event `e` that this thread (`lease`) added in the bucket at `pos`, if its cell still
+    /// holds that bucket (else the count rolled out with it). Never below zero.
+    #[cold]
+    pub(crate) fn take_back(&self, pos: Pos, lease: super::stripe::Lease, e: MetricEvent, v: u64) {
+        let cell = &self.stripes[lease.index].cells[pos.idx];
+        if cell.start.load(Ordering::Acquire) == pos.start {
+            saturating_sub(&cell.counts[e as usize], v);
+        }
     }
 
     /// Adds `delta` to the calls in flight, on `lease`'s stripe.
