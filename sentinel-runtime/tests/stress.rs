@@ -41,6 +41,41 @@ fn reloader(engine: &Sentinel, stop: &Arc<AtomicBool>) -> std::thread::JoinHandl
     })
 }
 
+/// One phase on a frozen clock: `threads` threads call `resource` (acquiring 1 to 3 in turn) until each is
+/// blocked three times in a row, then this thread takes what is left one by one; returns what all admitted.
+fn drain_phase(resource: &sentinel_runtime::Resource, threads: usize, acquires: &'static [u32]) -> u64 {
+    let barrier = Arc::new(Barrier::new(threads));
+    let passed = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (resource, barrier, passed) = (resource.clone(), barrier.clone(), passed.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let acquire = acquires[t % acquires.len()];
+                let (mut mine, mut blocked) = (0u64, 0);
+                while blocked < 3 {
+                    match resource.entry().acquire(acquire).enter() {
+                        Ok(_) => {
+                            mine += acquire as u64;
+                            blocked = 0;
+                        }
+                        Err(_) => blocked += 1,
+                    }
+                }
+                passed.fetch_add(mine, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let mut total = passed.load(Ordering::Relaxed);
+    while resource.enter().is_ok() {
+        total += 1;
+    }
+    total
+}
+
 /// Phases on a frozen clock, each one 500 ms bucket: every thread calls until it is blocked three times in a
 /// row, then the main thread takes what is left. No bucket pair ever admits more than the limit, and the
 /// limit is reached exactly (each phase takes the whole budget of its bucket).
@@ -56,35 +91,7 @@ fn admission_stays_exact_with_more_threads_than_cores_and_continuous_reloads() {
     let hot = engine.resource("hot");
     let mut previous = 0u64;
     for phase in 0..phases {
-        let barrier = Arc::new(Barrier::new(threads));
-        let passed = Arc::new(AtomicU64::new(0));
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                let (hot, barrier, passed) = (hot.clone(), barrier.clone(), passed.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    let acquire = [1u32, 1, 1, 2, 3][t % 5];
-                    let (mut mine, mut blocked) = (0u64, 0);
-                    while blocked < 3 {
-                        match hot.entry().acquire(acquire).enter() {
-                            Ok(_) => {
-                                mine += acquire as u64;
-                                blocked = 0;
-                            }
-                            Err(_) => blocked += 1,
-                        }
-                    }
-                    passed.fetch_add(mine, Ordering::Relaxed);
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
-        let mut total = passed.load(Ordering::Relaxed);
-        while hot.enter().is_ok() {
-            total += 1;
-        }
+        let total = drain_phase(&hot, threads, &[1, 1, 1, 2, 3]);
         assert!(previous + total <= 1000, "phase {phase}: {previous} + {total} admitted in one second");
         assert_eq!(previous + total, 1000, "phase {phase}: the budget of the bucket is taken exactly");
         previous = total;
@@ -107,35 +114,7 @@ fn two_qps_limits_stay_exact_with_more_threads_than_cores() {
         let two = engine.resource("two");
         let mut previous = 0u64;
         for phase in 0..10 * scale() {
-            let barrier = Arc::new(Barrier::new(threads));
-            let passed = Arc::new(AtomicU64::new(0));
-            let workers: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (two, barrier, passed) = (two.clone(), barrier.clone(), passed.clone());
-                    std::thread::spawn(move || {
-                        barrier.wait();
-                        let acquire = [1u32, 1, 2, 3][t % 4];
-                        let (mut mine, mut blocked) = (0u64, 0);
-                        while blocked < 3 {
-                            match two.entry().acquire(acquire).enter() {
-                                Ok(_) => {
-                                    mine += acquire as u64;
-                                    blocked = 0;
-                                }
-                                Err(_) => blocked += 1,
-                            }
-                        }
-                        passed.fetch_add(mine, Ordering::Relaxed);
-                    })
-                })
-                .collect();
-            for w in workers {
-                w.join().unwrap();
-            }
-            let mut total = passed.load(Ordering::Relaxed);
-            while two.enter().is_ok() {
-                total += 1;
-            }
+            let total = drain_phase(&two, threads, &[1, 1, 2, 3]);
             assert_eq!(previous + total, 600, "{limits:?}, phase {phase}: the lower limit, exactly, per second");
             previous = total;
             clock.advance_millis(500);

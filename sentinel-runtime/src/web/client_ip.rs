@@ -135,10 +135,7 @@ impl TrustedProxies {
     /// written so already (a plain IPv4 address, whose text has one form), so that the common proxied request
     /// costs no allocation; the address written out otherwise.
     pub(crate) fn client_ip_text<'a>(&self, req: &RequestView<'a>) -> Option<Cow<'a, str>> {
-        Some(match self.client_ip_text_in_place(req)? {
-            ClientIpText::Hop(text) => Cow::Borrowed(text),
-            ClientIpText::Written(text) => Cow::Owned(text.as_str().to_owned()),
-        })
+        self.client_ip_text_in_place(req).map(ClientIpText::into_cow)
     }
 
     /// [`client_ip_text`](Self::client_ip_text) without an allocation: an address that is not borrowed from
@@ -154,10 +151,7 @@ impl TrustedProxies {
     /// address as its eight groups in hexadecimal, none left out (`0:0:0:0:0:0:0:1`); an IPv4 one as
     /// [`client_ip_text`](Self::client_ip_text) writes it.
     pub(crate) fn client_ip_text_java<'a>(&self, req: &RequestView<'a>) -> Option<Cow<'a, str>> {
-        Some(match self.client_ip_text_java_in_place(req)? {
-            ClientIpText::Hop(text) => Cow::Borrowed(text),
-            ClientIpText::Written(text) => Cow::Owned(text.as_str().to_owned()),
-        })
+        self.client_ip_text_java_in_place(req).map(ClientIpText::into_cow)
     }
 
     /// [`client_ip_text_java`](Self::client_ip_text_java) without an allocation.
@@ -230,6 +224,16 @@ fn parse_hop(hop: &str) -> Option<(IpAddr, Option<&str>)> {
 pub(crate) enum ClientIpText<'a> {
     Hop(&'a str),
     Written(IpText),
+}
+
+impl<'a> ClientIpText<'a> {
+    /// The text, borrowed from the request or owned.
+    fn into_cow(self) -> Cow<'a, str> {
+        match self {
+            ClientIpText::Hop(text) => Cow::Borrowed(text),
+            ClientIpText::Written(text) => Cow::Owned(text.as_str().to_owned()),
+        }
+    }
 }
 
 impl ClientIpText<'_> {
