@@ -1045,11 +1045,19 @@ fn calls_a_changed_rule_admitted_locally_before_its_change_are_counted_when_redi
     // While Redis hangs, the rule changes (its count): a new lease for the same window.
     engine.load_flow_rules([FlowRule { count: 11.0, ..rule }]).unwrap();
     redis.resume();
+    // A new lease reads as leasing before the worker adopts it: its key says it was.
+    let leasing = |s: &sentinel_runtime::flow::ClusterRuleStatus| {
+        s.mode == ClusterRuleMode::Leasing && s.rule.count == 11.0 && s.key.is_some() && s.round_trips > 0
+    };
     assert!(
-        wait_until(&engine, Duration::from_secs(5), |s| s.mode == ClusterRuleMode::Leasing && s.rule.count == 11.0),
+        wait_until(&engine, Duration::from_secs(5), leasing),
         "cluster mode resumes: {}",
         engine.cluster_status()[0]
     );
     assert_eq!(engine.cluster_status()[0].key.as_deref(), Some(key.as_str()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while window_total(&redis.url(), &key) < local && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(window_total(&redis.url(), &key) >= local, "Redis counts the {local} calls admitted before the change");
 }
