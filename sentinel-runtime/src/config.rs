@@ -61,8 +61,10 @@ pub struct Config {
     pub max_contexts: usize,
     /// Most resources that no rule names (the resources of annotated functions, bounded by the program, are
     /// not counted); past it a new name that no rule names gets a handle on [`RESOURCE_OVERFLOW`], which
-    /// system rules and any rule on that name check, and a name that a rule names (exactly, by a matching
-    /// regex rule, or as a relate rule's `ref_resource`) still gets its own resource. Each resource costs
+    /// system rules and any rule on that name check, and a name that a rule names (exactly, or as a relate
+    /// rule's `ref_resource`) still gets its own resource. Names that only regex rules match (which clients
+    /// may choose) are capped apart at the same number: past it, new ones matching the same patterns share
+    /// the resource of the first of them, which those rules check (together). Each resource costs
     /// the memory of its node statistics (see the README). [`Sentinel::caps`](crate::Sentinel::caps) shows where the engine stands.
     pub max_resources: usize,
     /// Most distinct caller origins tracked (origins named by rules excepted); past it calls from new

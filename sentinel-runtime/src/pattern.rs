@@ -238,6 +238,11 @@ impl<R> Patterns<R> {
             .flat_map(|(p, rules)| rules.iter().map(move |r| (p, r)))
     }
 
+    /// The patterns `name` matches, as written in their rules, in order.
+    pub(crate) fn sources_matching<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Arc<str>> + 'a {
+        self.groups.iter().filter(move |(p, _)| p.matches(name)).map(|(p, _)| &p.source)
+    }
+
     /// Whether `name` matches any pattern.
     pub(crate) fn any_match(&self, name: &str) -> bool {
         self.groups.iter().any(|(p, _)| p.matches(name))

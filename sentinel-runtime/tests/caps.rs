@@ -38,6 +38,43 @@ fn a_name_a_regex_rule_matches_gets_its_own_checked_resource_past_the_cap() {
 }
 
 #[test]
+fn past_the_cap_names_only_regex_rules_match_share_one_resource_per_patterns_and_their_rules_still_apply() {
+    // Clients may choose names a pattern matches (a search path): those are capped apart (here at 2), and
+    // past the cap share the resource of the first of them with the same patterns, which the rules check.
+    let engine = full_engine();
+    engine.load_flow_rules([FlowRule::new("GET:/search/.*").regex(true).count(2.0)]).unwrap();
+    for own in ["GET:/search/a", "GET:/search/b"] {
+        assert_eq!(engine.resource(own).name(), own, "within the cap, its own resource");
+    }
+    let (c, d) = (engine.resource("GET:/search/c"), engine.resource("GET:/search/d"));
+    assert_eq!((c.name(), d.name()), ("GET:/search/c", "GET:/search/c"), "past it, one resource for both");
+    let _held = (c.enter().unwrap(), d.enter().unwrap());
+    assert!(matches!(engine.resource("GET:/search/e").enter(), Err(BlockError::Flow { .. })), "their limit of 2");
+    for i in 0..1_000 {
+        drop(engine.resource(&format!("GET:/search/{i}x")));
+    }
+    assert_eq!(engine.resource_names().len(), 5, "f1, f2, a, b and the shared one");
+    // A name that also matches a second pattern shares with the names that match both.
+    engine
+        .load_flow_rules([
+            FlowRule::new("GET:/search/.*").regex(true).count(2.0),
+            FlowRule::new(".*/x.*").regex(true).count(5.0),
+        ])
+        .unwrap();
+    let (x1, x2) = (engine.resource("GET:/search/x1"), engine.resource("GET:/search/x2"));
+    assert_eq!((x1.name(), x2.name()), ("GET:/search/x1", "GET:/search/x1"));
+    assert_eq!(engine.resource("GET:/search/f").name(), "GET:/search/c");
+    // The rules change so that the shared resource no longer matches as it did: the next name past the cap
+    // starts another.
+    engine.load_flow_rules([FlowRule::new("GET:/search/[d-z].*").regex(true).count(2.0)]).unwrap();
+    assert_eq!(engine.resource("GET:/search/g").name(), "GET:/search/g");
+    assert_eq!(engine.resource("GET:/search/h").name(), "GET:/search/g");
+    assert_eq!(engine.resource("GET:/public").name(), RESOURCE_OVERFLOW, "a name no rule targets overflows");
+    let notes = engine.diagnose("GET:/search/never").notes.join("\n");
+    assert!(notes.contains("shares the resource of the first name past the cap"), "{notes}");
+}
+
+#[test]
 fn an_authority_black_list_still_refuses_its_origin_past_the_cap() {
     let engine = full_engine();
     engine.load_authority_rules([AuthorityRule::new("POST:/orders", "blocked-app", AuthorityStrategy::Black)]).unwrap();

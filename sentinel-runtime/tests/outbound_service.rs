@@ -184,7 +184,6 @@ fn a_downstream_first_called_after_the_engine_cap_is_reached_gets_a_rule_loaded_
 }
 
 #[test]
-#[ignore = "review: past the guard's bound, every name a regex rule matches is kept in its name cache for good (no bound)"]
 fn names_a_regex_rule_matches_past_the_bound_are_not_kept_without_bound() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("GET:search.svc/.*").regex(true).count(1_000_000.0)]).unwrap();

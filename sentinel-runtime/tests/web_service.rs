@@ -478,7 +478,6 @@ fn word(mut i: usize) -> String {
 }
 
 #[test]
-#[ignore = "review: with a regex rule loaded, client-chosen paths that match it make engine resources without any bound"]
 fn paths_a_regex_rule_matches_do_not_make_resources_without_bound() {
     let clock = ManualClock::at_millis(1_700_000_000_000);
     let engine = Sentinel::builder().manual_clock(clock).max_resources(10).build();

@@ -111,6 +111,13 @@ impl AdaptiveManager {
         self.rules.get()
     }
 
+    /// Whether a rule names `name` exactly; the patterns of regex rules that match it are added to `matched`.
+    pub(crate) fn targets(&self, name: &str, matched: &mut Vec<(RuleKind, Arc<str>)>) -> bool {
+        let set = self.set.load();
+        matched.extend(set.patterns.sources_matching(name).map(|p| (RuleKind::Adaptive, p.clone())));
+        set.exact.contains_key(name)
+    }
+
     /// Whether a rule governs `name` (exactly or by pattern).
     pub(crate) fn governs(&self, name: &str) -> bool {
         self.set.load().rule_of(name).is_some()

@@ -152,6 +152,13 @@ impl AuthorityManager {
         }
         Some(Arc::new(resolved))
     }
+    /// Whether a rule names `name` exactly; the patterns of regex rules that match it are added to `matched`.
+    pub(crate) fn targets(&self, name: &str, matched: &mut Vec<(RuleKind, Arc<str>)>) -> bool {
+        let set = self.set.load();
+        matched.extend(set.patterns.sources_matching(name).map(|p| (RuleKind::Authority, p.clone())));
+        set.exact.contains_key(name)
+    }
+
     /// Whether the regex rule pattern `pattern` of the set in force matches `name`.
     pub(crate) fn pattern_matches(&self, pattern: &str, name: &str) -> bool {
         self.set.load().patterns.get(pattern).is_some_and(|p| p.matches(name))

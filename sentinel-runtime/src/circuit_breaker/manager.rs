@@ -242,6 +242,14 @@ impl DegradeManager {
         }
     }
 
+    /// Whether a rule names `name` exactly; the patterns of regex rules that match it are added to `matched`
+    /// (nothing is resolved or kept).
+    pub(crate) fn targets(&self, name: &str, matched: &mut Vec<(RuleKind, Arc<str>)>) -> bool {
+        let set = self.set.load();
+        matched.extend(set.patterns.sources_matching(name).map(|p| (RuleKind::Degrade, p.clone())));
+        set.exact.contains_key(name)
+    }
+
     /// The breakers of exact rules for `name`, without resolving patterns (for names that are not resources).
     pub(crate) fn exact_for(&self, name: &str) -> Option<Arc<ResourceBreakers>> {
         self.set.load().exact.get(name).cloned()

@@ -225,6 +225,16 @@ impl Sentinel {
                  ({} handles so far): system rules and rules on `{resource}` check their calls",
                 caps.max_resources, caps.resources_overflowed
             ));
+        } else if !registered
+            && matches!(self.targets(resource), (false, p) if !p.is_empty())
+            && self.matched_cap_reached()
+        {
+            notes.push(format!(
+                "only regex rules match this name, and the cap on such names ({}) is reached: a handle taken now \
+                 shares the resource of the first name past the cap that matched the same patterns, which those \
+                 rules check",
+                caps.max_resources
+            ));
         } else if !registered && caps.resource_cap_reached() {
             let ruled = self.has_rules_for(resource);
             notes.push(format!(

@@ -28,7 +28,7 @@ use crate::resource::{EntryType, Resource};
 use crate::slot::{CustomSlots, Slot};
 use crate::system::SystemRule;
 use keep::SharedHandle;
-use shared::{BlockListener, Shared};
+use shared::{BlockListener, PatternKey, Shared};
 
 impl SentinelBuilder {
     /// A builder configured from the environment ([`Config::from_env`]).
@@ -419,7 +419,9 @@ impl Sentinel {
     ///
     /// Past [`Config::max_resources`] a new name that no rule names gets a handle on [`RESOURCE_OVERFLOW`]
     /// (its [`name`](Resource::name) says so); load the rules before taking handles on names that may come
-    /// after the cap, or take a new handle after loading them.
+    /// after the cap, or take a new handle after loading them. Names that only regex rules match are capped
+    /// apart: past that cap, a new one gets the resource of the first name past it that matched the same
+    /// patterns (its `name` says which).
     pub fn resource_typed(&self, name: &str, entry_type: EntryType) -> Resource {
         self.find_or_create(name, entry_type, true)
     }
@@ -442,22 +444,46 @@ impl Sentinel {
     #[cold]
     fn create_resource(&self, name: &str, entry_type: EntryType, capped: bool) -> Resource {
         let shared = &self.shared;
-        let at_cap = || shared.unnamed_resources.load(Ordering::Relaxed) >= shared.config.max_resources;
-        // Past the cap, a flood of new names is answered without the lock.
-        if capped && at_cap() && !self.has_rules_for(name) {
-            return self.overflow_resource(name, entry_type);
+        let max = shared.config.max_resources;
+        let at_cap = || shared.unnamed_resources.load(Ordering::Relaxed) >= max;
+        let matched_at_cap = || shared.matched_resources.load(Ordering::Relaxed) >= max;
+        // Past the caps, a flood of new names is answered without the lock.
+        if capped && (at_cap() || matched_at_cap()) {
+            match self.targets(name) {
+                (false, patterns) if patterns.is_empty() && at_cap() => {
+                    return self.overflow_resource(name, entry_type);
+                }
+                (false, patterns) if !patterns.is_empty() && matched_at_cap() => {
+                    return self.shared_by_patterns(patterns, name, entry_type);
+                }
+                _ => {}
+            }
         }
         let guard = shared.registry_lock.lock().unwrap_or_else(|e| e.into_inner());
         let resources = shared.resources.pin();
         if let Some(inner) = resources.get(name) {
             return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
         }
-        if capped && !self.has_rules_for(name) {
-            if at_cap() {
-                drop(guard);
-                return self.overflow_resource(name, entry_type);
+        if capped {
+            // A name a rule names exactly is not counted: the rules bound those. One that only regex rules
+            // match is counted apart: clients may choose such names.
+            match self.targets(name) {
+                (false, patterns) if patterns.is_empty() => {
+                    if at_cap() {
+                        drop(guard);
+                        return self.overflow_resource(name, entry_type);
+                    }
+                    shared.unnamed_resources.fetch_add(1, Ordering::Relaxed);
+                }
+                (false, patterns) => {
+                    if matched_at_cap() {
+                        drop(guard);
+                        return self.shared_by_patterns(patterns, name, entry_type);
+                    }
+                    shared.matched_resources.fetch_add(1, Ordering::Relaxed);
+                }
+                (true, _) => {}
             }
-            shared.unnamed_resources.fetch_add(1, Ordering::Relaxed);
         }
         let name: Arc<str> = name.into();
         let inner = Arc::new(ResourceInner::new(name.clone(), compile::rules_for(shared, &name)));
@@ -466,6 +492,67 @@ impl Sentinel {
         shared.resource_list.push(inner.clone());
         shared.resource_generation.fetch_add(1, Ordering::Release);
         Resource { shared: shared.clone(), inner, entry_type }
+    }
+
+    /// The handle given past the cap on resources that only regex rules match, for `name`, which matches
+    /// `patterns`: the resource that every such name matching exactly these patterns shares (the first of them
+    /// past the cap), so their rules still apply, to them together. Rules bound how many there are.
+    #[cold]
+    fn shared_by_patterns(&self, patterns: PatternKey, name: &str, entry_type: EntryType) -> Resource {
+        let shared = &self.shared;
+        shared.overflowed_resources.fetch_add(1, Ordering::Relaxed);
+        let mut by_patterns = shared.shared_by_patterns.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(inner) = by_patterns.get(&patterns) {
+            // Chosen under the rules in force then: it must still match exactly these patterns.
+            if self.targets(&inner.name) == (false, patterns.clone()) {
+                return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
+            }
+        }
+        if !shared.warned_resources.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max = shared.config.max_resources,
+                resource = %name,
+                "resource cap reached for names regex rules match: new names that match the same patterns now \
+                 share the resource of the first of them past the cap (their rules apply to them together)"
+            );
+        }
+        // Not counted (the registry lock is taken inside; it is never held while this lock is taken).
+        let resource = self.find_or_create(name, entry_type, false);
+        by_patterns.insert(patterns, resource.inner.clone());
+        resource
+    }
+
+    /// Whether the cap on names that only regex rules match is reached.
+    pub(crate) fn matched_cap_reached(&self) -> bool {
+        self.shared.matched_resources.load(Ordering::Relaxed) >= self.shared.config.max_resources
+    }
+
+    /// For an integration past its own bound on names (the web layer, the outbound guards): the resource
+    /// `name` gets without a place of its own. Its own if it has one already or a rule names it exactly;
+    /// the one that names matching the same regex patterns share past the engine's cap if only patterns
+    /// match it (so their rules apply, together); `None` if no rule targets it.
+    pub(crate) fn resource_beyond_bound(&self, name: &str, entry_type: EntryType) -> Option<Resource> {
+        if let Some(inner) = self.shared.resources.pin().get(name) {
+            return Some(Resource { shared: self.shared.clone(), inner: inner.clone(), entry_type });
+        }
+        match self.targets(name) {
+            (true, _) => Some(self.resource_typed(name, entry_type)),
+            (false, patterns) if !patterns.is_empty() => Some(self.shared_by_patterns(patterns, name, entry_type)),
+            (false, _) => None,
+        }
+    }
+
+    /// What rules target `name`: whether one names it exactly (or reads it: a relate rule), and the patterns
+    /// of the regex rules that match it. Nothing is resolved or kept.
+    pub(crate) fn targets(&self, name: &str) -> (bool, PatternKey) {
+        let s = &self.shared;
+        let mut patterns = Vec::new();
+        let exact = s.flow.targets(name, &mut patterns)
+            | s.degrade.targets(name, &mut patterns)
+            | s.param.targets(name, &mut patterns)
+            | s.authority.targets(name, &mut patterns)
+            | s.adaptive.targets(name, &mut patterns);
+        (exact, patterns)
     }
 
     /// The handle given for `name` past the cap: [`RESOURCE_OVERFLOW`].
@@ -505,9 +592,10 @@ impl Sentinel {
     /// regex rule whose pattern matches it, or a relate rule reads it (system rules and default `"*"` breakers
     /// name no resource and do not count). A few map lookups, and the patterns when regex rules are loaded.
     ///
-    /// The engine gives such a name its own resource past [`Config::max_resources`]; integrations that take
-    /// resource names from requests (the web layer) bound how many distinct names they create, and use this
-    /// to give a name that a rule targets its own resource past that bound.
+    /// The engine gives a name a rule names exactly its own resource past [`Config::max_resources`], and
+    /// caps names only regex rules match apart (see [`resource_typed`](Self::resource_typed)); integrations
+    /// that take resource names from requests (the web layer) bound how many distinct names they create,
+    /// and past that bound give a name a rule targets the resource the engine would.
     ///
     /// ```
     /// use sentinel_runtime::{Sentinel, flow::FlowRule};
@@ -517,13 +605,8 @@ impl Sentinel {
     /// assert!(!engine.has_rules_for("GET:/orders"));
     /// ```
     pub fn has_rules_for(&self, resource: &str) -> bool {
-        let s = &self.shared;
-        s.flow.for_resource(resource).is_some()
-            || s.degrade.for_resource(resource).is_some()
-            || s.param.for_resource(resource).is_some()
-            || s.authority.for_resource(resource).is_some()
-            || s.adaptive.governs(resource)
-            || s.flow.relates_to(resource)
+        let (exact, patterns) = self.targets(resource);
+        exact || !patterns.is_empty()
     }
 
     /// Names of every resource entered or created so far.

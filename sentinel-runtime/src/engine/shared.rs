@@ -24,6 +24,9 @@ use crate::slot::CustomSlots;
 use crate::stat::StatNode;
 use crate::system::SystemManager;
 
+/// The regex rules' patterns a resource name matches, each with its rule kind, in the kinds' order.
+pub(super) type PatternKey = Vec<(crate::error::RuleKind, Arc<str>)>;
+
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A predicate deciding which traced errors count (the global error filter for manual entries).
@@ -89,6 +92,11 @@ pub(crate) struct Shared {
     pub(super) warned_resources: AtomicBool,
     /// Resources created that no rule named (counted against the cap).
     pub(super) unnamed_resources: AtomicUsize,
+    /// Resources created that only regex rules match (counted against a cap of the same size).
+    pub(super) matched_resources: AtomicUsize,
+    /// Past that cap, the resource that new names matching the same patterns share, by those patterns: as
+    /// many as the rules make combinations of patterns a name matches.
+    pub(super) shared_by_patterns: Mutex<std::collections::HashMap<PatternKey, Arc<ResourceInner>>>,
     /// Contexts created that no chain rule named (counted against the cap).
     pub(super) unnamed_contexts: AtomicUsize,
     /// Handles on a new name given [`RESOURCE_OVERFLOW`](crate::RESOURCE_OVERFLOW) because the cap was reached.
@@ -148,6 +156,8 @@ impl Shared {
             warned_contexts: AtomicBool::new(false),
             warned_resources: AtomicBool::new(false),
             unnamed_resources: AtomicUsize::new(0),
+            matched_resources: AtomicUsize::new(0),
+            shared_by_patterns: Default::default(),
             unnamed_contexts: AtomicUsize::new(0),
             overflowed_resources: AtomicU64::new(0),
             overflowed_contexts: AtomicU64::new(0),

@@ -275,9 +275,12 @@ impl FlowManager {
         set.matched.for_resource(name, !set.patterns.is_empty(), &set.exact, |name| set.resolve(name, None))
     }
 
-    /// Whether a relate rule reads the resource `name` (its `ref_resource`).
-    pub(crate) fn relates_to(&self, name: &str) -> bool {
-        self.set.load().related.contains(name)
+    /// Whether a rule names `name` exactly or a relate rule reads it; the patterns of regex rules that match
+    /// it are added to `matched` (nothing is resolved or kept).
+    pub(crate) fn targets(&self, name: &str, matched: &mut Vec<(RuleKind, Arc<str>)>) -> bool {
+        let set = self.set.load();
+        matched.extend(set.patterns.sources_matching(name).map(|p| (RuleKind::Flow, p.clone())));
+        set.exact.contains_key(name) || set.related.contains(name)
     }
 
     /// Whether a chain rule reads the context `name` (its `ref_resource`).

@@ -326,7 +326,10 @@ impl NameCache {
         // inserting at once never pass the bound.
         let reserved = counted && crate::web::reserve(&self.counted, naming.max_resources);
         let full = counted && !reserved;
-        if full && !engine.has_rules_for(name) {
+        // Past the bound: a name a rule names gets its own resource (rules bound those), one only regex rules
+        // match the resource it shares with the names matching the same patterns, any other the overflow.
+        let beyond = if full { engine.resource_beyond_bound(name, EntryType::Out) } else { None };
+        if full && beyond.is_none() {
             return TargetRef::of(self.overflow.get_or_init(|| {
                 tracing::warn!(
                     max = naming.max_resources,
@@ -338,7 +341,22 @@ impl NameCache {
                 Target::new(engine.site_resource_typed(OUTBOUND_OVERFLOW_RESOURCE, EntryType::Out), false)
             }));
         }
-        let resource = engine.resource_typed(name, EntryType::Out);
+        let resource = match beyond {
+            Some(resource) => resource,
+            None => engine.resource_typed(name, EntryType::Out),
+        };
+        if resource.name() != name && resource.name() != crate::RESOURCE_OVERFLOW {
+            if reserved {
+                self.counted.fetch_sub(1, Ordering::Relaxed);
+            }
+            // The resource the names matching the same regex patterns share: kept under its own name (as many
+            // as the rules make), so the name is looked up again at each call, never kept.
+            let shared = Target::new(resource.clone(), false);
+            return match self.map.pin().try_insert(NameKey(resource.name().into()), shared) {
+                Ok(t) => TargetRef::of(t),
+                Err(e) => TargetRef::of(e.current),
+            };
+        }
         if resource.name() != name {
             if reserved {
                 self.counted.fetch_sub(1, Ordering::Relaxed);

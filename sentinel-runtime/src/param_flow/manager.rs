@@ -132,6 +132,14 @@ impl ParamFlowManager {
         self.set.load().patterns.get(pattern).is_some_and(|p| p.matches(name))
     }
 
+    /// Whether a rule names `name` exactly; the patterns of regex rules that match it are added to `matched`
+    /// (nothing is resolved or kept).
+    pub(crate) fn targets(&self, name: &str, matched: &mut Vec<(RuleKind, Arc<str>)>) -> bool {
+        let set = self.set.load();
+        matched.extend(set.patterns.sources_matching(name).map(|p| (RuleKind::ParamFlow, p.clone())));
+        set.exact.contains_key(name)
+    }
+
     /// The rules of the resource `name`, exact and matched (resolved once per resource and rule set: called
     /// when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &str) -> Option<Arc<ResourceParamRules>> {

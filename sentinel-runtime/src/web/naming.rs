@@ -18,8 +18,8 @@
 //!   are not counted.
 //! - **Names from the request** (cleaned paths, gRPC paths, a custom namer's output): past
 //!   [`DEFAULT_MAX_RESOURCES`] distinct names, a new name gets its own resource only when a rule names it
-//!   ([`Sentinel::has_rules_for`](crate::Sentinel::has_rules_for): exactly, or by a matching regex rule); the
-//!   others share [`OVERFLOW_RESOURCE`].
+//!   exactly; one only regex rules match gets the resource the names matching the same patterns share past
+//!   the engine's cap (which those rules check), and is not kept; the others share [`OVERFLOW_RESOURCE`].
 //! - **The cache** from a request's route to its resource holds at most five entries per route template plus
 //!   the bound on request-derived names (each about 100 bytes plus the name, besides the engine's resource).
 //!   A name past a bound is never cached, so a rule loaded later for it applies to its next request, and a
@@ -527,9 +527,10 @@ impl ResourceCache {
         // that threads inserting at once never pass the bound.
         let reserved = source == Source::Request && reserve(&self.counted, naming.max_resources);
         if source == Source::Request && !reserved {
-            if engine.has_rules_for(&name) {
-                // A name a rule targets always gets its own resource (not cached past the bound).
-                return engine.resource_typed(&name, EntryType::In);
+            // A name a rule names gets its own resource, one only regex rules match the resource it shares
+            // with the names matching the same patterns: not cached past the bound.
+            if let Some(resource) = engine.resource_beyond_bound(&name, EntryType::In) {
+                return resource;
             }
             if self.overflow.get().is_none() {
                 tracing::warn!(
