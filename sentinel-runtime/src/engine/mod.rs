@@ -531,6 +531,7 @@ impl Sentinel {
     /// `name` gets without a place of its own. Its own if it has one already or a rule names it exactly;
     /// the one that names matching the same regex patterns share past the engine's cap if only patterns
     /// match it (so their rules apply, together); `None` if no rule targets it.
+    #[cfg(feature = "tower")]
     pub(crate) fn resource_beyond_bound(&self, name: &str, entry_type: EntryType) -> Option<Resource> {
         if let Some(inner) = self.shared.resources.pin().get(name) {
             return Some(Resource { shared: self.shared.clone(), inner: inner.clone(), entry_type });

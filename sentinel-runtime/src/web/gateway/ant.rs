@@ -138,11 +138,13 @@ fn segment_regex(segment: &str) -> Result<Regex, String> {
     }
     flush(&mut re, &mut literal);
     re.push_str(r")\z");
-    RegexBuilder::new(&re)
+    let regex = RegexBuilder::new(&re)
         .size_limit(GATEWAY_REGEX_SIZE_LIMIT)
         .dfa_size_limit(GATEWAY_REGEX_SIZE_LIMIT)
         .build()
-        .map_err(|e| format!("has a `{{name:regex}}` variable that is not a valid regular expression ({e})"))
+        .map_err(|e| format!("has a `{{name:regex}}` variable that is not a valid regular expression ({e})"))?;
+    super::spend_regex_budget(&re).map_err(|e| format!("has a segment that {e}"))?;
+    Ok(regex)
 }
 
 impl AntPattern {

@@ -125,8 +125,14 @@ fn compile(def: &ApiDefinition, index: usize) -> Result<Vec<PathMatcher>, Gatewa
 
 impl ApiMatcher {
     /// Validates and compiles `definitions`: names must be non-blank and distinct, patterns non-blank and
-    /// valid. The first invalid definition rejects the set.
+    /// valid, and their regular expressions may hold 16 MiB compiled in all. The first invalid definition
+    /// rejects the set.
     pub fn new(definitions: &[ApiDefinition]) -> Result<Self, GatewayRuleError> {
+        super::within_regex_budget(|| Self::compile_set(definitions))
+    }
+
+    /// [`new`](Self::new), within the set's budget for regular expressions.
+    fn compile_set(definitions: &[ApiDefinition]) -> Result<Self, GatewayRuleError> {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         let mut apis = Vec::with_capacity(definitions.len());
         for (index, def) in definitions.iter().enumerate() {

@@ -99,8 +99,58 @@ pub const DEFAULT_PARAM: &str = "$D";
 /// lazy DFA cache): a pushed rule cannot exhaust memory.
 const GATEWAY_REGEX_SIZE_LIMIT: usize = 1 << 20;
 
-/// Compiles a regular expression the whole text must match (Java's `Pattern.matcher(text).matches()`).
+/// What the compiled regular expressions of one set of gateway rules, or of API definitions, may hold in all
+/// (their automata): each is held to [`GATEWAY_REGEX_SIZE_LIMIT`], and a push of many (`.{1000}` is seven
+/// characters and about 1 MiB compiled) cannot make their sum grow without bound.
+const GATEWAY_REGEX_TOTAL_LIMIT: usize = 16 << 20;
+
+thread_local! {
+    /// The bytes left to the set being compiled on this thread ([`within_regex_budget`]).
+    static REGEX_BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f`, which compiles one set (gateway rules, API definitions), with [`GATEWAY_REGEX_TOTAL_LIMIT`] bytes
+/// for the regular expressions it compiles: past them, compiling one more is an error naming it.
+pub(crate) fn within_regex_budget<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            REGEX_BUDGET.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(REGEX_BUDGET.with(|b| b.replace(Some(GATEWAY_REGEX_TOTAL_LIMIT))));
+    f()
+}
+
+/// Spends the size of `compiled` (the anchored source) from the budget of the set being compiled, if any.
+fn spend_regex_budget(compiled: &str) -> Result<(), String> {
+    let Some(left) = REGEX_BUDGET.with(|b| b.get()) else { return Ok(()) };
+    // The same automata the regex crate builds, measured (it does not say their size).
+    let config = regex_automata::meta::Config::new().nfa_size_limit(Some(GATEWAY_REGEX_SIZE_LIMIT));
+    let bytes =
+        regex_automata::meta::Regex::builder().configure(config).build(compiled).map_or(0, |r| r.memory_usage());
+    if bytes > left {
+        return Err(format!(
+            "compiles to {} KiB, past what the set's regular expressions may hold in all ({} MiB); simplify them \
+             or use fewer",
+            bytes.div_ceil(1024),
+            GATEWAY_REGEX_TOTAL_LIMIT >> 20
+        ));
+    }
+    REGEX_BUDGET.with(|b| b.set(Some(left - bytes)));
+    Ok(())
+}
+
+/// Compiles a regular expression the whole text must match (Java's `Pattern.matcher(text).matches()`),
+/// spending its size from the budget of the set being compiled ([`within_regex_budget`]).
 fn compile_regex(source: &str) -> Result<regex::Regex, String> {
+    let regex = check_regex(source)?;
+    spend_regex_budget(regex.as_str())?;
+    Ok(regex)
+}
+
+/// [`compile_regex`] without spending from a budget (a check; the regex kept is compiled again).
+fn check_regex(source: &str) -> Result<regex::Regex, String> {
     regex::RegexBuilder::new(&format!(r"\A(?:{})\z", crate::pattern::java_syntax(source)))
         .size_limit(GATEWAY_REGEX_SIZE_LIMIT)
         .dfa_size_limit(GATEWAY_REGEX_SIZE_LIMIT)

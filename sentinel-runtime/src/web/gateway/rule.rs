@@ -2,7 +2,7 @@
 
 use crate::flow::{ControlBehavior, FlowGrade};
 
-use super::compile_regex;
+use super::check_regex;
 use super::error::GatewayRuleError;
 
 /// An enum carried as one of Java's integer codes (`SentinelGatewayConstants`).
@@ -270,7 +270,7 @@ pub(crate) fn validate(rule: &GatewayFlowRule, index: usize) -> Result<(), Gatew
         return bad("param_item.field_name", "is not a valid header name (letters, digits and `!#$%&'*+-.^_`|~`)");
     }
     if let (Some(pattern), ParamMatchStrategy::Regex) = (item.effective_pattern(), item.match_strategy) {
-        if let Err(reason) = compile_regex(pattern) {
+        if let Err(reason) = check_regex(pattern) {
             return bad("param_item.pattern", &format!("`{pattern}` {reason}"));
         }
     }

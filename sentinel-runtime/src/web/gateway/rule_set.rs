@@ -91,6 +91,11 @@ impl GatewayRuleSet {
     ///   at the next position, shared by all of them (one for route rules, then one for API rules when a
     ///   name is used as both).
     pub fn new(rules: Vec<GatewayFlowRule>) -> Result<Self, GatewayRuleError> {
+        super::within_regex_budget(|| Self::compile_set(rules))
+    }
+
+    /// [`new`](Self::new), within the set's budget for regular expressions.
+    fn compile_set(rules: Vec<GatewayFlowRule>) -> Result<Self, GatewayRuleError> {
         let mut compiled = Vec::with_capacity(rules.len());
         for (index, rule) in rules.iter().enumerate() {
             validate(rule, index)?;

@@ -385,3 +385,29 @@ mod java_json {
         assert_eq!(json::rules_from_json("null").unwrap(), []);
     }
 }
+
+#[test]
+fn a_sets_regular_expressions_hold_16_mib_in_all_and_each_set_has_its_own_budget() {
+    let heavy = |i: usize| format!("/{i}/.{{1000}}");
+    let apis = |n: usize, item: &dyn Fn(usize) -> ApiPredicateItem| {
+        vec![(0..n).fold(ApiDefinition::new("a"), |d, i| d.item(item(i)))]
+    };
+    assert!(ApiMatcher::new(&apis(10, &|i| ApiPredicateItem::regex(heavy(i)))).is_ok());
+    let refused = |r: Result<_, GatewayRuleError>| r.map(|_| ()).expect_err("past the budget");
+    let e = refused(ApiMatcher::new(&apis(30, &|i| ApiPredicateItem::regex(heavy(i)))));
+    assert!(e.to_string().contains("16 MiB") && e.to_string().contains("in all"), "{e}");
+    // An Ant pattern's `{name:regex}` segments count too.
+    let ant = |i: usize| ApiPredicateItem::prefix(format!("/{i}/{{v:.{{1000}}}}/**"));
+    assert!(ApiMatcher::new(&apis(10, &ant)).is_ok());
+    let e = refused(ApiMatcher::new(&apis(30, &ant)));
+    assert!(e.to_string().contains("in all"), "{e}");
+    // So do gateway rules' parameter patterns; a set compiled after a refused one has its whole budget.
+    let rule = |i: usize| {
+        GatewayFlowRule::new(format!("r{i}"))
+            .count(1.0)
+            .param_item(GatewayParamItem::header("x").pattern(".{1000}", ParamMatchStrategy::Regex))
+    };
+    let e = GatewayRuleSet::new((0..30).map(rule).collect()).map(|_| ()).expect_err("past the budget");
+    assert!(e.to_string().contains("in all"), "{e}");
+    assert!(GatewayRuleSet::new((0..10).map(rule).collect()).is_ok());
+}
