@@ -32,7 +32,8 @@
 //! patterns usually hold (classes, alternation, repetition, groups, escapes). A pattern it cannot compile is a
 //! [`RuleError`] naming the rule and the field `resource`, and the rules in force stay:
 //! look-around and backreferences do not exist there (matching runs in linear time whatever the pattern),
-//! and a pattern that compiles to more than 1 MiB is refused, so a pushed rule cannot exhaust memory.
+//! and a pattern that compiles to more than 1 MiB is refused, as is a load of one kind whose patterns hold more
+//! than 16 MiB compiled in all, so a pushed rule set cannot exhaust memory.
 //! As in Java, `\d`, `\w`, `\s` and their negations are ASCII classes (`[0-9]`, `[a-zA-Z_0-9]`,
 //! `[ \t\n\x0B\f\r]`) unless the pattern starts with `(?U)` (Java's `UNICODE_CHARACTER_CLASS`), which makes
 //! them Unicode-aware; gateway patterns read them the same way.
@@ -54,6 +55,17 @@ use crate::error::{RuleError, RuleKind};
 /// The largest compiled program of a pattern, and of its lazy DFA cache: enough for any realistic resource
 /// pattern, small enough that a hostile rule push cannot exhaust memory.
 const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+/// What the patterns one load of a rule kind compiles may hold in all: a push of many patterns (`.{1000}` is
+/// seven characters and about 1 MiB compiled) cannot make their sum grow without bound.
+pub(crate) const PATTERNS_TOTAL_LIMIT: usize = 16 << 20;
+
+/// The memory the automata of the regular expression `anchored` hold, as the regex crate builds them with
+/// programs of at most `limit` bytes (measured: the regex crate does not report it).
+pub(crate) fn compiled_bytes(anchored: &str, limit: usize) -> usize {
+    let config = regex_automata::meta::Config::new().nfa_size_limit(Some(limit));
+    regex_automata::meta::Regex::builder().configure(config).build(anchored).map_or(0, |r| r.memory_usage())
+}
 
 /// A resource name pattern, compiled once per rule load.
 #[derive(Clone, Debug)]
@@ -161,11 +173,13 @@ pub(crate) struct Compiler<'p, R> {
     kind: RuleKind,
     previous: &'p Patterns<R>,
     compiled: std::cell::RefCell<HashMap<Arc<str>, ResourcePattern>>,
+    /// The bytes the patterns compiled so far hold ([`PATTERNS_TOTAL_LIMIT`] at most).
+    held: std::cell::Cell<usize>,
 }
 
 impl<'p, R> Compiler<'p, R> {
     pub(crate) fn new(kind: RuleKind, previous: &'p Patterns<R>) -> Self {
-        Compiler { kind, previous, compiled: Default::default() }
+        Compiler { kind, previous, compiled: Default::default(), held: Default::default() }
     }
 
     /// Compiles the pattern of rule `index` of the set; the error names the rule and the field.
@@ -179,6 +193,16 @@ impl<'p, R> Compiler<'p, R> {
             None => ResourcePattern::compile(source)
                 .map_err(|reason| RuleError::invalid(self.kind, index, source, "resource", reason))?,
         };
+        // Kept or new, every pattern of the set counts.
+        let held = self.held.get() + compiled_bytes(pattern.regex.as_str(), PATTERN_SIZE_LIMIT);
+        if held > PATTERNS_TOTAL_LIMIT {
+            let reason = format!(
+                "brings the patterns of these rules past {} MiB compiled in all; simplify them or use fewer",
+                PATTERNS_TOTAL_LIMIT >> 20
+            );
+            return Err(RuleError::invalid(self.kind, index, source, "resource", reason));
+        }
+        self.held.set(held);
         compiled.insert(pattern.source.clone(), pattern);
         Ok(())
     }

@@ -300,3 +300,17 @@ fn a_regex_hot_parameter_rule_must_reject_and_stay_local_and_the_error_names_it(
     }
     assert_eq!(e.param_flow_rules(), [ParamFlowRule::new("kept", 0).count(1.0)], "the rules in force stay");
 }
+
+#[test]
+fn the_patterns_of_one_load_hold_16_mib_compiled_in_all_and_a_load_past_it_changes_nothing() {
+    // `.{1000}` is seven characters and about 1 MiB compiled: each is within the 1 MiB a pattern may
+    // hold, thirty are past what a kind's patterns may hold together.
+    let (e, _clock) = engine();
+    let heavy = |i: usize| FlowRule::new(format!("r{i}_.{{1000}}")).regex(true).count(1.0);
+    e.load_flow_rules((0..10).map(heavy)).unwrap();
+    let err = e.load_flow_rules((0..30).map(heavy)).unwrap_err();
+    let RuleError::Invalid { kind, field, reason, .. } = &err else { panic!("{err}") };
+    assert_eq!((*kind, *field), (RuleKind::Flow, "resource"), "{err}");
+    assert!(reason.contains("16 MiB compiled in all"), "{err}");
+    assert_eq!(e.flow_rules().len(), 10, "the rules in force stay");
+}

@@ -102,7 +102,7 @@ const GATEWAY_REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// What the compiled regular expressions of one set of gateway rules, or of API definitions, may hold in all
 /// (their automata): each is held to [`GATEWAY_REGEX_SIZE_LIMIT`], and a push of many (`.{1000}` is seven
 /// characters and about 1 MiB compiled) cannot make their sum grow without bound.
-const GATEWAY_REGEX_TOTAL_LIMIT: usize = 16 << 20;
+const GATEWAY_REGEX_TOTAL_LIMIT: usize = crate::pattern::PATTERNS_TOTAL_LIMIT;
 
 thread_local! {
     /// The bytes left to the set being compiled on this thread ([`within_regex_budget`]).
@@ -125,10 +125,7 @@ pub(crate) fn within_regex_budget<R>(f: impl FnOnce() -> R) -> R {
 /// Spends the size of `compiled` (the anchored source) from the budget of the set being compiled, if any.
 fn spend_regex_budget(compiled: &str) -> Result<(), String> {
     let Some(left) = REGEX_BUDGET.with(|b| b.get()) else { return Ok(()) };
-    // The same automata the regex crate builds, measured (it does not say their size).
-    let config = regex_automata::meta::Config::new().nfa_size_limit(Some(GATEWAY_REGEX_SIZE_LIMIT));
-    let bytes =
-        regex_automata::meta::Regex::builder().configure(config).build(compiled).map_or(0, |r| r.memory_usage());
+    let bytes = crate::pattern::compiled_bytes(compiled, GATEWAY_REGEX_SIZE_LIMIT);
     if bytes > left {
         return Err(format!(
             "compiles to {} KiB, past what the set's regular expressions may hold in all ({} MiB); simplify them \
