@@ -509,3 +509,29 @@ mod tests {
         assert_eq!(cache.len(), 1);
     }
 }
+
+#[cfg(test)]
+mod review4_tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "review: past the engine's regex cap a name shares the first name's listening target, so one downstream's back-off holds all names sharing it"]
+    fn a_downstreams_back_off_is_not_recorded_on_the_target_other_names_share() {
+        let engine = Sentinel::builder().max_resources(1).build();
+        engine.load_flow_rules([crate::flow::FlowRule::new("d.*").regex(true).count(1_000_000.0)]).unwrap();
+        // The engine's cap on names only regex rules match is reached.
+        let _d0 = engine.resource("d0");
+        let cache = NameCache::default();
+        let naming = Naming::default();
+        let get = |n: &str| cache.target(&naming, &engine, n.as_bytes(), true);
+        // SAFETY: `cache` outlives the test's every use of its targets.
+        let get = |n: &str| unsafe { &*(get(n).get() as *const Target) };
+        assert_eq!(get("d1").resource.name(), "d1", "the first past the cap: the shared resource");
+        assert_eq!(get("d2").resource.name(), "d1");
+        assert_eq!(get("d3").resource.name(), "d1");
+        // Downstream d2 asks callers to back off: its signal must not hold back d1 and d3.
+        get("d2").hold(u64::MAX);
+        assert_eq!(get("d3").held(&engine), None, "d2's back-off holds d3's calls");
+        assert_eq!(get("d1").held(&engine), None, "d2's back-off holds d1's calls");
+    }
+}
