@@ -352,4 +352,13 @@ mod tests {
         let RuleError::Invalid { index, field, resource, .. } = &e;
         assert_eq!((*index, *field, resource.as_str()), (3, "resource", "[z-a]"));
     }
+
+    #[test]
+    #[ignore = "review: Java's UNICODE_CHARACTER_CLASS flag combined or not first ((?iU), (?i)(?U)) is kept as the regex crate's swap-greed and its classes made ASCII"]
+    fn javas_unicode_class_flag_among_other_flags_keeps_unicode_classes() {
+        // Java: `Pattern.compile("(?iU)\\w+").matcher("été").matches()` is true, as with `(?U)` alone.
+        assert!(ResourcePattern::compile(r"(?U)\w+").unwrap().matches("été"));
+        assert!(ResourcePattern::compile(r"(?iU)\w+").unwrap().matches("été"), "(?iU)");
+        assert!(ResourcePattern::compile(r"(?i)(?U)\w+").unwrap().matches("été"), "(?i)(?U)");
+    }
 }
