@@ -58,7 +58,11 @@ fn matching_names_against_a_load_of_regex_rules_holds_no_more_than_its_bound() {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                if x & 1 == 0 { 'a' } else { 'b' }
+                if x & 1 == 0 {
+                    'a'
+                } else {
+                    'b'
+                }
             })
             .collect();
         engine.has_rules_for(&name);

@@ -294,7 +294,11 @@ fn a_second_push_while_the_store_hangs_is_not_answered_408_with_its_rules_in_for
         let first = first.join().unwrap();
         assert_eq!((first.status, first.body.as_str()), (200, WRITE_DATA_SOURCE_FAILED));
         if r.status != 200 {
-            assert_eq!(in_force, 0, "answered {} ({}) but {in_force} pushed definitions are in force", r.status, r.body);
+            assert_eq!(
+                in_force, 0,
+                "answered {} ({}) but {in_force} pushed definitions are in force",
+                r.status, r.body
+            );
         }
     });
 }
