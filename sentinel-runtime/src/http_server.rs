@@ -518,6 +518,7 @@ async fn handle(
     }
     let mut req = req.map(|body| Limited::new(body, limits.max_body_bytes));
     req.extensions_mut().insert(ConnectInfo(peer));
+    req.extensions_mut().insert(RequestStarted(std::time::Instant::now()));
     match tokio::time::timeout(limits.request_timeout, router.call(req)).await {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(never)) => match never {},
@@ -527,6 +528,11 @@ async fn handle(
         )),
     }
 }
+
+/// When the server began to handle a request (its headers read): the start of its
+/// [`Limits::request_timeout`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RequestStarted(pub(crate) std::time::Instant);
 
 /// The message of a `413`.
 pub(crate) fn too_large(max: usize) -> String {

@@ -270,7 +270,6 @@ impl sentinel_runtime::datasource::WritableDataSource for SignallingStore {
 /// quarters of the timeout) and then for its own write-back (another three quarters): a second push while
 /// the store hangs needs 1.5 timeouts, is answered `408`, and its rules are in force all the same.
 #[test]
-#[ignore = "review: a push behind another push waiting on a hung store is answered 408 with its rules in force (the lock wait is not within the deadline)"]
 fn a_second_push_while_the_store_hangs_is_not_answered_408_with_its_rules_in_force() {
     let (engine, _clock) = engine();
     let (release, held) = std::sync::mpsc::channel();

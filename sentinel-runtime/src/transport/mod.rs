@@ -839,6 +839,7 @@ async fn dispatch(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    started: Option<axum::Extension<crate::http_server::RequestStarted>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     if s.guard.enter().is_err() {
@@ -915,7 +916,9 @@ async fn dispatch(
     let center = s.center.clone();
     let run = command.run;
     // Commands read and write files (the metric log, the rules file): off the server's event loop.
-    match tokio::task::spawn_blocking(move || run(&center, &params)).await {
+    // A push's write-back waits within the request's own time, from its start.
+    let started = started.map_or_else(std::time::Instant::now, |e| e.0 .0);
+    match tokio::task::spawn_blocking(move || write_back::within_request(started, || run(&center, &params))).await {
         Ok(Ok(reply)) => {
             let content_type = if reply.json { "application/json; charset=utf-8" } else { "text/plain; charset=utf-8" };
             let mut r = respond(StatusCode::OK, content_type, reply.body);
