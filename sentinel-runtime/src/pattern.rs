@@ -56,8 +56,14 @@ use crate::error::{RuleError, RuleKind};
 /// pattern, small enough that a hostile rule push cannot exhaust memory.
 const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 
-/// What the patterns one load of a rule kind compiles may hold in all: a push of many patterns (`.{1000}` is
-/// seven characters and about 1 MiB compiled) cannot make their sum grow without bound.
+/// The largest lazy DFA cache a resource pattern grows as names are matched against it (names are matched
+/// when a resource is created and when rules load, never per call: a small cache costs nothing that
+/// matters). Counted with its pattern against [`PATTERNS_TOTAL_LIMIT`].
+const PATTERN_DFA_LIMIT: usize = 32 << 10;
+
+/// What the patterns one load of a rule kind compiles may hold in all, their programs and the lazy DFA
+/// caches names matched against them grow: a push of many patterns (`.{1000}` is seven characters and about
+/// 1 MiB compiled) cannot make their sum grow without bound.
 pub(crate) const PATTERNS_TOTAL_LIMIT: usize = 16 << 20;
 
 /// The memory the automata of the regular expression `anchored` hold, as the regex crate builds them with
@@ -79,7 +85,7 @@ impl ResourcePattern {
     pub(crate) fn compile(source: &str) -> Result<Self, String> {
         RegexBuilder::new(&format!(r"\A(?:{})\z", java_syntax(source)))
             .size_limit(PATTERN_SIZE_LIMIT)
-            .dfa_size_limit(PATTERN_SIZE_LIMIT)
+            .dfa_size_limit(PATTERN_DFA_LIMIT)
             .build()
             .map(|regex| ResourcePattern { source: source.into(), regex })
             .map_err(|e| describe(&e))
@@ -212,7 +218,7 @@ impl<'p, R> Compiler<'p, R> {
                 .map_err(|reason| RuleError::invalid(self.kind, index, source, "resource", reason))?,
         };
         // Kept or new, every pattern of the set counts.
-        let held = self.held.get() + compiled_bytes(pattern.regex.as_str(), PATTERN_SIZE_LIMIT);
+        let held = self.held.get() + compiled_bytes(pattern.regex.as_str(), PATTERN_SIZE_LIMIT) + PATTERN_DFA_LIMIT;
         if held > PATTERNS_TOTAL_LIMIT {
             let reason = format!(
                 "brings the patterns of these rules past {} MiB compiled in all; simplify them or use fewer",

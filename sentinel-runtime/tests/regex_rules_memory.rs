@@ -41,7 +41,6 @@ const MIB: isize = 1 << 20;
 /// patterns with a large DFA passes the bound and, once client-chosen names are matched against them, holds
 /// about 1 MiB per pattern.
 #[test]
-#[ignore = "review: the 16 MiB bound on a load's regex patterns omits each regex's lazy DFA cache (up to 1 MiB each), which names matched against them fill"]
 fn matching_names_against_a_load_of_regex_rules_holds_no_more_than_its_bound() {
     let engine = Sentinel::builder().build();
     let n = 64;

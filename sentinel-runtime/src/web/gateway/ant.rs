@@ -15,7 +15,7 @@
 use regex::{Regex, RegexBuilder};
 use smallvec::SmallVec;
 
-use super::GATEWAY_REGEX_SIZE_LIMIT;
+use super::{GATEWAY_DFA_LIMIT, GATEWAY_REGEX_SIZE_LIMIT};
 
 /// A path's segments kept on the stack up to this many while it is matched (a longer path takes a vector).
 const INLINE_DIRS: usize = 16;
@@ -140,7 +140,7 @@ fn segment_regex(segment: &str) -> Result<Regex, String> {
     re.push_str(r")\z");
     let regex = RegexBuilder::new(&re)
         .size_limit(GATEWAY_REGEX_SIZE_LIMIT)
-        .dfa_size_limit(GATEWAY_REGEX_SIZE_LIMIT)
+        .dfa_size_limit(GATEWAY_DFA_LIMIT)
         .build()
         .map_err(|e| format!("has a `{{name:regex}}` variable that is not a valid regular expression ({e})"))?;
     super::spend_regex_budget(&re).map_err(|e| format!("has a segment that {e}"))?;

@@ -99,6 +99,10 @@ pub const DEFAULT_PARAM: &str = "$D";
 /// lazy DFA cache): a pushed rule cannot exhaust memory.
 const GATEWAY_REGEX_SIZE_LIMIT: usize = 1 << 20;
 
+/// The largest lazy DFA cache a gateway regular expression grows as requests are matched against it (on each
+/// thread that matches it at once). Counted with its program against [`GATEWAY_REGEX_TOTAL_LIMIT`].
+const GATEWAY_DFA_LIMIT: usize = 128 << 10;
+
 /// What the compiled regular expressions of one set of gateway rules, or of API definitions, may hold in all
 /// (their automata): each is held to [`GATEWAY_REGEX_SIZE_LIMIT`], and a push of many (`.{1000}` is seven
 /// characters and about 1 MiB compiled) cannot make their sum grow without bound.
@@ -125,11 +129,11 @@ pub(crate) fn within_regex_budget<R>(f: impl FnOnce() -> R) -> R {
 /// Spends the size of `compiled` (the anchored source) from the budget of the set being compiled, if any.
 fn spend_regex_budget(compiled: &str) -> Result<(), String> {
     let Some(left) = REGEX_BUDGET.with(|b| b.get()) else { return Ok(()) };
-    let bytes = crate::pattern::compiled_bytes(compiled, GATEWAY_REGEX_SIZE_LIMIT);
+    let bytes = crate::pattern::compiled_bytes(compiled, GATEWAY_REGEX_SIZE_LIMIT) + GATEWAY_DFA_LIMIT;
     if bytes > left {
         return Err(format!(
-            "compiles to {} KiB, past what the set's regular expressions may hold in all ({} MiB); simplify them \
-             or use fewer",
+            "takes {} KiB (its program and its search cache), past what the set's regular expressions may hold in \
+             all ({} MiB); simplify them or use fewer",
             bytes.div_ceil(1024),
             GATEWAY_REGEX_TOTAL_LIMIT >> 20
         ));
@@ -150,7 +154,7 @@ fn compile_regex(source: &str) -> Result<regex::Regex, String> {
 fn check_regex(source: &str) -> Result<regex::Regex, String> {
     regex::RegexBuilder::new(&format!(r"\A(?:{})\z", crate::pattern::java_syntax(source)))
         .size_limit(GATEWAY_REGEX_SIZE_LIMIT)
-        .dfa_size_limit(GATEWAY_REGEX_SIZE_LIMIT)
+        .dfa_size_limit(GATEWAY_DFA_LIMIT)
         .build()
         .map_err(|e| match e {
             regex::Error::Syntax(text) => {
