@@ -33,6 +33,17 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use crate::datasource::entry::{too_large, Holds, MAX_ENTRY_BYTES};
+
+/// Reads a key holding at most `ARGV[1]` bytes: nothing (no key), its length (longer: not read), or its value;
+/// a key of another type is refused as `GET` refuses it (WRONGTYPE).
+const BOUNDED_GET: &str = r#"
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then return false end
+if t ~= 'string' then return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value') end
+local n = redis.call('STRLEN', KEYS[1])
+if n > tonumber(ARGV[1]) then return n end
+return redis.call('GET', KEYS[1])
+"#;
 use crate::datasource::{ApplyError, Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
 use crate::{RuleError, RuleKind, Sentinel};
 
@@ -422,34 +433,25 @@ impl Inner {
             .map_err(|e| e.to_string())?;
         drop(link);
         for (i, s) in self.sources.iter().enumerate() {
-            // A value of another type (a list) is that key's bad document, not a lost connection (which would
-            // stop every key being read); so is one too large to read (its length first: nothing is read).
-            let len: Result<u64, redis::RedisError> =
-                tokio::time::timeout(timeout, redis::cmd("STRLEN").arg(&s.key).query_async(&mut conn))
-                    .await
-                    .map_err(|_| format!("STRLEN {}: no answer within 2 s", s.key))?;
-            match len {
-                Ok(len) if len > MAX_ENTRY_BYTES as u64 => {
+            // One atomic read: nothing, the value's length when it is too large (nothing more is read), or the
+            // value. A value of another type (a list) is that key's bad document, not a lost connection
+            // (which would stop every key being read).
+            let read: Result<redis::Value, redis::RedisError> = tokio::time::timeout(
+                timeout,
+                redis::cmd("EVAL").arg(BOUNDED_GET).arg(1).arg(&s.key).arg(MAX_ENTRY_BYTES).query_async(&mut conn),
+            )
+            .await
+            .map_err(|_| format!("reading {}: no answer within 2 s", s.key))?;
+            let value = match read {
+                Ok(redis::Value::Nil) => None,
+                Ok(redis::Value::BulkString(bytes)) => Some(bytes),
+                Ok(redis::Value::Int(len)) => {
                     self.reject(i, too_large(usize::try_from(len).unwrap_or(usize::MAX)));
                     continue;
                 }
-                Ok(_) => {}
+                Ok(other) => return Err(format!("reading {}: an answer of another shape ({other:?})", s.key)),
                 Err(e) if e.code() == Some("WRONGTYPE") => {
-                    let why = format!("the key holds no text (STRLEN: {e})");
-                    self.reject(i, ParseError::new(Format::Json, None, None, None, why));
-                    continue;
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-            // Bytes, not text: a key holding bytes that are not UTF-8 is that key's bad document.
-            let value: Result<Option<Vec<u8>>, redis::RedisError> =
-                tokio::time::timeout(timeout, redis::cmd("GET").arg(&s.key).query_async(&mut conn))
-                    .await
-                    .map_err(|_| format!("GET {}: no answer within 2 s", s.key))?;
-            let value = match value {
-                Ok(value) => value,
-                Err(e) if e.code() == Some("WRONGTYPE") => {
-                    let why = format!("the key holds no text (GET: {e})");
+                    let why = format!("the key holds no text ({e})");
                     self.reject(i, ParseError::new(Format::Json, None, None, None, why));
                     continue;
                 }
