@@ -1,40 +1,12 @@
 //! What regex resource rules make the application hold once names are matched against them: measured with a
 //! global allocator that counts the bytes live (its own test binary, so nothing else shares the count).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
 use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::Sentinel;
 
-/// Counts the bytes allocated and not yet freed, over every thread.
-struct LiveBytes;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for LiveBytes {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: LiveBytes = LiveBytes;
-
-const MIB: isize = 1 << 20;
+#[path = "support/live_bytes.rs"]
+mod live_bytes;
+use live_bytes::{live, MIB};
 
 /// The 16 MiB bound counts each pattern's compiled program (`memory_usage`), not the lazy DFA cache each
 /// compiled regex grows as names are matched (up to its 1 MiB `dfa_size_limit`, per regex): a load of small
@@ -73,8 +45,4 @@ fn matching_names_against_a_load_of_regex_rules_holds_no_more_than_its_bound() {
         loaded / 1024,
         held / MIB
     );
-}
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
 }

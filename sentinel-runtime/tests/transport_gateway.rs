@@ -188,31 +188,6 @@ fn a_bad_gateway_file_is_a_typed_error_and_the_rules_in_force_stay() {
     assert_eq!(engine.gateway_rules()[0].count, 3.0, "the rules in force stay");
 }
 
-/// A store whose writes wait until the test lets them go (a Redis, etcd or ZooKeeper that answers slowly).
-struct HeldStore {
-    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
-}
-
-impl sentinel_runtime::datasource::WritableDataSource for HeldStore {
-    fn write_rules(
-        &self,
-        _: &sentinel_runtime::datasource::RuleSet,
-    ) -> Result<(), sentinel_runtime::datasource::WriteBackError> {
-        let _ = self.release.lock().unwrap().recv();
-        Ok(())
-    }
-    fn write_gateway(
-        &self,
-        _: &sentinel_runtime::datasource::GatewayDocuments,
-    ) -> Result<(), sentinel_runtime::datasource::WriteBackError> {
-        let _ = self.release.lock().unwrap().recv();
-        Ok(())
-    }
-    fn status(&self) -> sentinel_runtime::datasource::SourceStatus {
-        sentinel_runtime::datasource::SourceStatus::new("held", "held")
-    }
-}
-
 /// The module docs promise "nothing changes on an error". A push whose write-back outlasted the request
 /// timeout was answered `408` (the dashboard shows the save as failed), yet its rules were in force (review).
 /// Now it is answered `partial success` once it waited three quarters of the timeout.
@@ -220,7 +195,8 @@ impl sentinel_runtime::datasource::WritableDataSource for HeldStore {
 fn a_push_answered_with_an_error_has_changed_nothing() {
     let (engine, _clock) = engine();
     let (release, held) = std::sync::mpsc::channel();
-    let store = HeldStore { release: std::sync::Mutex::new(held) };
+    let (entered, _writing) = std::sync::mpsc::channel();
+    let store = SignallingStore { entered: std::sync::Mutex::new(entered), release: std::sync::Mutex::new(held) };
     let center = CommandCenter::builder(&engine)
         .port(0)
         .data_source(store)
@@ -238,7 +214,8 @@ fn a_push_answered_with_an_error_has_changed_nothing() {
     assert_eq!((r.status, r.body.as_str(), in_force), (200, WRITE_DATA_SOURCE_FAILED, 2));
 }
 
-/// A store whose writes signal `entered`, then wait until `release` says so.
+/// A store whose writes signal `entered`, then wait until `release` says so (a Redis, etcd or ZooKeeper that
+/// answers slowly).
 struct SignallingStore {
     entered: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
     release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
@@ -266,9 +243,10 @@ impl sentinel_runtime::datasource::WritableDataSource for SignallingStore {
     }
 }
 
-/// A push waits for the serial lock (held by an earlier push for up to the write-back deadline, three
+/// A push waited for the serial lock (held by an earlier push for up to the write-back deadline, three
 /// quarters of the timeout) and then for its own write-back (another three quarters): a second push while
-/// the store hangs needs 1.5 timeouts, is answered `408`, and its rules are in force all the same.
+/// the store hung needed 1.5 timeouts and was answered `408`, its rules in force all the same (review). The
+/// deadline now counts from the request's start.
 #[test]
 fn a_second_push_while_the_store_hangs_is_not_answered_408_with_its_rules_in_force() {
     let (engine, _clock) = engine();

@@ -2,46 +2,14 @@
 //! allocator that counts the bytes live (its own test binary, so nothing else shares the count).
 #![cfg(all(feature = "transport", feature = "tower"))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
-
 use sentinel_runtime::clock::ManualClock;
 use sentinel_runtime::transport::CommandCenter;
 use sentinel_runtime::Sentinel;
 use sentinel_testkit::http::post_form;
 
-/// Counts the bytes allocated and not yet freed, over every thread.
-struct LiveBytes;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for LiveBytes {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: LiveBytes = LiveBytes;
-
-const MIB: isize = 1 << 20;
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
+#[path = "support/live_bytes.rs"]
+mod live_bytes;
+use live_bytes::{live, MIB};
 
 /// One measurement at a time: the count is over every thread of the binary.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());

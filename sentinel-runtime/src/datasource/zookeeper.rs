@@ -560,15 +560,20 @@ impl WritableDataSource for ZookeeperDataSource {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_write_back_answered_after_the_watch_read_a_later_change_keeps_that_change() {
+    /// A source whose ZooKeeper never answers (nothing listens on port 1): its state is the test's alone.
+    fn unreachable_source() -> (Sentinel, ZookeeperDataSource) {
         let engine = Sentinel::builder().build();
-        // Nothing listens on port 1: the source's state is the test's alone.
         let source = ZookeeperDataSource::builder("127.0.0.1:1")
             .rules(RuleKind::Flow, "/sentinel/flow")
             .retry_max(Duration::from_secs(60))
             .start(&engine)
             .unwrap();
+        (engine, source)
+    }
+
+    #[test]
+    fn a_write_back_answered_after_the_watch_read_a_later_change_keeps_that_change() {
+        let (engine, source) = unreachable_source();
         let inner = &source.inner;
         // Another writer's document at version 3 is in force (the watch read it)...
         inner.put(0, 3, 30, br#"[{"resource": "api", "count": 3}]"#);
@@ -587,13 +592,7 @@ mod tests {
 
     #[test]
     fn a_write_back_answered_after_the_node_was_recreated_keeps_the_recreated_nodes_change() {
-        let engine = Sentinel::builder().build();
-        // Nothing listens on port 1: the source's state is the test's alone.
-        let source = ZookeeperDataSource::builder("127.0.0.1:1")
-            .rules(RuleKind::Flow, "/sentinel/flow")
-            .retry_max(Duration::from_secs(60))
-            .start(&engine)
-            .unwrap();
+        let (engine, source) = unreachable_source();
         let inner = &source.inner;
         inner.put(0, 5, 10, br#"[{"resource": "api", "count": 5}]"#);
         // This source's write makes version 6; before its answer is handled, another writer deletes the node
