@@ -55,9 +55,43 @@ pub fn require_program(name: &str, test: &str) -> Option<PathBuf> {
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
+/// A TCP port on 127.0.0.1 that was free a moment ago, for a server a test starts on it.
+///
+/// Taken from 10000–19999, below the kernel's ephemeral range (from which every `bind(0)` and outgoing
+/// connection takes its port), in turn from a place that depends on the process: between this check and the
+/// server's own bind, nothing else in this process takes it. (The kernel's own choice, released and then
+/// bound by the server, could go to a listener another test bound on port 0 in between: the server then
+/// failed to start while a connection to the port succeeded.) A Redis Cluster node's bus, 10000 above its
+/// port, stays below the ephemeral range and out of this one. Falls back to the kernel's choice when none is
+/// free.
 pub fn free_port() -> u16 {
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 10_000;
+    let span = SPAN.min(ephemeral_low().saturating_sub(LOW + SPAN)).max(1_000);
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        start,
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span;
+        let port = (LOW + n) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind(("127.0.0.1", 0)).and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind 127.0.0.1:0")
+}
+
+/// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Waits until something accepts TCP connections at `addr`, polling every 10 ms; false after `timeout`.
