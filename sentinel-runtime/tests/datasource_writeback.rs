@@ -70,6 +70,59 @@ fn a_users_own_store_receives_pushed_rules_and_a_failing_one_gives_partial_succe
     assert!(store.map.lock().unwrap()["flow"].contains("4.0"), "the store keeps what it had");
 }
 
+/// A store that hangs until the test lets it go, then stores as [`MapStore`] does.
+struct HangingStore {
+    gate: Mutex<()>,
+    store: MapStore,
+}
+
+impl WritableDataSource for HangingStore {
+    fn write_rules(&self, set: &RuleSet) -> Result<(), WriteBackError> {
+        let _open = self.gate.lock().unwrap();
+        self.store.write_rules(set)
+    }
+    fn status(&self) -> SourceStatus {
+        SourceStatus::new("hanging", "memory")
+    }
+}
+
+#[test]
+fn pushes_while_the_store_hangs_are_answered_and_the_store_ends_with_the_last_of_each_kind() {
+    let engine = Sentinel::builder().build();
+    let store = Arc::new(HangingStore { gate: Mutex::new(()), store: MapStore::default() });
+    let center = CommandCenter::builder(&engine)
+        .port(0)
+        .request_timeout(std::time::Duration::from_millis(200))
+        .data_source(store.clone())
+        .start()
+        .unwrap();
+    let held = store.gate.lock().unwrap();
+    // More pushes than any queue would hold: each is answered (the rules in force), none is lost.
+    for count in 1..=8 {
+        let flow = format!(r#"[{{"resource": "api", "count": {count}}}]"#);
+        assert_eq!(push(&center, "setRules", "flow", &flow), (200, WRITE_DATA_SOURCE_FAILED.into()));
+        let degrade = format!(r#"[{{"resource": "api", "grade": 2, "count": {count}, "timeWindow": 10}}]"#);
+        assert_eq!(push(&center, "setRules", "degrade", &degrade), (200, WRITE_DATA_SOURCE_FAILED.into()));
+        assert_eq!(engine.flow_rules()[0].count, count as f64, "in force at once");
+    }
+    drop(held);
+    // The writes are made in push order: once the next push's is made, those before it are.
+    let last = r#"[{"resource": "db", "limitApp": "appA"}]"#;
+    assert_eq!(push(&center, "setRules", "authority", last).0, 200);
+    let made = std::time::Instant::now();
+    while !store.store.map.lock().unwrap().contains_key("authority") {
+        assert!(made.elapsed() < std::time::Duration::from_secs(60), "the writes were never made");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let map = store.store.map.lock().unwrap();
+    let flow: Vec<sentinel_runtime::flow::FlowRule> =
+        sentinel_runtime::datasource::parse_rules(&map["flow"], Format::Json).unwrap();
+    assert_eq!(flow[0].count, 8.0, "the store holds the last flow push");
+    let degrade: Vec<sentinel_runtime::circuit_breaker::DegradeRule> =
+        sentinel_runtime::datasource::parse_rules(&map["degrade"], Format::Json).unwrap();
+    assert_eq!(degrade[0].count, 8.0, "the store holds the last degrade push");
+}
+
 #[test]
 fn adaptive_rules_through_the_command_center_refuse_a_bad_push_and_survive_a_restart_in_the_rules_directory() {
     use sentinel_runtime::datasource::FileDataSource;

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::handler::{Center, CommandError, Params, Reply};
 use super::history::LineRecord;
+use super::write_back::Stored;
 use crate::adaptive::AdaptiveRule;
 use crate::authority::AuthorityRule;
 use crate::circuit_breaker::DegradeRule;
@@ -324,14 +325,14 @@ fn push_rules(c: &Center, kind: RuleKind, p: &Params) -> Result<Reply, CommandEr
     // What is written is what is in force (a file source adds every other kind the file holds, as in force),
     // so `success` survives a restart.
     let snapshot = RuleSet::snapshot(&c.engine, &[kind]);
-    Ok(written_back(c, Box::new(move |source| source.write_rules(&snapshot))))
+    Ok(written_back(c, Stored::Rules(kind), Box::new(move |source| source.write_rules(&snapshot))))
 }
 
 /// Writes what a push put in force back to the data source, if there is one, after the writes of earlier
 /// pushes and waiting at most the writer's deadline: `success`, or [`WRITE_DATA_SOURCE_FAILED`] (the rules
 /// are in force) when the store could not be written or did not answer in time.
-pub(super) fn written_back(c: &Center, write: super::write_back::Write) -> Reply {
-    match c.write_back.as_ref().map(|w| w.write(write)) {
+pub(super) fn written_back(c: &Center, stored: Stored, write: super::write_back::Write) -> Reply {
+    match c.write_back.as_ref().map(|w| w.write(stored, write)) {
         None | Some(Ok(())) => Reply::text("success"),
         Some(Err(e)) => {
             tracing::warn!(error = %e, "the pushed rules are in force but were not written back");

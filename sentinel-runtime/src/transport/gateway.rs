@@ -8,6 +8,7 @@
 
 use super::commands::written_back;
 use super::handler::{Center, CommandError, Params, Reply};
+use super::write_back::Stored;
 use crate::datasource::GatewayDocuments;
 use crate::web::gateway::json;
 
@@ -33,7 +34,7 @@ pub(crate) fn update_api_definitions(c: &Center, p: &Params) -> Result<Reply, Co
     c.engine.load_api_definitions(definitions).map_err(|e| CommandError(e.to_string()))?;
     tracing::info!("API definitions pushed through the command center are in force");
     let pushed = GatewayDocuments { api_definitions: Some(c.engine.api_definitions()), rules: None };
-    Ok(written_back(c, Box::new(move |source| source.write_gateway(&pushed))))
+    Ok(written_back(c, Stored::ApiDefinitions, Box::new(move |source| source.write_gateway(&pushed))))
 }
 
 pub(crate) fn update_rules(c: &Center, p: &Params) -> Result<Reply, CommandError> {
@@ -43,5 +44,5 @@ pub(crate) fn update_rules(c: &Center, p: &Params) -> Result<Reply, CommandError
     c.engine.load_gateway_rules(rules).map_err(|e| CommandError(e.to_string()))?;
     tracing::info!("gateway flow rules pushed through the command center are in force");
     let pushed = GatewayDocuments { rules: Some(c.engine.gateway_rules()), api_definitions: None };
-    Ok(written_back(c, Box::new(move |source| source.write_gateway(&pushed))))
+    Ok(written_back(c, Stored::GatewayRules, Box::new(move |source| source.write_gateway(&pushed))))
 }
