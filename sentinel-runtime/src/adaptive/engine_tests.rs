@@ -406,6 +406,36 @@ fn review_a_sync_call_that_waited_for_a_place_measures_its_rtt_from_the_place() 
 }
 
 #[test]
+fn a_calls_queueing_wait_for_a_rate_limiting_flow_rule_is_not_counted_in_its_rtt() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Gradient2).limits(1, 10, 20);
+    rule.window = WindowConfig { window_ms: 1, min_samples: 1, max_window_ms: 1, ignore_rtt_under_us: 0 };
+    engine.load_adaptive_rules([rule]).unwrap();
+    // 10 a second, evenly: a call right after another waits 100 ms before it runs.
+    engine
+        .load_flow_rules([FlowRule::new("db")
+            .count(10.0)
+            .control_behavior(crate::flow::ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(1_000)])
+        .unwrap();
+    let db = engine.resource("db");
+    drop(db.enter().unwrap());
+    for _ in 0..3 {
+        let queued = db.enter().unwrap();
+        assert!(queued.waited() >= std::time::Duration::from_millis(90), "{:?}", queued.waited());
+        // The wait passes (the manual clock does not sleep), then the call takes no time.
+        clock.advance(queued.waited());
+        drop(queued);
+        clock.advance_millis(2);
+    }
+    let sample = engine.adaptive_status()[0].sample_rtt;
+    assert!(
+        sample < std::time::Duration::from_millis(1),
+        "calls of no time averaged {sample:?}: their wait in the rate limiter's queue counted as downstream latency"
+    );
+}
+
+#[test]
 fn review_a_prioritized_call_that_borrows_a_later_window_is_still_held_to_the_adaptive_limit() {
     let t0 = 1_700_000_000_000u64;
     let clock = ManualClock::at_millis(t0 - t0 % 1000 + 200);

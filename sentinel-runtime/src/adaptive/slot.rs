@@ -196,7 +196,8 @@ impl RuleSlot for AdaptiveSlot {
     fn exit(rules: Option<&Arc<ResourceAdaptive>>, _: &(), cx: &ExitCx, held: &mut AdaptiveHeld) {
         let Some(cell) = rules else { return };
         if let (Some(partition), Some(l)) = (held.take_from(cell), cell.built()) {
-            let rtt = cx.rt_micros.saturating_mul(1_000);
+            // The downstream's time: a queueing rule's wait before the call ran is not part of it.
+            let rtt = cx.rt_micros.saturating_mul(1_000).saturating_sub(cx.waited_nanos);
             l.release(l.permit_of(partition, cx.now_nanos.saturating_sub(rtt)), cx.now_nanos, rtt, cx.overload);
         }
     }

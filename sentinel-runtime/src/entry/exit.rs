@@ -93,7 +93,9 @@ impl Drop for Entry<'_> {
         }
 
         let overload = self.flags & Flags::OVERLOAD != 0;
-        chain::exit(shared, &ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire }, &mut self.held());
+        let waited_nanos = self.wait_nanos;
+        let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, error, overload, acquire };
+        chain::exit(shared, &xcx, &mut self.held());
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
         if self.flags & Flags::TOUCHES_TLS != 0 {
@@ -101,7 +103,6 @@ impl Drop for Entry<'_> {
         }
         // Breakers count the call; the adaptive slot's place goes back to the rule state that gave it.
         if inner.exit_reads_rules.load(Ordering::Acquire) {
-            let xcx = ExitCx { now_nanos, now_ms, rt_micros, error, overload, acquire };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }

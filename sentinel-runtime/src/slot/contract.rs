@@ -109,6 +109,9 @@ pub(crate) struct ExitCx {
     pub(crate) now_nanos: u64,
     pub(crate) now_ms: u64,
     pub(crate) rt_micros: u64,
+    /// The part of `rt_micros` the call waited before it ran (a queueing rule's wait, [`Entry::waited`]
+    /// (crate::Entry::waited)): not the downstream's time, which an adaptive limit measures.
+    pub(crate) waited_nanos: u64,
     pub(crate) error: bool,
     /// The call failed by overload ([`Entry::set_overload`](crate::Entry::set_overload)): a drop for adaptive
     /// limits.
