@@ -663,7 +663,6 @@ fn reloading_an_equal_rule_keeps_its_breaker_and_state() {
 }
 
 #[test]
-#[ignore = "review: a rule reloaded with only a new id gets a new breaker (Java's rule equality leaves the id out)"]
 fn reloading_a_rule_that_differs_only_in_its_id_keeps_its_breaker_and_state() {
     // Java's `AbstractRule.equals` compares resource, limitApp and regex, not the id: a reload that gives the
     // same rule a new id (a dashboard restarted renumbers its rules) keeps the breaker and its state.
@@ -684,6 +683,24 @@ fn reloading_a_rule_that_differs_only_in_its_id_keeps_its_breaker_and_state() {
     assert!(!call(&api, &clock, 0, false));
     assert!(!call(&other, &clock, 0, false));
     assert_eq!(transitions(&seen).len(), 2, "no transition but the two trips");
+    assert_eq!(engine.circuit_breakers("api")[0].rule.id, Some(11), "the breaker has the rule in force");
+
+    // A probe out across such a reload still decides the breaker, and later calls are counted once.
+    clock.set_millis(retry.unwrap());
+    let probe = api.enter().unwrap();
+    engine.load_degrade_rules(vec![error_count_rule("api", 0.0, 1).id(21)]).unwrap();
+    assert_eq!(state(&engine, "api"), BreakerState::HalfOpen);
+    drop(probe);
+    assert_eq!(state(&engine, "api"), BreakerState::Closed);
+    assert!(call(&api, &clock, 0, false));
+    assert_eq!(engine.circuit_breakers("api")[0].interval_total, 1);
+
+    // Regex rules too.
+    engine.load_degrade_rules(vec![error_count_rule("re.*", 0.0, 1).regex(true).id(3)]).unwrap();
+    let re = engine.resource("resource");
+    assert!(call(&re, &clock, 0, true));
+    engine.load_degrade_rules(vec![error_count_rule("re.*", 0.0, 1).regex(true).id(4)]).unwrap();
+    assert_eq!(state(&engine, "resource"), BreakerState::Open);
 }
 
 #[test]

@@ -331,6 +331,12 @@ pub(crate) enum Peek {
     Blocked,
 }
 
+/// The state word and counts of a breaker.
+struct Live {
+    state: AtomicU64,
+    counts: Counts,
+}
+
 /// A circuit breaker built from one degrade rule.
 pub(crate) struct Breaker {
     pub(crate) rule: Arc<DegradeRule>,
@@ -338,8 +344,9 @@ pub(crate) struct Breaker {
     rule_shares: crate::stat::stripe::Shares<DegradeRule>,
     /// Whether it was built from a default (`"*"`) rule.
     pub(crate) is_default: bool,
-    state: AtomicU64,
-    counts: Counts,
+    /// The state and counts: shared with the breaker that replaces this one when its rule is reloaded with
+    /// only a new id (Java's rule equality leaves the id out).
+    live: Arc<Live>,
     /// How long the breaker stays open, ms.
     open_ms: u64,
     /// Slow-ratio rule: a call is bad iff it is slow (else iff it has an error).
@@ -369,8 +376,10 @@ impl Breaker {
         Breaker {
             rule_shares: Default::default(),
             is_default,
-            state: AtomicU64::new(state_word(CLOSED, 0)),
-            counts: Counts::new(rule.stat_interval_ms as u64),
+            live: Arc::new(Live {
+                state: AtomicU64::new(state_word(CLOSED, 0)),
+                counts: Counts::new(rule.stat_interval_ms as u64),
+            }),
             open_ms: rule.time_window_sec as u64 * 1000,
             slow_grade: rule.grade == DegradeGrade::SlowRequestRatio,
             slow_rt_micros,
@@ -379,25 +388,46 @@ impl Breaker {
         }
     }
 
+    /// A breaker for `rule`, which differs from `old`'s rule in its id only: it takes over `old`'s state and
+    /// counts (they are shared, so a probe `old` issued still decides them).
+    pub(crate) fn taking_over(rule: Arc<DegradeRule>, old: &Breaker) -> Self {
+        debug_assert!(rule.eq_but_id(&old.rule));
+        Breaker {
+            rule_shares: Default::default(),
+            is_default: old.is_default,
+            live: old.live.clone(),
+            open_ms: old.open_ms,
+            slow_grade: old.slow_grade,
+            slow_rt_micros: old.slow_rt_micros,
+            min_request: old.min_request,
+            rule,
+        }
+    }
+
+    /// Whether `self` and `other` are one breaker (the same, or one taking over the other's state).
+    pub(crate) fn same_as(&self, other: &Breaker) -> bool {
+        Arc::ptr_eq(&self.live, &other.live)
+    }
+
     pub(crate) fn state(&self) -> BreakerState {
-        decode_state(self.state.load(Ordering::Acquire))
+        decode_state(self.live.state.load(Ordering::Acquire))
     }
 
     /// The retry time while OPEN or HALF_OPEN.
     pub(crate) fn retry_ms(&self) -> Option<u64> {
-        let w = self.state.load(Ordering::Acquire);
+        let w = self.live.state.load(Ordering::Acquire);
         (w & STATE_MASK != CLOSED).then_some(w >> 2)
     }
 
     /// The current interval's `(total, bad)` counts.
     pub(crate) fn counts(&self, now_ms: u64) -> (u64, u64) {
-        self.counts.read(now_ms)
+        self.live.counts.read(now_ms)
     }
 
     /// Reads the state for an entry, changing nothing.
     #[inline]
     pub(crate) fn peek(&self, now_ms: u64) -> Peek {
-        let w = self.state.load(Ordering::Acquire);
+        let w = self.live.state.load(Ordering::Acquire);
         match w & STATE_MASK {
             CLOSED => Peek::Closed,
             OPEN if now_ms >= w >> 2 => Peek::ProbeDue(w),
@@ -410,7 +440,7 @@ impl Breaker {
     #[cold]
     pub(crate) fn try_probe(&self, seen: u64, mgr: &Observers) -> bool {
         let half = (seen & !STATE_MASK) | HALF_OPEN;
-        if self.state.compare_exchange(seen, half, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if self.live.state.compare_exchange(seen, half, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             mgr.notify(BreakerState::Open, BreakerState::HalfOpen, &self.rule, None);
             true
         } else {
@@ -421,10 +451,10 @@ impl Breaker {
     /// The probe this entry holds was blocked by a later check: back to OPEN with the same retry time.
     #[cold]
     pub(crate) fn abort_probe(&self, mgr: &Observers) {
-        let w = self.state.load(Ordering::Acquire);
+        let w = self.live.state.load(Ordering::Acquire);
         if w & STATE_MASK == HALF_OPEN {
             let open = (w & !STATE_MASK) | OPEN;
-            if self.state.compare_exchange(w, open, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if self.live.state.compare_exchange(w, open, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 mgr.notify(BreakerState::HalfOpen, BreakerState::Open, &self.rule, Some(1.0));
             }
         }
@@ -435,9 +465,9 @@ impl Breaker {
     #[inline(always)]
     pub(crate) fn on_complete(&self, now_ms: u64, rt_micros: u64, error: bool, probe: bool, mgr: &Observers) {
         let bad = if self.slow_grade { rt_micros > self.slow_rt_micros } else { error };
-        let key = self.counts.add(now_ms, bad);
+        let key = self.live.counts.add(now_ms, bad);
         // A good call in an interval without a bad call cannot trip the breaker: done.
-        if probe || bad || self.counts.maybe_bad(key) {
+        if probe || bad || self.live.counts.maybe_bad(key) {
             self.complete_slow(key, now_ms, bad, probe, mgr);
         }
     }
@@ -451,12 +481,12 @@ impl Breaker {
             return;
         }
         let bad_calls = if bad {
-            let n = self.counts.count_bad(key);
-            self.counts.mark_bad(key);
+            let n = self.live.counts.count_bad(key);
+            self.live.counts.mark_bad(key);
             Some(n)
         } else {
             fence(Ordering::SeqCst);
-            self.counts.bad_of(key)
+            self.live.counts.bad_of(key)
         };
         // The bad count alone can show that no threshold can be crossed yet: then the stripes need no sum.
         // Every completion here ran a full fence after its own count and reads the bad count after it, so a
@@ -491,11 +521,11 @@ impl Breaker {
 
     /// Sums the interval's counts (this call's included) and trips the breaker if they call for it.
     fn trip_if_over(&self, key: u64, now_ms: u64, mgr: &Observers) {
-        let w = self.state.load(Ordering::Acquire);
+        let w = self.live.state.load(Ordering::Acquire);
         if w & STATE_MASK != CLOSED {
             return; // only a closed breaker trips
         }
-        let (total, bad_count) = self.counts.sum(key);
+        let (total, bad_count) = self.live.counts.sum(key);
         if total < self.min_request {
             return;
         }
@@ -519,25 +549,25 @@ impl Breaker {
     #[cold]
     fn trip(&self, closed: u64, now_ms: u64, value: f64, mgr: &Observers) {
         let open = state_word(OPEN, now_ms.saturating_add(self.open_ms));
-        if self.state.compare_exchange(closed, open, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if self.live.state.compare_exchange(closed, open, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             mgr.notify(BreakerState::Closed, BreakerState::Open, &self.rule, Some(value));
         }
     }
 
     #[cold]
     fn finish_probe(&self, now_ms: u64, bad: bool, mgr: &Observers) {
-        let w = self.state.load(Ordering::Acquire);
+        let w = self.live.state.load(Ordering::Acquire);
         if w & STATE_MASK != HALF_OPEN {
             return;
         }
         if bad {
             let open = state_word(OPEN, now_ms.saturating_add(self.open_ms));
-            if self.state.compare_exchange(w, open, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if self.live.state.compare_exchange(w, open, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 mgr.notify(BreakerState::HalfOpen, BreakerState::Open, &self.rule, Some(1.0));
             }
         } else {
-            self.counts.reset(now_ms);
-            if self.state.compare_exchange(w, state_word(CLOSED, 0), Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            self.live.counts.reset(now_ms);
+            if self.live.state.compare_exchange(w, state_word(CLOSED, 0), Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 mgr.notify(BreakerState::HalfOpen, BreakerState::Closed, &self.rule, None);
             }
         }

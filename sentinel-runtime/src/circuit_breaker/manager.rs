@@ -67,8 +67,9 @@ impl DegradeSet {
         let mut hits = self.patterns.matching(name).peekable();
         hits.peek()?;
         let mut breakers: Vec<Arc<Breaker>> = self.exact.get(name).map(|e| e.breakers.clone()).unwrap_or_default();
+        let mut rules = Vec::new();
         for (_, rule) in hits {
-            if breakers.len() == MAX_RULES_PER_RESOURCE {
+            if breakers.len() + rules.len() == MAX_RULES_PER_RESOURCE {
                 tracing::warn!(
                     resource = name,
                     max = MAX_RULES_PER_RESOURCE,
@@ -76,9 +77,9 @@ impl DegradeSet {
                 );
                 break;
             }
-            let reused = old.and_then(|o| o.breakers.iter().find(|b| *b.rule == **rule).cloned());
-            breakers.push(reused.unwrap_or_else(|| Arc::new(Breaker::new(rule.clone(), false))));
+            rules.push(rule.clone());
         }
+        breakers.extend(compile(&rules, old, false).breakers);
         Some(Arc::new(ResourceBreakers { breakers }))
     }
 
@@ -128,13 +129,29 @@ fn normalize(mut rule: DegradeRule) -> DegradeRule {
     rule
 }
 
-/// Breakers for `rules`, reusing (with their state) those of `old` whose rule is equal.
+/// Breakers for `rules`, reusing (with their state) those of `old`: the breaker of an equal rule as it is,
+/// and the state of one whose rule differs only in its id (Java's rule equality leaves the id out, so a
+/// renumbered rule, as a restarted dashboard pushes, keeps its breaker's state). Each old breaker goes to
+/// one rule at most.
 fn compile(rules: &[Arc<DegradeRule>], old: Option<&ResourceBreakers>, is_default: bool) -> ResourceBreakers {
+    let old = old.map_or(&[][..], |o| &o.breakers[..]);
+    let mut taken = vec![false; old.len()];
+    let mut take = |matches: &dyn Fn(&DegradeRule) -> bool| {
+        let i = (0..old.len()).find(|&i| !taken[i] && matches(&old[i].rule))?;
+        taken[i] = true;
+        Some(&old[i])
+    };
+    let same: Vec<Option<Arc<Breaker>>> = rules.iter().map(|rule| take(&|r| r == &**rule).cloned()).collect();
     let breakers = rules
         .iter()
-        .map(|rule| {
-            old.and_then(|o| o.breakers.iter().find(|b| *b.rule == **rule).cloned())
-                .unwrap_or_else(|| Arc::new(Breaker::new(rule.clone(), is_default)))
+        .zip(same)
+        .map(|(rule, same)| {
+            same.unwrap_or_else(|| {
+                Arc::new(match take(&|r| r.eq_but_id(rule)) {
+                    Some(b) => Breaker::taking_over(rule.clone(), b),
+                    None => Breaker::new(rule.clone(), is_default),
+                })
+            })
         })
         .collect();
     ResourceBreakers { breakers }

@@ -274,12 +274,12 @@ fn on_exit(state: &Arc<ResourceBreakers>, mgr: &Observers, cx: &ExitCx, es: &mut
 #[cold]
 fn exit_with_probes(state: &Arc<ResourceBreakers>, mgr: &Observers, cx: &ExitCx, es: &mut EntryState) {
     // Probes are decided on the breakers that issued them, even if the rules changed meanwhile (an equal
-    // rule reloaded keeps its breaker, which then is in both sets).
+    // rule reloaded keeps its breaker, and one reloaded with a new id its state: then it is in both sets).
     for b in es.held() {
         b.on_complete(cx.now_ms, cx.rt_micros, cx.error, true, mgr);
     }
     for b in &state.breakers {
-        if !es.held().any(|p| Arc::ptr_eq(p, b)) {
+        if !es.held().any(|p| p.same_as(b)) {
             b.on_complete(cx.now_ms, cx.rt_micros, cx.error, false, mgr);
         }
     }

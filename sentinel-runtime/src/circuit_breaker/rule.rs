@@ -103,4 +103,30 @@ impl DegradeRule {
         self.id = Some(id);
         self
     }
+
+    /// Whether `self` equals `other` but for the id (Java's rule equality: a reloaded rule that differs only
+    /// in its id keeps its breaker's state).
+    pub(crate) fn eq_but_id(&self, other: &DegradeRule) -> bool {
+        let DegradeRule {
+            id: _,
+            resource,
+            regex,
+            limit_app,
+            grade,
+            count,
+            time_window_sec,
+            min_request_amount,
+            stat_interval_ms,
+            slow_ratio_threshold,
+        } = self;
+        *resource == other.resource
+            && *regex == other.regex
+            && *limit_app == other.limit_app
+            && *grade == other.grade
+            && *count == other.count
+            && *time_window_sec == other.time_window_sec
+            && *min_request_amount == other.min_request_amount
+            && *stat_interval_ms == other.stat_interval_ms
+            && *slow_ratio_threshold == other.slow_ratio_threshold
+    }
 }
