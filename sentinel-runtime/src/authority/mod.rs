@@ -5,6 +5,9 @@
 //! with one element of the list, with no trimming (`"appA, appB"` lists `"appA"` and `" appB"`), as in Java
 //! Sentinel. A call with no origin (the empty string) always passes.
 //!
+//! A resource may have several rules: a call must pass every one of them. (Java Sentinel keeps the first rule
+//! it loads for a resource and ignores the others with a warning.)
+//!
 //! ```
 //! use sentinel_runtime::{Sentinel, BlockError};
 //! use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
