@@ -18,7 +18,8 @@ fn is_type<E: StdError + 'static>(e: &(dyn StdError + 'static)) -> bool {
 /// An error matches a type when it, or any error in its [`source`](StdError::source) chain, is of that type.
 /// In order: an error matching an ignored type does not count; when trace types are set, only an error
 /// matching one of them counts; then the predicate, when set, decides. A
-/// [`BlockError`](crate::BlockError) never counts.
+/// [`BlockError`](crate::BlockError) never counts. (In Java, a predicate, when set, decides alone: the
+/// ignore and trace classes are then not consulted. Here all three apply.)
 ///
 /// ```
 /// use sentinel_runtime::{Sentinel, circuit_breaker::TraceFilter};
