@@ -361,7 +361,6 @@ fn a_probe_blocked_by_a_later_slot_reopens_without_refreshing_the_retry_time() {
 }
 
 #[test]
-#[ignore = "review: breakers judge a call queued by a rate limiter at its arrival, Java after its wait"]
 fn a_call_a_rate_limiter_queues_past_the_retry_time_is_the_probe() {
     // Java's rate limiter waits inside the flow slot: the degrade slot after it sees the call at the end of its
     // wait. A call made while the breaker is open, whose turn comes after the retry time, is the probe.

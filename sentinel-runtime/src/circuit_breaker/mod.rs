@@ -156,6 +156,9 @@ impl<const DEFAULT: bool> RuleSlot for BreakerSlot<DEFAULT> {
     const EXIT_READS_RULES: bool = true;
     /// Java's prioritized calls that borrow a later window skip the circuit breakers.
     const SKIPPED_WHEN_OCCUPIED: bool = true;
+    /// A call a rate limiter queues is judged when its turn comes (Java's flow slot waits before the degrade
+    /// slot runs).
+    const JUDGED_AFTER_WAIT: bool = true;
 
     #[inline(always)]
     fn check(
@@ -247,9 +250,10 @@ fn take_probes(
 #[cold]
 fn degrade_block(b: &Breaker, cx: &CheckCx<'_>) -> BlockError {
     // Open: a probe may pass at the retry time. Half-open (the probe is out) or a probe another caller won:
-    // the probe's completion decides, at a time nobody knows.
-    let retry_after =
-        b.retry_ms().filter(|&at| at > cx.now_ms).map(|at| std::time::Duration::from_millis(at - cx.now_ms));
+    // the probe's completion decides, at a time nobody knows. Counted from the call's arrival (a call a rate
+    // limiter queued is judged at its turn).
+    let now_ms = cx.arrival_ms();
+    let retry_after = b.retry_ms().filter(|&at| at > now_ms).map(|at| std::time::Duration::from_millis(at - now_ms));
     BlockError::Degrade {
         resource: cx.resource.share(),
         rule: b.rule_for_block(),

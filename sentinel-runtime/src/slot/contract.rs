@@ -56,6 +56,42 @@ pub(crate) struct CheckCx<'a> {
     pub(crate) cluster_wait: Wait,
     /// Other resources by name (flow's relate strategy).
     pub(crate) resources: &'a dyn Resources,
+    /// How far `now` was moved past the call's arrival: the wait the slots before asked for, for a check
+    /// judged after it ([`JUDGED_AFTER_WAIT`](RuleSlot::JUDGED_AFTER_WAIT)); 0 otherwise.
+    pub(crate) waited_nanos: u64,
+}
+
+impl<'a> CheckCx<'a> {
+    /// The call as it goes on after waiting `wait_nanos` (in all): its clock reading moved by the wait.
+    #[cold]
+    pub(crate) fn after_wait(&self, wait_nanos: u64) -> CheckCx<'a> {
+        let now_nanos = self.call.now_nanos.saturating_sub(self.waited_nanos).saturating_add(wait_nanos);
+        CheckCx {
+            call: CallCx {
+                resource: self.call.resource,
+                cluster: self.call.cluster,
+                origin: self.call.origin,
+                acquire: self.call.acquire,
+                args: self.call.args,
+                now_nanos,
+                now_ms: now_nanos / crate::clock::NANOS_PER_MILLI,
+                clock: self.call.clock,
+                entry_type: self.call.entry_type,
+            },
+            node: self.node,
+            origin_node: self.origin_node,
+            context_name: self.context_name,
+            prioritized: self.prioritized,
+            cluster_wait: self.cluster_wait,
+            resources: self.resources,
+            waited_nanos: wait_nanos,
+        }
+    }
+
+    /// The clock reading of the call's arrival, in milliseconds (before any wait).
+    pub(crate) fn arrival_ms(&self) -> u64 {
+        self.call.now_nanos.saturating_sub(self.waited_nanos) / crate::clock::NANOS_PER_MILLI
+    }
 }
 
 impl<'a> std::ops::Deref for CheckCx<'a> {
@@ -165,6 +201,10 @@ pub(crate) trait RuleSlot {
     /// unchecked (the circuit breakers, as in Java). A slot that bounds the calls in flight says no: a
     /// borrowed pass is a call in flight like any other.
     const SKIPPED_WHEN_OCCUPIED: bool = false;
+    /// Whether the check judges the call at the time it goes on: after the wait the slots before it asked
+    /// for (a rate limiter's queueing), as in Java, where those slots wait before the later ones run (the
+    /// circuit breakers: a call queued past a breaker's retry time may be its probe).
+    const JUDGED_AFTER_WAIT: bool = false;
 
     /// Checks a call: `Err` blocks it (after giving back what this check took).
     fn check(
