@@ -13,7 +13,9 @@
 //! breaker blocks every call until `time_window_sec` after it opened; then exactly one call passes as the
 //! probe (HALF_OPEN) while all others are still blocked. A fine probe closes the breaker (and empties its
 //! counts); a slow or failed probe opens it again for another window; a probe blocked by a later check
-//! sends the breaker back to OPEN with the same retry time, so the next call may probe at once.
+//! sends the breaker back to OPEN with the same retry time, so the next call may probe at once. A call a
+//! rate limiter queues is judged when its turn comes (as in Java, whose flow slot waits before the degrade
+//! slot runs): made while the breaker is open, it is the probe if its turn is past the retry time.
 //!
 //! Rules for the resource `"*"` are default rules: every resource without degrade rules of its own gets its
 //! own breakers built from them. Watch transitions with
