@@ -475,7 +475,6 @@ fn rule_defaults_match_java() {
 }
 
 #[test]
-#[ignore = "review: a cluster-mode thread-grade rule without fallback is skipped; Java checks thread-grade rules locally"]
 fn a_cluster_mode_thread_rule_is_checked_locally_as_in_java() {
     // Java's `ParamFlowChecker.passCheck` asks a token service for QPS rules only: a thread-grade rule in
     // cluster mode is checked locally, fallback or not.

@@ -76,7 +76,7 @@ pub use value::{HotParam, ParamValue};
 use std::sync::Arc;
 
 use crate::error::{BlockError, RuleError, RuleKind};
-use crate::flow::ControlBehavior;
+use crate::flow::{ControlBehavior, FlowGrade};
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
 
 pub(crate) use manager::{ParamFlowManager, ParamRuleOwner};
@@ -241,8 +241,13 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryS
     let mut wait = 0u64;
     for st in &state.rules {
         let rule = &*st.rule;
-        if rule.cluster_mode && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail) {
-            continue; // no token service is connected: cluster rules without local fallback pass
+        // No token service is connected: cluster QPS rules without local fallback pass. As in Java, only QPS
+        // rules ask a token service; a thread-grade rule in cluster mode is checked locally.
+        if rule.cluster_mode
+            && rule.grade == FlowGrade::Qps
+            && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail)
+        {
+            continue;
         }
         let Some(arg) = argument(cx.args, rule.param_idx) else { continue };
         match check_rule(st, arg, cx, es) {
