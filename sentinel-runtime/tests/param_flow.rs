@@ -533,7 +533,6 @@ fn a_float_item_matches_an_f32_argument_as_a_java_float_does() {
 }
 
 #[test]
-#[ignore = "review: a cluster param rule with flowId 0 or a bad window is accepted; Java refuses it"]
 fn cluster_config_is_validated_as_in_java() {
     // Java's `ParamFlowRuleUtil.checkCluster`: a flow id > 0 and a window split into equal buckets.
     let (e, _clock) = engine(vec![]);

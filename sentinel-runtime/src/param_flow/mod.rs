@@ -161,11 +161,27 @@ pub(crate) fn validate(rule: &ParamFlowRule, index: usize) -> Result<(), RuleErr
     if rule.regex && rule.control_behavior != ControlBehavior::Reject {
         return bad("control_behavior", "must be Reject (the default) for a regex rule, as in Java");
     }
+    // Java's `ParamFlowRuleUtil.checkCluster`: a flow id > 0, and a window split into equal buckets.
     if rule.cluster_mode {
-        match &rule.cluster_config {
-            None => return bad("cluster_config", "is required when cluster_mode is on"),
-            Some(c) if c.flow_id.is_none() => return bad("cluster_config.flow_id", "is required in cluster mode"),
+        let Some(c) = &rule.cluster_config else {
+            return bad("cluster_config", "is required when cluster_mode is on");
+        };
+        match c.flow_id {
+            None => return bad("cluster_config.flow_id", "is required in cluster mode"),
+            Some(0) => return bad("cluster_config.flow_id", "must be > 0"),
             Some(_) => {}
+        }
+        if c.sample_count == 0 {
+            return bad("cluster_config.sample_count", "must be > 0");
+        }
+        if c.window_interval_ms == 0 {
+            return bad("cluster_config.window_interval_ms", "must be > 0");
+        }
+        if c.window_interval_ms % u64::from(c.sample_count) != 0 {
+            return bad(
+                "cluster_config.window_interval_ms",
+                "must be a multiple of sample_count (the window is split into equal buckets)",
+            );
         }
     }
     Ok(())
