@@ -514,7 +514,6 @@ fn a_value_repeated_in_one_call_is_one_call_in_flight() {
 
 #[cfg(feature = "serde")]
 #[test]
-#[ignore = "review: classType float items are read as doubles: they never match an f32 argument and match an f64 one"]
 fn a_float_item_matches_an_f32_argument_as_a_java_float_does() {
     use sentinel_runtime::datasource::{parse_rules, Format};
     let rules = parse_rules::<ParamFlowRule>(

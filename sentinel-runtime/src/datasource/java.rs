@@ -640,10 +640,17 @@ pub(crate) fn parse_item_value(text: &str, class_type: Option<&str>) -> Result<P
         "long" | "java.lang.Long" => parse_int(text, class, i64::MIN, i64::MAX),
         "short" | "java.lang.Short" => parse_int(text, class, i16::MIN as i64, i16::MAX as i64),
         "byte" | "java.lang.Byte" => parse_int(text, class, i8::MIN as i64, i8::MAX as i64),
-        "double" | "java.lang.Double" | "float" | "java.lang.Float" => text
+        "double" | "java.lang.Double" => text
             .trim()
             .parse::<f64>()
             .map(ParamItemValue::Float)
+            .map_err(|_| format!("`object` \"{text}\" is not a valid {class}")),
+        // Java's `Float.parseFloat`: the nearest `f32`, which an `f32` argument equals once widened ("1.1" as a
+        // double would never match the `f32` 1.1, and would match the double 1.1, which a Java float does not).
+        "float" | "java.lang.Float" => text
+            .trim()
+            .parse::<f32>()
+            .map(|v| ParamItemValue::Float(f64::from(v)))
             .map_err(|_| format!("`object` \"{text}\" is not a valid {class}")),
         "boolean" | "java.lang.Boolean" => match text.trim().to_ascii_lowercase().as_str() {
             "true" => Ok(ParamItemValue::Bool(true)),

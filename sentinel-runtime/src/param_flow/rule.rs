@@ -7,7 +7,9 @@ use crate::flow::rule::{ClusterConfig, ControlBehavior, FlowGrade};
 pub enum ParamItemValue {
     /// An integer (Java's int, long, short, byte).
     Int(i64),
-    /// A floating-point number (Java's float, double).
+    /// A floating-point number (Java's float, double). An `f32` argument is compared widened to `f64`: an item
+    /// meant for `f32` arguments holds the `f32` value widened (`Float(f64::from(1.1f32))`), as rule files'
+    /// `classType: float` items do.
     Float(f64),
     /// A string.
     Str(String),
