@@ -492,7 +492,6 @@ fn a_cluster_mode_thread_rule_is_checked_locally_as_in_java() {
 }
 
 #[test]
-#[ignore = "review: a thread-grade call whose list holds a value twice counts itself and always blocks; Java passes it"]
 fn a_value_repeated_in_one_call_is_one_call_in_flight() {
     // Java reads each element's calls in flight before the call is counted: a call whose list holds a value
     // twice passes when nothing is in flight, and then holds that value.

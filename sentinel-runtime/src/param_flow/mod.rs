@@ -12,7 +12,7 @@
 //!   `max`; otherwise a call passes while tokens remain. A count of 0 blocks.
 //! - **Qps / RateLimiter**: per value, one call every `1000 * acquire * duration_in_sec / count` ms; a call
 //!   may queue for strictly less than `max_queueing_time_ms`.
-//! - **Thread**: at most `count` calls in flight per value.
+//! - **Thread**: at most `count` calls in flight per value (a call that carries a value twice is one call).
 //!
 //! Exception `items` give single values their own count; matching is type-sensitive (the integer 7 is not
 //! the string "7", see [`ParamValue`]).
@@ -108,6 +108,11 @@ impl EntryState {
     #[inline]
     pub(crate) fn is_active(&self) -> bool {
         self.permits[0].is_some()
+    }
+    /// Whether the entry holds `permit` (the same rule's counter of the same value).
+    #[inline]
+    fn holds(&self, permit: ValuePermit) -> bool {
+        self.permits.contains(&Some(permit))
     }
     /// Keeps a permit `st` gave, or gives it back at once beyond the fixed storage (checked, not counted).
     fn push(&mut self, permit: ValuePermit, st: &ParamRuleState) {
@@ -243,10 +248,19 @@ fn decide_value(
             *wait = (*wait).max(w);
             None
         }
+        ValueDecision::Permit(permit) if es.holds(permit) => {
+            // The value again in one call (a list holding it twice): one call in flight, one permit, as Java
+            // reads each element's calls in flight before the call counts.
+            st.release(permit);
+            None
+        }
         ValueDecision::Permit(permit) => {
             es.push(permit, st);
             None
         }
+        ValueDecision::Full(permit) if es.holds(permit) => None,
+        // In-flight calls free up when they finish: no retry time is known.
+        ValueDecision::Full(_) => Some((v.to_string(), None, st.count_for(&key))),
         ValueDecision::Block(retry_after) => Some((v.to_string(), retry_after, st.count_for(&key))),
     }
 }

@@ -98,6 +98,9 @@ pub(crate) enum ValueDecision {
     Permit(ValuePermit),
     /// Block; a retry could pass after this long (when known).
     Block(Option<std::time::Duration>),
+    /// Thread grade: the value has its threshold of calls in flight, counted in this cell. A call that holds a
+    /// permit on that cell already passes (a value it carries twice is one call in flight); any other blocks.
+    Full(ValuePermit),
 }
 
 /// A loaded rule with its counters.
@@ -336,8 +339,7 @@ impl ParamRuleState {
         let step = |n: u128| if n < limit { Step::Store(n + 1, true) } else { Step::Keep(false) };
         match self.counters.update(key, || (1, true), step, |n| n > 0) {
             (true, at) => ValueDecision::Permit(ValuePermit(at)),
-            // In-flight calls free up when they finish: no retry time is known.
-            (false, _) => ValueDecision::Block(None),
+            (false, at) => ValueDecision::Full(ValuePermit(at)),
         }
     }
 
