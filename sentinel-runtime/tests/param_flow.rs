@@ -554,7 +554,6 @@ fn cluster_config_is_validated_as_in_java() {
 }
 
 #[test]
-#[ignore = "review: the waits of several rate-limiter rules add up; Java checks each after the earlier waits"]
 fn the_waits_of_several_rate_limiter_rules_overlap() {
     // Java sleeps in the first rule's check, so the second rule is checked after that wait: a call waits
     // the longer of the two waits, not their sum.

@@ -11,7 +11,9 @@
 //!   since the last refill, the bucket refills `elapsed * count / (duration_in_sec * 1000)` tokens, capped at
 //!   `max`; otherwise a call passes while tokens remain. A count of 0 blocks.
 //! - **Qps / RateLimiter**: per value, one call every `1000 * acquire * duration_in_sec / count` ms; a call
-//!   may queue for strictly less than `max_queueing_time_ms`.
+//!   may queue for strictly less than `max_queueing_time_ms`. Values (of a collection, or of several rules)
+//!   are decided in turn, each at the time the waits of those before it end, as in Java: a call waits for the
+//!   latest of its values' turns, not for the sum of their waits.
 //! - **Thread**: at most `count` calls in flight per value (a call that carries a value twice is one call).
 //!
 //! Exception `items` give single values their own count; matching is type-sensitive (the integer 7 is not
@@ -209,17 +211,22 @@ fn argument<'a>(args: &'a [&'a dyn HotParam], idx: i32) -> Option<&'a dyn HotPar
 /// A value over its limit: its text, when a retry could pass, and the count it was held to.
 type Blocked = (String, Option<std::time::Duration>, f64);
 
-/// Checks one rule against one argument; `Err` when a value is over its limit.
-fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CallCx<'_>, es: &mut EntryState) -> Result<u64, Blocked> {
-    let mut wait = 0u64;
+/// Checks one rule against one argument; `Err` when a value is over its limit. `wait`: see [`decide_value`].
+fn check_rule(
+    st: &ParamRuleState,
+    arg: &dyn HotParam,
+    cx: &CallCx<'_>,
+    es: &mut EntryState,
+    wait: &mut u64,
+) -> Result<(), Blocked> {
     // A scalar is decided here, without calling back through the argument's `visit_values`.
     let blocked = match arg.single_value() {
-        Some(v) => decide_value(st, v, cx, es, &mut wait),
+        Some(v) => decide_value(st, v, cx, es, wait),
         None => {
             let mut blocked: Option<Blocked> = None;
             arg.visit_values(&mut |v| {
                 if blocked.is_none() {
-                    blocked = decide_value(st, v, cx, es, &mut wait);
+                    blocked = decide_value(st, v, cx, es, wait);
                 }
             });
             blocked
@@ -227,12 +234,15 @@ fn check_rule(st: &ParamRuleState, arg: &dyn HotParam, cx: &CallCx<'_>, es: &mut
     };
     match blocked {
         Some(value) => Err(value),
-        None => Ok(wait),
+        None => Ok(()),
     }
 }
 
-/// Decides one value of an argument against one rule: `Some` when it is over its limit; a wait it asks for
-/// raises `wait`, a permit it takes goes to `es`.
+/// Decides one value of an argument against one rule: `Some` when it is over its limit; a permit it takes
+/// goes to `es`. `wait` is what the call waits for the values decided before this one: the value is decided
+/// at the instant the call gets to it, `wait` after the call's time (as Java decides each value after the
+/// waits of those before it), and a wait it asks for beyond that adds to `wait`. Several rate limiters thus
+/// make a call wait for the latest of them, not for the sum of their waits.
 #[inline(always)]
 fn decide_value(
     st: &ParamRuleState,
@@ -242,10 +252,12 @@ fn decide_value(
     wait: &mut u64,
 ) -> Option<Blocked> {
     let key = v.key();
-    match st.decide_value(&key, cx.acquire, cx.now_nanos, || cx.clock.precise_nanos()) {
+    let after = *wait;
+    let now = cx.now_nanos.saturating_add(after);
+    match st.decide_value(&key, cx.acquire, now, || cx.clock.precise_nanos().saturating_add(after)) {
         ValueDecision::Pass => None,
         ValueDecision::Wait(w) => {
-            *wait = (*wait).max(w);
+            *wait = after.saturating_add(w);
             None
         }
         ValueDecision::Permit(permit) if es.holds(permit) => {
@@ -261,7 +273,11 @@ fn decide_value(
         ValueDecision::Full(permit) if es.holds(permit) => None,
         // In-flight calls free up when they finish: no retry time is known.
         ValueDecision::Full(_) => Some((v.to_string(), None, st.count_for(&key))),
-        ValueDecision::Block(retry_after) => Some((v.to_string(), retry_after, st.count_for(&key))),
+        // Decided `after` the call's time: a retry is that much further away.
+        ValueDecision::Block(retry_after) => {
+            let retry_after = retry_after.map(|r| r.saturating_add(std::time::Duration::from_nanos(after)));
+            Some((v.to_string(), retry_after, st.count_for(&key)))
+        }
     }
 }
 
@@ -280,8 +296,8 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryS
             continue;
         }
         let Some(arg) = argument(cx.args, rule.param_idx) else { continue };
-        match check_rule(st, arg, cx, es) {
-            Ok(w) => wait = wait.saturating_add(w),
+        match check_rule(st, arg, cx, es, &mut wait) {
+            Ok(()) => {}
             Err((value, retry_after, threshold)) => {
                 es.release_all(state);
                 return Err(BlockError::ParamFlow {
