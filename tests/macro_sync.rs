@@ -216,6 +216,29 @@ fn panic_exits_the_entry_counts_an_exception_and_resumes() {
     assert_eq!(engine.current_context(), None);
 }
 
+/// Calls an annotated function when dropped: cleanup that runs while its thread unwinds from a panic elsewhere.
+struct CallsOnDrop(&'static Sentinel);
+
+impl Drop for CallsOnDrop {
+    fn drop(&mut self) {
+        assert_eq!(self.0.scoped(|| panics(false)), 1);
+    }
+}
+
+#[test]
+#[ignore = "review: a call that completes normally while its thread unwinds from another panic counts as an exception"]
+fn a_call_that_completes_while_its_thread_unwinds_is_not_an_exception() {
+    let (engine, _clock) = engine();
+    let caught = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let _cleanup = CallsOnDrop(engine);
+        panic!("elsewhere");
+    }));
+    assert!(caught.is_err());
+    let s = stats(engine, "sync.panics");
+    // The call began and ended during the unwinding, and returned: not an exception of this resource.
+    assert_eq!((s.minute_pass, s.minute_success, s.minute_exception, s.threads), (1, 1, 0, 0));
+}
+
 // ---- call tree ---------------------------------------------------------------------------------------------------
 
 #[sentinel_resource(name = "sync.outer", block_handler = outer_blocked)]
