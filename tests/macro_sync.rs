@@ -226,7 +226,6 @@ impl Drop for CallsOnDrop {
 }
 
 #[test]
-#[ignore = "review: a call that completes normally while its thread unwinds from another panic counts as an exception"]
 fn a_call_that_completes_while_its_thread_unwinds_is_not_an_exception() {
     let (engine, _clock) = engine();
     let caught = std::panic::catch_unwind(AssertUnwindSafe(|| {

@@ -79,8 +79,9 @@ impl Drop for Entry<'_> {
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
         let rt_micros = now_nanos.saturating_sub(self.created_nanos) / 1000;
-        // An entry dropped by unwinding: the panic counts as an error.
-        if std::thread::panicking() {
+        // An entry dropped by unwinding: the panic counts as an error, unless the entry was made during that
+        // unwinding (a call from cleanup code, which returned).
+        if std::thread::panicking() && self.flags & Flags::MADE_UNWINDING == 0 {
             self.error = true;
         }
         let (acquire, error) = (self.acquire, self.error);

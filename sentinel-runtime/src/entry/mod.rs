@@ -157,8 +157,11 @@ impl Flags {
     const OCCUPIED: u8 = 16;
     /// The call failed by overload ([`Entry::set_overload`]).
     const OVERLOAD: u8 = 32;
+    /// The entry was made while its thread was unwinding from a panic (cleanup code in a `Drop`): that panic is
+    /// not the call's, so the entry's exit during the same unwinding is no error.
+    const MADE_UNWINDING: u8 = 64;
     /// The flags as bits 0 to 4, in the order of the constants above (shifts: fewer instructions than
-    /// selecting each constant).
+    /// selecting each constant), and [`MADE_UNWINDING`](Self::MADE_UNWINDING) read from the thread.
     #[inline(always)]
     fn of(touches_tls: bool, fresh: bool, inbound: bool, own: bool, occupied: bool) -> u8 {
         (touches_tls as u8)
@@ -166,6 +169,7 @@ impl Flags {
             | ((inbound as u8) << 2)
             | ((own as u8) << 3)
             | ((occupied as u8) << 4)
+            | ((std::thread::panicking() as u8) << 6)
     }
 }
 
