@@ -437,18 +437,14 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         }
         if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::slot::EntryType::In) {
             *entered |= 1 << R::LEN;
-            let verdict = if S::JUDGED_AFTER_WAIT && tally.wait_nanos > 0 {
-                S::check(r, S::state(shared), &cx.after_wait(tally.wait_nanos), S::held(held), S::taken(taken))
-            } else {
-                S::check(r, S::state(shared), cx, S::held(held), S::taken(taken))
-            };
-            match verdict? {
+            match S::check(r, S::state(shared), cx, S::held(held), S::taken(taken))? {
                 Verdict::Pass { wait_nanos } => tally.wait_nanos += wait_nanos,
                 Verdict::Occupied { wait_nanos } => {
                     tally.wait_nanos += wait_nanos;
                     tally.occupied = true;
                 }
             }
+            cx.waited_nanos.set(tally.wait_nanos);
         }
         R::run(rules, shared, cx, held, tally, taken, entered, users)
     }

@@ -131,7 +131,6 @@ fn rate_limiter_spaces_calls_and_a_wait_equal_to_the_max_passes() {
 }
 
 #[test]
-#[ignore = "review: the waits of two flow rate-limiter rules add up; Java checks the second after the first one's wait"]
 fn the_waits_of_two_rate_limiter_rules_overlap_on_both_paths() {
     // Java sleeps in the first rule's check and checks the second after it: a call waits for the later of the
     // two rules' turns, not for the sum of their waits.

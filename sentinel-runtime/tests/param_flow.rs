@@ -574,7 +574,6 @@ fn the_waits_of_several_rate_limiter_rules_overlap() {
 }
 
 #[test]
-#[ignore = "review: a hot-parameter wait and a flow rate limiter's wait add up; Java checks the flow rule after the first wait (needs the chain to pass the wait so far to later slots)"]
 fn a_flow_rate_limiter_after_a_hot_parameter_wait_is_checked_when_that_wait_ends() {
     let (e, _clock) = engine(vec![ParamFlowRule::new("res", 0)
         .count(10.0)

@@ -158,9 +158,6 @@ impl<const DEFAULT: bool> RuleSlot for BreakerSlot<DEFAULT> {
     const EXIT_READS_RULES: bool = true;
     /// Java's prioritized calls that borrow a later window skip the circuit breakers.
     const SKIPPED_WHEN_OCCUPIED: bool = true;
-    /// A call a rate limiter queues is judged when its turn comes (Java's flow slot waits before the degrade
-    /// slot runs).
-    const JUDGED_AFTER_WAIT: bool = true;
 
     #[inline(always)]
     fn check(
@@ -204,16 +201,19 @@ fn check(
     cx: &CheckCx<'_>,
     es: &mut EntryState,
 ) -> Result<(), BlockError> {
+    // A call a rate limiter queued is judged when its turn comes (Java's flow slot waits before the degrade
+    // slot runs).
+    let now_ms = cx.turn_ms();
     let mut probe_due = false;
     for b in &state.breakers {
-        match b.peek(cx.now_ms) {
+        match b.peek(now_ms) {
             Peek::Closed => {}
             Peek::ProbeDue(_) => probe_due = true,
             Peek::Blocked => return Err(degrade_block(b, cx)),
         }
     }
     if probe_due {
-        take_probes(state, mgr, cx, es)
+        take_probes(state, mgr, cx, now_ms, es)
     } else {
         Ok(())
     }
@@ -224,10 +224,11 @@ fn take_probes(
     state: &Arc<ResourceBreakers>,
     mgr: &Observers,
     cx: &CheckCx<'_>,
+    now_ms: u64,
     es: &mut EntryState,
 ) -> Result<(), BlockError> {
     for (i, b) in state.breakers.iter().enumerate().take(MAX_RULES_PER_RESOURCE) {
-        let blocked = match b.peek(cx.now_ms) {
+        let blocked = match b.peek(now_ms) {
             Peek::Closed => false,
             Peek::ProbeDue(seen) => {
                 if b.try_probe(seen, mgr) {
@@ -254,7 +255,7 @@ fn degrade_block(b: &Breaker, cx: &CheckCx<'_>) -> BlockError {
     // Open: a probe may pass at the retry time. Half-open (the probe is out) or a probe another caller won:
     // the probe's completion decides, at a time nobody knows. Counted from the call's arrival (a call a rate
     // limiter queued is judged at its turn).
-    let now_ms = cx.arrival_ms();
+    let now_ms = cx.now_ms;
     let retry_after = b.retry_ms().filter(|&at| at > now_ms).map(|at| std::time::Duration::from_millis(at - now_ms));
     BlockError::Degrade {
         resource: cx.resource.share(),

@@ -242,7 +242,7 @@ impl EntryBuilder<'_, '_> {
             prioritized: self.prioritized,
             cluster_wait,
             resources: site.shared,
-            waited_nanos: 0,
+            waited_nanos: std::cell::Cell::new(0),
         }
     }
 

@@ -209,7 +209,10 @@ pub(crate) fn check(
                         node.qps_retry_after(cx.now_ms, cx.acquire, allowed, true)
                     })
                 }
-                _ => owned_qps(st, node, cx.now_ms, cx.acquire, cx.prioritized, scratch.held(node), cx.clock),
+                _ => {
+                    let after = cx.waited_nanos.get().saturating_add(wait_nanos);
+                    owned_qps(st, node, cx.now_ms, cx.acquire, cx.prioritized, scratch.held(node), cx.clock, after)
+                }
             },
         };
         if let Some(r) = apply(decision, st, node, cx, es, scratch, &mut wait_nanos) {
@@ -405,7 +408,8 @@ fn fast_one(
             None => Err(node.qps_retry_after(now_ms, acquire, count, false)),
         };
     }
-    match owned_qps(st, node, now_ms, acquire, false, held, call.clock) {
+    // `wait`: what the checks before this one asked the call to wait.
+    match owned_qps(st, node, now_ms, acquire, false, held, call.clock, *wait) {
         Decision::Pass { reservation, wait_nanos } => {
             *wait += wait_nanos;
             Ok(reservation.map_or(Took::Nothing, Took::Reservation))
@@ -417,8 +421,12 @@ fn fast_one(
 }
 
 /// A QPS rule's decision on a node its resource owns (any node but a related resource's): the same for the
-/// general path and the fast path. `held`: a reservation this call already took on the node.
+/// general path and the fast path. `held`: a reservation this call already took on the node. `after`: what
+/// the checks before this one asked the call to wait; a rate limiter spaces the call from the time it gets
+/// there, that long after now (as Java's does after the earlier checks' sleeps), so the waits of several
+/// rate limiters overlap instead of adding up.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn owned_qps(
     st: &FlowRuleState,
     node: &StatNode,
@@ -427,6 +435,7 @@ fn owned_qps(
     prioritized: bool,
     held: Option<&mut Reservation>,
     clock: &EngineClock,
+    after: u64,
 ) -> Decision {
     let count = st.rule.count;
     match &st.controller {
@@ -435,11 +444,24 @@ fn owned_qps(
             w.sync(now_ms, node);
             reject_qps(node, now_ms, acquire, w.allowed_qps(), false, held)
         }
-        Controller::RateLimiter(t) => t.acquire(clock.precise_nanos(), acquire, count),
+        Controller::RateLimiter(t) => {
+            later(t.acquire(clock.precise_nanos().saturating_add(after), acquire, count), after)
+        }
         Controller::WarmUpRateLimiter(w, t) => {
             w.sync(now_ms, node);
-            t.acquire(clock.precise_nanos(), acquire, w.allowed_qps())
+            later(t.acquire(clock.precise_nanos().saturating_add(after), acquire, w.allowed_qps()), after)
         }
+    }
+}
+
+/// A rate limiter's decision made `after` ns past the call's time: a retry is that much further away.
+#[inline(always)]
+fn later(decision: Decision, after: u64) -> Decision {
+    match decision {
+        Decision::Block { retry_after: Some(r) } if after > 0 => {
+            Decision::Block { retry_after: Some(r.saturating_add(std::time::Duration::from_nanos(after))) }
+        }
+        d => d,
     }
 }
 

@@ -56,41 +56,21 @@ pub(crate) struct CheckCx<'a> {
     pub(crate) cluster_wait: Wait,
     /// Other resources by name (flow's relate strategy).
     pub(crate) resources: &'a dyn Resources,
-    /// How far `now` was moved past the call's arrival: the wait the slots before asked for, for a check
-    /// judged after it ([`JUDGED_AFTER_WAIT`](RuleSlot::JUDGED_AFTER_WAIT)); 0 otherwise.
-    pub(crate) waited_nanos: u64,
+    /// What the slots checked so far asked the call to wait (ns): a later check decides at the time the call
+    /// gets to it, this long after `now_nanos` (as Java decides after the earlier slots' sleeps): a rate
+    /// limiter spaces it from then, a circuit breaker judges it then.
+    pub(crate) waited_nanos: std::cell::Cell<u64>,
 }
 
-impl<'a> CheckCx<'a> {
-    /// The call as it goes on after waiting `wait_nanos` (in all): its clock reading moved by the wait.
-    #[cold]
-    pub(crate) fn after_wait(&self, wait_nanos: u64) -> CheckCx<'a> {
-        let now_nanos = self.call.now_nanos.saturating_sub(self.waited_nanos).saturating_add(wait_nanos);
-        CheckCx {
-            call: CallCx {
-                resource: self.call.resource,
-                cluster: self.call.cluster,
-                origin: self.call.origin,
-                acquire: self.call.acquire,
-                args: self.call.args,
-                now_nanos,
-                now_ms: now_nanos / crate::clock::NANOS_PER_MILLI,
-                clock: self.call.clock,
-                entry_type: self.call.entry_type,
-            },
-            node: self.node,
-            origin_node: self.origin_node,
-            context_name: self.context_name,
-            prioritized: self.prioritized,
-            cluster_wait: self.cluster_wait,
-            resources: self.resources,
-            waited_nanos: wait_nanos,
+impl CheckCx<'_> {
+    /// The time the call gets to the check being made (ms): [`now_ms`](CallCx::now_ms) after the waits the
+    /// checks before it asked for ([`waited_nanos`](Self::waited_nanos)).
+    #[inline(always)]
+    pub(crate) fn turn_ms(&self) -> u64 {
+        match self.waited_nanos.get() {
+            0 => self.call.now_ms,
+            waited => self.call.now_nanos.saturating_add(waited) / crate::clock::NANOS_PER_MILLI,
         }
-    }
-
-    /// The clock reading of the call's arrival, in milliseconds (before any wait).
-    pub(crate) fn arrival_ms(&self) -> u64 {
-        self.call.now_nanos.saturating_sub(self.waited_nanos) / crate::clock::NANOS_PER_MILLI
     }
 }
 
@@ -201,10 +181,6 @@ pub(crate) trait RuleSlot {
     /// unchecked (the circuit breakers, as in Java). A slot that bounds the calls in flight says no: a
     /// borrowed pass is a call in flight like any other.
     const SKIPPED_WHEN_OCCUPIED: bool = false;
-    /// Whether the check judges the call at the time it goes on: after the wait the slots before it asked
-    /// for (a rate limiter's queueing), as in Java, where those slots wait before the later ones run (the
-    /// circuit breakers: a call queued past a breaker's retry time may be its probe).
-    const JUDGED_AFTER_WAIT: bool = false;
 
     /// Checks a call: `Err` blocks it (after giving back what this check took).
     fn check(
