@@ -41,7 +41,8 @@ pub struct ParamFlowRule {
     pub id: Option<u64>,
     /// The resource.
     pub resource: String,
-    /// Kept for compatibility with Sentinel's rule format (`"default"`).
+    /// Kept for compatibility with Sentinel's rule format (`"default"`); not read: as in Java, the rule applies to
+    /// every caller.
     pub limit_app: String,
     /// Which argument: an index, negative from the end.
     pub param_idx: i32,
@@ -135,7 +136,8 @@ impl ParamFlowRule {
         self.id = Some(id);
         self
     }
-    /// Sets which callers the rule applies to: `"default"` (every caller) or an origin.
+    /// Sets `limit_app`, kept for Sentinel's rule format: as in Java, a hot-parameter rule applies to every
+    /// caller whatever it says (limit by caller with a parameter that carries the origin).
     pub fn limit_app(mut self, app: impl Into<String>) -> Self {
         self.limit_app = app.into();
         self
