@@ -160,3 +160,32 @@ fn disabled_engine_passes_everything_and_records_nothing() {
     engine.set_enabled(true);
     assert!(x.enter().is_err());
 }
+
+#[test]
+#[ignore = "review: a bucket exactly one interval old still counts in the per-second and per-minute windows (Java's read resets it)"]
+fn a_bucket_exactly_one_interval_old_is_gone_as_in_java() {
+    // Java reads a window after moving it to now (`LeapArray.currentWindow`): the bucket exactly one
+    // interval old shares its slot with the current one and is reset before the sum, so it never counts.
+    let clock = ManualClock::at_millis(T0);
+    let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+    engine
+        .load_system_rules(vec![sentinel_runtime::system::SystemRule { qps: Some(3.0), ..Default::default() }])
+        .unwrap();
+    let api = engine.resource_typed("api", EntryType::In);
+    for _ in 0..3 {
+        drop(api.enter().unwrap());
+    }
+    assert!(api.enter().is_err(), "the fourth call in the second is over the inbound qps");
+    clock.set_millis(T0 + 1000);
+    let s = engine.cluster_stats("api").unwrap();
+    assert_eq!((s.pass_qps, s.block_qps, s.success_qps, s.total_qps), (0.0, 0.0, 0.0, 0.0), "{s:?}");
+    assert_eq!(engine.inbound_stats().pass_qps, 0.0);
+    assert!(api.enter().is_ok(), "Java: the window of T0+1000 holds no pass, the call passes the system qps");
+    // The per-minute window likewise: a second exactly a minute old is gone.
+    let clock = ManualClock::at_millis(T0);
+    let engine = Sentinel::builder().manual_clock(clock.clone()).build();
+    drop(engine.enter("b").unwrap());
+    clock.set_millis(T0 + 60_000);
+    let s = engine.cluster_stats("b").unwrap();
+    assert_eq!((s.minute_pass, s.minute_success), (0, 0), "{s:?}");
+}
