@@ -9,7 +9,6 @@ use sentinel_runtime::Sentinel;
 const T0: u64 = 1_700_000_000_000; // 2023-11-14 22:13:20 UTC
 
 #[test]
-#[ignore = "review: a hot-parameter block logs the rule's limitApp, Java logs the blocked value"]
 fn a_hot_parameter_block_logs_the_value_in_the_limit_app_column() {
     // Java's `ParamFlowException(resource, param, rule)` passes the value as the exception's `ruleLimitApp`,
     // which `LogSlot` writes in the third key of the block log.

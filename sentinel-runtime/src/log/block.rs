@@ -76,7 +76,8 @@ fn limit_type(limit: &SystemLimit) -> &'static str {
 }
 
 /// `resource,Kind,limitApp,origin,ruleId` as Java's block log writes it. For system blocks the limit-app
-/// column holds the limit type (`qps`, `thread`, `rt`, `load`, `cpu`), as Java's `SystemBlockException` does.
+/// column holds the limit type (`qps`, `thread`, `rt`, `load`, `cpu`), as Java's `SystemBlockException` does,
+/// and for hot-parameter blocks the blocked value, as Java's `ParamFlowException` does.
 fn key_of(e: &BlockError) -> String {
     let rule_id = match e {
         BlockError::Flow { rule, .. } => rule.id,
@@ -87,6 +88,8 @@ fn key_of(e: &BlockError) -> String {
     };
     let limit_app = match e {
         BlockError::System { limit, .. } => limit_type(limit),
+        // Java's `ParamFlowException` carries the blocked value as its `ruleLimitApp`.
+        BlockError::ParamFlow { value, .. } => value,
         other => other.limit_app(),
     };
     format!(
