@@ -729,7 +729,6 @@ fn console_history_after_far_in_the_future_answers_nothing_rather_than_overflowi
 
 #[cfg(feature = "logs")]
 #[test]
-#[ignore = "review: metric from the log skips the second an unaligned startTime falls in (Java: startTime / 1000)"]
 fn metric_from_the_log_takes_the_second_a_start_time_falls_in() {
     // Java's `MetricSearcher` starts at `startTime / 1000` (the second the time falls in), as the in-memory
     // history does: an answer does not depend on whether its seconds come from memory or from the log.

@@ -450,9 +450,10 @@ impl MetricSearcher {
         self
     }
 
-    /// Lines with `begin_ms <= timestamp <= end_ms`, of `resource` (or of every resource), oldest first,
-    /// within the searcher's bounds ([`search`](Self::search) also says whether they cut the answer short).
-    /// A resource is matched by its name as the log writes it ([`crate::stat::metric_line_name`]).
+    /// Lines of the seconds from the one `begin_ms` falls in to the one `end_ms` falls in (as Java's
+    /// `MetricSearcher`: `begin_ms / 1000 <= second <= end_ms / 1000`), of `resource` (or of every resource),
+    /// oldest first, within the searcher's bounds ([`search`](Self::search) also says whether they cut the
+    /// answer short). A resource is matched by its name as the log writes it ([`crate::stat::metric_line_name`]).
     pub fn find(&self, resource: Option<&str>, begin_ms: u64, end_ms: u64) -> io::Result<Vec<MetricLine>> {
         self.search(resource, begin_ms, end_ms).map(|s| s.lines)
     }
@@ -462,7 +463,7 @@ impl MetricSearcher {
         let mut search = Search {
             bounds: self,
             resource: resource.map(|r| crate::stat::metric_line_name(r).into_owned()),
-            first: begin_ms.div_ceil(1000),
+            first: begin_ms / 1000,
             last: end_ms / 1000,
             anchor: None,
             previous: None,
