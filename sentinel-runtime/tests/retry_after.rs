@@ -221,9 +221,9 @@ fn system_qps_block_reports_the_inbound_window_and_other_limits_none() {
     drop(api.enter().unwrap());
     let b = blocked(api.enter());
     assert!(matches!(b, BlockError::System { .. }));
-    // The system check reads the pass qps, which counts a bucket exactly one second old: 1 ms more.
-    assert_eq!(b.retry_after(), ms(751));
-    clock.advance_millis(750);
+    // The system check reads the pass qps, whose window no longer holds a bucket exactly one second old.
+    assert_eq!(b.retry_after(), ms(750));
+    clock.advance_millis(749);
     assert!(api.enter().is_err());
     clock.advance_millis(1);
     assert!(api.enter().is_ok());
@@ -251,9 +251,9 @@ fn relate_rule_reading_another_resource_reports_that_resource_window() {
     let write = e.resource("write");
     drop(write.enter().unwrap());
     let b = blocked(e.resource("read").enter());
-    // A relate rule reads the pass qps, which counts a bucket exactly one second old: 1 ms more.
-    assert_eq!(b.retry_after(), ms(901));
-    clock.advance_millis(900);
+    // A relate rule reads the pass qps, whose window no longer holds a bucket exactly one second old.
+    assert_eq!(b.retry_after(), ms(900));
+    clock.advance_millis(899);
     assert!(e.resource("read").enter().is_err());
     clock.advance_millis(1);
     assert!(e.resource("read").enter().is_ok());

@@ -8,12 +8,14 @@ use sentinel_runtime::{EntryType, Sentinel};
 const T0: u64 = 1_700_000_000_000;
 
 #[test]
-fn bucket_is_deprecated_only_strictly_after_the_interval() {
+fn a_bucket_leaves_the_window_one_interval_after_it_starts() {
     let node = StatNode::new();
     node.on_pass(T0, 3);
     assert_eq!(node.pass_qps(T0 + 999), 3.0);
-    assert_eq!(node.pass_qps(T0 + 1000), 3.0, "exactly one interval old still counts");
-    assert_eq!(node.pass_qps(T0 + 1001), 0.0, "strictly older than the interval is dropped");
+    // Java moves the window to now before it reads: the bucket one interval old shares the current one's slot
+    // and is reset.
+    assert_eq!(node.pass_qps(T0 + 1000), 0.0, "exactly one interval old no longer counts");
+    assert_eq!(node.pass_qps(T0 + 1001), 0.0);
 }
 
 #[test]
@@ -99,8 +101,9 @@ fn minute_totals_survive_many_bucket_rollovers() {
     assert_eq!(secs.len(), 30);
     assert!(secs.iter().all(|(_, b)| b.get(MetricEvent::Pass) == 2 && b.get(MetricEvent::Block) == 1));
     // Seconds older than a minute drop out.
-    let later = T0 + 29_000 + 60_000;
+    let later = T0 + 29_000 + 59_999;
     assert_eq!(node.minute_totals(later).get(MetricEvent::Pass), 2, "only the last second is within the minute");
+    assert_eq!(node.minute_totals(later + 1).get(MetricEvent::Pass), 0, "a second exactly a minute old is gone");
 }
 
 #[test]
@@ -162,7 +165,6 @@ fn disabled_engine_passes_everything_and_records_nothing() {
 }
 
 #[test]
-#[ignore = "review: a bucket exactly one interval old still counts in the per-second and per-minute windows (Java's read resets it)"]
 fn a_bucket_exactly_one_interval_old_is_gone_as_in_java() {
     // Java reads a window after moving it to now (`LeapArray.currentWindow`): the bucket exactly one
     // interval old shares its slot with the current one and is reset before the sum, so it never counts.

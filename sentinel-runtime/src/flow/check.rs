@@ -199,14 +199,14 @@ pub(crate) fn check(
             FlowGrade::Qps => match &st.controller {
                 Controller::Reject if !owned => {
                     read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count, || {
-                        node.qps_retry_after(cx.now_ms, cx.acquire, rule.count, true)
+                        node.qps_retry_after(cx.now_ms, cx.acquire, rule.count)
                     })
                 }
                 Controller::WarmUp(w) if !owned => {
                     w.sync(cx.now_ms, node);
                     let allowed = w.allowed_qps();
                     read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= allowed, || {
-                        node.qps_retry_after(cx.now_ms, cx.acquire, allowed, true)
+                        node.qps_retry_after(cx.now_ms, cx.acquire, allowed)
                     })
                 }
                 _ => {
@@ -275,9 +275,7 @@ fn check_simple_only(
         }
         // The block is built from two of the call's fields, not from `call`: passing `call` to the cold
         // function would make the fast path store the whole call view on the stack first.
-        None => {
-            Err(fast_block(rules, 0, call.resource, call.origin, node.qps_retry_after(now_ms, acquire, limit, false)))
-        }
+        None => Err(fast_block(rules, 0, call.resource, call.origin, node.qps_retry_after(now_ms, acquire, limit))),
     }
 }
 
@@ -405,7 +403,7 @@ fn fast_one(
             .try_reserve(now_ms, acquire, count, &|start| super::controller::borrowed_for_open(node, start))
         {
             Some(r) => Ok(Took::Reservation(r)),
-            None => Err(node.qps_retry_after(now_ms, acquire, count, false)),
+            None => Err(node.qps_retry_after(now_ms, acquire, count)),
         };
     }
     // `wait`: what the checks before this one asked the call to wait.

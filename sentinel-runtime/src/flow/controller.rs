@@ -203,7 +203,7 @@ pub(crate) fn reject_qps(
         return if node.admission().within(now_ms, acquire, limit, &borrowed, held) {
             Decision::Pass { reservation: None, wait_nanos: 0 }
         } else {
-            Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit, false) }
+            Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit) }
         };
     }
     if let Some(r) = node.admission().try_reserve(now_ms, acquire, limit, &|s| borrowed_for_open(node, s)) {
@@ -224,7 +224,7 @@ pub(crate) fn reject_qps(
             return Decision::Occupied { wait_nanos: wait * NANOS_PER_MILLI, at_ms: now_ms, future_ms: now_ms + wait };
         }
     }
-    Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit, false) }
+    Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit) }
 }
 
 /// The passes borrowed in the bucket starting at `start`, for the admission window opening that bucket: read

@@ -1,7 +1,7 @@
 //! Statistic nodes: the numbers of a resource, per context, per origin, per entrance and inbound.
 
 use super::stripe::{self, Lease};
-use super::window::{deprecated, BucketTotals, MetricEvent, PlainWindow, Pos, StripedWindow};
+use super::window::{deprecated, in_window, BucketTotals, MetricEvent, PlainWindow, Pos, StripedWindow};
 
 /// The per-second window: 2 buckets of 500 ms (Java's defaults).
 pub const SECOND_SAMPLE_COUNT: usize = super::window::SAMPLES;
@@ -293,11 +293,12 @@ impl StatNode {
         out
     }
 
-    /// Totals over the last minute.
+    /// Totals over the last minute: the seconds that start less than a minute before `now_ms` (Java's
+    /// `rollingCounterInMinute`, whose read resets the second exactly a minute old).
     pub fn minute_totals(&self, now_ms: u64) -> BucketTotals {
         let mut t = BucketTotals::default();
-        for (_, b) in self.seconds(now_ms) {
-            t.merge(&b);
+        for (_, b) in self.seconds(now_ms).iter().filter(|(s, _)| in_window(now_ms, *s, MINUTE_INTERVAL_MS)) {
+            t.merge(b);
         }
         t
     }
@@ -313,35 +314,22 @@ impl StatNode {
     /// leave room once the older bucket slides out, else when every bucket of the window starts after now.
     /// `None` when the limit can never admit `acquire`.
     ///
-    /// `by_pass_qps`: the limit is checked on [`pass_qps`](Self::pass_qps) (read-only checks: relate rules,
-    /// system QPS), which still counts a bucket exactly one interval old (Java's `isWindowDeprecated` is a
-    /// strict comparison): room comes 1 ms after the bucket boundary. The exact admission of reject rules
-    /// starts a new budget at the boundary itself.
+    /// A bucket leaves the window at the boundary one interval after its start (see
+    /// [`in_window`](super::window::in_window)), for the read-only checks on [`pass_qps`](Self::pass_qps)
+    /// (relate rules, system QPS) as for the exact admission of reject rules.
     #[inline]
-    pub(crate) fn qps_retry_after(
-        &self,
-        now_ms: u64,
-        acquire: u32,
-        limit: f64,
-        by_pass_qps: bool,
-    ) -> Option<std::time::Duration> {
+    pub(crate) fn qps_retry_after(&self, now_ms: u64, acquire: u32, limit: f64) -> Option<std::time::Duration> {
         // A NaN limit never admits either.
         if limit.is_nan() || limit < acquire as f64 {
             return None;
         }
-        self.qps_retry_after_in_window(now_ms, acquire, limit, by_pass_qps)
+        self.qps_retry_after_in_window(now_ms, acquire, limit)
     }
 
     /// [`qps_retry_after`](Self::qps_retry_after) for a limit that can admit `acquire`.
     #[cold]
     #[inline(never)]
-    fn qps_retry_after_in_window(
-        &self,
-        now_ms: u64,
-        acquire: u32,
-        limit: f64,
-        by_pass_qps: bool,
-    ) -> Option<std::time::Duration> {
+    fn qps_retry_after_in_window(&self, now_ms: u64, acquire: u32, limit: f64) -> Option<std::time::Duration> {
         let bucket = super::window::BUCKET_MS;
         let to_end = bucket - now_ms % bucket;
         let current = self.window_pass_at(now_ms) as f64;
@@ -350,7 +338,7 @@ impl StatNode {
         } else {
             to_end + bucket * (super::window::SAMPLES as u64 - 1)
         };
-        Some(std::time::Duration::from_millis(ms + u64::from(by_pass_qps)))
+        Some(std::time::Duration::from_millis(ms))
     }
 
     /// Requests waiting in (borrowed from) later buckets.

@@ -183,11 +183,21 @@ fn saturating_sub(c: &AtomicU64, v: u64) {
     let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| Some(x.saturating_sub(v)));
 }
 
-/// Java's rule: a bucket is deprecated when `now - start > interval` (strictly). A start in the future (the clock
-/// went backwards) is not deprecated.
+/// Java's `isWindowDeprecated`: a bucket is deprecated when `now - start > interval` (strictly). A start in the
+/// future (the clock went backwards) is not deprecated. The whole seconds of metric lines are kept by this rule
+/// (a second exactly a minute old is still written); rates and totals count a bucket by [`in_window`].
 #[inline]
 pub(crate) fn deprecated(now_ms: u64, start: u64, interval_ms: u64) -> bool {
     now_ms > start && now_ms - start > interval_ms
+}
+
+/// Whether a bucket starting at `start` counts in a window of `interval_ms` read at `now_ms`, as Java reads
+/// one: it first moves the window to `now_ms` (`LeapArray.currentWindow`), which resets the bucket exactly one
+/// interval old (it shares its slot with the current bucket), then sums the buckets not deprecated. So a
+/// bucket counts while `now - start < interval`. A start in the future (the clock went backwards) counts.
+#[inline]
+pub(crate) fn in_window(now_ms: u64, start: u64, interval_ms: u64) -> bool {
+    now_ms <= start || now_ms - start < interval_ms
 }
 
 /// Length of a per-second bucket.
@@ -387,7 +397,7 @@ impl StripedWindow {
     fn valid_start(&self, slot: usize, now_ms: u64) -> Option<u64> {
         self.slot_cells(slot)
             .map(|c| c.start.load(Ordering::Acquire))
-            .filter(|&s| s < RESETTING && !deprecated(now_ms, s, INTERVAL_MS))
+            .filter(|&s| s < RESETTING && in_window(now_ms, s, INTERVAL_MS))
             .max()
     }
 
@@ -422,7 +432,7 @@ impl StripedWindow {
             let mut newest: Option<(u64, u64)> = None;
             for c in self.slot_cells(slot) {
                 let s = c.start.load(Ordering::Acquire);
-                if s >= RESETTING || deprecated(now_ms, s, INTERVAL_MS) {
+                if s >= RESETTING || !in_window(now_ms, s, INTERVAL_MS) {
                     continue;
                 }
                 let count = c.counts[event as usize].load(Ordering::Relaxed);

@@ -204,7 +204,7 @@ impl SystemManager {
         let now = cx.now_ms;
         if let Some(limit) = t.qps {
             if node.pass_qps(now) + cx.acquire as f64 > limit {
-                return block_after(SystemLimit::Qps { limit }, node.qps_retry_after(now, cx.acquire, limit, true));
+                return block_after(SystemLimit::Qps { limit }, node.qps_retry_after(now, cx.acquire, limit));
             }
         }
         let threads = node.cur_threads();
