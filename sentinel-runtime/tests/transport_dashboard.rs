@@ -752,3 +752,113 @@ fn metric_from_the_log_takes_the_second_a_start_time_falls_in() {
     let got: Vec<(u64, &str, u64)> = lines.iter().map(|l| (l.timestamp, l.resource.as_str(), l.pass)).collect();
     assert_eq!(got, [(T0, "api", 3)]);
 }
+
+/// `api` entered in context `ctx` by `appA` (10 ms), then twice in the default context: once passed (0 ms), once
+/// blocked by a limit of 2.
+fn traffic_for_the_people_commands() -> (Sentinel, ManualClock) {
+    let (engine, clock) = engine("people");
+    engine.load_flow_rules([FlowRule::new("api").count(2.0)]).unwrap();
+    let api = engine.resource("api");
+    {
+        let _ctx = engine.enter_context("ctx", "appA").unwrap();
+        let e = api.enter().unwrap();
+        clock.advance_millis(10);
+        drop(e);
+    }
+    drop(api.enter().unwrap());
+    assert!(api.enter().is_err());
+    (engine, clock)
+}
+
+#[test]
+#[ignore = "review: Java's cluster node, call tree and origin commands for people (clusterNodeById, cnode, tree, origin) answer `Unknown command`"]
+fn the_node_commands_people_use_answer_in_javas_formats() {
+    let (engine, _clock) = traffic_for_the_people_commands();
+    let center = start(&engine);
+    let addr = center.local_addr();
+    // clusterNodeById (FetchClusterNodeByIdCommandHandler): a NodeVo without id and parent, or `{}`.
+    let vo = json(&get(addr, "/clusterNodeById?id=api", &[]));
+    assert_eq!(vo["resource"], "api");
+    assert!(vo.get("id").is_none() && vo.get("parentId").is_none(), "{vo}");
+    let numbers: Vec<u64> = ["threadNum", "passQps", "blockQps", "totalQps", "averageRt", "successQps", "exceptionQps"]
+        .iter()
+        .chain(&["oneMinutePass", "oneMinuteBlock", "oneMinuteException", "oneMinuteTotal"])
+        .map(|f| vo[*f].as_u64().unwrap_or_else(|| panic!("{f} in {vo}")))
+        .collect();
+    assert_eq!(numbers, [0, 2, 1, 3, 5, 2, 0, 2, 1, 0, 3]);
+    assert_eq!(get(addr, "/clusterNodeById?id=nope", &[]).body, "{}");
+    assert_eq!(get(addr, "/clusterNodeById", &[]).status, 400);
+
+    // cnode (FetchClusterNodeHumanCommandHandler): a table of the cluster nodes whose name contains `id`, the
+    // name column as wide as the longest name plus one; rates printed as Java prints doubles.
+    let cnode = get(addr, "/cnode?id=ap", &[]);
+    assert_eq!(cnode.status, 200, "{}", cnode.body);
+    let row = |c: [&str; 12]| {
+        format!(
+            "{:<4}{:<4}{:<10}{:<10}{:<10}{:<11}{:<9}{:<6}{:<10}{:<11}{:<9}{:<11}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
+        )
+    };
+    let want = row([
+        "idx",
+        "id",
+        "thread",
+        "pass",
+        "blocked",
+        "success",
+        "total",
+        "aRt",
+        "1m-pass",
+        "1m-block",
+        "1m-all",
+        "exception",
+    ]) + &row(["1", "api", "0", "2.0", "1.0", "2.0", "3.0", "5.0", "2", "1", "3", "0.0"]);
+    assert_eq!(cnode.body, want);
+    assert_eq!(get(addr, "/cnode", &[]).status, 400);
+
+    // tree (FetchTreeCommandHandler): the call tree from an entrance, a dash per level, then the legend.
+    let legend = "\r\n\r\nt:threadNum  pq:passQps  bq:blockQps  tq:totalQps  rt:averageRt  prq: passRequestQps 1mp:1m-pass 1mb:1m-block 1mt:1m-total\r\n";
+    let tree = get(addr, "/tree?id=ctx", &[]);
+    assert_eq!(tree.status, 200, "{}", tree.body);
+    assert_eq!(
+        tree.body,
+        "EntranceNode: ctx(t:0 pq:1.0 bq:0.0 tq:1.0 rt:10.0 prq:1.0 1mp:1 1mb:0 1mt:1)\n\
+         -api(t:0 pq:1.0 bq:0.0 tq:1.0 rt:10.0 prq:1.0 1mp:1 1mb:0 1mt:1)\n"
+            .to_string()
+            + legend
+    );
+    let whole = get(addr, "/tree", &[]).body;
+    assert!(whole.starts_with("EntranceNode: machine-root(t:0 pq:2.0 bq:1.0 tq:3.0 "), "{whole}");
+    assert!(
+        whole.contains("\n-EntranceNode: ctx(t:0 pq:1.0 bq:0.0 tq:1.0 rt:10.0 prq:1.0 1mp:1 1mb:0 1mt:1)\n--api("),
+        "{whole}"
+    );
+    assert!(whole.contains("\n-EntranceNode: sentinel_default_context(t:0 pq:1.0 bq:1.0 tq:2.0 "), "{whole}");
+    assert!(whole.ends_with(legend));
+
+    // origin (FetchOriginCommandHandler): the origins of a cluster node.
+    let origin = get(addr, "/origin?id=api", &[]);
+    assert_eq!(origin.status, 200, "{}", origin.body);
+    let row = |c: [&str; 10]| {
+        format!(
+            "{:<4}{:<5}{:<10}{:<10}{:<11}{:<9}{:<6}{:<10}{:<11}{:<9}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+        )
+    };
+    let want = "id: api\n\n".to_string()
+        + &row([
+            "idx",
+            "origin",
+            "threadNum",
+            "passQps",
+            "blockQps",
+            "totalQps",
+            "aRt",
+            "1m-pass",
+            "1m-block",
+            "1m-total",
+        ])
+        + &row(["1", "appA", "0", "1.0", "0.0", "1.0", "10.0", "1", "0", "1"]);
+    assert_eq!(origin.body, want);
+    assert_eq!(get(addr, "/origin?id=nope", &[]).body, "Not find cNode with id nope");
+}
