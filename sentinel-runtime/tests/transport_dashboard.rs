@@ -771,7 +771,6 @@ fn traffic_for_the_people_commands() -> (Sentinel, ManualClock) {
 }
 
 #[test]
-#[ignore = "review: Java's cluster node, call tree and origin commands for people (clusterNodeById, cnode, tree, origin) answer `Unknown command`"]
 fn the_node_commands_people_use_answer_in_javas_formats() {
     let (engine, _clock) = traffic_for_the_people_commands();
     let center = start(&engine);

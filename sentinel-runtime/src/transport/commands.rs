@@ -244,6 +244,234 @@ pub(crate) fn cluster_node(c: &Center, p: &Params) -> Result<Reply, CommandError
     Reply::json(&list)
 }
 
+/// `clusterNodeById?id=`: one resource's cluster node as a NodeVo (no id, no parent), or `{}` (Java's
+/// `FetchClusterNodeByIdCommandHandler`).
+pub(crate) fn cluster_node_by_id(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let Some(id) = p.get("id") else {
+        return Err(CommandError("Invalid parameter: empty clusterNode name".into()));
+    };
+    match c.engine.cluster_stats(id) {
+        Some(s) => Reply::json(&NodeVo::of(id, &s, c.engine.now_millis())),
+        None => Ok(Reply::json_text("{}".into())),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Nodes for people: Java's text tables and tree (`cnode`, `origin`, `tree`)
+
+/// A number as Java's `String.valueOf(double)` writes it (`%s` of a double): `2.0`, `0.5`, `1.0E7`.
+fn java_double(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if v == 0.0 || (1e-3..1e7).contains(&v.abs()) {
+        return format!("{v:?}");
+    }
+    let s = format!("{v:e}");
+    let (mantissa, exponent) = s.split_once('e').unwrap_or((&s, "0"));
+    if mantissa.contains('.') {
+        format!("{mantissa}E{exponent}")
+    } else {
+        format!("{mantissa}.0E{exponent}")
+    }
+}
+
+/// Most rows of a people's table (Java's).
+const TABLE_ROWS: usize = 30;
+/// The widest name column of a people's table: longer names wrap onto rows of their own (Java's).
+const TABLE_NAME_WIDTH: usize = 79;
+
+/// A table as Java's `String.format("%-4s%-{name+1}s%-10s...")` rows print it: each cell padded to its
+/// column's width (never cut), the name (column 1) wrapped at the name width onto rows of empty cells.
+struct Table {
+    widths: Vec<usize>,
+    name_width: usize,
+    out: String,
+}
+
+impl Table {
+    /// A table whose name column fits the longest of `names` (at most [`TABLE_NAME_WIDTH`]), plus one space.
+    fn new<'a>(widths: &[usize], names: impl Iterator<Item = &'a str>) -> Table {
+        let name_width = names.map(|n| n.chars().count()).max().unwrap_or(0).min(TABLE_NAME_WIDTH);
+        let mut widths = widths.to_vec();
+        widths.insert(1, name_width + 1);
+        Table { widths, name_width, out: String::new() }
+    }
+
+    fn cells(&mut self, cells: &[&str]) {
+        use std::fmt::Write;
+        for (w, c) in self.widths.iter().zip(cells) {
+            let _ = write!(self.out, "{c:<w$}");
+        }
+        self.out.push('\n');
+    }
+
+    /// A row: its number, the name (wrapped), then the values.
+    fn row(&mut self, idx: &str, name: &str, values: &[String]) {
+        let chars: Vec<char> = name.chars().collect();
+        let chunks: Vec<String> = if self.name_width == 0 || chars.len() <= self.name_width {
+            vec![name.to_string()]
+        } else {
+            chars.chunks(self.name_width).map(|c| c.iter().collect()).collect()
+        };
+        let mut first: Vec<&str> = vec![idx, &chunks[0]];
+        first.extend(values.iter().map(String::as_str));
+        self.cells(&first);
+        for chunk in &chunks[1..] {
+            let mut more = vec!["", chunk.as_str()];
+            more.extend(values.iter().map(|_| ""));
+            self.cells(&more);
+        }
+    }
+}
+
+/// `cnode?id=`: the cluster nodes whose name contains `id` (30 at most), one row each (Java's
+/// `FetchClusterNodeHumanCommandHandler`, numbered from 1).
+pub(crate) fn cnode(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let Some(id) = p.get("id") else {
+        return Err(CommandError("Invalid parameter: empty clusterNode name".into()));
+    };
+    let mut names = c.engine.resource_names();
+    names.sort();
+    let nodes: Vec<(String, NodeStats)> = names
+        .into_iter()
+        .filter(|n| n.contains(id))
+        .filter_map(|n| c.engine.cluster_stats(&n).map(|s| (n, s)))
+        .take(TABLE_ROWS)
+        .collect();
+    let mut table = Table::new(&[4, 10, 10, 10, 11, 9, 6, 10, 11, 9, 11], nodes.iter().map(|(n, _)| n.as_str()));
+    table.cells(&[
+        "idx",
+        "id",
+        "thread",
+        "pass",
+        "blocked",
+        "success",
+        "total",
+        "aRt",
+        "1m-pass",
+        "1m-block",
+        "1m-all",
+        "exception",
+    ]);
+    for (i, (name, s)) in nodes.iter().enumerate() {
+        let values = [
+            s.threads.to_string(),
+            java_double(s.pass_qps),
+            java_double(s.block_qps),
+            java_double(s.success_qps),
+            java_double(s.total_qps),
+            java_double(s.avg_rt_ms),
+            s.minute_pass.to_string(),
+            s.minute_block.to_string(),
+            (s.minute_pass + s.minute_block).to_string(),
+            java_double(s.exception_qps),
+        ];
+        table.row(&(i + 1).to_string(), name, &values);
+    }
+    Ok(Reply::text(table.out))
+}
+
+/// `origin?id=`: the callers of a resource (named exactly, else the first whose name contains `id`), one row
+/// per origin (30 at most; Java's `FetchOriginCommandHandler`).
+pub(crate) fn origin(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    let Some(id) = p.get("id") else {
+        return Err(CommandError("Invalid parameter: `id` is required (a resource name)".into()));
+    };
+    let mut names = c.engine.resource_names();
+    names.sort();
+    let Some(name) = names.iter().find(|n| *n == id).or_else(|| names.iter().find(|n| n.contains(id))) else {
+        return Ok(Reply::text(format!("Not find cNode with id {id}")));
+    };
+    let mut origins = c.engine.origins_of(name);
+    origins.sort_by(|a, b| a.0.cmp(&b.0));
+    origins.truncate(TABLE_ROWS);
+    let mut table = Table::new(&[4, 10, 10, 11, 9, 6, 10, 11, 9], origins.iter().map(|(o, _)| o.as_str()));
+    table.out = format!("id: {name}\n\n");
+    table.cells(&[
+        "idx",
+        "origin",
+        "threadNum",
+        "passQps",
+        "blockQps",
+        "totalQps",
+        "aRt",
+        "1m-pass",
+        "1m-block",
+        "1m-total",
+    ]);
+    for (i, (origin, s)) in origins.iter().enumerate() {
+        let values = [
+            s.threads.to_string(),
+            java_double(s.pass_qps),
+            java_double(s.block_qps),
+            java_double(s.total_qps),
+            java_double(s.avg_rt_ms),
+            s.minute_pass.to_string(),
+            s.minute_block.to_string(),
+            (s.minute_pass + s.minute_block).to_string(),
+        ];
+        table.row(&(i + 1).to_string(), origin, &values);
+    }
+    Ok(Reply::text(table.out))
+}
+
+/// `tree[?id=]`: the call tree as text, from the machine root, or from the entrance named `id` (else every
+/// entrance whose name contains it), a dash per level (Java's `FetchTreeCommandHandler`).
+pub(crate) fn tree(c: &Center, p: &Params) -> Result<Reply, CommandError> {
+    fn line(out: &mut String, level: usize, entrance: bool, name: &str, s: &NodeStats) {
+        use std::fmt::Write;
+        let _ = write!(
+            out,
+            "{}{}{name}(t:{} pq:{} bq:{} tq:{} rt:{} prq:{} 1mp:{} 1mb:{} 1mt:{})\n",
+            "-".repeat(level),
+            if entrance { "EntranceNode: " } else { "" },
+            s.threads,
+            java_double(s.pass_qps),
+            java_double(s.block_qps),
+            java_double(s.total_qps),
+            java_double(s.avg_rt_ms),
+            java_double(s.success_qps),
+            s.minute_pass,
+            s.minute_block,
+            s.minute_pass + s.minute_block,
+        );
+    }
+    fn visit(out: &mut String, level: usize, entrance: bool, node: &crate::TreeNode) {
+        line(out, level, entrance, &node.name, &node.stats);
+        for child in &node.children {
+            visit(out, level + 1, false, child);
+        }
+    }
+    let entrances = c.engine.tree();
+    let mut out = String::new();
+    match p.get("id") {
+        None => {
+            let root = NodeStats::sum(&entrances.iter().map(|t| t.stats.clone()).collect::<Vec<_>>());
+            line(&mut out, 0, true, "machine-root", &root);
+            for entrance in &entrances {
+                visit(&mut out, 1, true, entrance);
+            }
+        }
+        Some(id) => match entrances.iter().find(|e| e.name == id) {
+            Some(entrance) => visit(&mut out, 0, true, entrance),
+            None => {
+                for entrance in entrances.iter().filter(|e| e.name.contains(id)) {
+                    visit(&mut out, 0, true, entrance);
+                }
+            }
+        },
+    }
+    out.push_str(
+        "\r\n\r\nt:threadNum  pq:passQps  bq:blockQps  tq:totalQps  rt:averageRt  prq: passRequestQps 1mp:1m-pass \
+         1mb:1m-block 1mt:1m-total\r\n",
+    );
+    Ok(Reply::text(out))
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Rules
 
@@ -392,4 +620,27 @@ pub(crate) fn diagnose(c: &Center, p: &Params) -> Result<Reply, CommandError> {
         return Err(CommandError("`resource` is required: the name of the resource to explain".into()));
     };
     Ok(Reply::text(c.engine.diagnose(resource).to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doubles_print_as_java_prints_them() {
+        for (v, java) in [(0.0, "0.0"), (2.0, "2.0"), (0.5, "0.5"), (10.25, "10.25"), (1e7, "1.0E7"), (1.5e7, "1.5E7")]
+        {
+            assert_eq!(java_double(v), java, "{v}");
+        }
+        assert_eq!(java_double(0.0001), "1.0E-4");
+    }
+
+    #[test]
+    fn a_long_name_wraps_at_the_name_width_onto_rows_of_empty_cells() {
+        let long = "x".repeat(100);
+        let mut t = Table::new(&[2, 3], [long.as_str()].into_iter());
+        t.row("1", &long, &["7".to_string()]);
+        let want = format!("{:<2}{:<80}{:<3}\n{:<2}{:<80}{:<3}\n", "1", "x".repeat(79), "7", "", "x".repeat(21), "");
+        assert_eq!(t.out, want);
+    }
 }

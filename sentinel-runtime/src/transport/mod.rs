@@ -19,6 +19,7 @@
 //! `getParamFlowRules` / `setParamFlowRules`, `getClusterMode` and `cluster/client/fetchConfig` (mode 0, a
 //! client of the shared limits, while `cluster::RedisCluster` runs; else -1, not started);
 //! and for people with curl: `version`, `basicInfo`, `getSwitch` / `setSwitch`, `systemStatus`, `api`,
+//! Java's node tables and call tree as text (`clusterNodeById?id=`, `cnode?id=`, `origin?id=`, `tree[?id=]`),
 //! `diagnose?resource=`. A command is the path (`GET /getRules?type=flow`); parameters come from the query
 //! string and a form-encoded body, each decoded once; a command that changes something is a `POST`
 //! (`curl -d value=false http://127.0.0.1:8719/setSwitch`, see the security defaults). Answers are `200`
@@ -165,6 +166,30 @@ const COMMANDS: &[Command] = &[
         desc: "set param flow rules, accept param: data={paramFlowRuleJson}",
         write: true,
         run: commands::set_param_rules,
+    },
+    Command {
+        name: "clusterNodeById",
+        desc: "get clusterNode VO by id, request param: id={resourceName}",
+        write: false,
+        run: commands::cluster_node_by_id,
+    },
+    Command {
+        name: "cnode",
+        desc: "get clusterNode metrics by id, request param: id={resourceName}",
+        write: false,
+        run: commands::cnode,
+    },
+    Command {
+        name: "tree",
+        desc: "get metrics in tree mode, use id to specify detailed tree root",
+        write: false,
+        run: commands::tree,
+    },
+    Command {
+        name: "origin",
+        desc: "get origin clusterNode by id, request param: id={resourceName}",
+        write: false,
+        run: commands::origin,
     },
     Command { name: "version", desc: "get sentinel version", write: false, run: |_, _| Ok(Reply::text(version())) },
     Command { name: "basicInfo", desc: "get sentinel config info", write: false, run: commands::basic_info },
