@@ -861,3 +861,26 @@ fn the_node_commands_people_use_answer_in_javas_formats() {
     assert_eq!(origin.body, want);
     assert_eq!(get(addr, "/origin?id=nope", &[]).body, "Not find cNode with id nope");
 }
+
+#[test]
+#[ignore = "review: metric leaves out Java's __system_load__ and __cpu_usage__ lines (value x 10000 as passQps, the current second) when no identity is given"]
+fn metric_without_identity_ends_with_the_system_load_and_cpu_lines() {
+    // Java's `SendMetricCommandHandler.addCpuUsageAndLoad`: with no `identity`, the load and the cpu usage
+    // (when above 0), times 10,000 and truncated, as the pass count of the current second.
+    let (engine, clock) = engine("sys");
+    drop(engine.enter("api").unwrap());
+    clock.advance_millis(1000);
+    engine.set_system_readings(Some(2.5), Some(0.25));
+    let center = start(&engine);
+    let lines = fetch_metrics(&center, T0, T0 + 5000);
+    let got: Vec<(u64, &str, u64)> = lines.iter().map(|l| (l.timestamp, l.resource.as_str(), l.pass)).collect();
+    assert_eq!(got, [(T0, "api", 1), (T0 + 1000, "__system_load__", 25_000), (T0 + 1000, "__cpu_usage__", 2_500)]);
+    assert!(lines[1..]
+        .iter()
+        .all(|l| (l.block, l.success, l.exception, l.rt, l.occupied, l.concurrency) == (0, 0, 0, 0, 0, 0)));
+    // Not with an identity, nor when a reading is missing or 0.
+    let one = get(center.local_addr(), &format!("/metric?startTime={T0}&endTime={}&identity=api", T0 + 5000), &[]);
+    assert_eq!(one.body.lines().count(), 1, "{}", one.body);
+    engine.set_system_readings(None, Some(0.0));
+    assert_eq!(fetch_metrics(&center, T0, T0 + 5000).len(), 1);
+}
