@@ -863,7 +863,6 @@ fn the_node_commands_people_use_answer_in_javas_formats() {
 }
 
 #[test]
-#[ignore = "review: metric leaves out Java's __system_load__ and __cpu_usage__ lines (value x 10000 as passQps, the current second) when no identity is given"]
 fn metric_without_identity_ends_with_the_system_load_and_cpu_lines() {
     // Java's `SendMetricCommandHandler.addCpuUsageAndLoad`: with no `identity`, the load and the cpu usage
     // (when above 0), times 10,000 and truncated, as the pass count of the current second.

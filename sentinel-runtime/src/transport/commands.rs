@@ -42,6 +42,7 @@ pub(crate) fn metric(c: &Center, p: &Params) -> Result<Reply, CommandError> {
         lines = older;
         if cut {
             // The answer stops where the log search stopped, so that it has no gap: ask again from there.
+            system_lines(c, identity, &mut lines);
             return Ok(Reply::text(thin_lines(&lines)));
         }
     }
@@ -55,7 +56,37 @@ pub(crate) fn metric(c: &Center, p: &Params) -> Result<Reply, CommandError> {
         }
         lines.truncate(keep);
     }
+    system_lines(c, identity, &mut lines);
     Ok(Reply::text(thin_lines(&lines)))
+}
+
+/// The name of the system load line of a `metric` answer (Java's `Constants.SYSTEM_LOAD_RESOURCE_NAME`).
+const SYSTEM_LOAD_LINE: &str = "__system_load__";
+/// The name of the cpu usage line of a `metric` answer (Java's `Constants.CPU_USAGE_RESOURCE_NAME`).
+const CPU_USAGE_LINE: &str = "__cpu_usage__";
+
+/// Java's `SendMetricCommandHandler.addCpuUsageAndLoad`: an answer for every resource (no `identity`) ends with
+/// the system load and the cpu usage, when known and above 0, times 10,000 and truncated, as the pass count
+/// of the current second (the dashboard leaves both out of its charts).
+fn system_lines(c: &Center, identity: Option<&str>, lines: &mut Vec<LineRecord>) {
+    if identity.is_some() {
+        return;
+    }
+    let now = c.engine.now_millis();
+    let readings = c.engine.system_readings();
+    for (name, value) in [(SYSTEM_LOAD_LINE, readings.load), (CPU_USAGE_LINE, readings.cpu)] {
+        let Some(value) = value.filter(|v| *v > 0.0 && v.is_finite()) else { continue };
+        lines.push(LineRecord {
+            resource: std::sync::Arc::from(name),
+            totals: crate::SecondTotals {
+                start_ms: now - now % 1000,
+                // Java's `(long) (value * 10000)`: truncated, saturating.
+                pass: (value * 10_000.0) as u64,
+                ..Default::default()
+            },
+            concurrency: 0,
+        });
+    }
 }
 
 fn thin_lines(lines: &[LineRecord]) -> String {
