@@ -455,9 +455,9 @@ pub(crate) fn origin(c: &Center, p: &Params) -> Result<Reply, CommandError> {
 pub(crate) fn tree(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     fn line(out: &mut String, level: usize, entrance: bool, name: &str, s: &NodeStats) {
         use std::fmt::Write;
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "{}{}{name}(t:{} pq:{} bq:{} tq:{} rt:{} prq:{} 1mp:{} 1mb:{} 1mt:{})\n",
+            "{}{}{name}(t:{} pq:{} bq:{} tq:{} rt:{} prq:{} 1mp:{} 1mb:{} 1mt:{})",
             "-".repeat(level),
             if entrance { "EntranceNode: " } else { "" },
             s.threads,
