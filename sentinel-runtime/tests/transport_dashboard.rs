@@ -883,3 +883,23 @@ fn metric_without_identity_ends_with_the_system_load_and_cpu_lines() {
     engine.set_system_readings(None, Some(0.0));
     assert_eq!(fetch_metrics(&center, T0, T0 + 5000).len(), 1);
 }
+
+#[test]
+#[ignore = "review: jsonTree shows an empty sentinel_default_context entrance when no call ran without a context (Java creates it with the first such call)"]
+fn the_default_context_shows_in_the_tree_once_a_call_runs_in_it() {
+    // Java's `ContextUtil` makes a context's entrance node when the context is first entered: the default
+    // context's with the first call made outside any context.
+    let (engine, _clock) = engine("ctx");
+    {
+        let _ctx = engine.enter_context("web", "").unwrap();
+        drop(engine.enter("api").unwrap());
+    }
+    let center = start(&engine);
+    let names = |tree: &serde_json::Value| -> Vec<String> {
+        tree.as_array().unwrap().iter().map(|n| n["resource"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(&json(&get(center.local_addr(), "/jsonTree", &[]))), ["machine-root", "web", "api"]);
+    drop(engine.enter("plain").unwrap());
+    let tree = names(&json(&get(center.local_addr(), "/jsonTree", &[])));
+    assert!(tree.windows(2).any(|w| w == ["sentinel_default_context", "plain"]), "{tree:?}");
+}
