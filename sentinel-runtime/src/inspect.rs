@@ -214,15 +214,19 @@ impl Sentinel {
         NodeStats::read(&self.shared.inbound, self.shared.now_ms())
     }
 
-    /// The call tree: one entrance per context, with the resources entered below it.
+    /// The call tree: one entrance per context, with the resources entered below it. The default context
+    /// shows once a call has run in it (Java makes its entrance with the first call outside any context).
     pub fn tree(&self) -> Vec<TreeNode> {
         let now = self.shared.now_ms();
         self.shared
             .contexts()
-            .map(|c| {
+            .filter_map(|c| {
                 let children: Vec<TreeNode> = c.entrance.children.list().iter().map(|n| tree_of(n, now, 0)).collect();
+                if children.is_empty() && &**c.name() == crate::context::DEFAULT_CONTEXT_NAME {
+                    return None;
+                }
                 let stats = NodeStats::sum(&children.iter().map(|t| t.stats.clone()).collect::<Vec<_>>());
-                TreeNode { name: c.name().to_string(), stats, children }
+                Some(TreeNode { name: c.name().to_string(), stats, children })
             })
             .collect()
     }

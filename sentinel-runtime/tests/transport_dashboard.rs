@@ -885,7 +885,6 @@ fn metric_without_identity_ends_with_the_system_load_and_cpu_lines() {
 }
 
 #[test]
-#[ignore = "review: jsonTree shows an empty sentinel_default_context entrance when no call ran without a context (Java creates it with the first such call)"]
 fn the_default_context_shows_in_the_tree_once_a_call_runs_in_it() {
     // Java's `ContextUtil` makes a context's entrance node when the context is first entered: the default
     // context's with the first call made outside any context.
