@@ -38,3 +38,33 @@ fn a_hot_parameter_block_logs_the_value_in_the_limit_app_column() {
         ]
     );
 }
+
+#[test]
+#[ignore = "review: a metric file removed while it is written is never made again: later seconds go to the removed file (Java starts a new file)"]
+fn a_metric_file_removed_while_it_is_written_is_made_again() {
+    // Java's `MetricWriter.write` checks that its file and index still exist before each write, and starts a
+    // new file when either is gone (removed by hand, or by a clean-up job).
+    use sentinel_runtime::log::{MetricLogWriter, MetricSearcher};
+    let clock = ManualClock::at_millis(T0);
+    let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("gone").build();
+    let dir = tempfile::tempdir().unwrap();
+    let writer = MetricLogWriter::new(&engine, dir.path(), 1 << 20, 6).unwrap();
+    drop(engine.enter("api").unwrap());
+    clock.advance_millis(1000);
+    assert_eq!(writer.flush_once(clock.now_millis()).unwrap(), 1);
+    let file = dir.path().join("gone-metrics.log.2023-11-14");
+    std::fs::remove_file(&file).unwrap();
+    drop(engine.enter("api").unwrap());
+    clock.advance_millis(1000);
+    assert_eq!(writer.flush_once(clock.now_millis()).unwrap(), 1);
+    let found = MetricSearcher::new(dir.path(), "gone").find(Some("api"), T0, T0 + 5000).unwrap();
+    let seconds: Vec<u64> = found.iter().map(|l| l.timestamp_ms).collect();
+    assert_eq!(seconds, [T0 + 1000], "the second written after the removal is in a file");
+    // The same when the index alone is removed.
+    std::fs::remove_file(dir.path().join("gone-metrics.log.2023-11-14.idx")).unwrap();
+    drop(engine.enter("api").unwrap());
+    clock.advance_millis(1000);
+    writer.flush_once(clock.now_millis()).unwrap();
+    let found = MetricSearcher::new(dir.path(), "gone").find(Some("api"), T0, T0 + 5000).unwrap();
+    assert_eq!(found.iter().map(|l| l.timestamp_ms).collect::<Vec<_>>(), [T0 + 2000]);
+}
