@@ -40,7 +40,6 @@ fn a_hot_parameter_block_logs_the_value_in_the_limit_app_column() {
 }
 
 #[test]
-#[ignore = "review: a metric file removed while it is written is never made again: later seconds go to the removed file (Java starts a new file)"]
 fn a_metric_file_removed_while_it_is_written_is_made_again() {
     // Java's `MetricWriter.write` checks that its file and index still exist before each write, and starts a
     // new file when either is gone (removed by hand, or by a clean-up job).

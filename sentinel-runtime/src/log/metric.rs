@@ -1,9 +1,10 @@
 //! The metric log: one line per resource per second, with a binary index, rolled by size and count.
 //!
 //! Files, as Java's `MetricWriter` names them: `{app}-metrics.log.{yyyy-MM-dd}`, then `.1`, `.2`, ... when a
-//! file reaches its size or the process restarts; each with `{file}.idx`, a sequence of big-endian `i64`
-//! pairs `(second since the epoch, byte offset of that second's first line)`. Dots in the app name become
-//! `-`. When a new file would exceed the file count, the oldest files (and their indexes) are deleted.
+//! file reaches its size, the process restarts, or the file or its index is removed; each with `{file}.idx`,
+//! a sequence of big-endian `i64` pairs `(second since the epoch, byte offset of that second's first line)`.
+//! Dots in the app name become `-`. When a new file would exceed the file count, the oldest files (and their
+//! indexes) are deleted.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -166,12 +167,21 @@ fn index_path(file: &Path) -> PathBuf {
 
 struct OpenFile {
     date: String,
+    /// The metric file's path (its index is beside it).
+    path: PathBuf,
     out: File,
     index: File,
     /// Bytes of whole seconds in `out`: where the next second starts.
     size: u64,
     /// Bytes of whole entries in `index`.
     index_len: u64,
+}
+
+impl OpenFile {
+    /// Whether the file and its index are still in the directory (a name, whatever it now is).
+    fn still_there(&self) -> bool {
+        fs::symlink_metadata(&self.path).is_ok() && fs::symlink_metadata(index_path(&self.path)).is_ok()
+    }
 }
 
 #[derive(Default)]
@@ -278,7 +288,8 @@ impl MetricLogWriter {
 
     fn write_second(&self, state: &mut WriterState, second: u64, lines: &[MetricLine]) -> io::Result<()> {
         let date = format_date(second);
-        if state.file.as_ref().is_none_or(|f| f.date != date) {
+        // As Java's `MetricWriter`: a file or index removed meanwhile (by hand, by a clean-up job) starts a new file.
+        if state.file.as_ref().is_none_or(|f| f.date != date || !f.still_there()) {
             state.file = None;
             state.file = Some(self.open_next(&date)?);
         }
@@ -361,7 +372,7 @@ impl MetricLogWriter {
                 _ => super::create_new(&idx),
             };
             return match index {
-                Ok(index) => Ok(OpenFile { date: date.to_string(), out, index, size: 0, index_len: 0 }),
+                Ok(index) => Ok(OpenFile { date: date.to_string(), path, out, index, size: 0, index_len: 0 }),
                 Err(e) => {
                     let _ = fs::remove_file(&path);
                     Err(e)
