@@ -530,3 +530,144 @@ fn passes_borrowed_in_a_bucket_no_call_opened_count_in_the_window_that_holds_it(
         "[T0+1500, T0+2500) admitted {borrowed} borrowed + {normal} normal (pass_qps {pass_qps}) under a limit of 10"
     );
 }
+
+/// Java's `WarmUpController.coolDownTokens` refills above the warning line only while the previous second
+/// passed fewer than `(int) count / coldFactor` calls: an integer division.
+#[test]
+#[ignore = "review: warm-up compares the previous qps with count / cold_factor as a float, so counts like 5, 7, 10 never warm up"]
+fn warm_up_cools_down_below_the_integer_third_of_the_count() {
+    for (count, expected) in [
+        (10.0, vec![3, 3, 3, 3, 3, 4, 4, 4, 5, 5, 6, 7, 10, 10, 10]),
+        (10.5, vec![3, 3, 3, 3, 4, 4, 4, 5, 5, 6, 7, 8, 10, 10, 10]),
+        (7.0, vec![2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 4, 5, 6, 7, 7]),
+        (5.0, vec![1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 4]),
+        (3.0, vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3]),
+        (100.0, vec![33, 34, 36, 38, 41, 44, 47, 52, 58, 68, 83, 100, 100, 100, 100]),
+    ] {
+        let (engine, clock) = engine();
+        engine.load_flow_rules([FlowRule::new("cold").count(count).control_behavior(ControlBehavior::WarmUp)]).unwrap();
+        let mut admitted = Vec::new();
+        for _ in 0..expected.len() {
+            clock.advance_millis(1);
+            admitted.push(burst(&engine, "cold", 300));
+            clock.advance_millis(999);
+        }
+        assert_eq!(admitted, expected, "count {count}");
+    }
+    // Traffic at exactly (int) 100 / 3 = 33 a second keeps a half-warm bucket from refilling.
+    let (engine, clock) = engine();
+    engine.load_flow_rules([FlowRule::new("cold").count(100.0).control_behavior(ControlBehavior::WarmUp)]).unwrap();
+    let mut admitted = Vec::new();
+    for demand in [300, 300, 300, 300, 33, 33, 33, 33, 33, 33, 300, 300, 300, 300] {
+        clock.advance_millis(1);
+        admitted.push(burst(&engine, "cold", demand));
+        clock.advance_millis(999);
+    }
+    assert_eq!(admitted, vec![33, 34, 36, 38, 33, 33, 33, 33, 33, 33, 60, 71, 89, 100]);
+}
+
+/// Java counts a call in flight once (`increaseThreadNum`), whatever its acquire count, and blocks when
+/// `curThreadNum + acquireCount > count`.
+#[test]
+#[ignore = "review: a thread-grade call with acquire n holds n permits, Java counts it as one thread"]
+fn thread_grade_counts_calls_in_flight_and_checks_them_plus_the_acquire_count() {
+    // For every caller (the fast path) and for one origin (the general path).
+    for app in ["default", "appA"] {
+        let (engine, _clock) = engine();
+        engine.load_flow_rules([FlowRule::new("db").grade(FlowGrade::Thread).count(5.0).limit_app(app)]).unwrap();
+        let db = engine.resource("db");
+        let enter = |n: u32| db.entry().origin("appA").acquire(n).enter();
+        let a = enter(3).expect("0 + 3 <= 5");
+        let b = enter(3).expect("1 + 3 <= 5");
+        let c = enter(3).expect("2 + 3 <= 5");
+        assert!(enter(3).is_err(), "3 + 3 > 5 ({app})");
+        let d = enter(2).expect("3 + 2 <= 5");
+        let e = enter(1).expect("4 + 1 <= 5");
+        assert!(enter(1).is_err(), "5 + 1 > 5 ({app})");
+        drop(a);
+        assert!(enter(2).is_err(), "4 + 2 > 5 ({app})");
+        assert!(enter(1).is_ok(), "4 + 1 <= 5 ({app})");
+        drop((b, c, d, e));
+        assert_eq!(engine.cluster_stats("db").unwrap().threads, 0);
+        assert!(enter(5).is_ok(), "0 + 5 <= 5 ({app})");
+    }
+}
+
+/// Java's rate limiters sleep in turn, each deciding at the time the one before it woke up: a call's wait is
+/// what the slowest of them needs, not the sum of their waits.
+#[test]
+#[ignore = "review: the waits of several rate-limiter rules are added up, Java waits for the slowest"]
+fn several_rate_limiter_rules_wait_for_the_slowest_not_the_sum() {
+    let limiter = |count: f64| {
+        FlowRule::new("rl").count(count).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000)
+    };
+    // Two rules (the fast path), three (the general path), and the same rule twice with two ids.
+    for rules in [
+        vec![limiter(10.0), limiter(5.0)],
+        vec![limiter(5.0), limiter(10.0)],
+        vec![limiter(10.0), limiter(5.0), FlowRule::new("rl").count(1000.0)],
+    ] {
+        let (engine, _clock) = engine();
+        engine.load_flow_rules(rules.clone()).unwrap();
+        let rl = engine.resource("rl");
+        let waits: Vec<u64> = (0..3).map(|_| rl.enter().unwrap().waited().as_millis() as u64).collect();
+        assert_eq!(waits, vec![0, 200, 400], "{rules:?}");
+    }
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([limiter(10.0).id(1), limiter(10.0).id(2)]).unwrap();
+    let rl = engine.resource("rl");
+    let waits: Vec<u64> = (0..3).map(|_| rl.enter().unwrap().waited().as_millis() as u64).collect();
+    assert_eq!(waits, vec![0, 100, 200]);
+}
+
+/// Java's `FlowRuleComparator` puts cluster-mode rules after every local rule.
+#[test]
+#[ignore = "review: cluster-mode rules are not checked after the local rules (Java's FlowRuleComparator)"]
+fn cluster_rules_are_checked_after_local_rules() {
+    let (engine, _clock) = engine();
+    let config = ClusterConfig { flow_id: Some(1), ..Default::default() };
+    let cluster = |app: &str| FlowRule {
+        cluster_mode: true,
+        cluster_config: Some(config.clone()),
+        ..FlowRule::new("c").count(1.0).limit_app(app).id(1)
+    };
+    for rules in [
+        vec![cluster("default"), FlowRule::new("c").count(1.0).id(2)],
+        vec![cluster("appA"), FlowRule::new("c").count(1.0).id(2)],
+    ] {
+        engine.load_flow_rules(rules).unwrap();
+        let c = engine.resource("c");
+        drop(c.entry().origin("appA").enter().unwrap());
+        match c.entry().origin("appA").enter() {
+            Err(BlockError::Flow { rule, .. }) => assert_eq!(rule.id, Some(2), "the local rule decides first"),
+            other => panic!("expected a flow block, got {other:?}"),
+        }
+        engine.load_flow_rules([]).unwrap();
+    }
+}
+
+/// Java's `HashSet` of rules compares them with `FlowRule.equals`, which leaves the id out.
+#[test]
+#[ignore = "review: rules that differ only in their id are not deduplicated (Java's equals leaves the id out)"]
+fn rules_that_differ_only_in_their_id_are_deduplicated() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("d").count(3.0).id(1), FlowRule::new("d").count(3.0).id(2)]).unwrap();
+    assert_eq!(engine.flow_rules(), vec![FlowRule::new("d").count(3.0).id(1)], "the first one stays");
+    // A reload that changes only the id is not a no-op: the rules in force say the new id.
+    engine.load_flow_rules([FlowRule::new("d").count(3.0).id(7)]).unwrap();
+    assert_eq!(engine.flow_rules(), vec![FlowRule::new("d").count(3.0).id(7)]);
+}
+
+/// Java's `FlowRuleManager.isOtherOrigin`: an origin is "other" when no rule of the resource has it as its
+/// `limitApp`, `default` and `other` included.
+#[test]
+#[ignore = "review: callers whose origin is literally `default` or `other` are limited by an `other` rule that names them"]
+fn origins_named_default_or_other_are_not_other_when_a_rule_names_them() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("o").count(10.0), FlowRule::new("o").count(1.0).limit_app("other")]).unwrap();
+    for origin in ["default", "other"] {
+        assert_eq!((0..5).filter(|_| enter_as(&engine, "o", origin)).count(), 5, "{origin}");
+    }
+    assert!(enter_as(&engine, "o", "appB"));
+    assert!(!enter_as(&engine, "o", "appB"), "appB is other: 1");
+}
