@@ -534,7 +534,6 @@ fn passes_borrowed_in_a_bucket_no_call_opened_count_in_the_window_that_holds_it(
 /// Java's `WarmUpController.coolDownTokens` refills above the warning line only while the previous second
 /// passed fewer than `(int) count / coldFactor` calls: an integer division.
 #[test]
-#[ignore = "review: warm-up compares the previous qps with count / cold_factor as a float, so counts like 5, 7, 10 never warm up"]
 fn warm_up_cools_down_below_the_integer_third_of_the_count() {
     for (count, expected) in [
         (10.0, vec![3, 3, 3, 3, 3, 4, 4, 4, 5, 5, 6, 7, 10, 10, 10]),

@@ -30,7 +30,7 @@ pub(crate) const OCCUPY_TIMEOUT_MS: u64 = 500;
 /// Warm-up token bucket (Guava's SmoothWarmingUp, as Sentinel adapts it).
 pub(crate) struct WarmUp {
     count: f64,
-    cold_factor: f64,
+    cold_factor: i64,
     warning_token: i64,
     max_token: i64,
     slope: f64,
@@ -54,7 +54,7 @@ impl WarmUp {
         let slope = if band > 0 { (cf - 1.0) / count / band as f64 } else { 0.0 };
         WarmUp {
             count,
-            cold_factor: cf,
+            cold_factor: cold_factor as i64,
             warning_token,
             max_token,
             slope,
@@ -70,8 +70,10 @@ impl WarmUp {
             return self.max_token;
         }
         let elapsed = current_sec_ms.saturating_sub(last) as f64;
-        // Refill below the warning line, or above it while traffic is light (Java's coolDownTokens).
-        let cold = (pass_qps as f64) < ((self.count as i64) as f64 / self.cold_factor);
+        // Refill below the warning line, or above it while traffic is light (Java's coolDownTokens): the
+        // previous second passed fewer than `(int) count / coldFactor` calls, an integer division (a float one
+        // would keep refilling a rule of count 10 that passes 3 calls a second, and it would never warm up).
+        let cold = pass_qps < (self.count as i64) / self.cold_factor;
         let refill = old < self.warning_token || (old > self.warning_token && cold);
         let new = if refill { (old as f64 + elapsed * self.count / 1000.0) as i64 } else { old };
         new.min(self.max_token)
