@@ -568,7 +568,6 @@ fn warm_up_cools_down_below_the_integer_third_of_the_count() {
 /// Java counts a call in flight once (`increaseThreadNum`), whatever its acquire count, and blocks when
 /// `curThreadNum + acquireCount > count`.
 #[test]
-#[ignore = "review: a thread-grade call with acquire n holds n permits, Java counts it as one thread"]
 fn thread_grade_counts_calls_in_flight_and_checks_them_plus_the_acquire_count() {
     // For every caller (the fast path) and for one origin (the general path).
     for app in ["default", "appA"] {

@@ -95,7 +95,7 @@ impl Drop for Entry<'_> {
 
         let overload = self.flags & Flags::OVERLOAD != 0;
         let waited_nanos = self.wait_nanos;
-        let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, error, overload, acquire };
+        let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, error, overload };
         chain::exit(shared, &xcx, &mut self.held());
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.

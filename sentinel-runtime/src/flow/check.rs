@@ -69,17 +69,17 @@ impl RuleSlot for FlowSlot {
     fn undo_fast<'c>(
         _: &ResourceFlowRules,
         _: &(),
-        call: &impl Fn() -> CallCx<'c>,
+        _: &impl Fn() -> CallCx<'c>,
         held: &mut EntryState,
         taken: Option<&mut FastTaken>,
     ) {
-        undo_fast(&call(), held, taken);
+        undo_fast(held, taken);
     }
 
     #[inline(always)]
-    fn give_back(_: &ResourceFlowRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
+    fn give_back(_: &ResourceFlowRules, _: &(), _: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
         taken.release();
-        held.release_permits(cx.acquire);
+        held.release_permits();
     }
 
     #[inline(always)]
@@ -88,8 +88,8 @@ impl RuleSlot for FlowSlot {
     }
 
     #[inline(always)]
-    fn exit(_: Option<&ResourceFlowRules>, _: &(), cx: &ExitCx, held: &mut EntryState) {
-        held.release_permits(cx.acquire);
+    fn exit(_: Option<&ResourceFlowRules>, _: &(), _: &ExitCx, held: &mut EntryState) {
+        held.release_permits();
     }
 }
 
@@ -189,7 +189,9 @@ pub(crate) fn check(
             }
             FlowGrade::Thread => {
                 if es.has_permit(node) {
-                    read_only(node.thread_permits() as f64 <= rule.count, || None)
+                    // The permits count this call already: the others in flight, plus its acquire count.
+                    let others = node.thread_permits().saturating_sub(1);
+                    read_only((others + cx.acquire as u64) as f64 <= rule.count, || None)
                 } else if node.try_thread_permit(cx.acquire, rule.count) {
                     Decision::ThreadPermit
                 } else {
@@ -352,11 +354,11 @@ fn fast_rules(
 /// The fast path's undo ([`RuleSlot::undo_fast`]): the token the check took and the permit it holds go back.
 #[cold]
 #[inline(never)]
-fn undo_fast(call: &CallCx<'_>, held: &mut EntryState, taken: Option<&mut FastTaken>) {
+fn undo_fast(held: &mut EntryState, taken: Option<&mut FastTaken>) {
     if let Some(t) = taken {
         t.release();
     }
-    held.release_permits(call.acquire);
+    held.release_permits();
 }
 
 /// What one rule of [`FastRules`] took for a call it let through.
@@ -373,7 +375,7 @@ impl Took {
         match self {
             Took::Nothing => {}
             Took::Reservation(r) => call.cluster.admission().release(r),
-            Took::Permit => call.cluster.release_thread_permit(call.acquire),
+            Took::Permit => call.cluster.release_thread_permit(),
         }
     }
 }
@@ -512,20 +514,20 @@ fn apply(
         }
         Decision::ThreadPermit => {
             if !es.push_permit(node) {
-                node.release_thread_permit(cx.acquire);
+                node.release_thread_permit();
             }
             None
         }
         Decision::Occupied { wait_nanos: w, at_ms, future_ms } => {
             scratch.release();
-            es.release_permits(cx.acquire);
+            es.release_permits();
             // Kept only if the later checks that still apply to a borrower (an adaptive limit) pass it.
             scratch.push_borrow(node, at_ms, future_ms, cx.acquire);
             Some(Ok(Verdict::Occupied { wait_nanos: *wait_nanos + w }))
         }
         Decision::Block { retry_after } => {
             scratch.release();
-            es.release_permits(cx.acquire);
+            es.release_permits();
             Some(Err(BlockError::Flow {
                 resource: cx.resource.share(),
                 rule: st.rule_for_block(),

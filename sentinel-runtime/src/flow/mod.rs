@@ -203,7 +203,7 @@ impl FastRules {
 
 const MAX_HELD: usize = 2;
 
-/// Concurrency permits an entry holds until it exits (each of the entry's acquire count).
+/// Concurrency permits an entry holds until it exits (one per node, whatever the entry's acquire count).
 #[derive(Debug, Default)]
 pub(crate) struct EntryState {
     permits: [Option<NodePtr>; MAX_HELD],
@@ -302,22 +302,23 @@ impl EntryState {
             None => false,
         }
     }
-    /// Gives back the permits (each of `n`, the entry's acquire count).
-    pub(crate) fn release_permits(&mut self, n: u32) {
+    /// Gives back the permits (one per node: a call in flight counts once, whatever its acquire count).
+    pub(crate) fn release_permits(&mut self) {
         for s in self.permits.iter_mut() {
             if let Some(p) = s.take() {
-                p.get().release_thread_permit(n);
+                p.get().release_thread_permit();
             }
         }
     }
 }
 
 impl StatNode {
-    fn try_thread_permit(&self, n: u32, limit: f64) -> bool {
-        self.thread_gate.try_acquire(n, limit)
+    /// A permit, when the calls in flight plus `acquire` stay within `limit`.
+    fn try_thread_permit(&self, acquire: u32, limit: f64) -> bool {
+        self.thread_gate.try_acquire(acquire, limit)
     }
-    fn release_thread_permit(&self, n: u32) {
-        self.thread_gate.release(n)
+    fn release_thread_permit(&self) {
+        self.thread_gate.release()
     }
     fn thread_permits(&self) -> u64 {
         self.thread_gate.permits()

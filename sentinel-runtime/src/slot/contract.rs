@@ -120,8 +120,6 @@ impl RelatedStat {
 
 /// What the exit hooks see of an entry that passed.
 pub(crate) struct ExitCx {
-    /// The permits the call took.
-    pub(crate) acquire: u32,
     pub(crate) now_nanos: u64,
     pub(crate) now_ms: u64,
     pub(crate) rt_micros: u64,

@@ -9,17 +9,21 @@ pub(crate) struct ThreadGate {
 }
 
 impl ThreadGate {
-    pub(crate) fn try_acquire(&self, n: u32, limit: f64) -> bool {
+    /// Takes a permit when the calls in flight plus `acquire` stay within `limit`. A call in flight holds one
+    /// permit whatever its acquire count, as Java counts it once (`increaseThreadNum`) and blocks when
+    /// `curThreadNum + acquireCount > count`.
+    pub(crate) fn try_acquire(&self, acquire: u32, limit: f64) -> bool {
         self.permits
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                ((v + n as u64) as f64 <= limit).then_some(v + n as u64)
+                ((v + acquire as u64) as f64 <= limit).then_some(v + 1)
             })
             .is_ok()
     }
-    pub(crate) fn release(&self, n: u32) {
-        let _ = self.permits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(n as u64)));
+    /// Gives back a call's permit.
+    pub(crate) fn release(&self) {
+        let _ = self.permits.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(1)));
     }
-    /// The permits taken now.
+    /// The permits taken now (the calls in flight that took one).
     pub(crate) fn permits(&self) -> u64 {
         self.permits.load(Ordering::Acquire)
     }
