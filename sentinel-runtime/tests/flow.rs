@@ -620,9 +620,8 @@ fn several_rate_limiter_rules_wait_for_the_slowest_not_the_sum() {
 
 /// Java's `FlowRuleComparator` puts cluster-mode rules after every local rule.
 #[test]
-#[ignore = "review: cluster-mode rules are not checked after the local rules (Java's FlowRuleComparator)"]
 fn cluster_rules_are_checked_after_local_rules() {
-    let (engine, _clock) = engine();
+    let (engine, clock) = engine();
     let config = ClusterConfig { flow_id: Some(1), ..Default::default() };
     let cluster = |app: &str| FlowRule {
         cluster_mode: true,
@@ -641,6 +640,7 @@ fn cluster_rules_are_checked_after_local_rules() {
             other => panic!("expected a flow block, got {other:?}"),
         }
         engine.load_flow_rules([]).unwrap();
+        clock.advance_millis(1000);
     }
 }
 

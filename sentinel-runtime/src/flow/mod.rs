@@ -108,7 +108,7 @@ impl FlowRuleState {
     }
 }
 
-/// The flow rules of one resource, specific origins first and `"default"` last.
+/// The flow rules of one resource: local ones first, cluster-mode ones last; specific origins before `"default"`.
 pub(crate) struct ResourceFlowRules {
     pub(crate) rules: Vec<Arc<FlowRuleState>>,
     /// Origins named by a rule of this resource (an origin named here is not "other").
@@ -124,10 +124,10 @@ pub(crate) struct ResourceFlowRules {
 }
 
 impl ResourceFlowRules {
-    /// One resource's rules: specific origins (and "other") before "default", keeping the given order
-    /// otherwise (Java's `FlowRuleComparator`).
+    /// One resource's rules: local rules before cluster-mode ones, and among each, specific origins (and
+    /// "other") before "default", keeping the given order otherwise (Java's `FlowRuleComparator`).
     fn new(mut rules: Vec<Arc<FlowRuleState>>) -> Self {
-        rules.sort_by_key(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
+        rules.sort_by_key(|s| (s.rule.cluster_mode, s.rule.limit_app == LIMIT_APP_DEFAULT));
         let named_origins = rules
             .iter()
             .map(|s| s.rule.limit_app.clone())
