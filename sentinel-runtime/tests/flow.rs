@@ -646,7 +646,6 @@ fn cluster_rules_are_checked_after_local_rules() {
 
 /// Java's `HashSet` of rules compares them with `FlowRule.equals`, which leaves the id out.
 #[test]
-#[ignore = "review: rules that differ only in their id are not deduplicated (Java's equals leaves the id out)"]
 fn rules_that_differ_only_in_their_id_are_deduplicated() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("d").count(3.0).id(1), FlowRule::new("d").count(3.0).id(2)]).unwrap();

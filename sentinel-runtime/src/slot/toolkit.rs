@@ -26,6 +26,14 @@ impl<R> Default for RuleList<R> {
 pub(crate) trait DedupKey {
     /// Feeds the identifying fields to `h`.
     fn dedup_key<H: Hasher>(&self, h: &mut H);
+    /// Whether `other` repeats this rule in a loaded list (only the first of repeats is kept): equality,
+    /// unless a kind leaves out fields that do not make a rule (Java's `equals` leaves out the id).
+    fn repeats(&self, other: &Self) -> bool
+    where
+        Self: PartialEq,
+    {
+        self == other
+    }
 }
 
 /// Hashes a threshold so that values equal as `f64` hash equal (`0.0 == -0.0`).
@@ -41,7 +49,7 @@ pub(crate) fn dedup<R: PartialEq + DedupKey>(rules: impl IntoIterator<Item = R>)
     let mut seen: HashMap<u64, Vec<usize>> = HashMap::with_capacity(rules.size_hint().0);
     for rule in rules {
         let same_hash = seen.entry(key_of(&rule)).or_default();
-        if !same_hash.iter().any(|&i| unique[i] == rule) {
+        if !same_hash.iter().any(|&i| unique[i].repeats(&rule)) {
             same_hash.push(unique.len());
             unique.push(rule);
         }
