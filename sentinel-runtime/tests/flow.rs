@@ -658,10 +658,11 @@ fn rules_that_differ_only_in_their_id_are_deduplicated() {
 /// Java's `FlowRuleManager.isOtherOrigin`: an origin is "other" when no rule of the resource has it as its
 /// `limitApp`, `default` and `other` included.
 #[test]
-#[ignore = "review: callers whose origin is literally `default` or `other` are limited by an `other` rule that names them"]
 fn origins_named_default_or_other_are_not_other_when_a_rule_names_them() {
     let (engine, _clock) = engine();
-    engine.load_flow_rules([FlowRule::new("o").count(10.0), FlowRule::new("o").count(1.0).limit_app("other")]).unwrap();
+    engine
+        .load_flow_rules([FlowRule::new("o").count(100.0), FlowRule::new("o").count(1.0).limit_app("other")])
+        .unwrap();
     for origin in ["default", "other"] {
         assert_eq!((0..5).filter(|_| enter_as(&engine, "o", origin)).count(), 5, "{origin}");
     }

@@ -111,7 +111,7 @@ fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a Che
     let applies = match &st.limit_app {
         LimitApp::Default => return if direct { Some(cx.cluster) } else { reference_node(st, cx) },
         LimitApp::Origin(app) => !origin.is_empty() && app == origin,
-        LimitApp::Other => !origin.is_empty() && !rules.named_origins.iter().any(|o| o == origin),
+        LimitApp::Other => rules.is_other_origin(origin),
     };
     if !applies {
         return None;

@@ -113,6 +113,9 @@ pub(crate) struct ResourceFlowRules {
     pub(crate) rules: Vec<Arc<FlowRuleState>>,
     /// Origins named by a rule of this resource (an origin named here is not "other").
     named_origins: Vec<String>,
+    /// Whether a rule of this resource is for `"default"`: a caller whose origin is literally `default` is
+    /// then not "other" (Java's `isOtherOrigin` compares the origin with every rule's `limitApp`).
+    names_default: bool,
     /// The limit of the resource's only rule when it is a local reject-style QPS limit on its own cluster
     /// node for every origin (the common rule): checked without the general loop.
     simple: Option<f64>,
@@ -133,15 +136,26 @@ impl ResourceFlowRules {
             .map(|s| s.rule.limit_app.clone())
             .filter(|a| a != LIMIT_APP_DEFAULT && a != LIMIT_APP_OTHER)
             .collect();
+        let names_default = rules.iter().any(|s| s.rule.limit_app == LIMIT_APP_DEFAULT);
         let simple = (rules.len() == 1 && rules[0].is_simple()).then(|| rules[0].rule.count);
         let cluster_only = rules.len() == 1 && rules[0].is_cluster_only();
         let fast = FastRules::of(&rules);
-        ResourceFlowRules { rules, named_origins, simple, fast, cluster_only }
+        ResourceFlowRules { rules, named_origins, names_default, simple, fast, cluster_only }
     }
 
     /// The origins the rules name in `limit_app` (neither `default` nor `other`).
     pub(crate) fn named_origins(&self) -> &[String] {
         &self.named_origins
+    }
+
+    /// Whether a caller from `origin` is "other": it has an origin, and no rule of the resource names it in
+    /// `limit_app`, `default` and `other` included (Java's `FlowRuleManager.isOtherOrigin`; an `other` rule
+    /// is asking, so `other` is named).
+    pub(crate) fn is_other_origin(&self, origin: &str) -> bool {
+        let named = origin == LIMIT_APP_OTHER
+            || (self.names_default && origin == LIMIT_APP_DEFAULT)
+            || self.named_origins.iter().any(|o| o == origin);
+        !origin.is_empty() && !named
     }
 
     /// The rules, when the fast path decides them.
