@@ -673,7 +673,6 @@ fn origins_named_default_or_other_are_not_other_when_a_rule_names_them() {
 /// Java's thread grade reads the node's calls in flight (`curThreadNum`), however they entered: calls that
 /// entered before the rule was loaded count.
 #[test]
-#[ignore = "review: a thread-grade rule counts only the calls it admitted, not those in flight when it was loaded"]
 fn thread_grade_counts_the_calls_in_flight_before_the_rule_was_loaded() {
     let (engine, _clock) = engine();
     let db = engine.resource("db");

@@ -20,7 +20,7 @@ pub use rule::{
     ASSUMED_INSTANCES,
 };
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::slot::contract::RelatedStat;
@@ -50,6 +50,11 @@ pub(crate) struct FlowRuleState {
     ref_miss_generation: AtomicUsize,
     /// Cluster mode with a token service registered: the rule's leased tokens.
     pub(crate) lease: OnceLock<Arc<token_service::RuleLease>>,
+    /// A thread-grade rule on one node: the calls in flight on it that hold no permit, having entered before
+    /// the rule was loaded (`u64::MAX` until its first check reads them). It only goes down, to 0 once they
+    /// have all exited; until then they count toward the limit, as Java's `curThreadNum` counts every call
+    /// in flight. (0 for the other rules; an `other` rule reads a node per origin and does not track them.)
+    in_flight_before: AtomicU64,
 }
 
 crate::stat::stripe::duplicate_by_clone!(FlowRule);
@@ -96,6 +101,10 @@ impl FlowRuleState {
             LIMIT_APP_OTHER => LimitApp::Other,
             app => LimitApp::Origin(app.to_string()),
         };
+        let one_gate = rule.grade == FlowGrade::Thread
+            && rule.strategy != FlowStrategy::Relate
+            && !matches!(limit_app, LimitApp::Other);
+        let in_flight_before = if one_gate { u64::MAX } else { 0 };
         FlowRuleState {
             rule: Arc::new(rule),
             rule_shares: Default::default(),
@@ -104,7 +113,27 @@ impl FlowRuleState {
             ref_resource: OnceLock::new(),
             ref_miss_generation: AtomicUsize::new(usize::MAX),
             lease: OnceLock::new(),
+            in_flight_before: AtomicU64::new(in_flight_before),
         }
+    }
+
+    /// The calls in flight on `node` (the node the rule reads) that hold no permit of its gate: they entered
+    /// before the rule was loaded (see `in_flight_before`).
+    #[inline(always)]
+    fn in_flight_before(&self, node: &StatNode) -> u64 {
+        match self.in_flight_before.load(Ordering::Relaxed) {
+            0 => 0,
+            known => self.in_flight_before_now(node, known),
+        }
+    }
+
+    /// Reads them again from the node: its calls in flight that hold no permit, never more than known.
+    #[cold]
+    #[inline(never)]
+    fn in_flight_before_now(&self, node: &StatNode, known: u64) -> u64 {
+        let now = node.cur_threads().saturating_sub(node.thread_permits()).min(known);
+        self.in_flight_before.fetch_min(now, Ordering::Relaxed);
+        now
     }
 }
 
@@ -327,8 +356,9 @@ impl EntryState {
 }
 
 impl StatNode {
-    /// A permit, when the calls in flight plus `acquire` stay within `limit`.
-    fn try_thread_permit(&self, acquire: u32, limit: f64) -> bool {
+    /// A permit, when the calls in flight that hold one plus `acquire` stay within `limit` (`acquire`
+    /// counts as well the calls in flight that hold none).
+    fn try_thread_permit(&self, acquire: u64, limit: f64) -> bool {
         self.thread_gate.try_acquire(acquire, limit)
     }
     fn release_thread_permit(&self) {

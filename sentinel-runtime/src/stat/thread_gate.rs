@@ -12,10 +12,10 @@ impl ThreadGate {
     /// Takes a permit when the calls in flight plus `acquire` stay within `limit`. A call in flight holds one
     /// permit whatever its acquire count, as Java counts it once (`increaseThreadNum`) and blocks when
     /// `curThreadNum + acquireCount > count`.
-    pub(crate) fn try_acquire(&self, acquire: u32, limit: f64) -> bool {
+    pub(crate) fn try_acquire(&self, acquire: u64, limit: f64) -> bool {
         self.permits
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                ((v + acquire as u64) as f64 <= limit).then_some(v + 1)
+                (v.saturating_add(acquire) as f64 <= limit).then_some(v + 1)
             })
             .is_ok()
     }
