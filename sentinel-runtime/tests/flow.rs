@@ -690,7 +690,6 @@ fn thread_grade_counts_the_calls_in_flight_before_the_rule_was_loaded() {
 /// Java's relate strategy reads the related resource's cluster node, which exists once the resource was
 /// entered: until then the rule passes every call (`selectReferenceNode` returns null).
 #[test]
-#[ignore = "review: a relate rule reads a related resource that was made but never entered (Java passes until it is entered)"]
 fn relate_passes_until_the_related_resource_is_entered() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("read").count(2.0).relate("write")]).unwrap();

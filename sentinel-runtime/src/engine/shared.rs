@@ -427,7 +427,7 @@ impl crate::slot::contract::Resources for Shared {
 
     fn related(&self, name: &str) -> Option<crate::slot::contract::RelatedStat> {
         let res = self.find_resource(name)?;
-        Some(crate::slot::contract::RelatedStat::new(res, |r| &r.cluster.stat))
+        Some(crate::slot::contract::RelatedStat::new(res, |r| &r.cluster.stat, ResourceInner::was_entered))
     }
 }
 

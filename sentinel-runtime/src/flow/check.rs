@@ -127,20 +127,31 @@ fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a 
     let r = st.rule.ref_resource.as_deref()?;
     match st.rule.strategy {
         FlowStrategy::Relate => {
-            if let Some(res) = st.ref_resource.get() {
+            let res = match st.ref_resource.get() {
+                Some(res) => res,
+                None => {
+                    let generation = cx.resources.generation();
+                    if st.ref_miss_generation.load(Ordering::Relaxed) == generation {
+                        return None;
+                    }
+                    match cx.resources.related(r) {
+                        Some(res) => st.ref_resource.get_or_init(|| res),
+                        None => {
+                            st.ref_miss_generation.store(generation, Ordering::Relaxed);
+                            return None;
+                        }
+                    }
+                }
+            };
+            // Java reads the related resource's cluster node, made by its first entry: until then, no node.
+            if st.ref_entered.load(Ordering::Relaxed) {
                 return Some(res.stat());
             }
-            let generation = cx.resources.generation();
-            if st.ref_miss_generation.load(Ordering::Relaxed) == generation {
+            if !res.entered() {
                 return None;
             }
-            match cx.resources.related(r) {
-                Some(res) => Some(st.ref_resource.get_or_init(|| res).stat()),
-                None => {
-                    st.ref_miss_generation.store(generation, Ordering::Relaxed);
-                    None
-                }
-            }
+            st.ref_entered.store(true, Ordering::Relaxed);
+            Some(res.stat())
         }
         FlowStrategy::Chain => (cx.context_name == r).then_some(cx.node),
         FlowStrategy::Direct => None,

@@ -20,7 +20,7 @@ pub use rule::{
     ASSUMED_INSTANCES,
 };
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::slot::contract::RelatedStat;
@@ -48,6 +48,8 @@ pub(crate) struct FlowRuleState {
     ref_resource: OnceLock<RelatedStat>,
     /// Registry generation at the last failed lookup of `ref_resource`.
     ref_miss_generation: AtomicUsize,
+    /// Whether the related resource was seen entered (relate strategy): from then on the rule reads it.
+    ref_entered: AtomicBool,
     /// Cluster mode with a token service registered: the rule's leased tokens.
     pub(crate) lease: OnceLock<Arc<token_service::RuleLease>>,
     /// A thread-grade rule on one node: the calls in flight on it that hold no permit, having entered before
@@ -112,6 +114,7 @@ impl FlowRuleState {
             controller,
             ref_resource: OnceLock::new(),
             ref_miss_generation: AtomicUsize::new(usize::MAX),
+            ref_entered: AtomicBool::new(false),
             lease: OnceLock::new(),
             in_flight_before: AtomicU64::new(in_flight_before),
         }

@@ -82,6 +82,12 @@ impl ResourceInner {
         self.rules.read(f)
     }
 
+    /// Whether the resource was ever entered (in any context, whether the call passed or not): its first
+    /// entry makes its node in that context, as Java's first entry makes its cluster node.
+    pub(crate) fn was_entered(&self) -> bool {
+        self.default_ctx_node.get().is_some() || self.ctx_nodes.count() > 0
+    }
+
     /// This resource's node in context `ctx_id` (0 is the default context), created on first use.
     #[inline]
     pub(crate) fn node_for(&self, ctx_id: u32) -> &Arc<DefaultNode> {

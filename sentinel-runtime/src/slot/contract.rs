@@ -95,6 +95,8 @@ pub(crate) trait Resources: Sync {
 /// Another resource's cluster statistics, kept alive by what owns them.
 pub(crate) struct RelatedStat {
     stat: NonNull<StatNode>,
+    /// Whether the other resource was ever entered (Java makes its cluster node on its first entry).
+    entered: Box<dyn Fn() -> bool + Send + Sync>,
     _owner: Arc<dyn Send + Sync>,
 }
 
@@ -104,10 +106,21 @@ unsafe impl Send for RelatedStat {}
 unsafe impl Sync for RelatedStat {}
 
 impl RelatedStat {
-    /// The statistics `stat` finds in `owner`, kept alive with it.
-    pub(crate) fn new<T: Send + Sync + 'static>(owner: Arc<T>, stat: impl FnOnce(&T) -> &StatNode) -> Self {
+    /// The statistics `stat` finds in `owner`, kept alive with it; `entered` says whether the owner was
+    /// ever entered.
+    pub(crate) fn new<T: Send + Sync + 'static>(
+        owner: Arc<T>,
+        stat: impl FnOnce(&T) -> &StatNode,
+        entered: fn(&T) -> bool,
+    ) -> Self {
         let stat = NonNull::from(stat(&owner));
-        RelatedStat { stat, _owner: owner }
+        let of = owner.clone();
+        RelatedStat { stat, entered: Box::new(move || entered(&of)), _owner: owner }
+    }
+
+    /// Whether the other resource was ever entered.
+    pub(crate) fn entered(&self) -> bool {
+        (self.entered)()
     }
 
     /// The statistics.
