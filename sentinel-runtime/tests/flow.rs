@@ -699,3 +699,27 @@ fn relate_passes_until_the_related_resource_is_entered() {
     drop(write.enter().unwrap());
     assert!(read.entry().acquire(3).enter().is_err(), "1 + 3 > 2");
 }
+
+/// Java's hot-parameter rate limiter sleeps in its slot before the flow slot's limiter decides: the flow
+/// rule decides at the time the call reaches it after that wait.
+#[test]
+#[ignore = "review: a hot-parameter limiter's wait and a flow limiter's wait are added up, Java waits for the slowest"]
+fn a_flow_rate_limiter_decides_after_the_hot_parameter_limiters_wait() {
+    use sentinel_runtime::param_flow::ParamFlowRule;
+    let flow = FlowRule::new("rl").count(5.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000);
+    // Alone (the fast path), and beside a rule for one origin (the general path).
+    for rules in [vec![flow.clone()], vec![flow.clone(), FlowRule::new("rl").count(100.0).limit_app("appA")]] {
+        let (engine, _clock) = engine();
+        engine.load_flow_rules(rules.clone()).unwrap();
+        engine
+            .load_param_flow_rules([ParamFlowRule::new("rl", 0)
+                .count(10.0)
+                .control_behavior(ControlBehavior::RateLimiter)
+                .max_queueing_time_ms(1000)])
+            .unwrap();
+        let rl = engine.resource("rl");
+        let waits: Vec<u64> =
+            (0..3).map(|_| rl.entry().args(&[&"k"]).enter().unwrap().waited().as_millis() as u64).collect();
+        assert_eq!(waits, vec![0, 200, 400], "{rules:?}");
+    }
+}
