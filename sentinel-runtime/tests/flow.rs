@@ -685,6 +685,19 @@ fn thread_grade_counts_the_calls_in_flight_before_the_rule_was_loaded() {
     let b = db.enter().expect("1 + 1 <= 2");
     assert!(db.enter().is_err(), "2 + 1 > 2");
     drop((a, b));
+    // Two rules on the node: the second counts them too.
+    let (engine, _clock) = crate::engine();
+    let db = engine.resource("db");
+    let before: Vec<_> = (0..3).map(|_| db.enter().unwrap()).collect();
+    engine
+        .load_flow_rules([
+            FlowRule::new("db").grade(FlowGrade::Thread).count(5.0),
+            FlowRule::new("db").grade(FlowGrade::Thread).count(3.0),
+        ])
+        .unwrap();
+    assert!(db.enter().is_err(), "3 in flight + 1 > 3");
+    drop(before);
+    assert!(db.enter().is_ok());
 }
 
 /// Java's relate strategy reads the related resource's cluster node, which exists once the resource was

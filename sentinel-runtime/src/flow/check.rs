@@ -201,9 +201,9 @@ pub(crate) fn check(
             FlowGrade::Thread => {
                 if es.has_permit(node) {
                     // The permits count this call already: the others in flight, plus its acquire count.
-                    let others = node.thread_permits().saturating_sub(1) + st.in_flight_before(node);
+                    let others = node.thread_permits().saturating_sub(1) + st.in_flight_before(node, true);
                     read_only((others + cx.acquire as u64) as f64 <= rule.count, || None)
-                } else if node.try_thread_permit(cx.acquire as u64 + st.in_flight_before(node), rule.count) {
+                } else if node.try_thread_permit(cx.acquire as u64 + st.in_flight_before(node, false), rule.count) {
                     Decision::ThreadPermit
                 } else {
                     Decision::Block { retry_after: None }
@@ -405,7 +405,7 @@ fn fast_one(
     let (node, now_ms, acquire) = (call.cluster, call.now_ms, call.acquire);
     if let Some((i, limit)) = fast.threads {
         if i == at {
-            let acquire = acquire as u64 + rules.rules[i].in_flight_before(node);
+            let acquire = acquire as u64 + rules.rules[i].in_flight_before(node, false);
             return if node.try_thread_permit(acquire, limit) { Ok(Took::Permit) } else { Err(None) };
         }
     }

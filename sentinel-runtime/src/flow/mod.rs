@@ -121,20 +121,22 @@ impl FlowRuleState {
     }
 
     /// The calls in flight on `node` (the node the rule reads) that hold no permit of its gate: they entered
-    /// before the rule was loaded (see `in_flight_before`).
+    /// before the rule was loaded (see `in_flight_before`). `own`: whether the call being checked holds a
+    /// permit of the gate already (an earlier rule took it; the call is not in flight yet).
     #[inline(always)]
-    fn in_flight_before(&self, node: &StatNode) -> u64 {
+    fn in_flight_before(&self, node: &StatNode, own: bool) -> u64 {
         match self.in_flight_before.load(Ordering::Relaxed) {
             0 => 0,
-            known => self.in_flight_before_now(node, known),
+            known => self.in_flight_before_now(node, own, known),
         }
     }
 
     /// Reads them again from the node: its calls in flight that hold no permit, never more than known.
     #[cold]
     #[inline(never)]
-    fn in_flight_before_now(&self, node: &StatNode, known: u64) -> u64 {
-        let now = node.cur_threads().saturating_sub(node.thread_permits()).min(known);
+    fn in_flight_before_now(&self, node: &StatNode, own: bool, known: u64) -> u64 {
+        let permits_in_flight = node.thread_permits().saturating_sub(own as u64);
+        let now = node.cur_threads().saturating_sub(permits_in_flight).min(known);
         self.in_flight_before.fetch_min(now, Ordering::Relaxed);
         now
     }
