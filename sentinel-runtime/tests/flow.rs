@@ -736,3 +736,31 @@ fn a_flow_rate_limiter_decides_after_the_hot_parameter_limiters_wait() {
         assert_eq!(waits, vec![0, 200, 400], "{rules:?}");
     }
 }
+
+/// A prioritized call that borrows a later window is a call in flight: Java counts it in `curThreadNum`
+/// (`StatisticSlot` on `PriorityWaitException`), so a thread-grade rule checked before the borrow counts it.
+#[test]
+#[ignore = "review: a prioritized call that borrowed gives back the thread-grade permit an earlier rule gave it, though it runs"]
+fn a_borrowing_prioritized_call_keeps_its_thread_grade_permit() {
+    let (engine, clock) = engine();
+    engine
+        .load_flow_rules([
+            FlowRule::new("p").grade(FlowGrade::Thread).count(2.0).limit_app("appA"),
+            FlowRule::new("p").count(1.0),
+        ])
+        .unwrap();
+    let p = engine.resource("p");
+    clock.set_millis(T0 + 100);
+    let a = p.entry().origin("appA").enter().unwrap();
+    clock.set_millis(T0 + 600);
+    let b = p.entry().origin("appA").prioritized(true).enter().unwrap();
+    assert!(b.is_occupied());
+    clock.set_millis(T0 + 2100);
+    match p.entry().origin("appA").enter() {
+        Err(BlockError::Flow { rule, .. }) => assert_eq!(rule.grade, FlowGrade::Thread, "2 in flight + 1 > 2"),
+        other => panic!("expected the thread-grade rule to block, got {other:?}"),
+    }
+    drop((a, b));
+    assert!(p.entry().origin("appA").enter().is_ok());
+    assert_eq!(engine.cluster_stats("p").unwrap().threads, 0);
+}
