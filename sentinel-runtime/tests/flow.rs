@@ -740,7 +740,6 @@ fn a_flow_rate_limiter_decides_after_the_hot_parameter_limiters_wait() {
 /// A prioritized call that borrows a later window is a call in flight: Java counts it in `curThreadNum`
 /// (`StatisticSlot` on `PriorityWaitException`), so a thread-grade rule checked before the borrow counts it.
 #[test]
-#[ignore = "review: a prioritized call that borrowed gives back the thread-grade permit an earlier rule gave it, though it runs"]
 fn a_borrowing_prioritized_call_keeps_its_thread_grade_permit() {
     let (engine, clock) = engine();
     engine
@@ -761,6 +760,13 @@ fn a_borrowing_prioritized_call_keeps_its_thread_grade_permit() {
         other => panic!("expected the thread-grade rule to block, got {other:?}"),
     }
     drop((a, b));
-    assert!(p.entry().origin("appA").enter().is_ok());
     assert_eq!(engine.cluster_stats("p").unwrap().threads, 0);
+    // Both permits came back at exit: two calls in flight again, not three.
+    clock.set_millis(T0 + 4100);
+    let x = p.entry().origin("appA").enter().unwrap();
+    clock.set_millis(T0 + 5100);
+    let y = p.entry().origin("appA").enter().unwrap();
+    clock.set_millis(T0 + 6100);
+    assert!(p.entry().origin("appA").enter().is_err());
+    drop((x, y));
 }

@@ -531,8 +531,10 @@ fn apply(
             None
         }
         Decision::Occupied { wait_nanos: w, at_ms, future_ms } => {
+            // The call passes in a later window: the tokens the earlier rules took in this one go back (Java
+            // counts a borrower only in the window it borrowed), while the thread-grade permits stay until its
+            // exit (it is a call in flight, counted in Java's `curThreadNum`).
             scratch.release();
-            es.release_permits();
             // Kept only if the later checks that still apply to a borrower (an adaptive limit) pass it.
             scratch.push_borrow(node, at_ms, future_ms, cx.acquire);
             Some(Ok(Verdict::Occupied { wait_nanos: *wait_nanos + w }))
