@@ -770,3 +770,29 @@ fn a_borrowing_prioritized_call_keeps_its_thread_grade_permit() {
     assert!(p.entry().origin("appA").enter().is_err());
     drop((x, y));
 }
+
+/// Java's `DefaultController` lets a prioritized call borrow a later window whichever of the resource's QPS
+/// rules it is over: with two rules on one node, the smaller limit's rule borrows, in either order.
+#[test]
+#[ignore = "review: a prioritized call over the second of two QPS rules on one node is blocked instead of borrowing"]
+fn a_prioritized_call_borrows_for_the_second_of_two_qps_rules_on_one_node() {
+    for rules in [
+        vec![FlowRule::new("p").count(10.0), FlowRule::new("p").count(2.0)],
+        vec![FlowRule::new("p").count(2.0), FlowRule::new("p").count(10.0)],
+    ] {
+        let (engine, clock) = engine();
+        engine.load_flow_rules(rules.clone()).unwrap();
+        let p = engine.resource("p");
+        clock.set_millis(T0 + 100);
+        assert_eq!(burst(&engine, "p", 5), 2);
+        clock.set_millis(T0 + 600);
+        let e = p.entry().prioritized(true).enter().unwrap_or_else(|e| panic!("{rules:?}: {e:?}"));
+        assert!(e.is_occupied());
+        assert_eq!(e.waited(), Duration::from_millis(400), "until [T0, T0+500) leaves the window");
+        drop(e);
+        assert!(p.entry().prioritized(true).enter().unwrap().is_occupied(), "the next window holds 2");
+        assert!(p.entry().prioritized(true).enter().is_err(), "{rules:?}");
+        clock.set_millis(T0 + 1000);
+        assert_eq!(burst(&engine, "p", 5), 0, "the borrowed calls fill [T0+1000, T0+1500)");
+    }
+}
