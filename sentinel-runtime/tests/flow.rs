@@ -774,7 +774,6 @@ fn a_borrowing_prioritized_call_keeps_its_thread_grade_permit() {
 /// Java's `DefaultController` lets a prioritized call borrow a later window whichever of the resource's QPS
 /// rules it is over: with two rules on one node, the smaller limit's rule borrows, in either order.
 #[test]
-#[ignore = "review: a prioritized call over the second of two QPS rules on one node is blocked instead of borrowing"]
 fn a_prioritized_call_borrows_for_the_second_of_two_qps_rules_on_one_node() {
     for rules in [
         vec![FlowRule::new("p").count(10.0), FlowRule::new("p").count(2.0)],

@@ -201,22 +201,28 @@ pub(crate) fn reject_qps(
     held: Option<&mut Reservation>,
 ) -> Decision {
     let borrowed = |start: u64| node.borrowed_at(start);
-    if let Some(held) = held {
-        return if node.admission().within(now_ms, acquire, limit, &borrowed, held) {
-            Decision::Pass { reservation: None, wait_nanos: 0 }
-        } else {
-            Decision::Block { retry_after: node.qps_retry_after(now_ms, acquire, limit) }
-        };
-    }
-    if let Some(r) = node.admission().try_reserve(now_ms, acquire, limit, &|s| borrowed_for_open(node, s)) {
-        return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
-    }
+    // What this call reserved in the window already (an earlier rule on the node): a borrow gives it back.
+    let own = match held {
+        Some(held) => {
+            if node.admission().within(now_ms, acquire, limit, &borrowed, held) {
+                return Decision::Pass { reservation: None, wait_nanos: 0 };
+            }
+            acquire
+        }
+        None => {
+            if let Some(r) = node.admission().try_reserve(now_ms, acquire, limit, &|s| borrowed_for_open(node, s)) {
+                return Decision::Pass { reservation: Some(r), wait_nanos: 0 };
+            }
+            0
+        }
+    };
+    // A prioritized call over any of the node's limits may borrow (Java's `DefaultController`, whichever rule).
     if prioritized {
         // Deciding to borrow reads what is already borrowed and then adds to it: prioritized callers of one
         // node decide one at a time, or two of them could both take the last room (a cold path: only calls
         // over the limit get here).
         let _one_at_a_time = occupy_lock(node);
-        let wait = try_occupy_next(node, now_ms, acquire, limit);
+        let wait = try_occupy_next(node, now_ms, acquire, limit, own);
         #[cfg(test)]
         crate::rcu::test_hooks::run(&borrow_hooks::AFTER_OCCUPY_DECISION);
         // Not into a bucket whose budget is computed already (or being computed): it would not count the
@@ -257,8 +263,9 @@ pub(crate) fn give_back_borrow(node: &StatNode, at_ms: u64, future_ms: u64, acqu
 }
 
 /// Java's `StatisticNode.tryOccupyNext`: how long a prioritized request must wait for a later bucket to have
-/// room (`OCCUPY_TIMEOUT_MS` when none within the timeout).
-fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64) -> u64 {
+/// room (`OCCUPY_TIMEOUT_MS` when none within the timeout). `own`: what the call reserved in the window
+/// itself (not counted: it goes back when the call borrows).
+fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64, own: u32) -> u64 {
     let (sample_count, interval_ms) = node.second_window();
     let max_count = threshold * interval_ms as f64 / 1000.0;
     let current_borrow = node.waiting(now_ms);
@@ -268,7 +275,7 @@ fn try_occupy_next(node: &StatNode, now_ms: u64, acquire: u32, threshold: f64) -
     let window = interval_ms / sample_count as u64;
     let mut earliest = (now_ms - now_ms % window + window) as i64 - interval_ms as i64;
     let mut idx = 0u64;
-    let mut current_pass = node.admission().total(now_ms, &|start| node.borrowed_at(start)) as i64;
+    let mut current_pass = node.admission().total(now_ms, &|start| node.borrowed_at(start)) as i64 - own as i64;
     while earliest < now_ms as i64 {
         let wait = idx * window + window - now_ms % window;
         if wait >= OCCUPY_TIMEOUT_MS {
