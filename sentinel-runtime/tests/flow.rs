@@ -594,7 +594,6 @@ fn thread_grade_counts_calls_in_flight_and_checks_them_plus_the_acquire_count() 
 /// Java's rate limiters sleep in turn, each deciding at the time the one before it woke up: a call's wait is
 /// what the slowest of them needs, not the sum of their waits.
 #[test]
-#[ignore = "review: the waits of several rate-limiter rules are added up, Java waits for the slowest"]
 fn several_rate_limiter_rules_wait_for_the_slowest_not_the_sum() {
     let limiter = |count: f64| {
         FlowRule::new("rl").count(count).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000)
@@ -716,7 +715,6 @@ fn relate_passes_until_the_related_resource_is_entered() {
 /// Java's hot-parameter rate limiter sleeps in its slot before the flow slot's limiter decides: the flow
 /// rule decides at the time the call reaches it after that wait.
 #[test]
-#[ignore = "review: a hot-parameter limiter's wait and a flow limiter's wait are added up, Java waits for the slowest"]
 fn a_flow_rate_limiter_decides_after_the_hot_parameter_limiters_wait() {
     use sentinel_runtime::param_flow::ParamFlowRule;
     let flow = FlowRule::new("rl").count(5.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000);
