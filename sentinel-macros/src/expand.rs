@@ -280,7 +280,8 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         quote_spanned!(error_span=> #private_at_error::blocked_result(#block))
     };
 
-    let mutability = if plan.returns_result { quote!(mut) } else { TokenStream::new() };
+    // Mutable: the body's return is marked on it (`body_returned`), and errors are traced on it.
+    let mutability = quote!(mut);
     let enter = if is_async {
         quote! {
             // Decided in the first poll, in the context of the thread that polls; the entry installs itself
@@ -449,13 +450,15 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         quote! {
             #clones
             #run_body
+            #private::body_returned(&mut #entry);
             match #result {
                 ::core::result::Result::Err(#error) => { #handle_err }
                 ok => ok,
             }
         }
     } else {
-        match &plan.shape {
+        let out = local("__sentinel_out");
+        let run = match &plan.shape {
             Shape::AsyncTrait { future, .. } => quote!(#private::in_entry(&mut #scope, &#entry, #future).await),
             Shape::Async => {
                 let edge = fake_return_edge(output_ty);
@@ -468,7 +471,27 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                     .await
                 }
             }
-            Shape::Sync => quote!(#(#pattern_lets)* #user_block),
+            // In a closure, so that a `return` comes back here too.
+            Shape::Sync => {
+                let edge = fake_return_edge(output_ty);
+                quote! {
+                    #private::run_body(|| {
+                        #edge
+                        #(#pattern_lets)*
+                        #user_block
+                    })
+                }
+            }
+        };
+        match (&plan.shape, output_ty) {
+            // A body that never returns: nothing to mark.
+            (Shape::Sync, Some(Type::Never(_))) => quote!(#(#pattern_lets)* #user_block),
+            _ => quote! {
+                #[allow(clippy::let_unit_value)]
+                let #out = #run;
+                #private::body_returned(&mut #entry);
+                #out
+            },
         }
     };
 

@@ -558,6 +558,13 @@ pub fn queue_delay(entry: &Entry<'_>) -> Option<futures_timer::Delay> {
     entry.queue_timer()
 }
 
+/// Marks the call as returned: its body came back, so a panic its thread unwinds from when the entry exits is
+/// not the call's (it ran in cleanup code during that unwinding).
+#[inline(always)]
+pub fn body_returned(entry: &mut Entry<'_>) {
+    entry.returned();
+}
+
 /// Marks the entry as failed by a traced error.
 #[inline(always)]
 pub fn trace_error(entry: &mut Entry<'_>) {

@@ -79,9 +79,9 @@ impl Drop for Entry<'_> {
         let now_nanos = shared.clock.now_nanos();
         let now_ms = now_nanos / NANOS_PER_MILLI;
         let rt_micros = now_nanos.saturating_sub(self.created_nanos) / 1000;
-        // An entry dropped by unwinding: the panic counts as an error, unless the entry was made during that
-        // unwinding (a call from cleanup code, which returned).
-        if std::thread::panicking() && self.flags & Flags::MADE_UNWINDING == 0 {
+        // An entry dropped by unwinding: the panic counts as an error, unless the call returned (it ran in
+        // cleanup code during the unwinding).
+        if self.flags & Flags::RETURNED == 0 && std::thread::panicking() {
             self.error = true;
         }
         let (acquire, error) = (self.acquire, self.error);
@@ -95,8 +95,7 @@ impl Drop for Entry<'_> {
 
         let overload = self.flags & Flags::OVERLOAD != 0;
         let waited_nanos = self.wait_nanos;
-        let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, error, overload };
-        chain::exit(shared, &xcx, &mut self.held());
+        chain::exit(shared, &ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, error, overload }, &mut self.held());
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
         if self.flags & Flags::TOUCHES_TLS != 0 {
@@ -104,6 +103,7 @@ impl Drop for Entry<'_> {
         }
         // Breakers count the call; the adaptive slot's place goes back to the rule state that gave it.
         if inner.exit_reads_rules.load(Ordering::Acquire) {
+            let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, error, overload };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }

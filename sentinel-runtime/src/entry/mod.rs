@@ -157,11 +157,11 @@ impl Flags {
     const OCCUPIED: u8 = 16;
     /// The call failed by overload ([`Entry::set_overload`]).
     const OVERLOAD: u8 = 32;
-    /// The entry was made while its thread was unwinding from a panic (cleanup code in a `Drop`): that panic is
-    /// not the call's, so the entry's exit during the same unwinding is no error.
-    const MADE_UNWINDING: u8 = 64;
+    /// The call returned ([`Entry::exit`], or an annotated function's body came back): a panic its thread
+    /// unwinds from at the exit is not the call's (the call ran in cleanup code during that unwinding).
+    const RETURNED: u8 = 64;
     /// The flags as bits 0 to 4, in the order of the constants above (shifts: fewer instructions than
-    /// selecting each constant), and [`MADE_UNWINDING`](Self::MADE_UNWINDING) read from the thread.
+    /// selecting each constant).
     #[inline(always)]
     fn of(touches_tls: bool, fresh: bool, inbound: bool, own: bool, occupied: bool) -> u8 {
         (touches_tls as u8)
@@ -169,7 +169,6 @@ impl Flags {
             | ((inbound as u8) << 2)
             | ((own as u8) << 3)
             | ((occupied as u8) << 4)
-            | ((std::thread::panicking() as u8) << 6)
     }
 }
 
@@ -316,8 +315,19 @@ impl<'r> Entry<'r> {
         self.error
     }
 
-    /// Exits now (the same as dropping the entry).
-    pub fn exit(self) {}
+    /// Exits now: the call returned. The same as dropping the entry, except while the thread unwinds from a
+    /// panic: an entry dropped then counts the panic as the call's error, while one exited with `exit` is a
+    /// call that returned (made by cleanup code during the unwinding, as a `Drop` impl may), as in Java, where
+    /// only an exception the call threw is traced.
+    pub fn exit(mut self) {
+        self.returned();
+    }
+
+    /// Marks the call as returned ([`exit`](Self::exit); the macro's code, once the body came back).
+    #[inline(always)]
+    pub(crate) fn returned(&mut self) {
+        self.flags |= Flags::RETURNED;
+    }
 }
 
 impl fmt::Debug for Entry<'_> {
