@@ -182,17 +182,18 @@ fn warm_up_counts_below_one_and_token_buckets_too_large_are_rejected_with_the_mi
 }
 
 #[test]
-fn a_rate_limiter_with_no_queueing_spaces_calls_strictly_and_never_waits() {
-    let clock = ManualClock::at_millis(T0);
-    let engine = Sentinel::builder().manual_clock(clock.clone()).build();
-    let rule = FlowRule::new("r").count(10.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(0);
-    engine.load_flow_rules([rule]).expect("max_queueing_time_ms = 0 is valid, as in Java");
-    let r = engine.resource("r");
-    let first = r.entry().decide().unwrap();
-    assert!(first.waited().is_zero());
-    assert!(r.entry().decide().is_err(), "the next call within 100 ms would have to wait: blocked");
-    clock.advance_millis(100);
-    assert!(r.entry().decide().unwrap().waited().is_zero());
+fn a_queueing_rule_with_no_queueing_time_is_refused_naming_the_field_as_java_refuses_it() {
+    let engine = Sentinel::builder().build();
+    engine.load_flow_rules([FlowRule::new("r").count(5.0)]).unwrap();
+    for behaviour in [ControlBehavior::RateLimiter, ControlBehavior::WarmUpRateLimiter] {
+        let rule = FlowRule::new("r").count(10.0).control_behavior(behaviour).max_queueing_time_ms(0);
+        let err = engine.load_flow_rules([rule]).expect_err("Java's checkControlBehaviorField refuses it");
+        assert!(err.to_string().contains("max_queueing_time_ms"), "{err}");
+        assert_eq!(engine.flow_rules()[0].count, 5.0, "the rules in force stay");
+    }
+    // Thread-grade rules never queue: Java checks the behaviour of QPS rules only.
+    let thread = FlowRule::new("r").grade(FlowGrade::Thread).count(2.0).control_behavior(ControlBehavior::RateLimiter);
+    engine.load_flow_rules([thread.max_queueing_time_ms(0)]).unwrap();
 }
 
 #[test]
