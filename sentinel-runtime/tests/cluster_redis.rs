@@ -1061,3 +1061,135 @@ fn calls_a_changed_rule_admitted_locally_before_its_change_are_counted_when_redi
     }
     assert!(window_total(&redis.url(), &key) >= local, "Redis counts the {local} calls admitted before the change");
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Java's token-server semantics (review)
+
+/// A cluster rule on `resource` of 10 calls per hour (one bucket) under `flow_id`, global, without local
+/// fallback: a call the shared limit did not decide passes, so every call over the limit that passes shows.
+fn hourly_rule(resource: &str, flow_id: Option<u64>) -> FlowRule {
+    FlowRule {
+        cluster_mode: true,
+        cluster_config: Some(ClusterConfig {
+            flow_id,
+            threshold_type: ClusterThresholdType::Global,
+            fallback_to_local_when_fail: false,
+            sample_count: 1,
+            window_interval_ms: 3_600_000,
+            ..ClusterConfig::default()
+        }),
+        ..FlowRule::new(resource).count(10.0 / 3600.0)
+    }
+}
+
+/// An engine with `rules` and its client, every rule keyed in Redis.
+fn instance_of(url: &str, ns: &str, rules: Vec<FlowRule>, timeout: Duration) -> (Sentinel, ClusterClient) {
+    let engine = Sentinel::builder().app_name("review").build();
+    let n = rules.len();
+    engine.load_flow_rules(rules).unwrap();
+    let client = RedisCluster::builder(url).namespace(ns).timeout(timeout).start(&engine).unwrap();
+    client.wait_connected(Duration::from_secs(5)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let st = engine.cluster_status();
+        if st.len() == n && st.iter().all(|s| s.key.is_some()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (engine, client)
+}
+
+#[test]
+fn two_rules_with_one_flow_id_share_one_limit_as_on_java_s_token_server() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("two_rules_with_one_flow_id") else { return };
+    // Java's token server keeps one counter per flowId: two rules that name flowId 7 (here on two resources of
+    // one instance) draw on one limit of 10 per window between them.
+    let rules = vec![hourly_rule("a", Some(7)), hourly_rule("b", Some(7))];
+    let (engine, _client) = instance_of(&redis.url(), "same-flow-id", rules, Duration::from_millis(300));
+    let (a, b) = (engine.resource("a"), engine.resource("b"));
+    let mut admitted = [0u32; 2];
+    for i in 0..40 {
+        let (r, k) = if i % 2 == 0 { (&a, 0) } else { (&b, 1) };
+        if r.enter().is_ok() {
+            admitted[k] += 1;
+        }
+    }
+    let st: Vec<String> = engine.cluster_status().iter().map(|s| s.to_string()).collect();
+    assert_eq!(admitted[0] + admitted[1], 10, "{admitted:?}: {st:#?}");
+    assert!(engine.cluster_status().iter().all(|s| s.fallback_decisions == 0), "{st:#?}");
+}
+
+#[test]
+fn a_call_acquiring_more_than_the_window_admits_is_blocked_not_passed_after_the_timeout() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("a_call_acquiring_more_than_the_window") else { return };
+    // Java's token server: `threshold - qps - acquire < 0` is BLOCKED, whatever the acquire count.
+    let (engine, _client) =
+        instance_of(&redis.url(), "acquire-over", vec![hourly_rule("api", None)], Duration::from_millis(300));
+    let api = engine.resource("api");
+    let over = api.entry().acquire(11).enter();
+    let st = engine.cluster_status()[0].clone();
+    assert!(over.is_err(), "11 tokens of a window of 10 passed: {st}");
+    drop(over);
+    // 8 of the 10 spent: a call for 3 is blocked too (2 left), one for 2 passes.
+    assert!(api.entry().acquire(8).enter().is_ok(), "{}", engine.cluster_status()[0]);
+    let three = api.entry().acquire(3).enter();
+    assert!(three.is_err(), "3 tokens with 2 left passed: {}", engine.cluster_status()[0]);
+    drop(three);
+    assert!(api.entry().acquire(2).enter().is_ok(), "{}", engine.cluster_status()[0]);
+    assert!(api.enter().is_err(), "{}", engine.cluster_status()[0]);
+}
+
+#[test]
+fn a_cluster_rule_of_count_zero_blocks_every_call_of_either_threshold_type() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("a_cluster_rule_of_count_zero") else { return };
+    // Java's token server: a threshold of 0 leaves `0 - qps - acquire < 0`: BLOCKED.
+    for (i, global) in [true, false].into_iter().enumerate() {
+        let mut rule = hourly_rule("api", None);
+        rule.count = 0.0;
+        if let Some(c) = rule.cluster_config.as_mut() {
+            c.threshold_type = if global { ClusterThresholdType::Global } else { ClusterThresholdType::AvgLocal };
+        }
+        let (engine, _client) =
+            instance_of(&redis.url(), &format!("count-zero-{i}"), vec![rule], Duration::from_millis(300));
+        let api = engine.resource("api");
+        for _ in 0..3 {
+            let r = api.enter();
+            assert!(r.is_err(), "global {global}: a call passed a limit of 0: {}", engine.cluster_status()[0]);
+        }
+        let zero = api.entry().acquire(0).enter();
+        assert!(zero.is_ok(), "acquire 0 passes (0 - 0 - 0 >= 0)");
+    }
+}
+
+#[test]
+fn average_local_lets_one_busy_instance_take_count_times_the_connected_instances() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("average_local_lets_one_busy_instance") else { return };
+    // Java's token server: threshold = count × connected clients, shared by whoever asks (one busy client
+    // may take all of it).
+    let avg = || {
+        let mut rule = hourly_rule("api", Some(9));
+        if let Some(c) = rule.cluster_config.as_mut() {
+            c.threshold_type = ClusterThresholdType::AvgLocal;
+        }
+        rule
+    };
+    let (a, _ca) = instance_of(&redis.url(), "avg-busy", vec![avg()], Duration::from_millis(300));
+    let (b, _cb) = instance_of(&redis.url(), "avg-busy", vec![avg()], Duration::from_millis(300));
+    let both = |e: &Sentinel| e.cluster_status()[0].live_instances == Some(2);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(both(&a) && both(&b)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(both(&a) && both(&b), "{} / {}", a.cluster_status()[0], b.cluster_status()[0]);
+    let api = a.resource("api");
+    let admitted = (0..30).filter(|_| api.enter().is_ok()).count();
+    assert_eq!(admitted, 20, "{}", a.cluster_status()[0]);
+    let api_b = b.resource("api");
+    let admitted_b = (0..5).filter(|_| api_b.enter().is_ok()).count();
+    assert_eq!(admitted_b, 0, "{}", b.cluster_status()[0]);
+}
