@@ -1195,7 +1195,6 @@ fn average_local_lets_one_busy_instance_take_count_times_the_connected_instances
 }
 
 #[test]
-#[ignore = "review: the cluster fallback decides a prioritized call as an ordinary one (Java's fallback lets it borrow the next window)"]
 fn a_prioritized_call_decided_by_the_local_fallback_borrows_the_next_window_as_without_a_client() {
     // Java decides every failure kind (no client started, the token server failing or unreachable) by
     // `fallbackToLocalOrPass`: the rule's local check with the call's priority, so a prioritized QPS call over

@@ -69,7 +69,8 @@ impl RuleLease {
         Decision::Block { retry_after: None }
     }
 
-    /// The local decision: the fallback limit on the rule's node, or a pass without local fallback.
+    /// The local decision: the fallback limit on the rule's node (a prioritized call may borrow the next
+    /// window), or a pass without local fallback.
     fn fallback(&self, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
         self.counters.fallback.fetch_add(1, Ordering::Relaxed);
         let mode = self.mode.load(Ordering::Acquire);
@@ -83,7 +84,9 @@ impl RuleLease {
             }
         };
         let decision = if no_service(&self.rule) {
-            reject_qps(node, cx.now_ms, cx.acquire, limit, false, scratch.held(node))
+            // Java's `fallbackToLocalOrPass` is the rule's local check with the call's priority: a prioritized
+            // call over the local limit borrows the next window, as with no token service at all.
+            reject_qps(node, cx.now_ms, cx.acquire, limit, cx.prioritized, scratch.held(node))
         } else {
             Decision::Pass { reservation: None, wait_nanos: 0 }
         };
