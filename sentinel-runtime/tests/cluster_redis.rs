@@ -1237,7 +1237,6 @@ fn a_prioritized_call_decided_by_the_local_fallback_borrows_the_next_window_as_w
 }
 
 #[test]
-#[ignore = "review: a call acquiring more than a lease holds waits for tokens one at a time, times out and is decided by the fallback"]
 fn a_call_acquiring_most_of_the_window_is_decided_by_the_shared_window_not_the_fallback() {
     let _serial = one_at_a_time();
     let Some(redis) = RedisServer::start("a_call_acquiring_most_of_the_window") else { return };

@@ -370,8 +370,11 @@ impl Driver {
     /// How many tokens to ask for at engine time `now_ms`: what this instance spends, at the rate its leases
     /// served, until the lease would end (plus a quarter), less what it holds; at least a small share of a
     /// bucket (a quiet instance, or one that just resumed, gets a useful first lease, given back unspent
-    /// when it ends); never more than [`fair_share`](Self::fair_share).
-    fn want(&self, lease: &RuleLease, now_ms: u64, clock: &RedisClock) -> u64 {
+    /// when it ends); never more than [`fair_share`](Self::fair_share), unless a call waits for more than
+    /// is in hand (`short_for`, its acquire count): then at least what it lacks (Redis grants what the window
+    /// has left; a call that needs more than that is blocked on the used-up window, as Java's token server
+    /// blocks it).
+    fn want(&self, lease: &RuleLease, now_ms: u64, clock: &RedisClock, short_for: u64) -> u64 {
         let (in_hand, horizon) = match self.cur {
             Some(c) if c.valid_until >= now_ms => (lease.in_hand().0, c.valid_until - now_ms + 1),
             _ => (0, self.bucket_left_ms(now_ms, clock)),
@@ -383,7 +386,8 @@ impl Driver {
         let cap = (limit_rate * horizon as f64 * 1.25).max(self.window_allowance() / self.sample_count.max(1) as f64);
         let spend = (self.rate * horizon as f64 * 1.25).min(cap).ceil();
         let floor = (self.window_allowance() / (self.sample_count as f64 * self.live.max(1) as f64 * 2.0)).floor();
-        (spend.max(floor).max(1.0) as u64).saturating_sub(in_hand).clamp(1, self.fair_share())
+        let want = (spend.max(floor).max(1.0) as u64).saturating_sub(in_hand).clamp(1, self.fair_share());
+        want.max(short_for.saturating_sub(in_hand))
     }
 
     /// Until when (engine ms) no lease call is worth making: the window is used up, or the lease of the
@@ -414,7 +418,7 @@ impl Driver {
     /// The lease call to make now.
     pub(crate) fn lease_call(&mut self, lease: &RuleLease, member: &str, ttl: Duration, at: &CallAt) -> LeaseCall {
         self.measure(lease, at.now);
-        let want = self.want(lease, at.now_ms, &at.clock);
+        let want = self.want(lease, at.now_ms, &at.clock, lease.take_short_for());
         self.call(want, member, ttl, at)
     }
 

@@ -49,7 +49,7 @@ impl RuleLease {
             // The cluster's window is spent until then.
             return Decision::Block { retry_after: Some(Duration::from_millis(exhausted_until - cx.now_ms)) };
         }
-        self.request();
+        self.request_for(cx.acquire);
         let now = mono_nanos();
         let deadline = match (cx.cluster_wait, DeadlineScope::current()) {
             (Wait::Now, _) => return self.fallback(node, cx, scratch),

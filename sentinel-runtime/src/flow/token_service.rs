@@ -73,6 +73,11 @@ pub(crate) struct RuleLease {
     low_water: AtomicU64,
     /// A call asked for tokens since the service last looked.
     requested: AtomicBool,
+    /// The largest acquire count of a call that found too few tokens in hand since the service last looked:
+    /// the next lease asks for at least that many, so that a call needing many tokens at once is decided by
+    /// the shared window (as Java's token server decides `acquireCount` in one request), not by its wait's
+    /// timeout.
+    short_for: AtomicU64,
     /// Bumped by the service whenever what callers wait for may have changed.
     pub(super) version: AtomicU64,
     pub(super) timeout_nanos: u64,
@@ -284,6 +289,7 @@ impl RuleLease {
             exhausted_until: AtomicU64::new(0),
             low_water: AtomicU64::new(0),
             requested: AtomicBool::new(false),
+            short_for: AtomicU64::new(0),
             version: AtomicU64::new(0),
             timeout_nanos,
             waiters: Mutex::new(Vec::new()),
@@ -327,6 +333,18 @@ impl RuleLease {
     /// Whether a call asked for tokens since the last time (and clears the request).
     pub(crate) fn take_request(&self) -> bool {
         self.requested.swap(false, Ordering::AcqRel)
+    }
+
+    /// Asks for tokens at once for a call that needs `acquire` of them and found too few in hand.
+    pub(crate) fn request_for(&self, acquire: u32) {
+        self.short_for.fetch_max(u64::from(acquire), Ordering::AcqRel);
+        self.request();
+    }
+
+    /// The largest acquire count of a call that found too few tokens in hand since the last time (and clears
+    /// it); 0 when none.
+    pub(crate) fn take_short_for(&self) -> u64 {
+        self.short_for.swap(0, Ordering::AcqRel)
     }
 
     /// Asks for tokens at once, as a call that found the lease low would.
