@@ -1258,3 +1258,24 @@ fn a_call_acquiring_most_of_the_window_is_decided_by_the_shared_window_not_the_f
     assert!(api.entry().acquire(100_001).enter().is_err(), "{}", engine.cluster_status()[0]);
     assert!(api.entry().acquire(100_000).enter().is_ok(), "{}", engine.cluster_status()[0]);
 }
+
+#[test]
+fn removing_one_of_two_rules_with_one_flow_id_keeps_the_window_the_other_counts_in() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("removing_one_of_two_rules_with_one_flow_id") else { return };
+    // Java's token server keeps flowId 7's counter while a rule names it.
+    let rules = vec![hourly_rule("a", Some(7)), hourly_rule("b", Some(7))];
+    let (engine, _client) = instance_of(&redis.url(), "same-flow-id-removed", rules, Duration::from_millis(300));
+    let (a, b) = (engine.resource("a"), engine.resource("b"));
+    let admitted = (0..12).filter(|i| if i % 2 == 0 { a.enter().is_ok() } else { b.enter().is_ok() }).count();
+    assert_eq!(admitted, 10);
+    engine.load_flow_rules([hourly_rule("a", Some(7))]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while engine.cluster_status().first().is_none_or(|s| s.key.is_none()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let more = (0..5).filter(|_| a.enter().is_ok()).count();
+    assert_eq!(more, 0, "{}", engine.cluster_status()[0]);
+    assert_eq!(engine.cluster_status()[0].live_instances, Some(1), "{}", engine.cluster_status()[0]);
+}
