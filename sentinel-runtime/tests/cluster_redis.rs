@@ -1281,7 +1281,6 @@ fn removing_one_of_two_rules_with_one_flow_id_keeps_the_window_the_other_counts_
 }
 
 #[test]
-#[ignore = "review: tokens an idle instance leased stay out of the shared window until its lease ends (the bucket end), so a busy instance is held under the count"]
 fn tokens_an_idle_instance_leased_do_not_keep_a_busy_one_under_the_global_count() {
     let _serial = one_at_a_time();
     let Some(redis) = RedisServer::start("tokens_an_idle_instance_leased") else { return };

@@ -191,6 +191,10 @@ pub(crate) struct Driver {
     /// the worker sets it).
     pub(crate) live_hold: Duration,
     next_beat: Instant,
+    /// The renewal interval (from the last reply's call), and the tokens spent from leases when the lease in
+    /// force was last seen in hand at a renewal ([`Driver::release_idle`]).
+    beat: Duration,
+    idle_mark: Option<(Instant, u64)>,
     /// The window is used up until this engine time; `exhausted_seen`: the lease's count of calls blocked
     /// for it, when last looked at (more since means demand: ask again as soon as it frees room).
     exhausted_until: u64,
@@ -252,6 +256,8 @@ impl Driver {
             rtt_ms: 1.0,
             live: 1,
             next_beat: now,
+            beat: Duration::from_secs(1),
+            idle_mark: None,
             exhausted_until: 0,
             exhausted_seen: 0,
             next_bucket_at: 0,
@@ -420,6 +426,29 @@ impl Driver {
         self.measure(lease, at.now);
         let want = self.want(lease, at.now_ms, &at.clock, lease.take_short_for());
         self.call(want, member, ttl, at)
+    }
+
+    /// Gives the tokens of the lease in force back (with the next call) when none of them was spent for a
+    /// renewal interval: an idle instance does not keep the others under the limit until its lease's bucket
+    /// ends, as Java's token server lets whoever asks have the window's room. (It leases again when a call
+    /// finds its lease empty.)
+    pub(crate) fn release_idle(&mut self, lease: &RuleLease, now: Instant) {
+        let Some(c) = self.cur else {
+            self.idle_mark = None;
+            return;
+        };
+        let spent = self.spent(lease);
+        match self.idle_mark {
+            Some((since, s)) if s == spent => {
+                if now.duration_since(since) >= self.beat {
+                    let left = lease.replace(0, 0);
+                    self.cur = None;
+                    self.idle_mark = None;
+                    self.give_back(lease, c.bucket, left);
+                }
+            }
+            _ => self.idle_mark = Some((now, spent)),
+        }
     }
 
     /// A membership renewal (no tokens), giving back what is due and counting what the fallback admitted.
@@ -677,6 +706,7 @@ impl Driver {
         let fallback_live = self.fallback_live(now);
         self.rtt_ms = 0.8 * self.rtt_ms + 0.2 * rtt.as_secs_f64() * 1000.0;
         self.next_beat = now + beat;
+        self.beat = beat;
         let bucket_end = r.bucket.saturating_add(1).saturating_mul(self.bucket_ms as i64);
         let valid_until = (t0_ms as i64)
             .saturating_add(bucket_end.saturating_sub(r.redis_ms))

@@ -431,6 +431,7 @@ impl Worker {
                 // Ask as soon as a lease call is worth it (see `next_wake`).
                 d.ask_when_free |= asked || demand;
                 if all || d.beat_due(now) {
+                    d.release_idle(&lease, now);
                     calls.push((i, d.beat_call(&self.member, ttl, &at)));
                 }
                 continue;
@@ -439,6 +440,7 @@ impl Worker {
                 d.ask_when_free = false;
                 calls.push((i, d.lease_call(&lease, &self.member, ttl, &at)));
             } else if all || d.beat_due(now) {
+                d.release_idle(&lease, now);
                 calls.push((i, d.beat_call(&self.member, ttl, &at)));
             }
         }
