@@ -326,3 +326,37 @@ fn a_url_parameter_without_a_value_is_not_limited_and_an_empty_one_is() {
     assert_eq!(statuses(&mut gw, 2, || get("/product/1?user=")), [200, 429]);
     assert_eq!(statuses(&mut gw, 2, || get("/product/1?x&user=bob")), [200, 429]);
 }
+
+/// Java's gateway matches API definitions against the request's path as the client sent it
+/// (`exchange.getRequest().getPath()`). Under an axum router nested at `/api`, the layer on the nested
+/// routes names the route `GET:/api/product/{id}` (the full template), so its API groups are the full
+/// paths too: `/api/product/**`, not the path with the nesting prefix taken off.
+#[cfg(feature = "axum")]
+#[tokio::test]
+#[ignore = "review: under a nested axum router, API groups are matched against the path without the nesting prefix"]
+async fn api_groups_under_a_nested_router_match_the_path_the_client_sent() {
+    use axum::routing::get as route_get;
+    use axum::Router;
+    let (engine, _clock) = engine();
+    engine
+        .load_api_definitions([
+            ApiDefinition::new("products").item(ApiPredicateItem::prefix("/api/product/**")),
+            ApiDefinition::new("stripped").item(ApiPredicateItem::exact("/product/1")),
+        ])
+        .unwrap();
+    engine
+        .load_gateway_rules([GatewayFlowRule::new("products").resource_mode(ResourceMode::CustomApiName).count(1.0)])
+        .unwrap();
+    let layer = SentinelLayer::new(&engine).gateway(TrustedProxies::none()).axum();
+    let app: Router =
+        Router::new().nest("/api", Router::new().route("/product/{id}", route_get(|| async { "p" })).route_layer(layer));
+    let call = |uri: &'static str| {
+        let app = app.clone();
+        async move { app.oneshot(Request::get(uri).body(axum::body::Body::empty()).unwrap()).await.unwrap().status() }
+    };
+    assert_eq!(call("/api/product/1").await, 200);
+    assert_eq!(call("/api/product/2").await, 429, "the group's rule");
+    let names = engine.resource_names();
+    assert!(names.contains(&"GET:/api/product/{id}".to_string()), "{names:?}");
+    assert!(!names.contains(&"stripped".to_string()), "{names:?}");
+}
