@@ -314,7 +314,6 @@ fn a_rate_limiter_rule_with_a_pattern_lets_the_values_that_do_not_match_through_
 /// reads with `getQueryParams().getFirst`): `?user` without `=` is a parameter with no value (`null`), so
 /// a rule on it does not limit the request; `?user=` is the empty value, limited as any other.
 #[test]
-#[ignore = "review: a URL parameter without `=` is counted as the empty value (Java: no value, not limited)"]
 fn a_url_parameter_without_a_value_is_not_limited_and_an_empty_one_is() {
     let (engine, _clock) = engine();
     engine

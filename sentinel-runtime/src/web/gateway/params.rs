@@ -150,10 +150,19 @@ fn host<'a>(req: &RequestView<'a>) -> Option<Cow<'a, str>> {
 }
 
 /// The first value of query parameter `name`, percent-decoded (`+` is a space), within the first
-/// [`MAX_QUERY_PAIRS`] pairs.
+/// [`MAX_QUERY_PAIRS`] pairs. As Spring reads a query (`getQueryParams().getFirst`), a first occurrence
+/// without `=` (`?user`) is a parameter without a value, `None` (`?user=` is the empty value).
 fn url_param<'a>(req: &RequestView<'a>, name: &str) -> Option<Cow<'a, str>> {
     let query = req.query()?;
-    form_urlencoded::parse(query.as_bytes()).take(MAX_QUERY_PAIRS).find(|(k, _)| k == name).map(|(_, v)| v)
+    let pairs = query.split('&').filter(|pair| !pair.is_empty()).take(MAX_QUERY_PAIRS);
+    for pair in pairs {
+        // One pair, decoded as `form_urlencoded` decodes it (split at the first `=`).
+        let Some((key, value)) = form_urlencoded::parse(pair.as_bytes()).next() else { continue };
+        if key == name {
+            return pair.contains('=').then_some(value);
+        }
+    }
+    None
 }
 
 /// The first cookie named `name` over every `Cookie` header, its surrounding double quotes removed, within
@@ -315,6 +324,12 @@ mod tests {
         assert_eq!(plain(GatewayParamItem::url_param("none"), &req), None);
         let padded = format!("/s?{}user=late", "x=1&".repeat(MAX_QUERY_PAIRS));
         assert_eq!(plain(GatewayParamItem::url_param("user"), &get(&padded).body(()).unwrap()), None);
+        let bare = get("/s?x=1&user&user=ann").body(()).unwrap();
+        assert_eq!(plain(GatewayParamItem::url_param("user"), &bare), None, "the first has no value");
+        let empty = get("/s?user=&user=ann").body(()).unwrap();
+        assert_eq!(plain(GatewayParamItem::url_param("user"), &empty).as_deref(), Some(""));
+        let eq_in_value = get("/s?us%65r=a=b").body(()).unwrap();
+        assert_eq!(plain(GatewayParamItem::url_param("user"), &eq_in_value).as_deref(), Some("a=b"));
         let invalid = get("/s?user=%FF%FE").body(()).unwrap();
         assert_eq!(plain(GatewayParamItem::url_param("user"), &invalid).as_deref(), Some("\u{fffd}\u{fffd}"));
     }

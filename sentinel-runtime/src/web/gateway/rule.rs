@@ -49,7 +49,8 @@ java_code!(
         Host = 1,
         /// The first value of the header `field_name`. Java's 2.
         Header = 2,
-        /// The first value of the query parameter `field_name`, percent-decoded. Java's 3.
+        /// The first value of the query parameter `field_name`, percent-decoded (`?name` without `=` has no
+        /// value, as Spring reads it). Java's 3.
         UrlParam = 3,
         /// The first cookie named `field_name`. Java's 4.
         Cookie = 4,
