@@ -363,7 +363,6 @@ async fn api_groups_under_a_nested_router_match_the_path_the_client_sent() {
 /// A rate-limiter rule (Java's `passThrottleLocalCheck`) spaces a value's calls `interval / count` apart and
 /// never reads `burst`: the quota a blocked client is told is `count` per interval, not `count + burst`.
 #[test]
-#[ignore = "review: a request blocked by a rate-limiter gateway rule is told a quota of count + burst"]
 fn a_request_blocked_by_a_rate_limiter_rule_is_told_its_count_per_interval_without_the_burst() {
     let (engine, _clock) = engine();
     engine

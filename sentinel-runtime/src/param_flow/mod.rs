@@ -83,7 +83,7 @@ use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
 
 pub(crate) use manager::{ParamFlowManager, ParamRuleOwner};
 #[cfg(feature = "tower")]
-pub(crate) use state::bucket_quota;
+pub(crate) use state::value_quota;
 pub(crate) use state::ParamRuleState;
 use state::{ValueDecision, ValuePermit};
 

@@ -48,6 +48,17 @@ pub(crate) fn bucket_quota(rule: &ParamFlowRule, threshold: f64) -> u64 {
     bucket_max(threshold as i64, burst_of(rule)) as u64
 }
 
+/// The quota a client is told for a value held to `threshold` under `rule` (a QPS rule): its token bucket's
+/// size ([`bucket_quota`]), or for the rate limiter, which spaces the value's calls `duration / count` apart
+/// and never reads the burst (Java's `passThrottleLocalCheck`), the count, read as the engine reads it.
+#[cfg_attr(not(feature = "tower"), allow(dead_code))] // Read by the web layer's RateLimit headers.
+pub(crate) fn value_quota(rule: &ParamFlowRule, threshold: f64) -> u64 {
+    match rule.control_behavior {
+        ControlBehavior::RateLimiter => (threshold as i64).max(0) as u64,
+        _ => bucket_quota(rule, threshold),
+    }
+}
+
 /// A token bucket's payload: the time of its last refill (ms) and the tokens left.
 #[inline]
 fn pack_bucket(last_ms: u64, tokens: i64) -> u128 {

@@ -169,8 +169,9 @@ pub(crate) fn blocked(err: &BlockError) -> Option<(RateLimitPolicy, RateLimitSta
             Some((policy(policy_name(resource, None), crate::flow::peek::qps_quota(rule), 1)?, status))
         }
         BlockError::ParamFlow { resource, rule, threshold, .. } if rule.grade == FlowGrade::Qps => {
-            // The value's bucket, as the passed responses read it: its own threshold, the burst, clamped.
-            let quota = crate::param_flow::bucket_quota(rule, *threshold);
+            // The value's bucket, as the passed responses read it: its own threshold, the burst, clamped; or
+            // the rate limiter's count (it reads no burst).
+            let quota = crate::param_flow::value_quota(rule, *threshold);
             Some((policy(policy_name(resource, Some(rule.param_idx)), quota, rule.duration_in_sec)?, status))
         }
         _ => None,
