@@ -285,7 +285,6 @@ fn a_pattern_limits_matching_values_each_on_its_own_and_the_others_are_unlimited
 /// match the pattern share `$NM`, whose count (10,000,000) makes that 0 ms for any interval under 5,000 s,
 /// so they all pass at once without waiting. Only matching values are spaced.
 #[test]
-#[ignore = "review: a rate-limiter gateway rule with a pattern makes the values that do not match queue"]
 fn a_rate_limiter_rule_with_a_pattern_lets_the_values_that_do_not_match_through_without_waiting() {
     let (engine, _clock) = engine();
     engine

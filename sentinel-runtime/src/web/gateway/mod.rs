@@ -59,6 +59,10 @@
 //! - Argument positions are given in load order (Java's depend on a hash set's order).
 //! - A matched value that spells the "not matched" marker `$NM` is counted under another key, so that a
 //!   client cannot claim the unmatched values' budget by sending it.
+//! - Under a rate-limiter rule, values that do not match the pattern pass uncounted. Java spaces them (all
+//!   under `$NM`, count 10,000,000) by `round(interval / 10,000)` ms: none for intervals under 5,000 s, so
+//!   the same there; 1 ms and more beyond, where Java holds them all together to a thousand a second or
+//!   fewer.
 //! - Parsed values are bounded: a value is matched against the pattern whole, and counted under at most
 //!   [`MAX_PARAM_VALUE_LEN`] bytes of it; the number of values a rule counts is bounded by the hot-parameter
 //!   cache's cap.

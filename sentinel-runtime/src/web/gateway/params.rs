@@ -63,6 +63,9 @@ impl ValueMatcher {
 pub(crate) struct CompiledItem {
     source: Source,
     matcher: Option<ValueMatcher>,
+    /// What a value that does not match counts under: [`NOT_MATCHED_PARAM`], or nothing (the value passes
+    /// uncounted) under a rate-limiter rule (see [`without_unmatched`](Self::without_unmatched)).
+    unmatched: Option<&'static str>,
 }
 
 impl CompiledItem {
@@ -87,7 +90,17 @@ impl CompiledItem {
                 ParamMatchStrategy::Regex => ValueMatcher::Regex(compile_regex(p)?),
             }),
         };
-        Ok(CompiledItem { source, matcher })
+        Ok(CompiledItem { source, matcher, unmatched: Some(NOT_MATCHED_PARAM) })
+    }
+
+    /// The item of a rate-limiter rule: a value that does not match passes without being counted. Java counts
+    /// such values under [`NOT_MATCHED_PARAM`], whose count (10,000,000) makes its spacing
+    /// `round(1000 * interval / 10,000,000)` ms, 0 for any interval under 5,000 s: they all pass at once. Spaced
+    /// to the nanosecond here, they would queue one behind another (an interval of an hour: 360 µs apart, so
+    /// fewer than 2,800 a second in all, past which they are blocked).
+    pub(crate) fn without_unmatched(mut self) -> Self {
+        self.unmatched = None;
+        self
     }
 
     /// The value this item counts for `req`: `None` when the request does not carry it (never limited).
@@ -116,7 +129,7 @@ impl CompiledItem {
                 v if v == NOT_MATCHED_PARAM => Cow::Borrowed(ESCAPED_NOT_MATCHED),
                 v => bounded(v),
             },
-            Some(_) => Cow::Borrowed(NOT_MATCHED_PARAM),
+            Some(_) => Cow::Borrowed(self.unmatched?),
         })
     }
 }

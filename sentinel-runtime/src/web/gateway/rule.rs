@@ -94,8 +94,8 @@ pub const MAX_INTERVAL_SEC: u64 = u32::MAX as u64;
 ///
 /// Without a `pattern` every value is limited separately. With one, values that match are limited one by
 /// one and the others share Java's "not matched" value ([`NOT_MATCHED_PARAM`](super::NOT_MATCHED_PARAM)),
-/// whose budget makes them unlimited in practice. A request without the value (no such header) is never
-/// limited by the rule.
+/// whose budget makes them unlimited in practice (under a rate-limiter rule they pass uncounted, never
+/// waiting). A request without the value (no such header) is never limited by the rule.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct GatewayParamItem {
     /// Where the value comes from.

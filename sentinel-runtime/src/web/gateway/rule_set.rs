@@ -81,6 +81,12 @@ pub(crate) fn to_param_rule(rule: &GatewayFlowRule, idx: usize) -> ParamFlowRule
     converted
 }
 
+/// Whether `rule` is a rate limiter: values that do not match its pattern pass uncounted (see
+/// `CompiledItem::without_unmatched`).
+fn spaces_calls(rule: &GatewayFlowRule) -> bool {
+    rule.grade == crate::flow::FlowGrade::Qps && rule.control_behavior == crate::flow::ControlBehavior::RateLimiter
+}
+
 impl GatewayRuleSet {
     /// Validates `rules` (the first invalid one rejects the set, naming the rule and the field), drops
     /// repeated ones, and converts each into a hot-parameter rule on its resource, as Java does:
@@ -100,10 +106,11 @@ impl GatewayRuleSet {
         for (index, rule) in rules.iter().enumerate() {
             validate(rule, index)?;
             let item = match &rule.param_item {
-                Some(item) => Some(
-                    CompiledItem::compile(item)
-                        .map_err(|reason| GatewayRuleError::rule(index, &rule.resource, "param_item", reason))?,
-                ),
+                Some(item) => {
+                    let compiled = CompiledItem::compile(item)
+                        .map_err(|reason| GatewayRuleError::rule(index, &rule.resource, "param_item", reason))?;
+                    Some(if spaces_calls(rule) { compiled.without_unmatched() } else { compiled })
+                }
                 None => None,
             };
             compiled.push(item);
