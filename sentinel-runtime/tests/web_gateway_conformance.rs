@@ -331,7 +331,6 @@ fn a_url_parameter_without_a_value_is_not_limited_and_an_empty_one_is() {
 /// paths too: `/api/product/**`, not the path with the nesting prefix taken off.
 #[cfg(feature = "axum")]
 #[tokio::test]
-#[ignore = "review: under a nested axum router, API groups are matched against the path without the nesting prefix"]
 async fn api_groups_under_a_nested_router_match_the_path_the_client_sent() {
     use axum::routing::get as route_get;
     use axum::Router;

@@ -47,6 +47,15 @@ impl<'a> RequestView<'a> {
     pub fn path(&self) -> &'a str {
         self.uri.path()
     }
+    /// The path as the client sent it: under a nested axum router, which takes the nesting prefix off the
+    /// URI its routes see, the one axum keeps in `OriginalUri` (feature `axum`); else [`path`](Self::path).
+    pub(crate) fn sent_path(&self) -> &'a str {
+        #[cfg(feature = "axum")]
+        if let Some(axum::extract::OriginalUri(uri)) = self.extensions.get::<axum::extract::OriginalUri>() {
+            return uri.path();
+        }
+        self.uri.path()
+    }
     /// The query string, without `?`.
     pub fn query(&self) -> Option<&'a str> {
         self.uri.query()

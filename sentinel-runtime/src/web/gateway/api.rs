@@ -38,8 +38,8 @@ impl ApiPredicateItem {
 /// enters the resource named `api_name` (gateway rules with
 /// [`ResourceMode::CustomApiName`](super::ResourceMode::CustomApiName) name it).
 ///
-/// Paths are the request's raw path (percent-encoded as sent, without the query), compared
-/// case-sensitively. A prefix item whose pattern has no wildcard (`/product/`) never matches, as in Spring
+/// Paths are the request's raw path (percent-encoded as sent, without the query; under a nested axum
+/// router, the whole path the client sent, nesting prefix included), compared case-sensitively. A prefix item whose pattern has no wildcard (`/product/`) never matches, as in Spring
 /// Cloud Gateway: write `/product/**`.
 ///
 /// ```

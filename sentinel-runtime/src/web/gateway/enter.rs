@@ -91,7 +91,9 @@ pub(crate) fn enter_all(
     let args = rules.arguments(ResourceMode::RouteId, route.name());
     let first = with_arguments(args, &client, |a| enter(route, a))?;
     let mut more = ApiEntries::new();
-    for (at, name) in apis.matcher.matching_at(view.path()) {
+    // The path the client sent, as Java's gateways match it (not the one a nested router left its routes).
+    let path = if apis.matcher.is_empty() { "" } else { view.sent_path() };
+    for (at, name) in apis.matcher.matching_at(path) {
         let args = rules.arguments(ResourceMode::CustomApiName, name);
         let entered = apis.with_resource(engine, at, name, |r| with_arguments(args, &client, |a| enter(r, a)));
         // On a block, `more` and `first` drop here: their entries exit, the later one first.
