@@ -383,3 +383,21 @@ fn a_request_blocked_by_a_rate_limiter_rule_is_told_its_count_per_interval_witho
     assert_eq!(blocked.headers()["ratelimit"], "\"product_route#0\";r=0;t=30");
     assert_eq!(blocked.headers()["x-ratelimit-limit"], "2");
 }
+
+/// Java checks the gateway's rules in `GatewayFlowSlot` (order -4000), before the hot-parameter rules of
+/// `ParamFlowSlot` (-3000), and a check that blocks stops the chain: a request the gateway blocks never
+/// reaches (nor spends from) the user's own hot-parameter rules of the resource.
+#[test]
+#[ignore = "review: the user's hot-parameter rules are checked (and spent) before the gateway's rules of the resource"]
+fn the_gateways_rules_are_checked_before_the_users_hot_parameter_rules_of_the_resource() {
+    use sentinel_runtime::param_flow::ParamFlowRule;
+    let (engine, clock) = engine();
+    engine.load_gateway_rules([GatewayFlowRule::new("product_route").count(1.0)]).unwrap();
+    // The user's rule reads the gateway's argument 0 (the constant `$D`): 5 per 10 s.
+    engine.load_param_flow_rules([ParamFlowRule::new("product_route", 0).count(5.0).duration_in_sec(10)]).unwrap();
+    let mut gw = gateway(&engine);
+    assert_eq!(statuses(&mut gw, 5, || get("/product/1")), [200, 429, 429, 429, 429]);
+    clock.advance_millis(1_001);
+    // The gateway's bucket refilled; the user's rule spent 1 of its 5 (Java), so this one passes.
+    assert_eq!(send(&mut gw, get("/product/1")), 200);
+}
