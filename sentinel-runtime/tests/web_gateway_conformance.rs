@@ -388,7 +388,6 @@ fn a_request_blocked_by_a_rate_limiter_rule_is_told_its_count_per_interval_witho
 /// `ParamFlowSlot` (-3000), and a check that blocks stops the chain: a request the gateway blocks never
 /// reaches (nor spends from) the user's own hot-parameter rules of the resource.
 #[test]
-#[ignore = "review: the user's hot-parameter rules are checked (and spent) before the gateway's rules of the resource"]
 fn the_gateways_rules_are_checked_before_the_users_hot_parameter_rules_of_the_resource() {
     use sentinel_runtime::param_flow::ParamFlowRule;
     let (engine, clock) = engine();

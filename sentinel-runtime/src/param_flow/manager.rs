@@ -87,12 +87,14 @@ impl ParamFlowManager {
             for (index, rule) in others.iter().enumerate().filter(|(_, r)| r.regex) {
                 compiler.check(index, &rule.resource)?;
             }
-            let (mine, theirs) = match owner {
-                ParamRuleOwner::User => (unique, others.as_slice()),
-                ParamRuleOwner::Gateway => (others.as_slice(), unique),
+            let (gateway, user) = match owner {
+                ParamRuleOwner::User => (others.as_slice(), unique),
+                ParamRuleOwner::Gateway => (unique, others.as_slice()),
             };
-            // The user's rules first; a rule both owners hold is one rule (one set of counters).
-            let combined = dedup(mine.iter().chain(theirs).cloned());
+            // The gateway's rules first, as Java's `GatewayFlowSlot` (-4000) checks them before `ParamFlowSlot`
+            // (-3000): a call they block neither reaches nor spends from the user's rules. A rule both owners
+            // hold is one rule (one set of counters).
+            let combined = dedup(gateway.iter().chain(user).cloned());
             self.install(&combined, &old, &compiler);
             Ok(())
         })

@@ -11,7 +11,8 @@
 //!   exactly, by prefix, by regular expression or by substring). Loaded with
 //!   [`Sentinel::load_gateway_rules`](crate::Sentinel::load_gateway_rules): as in Java, each becomes a
 //!   hot-parameter rule ([`ParamFlowRule`](crate::param_flow::ParamFlowRule)) on its resource, beside the
-//!   user's own hot-parameter rules (neither load replaces nor resets the other).
+//!   user's own hot-parameter rules (neither load replaces nor resets the other) and checked before them, as
+//!   Java's gateway slot is: a request a gateway rule blocks spends nothing of the user's rules.
 //! - [`SentinelLayer::gateway`](crate::web::SentinelLayer::gateway): the web layer's gateway mode enters
 //!   each request's route and every API group it belongs to, with the values the rules read from it.
 //! - [`json`] (feature `serde`): the rules and definitions in Java's JSON (`gw-flow-rules.json`,
