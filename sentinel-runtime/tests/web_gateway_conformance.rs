@@ -400,3 +400,31 @@ fn the_gateways_rules_are_checked_before_the_users_hot_parameter_rules_of_the_re
     // The gateway's bucket refilled; the user's rule spent 1 of its 5 (Java), so this one passes.
     assert_eq!(send(&mut gw, get("/product/1")), 200);
 }
+
+/// Java does not give back the tokens earlier gateway rules took when a later rule blocks the request (the
+/// wave's facts list this among Java's behaviours not to copy), and docs/concepts.md says what earlier checks
+/// took, a token included, is given back when a later one blocks (the flow slot does give its reservations
+/// back). A client the route's rule blocked, or a flow rule after the gateway's, keeps its own budget.
+#[test]
+#[ignore = "review: a hot-parameter (gateway) token taken before a later rule or slot blocks the call is not given back"]
+fn tokens_an_earlier_gateway_rule_took_are_given_back_when_a_later_check_blocks() {
+    use sentinel_runtime::flow::FlowRule;
+    let (engine, clock) = engine();
+    engine
+        .load_gateway_rules([
+            // Per client: 1 per 10 s; the route as a whole: 1 per second.
+            GatewayFlowRule::new("product_route").count(1.0).interval_sec(10).param_item(GatewayParamItem::client_ip()),
+            GatewayFlowRule::new("product_route").count(1.0),
+            GatewayFlowRule::new("other_route").count(1.0).interval_sec(10).param_item(GatewayParamItem::client_ip()),
+        ])
+        .unwrap();
+    engine.load_flow_rules([FlowRule::new("other_route").count(1.0)]).unwrap();
+    let mut gw = gateway(&engine);
+    assert_eq!(send(&mut gw, from("10.0.0.1", "/product/1")), 200);
+    assert_eq!(send(&mut gw, from("10.0.0.2", "/product/1")), 429, "the route's rule");
+    assert_eq!(send(&mut gw, from("10.0.0.1", "/x")), 200);
+    assert_eq!(send(&mut gw, from("10.0.0.2", "/x")), 429, "the flow rule");
+    clock.advance_millis(1_001);
+    assert_eq!(send(&mut gw, from("10.0.0.2", "/product/1")), 200, "10.0.0.2 was blocked: it spent nothing");
+    assert_eq!(send(&mut gw, from("10.0.0.2", "/x")), 200, "the same after a flow rule blocked it");
+}
