@@ -189,7 +189,8 @@ fn the_rate_limiter_spaces_calls_by_the_interval_over_the_count_and_queues_stric
 fn a_thread_grade_rule_limits_requests_in_flight() {
     let (engine, _clock) = engine();
     engine.load_gateway_rules([GatewayFlowRule::new("product_route").grade(FlowGrade::Thread).count(1.0)]).unwrap();
-    let slow = tower::service_fn(|_req: Request<()>| futures::future::pending::<Result<Response<Full<Bytes>>, Infallible>>());
+    let slow =
+        tower::service_fn(|_req: Request<()>| futures::future::pending::<Result<Response<Full<Bytes>>, Infallible>>());
     let mut gw = SentinelLayer::new(&engine)
         .resource_name(|_| Some("product_route".into()))
         .gateway(TrustedProxies::none())
@@ -264,9 +265,9 @@ fn a_pattern_limits_matching_values_each_on_its_own_and_the_others_are_unlimited
     let (engine, _clock) = engine();
     engine
         .load_gateway_rules([
-            GatewayFlowRule::new("product_route").count(1.0).param_item(
-                GatewayParamItem::header("x-user").pattern("vip", ParamMatchStrategy::Contains),
-            ),
+            GatewayFlowRule::new("product_route")
+                .count(1.0)
+                .param_item(GatewayParamItem::header("x-user").pattern("vip", ParamMatchStrategy::Contains)),
             GatewayFlowRule::new("other_route")
                 .count(0.0)
                 .param_item(GatewayParamItem::client_ip().pattern("10.0.0.9", ParamMatchStrategy::Exact)),
@@ -316,7 +317,9 @@ fn a_rate_limiter_rule_with_a_pattern_lets_the_values_that_do_not_match_through_
 fn a_url_parameter_without_a_value_is_not_limited_and_an_empty_one_is() {
     let (engine, _clock) = engine();
     engine
-        .load_gateway_rules([GatewayFlowRule::new("product_route").count(1.0).param_item(GatewayParamItem::url_param("user"))])
+        .load_gateway_rules([GatewayFlowRule::new("product_route")
+            .count(1.0)
+            .param_item(GatewayParamItem::url_param("user"))])
         .unwrap();
     let mut gw = gateway(&engine);
     assert_eq!(statuses(&mut gw, 3, || get("/product/1?user")), [200; 3]);
@@ -345,8 +348,8 @@ async fn api_groups_under_a_nested_router_match_the_path_the_client_sent() {
         .load_gateway_rules([GatewayFlowRule::new("products").resource_mode(ResourceMode::CustomApiName).count(1.0)])
         .unwrap();
     let layer = SentinelLayer::new(&engine).gateway(TrustedProxies::none()).axum();
-    let app: Router =
-        Router::new().nest("/api", Router::new().route("/product/{id}", route_get(|| async { "p" })).route_layer(layer));
+    let app: Router = Router::new()
+        .nest("/api", Router::new().route("/product/{id}", route_get(|| async { "p" })).route_layer(layer));
     let call = |uri: &'static str| {
         let app = app.clone();
         async move { app.oneshot(Request::get(uri).body(axum::body::Body::empty()).unwrap()).await.unwrap().status() }
@@ -375,7 +378,8 @@ fn a_request_blocked_by_a_rate_limiter_rule_is_told_its_count_per_interval_witho
         .gateway(TrustedProxies::none())
         .rate_limit_headers(sentinel_runtime::web::RateLimitHeaders::new().legacy(true))
         .layer(tower::service_fn(hello));
-    let mut call = || gw.ready().now_or_never().unwrap().unwrap().call(get("/product/1")).now_or_never().unwrap().unwrap();
+    let mut call =
+        || gw.ready().now_or_never().unwrap().unwrap().call(get("/product/1")).now_or_never().unwrap().unwrap();
     assert_eq!(call().status(), 200);
     let blocked = call();
     assert_eq!(blocked.status(), 429);
