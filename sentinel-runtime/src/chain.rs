@@ -75,6 +75,7 @@ pub(crate) struct Held<'h> {
 #[derive(Default)]
 pub(crate) struct Taken {
     pub(crate) flow: flow::Scratch,
+    pub(crate) param: param_flow::TokensTaken,
     /// For kinds that take nothing.
     pub(crate) nothing: (),
 }
@@ -83,6 +84,7 @@ pub(crate) struct Taken {
 #[derive(Default)]
 pub(crate) struct FastTaken {
     pub(crate) flow: flow::FastTaken,
+    pub(crate) param: param_flow::TokensTaken,
     /// For kinds that take nothing.
     pub(crate) nothing: (),
 }
@@ -155,7 +157,7 @@ in_chain!(ParamSlot {
     rules: |rules, _, _| rules.param.as_deref(),
     state: |_| &(),
     held: |h| h.param,
-    taken: |t| &mut t.nothing,
+    taken: |t| &mut t.param,
 });
 
 in_chain!(FlowSlot {

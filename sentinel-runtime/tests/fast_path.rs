@@ -350,9 +350,9 @@ fn hot_parameter_rules_on_the_fast_path_decide_as_the_general_path_does() {
             "pass", "pass", "param", // value "a": first sight leaves max - 1 = 1 token, 1 more passes
             "pass",  // value "b", the flow window's third pass
             "flow",
-            "flow", // "b" and "c" pass their rule (their tokens are spent, as in Java), the window is full
-            "counted", "param", "pass",
-            "param", // "b" spent both its tokens, "c" has one left, "a" none until the refill
+            "flow", // "b" and "c" pass their rule, the window is full: their tokens go back (Java keeps them)
+            "counted", "pass", "pass",
+            "param", // "b" has the token its blocked call gave back, "c" both, "a" none until the refill
         ]
     );
     assert_eq!(fast, run(true), "the general path decides the same calls the same way");

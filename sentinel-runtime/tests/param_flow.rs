@@ -590,3 +590,32 @@ fn a_flow_rate_limiter_after_a_hot_parameter_wait_is_checked_when_that_wait_ends
     assert_eq!(waited(), Some(100), "Java: the param slot sleeps 100 ms, then the flow rule's turn has come");
     assert_eq!(waited(), Some(200));
 }
+
+/// A call another value, rule or check refuses gives back the tokens its values took (Java keeps them, so a
+/// caller refused for someone else's limit loses its own budget), on the fast path and on the general path.
+#[test]
+fn tokens_a_refused_call_took_go_back_whatever_refused_it() {
+    use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+    for general in [false, true] {
+        let (e, _clock) = engine(vec![ParamFlowRule::new("r", 0).count(1.0), ParamFlowRule::new("r", 1).count(1.0)]);
+        if general {
+            // Lets everyone through, and sends the calls down the general path.
+            e.load_authority_rules([AuthorityRule::new("r", "nobody", AuthorityStrategy::Black)]).unwrap();
+        }
+        let r = e.resource("r");
+        let call = |user: &str, ip: &str| r.entry().args(&[&user, &ip]).enter().map(drop);
+        assert!(call("u1", "ip1").is_ok());
+        // The second rule refuses ip1: u2's token goes back.
+        assert!(matches!(call("u2", "ip1"), Err(BlockError::ParamFlow { ref value, .. }) if value == "ip1"));
+        assert!(call("u2", "ip2").is_ok(), "general path: {general}");
+        // A collection: the value refused after another gives the other's token back.
+        let list = |users: Vec<&'static str>| r.entry().args(&[&users, &"ip3"]).enter().map(drop);
+        assert!(list(vec!["u3", "u1"]).is_err(), "u1 is spent");
+        assert!(list(vec!["u3"]).is_ok(), "u3's token came back; general path: {general}");
+        // A later check (a flow rule) refuses the call: its values' tokens go back.
+        e.load_flow_rules([FlowRule::new("r").count(0.0)]).unwrap();
+        assert!(matches!(call("u4", "ip4"), Err(BlockError::Flow { .. })));
+        e.load_flow_rules([]).unwrap();
+        assert!(call("u4", "ip4").is_ok(), "general path: {general}");
+    }
+}

@@ -410,7 +410,6 @@ fn the_gateways_rules_are_checked_before_the_users_hot_parameter_rules_of_the_re
 /// took, a token included, is given back when a later one blocks (the flow slot does give its reservations
 /// back). A client the route's rule blocked, or a flow rule after the gateway's, keeps its own budget.
 #[test]
-#[ignore = "review: a hot-parameter (gateway) token taken before a later rule or slot blocks the call is not given back"]
 fn tokens_an_earlier_gateway_rule_took_are_given_back_when_a_later_check_blocks() {
     use sentinel_runtime::flow::FlowRule;
     let (engine, clock) = engine();

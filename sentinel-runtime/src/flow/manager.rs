@@ -95,7 +95,10 @@ pub(crate) fn validate(rule: &FlowRule, index: usize) -> Result<(), RuleError> {
     }
     // As Java's `FlowRuleUtil.checkControlBehaviorField` (a rule that may never queue is a reject rule).
     if rule.grade == FlowGrade::Qps && queue && rule.max_queueing_time_ms == 0 {
-        return bad("max_queueing_time_ms", "must be > 0 for queueing behaviours (use the reject behaviour to never wait)");
+        return bad(
+            "max_queueing_time_ms",
+            "must be > 0 for queueing behaviours (use the reject behaviour to never wait)",
+        );
     }
     if rule.grade == FlowGrade::Qps && queue && rule.count > 0.0 && rule.count < controller::MIN_RATE_LIMITER_QPS {
         return bad(

@@ -134,6 +134,11 @@ impl EntryState {
     }
 }
 
+/// Whether a call's hot-parameter check passed on the general path, so that every value of every rule took
+/// its tokens: a later check that refuses the call gives them back ([`RuleSlot::give_back`]).
+#[derive(Debug, Default)]
+pub(crate) struct TokensTaken(bool);
+
 /// Checks one hot-parameter rule; the first invalid field is reported.
 pub(crate) fn validate(rule: &ParamFlowRule, index: usize) -> Result<(), RuleError> {
     let bad = |field, reason: &str| Err(RuleError::invalid(RuleKind::ParamFlow, index, &rule.resource, field, reason));
@@ -211,30 +216,68 @@ fn argument<'a>(args: &'a [&'a dyn HotParam], idx: i32) -> Option<&'a dyn HotPar
 /// A value over its limit: its text, when a retry could pass, and the count it was held to.
 type Blocked = (String, Option<std::time::Duration>, f64);
 
-/// Checks one rule against one argument; `Err` when a value is over its limit. `wait`: see [`decide_value`].
+/// Checks one rule against one argument; `Err` when a value is over its limit, with the number of values
+/// decided before it (they took their tokens). `wait`: see [`decide_value`].
 fn check_rule(
     st: &ParamRuleState,
     arg: &dyn HotParam,
     cx: &CallCx<'_>,
     es: &mut EntryState,
     wait: &mut u64,
-) -> Result<(), Blocked> {
+) -> Result<(), (Blocked, usize)> {
     // A scalar is decided here, without calling back through the argument's `visit_values`.
-    let blocked = match arg.single_value() {
-        Some(v) => decide_value(st, v, cx, es, wait),
+    let (blocked, before) = match arg.single_value() {
+        Some(v) => (decide_value(st, v, cx, es, wait), 0),
         None => {
             let mut blocked: Option<Blocked> = None;
+            let mut before = 0;
             arg.visit_values(&mut |v| {
                 if blocked.is_none() {
                     blocked = decide_value(st, v, cx, es, wait);
+                    before += usize::from(blocked.is_none());
                 }
             });
-            blocked
+            (blocked, before)
         }
     };
     match blocked {
-        Some(value) => Err(value),
+        Some(value) => Err((value, before)),
         None => Ok(()),
+    }
+}
+
+/// Whether `check` decides `rule` locally (a cluster QPS rule without local fallback passes: no token service
+/// is connected; as in Java, only QPS rules ask one, and a thread-grade rule in cluster mode is checked here).
+#[inline(always)]
+fn checked_locally(rule: &ParamFlowRule) -> bool {
+    !(rule.cluster_mode
+        && rule.grade == FlowGrade::Qps
+        && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail))
+}
+
+/// Gives back the tokens a refused call took from the token buckets of the resource's rules: every value
+/// of the first `rules` rules `check` passed, and the first `values` values of the next one. The values are
+/// visited again in the order `check` decided them (a value carried twice took twice).
+#[cold]
+#[inline(never)]
+fn give_back_tokens(state: &ResourceParamRules, cx: &CallCx<'_>, rules: usize, values: usize) {
+    for (i, st) in state.rules.iter().enumerate().take(rules + 1) {
+        let rule = &*st.rule;
+        if !checked_locally(rule) || !matches!(rule.grade, FlowGrade::Qps) {
+            continue;
+        }
+        let Some(arg) = argument(cx.args, rule.param_idx) else { continue };
+        let mut left = if i < rules { usize::MAX } else { values };
+        let mut back = |v: ParamValue<'_>| {
+            if left > 0 {
+                left -= 1;
+                st.give_back_tokens(&v.key(), cx.acquire);
+            }
+        };
+        match arg.single_value() {
+            Some(v) => back(v),
+            None => arg.visit_values(&mut back),
+        }
     }
 }
 
@@ -285,21 +328,20 @@ fn decide_value(
 /// waiting `wait` ns (rate limiter).
 pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryState) -> Result<u64, BlockError> {
     let mut wait = 0u64;
-    for st in &state.rules {
+    for (i, st) in state.rules.iter().enumerate() {
         let rule = &*st.rule;
-        // No token service is connected: cluster QPS rules without local fallback pass. As in Java, only QPS
-        // rules ask a token service; a thread-grade rule in cluster mode is checked locally.
-        if rule.cluster_mode
-            && rule.grade == FlowGrade::Qps
-            && !rule.cluster_config.as_ref().is_some_and(|c| c.fallback_to_local_when_fail)
-        {
+        if !checked_locally(rule) {
             continue;
         }
         let Some(arg) = argument(cx.args, rule.param_idx) else { continue };
         match check_rule(st, arg, cx, es, &mut wait) {
             Ok(()) => {}
-            Err((value, retry_after, threshold)) => {
+            Err(((value, retry_after, threshold), before)) => {
                 es.release_all(state);
+                // What the rules before took goes back (Java keeps it: not copied).
+                if i > 0 || before > 0 {
+                    give_back_tokens(state, cx, i, before);
+                }
                 return Err(BlockError::ParamFlow {
                     resource: cx.resource.share(),
                     rule: st.rule_for_block(),
@@ -322,8 +364,8 @@ impl RuleSlot for ParamSlot {
     type State = ();
     /// Per-value thread permits.
     type Held = EntryState;
-    type Taken = ();
-    type FastTaken = ();
+    type Taken = TokensTaken;
+    type FastTaken = TokensTaken;
     const ORDER: i32 = crate::slot::ORDER_PARAM_FLOW;
     const ON_FAST_PATH: bool = true;
     /// Permits go back to the rules in force at exit (the entry holds no reference to them): a rule that
@@ -336,9 +378,11 @@ impl RuleSlot for ParamSlot {
         _: &(),
         cx: &CheckCx<'_>,
         held: &mut EntryState,
-        _: &mut (),
+        taken: &mut TokensTaken,
     ) -> Result<Verdict, BlockError> {
-        check(rules, &cx.call, held).map(|wait_nanos| Verdict::Pass { wait_nanos })
+        let wait_nanos = check(rules, &cx.call, held)?;
+        taken.0 = true;
+        Ok(Verdict::Pass { wait_nanos })
     }
 
     /// On the fast path the rules are local ([`ResourceParamRules::on_fast_path`]). Rules that hold nothing
@@ -352,7 +396,7 @@ impl RuleSlot for ParamSlot {
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
         held: &mut EntryState,
-        _: Option<&mut ()>,
+        _: Option<&mut TokensTaken>,
     ) -> Result<(), BlockError> {
         // The first check of the fast path that can ask for a wait (the authority lists before it never do).
         *wait = if rules.holds_permits {
@@ -370,18 +414,25 @@ impl RuleSlot for ParamSlot {
     fn undo_fast<'c>(
         rules: &ResourceParamRules,
         _: &(),
-        _: &impl Fn() -> CallCx<'c>,
+        call: &impl Fn() -> CallCx<'c>,
         held: &mut EntryState,
-        _: Option<&mut ()>,
+        _: Option<&mut TokensTaken>,
     ) {
         if held.is_active() {
             give_back_cold(rules, held);
         }
+        // The check passed (a later one refused): every value took its tokens.
+        give_back_tokens(rules, &call(), rules.rules.len(), 0);
     }
 
+    /// The call was refused: its thread permits go back, and the tokens it took if the check passed it (a
+    /// check that refuses gave them back itself; one that panicked keeps what it took).
     #[inline(always)]
-    fn give_back(rules: &ResourceParamRules, _: &(), _: &CheckCx<'_>, held: &mut EntryState, _: &mut ()) {
+    fn give_back(rules: &ResourceParamRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut TokensTaken) {
         held.release_all(rules);
+        if std::mem::take(&mut taken.0) {
+            give_back_tokens(rules, &cx.call, rules.rules.len(), 0);
+        }
     }
 
     #[inline(always)]

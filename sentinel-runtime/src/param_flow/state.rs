@@ -276,6 +276,25 @@ impl ParamRuleState {
         }
     }
 
+    /// Gives back the `acquire` tokens a call took from `key`'s bucket, when a later check refused the call
+    /// (capped at the bucket's size; a value no longer tracked has nothing to give back to). Only the token
+    /// bucket gives back: a rate limiter's spacing and a thread permit are not tokens.
+    #[cold]
+    pub(crate) fn give_back_tokens(&self, key: &ValueKey, acquire: u32) {
+        if !matches!(self.mode, Mode::Bucket) {
+            return;
+        }
+        let count = self.threshold_for(key);
+        if count <= 0 {
+            return;
+        }
+        let max = bucket_max(count, self.burst);
+        self.counters.update_tracked(key, |p| {
+            let (last_ms, tokens) = unpack_bucket(p);
+            Step::Store(pack_bucket(last_ms, tokens.saturating_add(acquire as i64).min(max)), ())
+        });
+    }
+
     /// A value's bucket holds `tokens` at `last_ms` (its last refill), fewer than `acquire`: the retry time is
     /// the first refill (strictly more than `duration` after `last_ms`) that adds the tokens missing.
     #[cold]

@@ -780,6 +780,11 @@ impl ValueTable {
         true
     }
 
+    /// Applies `step` to `key`'s counter if it is tracked (nothing is made for a value not tracked).
+    pub(crate) fn update_tracked<R>(&self, key: &ValueKey, mut step: impl FnMut(u128) -> Step<R>) -> Option<R> {
+        self.find(self.place(key), key, &mut step).map(|(r, _)| r)
+    }
+
     /// The payload of `key`'s counter, if tracked, read without changing it.
     #[cfg_attr(not(any(test, feature = "tower")), allow(dead_code))] // Read by the web layer's RateLimit headers.
     pub(crate) fn peek(&self, key: &ValueKey) -> Option<u128> {
