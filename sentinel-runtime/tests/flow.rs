@@ -874,3 +874,42 @@ fn thread_grade_rules_on_three_nodes_each_count_the_call_in_flight() {
         drop(b);
     }
 }
+
+/// Reject rules on the three nodes a call can be held to each give their token back when a later check
+/// refuses the call.
+#[test]
+#[ignore = "review: a reject rule's token on a third node is not given back when a later check refuses the call"]
+fn reject_rules_on_three_nodes_each_give_their_token_back_when_a_later_check_refuses() {
+    use std::sync::atomic::AtomicBool;
+    struct Deny(Arc<AtomicBool>);
+    impl Slot for Deny {
+        fn name(&self) -> &'static str {
+            "deny"
+        }
+        fn entry(&self, _: &SlotEntry<'_>) -> Result<(), String> {
+            if self.0.load(Ordering::SeqCst) {
+                Err("denied".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+    for binding in 0..3 {
+        let (engine, _clock) = engine();
+        let count = |i: usize| if i == binding { 1.0 } else { 10.0 };
+        engine
+            .load_flow_rules([
+                FlowRule::new("q").count(count(0)),
+                FlowRule::new("q").count(count(1)).limit_app("appA"),
+                FlowRule::new("q").count(count(2)).chain("ctx"),
+            ])
+            .unwrap();
+        let deny = Arc::new(AtomicBool::new(true));
+        engine.add_slot(-1800, Deny(deny.clone()));
+        let _ctx = engine.enter_context("ctx", "appA").unwrap();
+        let q = engine.resource("q");
+        assert!(matches!(q.enter(), Err(BlockError::Custom { .. })), "rule {binding}");
+        deny.store(false, Ordering::SeqCst);
+        assert!(q.enter().is_ok(), "rule {binding}: the refused call's token came back");
+    }
+}
