@@ -205,11 +205,11 @@ in_chain!(
 #[derive(Default)]
 #[repr(C, align(16))]
 pub(crate) struct Decided {
-    pub(crate) flow: flow::EntryState,
     pub(crate) param: param_flow::EntryState,
     pub(crate) breakers: circuit_breaker::EntryState,
     pub(crate) tally: Tally,
     pub(crate) adaptive: AdaptiveHeld,
+    pub(crate) flow: flow::EntryState,
 }
 
 impl Decided {

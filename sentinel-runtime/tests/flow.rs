@@ -853,7 +853,6 @@ fn thread_grade_keeps_counting_earlier_calls_after_a_check_made_mid_entry() {
 /// Java reads each rule's node's `curThreadNum`: thread-grade rules on the three nodes a call can be held to
 /// (the resource's, its origin's, its context's) each count the call while it is in flight.
 #[test]
-#[ignore = "review: a third thread-grade rule on a third node gives its permit back at once and over-admits"]
 fn thread_grade_rules_on_three_nodes_each_count_the_call_in_flight() {
     for binding in 0..3 {
         let (engine, _clock) = engine();
@@ -878,7 +877,6 @@ fn thread_grade_rules_on_three_nodes_each_count_the_call_in_flight() {
 /// Reject rules on the three nodes a call can be held to each give their token back when a later check
 /// refuses the call.
 #[test]
-#[ignore = "review: a reject rule's token on a third node is not given back when a later check refuses the call"]
 fn reject_rules_on_three_nodes_each_give_their_token_back_when_a_later_check_refuses() {
     use std::sync::atomic::AtomicBool;
     struct Deny(Arc<AtomicBool>);

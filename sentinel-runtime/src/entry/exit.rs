@@ -95,7 +95,13 @@ impl Drop for Entry<'_> {
 
         let overload = self.flags & Flags::OVERLOAD != 0;
         let waited_nanos = self.wait_nanos;
-        chain::exit(shared, &ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, error, overload }, &mut self.held());
+        // The nodes the checks saw (`CheckCx`): the resource's, the context's and the origin's.
+        let permit_nodes = crate::flow::PermitNodes::new(&inner.cluster.stat, Some(node.stats()), nodes.origin());
+        chain::exit(
+            shared,
+            &ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, permit_nodes, error, overload },
+            &mut self.held(),
+        );
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
         if self.flags & Flags::TOUCHES_TLS != 0 {
@@ -103,7 +109,7 @@ impl Drop for Entry<'_> {
         }
         // Breakers count the call; the adaptive slot's place goes back to the rule state that gave it.
         if inner.exit_reads_rules.load(Ordering::Acquire) {
-            let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, error, overload };
+            let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, permit_nodes, error, overload };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }

@@ -8,7 +8,7 @@ use crate::error::BlockError;
 use crate::flow::controller::{reject_qps, Controller, Decision};
 use crate::flow::rule::{FlowGrade, FlowStrategy};
 use crate::flow::token_service;
-use crate::flow::{EntryState, FastRules, FastTaken, FlowRuleState, LimitApp, ResourceFlowRules, Scratch};
+use crate::flow::{EntryState, FastRules, FastTaken, FlowRuleState, LimitApp, PermitNodes, ResourceFlowRules, Scratch};
 use crate::slot::contract::{CallCx, CheckCx, ExitCx, Named, RuleSlot, Verdict};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
@@ -69,17 +69,17 @@ impl RuleSlot for FlowSlot {
     fn undo_fast<'c>(
         _: &ResourceFlowRules,
         _: &(),
-        _: &impl Fn() -> CallCx<'c>,
+        call: &impl Fn() -> CallCx<'c>,
         held: &mut EntryState,
         taken: Option<&mut FastTaken>,
     ) {
-        undo_fast(held, taken);
+        undo_fast(call().cluster, held, taken);
     }
 
     #[inline(always)]
-    fn give_back(_: &ResourceFlowRules, _: &(), _: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
+    fn give_back(_: &ResourceFlowRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
         taken.release();
-        held.release_permits();
+        held.release_permits(&permit_nodes(cx));
     }
 
     #[inline(always)]
@@ -88,9 +88,15 @@ impl RuleSlot for FlowSlot {
     }
 
     #[inline(always)]
-    fn exit(_: Option<&ResourceFlowRules>, _: &(), _: &ExitCx, held: &mut EntryState) {
-        held.release_permits();
+    fn exit(_: Option<&ResourceFlowRules>, _: &(), cx: &ExitCx, held: &mut EntryState) {
+        held.release_permits(&cx.permit_nodes);
     }
+}
+
+/// The nodes a call's permits can be on.
+#[inline(always)]
+fn permit_nodes(cx: &CheckCx<'_>) -> PermitNodes {
+    PermitNodes::new(cx.cluster, Some(cx.node), cx.origin_node)
 }
 
 /// A check that only reads a node: `retry_after` is computed only when it blocks.
@@ -199,7 +205,7 @@ pub(crate) fn check(
                 read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count, || None)
             }
             FlowGrade::Thread => {
-                if es.has_permit(node) {
+                if es.has_permit(&permit_nodes(cx), node) {
                     // The permits count this call already: the others in flight, plus its acquire count.
                     let others = node.thread_permits().saturating_sub(1) + st.in_flight_before(node, true);
                     read_only((others + cx.acquire as u64) as f64 <= rule.count, || None)
@@ -356,8 +362,7 @@ fn fast_rules(
         }
     }
     if matches!(first, Took::Permit) || matches!(second, Took::Permit) {
-        // An entry state starts empty: the permit always has a place.
-        held.push_permit(call.cluster);
+        held.push_cluster_permit();
     }
     Ok(())
 }
@@ -365,11 +370,12 @@ fn fast_rules(
 /// The fast path's undo ([`RuleSlot::undo_fast`]): the token the check took and the permit it holds go back.
 #[cold]
 #[inline(never)]
-fn undo_fast(held: &mut EntryState, taken: Option<&mut FastTaken>) {
+fn undo_fast(cluster: &StatNode, held: &mut EntryState, taken: Option<&mut FastTaken>) {
     if let Some(t) = taken {
         t.release();
     }
-    held.release_permits();
+    // The fast path takes permits of the resource's own node only.
+    held.release_permits(&PermitNodes::new(cluster, None, None));
 }
 
 /// What one rule of [`FastRules`] took for a call it let through.
@@ -525,7 +531,7 @@ fn apply(
             None
         }
         Decision::ThreadPermit => {
-            if !es.push_permit(node) {
+            if !es.push_permit(&permit_nodes(cx), node) {
                 node.release_thread_permit();
             }
             None
@@ -541,7 +547,7 @@ fn apply(
         }
         Decision::Block { retry_after } => {
             scratch.release();
-            es.release_permits();
+            es.release_permits(&permit_nodes(cx));
             Some(Err(BlockError::Flow {
                 resource: cx.resource.share(),
                 rule: st.rule_for_block(),

@@ -249,12 +249,66 @@ impl FastRules {
     }
 }
 
-const MAX_HELD: usize = 2;
+/// What a call can take per node while it is decided: its rules can reserve on three nodes (the resource's,
+/// the caller's origin's and the context's; a relate rule only reads another resource's node), so a call is
+/// never short of a place for what it took.
+const MAX_HELD: usize = 3;
 
-/// Concurrency permits an entry holds until it exits (one per node, whatever the entry's acquire count).
+/// Concurrency permits an entry holds until it exits: one per node, whatever the entry's acquire count, on the
+/// three nodes a thread-grade rule can hold a call to ([`PermitNodes`]), one bit each.
 #[derive(Debug, Default)]
 pub(crate) struct EntryState {
-    permits: [Option<NodePtr>; MAX_HELD],
+    permits: u8,
+}
+
+/// The nodes whose permits an entry can hold ([`EntryState`]): the resource's (its cluster node), the context's
+/// and the caller's origin's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PermitNodes {
+    cluster: NodePtr,
+    context: Option<NodePtr>,
+    origin: Option<NodePtr>,
+}
+
+impl PermitNodes {
+    const CLUSTER: u8 = 1;
+    const CONTEXT: u8 = 2;
+    const ORIGIN: u8 = 4;
+
+    /// The nodes of a call (the context's and the origin's when it has them).
+    #[inline(always)]
+    pub(crate) fn new(cluster: &StatNode, context: Option<&StatNode>, origin: Option<&StatNode>) -> Self {
+        PermitNodes {
+            cluster: NodePtr::of(cluster),
+            context: context.map(NodePtr::of),
+            origin: origin.map(NodePtr::of),
+        }
+    }
+
+    /// The bit of `node` (0 when it is none of them).
+    #[inline]
+    fn bit(&self, node: &StatNode) -> u8 {
+        let is = |p: Option<NodePtr>| p.is_some_and(|p| std::ptr::eq(p.0.as_ptr(), node));
+        if is(Some(self.cluster)) {
+            Self::CLUSTER
+        } else if is(self.context) {
+            Self::CONTEXT
+        } else if is(self.origin) {
+            Self::ORIGIN
+        } else {
+            0
+        }
+    }
+
+    /// The node of `bit`.
+    fn node(&self, bit: u8) -> Option<NodePtr> {
+        match bit {
+            Self::CLUSTER => Some(self.cluster),
+            Self::CONTEXT => self.context,
+            Self::ORIGIN => self.origin,
+            _ => None,
+        }
+    }
 }
 
 /// The token the fast path's QPS rule took (it has one at most), while the later checks run: given back if
@@ -336,27 +390,32 @@ impl NodePtr {
 
 impl EntryState {
     pub(crate) fn is_active(&self) -> bool {
-        self.permits[0].is_some()
+        self.permits != 0
     }
-    fn has_permit(&self, node: &StatNode) -> bool {
-        self.permits.iter().flatten().any(|p| std::ptr::eq(p.0.as_ptr(), node))
+    fn has_permit(&self, nodes: &PermitNodes, node: &StatNode) -> bool {
+        self.permits & nodes.bit(node) != 0
     }
-    fn push_permit(&mut self, node: &StatNode) -> bool {
-        match self.permits.iter_mut().find(|s| s.is_none()) {
-            Some(slot) => {
-                *slot = Some(NodePtr::of(node));
-                true
-            }
-            None => false,
-        }
+    /// Keeps a permit of `node`: `false` when it is none of `nodes` (the caller gives it back).
+    fn push_permit(&mut self, nodes: &PermitNodes, node: &StatNode) -> bool {
+        let bit = nodes.bit(node);
+        self.permits |= bit;
+        bit != 0
+    }
+    /// Keeps a permit of the resource's own node (the fast path's).
+    #[inline(always)]
+    fn push_cluster_permit(&mut self) {
+        self.permits |= PermitNodes::CLUSTER;
     }
     /// Gives back the permits (one per node: a call in flight counts once, whatever its acquire count).
-    pub(crate) fn release_permits(&mut self) {
-        for s in self.permits.iter_mut() {
-            if let Some(p) = s.take() {
-                p.get().release_thread_permit();
+    pub(crate) fn release_permits(&mut self, nodes: &PermitNodes) {
+        for bit in [PermitNodes::CLUSTER, PermitNodes::CONTEXT, PermitNodes::ORIGIN] {
+            if self.permits & bit != 0 {
+                if let Some(p) = nodes.node(bit) {
+                    p.get().release_thread_permit();
+                }
             }
         }
+        self.permits = 0;
     }
 }
 

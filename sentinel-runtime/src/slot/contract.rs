@@ -139,6 +139,8 @@ pub(crate) struct ExitCx {
     /// The part of `rt_micros` the call waited before it ran (a queueing rule's wait, [`Entry::waited`]
     /// (crate::Entry::waited)): not the downstream's time, which an adaptive limit measures.
     pub(crate) waited_nanos: u64,
+    /// The nodes whose thread-grade permits the entry can hold (flow's).
+    pub(crate) permit_nodes: crate::flow::PermitNodes,
     pub(crate) error: bool,
     /// The call failed by overload ([`Entry::set_overload`](crate::Entry::set_overload)): a drop for adaptive
     /// limits.
