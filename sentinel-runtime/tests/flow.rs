@@ -915,7 +915,6 @@ fn reject_rules_on_three_nodes_each_give_their_token_back_when_a_later_check_ref
 /// Java's `FlowRule.equals` leaves out the cold factor as well as the id: warm-up rules that differ only in
 /// it are one rule, the first kept.
 #[test]
-#[ignore = "review: flow rules that differ only in their cold factor are both loaded (Java's FlowRule.equals leaves it out)"]
 fn rules_that_differ_only_in_their_cold_factor_are_deduplicated() {
     let (engine, _clock) = engine();
     let warm = FlowRule::new("w").count(10.0).control_behavior(ControlBehavior::WarmUp);

@@ -305,13 +305,13 @@ impl crate::slot::toolkit::DedupKey for crate::flow::FlowRule {
         std::hash::Hash::hash(&(&self.resource, &self.limit_app), h);
         crate::slot::toolkit::hash_f64(self.count, h);
     }
-    /// Rules that differ only in their id are one rule (Java's `FlowRule.equals` leaves the id out): the first
-    /// is kept.
+    /// Rules that differ only in their id or their cold factor are one rule (Java's `FlowRule.equals` leaves
+    /// both out): the first is kept.
     fn repeats(&self, other: &Self) -> bool {
-        if self.id == other.id {
+        if self.id == other.id && self.cold_factor == other.cold_factor {
             self == other
         } else {
-            FlowRule { id: other.id, ..self.clone() } == *other
+            FlowRule { id: other.id, cold_factor: other.cold_factor, ..self.clone() } == *other
         }
     }
 }
