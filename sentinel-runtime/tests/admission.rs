@@ -259,3 +259,66 @@ fn a_token_given_back_after_a_call_found_none_is_admitted() {
     assert!(matches!(n.enter(), Err(BlockError::Flow { .. })));
     assert_eq!(engine.cluster_stats("n").unwrap().pass_qps, 1.0);
 }
+
+/// A call queued by a rate limiter, holding what every kind gave it (a hot-parameter permit, a flow permit, a
+/// breaker's probe taken at its turn, an adaptive place), then refused by the last check: everything goes
+/// back, and the next call gets it all.
+#[test]
+fn a_queued_call_refused_by_the_last_check_gives_back_what_every_kind_gave_it() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
+    use sentinel_runtime::flow::{ControlBehavior, FlowGrade};
+    use sentinel_runtime::param_flow::ParamFlowRule;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+    struct Deny(Arc<AtomicBool>);
+    impl Slot for Deny {
+        fn name(&self) -> &'static str {
+            "deny"
+        }
+        fn entry(&self, _: &SlotEntry<'_>) -> Result<(), String> {
+            if self.0.load(Ordering::SeqCst) {
+                Err("denied".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let (engine, clock) = engine();
+    engine
+        .load_degrade_rules([DegradeRule::new("db", DegradeGrade::ErrorCount)
+            .count(1.0)
+            .min_request_amount(1)
+            .time_window_sec(1)])
+        .unwrap();
+    let db = engine.resource("db");
+    for _ in 0..2 {
+        let mut e = db.entry().args(&[&"k"]).enter().unwrap();
+        e.set_error();
+        drop(e);
+    }
+    // 2 errors > 1: open until T0 + 1000.
+    assert!(matches!(db.entry().args(&[&"k"]).enter(), Err(BlockError::Degrade { .. })));
+    engine
+        .load_flow_rules([
+            FlowRule::new("db").count(1.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(3000),
+            FlowRule::new("db").grade(FlowGrade::Thread).count(1.0),
+        ])
+        .unwrap();
+    engine.load_param_flow_rules([ParamFlowRule::new("db", 0).grade(FlowGrade::Thread).count(1.0)]).unwrap();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
+    let deny = Arc::new(AtomicBool::new(true));
+    engine.add_slot(0, Deny(deny.clone()));
+    // The rate limiter's first slot (T0): the breaker, still open then, refuses the call.
+    let r = db.entry().args(&[&"k"]).enter();
+    assert!(matches!(r, Err(BlockError::Degrade { .. })), "{r:?}");
+    // Its turn is T0 + 1000: the probe is due; the last check refuses it.
+    assert!(matches!(db.entry().args(&[&"k"]).enter(), Err(BlockError::Custom { .. })));
+    deny.store(false, Ordering::SeqCst);
+    clock.set_millis(T0 + 1000);
+    // Its turn is T0 + 2000 (the slot the refused call took is not given back, as in Java): the probe again.
+    let p = db.entry().args(&[&"k"]).enter().unwrap_or_else(|e| panic!("everything came back: {e:?}"));
+    assert_eq!(p.waited(), Duration::from_millis(1000));
+    drop(p);
+    assert_eq!(engine.cluster_stats("db").unwrap().threads, 0);
+}
