@@ -66,7 +66,8 @@ impl NodeStats {
         }
     }
 
-    /// Sums children (an entrance node, the machine root); rt averaged over completions.
+    /// Sums children (an entrance node, the machine root); rt is the children's average rts weighted by their
+    /// pass qps, as Java's `EntranceNode.avgRt` (`Σ avgRt·passQps / ΣpassQps`, 0 without passes).
     pub(crate) fn sum(children: &[NodeStats]) -> Self {
         let mut s = NodeStats { min_rt_ms: 5000.0, ..Default::default() };
         let mut rt_weighted = 0.0;
@@ -86,10 +87,10 @@ impl NodeStats {
             s.minute_success += c.minute_success;
             s.minute_exception += c.minute_exception;
             s.min_rt_ms = s.min_rt_ms.min(c.min_rt_ms);
-            rt_weighted += c.avg_rt_ms * c.success_qps;
+            rt_weighted += c.avg_rt_ms * c.pass_qps;
         }
-        if s.success_qps > 0.0 {
-            s.avg_rt_ms = rt_weighted / s.success_qps;
+        if s.pass_qps > 0.0 {
+            s.avg_rt_ms = rt_weighted / s.pass_qps;
         }
         s
     }

@@ -195,7 +195,6 @@ fn a_bucket_exactly_one_interval_old_is_gone_as_in_java() {
 /// Java's `EntranceNode.avgRt` weights each child's average rt by its pass qps (`Σ avgRt·passQps / ΣpassQps`):
 /// what the `tree` command, `jsonTree` and the machine root show for an entrance.
 #[test]
-#[ignore = "review: an entrance's rt is weighted by its children's success qps, Java's by their pass qps"]
 fn an_entrance_weights_its_childrens_rt_by_their_pass_qps() {
     let clock = ManualClock::at_millis(T0);
     let engine = Sentinel::builder().manual_clock(clock.clone()).build();
