@@ -623,7 +623,6 @@ fn tokens_a_refused_call_took_go_back_whatever_refused_it() {
 /// value twice counts twice on it while in flight (each element was checked against the count before the
 /// call, so the call itself passes).
 #[test]
-#[ignore = "review: a call whose list holds a value twice counts once on it in flight, Java twice"]
 fn a_value_repeated_in_one_call_counts_once_per_element_while_in_flight() {
     let (e, _clock) = engine(vec![ParamFlowRule::new("res", 0).grade(FlowGrade::Thread).count(2.0)]);
     let r = e.resource("res");

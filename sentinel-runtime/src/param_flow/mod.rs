@@ -14,7 +14,8 @@
 //!   may queue for strictly less than `max_queueing_time_ms`. Values (of a collection, or of several rules)
 //!   are decided in turn, each at the time the waits of those before it end, as in Java: a call waits for the
 //!   latest of its values' turns, not for the sum of their waits.
-//! - **Thread**: at most `count` calls in flight per value (a call that carries a value twice is one call).
+//! - **Thread**: at most `count` calls in flight per value, checked against the calls in flight before the
+//!   call (a call that carries a value twice passes if one more fits, and then counts twice on it, as in Java).
 //!
 //! Exception `items` give single values their own count; matching is type-sensitive (the integer 7 is not
 //! the string "7", see [`ParamValue`]).
@@ -303,17 +304,18 @@ fn decide_value(
             *wait = after.saturating_add(w);
             None
         }
-        ValueDecision::Permit(permit) if es.holds(permit) => {
-            // The value again in one call (a list holding it twice): one call in flight, one permit, as Java
-            // reads each element's calls in flight before the call counts.
-            st.release(permit);
-            None
-        }
         ValueDecision::Permit(permit) => {
             es.push(permit, st);
             None
         }
-        ValueDecision::Full(permit) if es.holds(permit) => None,
+        // The value again in one call (a list holding it twice), which its first element filled: Java checks
+        // each element against the calls in flight before the call, so it passes, then counts one call in
+        // flight per element (`ParameterMetric.addThreadCount`): this one too.
+        ValueDecision::Full(permit) if es.holds(permit) => {
+            st.add_again(permit);
+            es.push(permit, st);
+            None
+        }
         // In-flight calls free up when they finish: no retry time is known.
         ValueDecision::Full(_) => Some((v.to_string(), None, st.count_for(&key))),
         // Decided `after` the call's time: a retry is that much further away.

@@ -186,6 +186,12 @@ impl ParamRuleState {
         self.counters.release(permit.0, |n| n.saturating_sub(1))
     }
 
+    /// Thread grade: one more call in flight on the value of `permit`, whatever the threshold (a call that
+    /// holds `permit` and carries the value again: Java counts each element of a call that passed).
+    pub(crate) fn add_again(&self, permit: ValuePermit) {
+        self.counters.release(permit.0, |n| n.saturating_add(1));
+    }
+
     /// Whether a call that passed holds something of this rule until it exits (a thread-grade permit).
     pub(crate) fn holds_permits(&self) -> bool {
         self.mode == Mode::Thread
