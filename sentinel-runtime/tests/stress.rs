@@ -215,3 +215,77 @@ fn concurrent_prioritized_calls_borrow_no_more_than_sequential_ones() {
         assert_eq!(concurrent, sequential, "round {round}: {concurrent} borrowed concurrently, {sequential} alone");
     }
 }
+
+/// Thread-grade rules on the three nodes a call is held to (the resource's, its origin's, its context's),
+/// under many threads with calls of several acquire counts and a later check that refuses every third call:
+/// never more calls in flight than the smallest count, and once all have exited every permit is back.
+#[test]
+fn thread_grade_rules_on_three_nodes_never_over_admit_and_leak_no_permit() {
+    use sentinel_runtime::slot::{Slot, SlotEntry};
+    struct EveryThird(AtomicU64);
+    impl Slot for EveryThird {
+        fn name(&self) -> &'static str {
+            "every-third"
+        }
+        fn entry(&self, _: &SlotEntry<'_>) -> Result<(), String> {
+            if self.0.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
+                Err("third".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_700_000_000_000)).build();
+    engine
+        .load_flow_rules([
+            FlowRule::new("t").grade(FlowGrade::Thread).count(3.0),
+            FlowRule::new("t").grade(FlowGrade::Thread).count(4.0).limit_app("appA"),
+            FlowRule::new("t").grade(FlowGrade::Thread).count(5.0).chain("ctx"),
+        ])
+        .unwrap();
+    engine.add_slot(-1800, EveryThird(AtomicU64::new(0)));
+    let threads = 8;
+    let in_flight = Arc::new(AtomicU64::new(0));
+    let over = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(threads));
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (engine, in_flight, over, barrier) = (&engine, in_flight.clone(), over.clone(), barrier.clone());
+            s.spawn(move || {
+                let _ctx = engine.enter_context("ctx", "appA").unwrap();
+                let r = engine.resource("t");
+                barrier.wait();
+                for i in 0..(200 * scale()) {
+                    let acquire = 1 + ((t + i) % 2) as u32;
+                    if let Ok(e) = r.entry().acquire(acquire).enter() {
+                        // Calls in flight + acquire <= 3 when it was checked: at most 3 in flight.
+                        if in_flight.fetch_add(1, Ordering::SeqCst) + 1 > 3 {
+                            over.store(true, Ordering::SeqCst);
+                        }
+                        std::thread::yield_now();
+                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                        drop(e);
+                    }
+                }
+            });
+        }
+    });
+    assert!(!over.load(Ordering::SeqCst), "more than 3 calls in flight");
+    assert_eq!(engine.cluster_stats("t").unwrap().threads, 0);
+    // Every permit is back: 3 calls pass again (the slot refuses every third: retry until 3 are in).
+    let _ctx = engine.enter_context("ctx", "appA").unwrap();
+    let r = engine.resource("t");
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        if held.len() == 3 {
+            break;
+        }
+        if let Ok(e) = r.enter() {
+            held.push(e);
+        }
+    }
+    assert_eq!(held.len(), 3);
+    for _ in 0..3 {
+        assert!(r.enter().is_err(), "3 in flight + 1 > 3");
+    }
+}
