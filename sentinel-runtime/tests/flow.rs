@@ -921,3 +921,36 @@ fn rules_that_differ_only_in_their_cold_factor_are_deduplicated() {
     engine.load_flow_rules([warm.clone().cold_factor(3).id(1), warm.clone().cold_factor(5).id(2)]).unwrap();
     assert_eq!(engine.flow_rules(), vec![warm.clone().cold_factor(3).id(1)]);
 }
+
+/// An adaptive limit that backs off on a drop does so once per congestion: a drop of a call that took its
+/// place before the back-off does not close the window again. A call queued by a rate limiter took its place
+/// when it arrived, not when its wait ended.
+#[test]
+#[ignore = "review: a queued call's drop counts as admitted after its wait: a place taken before a back-off backs off again"]
+fn a_queued_calls_drop_after_a_back_off_it_was_admitted_before_does_not_back_off_again() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind, WindowConfig};
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 100);
+    rule.window = WindowConfig { window_ms: 1000, min_samples: 100, max_window_ms: 10_000, ignore_rtt_under_us: 0 };
+    engine.load_adaptive_rules([rule]).unwrap();
+    engine
+        .load_flow_rules([FlowRule::new("db")
+            .count(10.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(1000)])
+        .unwrap();
+    let db = engine.resource("db");
+    let mut a = db.enter().unwrap();
+    // Both take their place now; `b` runs after 100 ms in the rate limiter's queue.
+    let mut b = db.enter().unwrap();
+    assert_eq!(b.waited(), Duration::from_millis(100));
+    clock.advance_millis(1);
+    a.set_overload();
+    drop(a);
+    let backed_off = engine.adaptive_status()[0].limit;
+    assert!(backed_off < 10, "the drop backs off: {backed_off}");
+    clock.advance_millis(100);
+    b.set_overload();
+    drop(b);
+    assert_eq!(engine.adaptive_status()[0].limit, backed_off, "b took its place before the back-off");
+}
