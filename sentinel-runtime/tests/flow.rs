@@ -926,7 +926,6 @@ fn rules_that_differ_only_in_their_cold_factor_are_deduplicated() {
 /// place before the back-off does not close the window again. A call queued by a rate limiter took its place
 /// when it arrived, not when its wait ended.
 #[test]
-#[ignore = "review: a queued call's drop counts as admitted after its wait: a place taken before a back-off backs off again"]
 fn a_queued_calls_drop_after_a_back_off_it_was_admitted_before_does_not_back_off_again() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind, WindowConfig};
     let (engine, clock) = engine();

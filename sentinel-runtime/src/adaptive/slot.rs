@@ -196,9 +196,12 @@ impl RuleSlot for AdaptiveSlot {
     fn exit(rules: Option<&Arc<ResourceAdaptive>>, _: &(), cx: &ExitCx, held: &mut AdaptiveHeld) {
         let Some(cell) = rules else { return };
         if let (Some(partition), Some(l)) = (held.take_from(cell), cell.built()) {
-            // The downstream's time: a queueing rule's wait before the call ran is not part of it.
-            let rtt = cx.rt_micros.saturating_mul(1_000).saturating_sub(cx.waited_nanos);
-            l.release(l.permit_of(partition, cx.now_nanos.saturating_sub(rtt)), cx.now_nanos, rtt, cx.overload);
+            // The downstream's time: a queueing rule's wait before the call ran is not part of it. The call
+            // took its place when it was admitted, before that wait (the back-off epoch it belongs to).
+            let since_admitted = cx.rt_micros.saturating_mul(1_000);
+            let rtt = since_admitted.saturating_sub(cx.waited_nanos);
+            let permit = l.permit_of(partition, cx.now_nanos.saturating_sub(since_admitted));
+            l.release(permit, cx.now_nanos, rtt, cx.overload);
         }
     }
 }
