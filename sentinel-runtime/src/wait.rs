@@ -187,6 +187,20 @@ pub(crate) fn ask(p: Pending) {
     let _ = PENDING.try_with(|c| c.set(Some(p)));
 }
 
+/// Whether a check on this thread asked for a wait the entry path has not taken yet: the call refused now
+/// waits, then is decided again.
+#[cold]
+pub(crate) fn is_pending() -> bool {
+    PENDING
+        .try_with(|c| {
+            let p = c.take();
+            let asked = p.is_some();
+            c.set(p);
+            asked
+        })
+        .unwrap_or(false)
+}
+
 /// The wait a check on this thread just asked for (taken: asking again returns `None`).
 #[cold]
 pub(crate) fn take_pending() -> Option<Pending> {

@@ -957,7 +957,6 @@ fn a_queued_calls_drop_after_a_back_off_it_was_admitted_before_does_not_back_off
 /// A call that waits for an adaptive place and is then decided again takes one slot of a rate limiter before
 /// it, not one per decision: the slot its first decision took goes back.
 #[test]
-#[ignore = "review: a call that waited for an adaptive place takes a second rate-limiter slot when decided again"]
 fn a_call_decided_again_after_an_adaptive_wait_takes_one_rate_limiter_slot() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, _clock) = engine();

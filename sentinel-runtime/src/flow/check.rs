@@ -230,7 +230,14 @@ pub(crate) fn check(
                 }
                 _ => {
                     let after = cx.waited_nanos.get().saturating_add(wait_nanos);
-                    owned_qps(st, node, cx.now_ms, cx.acquire, cx.prioritized, scratch.held(node), cx.clock, after)
+                    let mut slot = None;
+                    let held = scratch.held(node);
+                    let d =
+                        owned_qps(st, node, cx.now_ms, cx.acquire, cx.prioritized, held, cx.clock, after, &mut slot);
+                    if let Some(slot) = slot {
+                        scratch.push_throttled(st, slot);
+                    }
+                    d
                 }
             },
         };
@@ -427,7 +434,8 @@ fn fast_one(
         };
     }
     // `wait`: what the checks before this one asked the call to wait.
-    match owned_qps(st, node, now_ms, acquire, false, held, call.clock, *wait) {
+    // The fast path never decides a call again after a wait: the rate limiter's slot needs no undo.
+    match owned_qps(st, node, now_ms, acquire, false, held, call.clock, *wait, &mut None) {
         Decision::Pass { reservation, wait_nanos } => {
             *wait += wait_nanos;
             Ok(reservation.map_or(Took::Nothing, Took::Reservation))
@@ -442,7 +450,7 @@ fn fast_one(
 /// general path and the fast path. `held`: a reservation this call already took on the node. `after`: what
 /// the checks before this one asked the call to wait; a rate limiter spaces the call from the time it gets
 /// there, that long after now (as Java's does after the earlier checks' sleeps), so the waits of several
-/// rate limiters overlap instead of adding up.
+/// rate limiters overlap instead of adding up. `slot`: the slot a rate limiter's pass took.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn owned_qps(
@@ -454,6 +462,7 @@ fn owned_qps(
     held: Option<&mut Reservation>,
     clock: &EngineClock,
     after: u64,
+    slot: &mut Option<(u64, u64)>,
 ) -> Decision {
     let count = st.rule.count;
     match &st.controller {
@@ -463,11 +472,11 @@ fn owned_qps(
             reject_qps(node, now_ms, acquire, w.allowed_qps(), false, held)
         }
         Controller::RateLimiter(t) => {
-            later(t.acquire(clock.precise_nanos().saturating_add(after), acquire, count), after)
+            later(t.acquire(clock.precise_nanos().saturating_add(after), acquire, count, slot), after)
         }
         Controller::WarmUpRateLimiter(w, t) => {
             w.sync(now_ms, node);
-            later(t.acquire(clock.precise_nanos().saturating_add(after), acquire, w.allowed_qps()), after)
+            later(t.acquire(clock.precise_nanos().saturating_add(after), acquire, w.allowed_qps(), slot), after)
         }
     }
 }

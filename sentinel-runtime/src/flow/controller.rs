@@ -132,8 +132,9 @@ impl Throttle {
         Throttle { max_queue_nanos: max_queue_ms.saturating_mul(NANOS_PER_MILLI), latest_passed: AtomicU64::new(0) }
     }
 
-    /// Passes now, after a wait, or blocks: lock-free, exact under concurrent callers.
-    pub(crate) fn acquire(&self, now_nanos: u64, acquire: u32, qps: f64) -> Decision {
+    /// Passes now, after a wait, or blocks: lock-free, exact under concurrent callers. A pass sets `slot` to
+    /// the slot it took (the last pass time before it, and its own), for [`give_back`](Self::give_back).
+    pub(crate) fn acquire(&self, now_nanos: u64, acquire: u32, qps: f64, slot: &mut Option<(u64, u64)>) -> Decision {
         if acquire == 0 {
             return Decision::Pass { reservation: None, wait_nanos: 0 };
         }
@@ -146,7 +147,10 @@ impl Throttle {
             let expected = last.saturating_add(cost);
             if expected <= now_nanos {
                 match self.latest_passed.compare_exchange_weak(last, now_nanos, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return Decision::Pass { reservation: None, wait_nanos: 0 },
+                    Ok(_) => {
+                        *slot = Some((last, now_nanos));
+                        return Decision::Pass { reservation: None, wait_nanos: 0 };
+                    }
                     Err(v) => last = v,
                 }
             } else {
@@ -156,11 +160,20 @@ impl Throttle {
                     return Decision::Block { retry_after: Some(Duration::from_nanos(wait - self.max_queue_nanos)) };
                 }
                 match self.latest_passed.compare_exchange_weak(last, expected, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return Decision::Pass { reservation: None, wait_nanos: wait },
+                    Ok(_) => {
+                        *slot = Some((last, expected));
+                        return Decision::Pass { reservation: None, wait_nanos: wait };
+                    }
                     Err(v) => last = v,
                 }
             }
         }
+    }
+
+    /// Gives back the slot a pass took (`(last pass before it, its own)`, from [`acquire`](Self::acquire)) if
+    /// no later call took one after it (else the slot stays taken: later calls are spaced from it already).
+    pub(crate) fn give_back(&self, (before, taken): (u64, u64)) {
+        let _ = self.latest_passed.compare_exchange(taken, before, Ordering::AcqRel, Ordering::Relaxed);
     }
 }
 

@@ -342,6 +342,10 @@ pub(crate) struct Scratch {
     /// A prioritized call's borrow of a later bucket ([`controller::Decision::Occupied`]): the node, when it
     /// was recorded, the bucket's start, the count.
     borrow: Option<(NodePtr, u64, u64, u32)>,
+    /// The slots rate limiters gave the call (the rule's state, the slot): given back if the call refused now
+    /// waits to be decided again (its next decision takes a slot again), kept otherwise (as in Java, whose
+    /// rate limiter has slept through it when a later check refuses the call).
+    throttled: [Option<(std::ptr::NonNull<FlowRuleState>, (u64, u64))>; MAX_HELD],
 }
 
 impl Scratch {
@@ -355,6 +359,11 @@ impl Scratch {
     }
     fn push_borrow(&mut self, node: &StatNode, at_ms: u64, future_ms: u64, count: u32) {
         self.borrow = Some((NodePtr::of(node), at_ms, future_ms, count));
+    }
+    fn push_throttled(&mut self, st: &FlowRuleState, slot: (u64, u64)) {
+        if let Some(t) = self.throttled.iter_mut().find(|s| s.is_none()) {
+            *t = Some((std::ptr::NonNull::from(st), slot));
+        }
     }
     fn push_reservation(&mut self, node: &StatNode, r: Reservation) {
         if let Some(slot) = self.reservations.iter_mut().find(|s| s.is_none()) {
@@ -371,6 +380,27 @@ impl Scratch {
         }
         if let Some((node, at_ms, future_ms, n)) = self.borrow.take() {
             controller::give_back_borrow(node.get(), at_ms, future_ms, n);
+        }
+        if self.throttled[0].is_some() {
+            self.give_back_slots();
+        }
+    }
+    /// The rate limiters' slots go back if the call will be decided again after a wait.
+    #[cold]
+    fn give_back_slots(&mut self) {
+        let again = crate::wait::is_pending();
+        for t in self.throttled.iter_mut() {
+            if let Some((st, slot)) = t.take() {
+                // SAFETY: a rule state lives as long as the rules that hold it, which the check being undone holds.
+                match &unsafe { st.as_ref() }.controller {
+                    controller::Controller::RateLimiter(t) | controller::Controller::WarmUpRateLimiter(_, t)
+                        if again =>
+                    {
+                        t.give_back(slot)
+                    }
+                    _ => {}
+                }
+            }
         }
     }
 }
