@@ -633,3 +633,31 @@ fn a_value_repeated_in_one_call_counts_once_per_element_while_in_flight() {
     let b = r.entry().args(&[&5]).enter().expect("1 + 1 <= 2");
     drop((a, b));
 }
+
+/// A call that waits for an adaptive place and is then decided again takes one slot of a hot-parameter rate
+/// limiter, not one per decision: the slot its first decision took goes back.
+#[test]
+#[ignore = "review: a call that waited for an adaptive place takes a second hot-parameter rate-limiter slot when decided again"]
+fn a_call_decided_again_after_an_adaptive_wait_takes_one_slot_of_a_value() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    let (engine, _clock) = engine(vec![ParamFlowRule::new("db", 0)
+        .count(10.0)
+        .control_behavior(ControlBehavior::RateLimiter)
+        .max_queueing_time_ms(1000)]);
+    engine
+        .load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 1, 1).max_wait_ms(1000)])
+        .unwrap();
+    let db = engine.resource("db");
+    let held = db.entry().args(&[&"k"]).enter().unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        std::thread::spawn(move || engine.resource("db").entry().args(&[&"k"]).enter().map(|e| e.waited()))
+    };
+    while engine.adaptive_status()[0].waiting == 0 {
+        std::thread::yield_now();
+    }
+    drop(held);
+    let waited = waiter.join().unwrap().expect("the freed place");
+    assert_eq!(waited, Duration::from_millis(100), "the slot after the first call's");
+    assert_eq!(db.entry().args(&[&"k"]).enter().unwrap().waited(), Duration::from_millis(200), "the next slot");
+}
