@@ -75,7 +75,7 @@ pub(crate) struct Held<'h> {
 #[derive(Default)]
 pub(crate) struct Taken {
     pub(crate) flow: flow::Scratch,
-    pub(crate) param: param_flow::TokensTaken,
+    pub(crate) param: param_flow::Scratch,
     /// For kinds that take nothing.
     pub(crate) nothing: (),
 }
@@ -84,7 +84,8 @@ pub(crate) struct Taken {
 #[derive(Default)]
 pub(crate) struct FastTaken {
     pub(crate) flow: flow::FastTaken,
-    pub(crate) param: param_flow::TokensTaken,
+    /// The hot-parameter check takes nothing it gives back on the fast path.
+    pub(crate) param: (),
     /// For kinds that take nothing.
     pub(crate) nothing: (),
 }

@@ -618,6 +618,7 @@ fn tokens_a_refused_call_took_go_back_whatever_refused_it() {
         e.load_flow_rules([]).unwrap();
         assert!(call("u4", "ip4").is_ok(), "general path: {general}");
     }
+}
 
 /// Java's `ParameterMetric.addThreadCount` adds one per element once the call passes: a call whose list holds a
 /// value twice counts twice on it while in flight (each element was checked against the count before the
@@ -637,7 +638,6 @@ fn a_value_repeated_in_one_call_counts_once_per_element_while_in_flight() {
 /// A call that waits for an adaptive place and is then decided again takes one slot of a hot-parameter rate
 /// limiter, not one per decision: the slot its first decision took goes back.
 #[test]
-#[ignore = "review: a call that waited for an adaptive place takes a second hot-parameter rate-limiter slot when decided again"]
 fn a_call_decided_again_after_an_adaptive_wait_takes_one_slot_of_a_value() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, _clock) = engine(vec![ParamFlowRule::new("db", 0)

@@ -86,7 +86,7 @@ pub(crate) use manager::{ParamFlowManager, ParamRuleOwner};
 #[cfg(feature = "tower")]
 pub(crate) use state::value_quota;
 pub(crate) use state::ParamRuleState;
-use state::{ValueDecision, ValuePermit};
+use state::{ThrottleSlot, ValueDecision, ValuePermit};
 
 /// The hot-parameter rules of one resource.
 pub(crate) struct ResourceParamRules {
@@ -134,11 +134,6 @@ impl EntryState {
         }
     }
 }
-
-/// Whether a call's hot-parameter check passed on the general path, so that every value of every rule took
-/// its tokens: a later check that refuses the call gives them back ([`RuleSlot::give_back`]).
-#[derive(Debug, Default)]
-pub(crate) struct TokensTaken(bool);
 
 /// Checks one hot-parameter rule; the first invalid field is reported.
 pub(crate) fn validate(rule: &ParamFlowRule, index: usize) -> Result<(), RuleError> {
@@ -214,6 +209,43 @@ fn argument<'a>(args: &'a [&'a dyn HotParam], idx: i32) -> Option<&'a dyn HotPar
     usize::try_from(i).ok().and_then(|i| args.get(i)).copied()
 }
 
+/// The slots rate limiters gave a call's values while it was decided (on the general path): given back if the
+/// call refused now waits to be decided again (its next decision takes a slot again), kept otherwise (as in
+/// Java, whose rate limiter has slept through it when a later check refuses the call). Beyond its storage, a
+/// slot stays taken.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    slots: [Option<(std::ptr::NonNull<ParamRuleState>, ThrottleSlot)>; MAX_THREAD_PERMITS],
+    /// The check passed, so every value of every rule took its tokens: a later check that refuses the call
+    /// gives them back ([`RuleSlot::give_back`]).
+    passed: bool,
+}
+
+impl Scratch {
+    fn push(&mut self, st: &ParamRuleState, slot: ThrottleSlot) {
+        if let Some(s) = self.slots.iter_mut().find(|s| s.is_none()) {
+            *s = Some((std::ptr::NonNull::from(st), slot));
+        }
+    }
+    /// The call was refused: the slots go back if it will be decided again after a wait.
+    fn release(&mut self) {
+        if self.slots[0].is_some() {
+            self.give_back_slots();
+        }
+    }
+    #[cold]
+    fn give_back_slots(&mut self) {
+        let again = crate::wait::is_pending();
+        for (st, slot) in self.slots.iter_mut().filter_map(Option::take) {
+            if again {
+                // SAFETY: a rule state lives as long as the rules that hold it, which the check being undone
+                // holds.
+                unsafe { st.as_ref() }.give_back_slot(slot);
+            }
+        }
+    }
+}
+
 /// A value over its limit: its text, when a retry could pass, and the count it was held to.
 type Blocked = (String, Option<std::time::Duration>, f64);
 
@@ -225,16 +257,17 @@ fn check_rule(
     cx: &CallCx<'_>,
     es: &mut EntryState,
     wait: &mut u64,
+    slots: &mut Option<&mut Scratch>,
 ) -> Result<(), (Blocked, usize)> {
     // A scalar is decided here, without calling back through the argument's `visit_values`.
     let (blocked, before) = match arg.single_value() {
-        Some(v) => (decide_value(st, v, cx, es, wait), 0),
+        Some(v) => (decide_value(st, v, cx, es, wait, slots), 0),
         None => {
             let mut blocked: Option<Blocked> = None;
             let mut before = 0;
             arg.visit_values(&mut |v| {
                 if blocked.is_none() {
-                    blocked = decide_value(st, v, cx, es, wait);
+                    blocked = decide_value(st, v, cx, es, wait, slots);
                     before += usize::from(blocked.is_none());
                 }
             });
@@ -286,7 +319,8 @@ fn give_back_tokens(state: &ResourceParamRules, cx: &CallCx<'_>, rules: usize, v
 /// goes to `es`. `wait` is what the call waits for the values decided before this one: the value is decided
 /// at the instant the call gets to it, `wait` after the call's time (as Java decides each value after the
 /// waits of those before it), and a wait it asks for beyond that adds to `wait`. Several rate limiters thus
-/// make a call wait for the latest of them, not for the sum of their waits.
+/// make a call wait for the latest of them, not for the sum of their waits. `slots` (the general path's) keeps
+/// the slots rate limiters give.
 #[inline(always)]
 fn decide_value(
     st: &ParamRuleState,
@@ -294,14 +328,18 @@ fn decide_value(
     cx: &CallCx<'_>,
     es: &mut EntryState,
     wait: &mut u64,
+    slots: &mut Option<&mut Scratch>,
 ) -> Option<Blocked> {
     let key = v.key();
     let after = *wait;
     let now = cx.now_nanos.saturating_add(after);
     match st.decide_value(&key, cx.acquire, now, || cx.clock.precise_nanos().saturating_add(after)) {
         ValueDecision::Pass => None,
-        ValueDecision::Wait(w) => {
+        ValueDecision::Spaced(w, slot) => {
             *wait = after.saturating_add(w);
+            if let Some(slots) = slots {
+                slots.push(st, slot);
+            }
             None
         }
         ValueDecision::Permit(permit) => {
@@ -328,7 +366,12 @@ fn decide_value(
 
 /// Checks the call's hot-parameter values against every rule of the resource. `Ok(wait)`: pass, after
 /// waiting `wait` ns (rate limiter).
-pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryState) -> Result<u64, BlockError> {
+pub(crate) fn check(
+    state: &ResourceParamRules,
+    cx: &CallCx<'_>,
+    es: &mut EntryState,
+    mut slots: Option<&mut Scratch>,
+) -> Result<u64, BlockError> {
     let mut wait = 0u64;
     for (i, st) in state.rules.iter().enumerate() {
         let rule = &*st.rule;
@@ -336,7 +379,7 @@ pub(crate) fn check(state: &ResourceParamRules, cx: &CallCx<'_>, es: &mut EntryS
             continue;
         }
         let Some(arg) = argument(cx.args, rule.param_idx) else { continue };
-        match check_rule(st, arg, cx, es, &mut wait) {
+        match check_rule(st, arg, cx, es, &mut wait, &mut slots) {
             Ok(()) => {}
             Err(((value, retry_after, threshold), before)) => {
                 es.release_all(state);
@@ -366,8 +409,9 @@ impl RuleSlot for ParamSlot {
     type State = ();
     /// Per-value thread permits.
     type Held = EntryState;
-    type Taken = TokensTaken;
-    type FastTaken = TokensTaken;
+    /// The slots of rate limiters, and whether the check passed (the general path's).
+    type Taken = Scratch;
+    type FastTaken = ();
     const ORDER: i32 = crate::slot::ORDER_PARAM_FLOW;
     const ON_FAST_PATH: bool = true;
     /// Permits go back to the rules in force at exit (the entry holds no reference to them): a rule that
@@ -380,10 +424,10 @@ impl RuleSlot for ParamSlot {
         _: &(),
         cx: &CheckCx<'_>,
         held: &mut EntryState,
-        taken: &mut TokensTaken,
+        taken: &mut Scratch,
     ) -> Result<Verdict, BlockError> {
-        let wait_nanos = check(rules, &cx.call, held)?;
-        taken.0 = true;
+        let wait_nanos = check(rules, &cx.call, held, Some(&mut *taken))?;
+        taken.passed = true;
         Ok(Verdict::Pass { wait_nanos })
     }
 
@@ -398,7 +442,7 @@ impl RuleSlot for ParamSlot {
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
         held: &mut EntryState,
-        _: Option<&mut TokensTaken>,
+        _: Option<&mut ()>,
     ) -> Result<(), BlockError> {
         // The first check of the fast path that can ask for a wait (the authority lists before it never do).
         *wait = if rules.holds_permits {
@@ -418,7 +462,7 @@ impl RuleSlot for ParamSlot {
         _: &(),
         call: &impl Fn() -> CallCx<'c>,
         held: &mut EntryState,
-        _: Option<&mut TokensTaken>,
+        _: Option<&mut ()>,
     ) {
         if held.is_active() {
             give_back_cold(rules, held);
@@ -430,9 +474,10 @@ impl RuleSlot for ParamSlot {
     /// The call was refused: its thread permits go back, and the tokens it took if the check passed it (a
     /// check that refuses gave them back itself; one that panicked keeps what it took).
     #[inline(always)]
-    fn give_back(rules: &ResourceParamRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut TokensTaken) {
+    fn give_back(rules: &ResourceParamRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
         held.release_all(rules);
-        if std::mem::take(&mut taken.0) {
+        taken.release();
+        if std::mem::take(&mut taken.passed) {
             give_back_tokens(rules, &cx.call, rules.rules.len(), 0);
         }
     }
@@ -462,7 +507,8 @@ fn give_back_cold(rules: &ResourceParamRules, held: &mut EntryState) {
 fn check_holding_nothing(rules: &ResourceParamRules, call: &CallCx<'_>) -> Result<u64, BlockError> {
     // The rules take no permit, so the entry state stays empty.
     let mut held = EntryState::default();
-    check(rules, call, &mut held)
+    // The fast path never decides a call again after a wait: a rate limiter's slot needs no undo.
+    check(rules, call, &mut held, None)
 }
 
 /// The check of rules of which one or more is thread-grade, off the general path's unwind guard: if a
@@ -485,7 +531,7 @@ fn check_holding_permits(
         }
     }
     let guard = OnUnwind { rules, held };
-    let checked = check(guard.rules, call, guard.held);
+    let checked = check(guard.rules, call, guard.held, None);
     std::mem::forget(guard);
     checked
 }

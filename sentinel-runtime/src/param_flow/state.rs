@@ -99,12 +99,21 @@ enum Mode {
     Thread,
 }
 
+/// The slot a rate limiter gave a value ([`ValueDecision::Spaced`]): the value's counter, the pass time it
+/// held before and the one the pass stored ([`ParamRuleState::give_back_slot`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ThrottleSlot {
+    at: CellRef,
+    before: u64,
+    taken: u64,
+}
+
 /// The outcome for one value.
 #[derive(Debug)]
 pub(crate) enum ValueDecision {
     Pass,
-    /// Pass after waiting this long (rate limiter).
-    Wait(u64),
+    /// Rate limiter: pass after waiting this long (0: at once), in the slot taken.
+    Spaced(u64, ThrottleSlot),
     /// Pass holding one in-flight permit on the value, released at exit.
     Permit(ValuePermit),
     /// Block; a retry could pass after this long (when known).
@@ -190,6 +199,13 @@ impl ParamRuleState {
     /// holds `permit` and carries the value again: Java counts each element of a call that passed).
     pub(crate) fn add_again(&self, permit: ValuePermit) {
         self.counters.release(permit.0, |n| n.saturating_add(1));
+    }
+
+    /// Gives back the slot a rate limiter's pass took ([`ValueDecision::Spaced`]) if no later call took one
+    /// of the value since (else it stays taken: later calls are spaced from it already).
+    pub(crate) fn give_back_slot(&self, slot: ThrottleSlot) {
+        let (before, taken) = (slot.before as u128, slot.taken as u128);
+        self.counters.release(slot.at, |n| if n == taken { before } else { n });
     }
 
     /// Whether a call that passed holds something of this rule until it exits (a thread-grade permit).
@@ -349,20 +365,24 @@ impl ParamRuleState {
             return ValueDecision::Block(None);
         }
         let cost = (1e9 * acquire as f64 * self.duration_sec as f64 / count as f64).round() as u64;
-        let first = || (now_nanos as u128, ValueDecision::Pass);
+        // A pass answers its wait, the pass time before it and its own (a value seen first had none: 0).
+        let first = || (now_nanos as u128, Ok((0, 0, now_nanos)));
         let step = |p: u128| {
             let expected = (p as u64).saturating_add(cost);
             if expected <= now_nanos {
-                Step::Store(now_nanos as u128, ValueDecision::Pass)
+                Step::Store(now_nanos as u128, Ok((0, p as u64, now_nanos)))
             } else if expected - now_nanos < max_queue {
-                Step::Store(expected as u128, ValueDecision::Wait(expected - now_nanos))
+                Step::Store(expected as u128, Ok((expected - now_nanos, p as u64, expected)))
             } else {
                 // Retried once the wait is strictly below the queueing time, the call queues.
                 let beyond = (expected - now_nanos - max_queue).saturating_add(1);
-                Step::Keep(ValueDecision::Block(Some(std::time::Duration::from_nanos(beyond))))
+                Step::Keep(Err(std::time::Duration::from_nanos(beyond)))
             }
         };
-        self.counters.update(key, first, step, |_| false).0
+        match self.counters.update(key, first, step, |_| false) {
+            (Ok((wait, before, taken)), at) => ValueDecision::Spaced(wait, ThrottleSlot { at, before, taken }),
+            (Err(retry_after), _) => ValueDecision::Block(Some(retry_after)),
+        }
     }
 
     /// Thread grade: take one in-flight permit if the value has fewer than its threshold.
