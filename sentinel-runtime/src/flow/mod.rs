@@ -345,8 +345,11 @@ pub(crate) struct Scratch {
     /// The slots rate limiters gave the call (the rule's state, the slot): given back if the call refused now
     /// waits to be decided again (its next decision takes a slot again), kept otherwise (as in Java, whose
     /// rate limiter has slept through it when a later check refuses the call).
-    throttled: [Option<(std::ptr::NonNull<FlowRuleState>, (u64, u64))>; MAX_HELD],
+    throttled: [Option<Throttled>; MAX_HELD],
 }
+
+/// A rate limiter's slot a call took: the rule's state, the slot ([`controller::Throttle::give_back`]).
+type Throttled = (std::ptr::NonNull<FlowRuleState>, (u64, u64));
 
 impl Scratch {
     fn push_leased(&mut self, lease: &token_service::RuleLease, key: u64, n: u32) {
