@@ -902,3 +902,22 @@ fn the_default_context_shows_in_the_tree_once_a_call_runs_in_it() {
     let tree = names(&json(&get(center.local_addr(), "/jsonTree", &[])));
     assert!(tree.windows(2).any(|w| w == ["sentinel_default_context", "plain"]), "{tree:?}");
 }
+
+/// Java's cluster node of a resource is made by its first entry: before it, `clusterNodeById` answers `{}` and
+/// `cnode` lists no row for it, whether the resource has rules or a handle.
+#[test]
+#[ignore = "review: clusterNodeById and cnode show a resource never entered (rules or a handle only), Java has no node"]
+fn the_node_commands_leave_out_a_resource_never_entered() {
+    let (engine, _clock) = engine("never");
+    engine.load_flow_rules([FlowRule::new("ruled").count(2.0)]).unwrap();
+    let _handle = engine.resource("handled");
+    drop(engine.enter("entered").unwrap());
+    let center = start(&engine);
+    let addr = center.local_addr();
+    for id in ["ruled", "handled"] {
+        assert_eq!(get(addr, &format!("/clusterNodeById?id={id}"), &[]).body, "{}", "{id}");
+    }
+    let cnode = get(addr, "/cnode?id=ed", &[]).body;
+    assert!(cnode.contains("entered"), "{cnode}");
+    assert!(!cnode.contains("ruled") && !cnode.contains("handled"), "{cnode}");
+}
