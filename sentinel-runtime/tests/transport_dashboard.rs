@@ -169,7 +169,10 @@ const NODE_VO_FIELDS: [&str; 13] = [
 
 #[test]
 fn json_tree_and_cluster_node_parse_as_node_vo() {
-    let (engine, _clock) = engine("shop");
+    let (engine, clock) = engine("shop");
+    // Entered more than a minute ago: a cluster node with no request in the last minute.
+    drop(engine.enter("idle").unwrap());
+    clock.advance_millis(61_000);
     engine.load_flow_rules([FlowRule::new("api").count(1.0)]).unwrap();
     drop(engine.enter("api"));
     drop(engine.enter("api"));
@@ -177,7 +180,6 @@ fn json_tree_and_cluster_node_parse_as_node_vo() {
         let _ctx = engine.enter_context("web", "").unwrap();
         drop(engine.resource("nested").enter().unwrap());
     }
-    drop(engine.resource("idle")); // created, never entered
     let center = start(&engine);
     let addr = center.local_addr();
 
@@ -903,10 +905,9 @@ fn the_default_context_shows_in_the_tree_once_a_call_runs_in_it() {
     assert!(tree.windows(2).any(|w| w == ["sentinel_default_context", "plain"]), "{tree:?}");
 }
 
-/// Java's cluster node of a resource is made by its first entry: before it, `clusterNodeById` answers `{}` and
-/// `cnode` lists no row for it, whether the resource has rules or a handle.
+/// Java's cluster node of a resource is made by its first entry: before it, `clusterNode`, `clusterNodeById`,
+/// `cnode` and `origin` do not show it, whether the resource has rules or a handle.
 #[test]
-#[ignore = "review: clusterNodeById and cnode show a resource never entered (rules or a handle only), Java has no node"]
 fn the_node_commands_leave_out_a_resource_never_entered() {
     let (engine, _clock) = engine("never");
     engine.load_flow_rules([FlowRule::new("ruled").count(2.0)]).unwrap();
@@ -920,4 +921,7 @@ fn the_node_commands_leave_out_a_resource_never_entered() {
     let cnode = get(addr, "/cnode?id=ed", &[]).body;
     assert!(cnode.contains("entered"), "{cnode}");
     assert!(!cnode.contains("ruled") && !cnode.contains("handled"), "{cnode}");
+    let nodes = get(addr, "/clusterNode", &[]).body;
+    assert!(nodes.contains("entered") && !nodes.contains("handled"), "{nodes}");
+    assert_eq!(get(addr, "/origin?id=handled", &[]).body, "Not find cNode with id handled");
 }

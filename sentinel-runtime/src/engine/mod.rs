@@ -615,6 +615,12 @@ impl Sentinel {
         self.shared.resources().map(|r| r.name.to_string()).collect()
     }
 
+    /// The resources entered at least once (Java's cluster nodes, which a resource's first entry makes), for
+    /// the command center's node commands: a resource with only a handle or rules is left out.
+    pub(crate) fn entered_resource_names(&self) -> Vec<String> {
+        self.shared.resources().filter(|r| r.was_entered()).map(|r| r.name.to_string()).collect()
+    }
+
     /// Adds a user slot at `order` (see [`crate::slot`] for the built-in orders).
     ///
     /// A slot's `entry` runs while the call reads the resource's rules: loading rules from it is fine (they

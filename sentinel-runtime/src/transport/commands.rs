@@ -265,7 +265,7 @@ pub(crate) fn json_tree(c: &Center, _: &Params) -> Result<Reply, CommandError> {
 pub(crate) fn cluster_node(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let not_zero = p.get("type").is_some_and(|t| t.eq_ignore_ascii_case("notZero"));
     let now = c.engine.now_millis();
-    let mut names = c.engine.resource_names();
+    let mut names = c.engine.entered_resource_names();
     names.sort();
     let list: Vec<NodeVo> = names
         .iter()
@@ -281,7 +281,9 @@ pub(crate) fn cluster_node_by_id(c: &Center, p: &Params) -> Result<Reply, Comman
     let Some(id) = p.get("id") else {
         return Err(CommandError("Invalid parameter: empty clusterNode name".into()));
     };
-    match c.engine.cluster_stats(id) {
+    // Java has no cluster node for a resource never entered.
+    let entered = c.engine.entered_resource_names().iter().any(|n| n == id);
+    match c.engine.cluster_stats(id).filter(|_| entered) {
         Some(s) => Reply::json(&NodeVo::of(id, &s, c.engine.now_millis())),
         None => Ok(Reply::json_text("{}".into())),
     }
@@ -365,7 +367,7 @@ pub(crate) fn cnode(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let Some(id) = p.get("id") else {
         return Err(CommandError("Invalid parameter: empty clusterNode name".into()));
     };
-    let mut names = c.engine.resource_names();
+    let mut names = c.engine.entered_resource_names();
     names.sort();
     let nodes: Vec<(String, NodeStats)> = names
         .into_iter()
@@ -412,7 +414,7 @@ pub(crate) fn origin(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let Some(id) = p.get("id") else {
         return Err(CommandError("Invalid parameter: `id` is required (a resource name)".into()));
     };
-    let mut names = c.engine.resource_names();
+    let mut names = c.engine.entered_resource_names();
     names.sort();
     let Some(name) = names.iter().find(|n| *n == id).or_else(|| names.iter().find(|n| n.contains(id))) else {
         return Ok(Reply::text(format!("Not find cNode with id {id}")));
