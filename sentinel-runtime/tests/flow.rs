@@ -820,7 +820,6 @@ fn a_reject_rule_after_a_rate_limiters_wait_decides_at_the_calls_turn() {
 /// Java's thread grade reads `curThreadNum`: a call in flight from before the rule was loaded counts until
 /// it exits, whatever another call's check saw while a third was between its check and its count.
 #[test]
-#[ignore = "review: a check made while a call holds a permit but is not counted yet forgets the calls in flight before the rule"]
 fn thread_grade_keeps_counting_earlier_calls_after_a_check_made_mid_entry() {
     use std::sync::atomic::AtomicBool;
     struct Nested(Sentinel, AtomicBool);

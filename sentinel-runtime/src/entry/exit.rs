@@ -88,20 +88,21 @@ impl Drop for Entry<'_> {
         let w = Writer::at(now_ms);
         let (own, inbound) = (self.flags & Flags::OWN != 0, self.flags & Flags::INBOUND != 0);
         let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
-        nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
-        if let Some(o) = inner.observed.get() {
-            o.record_rt(rt_micros);
-        }
-
         let overload = self.flags & Flags::OVERLOAD != 0;
         let waited_nanos = self.wait_nanos;
         // The nodes the checks saw (`CheckCx`): the resource's, the context's and the origin's.
         let permit_nodes = crate::flow::PermitNodes::new(&inner.cluster.stat, Some(node.stats()), nodes.origin());
+        // The permits go back before the calls in flight go down (see `ThreadGate`: a call never holds a
+        // counted permit while it is not counted in flight).
         chain::exit(
             shared,
             &ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, permit_nodes, error, overload },
             &mut self.held(),
         );
+        nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
+        if let Some(o) = inner.observed.get() {
+            o.record_rt(rt_micros);
+        }
         // Before any user code runs (breaker observers, slot exit hooks), so that a panic there cannot leave
         // this entry installed in the thread's context.
         if self.flags & Flags::TOUCHES_TLS != 0 {

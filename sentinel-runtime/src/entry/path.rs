@@ -162,6 +162,14 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         } else {
             site.nodes.for_each(|n| n.pass_with(&w, self.acquire));
         }
+        if checks.flow.is_active() {
+            // Counted in flight now: its thread-grade permits are no longer pending.
+            checks.flow.counted(&flow::PermitNodes::new(
+                &site.inner.cluster.stat,
+                Some(site.node.stats()),
+                site.nodes.origin(),
+            ));
+        }
         if touches_tls {
             context::set_current(ContextState {
                 cur_node: node as *const DefaultNode,

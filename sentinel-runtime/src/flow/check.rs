@@ -79,7 +79,7 @@ impl RuleSlot for FlowSlot {
     #[inline(always)]
     fn give_back(_: &ResourceFlowRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
         taken.release();
-        held.release_permits(&permit_nodes(cx));
+        held.release_permits(&permit_nodes(cx), true);
     }
 
     #[inline(always)]
@@ -89,7 +89,7 @@ impl RuleSlot for FlowSlot {
 
     #[inline(always)]
     fn exit(_: Option<&ResourceFlowRules>, _: &(), cx: &ExitCx, held: &mut EntryState) {
-        held.release_permits(&cx.permit_nodes);
+        held.release_permits(&cx.permit_nodes, false);
     }
 }
 
@@ -207,9 +207,9 @@ pub(crate) fn check(
             FlowGrade::Thread => {
                 if es.has_permit(&permit_nodes(cx), node) {
                     // The permits count this call already: the others in flight, plus its acquire count.
-                    let others = node.thread_permits().saturating_sub(1) + st.in_flight_before(node, true);
+                    let others = node.thread_permits().saturating_sub(1) + st.in_flight_before(node);
                     read_only((others + cx.acquire as u64) as f64 <= rule.count, || None)
-                } else if node.try_thread_permit(cx.acquire as u64 + st.in_flight_before(node, false), rule.count) {
+                } else if node.try_thread_permit(cx.acquire as u64 + st.in_flight_before(node), rule.count) {
                     Decision::ThreadPermit
                 } else {
                     Decision::Block { retry_after: None }
@@ -382,7 +382,7 @@ fn undo_fast(cluster: &StatNode, held: &mut EntryState, taken: Option<&mut FastT
         t.release();
     }
     // The fast path takes permits of the resource's own node only.
-    held.release_permits(&PermitNodes::new(cluster, None, None));
+    held.release_permits(&PermitNodes::new(cluster, None, None), true);
 }
 
 /// What one rule of [`FastRules`] took for a call it let through.
@@ -399,7 +399,7 @@ impl Took {
         match self {
             Took::Nothing => {}
             Took::Reservation(r) => call.cluster.admission().release(r),
-            Took::Permit => call.cluster.release_thread_permit(),
+            Took::Permit => call.cluster.release_thread_permit(true),
         }
     }
 }
@@ -418,7 +418,7 @@ fn fast_one(
     let (node, now_ms, acquire) = (call.cluster, call.now_ms, call.acquire);
     if let Some((i, limit)) = fast.threads {
         if i == at {
-            let acquire = acquire as u64 + rules.rules[i].in_flight_before(node, false);
+            let acquire = acquire as u64 + rules.rules[i].in_flight_before(node);
             return if node.try_thread_permit(acquire, limit) { Ok(Took::Permit) } else { Err(None) };
         }
     }
@@ -541,7 +541,7 @@ fn apply(
         }
         Decision::ThreadPermit => {
             if !es.push_permit(&permit_nodes(cx), node) {
-                node.release_thread_permit();
+                node.release_thread_permit(true);
             }
             None
         }
@@ -556,7 +556,7 @@ fn apply(
         }
         Decision::Block { retry_after } => {
             scratch.release();
-            es.release_permits(&permit_nodes(cx));
+            es.release_permits(&permit_nodes(cx), true);
             Some(Err(BlockError::Flow {
                 resource: cx.resource.share(),
                 rule: st.rule_for_block(),

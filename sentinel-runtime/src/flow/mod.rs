@@ -121,23 +121,28 @@ impl FlowRuleState {
     }
 
     /// The calls in flight on `node` (the node the rule reads) that hold no permit of its gate: they entered
-    /// before the rule was loaded (see `in_flight_before`). `own`: whether the call being checked holds a
-    /// permit of the gate already (an earlier rule took it; the call is not in flight yet).
+    /// before the rule was loaded (see `in_flight_before`). A permit the call being checked took already (an
+    /// earlier rule's) is pending: not one of them.
     #[inline(always)]
-    fn in_flight_before(&self, node: &StatNode, own: bool) -> u64 {
+    fn in_flight_before(&self, node: &StatNode) -> u64 {
         match self.in_flight_before.load(Ordering::Relaxed) {
             0 => 0,
-            known => self.in_flight_before_now(node, own, known),
+            known => self.in_flight_before_now(node, known),
         }
     }
 
     /// Reads them again from the node: its calls in flight that hold no permit, never more than known.
     #[cold]
     #[inline(never)]
-    fn in_flight_before_now(&self, node: &StatNode, own: bool, known: u64) -> u64 {
-        let permits_in_flight = node.thread_permits().saturating_sub(own as u64);
-        let now = node.cur_threads().saturating_sub(permits_in_flight).min(known);
-        self.in_flight_before.fetch_min(now, Ordering::Relaxed);
+    fn in_flight_before_now(&self, node: &StatNode, known: u64) -> u64 {
+        // The permits of calls counted in flight, read consistently with the calls in flight (a permit whose
+        // call is not counted yet, or no longer, is not subtracted: see `ThreadGate`). A reading that is not
+        // consistent answers for this call only: what is known is lowered by consistent ones alone.
+        let (in_flight, permits_in_flight, consistent) = node.thread_gate.counted_permits(|| node.cur_threads());
+        let now = in_flight.saturating_sub(permits_in_flight).min(known);
+        if consistent {
+            self.in_flight_before.fetch_min(now, Ordering::Relaxed);
+        }
         now
     }
 }
@@ -434,17 +439,28 @@ impl EntryState {
         self.permits |= bit;
         bit != 0
     }
+    /// The call passed and is counted in its nodes' calls in flight: its permits are no longer pending.
+    pub(crate) fn counted(&self, nodes: &PermitNodes) {
+        for bit in [PermitNodes::CLUSTER, PermitNodes::CONTEXT, PermitNodes::ORIGIN] {
+            if self.permits & bit != 0 {
+                if let Some(p) = nodes.node(bit) {
+                    p.get().thread_gate.counted();
+                }
+            }
+        }
+    }
     /// Keeps a permit of the resource's own node (the fast path's).
     #[inline(always)]
     fn push_cluster_permit(&mut self) {
         self.permits |= PermitNodes::CLUSTER;
     }
-    /// Gives back the permits (one per node: a call in flight counts once, whatever its acquire count).
-    pub(crate) fn release_permits(&mut self, nodes: &PermitNodes) {
+    /// Gives back the permits (one per node: a call in flight counts once, whatever its acquire count):
+    /// `pending` when the call was never counted in flight (a check refused it).
+    pub(crate) fn release_permits(&mut self, nodes: &PermitNodes, pending: bool) {
         for bit in [PermitNodes::CLUSTER, PermitNodes::CONTEXT, PermitNodes::ORIGIN] {
             if self.permits & bit != 0 {
                 if let Some(p) = nodes.node(bit) {
-                    p.get().release_thread_permit();
+                    p.get().release_thread_permit(pending);
                 }
             }
         }
@@ -458,8 +474,8 @@ impl StatNode {
     fn try_thread_permit(&self, acquire: u64, limit: f64) -> bool {
         self.thread_gate.try_acquire(acquire, limit)
     }
-    fn release_thread_permit(&self) {
-        self.thread_gate.release()
+    fn release_thread_permit(&self, pending: bool) {
+        self.thread_gate.release(pending)
     }
     fn thread_permits(&self) -> u64 {
         self.thread_gate.permits()
