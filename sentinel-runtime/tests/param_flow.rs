@@ -665,7 +665,6 @@ fn a_call_decided_again_after_an_adaptive_wait_takes_one_slot_of_a_value() {
 /// A call that waits for an adaptive place and is then decided again spends one token of a value's bucket,
 /// not one per decision: the token its first decision spent goes back.
 #[test]
-#[ignore = "review: a call that waited for an adaptive place spends a second hot-parameter token when decided again"]
 fn a_call_decided_again_after_an_adaptive_wait_spends_one_token_of_a_value() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, _clock) = engine(vec![ParamFlowRule::new("db", 0).count(3.0)]);
