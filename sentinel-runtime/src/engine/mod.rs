@@ -617,6 +617,7 @@ impl Sentinel {
 
     /// The resources entered at least once (Java's cluster nodes, which a resource's first entry makes), for
     /// the command center's node commands: a resource with only a handle or rules is left out.
+    #[cfg(feature = "transport")]
     pub(crate) fn entered_resource_names(&self) -> Vec<String> {
         self.shared.resources().filter(|r| r.was_entered()).map(|r| r.name.to_string()).collect()
     }
