@@ -532,6 +532,7 @@ async fn handle(
 /// When the server began to handle a request (its headers read): the start of its
 /// [`Limits::request_timeout`].
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "transport"), allow(dead_code))] // Read by the command center's handlers.
 pub(crate) struct RequestStarted(pub(crate) std::time::Instant);
 
 /// The message of a `413`.
