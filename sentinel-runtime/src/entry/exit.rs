@@ -11,7 +11,7 @@ use crate::resource::inner::ResourceInner;
 use super::path::Nodes;
 use super::{Entry, Flags};
 use crate::chain::{self, MAX_SLOT_EXITS};
-use crate::slot::contract::ExitCx;
+use crate::slot::contract::{CallNodes, ExitCx};
 use crate::slot::SlotExit;
 use crate::stat::Writer;
 
@@ -91,12 +91,12 @@ impl Drop for Entry<'_> {
         let overload = self.flags & Flags::OVERLOAD != 0;
         let waited_nanos = self.wait_nanos;
         // The nodes the checks saw (`CheckCx`): the resource's, the context's and the origin's.
-        let permit_nodes = crate::flow::PermitNodes::new(&inner.cluster.stat, Some(node.stats()), nodes.origin());
+        let call_nodes = CallNodes::new(&inner.cluster.stat, Some(node.stats()), nodes.origin());
         // The permits go back before the calls in flight go down (see `ThreadGate`: a call never holds a
         // counted permit while it is not counted in flight).
         chain::exit(
             shared,
-            &ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, permit_nodes, error, overload },
+            &ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, nodes: call_nodes, error, overload },
             &mut self.held(),
         );
         nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
@@ -110,7 +110,7 @@ impl Drop for Entry<'_> {
         }
         // Breakers count the call; the adaptive slot's place goes back to the rule state that gave it.
         if inner.exit_reads_rules.load(Ordering::Acquire) {
-            let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, permit_nodes, error, overload };
+            let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, nodes: call_nodes, error, overload };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }

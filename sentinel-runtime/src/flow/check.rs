@@ -89,7 +89,8 @@ impl RuleSlot for FlowSlot {
 
     #[inline(always)]
     fn exit(_: Option<&ResourceFlowRules>, _: &(), cx: &ExitCx, held: &mut EntryState) {
-        held.release_permits(&cx.permit_nodes, false);
+        let (cluster, context, origin) = cx.nodes.get();
+        held.release_permits(&PermitNodes::new(cluster, context, origin), false);
     }
 }
 

@@ -131,6 +131,35 @@ impl RelatedStat {
     }
 }
 
+/// The nodes a call was checked on (as [`CheckCx`] gave them): its resource's cluster node, its context's node
+/// and its origin's, for the exit hooks of kinds that hold something on them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallNodes {
+    cluster: NonNull<StatNode>,
+    context: Option<NonNull<StatNode>>,
+    origin: Option<NonNull<StatNode>>,
+}
+
+impl CallNodes {
+    /// The nodes of a call (the context's and the origin's when it has them).
+    #[inline(always)]
+    pub(crate) fn new(cluster: &StatNode, context: Option<&StatNode>, origin: Option<&StatNode>) -> Self {
+        CallNodes {
+            cluster: NonNull::from(cluster),
+            context: context.map(NonNull::from),
+            origin: origin.map(NonNull::from),
+        }
+    }
+
+    /// The nodes: the cluster node's, the context's and the origin's.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> (&StatNode, Option<&StatNode>, Option<&StatNode>) {
+        // SAFETY: the nodes belong to the engine of the entry being exited, which the entry keeps alive while
+        // its exit hooks run (an `ExitCx` lives only during them); nodes are never freed before their engine.
+        unsafe { (self.cluster.as_ref(), self.context.map(|c| c.as_ref()), self.origin.map(|o| o.as_ref())) }
+    }
+}
+
 /// What the exit hooks see of an entry that passed.
 pub(crate) struct ExitCx {
     pub(crate) now_nanos: u64,
@@ -139,8 +168,9 @@ pub(crate) struct ExitCx {
     /// The part of `rt_micros` the call waited before it ran (a queueing rule's wait, [`Entry::waited`]
     /// (crate::Entry::waited)): not the downstream's time, which an adaptive limit measures.
     pub(crate) waited_nanos: u64,
-    /// The nodes whose thread-grade permits the entry can hold (flow's).
-    pub(crate) permit_nodes: crate::flow::PermitNodes,
+    /// The nodes the call was checked on, which a kind may hold something on until the exit (thread-grade
+    /// permits).
+    pub(crate) nodes: CallNodes,
     pub(crate) error: bool,
     /// The call failed by overload ([`Entry::set_overload`](crate::Entry::set_overload)): a drop for adaptive
     /// limits.
