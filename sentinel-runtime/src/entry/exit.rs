@@ -91,7 +91,9 @@ impl Drop for Entry<'_> {
         let overload = self.flags & Flags::OVERLOAD != 0;
         let waited_nanos = self.wait_nanos;
         // The nodes the checks saw (`CheckCx`): the resource's, the context's and the origin's.
-        let call_nodes = CallNodes::new(&inner.cluster.stat, Some(node.stats()), nodes.origin());
+        // Made only for a call that holds thread-grade permits on them (read by the flow slot's exit).
+        let call_nodes =
+            self.flow.is_active().then(|| CallNodes::new(&inner.cluster.stat, Some(node.stats()), nodes.origin()));
         // The permits go back before the calls in flight go down (see `ThreadGate`: a call never holds a
         // counted permit while it is not counted in flight).
         chain::exit(

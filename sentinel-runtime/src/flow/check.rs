@@ -89,8 +89,10 @@ impl RuleSlot for FlowSlot {
 
     #[inline(always)]
     fn exit(_: Option<&ResourceFlowRules>, _: &(), cx: &ExitCx, held: &mut EntryState) {
-        let (cluster, context, origin) = cx.nodes.get();
-        held.release_permits(&PermitNodes::new(cluster, context, origin), false);
+        if let Some(nodes) = &cx.nodes {
+            let (cluster, context, origin) = nodes.get();
+            held.release_permits(&PermitNodes::new(cluster, context, origin), false);
+        }
     }
 }
 

@@ -168,9 +168,9 @@ pub(crate) struct ExitCx {
     /// The part of `rt_micros` the call waited before it ran (a queueing rule's wait, [`Entry::waited`]
     /// (crate::Entry::waited)): not the downstream's time, which an adaptive limit measures.
     pub(crate) waited_nanos: u64,
-    /// The nodes the call was checked on, which a kind may hold something on until the exit (thread-grade
-    /// permits).
-    pub(crate) nodes: CallNodes,
+    /// The nodes the call was checked on, when it holds something on them until the exit (flow's
+    /// thread-grade permits: `None` when it holds none).
+    pub(crate) nodes: Option<CallNodes>,
     pub(crate) error: bool,
     /// The call failed by overload ([`Entry::set_overload`](crate::Entry::set_overload)): a drop for adaptive
     /// limits.
