@@ -654,6 +654,25 @@ fn rules_that_differ_only_in_their_id_are_deduplicated() {
     assert_eq!(engine.flow_rules(), vec![FlowRule::new("d").count(3.0).id(7)]);
 }
 
+/// Java's degrade, hot-parameter and authority managers keep their rules in sets, and rule equality leaves the
+/// id out: rules of those kinds that differ only in their id are one rule too.
+#[test]
+fn rules_of_every_kind_that_differ_only_in_their_id_are_one_rule() {
+    use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+    use sentinel_runtime::circuit_breaker::{DegradeGrade, DegradeRule};
+    use sentinel_runtime::param_flow::ParamFlowRule;
+    let (engine, _clock) = engine();
+    let degrade = DegradeRule::new("d", DegradeGrade::ErrorCount).count(3.0).time_window_sec(10);
+    engine.load_degrade_rules([degrade.clone().id(1), degrade.clone().id(2)]).unwrap();
+    assert_eq!(engine.degrade_rules(), vec![degrade.id(1)]);
+    let param = ParamFlowRule::new("d", 0).count(3.0);
+    engine.load_param_flow_rules([param.clone().id(1), param.clone().id(2)]).unwrap();
+    assert_eq!(engine.param_flow_rules(), vec![param.id(1)]);
+    let authority = AuthorityRule::new("d", "appA", AuthorityStrategy::White);
+    engine.load_authority_rules([authority.clone().id(1), authority.clone().id(2)]).unwrap();
+    assert_eq!(engine.authority_rules(), vec![authority.id(1)]);
+}
+
 /// Java's `FlowRuleManager.isOtherOrigin`: an origin is "other" when no rule of the resource has it as its
 /// `limitApp`, `default` and `other` included.
 #[test]

@@ -232,6 +232,15 @@ impl crate::slot::toolkit::DedupKey for crate::authority::AuthorityRule {
     fn dedup_key<H: std::hash::Hasher>(&self, h: &mut H) {
         std::hash::Hash::hash(&(&self.resource, &self.limit_app), h);
     }
+    /// Rules that differ only in their id are one rule, the first kept (Java's rule equality leaves the id
+    /// out, and its rule manager keeps a set).
+    fn repeats(&self, other: &Self) -> bool {
+        if self.id == other.id {
+            self == other
+        } else {
+            Self { id: other.id, ..self.clone() } == *other
+        }
+    }
 }
 
 #[cfg(test)]

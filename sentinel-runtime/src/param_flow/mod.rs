@@ -560,4 +560,13 @@ impl crate::slot::toolkit::DedupKey for crate::param_flow::ParamFlowRule {
         std::hash::Hash::hash(&(&self.resource, &self.limit_app, self.param_idx), h);
         crate::slot::toolkit::hash_f64(self.count, h);
     }
+    /// Rules that differ only in their id are one rule, the first kept (Java's rule equality leaves the id
+    /// out, and its rule manager keeps a set).
+    fn repeats(&self, other: &Self) -> bool {
+        if self.id == other.id {
+            self == other
+        } else {
+            Self { id: other.id, ..self.clone() } == *other
+        }
+    }
 }
