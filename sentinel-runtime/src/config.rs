@@ -56,7 +56,7 @@ pub const CONTEXT_OVERFLOW: &str = "sentinel_context_overflow";
 pub struct Config {
     /// The application's name (shown by the dashboard and logs).
     pub app_name: String,
-    /// Most contexts that no chain rule names; past it entries in new contexts run in [`CONTEXT_OVERFLOW`]
+    /// Most named contexts that no chain rule names (the default context aside, as Java's `MAX_CONTEXT_NAME_SIZE`); past it entries in new contexts run in [`CONTEXT_OVERFLOW`]
     /// (checked like any other), and contexts a chain rule names are still created.
     pub max_contexts: usize,
     /// Most resources that no rule names (the resources of annotated functions, bounded by the program, are
@@ -244,7 +244,8 @@ pub struct Caps {
     pub max_resources: usize,
     /// Handles on new names given the overflow resource since the engine started.
     pub resources_overflowed: u64,
-    /// Contexts counted against [`max_contexts`](crate::Config::max_contexts) (the default one included).
+    /// Contexts counted against [`max_contexts`](crate::Config::max_contexts): the named contexts that no chain
+    /// rule names (the default context is not counted, as in Java).
     pub contexts: usize,
     /// The cap on contexts.
     pub max_contexts: usize,

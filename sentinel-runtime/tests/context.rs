@@ -230,7 +230,6 @@ fn a_context_guard_dropped_while_an_entry_is_in_flight_keeps_the_context_until_t
 }
 
 #[test]
-#[ignore = "review: the context cap admits one named context fewer than Java's MAX_CONTEXT_NAME_SIZE"]
 fn the_context_cap_admits_as_many_named_contexts_as_it_says() {
     // Java: `contextNameNodeMap.size() > MAX_CONTEXT_NAME_SIZE` refuses; the map starts with the default
     // context, so MAX named contexts are created.

@@ -355,8 +355,7 @@ impl Sentinel {
             resources: s.unnamed_resources.load(Ordering::Relaxed),
             max_resources: s.config.max_resources,
             resources_overflowed: s.overflowed_resources.load(Ordering::Relaxed),
-            // The default context counts as one.
-            contexts: s.unnamed_contexts.load(Ordering::Relaxed) + 1,
+            contexts: s.unnamed_contexts.load(Ordering::Relaxed),
             max_contexts: s.config.max_contexts,
             contexts_overflowed: s.overflowed_contexts.load(Ordering::Relaxed),
             origins: s.unnamed_origins.load(Ordering::Relaxed),

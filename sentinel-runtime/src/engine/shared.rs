@@ -260,8 +260,9 @@ impl Shared {
             return Some(&self.context_list[i]);
         }
         if capped && !self.flow.chains_through(name) {
-            // The default context counts as one.
-            if self.unnamed_contexts.load(Ordering::Relaxed) + 1 >= self.config.max_contexts {
+            // As Java's `contextNameNodeMap.size() > MAX_CONTEXT_NAME_SIZE`, whose map holds the default context
+            // beside `max_contexts` named ones: the default context does not count.
+            if self.unnamed_contexts.load(Ordering::Relaxed) >= self.config.max_contexts {
                 return None;
             }
             self.unnamed_contexts.fetch_add(1, Ordering::Relaxed);
