@@ -176,6 +176,7 @@ impl Shared {
             origin: &*self.empty_origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
+            exit_pending: false,
             override_engine,
         }
     }
@@ -200,6 +201,7 @@ impl Shared {
             origin: origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
+            exit_pending: false,
             override_engine,
         }
     }
