@@ -54,10 +54,6 @@ pub(crate) struct ContextState {
     /// The innermost entry's node; null at the entrance.
     pub(crate) cur_node: *const DefaultNode,
     pub(crate) depth: u32,
-    /// The context's guard was dropped while entries of the context were in flight: as Java's
-    /// `ContextUtil.exit`, which leaves a context whose current entry has not exited, the context stays for
-    /// them, and exits when the outermost of them does (see [`deferred_exit`]).
-    pub(crate) exit_pending: bool,
     /// An engine that annotated functions use instead of the global one (tests).
     pub(crate) override_engine: EngineOverride,
 }
@@ -88,29 +84,12 @@ impl ContextState {
         origin: ptr::null(),
         cur_node: ptr::null(),
         depth: 0,
-        exit_pending: false,
         override_engine: EngineOverride::NONE,
     };
 }
 
 thread_local! {
     static CURRENT: Cell<ContextState> = const { Cell::new(ContextState::NONE) };
-    /// What a context guard dropped under entries in flight puts back once they exit
-    /// ([`ContextState::exit_pending`]).
-    static DEFERRED: Cell<ContextState> = const { Cell::new(ContextState::NONE) };
-}
-
-/// The state to install when the outermost entry of a context whose guard was dropped under it exits (`cur`:
-/// the context it exits from): what the thread had before the guard.
-#[cold]
-pub(crate) fn deferred_exit(cur: ContextState) -> ContextState {
-    let prev = DEFERRED.with(|d| d.replace(ContextState::NONE));
-    if prev.is_none() {
-        // Carried to another thread (a future), or already put back: no context, the stand-in engine kept.
-        ContextState { override_engine: cur.override_engine, ..ContextState::NONE }
-    } else {
-        prev
-    }
 }
 
 #[inline]
@@ -168,15 +147,7 @@ impl ContextGuard<'_> {
 impl Drop for ContextGuard<'_> {
     fn drop(&mut self) {
         if let Some(prev) = self.restore.take() {
-            let cur = current();
-            if cur.engine_id == self.engine_id && cur.depth > 0 {
-                // Entries of the context are in flight (Java's `ContextUtil.exit` leaves the context then):
-                // they keep it, and it exits with the outermost of them.
-                DEFERRED.with(|d| d.set(prev));
-                set_current(ContextState { exit_pending: true, ..cur });
-            } else {
-                set_current(prev);
-            }
+            set_current(prev);
         }
     }
 }

@@ -176,7 +176,6 @@ impl Shared {
             origin: &*self.empty_origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
-            exit_pending: false,
             override_engine,
         }
     }
@@ -201,7 +200,6 @@ impl Shared {
             origin: origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
-            exit_pending: false,
             override_engine,
         }
     }

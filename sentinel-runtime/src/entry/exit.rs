@@ -53,8 +53,6 @@ impl Entry<'_> {
     fn outer_of(&self, cur: ContextState) -> ContextState {
         if self.flags & Flags::FRESH != 0 {
             ContextState { override_engine: cur.override_engine, ..ContextState::NONE }
-        } else if cur.exit_pending && self.depth == 1 {
-            context::deferred_exit(cur)
         } else {
             ContextState { cur_node: self.parent, depth: self.depth - 1, ..cur }
         }

@@ -33,7 +33,6 @@ impl<'r> Entry<'r> {
             origin: origin as *const crate::context::OriginInfo,
             cur_node: node as *const DefaultNode,
             depth: self.depth,
-            exit_pending: false,
             override_engine,
         })
     }
