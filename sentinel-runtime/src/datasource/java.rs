@@ -18,6 +18,161 @@ use crate::param_flow::{ParamFlowItem, ParamFlowRule, ParamItemValue};
 use crate::system::SystemRule;
 use crate::LIMIT_APP_DEFAULT;
 
+// ---------------------------------------------------------------------------------------------------------
+// Values as fastjson reads them
+
+/// A number as read from a rule document.
+#[derive(Clone, Copy, Debug)]
+pub enum Num {
+    /// A negative (or any signed) integer.
+    I(i64),
+    /// A non-negative integer.
+    U(u64),
+    /// A number with a fraction or an exponent.
+    F(f64),
+}
+
+/// A numeric field's type, made from a [`Num`] as fastjson makes it: an integer field takes a whole number
+/// written with a fraction (`10.0`); a fraction (`1.5`, which fastjson truncates) or an out-of-range value is
+/// refused.
+pub trait FromNum: Sized {
+    /// What the field holds, for error messages.
+    const EXPECTED: &'static str;
+    /// The value, if `n` is one.
+    fn from_num(n: Num) -> Option<Self>;
+}
+
+impl FromNum for f64 {
+    const EXPECTED: &'static str = "a number";
+    fn from_num(n: Num) -> Option<f64> {
+        Some(match n {
+            Num::I(v) => v as f64,
+            Num::U(v) => v as f64,
+            Num::F(v) => v,
+        })
+    }
+}
+
+macro_rules! from_num_int {
+    ($($t:ty => $expected:literal),+ $(,)?) => {$(
+        impl FromNum for $t {
+            const EXPECTED: &'static str = $expected;
+            fn from_num(n: Num) -> Option<$t> {
+                match n {
+                    Num::I(v) => <$t>::try_from(v).ok(),
+                    Num::U(v) => <$t>::try_from(v).ok(),
+                    // Whole and within i64 (exactly: 2^63 as f64 is out of range): then in range of the type.
+                    Num::F(v) if v.fract() == 0.0 && v >= -9.223_372_036_854_775_808e18 && v < 9.223_372_036_854_775_808e18 => {
+                        <$t>::try_from(v as i64).ok()
+                    }
+                    Num::F(_) => None,
+                }
+            }
+        }
+    )+};
+}
+from_num_int!(i64 => "an integer", u64 => "a non-negative integer", i32 => "a 32-bit integer",
+    u32 => "a non-negative 32-bit integer");
+
+/// A numeric field: a number, or (as fastjson reads it) a string holding one (`"count": "10"`).
+#[derive(Clone, Copy, Debug)]
+pub struct N<T>(pub T);
+
+impl<'de, T: FromNum> Deserialize<'de> for N<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<T: FromNum> V<T> {
+            fn num<E: de::Error>(n: Num) -> Result<N<T>, E> {
+                let unexpected = match n {
+                    Num::I(v) => Unexpected::Signed(v),
+                    Num::U(v) => Unexpected::Unsigned(v),
+                    Num::F(v) => Unexpected::Float(v),
+                };
+                T::from_num(n).map(N).ok_or_else(|| E::invalid_value(unexpected, &T::EXPECTED))
+            }
+        }
+        impl<T: FromNum> de::Visitor<'_> for V<T> {
+            type Value = N<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(T::EXPECTED)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<N<T>, E> {
+                Self::num(Num::I(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<N<T>, E> {
+                Self::num(Num::U(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<N<T>, E> {
+                Self::num(Num::F(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<N<T>, E> {
+                let t = v.trim();
+                let n = match (t.parse::<i64>(), t.parse::<u64>(), t.parse::<f64>()) {
+                    (Ok(i), _, _) => Num::I(i),
+                    (_, Ok(u), _) => Num::U(u),
+                    (_, _, Ok(f)) if !t.is_empty() => Num::F(f),
+                    _ => return Err(E::invalid_type(Unexpected::Str(v), &self)),
+                };
+                Self::num(n)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+impl<T: Serialize> Serialize for N<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+/// A boolean field: `true`/`false`, or as fastjson reads one, `"true"`/`"false"` and `1`/`0` (or `"1"`/`"0"`).
+#[derive(Clone, Copy, Debug)]
+pub struct B(pub bool);
+
+impl<'de> Deserialize<'de> for B {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = B;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a boolean (true or false)")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<B, E> {
+                Ok(B(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<B, E> {
+                match v {
+                    0 => Ok(B(false)),
+                    1 => Ok(B(true)),
+                    _ => Err(E::invalid_value(Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<B, E> {
+                match v {
+                    0 => Ok(B(false)),
+                    1 => Ok(B(true)),
+                    _ => Err(E::invalid_value(Unexpected::Unsigned(v), &self)),
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<B, E> {
+                match v.trim().to_ascii_lowercase().as_str() {
+                    "true" | "1" => Ok(B(true)),
+                    "false" | "0" => Ok(B(false)),
+                    _ => Err(E::invalid_value(Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Serialize for B {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(self.0)
+    }
+}
+
 /// An enum carried as one of Java's integer codes.
 macro_rules! code {
     ($name:ident, $target:ty, $expected:literal, { $($code:literal => $variant:path),+ $(,)? }) => {
@@ -25,7 +180,7 @@ macro_rules! code {
         pub struct $name(pub $target);
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let n = i64::deserialize(d)?;
+                let N(n) = N::<i64>::deserialize(d)?;
                 match n {
                     $($code => Ok($name($variant)),)+
                     _ => Err(de::Error::invalid_value(Unexpected::Signed(n), &$expected)),
@@ -161,18 +316,18 @@ fn limit_app_or_default(app: Option<String>) -> String {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterConfigDto {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    flow_id: Option<u64>,
+    flow_id: Option<N<u64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     threshold_type: Option<ThresholdCode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    fallback_to_local_when_fail: Option<bool>,
+    fallback_to_local_when_fail: Option<B>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    sample_count: Option<u32>,
+    sample_count: Option<N<u32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    window_interval_ms: Option<u64>,
+    window_interval_ms: Option<N<u64>>,
     /// Ours (Java has no such field): see `ClusterConfig::expected_instances`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    expected_instances: Option<u32>,
+    expected_instances: Option<N<u32>>,
     #[serde(default, skip_serializing)]
     strategy: Option<ClusterStrategyCode>,
     // Java fields of the token service we accept and do not use.
@@ -192,22 +347,22 @@ impl ClusterConfigDto {
     fn into_config(self, fallback_default: bool) -> ClusterConfig {
         let d = ClusterConfig::default();
         ClusterConfig {
-            flow_id: self.flow_id,
+            flow_id: self.flow_id.map(|v| v.0),
             threshold_type: self.threshold_type.map(|c| c.0).unwrap_or(d.threshold_type),
-            fallback_to_local_when_fail: self.fallback_to_local_when_fail.unwrap_or(fallback_default),
-            sample_count: self.sample_count.unwrap_or(d.sample_count),
-            window_interval_ms: self.window_interval_ms.unwrap_or(d.window_interval_ms),
-            expected_instances: self.expected_instances,
+            fallback_to_local_when_fail: self.fallback_to_local_when_fail.map(|v| v.0).unwrap_or(fallback_default),
+            sample_count: self.sample_count.map(|v| v.0).unwrap_or(d.sample_count),
+            window_interval_ms: self.window_interval_ms.map(|v| v.0).unwrap_or(d.window_interval_ms),
+            expected_instances: self.expected_instances.map(|v| v.0),
         }
     }
     fn from_config(c: &ClusterConfig) -> Self {
         ClusterConfigDto {
-            flow_id: c.flow_id,
+            flow_id: c.flow_id.map(N),
             threshold_type: Some(ThresholdCode(c.threshold_type)),
-            fallback_to_local_when_fail: Some(c.fallback_to_local_when_fail),
-            sample_count: Some(c.sample_count),
-            window_interval_ms: Some(c.window_interval_ms),
-            expected_instances: c.expected_instances,
+            fallback_to_local_when_fail: Some(B(c.fallback_to_local_when_fail)),
+            sample_count: Some(N(c.sample_count)),
+            window_interval_ms: Some(N(c.window_interval_ms)),
+            expected_instances: c.expected_instances.map(N),
             ..Default::default()
         }
     }
@@ -218,14 +373,14 @@ impl ClusterConfigDto {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FlowRuleDto {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<u64>,
+    id: Option<N<u64>>,
     resource: String,
     #[serde(default)]
     limit_app: Option<String>,
     #[serde(default)]
     grade: Option<FlowGradeCode>,
     #[serde(default)]
-    count: Option<f64>,
+    count: Option<N<f64>>,
     #[serde(default)]
     strategy: Option<StrategyCode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,18 +388,18 @@ pub struct FlowRuleDto {
     #[serde(default)]
     control_behavior: Option<BehaviorCode>,
     #[serde(default)]
-    warm_up_period_sec: Option<u32>,
+    warm_up_period_sec: Option<N<u32>>,
     #[serde(default)]
-    max_queueing_time_ms: Option<u64>,
+    max_queueing_time_ms: Option<N<u64>>,
     /// An extension of ours (Java reads the cold factor from a system property); written only when not 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    cold_factor: Option<u32>,
+    cold_factor: Option<N<u32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    cluster_mode: Option<bool>,
+    cluster_mode: Option<B>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cluster_config: Option<ClusterConfigDto>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    regex: Option<bool>,
+    regex: Option<B>,
     #[serde(default, skip_serializing)]
     app: Option<IgnoredAny>,
     #[serde(default, skip_serializing)]
@@ -264,22 +419,22 @@ pub struct JavaFlowRule(pub FlowRule);
 impl TryFrom<FlowRuleDto> for JavaFlowRule {
     type Error = String;
     fn try_from(d: FlowRuleDto) -> Result<Self, String> {
-        required(&d.count, "count")?;
+        required(&d.count.map(|v| v.0), "count")?;
         let def = FlowRule::default();
         Ok(JavaFlowRule(FlowRule {
-            id: d.id,
+            id: d.id.map(|v| v.0),
             resource: d.resource,
-            regex: d.regex.unwrap_or(false),
+            regex: d.regex.map(|v| v.0).unwrap_or(false),
             limit_app: limit_app_or_default(d.limit_app),
             grade: d.grade.map(|c| c.0).unwrap_or(def.grade),
-            count: d.count.unwrap_or(def.count),
+            count: d.count.map(|v| v.0).unwrap_or(def.count),
             strategy: d.strategy.map(|c| c.0).unwrap_or(def.strategy),
             ref_resource: d.ref_resource.filter(|r| !r.is_empty()),
             control_behavior: d.control_behavior.map(|c| c.0).unwrap_or(def.control_behavior),
-            warm_up_period_sec: d.warm_up_period_sec.unwrap_or(def.warm_up_period_sec),
-            max_queueing_time_ms: d.max_queueing_time_ms.unwrap_or(def.max_queueing_time_ms),
-            cold_factor: d.cold_factor.unwrap_or(def.cold_factor),
-            cluster_mode: d.cluster_mode.unwrap_or(false),
+            warm_up_period_sec: d.warm_up_period_sec.map(|v| v.0).unwrap_or(def.warm_up_period_sec),
+            max_queueing_time_ms: d.max_queueing_time_ms.map(|v| v.0).unwrap_or(def.max_queueing_time_ms),
+            cold_factor: d.cold_factor.map(|v| v.0).unwrap_or(def.cold_factor),
+            cluster_mode: d.cluster_mode.map(|v| v.0).unwrap_or(false),
             cluster_config: d.cluster_config.map(|c| c.into_config(true)),
         }))
     }
@@ -288,20 +443,20 @@ impl TryFrom<FlowRuleDto> for JavaFlowRule {
 impl From<JavaFlowRule> for FlowRuleDto {
     fn from(JavaFlowRule(r): JavaFlowRule) -> Self {
         FlowRuleDto {
-            id: r.id,
+            id: r.id.map(N),
             resource: r.resource,
             limit_app: Some(r.limit_app),
             grade: Some(FlowGradeCode(r.grade)),
-            count: Some(r.count),
+            count: Some(N(r.count)),
             strategy: Some(StrategyCode(r.strategy)),
             ref_resource: r.ref_resource,
             control_behavior: Some(BehaviorCode(r.control_behavior)),
-            warm_up_period_sec: Some(r.warm_up_period_sec),
-            max_queueing_time_ms: Some(r.max_queueing_time_ms),
-            cold_factor: (r.cold_factor != 3).then_some(r.cold_factor),
-            cluster_mode: Some(r.cluster_mode),
+            warm_up_period_sec: Some(N(r.warm_up_period_sec)),
+            max_queueing_time_ms: Some(N(r.max_queueing_time_ms)),
+            cold_factor: (r.cold_factor != 3).then_some(N(r.cold_factor)),
+            cluster_mode: Some(B(r.cluster_mode)),
             cluster_config: r.cluster_config.as_ref().map(ClusterConfigDto::from_config),
-            regex: r.regex.then_some(true),
+            regex: r.regex.then_some(B(true)),
             app: None,
             ip: None,
             port: None,
@@ -319,24 +474,24 @@ impl From<JavaFlowRule> for FlowRuleDto {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DegradeRuleDto {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<u64>,
+    id: Option<N<u64>>,
     resource: String,
     #[serde(default)]
     limit_app: Option<String>,
     #[serde(default)]
     grade: Option<DegradeGradeCode>,
     #[serde(default)]
-    count: Option<f64>,
+    count: Option<N<f64>>,
     #[serde(default)]
-    time_window: Option<u32>,
+    time_window: Option<N<u32>>,
     #[serde(default)]
-    min_request_amount: Option<u32>,
+    min_request_amount: Option<N<u32>>,
     #[serde(default)]
-    stat_interval_ms: Option<u32>,
+    stat_interval_ms: Option<N<u32>>,
     #[serde(default)]
-    slow_ratio_threshold: Option<f64>,
+    slow_ratio_threshold: Option<N<f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    regex: Option<bool>,
+    regex: Option<B>,
     #[serde(default, skip_serializing)]
     app: Option<IgnoredAny>,
     #[serde(default, skip_serializing)]
@@ -356,20 +511,20 @@ pub struct JavaDegradeRule(pub DegradeRule);
 impl TryFrom<DegradeRuleDto> for JavaDegradeRule {
     type Error = String;
     fn try_from(d: DegradeRuleDto) -> Result<Self, String> {
-        required(&d.count, "count")?;
-        required(&d.time_window, "timeWindow")?;
+        required(&d.count.map(|v| v.0), "count")?;
+        required(&d.time_window.map(|v| v.0), "timeWindow")?;
         let def = DegradeRule::default();
         Ok(JavaDegradeRule(DegradeRule {
-            id: d.id,
+            id: d.id.map(|v| v.0),
             resource: d.resource,
-            regex: d.regex.unwrap_or(false),
+            regex: d.regex.map(|v| v.0).unwrap_or(false),
             limit_app: limit_app_or_default(d.limit_app),
             grade: d.grade.map(|c| c.0).unwrap_or(def.grade),
-            count: d.count.unwrap_or(def.count),
-            time_window_sec: d.time_window.unwrap_or(def.time_window_sec),
-            min_request_amount: d.min_request_amount.unwrap_or(def.min_request_amount),
-            stat_interval_ms: d.stat_interval_ms.unwrap_or(def.stat_interval_ms),
-            slow_ratio_threshold: d.slow_ratio_threshold.unwrap_or(def.slow_ratio_threshold),
+            count: d.count.map(|v| v.0).unwrap_or(def.count),
+            time_window_sec: d.time_window.map(|v| v.0).unwrap_or(def.time_window_sec),
+            min_request_amount: d.min_request_amount.map(|v| v.0).unwrap_or(def.min_request_amount),
+            stat_interval_ms: d.stat_interval_ms.map(|v| v.0).unwrap_or(def.stat_interval_ms),
+            slow_ratio_threshold: d.slow_ratio_threshold.map(|v| v.0).unwrap_or(def.slow_ratio_threshold),
         }))
     }
 }
@@ -377,16 +532,16 @@ impl TryFrom<DegradeRuleDto> for JavaDegradeRule {
 impl From<JavaDegradeRule> for DegradeRuleDto {
     fn from(JavaDegradeRule(r): JavaDegradeRule) -> Self {
         DegradeRuleDto {
-            id: r.id,
+            id: r.id.map(N),
             resource: r.resource,
             limit_app: Some(r.limit_app),
             grade: Some(DegradeGradeCode(r.grade)),
-            count: Some(r.count),
-            time_window: Some(r.time_window_sec),
-            min_request_amount: Some(r.min_request_amount),
-            stat_interval_ms: Some(r.stat_interval_ms),
-            slow_ratio_threshold: Some(r.slow_ratio_threshold),
-            regex: r.regex.then_some(true),
+            count: Some(N(r.count)),
+            time_window: Some(N(r.time_window_sec)),
+            min_request_amount: Some(N(r.min_request_amount)),
+            stat_interval_ms: Some(N(r.stat_interval_ms)),
+            slow_ratio_threshold: Some(N(r.slow_ratio_threshold)),
+            regex: r.regex.then_some(B(true)),
             app: None,
             ip: None,
             port: None,
@@ -404,17 +559,17 @@ impl From<JavaDegradeRule> for DegradeRuleDto {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SystemRuleDto {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<u64>,
+    id: Option<N<u64>>,
     #[serde(default)]
-    highest_system_load: Option<f64>,
+    highest_system_load: Option<N<f64>>,
     #[serde(default)]
-    highest_cpu_usage: Option<f64>,
+    highest_cpu_usage: Option<N<f64>>,
     #[serde(default)]
-    qps: Option<f64>,
+    qps: Option<N<f64>>,
     #[serde(default)]
-    avg_rt: Option<i64>,
+    avg_rt: Option<N<i64>>,
     #[serde(default)]
-    max_thread: Option<i64>,
+    max_thread: Option<N<i64>>,
     // System rules carry AbstractRule's fields in Java; they mean nothing here.
     #[serde(default, skip_serializing)]
     resource: Option<IgnoredAny>,
@@ -449,22 +604,22 @@ impl TryFrom<SystemRuleDto> for JavaSystemRule {
     type Error = String;
     fn try_from(d: SystemRuleDto) -> Result<Self, String> {
         Ok(JavaSystemRule(SystemRule {
-            id: d.id,
-            highest_system_load: set_f(d.highest_system_load),
-            highest_cpu_usage: set_f(d.highest_cpu_usage),
-            qps: set_f(d.qps),
-            avg_rt: set_i(d.avg_rt),
-            max_thread: set_i(d.max_thread),
+            id: d.id.map(|v| v.0),
+            highest_system_load: set_f(d.highest_system_load.map(|v| v.0)),
+            highest_cpu_usage: set_f(d.highest_cpu_usage.map(|v| v.0)),
+            qps: set_f(d.qps.map(|v| v.0)),
+            avg_rt: set_i(d.avg_rt.map(|v| v.0)),
+            max_thread: set_i(d.max_thread.map(|v| v.0)),
         }))
     }
 }
 
 impl From<JavaSystemRule> for SystemRuleDto {
     fn from(JavaSystemRule(r): JavaSystemRule) -> Self {
-        let unset_f = |v: Option<f64>| Some(v.unwrap_or(-1.0));
-        let unset_i = |v: Option<u64>| Some(v.map(|v| v.min(i64::MAX as u64) as i64).unwrap_or(-1));
+        let unset_f = |v: Option<f64>| Some(N(v.unwrap_or(-1.0)));
+        let unset_i = |v: Option<u64>| Some(N(v.map(|v| v.min(i64::MAX as u64) as i64).unwrap_or(-1)));
         SystemRuleDto {
-            id: r.id,
+            id: r.id.map(N),
             highest_system_load: unset_f(r.highest_system_load),
             highest_cpu_usage: unset_f(r.highest_cpu_usage),
             qps: unset_f(r.qps),
@@ -490,14 +645,14 @@ impl From<JavaSystemRule> for SystemRuleDto {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AuthorityRuleDto {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<u64>,
+    id: Option<N<u64>>,
     resource: String,
     #[serde(default)]
     limit_app: Option<String>,
     #[serde(default)]
     strategy: Option<AuthorityCode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    regex: Option<bool>,
+    regex: Option<B>,
     #[serde(default, skip_serializing)]
     app: Option<IgnoredAny>,
     #[serde(default, skip_serializing)]
@@ -519,9 +674,9 @@ impl TryFrom<AuthorityRuleDto> for JavaAuthorityRule {
     fn try_from(d: AuthorityRuleDto) -> Result<Self, String> {
         required(&d.limit_app, "limitApp")?;
         Ok(JavaAuthorityRule(AuthorityRule {
-            id: d.id,
+            id: d.id.map(|v| v.0),
             resource: d.resource,
-            regex: d.regex.unwrap_or(false),
+            regex: d.regex.map(|v| v.0).unwrap_or(false),
             // The origin list is kept as given: an empty list is the rule's own (invalid) business.
             limit_app: d.limit_app.unwrap_or_default(),
             strategy: d.strategy.map(|c| c.0).unwrap_or_default(),
@@ -532,11 +687,11 @@ impl TryFrom<AuthorityRuleDto> for JavaAuthorityRule {
 impl From<JavaAuthorityRule> for AuthorityRuleDto {
     fn from(JavaAuthorityRule(r): JavaAuthorityRule) -> Self {
         AuthorityRuleDto {
-            id: r.id,
+            id: r.id.map(N),
             resource: r.resource,
             limit_app: Some(r.limit_app),
             strategy: Some(AuthorityCode(r.strategy)),
-            regex: r.regex.then_some(true),
+            regex: r.regex.then_some(B(true)),
             app: None,
             ip: None,
             port: None,
@@ -596,7 +751,7 @@ pub struct ItemCount(f64);
 
 impl<'de> Deserialize<'de> for ItemCount {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        f64::deserialize(d).map(ItemCount)
+        N::<f64>::deserialize(d).map(|n| ItemCount(n.0))
     }
 }
 
@@ -713,32 +868,32 @@ impl From<ParamItemWire> for ParamItemDto {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ParamFlowRuleDto {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<u64>,
+    id: Option<N<u64>>,
     resource: String,
     #[serde(default)]
     limit_app: Option<String>,
     #[serde(default)]
     grade: Option<FlowGradeCode>,
     /// Required, as in Java (`paramIdx` null is an invalid rule there).
-    param_idx: i32,
+    param_idx: N<i32>,
     #[serde(default)]
-    count: Option<f64>,
+    count: Option<N<f64>>,
     #[serde(default)]
     control_behavior: Option<BehaviorCode>,
     #[serde(default)]
-    max_queueing_time_ms: Option<u64>,
+    max_queueing_time_ms: Option<N<u64>>,
     #[serde(default)]
-    burst_count: Option<u64>,
+    burst_count: Option<N<u64>>,
     #[serde(default)]
-    duration_in_sec: Option<u64>,
+    duration_in_sec: Option<N<u64>>,
     #[serde(default)]
     param_flow_item_list: Option<Vec<ParamItemWire>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    cluster_mode: Option<bool>,
+    cluster_mode: Option<B>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cluster_config: Option<ClusterConfigDto>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    regex: Option<bool>,
+    regex: Option<B>,
     /// Java's parsed copy of the items (internal; some exports carry it).
     #[serde(default, skip_serializing)]
     hot_items: Option<IgnoredAny>,
@@ -761,24 +916,24 @@ pub struct JavaParamFlowRule(pub ParamFlowRule);
 impl TryFrom<ParamFlowRuleDto> for JavaParamFlowRule {
     type Error = String;
     fn try_from(d: ParamFlowRuleDto) -> Result<Self, String> {
-        required(&d.count, "count")?;
+        required(&d.count.map(|v| v.0), "count")?;
         let def = ParamFlowRule::default();
         Ok(JavaParamFlowRule(ParamFlowRule {
-            id: d.id,
+            id: d.id.map(|v| v.0),
             resource: d.resource,
             limit_app: limit_app_or_default(d.limit_app),
-            param_idx: d.param_idx,
+            param_idx: d.param_idx.0,
             grade: d.grade.map(|c| c.0).unwrap_or(def.grade),
-            count: d.count.unwrap_or(def.count),
+            count: d.count.map(|v| v.0).unwrap_or(def.count),
             control_behavior: d.control_behavior.map(|c| c.0).unwrap_or(def.control_behavior),
-            max_queueing_time_ms: d.max_queueing_time_ms.unwrap_or(def.max_queueing_time_ms),
-            burst_count: d.burst_count.unwrap_or(def.burst_count),
-            duration_in_sec: d.duration_in_sec.unwrap_or(def.duration_in_sec),
+            max_queueing_time_ms: d.max_queueing_time_ms.map(|v| v.0).unwrap_or(def.max_queueing_time_ms),
+            burst_count: d.burst_count.map(|v| v.0).unwrap_or(def.burst_count),
+            duration_in_sec: d.duration_in_sec.map(|v| v.0).unwrap_or(def.duration_in_sec),
             items: d.param_flow_item_list.unwrap_or_default().into_iter().map(|w| w.0 .0).collect(),
-            cluster_mode: d.cluster_mode.unwrap_or(false),
+            cluster_mode: d.cluster_mode.map(|v| v.0).unwrap_or(false),
             // Java's param cluster config falls back to local limiting only when told to.
             cluster_config: d.cluster_config.map(|c| c.into_config(false)),
-            regex: d.regex.unwrap_or(false),
+            regex: d.regex.map(|v| v.0).unwrap_or(false),
         }))
     }
 }
@@ -786,20 +941,20 @@ impl TryFrom<ParamFlowRuleDto> for JavaParamFlowRule {
 impl From<JavaParamFlowRule> for ParamFlowRuleDto {
     fn from(JavaParamFlowRule(r): JavaParamFlowRule) -> Self {
         ParamFlowRuleDto {
-            id: r.id,
+            id: r.id.map(N),
             resource: r.resource,
             limit_app: Some(r.limit_app),
             grade: Some(FlowGradeCode(r.grade)),
-            param_idx: r.param_idx,
-            count: Some(r.count),
+            param_idx: N(r.param_idx),
+            count: Some(N(r.count)),
             control_behavior: Some(BehaviorCode(r.control_behavior)),
-            max_queueing_time_ms: Some(r.max_queueing_time_ms),
-            burst_count: Some(r.burst_count),
-            duration_in_sec: Some(r.duration_in_sec),
+            max_queueing_time_ms: Some(N(r.max_queueing_time_ms)),
+            burst_count: Some(N(r.burst_count)),
+            duration_in_sec: Some(N(r.duration_in_sec)),
             param_flow_item_list: Some(r.items.into_iter().map(|i| ParamItemWire(JavaParamItem(i))).collect()),
-            cluster_mode: Some(r.cluster_mode),
+            cluster_mode: Some(B(r.cluster_mode)),
             cluster_config: r.cluster_config.as_ref().map(ClusterConfigDto::from_config),
-            regex: r.regex.then_some(true),
+            regex: r.regex.then_some(B(true)),
             hot_items: None,
             app: None,
             ip: None,

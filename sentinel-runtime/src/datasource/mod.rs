@@ -19,6 +19,10 @@
 //! | adaptive | no Java form: `resource`, `regex`, `algorithm`, `minLimit`, `initialLimit`, `maxLimit`, `maxWaitMs`, `partitions`, ... (see [`crate::adaptive`]) |
 //! | param flow | `resource`, `paramIdx` (required), `grade`, `count`, `controlBehavior`, `maxQueueingTimeMs`, `burstCount`, `durationInSec`, `paramFlowItemList` [{`object`, `count`, `classType`}], `clusterMode`, `clusterConfig` |
 //!
+//! Values are read as fastjson reads them: a number may be written as a string (`"count": "10"`), an integer
+//! field takes a whole number written with a fraction (`10.0`) but refuses a fraction (`1.5`, which fastjson
+//! truncates silently), and a boolean may be written as `"true"`/`"false"` or `1`/`0`.
+//!
 //! In JSON, absent (or `null`) fields take Java's defaults (`resource` is required, as Java's rule managers
 //! refuse a rule without one). Every rule may carry `id` (kept).
 //!

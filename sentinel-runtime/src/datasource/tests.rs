@@ -778,7 +778,6 @@ use std::sync::{Arc, Mutex};
 /// whole number written with a fraction (`"grade": 1.0`) and a boolean written as a string or 0/1 into the
 /// field's type: Java loads such a rule as if the value were written plainly.
 #[test]
-#[ignore = "review: numbers written as strings (and 1.0 for an int, \"true\" for a boolean) are refused; fastjson reads them"]
 fn values_fastjson_coerces_load_as_java_loads_them() {
     let flow = r#"[{"resource": "a", "grade": "1", "count": "10", "strategy": "0", "controlBehavior": 1.0,
         "warmUpPeriodSec": "20", "maxQueueingTimeMs": 500.0, "clusterMode": "false", "regex": 0,
