@@ -822,3 +822,23 @@ fn values_fastjson_coerces_load_as_java_loads_them() {
         assert!(parse_rules::<FlowRule>(bad, Format::Json).is_err(), "{bad}");
     }
 }
+
+/// The dashboard's hot-parameter page offers `float` items; Java's `getParamFlowRules` gives back the item as
+/// it was pushed (`"object": "1.1", "classType": "float"`), and so must ours: the page lists what the user
+/// typed, and the value written back to the data source reads the same in Java.
+#[test]
+#[ignore = "review: a float item reads back as classType double with the widened value 1.100000023841858"]
+fn a_float_param_item_reads_back_as_it_was_pushed() {
+    let pushed = r#"[{"resource": "p", "paramIdx": 0, "count": 5,
+        "paramFlowItemList": [{"object": "1.1", "count": 10, "classType": "float"},
+                              {"object": "0.1", "count": 3, "classType": "double"}]}]"#;
+    let rules: Vec<ParamFlowRule> = parse_rules(pushed, Format::Json).unwrap();
+    let text = rules_to_string(&rules, Format::Json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let items = &v[0]["paramFlowItemList"];
+    assert_eq!((items[0]["object"].as_str(), items[0]["classType"].as_str()), (Some("1.1"), Some("float")), "{text}");
+    assert_eq!((items[1]["object"].as_str(), items[1]["classType"].as_str()), (Some("0.1"), Some("double")), "{text}");
+    // And it reads back to the same item: the f32 1.1 widened.
+    let back: Vec<ParamFlowRule> = parse_rules(&text, Format::Json).unwrap();
+    assert_eq!(back, rules);
+}
