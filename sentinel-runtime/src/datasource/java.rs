@@ -832,12 +832,32 @@ impl TryFrom<ParamItemDto> for JavaParamItem {
     }
 }
 
+/// A float item's `object` and `classType`. A `float` item holds its `f32` value widened (1.1 is kept as
+/// 1.100000023841858): when the value is an `f32` whose own shortest text is shorter than the `f64`'s, it was
+/// pushed as a `float` and is written back as one (`"1.1"`, `float`), as Java gives it back; any other value
+/// is a `double` (a value both types write alike, such as 2.5, matches the same arguments either way).
+/// Infinities are written as Java's `Double.parseDouble` reads them.
+fn float_item_text(v: f64) -> (String, &'static str) {
+    let java = |text: String| match text.as_str() {
+        "inf" => "Infinity".to_string(),
+        "-inf" => "-Infinity".to_string(),
+        _ => text,
+    };
+    let narrow = v as f32;
+    let (wide, short) = (format!("{v:?}"), format!("{narrow:?}"));
+    if f64::from(narrow) == v && short.len() < wide.len() {
+        (java(short), "float")
+    } else {
+        (java(wide), "double")
+    }
+}
+
 impl From<JavaParamItem> for ParamItemDto {
     fn from(JavaParamItem(i): JavaParamItem) -> Self {
         let (object, class) = match i.value {
             ParamItemValue::Int(v) if i32::try_from(v).is_ok() => (v.to_string(), "int"),
             ParamItemValue::Int(v) => (v.to_string(), "long"),
-            ParamItemValue::Float(v) => (format!("{v:?}"), "double"),
+            ParamItemValue::Float(v) => float_item_text(v),
             ParamItemValue::Str(s) => (s, "java.lang.String"),
             ParamItemValue::Bool(b) => (b.to_string(), "boolean"),
             ParamItemValue::Char(c) => (c.to_string(), "char"),

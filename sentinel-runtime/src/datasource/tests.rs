@@ -827,7 +827,6 @@ fn values_fastjson_coerces_load_as_java_loads_them() {
 /// it was pushed (`"object": "1.1", "classType": "float"`), and so must ours: the page lists what the user
 /// typed, and the value written back to the data source reads the same in Java.
 #[test]
-#[ignore = "review: a float item reads back as classType double with the widened value 1.100000023841858"]
 fn a_float_param_item_reads_back_as_it_was_pushed() {
     let pushed = r#"[{"resource": "p", "paramIdx": 0, "count": 5,
         "paramFlowItemList": [{"object": "1.1", "count": 10, "classType": "float"},
