@@ -841,3 +841,21 @@ fn a_float_param_item_reads_back_as_it_was_pushed() {
     let back: Vec<ParamFlowRule> = parse_rules(&text, Format::Json).unwrap();
     assert_eq!(back, rules);
 }
+
+/// Java matches an exception item by its class (`Long` 7 is not `Integer` 7), and its `getParamFlowRules` gives
+/// the class back as pushed. A `long`, `short` or `byte` item written back as `int` (to the dashboard, and to a
+/// data source a Java instance also reads) would match other arguments there.
+#[test]
+#[ignore = "review: long/short/byte items read back as classType int (the item does not keep its class; needs a field on ParamFlowItem)"]
+fn integer_param_items_read_back_with_their_class() {
+    let pushed = r#"[{"resource": "p", "paramIdx": 0, "count": 5,
+        "paramFlowItemList": [{"object": "7", "count": 10, "classType": "long"},
+                              {"object": "3", "count": 2, "classType": "byte"},
+                              {"object": "4", "count": 2, "classType": "short"}]}]"#;
+    let rules: Vec<ParamFlowRule> = parse_rules(pushed, Format::Json).unwrap();
+    let text = rules_to_string(&rules, Format::Json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let classes: Vec<_> =
+        v[0]["paramFlowItemList"].as_array().unwrap().iter().map(|i| i["classType"].as_str().unwrap()).collect();
+    assert_eq!(classes, ["long", "byte", "short"], "{text}");
+}
