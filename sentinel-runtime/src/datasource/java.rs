@@ -53,6 +53,9 @@ impl FromNum for f64 {
     }
 }
 
+/// 2^63: the first whole `f64` past `i64::MAX`.
+const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+
 macro_rules! from_num_int {
     ($($t:ty => $expected:literal),+ $(,)?) => {$(
         impl FromNum for $t {
@@ -61,8 +64,8 @@ macro_rules! from_num_int {
                 match n {
                     Num::I(v) => <$t>::try_from(v).ok(),
                     Num::U(v) => <$t>::try_from(v).ok(),
-                    // Whole and within i64 (exactly: 2^63 as f64 is out of range): then in range of the type.
-                    Num::F(v) if v.fract() == 0.0 && v >= -9.223_372_036_854_775_808e18 && v < 9.223_372_036_854_775_808e18 => {
+                    // Whole and within i64 (2^63, exact as an f64, is out of range): then in range of the type.
+                    Num::F(v) if v.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&v) => {
                         <$t>::try_from(v as i64).ok()
                     }
                     Num::F(_) => None,
