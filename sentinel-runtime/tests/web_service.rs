@@ -490,3 +490,29 @@ fn paths_a_regex_rule_matches_do_not_make_resources_without_bound() {
     let made = engine.resource_names().len();
     assert!(made <= 100, "{made} resources from 2000 client-chosen words, with caps of 10");
 }
+
+/// Java's `UrlCleaner` and `getResourceName`: an empty name means the request is not guarded.
+#[test]
+#[ignore = "review: a path cleaned to an empty name is guarded as the shared resource `GET:` (Java: not guarded)"]
+fn an_empty_cleaned_path_leaves_the_request_unguarded() {
+    // Java's `UrlCleaner`: a URL cleaned to "" is not guarded (no `GET:` resource shared by every excluded URL).
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:").count(0.0)]).unwrap();
+    let layer = SentinelLayer::new(&engine).path_cleaner(|p| Some(if p == "/health" { "".into() } else { p.into() }));
+    let mut svc = layer.layer(tower::service_fn(hello));
+    assert_eq!(call_now(&mut svc, get("/health")).unwrap().status(), StatusCode::OK);
+    assert!(engine.resource_names().is_empty(), "{:?}", engine.resource_names());
+}
+
+#[test]
+#[ignore = "review: a custom empty resource name is guarded as the resource `` (Java: not guarded)"]
+fn an_empty_resource_name_leaves_the_request_unguarded() {
+    let (engine, _clock) = engine();
+    let layer = SentinelLayer::new(&engine)
+        .resource_name(|req| Some(if req.path() == "/health" { "".into() } else { req.path().into() }));
+    let mut svc = layer.layer(tower::service_fn(hello));
+    assert_eq!(call_now(&mut svc, get("/health")).unwrap().status(), StatusCode::OK);
+    assert!(engine.resource_names().is_empty(), "{:?}", engine.resource_names());
+    call_now(&mut svc, get("/orders")).unwrap();
+    assert_eq!(engine.resource_names(), vec!["/orders".to_string()]);
+}
