@@ -493,7 +493,7 @@ fn paths_a_regex_rule_matches_do_not_make_resources_without_bound() {
 
 /// Java's `UrlCleaner` and `getResourceName`: an empty name means the request is not guarded.
 #[test]
-#[ignore = "review: a path cleaned to an empty name is guarded as the shared resource `GET:` (Java: not guarded)"]
+
 fn an_empty_cleaned_path_leaves_the_request_unguarded() {
     // Java's `UrlCleaner`: a URL cleaned to "" is not guarded (no `GET:` resource shared by every excluded URL).
     let (engine, _clock) = engine();
@@ -505,7 +505,7 @@ fn an_empty_cleaned_path_leaves_the_request_unguarded() {
 }
 
 #[test]
-#[ignore = "review: a custom empty resource name is guarded as the resource `` (Java: not guarded)"]
+
 fn an_empty_resource_name_leaves_the_request_unguarded() {
     let (engine, _clock) = engine();
     let layer = SentinelLayer::new(&engine)

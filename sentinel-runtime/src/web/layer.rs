@@ -119,7 +119,8 @@ impl<M> SentinelLayer<M> {
 
     /// Names each request's resource with `f` instead of the default (`METHOD:/route/{template}` for a request
     /// axum routed, the method path of a gRPC call to a `/pkg.Service/Method` path, or the cleaned path);
-    /// `None` lets the request through unguarded (health checks, say).
+    /// `None` (or an empty name, as Java's `UrlCleaner` returns to exclude a URL) lets the request through
+    /// unguarded (health checks, say).
     /// The names count against [`max_resources`](Self::max_resources).
     ///
     /// ```
@@ -136,8 +137,8 @@ impl<M> SentinelLayer<M> {
     }
 
     /// Cleans the path of a request that has no route template (no axum `MatchedPath`, not a gRPC call to a
-    /// `/pkg.Service/Method` path) before it becomes the resource name; `None` lets the request through
-    /// unguarded. The default is [`clean_path`](super::clean_path), which folds identifiers into `{id}`.
+    /// `/pkg.Service/Method` path) before it becomes the resource name; `None` or an empty path lets the
+    /// request through unguarded. The default is [`clean_path`](super::clean_path), which folds identifiers into `{id}`.
     pub fn path_cleaner<F>(self, f: F) -> Self
     where
         F: for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + Send + Sync + 'static,

@@ -471,6 +471,11 @@ impl ResourceCache {
                 }
             }
         };
+        // An empty name (a namer's or a cleaner's) leaves the request unguarded, as Java's web adapters do
+        // with an empty resource name (`UrlCleaner` returning ""), rather than guarding it as `METHOD:` or ``.
+        if name.is_empty() {
+            return None;
+        }
         let method = match method {
             None => None,
             Some(m) => match Verb::of(m) {
