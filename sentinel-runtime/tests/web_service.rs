@@ -521,7 +521,6 @@ fn an_empty_resource_name_leaves_the_request_unguarded() {
 /// (`FilterUtil.filterTarget`): a client cannot move a request out of its route's resource by spelling its
 /// path another way.
 #[test]
-#[ignore = "review: a percent-encoded or dot-segment spelling of a path escapes the path's resource and rules"]
 fn a_path_spelled_with_escapes_or_dot_segments_is_named_as_the_path_it_means() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("GET:/users/{id}").count(1.0)]).unwrap();

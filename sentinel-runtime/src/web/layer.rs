@@ -138,7 +138,8 @@ impl<M> SentinelLayer<M> {
 
     /// Cleans the path of a request that has no route template (no axum `MatchedPath`, not a gRPC call to a
     /// `/pkg.Service/Method` path) before it becomes the resource name; `None` or an empty path lets the
-    /// request through unguarded. The default is [`clean_path`](super::clean_path), which folds identifiers into `{id}`.
+    /// request through unguarded. The cleaner gets the path the request means: percent-escapes of unreserved
+    /// characters decoded and `.` / `..` segments resolved (`/users/%31/../2` is `/users/2`). The default is [`clean_path`](super::clean_path), which folds identifiers into `{id}`.
     pub fn path_cleaner<F>(self, f: F) -> Self
     where
         F: for<'a> Fn(&'a str) -> Option<Cow<'a, str>> + Send + Sync + 'static,

@@ -123,6 +123,82 @@ pub fn clean_path(path: &str) -> Option<Cow<'_, str>> {
     })
 }
 
+/// The path a request means, when it is spelled otherwise: percent-escapes of unreserved characters decoded
+/// and `.` / `..` segments resolved (RFC 3986, 6.2.2 and 5.2.4), as Java's servlet filter names a request by
+/// its decoded path with dot segments resolved (`FilterUtil.filterTarget`). An escape of any other character
+/// (`%2F`, `%25`, non-ASCII) stays as it is, so decoding makes no new segment. `None` when the path is in that
+/// form already (the common case: one scan of the bytes, no allocation).
+pub(crate) fn normalize_path(path: &str) -> Option<String> {
+    let b = path.as_bytes();
+    let escaped = b.contains(&b'%');
+    if !escaped && !has_dot_segment(path) {
+        return None;
+    }
+    let decoded: Cow<'_, str> = if escaped { Cow::Owned(decode_unreserved(path)) } else { Cow::Borrowed(path) };
+    let absolute = decoded.starts_with('/');
+    let parts: Vec<&str> = decoded.split('/').collect();
+    let first = usize::from(absolute);
+    let mut kept: Vec<&str> = Vec::with_capacity(parts.len());
+    for (i, seg) in parts.iter().enumerate().skip(first) {
+        let last = i + 1 == parts.len();
+        match *seg {
+            "." => {}
+            ".." => {
+                kept.pop();
+            }
+            other => {
+                kept.push(other);
+                continue;
+            }
+        }
+        // A path ending in a dot segment names a directory: it keeps its trailing slash.
+        if last {
+            kept.push("");
+        }
+    }
+    let mut out = String::with_capacity(decoded.len());
+    if absolute {
+        out.push('/');
+    }
+    for (i, seg) in kept.iter().enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        out.push_str(seg);
+    }
+    (out != path).then_some(out)
+}
+
+/// Whether a segment of `path` is `.` or `..`.
+fn has_dot_segment(path: &str) -> bool {
+    (path.starts_with('.') || path.contains("/.")) && path.split('/').any(|s| s == "." || s == "..")
+}
+
+/// `path` with each percent-escape of an unreserved character (letters, digits, `-`, `.`, `_`, `~`) decoded.
+fn decode_unreserved(path: &str) -> String {
+    let b = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                let c = (h * 16 + l) as u8;
+                if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+                    out.push(c as char);
+                    i += 3;
+                    continue;
+                }
+            }
+        }
+        // Copies up to the next `%` (at a character boundary: `%` is ASCII).
+        let next = b[i + 1..].iter().position(|&c| c == b'%').map_or(b.len(), |p| i + 1 + p);
+        out.push_str(&path[i..next]);
+        i = next;
+    }
+    out
+}
+
 /// Room on the stack for a path [`clean_path_in`] cleans (a longer one goes to the heap).
 pub(crate) type CleanBuf = smallvec::SmallVec<[u8; 128]>;
 
@@ -445,6 +521,7 @@ impl ResourceCache {
         f: impl FnOnce(&Resource) -> R,
     ) -> Option<R> {
         // `text`: the router's text of the route, when the name is that text.
+        let mut normalized: Option<String> = None;
         let mut cleaned = CleanBuf::new();
         let (name, method, source, text) = match &naming.namer {
             Some(f) => (f(req)?, None, Source::Request, None),
@@ -462,9 +539,15 @@ impl ResourceCache {
                         (Cow::Borrowed(req.path()), None, Source::Request, None)
                     }
                     None => {
+                        // The path the request means (escapes decoded, dot segments resolved), so that another
+                        // spelling of a path does not take the request out of the path's resource.
+                        let path = match normalize_path(req.path()) {
+                            Some(p) => &*normalized.insert(p),
+                            None => req.path(),
+                        };
                         let cleaned = match &naming.cleaner {
-                            None => clean_path_in(req.path(), &mut cleaned),
-                            Some(clean) => clean(req.path())?,
+                            None => clean_path_in(path, &mut cleaned),
+                            Some(clean) => clean(path)?,
                         };
                         (cleaned, method, Source::Request, None)
                     }
@@ -570,6 +653,21 @@ impl ResourceCache {
 mod tests {
     use super::*;
     use http::Request;
+
+    #[test]
+    fn other_spellings_of_a_path_normalize_to_it_and_other_escapes_stay() {
+        let n = |p: &str| normalize_path(p);
+        assert_eq!(n("/users/12"), None);
+        assert_eq!(n("/static/app.js"), None);
+        assert_eq!(n("/users/%31%32").as_deref(), Some("/users/12"));
+        assert_eq!(n("/%75sers/7/../12").as_deref(), Some("/users/12"));
+        assert_eq!(n("/a/./b/.").as_deref(), Some("/a/b/"));
+        assert_eq!(n("/a/..").as_deref(), Some("/"));
+        assert_eq!(n("/../..").as_deref(), Some("/"));
+        assert_eq!(n("/a/%2E%2E/b").as_deref(), Some("/b"));
+        assert_eq!(n("/a%2Fb/%25/%C3%A9"), None, "escapes of reserved and non-ASCII bytes stay");
+        assert_eq!(n("/a%2fb/%7e%").as_deref(), Some("/a%2fb/~%"));
+    }
 
     #[test]
     fn identifiers_are_folded_and_words_kept() {
