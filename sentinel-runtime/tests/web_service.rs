@@ -531,3 +531,29 @@ fn a_path_spelled_with_escapes_or_dot_segments_is_named_as_the_path_it_means() {
     }
     assert_eq!(engine.resource_names(), vec!["GET:/users/{id}".to_string()]);
 }
+
+fn answering(
+    status: StatusCode,
+) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
+    tower::service_fn(move |_req: Request<()>| {
+        let mut res = Response::new(Full::new(Bytes::new()));
+        *res.status_mut() = status;
+        ready(Ok::<_, Infallible>(res))
+    })
+}
+
+/// What counts as an error is the layer's predicate (default: 5xx): a 429 the handler answers is no
+/// exception for statistics and circuit breakers, nor is a 503 the predicate does not count.
+#[test]
+#[ignore = "review: a 429 or 503 answer counts as an exception whatever the error predicate (`trace_if`) says"]
+fn an_overload_answer_counts_as_an_error_only_when_the_predicate_says_so() {
+    let (engine, _clock) = engine();
+    let mut svc = SentinelLayer::new(&engine).layer(answering(StatusCode::TOO_MANY_REQUESTS));
+    assert_eq!(call_now(&mut svc, get("/a")).unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+    let s = engine.cluster_stats("GET:/a").unwrap();
+    assert_eq!((s.minute_success, s.minute_exception), (1, 0), "a 429 is not a 5xx");
+    let mut svc = SentinelLayer::new(&engine).trace_if(|_| false).layer(answering(StatusCode::SERVICE_UNAVAILABLE));
+    call_now(&mut svc, get("/b")).unwrap();
+    let s = engine.cluster_stats("GET:/b").unwrap();
+    assert_eq!((s.minute_success, s.minute_exception), (1, 0), "the predicate counts nothing");
+}
