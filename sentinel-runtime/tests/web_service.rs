@@ -545,7 +545,6 @@ fn answering(
 /// What counts as an error is the layer's predicate (default: 5xx): a 429 the handler answers is no
 /// exception for statistics and circuit breakers, nor is a 503 the predicate does not count.
 #[test]
-#[ignore = "review: a 429 or 503 answer counts as an exception whatever the error predicate (`trace_if`) says"]
 fn an_overload_answer_counts_as_an_error_only_when_the_predicate_says_so() {
     let (engine, _clock) = engine();
     let mut svc = SentinelLayer::new(&engine).layer(answering(StatusCode::TOO_MANY_REQUESTS));

@@ -277,6 +277,13 @@ impl<'r> Entry<'r> {
         self.flags |= Flags::OVERLOAD;
     }
 
+    /// Marks the call as failed by overload for adaptive rules only (a drop), without counting it as an error
+    /// for statistics and circuit breakers: the web layer's mark for an overload answer (429, 503,
+    /// `RESOURCE_EXHAUSTED`, `UNAVAILABLE`) of its own service that its error predicate does not count.
+    pub(crate) fn mark_overload(&mut self) {
+        self.flags |= Flags::OVERLOAD;
+    }
+
     /// Whether the call was marked as failed by overload ([`set_overload`](Self::set_overload)).
     pub fn is_overload(&self) -> bool {
         self.flags & Flags::OVERLOAD != 0

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::config::{is_error, JudgingRef};
+use super::config::JudgingRef;
 use super::outcome::{GrpcCode, Outcome};
 use super::scope::RequestEntry;
 use super::watched::{Watch, WatchedBody};
@@ -25,9 +25,9 @@ impl Watch for BodyWatch {
     fn trailers(&mut self, trailers: &http::HeaderMap) {
         if self.grpc {
             if let Some(code) = GrpcCode::from_headers(trailers) {
-                if is_error(self.judging.as_ref().and_then(|j| j.trace_if.as_ref()), Outcome::Grpc(code)) {
-                    self.error();
-                }
+                // As a status in the response headers is judged: an error by the predicate, an overload
+                // (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`) for adaptive rules.
+                self.entry.judge(self.judging.as_ref().and_then(|j| j.trace_if.as_ref()), Outcome::Grpc(code));
             }
         }
     }

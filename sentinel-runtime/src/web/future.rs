@@ -16,7 +16,7 @@ use tower_service::Service;
 use super::block_response as block;
 use super::body::{BodyMode, BodyWatch, ResponseBody, Wrapped};
 use super::config::LayerState;
-use super::config::{is_error, ExitOn, JudgingRef, LayerConfig, OutcomeFn};
+use super::config::{ExitOn, JudgingRef, LayerConfig, OutcomeFn};
 use super::outcome::{GrpcCode, Outcome};
 use super::refused::{blocked_response, QueuedRequest};
 use super::request::RequestView;
@@ -58,12 +58,8 @@ impl Guard {
         self.judge(Outcome::Http(status));
     }
     fn judge(&mut self, outcome: Outcome) {
-        if is_error(self.trace_if(), outcome) {
-            self.error();
-        }
-        if crate::web::is_overload(outcome) {
-            self.entry.set_overload();
-        }
+        let trace_if = self.judging.as_ref().and_then(|j| j.trace_if.as_ref());
+        self.entry.judge(trace_if, outcome);
     }
     fn error(&mut self) {
         self.entry.set_error();

@@ -80,10 +80,24 @@ impl RequestEntry {
         self.apis().iter_mut().for_each(Entry::set_error);
     }
 
-    /// Counts the request as failed by overload (a 429 or 503 answer; on its route and its API groups).
-    pub(crate) fn set_overload(&mut self) {
-        self.entry.set_overload();
-        self.apis().iter_mut().for_each(Entry::set_overload);
+    /// Marks the request as failed by overload (a 429 or 503 answer; on its route and its API groups) for
+    /// adaptive rules, without counting an error (the layer's predicate decides that).
+    pub(crate) fn mark_overload(&mut self) {
+        self.entry.mark_overload();
+        self.apis().iter_mut().for_each(Entry::mark_overload);
+    }
+
+    /// Judges how the request ended: an error when the layer's predicate (`trace_if`, default
+    /// [`is_error_by_default`](super::is_error_by_default)) says so, and an overload for adaptive rules when
+    /// the answer is one ([`is_overload`](super::is_overload)). An overload is no error unless the predicate
+    /// counts it.
+    pub(crate) fn judge(&mut self, trace_if: Option<&super::config::OutcomeFn>, outcome: super::Outcome) {
+        if super::config::is_error(trace_if, outcome) {
+            self.set_error();
+        }
+        if super::is_overload(outcome) {
+            self.mark_overload();
+        }
     }
 
     /// Counts the request as timed out after `limit` (on its route and its API groups).
