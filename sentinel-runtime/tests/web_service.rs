@@ -560,7 +560,6 @@ fn an_overload_answer_counts_as_an_error_only_when_the_predicate_says_so() {
 /// Java's Spring Web MVC adapter enters `sentinel_spring_web_context` (`AbstractSentinelInterceptor`): a chain
 /// rule written for it (shared rules, a dashboard's) limits the requests of a layer in the web context.
 #[test]
-#[ignore = "review: WEB_CONTEXT_NAME is `sentinel_web_context`, a name no Java adapter uses, so Java's chain rules on the web context never match"]
 fn a_chain_rule_on_javas_web_context_limits_requests_in_the_web_context() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("GET:/orders").count(0.0).chain("sentinel_spring_web_context")]).unwrap();

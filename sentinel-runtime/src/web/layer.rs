@@ -23,10 +23,11 @@ use super::request::RequestView;
 use super::service::SentinelService;
 use crate::{BlockError, Sentinel};
 
-/// A context name for requests, as Java's web adapters enter `sentinel_web_servlet_context`: with
-/// [`SentinelLayer::context_name`]`(WEB_CONTEXT_NAME)`, chain rules that name it limit a resource only when it
-/// is called from a request.
-pub const WEB_CONTEXT_NAME: &str = "sentinel_web_context";
+/// A context name for requests, the one Java's Spring Web MVC adapter enters (`sentinel_spring_web_context`,
+/// `AbstractSentinelInterceptor`): with [`SentinelLayer::context_name`]`(WEB_CONTEXT_NAME)`, chain rules that
+/// name it limit a resource only when it is called from a request, and chain rules written for Java's web
+/// context apply as they are.
+pub const WEB_CONTEXT_NAME: &str = "sentinel_spring_web_context";
 
 /// A tower [`Layer`] that guards every request with a Sentinel entry: an inbound resource named after the
 /// request's route, with the caller's origin and hot parameters taken from the request.
