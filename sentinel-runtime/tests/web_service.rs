@@ -571,7 +571,6 @@ fn a_chain_rule_on_javas_web_context_limits_requests_in_the_web_context() {
 /// An adaptive rule's `max_wait_ms`: at the limit a request waits for a place on the engine's timer, whatever
 /// the layer takes from requests (hot parameters, an origin).
 #[test]
-#[ignore = "review: with a hot-parameter extractor, a request at an adaptive limit is refused at once (503) instead of waiting max_wait_ms"]
 fn at_an_adaptive_limit_a_request_waits_for_a_place_with_hot_parameters_too() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     for with_param in [false, true] {

@@ -182,6 +182,14 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         self.enter_or_wait(wait, false).map_err(|(b, pending)| Queue(b, pending))
     }
 
+    /// [`decide_or_queue`](Self::decide_or_queue) for a caller that hands the wait its hot-parameter values
+    /// owned ([`Queue::start_with_args`]): a check may ask the call to wait whatever its arguments.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn decide_or_queue_with_args(self) -> Result<Result<Entry<'r>, BlockError>, Queue<'r, 'a>> {
+        self.enter_or_wait(Wait::Async(0), false).map_err(|(b, pending)| Queue(b, pending))
+    }
+
     /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
     /// Like [`enter`](EntryBuilder::enter), a borrowed handle's entry becomes the thread's innermost entry.
     /// A cluster rule with no leased token in hand is decided by its local fallback.
@@ -248,6 +256,16 @@ impl<'r> Queue<'r, '_> {
     pub(crate) fn start(self) -> QueuedEntry<'r> {
         Box::pin(Retry::of(self.0).run(self.1))
     }
+
+    /// [`start`](Self::start) for a call with hot-parameter values (`args`: the call's, owned, in argument
+    /// order), which the decision after the wait checks again.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    #[cold]
+    pub(crate) fn start_with_args(self, args: Vec<Option<String>>) -> QueuedEntry<'r> {
+        let mut retry = Retry::of(self.0);
+        retry.args = args;
+        Box::pin(retry.run(self.1))
+    }
 }
 
 /// A call waiting for a place or a lease ([`EntryBuilder::decide_or_queue`]): resolves to its decision.
@@ -256,7 +274,7 @@ pub(crate) type QueuedEntry<'r> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r>>;
 
 /// What an async entry needs to decide again after waiting for a cluster lease: the handle and the options,
-/// owned (the origin and context names are copied; there are no hot-parameter arguments).
+/// owned (the origin and context names and any hot-parameter values are copied).
 /// The future of [`EntryBuilder::enter_async`]: the decision, ready at once (the common case, which holds the
 /// decision alone), or a call that waits (a queueing rule's delay, a check's wait), whose state is boxed (the
 /// wait allocates its timer anyway).
@@ -287,6 +305,8 @@ struct Retry<'r> {
     origin: Option<String>,
     context: Option<String>,
     prioritized: bool,
+    /// The call's hot-parameter values, owned ([`Queue::start_with_args`]; none otherwise).
+    args: Vec<Option<String>>,
 }
 
 impl<'r> Retry<'r> {
@@ -299,6 +319,7 @@ impl<'r> Retry<'r> {
             origin: b.origin.map(str::to_owned),
             context: b.context.map(str::to_owned),
             prioritized: b.prioritized,
+            args: Vec::new(),
         }
     }
 
@@ -311,13 +332,14 @@ impl<'r> Retry<'r> {
             let waited = pending.wait_async().await;
             // Only for the decision below: never held across an `.await`.
             let _retry = RetryScope::enter(waited);
+            let args: Vec<&dyn HotParam> = self.args.iter().map(|a| a as &dyn HotParam).collect();
             let b = EntryBuilder {
                 res: self.res,
                 entry_type: self.entry_type,
                 acquire: self.acquire,
                 origin: self.origin.as_deref(),
                 context: self.context.as_deref(),
-                args: &[],
+                args: &args,
                 prioritized: self.prioritized,
             };
             match b.enter_or_wait(Wait::Async(deadline), false) {

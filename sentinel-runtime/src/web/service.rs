@@ -200,14 +200,15 @@ fn enter(
             entry
         };
         let entered = match &config.gateway {
-            // One resource without hot parameters: a check may ask the call to wait (it is decided again
-            // after the wait, which needs no arguments).
+            // One resource: a check may ask the call to wait (an adaptive rule's `maxWaitMs`, a cluster
+            // lease); it is decided again after the wait, with the hot-parameter values taken again, owned.
             None => with_params(&config.params, view, |args| {
-                if !args.is_empty() {
-                    return enter_one(resource, args).map_err(Refused::Blocked);
-                }
-                match entry_builder(resource, args, config, origin.as_deref(), prioritized).decide_or_queue() {
-                    Err(queue) => Err(queued(resource, queue.start())),
+                let builder = entry_builder(resource, args, config, origin.as_deref(), prioritized);
+                match builder.decide_or_queue_with_args() {
+                    Err(queue) => {
+                        let owned = config.params.iter().map(|p| p(view).map(Cow::into_owned)).collect();
+                        Err(queued(resource, queue.start_with_args(owned)))
+                    }
                     Ok(entry) => {
                         if entry.is_ok() {
                             passed(resource, args);
