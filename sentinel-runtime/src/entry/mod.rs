@@ -280,6 +280,7 @@ impl<'r> Entry<'r> {
     /// Marks the call as failed by overload for adaptive rules only (a drop), without counting it as an error
     /// for statistics and circuit breakers: the web layer's mark for an overload answer (429, 503,
     /// `RESOURCE_EXHAUSTED`, `UNAVAILABLE`) of its own service that its error predicate does not count.
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn mark_overload(&mut self) {
         self.flags |= Flags::OVERLOAD;
     }
