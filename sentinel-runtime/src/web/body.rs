@@ -27,7 +27,9 @@ impl Watch for BodyWatch {
             if let Some(code) = GrpcCode::from_headers(trailers) {
                 // As a status in the response headers is judged: an error by the predicate, an overload
                 // (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`) for adaptive rules.
-                self.entry.judge(self.judging.as_ref().and_then(|j| j.trace_if.as_ref()), Outcome::Grpc(code));
+                let outcome = Outcome::Grpc(code);
+                let trace_if = self.judging.as_ref().and_then(|j| j.trace_if.as_ref());
+                self.entry.judge(super::config::is_error(trace_if, outcome), outcome);
             }
         }
     }

@@ -59,7 +59,7 @@ impl Guard {
     }
     fn judge(&mut self, outcome: Outcome) {
         let trace_if = self.judging.as_ref().and_then(|j| j.trace_if.as_ref());
-        self.entry.judge(trace_if, outcome);
+        self.entry.judge(super::config::is_error(trace_if, outcome), outcome);
     }
     fn error(&mut self) {
         self.entry.set_error();

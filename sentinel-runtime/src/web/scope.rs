@@ -87,12 +87,12 @@ impl RequestEntry {
         self.apis().iter_mut().for_each(Entry::mark_overload);
     }
 
-    /// Judges how the request ended: an error when the layer's predicate (`trace_if`, default
-    /// [`is_error_by_default`](super::is_error_by_default)) says so, and an overload for adaptive rules when
-    /// the answer is one ([`is_overload`](super::is_overload)). An overload is no error unless the predicate
-    /// counts it.
-    pub(crate) fn judge(&mut self, trace_if: Option<&super::config::OutcomeFn>, outcome: super::Outcome) {
-        if super::config::is_error(trace_if, outcome) {
+    /// Judges how the request ended: an error when `error` (the layer's predicate, `trace_if`, default
+    /// [`is_error_by_default`](super::is_error_by_default), said so of `outcome`), and an overload for adaptive
+    /// rules when the answer is one ([`is_overload`](super::is_overload)). An overload is no error unless the
+    /// predicate counts it.
+    pub(crate) fn judge(&mut self, error: bool, outcome: super::Outcome) {
+        if error {
             self.set_error();
         }
         if super::is_overload(outcome) {
