@@ -16,6 +16,11 @@ fn engine() -> (Sentinel, ManualClock) {
     (Sentinel::builder().manual_clock(clock.clone()).build(), clock)
 }
 
+/// A rate-limiter rule on `resource`: `count` calls a second, each queued up to `queue_ms`.
+fn rate_limiter(resource: &str, count: f64, queue_ms: u64) -> FlowRule {
+    FlowRule::new(resource).count(count).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(queue_ms)
+}
+
 /// Enters `n` times at the current instant, dropping each entry at once; returns how many passed.
 fn burst(engine: &Sentinel, resource: &str, n: usize) -> usize {
     let r = engine.resource(resource);
@@ -118,12 +123,7 @@ fn warm_up_ramps_from_a_third_of_the_count() {
 #[test]
 fn rate_limiter_spaces_calls_and_a_wait_equal_to_the_max_passes() {
     let (engine, _clock) = engine();
-    engine
-        .load_flow_rules([FlowRule::new("pay")
-            .count(10.0)
-            .control_behavior(ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(500)])
-        .unwrap();
+    engine.load_flow_rules([rate_limiter("pay", 10.0, 500)]).unwrap();
     let pay = engine.resource("pay");
     let waits: Vec<u64> = (0..6).map(|_| pay.enter().unwrap().waited().as_millis() as u64).collect();
     assert_eq!(waits, vec![0, 100, 200, 300, 400, 500]);
@@ -136,9 +136,7 @@ fn the_waits_of_two_rate_limiter_rules_overlap_on_both_paths() {
     // two rules' turns, not for the sum of their waits.
     for general in [false, true] {
         let (engine, _clock) = engine();
-        let rl = |count: f64| {
-            FlowRule::new("pay").count(count).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000)
-        };
+        let rl = |count: f64| rate_limiter("pay", count, 1000);
         engine.load_flow_rules([rl(10.0), rl(20.0)]).unwrap();
         let pay = engine.resource("pay");
         // A prioritized call takes the general path (rate limiters decide it as any other).
@@ -152,12 +150,7 @@ fn the_waits_of_two_rate_limiter_rules_overlap_on_both_paths() {
 #[test]
 fn rate_limiter_keeps_sub_millisecond_spacing() {
     let (engine, clock) = engine();
-    engine
-        .load_flow_rules([FlowRule::new("fast")
-            .count(4000.0)
-            .control_behavior(ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(1)])
-        .unwrap();
+    engine.load_flow_rules([rate_limiter("fast", 4000.0, 1)]).unwrap();
     let fast = engine.resource("fast");
     let waits: Vec<Duration> = (0..4).map(|_| fast.enter().unwrap().waited()).collect();
     assert_eq!(
@@ -409,7 +402,7 @@ fn validation_names_the_field() {
 #[test]
 fn equal_rules_are_deduplicated_and_reloading_keeps_state() {
     let (engine, _clock) = engine();
-    let rule = FlowRule::new("d").count(3.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000);
+    let rule = rate_limiter("d", 3.0, 1000);
     engine.load_flow_rules([rule.clone(), rule.clone()]).unwrap();
     assert_eq!(engine.flow_rules().len(), 1);
     let d = engine.resource("d");
@@ -595,9 +588,7 @@ fn thread_grade_counts_calls_in_flight_and_checks_them_plus_the_acquire_count() 
 /// what the slowest of them needs, not the sum of their waits.
 #[test]
 fn several_rate_limiter_rules_wait_for_the_slowest_not_the_sum() {
-    let limiter = |count: f64| {
-        FlowRule::new("rl").count(count).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000)
-    };
+    let limiter = |count: f64| rate_limiter("rl", count, 1000);
     // Two rules (the fast path), three (the general path), and the same rule twice with two ids.
     for rules in [
         vec![limiter(10.0), limiter(5.0)],
@@ -736,7 +727,7 @@ fn relate_passes_until_the_related_resource_is_entered() {
 #[test]
 fn a_flow_rate_limiter_decides_after_the_hot_parameter_limiters_wait() {
     use sentinel_runtime::param_flow::ParamFlowRule;
-    let flow = FlowRule::new("rl").count(5.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(1000);
+    let flow = rate_limiter("rl", 5.0, 1000);
     // Alone (the fast path), and beside a rule for one origin (the general path).
     for rules in [vec![flow.clone()], vec![flow.clone(), FlowRule::new("rl").count(100.0).limit_app("appA")]] {
         let (engine, _clock) = engine();
@@ -818,8 +809,7 @@ fn a_prioritized_call_borrows_for_the_second_of_two_qps_rules_on_one_node() {
 #[test]
 #[ignore = "review: a reject QPS rule after a rate limiter's wait decides at the call's arrival, Java at its turn"]
 fn a_reject_rule_after_a_rate_limiters_wait_decides_at_the_calls_turn() {
-    let limiter =
-        FlowRule::new("rq").count(1.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(2000);
+    let limiter = rate_limiter("rq", 1.0, 2000);
     // Alone (the fast path), and beside a rule for one origin (the general path).
     for rules in [
         vec![limiter.clone(), FlowRule::new("rq").count(1.0)],
@@ -950,12 +940,7 @@ fn a_queued_calls_drop_after_a_back_off_it_was_admitted_before_does_not_back_off
     let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 100);
     rule.window = WindowConfig { window_ms: 1000, min_samples: 100, max_window_ms: 10_000, ignore_rtt_under_us: 0 };
     engine.load_adaptive_rules([rule]).unwrap();
-    engine
-        .load_flow_rules([FlowRule::new("db")
-            .count(10.0)
-            .control_behavior(ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(1000)])
-        .unwrap();
+    engine.load_flow_rules([rate_limiter("db", 10.0, 1000)]).unwrap();
     let db = engine.resource("db");
     let mut a = db.enter().unwrap();
     // Both take their place now; `b` runs after 100 ms in the rate limiter's queue.
@@ -981,12 +966,7 @@ fn a_call_decided_again_after_an_adaptive_wait_takes_one_rate_limiter_slot() {
     engine
         .load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 1, 1).max_wait_ms(1000)])
         .unwrap();
-    engine
-        .load_flow_rules([FlowRule::new("db")
-            .count(10.0)
-            .control_behavior(ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(1000)])
-        .unwrap();
+    engine.load_flow_rules([rate_limiter("db", 10.0, 1000)]).unwrap();
     let db = engine.resource("db");
     let held = db.enter().unwrap();
     let waiter = {
