@@ -209,7 +209,6 @@ fn every_origin_of_a_resource_keeps_its_own_node_among_many() {
 }
 
 #[test]
-#[ignore = "review: a context guard dropped while an entry of its context is in flight exits the context under the entry (Java's ContextUtil.exit does nothing then)"]
 fn a_context_guard_dropped_while_an_entry_is_in_flight_keeps_the_context_until_the_entry_exits() {
     let engine = engine();
     let (a, b) = (engine.resource("a"), engine.resource("b"));

@@ -251,7 +251,6 @@ fn handles_and_entries_that_outlive_the_engine_handle_still_exit_cleanly() {
 }
 
 #[test]
-#[ignore = "review: a borrowed entry exited on another thread leaves its thread's context on it for good (later calls there nest under it; Java's shared Context is popped)"]
 fn a_borrowed_entry_exited_on_another_thread_does_not_leave_its_thread_inside_it() {
     let engine = engine();
     let (r, x) = (engine.resource("r"), engine.resource("x"));
@@ -270,7 +269,6 @@ fn a_borrowed_entry_exited_on_another_thread_does_not_leave_its_thread_inside_it
 }
 
 #[test]
-#[ignore = "review: a borrowed entry with an origin exited on another thread leaves its origin on its thread for good: later calls there run as that caller"]
 fn a_borrowed_entry_exited_on_another_thread_leaves_no_origin_on_its_thread() {
     // An `async fn` holding `resource.entry().origin(..).enter()` across an await, resumed on another worker.
     let engine = engine();
@@ -293,4 +291,109 @@ fn a_context_guard_dropped_after_its_borrowed_entry_exited_on_another_thread_exi
     });
     drop(guard);
     assert_eq!(engine.current_context(), None);
+}
+
+/// The children of `name` in the default context's tree, by name.
+fn children_of(engine: &Sentinel, path: &[&str]) -> Vec<String> {
+    let tree = engine.tree();
+    let mut nodes = &tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap().children;
+    for name in path {
+        nodes = &nodes.iter().find(|n| n.name == *name).unwrap_or_else(|| panic!("{name} in {path:?}")).children;
+    }
+    nodes.iter().map(|n| n.name.clone()).collect()
+}
+
+#[test]
+fn a_borrowed_entry_exited_on_another_thread_leaves_that_threads_own_context_as_it_was() {
+    // The other thread is inside entries of its own in the same (default) context, deeper than the moved
+    // entry: the exit must not unwind them.
+    let engine = engine();
+    let (r, y, z, w) = (engine.resource("r"), engine.resource("y"), engine.resource("z"), engine.resource("w"));
+    let e = r.enter().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ey = y.enter().unwrap();
+            let ez = z.enter().unwrap();
+            drop(e);
+            let ew = w.enter().unwrap();
+            assert_eq!(ew.origin(), "");
+            drop((ew, ez, ey));
+            assert_eq!(engine.current_context(), None);
+        });
+    });
+    assert_eq!(children_of(&engine, &["y", "z"]), vec!["w"], "w nests under the other thread's own z");
+    assert_eq!(engine.current_context(), None, "and this thread is out of r");
+}
+
+#[test]
+fn a_context_guard_dropped_before_its_entry_exits_on_another_thread_ends_the_context_at_that_exit() {
+    let engine = engine();
+    let (r, x) = (engine.resource("r"), engine.resource("x"));
+    let guard = engine.enter_context("web", "appA").unwrap();
+    let e = r.enter().unwrap();
+    drop(guard);
+    assert_eq!(engine.current_context(), Some(("web".into(), "appA".into())), "r is still in flight in it");
+    std::thread::scope(|s| {
+        s.spawn(move || drop(e));
+    });
+    assert_eq!(engine.current_context(), None);
+    let ex = x.enter().unwrap();
+    assert_eq!((ex.context_name(), ex.origin()), (DEFAULT_CONTEXT_NAME, ""));
+}
+
+#[test]
+fn a_borrowed_entry_whose_thread_ended_exits_anywhere_with_exact_statistics() {
+    let engine = engine();
+    let r = engine.resource("r");
+    for _ in 0..50 {
+        // Made on a thread that ends before the entry exits: its exit has no thread to tell.
+        let e = std::thread::scope(|s| s.spawn(|| r.enter().unwrap()).join().unwrap());
+        drop(e);
+    }
+    assert_eq!(engine.cluster_stats("r").unwrap().threads, 0);
+    assert_eq!(engine.current_context(), None);
+}
+
+#[test]
+fn many_threads_each_moving_their_entries_to_another_see_their_contexts_end_every_time() {
+    // Threads come and go (their mailboxes are recycled), each making borrowed entries, nested or not, that
+    // another thread exits; every time, the maker's next call starts at the entrance with no origin.
+    let engine = engine();
+    let (r, inner, x) = (engine.resource("r"), engine.resource("inner"), engine.resource("x"));
+    let (tx, rx) = mpsc::channel::<(Vec<sentinel_runtime::Entry<'_>>, mpsc::Sender<()>)>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for (entries, done) in rx {
+                drop(entries);
+                done.send(()).unwrap();
+            }
+        });
+        for round in 0..8 {
+            let tx = tx.clone();
+            let (r, inner, x, engine) = (&r, &inner, &x, &engine);
+            s.spawn(move || {
+                for i in 0..100 {
+                    let outer = r.entry().origin(&format!("app{round}")).enter().unwrap();
+                    let nested = if i % 2 == 0 { vec![inner.enter().unwrap()] } else { vec![] };
+                    let (done_tx, done_rx) = mpsc::channel();
+                    // The nested entry first when there is one (exits posted in either order).
+                    let mut moved = nested;
+                    moved.push(outer);
+                    if i % 4 == 0 {
+                        moved.reverse();
+                    }
+                    tx.send((moved, done_tx)).unwrap();
+                    done_rx.recv().unwrap();
+                    assert_eq!(engine.current_context(), None, "round {round}, call {i}");
+                    let ex = x.enter().unwrap();
+                    assert_eq!(ex.origin(), "", "round {round}, call {i}");
+                }
+            })
+            .join()
+            .unwrap();
+        }
+        drop(tx);
+    });
+    assert_eq!(children_of(&engine, &[]), vec!["r", "x"]);
+    assert_eq!(engine.cluster_stats("r").unwrap().threads, 0);
 }

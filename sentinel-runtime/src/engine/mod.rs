@@ -297,18 +297,21 @@ impl Sentinel {
         if name.is_empty() {
             return Err(ContextError::EmptyName);
         }
-        let cur = context::current();
+        let cur = context::current_settled();
         if cur.engine_id == self.shared.id {
-            return Ok(self.context_guard(None));
+            return Ok(self.context_guard(None, 0));
         }
-        let state = self.shared.context_state(Some(name), origin, cur.override_engine);
+        let state = ContextState {
+            era: context::next_era(),
+            ..self.shared.context_state(Some(name), origin, cur.override_engine)
+        };
         context::set_current(state);
-        Ok(self.context_guard(Some(cur)))
+        Ok(self.context_guard(Some(cur), state.era))
     }
 
     /// The name and origin of this thread's active context of this engine, if any.
     pub fn current_context(&self) -> Option<(String, String)> {
-        let s = context::current();
+        let s = context::current_settled();
         if s.engine_id != self.shared.id || s.ctx.is_null() {
             return None;
         }
@@ -316,11 +319,12 @@ impl Sentinel {
         unsafe { Some(((*s.ctx).name().to_string(), (*s.origin).name.to_string())) }
     }
 
-    fn context_guard(&self, restore: Option<ContextState>) -> ContextGuard<'_> {
+    fn context_guard(&self, restore: Option<ContextState>, era: u64) -> ContextGuard<'_> {
         ContextGuard {
             engine_id: self.shared.id,
             _engine: std::marker::PhantomData,
             restore,
+            era,
             _not_send: std::marker::PhantomData,
         }
     }

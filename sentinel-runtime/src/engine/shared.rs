@@ -176,6 +176,8 @@ impl Shared {
             origin: &*self.empty_origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
+            closing: false,
+            era: 0,
             override_engine,
         }
     }
@@ -200,6 +202,8 @@ impl Shared {
             origin: origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
+            closing: false,
+            era: 0,
             override_engine,
         }
     }

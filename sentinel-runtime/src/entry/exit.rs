@@ -20,6 +20,15 @@ impl Entry<'_> {
     #[inline]
     fn restore_context(&self, shared: &Shared, node: &DefaultNode) {
         let cur = context::current();
+        if cur.era != self.era {
+            // The installation the entry joined is not this thread's context now: unwound already here, or
+            // another thread's, which this one cannot write: that thread applies the exit when it next reads
+            // its context (`context::moved`).
+            if !context::is_this_threads(self.era) {
+                self.post_moved_exit(node);
+            }
+            return;
+        }
         if cur.engine_id != shared.id {
             return; // an outer entry already unwound this context
         }
@@ -54,8 +63,22 @@ impl Entry<'_> {
         if self.flags & Flags::FRESH != 0 {
             ContextState { override_engine: cur.override_engine, ..ContextState::NONE }
         } else {
-            ContextState { cur_node: self.parent, depth: self.depth - 1, ..cur }
+            ContextState { cur_node: self.parent, depth: self.depth - 1, ..cur }.closed_if_done()
         }
+    }
+
+    /// Tells the thread whose context this entry joined that it exited here.
+    #[cold]
+    #[inline(never)]
+    fn post_moved_exit(&self, node: &DefaultNode) {
+        context::post_moved_exit(context::MovedExit {
+            era: self.era,
+            engine_id: self.res.shared().id,
+            depth: self.depth,
+            node: node as *const DefaultNode as usize,
+            parent: self.parent as usize,
+            fresh: self.flags & Flags::FRESH != 0,
+        });
     }
 
     /// For work of this entry that is suspended (an `async fn`'s body awaiting): what the thread's context

@@ -126,6 +126,8 @@ pub struct Entry<'r> {
     origin: Option<&'r OriginInfo>,
     /// The innermost entry's node before this one (restored at exit); null at the entrance.
     parent: *const DefaultNode,
+    /// The installation of the thread's context the entry joined (see `context::moved`).
+    era: u64,
     created_nanos: u64,
     wait_nanos: u64,
     depth: u32,
@@ -185,6 +187,7 @@ impl<'r> Entry<'r> {
             origin_node: None,
             origin: None,
             parent: std::ptr::null(),
+            era: 0,
             created_nanos: 0,
             wait_nanos: 0,
             depth: 0,

@@ -32,7 +32,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
         let inner: &'r ResourceInner = self.res.inner();
-        let outer = context::current();
+        let outer = context::current_settled();
         if !shared.enabled.load(Ordering::Relaxed) {
             return O::decided(Ok(Entry::unchecked(self.res)));
         }
@@ -43,13 +43,17 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             // An active context (a null one was refused by the context cap: Java's NullContext).
             (outer, install)
         } else {
-            let st = match (self.context, self.origin) {
+            let mut st = match (self.context, self.origin) {
                 (None, None) => shared.default_state(outer.override_engine),
                 // `name` is never the default context's (`EntryBuilder::context` leaves it out).
                 (name, origin) => shared.context_state(name, origin.unwrap_or(""), outer.override_engine),
             };
             // Another engine's context is active: enter without touching it.
-            (st, install && outer.engine_id == 0)
+            let touches_tls = install && outer.engine_id == 0;
+            if touches_tls {
+                st.era = context::next_era();
+            }
+            (st, touches_tls)
         };
         // SAFETY: contexts and origins are never freed while the engine (kept alive by `res`) lives; a state of
         // this engine always has a context (past the cap, the overflow context).
@@ -186,6 +190,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             origin_node,
             origin: Some(origin),
             parent: state.cur_node,
+            era: state.era,
             created_nanos: now_nanos,
             wait_nanos: checks.tally.wait_nanos,
             depth: state.depth + 1,

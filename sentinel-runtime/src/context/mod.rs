@@ -10,6 +10,9 @@ use std::sync::Arc;
 
 use crate::node::{DefaultNode, EntranceNode};
 
+mod moved;
+pub(crate) use moved::{is_this_threads, next_era, post as post_moved_exit, MovedExit};
+
 pub use crate::names::DEFAULT_CONTEXT_NAME;
 
 /// `name` as the name of a context of its own: `None` for the default context's name or an empty one, which
@@ -54,6 +57,11 @@ pub(crate) struct ContextState {
     /// The innermost entry's node; null at the entrance.
     pub(crate) cur_node: *const DefaultNode,
     pub(crate) depth: u32,
+    /// The context's guard was dropped while an entry of it was in flight: the context ends when the
+    /// outermost such entry exits (Java's `ContextUtil.exit` leaves a context whose entry has not exited).
+    pub(crate) closing: bool,
+    /// The installation this state belongs to (see [`moved`]): 0 for none, or for an entry's scope.
+    pub(crate) era: u64,
     /// An engine that annotated functions use instead of the global one (tests).
     pub(crate) override_engine: EngineOverride,
 }
@@ -84,22 +92,62 @@ impl ContextState {
         origin: ptr::null(),
         cur_node: ptr::null(),
         depth: 0,
+        closing: false,
+        era: 0,
         override_engine: EngineOverride::NONE,
     };
+
+    /// This state, or none when it is back at its context's entrance after the context's guard was dropped.
+    #[inline(always)]
+    pub(crate) fn closed_if_done(self) -> ContextState {
+        if self.closing && self.depth == 0 {
+            ContextState { override_engine: self.override_engine, ..ContextState::NONE }
+        } else {
+            self
+        }
+    }
+}
+
+/// A thread's context and what [`moved`] keeps of the thread, in one thread-local (one address to find).
+struct ThreadContext {
+    state: Cell<ContextState>,
+    /// The era of the thread's last installation (0: none yet).
+    era: Cell<u64>,
+    /// The thread's mailbox, once it has made an installation (and until its destructors run).
+    mailbox: Cell<Option<&'static moved::Mailbox>>,
 }
 
 thread_local! {
-    static CURRENT: Cell<ContextState> = const { Cell::new(ContextState::NONE) };
+    static CURRENT: ThreadContext = const {
+        ThreadContext { state: Cell::new(ContextState::NONE), era: Cell::new(0), mailbox: Cell::new(None) }
+    };
 }
 
 #[inline]
 pub(crate) fn current() -> ContextState {
-    CURRENT.with(|c| c.get())
+    CURRENT.with(|c| c.state.get())
 }
 
 #[inline]
 pub(crate) fn set_current(s: ContextState) {
-    CURRENT.with(|c| c.set(s))
+    CURRENT.with(|c| c.state.set(s))
+}
+
+/// The thread's current context, with the exits of its entries made on other threads applied (see
+/// [`moved`]): what every reader that acts on the context reads. A thread with no context active reads no
+/// mail (a mail only ever ends part of an active one).
+#[inline(always)]
+pub(crate) fn current_settled() -> ContextState {
+    // The mail is applied in place and the state read after it, so that the common case reads only the
+    // fields its caller uses (a state passed out of a branch is copied whole).
+    let pending = CURRENT.with(|c| {
+        // A thread with no context active reads no mail; `mailbox` is `None` until its first installation.
+        c.state.get().engine_id != 0 && c.mailbox.get().is_some_and(moved::Mailbox::has_mail)
+    });
+    if pending {
+        moved::apply_mail();
+    }
+    current()
 }
 
 /// Whether no context (and no stand-in engine) is active on this thread.
@@ -128,13 +176,15 @@ pub struct ContextGuard<'e> {
     pub(crate) _engine: std::marker::PhantomData<&'e ()>,
     /// The state to restore, or `None` when another context was already active (nothing to undo).
     pub(crate) restore: Option<ContextState>,
+    /// The era of the context the guard installed (see [`moved`]).
+    pub(crate) era: u64,
     pub(crate) _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl ContextGuard<'_> {
     /// The name of the active context.
     pub fn name(&self) -> String {
-        let s = current();
+        let s = current_settled();
         if s.engine_id == self.engine_id && !s.ctx.is_null() {
             // SAFETY: contexts live as long as the engine, which this guard borrows.
             unsafe { (*s.ctx).name().to_string() }
@@ -147,7 +197,14 @@ impl ContextGuard<'_> {
 impl Drop for ContextGuard<'_> {
     fn drop(&mut self) {
         if let Some(prev) = self.restore.take() {
-            set_current(prev);
+            let cur = current_settled();
+            if cur.era == self.era && cur.engine_id == self.engine_id && cur.depth > 0 {
+                // An entry of the context is in flight: the context ends when it exits (Java's
+                // `ContextUtil.exit` does nothing while the context has a current entry).
+                set_current(ContextState { closing: true, ..cur });
+            } else {
+                set_current(prev);
+            }
         }
     }
 }
@@ -172,7 +229,7 @@ unsafe impl Sync for CarriedContext {}
 impl CarriedContext {
     /// Captures the calling thread's current context (what the future's parent had when it was created).
     pub fn capture() -> Self {
-        CarriedContext { state: current() }
+        CarriedContext { state: current_settled() }
     }
 
     /// Carries `state` (an entry's scope, see [`Entry::instrument`](crate::Entry::instrument)).
