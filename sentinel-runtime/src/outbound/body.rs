@@ -17,6 +17,13 @@ impl Watch for Call {
     fn error(&mut self) {
         self.failed();
     }
+    fn ended_without_trailers(&mut self) {
+        Call::ended_without_trailers(self);
+    }
+    fn awaits_end(&self) -> bool {
+        // A gRPC answer that ends without a status has failed (see `Call::ended_without_trailers`).
+        self.grpc
+    }
 }
 
 pin_project! {

@@ -9,7 +9,7 @@ use http::{HeaderMap, Response, StatusCode};
 
 use super::naming::{NameBuf, NameCache, Naming, Target, TargetRef};
 use super::request::CallView;
-use super::signal::{grpc_pushback, is_downstream_error, millis, retry_after, wall_now};
+use super::signal::{grpc_code_of_http, grpc_pushback, is_downstream_error, millis, retry_after, wall_now};
 use crate::stat::stripe::{Spread, SpreadRef};
 use crate::web::{ExitOn, GrpcCode, Outcome};
 use crate::{BlockError, Entry, EntryType, Sentinel};
@@ -256,7 +256,8 @@ impl Call {
                 return false;
             }
             if status != StatusCode::OK {
-                self.judge(Outcome::Http(status));
+                // No gRPC status: the client reports the one gRPC maps the HTTP status to.
+                self.judge(Outcome::Grpc(grpc_code_of_http(status)));
                 self.listen(retry_after(status, headers, wall_now()));
                 return false;
             }
@@ -267,13 +268,20 @@ impl Call {
         self.config().exit_on == ExitOn::BodyEnd
     }
 
-    /// Judges a gRPC call's trailers.
+    /// Judges a gRPC call's trailers. Trailers without a `grpc-status` break the protocol: the client reports
+    /// `UNKNOWN`, and so is the call judged.
     pub(crate) fn trailers(&mut self, trailers: &HeaderMap) {
         if self.grpc {
-            if let Some(code) = GrpcCode::from_headers(trailers) {
-                self.judge(Outcome::Grpc(code));
-            }
+            self.judge(Outcome::Grpc(GrpcCode::from_headers(trailers).unwrap_or(GrpcCode::Unknown)));
             self.listen(grpc_pushback(trailers));
+        }
+    }
+
+    /// The body ended without trailers: a gRPC call whose status was not in its headers ended without one,
+    /// which the client reports as `UNKNOWN`.
+    pub(crate) fn ended_without_trailers(&mut self) {
+        if self.grpc {
+            self.judge(Outcome::Grpc(GrpcCode::Unknown));
         }
     }
 }

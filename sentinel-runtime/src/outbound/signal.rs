@@ -34,6 +34,21 @@ pub fn is_downstream_error(outcome: Outcome) -> bool {
     }
 }
 
+/// The gRPC status a client reports for an answer with HTTP status `status` and no `grpc-status`, as gRPC's
+/// HTTP-to-gRPC status mapping gives it (`doc/http-grpc-status-mapping.md` of grpc/grpc; tonic and grpc-java
+/// follow it): 400 `INTERNAL`, 401 `UNAUTHENTICATED`, 403 `PERMISSION_DENIED`, 404 `UNIMPLEMENTED`, 429,
+/// 502, 503 and 504 `UNAVAILABLE`, any other `UNKNOWN`.
+pub(crate) fn grpc_code_of_http(status: StatusCode) -> GrpcCode {
+    match status.as_u16() {
+        400 => GrpcCode::Internal,
+        401 => GrpcCode::Unauthenticated,
+        403 => GrpcCode::PermissionDenied,
+        404 => GrpcCode::Unimplemented,
+        429 | 502 | 503 | 504 => GrpcCode::Unavailable,
+        _ => GrpcCode::Unknown,
+    }
+}
+
 /// The back-off a 429 or 503 asks for with `Retry-After` (seconds, or an HTTP-date read against the wall
 /// clock `wall_now`). Malformed values and dates in the past ask for nothing.
 pub(crate) fn retry_after(status: StatusCode, headers: &HeaderMap, wall_now: SystemTime) -> Option<Duration> {

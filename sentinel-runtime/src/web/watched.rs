@@ -18,6 +18,14 @@ pub(crate) trait Watch {
     fn trailers(&mut self, trailers: &http::HeaderMap);
     /// The body failed.
     fn error(&mut self);
+    /// The body ended without trailers.
+    fn ended_without_trailers(&mut self) {}
+    /// Whether the watch must see the body's end (whether it came with trailers): the body then does not
+    /// report its end before a poll has shown it, so that a reader that trusts `is_end_stream` (tonic does)
+    /// still polls it once.
+    fn awaits_end(&self) -> bool {
+        false
+    }
 }
 
 pin_project! {
@@ -68,13 +76,22 @@ impl<B: Body<Data = Bytes>, W: Watch> Body for WatchedBody<B, W> {
                                 w.trailers(t);
                                 true
                             }
-                            None => body.is_end_stream(),
+                            None => {
+                                let end = body.is_end_stream();
+                                if end {
+                                    w.ended_without_trailers();
+                                }
+                                end
+                            }
                         },
                         Some(Err(_)) => {
                             w.error();
                             true
                         }
-                        None => true,
+                        None => {
+                            w.ended_without_trailers();
+                            true
+                        }
                     };
                     if end {
                         // The watch is dropped now, not when the server gets around to dropping the body.
@@ -88,7 +105,9 @@ impl<B: Body<Data = Bytes>, W: Watch> Body for WatchedBody<B, W> {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            WatchedBody::Inner { body, .. } => body.is_end_stream(),
+            WatchedBody::Inner { body, watch } => {
+                body.is_end_stream() && !watch.as_ref().is_some_and(|w| w.awaits_end())
+            }
             WatchedBody::Full { data } => data.is_none(),
         }
     }
