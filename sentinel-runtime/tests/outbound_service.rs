@@ -200,7 +200,6 @@ fn names_a_regex_rule_matches_past_the_bound_are_not_kept_without_bound() {
 }
 
 #[test]
-#[ignore = "review: a downstream's host in upper case or its scheme's default port makes another resource, outside its rules"]
 fn one_downstream_is_one_resource_whatever_the_case_of_its_host_and_with_or_without_its_default_port() {
     // Host names are case-insensitive and `:80` is `http`'s default: these URLs name one downstream, as
     // reqwest (whose URLs are normalized) and Java's OkHttp adapter (`HttpUrl`) name it.

@@ -3,7 +3,8 @@
 //!
 //! A call's name is, in order: the request's [`ResourceName`](super::ResourceName) extension, the guard's
 //! naming closure, the gRPC method path (`/pkg.Service/Method`), the first route template that matches
-//! (`GET:inventory.svc/items/{id}`), or `METHOD:host/path` with the path cleaned by
+//! (`GET:inventory.svc/items/{id}`), or `METHOD:host/path` (the host in lower case, its port left out when
+//! it is the scheme's, as URLs write them) with the path cleaned by
 //! [`clean_path`](crate::web::clean_path). Names are bounded as the inbound layer's are: past
 //! [`max_resources`](super::OutboundGuard::max_resources) distinct names, a new name gets its own resource
 //! only when a rule names it, and the others share [`OUTBOUND_OVERFLOW_RESOURCE`]. Templates that name
@@ -72,8 +73,8 @@ impl Template {
         })
     }
 
-    /// Whether a call to `host` (and `port`) at `path` matches. A template's host without a port matches
-    /// any port.
+    /// Whether a call to `host` (and `port`, the URL's or its scheme's) at `path` matches. A template's host
+    /// without a port matches any port.
     fn matches(&self, host: &str, port: Option<u16>, path: &str) -> bool {
         if let Some(h) = &self.host {
             let same = match (h.rsplit_once(':'), port) {
@@ -157,7 +158,7 @@ impl Naming {
             return Some((Cow::Borrowed(view.path().as_bytes()), true));
         }
         let path = view.path();
-        let template = self.templates.iter().find(|t| t.matches(view.host(), view.port(), path));
+        let template = self.templates.iter().find(|t| t.matches(view.host(), view.known_port(), path));
         if let Some(Template { text, host: Some(_), .. }) = template {
             return Some((Cow::Borrowed(self.join(view, false, Rest::Text(text), buf)), false));
         }
@@ -183,7 +184,13 @@ impl Naming {
             buf.push(b':');
         }
         if authority {
-            buf.extend_from_slice(view.host().as_bytes());
+            // Host names are case-insensitive: one downstream, one name (as a URL writes it).
+            let host = view.host().as_bytes();
+            if host.iter().any(u8::is_ascii_uppercase) {
+                buf.extend(host.iter().map(u8::to_ascii_lowercase));
+            } else {
+                buf.extend_from_slice(host);
+            }
             if let Some(p) = view.port() {
                 buf.push(b':');
                 buf.extend_from_slice(itoa::Buffer::new().format(p).as_bytes());
@@ -458,6 +465,17 @@ mod tests {
         assert_eq!(get("http://accounts/users/bob").as_deref(), Some("GET:accounts/users/{name}"));
         assert_eq!(get("http://accounts:81/users/bob").as_deref(), Some("GET:accounts:81/users/{name}"));
         assert_eq!(get("http://accounts/users/bob/x").as_deref(), Some("GET:accounts/users/bob/x"));
+    }
+
+    #[test]
+    fn a_template_with_the_schemes_port_matches_urls_with_and_without_it() {
+        let naming =
+            Naming { templates: vec![Template::parse("stock.svc:80/items/{id}").unwrap()], ..Naming::default() };
+        let get = |u: &str| name(&naming, &Request::get(u).body(()).unwrap());
+        for url in ["http://stock.svc/items/1", "http://Stock.svc:80/items/1"] {
+            assert_eq!(get(url).as_deref(), Some("GET:stock.svc:80/items/{id}"), "{url}");
+        }
+        assert_eq!(get("https://stock.svc/items/1").as_deref(), Some("GET:stock.svc/items/{id}"));
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub struct CallView<'a> {
     method: &'a Method,
     host: &'a str,
     port: Option<u16>,
+    /// The port of the URL's scheme (80 for `http`, 443 for `https`), when it has a known one.
+    default_port: Option<u16>,
     path: &'a str,
     query: Option<&'a str>,
     headers: &'a HeaderMap,
@@ -47,10 +49,13 @@ impl<'a> CallView<'a> {
                 None => ("", None),
             },
         };
+        let default_port = uri.scheme_str().and_then(scheme_port);
         CallView {
             method: req.method(),
             host,
-            port,
+            // As a URL gives it (and reqwest's `Url::port`): the scheme's own port is no port.
+            port: port.filter(|p| Some(*p) != default_port),
+            default_port,
             path: uri.path(),
             query: uri.query(),
             headers: req.headers(),
@@ -67,6 +72,7 @@ impl<'a> CallView<'a> {
             method: req.method(),
             host: url.host_str().unwrap_or(""),
             port: url.port(),
+            default_port: scheme_port(url.scheme()),
             path: url.path(),
             query: url.query(),
             headers: req.headers(),
@@ -82,9 +88,13 @@ impl<'a> CallView<'a> {
     pub fn host(&self) -> &'a str {
         self.host
     }
-    /// The port, when the URL gives one.
+    /// The port, when the URL gives one other than its scheme's (`http://h:80/` has none, as `http://h/`).
     pub fn port(&self) -> Option<u16> {
         self.port
+    }
+    /// The port the call goes to when the URL says: its own, or its scheme's (80 for `http`, 443 for `https`).
+    pub(crate) fn known_port(&self) -> Option<u16> {
+        self.port.or(self.default_port)
     }
     /// The path (`/` at least).
     pub fn path(&self) -> &'a str {
@@ -154,6 +164,17 @@ fn host_and_port(authority: &str) -> (&str, Option<u16>) {
     let host = &authority[start..start + len];
     let port = colon.and_then(|i| authority[i + 1..].parse::<u16>().ok());
     (host, port)
+}
+
+/// The port of a URL scheme, when it has a known one.
+fn scheme_port(scheme: &str) -> Option<u16> {
+    if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("ws") {
+        Some(80)
+    } else if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("wss") {
+        Some(443)
+    } else {
+        None
+    }
 }
 
 fn split_host(h: &str) -> (&str, Option<u16>) {
