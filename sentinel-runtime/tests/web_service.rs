@@ -596,3 +596,38 @@ fn at_an_adaptive_limit_a_request_waits_for_a_place_with_hot_parameters_too() {
         assert!(matches!(polled, Poll::Ready(Ok(StatusCode::OK))), "with_param {with_param}: {polled:?}");
     }
 }
+
+#[test]
+#[ignore = "review: a request that waited at an adaptive limit gets no RateLimit policy for its hot-parameter buckets"]
+fn a_request_that_waited_for_a_place_is_told_its_hot_parameter_policy_as_any_other() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    use sentinel_runtime::web::RateLimitHeaders;
+    let (engine, _clock) = engine();
+    engine
+        .load_adaptive_rules([AdaptiveRule::new("GET:/slow")
+            .algorithm(AlgorithmKind::Aimd)
+            .limits(1, 1, 1)
+            .max_wait_ms(300)])
+        .unwrap();
+    engine.load_param_flow_rules([ParamFlowRule::new("GET:/slow", 0).count(5.0)]).unwrap();
+    let layer = SentinelLayer::new(&engine)
+        .exit_on(ExitOn::BodyEnd)
+        .param(extract::header(HeaderName::from_static("x-user")))
+        .rate_limit_headers(RateLimitHeaders::new());
+    let mut svc = layer.layer(tower::service_fn(hello));
+    let req = || Request::get("/slow").header("x-user", "ann").body(()).unwrap();
+    let fields = |res: &Response<_>| {
+        ["ratelimit-policy", "ratelimit"].map(|h| res.headers().get(h).map(|v| v.to_str().unwrap().to_owned()))
+    };
+    let holder = call_now(&mut svc, req()).unwrap();
+    assert_eq!(fields(&holder), [Some(r##""GET:/slow#0";q=5;w=1"##.into()), Some(r##""GET:/slow#0";r=4;t=2"##.into())]);
+    let mut second = svc.ready().now_or_never().unwrap().unwrap().call(req());
+    assert!(poll_once(&mut second).is_pending(), "at the adaptive limit: waits for a place");
+    drop(holder);
+    let Poll::Ready(Ok(waited)) = poll_once(&mut second) else { panic!("admitted once the place is free") };
+    assert_eq!(
+        fields(&waited),
+        [Some(r##""GET:/slow#0";q=5;w=1"##.into()), Some(r##""GET:/slow#0";r=3;t=2"##.into())],
+        "the value's bucket, as for a request that did not wait"
+    );
+}
