@@ -14,6 +14,7 @@ use super::rate_limit;
 use super::request::RequestView;
 use super::scope::RequestEntry;
 use crate::entry::QueuedEntry;
+use crate::param_flow::HotParam;
 use crate::{BlockError, Resource};
 
 /// The layer's response to a blocked request: the layer's `on_blocked` or the default, with the RateLimit
@@ -41,10 +42,12 @@ pub(crate) enum Refused {
     Queued(Queued),
 }
 
-/// A request waiting to be decided again: its entry's wait, and its resource (for the RateLimit fields).
+/// A request waiting to be decided again: its entry's wait, and its resource and hot-parameter values (for
+/// the RateLimit fields; no values when the layer writes none).
 pub(crate) struct Queued {
     pub(crate) waiting: QueuedEntry<'static>,
     pub(crate) resource: Resource,
+    pub(crate) args: Vec<Option<String>>,
 }
 
 /// The decision of a queued request: its entry (with the RateLimit fields when the layer writes them), or
@@ -56,10 +59,12 @@ impl Queued {
         let shared = layer.clone();
         let decided = Box::pin(async move {
             let layer = shared;
-            let mut entry = RequestEntry::with(self.waiting.await?, Default::default());
+            let Queued { waiting, resource, args } = self;
+            let mut entry = RequestEntry::with(waiting.await?, Default::default());
             if let Some(h) = layer.config.rate_limit.filter(|h| h.applies(grpc)) {
                 let mut fields = h.passed_fields();
-                rate_limit::passed(&self.resource, &[], layer.config.engine.shared.now_ms(), &mut fields);
+                let args: Vec<&dyn HotParam> = args.iter().map(|a| a as &dyn HotParam).collect();
+                rate_limit::passed(&resource, &args, layer.config.engine.shared.now_ms(), &mut fields);
                 entry.set_headers(fields.finish());
             }
             Ok(entry)

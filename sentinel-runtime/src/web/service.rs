@@ -206,8 +206,12 @@ fn enter(
                 let builder = entry_builder(resource, args, config, origin.as_deref(), prioritized);
                 match builder.decide_or_queue_with_args() {
                     Err(queue) => {
-                        let owned = config.params.iter().map(|p| p(view).map(Cow::into_owned)).collect();
-                        Err(queued(resource, queue.start_with_args(owned)))
+                        let owned: Vec<Option<String>> =
+                            config.params.iter().map(|p| p(view).map(Cow::into_owned)).collect();
+                        // The values again for the RateLimit fields of the decision after the wait.
+                        let kept = if headers.is_some() { owned.clone() } else { Vec::new() };
+                        let waiting = queue.start_with_args(owned);
+                        Err(Refused::Queued(Queued { waiting, resource: resource.clone(), args: kept }))
                     }
                     Ok(entry) => {
                         if entry.is_ok() {
@@ -233,7 +237,7 @@ fn enter(
 
 /// A request that a check asked to wait for `resource`, its wait under way.
 fn queued(resource: &Resource, waiting: crate::entry::QueuedEntry<'static>) -> Refused {
-    Refused::Queued(Queued { waiting, resource: resource.clone() })
+    Refused::Queued(Queued { waiting, resource: resource.clone(), args: Vec::new() })
 }
 
 /// The entry of one of the request's resources, with the layer's context, the request's origin and priority.
