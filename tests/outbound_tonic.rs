@@ -240,7 +240,6 @@ async fn a_grpc_answer_the_client_sees_fail_without_a_grpc_status_counts_as_an_e
 }
 
 #[tokio::test]
-#[ignore = "review: DATA_LOSS from the downstream (its data is corrupt) is not traced; Java traces every status but OK"]
 async fn data_loss_from_the_downstream_counts_as_its_failure() {
     bounded(async {
         let (engine, _clock) = engine_at(0);

@@ -150,7 +150,7 @@ impl<K> OutboundGuard<K> {
 
     /// Decides which answers count as errors (default [`is_downstream_error`](super::is_downstream_error):
     /// HTTP 5xx and 429, gRPC `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `INTERNAL`,
-    /// `UNKNOWN`). Transport errors and time limits always count.
+    /// `UNKNOWN`, `DATA_LOSS`). Transport errors and time limits always count.
     pub fn trace_if<F>(self, f: F) -> Self
     where
         F: Fn(Outcome) -> bool + Send + Sync + 'static,

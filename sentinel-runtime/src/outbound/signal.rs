@@ -8,8 +8,10 @@ use crate::web::{GrpcCode, Outcome};
 
 /// The outbound guard's default error predicate: HTTP 5xx and 429, and the gRPC statuses that say the
 /// downstream is failing or overloaded (`UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`,
-/// `INTERNAL`, `UNKNOWN`). A client's own mistakes (4xx but 429, `NOT_FOUND`, `INVALID_ARGUMENT`) are not
-/// the downstream's failures. Transport errors and time limits always count.
+/// `INTERNAL`, `UNKNOWN`, `DATA_LOSS`). A client's own mistakes (4xx but 429, `NOT_FOUND`, `INVALID_ARGUMENT`)
+/// are not the downstream's failures (Java's gRPC adapter traces every status but `OK`: `trace_if` with
+/// `|o| !matches!(o, Outcome::Grpc(GrpcCode::Ok))` for gRPC does the same). Transport errors and time limits
+/// always count.
 ///
 /// ```
 /// use sentinel_runtime::outbound::is_downstream_error;
@@ -18,6 +20,7 @@ use crate::web::{GrpcCode, Outcome};
 /// assert!(is_downstream_error(Outcome::Http(StatusCode::TOO_MANY_REQUESTS)));
 /// assert!(!is_downstream_error(Outcome::Http(StatusCode::NOT_FOUND)));
 /// assert!(is_downstream_error(Outcome::Grpc(GrpcCode::Unavailable)));
+/// assert!(is_downstream_error(Outcome::Grpc(GrpcCode::DataLoss)));
 /// assert!(!is_downstream_error(Outcome::Grpc(GrpcCode::NotFound)));
 /// ```
 pub fn is_downstream_error(outcome: Outcome) -> bool {
@@ -30,6 +33,7 @@ pub fn is_downstream_error(outcome: Outcome) -> bool {
                 | GrpcCode::ResourceExhausted
                 | GrpcCode::Internal
                 | GrpcCode::Unknown
+                | GrpcCode::DataLoss
         ),
     }
 }
