@@ -631,3 +631,21 @@ fn a_request_that_waited_for_a_place_is_told_its_hot_parameter_policy_as_any_oth
         "the value's bucket, as for a request that did not wait"
     );
 }
+
+#[test]
+#[ignore = "review: two QPS rules on one resource are two RateLimit policies of the same name, with different quotas"]
+fn two_qps_rules_on_one_resource_are_told_as_the_one_that_binds_not_as_two_policies_of_one_name() {
+    use sentinel_runtime::web::RateLimitHeaders;
+    // Both rules count the resource's one window: the smaller quota always runs out first. Two items named
+    // alike would leave a client unable to tell which `r` belongs to which `q` (the draft: each service limit
+    // item identifies its policy by name).
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("GET:/a").count(10.0), FlowRule::new("GET:/a").count(3.0)]).unwrap();
+    let mut svc =
+        SentinelLayer::new(&engine).rate_limit_headers(RateLimitHeaders::new()).layer(tower::service_fn(hello));
+    let fields = |res: &Response<_>| {
+        ["ratelimit-policy", "ratelimit"].map(|h| res.headers().get(h).map(|v| v.to_str().unwrap().to_owned()))
+    };
+    let passed = call_now(&mut svc, get("/a")).unwrap();
+    assert_eq!(fields(&passed), [Some(r#""GET:/a";q=3;w=1"#.into()), Some(r#""GET:/a";r=2;t=1"#.into())]);
+}
