@@ -633,7 +633,6 @@ fn a_request_that_waited_for_a_place_is_told_its_hot_parameter_policy_as_any_oth
 }
 
 #[test]
-#[ignore = "review: two QPS rules on one resource are two RateLimit policies of the same name, with different quotas"]
 fn two_qps_rules_on_one_resource_are_told_as_the_one_that_binds_not_as_two_policies_of_one_name() {
     use sentinel_runtime::web::RateLimitHeaders;
     // Both rules count the resource's one window: the smaller quota always runs out first. Two items named
@@ -648,4 +647,12 @@ fn two_qps_rules_on_one_resource_are_told_as_the_one_that_binds_not_as_two_polic
     };
     let passed = call_now(&mut svc, get("/a")).unwrap();
     assert_eq!(fields(&passed), [Some(r#""GET:/a";q=3;w=1"#.into()), Some(r#""GET:/a";r=2;t=1"#.into())]);
+    // Two rules on one hot parameter: one policy, the one with the least remaining.
+    engine
+        .load_param_flow_rules([ParamFlowRule::new("GET:/b", 0).count(5.0), ParamFlowRule::new("GET:/b", 0).count(2.0)])
+        .unwrap();
+    let layer = SentinelLayer::new(&engine).param(extract::query("user")).rate_limit_headers(RateLimitHeaders::new());
+    let mut svc = layer.layer(tower::service_fn(hello));
+    let passed = call_now(&mut svc, get("/b?user=ann")).unwrap();
+    assert_eq!(fields(&passed), [Some(r##""GET:/b#0";q=2;w=1"##.into()), Some(r##""GET:/b#0";r=1;t=2"##.into())]);
 }

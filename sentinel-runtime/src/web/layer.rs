@@ -264,9 +264,11 @@ impl<M> SentinelLayer<M> {
     /// available. A policy is a QPS flow rule for every caller on the request's resource (named after the
     /// resource; window 1 s) or a hot-parameter token bucket the request's value went through, a gateway
     /// rule's included (named `resource#param_idx`; the quota is `count + burst`, the window the rule's).
-    /// Each is read from the rule's window or bucket after the request was admitted, without taking from
-    /// it: the values are exact at that instant, and a rule of count 3 still admits exactly 3 calls. A
-    /// blocked request gets the policy it ran out of, with nothing remaining, beside `Retry-After`.
+    /// A name is told once: of several policies of one name (two QPS rules on the resource, two rules on one
+    /// hot parameter) the one closest to running out. Each is read from the rule's window or bucket after the
+    /// request was admitted, without taking from it: the values are exact at that instant, and a rule of
+    /// count 3 still admits exactly 3 calls. A blocked request gets the policy it ran out of, with nothing
+    /// remaining, beside `Retry-After`.
     ///
     /// Off by default; on, a request pays a read of each rule's window and the fields' formatting.
     pub fn rate_limit_headers(self, headers: RateLimitHeaders) -> Self {

@@ -137,27 +137,56 @@ impl PassedFields {
     }
 }
 
+/// One policy of a passed call before it is written: its hot parameter (`None`: the flow rules), quota,
+/// window and status.
+type Peeked = (Option<i32>, u64, u64, RateLimitStatus);
+
+/// The policies a call went through, one per name: a name told twice (two QPS rules on the resource's one
+/// window, two rules on one hot parameter, the elements of a collection value) keeps the one closest to
+/// running out (the least remaining, then the smaller quota): the draft's service limit items identify their
+/// policy by its name.
+#[derive(Default)]
+struct OnePerName(smallvec::SmallVec<[Peeked; 4]>);
+
+impl OnePerName {
+    fn add(&mut self, p: Peeked) {
+        match self.0.iter_mut().find(|q| q.0 == p.0) {
+            Some(q) => {
+                if (p.3.remaining, p.1) < (q.3.remaining, q.1) {
+                    *q = p;
+                }
+            }
+            None => self.0.push(p),
+        }
+    }
+}
+
 /// The policies of `resource` for a call that passed with `args`: its QPS flow rules (named after the
-/// resource) and its hot-parameter token buckets (named `resource#param_idx`), read at `now_ms`.
+/// resource) and its hot-parameter token buckets (named `resource#param_idx`), read at `now_ms`; one policy
+/// per name ([`OnePerName`]).
 pub(crate) fn passed(resource: &Resource, args: &[&dyn HotParam], now_ms: u64, out: &mut PassedFields) {
     let inner = &*resource.inner;
+    let mut policies = OnePerName::default();
     // Read in the rules' read section, as the checks read them: no reference count taken (every request on
     // every thread would write the same counters).
     inner.with_rules(|r| {
         if let Some(flow) = &r.flow {
             flow.peek(&inner.cluster.stat, now_ms, &mut |p| {
                 let reset = Some(Duration::from_millis(p.refill_in_ms));
-                out.push(resource.name(), None, p.quota, 1, RateLimitStatus { remaining: p.remaining, reset });
+                policies.add((None, p.quota, 1, RateLimitStatus { remaining: p.remaining, reset }));
             });
         }
         if let Some(param) = &r.param {
             param.peek(args, now_ms, &mut |p| {
                 let reset = Some(Duration::from_millis(p.bucket.refill_in_ms));
                 let status = RateLimitStatus { remaining: p.bucket.remaining, reset };
-                out.push(resource.name(), Some(p.rule.param_idx), p.bucket.quota, p.window_secs, status);
+                policies.add((Some(p.rule.param_idx), p.bucket.quota, p.window_secs, status));
             });
         }
     });
+    for (param_idx, quota, window_secs, status) in policies.0 {
+        out.push(resource.name(), param_idx, quota, window_secs, status);
+    }
 }
 
 /// The policy a blocked call ran out of (a QPS flow rule or a hot-parameter token bucket), with nothing
