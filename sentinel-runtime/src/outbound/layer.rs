@@ -38,8 +38,8 @@ pub type SentinelMiddleware = OutboundGuard<client::Reqwest>;
 
 /// Guards the calls a service makes: each call enters an outbound resource
 /// ([`EntryType::Out`](crate::EntryType): system rules do not apply) named after the downstream and route,
-/// so flow rules, circuit breakers and hot-parameter rules protect the caller from a slow or failing
-/// downstream. See the [module docs](super) for what counts as an error, how calls are named and how the
+/// so flow rules, circuit breakers and adaptive limits protect the caller from a slow or failing
+/// downstream (a call carries no hot-parameter values). See the [module docs](super) for what counts as an error, how calls are named and how the
 /// downstream's back-off signals are heard. Cheap to clone (the configuration is shared).
 #[must_use = "a guard does nothing until it wraps a client"]
 pub struct OutboundGuard<K> {

@@ -12,8 +12,9 @@
 //! ```
 //!
 //! Entries are outbound ([`EntryType::Out`](crate::EntryType)): system rules do not apply to them, as in
-//! Java; flow rules (QPS or thread grade), circuit breakers and hot-parameter rules on the downstream's
-//! resource do. A call made inside a guarded request joins its context.
+//! Java; flow rules (QPS or thread grade), circuit breakers and adaptive limits on the downstream's resource
+//! do. A call carries no hot-parameter values (as with Java's client adapters), so hot-parameter rules on it
+//! find none and pass it. A call made inside a guarded request joins its context.
 //!
 //! # reqwest
 //!
