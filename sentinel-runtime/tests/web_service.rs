@@ -658,7 +658,6 @@ fn two_qps_rules_on_one_resource_are_told_as_the_one_that_binds_not_as_two_polic
 }
 
 #[test]
-#[ignore = "review: Retry-After rounds the retry time by whole milliseconds: 1 s + 1 ns is told as 1 s (RateLimit t says 2), and a retry at 1 s is blocked again"]
 fn a_client_that_waits_the_retry_after_it_was_told_is_not_blocked_again() {
     use sentinel_runtime::web::RateLimitHeaders;
     // A hot value's rate limiter: one call per 2 s, queueing strictly less than 1 s; the second call at once

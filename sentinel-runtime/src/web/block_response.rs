@@ -64,9 +64,10 @@ fn http_body(err: &BlockError) -> &'static str {
     }
 }
 
-/// `Retry-After` in whole seconds, rounded up (at least 1).
+/// `Retry-After` in whole seconds, rounded up from the nanosecond (a retry time a nanosecond past a second is
+/// the next second: a client retrying at the second would be blocked again), at least 1.
 fn retry_after_secs(d: Duration) -> u64 {
-    d.as_millis().div_ceil(1000).max(1).min(u64::MAX as u128) as u64
+    d.as_nanos().div_ceil(1_000_000_000).max(1).min(u64::MAX as u128) as u64
 }
 
 /// `grpc-retry-pushback-ms`, rounded up.
@@ -155,6 +156,7 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1000)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
         assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(1) + Duration::from_nanos(1)), 2);
         assert_eq!(pushback_ms(Duration::from_micros(1500)), 2);
         assert_eq!(pushback_ms(Duration::from_millis(900)), 900);
     }
