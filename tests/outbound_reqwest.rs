@@ -348,3 +348,26 @@ async fn server_errors_are_traced_and_blocked_calls_get_the_fallback_answer() {
     })
     .await;
 }
+
+#[tokio::test]
+#[ignore = "review: a call an inner guard blocked (never sent) is traced as an error of the outer guard's resource"]
+async fn a_call_blocked_by_an_inner_guard_is_not_an_error_of_the_outer_guards_resource() {
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        let (d, base) = downstream().await;
+        // The outer guard counts every call to the downstream as one resource; the inner one limits a route.
+        let route = format!("GET:{}/items/{{id}}", authority(&base));
+        engine.load_flow_rules([FlowRule::new(&route).count(1.0)]).unwrap();
+        let client = ClientBuilder::new(web_support::client())
+            .with(SentinelMiddleware::new(&engine).resource_name(|_| Some("inventory".into())))
+            .with(SentinelMiddleware::new(&engine))
+            .build();
+        assert_eq!(client.get(format!("{base}/items/1")).send().await.unwrap().status(), 200);
+        let r = client.get(format!("{base}/items/2")).send().await;
+        assert!(matches!(block_of(&r), Some(BlockError::Flow { .. })), "{r:?}");
+        assert_eq!(d.hits(), 1, "the blocked call was not sent");
+        // Java's `Tracer` never traces a `BlockException`; SPEC: tracing a `BlockError` does nothing.
+        assert_eq!(stats(&engine, "inventory").minute_exception, 0, "a block is not the downstream's failure");
+    })
+    .await;
+}
