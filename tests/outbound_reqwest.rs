@@ -350,7 +350,6 @@ async fn server_errors_are_traced_and_blocked_calls_get_the_fallback_answer() {
 }
 
 #[tokio::test]
-#[ignore = "review: a call an inner guard blocked (never sent) is traced as an error of the outer guard's resource"]
 async fn a_call_blocked_by_an_inner_guard_is_not_an_error_of_the_outer_guards_resource() {
     bounded(async {
         let (engine, _clock) = engine_at(0);

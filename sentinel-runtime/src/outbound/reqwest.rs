@@ -56,7 +56,11 @@ async fn run(mut call: Call, req: Request, extensions: &mut Extensions, next: Ne
     let response = match result {
         Ok(r) => r,
         Err(e) => {
-            call.failed();
+            // A middleware after this one blocked the call (another guard): it was not sent, and a block is
+            // no failure of the downstream's (Java's `Tracer` never traces a `BlockException`).
+            if !matches!(&e, Error::Middleware(m) if m.downcast_ref::<crate::BlockError>().is_some()) {
+                call.failed();
+            }
             return Err(e);
         }
     };
