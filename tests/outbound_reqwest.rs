@@ -370,3 +370,53 @@ async fn a_call_blocked_by_an_inner_guard_is_not_an_error_of_the_outer_guards_re
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_call_made_while_serving_a_request_carries_the_requests_origin() {
+    use sentinel_runtime::authority::{AuthorityRule, AuthorityStrategy};
+    use sentinel_runtime::web::extract;
+    bounded(async {
+        let (engine, _clock) = engine_at(0);
+        let (d, base) = downstream().await;
+        let items = format!("GET:{}/items/{{id}}", authority(&base));
+        engine.load_authority_rules([AuthorityRule::new(&items, "appA", AuthorityStrategy::Black)]).unwrap();
+        let client = guarded(SentinelMiddleware::new(&engine));
+        let url = format!("{base}/items/1");
+        let app: Router = Router::new()
+            .route(
+                "/front",
+                get(move || {
+                    let (client, url) = (client.clone(), url.clone());
+                    async move {
+                        match client.get(url).send().await {
+                            Ok(r) => r.status().as_u16().to_string(),
+                            Err(e) => match e {
+                                reqwest_middleware::Error::Middleware(m)
+                                    if m.downcast_ref::<BlockError>().is_some() =>
+                                {
+                                    "blocked".to_string()
+                                }
+                                other => format!("error {other}"),
+                            },
+                        }
+                    }
+                }),
+            )
+            .route_layer(
+                SentinelLayer::new(&engine)
+                    .origin(extract::header(axum::http::HeaderName::from_static("x-caller")))
+                    .axum(),
+            );
+        let front = serve(app).await;
+        let plain = web_support::client();
+        let call = |caller: &'static str| {
+            let plain = plain.clone();
+            let url = format!("http://{front}/front");
+            async move { plain.get(url).header("x-caller", caller).send().await.unwrap().text().await.unwrap() }
+        };
+        assert_eq!(call("appB").await, "200");
+        assert_eq!(call("appA").await, "blocked", "the black list applies to the request's origin");
+        assert_eq!(d.hits(), 1);
+    })
+    .await;
+}
