@@ -88,7 +88,8 @@ impl GrpcCode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {
-    /// An HTTP response with this status (for gRPC calls: a response whose HTTP status is not 200).
+    /// An HTTP response with this status (for gRPC calls through the web layer: a response whose HTTP status
+    /// is not 200; the outbound guards judge such an answer as the gRPC status its client reports).
     Http(StatusCode),
     /// A gRPC call that ended with this status (from the response headers, or the trailers at its end).
     Grpc(GrpcCode),
