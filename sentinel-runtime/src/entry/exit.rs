@@ -24,9 +24,7 @@ impl Entry<'_> {
             // The installation the entry joined is not this thread's context now: unwound already here, or
             // another thread's, which this one cannot write: that thread applies the exit when it next reads
             // its context (`context::moved`).
-            if !context::is_this_threads(self.era) {
-                self.post_moved_exit(node);
-            }
+            self.exit_elsewhere(node);
             return;
         }
         if cur.engine_id != shared.id {
@@ -67,10 +65,14 @@ impl Entry<'_> {
         }
     }
 
-    /// Tells the thread whose context this entry joined that it exited here.
+    /// The exit of an entry whose installation is not this thread's context now: when it is another
+    /// thread's, tells that thread that the entry exited here.
     #[cold]
     #[inline(never)]
-    fn post_moved_exit(&self, node: &DefaultNode) {
+    fn exit_elsewhere(&self, node: &DefaultNode) {
+        if context::is_this_threads(self.era) {
+            return;
+        }
         context::post_moved_exit(context::MovedExit {
             era: self.era,
             engine_id: self.res.shared().id,
