@@ -233,7 +233,6 @@ fn many_duplicate_rules_load_as_one_and_distinct_ones_all_load() {
 /// A file saved with a UTF-8 byte order mark (Windows editors write one): fastjson skips it
 /// (`JSONScanner`: `if (ch == 65279) next()`), so Java's `FileRefreshableDataSource` loads the file.
 #[test]
-#[ignore = "review: a rules file (or store entry) starting with a UTF-8 BOM is refused as a syntax error; fastjson skips the BOM"]
 fn a_rules_file_saved_with_a_utf8_byte_order_mark_loads_as_java_loads_it() {
     const BOM: &str = "\u{feff}";
     for (name, text) in [

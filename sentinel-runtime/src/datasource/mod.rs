@@ -260,8 +260,15 @@ fn field_of(path: &serde_path_to_error::Path) -> Option<String> {
     (p != "." && !p.is_empty()).then(|| p.to_string())
 }
 
+/// `text` without its UTF-8 byte order mark, if it starts with one (as files saved by Windows editors do):
+/// fastjson skips it, so Java loads such a document.
+pub(crate) fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
 /// Deserializes `text` in `format`, reporting the line, column and field path of the first problem.
 pub(crate) fn from_text<T: DeserializeOwned>(text: &str, format: Format) -> Result<T, ParseError> {
+    let text = strip_bom(text);
     let _strict = java::StrictFields::enter(format != Format::Json);
     match format {
         Format::Json => {

@@ -51,6 +51,8 @@ fn parse<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, GatewayJsonError
         column: e.column(),
         message: e.to_string(),
     };
+    // fastjson skips a UTF-8 byte order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut de = serde_json::Deserializer::from_str(text);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
