@@ -284,7 +284,6 @@ fn a_rules_file_saved_with_a_utf8_byte_order_mark_loads_as_java_loads_it() {
 /// `write_rules` promises that a write that succeeds survives a restart: what it writes must be what the
 /// source will read back, so a file (or directory) over the source's own bounds cannot be written.
 #[test]
-#[ignore = "review: a write-back over the source's FileLimits succeeds, then the restart refuses the file (TooManyRules/TooLarge)"]
 fn a_write_back_over_the_sources_bounds_is_refused_so_that_a_success_always_survives_a_restart() {
     let limits = FileLimits { max_file_bytes: 4096, max_rules: 2 };
     let many = |n: usize| -> Vec<FlowRule> { (0..n).map(|i| FlowRule::new(format!("r{i}")).count(1.0)).collect() };
@@ -310,13 +309,14 @@ fn a_write_back_over_the_sources_bounds_is_refused_so_that_a_success_always_surv
             let loaded = FileDataSource::new(&restarted, path).with_limits(limits).reload_now();
             panic!("{}: the write succeeded, the restart then loads {loaded:?}", path.display());
         }
+        assert!(matches!(&written, Err(WriteError::OverLimit { .. })), "{}: {written:?}", path.display());
     }
     // Bytes: one rule whose text is over the bound.
     let engine = Sentinel::builder().build();
     let source = FileDataSource::new(&engine, &single).with_limits(limits);
     engine.load_flow_rules([FlowRule::new("x".repeat(5000)).count(1.0)]).unwrap();
     let written = source.write_in_force(&[RuleKind::Flow]);
-    assert!(written.is_err(), "a file of more than 4096 bytes was written: {written:?}");
+    assert!(matches!(&written, Err(WriteError::OverLimit { .. })), "a file of more than 4096 bytes: {written:?}");
 }
 
 #[cfg(feature = "file-watch")]

@@ -233,6 +233,15 @@ pub enum WriteError {
         #[source]
         error: SerializeError,
     },
+    /// What would be written is over the source's bounds ([`FileLimits`](super::FileLimits)): the source
+    /// would refuse it at its next reload (a restart would not load it), so nothing was written. The error
+    /// is the one that reload would give ([`SourceError::TooLarge`] or [`SourceError::TooManyRules`]).
+    #[error("{error}; nothing was written")]
+    OverLimit {
+        /// What the reload would report.
+        #[source]
+        error: Box<SourceError>,
+    },
     /// The temporary file could not be written, synced or renamed over the file.
     #[error("could not write rules file {}: {source}", path.display())]
     Io {

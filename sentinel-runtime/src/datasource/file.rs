@@ -410,6 +410,7 @@ impl FileDataSource {
             }
         };
         let mut texts = Vec::with_capacity(writes.len());
+        let mut counts = Vec::with_capacity(writes.len());
         for (path, doc) in writes {
             let text = self.text_of(&path, &doc)?;
             // What a restart would load must be what is meant: read the text back before writing it.
@@ -418,8 +419,15 @@ impl FileDataSource {
                 Ok(_) => return Err(WriteError::RoundTrip { path, error: None }),
                 Err(error) => return Err(WriteError::RoundTrip { path, error: Some(error) }),
             }
+            counts.push((path.clone(), doc.len()));
             texts.push((path, text));
         }
+        // The gateway's files a directory gets next count with the rest.
+        #[cfg(feature = "tower")]
+        if self.is_dir() {
+            counts.extend(self.gateway_counts(&set.gateway));
+        }
+        self.check_limits(&texts, &counts, &limits)?;
         for (path, text) in &texts {
             write_through(path, text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
             // What was just written is what is in force: the reload it triggers finds nothing to do. A source
@@ -552,8 +560,10 @@ impl FileDataSource {
             _ => return Ok(()),
         };
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        for (stem, path) in targets {
-            let Some(text) = docs.file_text(stem) else { continue };
+        let texts: Vec<(PathBuf, String)> =
+            targets.into_iter().filter_map(|(stem, path)| docs.file_text(stem).map(|text| (path, text))).collect();
+        self.check_limits(&texts, &self.gateway_counts(docs), &state.limits)?;
+        for (path, text) in texts {
             write_through(&path, &text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
             if let Some(applied) = state.applied.as_mut() {
                 match applied.iter_mut().find(|(p, _)| *p == path) {
@@ -568,6 +578,88 @@ impl FileDataSource {
             }
         }
         Ok(())
+    }
+
+    /// The gateway's files a write of `docs` puts (in a rules directory, or the gateway file this source
+    /// is), each with the number of entries it will hold.
+    #[cfg(feature = "tower")]
+    fn gateway_counts(&self, docs: &super::GatewayDocuments) -> Vec<(PathBuf, usize)> {
+        let file = |stem: &str| match &self.inner.layout {
+            Layout::Dir(dir) => Some(dir.join(format!("{stem}.json"))),
+            Layout::Gateway(path, own) if *own == stem => Some(path.clone()),
+            _ => None,
+        };
+        let lists = [
+            (super::GATEWAY_RULES_FILE_STEM, docs.rules.as_ref().map(Vec::len)),
+            (super::API_DEFINITIONS_FILE_STEM, docs.api_definitions.as_ref().map(Vec::len)),
+        ];
+        lists.into_iter().filter_map(|(stem, n)| Some((file(stem)?, n?))).collect()
+    }
+
+    /// Refuses a write whose files the source would refuse at its next reload (see [`FileLimits`]): a file
+    /// of `texts` over the bytes, or more rules than the bound once the files of `counts` (path, number of
+    /// rules) are written (a directory's other files counted as they stand).
+    fn check_limits(
+        &self,
+        texts: &[(PathBuf, String)],
+        counts: &[(PathBuf, usize)],
+        limits: &FileLimits,
+    ) -> Result<(), WriteError> {
+        let over = |error: SourceError| WriteError::OverLimit { error: Box::new(error) };
+        for (path, text) in texts {
+            let len = text.len() as u64;
+            if len > limits.max_file_bytes {
+                return Err(over(SourceError::TooLarge { path: path.clone(), len, limit: limits.max_file_bytes }));
+            }
+        }
+        let count = match &self.inner.layout {
+            Layout::Dir(dir) => self.dir_rules_after(dir, counts, limits),
+            _ => counts.iter().map(|(_, n)| n).sum(),
+        };
+        if count > limits.max_rules {
+            let path = self.path().to_path_buf();
+            return Err(over(SourceError::TooManyRules { path, count, limit: limits.max_rules }));
+        }
+        Ok(())
+    }
+
+    /// The number of rules a reload of the directory reads once the files of `replaced` (path, number of
+    /// rules) are written: theirs, and every other file it reads as it stands (one that does not parse
+    /// counts none: that reload fails anyway).
+    fn dir_rules_after(&self, dir: &Path, replaced: &[(PathBuf, usize)], limits: &FileLimits) -> usize {
+        let read_by_reload = |p: &PathBuf| p.is_file() || replaced.iter().any(|(r, _)| r == p);
+        #[allow(unused_mut)]
+        let mut paths: Vec<PathBuf> = ALL_KINDS
+            .into_iter()
+            .filter_map(|kind| {
+                EXTENSIONS.iter().map(|ext| dir.join(format!("{}.{ext}", file_stem(kind)))).find(read_by_reload)
+            })
+            .collect();
+        #[cfg(feature = "tower")]
+        paths.extend(
+            super::gateway::GATEWAY_FILE_STEMS
+                .map(|stem| dir.join(format!("{stem}.json")))
+                .into_iter()
+                .filter(read_by_reload),
+        );
+        paths
+            .into_iter()
+            .map(|p| match replaced.iter().find(|(r, _)| *r == p) {
+                Some((_, n)) => *n,
+                None => read(&p, limits).ok().and_then(|text| self.parse_in_dir(&p, &text)).map_or(0, |s| s.len()),
+            })
+            .sum()
+    }
+
+    /// A file of a rules directory as a set: a kind's file, or one of the gateway's (`None` if it does not
+    /// parse).
+    fn parse_in_dir(&self, path: &Path, text: &str) -> Option<RuleSet> {
+        #[cfg(feature = "tower")]
+        if let Some(stem) = super::gateway::gateway_stem(path) {
+            let gateway = super::GatewayDocuments::parse_file(stem, text).ok()?;
+            return Some(RuleSet { gateway, ..RuleSet::default() });
+        }
+        self.parse_file(path, text, format_of(path)).ok()
     }
 
     fn parse_file(&self, path: &Path, text: &str, format: Format) -> Result<RuleSet, super::ParseError> {
