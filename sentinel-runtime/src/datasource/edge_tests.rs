@@ -323,7 +323,6 @@ fn a_write_back_over_the_sources_bounds_is_refused_so_that_a_success_always_surv
 /// `FileWritableDataSource` (a `FileOutputStream`) creates it: other readers of the rules (a sidecar, a Java
 /// service under another user) can read it.
 #[test]
-#[ignore = "review: a rules file created by a write-back is 0600 (the temporary file's mode), where Java's FileWritableDataSource creates it 0666 less the umask"]
 fn a_rules_file_created_by_a_write_back_gets_the_mode_any_new_file_gets() {
     let dir = tempfile::tempdir().unwrap();
     let probe = dir.path().join("probe");

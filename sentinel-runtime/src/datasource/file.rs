@@ -813,7 +813,7 @@ pub(crate) fn link_chain(path: &Path) -> std::io::Result<Vec<PathBuf>> {
 
 /// Replaces the file at `path` (the final target, when `path` is a symbolic link: the link stays) with `text`
 /// atomically: a temporary file in the target's directory (so the rename does not cross file systems), synced
-/// to disk, given the old file's permissions, renamed over the target; then the directory is synced so the
+/// to disk, given the old file's permissions (a new file: 0666 less the umask), renamed over the target; then the directory is synced so the
 /// rename itself survives a crash.
 fn write_through(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
@@ -823,11 +823,24 @@ fn write_through(path: &Path, text: &str) -> std::io::Result<()> {
         _ => PathBuf::from("."),
     };
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(&dir)?;
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    let existing = std::fs::metadata(path).ok().map(|m| m.permissions());
+    // Created with the existing file's mode (never more open, even for a moment), or for a new rules file the
+    // mode any new file gets (0666 less the umask, as Java's `FileOutputStream` creates it), not the
+    // temporary file's own 0600.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(existing.clone().unwrap_or_else(|| std::fs::Permissions::from_mode(0o666)));
+    }
+    let mut tmp = builder.tempfile_in(&dir)?;
     tmp.write_all(text.as_bytes())?;
     tmp.as_file().sync_all()?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        tmp.as_file().set_permissions(meta.permissions())?;
+    // Exactly the existing file's mode (the umask may have narrowed it at creation).
+    if let Some(permissions) = existing {
+        tmp.as_file().set_permissions(permissions)?;
     }
     tmp.persist(path).map_err(|e| e.error)?;
     if let Ok(d) = std::fs::File::open(&dir) {
