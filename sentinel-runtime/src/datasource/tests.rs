@@ -582,6 +582,48 @@ mod file_source {
         assert_eq!(passes(&engine, &clock), 6);
     }
 
+    /// A rules directory is Java's per-kind files, each a `FileRefreshableDataSource` of its own: a file that
+    /// does not parse, or that the engine refuses, keeps its kind's rules in force and is reported, and does
+    /// not hold back a change of another kind's file.
+    #[test]
+    #[ignore = "review: in a rules directory one bad file (syntax or a refused rule) blocks every other file's change; Java's per-kind sources are independent"]
+    fn a_bad_file_in_a_directory_does_not_hold_back_a_change_of_another_kinds_file() {
+        #[allow(unused_mut)]
+        let mut bad: Vec<(&str, &str)> = vec![
+            ("degrade-rules.json", r#"[{"resource": "api", "grade": "#),
+            ("degrade-rules.json", r#"[{"resource": "api", "grade": 1, "count": 5, "timeWindow": 5}]"#),
+        ];
+        #[cfg(feature = "tower")]
+        bad.push(("gw-flow-rules.json", r#"[{"resource": "r", "count": "#));
+        for (name, text) in bad {
+            let dir = tempfile::tempdir().unwrap();
+            fs::write(dir.path().join("flow-rules.json"), r#"[{"resource": "api", "count": 3}]"#).unwrap();
+            fs::write(
+                dir.path().join("degrade-rules.json"),
+                r#"[{"resource": "api", "grade": 1, "count": 0.5, "timeWindow": 5}]"#,
+            )
+            .unwrap();
+            let (engine, clock) = engine();
+            let src = FileDataSource::new(&engine, dir.path());
+            src.reload_now().unwrap();
+            let degrade = engine.degrade_rules();
+            fs::write(dir.path().join(name), text).unwrap();
+            let err = src.reload_now().unwrap_err();
+            assert_eq!(err.path(), dir.path().join(name), "{name}: {err}");
+            // The flow file changes meanwhile: its change is in force, the bad file is reported again.
+            fs::write(dir.path().join("flow-rules.json"), r#"[{"resource": "api", "count": 6}]"#).unwrap();
+            let err = src.reload_now().unwrap_err();
+            assert_eq!(err.path(), dir.path().join(name), "{name}: {err}");
+            assert_eq!(passes(&engine, &clock), 6, "{name}: the flow file's change is in force");
+            assert_eq!(engine.degrade_rules(), degrade, "{name}: the degrade rules in force stay");
+            assert_eq!(src.last_error().map(|e| e.path().to_path_buf()), Some(dir.path().join(name)));
+            // Fixed: loads, and the error is gone.
+            fs::write(dir.path().join(name), "[]").unwrap();
+            assert!(src.reload_now().is_ok(), "{name}");
+            assert!(src.last_error().is_none());
+        }
+    }
+
     #[test]
     fn adaptive_rules_load_from_the_rules_directory_and_the_combined_document_in_every_format() {
         use crate::adaptive::{AdaptiveRule, AlgorithmKind};
