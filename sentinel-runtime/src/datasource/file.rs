@@ -257,7 +257,9 @@ impl FileDataSource {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).limits
     }
 
-    /// Reads the file(s) now and applies them if they changed. On any error the rules in force stay.
+    /// Reads the file(s) now and applies them if they changed. On any error the rules in force stay: all of
+    /// them for a file; in a directory, those of the file in error (each file stands alone, as Java's per-kind
+    /// `FileRefreshableDataSource`s do), while the other files' rules are applied and the error is returned.
     pub fn reload_now(&self) -> Result<Reloaded, SourceError> {
         let result = {
             let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -470,8 +472,98 @@ impl FileDataSource {
         text.map_err(|error| WriteError::Serialize { path: path.to_path_buf(), error })
     }
 
+    /// Reloads a rules directory: every file that reads, parses and is accepted is applied; a file that does
+    /// not (or that is gone) keeps its kind's rules in force and is the error returned (the first one).
+    fn reload_dir(&self, dir: &Path, state: &mut State) -> Result<Reloaded, SourceError> {
+        let found = dir_files(dir);
+        let gone: Vec<PathBuf> = state.present.iter().filter(|p| !found.contains(p)).cloned().collect();
+        state.present = found.clone();
+        if found.is_empty() && gone.is_empty() {
+            return Err(SourceError::Missing { path: dir.to_path_buf() });
+        }
+        let mut first_error = gone.into_iter().next().map(|path| SourceError::Missing { path });
+        let mut good: Vec<(PathBuf, String, RuleSet)> = Vec::with_capacity(found.len());
+        for path in found {
+            let parsed = read(&path, &state.limits).and_then(|text| {
+                let set = self.parse_dir_file(&path, &text)?;
+                Ok((text, set))
+            });
+            match parsed {
+                Ok((text, set)) => good.push((path, text, set)),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let done = |first_error: Option<SourceError>, reloaded: Reloaded| match first_error {
+            Some(e) => Err(e),
+            None => Ok(reloaded),
+        };
+        let inputs: Vec<(PathBuf, String)> = good.iter().map(|(p, t, _)| (p.clone(), t.clone())).collect();
+        if state.applied.as_ref() == Some(&inputs) {
+            return done(first_error, Reloaded::Unchanged);
+        }
+        let count: usize = good.iter().map(|(_, _, set)| set.len()).sum();
+        if count > state.limits.max_rules {
+            return Err(SourceError::TooManyRules { path: dir.to_path_buf(), count, limit: state.limits.max_rules });
+        }
+        // Applied whole; a file the engine refuses is taken out (its kind's rules stay) and the rest applied.
+        let kinds = loop {
+            let mut set = RuleSet::default();
+            for (_, _, part) in &good {
+                set.merge(part.clone());
+            }
+            let refused = match set.apply_all(&self.inner.engine) {
+                Ok(kinds) => break kinds,
+                Err(super::ApplyError::Rules(error)) => {
+                    let RuleError::Invalid { kind, .. } = &error;
+                    let at = good.iter().position(|(p, _, _)| kind_of_file(p) == Some(*kind));
+                    let path = at.map_or_else(|| dir.to_path_buf(), |i| good[i].0.clone());
+                    (at, SourceError::Invalid { path, error })
+                }
+                #[cfg(feature = "tower")]
+                Err(super::ApplyError::Gateway(e)) => {
+                    let stem = match &e {
+                        crate::web::gateway::GatewayRuleError::InvalidApi { .. } => super::API_DEFINITIONS_FILE_STEM,
+                        _ => super::GATEWAY_RULES_FILE_STEM,
+                    };
+                    let path = dir.join(format!("{stem}.json"));
+                    let at = good.iter().position(|(p, _, _)| *p == path);
+                    (at, SourceError::Gateway { path, error: e.into() })
+                }
+            };
+            first_error.get_or_insert(refused.1);
+            match refused.0 {
+                Some(at) => {
+                    good.remove(at);
+                }
+                // Cannot happen (every kind comes from a file); nothing is applied.
+                None => return done(first_error, Reloaded::Unchanged),
+            }
+        };
+        state.applied = Some(good.into_iter().map(|(p, t, _)| (p, t)).collect());
+        done(first_error, Reloaded::Applied { kinds })
+    }
+
+    /// A file of a rules directory as a set, or the error naming it.
+    fn parse_dir_file(&self, path: &Path, text: &str) -> Result<RuleSet, SourceError> {
+        #[cfg(feature = "tower")]
+        if let Some(stem) = super::gateway::gateway_stem(path) {
+            let gateway = super::GatewayDocuments::parse_file(stem, text)
+                .map_err(|e| SourceError::Gateway { path: path.to_path_buf(), error: e.into() })?;
+            return Ok(RuleSet { gateway, ..RuleSet::default() });
+        }
+        self.parse_file(path, text, format_of(path))
+            .map_err(|error| SourceError::Parse { path: path.to_path_buf(), error })
+    }
+
     fn reload_locked(&self, state: &mut State) -> Result<Reloaded, SourceError> {
-        let inputs = self.read_inputs(state)?;
+        if let Layout::Dir(dir) = &self.inner.layout {
+            return self.reload_dir(dir, state);
+        }
+        // One file (a rules directory is read above).
+        let path = self.path().to_path_buf();
+        let inputs = vec![(path.clone(), read(&path, &state.limits)?)];
         if state.applied.as_ref() == Some(&inputs) {
             return Ok(Reloaded::Unchanged);
         }
@@ -500,22 +592,9 @@ impl FileDataSource {
         }
         // The gateway's lists first (validated whole), put back if a kind is then refused.
         let kinds = set.apply_all(&self.inner.engine).map_err(|error| match error {
-            super::ApplyError::Rules(error) => {
-                let path = self.path_for_error(&inputs, &error);
-                SourceError::Invalid { path, error }
-            }
+            super::ApplyError::Rules(error) => SourceError::Invalid { path: path.clone(), error },
             #[cfg(feature = "tower")]
-            super::ApplyError::Gateway(e) => {
-                // In a directory, the file of the list refused; else the combined document.
-                let path = match (&self.inner.layout, &e) {
-                    (Layout::Dir(dir), crate::web::gateway::GatewayRuleError::InvalidApi { .. }) => {
-                        dir.join(format!("{}.json", super::API_DEFINITIONS_FILE_STEM))
-                    }
-                    (Layout::Dir(dir), _) => dir.join(format!("{}.json", super::GATEWAY_RULES_FILE_STEM)),
-                    _ => self.path().to_path_buf(),
-                };
-                SourceError::Gateway { path, error: e.into() }
-            }
+            super::ApplyError::Gateway(e) => SourceError::Gateway { path: path.clone(), error: e.into() },
         })?;
         state.applied = Some(inputs);
         Ok(Reloaded::Applied { kinds })
@@ -687,52 +766,29 @@ impl FileDataSource {
         }
         Ok(set)
     }
+}
 
-    fn path_for_error(&self, inputs: &[(PathBuf, String)], error: &RuleError) -> PathBuf {
-        let RuleError::Invalid { kind, .. } = error;
-        if self.is_dir() {
-            if let Some((p, _)) = inputs.iter().find(|(p, _)| kind_of_file(p) == Some(*kind)) {
-                return p.clone();
-            }
-        }
-        self.path().to_path_buf()
-    }
-
-    fn read_inputs(&self, state: &mut State) -> Result<Vec<(PathBuf, String)>, SourceError> {
-        match &self.inner.layout {
-            Layout::Combined(p) | Layout::Single(p, _) => Ok(vec![(p.clone(), read(p, &state.limits)?)]),
-            #[cfg(feature = "tower")]
-            Layout::Gateway(p, _) => Ok(vec![(p.clone(), read(p, &state.limits)?)]),
-            Layout::Dir(dir) => {
-                let mut found = Vec::new();
-                for kind in ALL_KINDS {
-                    for ext in EXTENSIONS {
-                        let p = dir.join(format!("{}.{ext}", file_stem(kind)));
-                        if p.is_file() {
-                            found.push(p);
-                            break;
-                        }
-                    }
-                }
-                #[cfg(feature = "tower")]
-                for stem in super::gateway::GATEWAY_FILE_STEMS {
-                    let p = dir.join(format!("{stem}.json"));
-                    if p.is_file() {
-                        found.push(p);
-                    }
-                }
-                let gone: Vec<PathBuf> = state.present.iter().filter(|p| !found.contains(p)).cloned().collect();
-                state.present = found.clone();
-                if let Some(path) = gone.into_iter().next() {
-                    return Err(SourceError::Missing { path });
-                }
-                if found.is_empty() {
-                    return Err(SourceError::Missing { path: dir.clone() });
-                }
-                found.into_iter().map(|p| read(&p, &state.limits).map(|t| (p, t))).collect()
+/// The files of a rules directory a reload reads, in order: each kind's file (the first of its extensions
+/// that exists), then the gateway's.
+fn dir_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for kind in ALL_KINDS {
+        for ext in EXTENSIONS {
+            let p = dir.join(format!("{}.{ext}", file_stem(kind)));
+            if p.is_file() {
+                found.push(p);
+                break;
             }
         }
     }
+    #[cfg(feature = "tower")]
+    for stem in super::gateway::GATEWAY_FILE_STEMS {
+        let p = dir.join(format!("{stem}.json"));
+        if p.is_file() {
+            found.push(p);
+        }
+    }
+    found
 }
 
 /// The text of the file at `path`, refused if it is larger than the limit (checked before reading, and while

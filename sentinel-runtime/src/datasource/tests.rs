@@ -586,7 +586,6 @@ mod file_source {
     /// does not parse, or that the engine refuses, keeps its kind's rules in force and is reported, and does
     /// not hold back a change of another kind's file.
     #[test]
-    #[ignore = "review: in a rules directory one bad file (syntax or a refused rule) blocks every other file's change; Java's per-kind sources are independent"]
     fn a_bad_file_in_a_directory_does_not_hold_back_a_change_of_another_kinds_file() {
         #[allow(unused_mut)]
         let mut bad: Vec<(&str, &str)> = vec![
