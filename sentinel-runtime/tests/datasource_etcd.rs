@@ -276,7 +276,6 @@ fn etcd_adaptive_rules_from_another_client_and_from_the_command_center_are_in_fo
 /// password is set, even to the same one); Java's jetcd authenticates again when its token is refused. A
 /// source connected for longer than a token lives must still write pushes back.
 #[test]
-#[ignore = "review: with credentials, a write-back after the etcd auth token expired fails (invalid auth token) until the connection drops; jetcd re-authenticates"]
 fn etcd_a_write_back_after_the_auth_token_ended_authenticates_again() {
     let Some(etcd) = EtcdServer::start("etcd_a_write_back_after_the_auth_token_ended") else { return };
     let mut other = Other::connect(&etcd.url());

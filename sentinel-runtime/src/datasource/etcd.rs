@@ -293,7 +293,10 @@ impl Inner {
             .with_timeout(Duration::from_secs(5))
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
         if let Some((u, p)) = &self.user {
-            options = options.with_user(u.clone(), p.clone());
+            // etcd's auth tokens end (after `--auth-token-ttl`, or when the user's password is set): a request
+            // refused for its token authenticates again, as Java's jetcd does, so a write-back made long after
+            // connecting is not refused.
+            options = options.with_user(u.clone(), p.clone()).with_auto_token_refresh(true);
         }
         tokio::time::timeout(Duration::from_secs(5), Client::connect(&self.endpoints, Some(options)))
             .await
