@@ -349,7 +349,6 @@ fn a_rules_file_created_by_a_write_back_gets_the_mode_any_new_file_gets() {
 /// `status()` says when rules were last loaded (the console's rules page shows it as "last loaded"), for a
 /// file source as for the stores.
 #[test]
-#[ignore = "review: a file source's status() never gives last_load_ms, though its rules loaded"]
 fn a_file_sources_status_says_when_its_rules_were_last_loaded() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("rules.json");

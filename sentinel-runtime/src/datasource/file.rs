@@ -78,6 +78,8 @@ struct State {
     /// Files of a directory seen at the last reload.
     present: Vec<PathBuf>,
     last_error: Option<SourceError>,
+    /// When rules were last applied from the file(s), ms since the Unix epoch.
+    last_load_ms: Option<u64>,
     limits: FileLimits,
 }
 
@@ -239,6 +241,11 @@ impl FileDataSource {
     /// watcher): a good place to log rejected files.
     pub fn on_reload(&self, f: impl Fn(&Result<Reloaded, SourceError>) + Send + Sync + 'static) {
         self.inner.listeners.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(f));
+    }
+
+    /// When rules were last applied from the file(s) (ms since the Unix epoch), if ever.
+    pub(crate) fn last_load_ms(&self) -> Option<u64> {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).last_load_ms
     }
 
     /// The error of the last reload, if it failed.
@@ -542,6 +549,7 @@ impl FileDataSource {
             }
         };
         state.applied = Some(good.into_iter().map(|(p, t, _)| (p, t)).collect());
+        state.last_load_ms = Some(super::writable::now_ms());
         done(first_error, Reloaded::Applied { kinds })
     }
 
@@ -597,6 +605,7 @@ impl FileDataSource {
             super::ApplyError::Gateway(e) => SourceError::Gateway { path: path.clone(), error: e.into() },
         })?;
         state.applied = Some(inputs);
+        state.last_load_ms = Some(super::writable::now_ms());
         Ok(Reloaded::Applied { kinds })
     }
 

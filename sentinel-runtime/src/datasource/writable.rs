@@ -164,6 +164,7 @@ impl WritableDataSource for super::FileDataSource {
     }
     fn status(&self) -> SourceStatus {
         SourceStatus {
+            last_load_ms: self.last_load_ms(),
             last_error: self.last_error().map(|e| e.to_string()),
             ..SourceStatus::new("file", self.path().display().to_string())
         }
@@ -171,7 +172,6 @@ impl WritableDataSource for super::FileDataSource {
 }
 
 /// Milliseconds since the Unix epoch, now (for [`SourceStatus::last_load_ms`]).
-#[cfg_attr(not(any(feature = "etcd", feature = "cluster-redis")), allow(dead_code))]
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
