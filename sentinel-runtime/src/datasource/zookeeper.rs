@@ -9,7 +9,8 @@
 //!
 //! A document that does not parse or that the engine rejects, and a deleted node, are reported (logged,
 //! given to [`ZookeeperDataSource::on_reload`] listeners, kept as [`ZookeeperDataSource::last_error`]) and
-//! the rules in force stay (Java gives null for a missing node: no change either).
+//! the rules in force stay. (Java gives null for a missing node: no change at start, but a node deleted
+//! while watched gives its rule manager null, which clears the kind's rules.)
 //!
 //! Written back through [`WritableDataSource`] (the command center's write-back): `setData` with the node's
 //! version as this source last saw it (or `create` for a node that did not exist), so two writers never
