@@ -366,7 +366,6 @@ fn a_file_sources_status_says_when_its_rules_were_last_loaded() {
 /// push, and the reload that write triggers must bring the engine to it (Java's poller re-reads the file
 /// after `FileWritableDataSource` wrote it), not take the write for what is in force.
 #[test]
-#[ignore = "review: a write-back after a reload applied another edit leaves the engine on that edit while the file holds the push; the next reload finds nothing to do"]
 fn a_write_back_landing_after_a_reload_of_another_edit_is_what_the_engine_ends_with() {
     for name in ["rules.json", "flow-rules.json", "rules.d"] {
         let dir = tempfile::tempdir().unwrap();

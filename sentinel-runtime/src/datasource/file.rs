@@ -315,7 +315,10 @@ impl FileDataSource {
     /// What is written is read back before it replaces anything ([`WriteError::RoundTrip`] if it would load
     /// differently). The write does not load the rules: load them into the engine first (only rules it
     /// accepted should be stored). The reload that the change triggers (a watcher sees it) finds the content
-    /// it just wrote and does nothing, so the write and the watcher never fight.
+    /// it just wrote and does nothing, so the write and the watcher never fight; unless the engine no longer
+    /// runs what was written (a reload of another edit came between the load and the write): then that reload
+    /// applies the file, as Java's file source re-reads a file its writer wrote, and the engine runs what the
+    /// file holds.
     ///
     /// ```
     /// use sentinel_runtime::{Sentinel, datasource::{FileDataSource, RuleSet}, flow::FlowRule};
@@ -420,6 +423,7 @@ impl FileDataSource {
         };
         let mut texts = Vec::with_capacity(writes.len());
         let mut counts = Vec::with_capacity(writes.len());
+        let mut in_force = Vec::with_capacity(writes.len());
         for (path, doc) in writes {
             let text = self.text_of(&path, &doc)?;
             // What a restart would load must be what is meant: read the text back before writing it.
@@ -429,6 +433,9 @@ impl FileDataSource {
                 Err(error) => return Err(WriteError::RoundTrip { path, error: Some(error) }),
             }
             counts.push((path.clone(), doc.len()));
+            // Whether the engine runs what is written (it may have reloaded another edit since the rules
+            // written were loaded): only then is the text taken for what is in force.
+            in_force.push(doc.is_in_force(&self.inner.engine));
             texts.push((path, text));
         }
         // The gateway's files a directory gets next count with the rest.
@@ -437,13 +444,16 @@ impl FileDataSource {
             counts.extend(self.gateway_counts(&set.gateway));
         }
         self.check_limits(&texts, &counts, &limits)?;
-        for (path, text) in &texts {
+        for ((path, text), in_force) in texts.iter().zip(in_force) {
             write_through(path, text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
-            // What was just written is what is in force: the reload it triggers finds nothing to do. A source
-            // never loaded yet stays so (its next reload applies the whole file).
+            // What was just written is what is in force: the reload it triggers finds nothing to do. Unless the
+            // engine runs something else: then that reload applies the file, as Java's re-reads a file written.
+            // A source never loaded yet stays so (its next reload applies the whole file).
             if let Some(applied) = state.applied.as_mut() {
                 match applied.iter_mut().find(|(p, _)| p == path) {
+                    Some(_) if !in_force => applied.retain(|(p, _)| p != path),
                     Some(entry) => entry.1 = text.clone(),
+                    None if !in_force => {}
                     None => applied.push((path.clone(), text.clone())),
                 }
                 if self.is_dir() {
@@ -653,9 +663,22 @@ impl FileDataSource {
         self.check_limits(&texts, &self.gateway_counts(docs), &state.limits)?;
         for (path, text) in texts {
             write_through(&path, &text).map_err(|e| WriteError::Io { path: path.clone(), source: Arc::new(e) })?;
+            // Taken for what is in force only if the engine runs it (see `write_rules`).
+            let list = super::gateway::gateway_stem(&path).map(|stem| {
+                let mut one = super::GatewayDocuments::default();
+                if stem == super::GATEWAY_RULES_FILE_STEM {
+                    one.rules = docs.rules.clone();
+                } else {
+                    one.api_definitions = docs.api_definitions.clone();
+                }
+                RuleSet { gateway: one, ..RuleSet::default() }
+            });
+            let in_force = list.is_some_and(|set| set.is_in_force(&self.inner.engine));
             if let Some(applied) = state.applied.as_mut() {
                 match applied.iter_mut().find(|(p, _)| *p == path) {
+                    Some(_) if !in_force => applied.retain(|(p, _)| *p != path),
                     Some(entry) => entry.1 = text.clone(),
+                    None if !in_force => {}
                     None => applied.push((path.clone(), text.clone())),
                 }
                 applied.sort_by_key(|(p, _)| kind_order(p));

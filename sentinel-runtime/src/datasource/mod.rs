@@ -612,6 +612,24 @@ impl RuleSet {
         s
     }
 
+    /// Whether `engine` has exactly these rules in force: each kind the set holds (and each gateway list it
+    /// holds). A write-back marks what it wrote as in force only then; otherwise the change it makes is
+    /// applied when the store reports it.
+    pub(crate) fn is_in_force(&self, engine: &Sentinel) -> bool {
+        #[allow(unused_mut)]
+        let mut in_force = RuleSet::snapshot(engine, &self.kinds());
+        #[cfg(feature = "tower")]
+        {
+            if self.gateway.rules.is_some() {
+                in_force.gateway.rules = Some(engine.gateway_rules());
+            }
+            if self.gateway.api_definitions.is_some() {
+                in_force.gateway.api_definitions = Some(engine.api_definitions());
+            }
+        }
+        in_force == *self
+    }
+
     fn load_kind(&self, engine: &Sentinel, kind: RuleKind) -> Result<(), RuleError> {
         match kind {
             RuleKind::Flow => self.flow.clone().map_or(Ok(()), |r| engine.load_flow_rules(r)),

@@ -726,6 +726,7 @@ mod write_back {
         let engine = Sentinel::builder().build();
         let src = FileDataSource::new(&engine, &path);
         src.reload_now().unwrap();
+        flow(8.0).apply(&engine).unwrap(); // a write-back stores what is in force
         src.write_rules(&flow(8.0)).unwrap();
         let back = RuleSet::parse(&fs::read_to_string(&path).unwrap(), Format::Yaml).unwrap();
         assert_eq!(back.flow.unwrap()[0].count, 8.0);
@@ -742,8 +743,11 @@ mod write_back {
         let engine = Sentinel::builder().build();
         let src = FileDataSource::new(&engine, dir.path());
         src.reload_now().unwrap();
-        let degrade = vec![DegradeRule::new("db", crate::circuit_breaker::DegradeGrade::ErrorCount).count(2.0)];
+        let degrade = vec![DegradeRule::new("db", crate::circuit_breaker::DegradeGrade::ErrorCount)
+            .count(2.0)
+            .time_window_sec(5)];
         let set = RuleSet { degrade: Some(degrade), ..flow(4.0) };
+        set.apply(&engine).unwrap(); // a write-back stores what is in force
         src.write_rules(&set).unwrap();
         let toml = fs::read_to_string(dir.path().join("flow-rules.toml")).unwrap();
         assert_eq!(parse_rules::<FlowRule>(&toml, Format::Toml).unwrap()[0].count, 4.0);
