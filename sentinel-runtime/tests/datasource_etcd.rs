@@ -316,7 +316,6 @@ fn etcd_a_write_back_after_the_auth_token_ended_authenticates_again() {
 /// end with it too, as a Java app ends with what its data source last reads; it must not take the write for
 /// what is in force while it runs the other writer's rules.
 #[test]
-#[ignore = "review: an etcd write-back landing after the watch applied another writer's change leaves the engine on that change while the key holds the push"]
 fn etcd_a_write_back_landing_after_the_watch_applied_another_change_is_what_the_engine_ends_with() {
     let Some(etcd) = EtcdServer::start("etcd_a_write_back_landing_after_the_watch") else { return };
     let mut other = Other::connect(&etcd.url());

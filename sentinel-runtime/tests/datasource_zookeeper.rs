@@ -206,7 +206,6 @@ fn zookeeper_digest_credentials_reach_a_node_only_they_may_read() {
 /// push (written at the version the watch had shown), and the engine must end with it too, as a Java app
 /// ends with what its data source last reads.
 #[test]
-#[ignore = "review: a ZooKeeper write-back landing after the watch applied another writer's change leaves the engine on that change while the node holds the push"]
 fn zookeeper_a_write_back_landing_after_the_watch_applied_another_change_is_what_the_engine_ends_with() {
     use sentinel_runtime::datasource::{RuleSet, WritableDataSource};
     let Some(server) = ZookeeperServer::start("zookeeper_a_write_back_landing_after_the_watch") else { return };

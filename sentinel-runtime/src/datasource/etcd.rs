@@ -502,7 +502,14 @@ impl Inner {
     /// This source put `text` in key `i` at `revision`: what is in force, so its watch event finds nothing to
     /// do. Unless the watch already handled it, or a later change of the key: that one is in force, and the
     /// next write expects its revision.
+    ///
+    /// And only if the engine runs what was written: when it runs something else (the watch applied another
+    /// writer's change after the rules written were loaded), the watch's event of this write applies it, so
+    /// the engine ends with what the key holds.
     fn written(&self, i: usize, revision: i64, text: String) {
+        if !self.keys[i].holds.parse(&text, super::Format::Json).is_ok_and(|set| set.is_in_force(&self.engine)) {
+            return;
+        }
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if seen[i].revision < revision {
             seen[i] = Seen { revision, present: true, applied: Some(text) };
@@ -591,8 +598,14 @@ mod tests {
         // The same document from the store again is found in force.
         inner.put(0, 13, br#"[{"resource": "api", "count": 11}]"#, false);
         assert_eq!(engine.flow_rules()[0].count, 11.0, "applied, not taken for the text in force");
-        // A write answered before its event: the write is what is in force.
-        inner.written(0, 14, r#"[{"resource": "api", "count": 14}]"#.to_string());
+        // A write answered before its event: the write (loaded first, as the command center does) is what is
+        // in force.
+        let fourteen = r#"[{"resource": "api", "count": 14}]"#;
+        RuleSet::parse_entry(Some(RuleKind::Flow), fourteen, super::super::Format::Json)
+            .unwrap()
+            .apply(&engine)
+            .unwrap();
+        inner.written(0, 14, fourteen.to_string());
         assert_eq!(inner.seen.lock().unwrap()[0].revision, 14);
     }
 }
