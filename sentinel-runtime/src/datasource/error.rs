@@ -236,7 +236,7 @@ pub enum WriteError {
     /// What would be written is over the source's bounds ([`FileLimits`](super::FileLimits)): the source
     /// would refuse it at its next reload (a restart would not load it), so nothing was written. The error
     /// is the one that reload would give ([`SourceError::TooLarge`] or [`SourceError::TooManyRules`]).
-    #[error("{error}; nothing was written")]
+    #[error("nothing was written: the next reload would refuse it ({error})")]
     OverLimit {
         /// What the reload would report.
         #[source]
