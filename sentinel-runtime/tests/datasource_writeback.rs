@@ -259,7 +259,6 @@ fn adaptive_rules_pushed_with_a_redis_write_back_reach_another_engine_and_a_rest
 /// document that does not load.
 #[cfg(feature = "cluster-redis")]
 #[test]
-#[ignore = "review: a Redis write-back into a combined key keeps another kind the engine refuses, so the next start refuses the whole key, the pushed rules with it"]
 fn redis_a_write_back_into_a_combined_key_holding_a_refused_kind_is_what_the_next_start_loads() {
     use sentinel_runtime::cluster::RedisDataSource;
     use sentinel_runtime::flow::FlowRule;

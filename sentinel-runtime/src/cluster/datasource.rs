@@ -585,7 +585,7 @@ impl WritableDataSource for RedisDataSource {
                 };
                 let text = s
                     .holds
-                    .text(current.as_deref(), set)
+                    .text(current.as_deref(), set, &self.inner.engine)
                     .map_err(|e| store(format!("key `{}`: {e}; left untouched", s.key)))?;
                 let done: Option<(String, i64)> = redis::pipe()
                     .atomic()

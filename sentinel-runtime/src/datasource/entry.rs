@@ -4,7 +4,7 @@
 //! which entries a write-back puts, and the text it puts there.
 
 use super::{Format, ParseError, RuleSet, SerializeError, WriteBackError};
-use crate::RuleKind;
+use crate::{RuleKind, Sentinel};
 
 /// The largest entry a data source reads, in bytes: the file sources' default bound
 /// ([`FileLimits`](super::FileLimits)), 16 MiB. A larger one is refused and the rules in force stay.
@@ -160,8 +160,17 @@ impl Holds {
     /// `current` that is not a rules document is an error: the entry is left untouched. So is an entry the
     /// sources would refuse to read ([`MAX_ENTRY_BYTES`], [`MAX_ENTRY_RULES`]): a write-back that succeeds
     /// is always what the next start loads.
-    pub(crate) fn text(self, current: Option<&str>, set: &RuleSet) -> Result<String, SerializeError> {
-        let (text, count) = self.text_unbounded(current, set)?;
+    ///
+    /// A combined document keeps the other kinds the entry holds, except one the engine would refuse (an edit
+    /// it refused, still in the entry): that one is written as the rules in force, as the file source does, so
+    /// that the document loads at the next start, the pushed rules with it.
+    pub(crate) fn text(
+        self,
+        current: Option<&str>,
+        set: &RuleSet,
+        engine: &Sentinel,
+    ) -> Result<String, SerializeError> {
+        let (text, count) = self.text_unbounded(current, set, engine)?;
         if count > MAX_ENTRY_RULES {
             return Err(SerializeError::new(
                 Format::Json,
@@ -181,7 +190,12 @@ impl Holds {
     }
 
     /// The text of [`text`](Holds::text) and the number of rules it holds.
-    fn text_unbounded(self, current: Option<&str>, set: &RuleSet) -> Result<(String, usize), SerializeError> {
+    fn text_unbounded(
+        self,
+        current: Option<&str>,
+        set: &RuleSet,
+        engine: &Sentinel,
+    ) -> Result<(String, usize), SerializeError> {
         match self {
             Holds::Combined => {
                 let mut doc = match current.map(str::trim) {
@@ -191,6 +205,7 @@ impl Holds {
                     })?,
                 };
                 doc.merge(set.clone());
+                let doc = loadable(doc, set, engine);
                 Ok((doc.to_string(Format::Json)?, doc.len()))
             }
             Holds::Kind(kind) => Ok((set.kind_to_string(kind, Format::Json)?, set.clone().only(kind).len())),
@@ -206,6 +221,63 @@ impl Holds {
             }
         }
     }
+}
+
+/// A combined document about to be written back, made to load: each kind (and gateway list) `pushed` does not
+/// hold, that differs from the rules in force and that the engine would refuse, replaced by the rules in force.
+/// What differs is tried on an engine of its own (quietly: its warnings are of no use here).
+fn loadable(mut doc: RuleSet, pushed: &RuleSet, engine: &Sentinel) -> RuleSet {
+    for _ in 0..super::ALL_KINDS.len() + 2 {
+        let mut differs = RuleSet::default();
+        for kind in doc.kinds().into_iter().filter(|k| !pushed.has(*k)) {
+            let one = doc.clone().only(kind);
+            if !one.is_in_force(engine) {
+                differs.merge(one);
+            }
+        }
+        #[cfg(feature = "tower")]
+        {
+            if pushed.gateway.rules.is_none()
+                && doc.gateway.rules.as_ref().is_some_and(|r| *r != engine.gateway_rules())
+            {
+                differs.gateway.rules = doc.gateway.rules.clone();
+            }
+            if pushed.gateway.api_definitions.is_none()
+                && doc.gateway.api_definitions.as_ref().is_some_and(|d| *d != engine.api_definitions())
+            {
+                differs.gateway.api_definitions = doc.gateway.api_definitions.clone();
+            }
+        }
+        #[allow(unused_mut)]
+        let mut nothing = differs.kinds().is_empty();
+        #[cfg(feature = "tower")]
+        {
+            nothing &= differs.gateway.is_empty();
+        }
+        if nothing {
+            return doc;
+        }
+        let scratch = Sentinel::builder().manual_clock(crate::clock::ManualClock::at_millis(0)).build();
+        let tried = tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || {
+            differs.apply_all(&scratch)
+        });
+        match tried {
+            Ok(_) => return doc,
+            Err(super::ApplyError::Rules(crate::RuleError::Invalid { kind, .. })) => {
+                doc.merge(RuleSet::snapshot(engine, &[kind]));
+            }
+            #[cfg(feature = "tower")]
+            Err(super::ApplyError::Gateway(_)) => {
+                if differs.gateway.rules.is_some() {
+                    doc.gateway.rules = Some(engine.gateway_rules());
+                }
+                if differs.gateway.api_definitions.is_some() {
+                    doc.gateway.api_definitions = Some(engine.api_definitions());
+                }
+            }
+        }
+    }
+    doc
 }
 
 /// The entries (by index) a write-back of `set` puts: for each part of the set, the first entry that holds
@@ -265,15 +337,16 @@ mod tests {
         let rules: Vec<crate::flow::FlowRule> =
             (0..=MAX_ENTRY_RULES).map(|i| crate::flow::FlowRule::new(format!("r{i}")).count(1.0)).collect();
         let set = RuleSet::new().with_flow(rules);
+        let engine = Sentinel::builder().build();
         for holds in [Holds::Combined, Holds::Kind(RuleKind::Flow)] {
-            if let Ok(text) = holds.text(None, &set) {
+            if let Ok(text) = holds.text(None, &set, &engine) {
                 let back = holds.parse(&text, Format::Json).map(|s| s.len());
                 panic!("{holds}: written, and read back as {back:?}");
             }
         }
         let long = crate::flow::FlowRule::new("x".repeat(MAX_ENTRY_BYTES)).count(1.0);
         let set = RuleSet::new().with_flow(vec![long]);
-        let written = Holds::Kind(RuleKind::Flow).text(None, &set).map(|t| t.len());
+        let written = Holds::Kind(RuleKind::Flow).text(None, &set, &engine).map(|t| t.len());
         assert!(written.is_err(), "an entry of {written:?} bytes");
     }
 

@@ -482,7 +482,7 @@ impl Inner {
         // A combined document keeps the kinds the push does not hold as this source last read them.
         let text = k
             .holds
-            .text(current.as_deref(), set)
+            .text(current.as_deref(), set, &self.engine)
             .map_err(|error| WriteBackError::Serialize { target: k.name.clone(), error })?;
         let txn = Txn::new()
             .when([Compare::mod_revision(k.name.as_str(), CompareOp::Equal, expected)])

@@ -475,7 +475,7 @@ impl Inner {
         // A combined document keeps the kinds the push does not hold as this source last read them.
         let text = n
             .holds
-            .text(current.as_deref(), set)
+            .text(current.as_deref(), set, &self.engine)
             .map_err(|error| WriteBackError::Serialize { target: n.name.clone(), error })?;
         let conflict = |detail: String| WriteBackError::Conflict { target: target.clone(), detail };
         let stat = match expected {
