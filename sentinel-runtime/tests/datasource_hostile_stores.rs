@@ -231,3 +231,27 @@ fn etcd_a_delete_hidden_by_a_compaction_is_reported_and_a_write_back_then_create
 fn etcd_a_delete_hidden_by_a_compaction_clears_with_clear_on_delete() {
     etcd_delete_hidden_by_a_compaction("etcd_a_delete_hidden_by_a_compaction_clears", true);
 }
+
+/// A Redis user allowed what Java's `RedisDataSource` does (`GET` the key, `SUBSCRIBE` to the channel) and no
+/// more, as a read-only configuration user is: its rules load, as Java's do.
+#[test]
+#[ignore = "review: the Redis source reads keys with EVAL only; a user without EVAL (Java needs GET and SUBSCRIBE) never loads rules"]
+fn redis_a_user_allowed_get_and_subscribe_only_loads_its_rules() {
+    let Some(redis) = RedisServer::start("redis_a_user_allowed_get_and_subscribe_only") else { return };
+    let mut conn = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
+    let key = "sentinel:shop:flow-rules";
+    redis::cmd("SET").arg(key).arg(r#"[{"resource": "api", "count": 3}]"#).query::<()>(&mut conn).unwrap();
+    redis::cmd("ACL")
+        .arg(&["SETUSER", "reader", "on", ">pw", "~sentinel:*", "&sentinel:*", "+get", "+subscribe", "+ping"][..])
+        .query::<()>(&mut conn)
+        .unwrap();
+    let url = redis.url().replace("redis://", "redis://reader:pw@");
+    let engine = Sentinel::builder().build();
+    let source = RedisDataSource::builder(url)
+        .rules(RuleKind::Flow, key, "sentinel:shop:flow-rules:changed")
+        .retry_max(Duration::from_millis(200))
+        .start(&engine)
+        .unwrap();
+    assert!(source.wait_for(1, Duration::from_secs(10)), "no document handled: {:?}", source.last_error());
+    assert_eq!(counts(&engine), [("api".to_string(), 3.0)], "{:?}", source.last_error());
+}
