@@ -235,7 +235,6 @@ fn etcd_a_delete_hidden_by_a_compaction_clears_with_clear_on_delete() {
 /// A Redis user allowed what Java's `RedisDataSource` does (`GET` the key, `SUBSCRIBE` to the channel) and no
 /// more, as a read-only configuration user is: its rules load, as Java's do.
 #[test]
-#[ignore = "review: the Redis source reads keys with EVAL only; a user without EVAL (Java needs GET and SUBSCRIBE) never loads rules"]
 fn redis_a_user_allowed_get_and_subscribe_only_loads_its_rules() {
     let Some(redis) = RedisServer::start("redis_a_user_allowed_get_and_subscribe_only") else { return };
     let mut conn = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();

@@ -45,6 +45,12 @@ if n > tonumber(ARGV[1]) then return n end
 return redis.call('GET', KEYS[1])
 "#;
 use crate::datasource::{ApplyError, Format, ParseError, RuleSet, SourceStatus, WritableDataSource, WriteBackError};
+
+/// Whether the server refused to run the reading script itself (an ACL user without `EVAL`, scripting
+/// renamed away), rather than the read.
+fn script_refused(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM") || e.to_string().to_ascii_lowercase().contains("unknown command")
+}
 use crate::{RuleError, RuleKind, Sentinel};
 
 use super::connection::{Link, Topology};
@@ -442,6 +448,17 @@ impl Inner {
             )
             .await
             .map_err(|_| format!("reading {}: no answer within 2 s", s.key))?;
+            // A user allowed only what Java's source needs (`GET` the key, `SUBSCRIBE`), or a server without
+            // scripts: a plain `GET`, its size bounded once read (as an entry's always is).
+            let read = match read {
+                Err(e) if script_refused(&e) => {
+                    tracing::debug!(key = %s.key, error = %e, "Redis data source: reading with GET (no script)");
+                    tokio::time::timeout(timeout, redis::cmd("GET").arg(&s.key).query_async(&mut conn))
+                        .await
+                        .map_err(|_| format!("reading {}: no answer within 2 s", s.key))?
+                }
+                other => other,
+            };
             let value = match read {
                 Ok(redis::Value::Nil) => None,
                 Ok(redis::Value::BulkString(bytes)) => Some(bytes),
