@@ -230,6 +230,25 @@ fn java_dashboard_export_loads_as_it_is() {
     assert!(!p[0].cluster_config.as_ref().unwrap().fallback_to_local_when_fail, "param cluster default is false");
 }
 
+/// fastjson's default parser features (`JSON.DEFAULT_PARSER_FEATURE`) take unquoted field names, single
+/// quotes and arbitrary commas, so a hand-written Java rules file with them loads in Java.
+#[test]
+#[ignore = "review: JSON documents are read strictly; fastjson's default leniency (unquoted names, single quotes, extra commas) loads in Java"]
+fn a_hand_written_java_document_with_fastjson_leniency_loads_as_java_loads_it() {
+    let text = "[{resource: 'api', 'count': 10, grade: 1,},,{\"resource\": \"it's\", count: 2},]";
+    let rules: Vec<FlowRule> = parse_rules(text, Format::Json).unwrap();
+    assert_eq!(rules.len(), 2);
+    assert_eq!((rules[0].resource.as_str(), rules[0].count), ("api", 10.0));
+    assert_eq!((rules[1].resource.as_str(), rules[1].count), ("it's", 2.0));
+    let set = RuleSet::parse("{flowRules: [{resource: 'a\\'b\"c', count: 3,}],}", Format::Json).unwrap();
+    assert_eq!(set.flow.unwrap()[0].resource, "a'b\"c");
+    #[cfg(feature = "tower")]
+    assert_eq!(crate::web::gateway::json::rules_from_json("[{resource: 'r', count: 1,}]").unwrap().len(), 1);
+    // What no leniency makes a document is reported where the text has it.
+    let e = parse_rules::<FlowRule>("[{'resource': 'a',\n 'count': }]", Format::Json).unwrap_err();
+    assert_eq!(e.line, Some(2), "{e}");
+}
+
 #[test]
 fn absent_fields_take_java_defaults() {
     let r: Vec<FlowRule> = parse_rules(r#"[{"resource": "a"}]"#, Format::Json).unwrap();
