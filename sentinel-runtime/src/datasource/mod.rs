@@ -21,7 +21,9 @@
 //!
 //! Values are read as fastjson reads them: a number may be written as a string (`"count": "10"`), an integer
 //! field takes a whole number written with a fraction (`10.0`) but refuses a fraction (`1.5`, which fastjson
-//! truncates silently), and a boolean may be written as `"true"`/`"false"` or `1`/`0`.
+//! truncates silently), and a boolean may be written as `"true"`/`"false"` or `1`/`0`. So is the syntax: a
+//! hand-written document with fastjson's default leniency (unquoted field names, single-quoted strings, extra
+//! commas such as a trailing one) loads, as Java loads it.
 //!
 //! In JSON, absent (or `null`) fields take Java's defaults (`resource` is required, as Java's rule managers
 //! refuse a rule without one). Every rule may carry `id` (kept).
@@ -84,6 +86,7 @@ mod file;
 #[cfg(feature = "tower")]
 mod gateway;
 mod java;
+mod lenient;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod remote;
 #[cfg(feature = "file-watch")]
@@ -98,6 +101,7 @@ pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceErro
 pub use file::{FileDataSource, FileLimits, Reloaded};
 #[cfg(feature = "tower")]
 pub use gateway::{GatewayDocumentError, GatewayDocuments, API_DEFINITIONS_FILE_STEM, GATEWAY_RULES_FILE_STEM};
+pub(crate) use lenient::strict_json;
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
 #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "cluster-redis"))]
@@ -272,16 +276,25 @@ pub(crate) fn from_text<T: DeserializeOwned>(text: &str, format: Format) -> Resu
     let _strict = java::StrictFields::enter(format != Format::Json);
     match format {
         Format::Json => {
-            let mut de = serde_json::Deserializer::from_str(text);
-            let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-                let field = field_of(e.path());
-                let inner = e.into_inner();
-                ParseError::new(format, Some(inner.line()), Some(inner.column()), field, strip_json_position(&inner))
-            })?;
-            de.end().map_err(|e| {
-                ParseError::new(format, Some(e.line()), Some(e.column()), None, strip_json_position(&e))
-            })?;
-            Ok(value)
+            let strict = |text: &str| -> Result<T, ParseError> {
+                let mut de = serde_json::Deserializer::from_str(text);
+                let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                    let field = field_of(e.path());
+                    let inner = e.into_inner();
+                    let (line, column) = (Some(inner.line()), Some(inner.column()));
+                    ParseError::new(format, line, column, field, strip_json_position(&inner))
+                })?;
+                de.end().map_err(|e| {
+                    ParseError::new(format, Some(e.line()), Some(e.column()), None, strip_json_position(&e))
+                })?;
+                Ok(value)
+            };
+            // fastjson's default leniency (unquoted field names, single quotes, extra commas), as Java reads a
+            // hand-written document: read again made strict (an error then names the line of the text).
+            strict(text).or_else(|e| match lenient::strict_json(text) {
+                Some(made_strict) => strict(&made_strict),
+                None => Err(e),
+            })
         }
         Format::Yaml => {
             if let Some(at) = yaml_flow_too_deep(text) {

@@ -53,13 +53,21 @@ fn parse<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, GatewayJsonError
     };
     // fastjson skips a UTF-8 byte order mark.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut de = serde_json::Deserializer::from_str(text);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        error(path, e.into_inner())
-    })?;
-    de.end().map_err(|e| error(".".into(), e))?;
-    Ok(value)
+    let strict = |text: &str| -> Result<T, GatewayJsonError> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            error(path, e.into_inner())
+        })?;
+        de.end().map_err(|e| error(".".into(), e))?;
+        Ok(value)
+    };
+    // fastjson's default leniency (unquoted field names, single quotes, extra commas), as Java reads a
+    // hand-written document.
+    strict(text).or_else(|e| match crate::datasource::strict_json(text) {
+        Some(made_strict) => strict(&made_strict),
+        None => Err(e),
+    })
 }
 
 /// Reads gateway flow rules from Java's JSON (a list; `null` is an empty one).
