@@ -1,9 +1,9 @@
 //! fastjson's default leniency (`JSON.DEFAULT_PARSER_FEATURE`: `AllowUnQuotedFieldNames`, `AllowSingleQuotes`,
-//! `AllowArbitraryCommas`), made strict JSON, so that a hand-written Java document that Java loads loads here
+//! `AllowArbitraryCommas`; and comments, which its lexer skips), made strict JSON, so that a hand-written Java document that Java loads loads here
 //! too. A document is read strictly first; only one that fails is read again through [`strict_json`].
 
-/// `text` with unquoted field names quoted, single-quoted strings double-quoted and commas that stand next to
-/// a bracket or another comma dropped; `None` when there is nothing to change. Lines stay where they are (no
+/// `text` with unquoted field names quoted, single-quoted strings double-quoted, comments dropped and commas
+/// that stand next to a bracket or another comma dropped; `None` when there is nothing to change. Lines stay where they are (no
 /// line break is added or removed), so an error in the result names the line of the text.
 pub(crate) fn strict_json(text: &str) -> Option<String> {
     let chars: Vec<char> = text.chars().collect();
@@ -84,6 +84,26 @@ pub(crate) fn strict_json(text: &str) -> Option<String> {
                 out.push(c);
                 i += 1;
             }
+            // Comments (fastjson's lexer skips them with white space): dropped, their line breaks kept.
+            '/' if matches!(chars.get(i + 1), Some('/' | '*')) => {
+                changed = true;
+                let block = chars[i + 1] == '*';
+                i += 2;
+                while i < chars.len() {
+                    if block && chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                        i += 2;
+                        break;
+                    }
+                    if chars[i] == '\n' {
+                        out.push('\n');
+                        if !block {
+                            i += 1;
+                            break;
+                        }
+                    }
+                    i += 1;
+                }
+            }
             c if c.is_whitespace() => {
                 out.push(c);
                 i += 1;
@@ -127,10 +147,16 @@ mod tests {
         assert_eq!(strict_json(r#"{'it\'s': 'say "hi"'}"#).as_deref(), Some(r#"{"it's": "say \"hi\""}"#));
         assert_eq!(strict_json("[,1,,2,]").as_deref(), Some("[1,2]"));
         assert_eq!(strict_json("{a:\n 'b',\n}").as_deref(), Some("{\"a\":\n \"b\"\n}"), "lines stay");
+        assert_eq!(
+            strict_json("[ // rules\n{a: 1 /* one\n two */}]").as_deref(),
+            Some("[ \n{\"a\": 1 \n}]"),
+            "comments dropped, lines kept"
+        );
+        assert_eq!(strict_json(r#"{"a": "http://x/*y*/"}"#), None, "inside a string, text");
         // Commas and quotes inside strings are text.
         assert_eq!(strict_json(r#"{a: "x,]'y"}"#).as_deref(), Some(r#"{"a": "x,]'y"}"#));
         // Cut-off input does not panic.
-        for cut in ["'", "\"", "'\\", "\"\\", "{a", "[,"] {
+        for cut in ["'", "\"", "'\\", "\"\\", "{a", "[,", "/", "/*", "//", "/* *"] {
             let _ = strict_json(cut);
         }
     }

@@ -23,7 +23,7 @@
 //! field takes a whole number written with a fraction (`10.0`) but refuses a fraction (`1.5`, which fastjson
 //! truncates silently), and a boolean may be written as `"true"`/`"false"` or `1`/`0`. So is the syntax: a
 //! hand-written document with fastjson's default leniency (unquoted field names, single-quoted strings, extra
-//! commas such as a trailing one) loads, as Java loads it.
+//! commas such as a trailing one, `//` and `/* */` comments) loads, as Java loads it.
 //!
 //! In JSON, absent (or `null`) fields take Java's defaults (`resource` is required, as Java's rule managers
 //! refuse a rule without one). Every rule may carry `id` (kept).

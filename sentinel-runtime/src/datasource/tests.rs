@@ -234,7 +234,8 @@ fn java_dashboard_export_loads_as_it_is() {
 /// quotes and arbitrary commas, so a hand-written Java rules file with them loads in Java.
 #[test]
 fn a_hand_written_java_document_with_fastjson_leniency_loads_as_java_loads_it() {
-    let text = "[{resource: 'api', 'count': 10, grade: 1,},,{\"resource\": \"it's\", count: 2},]";
+    let text =
+        "[{resource: 'api', 'count': 10, grade: 1,}, // a comment\n,{\"resource\": \"it's\", count: 2 /* two */},]";
     let rules: Vec<FlowRule> = parse_rules(text, Format::Json).unwrap();
     assert_eq!(rules.len(), 2);
     assert_eq!((rules[0].resource.as_str(), rules[0].count), ("api", 10.0));
