@@ -101,6 +101,7 @@ pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceErro
 pub use file::{FileDataSource, FileLimits, Reloaded};
 #[cfg(feature = "tower")]
 pub use gateway::{GatewayDocumentError, GatewayDocuments, API_DEFINITIONS_FILE_STEM, GATEWAY_RULES_FILE_STEM};
+#[cfg(feature = "tower")]
 pub(crate) use lenient::strict_json;
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
