@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use remote_source::{counts, flow, push, race, wait_until, WAIT};
 use sentinel_runtime::datasource::{ZookeeperDataSource, ZookeeperSourceError};
+use sentinel_runtime::flow::FlowRule;
 use sentinel_runtime::transport::CommandCenter;
 use sentinel_runtime::{RuleKind, Sentinel};
 use sentinel_testkit::zookeeper::ZookeeperServer;
@@ -112,6 +113,29 @@ fn zookeeper_bad_document_and_deleted_node_are_reported_and_the_rules_in_force_s
     other.set(PATH, &flow("api", 4.0));
     wait_until("a recreated node is applied", || counts(&engine) == [("api".to_string(), 4.0)]);
     assert!(source.last_error().is_none(), "a good document clears the error");
+}
+
+#[test]
+fn zookeeper_clear_on_delete_clears_a_deleted_nodes_rules_as_java_does_and_a_node_missing_at_start_changes_nothing() {
+    let Some(server) = ZookeeperServer::start("zookeeper_clear_on_delete") else { return };
+    let other = Other::connect(&server);
+    let engine = Sentinel::builder().build();
+    engine.load_flow_rules([FlowRule::new("local").count(1.0)]).unwrap();
+    let source = ZookeeperDataSource::builder(server.connect_string())
+        .rules_at(RuleKind::Flow, GROUP, DATA_ID)
+        .clear_on_delete(true)
+        .retry_max(Duration::from_millis(200))
+        .session_timeout(Duration::from_secs(2))
+        .start(&engine)
+        .unwrap();
+    assert!(source.wait_for(1, WAIT), "the initial read finds no node");
+    assert_eq!(counts(&engine), [("local".to_string(), 1.0)], "a node missing at start changes nothing");
+
+    other.set(PATH, &flow("api", 3.0));
+    wait_until("the created node is applied", || counts(&engine) == [("api".to_string(), 3.0)]);
+    other.delete(PATH);
+    wait_until("the delete clears the kind's rules", || engine.flow_rules().is_empty());
+    assert!(matches!(source.last_error(), Some(ZookeeperSourceError::Deleted { .. })), "{:?}", source.last_error());
 }
 
 #[test]

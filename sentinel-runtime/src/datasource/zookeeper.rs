@@ -10,7 +10,8 @@
 //! A document that does not parse or that the engine rejects, and a deleted node, are reported (logged,
 //! given to [`ZookeeperDataSource::on_reload`] listeners, kept as [`ZookeeperDataSource::last_error`]) and
 //! the rules in force stay. (Java gives null for a missing node: no change at start, but a node deleted
-//! while watched gives its rule manager null, which clears the kind's rules.)
+//! while watched gives its rule manager null, which clears the kind's rules;
+//! [`ZookeeperDataSourceBuilder::clear_on_delete`] does that.)
 //!
 //! Written back through [`WritableDataSource`] (the command center's write-back): `setData` with the node's
 //! version as this source last saw it (or `create` for a node that did not exist), so two writers never
@@ -124,6 +125,7 @@ struct Inner {
     nodes: Vec<Entry>,
     retry_max: Duration,
     session_timeout: Duration,
+    clear_on_delete: bool,
     seen: Mutex<Vec<Seen>>,
     client: Mutex<Option<zk::Client>>,
     reports: Reports<ZookeeperReload, ZookeeperSourceError>,
@@ -165,6 +167,7 @@ pub struct ZookeeperDataSourceBuilder {
     servers: String,
     settings: SourceSettings,
     session_timeout: Duration,
+    clear_on_delete: bool,
 }
 
 impl ZookeeperDataSource {
@@ -180,6 +183,7 @@ impl ZookeeperDataSource {
             servers: hosts.to_string(),
             settings: SourceSettings::new(digest),
             session_timeout: Duration::from_secs(10),
+            clear_on_delete: false,
         }
     }
 }
@@ -220,6 +224,14 @@ impl ZookeeperDataSourceBuilder {
         self
     }
 
+    /// Whether a node deleted while watched clears its kinds' rules, as Java's `ZookeeperDataSource` does
+    /// (default: no, the rules in force stay and the delete is reported). A node missing at start changes
+    /// nothing either way, as in Java.
+    pub fn clear_on_delete(mut self, clear: bool) -> Self {
+        self.clear_on_delete = clear;
+        self
+    }
+
     /// Starts the data source on its own thread: watches and reads every node. A ZooKeeper that is down is
     /// not an error (it is reported and retried); bad settings are.
     pub fn start(self, engine: &Sentinel) -> Result<ZookeeperDataSource, ZookeeperSourceError> {
@@ -240,6 +252,7 @@ impl ZookeeperDataSourceBuilder {
             nodes: settings.entries,
             retry_max: settings.retry_max,
             session_timeout: self.session_timeout,
+            clear_on_delete: self.clear_on_delete,
             client: Mutex::new(None),
             reports: Reports::new(),
         });
@@ -410,7 +423,11 @@ impl Inner {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         seen[i] = Seen { zxid: seen[i].zxid, ..Seen::default() };
         drop(seen);
-        let e = ZookeeperSourceError::Deleted { path: self.nodes[i].name.clone() };
+        let n = &self.nodes[i];
+        if self.clear_on_delete && n.holds.cleared().apply_all(&self.engine).is_ok() {
+            tracing::warn!(path = %n.name, holds = %n.holds, "ZooKeeper node deleted: its rules are cleared");
+        }
+        let e = ZookeeperSourceError::Deleted { path: n.name.clone() };
         tracing::warn!(error = %e, "ZooKeeper data source: node deleted");
         self.report(ZookeeperReload::Rejected(e), true);
     }
