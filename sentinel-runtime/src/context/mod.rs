@@ -11,7 +11,10 @@ use std::sync::Arc;
 use crate::node::{DefaultNode, EntranceNode};
 
 mod moved;
-pub(crate) use moved::{is_this_threads, next_era, post as post_moved_exit, MovedExit};
+pub(crate) use moved::{is_this_threads, next_era, post as post_moved_exit, MovedExit, ERA_MASK};
+
+/// The bit of [`ContextState::era`] that says the context's guard was dropped while an entry was in flight.
+pub(crate) const CLOSING: u32 = 1 << 31;
 
 pub use crate::names::DEFAULT_CONTEXT_NAME;
 
@@ -57,11 +60,11 @@ pub(crate) struct ContextState {
     /// The innermost entry's node; null at the entrance.
     pub(crate) cur_node: *const DefaultNode,
     pub(crate) depth: u32,
-    /// The context's guard was dropped while an entry of it was in flight: the context ends when the
-    /// outermost such entry exits (Java's `ContextUtil.exit` leaves a context whose entry has not exited).
-    pub(crate) closing: bool,
-    /// The installation this state belongs to (see [`moved`]): 0 for none, or for an entry's scope.
-    pub(crate) era: u64,
+    /// The installation this state belongs to (see [`moved`]; 0 for none, or for an entry's scope), and in
+    /// the top bit ([`CLOSING`]) whether the context's guard was dropped while an entry of it was in flight:
+    /// the context then ends when the outermost such entry exits (Java's `ContextUtil.exit` leaves a context
+    /// whose entry has not exited). In one word beside `depth`, so that the state stays six words.
+    pub(crate) era: u32,
     /// An engine that annotated functions use instead of the global one (tests).
     pub(crate) override_engine: EngineOverride,
 }
@@ -92,7 +95,6 @@ impl ContextState {
         origin: ptr::null(),
         cur_node: ptr::null(),
         depth: 0,
-        closing: false,
         era: 0,
         override_engine: EngineOverride::NONE,
     };
@@ -100,7 +102,7 @@ impl ContextState {
     /// This state, or none when it is back at its context's entrance after the context's guard was dropped.
     #[inline(always)]
     pub(crate) fn closed_if_done(self) -> ContextState {
-        if self.closing && self.depth == 0 {
+        if self.era & CLOSING != 0 && self.depth == 0 {
             ContextState { override_engine: self.override_engine, ..ContextState::NONE }
         } else {
             self
@@ -112,7 +114,7 @@ impl ContextState {
 struct ThreadContext {
     state: Cell<ContextState>,
     /// The era of the thread's last installation (0: none yet).
-    era: Cell<u64>,
+    era: Cell<u32>,
     /// The thread's mailbox, once it has made an installation (and until its destructors run).
     mailbox: Cell<Option<&'static moved::Mailbox>>,
 }
@@ -131,6 +133,13 @@ pub(crate) fn current() -> ContextState {
 #[inline]
 pub(crate) fn set_current(s: ContextState) {
     CURRENT.with(|c| c.state.set(s))
+}
+
+/// Ends the thread's context (an entry that started it exits): no engine's context is active. Only the engine
+/// is cleared: every reader looks at the other fields only under an engine (a stand-in engine stays).
+#[inline]
+pub(crate) fn leave() {
+    CURRENT.with(|c| c.state.set(ContextState { engine_id: 0, ..c.state.get() }))
 }
 
 /// The thread's current context, with the exits of its entries made on other threads applied (see
@@ -177,7 +186,7 @@ pub struct ContextGuard<'e> {
     /// The state to restore, or `None` when another context was already active (nothing to undo).
     pub(crate) restore: Option<ContextState>,
     /// The era of the context the guard installed (see [`moved`]).
-    pub(crate) era: u64,
+    pub(crate) era: u32,
     pub(crate) _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -198,10 +207,10 @@ impl Drop for ContextGuard<'_> {
     fn drop(&mut self) {
         if let Some(prev) = self.restore.take() {
             let cur = current_settled();
-            if cur.era == self.era && cur.engine_id == self.engine_id && cur.depth > 0 {
+            if cur.era & ERA_MASK == self.era && cur.engine_id == self.engine_id && cur.depth > 0 {
                 // An entry of the context is in flight: the context ends when it exits (Java's
                 // `ContextUtil.exit` does nothing while the context has a current entry).
-                set_current(ContextState { closing: true, ..cur });
+                set_current(ContextState { era: cur.era | CLOSING, ..cur });
             } else {
                 set_current(prev);
             }

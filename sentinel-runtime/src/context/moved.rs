@@ -7,16 +7,21 @@
 //! object would have been popped by the exit.
 //!
 //! **Installations.** Every context a thread installs from none (an entry that starts one, a context guard)
-//! gets an *era*: the thread's sequence number in the upper 32 bits and a count of the thread's
-//! installations in the lower ones. Entries nested in it keep it. An entry whose exit finds the thread's
-//! current era equal to its own is in its installation; otherwise the installation is gone from this thread
-//! (unwound already: nothing to do) or is another thread's (the era's thread part differs: posted).
+//! gets an *era* of 31 bits: the thread's *slot* (bits 19 to 30, a number from 1 to 4095 that a live thread
+//! holds and a thread that ends gives back) and the slot's count of installations (bits 0 to 18, never 0).
+//! Entries nested in it keep it. An entry whose exit finds the thread's current era equal to its own is in its
+//! installation; otherwise the installation is gone from this thread (unwound already: nothing to do) or is
+//! another thread's (the era's slot differs: posted). A thread that ends leaves its slot's count behind, and
+//! the next thread to take the slot goes on from it, so the eras of one slot repeat only after 2^19 - 1
+//! installations; a mail must also match the depth and node of the entry it ends. A thread that finds every
+//! slot taken (4,095 threads with borrowed entries at once) gets slot 0: its exits on other threads are not
+//! posted (its context stays as it was before mailboxes existed).
 //!
-//! **Soundness.** A mailbox is leaked (`&'static`) and recycled through a pool, so a pointer to one never
-//! dangles. The registry maps a live thread's sequence number to its mailbox: a thread registers at its first
-//! installation and unregisters in a thread-local destructor, both under the registry's lock, and a poster
-//! looks the mailbox up and pushes under the same lock, so nothing is ever posted to a mailbox after its
-//! thread unregistered it (a mail for a thread that is gone is dropped, as its context is). The owner reads
+//! **Soundness.** A mailbox is leaked (`&'static`; one per slot, at most 4,095) and recycled with its slot, so
+//! a pointer to one never dangles. The registry marks a slot live while a thread holds it: a thread takes a
+//! slot at its first installation and gives it back in a thread-local destructor, both under the registry's
+//! lock, and a poster looks the slot up and pushes under the same lock, so nothing is ever posted to a mailbox
+//! after its thread gave its slot back (a mail for a thread that is gone is dropped, as its context is). The owner reads
 //! its mailbox's `pending` flag with no lock on its path; the flag is set under the mailbox's lock after the
 //! push and cleared under it before the mails are taken, so a mail is never missed: a set flag seen early
 //! finds the mail once the lock is taken, and a flag set after the owner cleared it is seen at the owner's
@@ -24,15 +29,20 @@
 //! depth and node must match), so a stale mail is dropped, not applied.
 
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::{ContextState, CURRENT};
 use crate::node::DefaultNode;
 
-/// The lower bits of an era: the thread's count of its installations.
-const COUNT_MASK: u64 = u32::MAX as u64;
+/// The bits of an era that count a slot's installations.
+const COUNT_MASK: u32 = (1 << 19) - 1;
+/// The bits of an era that hold the slot.
+const SLOT_SHIFT: u32 = 19;
+/// Slots 1 to 4095 (0: none).
+const SLOTS: usize = 1 << 12;
+/// The bits of a [`ContextState`]'s `era` that are the era (the top bit says the context's guard is gone).
+pub(crate) const ERA_MASK: u32 = (1 << 31) - 1;
 
 /// At most this many exits wait in one thread's mailbox (the oldest is dropped past it: the thread's context
 /// then stays as it is, which it was before mailboxes existed). Only the outermost exit of an installation
@@ -42,7 +52,7 @@ const MAILBOX_CAP: usize = 64;
 /// The exit of an entry on a thread other than its installation's.
 #[derive(Clone, Copy)]
 pub(crate) struct MovedExit {
-    pub(crate) era: u64,
+    pub(crate) era: u32,
     pub(crate) engine_id: u64,
     pub(crate) depth: u32,
     /// The entry's node and its parent's, as addresses (compared, never dereferenced here).
@@ -55,6 +65,8 @@ pub(crate) struct MovedExit {
 pub(super) struct Mailbox {
     pending: AtomicBool,
     exits: Mutex<Vec<MovedExit>>,
+    /// The era of the last installation of a thread that held this slot and ended.
+    last_era: AtomicU32,
 }
 
 impl Mailbox {
@@ -70,9 +82,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-static NEXT_THREAD: AtomicU32 = AtomicU32::new(1);
-static REGISTRY: Mutex<Option<HashMap<u32, &'static Mailbox>>> = Mutex::new(None);
-static POOL: Mutex<Vec<&'static Mailbox>> = Mutex::new(Vec::new());
+/// Every slot's mailbox (index 0 unused), whether a live thread holds the slot, and the slots free for reuse.
+/// A slot keeps its mailbox for good: the next thread to take the slot takes the mailbox, and goes on from the
+/// era the last holder reached.
+struct Registry {
+    slots: Vec<(&'static Mailbox, bool)>,
+    free: Vec<u32>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { slots: Vec::new(), free: Vec::new() });
 
 thread_local! {
     /// Unregisters the thread's mailbox when the thread ends.
@@ -83,64 +101,95 @@ struct Registration(Cell<u32>);
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        let seq = self.0.get();
-        let Some(mailbox) = lock(&REGISTRY).as_mut().and_then(|r| r.remove(&seq)) else {
-            return;
-        };
-        let _ = CURRENT.try_with(|c| c.mailbox.set(None));
-        lock(&mailbox.exits).clear();
-        mailbox.pending.store(false, Ordering::Relaxed);
-        lock(&POOL).push(mailbox);
+        let slot = self.0.get() as usize;
+        let last_era = CURRENT.try_with(|c| {
+            c.mailbox.set(None);
+            c.era.get()
+        });
+        let mut registry = lock(&REGISTRY);
+        if let Some((mailbox, live)) = registry.slots.get_mut(slot).filter(|(_, live)| *live) {
+            *live = false;
+            let mailbox: &Mailbox = mailbox;
+            lock(&mailbox.exits).clear();
+            mailbox.pending.store(false, Ordering::Relaxed);
+            if let Ok(era) = last_era {
+                mailbox.last_era.store(era, Ordering::Relaxed);
+            }
+            registry.free.push(slot as u32);
+        }
     }
 }
 
 /// The era of a new installation on this thread.
 #[inline]
-pub(crate) fn next_era() -> u64 {
+pub(crate) fn next_era() -> u32 {
     CURRENT.with(|c| {
-        let last = c.era.get();
-        let era = if last == 0 { first_era() } else { (last & !COUNT_MASK) | (last.wrapping_add(1) & COUNT_MASK) };
+        let next = c.era.get().wrapping_add(1);
+        // The count carries into the slot's bits when it wraps (and the first installation finds 0 + 1).
+        let era = if next & COUNT_MASK <= 1 { first_era(c.era.get()) } else { next };
         c.era.set(era);
         era
     })
 }
 
-/// This thread's first installation: its sequence number and its mailbox.
+/// The era after `last` when its count wraps, or this thread's first (its slot and mailbox taken then).
 #[cold]
 #[inline(never)]
-fn first_era() -> u64 {
-    let seq = NEXT_THREAD.fetch_add(1, Ordering::Relaxed).max(1);
-    let mailbox: &'static Mailbox = lock(&POOL).pop().unwrap_or_else(|| {
-        Box::leak(Box::new(Mailbox { pending: AtomicBool::new(false), exits: Mutex::new(Vec::new()) }))
-    });
-    // Registered only when the destructor that unregisters it is (a thread already tearing down its
-    // thread-locals gets no mailbox: exits posted to it are dropped).
-    let registered = REGISTRATION.try_with(|r| r.0.set(seq)).is_ok();
-    if registered {
-        lock(&REGISTRY).get_or_insert_with(HashMap::new).insert(seq, mailbox);
-        CURRENT.with(|c| c.mailbox.set(Some(mailbox)));
-    } else {
-        lock(&POOL).push(mailbox);
+fn first_era(last: u32) -> u32 {
+    if last != 0 {
+        return (last & !COUNT_MASK) | 1; // the count wrapped: it starts again, skipping 0
     }
-    (u64::from(seq) << 32) | 1
+    let mut registry = lock(&REGISTRY);
+    let slot = match registry.free.pop() {
+        Some(slot) => slot,
+        None if registry.slots.len() < SLOTS => {
+            if registry.slots.is_empty() {
+                registry.slots.push((new_mailbox(), false)); // slot 0: none, never handed out
+            }
+            registry.slots.push((new_mailbox(), false));
+            (registry.slots.len() - 1) as u32
+        }
+        None => return 1, // every slot taken: slot 0, exits not posted
+    };
+    // Registered only when the destructor that unregisters it is (a thread already tearing down its
+    // thread-locals gets no slot: exits posted to it are dropped).
+    if REGISTRATION.try_with(|r| r.0.set(slot)).is_err() {
+        registry.free.push(slot);
+        return 1;
+    }
+    let (mailbox, live) = &mut registry.slots[slot as usize];
+    *live = true;
+    let mailbox: &'static Mailbox = mailbox;
+    CURRENT.with(|c| c.mailbox.set(Some(mailbox)));
+    // The slot's eras go on from those of the thread that held it last.
+    let count = (mailbox.last_era.load(Ordering::Relaxed) & COUNT_MASK).wrapping_add(1) & COUNT_MASK;
+    (slot << SLOT_SHIFT) | count.max(1)
+}
+
+fn new_mailbox() -> &'static Mailbox {
+    Box::leak(Box::new(Mailbox {
+        pending: AtomicBool::new(false),
+        exits: Mutex::new(Vec::new()),
+        last_era: AtomicU32::new(0),
+    }))
 }
 
 /// Whether an installation of era `era` was made on this thread (else another thread's, or none: era 0).
 #[inline]
-pub(crate) fn is_this_threads(era: u64) -> bool {
-    era >> 32 == CURRENT.with(|c| c.era.get()) >> 32
+pub(crate) fn is_this_threads(era: u32) -> bool {
+    era >> SLOT_SHIFT == CURRENT.with(|c| c.era.get()) >> SLOT_SHIFT
 }
 
 /// Posts the exit of an entry of another thread's installation to that thread.
 #[cold]
 #[inline(never)]
 pub(crate) fn post(exit: MovedExit) {
-    let seq = (exit.era >> 32) as u32;
-    if seq == 0 {
-        return; // an installation with no thread (an entry's scope): put back by its scope
+    let slot = (exit.era >> SLOT_SHIFT) as usize;
+    if slot == 0 {
+        return; // no thread's installation (an entry's scope, or a thread without a slot)
     }
     let registry = lock(&REGISTRY);
-    let Some(mailbox) = registry.as_ref().and_then(|r| r.get(&seq)) else {
+    let Some(&(mailbox, true)) = registry.slots.get(slot) else {
         return; // the thread is gone, and its context with it
     };
     let mut exits = lock(&mailbox.exits);
@@ -173,7 +222,7 @@ fn settled(cur: ContextState, mailbox: &Mailbox) -> ContextState {
     };
     let outermost = exits
         .iter()
-        .filter(|x| x.era == cur.era && x.engine_id == cur.engine_id && cur.era != 0)
+        .filter(|x| x.era == cur.era & ERA_MASK && x.engine_id == cur.engine_id && x.era != 0)
         .filter(|x| cur.depth > x.depth || (cur.depth == x.depth && cur.cur_node as usize == x.node))
         .min_by_key(|x| x.depth);
     match outermost {
@@ -182,6 +231,52 @@ fn settled(cur: ContextState, mailbox: &Mailbox) -> ContextState {
         Some(x) => {
             let outer = ContextState { cur_node: x.parent as *const DefaultNode, depth: x.depth - 1, ..cur };
             outer.closed_if_done()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eras_keep_their_slot_skip_count_zero_when_they_wrap_and_are_never_zero() {
+        std::thread::spawn(|| {
+            let first = next_era();
+            let slot = first >> SLOT_SHIFT;
+            assert_ne!(first & COUNT_MASK, 0);
+            assert!(is_this_threads(first));
+            CURRENT.with(|c| c.era.set((slot << SLOT_SHIFT) | (COUNT_MASK - 1)));
+            assert_eq!(next_era(), (slot << SLOT_SHIFT) | COUNT_MASK);
+            assert_eq!(next_era(), (slot << SLOT_SHIFT) | 1, "wraps within the slot, skipping 0");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_slot_given_back_at_a_threads_end_goes_on_from_the_era_its_last_holder_reached() {
+        // Threads one after the other: each takes a slot and gives it back; a slot taken again goes on
+        // counting where it stopped, so no era of a slot repeats soon.
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..64 {
+            let eras = std::thread::spawn(|| (0..3).map(|_| next_era()).collect::<Vec<_>>()).join().unwrap();
+            for era in eras {
+                assert!(era >> SLOT_SHIFT != 0, "a slot is free");
+                assert!(seen.insert(era), "era {era:#x} handed out twice");
+            }
+        }
+    }
+
+    #[test]
+    fn an_exit_posted_to_a_thread_that_is_gone_is_dropped() {
+        let era = std::thread::spawn(next_era).join().unwrap();
+        post(MovedExit { era, engine_id: 1, depth: 1, node: 8, parent: 0, fresh: true });
+        let registry = lock(&REGISTRY);
+        let (mailbox, live) = registry.slots[(era >> SLOT_SHIFT) as usize];
+        // Another test's thread may hold the slot again by now; if not, nothing waits in it.
+        if !live {
+            assert!(lock(&mailbox.exits).is_empty());
         }
     }
 }

@@ -319,7 +319,7 @@ impl Sentinel {
         unsafe { Some(((*s.ctx).name().to_string(), (*s.origin).name.to_string())) }
     }
 
-    fn context_guard(&self, restore: Option<ContextState>, era: u64) -> ContextGuard<'_> {
+    fn context_guard(&self, restore: Option<ContextState>, era: u32) -> ContextGuard<'_> {
         ContextGuard {
             engine_id: self.shared.id,
             _engine: std::marker::PhantomData,

@@ -176,7 +176,6 @@ impl Shared {
             origin: &*self.empty_origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
-            closing: false,
             era: 0,
             override_engine,
         }
@@ -202,7 +201,6 @@ impl Shared {
             origin: origin as *const OriginInfo,
             cur_node: std::ptr::null(),
             depth: 0,
-            closing: false,
             era: 0,
             override_engine,
         }

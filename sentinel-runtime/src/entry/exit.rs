@@ -20,7 +20,7 @@ impl Entry<'_> {
     #[inline]
     fn restore_context(&self, shared: &Shared, node: &DefaultNode) {
         let cur = context::current();
-        if cur.era != self.era {
+        if cur.era & context::ERA_MASK != self.era {
             // The installation the entry joined is not this thread's context now: unwound already here, or
             // another thread's, which this one cannot write: that thread applies the exit when it next reads
             // its context (`context::moved`).
@@ -33,7 +33,11 @@ impl Entry<'_> {
         // This entry is the innermost one: its node is this resource's node in the entry's context, which no
         // other context shares, so the context active is the entry's own.
         if std::ptr::eq(cur.cur_node, node) && cur.depth == self.depth {
-            context::set_current(self.outer_of(cur));
+            if self.flags & Flags::FRESH != 0 {
+                context::leave();
+            } else {
+                context::set_current(self.outer_of(cur));
+            }
             return;
         }
         if cur.ctx.is_null() {

@@ -127,7 +127,7 @@ pub struct Entry<'r> {
     /// The innermost entry's node before this one (restored at exit); null at the entrance.
     parent: *const DefaultNode,
     /// The installation of the thread's context the entry joined (see `context::moved`).
-    era: u64,
+    era: u32,
     created_nanos: u64,
     wait_nanos: u64,
     depth: u32,

@@ -33,7 +33,6 @@ impl<'r> Entry<'r> {
             origin: origin as *const crate::context::OriginInfo,
             cur_node: node as *const DefaultNode,
             depth: self.depth,
-            closing: false,
             // Put back by its scope: no thread's installation (see `context::moved`).
             era: 0,
             override_engine,
