@@ -239,3 +239,31 @@ fn a_call_blocked_by_an_inner_tower_guard_is_not_an_error_of_the_outer_guards_re
     assert_eq!(sent.load(Ordering::SeqCst), 0);
     assert_eq!(engine.cluster_stats("inventory").unwrap().minute_exception, 0, "a block is no failure");
 }
+
+#[test]
+#[ignore = "review: a call its caller gave up on (future dropped) feeds its cut-short RTT to the adaptive limit as a success"]
+fn review_calls_their_callers_gave_up_on_give_no_rtt_sample_to_the_adaptive_limit() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("GET:stock.svc/slow").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    // A downstream that never answers (overloaded); every caller gives up after 1 s (an outer timeout that
+    // drops the call's future, as `tokio::time::timeout` does).
+    let mut svc = SentinelClientLayer::new(&engine).layer(tower::service_fn(|_req: Request<()>| {
+        std::future::pending::<Result<Response<Full<Bytes>>, Infallible>>()
+    }));
+    for _ in 0..5 {
+        let mut calls: Vec<_> = (0..6).map(|_| Box::pin(svc.call(get("/slow")))).collect();
+        for c in &mut calls {
+            assert!(poll(c.as_mut()).is_pending());
+        }
+        clock.advance_millis(1_000);
+        drop(calls);
+    }
+    let s = &engine.adaptive_status()[0];
+    assert_eq!(s.inflight, 0, "every place went back");
+    // Netflix's gRPC client interceptor (and Envoy's filter) ignore a cancelled call: no RTT was measured.
+    // Taken as 1 s successes, they grow AIMD's limit by one per window while no call completes at all.
+    assert_eq!((s.limit, s.sample_rtt), (10, Duration::ZERO), "{s:?}");
+}

@@ -483,3 +483,27 @@ fn a_prioritized_call_the_adaptive_limit_refuses_gives_back_the_window_it_borrow
     drop(e);
     assert_eq!(engine.adaptive_status()[0].inflight, 0);
 }
+
+#[test]
+#[ignore = "review: a call that panicked feeds its RTT to the adaptive limit as a completed call"]
+fn review_calls_that_panicked_give_no_rtt_sample_to_the_adaptive_limit() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    let db = engine.resource("db");
+    for _ in 0..5 {
+        // Six calls in flight whose code panics after 1 s: none of them completed.
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _calls: Vec<_> = (0..6).map(|_| db.enter().unwrap()).collect();
+            clock.advance_millis(1_000);
+            panic!("the call's code panicked");
+        }));
+        assert!(unwound.is_err());
+    }
+    let s = &engine.adaptive_status()[0];
+    assert_eq!(s.inflight, 0, "every place went back");
+    // Netflix's limiters ignore a call that threw (`onIgnore`): its time is no RTT of the downstream. Taken
+    // as completed calls, six panics a second grow AIMD's limit by one per window.
+    assert_eq!((s.limit, s.sample_rtt), (10, std::time::Duration::ZERO), "{s:?}");
+}
