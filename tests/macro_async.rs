@@ -182,7 +182,6 @@ async fn given_up(gate: futures::channel::oneshot::Receiver<()>) -> Result<(), A
 
 /// A call given up on (its future dropped) measured no round trip: an adaptive limit takes no sample of it.
 #[test]
-#[ignore = "review: an annotated async fn given up on feeds its cut-short RTT to the adaptive limit"]
 fn cancellation_gives_no_rtt_sample_to_an_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, clock) = engine();

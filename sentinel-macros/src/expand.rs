@@ -325,6 +325,10 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         }
     };
 
+    // An async call's future may be dropped before its body comes back (its caller gave up): marked as
+    // started, such a call gives no round-trip sample to an adaptive limit.
+    let started = if is_async { quote!(#private::body_started(&mut #entry);) } else { TokenStream::new() };
+
     // The user's body, in its own scope.
     let user_block = &func.block;
     let pattern_lets: Vec<TokenStream> = plan
@@ -449,6 +453,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         };
         quote! {
             #clones
+            #started
             #run_body
             #private::body_returned(&mut #entry);
             match #result {
@@ -487,6 +492,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
             // A body that never returns: nothing to mark.
             (Shape::Sync, Some(Type::Never(_))) => quote!(#(#pattern_lets)* #user_block),
             _ => quote! {
+                #started
                 #[allow(clippy::let_unit_value)]
                 let #out = #run;
                 #private::body_returned(&mut #entry);

@@ -558,6 +558,13 @@ pub fn queue_delay(entry: &Entry<'_>) -> Option<futures_timer::Delay> {
     entry.queue_timer()
 }
 
+/// Marks an `async fn`'s call as started: until its body comes back ([`body_returned`]), an exit is a call
+/// whose future was dropped (its caller gave up), which an adaptive limit does not sample.
+#[inline(always)]
+pub fn body_started(entry: &mut Entry<'_>) {
+    entry.awaits_answer();
+}
+
 /// Marks the call as returned: its body came back, so a panic its thread unwinds from when the entry exits is
 /// not the call's (it ran in cleanup code during that unwinding).
 #[inline(always)]

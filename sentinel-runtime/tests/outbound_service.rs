@@ -241,7 +241,6 @@ fn a_call_blocked_by_an_inner_tower_guard_is_not_an_error_of_the_outer_guards_re
 }
 
 #[test]
-#[ignore = "review: a call its caller gave up on (future dropped) feeds its cut-short RTT to the adaptive limit as a success"]
 fn review_calls_their_callers_gave_up_on_give_no_rtt_sample_to_the_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, clock) = engine();

@@ -688,7 +688,6 @@ fn a_client_that_waits_the_retry_after_it_was_told_is_not_blocked_again() {
 /// A request whose client went away (its future dropped before the service answered) measured no round
 /// trip: an adaptive limit takes no sample of it (as Envoy's filter, which cancels the sample on destroy).
 #[test]
-#[ignore = "review: a request whose client went away feeds its cut-short RTT to the adaptive limit"]
 fn requests_whose_clients_went_away_give_no_rtt_sample_to_the_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, clock) = engine();

@@ -485,7 +485,6 @@ fn a_prioritized_call_the_adaptive_limit_refuses_gives_back_the_window_it_borrow
 }
 
 #[test]
-#[ignore = "review: a call that panicked feeds its RTT to the adaptive limit as a completed call"]
 fn review_calls_that_panicked_give_no_rtt_sample_to_the_adaptive_limit() {
     let (engine, clock) = engine();
     let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);

@@ -201,7 +201,12 @@ impl RuleSlot for AdaptiveSlot {
             let since_admitted = cx.rt_micros.saturating_mul(1_000);
             let rtt = since_admitted.saturating_sub(cx.waited_nanos);
             let permit = l.permit_of(partition, cx.now_nanos.saturating_sub(since_admitted));
-            l.release(permit, cx.now_nanos, rtt, cx.overload);
+            if cx.abandoned {
+                // Given up on or panicked: no round trip of the downstream to measure (Netflix's `onIgnore`).
+                l.cancel(permit);
+            } else {
+                l.release(permit, cx.now_nanos, rtt, cx.overload);
+            }
         }
     }
 }

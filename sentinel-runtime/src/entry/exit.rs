@@ -110,7 +110,8 @@ impl Drop for Entry<'_> {
         let rt_micros = now_nanos.saturating_sub(self.created_nanos) / 1000;
         // An entry dropped by unwinding: the panic counts as an error, unless the call returned (it ran in
         // cleanup code during the unwinding).
-        if self.flags & Flags::RETURNED == 0 && std::thread::panicking() {
+        let unwinding = self.flags & Flags::RETURNED == 0 && std::thread::panicking();
+        if unwinding {
             self.error = true;
         }
         let (acquire, error) = (self.acquire, self.error);
@@ -118,6 +119,9 @@ impl Drop for Entry<'_> {
         let (own, inbound) = (self.flags & Flags::OWN != 0, self.flags & Flags::INBOUND != 0);
         let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
         let overload = self.flags & Flags::OVERLOAD != 0;
+        // A call that never completed (given up on, or panicked): no round trip to measure, unless it was
+        // marked as an overload (a time limit hit).
+        let abandoned = !overload && (unwinding || self.flags & Flags::ABANDONED != 0);
         let waited_nanos = self.wait_nanos;
         // The nodes the checks saw (`CheckCx`): the resource's, the context's and the origin's.
         // Made only for a call that holds thread-grade permits on them (read by the flow slot's exit).
@@ -127,7 +131,7 @@ impl Drop for Entry<'_> {
         // counted permit while it is not counted in flight).
         chain::exit(
             shared,
-            &ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, nodes: call_nodes, error, overload },
+            &ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, nodes: call_nodes, error, overload, abandoned },
             &mut self.held(),
         );
         nodes.for_each(|n| n.complete_with(&w, rt_micros, acquire, error));
@@ -141,7 +145,7 @@ impl Drop for Entry<'_> {
         }
         // Breakers count the call; the adaptive slot's place goes back to the rule state that gave it.
         if inner.exit_reads_rules.load(Ordering::Acquire) {
-            let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, nodes: call_nodes, error, overload };
+            let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, nodes: call_nodes, error, overload, abandoned };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }

@@ -162,6 +162,9 @@ impl Flags {
     /// The call returned ([`Entry::exit`], or an annotated function's body came back): a panic its thread
     /// unwinds from at the exit is not the call's (the call ran in cleanup code during that unwinding).
     const RETURNED: u8 = 64;
+    /// The call has not completed yet where its completion is marked (an async caller's future, which may be
+    /// dropped before it answers: [`Entry::awaits_answer`]); still set at the exit, its caller gave up on it.
+    const ABANDONED: u8 = 128;
     /// The flags as bits 0 to 4, in the order of the constants above (shifts: fewer instructions than
     /// selecting each constant).
     #[inline(always)]
@@ -337,7 +340,22 @@ impl<'r> Entry<'r> {
     /// Marks the call as returned ([`exit`](Self::exit); the macro's code, once the body came back).
     #[inline(always)]
     pub(crate) fn returned(&mut self) {
-        self.flags |= Flags::RETURNED;
+        self.flags = (self.flags | Flags::RETURNED) & !Flags::ABANDONED;
+    }
+
+    /// The call's work starts in a future that its caller may drop before it answers: until
+    /// [`answered`](Self::answered) (or [`returned`](Self::returned)), an exit is a call given up on, of which
+    /// an adaptive limit takes no round-trip sample (the time is the caller's patience, not the downstream's
+    /// latency).
+    #[inline(always)]
+    pub(crate) fn awaits_answer(&mut self) {
+        self.flags |= Flags::ABANDONED;
+    }
+
+    /// The call's answer came (see [`awaits_answer`](Self::awaits_answer)).
+    #[inline(always)]
+    pub(crate) fn answered(&mut self) {
+        self.flags &= !Flags::ABANDONED;
     }
 }
 

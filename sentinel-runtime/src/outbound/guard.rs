@@ -99,7 +99,7 @@ impl Queued {
         Box::pin(async move {
             let entry = self.waiting.await?;
             let delay = entry.waits().then(|| entry.waited());
-            let call = Call { entry, target: self.target, state: self.state, grpc: self.grpc };
+            let call = Call::new(entry, self.target, self.state, self.grpc);
             if let Some(d) = delay {
                 call.engine().sleep(d).await;
             }
@@ -144,7 +144,7 @@ impl Guard {
             Ok(Err(blocked)) => Admission::Blocked(blocked),
             Ok(Ok(entry)) => {
                 let wait = entry.waits().then(|| entry.waited());
-                let call = Call { entry, target: at, state: self.share(), grpc };
+                let call = Call::new(entry, at, self.share(), grpc);
                 match wait {
                     Some(d) => Admission::Wait(call, d),
                     None => Admission::Pass(call),
@@ -189,6 +189,13 @@ impl std::fmt::Debug for Call {
 }
 
 impl Call {
+    /// A call admitted by `entry`: until its answer (or its failure) comes, an exit is a call its caller gave
+    /// up on, which an adaptive limit does not sample.
+    fn new(mut entry: Entry<'static>, target: TargetRef, state: Arc<StateRef>, grpc: bool) -> Self {
+        entry.awaits_answer();
+        Call { entry, target, state, grpc }
+    }
+
     fn config(&self) -> &GuardConfig {
         &self.state.config
     }
@@ -216,6 +223,7 @@ impl Call {
 
     /// A transport error: counts as an error.
     pub(crate) fn failed(&mut self) {
+        self.entry.answered();
         self.entry.set_error();
     }
 
@@ -248,6 +256,7 @@ impl Call {
     /// Judges the answer's head; `true` when the entry must be held until the body ends (a gRPC call whose
     /// status comes in the trailers, or [`ExitOn::BodyEnd`]).
     pub(crate) fn head(&mut self, status: StatusCode, headers: &HeaderMap) -> bool {
+        self.entry.answered();
         if self.grpc {
             if let Some(code) = GrpcCode::from_headers(headers) {
                 // A trailers-only answer: the call ended with this status.

@@ -175,6 +175,10 @@ pub(crate) struct ExitCx {
     /// The call failed by overload ([`Entry::set_overload`](crate::Entry::set_overload)): a drop for adaptive
     /// limits.
     pub(crate) overload: bool,
+    /// The call never completed (its caller gave up on it, or it panicked) and was not marked as an overload:
+    /// its time is no round trip of the downstream, so an adaptive limit takes no sample of it (Netflix's
+    /// `onIgnore`).
+    pub(crate) abandoned: bool,
 }
 
 /// What a slot's check answered for a call it lets through.

@@ -35,7 +35,8 @@ pub(crate) struct Guard {
 
 impl Guard {
     #[inline(always)]
-    pub(crate) fn new(entry: RequestEntry, grpc: bool, config: &LayerConfig) -> Self {
+    pub(crate) fn new(mut entry: RequestEntry, grpc: bool, config: &LayerConfig) -> Self {
+        entry.awaits_answer();
         Guard { entry, grpc, exit_on: config.exit_on, judging: config.judging.as_ref().map(|j| j.share()) }
     }
     #[inline(always)]
@@ -89,6 +90,7 @@ fn finish<B, E, M: BodyMode<B>>(
     let Some(g) = slot.as_mut() else {
         return result.map(|r| r.map(M::plain));
     };
+    g.entry.answered();
     let mut response = match result {
         Ok(r) => r,
         Err(e) => {

@@ -74,6 +74,21 @@ impl RequestEntry {
         self.extra.as_mut().map_or(&mut [], |x| &mut x.apis[..])
     }
 
+    /// The service is called: until its answer comes ([`answered`](Self::answered)), an exit is a request
+    /// whose client went away (its future dropped), which an adaptive limit does not sample.
+    #[inline(always)]
+    pub(crate) fn awaits_answer(&mut self) {
+        self.entry.awaits_answer();
+        self.apis().iter_mut().for_each(Entry::awaits_answer);
+    }
+
+    /// The service answered (or failed).
+    #[inline(always)]
+    pub(crate) fn answered(&mut self) {
+        self.entry.answered();
+        self.apis().iter_mut().for_each(Entry::answered);
+    }
+
     /// Counts the request as an error (on its route and its API groups).
     pub(crate) fn set_error(&mut self) {
         self.entry.set_error();
