@@ -506,3 +506,33 @@ fn review_calls_that_panicked_give_no_rtt_sample_to_the_adaptive_limit() {
     // as completed calls, six panics a second grow AIMD's limit by one per window.
     assert_eq!((s.limit, s.sample_rtt), (10, std::time::Duration::ZERO), "{s:?}");
 }
+
+#[test]
+#[ignore = "review: a call that queued and then hit its time limit is measured at the limit minus its queueing wait"]
+fn review_a_call_that_queued_then_timed_out_is_measured_at_its_time_limit() {
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Gradient2).limits(1, 10, 20);
+    rule.window = WindowConfig { window_ms: 1, min_samples: 1, max_window_ms: 1, ignore_rtt_under_us: 0 };
+    engine.load_adaptive_rules([rule]).unwrap();
+    engine
+        .load_flow_rules([FlowRule::new("db")
+            .count(10.0)
+            .control_behavior(crate::flow::ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(1_000)])
+        .unwrap();
+    let db = engine.resource("db");
+    let first = db.enter().unwrap();
+    clock.advance_millis(2);
+    drop(first); // a 2 ms call closes the first window
+    let mut queued = db.enter().unwrap();
+    let waited = queued.waited();
+    assert!(waited >= std::time::Duration::from_millis(90), "{waited:?}");
+    // The wait passes, then the call runs into its 200 ms time limit (a limit that starts once it runs, as
+    // the macro's `timeout_ms`, the web layer's and the outbound guards' do).
+    clock.advance(waited);
+    clock.advance_millis(200);
+    queued.set_timed_out(std::time::Duration::from_millis(200));
+    drop(queued);
+    let sample = engine.adaptive_status()[0].sample_rtt;
+    assert_eq!(sample, std::time::Duration::from_millis(200), "the downstream had the call for 200 ms");
+}
