@@ -508,7 +508,6 @@ fn review_calls_that_panicked_give_no_rtt_sample_to_the_adaptive_limit() {
 }
 
 #[test]
-#[ignore = "review: a call that queued and then hit its time limit is measured at the limit minus its queueing wait"]
 fn review_a_call_that_queued_then_timed_out_is_measured_at_its_time_limit() {
     let (engine, clock) = engine();
     let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Gradient2).limits(1, 10, 20);

@@ -306,17 +306,21 @@ impl<'r> Entry<'r> {
         }
     }
 
-    /// Marks the call as timed out after `limit`: it counts as an exception, and its response time is `limit`
-    /// (so a slow-call breaker sees it as slow), whenever it is dropped afterwards. For time limits enforced
-    /// outside the entry (the macro's `timeout_ms`, the web layer's `timeout`).
+    /// Marks the call as timed out after running for `limit`: it counts as an exception, and its response
+    /// time is `limit` plus its queueing wait ([`waited`](Self::waited), as any call's response time includes
+    /// it), so a slow-call breaker sees it as slow, and an adaptive limit measures `limit`, whenever it is
+    /// dropped afterwards. For time limits enforced outside the entry that start once the call runs (the
+    /// macro's `timeout_ms`, the web layer's `timeout`, the outbound guards').
     pub fn set_timed_out(&mut self, limit: Duration) {
         if self.node.is_none() {
             return;
         }
         self.set_overload();
         let limit_nanos = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
-        // The response time is measured from `created_nanos` at exit: place the start `limit` before now.
-        self.created_nanos = self.res.shared().clock.now_nanos().saturating_sub(limit_nanos);
+        // The response time is measured from `created_nanos` at exit, and an adaptive limit takes the wait
+        // out of it: place the start the wait and `limit` before now.
+        let ran_from = self.res.shared().clock.now_nanos().saturating_sub(limit_nanos);
+        self.created_nanos = ran_from.saturating_sub(self.wait_nanos);
     }
 
     /// The error a timed-out call reports (see [`Entry::set_timed_out`]).
