@@ -32,7 +32,7 @@
 //!   caller that reads a limit a moment old admits or refuses one call by the old limit, as any limiter does.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::algorithm::{Algorithm, WindowSample};
 use super::permit::{AdaptiveBlock, AdaptiveBlockReason, PartitionId, Permit};
@@ -91,7 +91,9 @@ struct Control {
 #[derive(Debug)]
 pub(crate) struct Limiter {
     limit: AtomicU32,
-    inflight: AtomicU32,
+    /// Permits out: shared with the limiters of the resource's earlier rules whose calls are still in
+    /// flight (a changed rule's limiter starts with them, see `slot.rs`).
+    inflight: Arc<AtomicU32>,
     /// Counts the limit's decreases: a drop of a call admitted since the last decrease closes the window at
     /// once when the algorithm backs off on drops (one back-off per round of calls, as TCP backs off once per round trip), while drops of calls
     /// admitted under the older, higher limit only count in the window.
@@ -121,7 +123,14 @@ pub(crate) struct Limiter {
 impl Limiter {
     /// A limiter for a validated `rule`, for an inbound or outbound resource, starting at `now`. `seed` drives
     /// the jitter of probes (tests pass a fixed one).
+    #[cfg(test)]
     pub(crate) fn new(rule: &AdaptiveRule, inbound: bool, now: u64, seed: u64) -> Self {
+        Self::counting(rule, inbound, now, seed, Arc::default())
+    }
+
+    /// [`new`](Self::new), counting its calls in flight in `inflight` (which may already count calls of the
+    /// limiter it replaces).
+    pub(crate) fn counting(rule: &AdaptiveRule, inbound: bool, now: u64, seed: u64, inflight: Arc<AtomicU32>) -> Self {
         let algorithm = Algorithm::new(rule, rule.algorithm_for(inbound), seed);
         let drop_closes_window = algorithm.backs_off_on_drop();
         let partitions: Box<[PartitionState]> = rule
@@ -140,7 +149,7 @@ impl Limiter {
         let probe = Probe::Idle { next_at: next_probe(&rule.probe, now, &mut rng) };
         let limiter = Limiter {
             limit: AtomicU32::new(rule.initial_limit),
-            inflight: AtomicU32::new(0),
+            inflight,
             epoch: AtomicU32::new(0),
             drop_closes_window,
             epoch_since: AtomicU64::new(now),
@@ -306,6 +315,17 @@ impl Limiter {
                 p.inflight.fetch_add(1, SeqCst);
             }
         }
+        if self.inflight.fetch_sub(1, SeqCst) == 0 {
+            self.inflight.fetch_add(1, SeqCst);
+        }
+        if self.queue.len() > 0 {
+            self.queue.grant(self);
+        }
+    }
+
+    /// Gives back the place of a call that an earlier rule's limiter admitted (counted in the shared
+    /// `inflight`, in none of this limiter's partitions): no sample.
+    pub(crate) fn give_back_carried(&self) {
         if self.inflight.fetch_sub(1, SeqCst) == 0 {
             self.inflight.fetch_add(1, SeqCst);
         }

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -38,6 +39,10 @@ pub(crate) struct AdaptiveManager {
     /// States a load took out of force, to retire once the resources' rules no longer hold them
     /// ([`retire_replaced`](Self::retire_replaced)).
     replaced: Mutex<Vec<Arc<ResourceAdaptive>>>,
+    /// The calls in flight of states a load replaced with a changed rule, by resource, for the states that
+    /// replace them ([`for_resource`](Self::for_resource)): the calls still in flight under the old rule keep
+    /// counting against the new limit.
+    carried: Mutex<HashMap<Arc<str>, Arc<AtomicU32>>>,
 }
 
 impl DedupKey for AdaptiveRule {
@@ -93,9 +98,15 @@ impl AdaptiveManager {
                 let set = AdaptiveSet { exact: exact.collect(), patterns: Patterns::group(regex, &compiled) };
                 let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
                 let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+                let mut carried = self.carried.lock().unwrap_or_else(|e| e.into_inner());
                 cells.retain(|name, cell| {
-                    let keep = set.rule_of(name).is_some_and(|r| **r == *cell.rule);
+                    let rule = set.rule_of(name);
+                    let keep = rule.is_some_and(|r| **r == *cell.rule);
                     if !keep {
+                        if rule.is_some() {
+                            // A changed rule: its state will count the calls still in flight under this one.
+                            carried.insert(name.clone(), cell.inflight_count());
+                        }
                         replaced.push(cell.clone());
                     }
                     keep
@@ -127,17 +138,25 @@ impl AdaptiveManager {
     /// (resolved when the resource is created and when rules change, never per call).
     pub(crate) fn for_resource(&self, name: &Arc<str>) -> Option<Arc<ResourceAdaptive>> {
         let set = self.set.load();
-        let rule = set.rule_of(name)?;
+        let Some(rule) = set.rule_of(name) else {
+            // No rule governs it now: no count carries over to a rule loaded later (its calls' exits read no
+            // rules, and give their places to nobody).
+            self.carried.lock().unwrap_or_else(|e| e.into_inner()).remove(&**name);
+            return None;
+        };
         let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cell) = cells.get(&**name) {
             if *cell.rule == **rule {
                 return Some(cell.clone());
             }
         }
+        // The calls in flight under the rule this one changes still count (see `ResourceAdaptive`).
+        let carried = self.carried.lock().unwrap_or_else(|e| e.into_inner()).remove(&**name);
+        let inflight = cells.get(&**name).map(|old| old.inflight_count()).or(carried).unwrap_or_default();
         let mut generations = self.generations.lock().unwrap_or_else(|e| e.into_inner());
         let generation = generations.entry(name.clone()).or_insert(0);
         *generation = generation.checked_add(1).unwrap_or(1);
-        let cell = Arc::new(ResourceAdaptive::new(rule.clone(), seed_of(name), *generation));
+        let cell = Arc::new(ResourceAdaptive::new(rule.clone(), seed_of(name), *generation, inflight));
         if let Some(old) = cells.insert(name.clone(), cell.clone()) {
             self.replaced.lock().unwrap_or_else(|e| e.into_inner()).push(old);
         }

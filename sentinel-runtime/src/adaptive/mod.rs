@@ -46,7 +46,12 @@
 //! floating point); when the window closes (after `window.window_ms`, once it holds `window.min_samples`
 //! samples, or after `window.max_window_ms` with any sample: sparse windows are extended, never thrown away)
 //! the algorithm computes a new limit once. Calls over the limit are blocked, or wait up to `max_wait_ms`,
-//! newest first.
+//! newest first. A call that never completed (its caller gave up on its future, or it panicked) gives no
+//! sample, unless it was marked as a drop (a time limit).
+//!
+//! A reload that leaves a resource's rule as it was keeps its limiter and the limit found; a changed rule
+//! starts a new limiter at its `initial_limit`, which still counts the calls in flight under the old rule
+//! until they end.
 //!
 //! # Partitions
 //!

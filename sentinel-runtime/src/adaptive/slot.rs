@@ -8,17 +8,20 @@
 //!
 //! What a call holds fits in the entry's two spare bytes ([`AdaptiveHeld`]): the generation of the
 //! resource's rule state that admitted it and its partition. At exit the slot reads the resource's rules
-//! (a read section, as for circuit breakers) and gives the place back only to the state of that generation:
-//! after a reload that changed the rule, the old limiter is dropped and calls still in flight under it give
-//! their places to nobody (the new limiter starts with the calls it admits). A limiter's counts never go
-//! below zero, so even a generation that came round again (255 changed reloads during one call) can only
-//! let one call more in, once. Calls waiting for a place on the old limiter (`maxWaitMs`) are woken once the
+//! (a read section, as for circuit breakers) and gives the place back to the state of that generation with
+//! its sample. After a reload that changed the rule, the new state shares the old one's count of calls in
+//! flight (the limit is never passed because a rule changed): calls still in flight under the old rule count
+//! against the new limit, and at exit give their place back to the new state's count, with no sample and in
+//! none of its partitions. After a rule's removal its calls give their places to nobody, and a rule loaded
+//! later starts a count of its own. A limiter's counts never go below zero, so a call given back to a count
+//! that did not count it (a rule removed and loaded again during the call, or a generation that came round
+//! again after 255 changed reloads) can only let one call more in, until the resource's calls drain. Calls waiting for a place on the old limiter (`maxWaitMs`) are woken once the
 //! resource's rules are replaced ([`ResourceAdaptive::retire`]) and decided again against the rules in
 //! force, waiting (if they must) only what is left of their wait.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 
 use super::limiter::Limiter;
@@ -39,6 +42,9 @@ use crate::wait::{Grant, Pending, PendingWait, RetryScope, Wait, Waited};
 pub(crate) struct ResourceAdaptive {
     pub(crate) rule: Arc<AdaptiveRule>,
     limiter: OnceLock<Limiter>,
+    /// The resource's calls in flight, shared with the state this one replaced (a changed rule), whose calls
+    /// still in flight keep counting against the new limit and give their places back to it.
+    inflight: Arc<AtomicU32>,
     seed: u64,
     /// Which state of the resource this is (1..=255, the next after the one it replaced).
     pub(crate) generation: u8,
@@ -48,10 +54,13 @@ pub(crate) struct ResourceAdaptive {
 
 impl ResourceAdaptive {
     /// The rule's state for one resource; `seed` drives the jitter of its probes.
-    pub(crate) fn new(rule: Arc<AdaptiveRule>, seed: u64, generation: u8) -> Self {
+    /// `inflight` counts the resource's calls in flight: a new count, or the one of the state this one
+    /// replaces.
+    pub(crate) fn new(rule: Arc<AdaptiveRule>, seed: u64, generation: u8, inflight: Arc<AtomicU32>) -> Self {
         ResourceAdaptive {
             rule,
             limiter: OnceLock::new(),
+            inflight,
             seed,
             generation: generation.max(1),
             retired: AtomicBool::new(false),
@@ -87,7 +96,9 @@ impl ResourceAdaptive {
 
     #[cold]
     fn init(&self, now_nanos: u64, inbound: bool) -> &Limiter {
-        let l = self.limiter.get_or_init(|| Limiter::new(&self.rule, inbound, now_nanos, self.seed));
+        let l = self
+            .limiter
+            .get_or_init(|| Limiter::counting(&self.rule, inbound, now_nanos, self.seed, self.inflight.clone()));
         // A limiter built by a call that read the rules just before the state was retired.
         fence(SeqCst);
         if self.is_retired() {
@@ -106,6 +117,33 @@ impl ResourceAdaptive {
     pub(crate) fn built(&self) -> Option<&Limiter> {
         self.limiter.get()
     }
+
+    /// The resource's calls in flight, for the state that replaces this one.
+    pub(crate) fn inflight_count(&self) -> Arc<AtomicU32> {
+        self.inflight.clone()
+    }
+
+    /// A call that an earlier state of the resource admitted exits: its place, counted in the shared count,
+    /// goes back (no sample: the limiter that measured it is gone).
+    #[cold]
+    fn give_back_carried(&self) {
+        match self.built() {
+            Some(l) => l.give_back_carried(),
+            None => {
+                let _ = self.inflight.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1));
+            }
+        }
+    }
+}
+
+/// What a call held, as the state at its exit sees it.
+enum Taken {
+    /// Nothing.
+    Nothing,
+    /// A place of this state, in this partition.
+    Here(Option<PartitionId>),
+    /// A place an earlier state of the resource gave it (a rule changed since).
+    Earlier,
 }
 
 /// What a call the adaptive slot passed holds: the generation of the state that admitted it (0: nothing)
@@ -124,14 +162,17 @@ impl AdaptiveHeld {
     pub(crate) fn holds(&self) -> bool {
         self.0 != 0
     }
-    /// Takes what the call holds if `cell` admitted it: its partition.
+    /// Takes what the call holds: a place of `cell` (its partition), or of an earlier state of the resource.
     #[inline(always)]
-    fn take_from(&mut self, cell: &ResourceAdaptive) -> Option<Option<PartitionId>> {
+    fn take_from(&mut self, cell: &ResourceAdaptive) -> Taken {
         let held = std::mem::take(&mut self.0);
-        if held == 0 || held as u8 != cell.generation {
-            return None;
+        if held == 0 {
+            return Taken::Nothing;
         }
-        Some(match (held >> 8) as u8 {
+        if held as u8 != cell.generation {
+            return Taken::Earlier;
+        }
+        Taken::Here(match (held >> 8) as u8 {
             0 => None,
             p => Some(PartitionId(p - 1)),
         })
@@ -182,8 +223,10 @@ impl RuleSlot for AdaptiveSlot {
 
     #[inline(always)]
     fn give_back(rules: &Arc<ResourceAdaptive>, _: &(), cx: &CheckCx<'_>, held: &mut AdaptiveHeld, _: &mut ()) {
-        if let (Some(partition), Some(l)) = (held.take_from(rules), rules.built()) {
-            l.cancel(l.permit_of(partition, cx.now_nanos));
+        match (held.take_from(rules), rules.built()) {
+            (Taken::Here(partition), Some(l)) => l.cancel(l.permit_of(partition, cx.now_nanos)),
+            (Taken::Earlier, _) => rules.give_back_carried(),
+            _ => {}
         }
     }
 
@@ -195,7 +238,12 @@ impl RuleSlot for AdaptiveSlot {
     #[inline]
     fn exit(rules: Option<&Arc<ResourceAdaptive>>, _: &(), cx: &ExitCx, held: &mut AdaptiveHeld) {
         let Some(cell) = rules else { return };
-        if let (Some(partition), Some(l)) = (held.take_from(cell), cell.built()) {
+        let partition = match held.take_from(cell) {
+            Taken::Here(partition) => partition,
+            Taken::Earlier => return cell.give_back_carried(),
+            Taken::Nothing => return,
+        };
+        if let Some(l) = cell.built() {
             // The downstream's time: a queueing rule's wait before the call ran is not part of it. The call
             // took its place when it was admitted, before that wait (the back-off epoch it belongs to).
             let since_admitted = cx.rt_micros.saturating_mul(1_000);
