@@ -266,3 +266,28 @@ fn review_calls_their_callers_gave_up_on_give_no_rtt_sample_to_the_adaptive_limi
     // Taken as 1 s successes, they grow AIMD's limit by one per window while no call completes at all.
     assert_eq!((s.limit, s.sample_rtt), (10, Duration::ZERO), "{s:?}");
 }
+
+#[test]
+#[ignore = "review: a gRPC call that could not reach its downstream (UNAVAILABLE to its caller) is no drop for the adaptive limit"]
+fn review_a_call_that_could_not_reach_its_downstream_is_a_drop_for_the_adaptive_limit() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    let (engine, _clock) = engine();
+    let mut rule = AdaptiveRule::new(".*").regex(true).algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    // The downstream refuses connections: tonic's channel fails with a transport error, which its caller
+    // sees as `UNAVAILABLE` (a drop, as the README says, and as Netflix's gRPC client counts it).
+    let mut svc = SentinelClientLayer::new(&engine).layer(tower::service_fn(|_req: Request<()>| {
+        std::future::ready(Err::<Response<Full<Bytes>>, _>(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "tcp connect error: connection refused",
+        )))
+    }));
+    let req = Request::post("http://stock.svc/stock.Inventory/Get")
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    assert!(matches!(poll(pin!(svc.call(req))), Poll::Ready(Err(ClientError::Client(_)))));
+    let s = &engine.adaptive_status()[0];
+    assert_eq!((s.inflight, s.limit), (0, 9), "AIMD backs off on a drop: {s:?}");
+}
