@@ -268,7 +268,6 @@ fn review_calls_their_callers_gave_up_on_give_no_rtt_sample_to_the_adaptive_limi
 }
 
 #[test]
-#[ignore = "review: a gRPC call that could not reach its downstream (UNAVAILABLE to its caller) is no drop for the adaptive limit"]
 fn review_a_call_that_could_not_reach_its_downstream_is_a_drop_for_the_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, _clock) = engine();

@@ -221,10 +221,12 @@ impl Call {
         &self.config().engine
     }
 
-    /// A transport error: counts as an error.
+    /// A transport error (the downstream could not be reached, or dropped the connection): an error, and a
+    /// drop for adaptive rules, as gRPC's `UNAVAILABLE` (what tonic's callers see of it); its time is no
+    /// round trip of an answer.
     pub(crate) fn failed(&mut self) {
         self.entry.answered();
-        self.entry.set_error();
+        self.entry.set_overload();
     }
 
     /// The time limit ran out: an error and a slow call whose response time is the limit.
