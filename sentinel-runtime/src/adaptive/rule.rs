@@ -224,7 +224,7 @@ pub struct AdaptiveRule {
     /// arguments, which are not kept to decide again) are refused at once.
     pub max_wait_ms: u64,
     /// The most calls that may wait at once; when full, the oldest waiter is refused (the default, 0, means
-    /// `max_limit`: as many waiting as could ever run).
+    /// `max_limit`: as many waiting as could ever run, at most [`MAX_WAITERS_CAP`]).
     pub max_waiters: u32,
     /// Guaranteed shares by origin, each origin named once (empty: one pool for every caller).
     #[cfg_attr(feature = "serde", serde(with = "partitions", skip_serializing_if = "Vec::is_empty"))]
@@ -294,7 +294,7 @@ impl AdaptiveRule {
     /// The bound of the wait queue.
     pub fn waiters_bound(&self) -> u32 {
         if self.max_waiters == 0 {
-            self.max_limit
+            self.max_limit.min(MAX_WAITERS_CAP)
         } else {
             self.max_waiters
         }

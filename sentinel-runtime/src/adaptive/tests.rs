@@ -118,7 +118,6 @@ fn shares_written_in_decimal_that_sum_to_one_are_accepted() {
 }
 
 #[test]
-#[ignore = "review: by default (maxWaiters 0) up to max_limit callers wait, past MAX_WAITERS_CAP"]
 fn review_the_default_wait_queue_never_holds_more_than_the_cap() {
     let rule = AdaptiveRule::new("api").limits(1, 1, MAX_LIMIT_CAP).max_wait_ms(100);
     rule.validate(0).unwrap();
