@@ -435,11 +435,12 @@ fn tokens_an_earlier_gateway_rule_took_are_given_back_when_a_later_check_blocks(
 /// A request that waited for its API group's rate limiter before the service was called: the route's
 /// adaptive limit measures the service's time, not that wait.
 #[test]
-#[ignore = "review: a route's adaptive limit counts the wait its API group's rate limiter imposed as downstream latency"]
 fn review_a_wait_asked_by_an_api_group_is_not_the_routes_round_trip() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind, WindowConfig};
     let (engine, clock) = engine();
-    engine.load_api_definitions([ApiDefinition::new("all_products").item(ApiPredicateItem::prefix("/product/**"))]).unwrap();
+    engine
+        .load_api_definitions([ApiDefinition::new("all_products").item(ApiPredicateItem::prefix("/product/**"))])
+        .unwrap();
     engine
         .load_gateway_rules([GatewayFlowRule::new("all_products")
             .resource_mode(ResourceMode::CustomApiName)

@@ -145,7 +145,8 @@ impl Drop for Entry<'_> {
         }
         // Breakers count the call; the adaptive slot's place goes back to the rule state that gave it.
         if inner.exit_reads_rules.load(Ordering::Acquire) {
-            let xcx = ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, nodes: call_nodes, error, overload, abandoned };
+            let xcx =
+                ExitCx { now_nanos, now_ms, rt_micros, waited_nanos, nodes: call_nodes, error, overload, abandoned };
             let mut held = self.held();
             inner.with_rules(|rules| chain::exit_reading_rules(rules, shared, &xcx, &mut held));
         }

@@ -230,6 +230,13 @@ impl<'r> Entry<'r> {
     pub fn waited(&self) -> Duration {
         Duration::from_nanos(self.wait_nanos)
     }
+    /// The call waits `wait` before it runs (at least what its own checks asked): another entry of the same
+    /// request asked for a longer wait (the web layer's API groups).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
+    pub(crate) fn waits_for(&mut self, wait: Duration) {
+        let nanos = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.wait_nanos = self.wait_nanos.max(nanos);
+    }
     /// Whether [`waited`](Self::waited) is more than zero (the web layer's and the async macro's test,
     /// without building a `Duration`).
     #[inline(always)]

@@ -128,10 +128,15 @@ impl RequestEntry {
         self.entry.waits() || self.extra.as_ref().is_some_and(|x| x.apis.iter().any(Entry::waits))
     }
 
-    /// How long the queueing rules ask the call to wait before it runs.
-    pub(crate) fn wait(&self) -> std::time::Duration {
-        let apis = self.extra.as_ref().map_or(&[][..], |x| &x.apis[..]);
-        apis.iter().map(Entry::waited).fold(self.entry.waited(), std::cmp::max)
+    /// How long the queueing rules ask the call to wait before it runs: the longest of its entries' waits,
+    /// which every entry then counts as its own (the request waits it before it runs, whichever entry asked:
+    /// an adaptive limit on one of them measures the service's time after it).
+    pub(crate) fn wait(&mut self) -> std::time::Duration {
+        let apis = self.extra.as_mut().map_or(&mut [][..], |x| &mut x.apis[..]);
+        let wait = apis.iter().map(Entry::waited).fold(self.entry.waited(), std::cmp::max);
+        apis.iter_mut().for_each(|e| e.waits_for(wait));
+        self.entry.waits_for(wait);
+        wait
     }
 }
 

@@ -142,7 +142,7 @@ where
                 // (a clone of a ready service may not be ready itself).
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                let entry = RequestEntry::with(entry, extras);
+                let mut entry = RequestEntry::with(entry, extras);
                 let sleep = config.engine.sleep(entry.wait());
                 ResponseFuture::waiting(sleep, ready, req, Guard::new(entry, grpc, config))
             }
