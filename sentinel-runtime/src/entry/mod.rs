@@ -364,6 +364,7 @@ impl<'r> Entry<'r> {
     }
 
     /// The call's answer came (see [`awaits_answer`](Self::awaits_answer)).
+    #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     #[inline(always)]
     pub(crate) fn answered(&mut self) {
         self.flags &= !Flags::ABANDONED;
