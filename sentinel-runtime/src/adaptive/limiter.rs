@@ -463,12 +463,13 @@ impl Admission for Limiter {
     }
 }
 
-/// The time of the next probe: `interval · (1 ± jitter)`, or never.
+/// The time of the next probe: `interval · (1 + jitter · u)`, `u` uniform in [0, 1) (Envoy's: the jitter only
+/// delays a probe), or never.
 fn next_probe(cfg: &ProbeConfig, now: u64, rng: &mut fastrand::Rng) -> u64 {
     if cfg.interval_ms == 0 {
         return u64::MAX;
     }
-    let spread = 1.0 + cfg.jitter * (rng.f64() * 2.0 - 1.0);
+    let spread = 1.0 + cfg.jitter * rng.f64();
     let interval = (cfg.interval_ms as f64 * spread * NANOS_PER_MS as f64) as u64;
     now.saturating_add(interval)
 }

@@ -163,7 +163,8 @@ impl Default for WindowConfig {
 pub struct ProbeConfig {
     /// Time between probes (0: never probe).
     pub interval_ms: u64,
-    /// Random spread of the interval, as a fraction of it, in [0, 1) (0.15, Envoy's).
+    /// A random delay added to the interval, as a fraction of it, in [0, 1) (0.15, Envoy's): the next probe
+    /// starts between `interval_ms` and `interval_ms · (1 + jitter)` after the last one.
     pub jitter: f64,
     /// The limit while probing (3, Envoy's `min_concurrency`; never above `max_limit`).
     pub concurrency: u32,

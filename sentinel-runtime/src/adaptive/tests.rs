@@ -980,7 +980,6 @@ fn gradient2_keeps_goodput_and_latency_through_a_ramp_to_four_times_capacity() {
 }
 
 #[test]
-#[ignore = "review: the probe's jitter starts it up to 15 % before its interval; Envoy's only delays it"]
 fn review_the_probe_jitter_delays_the_probe_never_brings_it_forward() {
     // Envoy: "If the interval is 10s and the jitter is 15%, the next window will begin somewhere in the range
     // (10s - 11.5s)."
