@@ -290,3 +290,33 @@ fn review_a_call_that_could_not_reach_its_downstream_is_a_drop_for_the_adaptive_
     let s = &engine.adaptive_status()[0];
     assert_eq!((s.inflight, s.limit), (0, 9), "AIMD backs off on a drop: {s:?}");
 }
+
+#[test]
+#[ignore = "review: a gRPC answer DEADLINE_EXCEEDED (the call ran past its deadline) is no drop for the adaptive limit"]
+fn review_a_grpc_call_past_its_deadline_is_a_drop_for_the_adaptive_limit() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    let (engine, clock) = engine();
+    let mut rule = AdaptiveRule::new(".*").regex(true).algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
+    rule.window.min_samples = 1;
+    engine.load_adaptive_rules([rule]).unwrap();
+    // The downstream ends the call at its 1 s deadline with `DEADLINE_EXCEEDED` (a trailers-only answer).
+    let mut svc = SentinelClientLayer::new(&engine).layer(tower::service_fn(|_req: Request<()>| {
+        let answer = Response::builder()
+            .header("content-type", "application/grpc")
+            .header("grpc-status", "4")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        std::future::ready(Ok::<_, Infallible>(answer))
+    }));
+    let req = Request::post("http://stock.svc/stock.Inventory/Get")
+        .header("content-type", "application/grpc")
+        .header("grpc-timeout", "1S")
+        .body(())
+        .unwrap();
+    let mut call = pin!(svc.call(req));
+    clock.advance_millis(1_000);
+    assert!(matches!(poll(call.as_mut()), Poll::Ready(Ok(_))));
+    let s = &engine.adaptive_status()[0];
+    // A time limit is a drop (the README; Netflix's gRPC server interceptor counts DEADLINE_EXCEEDED so).
+    assert_eq!((s.inflight, s.limit), (0, 9), "AIMD backs off on a drop: {s:?}");
+}
