@@ -292,7 +292,6 @@ fn review_a_call_that_could_not_reach_its_downstream_is_a_drop_for_the_adaptive_
 }
 
 #[test]
-#[ignore = "review: a gRPC answer DEADLINE_EXCEEDED (the call ran past its deadline) is no drop for the adaptive limit"]
 fn review_a_grpc_call_past_its_deadline_is_a_drop_for_the_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, clock) = engine();

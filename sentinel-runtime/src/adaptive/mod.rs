@@ -34,7 +34,8 @@
 //!
 //! Calls the downstream refused or shed count as drops: mark them with
 //! [`Entry::set_overload`](crate::Entry::set_overload) (the web layer and the outbound guards do for 429,
-//! 503, `RESOURCE_EXHAUSTED` and `UNAVAILABLE`; [`Entry::set_timed_out`](crate::Entry::set_timed_out) does).
+//! 503, `RESOURCE_EXHAUSTED`, `UNAVAILABLE` and `DEADLINE_EXCEEDED`, the outbound guards for a transport
+//! error; [`Entry::set_timed_out`](crate::Entry::set_timed_out) does).
 //! A blocked call gets [`BlockError::Adaptive`](crate::BlockError::Adaptive), whose message gives the limit,
 //! the calls in flight and the measured RTTs; the web layer answers it with 503 and `Retry-After`, gRPC with
 //! `RESOURCE_EXHAUSTED`.

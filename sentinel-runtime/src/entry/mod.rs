@@ -273,7 +273,8 @@ impl<'r> Entry<'r> {
     }
 
     /// Marks the call as failed by overload: the downstream refused or shed it (HTTP 429 or 503, gRPC
-    /// `RESOURCE_EXHAUSTED` or `UNAVAILABLE`) or it ran past a time limit. An adaptive rule counts it as a
+    /// `RESOURCE_EXHAUSTED` or `UNAVAILABLE`) or it ran past a time limit (gRPC `DEADLINE_EXCEEDED`, a
+    /// guard's time limit). An adaptive rule counts it as a
     /// drop, and its limit backs off (see [`crate::adaptive`]); for statistics and circuit breakers it is an
     /// error as well. The web layer and the outbound guards call it for those answers, and
     /// [`set_timed_out`](Self::set_timed_out) does.
@@ -292,7 +293,7 @@ impl<'r> Entry<'r> {
 
     /// Marks the call as failed by overload for adaptive rules only (a drop), without counting it as an error
     /// for statistics and circuit breakers: the web layer's mark for an overload answer (429, 503,
-    /// `RESOURCE_EXHAUSTED`, `UNAVAILABLE`) of its own service that its error predicate does not count.
+    /// `RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED`) of its own service that its error predicate does not count.
     #[cfg_attr(not(feature = "tower"), allow(dead_code))]
     pub(crate) fn mark_overload(&mut self) {
         self.flags |= Flags::OVERLOAD;

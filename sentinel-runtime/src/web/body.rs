@@ -26,7 +26,7 @@ impl Watch for BodyWatch {
         if self.grpc {
             if let Some(code) = GrpcCode::from_headers(trailers) {
                 // As a status in the response headers is judged: an error by the predicate, an overload
-                // (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`) for adaptive rules.
+                // (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED`) for adaptive rules.
                 let outcome = Outcome::Grpc(code);
                 let trace_if = self.judging.as_ref().and_then(|j| j.trace_if.as_ref());
                 self.entry.judge(super::config::is_error(trace_if, outcome), outcome);

@@ -113,7 +113,8 @@ pub fn is_error_by_default(outcome: Outcome) -> bool {
 }
 
 /// Whether an answer says the service is overloaded: HTTP 429 or 503, gRPC `RESOURCE_EXHAUSTED` or
-/// `UNAVAILABLE`. The outbound guards mark such a call with [`Entry::set_overload`](crate::Entry::set_overload)
+/// `UNAVAILABLE`, or that the call ran past its deadline (gRPC `DEADLINE_EXCEEDED`, a drop as for Netflix's
+/// gRPC limiter and as any time limit hit). The outbound guards mark such a call with [`Entry::set_overload`](crate::Entry::set_overload)
 /// (an error and a drop); the web layer marks its own service's such answer as a drop for adaptive rules,
 /// and as an error only when its predicate ([`SentinelLayer::trace_if`](super::SentinelLayer::trace_if),
 /// default [`is_error_by_default`]) counts it.
@@ -124,11 +125,14 @@ pub fn is_error_by_default(outcome: Outcome) -> bool {
 /// assert!(is_overload(Outcome::Http(StatusCode::SERVICE_UNAVAILABLE)));
 /// assert!(!is_overload(Outcome::Http(StatusCode::INTERNAL_SERVER_ERROR)));
 /// assert!(is_overload(Outcome::Grpc(GrpcCode::ResourceExhausted)));
+/// assert!(is_overload(Outcome::Grpc(GrpcCode::DeadlineExceeded)));
 /// ```
 pub fn is_overload(outcome: Outcome) -> bool {
     match outcome {
         Outcome::Http(s) => s == http::StatusCode::TOO_MANY_REQUESTS || s == http::StatusCode::SERVICE_UNAVAILABLE,
-        Outcome::Grpc(c) => matches!(c, GrpcCode::ResourceExhausted | GrpcCode::Unavailable),
+        Outcome::Grpc(c) => {
+            matches!(c, GrpcCode::ResourceExhausted | GrpcCode::Unavailable | GrpcCode::DeadlineExceeded)
+        }
     }
 }
 
