@@ -110,9 +110,9 @@ impl Drop for Entry<'_> {
         let rt_micros = now_nanos.saturating_sub(self.created_nanos) / 1000;
         // An entry dropped by unwinding: the panic counts as an error, unless the call returned (it ran in
         // cleanup code during the unwinding).
-        let unwinding = self.flags & Flags::RETURNED == 0 && std::thread::panicking();
-        if unwinding {
+        if self.flags & Flags::RETURNED == 0 && std::thread::panicking() {
             self.error = true;
+            self.flags |= Flags::ABANDONED; // it never completed
         }
         let (acquire, error) = (self.acquire, self.error);
         let w = Writer::at(now_ms);
@@ -121,7 +121,7 @@ impl Drop for Entry<'_> {
         let overload = self.flags & Flags::OVERLOAD != 0;
         // A call that never completed (given up on, or panicked): no round trip to measure, unless it was
         // marked as an overload (a time limit hit).
-        let abandoned = !overload && (unwinding || self.flags & Flags::ABANDONED != 0);
+        let abandoned = self.flags & (Flags::ABANDONED | Flags::OVERLOAD) == Flags::ABANDONED;
         let waited_nanos = self.wait_nanos;
         // The nodes the checks saw (`CheckCx`): the resource's, the context's and the origin's.
         // Made only for a call that holds thread-grade permits on them (read by the flow slot's exit).
