@@ -925,3 +925,21 @@ fn the_node_commands_leave_out_a_resource_never_entered() {
     assert!(nodes.contains("entered") && !nodes.contains("handled"), "{nodes}");
     assert_eq!(get(addr, "/origin?id=handled", &[]).body, "Not find cNode with id handled");
 }
+
+#[test]
+#[ignore = "review: setClusterMode?mode=-1 (the dashboard's unbind) is refused; Java answers success"]
+fn set_cluster_mode_not_started_is_success_when_no_cluster_service_runs() {
+    // The dashboard's cluster page unbinds a machine with `setClusterMode?mode=-1` (by GET:
+    // `ClusterAssignServiceImpl.modifyToNonStarted`) and counts anything but `success` as a failure. Java
+    // applies it (stopping the client or server, or nothing when not started) and answers `success`.
+    let (engine, _clock) = engine("shop");
+    let center = CommandCenter::builder(&engine).port(0).allow_get_writes(true).start().unwrap();
+    let addr = center.local_addr();
+    let r = get(addr, "/setClusterMode?mode=-1", &[]);
+    assert_eq!((r.status, r.body.as_str()), (200, "success"));
+    let mode = json(&get(addr, "/getClusterMode", &[]));
+    assert_eq!(mode["mode"], -1, "still not started");
+    // Unchanged: the modes this application cannot take are refused.
+    assert_eq!(dashboard_post(&center, "setClusterMode", &[("mode", "1")]).status, 400);
+    assert_eq!(dashboard_post(&center, "setClusterMode", &[("mode", "0")]).status, 400);
+}
