@@ -927,7 +927,6 @@ fn the_node_commands_leave_out_a_resource_never_entered() {
 }
 
 #[test]
-#[ignore = "review: setClusterMode?mode=-1 (the dashboard's unbind) is refused; Java answers success"]
 fn set_cluster_mode_not_started_is_success_when_no_cluster_service_runs() {
     // The dashboard's cluster page unbinds a machine with `setClusterMode?mode=-1` (by GET:
     // `ClusterAssignServiceImpl.modifyToNonStarted`) and counts anything but `success` as a failure. Java

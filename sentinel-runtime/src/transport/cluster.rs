@@ -6,7 +6,9 @@
 //! `clientAvailable`, and `cluster/client/fetchConfig` tells where the shared limits are kept (the Redis host
 //! and port as `serverHost` and `serverPort`, the timeout as `requestTimeout`, and `clientState` 2 while Redis
 //! answers, 1 while it does not): the dashboard's cluster pages show it as a connected client. There is no
-//! token server to run (`serverAvailable` is false; `setClusterMode?mode=1` explains why). Without a service,
+//! token server to run (`serverAvailable` is false; `setClusterMode?mode=1` explains why);
+//! `setClusterMode?mode=-1` (the dashboard's unbind) answers `success` while no service runs, as Java does in
+//! the mode it is in. Without a service,
 //! `getClusterMode` answers mode `-1` ("not started"). The other cluster commands (`cluster/server/*`, and
 //! changing the client's server) are not registered: the dashboard takes their `Unknown command` answer for
 //! "unsupported". Each rule's cluster state is `Sentinel::cluster_status`.
@@ -19,6 +21,8 @@ use super::handler::{Center, CommandError, Params, Reply};
 pub(crate) const CLUSTER_NOT_STARTED: i32 = -1;
 /// Java's `ClusterStateManager.CLUSTER_CLIENT`.
 pub(crate) const CLUSTER_CLIENT: i32 = 0;
+/// Java's `ClusterStateManager.CLUSTER_SERVER`.
+pub(crate) const CLUSTER_SERVER: i32 = 1;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -77,19 +81,27 @@ pub(crate) fn fetch_client_config(c: &Center, _: &Params) -> Result<Reply, Comma
 
 pub(crate) fn set_cluster_mode(c: &Center, p: &Params) -> Result<Reply, CommandError> {
     let running = c.engine.has_cluster_service();
-    match p.get("mode").map(str::trim) {
+    // Java: `Integer.valueOf(mode)`, so `-1` (the dashboard's unbind) is a mode too.
+    match p.get("mode").and_then(|m| m.trim().parse::<i32>().ok()) {
         // Already a client of the shared limit on Redis.
-        Some("0") if running => Ok(Reply::text("success")),
-        Some("0") => Err(CommandError(
+        Some(CLUSTER_CLIENT) if running => Ok(Reply::text("success")),
+        Some(CLUSTER_CLIENT) => Err(CommandError(
             "token client mode not available: start cluster::RedisCluster in the application (feature \
              cluster-redis) to use cluster flow control"
                 .into(),
         )),
-        Some("1") => Err(CommandError(
+        Some(CLUSTER_SERVER) => Err(CommandError(
             "token server mode not available: cluster flow control runs on Redis, there is no token server to \
              start"
                 .into(),
         )),
-        _ => Err(CommandError("invalid parameter: `mode` must be 0 (client) or 1 (server)".into())),
+        // Not started: what it is without a service (Java answers `success` for the mode it is in).
+        Some(CLUSTER_NOT_STARTED) if !running => Ok(Reply::text("success")),
+        Some(CLUSTER_NOT_STARTED) => Err(CommandError(
+            "cannot stop cluster flow control from here: it runs while the application runs \
+             cluster::RedisCluster; stop it in the application"
+                .into(),
+        )),
+        _ => Err(CommandError("invalid parameter: `mode` must be 0 (client), 1 (server) or -1 (not started)".into())),
     }
 }
