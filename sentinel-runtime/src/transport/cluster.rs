@@ -6,10 +6,10 @@
 //! `clientAvailable`, and `cluster/client/fetchConfig` tells where the shared limits are kept (the Redis host
 //! and port as `serverHost` and `serverPort`, the timeout as `requestTimeout`, and `clientState` 2 while Redis
 //! answers, 1 while it does not): the dashboard's cluster pages show it as a connected client. There is no
-//! token server to run (`serverAvailable` is false; `setClusterMode?mode=1` explains why);
-//! `setClusterMode?mode=-1` (the dashboard's unbind) answers `success` while no service runs, as Java does in
-//! the mode it is in. Without a service,
-//! `getClusterMode` answers mode `-1` ("not started"). The other cluster commands (`cluster/server/*`, and
+//! token server to run (`serverAvailable` is false; `setClusterMode?mode=1` explains why). Without a service,
+//! `getClusterMode` answers mode `-1` ("not started"). `setClusterMode` answers `success` for the mode the
+//! application is in, as Java does (`0` while the service runs; `-1`, the dashboard's unbind, while none
+//! does), and explains why it cannot switch to another. The other cluster commands (`cluster/server/*`, and
 //! changing the client's server) are not registered: the dashboard takes their `Unknown command` answer for
 //! "unsupported". Each rule's cluster state is `Sentinel::cluster_status`.
 
