@@ -39,9 +39,9 @@
 //! file's own format ([`FileDataSource::write_rules`](crate::datasource::FileDataSource::write_rules)), or to
 //! any other [`WritableDataSource`] (Redis, etcd, a store of your own). The answer is `success`, or
 //! `partial success (write data source failed)` when the rules are in force but the store could not be
-//! written, or did not answer within three quarters of the request timeout (the write goes on; writes are
-//! made one at a time in push order, four waiting at most). The reason is in the `X-Sentinel-Write-Error`
-//! header and the log.
+//! written, or did not answer in time: the request timeout less a quarter of it, at most a second less (9 s
+//! by default; the write goes on; writes are made one at a time in push order, at most one waiting per kind
+//! of rules). The reason is in the `X-Sentinel-Write-Error` header and the log.
 //!
 //! # Security defaults
 //! - Bound to `127.0.0.1` (Java binds every interface). Requests must name a loopback host, which defeats

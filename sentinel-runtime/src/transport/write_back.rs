@@ -99,8 +99,8 @@ pub(crate) struct WriteBack {
 }
 
 impl WriteBack {
-    /// Starts the writer of `source`; `request_timeout` is the command server's (a push waits three quarters
-    /// of it, at most a second less).
+    /// Starts the writer of `source`; `request_timeout` is the command server's (a push waits that less a
+    /// quarter of it, at most a second less: 9 s of the default 10 s).
     pub(crate) fn start(source: Arc<dyn WritableDataSource>, request_timeout: Duration) -> std::io::Result<Self> {
         let writes = Arc::new(Writes::default());
         let queue = writes.clone();
