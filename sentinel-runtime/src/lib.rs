@@ -120,6 +120,7 @@ pub mod config;
 pub mod context;
 #[cfg(feature = "serde")]
 pub mod datasource;
+// fastjson's leniency made strict JSON: read by the rule documents and the gateway's JSON alike.
 mod debug_impls;
 pub mod diagnose;
 mod engine;
@@ -128,6 +129,8 @@ mod error;
 #[cfg(feature = "prometheus")]
 pub mod exporter;
 pub mod flow;
+#[cfg(feature = "serde")]
+mod lenient_json;
 /// Gateway flow control, at its former path: see [`web::gateway`].
 #[cfg(feature = "tower")]
 #[doc(hidden)]

@@ -86,7 +86,6 @@ mod file;
 #[cfg(feature = "tower")]
 mod gateway;
 mod java;
-mod lenient;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod remote;
 #[cfg(feature = "file-watch")]
@@ -101,8 +100,6 @@ pub use etcd::{EtcdDataSource, EtcdDataSourceBuilder, EtcdReload, EtcdSourceErro
 pub use file::{FileDataSource, FileLimits, Reloaded};
 #[cfg(feature = "tower")]
 pub use gateway::{GatewayDocumentError, GatewayDocuments, API_DEFINITIONS_FILE_STEM, GATEWAY_RULES_FILE_STEM};
-#[cfg(feature = "tower")]
-pub(crate) use lenient::strict_json;
 #[cfg(feature = "file-watch")]
 pub use watch::{WatchError, Watcher};
 #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "cluster-redis"))]
@@ -292,7 +289,7 @@ pub(crate) fn from_text<T: DeserializeOwned>(text: &str, format: Format) -> Resu
             };
             // fastjson's default leniency (unquoted field names, single quotes, extra commas), as Java reads a
             // hand-written document: read again made strict (an error then names the line of the text).
-            strict(text).or_else(|e| match lenient::strict_json(text) {
+            strict(text).or_else(|e| match crate::lenient_json::strict_json(text) {
                 Some(made_strict) => strict(&made_strict),
                 None => Err(e),
             })

@@ -64,7 +64,7 @@ fn parse<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, GatewayJsonError
     };
     // fastjson's default leniency (unquoted field names, single quotes, extra commas), as Java reads a
     // hand-written document.
-    strict(text).or_else(|e| match crate::datasource::strict_json(text) {
+    strict(text).or_else(|e| match crate::lenient_json::strict_json(text) {
         Some(made_strict) => strict(&made_strict),
         None => Err(e),
     })
