@@ -45,7 +45,6 @@ fn dashboard_sees_a_cluster_client_while_redis_cluster_runs_and_not_started_afte
 }
 
 #[test]
-#[ignore = "review: behind Sentinel cluster/client/fetchConfig names the first sentinel, not the master that keeps the limits"]
 fn behind_sentinel_fetch_config_names_the_master_and_the_new_one_after_a_failover() {
     use sentinel_runtime::flow::{ClusterConfig, ClusterThresholdType, FlowRule};
     use sentinel_testkit::redis_cluster::{RedisSentinelServers, MASTER_NAME};

@@ -502,7 +502,6 @@ fn wait_mode(engine: &Sentinel, id: u64, mode: ClusterRuleMode, timeout: Duratio
 }
 
 #[test]
-#[ignore = "review: behind Sentinel a master that hangs (SIGSTOP, a partition) is never left for the promoted replica"]
 fn a_hung_master_is_left_for_the_replica_the_sentinels_promote() {
     let _serial = one_at_a_time();
     let Some(setup) = RedisSentinelServers::start("a_hung_master_is_left_for_the_replica") else { return };

@@ -168,6 +168,12 @@ pub(crate) enum Link {
 }
 
 impl Link {
+    /// Whether the server is found anew with each connection (behind Sentinel: a master that stops
+    /// answering may have been replaced, so a timeout is reason enough to ask the sentinels again).
+    pub(crate) fn finds_master(&self) -> bool {
+        matches!(self, Link::Sentinel(_))
+    }
+
     /// Whether rules may be served by different servers (then each rule falls back on its own).
     pub(crate) fn is_sharded(&self) -> bool {
         matches!(self, Link::Cluster { .. })
@@ -197,7 +203,12 @@ impl Link {
                 let config = redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(None);
-                Ok(Conn::Master(client.get_async_connection_with_config(&config).await?))
+                // The master the sentinels name now (checked to say it is one), and its address for the
+                // dashboard (`cluster/client/fetchConfig` names the server that keeps the limits).
+                let master = client.async_get_client().await?;
+                let addr = master.get_connection_info().addr().clone();
+                let conn = master.get_multiplexed_async_connection_with_config(&config).await?;
+                Ok(Conn::Master { conn, addr })
             }
         }
     }
@@ -270,7 +281,21 @@ fn seed_host(seed: &redis::ConnectionInfo) -> String {
 pub(crate) enum Conn {
     Standalone(ConnectionManager),
     Cluster(redis::cluster_async::ClusterConnection),
-    Master(MultiplexedConnection),
+    Master {
+        conn: MultiplexedConnection,
+        /// The master's address when the sentinels named it.
+        addr: redis::ConnectionAddr,
+    },
+}
+
+impl Conn {
+    /// Behind Sentinel, the address of the master this connection reaches (it changes with a failover).
+    pub(crate) fn master_addr(&self) -> Option<&redis::ConnectionAddr> {
+        match self {
+            Conn::Master { addr, .. } => Some(addr),
+            _ => None,
+        }
+    }
 }
 
 impl ConnectionLike for Conn {
@@ -278,7 +303,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Standalone(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
-            Conn::Master(c) => c.req_packed_command(cmd),
+            Conn::Master { conn: c, .. } => c.req_packed_command(cmd),
         }
     }
 
@@ -291,7 +316,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Standalone(c) => c.req_packed_commands(cmd, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Master(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Master { conn: c, .. } => c.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -299,7 +324,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Standalone(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
-            Conn::Master(c) => c.get_db(),
+            Conn::Master { conn: c, .. } => c.get_db(),
         }
     }
 }

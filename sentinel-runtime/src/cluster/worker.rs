@@ -43,9 +43,9 @@ const CONNECTION: &str = "";
 pub(crate) struct Service {
     timeout: Duration,
     kind: &'static str,
-    /// The Redis server's host and port, and the engine time the client started.
-    host: String,
-    port: u16,
+    /// The Redis server's host and port (behind Sentinel, the master last found; the first sentinel
+    /// until then), and the engine time the client started.
+    server: Mutex<(String, u16)>,
     since_ms: u64,
     /// The client's state (whether Redis answers).
     client: Arc<ClientState>,
@@ -63,17 +63,10 @@ impl Service {
             Topology::Sentinel { sentinels, .. } => sentinels.first(),
         };
         let info = first.and_then(|u| redis::IntoConnectionInfo::into_connection_info(u.as_str()).ok());
-        let (host, port) = match info.as_ref().map(redis::ConnectionInfo::addr) {
-            Some(redis::ConnectionAddr::Tcp(h, p)) => (h.clone(), *p),
-            Some(redis::ConnectionAddr::Unix(path)) => (path.display().to_string(), 0),
-            Some(other) => (other.to_string(), 0),
-            None => (String::new(), 0),
-        };
         Service {
             timeout,
             kind: topology.kind(),
-            host,
-            port,
+            server: Mutex::new(host_port(info.as_ref().map(redis::ConnectionInfo::addr))),
             since_ms,
             client,
             attached: Mutex::new(Vec::new()),
@@ -101,14 +94,25 @@ impl TokenService for Service {
         self.timeout
     }
     fn info(&self) -> crate::flow::ClusterServiceInfo {
+        let (host, port) = self.server.lock().unwrap_or_else(|e| e.into_inner()).clone();
         crate::flow::ClusterServiceInfo {
             kind: self.kind,
-            host: self.host.clone(),
-            port: self.port,
+            host,
+            port,
             timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
             connected: self.client.status.lock().unwrap_or_else(|e| e.into_inner()).connected,
             since_ms: self.since_ms,
         }
+    }
+}
+
+/// The host and port of `addr`, as the dashboard shows them.
+fn host_port(addr: Option<&redis::ConnectionAddr>) -> (String, u16) {
+    match addr {
+        Some(redis::ConnectionAddr::Tcp(h, p)) => (h.clone(), *p),
+        Some(redis::ConnectionAddr::Unix(path)) => (path.display().to_string(), 0),
+        Some(other) => (other.to_string(), 0),
+        None => (String::new(), 0),
     }
 }
 
@@ -204,6 +208,10 @@ impl Worker {
             Ok(Err(e)) => return Err(Failure::of(&e)),
             Err(_) => return Err(Failure::Timeout(timeout * 4)),
         };
+        if let Some(addr) = c.master_addr() {
+            // Behind Sentinel: the master found now (a failover changes it).
+            *self.service.server.lock().unwrap_or_else(|e| e.into_inner()) = host_port(Some(addr));
+        }
         self.conn = Some(c.clone());
         Ok(c)
     }
@@ -569,9 +577,11 @@ impl Worker {
         let why = f.to_string();
         self.loaded = false;
         // Made afresh on the next attempt (an authentication failure, for one, is not retried by the
-        // connection manager; behind Sentinel, the master is looked up again). A cluster connection follows
-        // its nodes by itself: one shard failing is no reason to drop the others.
-        if f.needs_new_connection() && (!self.link.is_sharded() || matches!(f, Failure::Auth(_))) {
+        // connection manager; behind Sentinel, the master is looked up again, also when it stops answering:
+        // a hung or cut-off master is replaced by the sentinels while its connection stays open). A cluster
+        // connection follows its nodes by itself: one shard failing is no reason to drop the others.
+        let renew = f.needs_new_connection() || self.link.finds_master();
+        if renew && (!self.link.is_sharded() || matches!(f, Failure::Auth(_))) {
             self.conn = None;
         }
         // Reported once per state change: when the group falls back, and when the reason changes kind.
