@@ -34,6 +34,9 @@ use futures::StreamExt;
 
 use crate::datasource::entry::{too_large, Holds, MAX_ENTRY_BYTES};
 
+/// How often the subscription connection is checked (a `PING`, answered within the 2 s timeout).
+const SUBSCRIPTION_CHECK: Duration = Duration::from_secs(1);
+
 /// Reads a key holding at most `ARGV[1]` bytes: nothing (no key), its length (longer: not read), or its value;
 /// a key of another type is refused as `GET` refuses it (WRONGTYPE).
 const BOUNDED_GET: &str = r#"
@@ -489,9 +492,20 @@ impl Inner {
         }
         drop(conn);
         *pause = Duration::from_millis(100).min(self.retry_max);
-        let mut messages = pubsub.on_message();
+        // The subscription is checked with a `PING` every second: a server that hangs, or a connection cut
+        // off without a reset, sends nothing and closes nothing; behind Sentinel the master may have been
+        // replaced meanwhile (the next session asks the sentinels again).
+        let (mut sink, mut messages) = pubsub.split();
+        let mut check = tokio::time::interval(SUBSCRIPTION_CHECK);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        check.tick().await;
         loop {
             tokio::select! {
+                _ = check.tick() => match tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(format!("the subscription's check failed: {e}")),
+                    Err(_) => return Err("the subscription's check: no answer within 2 s".to_string()),
+                },
                 m = messages.next() => match m {
                     Some(msg) => {
                         let channel = msg.get_channel_name().to_string();
