@@ -47,11 +47,18 @@ impl RedisClusterServers {
     /// Starts the three nodes and creates the cluster; `None` (after a printed notice) when `redis-server`
     /// or `redis-cli` is not installed. Panics if the cluster does not form within 30 s.
     pub fn start(test: &str) -> Option<RedisClusterServers> {
+        Self::start_with_replicas(test, 0)
+    }
+
+    /// Starts three masters (nodes 0, 1, 2: `redis-cli --cluster create` makes the first nodes the masters)
+    /// and `replicas` replicas of each (the nodes after them); a replica is promoted when its master fails
+    /// to answer for a node timeout (one second).
+    pub fn start_with_replicas(test: &str, replicas: usize) -> Option<RedisClusterServers> {
         require_program("redis-server", test)?;
         let cli = require_program("redis-cli", test)?;
         let state = temp_dir();
         let mut nodes = Vec::new();
-        for i in 0..3 {
+        for i in 0..3 * (1 + replicas) {
             let conf = state.path().join(format!("nodes-{i}.conf"));
             let conf = conf.to_string_lossy().to_string();
             let args = [
@@ -63,16 +70,27 @@ impl RedisClusterServers {
                 "1000",
                 "--cluster-require-full-coverage",
                 "no",
+                "--repl-diskless-sync-delay",
+                "0",
             ];
             nodes.push(RedisServer::start_with(test, &args)?);
         }
         let addrs: Vec<String> = nodes.iter().map(|n| n.addr().to_string()).collect();
         let mut args: Vec<&str> = vec!["--cluster", "create"];
         args.extend(addrs.iter().map(String::as_str));
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let replicas = replicas.to_string();
+        args.extend(["--cluster-replicas", replicas.as_str(), "--cluster-yes"]);
         let out = run_cli(&cli, nodes[0].addr().port(), &args);
         let cluster = RedisClusterServers { cli, nodes, _state: state };
         assert!(cluster.wait_ok(Duration::from_secs(30)), "the Redis Cluster did not form: {out}");
+        // Replicas in sync with their masters (one that never synced cannot be promoted).
+        let synced = poll(Duration::from_secs(30), || {
+            cluster.nodes.iter().all(|n| {
+                let info = run_cli(&cluster.cli, n.addr().port(), &["info", "replication"]);
+                info.contains("role:master") || info.contains("master_link_status:up")
+            })
+        });
+        assert!(synced, "the replicas did not sync with their masters");
         Some(cluster)
     }
 
@@ -115,6 +133,16 @@ impl RedisClusterServers {
             }
         }
         None
+    }
+
+    /// Whether node `i` is a master now (`ROLE`, asked of the node itself).
+    pub fn is_master(&self, i: usize) -> bool {
+        run_cli(&self.cli, self.nodes[i].addr().port(), &["role"]).starts_with("master")
+    }
+
+    /// Freezes node `i` (SIGSTOP): its connections stay open and nothing answers, as a hung server.
+    pub fn pause(&self, i: usize) {
+        self.nodes[i].pause();
     }
 
     /// Kills node `i` (SIGKILL): its shard has no master until [`restart`](Self::restart).
