@@ -213,6 +213,22 @@ impl Link {
         }
     }
 
+    /// A Redis Cluster: a fresh connection being made (its own map of slots, learnt from the nodes that
+    /// answer), to run in the background. A connection whose node stops answering keeps routing a shard's
+    /// slots to it (the client learns a new map only from a redirection or a dropped connection), so a
+    /// replica the cluster promotes in place of a hung master is found by a fresh one. `None` for the other
+    /// deployments.
+    pub(crate) fn fresh_cluster_connection(
+        &self,
+        timeout: Duration,
+    ) -> Option<impl std::future::Future<Output = redis::RedisResult<Conn>> + Send + 'static> {
+        let Link::Cluster { client, .. } = self else { return None };
+        let client = client.clone();
+        let config =
+            redis::cluster::ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
+        Some(async move { client.get_async_connection_with_config(config).await.map(Conn::Cluster) })
+    }
+
     /// Plain clients to subscribe with, to try in turn: the server itself, the master the sentinels name
     /// now, or the cluster's seed nodes (classic pub/sub reaches every node of a cluster: a `PUBLISH` on
     /// any node is forwarded to all of them over the cluster bus, so any reachable node will do).

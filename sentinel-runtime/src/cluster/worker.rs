@@ -145,6 +145,9 @@ pub(crate) struct Worker {
     pub(crate) rt: tokio::runtime::Runtime,
     link: Link,
     conn: Option<Conn>,
+    /// A Redis Cluster: a fresh connection being made in the background after a call timed out (it takes
+    /// the place of `conn` once made: see [`Link::fresh_cluster_connection`]).
+    refresh: Option<tokio::task::JoinHandle<Option<Conn>>>,
     scripts: Scripts,
     drivers: Vec<Driver>,
     /// One breaker per group of rules one server serves (see [`CONNECTION`]); a group without one is closed.
@@ -183,6 +186,7 @@ impl Worker {
             rt,
             link,
             conn: None,
+            refresh: None,
             scripts: Scripts::new(),
             drivers: Vec::new(),
             breakers: HashMap::new(),
@@ -196,6 +200,13 @@ impl Worker {
     /// The connection, made when there is none (standalone: lazily, no round trip; a cluster: its slot map
     /// from a seed node; Sentinel: the master the sentinels name now), bounded by four connection timeouts.
     fn conn(&mut self) -> Result<Conn, Failure> {
+        if self.refresh.as_ref().is_some_and(tokio::task::JoinHandle::is_finished) {
+            if let Some(fresh) = self.refresh.take().and_then(|h| self.rt.block_on(h).ok().flatten()) {
+                tracing::debug!("cluster flow control: a fresh Redis Cluster connection takes over");
+                self.conn = Some(fresh);
+                self.loaded = false;
+            }
+        }
         if let Some(c) = &self.conn {
             return Ok(c.clone());
         }
@@ -583,6 +594,16 @@ impl Worker {
         let renew = f.needs_new_connection() || self.link.finds_master();
         if renew && (!self.link.is_sharded() || matches!(f, Failure::Auth(_))) {
             self.conn = None;
+        }
+        // A Redis Cluster node that stops answering keeps its slots in the connection's map until a
+        // redirection or a dropped connection says otherwise: a fresh connection, made in the background,
+        // learns whether the cluster promoted a replica in its place (the calls go on meanwhile).
+        if matches!(f, Failure::Timeout(_)) && self.conn.is_some() && self.refresh.is_none() {
+            let timeout = self.opts.timeout.max(CONNECT_TIMEOUT);
+            if let Some(fresh) = self.link.fresh_cluster_connection(timeout) {
+                let bounded = async move { tokio::time::timeout(timeout * 4, fresh).await.ok().and_then(Result::ok) };
+                self.refresh = Some(self.rt.spawn(bounded));
+            }
         }
         // Reported once per state change: when the group falls back, and when the reason changes kind.
         let fresh = self.reported.get(group).is_none_or(|last| !last.same_kind(&f));
