@@ -666,3 +666,20 @@ fn rules_published_through_sentinel_after_a_failover_from_a_hung_master_are_in_f
     }
     assert_eq!(engine.flow_rules()[0].count, 20.0, "the data source follows the new master");
 }
+
+#[test]
+#[ignore = "review: a Redis Cluster client whose credentials are in the first seed URL only is refused at start"]
+fn the_first_seed_nodes_credentials_serve_every_node() {
+    // The documented form: the credentials of the first seed serve every node (no server is needed: the
+    // settings are checked at start, a Redis that is down is no error).
+    let engine = Sentinel::builder().app_name("topology-test").build();
+    let client = RedisCluster::cluster_builder(["redis://:p%40ss@127.0.0.1:1", "redis://127.0.0.1:2"])
+        .timeout(Duration::from_millis(20))
+        .start(&engine);
+    assert!(client.is_ok(), "{:?}", client.err());
+    let client =
+        RedisCluster::cluster_builder(["redis://app:pw@127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"])
+            .timeout(Duration::from_millis(20))
+            .start(&engine);
+    assert!(client.is_ok(), "a user and a password: {:?}", client.err());
+}

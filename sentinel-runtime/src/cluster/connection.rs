@@ -224,8 +224,7 @@ impl Link {
     ) -> Option<impl std::future::Future<Output = redis::RedisResult<Conn>> + Send + 'static> {
         let Link::Cluster { client, .. } = self else { return None };
         let client = client.clone();
-        let config =
-            redis::cluster::ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
+        let config = redis::cluster::ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);
         Some(async move { client.get_async_connection_with_config(config).await.map(Conn::Cluster) })
     }
 
