@@ -668,7 +668,6 @@ fn rules_published_through_sentinel_after_a_failover_from_a_hung_master_are_in_f
 }
 
 #[test]
-#[ignore = "review: a Redis Cluster client whose credentials are in the first seed URL only is refused at start"]
 fn the_first_seed_nodes_credentials_serve_every_node() {
     // The documented form: the credentials of the first seed serve every node (no server is needed: the
     // settings are checked at start, a Redis that is down is no error).

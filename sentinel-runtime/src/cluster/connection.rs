@@ -99,6 +99,22 @@ impl Topology {
                 for n in nodes {
                     infos.push(n.as_str().into_connection_info().map_err(|e| url_error(n, e))?);
                 }
+                // The first seed's credentials serve every node: given to the seeds that name none (the
+                // client refuses seeds whose credentials differ).
+                let first = infos[0].redis_settings().clone();
+                for info in infos.iter_mut().skip(1) {
+                    let own = info.redis_settings();
+                    if own.username().is_none() && own.password().is_none() {
+                        let mut settings = own.clone();
+                        if let Some(user) = first.username() {
+                            settings = settings.set_username(user);
+                        }
+                        if let Some(password) = first.password() {
+                            settings = settings.set_password(password);
+                        }
+                        *info = info.clone().set_redis_settings(settings);
+                    }
+                }
                 let seeds = infos.clone();
                 let client = redis::cluster::ClusterClientBuilder::new(infos)
                     // Our own timeouts bound every call; the client's retries follow redirections.
