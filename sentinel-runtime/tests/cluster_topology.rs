@@ -684,7 +684,6 @@ fn the_first_seed_nodes_credentials_serve_every_node() {
 }
 
 #[test]
-#[ignore = "review: the Redis data source on a cluster whose first seed node hangs never subscribes on another node"]
 fn rules_published_on_a_cluster_whose_first_seed_hangs_are_in_force() {
     let _serial = one_at_a_time();
     let Some(cluster) = RedisClusterServers::start("rules_published_on_a_cluster_whose_first_seed_hangs") else {

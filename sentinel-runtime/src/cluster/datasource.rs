@@ -368,7 +368,8 @@ impl Inner {
                         .map_err(|e| format!("cannot start a runtime: {e}"))?;
                     rt.block_on(async {
                         let mut link = self.link.lock().await;
-                        tokio::time::timeout(timeout, link.client_for_key(key, timeout))
+                        // A quarter of the bound per seed node: one that hangs leaves time to ask others.
+                        tokio::time::timeout(timeout, link.client_for_key(key, timeout / 4))
                             .await
                             .map_err(|_| "no answer within 2 s".to_string())?
                             .map_err(|e| e.to_string())
@@ -412,33 +413,28 @@ impl Inner {
             .await
             .map_err(|_| "no answer within 2 s".to_string())?
             .map_err(|e| e.to_string())?;
+        // The first server that takes the subscriptions (a cluster's seed node that hangs is passed over).
         let mut pubsub = None;
         let mut failure = "no server to subscribe on".to_string();
         for client in subscribers {
-            match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
-                Ok(Ok(p)) => {
+            match self.subscribe_on(&client, timeout).await {
+                Ok(p) => {
                     pubsub = Some(p);
                     break;
                 }
-                Ok(Err(e)) => failure = e.to_string(),
-                Err(_) => failure = "no answer within 2 s".to_string(),
+                Err(e) => failure = e,
             }
         }
-        let mut pubsub = pubsub.ok_or(failure)?;
-        for s in &self.sources {
-            tokio::time::timeout(timeout, pubsub.subscribe(&s.channel))
-                .await
-                .map_err(|_| "SUBSCRIBE: no answer within 2 s".to_string())?
-                .map_err(|e| e.to_string())?;
-        }
+        let pubsub = pubsub.ok_or(failure)?;
         if !self.connected.swap(true, Ordering::AcqRel) {
             tracing::info!(redis = %self.target, "Redis data source connected");
         }
         // After subscribing, so that no update falls between the read and the subscription. Each key is
-        // read from the server that holds it (on a cluster, the shard that owns its slot).
-        let mut conn = tokio::time::timeout(timeout, link.connect(timeout, self.retry_max))
+        // read from the server that holds it (on a cluster, the shard that owns its slot). Each node gets
+        // half the bound, so that one that hangs leaves time to ask another.
+        let mut conn = tokio::time::timeout(timeout * 2, link.connect(timeout / 2, self.retry_max))
             .await
-            .map_err(|_| "no answer within 2 s".to_string())?
+            .map_err(|_| "no answer within 4 s".to_string())?
             .map_err(|e| e.to_string())?;
         drop(link);
         for (i, s) in self.sources.iter().enumerate() {
@@ -530,6 +526,22 @@ impl Inner {
                 _ = self.stop_notify.notified() => return Ok(()),
             }
         }
+    }
+
+    /// A subscription to every source's channel on `client`'s server, each step bounded by `timeout`.
+    async fn subscribe_on(&self, client: &redis::Client, timeout: Duration) -> Result<redis::aio::PubSub, String> {
+        let mut pubsub = match tokio::time::timeout(timeout, client.get_async_pubsub()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err("no answer within 2 s".to_string()),
+        };
+        for s in &self.sources {
+            tokio::time::timeout(timeout, pubsub.subscribe(&s.channel))
+                .await
+                .map_err(|_| "SUBSCRIBE: no answer within 2 s".to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(pubsub)
     }
 
     fn apply(&self, i: usize, text: &str) {
