@@ -182,11 +182,8 @@ fn etcd_two_engines_pushing_end_with_one_rule_set_whole_and_the_stale_writer_is_
     }
 }
 
-#[test]
-fn etcd_credentials_from_the_url_or_the_builder_are_used_and_missing_ones_are_reported() {
-    let Some(etcd) = EtcdServer::start("etcd_credentials_from_the_url_or_the_builder") else { return };
-    let mut other = Other::connect(&etcd.url());
-    other.put(KEY, &flow("api", 6.0));
+/// Turns authentication on: `root`, and `sentinel` (password `secret`) allowed to read and write `/sentinel/`.
+fn enable_auth(other: &mut Other) {
     other.rt.block_on(async {
         let c = &mut other.client;
         c.user_add("root", "rootpw", None).await.expect("add root");
@@ -199,6 +196,14 @@ fn etcd_credentials_from_the_url_or_the_builder_are_used_and_missing_ones_are_re
         c.user_grant_role("sentinel", "rules").await.expect("grant role");
         c.auth_enable().await.expect("enable auth");
     });
+}
+
+#[test]
+fn etcd_credentials_from_the_url_or_the_builder_are_used_and_missing_ones_are_reported() {
+    let Some(etcd) = EtcdServer::start("etcd_credentials_from_the_url_or_the_builder") else { return };
+    let mut other = Other::connect(&etcd.url());
+    other.put(KEY, &flow("api", 6.0));
+    enable_auth(&mut other);
 
     let engine = Sentinel::builder().build();
     let without = source(&engine, &etcd.url());
@@ -280,18 +285,7 @@ fn etcd_a_write_back_after_the_auth_token_ended_authenticates_again() {
     let Some(etcd) = EtcdServer::start("etcd_a_write_back_after_the_auth_token_ended") else { return };
     let mut other = Other::connect(&etcd.url());
     other.put(KEY, &flow("api", 6.0));
-    other.rt.block_on(async {
-        let c = &mut other.client;
-        c.user_add("root", "rootpw", None).await.expect("add root");
-        c.user_grant_role("root", "root").await.expect("grant root");
-        c.user_add("sentinel", "secret", None).await.expect("add user");
-        c.role_add("rules").await.expect("add role");
-        c.role_grant_permission("rules", etcd_client::Permission::read_write("/sentinel/").with_prefix())
-            .await
-            .expect("grant");
-        c.user_grant_role("sentinel", "rules").await.expect("grant role");
-        c.auth_enable().await.expect("enable auth");
-    });
+    enable_auth(&mut other);
     let engine = Sentinel::builder().build();
     let source = EtcdDataSource::builder(etcd.url())
         .rules(RuleKind::Flow, KEY)

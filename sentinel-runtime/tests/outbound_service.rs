@@ -241,7 +241,7 @@ fn a_call_blocked_by_an_inner_tower_guard_is_not_an_error_of_the_outer_guards_re
 }
 
 #[test]
-fn review_calls_their_callers_gave_up_on_give_no_rtt_sample_to_the_adaptive_limit() {
+fn calls_their_callers_gave_up_on_give_no_rtt_sample_to_the_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, clock) = engine();
     let mut rule = AdaptiveRule::new("GET:stock.svc/slow").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
@@ -268,7 +268,7 @@ fn review_calls_their_callers_gave_up_on_give_no_rtt_sample_to_the_adaptive_limi
 }
 
 #[test]
-fn review_a_call_that_could_not_reach_its_downstream_is_a_drop_for_the_adaptive_limit() {
+fn a_call_that_could_not_reach_its_downstream_is_a_drop_for_the_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, _clock) = engine();
     let mut rule = AdaptiveRule::new(".*").regex(true).algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
@@ -292,7 +292,7 @@ fn review_a_call_that_could_not_reach_its_downstream_is_a_drop_for_the_adaptive_
 }
 
 #[test]
-fn review_a_grpc_call_past_its_deadline_is_a_drop_for_the_adaptive_limit() {
+fn a_grpc_call_past_its_deadline_is_a_drop_for_the_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     let (engine, clock) = engine();
     let mut rule = AdaptiveRule::new(".*").regex(true).algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);

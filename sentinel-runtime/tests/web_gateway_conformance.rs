@@ -435,7 +435,7 @@ fn tokens_an_earlier_gateway_rule_took_are_given_back_when_a_later_check_blocks(
 /// A request that waited for its API group's rate limiter before the service was called: the route's
 /// adaptive limit measures the service's time, not that wait.
 #[test]
-fn review_a_wait_asked_by_an_api_group_is_not_the_routes_round_trip() {
+fn a_wait_asked_by_an_api_group_is_not_the_routes_round_trip() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind, WindowConfig};
     let (engine, clock) = engine();
     engine

@@ -379,7 +379,7 @@ fn a_sync_call_over_the_limit_waits_up_to_max_wait_for_a_place_and_the_newest_is
 }
 
 #[test]
-fn review_a_sync_call_that_waited_for_a_place_measures_its_rtt_from_the_place() {
+fn a_sync_call_that_waited_for_a_place_measures_its_rtt_from_the_place() {
     let (engine, clock) = engine();
     let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 1, 1).max_wait_ms(1_000);
     rule.window = WindowConfig { window_ms: 1, min_samples: 1, max_window_ms: 1, ignore_rtt_under_us: 0 };
@@ -408,19 +408,24 @@ fn review_a_sync_call_that_waited_for_a_place_measures_its_rtt_from_the_place() 
     );
 }
 
-#[test]
-fn a_calls_queueing_wait_for_a_rate_limiting_flow_rule_is_not_counted_in_its_rtt() {
-    let (engine, clock) = engine();
+/// `db` under a Gradient2 rule that samples every call, behind a rate-limiting flow rule of 10 a second,
+/// evenly: a call right after another waits 100 ms before it runs.
+fn gradient2_behind_a_rate_limiter(engine: &Sentinel) {
     let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Gradient2).limits(1, 10, 20);
     rule.window = WindowConfig { window_ms: 1, min_samples: 1, max_window_ms: 1, ignore_rtt_under_us: 0 };
     engine.load_adaptive_rules([rule]).unwrap();
-    // 10 a second, evenly: a call right after another waits 100 ms before it runs.
     engine
         .load_flow_rules([FlowRule::new("db")
             .count(10.0)
             .control_behavior(crate::flow::ControlBehavior::RateLimiter)
             .max_queueing_time_ms(1_000)])
         .unwrap();
+}
+
+#[test]
+fn a_calls_queueing_wait_for_a_rate_limiting_flow_rule_is_not_counted_in_its_rtt() {
+    let (engine, clock) = engine();
+    gradient2_behind_a_rate_limiter(&engine);
     let db = engine.resource("db");
     drop(db.enter().unwrap());
     for _ in 0..3 {
@@ -439,7 +444,7 @@ fn a_calls_queueing_wait_for_a_rate_limiting_flow_rule_is_not_counted_in_its_rtt
 }
 
 #[test]
-fn review_a_prioritized_call_that_borrows_a_later_window_is_still_held_to_the_adaptive_limit() {
+fn a_prioritized_call_that_borrows_a_later_window_is_still_held_to_the_adaptive_limit() {
     let t0 = 1_700_000_000_000u64;
     let clock = ManualClock::at_millis(t0 - t0 % 1000 + 200);
     let engine = Sentinel::builder().manual_clock(clock.clone()).build();
@@ -488,7 +493,7 @@ fn a_prioritized_call_the_adaptive_limit_refuses_gives_back_the_window_it_borrow
 }
 
 #[test]
-fn review_calls_that_panicked_give_no_rtt_sample_to_the_adaptive_limit() {
+fn calls_that_panicked_give_no_rtt_sample_to_the_adaptive_limit() {
     let (engine, clock) = engine();
     let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Aimd).limits(1, 10, 50);
     rule.window.min_samples = 1;
@@ -511,17 +516,9 @@ fn review_calls_that_panicked_give_no_rtt_sample_to_the_adaptive_limit() {
 }
 
 #[test]
-fn review_a_call_that_queued_then_timed_out_is_measured_at_its_time_limit() {
+fn a_call_that_queued_then_timed_out_is_measured_at_its_time_limit() {
     let (engine, clock) = engine();
-    let mut rule = AdaptiveRule::new("db").algorithm(AlgorithmKind::Gradient2).limits(1, 10, 20);
-    rule.window = WindowConfig { window_ms: 1, min_samples: 1, max_window_ms: 1, ignore_rtt_under_us: 0 };
-    engine.load_adaptive_rules([rule]).unwrap();
-    engine
-        .load_flow_rules([FlowRule::new("db")
-            .count(10.0)
-            .control_behavior(crate::flow::ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(1_000)])
-        .unwrap();
+    gradient2_behind_a_rate_limiter(&engine);
     let db = engine.resource("db");
     let first = db.enter().unwrap();
     clock.advance_millis(2);
@@ -540,7 +537,7 @@ fn review_a_call_that_queued_then_timed_out_is_measured_at_its_time_limit() {
 }
 
 #[test]
-fn review_a_changed_rule_still_counts_the_calls_in_flight_under_the_rule_it_replaced() {
+fn a_changed_rule_still_counts_the_calls_in_flight_under_the_rule_it_replaced() {
     let (engine, _) = engine();
     engine.load_adaptive_rules([AdaptiveRule::new("db").limits(1, 2, 2)]).unwrap();
     let db = engine.resource("db");

@@ -118,7 +118,7 @@ fn shares_written_in_decimal_that_sum_to_one_are_accepted() {
 }
 
 #[test]
-fn review_the_default_wait_queue_never_holds_more_than_the_cap() {
+fn the_default_wait_queue_never_holds_more_than_the_cap() {
     let rule = AdaptiveRule::new("api").limits(1, 1, MAX_LIMIT_CAP).max_wait_ms(100);
     rule.validate(0).unwrap();
     assert!(
@@ -199,7 +199,7 @@ mod format {
     }
 
     #[test]
-    fn review_json_refuses_an_origin_named_twice_in_partitions() {
+    fn json_refuses_an_origin_named_twice_in_partitions() {
         // Built in code, the same rule is refused ("names origin `mobile` twice"); as JSON the map keeps the
         // last share and the set loads, whatever the file says first.
         let parsed = parse_json(r#"[{"resource":"a","partitions":{"mobile":0.9,"mobile":0.6,"default":0.4}}]"#);
@@ -300,7 +300,7 @@ fn vegas_follows_its_formula_step_by_step() {
 }
 
 #[test]
-fn review_vegas_holds_its_limit_when_every_window_measures_the_same() {
+fn vegas_holds_its_limit_when_every_window_measures_the_same() {
     // Netflix's windowed Vegas sees one RTT per window (the window's average), so its no-load RTT is the lowest
     // window average and a steady downstream estimates no queue. Ours took the no-load RTT from the lowest
     // single call and the current one from the average: calls of 10-30 ms (mean 20 ms), the same in every
@@ -441,7 +441,7 @@ fn a_drop_backs_off_at_once_but_only_once_per_round_of_calls() {
 }
 
 #[test]
-fn review_overload_drops_never_make_gradient2_grow_faster_than_successes() {
+fn overload_drops_never_make_gradient2_grow_faster_than_successes() {
     // Gradient2 leaves drops out of its formula, and its limit does not fall on them, so the back-off epoch
     // never moves: every drop of a call "admitted since the last decrease" closes the window at once (after
     // one round trip), with one sample, and each such update adds `queue_size · smoothing` (0.8). A shedding
@@ -468,7 +468,7 @@ fn review_overload_drops_never_make_gradient2_grow_faster_than_successes() {
 }
 
 #[test]
-fn review_a_fast_drop_does_not_become_the_vegas_no_load_rtt() {
+fn a_fast_drop_does_not_become_the_vegas_no_load_rtt() {
     let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Vegas).limits(1, 50, 200);
     rule.vegas.probe_multiplier = 0; // no re-measuring within the test
     let l = limiter(&rule); // windows of 1 s, 10 samples
@@ -980,7 +980,7 @@ fn gradient2_keeps_goodput_and_latency_through_a_ramp_to_four_times_capacity() {
 }
 
 #[test]
-fn review_the_probe_jitter_delays_the_probe_never_brings_it_forward() {
+fn the_probe_jitter_delays_the_probe_never_brings_it_forward() {
     // Envoy: "If the interval is 10s and the jitter is 15%, the next window will begin somewhere in the range
     // (10s - 11.5s)."
     let mut rule = AdaptiveRule::new("api").algorithm(AlgorithmKind::Gradient2).limits(1, 10, 100);

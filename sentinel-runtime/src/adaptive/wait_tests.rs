@@ -138,7 +138,7 @@ fn dropping_a_waiting_future_leaks_no_place_and_gives_none_back_twice() {
 }
 
 #[test]
-fn review_a_waiter_is_not_stranded_on_the_limiter_a_changed_rule_replaced() {
+fn a_waiter_is_not_stranded_on_the_limiter_a_changed_rule_replaced() {
     let (engine, clock) = engine_with_wait(1, 100);
     let held = engine.enter("db").unwrap();
     let mut waiting = enter_async(&engine);
