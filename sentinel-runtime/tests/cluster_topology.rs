@@ -577,16 +577,21 @@ fn flow_rule_doc(count: u32) -> String {
     format!(r#"[{{"resource": "api", "grade": 1, "count": {count}}}]"#)
 }
 
+/// A rules key that a node other than the first seed owns.
+fn key_off_the_first_seed(cluster: &RedisClusterServers) -> String {
+    (0..100)
+        .map(|i| format!("sentinel:shop:flow-rules:{i}"))
+        .find(|k| cluster.owner_of(k).is_some_and(|o| o != 0))
+        .expect("a key on another node")
+}
+
 #[test]
 fn rules_published_on_a_cluster_are_in_force_within_a_second() {
     let _serial = one_at_a_time();
     let Some(cluster) = RedisClusterServers::start("rules_published_on_a_cluster") else { return };
     let urls = cluster.urls();
     // A key owned by a node other than the first seed (where the data source subscribes).
-    let key = (0..100)
-        .map(|i| format!("sentinel:shop:flow-rules:{i}"))
-        .find(|k| cluster.owner_of(k).is_some_and(|o| o != 0))
-        .expect("a key on another node");
+    let key = key_off_the_first_seed(&cluster);
     let owner = &urls[cluster.owner_of(&key).unwrap()];
     let channel = "sentinel:shop:flow-rules:changed";
     publish_on(owner, &key, channel, &flow_rule_doc(10));
@@ -691,10 +696,7 @@ fn rules_published_on_a_cluster_whose_first_seed_hangs_are_in_force() {
     };
     let urls = cluster.urls();
     // A key owned by a node other than the first seed (the one that hangs).
-    let key = (0..100)
-        .map(|i| format!("sentinel:shop:flow-rules:{i}"))
-        .find(|k| cluster.owner_of(k).is_some_and(|o| o != 0))
-        .expect("a key on another node");
+    let key = key_off_the_first_seed(&cluster);
     let owner = &urls[cluster.owner_of(&key).unwrap()];
     let channel = "sentinel:shop:flow-rules:changed";
     publish_on(owner, &key, channel, &flow_rule_doc(10));
