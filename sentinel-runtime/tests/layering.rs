@@ -23,8 +23,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "error.rs",
             "pattern.rs",
             "names.rs",
-            // fastjson's leniency made strict JSON (pure text; the rule documents and the gateway's JSON read it).
-            "lenient_json.rs",
             "wait.rs",
             "flow/rule.rs",
             "circuit_breaker/rule.rs",
@@ -44,7 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "engine/",
             "config.rs",
             "resource/",
-            "context/",
+            "context.rs",
             "node.rs",
             "entry/",
             "chain.rs",
