@@ -622,6 +622,9 @@ impl EntryScope {
         if let Some(outer) = entry.context_without(cur) {
             crate::context::set_current(outer);
         }
+        // Its exit, after the work (outside the carried context), on this thread or another, must leave
+        // every thread's context as it is then.
+        entry.carried_away();
         self.carried = Some(CarriedContext::from_state(cur));
     }
 }

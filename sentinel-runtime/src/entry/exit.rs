@@ -9,7 +9,7 @@ use crate::node::DefaultNode;
 use crate::resource::inner::ResourceInner;
 
 use super::path::Nodes;
-use super::{Entry, Flags};
+use super::{Entry, Flags, CARRIED};
 use crate::chain::{self, MAX_SLOT_EXITS};
 use crate::slot::contract::{CallNodes, ExitCx};
 use crate::slot::SlotExit;
@@ -20,7 +20,7 @@ impl Entry<'_> {
     #[inline]
     fn restore_context(&self, shared: &Shared, node: &DefaultNode) {
         let cur = context::current();
-        if cur.era & context::ERA_MASK != self.era {
+        if cur.era & context::ERA_MASK != self.era.load(Ordering::Relaxed) {
             // The installation the entry joined is not this thread's context now: unwound already here, or
             // another thread's, which this one cannot write: that thread applies the exit when it next reads
             // its context (`context::moved`).
@@ -74,11 +74,14 @@ impl Entry<'_> {
     #[cold]
     #[inline(never)]
     fn exit_elsewhere(&self, node: &DefaultNode) {
-        if context::is_this_threads(self.era) {
+        let era = self.era.load(Ordering::Relaxed);
+        // Carried away: its place is in no thread's context any more (the context that had it was carried in
+        // a future, and goes with it).
+        if era == CARRIED || context::is_this_threads(era) {
             return;
         }
         context::post_moved_exit(context::MovedExit {
-            era: self.era,
+            era,
             engine_id: self.res.shared().id,
             depth: self.depth,
             node: node as *const DefaultNode as usize,
@@ -94,6 +97,17 @@ impl Entry<'_> {
     pub(crate) fn context_without(&self, cur: ContextState) -> Option<ContextState> {
         let installed = self.flags & Flags::TOUCHES_TLS != 0 && cur.engine_id == self.res.shared().id;
         installed.then(|| self.outer_of(cur))
+    }
+
+    /// The suspended work's context, in which this entry is the innermost one, is carried away in its future
+    /// (and the thread's context put back to what it was before the entry: [`context_without`]): the entry's
+    /// place is then in no thread's context, so its exit, on whichever thread, changes none (a thread that
+    /// made it may meanwhile be deeper in entries of its own, in the same installation).
+    ///
+    /// [`context_without`]: Entry::context_without
+    #[inline]
+    pub(crate) fn carried_away(&self) {
+        self.era.store(CARRIED, Ordering::Relaxed);
     }
 }
 

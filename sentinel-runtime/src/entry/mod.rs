@@ -126,8 +126,11 @@ pub struct Entry<'r> {
     origin: Option<&'r OriginInfo>,
     /// The innermost entry's node before this one (restored at exit); null at the entrance.
     parent: *const DefaultNode,
-    /// The installation of the thread's context the entry joined (see `context::moved`).
-    era: u32,
+    /// The installation of the thread's context the entry joined (see `context::moved`), or [`CARRIED`] once
+    /// its place was carried away from the thread's context ([`Entry::carried_away`]). Atomic only so that the
+    /// suspension of an `async fn`'s work can mark it through the `&Entry` its work borrows (a plain load at
+    /// the exit).
+    era: std::sync::atomic::AtomicU32,
     created_nanos: u64,
     wait_nanos: u64,
     depth: u32,
@@ -144,6 +147,10 @@ pub struct Entry<'r> {
     param: crate::param_flow::EntryState,
     breakers: crate::circuit_breaker::EntryState,
 }
+
+/// [`Entry::era`] of an entry whose place in a context was carried away from the thread that made it (no era:
+/// those have the top bit clear): its exit changes no thread's context.
+const CARRIED: u32 = u32::MAX;
 
 /// Bits of [`Entry::flags`] (one byte keeps the entry within two cache lines).
 struct Flags;
@@ -190,7 +197,7 @@ impl<'r> Entry<'r> {
             origin_node: None,
             origin: None,
             parent: std::ptr::null(),
-            era: 0,
+            era: std::sync::atomic::AtomicU32::new(0),
             created_nanos: 0,
             wait_nanos: 0,
             depth: 0,

@@ -190,7 +190,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             origin_node,
             origin: Some(origin),
             parent: state.cur_node,
-            era: state.era & context::ERA_MASK,
+            era: std::sync::atomic::AtomicU32::new(state.era & context::ERA_MASK),
             created_nanos: now_nanos,
             wait_nanos: checks.tally.wait_nanos,
             depth: state.depth + 1,
