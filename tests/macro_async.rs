@@ -743,7 +743,6 @@ async fn waits_then_returns() -> Result<(), AppError> {
 }
 
 #[test]
-#[ignore = "review: an annotated async fn decided after a wait, completed on another thread, pops the caller thread's later entries"]
 fn a_call_decided_after_a_wait_and_completed_elsewhere_leaves_the_callers_thread_in_its_own_entries() {
     // The call waits for a place (no entry yet), carrying the context it was called in; it is decided in that
     // carried context on another thread and completes there. Meanwhile the calling thread went deeper into

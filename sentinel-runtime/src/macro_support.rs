@@ -493,6 +493,11 @@ where
             }
         }
     };
+    if scope.carried.is_some() {
+        // Decided again after a wait, in the context carried in the future: the entry's place is there, in no
+        // thread's context, so its exit must leave every thread's context as it is then.
+        entry.carried_away();
+    }
     if let Some(delay) = queue_delay(&entry) {
         in_entry(scope, &entry, delay).await;
     }
