@@ -490,7 +490,6 @@ fn an_annotated_async_fn_resumed_on_its_thread_inside_later_entries_leaves_them_
 }
 
 #[test]
-#[ignore = "review: an entry made in one entry's scope and exited inside another entry's scope unwinds that scope"]
 fn an_entry_made_in_one_requests_scope_and_exited_in_anothers_leaves_that_scope_as_it_is() {
     // Java: an entry exits its own `Context`; here it was made in request 1's scope and exits while request 2's
     // scope is installed (a task of request 1 finishing on a worker that polls request 2): request 2's entries

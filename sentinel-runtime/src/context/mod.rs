@@ -60,7 +60,7 @@ pub(crate) struct ContextState {
     /// The innermost entry's node; null at the entrance.
     pub(crate) cur_node: *const DefaultNode,
     pub(crate) depth: u32,
-    /// The installation this state belongs to (see [`moved`]; 0 for none, or for an entry's scope), and in
+    /// The installation this state belongs to (see [`moved`]; 0 for none), and in
     /// the top bit ([`CLOSING`]) whether the context's guard was dropped while an entry of it was in flight:
     /// the context then ends when the outermost such entry exits (Java's `ContextUtil.exit` leaves a context
     /// whose entry has not exited). In one word beside `depth`, so that the state stays six words.

@@ -6,15 +6,15 @@
 //! the maker applies it the next time it reads its context while one is active, as Java's shared `Context`
 //! object would have been popped by the exit.
 //!
-//! **Installations.** Every context a thread installs from none (an entry that starts one, a context guard)
-//! gets an *era* of 31 bits: the thread's *slot* (bits 19 to 30, a number from 1 to 4095 that a live thread
-//! holds and a thread that ends gives back) and the slot's count of installations (bits 0 to 18, never 0).
-//! Entries nested in it keep it. An entry whose exit finds the thread's current era equal to its own is in its
-//! installation; otherwise the installation is gone from this thread (unwound already: nothing to do) or is
-//! another thread's (the era's slot differs: posted). A thread that ends leaves its slot's count behind, and
-//! the next thread to take the slot goes on from it, so the eras of one slot repeat only after 2^19 - 1
-//! installations; a mail must also match the depth and node of the entry it ends. A thread that finds every
-//! slot taken (4,095 threads with borrowed entries at once) gets slot 0: its exits on other threads are not
+//! **Installations.** Every context a thread installs from none (an entry that starts one, a context guard, an entry's
+//! scope: `Entry::in_scope`, `Entry::instrument`, the web layer's request scope) gets an *era* of 31 bits: the thread's
+//! *slot* (bits 19 to 30, a number from 1 to 4095 that a live thread holds and a thread that ends gives back) and the
+//! slot's count of installations (bits 0 to 18, never 0). Entries nested in it keep it. An entry whose exit finds the
+//! thread's current era equal to its own is in its installation; otherwise the installation is gone from this thread
+//! (unwound already: nothing to do) or is another thread's (the era's slot differs: posted). A thread that ends leaves
+//! its slot's count behind, and the next thread to take the slot goes on from it, so the eras of one slot repeat only
+//! after 2^19 - 1 installations; a mail must also match the depth and node of the entry it ends. A thread that finds
+//! every slot taken (4,095 threads with borrowed entries at once) gets slot 0: its exits on other threads are not
 //! posted (its context stays as it was before mailboxes existed).
 //!
 //! **Soundness.** A mailbox is leaked (`&'static`; one per slot, at most 4,095) and recycled with its slot, so
@@ -186,7 +186,7 @@ pub(crate) fn is_this_threads(era: u32) -> bool {
 pub(crate) fn post(exit: MovedExit) {
     let slot = (exit.era >> SLOT_SHIFT) as usize;
     if slot == 0 {
-        return; // no thread's installation (an entry's scope, or a thread without a slot)
+        return; // no thread's installation (a thread without a slot)
     }
     let registry = lock(&REGISTRY);
     let Some(&(mailbox, true)) = registry.slots.get(slot) else {

@@ -33,8 +33,9 @@ impl<'r> Entry<'r> {
             origin: origin as *const crate::context::OriginInfo,
             cur_node: node as *const DefaultNode,
             depth: self.depth,
-            // Put back by its scope: no thread's installation (see `context::moved`).
-            era: 0,
+            // An installation of its own (see `context::moved`): the entries made in it exit from it, and from
+            // no other scope's state a thread has installed when they exit (another request's, say).
+            era: context::next_era(),
             override_engine,
         })
     }
