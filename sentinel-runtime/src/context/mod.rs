@@ -195,7 +195,8 @@ impl ContextGuard<'_> {
     pub fn name(&self) -> String {
         let s = current_settled();
         if s.engine_id == self.engine_id && !s.ctx.is_null() {
-            // SAFETY: contexts live as long as the engine, which this guard borrows.
+            // SAFETY: `s` is a state of the guard's engine (its id was compared above, and ids are never
+            // reused), whose contexts are freed only with it, and the guard borrows it.
             unsafe { (*s.ctx).name().to_string() }
         } else {
             String::new()
@@ -230,9 +231,15 @@ pub struct CarriedContext {
     state: ContextState,
 }
 
-// SAFETY: the pointers refer to engine-owned data (contexts, origins, nodes) that is `Sync` and outlives every
-// entry; the state is only dereferenced by the thread that has it installed.
+// SAFETY: the state is plain data (an engine id, addresses, numbers) and `&CarriedContext` gives access to none
+// of it. Its pointers refer to engine-owned data (contexts, origins, nodes) that is `Sync` and freed only with
+// its engine; a carried state may outlive that engine (a future kept past the engine's drop), but a pointer
+// of a state is dereferenced only under a live engine whose id equals the state's `engine_id` (every reader
+// compares it first: `entry_path`, `current_context`, `ContextGuard::name`, `Entry::restore_context`), and
+// engine ids are never reused (`NEXT_ENGINE_ID`), so a state of a dropped engine is never dereferenced on any
+// thread it is installed on. The engine override is the address of a `&'static Sentinel`.
 unsafe impl Send for CarriedContext {}
+// SAFETY: as for `Send`.
 unsafe impl Sync for CarriedContext {}
 
 impl CarriedContext {

@@ -315,7 +315,8 @@ impl Sentinel {
         if s.engine_id != self.shared.id || s.ctx.is_null() {
             return None;
         }
-        // SAFETY: the context and origin tables live as long as the engine.
+        // SAFETY: `s` is a state of this engine (its id was compared above, and ids are never reused), so its
+        // context and origin are entries of this engine's tables, which are freed only with it.
         unsafe { Some(((*s.ctx).name().to_string(), (*s.origin).name.to_string())) }
     }
 

@@ -43,7 +43,8 @@ impl Entry<'_> {
         if cur.ctx.is_null() {
             return; // an outer entry already unwound this context
         }
-        // SAFETY: contexts live as long as the engine, which `res` keeps alive.
+        // SAFETY: `cur` is a state of this entry's engine (its id was compared above, and ids are never reused),
+        // whose contexts are freed only with it, and `res` keeps it alive.
         if unsafe { (*cur.ctx).id } != node.context_id {
             return; // another context of the engine is active now
         }

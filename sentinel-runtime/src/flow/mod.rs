@@ -420,8 +420,11 @@ impl NodePtr {
     fn of(node: &StatNode) -> NodePtr {
         NodePtr(std::ptr::NonNull::from(node))
     }
-    /// SAFETY: every node lives as long as its engine, and an entry keeps its engine alive.
+    /// The node (a `NodePtr` is only made from a node of the engine of the call that holds it).
     fn get(&self) -> &StatNode {
+        // SAFETY: a `NodePtr` lives in what a call holds (its checks' scratch, its entry's state), made from a
+        // node of the call's engine; nodes are freed only with their engine, which the call's resource handle
+        // (borrowed, or a hold of an owned entry) keeps alive until the call's exit has run.
         unsafe { self.0.as_ref() }
     }
 }
