@@ -517,7 +517,6 @@ fn an_entry_made_in_one_requests_scope_and_exited_in_anothers_leaves_that_scope_
 }
 
 #[test]
-#[ignore = "review: a moved entry's exit is consumed by a future's carried context polled on its thread, which stays inside the entry"]
 fn a_moved_entrys_exit_reaches_its_thread_even_when_a_future_carrying_its_context_is_polled_there_first() {
     // The future carries this thread's context (captured inside `o`); `o` moves to another thread and exits
     // there; the future is then polled here, and reads its context inside the poll. This thread's context,
@@ -533,6 +532,26 @@ fn a_moved_entrys_exit_reaches_its_thread_even_when_a_future_carrying_its_contex
     futures::executor::block_on(fut);
     let ey = y.enter().unwrap();
     drop(ey);
+    let tree = engine.tree();
+    let web = tree.iter().find(|t| t.name == "web").unwrap();
+    let names: Vec<&str> = web.children.iter().map(|n| n.name.as_str()).collect();
+    assert!(names.contains(&"y"), "y is entered at the context's entrance, not inside o: {tree:?}");
+}
+
+#[test]
+fn a_moved_entrys_exit_reaches_its_thread_even_when_an_entrys_scope_is_installed_there_first() {
+    // As above, with an owned entry's scope read first on this thread.
+    let engine = engine();
+    let (o, req, db, y) = (engine.resource("o"), engine.resource("req"), engine.resource("db"), engine.resource("y"));
+    let _guard = engine.enter_context("web", "appA").unwrap();
+    let eo = o.enter().unwrap();
+    let request = req.entry_owned().enter().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(move || drop(eo));
+    });
+    request.in_scope(|| drop(db.enter().unwrap()));
+    drop(y.enter().unwrap());
+    drop(request);
     let tree = engine.tree();
     let web = tree.iter().find(|t| t.name == "web").unwrap();
     let names: Vec<&str> = web.children.iter().map(|n| n.name.as_str()).collect();

@@ -117,11 +117,21 @@ struct ThreadContext {
     era: Cell<u32>,
     /// The thread's mailbox, once it has made an installation (and until its destructors run).
     mailbox: Cell<Option<&'static moved::Mailbox>>,
+    /// How many contexts that are not the thread's own are installed now, one in another (a future's carried
+    /// context during a poll, an entry's scope): the exits posted to the thread wait while any is, since they
+    /// end entries of the thread's own context, which such a context only stands in for (a future's carried
+    /// context is often a copy of it, in the same installation).
+    foreign: Cell<u32>,
 }
 
 thread_local! {
     static CURRENT: ThreadContext = const {
-        ThreadContext { state: Cell::new(ContextState::NONE), era: Cell::new(0), mailbox: Cell::new(None) }
+        ThreadContext {
+            state: Cell::new(ContextState::NONE),
+            era: Cell::new(0),
+            mailbox: Cell::new(None),
+            foreign: Cell::new(0),
+        }
     };
 }
 
@@ -133,6 +143,26 @@ pub(crate) fn current() -> ContextState {
 #[inline]
 pub(crate) fn set_current(s: ContextState) {
     CURRENT.with(|c| c.state.set(s))
+}
+
+/// Installs `s`, a context that is not the thread's own (a future's carried context, an entry's scope), until
+/// [`end_foreign`] puts back the state this returns: meanwhile the exits posted to the thread wait for its own
+/// context (see [`ThreadContext::foreign`]).
+#[inline]
+pub(crate) fn begin_foreign(s: ContextState) -> ContextState {
+    CURRENT.with(|c| {
+        c.foreign.set(c.foreign.get().wrapping_add(1));
+        c.state.replace(s)
+    })
+}
+
+/// Puts back `prev`, the state [`begin_foreign`] replaced.
+#[inline]
+pub(crate) fn end_foreign(prev: ContextState) {
+    CURRENT.with(|c| {
+        c.foreign.set(c.foreign.get().saturating_sub(1));
+        c.state.set(prev)
+    })
 }
 
 /// Ends the thread's context (an entry that started it exits): no engine's context is active. Only the engine
@@ -284,11 +314,10 @@ impl CarriedContext {
         impl Drop for Restore<'_> {
             fn drop(&mut self) {
                 *self.carried = current();
-                set_current(self.outer);
+                end_foreign(self.outer);
             }
         }
-        let outer = current();
-        set_current(self.state);
+        let outer = begin_foreign(self.state);
         let _restore = Restore { carried: &mut self.state, outer };
         f()
     }

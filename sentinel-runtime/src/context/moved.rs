@@ -205,10 +205,15 @@ pub(crate) fn post(exit: MovedExit) {
 /// Applies the exits posted to this thread to its context: the outermost exit of the current installation
 /// that the context is inside of, if any, moves it out of that entry (ending the installation when the entry
 /// started it, or when its context guard has exited meanwhile). Exits of other installations are dropped.
+/// Nothing while a context that is not the thread's own is installed (a future's carried context, an entry's
+/// scope): the exits wait for the thread's own.
 #[cold]
 #[inline(never)]
 pub(crate) fn apply_mail() {
-    let (cur, mailbox) = CURRENT.with(|c| (c.state.get(), c.mailbox.get()));
+    let (cur, mailbox, foreign) = CURRENT.with(|c| (c.state.get(), c.mailbox.get(), c.foreign.get()));
+    if foreign != 0 {
+        return; // the exits wait for the thread's own context (see `ThreadContext::foreign`)
+    }
     if let Some(mailbox) = mailbox {
         let settled = settled(cur, mailbox);
         CURRENT.with(|c| c.state.set(settled));

@@ -15,7 +15,7 @@ pub(crate) struct ScopeRestore(ContextState);
 impl Drop for ScopeRestore {
     #[inline]
     fn drop(&mut self) {
-        context::set_current(self.0);
+        context::end_foreign(self.0);
     }
 }
 
@@ -70,7 +70,7 @@ impl<'r> Entry<'r> {
     pub(crate) fn scope(&self) -> Option<ScopeRestore> {
         let cur = context::current();
         let state = self.scope_state(cur.override_engine)?;
-        context::set_current(state);
+        context::begin_foreign(state);
         Some(ScopeRestore(cur))
     }
 
