@@ -559,7 +559,6 @@ fn a_moved_entrys_exit_reaches_its_thread_even_when_an_entrys_scope_is_installed
 }
 
 #[test]
-#[ignore = "review: the exit of a moved entry is dropped when its thread reads another engine's context first"]
 fn a_moved_entrys_exit_reaches_its_thread_even_when_another_engines_context_is_read_there_first() {
     let (one, two) = (engine(), engine());
     let (o, z) = (one.resource("o"), two.resource("z"));

@@ -244,6 +244,10 @@ impl Drop for ContextGuard<'_> {
                 set_current(ContextState { era: cur.era | CLOSING, ..cur });
             } else {
                 set_current(prev);
+                if prev.engine_id != 0 && prev.engine_id != self.engine_id {
+                    // Another engine's context is back: exits of its entries may have waited for it.
+                    moved::rearm();
+                }
             }
         }
     }

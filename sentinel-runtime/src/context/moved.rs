@@ -204,7 +204,8 @@ pub(crate) fn post(exit: MovedExit) {
 
 /// Applies the exits posted to this thread to its context: the outermost exit of the current installation
 /// that the context is inside of, if any, moves it out of that entry (ending the installation when the entry
-/// started it, or when its context guard has exited meanwhile). Exits of other installations are dropped.
+/// started it, or when its context guard has exited meanwhile). Exits of the engine's other installations are
+/// dropped; those of another engine's entries wait (see [`settled`]).
 /// Nothing while a context that is not the thread's own is installed (a future's carried context, an entry's
 /// scope): the exits wait for the thread's own.
 #[cold]
@@ -220,9 +221,21 @@ pub(crate) fn apply_mail() {
     }
 }
 
+/// The thread put back a context of another engine than the one it had installed over it (a context guard
+/// dropped): the exits waiting for it (see [`settled`]) are read at its next read of its context.
+#[cold]
+#[inline(never)]
+pub(crate) fn rearm() {
+    if let Some(mailbox) = CURRENT.with(|c| c.mailbox.get()) {
+        if !lock(&mailbox.exits).is_empty() {
+            mailbox.pending.store(true, Ordering::Release);
+        }
+    }
+}
+
 /// `cur` with the exits in `mailbox` applied (see [`apply_mail`]).
 fn settled(cur: ContextState, mailbox: &Mailbox) -> ContextState {
-    let exits = {
+    let mut exits = {
         let mut exits = lock(&mailbox.exits);
         mailbox.pending.store(false, Ordering::Relaxed);
         std::mem::take(&mut *exits)
@@ -231,7 +244,19 @@ fn settled(cur: ContextState, mailbox: &Mailbox) -> ContextState {
         .iter()
         .filter(|x| x.era == cur.era & ERA_MASK && x.engine_id == cur.engine_id && x.era != 0)
         .filter(|x| cur.depth > x.depth || (cur.depth == x.depth && cur.cur_node as usize == x.node))
-        .min_by_key(|x| x.depth);
+        .min_by_key(|x| x.depth)
+        .copied();
+    // The exits of another engine's entries wait: they may be for that engine's context, which a context of
+    // this engine was installed over (a context guard of this engine), and is put back when that guard drops
+    // (`rearm`). Oldest first, at most `MAILBOX_CAP` kept, as when posted.
+    exits.retain(|x| x.engine_id != cur.engine_id);
+    if !exits.is_empty() {
+        let mut waiting = lock(&mailbox.exits);
+        exits.append(&mut waiting);
+        let excess = exits.len().saturating_sub(MAILBOX_CAP);
+        exits.drain(..excess);
+        *waiting = exits;
+    }
     match outermost {
         None => cur,
         Some(x) if x.fresh => ContextState { override_engine: cur.override_engine, ..ContextState::NONE },
