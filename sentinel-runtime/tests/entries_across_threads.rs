@@ -573,7 +573,6 @@ fn a_moved_entrys_exit_reaches_its_thread_even_when_another_engines_context_is_r
 }
 
 #[test]
-#[ignore = "review: a context guard dropped while its entry is in flight, installed over another engine's context, loses that context"]
 fn a_context_guard_over_another_engines_context_gives_it_back_when_it_ends() {
     let (one, two) = (engine(), engine());
     let (o, z) = (one.resource("o"), two.resource("z"));

@@ -238,9 +238,12 @@ impl Drop for ContextGuard<'_> {
     fn drop(&mut self) {
         if let Some(prev) = self.restore.take() {
             let cur = current_settled();
-            if cur.era & ERA_MASK == self.era && cur.engine_id == self.engine_id && cur.depth > 0 {
+            if cur.era & ERA_MASK == self.era && cur.engine_id == self.engine_id && cur.depth > 0 && prev.engine_id == 0
+            {
                 // An entry of the context is in flight: the context ends when it exits (Java's
-                // `ContextUtil.exit` does nothing while the context has a current entry).
+                // `ContextUtil.exit` does nothing while the context has a current entry). Not over another
+                // engine's context, which the end of this one could not give back (a state has no room for it):
+                // that one comes back at once, as the guard installed it over.
                 set_current(ContextState { era: cur.era | CLOSING, ..cur });
             } else {
                 set_current(prev);
