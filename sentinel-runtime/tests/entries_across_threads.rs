@@ -586,3 +586,21 @@ fn a_context_guard_over_another_engines_context_gives_it_back_when_it_ends() {
     drop(eo);
     assert_eq!(one.current_context(), None);
 }
+
+#[test]
+#[ignore = "review: a borrowed entry exited inside a future carrying a copy of its thread's context leaves the thread inside it"]
+fn a_borrowed_entry_exited_inside_a_future_carrying_its_threads_context_leaves_that_thread_out_of_it() {
+    // The future carries a copy of this thread's context, made while `r` was its innermost entry; `r` exits
+    // inside the future's poll. Java: the exit pops the thread's (shared) `Context`; here the thread's own
+    // context must leave `r` too, not only the future's copy of it.
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build().leak();
+    let (r, x) = (engine.resource("r"), engine.resource("x"));
+    engine.scoped(|| {
+        let e = r.enter().unwrap();
+        let fut = engine.scoped_future(async move { drop(e) });
+        futures::executor::block_on(fut);
+        drop(x.enter().unwrap());
+    });
+    assert_eq!(children_of(engine, &[]), vec!["r", "x"], "x is entered at the entrance, not below r");
+    assert_eq!(engine.current_context(), None);
+}
