@@ -630,7 +630,7 @@ impl EntryScope {
         // Its exit, after the work (outside the carried context), on this thread or another, must leave
         // every thread's context as it is then.
         entry.carried_away();
-        self.carried = Some(CarriedContext::from_state(cur));
+        self.carried = Some(CarriedContext::copy_of(cur));
     }
 }
 

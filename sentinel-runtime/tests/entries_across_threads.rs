@@ -588,7 +588,6 @@ fn a_context_guard_over_another_engines_context_gives_it_back_when_it_ends() {
 }
 
 #[test]
-#[ignore = "review: a borrowed entry exited inside a future carrying a copy of its thread's context leaves the thread inside it"]
 fn a_borrowed_entry_exited_inside_a_future_carrying_its_threads_context_leaves_that_thread_out_of_it() {
     // The future carries a copy of this thread's context, made while `r` was its innermost entry; `r` exits
     // inside the future's poll. Java: the exit pops the thread's (shared) `Context`; here the thread's own
@@ -602,5 +601,25 @@ fn a_borrowed_entry_exited_inside_a_future_carrying_its_threads_context_leaves_t
         drop(x.enter().unwrap());
     });
     assert_eq!(children_of(engine, &[]), vec!["r", "x"], "x is entered at the entrance, not below r");
+    assert_eq!(engine.current_context(), None);
+}
+
+#[test]
+fn a_borrowed_entry_exited_inside_a_future_polled_on_another_thread_leaves_its_thread_out_of_it() {
+    // As above, the future polled on another thread; and an entry made inside the future, exited there, does
+    // not end this thread's own entries.
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build().leak();
+    let (r, w, x) = (engine.resource("r"), engine.resource("w"), engine.resource("x"));
+    engine.scoped(|| {
+        let e = r.enter().unwrap();
+        let fut = engine.scoped_future(async move {
+            drop(w.enter().unwrap());
+            drop(e);
+        });
+        std::thread::scope(|s| s.spawn(move || futures::executor::block_on(fut)).join().unwrap());
+        drop(x.enter().unwrap());
+    });
+    assert_eq!(children_of(engine, &[]), vec!["r", "x"], "x is entered at the entrance, not below r");
+    assert_eq!(children_of(engine, &["r"]), vec!["w"]);
     assert_eq!(engine.current_context(), None);
 }

@@ -156,6 +156,12 @@ pub(crate) fn begin_foreign(s: ContextState) -> ContextState {
     })
 }
 
+/// Whether a context that is not the thread's own is installed now (see [`begin_foreign`]).
+#[inline]
+pub(crate) fn in_foreign() -> bool {
+    CURRENT.with(|c| c.foreign.get() != 0)
+}
+
 /// Puts back `prev`, the state [`begin_foreign`] replaced.
 #[inline]
 pub(crate) fn end_foreign(prev: ContextState) {
@@ -282,7 +288,18 @@ unsafe impl Sync for CarriedContext {}
 impl CarriedContext {
     /// Captures the calling thread's current context (what the future's parent had when it was created).
     pub fn capture() -> Self {
-        CarriedContext { state: current_settled() }
+        Self::copy_of(current_settled())
+    }
+
+    /// Carries a copy of `state`, a context this thread has installed as its own (and keeps): the copy is an
+    /// installation of its own (see [`moved`]), so that an entry made in it and one of the thread's own are
+    /// never taken for one another where they exit, and an entry of the thread's own that exits inside the
+    /// copy tells the thread's own context ([`in_foreign`]).
+    pub(crate) fn copy_of(state: ContextState) -> Self {
+        if state.engine_id == 0 {
+            return CarriedContext { state };
+        }
+        CarriedContext { state: ContextState { era: next_era() | (state.era & CLOSING), ..state } }
     }
 
     /// Carries `state` (an entry's scope, see [`Entry::instrument`](crate::Entry::instrument)).

@@ -71,14 +71,21 @@ impl Entry<'_> {
     }
 
     /// The exit of an entry whose installation is not this thread's context now: when it is another
-    /// thread's, tells that thread that the entry exited here.
+    /// thread's, tells that thread that the entry exited here; when it is this thread's own, under a context
+    /// that is not (a future's copy of it, an entry's scope), tells this thread's own context.
     #[cold]
     #[inline(never)]
     fn exit_elsewhere(&self, node: &DefaultNode) {
         let era = self.era.load(Ordering::Relaxed);
         // Carried away: its place is in no thread's context any more (the context that had it was carried in
         // a future, and goes with it).
-        if era == CARRIED || context::is_this_threads(era) {
+        if era == CARRIED {
+            return;
+        }
+        // This thread's own installation: unwound already, unless the context installed now is not the thread's
+        // own (a future's copy of it, an entry's scope) and the thread's own, put back after it, still has the
+        // entry: it learns of the exit as another thread's exit would tell it.
+        if context::is_this_threads(era) && !context::in_foreign() {
             return;
         }
         context::post_moved_exit(context::MovedExit {
