@@ -115,7 +115,11 @@ impl Entry<'_> {
     /// [`context_without`]: Entry::context_without
     #[inline]
     pub(crate) fn carried_away(&self) {
-        self.era.store(CARRIED, Ordering::Relaxed);
+        // An entry that did not install itself changes no thread's context at its exit anyway (its `era` is
+        // its scopes').
+        if self.flags & Flags::TOUCHES_TLS != 0 {
+            self.era.store(CARRIED, Ordering::Relaxed);
+        }
     }
 }
 

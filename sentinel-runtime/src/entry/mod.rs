@@ -127,7 +127,8 @@ pub struct Entry<'r> {
     /// The innermost entry's node before this one (restored at exit); null at the entrance.
     parent: *const DefaultNode,
     /// The installation of the thread's context the entry joined (see `context::moved`), or [`CARRIED`] once
-    /// its place was carried away from the thread's context ([`Entry::carried_away`]). Atomic only so that the
+    /// its place was carried away from the thread's context ([`Entry::carried_away`]); for an entry that did
+    /// not install itself, the era of its scopes (0 until the first: `Entry::scope_era`). Atomic only so that the
     /// suspension of an `async fn`'s work can mark it through the `&Entry` its work borrows (a plain load at
     /// the exit).
     era: std::sync::atomic::AtomicU32,

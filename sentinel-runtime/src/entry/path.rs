@@ -190,7 +190,9 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             origin_node,
             origin: Some(origin),
             parent: state.cur_node,
-            era: std::sync::atomic::AtomicU32::new(state.era & context::ERA_MASK),
+            // An entry that leaves the thread's context alone has no installation to restore: its `era` is its
+            // scopes' (`Entry::scope_state`), made when first asked for.
+            era: std::sync::atomic::AtomicU32::new(if touches_tls { state.era & context::ERA_MASK } else { 0 }),
             created_nanos: now_nanos,
             wait_nanos: checks.tally.wait_nanos,
             depth: state.depth + 1,

@@ -35,9 +35,28 @@ impl<'r> Entry<'r> {
             depth: self.depth,
             // An installation of its own (see `context::moved`): the entries made in it exit from it, and from
             // no other scope's state a thread has installed when they exit (another request's, say).
-            era: context::next_era(),
+            era: self.scope_era(),
             override_engine,
         })
+    }
+
+    /// The era of this entry's scopes: for an entry that leaves the thread's context alone (an owned one), one
+    /// era for all of them, made at the first (a request's scope is installed at each poll of its handler,
+    /// and an entry held across an await inside it exits from the same installation, on any thread); for one
+    /// that installed itself, whose `era` is its installation's, a new era for each.
+    #[inline]
+    fn scope_era(&self) -> u32 {
+        use std::sync::atomic::Ordering;
+        if self.flags & super::Flags::TOUCHES_TLS != 0 {
+            return context::next_era();
+        }
+        match self.era.load(Ordering::Relaxed) {
+            0 => {
+                let era = context::next_era();
+                self.era.compare_exchange(0, era, Ordering::Relaxed, Ordering::Relaxed).map_or_else(|e| e, |_| era)
+            }
+            era => era,
+        }
     }
 
     /// Runs `f` with this entry as the innermost entry of the thread's context: entries made in `f` are its
