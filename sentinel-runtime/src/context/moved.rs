@@ -26,7 +26,18 @@
 //! push and cleared under it before the mails are taken, so a mail is never missed: a set flag seen early
 //! finds the mail once the lock is taken, and a flag set after the owner cleared it is seen at the owner's
 //! next read. A mail only ever moves the owner's context outward within the same installation (its era,
-//! depth and node must match), so a stale mail is dropped, not applied.
+//! depth and node must match), so a stale mail is dropped, not applied, with one exception: an entry that the
+//! owner's own exits unwound while it was held elsewhere, whose place the owner has since taken again with an
+//! entry of the same resource at the same depth, ends that entry when it exits (as the entry's exit would on
+//! the owner's thread; telling them apart needs an identity per entry in the context:
+//! `a_stale_exit_of_a_moved_entry_does_not_pop_a_later_entry_at_the_same_place`, ignored).
+//!
+//! **Other contexts installed.** A future's carried context and an entry's scope are installations of their
+//! own (a future's copy of the thread's context too), so entries made in them and the thread's own are never
+//! taken for one another. While one is installed the thread's mail waits (it is the thread's own context's);
+//! an entry of the thread's own installation that exits inside one posts its exit to its own thread. Exits of
+//! another engine's entries wait for that engine's context, which a context guard may have been installed
+//! over.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
