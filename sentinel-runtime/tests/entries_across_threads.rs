@@ -623,3 +623,18 @@ fn a_borrowed_entry_exited_inside_a_future_polled_on_another_thread_leaves_its_t
     assert_eq!(children_of(engine, &["r"]), vec!["w"]);
     assert_eq!(engine.current_context(), None);
 }
+
+#[test]
+#[ignore = "review: a moved entry's exit applied inside Sentinel::scoped is undone when the scope puts back the context it found"]
+fn a_moved_entrys_exit_read_inside_a_scoped_engine_stays_applied_after_it() {
+    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build().leak();
+    let (r, x, y) = (engine.resource("r"), engine.resource("x"), engine.resource("y"));
+    let e = r.enter().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(move || drop(e));
+    });
+    engine.scoped(|| drop(x.enter().unwrap())); // reads the context: r has exited
+    drop(y.enter().unwrap());
+    assert_eq!(children_of(engine, &[]), vec!["r", "x", "y"], "y is entered at the entrance, not below r");
+    assert_eq!(engine.current_context(), None);
+}
