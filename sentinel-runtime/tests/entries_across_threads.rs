@@ -625,7 +625,6 @@ fn a_borrowed_entry_exited_inside_a_future_polled_on_another_thread_leaves_its_t
 }
 
 #[test]
-#[ignore = "review: a moved entry's exit applied inside Sentinel::scoped is undone when the scope puts back the context it found"]
 fn a_moved_entrys_exit_read_inside_a_scoped_engine_stays_applied_after_it() {
     let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build().leak();
     let (r, x, y) = (engine.resource("r"), engine.resource("x"), engine.resource("y"));

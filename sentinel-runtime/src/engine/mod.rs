@@ -249,15 +249,17 @@ impl Sentinel {
     /// Runs `f` with this engine standing in for the global one on this thread: annotated functions called
     /// in `f` (and futures created in it) use this engine. Lets tests run in parallel with their own clocks.
     pub fn scoped<R>(&'static self, f: impl FnOnce() -> R) -> R {
-        struct Restore(ContextState);
+        /// Puts back the engine that stood in before; the thread's context stays as `f` left it (an exit of
+        /// one of its entries on another thread, read in `f`, stays applied).
+        struct Restore(EngineOverride);
         impl Drop for Restore {
             fn drop(&mut self) {
-                context::set_current(self.0);
+                context::set_current(ContextState { override_engine: self.0, ..context::current() });
             }
         }
         let prev = context::current();
         context::set_current(ContextState { override_engine: self.as_override(), ..prev });
-        let _r = Restore(prev);
+        let _r = Restore(prev.override_engine);
         f()
     }
 
