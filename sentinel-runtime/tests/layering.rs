@@ -23,6 +23,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "error.rs",
             "pattern.rs",
             "names.rs",
+            // fastjson's leniency made strict JSON (pure text; the rule documents and the gateway's JSON read it).
+            "lenient_json.rs",
             "wait.rs",
             "flow/rule.rs",
             "circuit_breaker/rule.rs",
@@ -42,7 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "engine/",
             "config.rs",
             "resource/",
-            "context.rs",
+            "context/",
             "node.rs",
             "entry/",
             "chain.rs",

@@ -3,18 +3,16 @@
 //! In synchronous code the context lives in a thread-local. Async code carries it in the future
 //! ([`CarriedContext`], used by the macro's wrapper future) and installs it during every poll.
 
-use std::cell::Cell;
 use std::fmt;
-use std::ptr;
-use std::sync::Arc;
-
-use crate::node::{DefaultNode, EntranceNode};
 
 mod moved;
-pub(crate) use moved::{is_this_threads, next_era, post as post_moved_exit, MovedExit, ERA_MASK};
-
-/// The bit of [`ContextState::era`] that says the context's guard was dropped while an entry was in flight.
-pub(crate) const CLOSING: u32 = 1 << 31;
+mod state;
+pub(crate) use moved::{is_this_threads, next_era, post as post_moved_exit, ERA_MASK};
+use state::CURRENT;
+pub(crate) use state::{
+    begin_foreign, current, end_foreign, in_foreign, leave, set_current, ContextInfo, ContextState, EngineOverride,
+    MovedExit, OriginInfo, CLOSING,
+};
 
 pub use crate::names::DEFAULT_CONTEXT_NAME;
 
@@ -23,159 +21,6 @@ pub use crate::names::DEFAULT_CONTEXT_NAME;
 #[inline]
 pub(crate) fn named_context(name: &str) -> Option<&str> {
     (!name.is_empty() && name != DEFAULT_CONTEXT_NAME).then_some(name)
-}
-
-/// A context known to an engine.
-pub(crate) struct ContextInfo {
-    pub(crate) id: u32,
-    pub(crate) entrance: EntranceNode,
-}
-
-impl ContextInfo {
-    pub(crate) fn name(&self) -> &Arc<str> {
-        &self.entrance.name
-    }
-}
-
-/// An interned origin.
-pub(crate) struct OriginInfo {
-    pub(crate) id: u32,
-    /// The name, with its per-stripe copies for the errors of blocked calls.
-    pub(crate) name: crate::stat::stripe::SharedName,
-}
-
-impl OriginInfo {
-    pub(crate) fn new(id: u32, name: Arc<str>) -> Self {
-        OriginInfo { id, name: crate::stat::stripe::SharedName::new(name) }
-    }
-}
-
-/// The thread's current context: plain pointers into an engine that outlives every entry and guard using them.
-#[derive(Clone, Copy)]
-pub(crate) struct ContextState {
-    /// 0 when no context is active.
-    pub(crate) engine_id: u64,
-    pub(crate) ctx: *const ContextInfo,
-    pub(crate) origin: *const OriginInfo,
-    /// The innermost entry's node; null at the entrance.
-    pub(crate) cur_node: *const DefaultNode,
-    pub(crate) depth: u32,
-    /// The installation this state belongs to (see [`moved`]; 0 for none), and in
-    /// the top bit ([`CLOSING`]) whether the context's guard was dropped while an entry of it was in flight:
-    /// the context then ends when the outermost such entry exits (Java's `ContextUtil.exit` leaves a context
-    /// whose entry has not exited). In one word beside `depth`, so that the state stays six words.
-    pub(crate) era: u32,
-    /// An engine that annotated functions use instead of the global one (tests).
-    pub(crate) override_engine: EngineOverride,
-}
-
-/// The engine that annotated functions use on this thread instead of the global one
-/// ([`Sentinel::scoped`](crate::Sentinel::scoped)): the address of a `&'static Sentinel`, or null. Opaque here,
-/// since contexts sit below the engine; only the engine's handle makes one and reads it back
-/// (`Sentinel::overriding`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct EngineOverride(pub(crate) *const ());
-
-impl EngineOverride {
-    /// No engine stands in: annotated functions use the global one.
-    pub(crate) const NONE: EngineOverride = EngineOverride(ptr::null());
-}
-
-impl ContextState {
-    /// Whether this is [`NONE`](Self::NONE): no context and no stand-in engine (a state without an engine has
-    /// no context, origin, node nor depth either).
-    #[inline(always)]
-    pub(crate) fn is_none(&self) -> bool {
-        self.engine_id == 0 && self.override_engine == EngineOverride::NONE
-    }
-
-    pub(crate) const NONE: ContextState = ContextState {
-        engine_id: 0,
-        ctx: ptr::null(),
-        origin: ptr::null(),
-        cur_node: ptr::null(),
-        depth: 0,
-        era: 0,
-        override_engine: EngineOverride::NONE,
-    };
-
-    /// This state, or none when it is back at its context's entrance after the context's guard was dropped.
-    #[inline(always)]
-    pub(crate) fn closed_if_done(self) -> ContextState {
-        if self.era & CLOSING != 0 && self.depth == 0 {
-            ContextState { override_engine: self.override_engine, ..ContextState::NONE }
-        } else {
-            self
-        }
-    }
-}
-
-/// A thread's context and what [`moved`] keeps of the thread, in one thread-local (one address to find).
-struct ThreadContext {
-    state: Cell<ContextState>,
-    /// The era of the thread's last installation (0: none yet).
-    era: Cell<u32>,
-    /// The thread's mailbox, once it has made an installation (and until its destructors run).
-    mailbox: Cell<Option<&'static moved::Mailbox>>,
-    /// How many contexts that are not the thread's own are installed now, one in another (a future's carried
-    /// context during a poll, an entry's scope): the exits posted to the thread wait while any is, since they
-    /// end entries of the thread's own context, which such a context only stands in for (a future's carried
-    /// context is often a copy of it, in the same installation).
-    foreign: Cell<u32>,
-}
-
-thread_local! {
-    static CURRENT: ThreadContext = const {
-        ThreadContext {
-            state: Cell::new(ContextState::NONE),
-            era: Cell::new(0),
-            mailbox: Cell::new(None),
-            foreign: Cell::new(0),
-        }
-    };
-}
-
-#[inline]
-pub(crate) fn current() -> ContextState {
-    CURRENT.with(|c| c.state.get())
-}
-
-#[inline]
-pub(crate) fn set_current(s: ContextState) {
-    CURRENT.with(|c| c.state.set(s))
-}
-
-/// Installs `s`, a context that is not the thread's own (a future's carried context, an entry's scope), until
-/// [`end_foreign`] puts back the state this returns: meanwhile the exits posted to the thread wait for its own
-/// context (see [`ThreadContext::foreign`]).
-#[inline]
-pub(crate) fn begin_foreign(s: ContextState) -> ContextState {
-    CURRENT.with(|c| {
-        c.foreign.set(c.foreign.get().wrapping_add(1));
-        c.state.replace(s)
-    })
-}
-
-/// Whether a context that is not the thread's own is installed now (see [`begin_foreign`]).
-#[inline]
-pub(crate) fn in_foreign() -> bool {
-    CURRENT.with(|c| c.foreign.get() != 0)
-}
-
-/// Puts back `prev`, the state [`begin_foreign`] replaced.
-#[inline]
-pub(crate) fn end_foreign(prev: ContextState) {
-    CURRENT.with(|c| {
-        c.foreign.set(c.foreign.get().saturating_sub(1));
-        c.state.set(prev)
-    })
-}
-
-/// Ends the thread's context (an entry that started it exits): no engine's context is active. Only the engine
-/// is cleared: every reader looks at the other fields only under an engine (a stand-in engine stays).
-#[inline]
-pub(crate) fn leave() {
-    CURRENT.with(|c| c.state.set(ContextState { engine_id: 0, ..c.state.get() }))
 }
 
 /// The thread's current context, with the exits of its entries made on other threads applied (see
@@ -187,7 +32,7 @@ pub(crate) fn current_settled() -> ContextState {
     // fields its caller uses (a state passed out of a branch is copied whole).
     let pending = CURRENT.with(|c| {
         // A thread with no context active reads no mail; `mailbox` is `None` until its first installation.
-        c.state.get().engine_id != 0 && c.mailbox.get().is_some_and(moved::Mailbox::has_mail)
+        c.state.get().engine_id != 0 && c.mailbox.get().is_some_and(state::Mailbox::has_mail)
     });
     if pending {
         moved::apply_mail();

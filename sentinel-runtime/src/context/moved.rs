@@ -43,7 +43,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::{ContextState, CURRENT};
+use super::state::{ContextState, Mailbox, MovedExit, CURRENT};
 use crate::node::DefaultNode;
 
 /// The bits of an era that count a slot's installations.
@@ -59,34 +59,6 @@ pub(crate) const ERA_MASK: u32 = (1 << 31) - 1;
 /// then stays as it is, which it was before mailboxes existed). Only the outermost exit of an installation
 /// matters, so a thread that never reads its context again keeps a few at most.
 const MAILBOX_CAP: usize = 64;
-
-/// The exit of an entry on a thread other than its installation's.
-#[derive(Clone, Copy)]
-pub(crate) struct MovedExit {
-    pub(crate) era: u32,
-    pub(crate) engine_id: u64,
-    pub(crate) depth: u32,
-    /// The entry's node and its parent's, as addresses (compared, never dereferenced here).
-    pub(crate) node: usize,
-    pub(crate) parent: usize,
-    /// The entry started the installation's context: its exit ends the installation.
-    pub(crate) fresh: bool,
-}
-
-pub(super) struct Mailbox {
-    pending: AtomicBool,
-    exits: Mutex<Vec<MovedExit>>,
-    /// The era of the last installation of a thread that held this slot and ended.
-    last_era: AtomicU32,
-}
-
-impl Mailbox {
-    /// Whether exits wait here (a load of a flag, no lock).
-    #[inline(always)]
-    pub(super) fn has_mail(&self) -> bool {
-        self.pending.load(Ordering::Acquire)
-    }
-}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing here panics while holding a lock, and every state of the data is valid.
