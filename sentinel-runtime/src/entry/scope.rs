@@ -52,8 +52,12 @@ impl<'r> Entry<'r> {
         }
         match self.era.load(Ordering::Relaxed) {
             0 => {
+                // A plain store, no locked instruction: two threads that scope one shared entry at once for its
+                // first time may each keep an era of their own, and an entry made in one scope that exits in
+                // the other then leaves that scope's context as it is (as an entry of another installation).
                 let era = context::next_era();
-                self.era.compare_exchange(0, era, Ordering::Relaxed, Ordering::Relaxed).map_or_else(|e| e, |_| era)
+                self.era.store(era, Ordering::Relaxed);
+                era
             }
             era => era,
         }
