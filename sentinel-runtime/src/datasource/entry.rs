@@ -131,7 +131,7 @@ impl Holds {
     }
 
     /// A set that clears what the entry holds (every kind and gateway list, for a combined document).
-    #[cfg(feature = "etcd")]
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
     pub(crate) fn cleared(self) -> RuleSet {
         let mut set = RuleSet::default();
         let kinds = match self {
