@@ -440,11 +440,9 @@ async fn suspends_once(rx: futures::channel::oneshot::Receiver<()>) -> Result<()
     Ok(())
 }
 
-#[test]
-fn an_annotated_async_fn_completed_on_another_thread_leaves_the_first_threads_context_as_it_is() {
-    // The call's entry is decided in the first poll, on this thread, inside `o`; at the suspension this thread
-    // gets its context back (the entry is carried in the future). The future completes on another thread:
-    // its exit must not unwind the entries this thread made meanwhile.
+/// An annotated `async fn` called inside `o` suspends; this thread then enters `x` and `x2`, and the call
+/// completes (on another thread, or on this one inside those entries): its exit must not unwind them.
+fn suspended_call_completes_while_this_thread_is_in_later_entries(on_another_thread: bool) {
     use std::future::Future;
     use std::task::{Context, Poll};
     let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build().leak();
@@ -457,36 +455,29 @@ fn an_annotated_async_fn_completed_on_another_thread_leaves_the_first_threads_co
         assert!(matches!(call.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Pending));
         let (ex, ex2) = (x.enter().unwrap(), x2.enter().unwrap());
         tx.send(()).unwrap();
-        std::thread::scope(|s| s.spawn(move || futures::executor::block_on(call)).join().unwrap()).unwrap();
+        if on_another_thread {
+            std::thread::scope(|s| s.spawn(move || futures::executor::block_on(call)).join().unwrap()).unwrap();
+        } else {
+            futures::executor::block_on(call).unwrap();
+        }
         let ey = y.enter().unwrap();
         drop((ey, ex2, ex, outer));
     });
     assert_eq!(children_of(engine, &["o", "x", "x2"]), vec!["y"], "y nests under x2");
     assert_eq!(engine.cluster_stats("suspended-w").unwrap().threads, 0);
+    assert_eq!(engine.current_context(), None);
+}
+
+#[test]
+fn an_annotated_async_fn_completed_on_another_thread_leaves_the_first_threads_context_as_it_is() {
+    // The call's entry is decided in the first poll, on this thread, inside `o`; at the suspension this thread
+    // gets its context back (the entry is carried in the future).
+    suspended_call_completes_while_this_thread_is_in_later_entries(true);
 }
 
 #[test]
 fn an_annotated_async_fn_resumed_on_its_thread_inside_later_entries_leaves_them_installed() {
-    // As above, on one thread: the call completes while this thread is inside entries it made after the
-    // call's suspension; the call's exit must not unwind them.
-    use std::future::Future;
-    use std::task::{Context, Poll};
-    let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(T0)).build().leak();
-    let (o, x, x2, y) = (engine.resource("o"), engine.resource("x"), engine.resource("x2"), engine.resource("y"));
-    engine.scoped(|| {
-        let outer = o.enter().unwrap();
-        let (tx, rx) = futures::channel::oneshot::channel();
-        let mut call = Box::pin(suspends_once(rx));
-        let waker = futures::task::noop_waker();
-        assert!(matches!(call.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Pending));
-        let (ex, ex2) = (x.enter().unwrap(), x2.enter().unwrap());
-        tx.send(()).unwrap();
-        futures::executor::block_on(call).unwrap();
-        let ey = y.enter().unwrap();
-        drop((ey, ex2, ex, outer));
-    });
-    assert_eq!(children_of(engine, &["o", "x", "x2"]), vec!["y"], "y nests under x2");
-    assert_eq!(engine.current_context(), None);
+    suspended_call_completes_while_this_thread_is_in_later_entries(false);
 }
 
 #[test]
