@@ -613,17 +613,27 @@ fn rules_published_on_a_cluster_are_in_force_within_a_second() {
     assert_eq!(engine.flow_rules()[0].count, 30.0);
 }
 
+/// A data source of flow rules at `key`, published on `channel`, found through the sentinels.
+fn flow_rules_through_sentinel(
+    setup: &RedisSentinelServers,
+    engine: &Sentinel,
+    key: &str,
+    channel: &str,
+) -> RedisDataSource {
+    RedisDataSource::sentinel_builder(setup.sentinel_urls(), MASTER_NAME)
+        .rules(RuleKind::Flow, key, channel)
+        .retry_max(Duration::from_millis(200))
+        .start(engine)
+        .unwrap()
+}
+
 #[test]
 fn rules_published_through_sentinel_are_in_force_within_a_second_before_and_after_a_failover() {
     let _serial = one_at_a_time();
     let Some(mut setup) = RedisSentinelServers::start("rules_published_through_sentinel") else { return };
     let (key, channel) = ("sentinel:shop:flow-rules", "sentinel:shop:flow-rules:changed");
     let engine = Sentinel::builder().app_name("shop").build();
-    let source = RedisDataSource::sentinel_builder(setup.sentinel_urls(), MASTER_NAME)
-        .rules(RuleKind::Flow, key, channel)
-        .retry_max(Duration::from_millis(200))
-        .start(&engine)
-        .unwrap();
+    let source = flow_rules_through_sentinel(&setup, &engine, key, channel);
     assert!(source.wait_for(1, Duration::from_secs(5)), "the missing key is reported");
     let t = Instant::now();
     publish_on(&setup.master.url(), key, channel, &flow_rule_doc(10));
@@ -652,11 +662,7 @@ fn rules_published_through_sentinel_after_a_failover_from_a_hung_master_are_in_f
     let Some(setup) = RedisSentinelServers::start("rules_after_a_failover_from_a_hung_master") else { return };
     let (key, channel) = ("sentinel:shop:flow-rules", "sentinel:shop:flow-rules:changed");
     let engine = Sentinel::builder().app_name("shop").build();
-    let source = RedisDataSource::sentinel_builder(setup.sentinel_urls(), MASTER_NAME)
-        .rules(RuleKind::Flow, key, channel)
-        .retry_max(Duration::from_millis(200))
-        .start(&engine)
-        .unwrap();
+    let source = flow_rules_through_sentinel(&setup, &engine, key, channel);
     assert!(source.wait_for(1, Duration::from_secs(5)), "the missing key is reported");
     publish_on(&setup.master.url(), key, channel, &flow_rule_doc(10));
     assert!(source.wait_for(2, Duration::from_secs(1)), "in force within a second");
