@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sentinel_runtime::clock::ManualClock;
 use sentinel_runtime::flow::{ClusterConfig, ControlBehavior, FlowGrade, FlowRule};
-use sentinel_runtime::param_flow::{HotParam, ParamFlowRule, ParamItemValue, ParamValue};
+use sentinel_runtime::param_flow::{HotParam, ItemClass, ParamFlowItem, ParamFlowRule, ParamItemValue, ParamValue};
 use sentinel_runtime::{BlockError, RuleError, RuleKind, Sentinel};
 
 const T0: u64 = 1_700_000_000_000;
@@ -114,6 +114,26 @@ fn exception_items_have_their_own_count_and_match_by_type() {
     assert_eq!(passes(&e, 10, &[&"vip"]), 4);
     assert_eq!(passes(&e, 10, &[&String::from("banned")]), 0);
     assert_eq!(passes(&e, 10, &[&7.0f64]), 1, "the float 7.0 is not the integer 7");
+}
+
+/// An item's Java class (kept to be written back as pushed) does not change what it matches: a call's integer
+/// argument carries no Java class, and an integer of any width is one value.
+#[test]
+fn an_items_java_class_does_not_change_what_it_matches() {
+    for class in [ItemClass::Long, ItemClass::Short, ItemClass::Byte, ItemClass::Int] {
+        let (e, clock) = engine(vec![ParamFlowRule::new("res", 0)
+            .count(1.0)
+            .with_item(ParamFlowItem::new(ParamItemValue::Int(7), 3.0).with_class(class))]);
+        for arg in [&7i32 as &dyn HotParam, &7i64, &7u8, &7usize] {
+            clock.advance_millis(2000);
+            assert_eq!(passes(&e, 10, &[arg]), 3, "{class:?}: the item's count");
+        }
+        assert_eq!(passes(&e, 10, &[&"7"]), 1, "{class:?}: a string is another value");
+    }
+    let (e, _clock) = engine(vec![ParamFlowRule::new("res", 0)
+        .count(1.0)
+        .with_item(ParamFlowItem::new(ParamItemValue::Float(2.5), 3.0).with_class(ItemClass::Float))]);
+    assert_eq!(passes(&e, 10, &[&2.5f32]), 3);
 }
 
 #[test]

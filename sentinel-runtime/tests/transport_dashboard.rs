@@ -295,6 +295,34 @@ fn set_rules_by_post_is_in_force_at_once_and_in_the_file_after_a_restart() {
     assert_eq!(restarted.param_flow_rules().len(), 1);
 }
 
+/// The hot-parameter page lists the items it pushed with their classes (Java gives `classType` back as
+/// pushed; an item re-added as `int` would be another item there), and the data source is written the same.
+#[test]
+fn param_items_keep_their_class_in_get_param_flow_rules_and_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.json");
+    std::fs::write(&file, r#"{"paramFlowRules": []}"#).unwrap();
+    let (engine, _clock) = engine("shop");
+    let source = FileDataSource::new(&engine, &file);
+    source.reload_now().unwrap();
+    let center = CommandCenter::builder(&engine).port(0).data_source(source.clone()).start().unwrap();
+    let param = r#"[{"controlBehavior":0,"count":5.0,"durationInSec":1,"grade":1,"limitApp":"default","paramFlowItemList":[{"classType":"long","count":10,"object":"7"},{"classType":"short","count":3,"object":"8"},{"classType":"byte","count":2,"object":"9"},{"classType":"float","count":1,"object":"2.5"}],"paramIdx":0,"resource":"hot"}]"#;
+    assert_eq!(dashboard_post(&center, "setParamFlowRules", &[("data", param)]).body, "success");
+    let expected = [("7", "long"), ("8", "short"), ("9", "byte"), ("2.5", "float")];
+    let classes = |v: &serde_json::Value| -> Vec<(String, String)> {
+        v[0]["paramFlowItemList"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| (i["object"].as_str().unwrap().to_string(), i["classType"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let want: Vec<(String, String)> = expected.iter().map(|(o, c)| (o.to_string(), c.to_string())).collect();
+    assert_eq!(classes(&json(&get(center.local_addr(), "/getParamFlowRules", &[]))), want);
+    let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(classes(&written["paramFlowRules"]), want, "{written}");
+}
+
 #[test]
 fn old_dashboards_get_form_is_decoded_once_when_get_writes_are_allowed() {
     // Dashboards talking to clients < 1.6.0 put the JSON in the query string (URLEncoder). Java decodes

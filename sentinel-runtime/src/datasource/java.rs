@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::authority::{AuthorityRule, AuthorityStrategy};
 use crate::circuit_breaker::{DegradeGrade, DegradeRule};
 use crate::flow::{ClusterConfig, ClusterThresholdType, ControlBehavior, FlowGrade, FlowRule, FlowStrategy};
-use crate::param_flow::{ParamFlowItem, ParamFlowRule, ParamItemValue};
+use crate::param_flow::{ItemClass, ParamFlowItem, ParamFlowRule, ParamItemValue};
 use crate::system::SystemRule;
 use crate::LIMIT_APP_DEFAULT;
 
@@ -789,6 +789,19 @@ fn parse_int(text: &str, class: &str, min: i64, max: i64) -> Result<ParamItemVal
     }
 }
 
+/// The numeric class a `classType` names, primitive or boxed (kept on the item to be written back as pushed).
+fn item_class(class_type: Option<&str>) -> Option<ItemClass> {
+    match class_type.map(str::trim).unwrap_or("") {
+        "int" | "java.lang.Integer" => Some(ItemClass::Int),
+        "long" | "java.lang.Long" => Some(ItemClass::Long),
+        "short" | "java.lang.Short" => Some(ItemClass::Short),
+        "byte" | "java.lang.Byte" => Some(ItemClass::Byte),
+        "float" | "java.lang.Float" => Some(ItemClass::Float),
+        "double" | "java.lang.Double" => Some(ItemClass::Double),
+        _ => None,
+    }
+}
+
 /// Java's `ParamFlowRuleUtil.parseItemValue`: the class names Java knows, primitive or boxed.
 pub(crate) fn parse_item_value(text: &str, class_type: Option<&str>) -> Result<ParamItemValue, String> {
     let class = class_type.map(str::trim).unwrap_or("");
@@ -831,36 +844,31 @@ impl TryFrom<ParamItemDto> for JavaParamItem {
     type Error = String;
     fn try_from(d: ParamItemDto) -> Result<Self, String> {
         let value = parse_item_value(&d.object.0, d.class_type.as_deref())?;
-        Ok(JavaParamItem(ParamFlowItem { value, count: d.count.0 }))
+        let class = item_class(d.class_type.as_deref());
+        Ok(JavaParamItem(ParamFlowItem { value, count: d.count.0, class }))
     }
 }
 
-/// A float item's `object` and `classType`. A `float` item holds its `f32` value widened (1.1 is kept as
-/// 1.100000023841858): when the value is an `f32` whose own shortest text is shorter than the `f64`'s, it was
-/// pushed as a `float` and is written back as one (`"1.1"`, `float`), as Java gives it back; any other value
-/// is a `double` (a value both types write alike, such as 2.5, matches the same arguments either way).
-/// Infinities are written as Java's `Double.parseDouble` reads them.
-fn float_item_text(v: f64) -> (String, &'static str) {
-    let java = |text: String| match text.as_str() {
+/// A float item's `object`, for its class ([`ParamFlowItem::class_type`]). A `float` item holds its `f32`
+/// value widened (1.1 is kept as 1.100000023841858) and is written as the `f32` (`"1.1"`), as Java gives it
+/// back; a `double` as the `f64`. Infinities are written as Java's `Double.parseDouble` reads them.
+fn float_item_text(v: f64, class: Option<ItemClass>) -> String {
+    let text = if class == Some(ItemClass::Float) { format!("{:?}", v as f32) } else { format!("{v:?}") };
+    match text.as_str() {
         "inf" => "Infinity".to_string(),
         "-inf" => "-Infinity".to_string(),
         _ => text,
-    };
-    let narrow = v as f32;
-    let (wide, short) = (format!("{v:?}"), format!("{narrow:?}"));
-    if f64::from(narrow) == v && short.len() < wide.len() {
-        (java(short), "float")
-    } else {
-        (java(wide), "double")
     }
 }
 
 impl From<JavaParamItem> for ParamItemDto {
     fn from(JavaParamItem(i): JavaParamItem) -> Self {
+        // Numbers with the class they were pushed with (Java matches by it, and gives it back as pushed).
+        let class = i.class_type();
+        let numeric = class.map_or("", ItemClass::java_name);
         let (object, class) = match i.value {
-            ParamItemValue::Int(v) if i32::try_from(v).is_ok() => (v.to_string(), "int"),
-            ParamItemValue::Int(v) => (v.to_string(), "long"),
-            ParamItemValue::Float(v) => float_item_text(v),
+            ParamItemValue::Int(v) => (v.to_string(), numeric),
+            ParamItemValue::Float(v) => (float_item_text(v, class), numeric),
             ParamItemValue::Str(s) => (s, "java.lang.String"),
             ParamItemValue::Bool(b) => (b.to_string(), "boolean"),
             ParamItemValue::Char(c) => (c.to_string(), "char"),

@@ -72,7 +72,7 @@ mod state;
 mod table;
 pub(crate) mod value;
 
-pub use rule::{ParamFlowItem, ParamFlowRule, ParamItemValue};
+pub use rule::{ItemClass, ParamFlowItem, ParamFlowRule, ParamItemValue};
 pub use state::{counter_capacity, BASE_PARAM_MAX_CAPACITY, TOTAL_MAX_CAPACITY};
 pub use value::{HotParam, ParamValue};
 

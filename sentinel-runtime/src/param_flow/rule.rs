@@ -19,13 +19,116 @@ pub enum ParamItemValue {
     Char(char),
 }
 
+/// The Java class of a numeric exception item (its `classType`), which its value alone does not tell: Java
+/// matches an item by its class (`Long` 7 is not `Integer` 7) and gives the class back as it was pushed, so an
+/// item keeps it to be written back the same (see [`ParamFlowItem::class`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ItemClass {
+    /// Java's `int` (`java.lang.Integer`).
+    Int,
+    /// Java's `long` (`java.lang.Long`).
+    Long,
+    /// Java's `short` (`java.lang.Short`).
+    Short,
+    /// Java's `byte` (`java.lang.Byte`).
+    Byte,
+    /// Java's `float` (`java.lang.Float`): the item holds the `f32` value widened.
+    Float,
+    /// Java's `double` (`java.lang.Double`).
+    Double,
+}
+
+impl ItemClass {
+    /// The name written as `classType`: the primitive's (`int`, `long`, ...), which Java reads as the boxed
+    /// class's.
+    pub fn java_name(self) -> &'static str {
+        match self {
+            ItemClass::Int => "int",
+            ItemClass::Long => "long",
+            ItemClass::Short => "short",
+            ItemClass::Byte => "byte",
+            ItemClass::Float => "float",
+            ItemClass::Double => "double",
+        }
+    }
+
+    /// Whether a value of this class can be `value`: an integer class one in its range, `Float` a float that
+    /// an `f32` holds exactly, `Double` any float.
+    pub fn holds(self, value: &ParamItemValue) -> bool {
+        match (self, value) {
+            (ItemClass::Long, ParamItemValue::Int(_)) | (ItemClass::Double, ParamItemValue::Float(_)) => true,
+            (ItemClass::Int, ParamItemValue::Int(v)) => i32::try_from(*v).is_ok(),
+            (ItemClass::Short, ParamItemValue::Int(v)) => i16::try_from(*v).is_ok(),
+            (ItemClass::Byte, ParamItemValue::Int(v)) => i8::try_from(*v).is_ok(),
+            (ItemClass::Float, ParamItemValue::Float(v)) => v.is_nan() || f64::from(*v as f32) == *v,
+            _ => false,
+        }
+    }
+
+    /// The class a numeric value is written with when its item has none: `int` in `int`'s range, `long` past
+    /// it; `float` for an `f32` whose own shortest text is shorter than the `f64`'s (1.1 widened), `double`
+    /// otherwise (a value both write alike, such as 2.5, matches the same arguments either way). `None` for
+    /// the other values, whose class their type tells.
+    pub fn of_value(value: &ParamItemValue) -> Option<ItemClass> {
+        match value {
+            ParamItemValue::Int(v) if i32::try_from(*v).is_ok() => Some(ItemClass::Int),
+            ParamItemValue::Int(_) => Some(ItemClass::Long),
+            ParamItemValue::Float(v) => {
+                let narrow = *v as f32;
+                let shorter = format!("{narrow:?}").len() < format!("{v:?}").len();
+                Some(if f64::from(narrow) == *v && shorter { ItemClass::Float } else { ItemClass::Double })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// An exception item: a value with its own threshold.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Two items are equal when their values, counts and [`class_type`](Self::class_type)s are: an item without
+/// a class equals the same item with the class its value gives by default.
+#[derive(Clone, Debug)]
 pub struct ParamFlowItem {
     /// The value.
     pub value: ParamItemValue,
     /// Its threshold.
     pub count: f64,
+    /// The Java class the item is written back with (`classType`), when it is not the one the value gives
+    /// by default ([`ItemClass::of_value`]): a rule file's `long` 7 keeps `Some(ItemClass::Long)`, which the
+    /// value 7 alone would write as `int`. Only written back: a call's argument is matched by its value, as
+    /// before (an argument's integer width is not part of it, see
+    /// [`ParamValue`](crate::param_flow::ParamValue)). A class that cannot be the value (`Byte` with 1000,
+    /// or any class with a string) is not used: the default is written.
+    pub class: Option<ItemClass>,
+}
+
+impl ParamFlowItem {
+    /// An item for `value` with the threshold `count`, of the class its value gives by default.
+    pub fn new(value: ParamItemValue, count: f64) -> Self {
+        ParamFlowItem { value, count, class: None }
+    }
+
+    /// Sets the Java class the item is written back with (see [`class`](Self::class)).
+    pub fn with_class(mut self, class: ItemClass) -> Self {
+        self.class = Some(class);
+        self
+    }
+
+    /// The Java class the item is written back with: its [`class`](Self::class) when that can be its value,
+    /// else the one its value gives ([`ItemClass::of_value`]); `None` for a string, boolean or character.
+    pub fn class_type(&self) -> Option<ItemClass> {
+        match self.class {
+            Some(c) if c.holds(&self.value) => Some(c),
+            _ => ItemClass::of_value(&self.value),
+        }
+    }
+}
+
+impl PartialEq for ParamFlowItem {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value && self.count == other.count && self.class_type() == other.class_type()
+    }
 }
 
 /// A hot-parameter rule: limit each distinct value of one argument separately.
@@ -116,9 +219,15 @@ impl ParamFlowRule {
         self.duration_in_sec = d;
         self
     }
-    /// Adds an exception item.
+    /// Adds an exception item, of the class its value gives by default (see [`ParamFlowItem::class`]).
     pub fn item(mut self, value: ParamItemValue, count: f64) -> Self {
-        self.items.push(ParamFlowItem { value, count });
+        self.items.push(ParamFlowItem::new(value, count));
+        self
+    }
+    /// Adds an exception item built apart, such as one with its Java class
+    /// (`ParamFlowItem::new(ParamItemValue::Int(7), 10.0).with_class(ItemClass::Long)`).
+    pub fn with_item(mut self, item: ParamFlowItem) -> Self {
+        self.items.push(item);
         self
     }
     /// Sets the control behaviour.
