@@ -175,6 +175,35 @@ fn diagnose_shows_the_cap_and_what_a_name_past_it_becomes() {
     assert!(d.notes.iter().any(|n| n.contains("stands for the new names")), "{:?}", d.notes);
 }
 
+/// A name past the cap that two patterns match is checked by each of their rules (whichever is the tighter),
+/// and a name only one of them matches by that one alone: what any bound on the resources made past the cap
+/// must keep.
+#[test]
+fn past_the_cap_a_name_two_patterns_match_is_limited_by_each_rule_and_by_no_other() {
+    for (search, x, limit) in [(2.0, 100.0, 2), (100.0, 3.0, 3)] {
+        let engine = full_engine();
+        engine
+            .load_flow_rules([
+                FlowRule::new("GET:/search/.*").regex(true).count(search),
+                FlowRule::new(".*/x.*").regex(true).count(x),
+            ])
+            .unwrap();
+        for own in ["GET:/search/a", "GET:/search/b"] {
+            assert_eq!(engine.resource(own).name(), own, "within the cap, its own resource");
+        }
+        let both = engine.resource("GET:/search/x1");
+        let held: Vec<_> = (0..10).map_while(|_| both.enter().ok()).collect();
+        assert_eq!(held.len(), limit, "search {search}, x {x}: the tighter rule limits a name both match");
+        assert!(matches!(both.enter(), Err(BlockError::Flow { .. })));
+        drop(held);
+        assert_eq!(engine.resource("GET:/search/x2").name(), "GET:/search/x1", "past the cap, shared");
+        let only_x = engine.resource("POST:/x9");
+        assert_eq!(only_x.name(), "POST:/x9", "another combination of patterns");
+        let passed = (0..200).filter(|_| only_x.enter().is_ok()).count();
+        assert_eq!(passed, x as usize, "search {search}, x {x}: only the rule that matches it limits it");
+    }
+}
+
 /// Past the cap, names only regex rules match share one resource per combination of patterns they match:
 /// with a dozen ordinary patterns (a path prefix, a suffix, a method...), client-chosen names pick among
 /// 4,096 combinations, each a new resource, whatever the cap (here 2).
