@@ -593,3 +593,22 @@ fn gradient2_leaves_its_limit_while_fewer_than_half_of_it_are_in_flight_however_
     assert_eq!(engine.adaptive_status()[0].limit, 20, "1 of 20 in flight: app-limited, unchanged");
 }
 
+#[test]
+#[ignore = "review: a sample reads the calls in flight at the call's exit (Netflix: at its admission)"]
+fn a_sample_counts_the_calls_in_flight_when_its_call_was_admitted() {
+    // Netflix's `AbstractLimiter.createListener` reads `inFlight.incrementAndGet()` when the call is admitted
+    // and passes it to `onSample` when the call completes. AIMD grows by one when `inflight · 2 >= limit`.
+    let (engine, clock) = engine();
+    let mut rule = every_call_a_window(AlgorithmKind::Aimd, 100);
+    rule = rule.limits(1, 10, 100);
+    engine.load_adaptive_rules([rule]).unwrap();
+    let db = engine.resource("db");
+    // Ten calls at once: the limit is used in full.
+    let mut calls: Vec<_> = (0..10).map(|_| db.enter().unwrap()).collect();
+    let last = calls.pop().unwrap();
+    // Nine answer at once, under the 100 µs a sample needs (not sampled); the tenth after 10 ms.
+    drop(calls);
+    clock.advance_millis(10);
+    drop(last);
+    assert_eq!(engine.adaptive_status()[0].limit, 11, "admitted with 10 of 10 in flight: 10 · 2 >= 10, grows by one");
+}
