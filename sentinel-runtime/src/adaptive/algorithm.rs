@@ -58,8 +58,9 @@ impl ExpAverage {
 /// Gradient2: `gradient = clamp(tolerance · long / short, 0.5, 1)`, `new = limit · gradient + queue`, smoothed
 /// `limit · (1 − smoothing) + new · smoothing`, clamped to the bounds. The long RTT is an exponential average
 /// over `long_window` windows (plain mean over the first 10) and decays by 5 % per window while it is more
-/// than twice the short RTT (recovery after a long overload). The limit does not grow while fewer than half
-/// of it were in flight (the caller, not the downstream, is the bottleneck). Drops do not enter the formula
+/// than twice the short RTT (recovery after a long overload). The limit does not change, up or down, while
+/// fewer than half of it were in flight (the caller, not the downstream, is the bottleneck: the RTT says
+/// nothing of the limit; the long RTT is still updated). Drops do not enter the formula
 /// (as in Netflix's); their RTTs do, so a call that hit its time limit counts with that time.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Gradient2 {
@@ -91,12 +92,13 @@ impl Gradient2 {
         }
         let gradient = (self.params.rtt_tolerance * long / short).clamp(0.5, 1.0);
         self.gradient = gradient;
+        // App-limited: the limit stays as it is, neither up nor down (Netflix returns it unchanged).
+        if f64::from(s.max_inflight) < self.limit / 2.0 {
+            return self.limit;
+        }
         let estimate = self.limit * gradient + f64::from(self.params.queue_size);
         let smoothed = self.limit * (1.0 - self.params.smoothing) + estimate * self.params.smoothing;
-        let mut next = smoothed.clamp(self.min, self.max);
-        if next > self.limit && f64::from(s.max_inflight) < self.limit / 2.0 {
-            next = self.limit;
-        }
+        let next = smoothed.clamp(self.min, self.max);
         self.limit = next;
         next
     }

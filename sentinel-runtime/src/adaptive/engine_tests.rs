@@ -570,7 +570,6 @@ fn every_call_a_window(algorithm: AlgorithmKind, ignore_rtt_under_us: u64) -> Ad
 }
 
 #[test]
-#[ignore = "review: Gradient2 lowers its limit while fewer than half of it are in flight (Netflix leaves it)"]
 fn gradient2_leaves_its_limit_while_fewer_than_half_of_it_are_in_flight_however_the_rtt_moves() {
     // Netflix's `Gradient2Limit._update` returns the limit unchanged while `inflight < estimatedLimit / 2`
     // ("app limited"): the caller, not the downstream, is the bottleneck, so the RTT says nothing of the limit,

@@ -256,13 +256,16 @@ fn gradient2_follows_its_formula_step_by_step() {
     assert!(approx(g.update(&window(300, 20)), 21.6));
     // long = 466.67, gradient 1.5·466.67/1000 = 0.7: 21.6·0.8 + (21.6·0.7 + 4)·0.2.
     assert!(approx(g.update(&window(1000, 20)), 21.104));
-    // long = 1350, gradient 0.50625; the limit falls even when few calls are in flight.
-    let l = g.update(&window(4000, 2));
-    assert!(approx(l, 21.104 * 0.8 + (21.104 * 0.50625 + 4.0) * 0.2), "{l}");
-    // long = 1100 is over twice the short 100: it decays by 5 %; the limit would grow but only 2 of ~20 are
-    // in flight (the caller is the bottleneck), so it stays.
-    assert!(approx(g.update(&window(100, 2)), l));
+    // long = 1350, gradient 0.50625: the limit would fall, but only 2 of ~21 are in flight (the caller is the
+    // bottleneck, Netflix's "app limited"), so it stays.
+    assert!(approx(g.update(&window(4000, 2)), 21.104));
+    // long = 1100 is over twice the short 100: it decays by 5 %; the limit would grow, and stays as well.
+    assert!(approx(g.update(&window(100, 2)), 21.104));
     assert!(approx(g.long_rtt.get(), 1100.0 * 0.95 * MS as f64));
+    // Half the limit in flight again: long = 1045 + (4000 − 1045)/6 = 1537.5, gradient 1.5·1537.5/4000.
+    let gradient = 1.5 * 1537.5 / 4000.0;
+    let l = g.update(&window(4000, 11));
+    assert!(approx(l, 21.104 * 0.8 + (21.104 * gradient + 4.0) * 0.2), "{l}");
 }
 
 #[test]
