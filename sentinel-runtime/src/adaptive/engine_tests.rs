@@ -593,7 +593,6 @@ fn gradient2_leaves_its_limit_while_fewer_than_half_of_it_are_in_flight_however_
 }
 
 #[test]
-#[ignore = "review: a sample reads the calls in flight at the call's exit (Netflix: at its admission)"]
 fn a_sample_counts_the_calls_in_flight_when_its_call_was_admitted() {
     // Netflix's `AbstractLimiter.createListener` reads `inFlight.incrementAndGet()` when the call is admitted
     // and passes it to `onSample` when the call completes. AIMD grows by one when `inflight · 2 >= limit`.

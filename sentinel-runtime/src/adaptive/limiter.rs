@@ -256,13 +256,13 @@ impl Limiter {
         futures::executor::block_on(self.acquire(partition, clock))
     }
 
-    /// The permit of a call admitted at `admitted_at` (nanoseconds) that its caller did not keep: its partition,
-    /// the calls in flight now (itself included) and the back-off epoch it was admitted in (the current one if
-    /// it was admitted since the last decrease, else an older one).
-    pub(crate) fn permit_of(&self, partition: Option<PartitionId>, admitted_at: u64) -> Permit {
+    /// The permit of a call admitted at `admitted_at` (nanoseconds) with `inflight` calls in flight (itself
+    /// included) that its caller did not keep: its partition, those calls in flight and the back-off epoch it
+    /// was admitted in (the current one if it was admitted since the last decrease, else an older one).
+    pub(crate) fn permit_of(&self, partition: Option<PartitionId>, inflight: u32, admitted_at: u64) -> Permit {
         let epoch = self.epoch.load(Relaxed);
         let epoch = if admitted_at >= self.epoch_since.load(Relaxed) { epoch } else { epoch.wrapping_sub(1) };
-        Permit { partition, inflight: self.inflight.load(Relaxed), epoch }
+        Permit { partition, inflight, epoch }
     }
 
     /// Takes a permit or says why not (no waiting).

@@ -6,8 +6,9 @@
 //! no floating point; an origin is matched against the partitions (a few string compares) only when the rule
 //! has partitions.
 //!
-//! What a call holds fits in the entry's two spare bytes ([`AdaptiveHeld`]): the generation of the
-//! resource's rule state that admitted it and its partition. At exit the slot reads the resource's rules
+//! What a call holds fits in the entry's five spare bytes ([`AdaptiveHeld`]): the generation of the
+//! resource's rule state that admitted it, its partition, and the calls in flight when it was admitted
+//! (itself included: its sample's, as Netflix's limiter reads them at admission). At exit the slot reads the resource's rules
 //! (a read section, as for circuit breakers) and gives the place back to the state of that generation with
 //! its sample. After a reload that changed the rule, the new state shares the old one's count of calls in
 //! flight (the limit is never passed because a rule changed): calls still in flight under the old rule count
@@ -140,42 +141,53 @@ impl ResourceAdaptive {
 enum Taken {
     /// Nothing.
     Nothing,
-    /// A place of this state, in this partition.
-    Here(Option<PartitionId>),
+    /// A place of this state, in this partition, taken with this many calls in flight (itself included).
+    Here(Option<PartitionId>, u32),
     /// A place an earlier state of the resource gave it (a rule changed since).
     Earlier,
 }
 
-/// What a call the adaptive slot passed holds: the generation of the state that admitted it (0: nothing)
-/// and its partition plus one (0: none).
+/// What a call the adaptive slot passed holds: the generation of the state that admitted it (0: nothing),
+/// its partition plus one (0: none), and the calls in flight when it was admitted, itself included (three
+/// bytes, little-endian: more than any limit lets in). Bytes only, so that it takes five of the entry's spare
+/// bytes and no alignment.
 #[derive(Debug, Default)]
-pub(crate) struct AdaptiveHeld(u16);
+pub(crate) struct AdaptiveHeld([u8; 5]);
+
+/// The calls in flight [`AdaptiveHeld`] records: three bytes, more than any limit lets in (a limit is at most
+/// [`MAX_LIMIT_CAP`](super::rule::MAX_LIMIT_CAP), its partitions' guarantees at most as many again).
+const HELD_INFLIGHT_MASK: u64 = (1 << 24) - 1;
 
 impl AdaptiveHeld {
     #[inline(always)]
-    fn of(cell: &ResourceAdaptive, partition: Option<PartitionId>) -> Self {
-        let p = partition.map_or(0, |p| u16::from(p.0) + 1);
-        AdaptiveHeld(u16::from(cell.generation) | (p << 8))
+    fn of(cell: &ResourceAdaptive, permit: &Permit) -> Self {
+        let p = permit.partition.map_or(0, |p| u64::from(p.0) + 1);
+        let v = u64::from(cell.generation) | (p << 8) | ((u64::from(permit.inflight) & HELD_INFLIGHT_MASK) << 16);
+        let [a, b, c, d, e, ..] = v.to_le_bytes();
+        AdaptiveHeld([a, b, c, d, e])
     }
     /// Whether the call holds a place.
     #[inline(always)]
     pub(crate) fn holds(&self) -> bool {
-        self.0 != 0
+        self.0[0] != 0
     }
-    /// Takes what the call holds: a place of `cell` (its partition), or of an earlier state of the resource.
+    /// Takes what the call holds: a place of `cell` (its partition, the calls in flight at its admission), or
+    /// of an earlier state of the resource.
     #[inline(always)]
     fn take_from(&mut self, cell: &ResourceAdaptive) -> Taken {
-        let held = std::mem::take(&mut self.0);
-        if held == 0 {
+        let [a, b, c, d, e] = std::mem::take(&mut self.0);
+        let v = u64::from_le_bytes([a, b, c, d, e, 0, 0, 0]);
+        if v as u8 == 0 {
             return Taken::Nothing;
         }
-        if held as u8 != cell.generation {
+        if v as u8 != cell.generation {
             return Taken::Earlier;
         }
-        Taken::Here(match (held >> 8) as u8 {
+        let partition = match (v >> 8) as u8 {
             0 => None,
             p => Some(PartitionId(p - 1)),
-        })
+        };
+        Taken::Here(partition, (v >> 16) as u32)
     }
 }
 
@@ -224,7 +236,7 @@ impl RuleSlot for AdaptiveSlot {
     #[inline(always)]
     fn give_back(rules: &Arc<ResourceAdaptive>, _: &(), cx: &CheckCx<'_>, held: &mut AdaptiveHeld, _: &mut ()) {
         match (held.take_from(rules), rules.built()) {
-            (Taken::Here(partition), Some(l)) => l.cancel(l.permit_of(partition, cx.now_nanos)),
+            (Taken::Here(partition, inflight), Some(l)) => l.cancel(l.permit_of(partition, inflight, cx.now_nanos)),
             (Taken::Earlier, _) => rules.give_back_carried(),
             _ => {}
         }
@@ -238,17 +250,18 @@ impl RuleSlot for AdaptiveSlot {
     #[inline]
     fn exit(rules: Option<&Arc<ResourceAdaptive>>, _: &(), cx: &ExitCx, held: &mut AdaptiveHeld) {
         let Some(cell) = rules else { return };
-        let partition = match held.take_from(cell) {
-            Taken::Here(partition) => partition,
+        let (partition, inflight) = match held.take_from(cell) {
+            Taken::Here(partition, inflight) => (partition, inflight),
             Taken::Earlier => return cell.give_back_carried(),
             Taken::Nothing => return,
         };
         if let Some(l) = cell.built() {
             // The downstream's time: a queueing rule's wait before the call ran is not part of it. The call
-            // took its place when it was admitted, before that wait (the back-off epoch it belongs to).
+            // took its place when it was admitted, before that wait (the back-off epoch it belongs to). Its
+            // sample counts the calls in flight then (Netflix's `createListener` reads them at admission).
             let since_admitted = cx.rt_micros.saturating_mul(1_000);
             let rtt = since_admitted.saturating_sub(cx.waited_nanos);
-            let permit = l.permit_of(partition, cx.now_nanos.saturating_sub(since_admitted));
+            let permit = l.permit_of(partition, inflight, cx.now_nanos.saturating_sub(since_admitted));
             if cx.abandoned {
                 // Given up on or panicked: no round trip of the downstream to measure (Netflix's `onIgnore`).
                 l.cancel(permit);
@@ -360,9 +373,8 @@ fn take_place(
     let partition = if limiter.has_partitions() { limiter.partition_of(cx.origin.as_str()) } else { None };
     match limiter.try_acquire(partition).or_else(|| granted_to(rules)) {
         Some(permit) => {
-            // The place is counted in the limiter; the call keeps only where it came from.
-            let _ = permit;
-            *held = AdaptiveHeld::of(rules, partition);
+            // The place is counted in the limiter; the call keeps where it came from and its sample's count.
+            *held = AdaptiveHeld::of(rules, &permit);
             Ok(())
         }
         None => Err(refuse(rules, limiter, partition, cx, wait)),

@@ -141,7 +141,7 @@ pub struct Entry<'r> {
     error: bool,
     /// [`Flags`] bits.
     flags: u8,
-    /// What the adaptive slot holds (two bytes, in what was padding).
+    /// What the adaptive slot holds (five bytes, in what was padding).
     adaptive: crate::adaptive::slot::AdaptiveHeld,
     /// What the slots hold until exit (see [`chain::Held`](crate::chain::Held)).
     flow: crate::flow::EntryState,
