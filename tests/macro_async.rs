@@ -7,7 +7,7 @@ mod common;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
-use common::{engine, engine_with_limits, stats, AppError};
+use common::{engine, engine_with_limits, stats, AppError, NestedError};
 use futures::FutureExt;
 use sentinel_runtime::flow::{ControlBehavior, FlowRule};
 use sentinel_runtime::{sentinel_resource, BlockError, Sentinel, DEFAULT_CONTEXT_NAME};
@@ -150,6 +150,58 @@ fn nested_sync_and_async_resources_form_the_call_tree_on_futures_executor() {
     let default = tree.iter().find(|t| t.name == DEFAULT_CONTEXT_NAME).unwrap();
     assert_eq!(default.children[0].name, "async.outer");
     assert_eq!(default.children[0].children.len(), 2);
+}
+
+// ---- a nested call's block that escapes the body ------------------------------------------------------------------
+
+#[sentinel_resource(name = "async.nested_inner")]
+async fn nested_inner_async() -> Result<u32, NestedError> {
+    tokio::task::yield_now().await;
+    Ok(1)
+}
+
+#[sentinel_resource(name = "async.nested_inner_sync")]
+fn nested_inner_sync() -> Result<u32, NestedError> {
+    Ok(10)
+}
+
+// An async block handler that receives the arguments again (cloned for the fallback), in the outer call's entry.
+#[sentinel_resource(name = "async.nested_outer", block_handler = nested_outer_blocked, fallback = nested_outer_failed)]
+async fn nested_outer(label: String) -> Result<String, NestedError> {
+    let a = nested_inner_async().await?;
+    let b = nested_inner_sync()?;
+    Ok(format!("{label}{}", a + b))
+}
+
+async fn nested_outer_blocked(label: String, b: BlockError) -> Result<String, NestedError> {
+    tokio::task::yield_now().await;
+    Ok(format!("{label} blocked by {}", b.resource()))
+}
+
+fn nested_outer_failed(_label: String, e: NestedError) -> Result<String, NestedError> {
+    Err(e)
+}
+
+// With a time limit, and no handler: the block is returned as it is.
+#[sentinel_resource(name = "async.nested_outer_timed", timeout_ms = 1000)]
+async fn nested_outer_timed() -> Result<u32, NestedError> {
+    nested_inner_async().await
+}
+
+#[test]
+fn a_nested_block_that_escapes_an_async_body_is_a_block_of_the_outer_call_as_in_java() {
+    for blocked in ["async.nested_inner", "async.nested_inner_sync"] {
+        let (engine, _clock) = engine_with_limits(&[blocked], 0.0);
+        let out = futures::executor::block_on(engine.scoped_future(nested_outer("x".into())));
+        assert_eq!(out, Ok(format!("x blocked by {blocked}")));
+        let s = stats(engine, "async.nested_outer");
+        assert_eq!((s.minute_pass, s.minute_block, s.minute_exception, s.minute_success), (1, 0, 0, 1), "{blocked}");
+    }
+    let (engine, _clock) = engine_with_limits(&["async.nested_inner"], 0.0);
+    let out = futures::executor::block_on(engine.scoped_future(nested_outer_timed()));
+    assert!(matches!(&out, Err(NestedError::Blocked(b)) if b.resource() == "async.nested_inner"), "{out:?}");
+    let s = stats(engine, "async.nested_outer_timed");
+    assert_eq!((s.minute_pass, s.minute_exception), (1, 0));
 }
 
 // ---- cancellation and panics ----------------------------------------------------------------------------------------

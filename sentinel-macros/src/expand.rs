@@ -16,6 +16,17 @@ use crate::attr::{EntryKind, ErrorMatch};
 use crate::tokens::mentions;
 use crate::validate::{Naming, Plan, Reuse, Shape};
 
+/// Where an `async fn`'s handler is awaited.
+#[derive(Clone, Copy)]
+enum Await {
+    /// In the context the call was made in (a blocked call: no entry).
+    Blocked,
+    /// In the entry's context.
+    InEntry,
+    /// In the entry's context, the handler's future in a box (a rare path that must add no room).
+    InEntryBoxed,
+}
+
 fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
@@ -173,12 +184,19 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     // An async fn's handler is called and awaited in the call's context: a fallback in the entry's (still
     // open), a block handler in the context the call was made in.
     // Spanned on the handler's path, so that a handler whose output does not fit is reported there.
-    let await_output = |call: TokenStream, in_entry: bool, span: Span| -> TokenStream {
+    // A block handler called for a nested call's block that escaped the body runs in the entry too; its output
+    // is awaited in a box, so that this rare path adds no room to the call's future.
+    let await_output = |call: TokenStream, at: Await, span: Span| -> TokenStream {
         let private = respan(private.clone(), span);
-        match (is_async, in_entry) {
+        match (is_async, at) {
             (false, _) => call,
-            (true, true) => quote_spanned!(span=> #private::entry_output(&mut #scope, &#entry, move || #call).await),
-            (true, false) => quote_spanned!(span=> #private::blocked_output(&mut #scope, move || #call).await),
+            (true, Await::InEntry) => {
+                quote_spanned!(span=> #private::entry_output(&mut #scope, &#entry, move || #call).await)
+            }
+            (true, Await::InEntryBoxed) => {
+                quote_spanned!(span=> #private::entry_output_boxed(&mut #scope, &#entry, move || #call).await)
+            }
+            (true, Await::Blocked) => quote_spanned!(span=> #private::blocked_output(&mut #scope, move || #call).await),
         }
     };
 
@@ -231,7 +249,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 call_args: Vec<TokenStream>,
                 all_args: bool,
                 via: &str,
-                in_entry: bool| {
+                at: Await| {
         let span = path.span();
         let call = if plan.typed_handlers {
             let tys: Vec<TokenStream> =
@@ -254,7 +272,7 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 quote_spanned!(span=> #private::#via(#path, #(#call_args)*))
             }
         };
-        await_output(call, in_entry, span)
+        await_output(call, at, span)
     };
     let with_names = |last: TokenStream| -> Vec<TokenStream> {
         let mut v: Vec<TokenStream> = names.iter().map(|n| n.to_token_stream()).collect();
@@ -269,13 +287,13 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
     };
     let private_at_error = respan(private.clone(), error_span);
     let on_block = if let Some(h) = &args.block_handler {
-        call(&h.value, &block_error_ty, with_names(block.to_token_stream()), true, "call_block_handler", false)
+        call(&h.value, &block_error_ty, with_names(block.to_token_stream()), true, "call_block_handler", Await::Blocked)
     } else if let Some(f) = &args.fallback {
         let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
-        call(&f.value, &err_ptr, with_names(converted), true, "call_fallback", false)
+        call(&f.value, &err_ptr, with_names(converted), true, "call_fallback", Await::Blocked)
     } else if let Some(f) = &args.default_fallback {
         let converted = quote_spanned!(error_span=> #private_at_error::block_error_into(#block));
-        call(&f.value, &err_ptr, vec![converted], false, "call_default_fallback", false)
+        call(&f.value, &err_ptr, vec![converted], false, "call_default_fallback", Await::Blocked)
     } else {
         quote_spanned!(error_span=> #private_at_error::blocked_result(#block))
     };
@@ -348,9 +366,9 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
         if let Some(f) = &args.fallback {
             let mut v = reused.clone();
             v.push(error.to_token_stream());
-            call(&f.value, &err_ptr, v, true, "call_fallback", true)
+            call(&f.value, &err_ptr, v, true, "call_fallback", Await::InEntry)
         } else if let Some(f) = &args.default_fallback {
-            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback", true)
+            call(&f.value, &err_ptr, vec![error.to_token_stream()], false, "call_default_fallback", Await::InEntry)
         } else {
             quote!(::core::result::Result::Err(#error))
         }
@@ -451,14 +469,83 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 }
             }
         };
+        // A nested call's block that escaped the body (`?`), in an error type that says so (`AsBlockError`):
+        // a block of this call, as Java's aspect catches a `BlockException` from the method before any other
+        // error. Not traced, past the ignore/trace lists, to the block handler when the arguments are still at
+        // hand (cloned for the fallback, or shared references), else where a block goes without one. Types that
+        // cannot be a block probe to a constant `None`: nothing is generated for them.
+        // The error's type, when written out: the probe's method is chosen from it, so it must be known there.
+        let probe_ty = match &plan.error_ty {
+            Some(e) => quote!(::<#e>),
+            None => TokenStream::new(),
+        };
+        // The probe borrows the error inside a function: in an `async fn`, a local borrowed at some point keeps its
+        // room across every later await, the error path's included.
+        let probed = local("__sentinel_probed");
+        let split = |keep: TokenStream| {
+            quote! {
+                #private::probe_block(#error, |#probed| {
+                    #[allow(unused_imports)]
+                    use #private::{CarriesBlock as _, CarriesNoBlock as _};
+                    #keep((&#private::BlockProbe #probe_ty (#probed)).escaped_block())
+                })
+            }
+        };
+        let args_after_body: Option<Vec<TokenStream>> = if has_fb {
+            Some(reused.clone())
+        } else if plan.params.iter().all(|p| p.shared_ref) {
+            Some(names.iter().map(|n| n.to_token_stream()).collect())
+        } else {
+            None
+        };
+        let escaped = match (&args.block_handler, args_after_body) {
+            (Some(h), Some(mut v)) => {
+                v.push(block.to_token_stream());
+                let on_escaped = call(&h.value, &block_error_ty, v, true, "call_block_handler", Await::InEntryBoxed);
+                let nested = local("__sentinel_nested");
+                let split_owned = split(quote!(#private::owned_block));
+                // The block's local ends before the error path's own awaits: it takes no room beside them.
+                quote! {
+                    let #error = {
+                        let (#error, #nested): (_, ::core::option::Option<::std::boxed::Box<#block_error_ty>>) =
+                            #split_owned;
+                        match #nested {
+                            ::core::option::Option::Some(#block) => {
+                                let #block = *#block;
+                                #private::discard(#error);
+                                #[allow(clippy::needless_return)]
+                                return #on_escaped;
+                            }
+                            ::core::option::Option::None => #error,
+                        }
+                    };
+                    #handle_err
+                }
+            }
+            _ => {
+                let on_escaped = to_fallback();
+                let nested = local("__sentinel_nested");
+                let split_bool = split(quote!(#private::is_block));
+                quote! {
+                    let (#error, #nested): (_, bool) = #split_bool;
+                    if #nested {
+                        #on_escaped
+                    } else {
+                        #handle_err
+                    }
+                }
+            }
+        };
         quote! {
             #clones
             #started
             #run_body
             #private::body_returned(&mut #entry);
+            // `Ok` first: it unifies the body's result with the declared return type before the error is
+            // probed (a body whose `Ok` type is an `impl Trait` leaves the error type open until then).
             match #result {
-                ::core::result::Result::Err(#error) => { #handle_err }
-                ok => ok,
+                ok @ ::core::result::Result::Ok(_) => ok,
+                ::core::result::Result::Err(#error) => { #escaped }
             }
         }
     } else {

@@ -38,6 +38,8 @@ pub struct Param {
     /// For a pattern parameter: the pattern to bind inside the body, from `name`.
     pub pattern: Option<Pat>,
     pub reuse: Reuse,
+    /// A shared reference (`&T`, `&self`): `Copy`, so still at hand after the body ran, at no cost.
+    pub shared_ref: bool,
     pub span: Span,
     /// Its type as written in a handler's `fn` pointer type (`_` where it holds an `impl Trait`).
     pub ty: TokenStream,
@@ -193,6 +195,15 @@ fn async_trait_body(block: &Block) -> Option<(Vec<Stmt>, Box<Expr>)> {
     }
 }
 
+fn is_shared_ref(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) => r.mutability.is_none(),
+        Type::Paren(p) => is_shared_ref(&p.elem),
+        Type::Group(g) => is_shared_ref(&g.elem),
+        _ => false,
+    }
+}
+
 fn is_mut_ref(ty: &Type) -> bool {
     match ty {
         Type::Reference(r) => r.mutability.is_some(),
@@ -318,17 +329,20 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn, impl_type: Option<String>)
                     name: Ident::new("self", r.self_token.span),
                     pattern: None,
                     reuse: if mut_ref { Reuse::MutRef } else { Reuse::Clone },
+                    shared_ref: is_shared_ref(&r.ty),
                     span: r.span(),
                     ty: pointer_ty(&r.ty),
                 });
             }
             FnArg::Typed(t) => {
                 let reuse = if is_mut_ref(&t.ty) { Reuse::MutRef } else { Reuse::Clone };
+                let shared_ref = is_shared_ref(&t.ty);
                 match &*t.pat {
                     Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => params.push(Param {
                         name: pi.ident.clone(),
                         pattern: None,
                         reuse,
+                        shared_ref,
                         span: pi.ident.span(),
                         ty: pointer_ty(&t.ty),
                     }),
@@ -336,6 +350,7 @@ pub fn validate<'a>(args: &'a Args, func: &'a ItemFn, impl_type: Option<String>)
                         name: format_ident!("__sentinel_arg{}", i, span = other.span()),
                         pattern: Some(other.clone()),
                         reuse,
+                        shared_ref,
                         span: other.span(),
                         ty: pointer_ty(&t.ty),
                     }),

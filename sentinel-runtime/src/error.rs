@@ -325,6 +325,81 @@ impl fmt::Display for BlockError {
 
 impl std::error::Error for BlockError {}
 
+/// An error that may be a block: a [`BlockError`] converted into it (by `From`, `?` or `Into`).
+///
+/// Implement it for the error type of an annotated function (`#[sentinel_resource]`) so that a nested call's
+/// block that escapes the function's body as an `Err` is handled as a block, as Java Sentinel handles a
+/// `BlockException` that escapes the method: the function's `block_handler` (or its fallback) answers, and the
+/// call is neither traced as an error nor sent to the fallback as a failure. An error type that does not
+/// implement it is a failure of the function, as before.
+///
+/// ```
+/// use sentinel_runtime::{AsBlockError, BlockError};
+///
+/// #[derive(Debug)]
+/// enum OrderError {
+///     Busy(BlockError),
+///     NotFound,
+/// }
+/// impl From<BlockError> for OrderError {
+///     fn from(b: BlockError) -> Self {
+///         OrderError::Busy(b)
+///     }
+/// }
+/// impl AsBlockError for OrderError {
+///     fn block_error(&self) -> Option<&BlockError> {
+///         match self {
+///             OrderError::Busy(b) => Some(b),
+///             _ => None,
+///         }
+///     }
+/// }
+/// # assert!(OrderError::NotFound.block_error().is_none());
+/// ```
+///
+/// Implemented for `BlockError` itself, for boxed errors (`Box<dyn Error>`, `+ Send`, `+ Send + Sync`) and
+/// `std::io::Error` holding a `BlockError`, for the outbound guard's `ClientError` (feature `tower`) and for
+/// `reqwest_middleware::Error` holding a `BlockError` (feature `reqwest`).
+pub trait AsBlockError {
+    /// The block this error is, if it is one.
+    fn block_error(&self) -> Option<&BlockError>;
+}
+
+impl AsBlockError for BlockError {
+    #[inline]
+    fn block_error(&self) -> Option<&BlockError> {
+        Some(self)
+    }
+}
+
+impl AsBlockError for Box<dyn std::error::Error + 'static> {
+    #[inline]
+    fn block_error(&self) -> Option<&BlockError> {
+        self.downcast_ref()
+    }
+}
+
+impl AsBlockError for Box<dyn std::error::Error + Send + 'static> {
+    #[inline]
+    fn block_error(&self) -> Option<&BlockError> {
+        self.downcast_ref()
+    }
+}
+
+impl AsBlockError for Box<dyn std::error::Error + Send + Sync + 'static> {
+    #[inline]
+    fn block_error(&self) -> Option<&BlockError> {
+        self.downcast_ref()
+    }
+}
+
+impl AsBlockError for std::io::Error {
+    #[inline]
+    fn block_error(&self) -> Option<&BlockError> {
+        self.get_ref()?.downcast_ref()
+    }
+}
+
 /// The kinds of rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -170,7 +170,7 @@ pub use context::{ContextError, ContextGuard};
 pub use diagnose::Diagnosis;
 pub use engine::{AlreadyInitialized, Sentinel, SentinelBuilder, WeakSentinel};
 pub use entry::{Entry, EntryBuilder, Instrumented};
-pub use error::{BlockError, RuleError, RuleKind, SystemLimit, Timeout};
+pub use error::{AsBlockError, BlockError, RuleError, RuleKind, SystemLimit, Timeout};
 pub use inspect::{NodeStats, SecondTotals, TreeNode};
 pub use resource::{EntryType, Resource};
 pub use sentinel_macros::sentinel_resource;

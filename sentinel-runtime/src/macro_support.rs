@@ -162,6 +162,38 @@ pub fn entry_output<'s, 'e, 'r, R, M, O: HandlerOutput<R, M>>(
     in_entry(scope, entry, handler_output(output))
 }
 
+/// [`entry_output`] with the handler's future in a box: for the block handler of a nested call's block that
+/// escaped the body (a rare path), so that it adds no room to the call's future.
+#[inline(never)]
+pub fn entry_output_boxed<'s, 'e, 'r, R, M, O: HandlerOutput<R, M>>(
+    scope: &'s mut EntryScope,
+    entry: &'e Entry<'r>,
+    call: impl FnOnce() -> O,
+) -> InEntry<'s, 'e, 'r, Pin<Box<HandlerFuture<O, R, M>>>> {
+    let output = scope.run(entry, call, |_| false);
+    in_entry(scope, entry, Box::pin(handler_output(output)))
+}
+
+/// Probes the error an annotated function's body returned (see [`BlockProbe`]) and hands it back with what
+/// `probe` found.
+#[inline(always)]
+pub fn probe_block<E, T>(error: E, probe: impl FnOnce(&E) -> T) -> (E, T) {
+    let found = probe(&error);
+    (error, found)
+}
+
+/// Whether a [`BlockProbe`] found a block.
+#[inline(always)]
+pub fn is_block(found: Option<&BlockError>) -> bool {
+    found.is_some()
+}
+
+/// Drops the error a nested call's block came in, before its block handler is awaited.
+#[inline(always)]
+pub fn discard<T>(value: T) {
+    drop(value)
+}
+
 /// The future of a handler's output. Its `Output` is `R` itself (not a projection through the impl that is
 /// chosen later), so the return type of the annotated function decides between a sync and an async handler.
 #[must_use = "futures do nothing unless polled"]
@@ -209,6 +241,47 @@ pub fn block_error_into<E: FromBlockError>(err: BlockError) -> E {
 #[inline]
 pub fn blocked_result<T, E: FromBlockError>(err: BlockError) -> Result<T, E> {
     Err(E::from_block_error(err))
+}
+
+/// The error an annotated function's body returned, probed for a nested call's block that escaped the body
+/// ([`AsBlockError`](crate::AsBlockError)). The generated code calls `(&BlockProbe(&error)).escaped_block()`
+/// with [`CarriesBlock`] and [`CarriesNoBlock`] in scope: a type that implements `AsBlockError` takes the first
+/// (the method is found without an extra reference), any other type the second, which answers `None` (the call
+/// then compiles to nothing). Only on the error path.
+#[derive(Debug)]
+pub struct BlockProbe<'a, E: ?Sized>(pub &'a E);
+
+/// [`BlockProbe`] of an error type that may be a block.
+pub trait CarriesBlock<'a> {
+    /// The block the error is, if it is one.
+    fn escaped_block(&self) -> Option<&'a BlockError>;
+}
+
+impl<'a, E: crate::AsBlockError + ?Sized> CarriesBlock<'a> for BlockProbe<'a, E> {
+    #[inline(always)]
+    fn escaped_block(&self) -> Option<&'a BlockError> {
+        self.0.block_error()
+    }
+}
+
+/// [`BlockProbe`] of any other error type: never a block.
+pub trait CarriesNoBlock<'a> {
+    /// `None`.
+    fn escaped_block(&self) -> Option<&'a BlockError>;
+}
+
+impl<'a, E: ?Sized> CarriesNoBlock<'a> for &BlockProbe<'a, E> {
+    #[inline(always)]
+    fn escaped_block(&self) -> Option<&'a BlockError> {
+        None
+    }
+}
+
+/// The block a [`BlockProbe`] found, for the block handler: in a box, so that an `async fn`'s future keeps
+/// one word for it across the handler's await (this path is rare; a type that cannot be a block never boxes).
+#[inline]
+pub fn owned_block(found: Option<&BlockError>) -> Option<Box<BlockError>> {
+    found.map(|b| Box::new(b.clone()))
 }
 
 /// The error type of a function with `timeout_ms`, which must be built from a [`Timeout`](crate::Timeout).

@@ -3,7 +3,7 @@
 
 use sentinel_runtime::clock::ManualClock;
 use sentinel_runtime::flow::FlowRule;
-use sentinel_runtime::{BlockError, NodeStats, Sentinel};
+use sentinel_runtime::{AsBlockError, BlockError, NodeStats, Sentinel};
 
 /// A fresh engine with a manual clock, leaked so it can stand in for the global one ([`Sentinel::scoped`]).
 pub fn engine() -> (&'static Sentinel, ManualClock) {
@@ -44,6 +44,56 @@ impl From<BlockError> for AppError {
     fn from(b: BlockError) -> Self {
         AppError::Blocked(b.resource().to_string())
     }
+}
+
+/// An error type that says which of its values is a block ([`AsBlockError`]): a nested call's block that
+/// escapes an annotated function's body in it is a block of that function's call.
+#[derive(Debug, Clone)]
+pub enum NestedError {
+    Blocked(BlockError),
+    Failed(&'static str),
+}
+
+impl From<BlockError> for NestedError {
+    fn from(b: BlockError) -> Self {
+        NestedError::Blocked(b)
+    }
+}
+
+impl From<sentinel_runtime::Timeout> for NestedError {
+    fn from(_: sentinel_runtime::Timeout) -> Self {
+        NestedError::Failed("timed out")
+    }
+}
+
+impl AsBlockError for NestedError {
+    fn block_error(&self) -> Option<&BlockError> {
+        match self {
+            NestedError::Blocked(b) => Some(b),
+            NestedError::Failed(_) => None,
+        }
+    }
+}
+
+/// Compares the resource of a block.
+impl PartialEq for NestedError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (NestedError::Blocked(a), NestedError::Blocked(b)) => a.resource() == b.resource(),
+            (NestedError::Failed(a), NestedError::Failed(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// A block of `resource`, as [`NestedError`] compares it (by resource).
+pub fn blocked_at(resource: &str) -> NestedError {
+    NestedError::Blocked(BlockError::Custom {
+        resource: resource.into(),
+        slot: "test",
+        reason: "test".into(),
+        origin: "".into(),
+    })
 }
 
 /// An error that cannot be built from a block (functions returning it need a block handler).

@@ -33,6 +33,13 @@ impl<E> ClientError<E> {
     }
 }
 
+impl<E> crate::AsBlockError for ClientError<E> {
+    #[inline]
+    fn block_error(&self) -> Option<&BlockError> {
+        ClientError::block_error(self)
+    }
+}
+
 #[cfg(feature = "tonic")]
 impl<E> From<ClientError<E>> for tonic::Status
 where

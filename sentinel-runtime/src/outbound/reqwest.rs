@@ -58,7 +58,7 @@ async fn run(mut call: Call, req: Request, extensions: &mut Extensions, next: Ne
         Err(e) => {
             // A middleware after this one blocked the call (another guard): it was not sent, and a block is
             // no failure of the downstream's (Java's `Tracer` never traces a `BlockException`).
-            if !matches!(&e, Error::Middleware(m) if m.downcast_ref::<crate::BlockError>().is_some()) {
+            if crate::AsBlockError::block_error(&e).is_none() {
                 call.failed();
             }
             return Err(e);
@@ -72,6 +72,17 @@ async fn run(mut call: Call, req: Request, extensions: &mut Extensions, next: Ne
     let http: http::Response<reqwest::Body> = response.into();
     let watched = http.map(|b| reqwest::Body::wrap(ClientBody::inner(b, Some(Box::new(call)))));
     Ok(with_url(watched, url))
+}
+
+/// A block of a guard (this one's, or a later one's) is `Error::Middleware` holding the `BlockError`.
+impl crate::AsBlockError for Error {
+    #[inline]
+    fn block_error(&self) -> Option<&crate::BlockError> {
+        match self {
+            Error::Middleware(m) => m.downcast_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// A reqwest answer from an `http` one, keeping the URL the call went to.
