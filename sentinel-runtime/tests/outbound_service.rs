@@ -225,7 +225,6 @@ fn one_downstream_is_one_resource_whatever_the_case_of_its_host_and_with_or_with
 }
 
 #[test]
-#[ignore = "review: a call an inner tower guard blocked is traced as an error of the outer guard's resource (the client's error type is opaque to the layer: a fix needs a bound or a hook on it)"]
 fn a_call_blocked_by_an_inner_tower_guard_is_not_an_error_of_the_outer_guards_resource() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("GET:stock.svc/items/{id}").count(0.0)]).unwrap();
@@ -238,6 +237,36 @@ fn a_call_blocked_by_an_inner_tower_guard_is_not_an_error_of_the_outer_guards_re
     }
     assert_eq!(sent.load(Ordering::SeqCst), 0);
     assert_eq!(engine.cluster_stats("inventory").unwrap().minute_exception, 0, "a block is no failure");
+}
+
+#[test]
+fn a_failure_behind_an_inner_tower_guard_is_an_error_of_both_guards_resources() {
+    let (engine, _clock) = engine();
+    // The inner guard's client cannot reach its downstream.
+    let failing = tower::service_fn(|_req: Request<()>| {
+        std::future::ready(Err::<Response<Full<Bytes>>, _>(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        )))
+    });
+    let inner = SentinelClientLayer::new(&engine).layer(failing);
+    let mut svc = SentinelClientLayer::new(&engine).resource_name(|_| Some("inventory".into())).layer(inner);
+    // A block first, so the inner guard's error type is known as one that may be a block; then a failure of
+    // the same type, which is not one.
+    engine.load_flow_rules([FlowRule::new("GET:stock.svc/items/{id}").count(0.0)]).unwrap();
+    assert!(matches!(
+        poll(pin!(svc.call(get("/items/1")))),
+        Poll::Ready(Err(ClientError::Client(ClientError::Blocked(_))))
+    ));
+    engine.load_flow_rules([]).unwrap();
+    assert!(matches!(
+        poll(pin!(svc.call(get("/items/1")))),
+        Poll::Ready(Err(ClientError::Client(ClientError::Client(_))))
+    ));
+    let (outer, inner) =
+        (engine.cluster_stats("inventory").unwrap(), engine.cluster_stats("GET:stock.svc/items/{id}").unwrap());
+    assert_eq!((outer.minute_pass, outer.minute_exception), (2, 1), "only the failure");
+    assert_eq!((inner.minute_pass, inner.minute_block, inner.minute_exception), (1, 1, 1));
 }
 
 #[test]

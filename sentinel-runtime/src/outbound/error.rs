@@ -1,6 +1,8 @@
 //! [`ClientError`]: why a guarded tower client's call did not return the downstream's answer.
 
-use crate::{BlockError, Timeout};
+use std::any::{Any, TypeId};
+
+use crate::{AsBlockError, BlockError, Timeout};
 
 /// The error of a call through [`SentinelClientLayer`](super::SentinelClientLayer): the call was blocked
 /// (it never went out), ran past the guard's time limit, or the wrapped client failed.
@@ -33,11 +35,49 @@ impl<E> ClientError<E> {
     }
 }
 
-impl<E> crate::AsBlockError for ClientError<E> {
+impl<E> AsBlockError for ClientError<E> {
     #[inline]
     fn block_error(&self) -> Option<&BlockError> {
         ClientError::block_error(self)
     }
+}
+
+/// Finds the block in a value of a type known to be able to hold one.
+type BlockIn = for<'a> fn(&'a (dyn Any + 'static)) -> Option<&'a BlockError>;
+
+/// The guards' error types (`ClientError<E>`) that have blocked a call, each with how to find the block in a
+/// value of it. A guard stacked over another sees the inner guard's `ClientError<E>` as its client's error, a
+/// type its generic code cannot name: it looks the type up here (the inner guard registered it before its first
+/// block left it) and asks the value itself ([`AsBlockError`]), so a block is told from a failure exactly.
+/// Written on a block path, read on an error path; never on a call that succeeds.
+static BLOCKING_ERRORS: boxcar::Vec<(TypeId, BlockIn)> = boxcar::Vec::new();
+
+fn block_in<'a, T: AsBlockError + 'static>(error: &'a (dyn Any + 'static)) -> Option<&'a BlockError> {
+    error.downcast_ref::<T>()?.block_error()
+}
+
+/// Registers `ClientError<E>` as a type that may hold a block: called by a guard before its block leaves it.
+pub(crate) fn may_block_as<E: 'static>() {
+    let id = TypeId::of::<ClientError<E>>();
+    // Two threads may both push the same type the first time: a duplicate is harmless.
+    if !BLOCKING_ERRORS.iter().any(|(_, (t, _))| *t == id) {
+        BLOCKING_ERRORS.push((id, block_in::<ClientError<E>>));
+    }
+}
+
+/// The block the wrapped client's error is, when it is one: another guard's `ClientError::Blocked` (stacked
+/// guards), a `BlockError`, or a boxed error holding one (tower's `BoxError`). Called on the error path only.
+#[cold]
+pub(crate) fn nested_block<E: 'static>(error: &E) -> Option<&BlockError> {
+    let any: &(dyn Any + 'static) = error;
+    if let Some(b) = any.downcast_ref::<BlockError>() {
+        return Some(b);
+    }
+    if let Some(b) = any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
+        return b.block_error();
+    }
+    let id = TypeId::of::<E>();
+    BLOCKING_ERRORS.iter().find(|(_, (t, _))| *t == id).and_then(|(_, (_, found))| found(any))
 }
 
 #[cfg(feature = "tonic")]

@@ -88,7 +88,7 @@ where
 }
 
 /// Judges the client's answer and decides where the call's entry exits: now, or at the end of the body.
-fn finish<B, E>(
+fn finish<B, E: 'static>(
     slot: &mut Option<Call>,
     result: Result<Response<B>, E>,
 ) -> Result<Response<ClientBody<B>>, ClientError<E>> {
@@ -97,7 +97,12 @@ fn finish<B, E>(
     };
     match result {
         Err(e) => {
-            call.failed();
+            // A guard inside this one blocked the call (stacked guards): it was not sent, and a block is no
+            // failure of the downstream's (Java's `Tracer` never traces a `BlockException`). Its entry exits
+            // without an error and, never answered, gives no sample to an adaptive limit.
+            if super::error::nested_block(&e).is_none() {
+                call.failed();
+            }
             Err(ClientError::Client(e))
         }
         Ok(response) => {
@@ -113,6 +118,7 @@ const POLLED_AFTER_COMPLETION: &str = "`ResponseFuture` polled after it complete
 impl<S, B, ResBody> Future for ResponseFuture<S, B>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    S::Error: 'static,
 {
     type Output = Result<Response<ClientBody<ResBody>>, ClientError<S::Error>>;
 
@@ -169,6 +175,8 @@ where
                 StateProj::Blocked { error } => {
                     let Some(error) = error.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
                     this.state.set(State::Done);
+                    // A guard stacked over this one tells the block from a failure by its type.
+                    super::error::may_block_as::<S::Error>();
                     return Poll::Ready(Err(ClientError::Blocked(error)));
                 }
                 StateProj::Fallback { response } => {

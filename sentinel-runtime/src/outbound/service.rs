@@ -52,6 +52,7 @@ impl<S: fmt::Debug> fmt::Debug for SentinelClientService<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for SentinelClientService<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    S::Error: 'static,
 {
     type Response = Response<super::ClientBody<ResBody>>;
     type Error = ClientError<S::Error>;
