@@ -98,8 +98,66 @@ impl Svc {
     }
 }
 
+/// An error type that says which of its values is a block (the nested block's paths are generated), and `Copy`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CopyError {
+    Busy,
+    Gone,
+}
+
+impl From<BlockError> for CopyError {
+    fn from(_: BlockError) -> Self {
+        CopyError::Busy
+    }
+}
+
+impl sentinel_runtime::AsBlockError for CopyError {
+    fn block_error(&self) -> Option<&BlockError> {
+        None
+    }
+}
+
+#[sentinel_resource(block_handler = by_ref_blocked)]
+fn by_ref(name: &str, id: &u64) -> Result<u64, CopyError> {
+    if name.is_empty() {
+        return Err(CopyError::Gone);
+    }
+    Ok(*id)
+}
+
+fn by_ref_blocked(_name: &str, _id: &u64, _b: BlockError) -> Result<u64, CopyError> {
+    Err(CopyError::Busy)
+}
+
+#[sentinel_resource(block_handler = by_value_blocked, fallback = by_value_fallback)]
+async fn by_value(label: String) -> Result<usize, CopyError> {
+    futures::future::ready(()).await;
+    Ok(label.len())
+}
+
+async fn by_value_blocked(_label: String, _b: BlockError) -> Result<usize, CopyError> {
+    Err(CopyError::Busy)
+}
+
+fn by_value_fallback(_label: String, e: CopyError) -> Result<usize, CopyError> {
+    Err(e)
+}
+
+#[sentinel_resource(block_handler = consumed_blocked)]
+fn consumed(label: String) -> Result<usize, CopyError> {
+    Ok(label.len())
+}
+
+fn consumed_blocked(_label: String, _b: BlockError) -> Result<usize, CopyError> {
+    Err(CopyError::Busy)
+}
+
 #[test]
 fn expansion_compiles_without_lints_and_runs() {
+    assert_eq!(by_ref("a", &3), Ok(3));
+    assert_eq!(by_ref("", &3), Err(CopyError::Gone));
+    assert_eq!(futures::executor::block_on(by_value("ab".into())), Ok(2));
+    assert_eq!(consumed("abc".into()), Ok(3));
     assert_eq!(find(1, "x".into(), Vec::new()), Ok("x11".to_string()));
     assert_eq!(find(0, "x".into(), Vec::new()), Err(LintError::NotFound(0)));
     unit(true);
