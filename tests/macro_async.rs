@@ -188,8 +188,24 @@ async fn nested_outer_timed() -> Result<u32, NestedError> {
     nested_inner_async().await
 }
 
+// Without a fallback: the shared references are still at hand after the body.
+#[sentinel_resource(name = "async.nested_outer_refs", block_handler = nested_refs_blocked)]
+async fn nested_outer_refs(label: &str) -> Result<String, NestedError> {
+    let a = nested_inner_async().await?;
+    Ok(format!("{label}{a}"))
+}
+
+fn nested_refs_blocked(label: &str, b: BlockError) -> Result<String, NestedError> {
+    Ok(format!("{label} blocked by {}", b.resource()))
+}
+
 #[test]
 fn a_nested_block_that_escapes_an_async_body_is_a_block_of_the_outer_call_as_in_java() {
+    let (engine, _clock) = engine_with_limits(&["async.nested_inner"], 0.0);
+    let out = futures::executor::block_on(engine.scoped_future(nested_outer_refs("y")));
+    assert_eq!(out, Ok("y blocked by async.nested_inner".to_string()));
+    let s = stats(engine, "async.nested_outer_refs");
+    assert_eq!((s.minute_pass, s.minute_exception), (1, 0));
     for blocked in ["async.nested_inner", "async.nested_inner_sync"] {
         let (engine, _clock) = engine_with_limits(&[blocked], 0.0);
         let out = futures::executor::block_on(engine.scoped_future(nested_outer("x".into())));
