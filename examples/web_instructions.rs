@@ -45,7 +45,9 @@
 //!   rule that spaces calls, never reached);
 //! - `part-macro-sync`, `part-macro-async`, `part-macro-async-timeout`: a call of a `#[sentinel_resource]`
 //!   function, sync, async and async with `timeout_ms = 200` (the future polled once, with no executor), on
-//!   the global engine with one passing flow rule.
+//!   the global engine with one passing flow rule; `part-plain-sync`, `part-plain-async`: the same functions
+//!   without the attribute, called the same way (what calling and polling cost without the macro: the macro's
+//!   own cost is the difference).
 
 use std::error::Error;
 use std::hint::black_box;
@@ -146,6 +148,18 @@ fn annotated(x: u64) -> Result<u64, BlockError> {
 #[inline(never)]
 #[sentinel_resource(name = "part.macro-async")]
 async fn annotated_async(x: u64) -> Result<u64, BlockError> {
+    Ok(black_box(x) + 1)
+}
+
+/// `annotated` without the attribute (`part-plain-sync`).
+#[inline(never)]
+fn plain(x: u64) -> Result<u64, BlockError> {
+    Ok(black_box(x) + 1)
+}
+
+/// `annotated_async` without the attribute (`part-plain-async`).
+#[inline(never)]
+async fn plain_async(x: u64) -> Result<u64, BlockError> {
     Ok(black_box(x) + 1)
 }
 
@@ -381,6 +395,10 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
         "part-macro-async" => {
             Sentinel::global().load_flow_rules([FlowRule::new("part.macro-async").count(1e12)])?;
             run_part(|| assert!(black_box(annotated_async(black_box(7)).now_or_never()).is_some_and(|r| r.is_ok())), n);
+        }
+        "part-plain-sync" => run_part(|| assert!(black_box(plain(black_box(7))).is_ok()), n),
+        "part-plain-async" => {
+            run_part(|| assert!(black_box(plain_async(black_box(7)).now_or_never()).is_some_and(|r| r.is_ok())), n)
         }
         "part-macro-async-timeout" => {
             Sentinel::global().load_flow_rules([FlowRule::new("part.macro-async-timeout").count(1e12)])?;
