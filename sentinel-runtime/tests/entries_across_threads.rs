@@ -272,7 +272,6 @@ fn a_borrowed_entry_exited_on_another_thread_does_not_leave_its_thread_inside_it
 /// await) has no entry nested in it left: its exit is an ordinary one, with nothing to unwind and nothing to
 /// report (the nested entry's exit is waiting in the thread's mailbox).
 #[test]
-#[ignore = "review: an entry whose nested entry exited on another thread reads its context without that exit and logs an error"]
 fn an_entry_exiting_after_its_nested_entry_exited_on_another_thread_reports_nothing() {
     use sentinel_testkit::logs::{Logged, OnEvent};
     use std::sync::{Arc, Mutex};

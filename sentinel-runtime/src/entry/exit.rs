@@ -49,6 +49,23 @@ impl Entry<'_> {
             return; // another context of the engine is active now
         }
         if cur.depth > self.depth {
+            self.exit_over_nested(node);
+        }
+    }
+
+    /// The exit of an entry that the thread's context shows inside entries nested in it. Those may have exited
+    /// on other threads already (their exits wait in this thread's mailbox, read when the thread next reads
+    /// its context): read then, this entry may be the innermost one after all. Otherwise it exits before the
+    /// entries nested in it, which leave the context with it.
+    #[cold]
+    #[inline(never)]
+    fn exit_over_nested(&self, node: &DefaultNode) {
+        let cur = context::current_settled();
+        if std::ptr::eq(cur.cur_node, node) && cur.depth == self.depth {
+            context::set_current(self.outer_of(cur));
+            return;
+        }
+        if cur.depth > self.depth {
             tracing::error!(
                 resource = %self.resource(),
                 "entry exited before the entries nested in it; exiting them from the context first"
