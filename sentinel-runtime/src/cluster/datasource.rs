@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use crate::datasource::entry::{too_large, Holds, MAX_ENTRY_BYTES};
 
@@ -437,61 +437,52 @@ impl Inner {
             .map_err(|_| "no answer within 4 s".to_string())?
             .map_err(|e| e.to_string())?;
         drop(link);
+        let (mut sink, mut messages) = pubsub.split();
+        // Each key is read between two barriers on the subscription connection: a `PING`, whose reply
+        // comes after every message the server pushed to us before it ran the `PING` (one server runs
+        // commands one at a time and writes a `PUBLISH` to its subscribers' buffers as it runs it; the
+        // client hands us the messages in the order they came, before the reply). A message before the
+        // first reply was published before the read ran: its document is the read's or an older one, so it
+        // is dropped (applied after the read, it would bring an older document back). A message after the
+        // second reply was published after the read ran: it is applied, in order, after the read. A message
+        // between the two replies may be either: the key is read again (a few times at most; then the last
+        // such message is taken, which a writer that sets and publishes in one transaction makes the
+        // newest). Messages of a key already read are applied as they come. (On a Redis Cluster a message
+        // reaches the node we subscribe on over the cluster bus, later than its shard ran it: there the
+        // barriers narrow the window without closing it.)
+        let mut read = vec![false; self.sources.len()];
         for (i, s) in self.sources.iter().enumerate() {
-            // One atomic read: nothing, the value's length when it is too large (nothing more is read), or the
-            // value. A value of another type (a list) is that key's bad document, not a lost connection
-            // (which would stop every key being read).
-            let read: Result<redis::Value, redis::RedisError> = tokio::time::timeout(
-                timeout,
-                redis::cmd("EVAL").arg(BOUNDED_GET).arg(1).arg(&s.key).arg(MAX_ENTRY_BYTES).query_async(&mut conn),
-            )
-            .await
-            .map_err(|_| format!("reading {}: no answer within 2 s", s.key))?;
-            // A user allowed only what Java's source needs (`GET` the key, `SUBSCRIBE`), or a server without
-            // scripts: a plain `GET`, its size bounded once read (as an entry's always is).
-            let read = match read {
-                Err(e) if script_refused(&e) => {
-                    tracing::debug!(key = %s.key, error = %e, "Redis data source: reading with GET (no script)");
-                    tokio::time::timeout(timeout, redis::cmd("GET").arg(&s.key).query_async(&mut conn))
-                        .await
-                        .map_err(|_| format!("reading {}: no answer within 2 s", s.key))?
+            let mut tries = 0;
+            let outcome = loop {
+                let before = barrier(&mut sink, &mut messages, timeout).await?;
+                self.deliver(before, &read);
+                let value = self.read_key(i, &mut conn, timeout).await?;
+                let window = barrier(&mut sink, &mut messages, timeout).await?;
+                let (mine, others): (Vec<_>, Vec<_>) = window.into_iter().partition(|m| m.0 == s.channel);
+                self.deliver(others, &read);
+                tries += 1;
+                match mine.into_iter().last() {
+                    None => break value,
+                    Some((_, payload)) if tries >= 3 => break Read::Message(payload),
+                    Some(_) => {}
                 }
-                other => other,
             };
-            let value = match read {
-                Ok(redis::Value::Nil) => None,
-                Ok(redis::Value::BulkString(bytes)) => Some(bytes),
-                Ok(redis::Value::Int(len)) => {
-                    self.reject(i, too_large(usize::try_from(len).unwrap_or(usize::MAX)));
-                    continue;
-                }
-                Ok(other) => return Err(format!("reading {}: an answer of another shape ({other:?})", s.key)),
-                Err(e) if e.code() == Some("WRONGTYPE") => {
-                    let why = format!("the key holds no text ({e})");
-                    self.reject(i, ParseError::new(Format::Json, None, None, None, why));
-                    continue;
-                }
-                Err(e) => return Err(e.to_string()),
-            };
-            match value {
-                Some(bytes) => match std::str::from_utf8(&bytes) {
-                    Ok(text) => self.apply(i, text),
-                    Err(e) => {
-                        self.reject(i, ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))
-                    }
-                },
-                None => {
+            match outcome {
+                Read::Text(text) => self.apply(i, &text),
+                Read::Message(payload) => self.apply_payload(i, &payload),
+                Read::Bad(e) => self.reject(i, e),
+                Read::Missing => {
                     tracing::info!(key = %s.key, "Redis data source: the key holds no rules yet");
                     self.report(RedisReload::Missing { key: s.key.clone() }, true);
                 }
             }
+            read[i] = true;
         }
         drop(conn);
         *pause = Duration::from_millis(100).min(self.retry_max);
         // The subscription is checked with a `PING` every second: a server that hangs, or a connection cut
         // off without a reset, sends nothing and closes nothing; behind Sentinel the master may have been
         // replaced meanwhile (the next session asks the sentinels again).
-        let (mut sink, mut messages) = pubsub.split();
         let mut check = tokio::time::interval(SUBSCRIPTION_CHECK);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         check.tick().await;
@@ -506,25 +497,79 @@ impl Inner {
                 },
                 m = messages.next() => match m {
                     Some(msg) => {
-                        let channel = msg.get_channel_name().to_string();
-                        let payload = msg.get_payload_bytes();
-                        let text = match payload.len() {
-                            n if n > MAX_ENTRY_BYTES => Err(too_large(n)),
-                            _ => std::str::from_utf8(payload).map_err(|e| {
-                                ParseError::new(Format::Json, None, None, None, format!("the message is not text: {e}"))
-                            }),
-                        };
-                        for (i, _) in self.sources.iter().enumerate().filter(|(_, s)| s.channel == channel) {
-                            match &text {
-                                Ok(t) => self.apply(i, t),
-                                Err(e) => self.reject(i, e.clone()),
-                            }
-                        }
+                        let all = vec![true; self.sources.len()];
+                        self.deliver(vec![(msg.get_channel_name().to_string(), msg.get_payload_bytes().to_vec())], &all);
                     }
                     None => return Err("the subscription connection closed".to_string()),
                 },
                 _ = self.stop_notify.notified() => return Ok(()),
             }
+        }
+    }
+
+    /// Applies each message to the sources of its channel that were read already (`read[i]`); the others
+    /// drop it (their read comes after it).
+    fn deliver(&self, msgs: Vec<(String, Vec<u8>)>, read: &[bool]) {
+        for (channel, payload) in msgs {
+            for (i, _) in self.sources.iter().enumerate().filter(|(i, s)| read[*i] && s.channel == channel) {
+                self.apply_payload(i, &payload);
+            }
+        }
+    }
+
+    /// Applies a message's document (or rejects it: too large, not text).
+    fn apply_payload(&self, i: usize, payload: &[u8]) {
+        match payload.len() {
+            n if n > MAX_ENTRY_BYTES => self.reject(i, too_large(n)),
+            _ => match std::str::from_utf8(payload) {
+                Ok(t) => self.apply(i, t),
+                Err(e) => self.reject(
+                    i,
+                    ParseError::new(Format::Json, None, None, None, format!("the message is not text: {e}")),
+                ),
+            },
+        }
+    }
+
+    /// Reads source `i`'s key: one atomic read (nothing, the value's length when it is too large: nothing
+    /// more is read, or the value). A value of another type (a list) is that key's bad document, not a lost
+    /// connection (which would stop every key being read).
+    async fn read_key(&self, i: usize, conn: &mut super::connection::Conn, timeout: Duration) -> Result<Read, String> {
+        let s = &self.sources[i];
+        let read: Result<redis::Value, redis::RedisError> = tokio::time::timeout(
+            timeout,
+            redis::cmd("EVAL").arg(BOUNDED_GET).arg(1).arg(&s.key).arg(MAX_ENTRY_BYTES).query_async(conn),
+        )
+        .await
+        .map_err(|_| format!("reading {}: no answer within 2 s", s.key))?;
+        // A user allowed only what Java's source needs (`GET` the key, `SUBSCRIBE`), or a server without
+        // scripts: a plain `GET`, its size bounded once read (as an entry's always is).
+        let read = match read {
+            Err(e) if script_refused(&e) => {
+                tracing::debug!(key = %s.key, error = %e, "Redis data source: reading with GET (no script)");
+                tokio::time::timeout(timeout, redis::cmd("GET").arg(&s.key).query_async(conn))
+                    .await
+                    .map_err(|_| format!("reading {}: no answer within 2 s", s.key))?
+            }
+            other => other,
+        };
+        let bytes = match read {
+            Ok(redis::Value::Nil) => return Ok(Read::Missing),
+            Ok(redis::Value::BulkString(bytes)) => bytes,
+            Ok(redis::Value::Int(len)) => return Ok(Read::Bad(too_large(usize::try_from(len).unwrap_or(usize::MAX)))),
+            Ok(other) => return Err(format!("reading {}: an answer of another shape ({other:?})", s.key)),
+            Err(e) if e.code() == Some("WRONGTYPE") => {
+                let why = format!("the key holds no text ({e})");
+                return Ok(Read::Bad(ParseError::new(Format::Json, None, None, None, why)));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        if bytes.len() > MAX_ENTRY_BYTES {
+            return Ok(Read::Bad(too_large(bytes.len())));
+        }
+        match String::from_utf8(bytes) {
+            Ok(text) => Ok(Read::Text(text)),
+            Err(e) => Ok(Read::Bad(ParseError::new(Format::Json, None, None, None, format!("not UTF-8: {e}")))),
         }
     }
 
@@ -598,6 +643,43 @@ impl Inner {
             self.events_changed.notify_all();
         }
     }
+}
+
+/// What reading a key gave.
+enum Read {
+    /// The key's text.
+    Text(String),
+    /// A message's document, taken instead of the read (see [`Inner::session`]).
+    Message(Vec<u8>),
+    /// No key.
+    Missing,
+    /// A value that is no document (too large, not text, another type).
+    Bad(ParseError),
+}
+
+/// A `PING` on the subscription connection, and the messages (channel, payload) that came before its reply:
+/// those the server published before it ran the `PING`, and possibly some just after.
+async fn barrier(
+    sink: &mut redis::aio::PubSubSink,
+    messages: &mut redis::aio::PubSubStream,
+    timeout: Duration,
+) -> Result<Vec<(String, Vec<u8>)>, String> {
+    match tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await {
+        Ok(Ok(_)) => {}
+        // Any reply is in order with the messages (a user not allowed `PING` gets `NOPERM`).
+        Ok(Err(e)) if e.code().is_some() => {}
+        Ok(Err(e)) => return Err(format!("the subscription's check failed: {e}")),
+        Err(_) => return Err("the subscription's check: no answer within 2 s".to_string()),
+    }
+    // The client queued every message that came before the reply before it handed us the reply.
+    let mut out = Vec::new();
+    while let Some(m) = messages.next().now_or_never() {
+        match m {
+            Some(msg) => out.push((msg.get_channel_name().to_string(), msg.get_payload_bytes().to_vec())),
+            None => return Err("the subscription connection closed".to_string()),
+        }
+    }
+    Ok(out)
 }
 
 impl WritableDataSource for RedisDataSource {
