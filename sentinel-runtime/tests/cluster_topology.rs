@@ -679,6 +679,53 @@ fn rules_published_through_sentinel_after_a_failover_from_a_hung_master_are_in_f
 }
 
 #[test]
+fn rules_from_a_password_protected_master_behind_sentinel_are_read_with_the_builder_s_credentials() {
+    let _serial = one_at_a_time();
+    // The master and its replica need a password (default user) and know an ACL user too.
+    let acl = ["--user", "rules", "on", ">rules-pw", "~*", "&*", "+@all"];
+    let Some(setup) = RedisSentinelServers::start_with_password("rules_from_a_password_protected_master", "pw", &acl)
+    else {
+        return;
+    };
+    let (key, channel) = ("sentinel:shop:flow-rules", "sentinel:shop:flow-rules:changed");
+    let master = format!("redis://:pw@{}", setup.master.addr());
+    publish_on(&master, key, channel, &flow_rule_doc(10));
+    let start = |engine: &Sentinel, user: Option<&str>, password: Option<&str>| {
+        let mut b = RedisDataSource::sentinel_builder(setup.sentinel_urls(), MASTER_NAME)
+            .rules(RuleKind::Flow, key, channel)
+            .retry_max(Duration::from_millis(200));
+        if let Some(u) = user {
+            b = b.master_username(u);
+        }
+        if let Some(p) = password {
+            b = b.master_password(p);
+        }
+        b.start(engine).unwrap()
+    };
+    // Without the password: refused, reported, nothing applied.
+    let engine = Sentinel::builder().app_name("shop").build();
+    let source = start(&engine, None, None);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && source.last_error().is_none() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let e = source.last_error().expect("the refusal is reported");
+    assert!(e.to_string().contains("NOAUTH") || e.to_string().to_lowercase().contains("auth"), "{e}");
+    assert!(engine.flow_rules().is_empty());
+    drop(source);
+    // The default user's password, then an ACL user: the key is read, a publication is in force.
+    for (user, password, count) in [(None, "pw", 20), (Some("rules"), "rules-pw", 30)] {
+        let engine = Sentinel::builder().app_name("shop").build();
+        let source = start(&engine, user, Some(password));
+        assert!(source.wait_for(1, Duration::from_secs(5)), "the key is read: {:?}", source.last_error());
+        assert!(source.is_connected());
+        publish_on(&master, key, channel, &flow_rule_doc(count));
+        assert!(source.wait_for(2, Duration::from_secs(2)), "a publication is applied");
+        assert_eq!(engine.flow_rules()[0].count, f64::from(count), "as {user:?}");
+    }
+}
+
+#[test]
 fn the_first_seed_nodes_credentials_serve_every_node() {
     // The documented form: the credentials of the first seed serve every node (no server is needed: the
     // settings are checked at start, a Redis that is down is no error).

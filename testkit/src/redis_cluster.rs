@@ -11,8 +11,16 @@ use std::time::{Duration, Instant};
 
 /// Runs `redis-cli -p PORT args...` and returns what it printed (stdout), trimmed.
 fn run_cli(program: &PathBuf, port: u16, args: &[&str]) -> String {
-    Command::new(program)
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+    run_cli_as(program, port, None, args)
+}
+
+/// [`run_cli`] with the default user's password, if any.
+fn run_cli_as(program: &PathBuf, port: u16, password: Option<&str>, args: &[&str]) -> String {
+    let mut cmd = Command::new(program);
+    if let Some(p) = password {
+        cmd.env("REDISCLI_AUTH", p);
+    }
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -168,6 +176,8 @@ pub struct RedisSentinelServers {
     /// Its replica at start.
     pub replica: RedisServer,
     sentinels: Vec<Server>,
+    /// The password of the master and the replica (their default user), if any.
+    password: Option<String>,
 }
 
 /// The name the sentinels monitor the master under.
@@ -180,13 +190,33 @@ impl RedisSentinelServers {
     /// know each other and can reach their quorum of two); `None` (after a printed notice) when
     /// `redis-server` or `redis-cli` is not installed.
     pub fn start(test: &str) -> Option<RedisSentinelServers> {
+        Self::start_with(test, None, &[])
+    }
+
+    /// As [`start`](Self::start), the master and the replica requiring `password` of their default user
+    /// (`requirepass`; the replica and the sentinels are given it: `masterauth`, `sentinel auth-pass`), and
+    /// both started with the `extra` arguments too (an ACL user: `["--user", "app", "on", ">pw", "~*", "&*",
+    /// "+@all"]`).
+    pub fn start_with_password(test: &str, password: &str, extra: &[&str]) -> Option<RedisSentinelServers> {
+        Self::start_with(test, Some(password), extra)
+    }
+
+    fn start_with(test: &str, password: Option<&str>, extra: &[&str]) -> Option<RedisSentinelServers> {
         let program = require_program("redis-server", test)?;
         let cli = require_program("redis-cli", test)?;
-        let master = RedisServer::start(test)?;
+        let mut auth: Vec<&str> = Vec::new();
+        if let Some(p) = password {
+            auth.extend(["--requirepass", p, "--masterauth", p]);
+        }
+        auth.extend(extra);
+        let master = RedisServer::start_with(test, &auth)?;
         let mport = master.addr().port().to_string();
-        let replica = RedisServer::start_with(test, &["--replicaof", "127.0.0.1", &mport])?;
+        let mut args = auth.clone();
+        args.extend(["--replicaof", "127.0.0.1", &mport]);
+        let replica = RedisServer::start_with(test, &args)?;
         let synced = poll(Duration::from_secs(20), || {
-            run_cli(&cli, replica.addr().port(), &["info", "replication"]).contains("master_link_status:up")
+            run_cli_as(&cli, replica.addr().port(), password, &["info", "replication"])
+                .contains("master_link_status:up")
         });
         assert!(synced, "the replica did not sync with its master");
         let mut sentinels = Vec::new();
@@ -194,19 +224,22 @@ impl RedisSentinelServers {
             let port = free_port();
             let dir = temp_dir();
             let conf = dir.path().join("sentinel.conf");
-            let text = format!(
+            let mut text = format!(
                 "port {port}\nbind 127.0.0.1\nprotected-mode no\n\
                  sentinel monitor {MASTER_NAME} 127.0.0.1 {mport} 2\n\
                  sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
                  sentinel failover-timeout {MASTER_NAME} 3000\n\
                  sentinel parallel-syncs {MASTER_NAME} 1\n"
             );
+            if let Some(p) = password {
+                text.push_str(&format!("sentinel auth-pass {MASTER_NAME} {p}\n"));
+            }
             std::fs::write(&conf, text).expect("write sentinel.conf");
             let mut cmd = Command::new(&program);
             cmd.arg(&conf).arg("--sentinel");
             sentinels.push(Server::start("redis-sentinel", cmd, dir, SocketAddr::from(([127, 0, 0, 1], port))));
         }
-        let setup = RedisSentinelServers { cli, master, replica, sentinels };
+        let setup = RedisSentinelServers { cli, master, replica, sentinels, password: password.map(str::to_string) };
         let ready = poll(Duration::from_secs(30), || {
             setup.sentinels.iter().all(|s| {
                 let port = s.addr.port();
@@ -235,6 +268,9 @@ impl RedisSentinelServers {
     pub fn wait_failover(&self, timeout: Duration) -> bool {
         let replica = self.replica.addr().port();
         poll(timeout, || self.master_port() == Some(replica))
-            && poll(timeout, || run_cli(&self.cli, replica, &["info", "replication"]).contains("role:master"))
+            && poll(timeout, || {
+                run_cli_as(&self.cli, replica, self.password.as_deref(), &["info", "replication"])
+                    .contains("role:master")
+            })
     }
 }

@@ -206,8 +206,19 @@ impl RedisDataSource {
         Self::with_topology(Topology::cluster(nodes))
     }
 
-    /// A data source on the master that the `sentinels` monitor as `master_name` (the master's password,
-    /// if any: [`Topology::Sentinel`] through [`RedisDataSource::with_topology`]).
+    /// A data source on the master that the `sentinels` (`redis://[user:password@]host:port` each, with
+    /// the sentinels' own credentials, if any) monitor as `master_name`; the master's credentials, if it
+    /// needs them: [`RedisDataSourceBuilder::master_password`] and [`RedisDataSourceBuilder::master_username`].
+    ///
+    /// ```no_run
+    /// use sentinel_runtime::{RuleKind, Sentinel, cluster::RedisDataSource};
+    /// let engine = Sentinel::builder().app_name("shop").build();
+    /// let source = RedisDataSource::sentinel_builder(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"], "mymaster")
+    ///     .master_password("secret")
+    ///     .rules(RuleKind::Flow, "sentinel:shop:flow-rules", "sentinel:shop:flow-rules:changed")
+    ///     .start(&engine)?;
+    /// # Ok::<(), sentinel_runtime::cluster::ClusterError>(())
+    /// ```
     pub fn sentinel_builder<S: Into<String>>(
         sentinels: impl IntoIterator<Item = S>,
         master_name: impl Into<String>,
@@ -299,6 +310,25 @@ impl RedisDataSourceBuilder {
     #[cfg(feature = "tower")]
     pub fn api_definitions(mut self, key: impl Into<String>, channel: impl Into<String>) -> Self {
         self.sources.push(Source { holds: Holds::ApiDefinitions, key: key.into(), channel: channel.into() });
+        self
+    }
+
+    /// Behind Sentinel: the master's user (ACLs), as
+    /// [`RedisClusterBuilder::master_username`](crate::cluster::RedisClusterBuilder::master_username) takes
+    /// it. Ignored for other deployments (their credentials go in their URLs).
+    pub fn master_username(mut self, user: impl Into<String>) -> Self {
+        if let Topology::Sentinel { master_username, .. } = &mut self.topology {
+            *master_username = Some(user.into());
+        }
+        self
+    }
+
+    /// Behind Sentinel: the master's password (and its replicas', which the sentinels may promote; the
+    /// sentinels' own go in their URLs). Ignored for other deployments (their credentials go in their URLs).
+    pub fn master_password(mut self, password: impl Into<String>) -> Self {
+        if let Topology::Sentinel { master_password, .. } = &mut self.topology {
+            *master_password = Some(password.into());
+        }
         self
     }
 
