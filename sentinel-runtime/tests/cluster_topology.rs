@@ -725,6 +725,64 @@ fn rules_from_a_password_protected_master_behind_sentinel_are_read_with_the_buil
     }
 }
 
+/// Starts moving `key`'s slot from its owner to another node and moves `key` itself there: the slot stays the
+/// owner's (`MIGRATING` there, `IMPORTING` on the other), so the owner answers `ASK` for the key. Returns the
+/// owner's and the other node's indexes.
+fn migrate_key_midway(cluster: &RedisClusterServers, key: &str) -> (usize, usize) {
+    let urls = cluster.urls();
+    let from = cluster.owner_of(key).expect("the key's owner");
+    let to = (from + 1) % 3;
+    let conn = |i: usize| redis::Client::open(urls[i].as_str()).unwrap().get_connection().unwrap();
+    let (mut a, mut b) = (conn(from), conn(to));
+    let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut a).unwrap();
+    let id = |c: &mut redis::Connection| -> String { redis::cmd("CLUSTER").arg("MYID").query(c).unwrap() };
+    let (from_id, to_id) = (id(&mut a), id(&mut b));
+    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id).query::<()>(&mut b).unwrap();
+    redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id).query::<()>(&mut a).unwrap();
+    let port = cluster.addrs()[to].port();
+    redis::cmd("MIGRATE").arg("127.0.0.1").arg(port).arg(key).arg(0).arg(5000).query::<()>(&mut a).unwrap();
+    (from, to)
+}
+
+#[test]
+#[ignore = "review: the data source's write-back finds a cluster key's node by following MOVED only, so it fails with ASK while the key's slot migrates"]
+fn rules_are_read_and_written_back_on_a_cluster_while_their_key_s_slot_migrates() {
+    let _serial = one_at_a_time();
+    let Some(cluster) = RedisClusterServers::start("rules_while_their_key_s_slot_migrates") else { return };
+    let urls = cluster.urls();
+    let channel = "sentinel:shop:flow-rules:changed";
+    // One key owned by the first seed (asked first: it answers ASK), one owned by another node (the first seed
+    // answers MOVED to the owner, which answers ASK).
+    let on_first = (0..100)
+        .map(|i| format!("sentinel:shop:flow-rules:{i}"))
+        .find(|k| cluster.owner_of(k) == Some(0))
+        .expect("a key on the first seed");
+    for key in [on_first, key_off_the_first_seed(&cluster)] {
+        let owner = cluster.owner_of(&key).unwrap();
+        publish_on(&urls[owner], &key, channel, &flow_rule_doc(10));
+        let (from, to) = migrate_key_midway(&cluster, &key);
+        let mut on_from = redis::Client::open(urls[from].as_str()).unwrap().get_connection().unwrap();
+        let refused = redis::cmd("GET").arg(&key).query::<Option<String>>(&mut on_from).unwrap_err();
+        assert_eq!(refused.code(), Some("ASK"), "the owner answers ASK for the moved key: {refused}");
+        // Read through the cluster client, which follows ASK.
+        let engine = Sentinel::builder().app_name("shop").build();
+        let source =
+            RedisDataSource::cluster_builder(urls.clone()).rules(RuleKind::Flow, &key, channel).start(&engine).unwrap();
+        assert!(source.wait_for(1, Duration::from_secs(5)), "the key is read");
+        assert_eq!(engine.flow_rules()[0].count, 10.0, "read where the key is now: {:?}", source.last_error());
+        // Written back: to the node the key is on now, announced to the subscribers.
+        use sentinel_runtime::datasource::{RuleSet, WritableDataSource};
+        let set = RuleSet::new().with_flow(vec![FlowRule::new("api").count(30.0)]);
+        source.write_rules(&set).expect("written while the slot migrates");
+        assert!(source.wait_for(2, Duration::from_secs(2)), "the write is announced");
+        assert_eq!(engine.flow_rules()[0].count, 30.0);
+        let mut on_to = redis::Client::open(urls[to].as_str()).unwrap().get_connection().unwrap();
+        redis::cmd("ASKING").query::<()>(&mut on_to).unwrap();
+        let text: String = redis::cmd("GET").arg(&key).query(&mut on_to).unwrap();
+        assert!(text.contains("30"), "the key on the node it migrated to holds the write: {text}");
+    }
+}
+
 #[test]
 fn the_first_seed_nodes_credentials_serve_every_node() {
     // The documented form: the credentials of the first seed serve every node (no server is needed: the
