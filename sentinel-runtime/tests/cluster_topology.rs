@@ -745,7 +745,6 @@ fn migrate_key_midway(cluster: &RedisClusterServers, key: &str) -> (usize, usize
 }
 
 #[test]
-#[ignore = "review: the data source's write-back finds a cluster key's node by following MOVED only, so it fails with ASK while the key's slot migrates"]
 fn rules_are_read_and_written_back_on_a_cluster_while_their_key_s_slot_migrates() {
     let _serial = one_at_a_time();
     let Some(cluster) = RedisClusterServers::start("rules_while_their_key_s_slot_migrates") else { return };

@@ -255,18 +255,23 @@ impl Link {
         }
     }
 
-    /// A plain client for the server that holds `key` (the data source's subscription and transactions):
-    /// the server itself, the master the sentinels name now, or the cluster node that owns the key's slot
-    /// (found by following the `MOVED` reply of a seed node).
-    pub(crate) async fn client_for_key(&mut self, key: &str, timeout: Duration) -> redis::RedisResult<redis::Client> {
+    /// A plain client for the server that holds `key` (the data source's transactions): the server
+    /// itself, the master the sentinels name now, or the cluster node that holds the key's slot (found by
+    /// following a seed node's `MOVED` and `ASK` redirections). `true` with it: the key's slot is being
+    /// migrated to that node, so each command there must follow an `ASKING` (see [`owner_of`]).
+    pub(crate) async fn client_for_key(
+        &mut self,
+        key: &str,
+        timeout: Duration,
+    ) -> redis::RedisResult<(redis::Client, bool)> {
         match self {
-            Link::Standalone(client) => Ok(client.clone()),
-            Link::Sentinel(client) => client.async_get_client().await,
+            Link::Standalone(client) => Ok((client.clone(), false)),
+            Link::Sentinel(client) => Ok((client.async_get_client().await?, false)),
             Link::Cluster { seeds, .. } => {
                 let mut last = None;
                 for seed in seeds.iter() {
                     match owner_of(seed, key, timeout).await {
-                        Ok(client) => return Ok(client),
+                        Ok(route) => return Ok(route),
                         Err(e) => last = Some(e),
                     }
                 }
@@ -276,28 +281,47 @@ impl Link {
     }
 }
 
-/// Asks `seed` about `key` (`TYPE`, which any node answers for a key it owns and redirects otherwise):
-/// a client for the owner.
-async fn owner_of(seed: &redis::ConnectionInfo, key: &str, timeout: Duration) -> redis::RedisResult<redis::Client> {
-    let client = redis::Client::open(seed.clone())?;
+/// Asks `seed` about `key` (`TYPE`, which a node answers for a key it holds and redirects otherwise) and
+/// follows the redirections: `MOVED` to the slot's owner; `ASK` (the slot is migrating and the key has
+/// already left) to the node importing it, which answers for the key only to a command that follows an
+/// `ASKING` (then `true`). A few hops at most (a resharding may redirect twice).
+async fn owner_of(
+    seed: &redis::ConnectionInfo,
+    key: &str,
+    timeout: Duration,
+) -> redis::RedisResult<(redis::Client, bool)> {
     let config =
         redis::AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(Some(timeout));
-    let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
-    match redis::cmd("TYPE").arg(key).query_async::<String>(&mut conn).await {
-        Ok(_) => Ok(client),
-        Err(e) if e.code() == Some("MOVED") => {
-            // "MOVED <slot> <host>:<port>": the same credentials, the owner's address.
-            let text = e.detail().unwrap_or_default().to_string();
-            let addr = text.split_whitespace().nth(1).unwrap_or_default();
-            let (host, port) = addr.rsplit_once(':').unwrap_or((addr, ""));
-            let port: u16 = port.parse().map_err(|_| {
-                redis::RedisError::from((redis::ErrorKind::Client, "a MOVED reply without an address", text.clone()))
-            })?;
-            let host = if host.is_empty() { seed_host(seed) } else { host.to_string() };
-            redis::Client::open(seed.clone().set_addr(redis::ConnectionAddr::Tcp(host, port)))
+    let mut node = seed.clone();
+    let mut asking = false;
+    for _ in 0..4 {
+        let client = redis::Client::open(node.clone())?;
+        let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+        if asking {
+            // One connection, one client: the flag holds for the next command.
+            redis::cmd("ASKING").query_async::<()>(&mut conn).await?;
         }
-        Err(e) => Err(e),
+        match redis::cmd("TYPE").arg(key).query_async::<String>(&mut conn).await {
+            Ok(_) => return Ok((client, asking)),
+            Err(e) if matches!(e.code(), Some("MOVED") | Some("ASK")) => {
+                asking = e.code() == Some("ASK");
+                // "<slot> <host>:<port>": the same credentials, the other node's address.
+                let addr = e.redirect_node().map(|(addr, _)| addr.to_string()).unwrap_or_default();
+                let (host, port) = addr.rsplit_once(':').unwrap_or((addr.as_str(), ""));
+                let port: u16 = port.parse().map_err(|_| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "a redirection without an address",
+                        e.to_string(),
+                    ))
+                })?;
+                let host = if host.is_empty() { seed_host(seed) } else { host.to_string() };
+                node = seed.clone().set_addr(redis::ConnectionAddr::Tcp(host, port));
+            }
+            Err(e) => return Err(e),
+        }
     }
+    Err(redis::RedisError::from((redis::ErrorKind::Client, "redirected too many times", key.to_string())))
 }
 
 fn seed_host(seed: &redis::ConnectionInfo) -> String {

@@ -387,7 +387,7 @@ impl RedisDataSourceBuilder {
 impl Inner {
     /// A plain client for the server that holds `key`, from any thread (a runtime of its own on a thread
     /// of its own: the caller may be on an async runtime).
-    fn client_for_key(&self, key: &str) -> Result<redis::Client, String> {
+    fn client_for_key(&self, key: &str) -> Result<(redis::Client, bool), String> {
         let timeout = Duration::from_secs(2);
         std::thread::scope(|scope| {
             scope
@@ -712,6 +712,53 @@ async fn barrier(
     Ok(out)
 }
 
+/// Whether a write failed because the key's slot is served elsewhere now (a cluster resharding): worth
+/// looking the key's node up again.
+fn redirection(e: &redis::RedisError) -> bool {
+    matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "EXECABORT")) || e.redirect_node().is_some()
+}
+
+impl RedisDataSource {
+    /// One try at writing `set`'s part of source `s` on `conn` (`ASKING` before each command when the key's
+    /// slot is being imported there: the flag lasts one command, or a whole `MULTI` ... `EXEC`): `false`
+    /// when the `WATCH`ed key changed meanwhile.
+    fn write_once(
+        &self,
+        conn: &mut redis::Connection,
+        s: &Source,
+        set: &RuleSet,
+        asking: bool,
+    ) -> Result<bool, redis::RedisError> {
+        let ask = |conn: &mut redis::Connection| -> redis::RedisResult<()> {
+            if asking {
+                redis::cmd("ASKING").query::<()>(conn)?;
+            }
+            Ok(())
+        };
+        ask(conn)?;
+        redis::cmd("WATCH").arg(&s.key).query::<()>(conn)?;
+        // A combined document keeps what `set` does not hold, as the key has it now.
+        let current: Option<String> = match s.holds {
+            Holds::Combined => {
+                ask(conn)?;
+                redis::cmd("GET").arg(&s.key).query(conn)?
+            }
+            _ => None,
+        };
+        let text = s.holds.text(current.as_deref(), set, &self.inner.engine).map_err(|e| {
+            redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "not written",
+                format!("key `{}`: {e}; left untouched", s.key),
+            ))
+        })?;
+        ask(conn)?;
+        let done: Option<(String, i64)> =
+            redis::pipe().atomic().set(&s.key, &text).publish(&s.channel, &text).query(conn)?;
+        Ok(done.is_some())
+    }
+}
+
 impl WritableDataSource for RedisDataSource {
     /// Writes each kind of `set` to its key and announces it on the key's channel, `SET` and `PUBLISH` in one
     /// `MULTI` (what Java's Redis data source expects of every writer). A combined document keeps the kinds
@@ -723,39 +770,31 @@ impl WritableDataSource for RedisDataSource {
         let writes = crate::datasource::entry::entries_for(self.inner.sources.iter().map(|s| s.holds), set, &target)?;
         let timeout = Some(Duration::from_secs(2));
         for s in writes.into_iter().map(|i| &self.inner.sources[i]) {
-            // The server that holds the key (the master; on a cluster, the shard that owns its slot), so
-            // that `WATCH` and the transaction run where the key lives.
-            let client = self.inner.client_for_key(&s.key).map_err(store)?;
-            let mut conn =
-                client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
-            conn.set_read_timeout(timeout).map_err(|e| store(e.to_string()))?;
-            conn.set_write_timeout(timeout).map_err(|e| store(e.to_string()))?;
             let mut written = false;
+            let mut redirected = None;
             for _ in 0..5 {
-                redis::cmd("WATCH").arg(&s.key).query::<()>(&mut conn).map_err(|e| store(e.to_string()))?;
-                // A combined document keeps what `set` does not hold, as the key has it now.
-                let current: Option<String> = match s.holds {
-                    Holds::Combined => {
-                        redis::cmd("GET").arg(&s.key).query(&mut conn).map_err(|e| store(e.to_string()))?
+                // The server that holds the key (the master; on a cluster, the node that holds its slot, or the
+                // one it is migrating to), so that `WATCH` and the transaction run where the key lives. A
+                // redirection met on the way (the slot moved meanwhile) looks it up again.
+                let (client, asking) = self.inner.client_for_key(&s.key).map_err(store)?;
+                let mut conn =
+                    client.get_connection_with_timeout(Duration::from_secs(2)).map_err(|e| store(e.to_string()))?;
+                conn.set_read_timeout(timeout).map_err(|e| store(e.to_string()))?;
+                conn.set_write_timeout(timeout).map_err(|e| store(e.to_string()))?;
+                match self.write_once(&mut conn, s, set, asking) {
+                    Ok(true) => {
+                        written = true;
+                        break;
                     }
-                    _ => None,
-                };
-                let text = s
-                    .holds
-                    .text(current.as_deref(), set, &self.inner.engine)
-                    .map_err(|e| store(format!("key `{}`: {e}; left untouched", s.key)))?;
-                let done: Option<(String, i64)> = redis::pipe()
-                    .atomic()
-                    .set(&s.key, &text)
-                    .publish(&s.channel, &text)
-                    .query(&mut conn)
-                    .map_err(|e| store(e.to_string()))?;
-                if done.is_some() {
-                    written = true;
-                    break;
+                    Ok(false) => {}
+                    Err(e) if redirection(&e) => redirected = Some(e),
+                    Err(e) => return Err(store(e.to_string())),
                 }
             }
             if !written {
+                if let Some(e) = redirected {
+                    return Err(store(format!("the key's slot kept moving while it was written (5 tries): {e}")));
+                }
                 return Err(WriteBackError::Conflict {
                     target: s.key.clone(),
                     detail: "the key kept changing while it was written (5 tries)".into(),
