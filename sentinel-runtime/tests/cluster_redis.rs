@@ -694,11 +694,11 @@ fn an_update_published_between_the_subscription_and_the_read_never_brings_an_old
     let counts = Arc::new(Mutex::new(Vec::new()));
     let (a, c, e, p) = (armed.clone(), counts.clone(), engine.clone(), publish.clone());
     source.on_reload(move |r| match r {
-        sentinel_runtime::cluster::RedisReload::Missing { key: k } if k == first => {
-            if a.swap(false, std::sync::atomic::Ordering::AcqRel) {
-                p(&doc(2));
-                p(&doc(3));
-            }
+        sentinel_runtime::cluster::RedisReload::Missing { key: k }
+            if k == first && a.swap(false, std::sync::atomic::Ordering::AcqRel) =>
+        {
+            p(&doc(2));
+            p(&doc(3));
         }
         sentinel_runtime::cluster::RedisReload::Applied { key: k, .. } if k == key => {
             c.lock().unwrap().push(e.flow_rules()[0].count);
