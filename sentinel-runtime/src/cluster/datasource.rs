@@ -488,12 +488,13 @@ impl Inner {
                 self.deliver(before, &read);
                 let value = self.read_key(i, &mut conn, timeout).await?;
                 let window = barrier(&mut sink, &mut messages, timeout).await?;
-                let (mine, others): (Vec<_>, Vec<_>) = window.into_iter().partition(|m| m.0 == s.channel);
-                self.deliver(others, &read);
+                let mine = window.iter().rev().find(|m| m.0 == s.channel).map(|m| m.1.clone());
+                // To the sources read already (this one is not: `read[i]` is still false).
+                self.deliver(window, &read);
                 tries += 1;
-                match mine.into_iter().last() {
+                match mine {
                     None => break value,
-                    Some((_, payload)) if tries >= 3 => break Read::Message(payload),
+                    Some(payload) if tries >= 3 => break Read::Message(payload),
                     Some(_) => {}
                 }
             };
