@@ -254,6 +254,62 @@ impl BlockError {
     }
 }
 
+/// How deep [`BlockError::find_in`] follows an error's causes (Java's `BlockException.isBlockException` looks
+/// as deep; it also bounds a cyclic chain).
+const MAX_CAUSE_DEPTH: usize = 10;
+
+impl BlockError {
+    /// The block `err` is, or was caused by: `err` or an error of its [`source`](std::error::Error::source)
+    /// chain (at most 10 deep, as Java's `BlockException.isBlockException`) is a `BlockError`. Also seen inside
+    /// the errors whose `source()` passes over the error they hold: a `std::io::Error` and, with feature
+    /// `reqwest`, `reqwest_middleware::Error::Middleware`. The outbound guard's `ClientError::Blocked` gives
+    /// its block as its `source()`.
+    ///
+    /// [`Entry::trace`](crate::Entry::trace) and the error filter never count such an error (Java never
+    /// traces a `BlockException`, and its web adapters look for one among the causes), and the outbound guards
+    /// tell a nested guard's block from a failure by it.
+    ///
+    /// ```
+    /// use sentinel_runtime::{BlockError, Sentinel, flow::FlowRule};
+    ///
+    /// let engine = Sentinel::builder().build();
+    /// engine.load_flow_rules([FlowRule::new("stock").count(0.0)]).unwrap();
+    /// let block = engine.resource("stock").enter().unwrap_err();
+    /// let wrapped = std::io::Error::other(block);
+    /// assert!(BlockError::find_in(&wrapped).is_some());
+    /// assert!(BlockError::find_in(&std::io::Error::other("refused")).is_none());
+    /// ```
+    #[cold]
+    pub fn find_in<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a BlockError> {
+        let mut cur = Some(err);
+        let mut depth = 0;
+        while let Some(e) = cur {
+            if let Some(b) = e.downcast_ref::<BlockError>() {
+                return Some(b);
+            }
+            depth += 1;
+            if depth >= MAX_CAUSE_DEPTH {
+                break;
+            }
+            cur = held(e).or_else(|| e.source());
+        }
+        None
+    }
+}
+
+/// The error `e` holds where its `source()` passes over it (it gives the held error's own source).
+fn held<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a (dyn std::error::Error + 'static)> {
+    if let Some(io) = e.downcast_ref::<std::io::Error>() {
+        return io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static));
+    }
+    #[cfg(feature = "reqwest")]
+    if let Some(reqwest_middleware::Error::Middleware(m)) = e.downcast_ref::<reqwest_middleware::Error>() {
+        let inner: &(dyn std::error::Error + Send + Sync + 'static) = m.as_ref();
+        return Some(inner);
+    }
+    None
+}
+
 impl fmt::Display for BlockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let origin = |o: &str| {
@@ -358,8 +414,10 @@ impl std::error::Error for BlockError {}
 /// ```
 ///
 /// Implemented for `BlockError` itself, for boxed errors (`Box<dyn Error>`, `+ Send`, `+ Send + Sync`) and
-/// `std::io::Error` holding a `BlockError`, for the outbound guard's `ClientError` (feature `tower`) and for
-/// `reqwest_middleware::Error` holding a `BlockError` (feature `reqwest`).
+/// `std::io::Error` that are, or are caused by, a `BlockError` ([`BlockError::find_in`]: a guarded client's
+/// blocked `ClientError` in a box is one), for the outbound guard's `ClientError` (feature `tower`), for
+/// `reqwest_middleware::Error` holding a block (feature `reqwest`) and for `anyhow::Error` holding or caused by
+/// one (feature `anyhow`).
 pub trait AsBlockError {
     /// The block this error is, if it is one.
     fn block_error(&self) -> Option<&BlockError>;
@@ -375,28 +433,28 @@ impl AsBlockError for BlockError {
 impl AsBlockError for Box<dyn std::error::Error + 'static> {
     #[inline]
     fn block_error(&self) -> Option<&BlockError> {
-        self.downcast_ref()
+        BlockError::find_in(&**self)
     }
 }
 
 impl AsBlockError for Box<dyn std::error::Error + Send + 'static> {
     #[inline]
     fn block_error(&self) -> Option<&BlockError> {
-        self.downcast_ref()
+        BlockError::find_in(&**self)
     }
 }
 
 impl AsBlockError for Box<dyn std::error::Error + Send + Sync + 'static> {
     #[inline]
     fn block_error(&self) -> Option<&BlockError> {
-        self.downcast_ref()
+        BlockError::find_in(&**self)
     }
 }
 
 impl AsBlockError for std::io::Error {
     #[inline]
     fn block_error(&self) -> Option<&BlockError> {
-        self.get_ref()?.downcast_ref()
+        BlockError::find_in(self)
     }
 }
 

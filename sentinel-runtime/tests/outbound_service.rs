@@ -366,8 +366,6 @@ impl std::error::Error for Wrapped {
 }
 
 #[test]
-#[ignore = "review: Entry::trace skips only a bare BlockError; a block inside ClientError, io::Error, \
-            reqwest_middleware::Error or a source() chain is counted as an error"]
 fn tracing_an_error_that_is_or_is_caused_by_a_block_does_not_count_it() {
     use std::error::Error;
     let (engine, _clock) = engine();
@@ -400,7 +398,6 @@ fn tracing_an_error_that_is_or_is_caused_by_a_block_does_not_count_it() {
 }
 
 #[test]
-#[ignore = "review: ClientError::Blocked is transparent: its source() is the block's source (none), not the block"]
 fn a_blocked_client_errors_source_is_its_block() {
     use std::error::Error;
     let (engine, _clock) = engine();
@@ -411,7 +408,6 @@ fn a_blocked_client_errors_source_is_its_block() {
 }
 
 #[test]
-#[ignore = "review: a block of an inner guard boxed by tower's Buffer (BoxError) is traced by the outer guard"]
 fn a_call_blocked_by_an_inner_tower_guard_behind_a_buffer_is_not_an_error_of_the_outer_guards_resource() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("GET:stock.svc/items/{id}").count(0.0)]).unwrap();

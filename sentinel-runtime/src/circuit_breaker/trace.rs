@@ -98,7 +98,7 @@ impl TraceFilter {
 
     /// Whether `err` counts.
     pub fn accepts(&self, err: &(dyn StdError + 'static)) -> bool {
-        if err.is::<crate::BlockError>() {
+        if crate::BlockError::find_in(err).is_some() {
             return false;
         }
         if !self.ignore.is_empty() && Self::matches(&self.ignore, err) {

@@ -312,9 +312,10 @@ impl<'r> Entry<'r> {
         self.flags & Flags::OVERLOAD != 0
     }
 
-    /// Traces an error: ignored when it is a [`BlockError`] or the engine's error filter rejects it.
+    /// Traces an error: ignored when it is, or was caused by, a [`BlockError`] ([`BlockError::find_in`]: a
+    /// guarded client's blocked `ClientError`, a boxed or wrapped block) or the engine's error filter rejects it.
     pub fn trace(&mut self, err: &(dyn StdError + 'static)) {
-        if err.downcast_ref::<BlockError>().is_some() {
+        if BlockError::find_in(err).is_some() {
             return;
         }
         if self.res.shared().error_filter_accepts(err) {

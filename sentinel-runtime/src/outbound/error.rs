@@ -14,8 +14,9 @@ use crate::{AsBlockError, BlockError, Timeout};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError<E> {
-    /// A rule, or the downstream's own back-off, blocked the call: it was not sent.
-    #[error(transparent)]
+    /// A rule, or the downstream's own back-off, blocked the call: it was not sent. The block is the error's
+    /// `source()`, so that the error is known as a block behind a box or a wrapper ([`BlockError::find_in`]).
+    #[error("{0}")]
     Blocked(#[from] BlockError),
     /// The guard's time limit ran out (the call's future was dropped).
     #[error(transparent)]
@@ -66,15 +67,27 @@ pub(crate) fn may_block_as<E: 'static>() {
 }
 
 /// The block the wrapped client's error is, when it is one: another guard's `ClientError::Blocked` (stacked
-/// guards), a `BlockError`, or a boxed error holding one (tower's `BoxError`). Called on the error path only.
+/// guards), a `BlockError`, or a boxed error or `io::Error` that is or was caused by one (tower's `BoxError`
+/// holding the inner guard's `ClientError`, see [`BlockError::find_in`]). Called on the error path only.
 #[cold]
 pub(crate) fn nested_block<E: 'static>(error: &E) -> Option<&BlockError> {
     let any: &(dyn Any + 'static) = error;
     if let Some(b) = any.downcast_ref::<BlockError>() {
         return Some(b);
     }
+    // A boxed error (tower's `BoxError`: a `Buffer`, a `Timeout` between two guards) holding a block or the
+    // inner guard's `ClientError::Blocked`, whose source is its block; an `io::Error` holding one.
     if let Some(b) = any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
         return b.block_error();
+    }
+    if let Some(b) = any.downcast_ref::<Box<dyn std::error::Error + Send>>() {
+        return b.block_error();
+    }
+    if let Some(b) = any.downcast_ref::<Box<dyn std::error::Error>>() {
+        return b.block_error();
+    }
+    if let Some(io) = any.downcast_ref::<std::io::Error>() {
+        return io.block_error();
     }
     let id = TypeId::of::<E>();
     BLOCKING_ERRORS.iter().find(|(_, (t, _))| *t == id).and_then(|(_, (_, found))| found(any))

@@ -74,12 +74,13 @@ async fn run(mut call: Call, req: Request, extensions: &mut Extensions, next: Ne
     Ok(with_url(watched, url))
 }
 
-/// A block of a guard (this one's, or a later one's) is `Error::Middleware` holding the `BlockError`.
+/// A block of a guard (this one's, or a later one's) is `Error::Middleware` holding the `BlockError` (or an
+/// error caused by one, [`BlockError::find_in`](crate::BlockError::find_in)).
 impl crate::AsBlockError for Error {
     #[inline]
     fn block_error(&self) -> Option<&crate::BlockError> {
         match self {
-            Error::Middleware(m) => m.downcast_ref(),
+            Error::Middleware(m) => m.downcast_ref().or_else(|| crate::BlockError::find_in(m.as_ref())),
             _ => None,
         }
     }
