@@ -687,7 +687,6 @@ fn bound_beyond_loopback_reads_too_need_a_host_name_the_server_answers_for() {
 }
 
 #[test]
-#[ignore = "review: a POST without a body (no Content-Length, no chunks) is accepted; Java answers 411 Length Required"]
 fn a_post_without_a_body_gets_411_and_changes_nothing() {
     let (engine, _) = engine();
     let center = CommandCenter::builder(&engine).port(0).start().unwrap();

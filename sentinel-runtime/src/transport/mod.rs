@@ -22,7 +22,8 @@
 //! Java's node tables and call tree as text (`clusterNodeById?id=`, `cnode?id=`, `origin?id=`, `tree[?id=]`),
 //! `diagnose?resource=`. A command is the path (`GET /getRules?type=flow`); parameters come from the query
 //! string and a form-encoded body, each decoded once; a command that changes something is a `POST`
-//! (`curl -d value=false http://127.0.0.1:8719/setSwitch`, see the security defaults). Answers are `200`
+//! (`curl -d value=false http://127.0.0.1:8719/setSwitch`, see the security defaults), and a `POST` without a
+//! body gets `411`, as in Java (its parameters are the body's). Answers are `200`
 //! with the result, `400` with the reason (an unknown command: ``Unknown command `x` ``), and nothing
 //! changes on an error.
 //!
@@ -926,13 +927,21 @@ async fn dispatch(
             return text(StatusCode::BAD_REQUEST, format!("Could not read the request body: {rejection}"))
         }
     };
-    if !body.is_empty() {
+    let post = method == Method::POST;
+    // Java's `HttpEventTask`: a POST's content type is checked first (415), then its length: a POST without a
+    // body (no Content-Length, or 0) gets 411, whatever the command. A chunked body is taken too.
+    if post || !body.is_empty() {
         if let Some(ct) = headers.get(CONTENT_TYPE) {
             let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
             if !ct.contains("application/x-www-form-urlencoded") {
                 return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Only form-encoded post request is supported");
             }
         }
+    }
+    if post && body.is_empty() {
+        return text(StatusCode::LENGTH_REQUIRED, "No legal Content-Length");
+    }
+    if !body.is_empty() {
         match std::str::from_utf8(&body) {
             Ok(form) => params.add_form(form),
             Err(_) => return text(StatusCode::BAD_REQUEST, "The request body is not UTF-8"),
