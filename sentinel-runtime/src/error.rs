@@ -458,6 +458,17 @@ impl AsBlockError for std::io::Error {
     }
 }
 
+/// A block converted into an `anyhow::Error` (by `?`), with or without context, or an error held by one that
+/// is or was caused by a block ([`BlockError::find_in`]): an annotated function returning `anyhow::Result<T>`
+/// hands a nested call's block to its block handler (feature `anyhow`).
+#[cfg(feature = "anyhow")]
+impl AsBlockError for anyhow::Error {
+    #[inline]
+    fn block_error(&self) -> Option<&BlockError> {
+        self.downcast_ref::<BlockError>().or_else(|| BlockError::find_in(self.as_ref()))
+    }
+}
+
 /// The kinds of rule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -94,6 +94,7 @@
 //! | `reqwest` | `outbound::SentinelMiddleware` for reqwest-middleware (implies `tower`) |
 //! | `cluster-redis` | `cluster`: cluster flow control and rules on Redis |
 //! | `etcd`, `zookeeper` | `datasource::EtcdDataSource`, `datasource::ZookeeperDataSource` |
+//! | `anyhow` | `AsBlockError` for `anyhow::Error`: a nested block in an annotated fn's `anyhow::Result` |
 //!
 //! # Stability
 //!
