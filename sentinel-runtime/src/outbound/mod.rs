@@ -68,6 +68,7 @@
 
 mod body;
 mod error;
+pub(crate) use error::nested_block;
 mod future;
 mod guard;
 mod layer;

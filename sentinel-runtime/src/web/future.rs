@@ -83,7 +83,7 @@ fn timer(judging: Option<&JudgingRef>) -> Option<Box<Sleep>> {
 
 /// Judges the service's response and decides where the request's entry exits: now (dropped in place) or at
 /// the end of the body (moved into it).
-fn finish<B, E, M: BodyMode<B>>(
+fn finish<B, E: 'static, M: BodyMode<B>>(
     slot: &mut Option<Guard>,
     result: Result<Response<B>, E>,
 ) -> Result<Response<M::Body>, E> {
@@ -94,7 +94,12 @@ fn finish<B, E, M: BodyMode<B>>(
     let mut response = match result {
         Ok(r) => r,
         Err(e) => {
-            g.error();
+            // A block of a call the service made (a proxy's guarded client, a nested guard) is no failure of
+            // this request's, as Java's `CommonFilter` takes a nested `BlockException` as a block: the entry
+            // exits without an error.
+            if crate::outbound::nested_block(&e).is_none() {
+                g.error();
+            }
             *slot = None;
             return Err(e);
         }
@@ -236,6 +241,7 @@ const POLLED_AFTER_COMPLETION: &str = "`ResponseFuture` polled after it complete
 impl<S, B, M, ResBody> Future for ResponseFuture<S, B, M>
 where
     S: Service<Request<B>, Response = Response<ResBody>>,
+    S::Error: 'static,
     M: BodyMode<ResBody>,
 {
     type Output = Result<Response<M::Body>, S::Error>;

@@ -62,8 +62,9 @@
 //!   A queueing rule's wait (rate limiter, prioritized occupy) is a timer on the engine's clock: the worker
 //!   serves other requests meanwhile.
 //! - **Errors.** An `Err` from the service, an HTTP 5xx and a gRPC status other than `OK` (in the response
-//!   headers or in the trailers) count as errors ([`SentinelLayer::trace_if`]). A dropped response future or
-//!   body (client gone) exits the entry without an error.
+//!   headers or in the trailers) count as errors ([`SentinelLayer::trace_if`]), but an `Err` that is a block of
+//!   a call the service made (a proxy's guarded client, see [`BlockError::find_in`](crate::BlockError::find_in))
+//!   is not. A dropped response future or body (client gone) exits the entry without an error.
 //! - **Blocked calls** get [`block::default_response`] or [`SentinelLayer::on_blocked`]'s response; with
 //!   `Retry-After` / `grpc-retry-pushback-ms` from [`BlockError::retry_after`](crate::BlockError::retry_after).
 //! - **Cost** when the layer is not used: none (nothing in the core knows about it). Per request: a route

@@ -104,6 +104,7 @@ impl<S: fmt::Debug, M> fmt::Debug for SentinelService<S, M> {
 impl<S, M, ReqBody, ResBody> Service<Request<ReqBody>> for SentinelService<S, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    S::Error: 'static,
     ResBody: Body<Data = Bytes>,
     M: BodyMode<ResBody>,
 {
