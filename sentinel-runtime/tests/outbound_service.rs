@@ -446,8 +446,6 @@ fn a_call_blocked_by_an_inner_tower_guard_behind_a_buffer_is_not_an_error_of_the
 }
 
 #[test]
-#[ignore = "review: with three stacked tower guards, the innermost guard's block (ClientError::Client(ClientError::Blocked)) \
-            is traced by the outermost"]
 fn a_call_blocked_two_guards_down_is_not_an_error_of_the_outer_guards() {
     let (engine, _clock) = engine();
     let sent = Arc::new(AtomicUsize::new(0));

@@ -26,17 +26,19 @@ pub enum ClientError<E> {
     Client(E),
 }
 
-impl<E> ClientError<E> {
-    /// The block, when the call was blocked.
+impl<E: 'static> ClientError<E> {
+    /// The block, when the call was blocked: by this guard, or by a guard the client holds (stacked guards, the
+    /// client's error then being the inner guard's `ClientError::Blocked`, or a boxed error holding it).
     pub fn block_error(&self) -> Option<&BlockError> {
         match self {
             ClientError::Blocked(b) => Some(b),
-            _ => None,
+            ClientError::Client(e) => nested_block(e),
+            ClientError::TimedOut(_) => None,
         }
     }
 }
 
-impl<E> AsBlockError for ClientError<E> {
+impl<E: 'static> AsBlockError for ClientError<E> {
     #[inline]
     fn block_error(&self) -> Option<&BlockError> {
         ClientError::block_error(self)
