@@ -9,6 +9,11 @@ use crate::circuit_breaker::rule::DegradeRule;
 use crate::flow::rule::FlowRule;
 use crate::param_flow::rule::ParamFlowRule;
 
+#[cfg(feature = "tower")]
+mod carriers;
+#[cfg(feature = "tower")]
+pub(crate) use carriers::{nested_block, register_block_carrier};
+
 /// Which system limit blocked an inbound call.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]

@@ -100,7 +100,7 @@ fn finish<B, E: 'static>(
             // A guard inside this one blocked the call (stacked guards): it was not sent, and a block is no
             // failure of the downstream's (Java's `Tracer` never traces a `BlockException`). Its entry exits
             // without an error and, never answered, gives no sample to an adaptive limit.
-            if super::error::nested_block(&e).is_none() {
+            if crate::error::nested_block(&e).is_none() {
                 call.failed();
             }
             Err(ClientError::Client(e))

@@ -68,7 +68,6 @@
 
 mod body;
 mod error;
-pub(crate) use error::nested_block;
 mod future;
 mod guard;
 mod layer;

@@ -97,7 +97,7 @@ fn finish<B, E: 'static, M: BodyMode<B>>(
             // A block of a call the service made (a proxy's guarded client, a nested guard) is no failure of
             // this request's, as Java's `CommonFilter` takes a nested `BlockException` as a block: the entry
             // exits without an error.
-            if crate::outbound::nested_block(&e).is_none() {
+            if crate::error::nested_block(&e).is_none() {
                 g.error();
             }
             *slot = None;
