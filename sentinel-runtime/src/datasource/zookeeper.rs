@@ -129,6 +129,9 @@ struct Inner {
     seen: Mutex<Vec<Seen>>,
     client: Mutex<Option<zk::Client>>,
     reports: Reports<ZookeeperReload, ZookeeperSourceError>,
+    /// Test-only points where a read stops until the test lets it go.
+    #[cfg(test)]
+    gate: tests::Gate,
 }
 
 /// Rules read from ZooKeeper nodes, applied on change through persistent watches, written back with a
@@ -255,6 +258,8 @@ impl ZookeeperDataSourceBuilder {
             clear_on_delete: self.clear_on_delete,
             client: Mutex::new(None),
             reports: Reports::new(),
+            #[cfg(test)]
+            gate: tests::Gate::default(),
         });
         let (run, stop) = (inner.clone(), inner.clone());
         let background = Background::spawn("sentinel-zk-rules", move || stop.reports.request_stop(), run.run())
@@ -400,9 +405,15 @@ impl Inner {
 
     async fn read(&self, client: &zk::Client, i: usize) -> Result<(), String> {
         let path = &self.nodes[i].name;
+        #[cfg(test)]
+        self.gate.stop("before get").await;
         match client.get_data(path).await {
             Ok((data, stat)) => {
+                #[cfg(test)]
+                self.gate.stop("before put").await;
                 self.put(i, stat.version, stat.mzxid, &data);
+                #[cfg(test)]
+                self.gate.stop("after put").await;
                 Ok(())
             }
             Err(zk::Error::NoNode) => {
@@ -585,6 +596,31 @@ impl WritableDataSource for ZookeeperDataSource {
 mod tests {
     use super::*;
 
+    /// Test-only stopping points of a source's reads: an armed point stops the next read that reaches it,
+    /// tells the test, and waits until the test lets it go (the source's runtime runs on meanwhile, so a
+    /// write-back can be answered while a read is stopped).
+    #[derive(Default)]
+    pub(super) struct Gate {
+        armed: Mutex<Vec<&'static str>>,
+        stopped: Mutex<Option<std::sync::mpsc::Sender<&'static str>>>,
+        go: tokio::sync::Notify,
+    }
+
+    impl Gate {
+        pub(super) async fn stop(&self, point: &'static str) {
+            let armed = {
+                let mut armed = self.armed.lock().unwrap();
+                armed.iter().position(|p| *p == point).map(|at| armed.remove(at)).is_some()
+            };
+            if armed {
+                if let Some(tell) = &*self.stopped.lock().unwrap() {
+                    let _ = tell.send(point);
+                }
+                self.go.notified().await;
+            }
+        }
+    }
+
     /// A source whose ZooKeeper never answers (nothing listens on port 1): its state is the test's alone.
     fn unreachable_source() -> (Sentinel, ZookeeperDataSource) {
         let engine = Sentinel::builder().build();
@@ -636,5 +672,107 @@ mod tests {
         // The store then holds the document this source wrote: it is applied, not taken for the one in force.
         inner.put(0, 1, 14, br#"[{"resource": "api", "count": 6}]"#);
         assert_eq!(engine.flow_rules()[0].count, 6.0, "the store's document is not in force");
+    }
+
+    /// The test's side of a source's [`Gate`], with a plain client: "another writer".
+    struct Driver {
+        rt: tokio::runtime::Runtime,
+        other: zk::Client,
+        stopped: std::sync::mpsc::Receiver<&'static str>,
+    }
+
+    const PATH: &str = "/sentinel/flow";
+    const WAIT: Duration = Duration::from_secs(10);
+
+    impl Driver {
+        /// Connects, and creates the node with version 0 (count 0).
+        fn new(
+            server: &sentinel_testkit::zookeeper::ZookeeperServer,
+        ) -> (Driver, std::sync::mpsc::Sender<&'static str>) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let other = rt.block_on(zk::Client::connect(&server.connect_string())).expect("connect to ZooKeeper");
+            rt.block_on(async {
+                let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                other.mkdir("/sentinel", &options).await.expect("mkdir");
+                other.create(PATH, br#"[{"resource": "api", "count": 0}]"#, &options).await.expect("create");
+            });
+            let (tell, stopped) = std::sync::mpsc::channel();
+            (Driver { rt, other, stopped }, tell)
+        }
+        fn set(&self, count: f64) -> i32 {
+            let data = format!(r#"[{{"resource": "api", "count": {count}}}]"#);
+            self.rt.block_on(self.other.set_data(PATH, data.as_bytes(), None)).expect("set").version
+        }
+        /// Arms `point`: the next read that reaches it stops there.
+        fn arm(source: &ZookeeperDataSource, point: &'static str) {
+            source.inner.gate.armed.lock().unwrap().push(point);
+        }
+        /// Waits until a read stopped at `point`.
+        fn stopped_at(&self, point: &'static str) {
+            assert_eq!(self.stopped.recv_timeout(WAIT), Ok(point), "a read stopped at `{point}`");
+        }
+        /// Lets the stopped read go.
+        fn go(source: &ZookeeperDataSource) {
+            source.inner.gate.go.notify_one();
+        }
+    }
+
+    fn count(engine: &Sentinel) -> f64 {
+        engine.flow_rules()[0].count
+    }
+
+    /// A read of version 2 answered after this source's write-back of version 3: ZooKeeper answered the read
+    /// first (it was asked first), but the source's runtime handled the write's answer first. The read's
+    /// document is older than the one the write put in force (its `mzxid` is lower): applying it runs
+    /// version 2's rules while the node holds version 3, and makes the next write-back expect version 2.
+    #[test]
+    #[ignore = "review: a read answered after this source's write-back of a later version applies the older document (no mzxid check)"]
+    fn zookeeper_a_read_handled_after_the_write_back_of_a_later_version_does_not_apply_the_older_document() {
+        let test = "zookeeper_a_read_handled_after_the_write_back_of_a_later_version";
+        let Some(server) = sentinel_testkit::zookeeper::ZookeeperServer::start(test) else { return };
+        let (driver, tell) = Driver::new(&server);
+        let engine = Sentinel::builder().build();
+        let source = ZookeeperDataSource::builder(server.connect_string())
+            .rules(RuleKind::Flow, PATH)
+            .retry_max(Duration::from_millis(200))
+            .start(&engine)
+            .unwrap();
+        *source.inner.gate.stopped.lock().unwrap() = Some(tell);
+        assert!(source.wait_for(1, WAIT), "version 0 read at start");
+        let start = std::time::Instant::now();
+        while !source.is_connected() {
+            assert!(start.elapsed() < WAIT, "connected");
+            std::thread::yield_now();
+        }
+        assert_eq!(count(&engine), 0.0);
+        // Another writer makes versions 1 and 2; the read of the first change runs after both, and finds 2.
+        Driver::arm(&source, "before get");
+        assert_eq!(driver.set(1.0), 1);
+        driver.stopped_at("before get");
+        assert_eq!(driver.set(2.0), 2);
+        Driver::arm(&source, "after put");
+        Driver::go(&source);
+        driver.stopped_at("after put");
+        assert_eq!(count(&engine), 2.0, "version 2 applied");
+        // The read of the second change finds version 2 too; before it is handled, the dashboard's push of
+        // version 3 is in force and written back (it expects version 2, the one this source saw last).
+        Driver::arm(&source, "before put");
+        Driver::go(&source);
+        driver.stopped_at("before put");
+        engine.load_flow_rules([crate::flow::FlowRule::new("api").count(3.0)]).unwrap();
+        source.write_rules(&RuleSet::snapshot(&engine, &[RuleKind::Flow])).expect("the write-back of version 3");
+        assert_eq!(source.inner.seen.lock().unwrap()[0].version, Some(3));
+        // Now the read of version 2 is handled.
+        Driver::arm(&source, "after put");
+        Driver::go(&source);
+        driver.stopped_at("after put");
+        let (version, zxid) = {
+            let seen = source.inner.seen.lock().unwrap();
+            (seen[0].version, seen[0].zxid)
+        };
+        let applied = count(&engine);
+        Driver::go(&source);
+        assert_eq!(applied, 3.0, "version 2's rules brought back while the node holds version 3");
+        assert_eq!(version, Some(3), "the next write-back expects version 3 (zxid {zxid})");
     }
 }
