@@ -342,8 +342,16 @@ impl Inner {
                     _ = self.reports.stop_notify.notified() => return Ok(()),
                 };
                 match signal {
-                    Signal::Node(i, zk::EventType::NodeDeleted) => self.deleted(i),
-                    Signal::Node(i, _) => self.read(&client, i).await?,
+                    Signal::Node(i, zk::EventType::NodeDeleted) => {
+                        self.deleted(i);
+                        #[cfg(test)]
+                        self.gate.stop("after event").await;
+                    }
+                    Signal::Node(i, _) => {
+                        self.read(&client, i).await?;
+                        #[cfg(test)]
+                        self.gate.stop("after event").await;
+                    }
                     Signal::State(zk::SessionState::SyncConnected) => {
                         // Back after a disconnection (same session): the server may be a restarted one that
                         // lost the watches, so watch again, then read everything again.
@@ -409,7 +417,10 @@ impl Inner {
         let path = &self.nodes[i].name;
         #[cfg(test)]
         self.gate.stop("before get").await;
-        match client.get_data(path).await {
+        let got = client.get_data(path).await;
+        #[cfg(test)]
+        self.gate.stop("after get").await;
+        match got {
             Ok((data, stat)) => {
                 #[cfg(test)]
                 self.gate.stop("before put").await;
@@ -703,10 +714,38 @@ mod tests {
             rt.block_on(async {
                 let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
                 other.mkdir("/sentinel", &options).await.expect("mkdir");
-                other.create(PATH, br#"[{"resource": "api", "count": 0}]"#, &options).await.expect("create");
             });
             let (tell, stopped) = std::sync::mpsc::channel();
             (Driver { rt, other, stopped }, tell)
+        }
+        fn create(&self, count: f64) {
+            let data = format!(r#"[{{"resource": "api", "count": {count}}}]"#);
+            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            self.rt.block_on(self.other.create(PATH, data.as_bytes(), &options)).expect("create");
+        }
+        fn delete(&self) {
+            self.rt.block_on(self.other.delete(PATH, None)).expect("delete");
+        }
+        /// A source on `server`, its gate telling `tell`, once it has read the node at start and watches.
+        fn source(
+            server: &sentinel_testkit::zookeeper::ZookeeperServer,
+            engine: &Sentinel,
+            tell: std::sync::mpsc::Sender<&'static str>,
+        ) -> ZookeeperDataSource {
+            let source = ZookeeperDataSource::builder(server.connect_string())
+                .rules(RuleKind::Flow, PATH)
+                .retry_max(Duration::from_millis(200))
+                .clear_on_delete(true)
+                .start(engine)
+                .unwrap();
+            *source.inner.gate.stopped.lock().unwrap() = Some(tell);
+            assert!(source.wait_for(1, WAIT), "the node read at start");
+            let start = std::time::Instant::now();
+            while !source.is_connected() {
+                assert!(start.elapsed() < WAIT, "connected");
+                std::thread::yield_now();
+            }
+            source
         }
         fn set(&self, count: f64) -> i32 {
             let data = format!(r#"[{{"resource": "api", "count": {count}}}]"#);
@@ -739,19 +778,9 @@ mod tests {
         let test = "zookeeper_a_read_handled_after_the_write_back_of_a_later_version";
         let Some(server) = sentinel_testkit::zookeeper::ZookeeperServer::start(test) else { return };
         let (driver, tell) = Driver::new(&server);
+        driver.create(0.0);
         let engine = Sentinel::builder().build();
-        let source = ZookeeperDataSource::builder(server.connect_string())
-            .rules(RuleKind::Flow, PATH)
-            .retry_max(Duration::from_millis(200))
-            .start(&engine)
-            .unwrap();
-        *source.inner.gate.stopped.lock().unwrap() = Some(tell);
-        assert!(source.wait_for(1, WAIT), "version 0 read at start");
-        let start = std::time::Instant::now();
-        while !source.is_connected() {
-            assert!(start.elapsed() < WAIT, "connected");
-            std::thread::yield_now();
-        }
+        let source = Driver::source(&server, &engine, tell);
         assert_eq!(count(&engine), 0.0);
         // Another writer makes versions 1 and 2; the read of the first change runs after both, and finds 2.
         Driver::arm(&source, "before get");
@@ -782,5 +811,71 @@ mod tests {
         Driver::go(&source);
         assert_eq!(applied, 3.0, "version 2's rules brought back while the node holds version 3");
         assert_eq!(version, Some(3), "the next write-back expects version 3 (zxid {zxid})");
+    }
+
+    /// The write-back the dashboard makes: `count` in force, then written back.
+    fn push(engine: &Sentinel, source: &ZookeeperDataSource, count: f64) {
+        engine.load_flow_rules([crate::flow::FlowRule::new("api").count(count)]).unwrap();
+        source.write_rules(&RuleSet::snapshot(engine, &[RuleKind::Flow])).expect("the write-back");
+    }
+
+    /// Another writer creates the node and deletes it; before this source handles the delete, the dashboard's
+    /// push creates the node again (this source had seen no node). The delete's event, older than the
+    /// source's own create, then takes the node for deleted: the rules written are cleared (`clear_on_delete`)
+    /// while the node holds them, and the next write-back would try to create it.
+    #[test]
+    #[ignore = "review: a ZooKeeper delete event handled after this source's write-back created the node again clears the rules written"]
+    fn zookeeper_a_delete_handled_after_the_write_back_created_the_node_again_keeps_the_rules_written() {
+        let test = "zookeeper_a_delete_handled_after_the_write_back_created_the_node_again";
+        let Some(server) = sentinel_testkit::zookeeper::ZookeeperServer::start(test) else { return };
+        let (driver, tell) = Driver::new(&server);
+        let engine = Sentinel::builder().build();
+        let source = Driver::source(&server, &engine, tell);
+        assert!(engine.flow_rules().is_empty(), "no node at start");
+        Driver::arm(&source, "before get");
+        driver.create(1.0);
+        driver.stopped_at("before get");
+        driver.delete();
+        push(&engine, &source, 2.0);
+        // The read of the create finds the push's node; then the delete's event.
+        Driver::arm(&source, "after event");
+        Driver::go(&source);
+        driver.stopped_at("after event");
+        assert_eq!(count(&engine), 2.0);
+        Driver::arm(&source, "after event");
+        Driver::go(&source);
+        driver.stopped_at("after event");
+        let (rules, version) = (engine.flow_rules(), source.inner.seen.lock().unwrap()[0].version);
+        Driver::go(&source);
+        assert_eq!(rules.len(), 1, "the rules written were cleared while the node holds them");
+        assert_eq!(version, Some(0), "the next write-back expects the node the push created");
+    }
+
+    /// Another writer creates the node and deletes it; the read of the create finds no node, but before this
+    /// source handles that answer, the dashboard's push creates the node (this source had seen no node). The
+    /// answer, older than the source's own create, then takes the node for deleted.
+    #[test]
+    #[ignore = "review: a ZooKeeper read finding no node, handled after this source's write-back created it, clears the rules written"]
+    fn zookeeper_a_read_finding_no_node_handled_after_the_write_back_created_it_keeps_the_rules_written() {
+        let test = "zookeeper_a_read_finding_no_node_handled_after_the_write_back_created_it";
+        let Some(server) = sentinel_testkit::zookeeper::ZookeeperServer::start(test) else { return };
+        let (driver, tell) = Driver::new(&server);
+        let engine = Sentinel::builder().build();
+        let source = Driver::source(&server, &engine, tell);
+        Driver::arm(&source, "before get");
+        driver.create(1.0);
+        driver.stopped_at("before get");
+        driver.delete();
+        Driver::arm(&source, "after get");
+        Driver::go(&source);
+        driver.stopped_at("after get");
+        push(&engine, &source, 2.0);
+        Driver::arm(&source, "after event");
+        Driver::go(&source);
+        driver.stopped_at("after event");
+        let (rules, version) = (engine.flow_rules(), source.inner.seen.lock().unwrap()[0].version);
+        Driver::go(&source);
+        assert_eq!(rules.len(), 1, "the rules written were cleared while the node holds them");
+        assert_eq!(version, Some(0), "the next write-back expects the node the push created");
     }
 }
