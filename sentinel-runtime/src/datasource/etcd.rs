@@ -141,6 +141,9 @@ struct Inner {
     resume: Mutex<Vec<i64>>,
     client: Mutex<Option<Client>>,
     reports: Reports<EtcdReload, EtcdSourceError>,
+    /// Test-only points where the session stops until the test lets it go.
+    #[cfg(test)]
+    gate: Arc<super::remote::Gate>,
 }
 
 /// Rules read from etcd keys, applied on change through a watch, written back with a transaction.
@@ -177,6 +180,8 @@ pub struct EtcdDataSourceBuilder {
     url: String,
     settings: SourceSettings,
     clear_on_delete: bool,
+    #[cfg(test)]
+    gate: Arc<super::remote::Gate>,
 }
 
 impl EtcdDataSource {
@@ -184,7 +189,13 @@ impl EtcdDataSource {
     /// optionally in the URL (`http://user:password@host:port`). Add keys with
     /// [`EtcdDataSourceBuilder::rules`] or [`EtcdDataSourceBuilder::rule_set`].
     pub fn builder(url: impl Into<String>) -> EtcdDataSourceBuilder {
-        EtcdDataSourceBuilder { url: url.into(), settings: SourceSettings::new(None), clear_on_delete: false }
+        EtcdDataSourceBuilder {
+            url: url.into(),
+            settings: SourceSettings::new(None),
+            clear_on_delete: false,
+            #[cfg(test)]
+            gate: Arc::default(),
+        }
     }
 }
 
@@ -224,6 +235,8 @@ impl EtcdDataSourceBuilder {
             clear_on_delete: self.clear_on_delete,
             client: Mutex::new(None),
             reports: Reports::new(),
+            #[cfg(test)]
+            gate: self.gate,
         });
         let (run, stop) = (inner.clone(), inner.clone());
         let background = Background::spawn("sentinel-etcd-rules", move || stop.reports.request_stop(), run.run())
@@ -312,6 +325,8 @@ impl Inner {
             self.read_all(&mut client).await?;
         }
         loop {
+            #[cfg(test)]
+            self.gate.stop("before watch").await;
             let resume = self.resume();
             let mut streams = Vec::with_capacity(self.keys.len());
             for (i, k) in self.keys.iter().enumerate() {
@@ -369,6 +384,8 @@ impl Inner {
     async fn read_all(&self, client: &mut Client) -> Result<(), String> {
         for (i, k) in self.keys.iter().enumerate() {
             let resp = client.get(k.name.as_str(), None).await.map_err(|e| e.to_string())?;
+            #[cfg(test)]
+            self.gate.stop("after get").await;
             let header = resp.header().map_or(0, |h| h.revision());
             match resp.kvs().first() {
                 Some(kv) => self.put(i, kv.mod_revision(), kv.value(), true),
@@ -380,6 +397,8 @@ impl Inner {
                 }
             }
             self.handled_up_to(i, header);
+            #[cfg(test)]
+            self.gate.stop("after read").await;
         }
         Ok(())
     }
@@ -607,5 +626,59 @@ mod tests {
             .unwrap();
         inner.written(0, 14, fourteen.to_string());
         assert_eq!(inner.seen.lock().unwrap()[0].revision, 14);
+    }
+
+    /// A read made after a compaction, answered before this source's write-back but handled after it: the
+    /// read's document (mod revision 3) is older than the one the write put in force (revision 6). Applying
+    /// it runs the older rules while the key holds the newer, and makes the next write-back expect revision 3.
+    #[test]
+    #[ignore = "review: an etcd read after a compaction, handled after this source's write-back of a later revision, applies the older document (no revision check on a read)"]
+    fn etcd_a_read_after_a_compaction_handled_after_the_write_back_does_not_apply_the_older_document() {
+        let test = "etcd_a_read_after_a_compaction_handled_after_the_write_back";
+        let Some(etcd) = sentinel_testkit::etcd::EtcdServer::start(test) else { return };
+        const WAIT: Duration = Duration::from_secs(10);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut other = rt.block_on(Client::connect([etcd.url()], None)).expect("connect to etcd");
+        let doc = |count: f64| format!(r#"[{{"resource": "api", "count": {count}}}]"#);
+        let b = rt.block_on(other.put("/sentinel/flow", doc(1.0), None)).expect("put").header().unwrap().revision();
+        let engine = Sentinel::builder().build();
+        let builder = EtcdDataSource::builder(etcd.url())
+            .rules(RuleKind::Flow, "/sentinel/flow")
+            .retry_max(Duration::from_millis(200));
+        let (tell, stopped) = std::sync::mpsc::channel();
+        *builder.gate.stopped.lock().unwrap() = Some(tell);
+        builder.gate.armed.lock().unwrap().push("before watch");
+        let gate = builder.gate.clone();
+        let stopped_at = |point: &'static str| assert_eq!(stopped.recv_timeout(WAIT), Ok(point), "stopped");
+        let source = builder.start(&engine).unwrap();
+        // Read at start (revision `b`); stopped before its watch is made.
+        stopped_at("before watch");
+        assert_eq!(engine.flow_rules()[0].count, 1.0);
+        // Other keys change, and etcd compacts its history past the key's watch's start.
+        let mut last = 0;
+        for n in 0..3 {
+            last = rt.block_on(other.put("/other", n.to_string(), None)).unwrap().header().unwrap().revision();
+        }
+        rt.block_on(other.compact(last, None)).expect("compact");
+        // The watch is cancelled (compacted): the key is read again; its answer (revision `b`) waits...
+        gate.armed.lock().unwrap().push("after get");
+        gate.go.notify_one();
+        stopped_at("after get");
+        // ... while the dashboard's push is in force and written back (it expects revision `b`).
+        engine.load_flow_rules([crate::flow::FlowRule::new("api").count(2.0)]).unwrap();
+        source.write_rules(&RuleSet::snapshot(&engine, &[RuleKind::Flow])).expect("the write-back");
+        let written = source.inner.seen.lock().unwrap()[0].revision;
+        assert!(written > last, "written at {written}");
+        // Now the read is handled.
+        gate.armed.lock().unwrap().push("after read");
+        gate.go.notify_one();
+        stopped_at("after read");
+        let (count, seen) = (engine.flow_rules()[0].count, source.inner.seen.lock().unwrap()[0].revision);
+        gate.go.notify_one();
+        assert_eq!(
+            count, 2.0,
+            "the read of revision {b} brought its rules back while the key holds revision {written}"
+        );
+        assert_eq!(seen, written, "the next write-back expects the write's revision");
     }
 }

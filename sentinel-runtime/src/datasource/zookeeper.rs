@@ -136,7 +136,7 @@ struct Inner {
     writes: AtomicU64,
     /// Test-only points where a read stops until the test lets it go.
     #[cfg(test)]
-    gate: tests::Gate,
+    gate: super::remote::Gate,
 }
 
 /// Rules read from ZooKeeper nodes, applied on change through persistent watches, written back with a
@@ -265,7 +265,7 @@ impl ZookeeperDataSourceBuilder {
             reports: Reports::new(),
             writes: AtomicU64::new(0),
             #[cfg(test)]
-            gate: tests::Gate::default(),
+            gate: super::remote::Gate::default(),
         });
         let (run, stop) = (inner.clone(), inner.clone());
         let background = Background::spawn("sentinel-zk-rules", move || stop.reports.request_stop(), run.run())
@@ -626,31 +626,6 @@ impl WritableDataSource for ZookeeperDataSource {
 mod tests {
     use super::*;
 
-    /// Test-only stopping points of a source's reads: an armed point stops the next read that reaches it,
-    /// tells the test, and waits until the test lets it go (the source's runtime runs on meanwhile, so a
-    /// write-back can be answered while a read is stopped).
-    #[derive(Default)]
-    pub(super) struct Gate {
-        armed: Mutex<Vec<&'static str>>,
-        stopped: Mutex<Option<std::sync::mpsc::Sender<&'static str>>>,
-        go: tokio::sync::Notify,
-    }
-
-    impl Gate {
-        pub(super) async fn stop(&self, point: &'static str) {
-            let armed = {
-                let mut armed = self.armed.lock().unwrap();
-                armed.iter().position(|p| *p == point).map(|at| armed.remove(at)).is_some()
-            };
-            if armed {
-                if let Some(tell) = &*self.stopped.lock().unwrap() {
-                    let _ = tell.send(point);
-                }
-                self.go.notified().await;
-            }
-        }
-    }
-
     /// A source whose ZooKeeper never answers (nothing listens on port 1): its state is the test's alone.
     fn unreachable_source() -> (Sentinel, ZookeeperDataSource) {
         let engine = Sentinel::builder().build();
@@ -704,7 +679,7 @@ mod tests {
         assert_eq!(engine.flow_rules()[0].count, 6.0, "the store's document is not in force");
     }
 
-    /// The test's side of a source's [`Gate`], with a plain client: "another writer".
+    /// The test's side of a source's [`Gate`](super::super::remote::Gate), with a plain client: "another writer".
     struct Driver {
         rt: tokio::runtime::Runtime,
         other: zk::Client,
