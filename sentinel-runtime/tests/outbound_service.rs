@@ -500,7 +500,6 @@ fn an_http_answer_that_grpc_maps_to_unavailable_is_a_drop_for_the_adaptive_limit
 /// `Status::set_source`), so that `BlockError::find_in` finds it behind the status.
 #[cfg(feature = "tonic")]
 #[test]
-#[ignore = "review: a block converted to tonic::Status loses the block (no source)"]
 fn a_block_converted_to_a_status_is_found_behind_it() {
     let (engine, _clock) = engine();
     engine.load_flow_rules([FlowRule::new("stock").count(0.0)]).unwrap();
@@ -520,7 +519,6 @@ fn a_block_converted_to_a_status_is_found_behind_it() {
 /// `Status`, and is no failure of the outer guard's resource.
 #[cfg(feature = "tonic")]
 #[test]
-#[ignore = "review: a block behind a tonic::Status counts as a failure of an outer guard"]
 fn a_call_blocked_by_an_inner_guard_behind_a_status_is_not_an_error_of_the_outer_guards_resource() {
     use tower::ServiceBuilder;
     let (engine, _clock) = engine();

@@ -27,9 +27,9 @@ pub(crate) fn register_block_carrier<T: AsBlockError + 'static>() {
 }
 
 /// The block an error of a type known only as a type parameter is, when it is one: a `BlockError`, a boxed
-/// error or `io::Error` that is or was caused by one (tower's `BoxError`, see [`BlockError::find_in`]), or a
-/// value of a registered type ([`register_block_carrier`]: another guard's `ClientError::Blocked`). Called on
-/// error paths only.
+/// error, `io::Error` or `tonic::Status` that is or was caused by one (tower's `BoxError`, see
+/// [`BlockError::find_in`]), or a value of a registered type ([`register_block_carrier`]: another guard's
+/// `ClientError::Blocked`). Called on error paths only.
 #[cold]
 pub(crate) fn nested_block<E: 'static>(error: &E) -> Option<&BlockError> {
     let any: &(dyn Any + 'static) = error;
@@ -47,6 +47,11 @@ pub(crate) fn nested_block<E: 'static>(error: &E) -> Option<&BlockError> {
     }
     if let Some(io) = any.downcast_ref::<std::io::Error>() {
         return io.block_error();
+    }
+    // A block converted to a status (`From<BlockError> for Status`) is the status's source.
+    #[cfg(feature = "tonic")]
+    if let Some(status) = any.downcast_ref::<tonic::Status>() {
+        return BlockError::find_in(status);
     }
     let id = TypeId::of::<E>();
     BLOCK_CARRIERS.iter().find(|(_, (t, _))| *t == id).and_then(|(_, (_, found))| found(any))
