@@ -751,7 +751,6 @@ fn a_block_returned_by_the_wrapped_service_is_not_an_error_of_the_inbound_resour
 /// `status.rs`, `infer_grpc_status`), and the outbound guard judges such an answer so. The web layer counts it
 /// as the error its client sees.
 #[test]
-#[ignore = "review: the web layer counts a gRPC response that ends without grpc-status as a success"]
 fn a_grpc_response_that_ends_without_a_status_is_an_error() {
     let (engine, _clock) = engine();
     let endings: [Option<http::HeaderMap>; 2] = [None, Some(http::HeaderMap::new())];

@@ -279,20 +279,19 @@ impl Call {
         self.config().exit_on == ExitOn::BodyEnd
     }
 
-    /// Judges a gRPC call's trailers. Trailers without a `grpc-status` break the protocol: the client reports
-    /// `UNKNOWN`, and so is the call judged.
+    /// Judges a gRPC call's trailers ([`GrpcCode::at_end`]: without a `grpc-status`, `UNKNOWN`).
     pub(crate) fn trailers(&mut self, trailers: &HeaderMap) {
         if self.grpc {
-            self.judge(Outcome::Grpc(GrpcCode::from_headers(trailers).unwrap_or(GrpcCode::Unknown)));
+            self.judge(Outcome::Grpc(GrpcCode::at_end(Some(trailers))));
             self.listen(grpc_pushback(trailers));
         }
     }
 
-    /// The body ended without trailers: a gRPC call whose status was not in its headers ended without one,
-    /// which the client reports as `UNKNOWN`.
+    /// The body ended without trailers: a gRPC call whose status was not in its headers ended without one
+    /// ([`GrpcCode::at_end`]: `UNKNOWN`).
     pub(crate) fn ended_without_trailers(&mut self) {
         if self.grpc {
-            self.judge(Outcome::Grpc(GrpcCode::Unknown));
+            self.judge(Outcome::Grpc(GrpcCode::at_end(None)));
         }
     }
 }

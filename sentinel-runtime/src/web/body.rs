@@ -13,28 +13,40 @@ use super::outcome::{GrpcCode, Outcome};
 use super::scope::RequestEntry;
 use super::watched::{Watch, WatchedBody};
 
-/// Holds a request's entry until the body ends: then a gRPC status in the trailers is judged, and the
-/// entry exits. Dropped before the end (the client went away), the entry exits without an error.
+/// Holds a request's entry until the body ends: then a gRPC call's status (in the trailers; `UNKNOWN` when
+/// the body ends without one, see [`GrpcCode::at_end`]) is judged, and the entry exits. Dropped before the end
+/// (the client went away), the entry exits without an error.
 pub(crate) struct BodyWatch {
     pub(crate) entry: RequestEntry,
     pub(crate) grpc: bool,
     pub(crate) judging: Option<JudgingRef>,
 }
 
+impl BodyWatch {
+    /// Judges a gRPC call's end as a status in the response headers is judged: an error by the predicate,
+    /// an overload (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED`) for adaptive rules.
+    fn grpc_ended(&mut self, trailers: Option<&http::HeaderMap>) {
+        if self.grpc {
+            let outcome = Outcome::Grpc(GrpcCode::at_end(trailers));
+            let trace_if = self.judging.as_ref().and_then(|j| j.trace_if.as_ref());
+            self.entry.judge(super::config::is_error(trace_if, outcome), outcome);
+        }
+    }
+}
+
 impl Watch for BodyWatch {
     fn trailers(&mut self, trailers: &http::HeaderMap) {
-        if self.grpc {
-            if let Some(code) = GrpcCode::from_headers(trailers) {
-                // As a status in the response headers is judged: an error by the predicate, an overload
-                // (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED`) for adaptive rules.
-                let outcome = Outcome::Grpc(code);
-                let trace_if = self.judging.as_ref().and_then(|j| j.trace_if.as_ref());
-                self.entry.judge(super::config::is_error(trace_if, outcome), outcome);
-            }
-        }
+        self.grpc_ended(Some(trailers));
     }
     fn error(&mut self) {
         self.entry.set_error();
+    }
+    fn ended_without_trailers(&mut self) {
+        self.grpc_ended(None);
+    }
+    fn awaits_end(&self) -> bool {
+        // A gRPC response that ends without a status has failed: its end must be seen.
+        self.grpc
     }
 }
 

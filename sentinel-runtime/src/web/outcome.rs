@@ -82,6 +82,13 @@ impl GrpcCode {
                 .map_or(GrpcCode::Unknown, GrpcCode::from_i32),
         )
     }
+    /// The status a gRPC call ended with, from the trailers at the end of its body (`None`: the body ended
+    /// without trailers). A call that ends without a `grpc-status` broke the protocol: its client reports
+    /// `UNKNOWN` (tonic 0.14's `infer_grpc_status`, as grpc-go), and so is it judged, by the web layer and the
+    /// outbound guards alike.
+    pub(crate) fn at_end(trailers: Option<&HeaderMap>) -> GrpcCode {
+        trailers.and_then(GrpcCode::from_headers).unwrap_or(GrpcCode::Unknown)
+    }
 }
 
 /// How a guarded request ended, as the error predicate sees it ([`SentinelLayer::trace_if`](super::SentinelLayer::trace_if)).
