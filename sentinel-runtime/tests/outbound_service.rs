@@ -477,7 +477,6 @@ fn a_call_blocked_two_guards_down_is_not_an_error_of_the_outer_guards() {
 /// a 504 from a gateway is the downstream running past the gateway's time limit, a 502 the gateway failing to
 /// reach it (a transport error of the gateway's, which is a drop here too).
 #[test]
-#[ignore = "review: an outbound HTTP 502 or 504 is no drop for the adaptive limit, while the same answer to a gRPC call is"]
 fn an_http_answer_that_grpc_maps_to_unavailable_is_a_drop_for_the_adaptive_limit() {
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     for status in [429u16, 502, 503, 504] {

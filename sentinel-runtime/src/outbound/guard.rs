@@ -9,7 +9,7 @@ use http::{HeaderMap, Response, StatusCode};
 
 use super::naming::{NameBuf, NameCache, Naming, Target, TargetRef};
 use super::request::CallView;
-use super::signal::{grpc_code_of_http, grpc_pushback, is_downstream_error, millis, retry_after, wall_now};
+use super::signal::{grpc_code_of_http, grpc_pushback, is_downstream_error, is_drop, millis, retry_after, wall_now};
 use crate::stat::stripe::{Spread, SpreadRef};
 use crate::web::{ExitOn, GrpcCode, Outcome};
 use crate::{BlockError, Entry, EntryType, Sentinel};
@@ -243,7 +243,7 @@ impl Call {
         if error {
             self.entry.set_error();
         }
-        if crate::web::is_overload(outcome) {
+        if is_drop(outcome) {
             self.entry.set_overload();
         }
     }

@@ -58,8 +58,9 @@
 //!   `DATA_LOSS` (in the headers or the trailers; an answer without a `grpc-status` is `UNKNOWN`, a non-200
 //!   HTTP status the gRPC status clients map it to, 400 `INTERNAL`, 503 `UNAVAILABLE`). A dropped future or
 //!   body (the caller gave up) exits without an error. For adaptive rules, a transport error counts as a drop
-//!   (as gRPC's `UNAVAILABLE`, which is what tonic's callers see of it), and a call dropped before its answer
-//!   gives no sample.
+//!   (as gRPC's `UNAVAILABLE`, which is what tonic's callers see of it), and so do gRPC `UNAVAILABLE`,
+//!   `RESOURCE_EXHAUSTED`, `DEADLINE_EXCEEDED` and the HTTP answers gRPC maps to `UNAVAILABLE` (429, 502, 503,
+//!   504); a call dropped before its answer gives no sample.
 //! - **Listening to the downstream**: a 429 or 503 with `Retry-After` (seconds or an HTTP-date), or a gRPC
 //!   answer with `grpc-retry-pushback-ms`, holds back further calls to that resource until then (capped,
 //!   [`OutboundGuard::max_pushback`], 60 s by default), measured on the engine's clock: the caller gets

@@ -38,6 +38,19 @@ pub fn is_downstream_error(outcome: Outcome) -> bool {
     }
 }
 
+/// Whether a downstream's answer is a drop for adaptive rules ([`Entry::set_overload`](crate::Entry::set_overload)):
+/// an overload ([`is_overload`](crate::web::is_overload): gRPC `RESOURCE_EXHAUSTED`, `UNAVAILABLE`,
+/// `DEADLINE_EXCEEDED`), and an HTTP answer that gRPC maps to `UNAVAILABLE` ([`grpc_code_of_http`]: 429, 502,
+/// 503, 504), as the same answer to a gRPC call is judged and as Netflix's gRPC client interceptor counts
+/// `UNAVAILABLE` (`onDropped`): a 504 is a gateway's time limit run out on the downstream, a 502 the gateway's
+/// failure to reach it (a transport error, which is a drop here too).
+pub(crate) fn is_drop(outcome: Outcome) -> bool {
+    match outcome {
+        Outcome::Http(s) => crate::web::is_overload(Outcome::Grpc(grpc_code_of_http(s))),
+        other => crate::web::is_overload(other),
+    }
+}
+
 /// The gRPC status a client reports for an answer with HTTP status `status` and no `grpc-status`, as gRPC's
 /// HTTP-to-gRPC status mapping gives it (`doc/http-grpc-status-mapping.md` of grpc/grpc; tonic and grpc-java
 /// follow it): 400 `INTERNAL`, 401 `UNAUTHENTICATED`, 403 `PERMISSION_DENIED`, 404 `UNIMPLEMENTED`, 429,

@@ -121,10 +121,11 @@ pub fn is_error_by_default(outcome: Outcome) -> bool {
 
 /// Whether an answer says the service is overloaded: HTTP 429 or 503, gRPC `RESOURCE_EXHAUSTED` or
 /// `UNAVAILABLE`, or that the call ran past its deadline (gRPC `DEADLINE_EXCEEDED`, a drop as for Netflix's
-/// gRPC limiter and as any time limit hit). The outbound guards mark such a call with [`Entry::set_overload`](crate::Entry::set_overload)
-/// (an error and a drop); the web layer marks its own service's such answer as a drop for adaptive rules,
-/// and as an error only when its predicate ([`SentinelLayer::trace_if`](super::SentinelLayer::trace_if),
-/// default [`is_error_by_default`]) counts it.
+/// gRPC limiter and as any time limit hit). The outbound guards mark such a call with
+/// [`Entry::set_overload`](crate::Entry::set_overload) (an error and a drop), and a call answered HTTP 502 or
+/// 504 too (gRPC maps them to `UNAVAILABLE`); the web layer marks its own service's such answer as a drop for
+/// adaptive rules, and as an error only when its predicate
+/// ([`SentinelLayer::trace_if`](super::SentinelLayer::trace_if), default [`is_error_by_default`]) counts it.
 ///
 /// ```
 /// use sentinel_runtime::web::{is_overload, GrpcCode, Outcome};
