@@ -169,6 +169,12 @@ impl<K> OutboundGuard<K> {
     /// A time limit per call (after any queueing wait), as the macro's `timeout_ms`: past it the call's
     /// future is dropped, the call counts as an error and as a slow call whose response time is the limit,
     /// and the caller gets [`Timeout`](crate::Timeout). The timer runs on the engine's clock.
+    ///
+    /// The limit runs until the answer's head (the client's future), as tonic's `Endpoint::timeout` and
+    /// tower's `Timeout` do; it does not bound the body (a stream, a slow download). reqwest's own `timeout`
+    /// covers the body too, and a gRPC deadline (`grpc-timeout`) bounds the whole call at the server. With
+    /// [`ExitOn::BodyEnd`] (and always for gRPC) the body's transfer still counts in the call's response
+    /// time, for slow-call breakers and adaptive rules.
     pub fn timeout(self, limit: Duration) -> Self {
         self.update(|c| c.timeout = Some(limit))
     }
