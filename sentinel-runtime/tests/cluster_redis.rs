@@ -1336,7 +1336,7 @@ fn removing_one_of_two_rules_with_one_flow_id_keeps_the_window_the_other_counts_
     let (engine, _client) = instance_of(&redis.url(), "same-flow-id-removed", rules, Duration::from_millis(300));
     let (a, b) = (engine.resource("a"), engine.resource("b"));
     let admitted = (0..12).filter(|i| if i % 2 == 0 { a.enter().is_ok() } else { b.enter().is_ok() }).count();
-    assert_eq!(admitted, 10);
+    assert_eq!(admitted, 10, "{:?}", engine.cluster_status());
     engine.load_flow_rules([hourly_rule("a", Some(7))]).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while engine.cluster_status().first().is_none_or(|s| s.key.is_none()) && Instant::now() < deadline {
