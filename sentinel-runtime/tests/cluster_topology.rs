@@ -585,16 +585,26 @@ fn key_off_the_first_seed(cluster: &RedisClusterServers) -> String {
         .expect("a key on another node")
 }
 
+/// The flow-rule channel the cluster tests publish on.
+const FLOW_CHANNEL: &str = "sentinel:shop:flow-rules:changed";
+
+/// A key on a node other than the first seed, holding a flow rule of count 10 (published on [`FLOW_CHANNEL`]),
+/// and the URL of the node that owns it.
+fn rules_off_the_first_seed(cluster: &RedisClusterServers) -> (String, String) {
+    let key = key_off_the_first_seed(cluster);
+    let owner = cluster.urls()[cluster.owner_of(&key).unwrap()].clone();
+    publish_on(&owner, &key, FLOW_CHANNEL, &flow_rule_doc(10));
+    (key, owner)
+}
+
 #[test]
 fn rules_published_on_a_cluster_are_in_force_within_a_second() {
     let _serial = one_at_a_time();
     let Some(cluster) = RedisClusterServers::start("rules_published_on_a_cluster") else { return };
     let urls = cluster.urls();
     // A key owned by a node other than the first seed (where the data source subscribes).
-    let key = key_off_the_first_seed(&cluster);
-    let owner = &urls[cluster.owner_of(&key).unwrap()];
-    let channel = "sentinel:shop:flow-rules:changed";
-    publish_on(owner, &key, channel, &flow_rule_doc(10));
+    let (key, owner) = rules_off_the_first_seed(&cluster);
+    let (owner, channel) = (owner.as_str(), FLOW_CHANNEL);
     let engine = Sentinel::builder().app_name("shop").build();
     let source =
         RedisDataSource::cluster_builder(urls.clone()).rules(RuleKind::Flow, &key, channel).start(&engine).unwrap();
@@ -806,10 +816,8 @@ fn rules_published_on_a_cluster_whose_first_seed_hangs_are_in_force() {
     };
     let urls = cluster.urls();
     // A key owned by a node other than the first seed (the one that hangs).
-    let key = key_off_the_first_seed(&cluster);
-    let owner = &urls[cluster.owner_of(&key).unwrap()];
-    let channel = "sentinel:shop:flow-rules:changed";
-    publish_on(owner, &key, channel, &flow_rule_doc(10));
+    let (key, owner) = rules_off_the_first_seed(&cluster);
+    let (owner, channel) = (owner.as_str(), FLOW_CHANNEL);
     let engine = Sentinel::builder().app_name("shop").build();
     let source = RedisDataSource::cluster_builder(urls.clone())
         .rules(RuleKind::Flow, &key, channel)

@@ -748,6 +748,27 @@ mod tests {
         fn go(source: &ZookeeperDataSource) {
             source.inner.gate.go.notify_one();
         }
+        /// Arms `point`, lets the stopped read go, and waits until a read stopped at `point`.
+        fn step(&self, source: &ZookeeperDataSource, point: &'static str) {
+            Driver::arm(source, point);
+            Driver::go(source);
+            self.stopped_at(point);
+        }
+        /// A source on `server` that saw no node at start, stopped before its read of a node another writer
+        /// then created (count 1) and deleted.
+        fn created_and_deleted_before_the_read(
+            server: &sentinel_testkit::zookeeper::ZookeeperServer,
+            engine: &Sentinel,
+        ) -> (Driver, ZookeeperDataSource) {
+            let (driver, tell) = Driver::new(server);
+            let source = Driver::source(server, engine, tell);
+            assert!(engine.flow_rules().is_empty(), "no node at start");
+            Driver::arm(&source, "before get");
+            driver.create(1.0);
+            driver.stopped_at("before get");
+            driver.delete();
+            (driver, source)
+        }
     }
 
     fn count(engine: &Sentinel) -> f64 {
@@ -772,22 +793,16 @@ mod tests {
         assert_eq!(driver.set(1.0), 1);
         driver.stopped_at("before get");
         assert_eq!(driver.set(2.0), 2);
-        Driver::arm(&source, "after put");
-        Driver::go(&source);
-        driver.stopped_at("after put");
+        driver.step(&source, "after put");
         assert_eq!(count(&engine), 2.0, "version 2 applied");
         // The read of the second change finds version 2 too; before it is handled, the dashboard's push of
         // version 3 is in force and written back (it expects version 2, the one this source saw last).
-        Driver::arm(&source, "before put");
-        Driver::go(&source);
-        driver.stopped_at("before put");
+        driver.step(&source, "before put");
         engine.load_flow_rules([crate::flow::FlowRule::new("api").count(3.0)]).unwrap();
         source.write_rules(&RuleSet::snapshot(&engine, &[RuleKind::Flow])).expect("the write-back of version 3");
         assert_eq!(source.inner.seen.lock().unwrap()[0].version, Some(3));
         // Now the read of version 2 is handled.
-        Driver::arm(&source, "after put");
-        Driver::go(&source);
-        driver.stopped_at("after put");
+        driver.step(&source, "after put");
         let (version, zxid) = {
             let seen = source.inner.seen.lock().unwrap();
             (seen[0].version, seen[0].zxid)
@@ -812,23 +827,13 @@ mod tests {
     fn zookeeper_a_delete_handled_after_the_write_back_created_the_node_again_keeps_the_rules_written() {
         let test = "zookeeper_a_delete_handled_after_the_write_back_created_the_node_again";
         let Some(server) = sentinel_testkit::zookeeper::ZookeeperServer::start(test) else { return };
-        let (driver, tell) = Driver::new(&server);
         let engine = Sentinel::builder().build();
-        let source = Driver::source(&server, &engine, tell);
-        assert!(engine.flow_rules().is_empty(), "no node at start");
-        Driver::arm(&source, "before get");
-        driver.create(1.0);
-        driver.stopped_at("before get");
-        driver.delete();
+        let (driver, source) = Driver::created_and_deleted_before_the_read(&server, &engine);
         push(&engine, &source, 2.0);
         // The read of the create finds the push's node; then the delete's event.
-        Driver::arm(&source, "after event");
-        Driver::go(&source);
-        driver.stopped_at("after event");
+        driver.step(&source, "after event");
         assert_eq!(count(&engine), 2.0);
-        Driver::arm(&source, "after event");
-        Driver::go(&source);
-        driver.stopped_at("after event");
+        driver.step(&source, "after event");
         let (rules, version) = (engine.flow_rules(), source.inner.seen.lock().unwrap()[0].version);
         Driver::go(&source);
         assert_eq!(rules.len(), 1, "the rules written were cleared while the node holds them");
@@ -842,20 +847,11 @@ mod tests {
     fn zookeeper_a_read_finding_no_node_handled_after_the_write_back_created_it_keeps_the_rules_written() {
         let test = "zookeeper_a_read_finding_no_node_handled_after_the_write_back_created_it";
         let Some(server) = sentinel_testkit::zookeeper::ZookeeperServer::start(test) else { return };
-        let (driver, tell) = Driver::new(&server);
         let engine = Sentinel::builder().build();
-        let source = Driver::source(&server, &engine, tell);
-        Driver::arm(&source, "before get");
-        driver.create(1.0);
-        driver.stopped_at("before get");
-        driver.delete();
-        Driver::arm(&source, "after get");
-        Driver::go(&source);
-        driver.stopped_at("after get");
+        let (driver, source) = Driver::created_and_deleted_before_the_read(&server, &engine);
+        driver.step(&source, "after get");
         push(&engine, &source, 2.0);
-        Driver::arm(&source, "after event");
-        Driver::go(&source);
-        driver.stopped_at("after event");
+        driver.step(&source, "after event");
         let (rules, version) = (engine.flow_rules(), source.inner.seen.lock().unwrap()[0].version);
         Driver::go(&source);
         assert_eq!(rules.len(), 1, "the rules written were cleared while the node holds them");
