@@ -690,15 +690,19 @@ fn an_update_published_between_the_subscription_and_the_read_never_brings_an_old
     assert_eq!(engine.flow_rules()[0].count, 1.0);
     // Armed now: on the next session's report of the first key, publish 2 then 3 (each SET and PUBLISH in
     // one transaction, as documented).
+    // `published` is set once both are: the test's own document comes after them (set with the listener's
+    // `armed` alone, it could land between them and leave 3 in the key, as it did under load).
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let published = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let counts = Arc::new(Mutex::new(Vec::new()));
-    let (a, c, e, p) = (armed.clone(), counts.clone(), engine.clone(), publish.clone());
+    let (a, d, c, e, p) = (armed.clone(), published.clone(), counts.clone(), engine.clone(), publish.clone());
     source.on_reload(move |r| match r {
         sentinel_runtime::cluster::RedisReload::Missing { key: k }
             if k == first && a.swap(false, std::sync::atomic::Ordering::AcqRel) =>
         {
             p(&doc(2));
             p(&doc(3));
+            d.store(true, std::sync::atomic::Ordering::Release);
         }
         sentinel_runtime::cluster::RedisReload::Applied { key: k, .. } if k == key => {
             c.lock().unwrap().push(e.flow_rules()[0].count);
@@ -709,10 +713,11 @@ fn an_update_published_between_the_subscription_and_the_read_never_brings_an_old
     let mut conn = redis::Client::open(redis.url()).unwrap().get_connection().unwrap();
     redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query::<i64>(&mut conn).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && (armed.load(std::sync::atomic::Ordering::Acquire) || !source.is_connected()) {
+    while Instant::now() < deadline && (!published.load(std::sync::atomic::Ordering::Acquire) || !source.is_connected())
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(!armed.load(std::sync::atomic::Ordering::Acquire), "the data source read the keys again");
+    assert!(published.load(std::sync::atomic::Ordering::Acquire), "the data source read the keys again");
     // Everything published is delivered by now: a barrier of our own, one more document, seen applied.
     publish(&doc(4));
     let deadline = Instant::now() + Duration::from_secs(5);
