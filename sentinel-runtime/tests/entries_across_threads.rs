@@ -432,7 +432,6 @@ fn many_threads_each_moving_their_entries_to_another_see_their_contexts_end_ever
 }
 
 #[test]
-#[ignore = "review: a moved entry's exit, posted after its thread unwound past it and re-entered the same resource at the same depth, pops the new entry"]
 fn a_stale_exit_of_a_moved_entry_does_not_pop_a_later_entry_at_the_same_place() {
     // `context::moved`: "a stale mail is dropped, not applied". x is unwound from this thread's context by
     // its outer entry's exit while it is held on another thread; this thread then enters the same resources
@@ -478,7 +477,6 @@ fn child<'a>(nodes: &'a [TreeNode], name: &str) -> &'a TreeNode {
 }
 
 #[test]
-#[ignore = "review: an entry unwound from its thread's context by a moved exit, exiting after its place was taken again, pops the later entry"]
 fn a_stale_exit_of_an_entry_a_moved_exit_unwound_does_not_pop_a_later_entry_at_its_place() {
     // x, and w nested in it, are held on two other threads. x's exit, applied here, moves the context out past
     // w while w is still in flight; this thread then enters the same resources again (x2 where x sat, w2

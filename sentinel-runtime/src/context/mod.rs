@@ -7,7 +7,9 @@ use std::fmt;
 
 mod moved;
 mod state;
-pub(crate) use moved::{is_this_threads, next_era, post as post_moved_exit, ERA_MASK};
+pub(crate) use moved::{
+    continues, is_this_threads, left_continued, next_era, post as post_moved_exit, unwound_to, ERA_MASK,
+};
 use state::CURRENT;
 pub(crate) use state::{
     begin_foreign, current, end_foreign, in_foreign, leave, set_current, ContextInfo, ContextState, EngineOverride,
@@ -89,8 +91,8 @@ impl Drop for ContextGuard<'_> {
     fn drop(&mut self) {
         if let Some(prev) = self.restore.take() {
             let cur = current_settled();
-            if cur.era & ERA_MASK == self.era && cur.engine_id == self.engine_id && cur.depth > 0 && prev.engine_id == 0
-            {
+            let ours = cur.era & ERA_MASK == self.era || continues(self.era, 0, cur.era);
+            if ours && cur.engine_id == self.engine_id && cur.depth > 0 && prev.engine_id == 0 {
                 // An entry of the context is in flight: the context ends when it exits (Java's
                 // `ContextUtil.exit` does nothing while the context has a current entry). Not over another
                 // engine's context, which the end of this one could not give back (a state has no room for it):

@@ -26,11 +26,23 @@
 //! push and cleared under it before the mails are taken, so a mail is never missed: a set flag seen early
 //! finds the mail once the lock is taken, and a flag set after the owner cleared it is seen at the owner's
 //! next read. A mail only ever moves the owner's context outward within the same installation (its era,
-//! depth and node must match), so a stale mail is dropped, not applied, with one exception: an entry that the
-//! owner's own exits unwound while it was held elsewhere, whose place the owner has since taken again with an
-//! entry of the same resource at the same depth, ends that entry when it exits (as the entry's exit would on
-//! the owner's thread; telling them apart needs an identity per entry in the context:
-//! `a_stale_exit_of_a_moved_entry_does_not_pop_a_later_entry_at_the_same_place`, ignored).
+//! depth and node must match), so a stale mail is dropped, not applied.
+//!
+//! **Entries unwound while held elsewhere.** An exit that moves the context out past entries nested in the
+//! exiting one (an outer entry exiting first, or a mail applied while entries nested in its entry are still
+//! in the context) leaves those entries out of the context while they may still be in flight on other
+//! threads. The thread may then take their places again, with entries of the same resources at the same
+//! depths, and a stale mail would match such a later entry by era, depth and node. So the context goes on
+//! under a new era from there ([`unwound_to`]): entries made afterwards have it, and the unwound entries' eras
+//! no longer match. The entries still in the context, at the depth it was moved to and above, keep their
+//! eras: the thread remembers, cold and off the call's path, that their era *continues* in the new one up to
+//! that depth ([`continues`]), for their exits here, their mails and the context guard. What it remembers is
+//! one record per era still in the context, so at most one per depth of the context (eras of one installation
+//! hold disjoint ranges of depths, outer ones first), and it is dropped with the installation. This is the
+//! per-entry identity a mail needs, paid for only by the thread whose exits unwound an entry, not by every
+//! call. A context that is not the thread's own (a future's carried context, an entry's scope) keeps its era
+//! (it may be installed on another thread next, where this thread's records are not): there, the late exit of
+//! an unwound entry may still end a later entry made in its place.
 //!
 //! **Other contexts installed.** A future's carried context and an entry's scope are installations of their
 //! own (a future's copy of the thread's context too), so entries made in them and the thread's own are never
@@ -39,11 +51,11 @@
 //! another engine's entries wait for that engine's context, which a context guard may have been installed
 //! over.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::state::{ContextState, Mailbox, MovedExit, CURRENT};
+use super::state::{ContextState, Mailbox, MovedExit, CLOSING, CURRENT};
 use crate::node::DefaultNode;
 
 /// The bits of an era that count a slot's installations.
@@ -159,6 +171,99 @@ fn new_mailbox() -> &'static Mailbox {
     }))
 }
 
+/// The eras that continue in the thread's current one, up to a depth: see "Entries unwound while held
+/// elsewhere" above. A thread-local of its own (the context's has no destructor, so that it can be read while
+/// the thread's other thread-locals are dropped), read and written only on cold paths.
+struct Continued {
+    /// The era these records continue in; records of another era (of an installation since ended) are void.
+    into: u32,
+    /// The depth from which `into`'s own entries start (0: the installation's first era).
+    start: u32,
+    /// Per earlier era still in the context: the era, the depth its entries start from, the deepest of its
+    /// entries still in the context.
+    eras: Vec<(u32, u32, u32)>,
+}
+
+thread_local! {
+    static CONTINUED: RefCell<Continued> = const { RefCell::new(Continued { into: 0, start: 0, eras: Vec::new() }) };
+}
+
+/// `state` (the context after an exit moved it out to `state.depth`, past entries nested in the one that
+/// exited) under a new era, in which the entries still in the context, up to `state.depth`, go on (see
+/// [`continues`]). Entries made from now on have the new era, and a mail of an entry that was unwound (its
+/// era, at a greater depth) matches no entry any more.
+#[cold]
+#[inline(never)]
+pub(crate) fn unwound_to(state: ContextState) -> ContextState {
+    // A context that is not the thread's own (a future's carried context, an entry's scope) keeps its era: it
+    // may be installed on another thread next, where this thread's records are not.
+    let foreign = CURRENT.with(|c| c.foreign.get() != 0);
+    if state.engine_id == 0 || state.era & ERA_MASK == 0 || foreign {
+        return state;
+    }
+    let (old, depth) = (state.era & ERA_MASK, state.depth);
+    let era = next_era();
+    let kept = CONTINUED.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.into != old {
+            // The records are of an installation that has ended: `old` is an installation's first era.
+            c.eras.clear();
+            c.start = 0;
+        }
+        let start = c.start;
+        c.eras.push((old, start, depth));
+        for e in c.eras.iter_mut() {
+            e.2 = e.2.min(depth);
+        }
+        // An era none of whose entries is left in the context (its first depth is past the depth kept) needs
+        // no record; the installation's first era keeps its record (its context guard is at depth 0).
+        c.eras.retain(|&(_, start, deepest)| start == 0 || start <= deepest);
+        c.into = era;
+        c.start = depth + 1;
+    });
+    match kept {
+        Ok(()) => ContextState { era: era | (state.era & CLOSING), ..state },
+        // The thread's thread-locals are being dropped: the context keeps its era (as before eras went on).
+        Err(_) => state,
+    }
+}
+
+/// An entry of an era that continues in the current one exited (here, or by a mail), and the context moved
+/// out to `depth`, of era `current`: no record reaches deeper, and entries of the current era may be made from
+/// `depth + 1` on (the only way the context goes below the depth the current era started at is through such
+/// exits, since every entry there is of an earlier era).
+#[cold]
+#[inline(never)]
+pub(crate) fn left_continued(depth: u32, current: u32) {
+    let _ = CONTINUED.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.into == current & ERA_MASK {
+            c.start = c.start.min(depth + 1);
+            for e in c.eras.iter_mut() {
+                e.2 = e.2.min(depth);
+            }
+            c.eras.retain(|&(_, start, deepest)| start == 0 || start <= deepest);
+        }
+    });
+}
+
+/// Whether an entry (or context guard: depth 0) of era `era` at `depth` is in the thread's current context,
+/// of era `current`, having been left there when an exit moved the context out past entries nested in it
+/// (see [`unwound_to`]).
+#[cold]
+#[inline(never)]
+pub(crate) fn continues(era: u32, depth: u32, current: u32) -> bool {
+    let current = current & ERA_MASK;
+    era != 0
+        && era != current
+        && CONTINUED
+            .try_with(|c| {
+                let c = c.borrow();
+                c.into == current && c.eras.iter().any(|&(e, _, deepest)| e == era && depth <= deepest)
+            })
+            .unwrap_or(false)
+}
+
 /// Whether an installation of era `era` was made on this thread (else another thread's, or none: era 0).
 #[inline]
 pub(crate) fn is_this_threads(era: u32) -> bool {
@@ -223,9 +328,10 @@ fn settled(cur: ContextState, mailbox: &Mailbox) -> ContextState {
         mailbox.pending.store(false, Ordering::Relaxed);
         std::mem::take(&mut *exits)
     };
+    let in_context = |x: &MovedExit| x.era == cur.era & ERA_MASK || continues(x.era, x.depth, cur.era);
     let outermost = exits
         .iter()
-        .filter(|x| x.era == cur.era & ERA_MASK && x.engine_id == cur.engine_id && x.era != 0)
+        .filter(|x| x.engine_id == cur.engine_id && x.era != 0 && in_context(x))
         .filter(|x| cur.depth > x.depth || (cur.depth == x.depth && cur.cur_node as usize == x.node))
         .min_by_key(|x| x.depth)
         .copied();
@@ -245,7 +351,15 @@ fn settled(cur: ContextState, mailbox: &Mailbox) -> ContextState {
         Some(x) if x.fresh => ContextState { override_engine: cur.override_engine, ..ContextState::NONE },
         Some(x) => {
             let outer = ContextState { cur_node: x.parent as *const DefaultNode, depth: x.depth - 1, ..cur };
-            outer.closed_if_done()
+            if cur.depth > x.depth {
+                // Entries nested in the one that exited leave the context with it, and may still be in flight.
+                unwound_to(outer).closed_if_done()
+            } else {
+                if x.era != cur.era & ERA_MASK {
+                    left_continued(outer.depth, cur.era);
+                }
+                outer.closed_if_done()
+            }
         }
     }
 }
@@ -310,6 +424,63 @@ mod tests {
         let late = rx.recv().unwrap();
         assert_ne!(first >> SLOT_SHIFT, 0, "the thread had a slot");
         assert_ne!(late >> SLOT_SHIFT, first >> SLOT_SHIFT, "era {late:#x} made after the slot was given back");
+    }
+
+    #[test]
+    fn entries_left_in_the_context_continue_under_its_new_eras_and_unwound_ones_never_do() {
+        // A model of one installation: the context's chain of entries (each its era), exits of the innermost
+        // entry, and exits that unwind entries nested in the exiting one. Every entry left in the chain is in
+        // the context (its era is the context's, or continues in it at its depth); no entry ever unwound is;
+        // the records stay within one per era left in the chain, plus the installation's first.
+        std::thread::spawn(|| {
+            let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = move |n: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % n
+            };
+            let mut state = ContextState { engine_id: 1, era: next_era(), ..ContextState::NONE };
+            let mut chain: Vec<u32> = Vec::new(); // the era of the entry at depth i + 1
+            let mut unwound: Vec<(u32, u32)> = Vec::new();
+            for step in 0..20_000 {
+                match next(10) {
+                    0..=4 if chain.len() < 40 => chain.push(state.era & ERA_MASK),
+                    5..=7 => {
+                        // An entry of an earlier era exits through the cold path, which reports it.
+                        if chain.pop().is_some_and(|era| era != state.era & ERA_MASK) {
+                            left_continued(chain.len() as u32, state.era);
+                        }
+                    }
+                    _ if chain.len() >= 2 => {
+                        // The entry at depth d + 1 exits while deeper ones are in the context.
+                        let d = next(chain.len() as u64 - 1) as usize;
+                        for (i, &era) in chain.iter().enumerate().skip(d + 1) {
+                            unwound.push((era, i as u32 + 1));
+                        }
+                        chain.truncate(d);
+                        state = unwound_to(ContextState { depth: d as u32, ..state });
+                    }
+                    _ => {}
+                }
+                state.depth = chain.len() as u32;
+                let cur = state.era & ERA_MASK;
+                for (i, &era) in chain.iter().enumerate() {
+                    let depth = i as u32 + 1;
+                    assert!(era == cur || continues(era, depth, cur), "step {step}: depth {depth} left out");
+                }
+                if step % 64 == 0 {
+                    for &(era, depth) in &unwound {
+                        assert!(era != cur && !continues(era, depth, cur), "step {step}: unwound {era:#x} at {depth}");
+                    }
+                }
+                let records = CONTINUED.with(|c| c.borrow().eras.len());
+                assert!(records <= chain.len() + 1, "step {step}: {records} records for {} entries", chain.len());
+            }
+            assert!(!unwound.is_empty());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -23,10 +23,16 @@ impl Entry<'_> {
         if cur.era & context::ERA_MASK != self.era.load(Ordering::Relaxed) {
             // The installation the entry joined is not this thread's context now: unwound already here, or
             // another thread's, which this one cannot write: that thread applies the exit when it next reads
-            // its context (`context::moved`).
-            self.exit_elsewhere(node);
+            // its context (`context::moved`). Or it is, under a later era (`context::unwound_to`).
+            self.exit_elsewhere(shared, node);
             return;
         }
+        self.restore_in(cur, shared, node);
+    }
+
+    /// [`restore_context`](Self::restore_context) in `cur`, a context of the entry's installation.
+    #[inline(always)]
+    fn restore_in(&self, cur: ContextState, shared: &Shared, node: &DefaultNode) {
         if cur.engine_id != shared.id {
             return; // an outer entry already unwound this context
         }
@@ -70,7 +76,9 @@ impl Entry<'_> {
                 resource = %self.resource(),
                 "entry exited before the entries nested in it; exiting them from the context first"
             );
-            context::set_current(self.outer_of(cur));
+            // Those entries may be in flight on other threads: their exits must not end later entries made
+            // at their places.
+            context::set_current(context::unwound_to(self.outer_of(cur)));
         }
     }
 }
@@ -92,8 +100,18 @@ impl Entry<'_> {
     /// that is not (a future's copy of it, an entry's scope), tells this thread's own context.
     #[cold]
     #[inline(never)]
-    fn exit_elsewhere(&self, node: &DefaultNode) {
+    fn exit_elsewhere(&self, shared: &Shared, node: &DefaultNode) {
         let era = self.era.load(Ordering::Relaxed);
+        let cur = context::current();
+        // Still in this thread's context, whose era moved on when an exit unwound entries nested in this one.
+        if context::continues(era, self.depth, cur.era) && !context::in_foreign() {
+            self.restore_in(cur, shared, node);
+            let now = context::current();
+            if now.engine_id == cur.engine_id && now.depth < cur.depth {
+                context::left_continued(now.depth, now.era);
+            }
+            return;
+        }
         // Carried away: its place is in no thread's context any more (the context that had it was carried in
         // a future, and goes with it).
         if era == CARRIED {
