@@ -156,7 +156,14 @@ struct Inner {
     /// Bumped after every applied or rejected document (for [`RedisDataSource::wait_for`]).
     events: Mutex<u64>,
     events_changed: std::sync::Condvar,
+    /// Tests: runs after each read of a key at a session's start, before the barrier after it (the source's
+    /// index and how many reads of it came before), on the data source's thread.
+    #[cfg(test)]
+    after_read: ReadHook,
 }
+
+#[cfg(test)]
+type ReadHook = Mutex<Option<Box<dyn Fn(usize, u32) + Send + Sync>>>;
 
 /// Rules read from Redis keys and reloaded when a change is announced on their channels.
 ///
@@ -370,6 +377,8 @@ impl RedisDataSourceBuilder {
             stop_notify: tokio::sync::Notify::new(),
             events: Mutex::new(0),
             events_changed: std::sync::Condvar::new(),
+            #[cfg(test)]
+            after_read: Mutex::new(None),
         });
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -487,6 +496,10 @@ impl Inner {
                 let before = barrier(&mut sink, &mut messages, timeout).await?;
                 self.deliver(before, &read);
                 let value = self.read_key(i, &mut conn, timeout).await?;
+                #[cfg(test)]
+                if let Some(hook) = &*self.after_read.lock().unwrap_or_else(|e| e.into_inner()) {
+                    hook(i, tries);
+                }
                 let window = barrier(&mut sink, &mut messages, timeout).await?;
                 let mine = window.iter().rev().find(|m| m.0 == s.channel).map(|m| m.1.clone());
                 // To the sources read already (this one is not: `read[i]` is still false).
@@ -822,5 +835,95 @@ impl WritableDataSource for RedisDataSource {
             last_error: self.last_error().map(|e| e.to_string()),
             ..SourceStatus::new("redis", format!("{} {}", self.inner.target, keys.join(", ")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RuleKind;
+    use std::sync::atomic::AtomicU32;
+
+    const KEY: &str = "sentinel:shop:flow-rules";
+    const CHANNEL: &str = "sentinel:shop:flow-rules:changed";
+
+    fn doc(count: u32) -> String {
+        format!(r#"[{{"resource": "api", "grade": 1, "count": {count}}}]"#)
+    }
+
+    /// Sets `KEY` to `doc` and announces it, in one transaction (as documented for writers).
+    fn publish(url: &str, doc: &str) {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        redis::pipe().atomic().set(KEY, doc).publish(CHANNEL, doc).query::<()>(&mut conn).unwrap();
+    }
+
+    /// A data source on `KEY` (holding document 1), then a new session (the server drops the subscription)
+    /// whose reads of the key run `publish_at(try)` after each read: returns the engine's count once that
+    /// session has read the key, the reads the session made, and the counts applied meanwhile.
+    fn session_with_updates_after_reads(
+        test: &str,
+        publish_at: fn(u32) -> Option<u32>,
+    ) -> Option<(f64, u32, Vec<f64>)> {
+        let redis = sentinel_testkit::redis::RedisServer::start(test)?;
+        let url = redis.url();
+        publish(&url, &doc(1));
+        let engine = Sentinel::builder().app_name("shop").build();
+        let source = RedisDataSource::builder(url.as_str())
+            .rules(RuleKind::Flow, KEY, CHANNEL)
+            .retry_max(Duration::from_millis(100))
+            .start(&engine)
+            .unwrap();
+        assert!(source.wait_for(1, Duration::from_secs(5)), "the key is read at start");
+        assert_eq!(engine.flow_rules()[0].count, 1.0);
+        let reads = Arc::new(AtomicU32::new(0));
+        let applied = Arc::new(Mutex::new(Vec::new()));
+        let (r, hook_url) = (reads.clone(), url.clone());
+        *source.inner.after_read.lock().unwrap() = Some(Box::new(move |_, tries| {
+            r.fetch_add(1, Ordering::AcqRel);
+            if let Some(count) = publish_at(tries) {
+                publish(&hook_url, &doc(count));
+            }
+        }));
+        let (a, e) = (applied.clone(), engine.clone());
+        source.on_reload(move |r| {
+            if let RedisReload::Applied { .. } = r {
+                a.lock().unwrap().push(e.flow_rules()[0].count);
+            }
+        });
+        let before = *source.inner.events.lock().unwrap();
+        let mut conn = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query::<i64>(&mut conn).unwrap();
+        // (The lost connection is no document's event.)
+        assert!(source.wait_for(before + 1, Duration::from_secs(10)), "the new session read the key");
+        let count = engine.flow_rules()[0].count;
+        let applied = applied.lock().unwrap().clone();
+        Some((count, reads.load(Ordering::Acquire), applied))
+    }
+
+    #[test]
+    fn an_update_published_between_a_read_and_the_barrier_after_it_makes_the_key_read_again() {
+        // Document 2 lands after the read that found 1, before the barrier: the message may be older or newer
+        // than the read, so the key is read again, and 2 is applied (not 1, and not lost).
+        let Some((count, reads, applied)) =
+            session_with_updates_after_reads("read_again_after_a_message_in_the_window", |t| (t == 0).then_some(2))
+        else {
+            return;
+        };
+        assert_eq!(reads, 2, "read again once");
+        assert_eq!(count, 2.0);
+        assert_eq!(applied, vec![2.0], "the newer document only");
+    }
+
+    #[test]
+    fn updates_after_every_read_end_with_the_last_announced_document_after_three_reads() {
+        // A writer that updates the key after each of the session's reads: after three reads the last message
+        // (the newest document, set and announced in one transaction) is taken.
+        let Some((count, reads, applied)) = session_with_updates_after_reads("read_again_three_times", |t| Some(t + 2))
+        else {
+            return;
+        };
+        assert_eq!(reads, 3, "three reads at most");
+        assert_eq!(count, 4.0, "the last announced document: {applied:?}");
+        assert_eq!(applied, vec![4.0], "nothing older applied before it");
     }
 }

@@ -448,7 +448,8 @@ mod tests {
                     0..=4 if chain.len() < 40 => chain.push(state.era & ERA_MASK),
                     5..=7 => {
                         // An entry of an earlier era exits through the cold path, which reports it.
-                        if chain.pop().is_some_and(|era| era != state.era & ERA_MASK) {
+                        let popped = chain.pop();
+                        if popped.is_some_and(|era| era != state.era & ERA_MASK) {
                             left_continued(chain.len() as u32, state.era);
                         }
                     }
