@@ -538,6 +538,88 @@ fn entries_left_in_the_context_when_entries_nested_in_them_were_unwound_still_ex
     assert_eq!(names_of(&child(&web.children, "a").children), vec!["o", "b"], "{tree:?}");
 }
 
+#[test]
+fn borrowed_entries_exiting_in_any_order_on_either_thread_nest_as_a_model_of_the_context_says() {
+    // Seeded random runs: this thread enters resources (r0 to r5, each nested only in lower-numbered ones, so
+    // that the call tree has no cycle), and exits any entry still held, either here or on another thread
+    // (posted, applied at this thread's next read of its context). The model: an exit ends the entry and the
+    // entries nested in it when it is still in the context, and does nothing when an earlier exit already
+    // unwound it. Every pair (outer, inner) the engine's call tree records must be one the model entered.
+    use std::collections::BTreeSet;
+    for seed in [0x2545_f491_4f6c_dd1du64, 0x9e37_79b9_7f4a_7c15, 0xd1b5_4a32_d192_ed03] {
+        let engine = engine();
+        let names: Vec<String> = (0..6).map(|i| format!("r{i}")).collect();
+        let resources: Vec<_> = names.iter().map(|n| engine.resource(n)).collect();
+        let mut rng = seed;
+        let mut next = move |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        };
+        let mut expected: BTreeSet<(String, String)> = BTreeSet::new();
+        let guard = engine.enter_context("web", "").unwrap();
+        std::thread::scope(|s| {
+            let (tx, rx) = mpsc::channel::<(sentinel_runtime::Entry<'_>, mpsc::Sender<()>)>();
+            s.spawn(move || {
+                for (entry, done) in rx {
+                    drop(entry);
+                    done.send(()).unwrap();
+                }
+            });
+            // The entries held (id, resource, entry), and the model's context (id, resource), outermost first.
+            let mut held: Vec<(usize, usize, sentinel_runtime::Entry<'_>)> = Vec::new();
+            let mut chain: Vec<(usize, usize)> = Vec::new();
+            for id in 0..3_000 {
+                let lowest = chain.last().map_or(0, |&(_, r)| r + 1);
+                if (next(3) == 0 || held.is_empty()) && lowest < names.len() {
+                    let r = lowest + next(names.len() - lowest);
+                    let outer = chain.last().map_or("web".to_string(), |&(_, o)| names[o].clone());
+                    expected.insert((outer, names[r].clone()));
+                    held.push((id, r, resources[r].enter().unwrap()));
+                    chain.push((id, r));
+                    continue;
+                }
+                if held.is_empty() {
+                    continue;
+                }
+                let (gone, _, entry) = held.remove(next(held.len()));
+                if let Some(at) = chain.iter().position(|&(i, _)| i == gone) {
+                    chain.truncate(at);
+                }
+                if next(2) == 0 {
+                    drop(entry);
+                } else {
+                    let (done_tx, done_rx) = mpsc::channel();
+                    tx.send((entry, done_tx)).unwrap();
+                    done_rx.recv().unwrap();
+                }
+            }
+            drop(held);
+            drop(tx);
+        });
+        assert_eq!(engine.current_context().map(|c| c.0), Some("web".to_string()), "seed {seed:#x}");
+        drop(guard);
+        assert_eq!(engine.current_context(), None, "seed {seed:#x}");
+        fn edges(outer: &str, nodes: &[TreeNode], out: &mut BTreeSet<(String, String)>) {
+            for n in nodes {
+                out.insert((outer.to_string(), n.name.clone()));
+                edges(&n.name, &n.children, out);
+            }
+        }
+        let tree = engine.tree();
+        let mut seen = BTreeSet::new();
+        edges("web", &child(&tree, "web").children, &mut seen);
+        let unexpected: Vec<_> = seen.difference(&expected).collect();
+        assert!(unexpected.is_empty(), "seed {seed:#x}: entered in the wrong place: {unexpected:?}");
+        let missing: Vec<_> = expected.difference(&seen).collect();
+        assert!(missing.is_empty(), "seed {seed:#x}: not in the call tree: {missing:?}");
+        for r in &names {
+            assert_eq!(engine.cluster_stats(r).map_or(0, |s| s.threads), 0, "seed {seed:#x}: {r}");
+        }
+    }
+}
+
 #[sentinel_runtime::sentinel_resource(name = "suspended-w")]
 async fn suspends_once(rx: futures::channel::oneshot::Receiver<()>) -> Result<(), sentinel_runtime::BlockError> {
     let _ = rx.await;
