@@ -539,6 +539,48 @@ fn entries_left_in_the_context_when_entries_nested_in_them_were_unwound_still_ex
 }
 
 #[test]
+fn a_context_put_back_after_another_engines_keeps_the_entries_an_unwind_left_in_it() {
+    // Engine a's context unwinds x (held on another thread): its era moves on, and o stays in it. Engine b's
+    // context, installed over it by a guard, unwinds an entry of its own; when b's guard drops, a's context is
+    // back, and o still exits it.
+    let (a, b) = (engine(), engine());
+    let (o, p, x) = (a.resource("o"), a.resource("p"), a.resource("x"));
+    let (f, g, h) = (b.resource("f"), b.resource("g"), b.resource("h"));
+    let guard_a = a.enter_context("web", "").unwrap();
+    let eo = o.enter().unwrap();
+    let ep = p.enter().unwrap();
+    let ex = x.enter().unwrap();
+    std::thread::scope(|s| {
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let held = s.spawn(move || {
+            go_rx.recv().unwrap();
+            drop(ex);
+        });
+        drop(ep); // unwinds x
+        let guard_b = b.enter_context("rpc", "").unwrap();
+        let (ef, eg, eh) = (f.enter().unwrap(), g.enter().unwrap(), h.enter().unwrap());
+        drop(eg); // unwinds h
+        drop((eh, ef));
+        drop(guard_b);
+        assert_eq!(a.current_context().map(|c| c.0), Some("web".to_string()), "a's context is back");
+        drop(a.resource("y").enter().unwrap()); // nests in o
+        drop(eo);
+        go_tx.send(()).unwrap();
+        held.join().unwrap();
+    });
+    drop(a.resource("z").enter().unwrap()); // at the context's entrance: o exited it
+    drop(guard_a);
+    assert_eq!(a.current_context(), None);
+    let tree = a.tree();
+    let web = child(&tree, "web");
+    assert_eq!(names_of(&web.children), vec!["o", "z"], "{tree:?}");
+    assert_eq!(names_of(&child(&web.children, "o").children), vec!["p", "y"], "{tree:?}");
+    let tree_b = b.tree();
+    let rpc = child(&tree_b, "rpc");
+    assert_eq!(names_of(&rpc.children), vec!["f"], "{tree_b:?}");
+}
+
+#[test]
 fn borrowed_entries_exiting_in_any_order_on_either_thread_nest_as_a_model_of_the_context_says() {
     // Seeded random runs: this thread enters resources (r0 to r5, each nested only in lower-numbered ones, so
     // that the call tree has no cycle), and exits any entry still held, either here or on another thread

@@ -34,11 +34,12 @@
 //! threads. The thread may then take their places again, with entries of the same resources at the same
 //! depths, and a stale mail would match such a later entry by era, depth and node. So the context goes on
 //! under a new era from there ([`unwound_to`]): entries made afterwards have it, and the unwound entries' eras
-//! no longer match. The entries still in the context, at the depth it was moved to and above, keep their
+//! no longer match. The entries still in the context (at the depth it was moved to and outer ones) keep their
 //! eras: the thread remembers, cold and off the call's path, that their era *continues* in the new one up to
 //! that depth ([`continues`]), for their exits here, their mails and the context guard. What it remembers is
 //! one record per era still in the context, so at most one per depth of the context (eras of one installation
-//! hold disjoint ranges of depths, outer ones first), and it is dropped with the installation. This is the
+//! hold disjoint ranges of depths, outer ones first), for the eight most recent installations whose eras moved
+//! on (a context put back when another engine's context guard drops keeps its records). This is the
 //! per-entry identity a mail needs, paid for only by the thread whose exits unwound an entry, not by every
 //! call. A context that is not the thread's own (a future's carried context, an entry's scope) keeps its era
 //! (it may be installed on another thread next, where this thread's records are not): there, the late exit of
@@ -171,11 +172,10 @@ fn new_mailbox() -> &'static Mailbox {
     }))
 }
 
-/// The eras that continue in the thread's current one, up to a depth: see "Entries unwound while held
-/// elsewhere" above. A thread-local of its own (the context's has no destructor, so that it can be read while
-/// the thread's other thread-locals are dropped), read and written only on cold paths.
+/// The eras that continue in a later one of the same installation, up to a depth: see "Entries unwound while
+/// held elsewhere" above. Read and written only on cold paths.
 struct Continued {
-    /// The era these records continue in; records of another era (of an installation since ended) are void.
+    /// The era these records continue in.
     into: u32,
     /// The depth from which `into`'s own entries start (0: the installation's first era).
     start: u32,
@@ -184,8 +184,28 @@ struct Continued {
     eras: Vec<(u32, u32, u32)>,
 }
 
+/// At most this many installations keep records (see [`CONTINUED`]).
+const CONTINUED_GROUPS: usize = 8;
+
 thread_local! {
-    static CONTINUED: RefCell<Continued> = const { RefCell::new(Continued { into: 0, start: 0, eras: Vec::new() }) };
+    /// The records of the thread's installations whose eras moved on, most recent last: one for the context
+    /// installed now, and a few for contexts it may put back (another engine's context guard installed over
+    /// one, then dropped); past [`CONTINUED_GROUPS`], the oldest are dropped (its context's entries left in it
+    /// would then exit as if unwound, as before eras went on). A thread-local of its own: the context's has no
+    /// destructor, so that it can be read while the thread's other thread-locals are dropped.
+    static CONTINUED: RefCell<Vec<Continued>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Continued {
+    /// The context moved out to `depth`: no record reaches deeper, and an era none of whose entries is left
+    /// (its first depth is past the depth kept) needs no record; the installation's first era keeps its record
+    /// (its context guard is at depth 0).
+    fn clamp(&mut self, depth: u32) {
+        for e in self.eras.iter_mut() {
+            e.2 = e.2.min(depth);
+        }
+        self.eras.retain(|&(_, start, deepest)| start == 0 || start <= deepest);
+    }
 }
 
 /// `state` (the context after an exit moved it out to `state.depth`, past entries nested in the one that
@@ -203,23 +223,22 @@ pub(crate) fn unwound_to(state: ContextState) -> ContextState {
     }
     let (old, depth) = (state.era & ERA_MASK, state.depth);
     let era = next_era();
-    let kept = CONTINUED.try_with(|c| {
-        let mut c = c.borrow_mut();
-        if c.into != old {
-            // The records are of an installation that has ended: `old` is an installation's first era.
-            c.eras.clear();
-            c.start = 0;
-        }
+    let kept = CONTINUED.try_with(|groups| {
+        let mut groups = groups.borrow_mut();
+        // The records of the context's era so far, or none: `old` is then its installation's first era.
+        let mut c = match groups.iter().position(|g| g.into == old) {
+            Some(at) => groups.remove(at),
+            None => Continued { into: old, start: 0, eras: Vec::new() },
+        };
         let start = c.start;
         c.eras.push((old, start, depth));
-        for e in c.eras.iter_mut() {
-            e.2 = e.2.min(depth);
-        }
-        // An era none of whose entries is left in the context (its first depth is past the depth kept) needs
-        // no record; the installation's first era keeps its record (its context guard is at depth 0).
-        c.eras.retain(|&(_, start, deepest)| start == 0 || start <= deepest);
+        c.clamp(depth);
         c.into = era;
         c.start = depth + 1;
+        if groups.len() >= CONTINUED_GROUPS {
+            groups.remove(0);
+        }
+        groups.push(c);
     });
     match kept {
         Ok(()) => ContextState { era: era | (state.era & CLOSING), ..state },
@@ -235,14 +254,10 @@ pub(crate) fn unwound_to(state: ContextState) -> ContextState {
 #[cold]
 #[inline(never)]
 pub(crate) fn left_continued(depth: u32, current: u32) {
-    let _ = CONTINUED.try_with(|c| {
-        let mut c = c.borrow_mut();
-        if c.into == current & ERA_MASK {
+    let _ = CONTINUED.try_with(|groups| {
+        if let Some(c) = groups.borrow_mut().iter_mut().find(|g| g.into == current & ERA_MASK) {
             c.start = c.start.min(depth + 1);
-            for e in c.eras.iter_mut() {
-                e.2 = e.2.min(depth);
-            }
-            c.eras.retain(|&(_, start, deepest)| start == 0 || start <= deepest);
+            c.clamp(depth);
         }
     });
 }
@@ -257,9 +272,11 @@ pub(crate) fn continues(era: u32, depth: u32, current: u32) -> bool {
     era != 0
         && era != current
         && CONTINUED
-            .try_with(|c| {
-                let c = c.borrow();
-                c.into == current && c.eras.iter().any(|&(e, _, deepest)| e == era && depth <= deepest)
+            .try_with(|groups| {
+                groups
+                    .borrow()
+                    .iter()
+                    .any(|c| c.into == current && c.eras.iter().any(|&(e, _, deepest)| e == era && depth <= deepest))
             })
             .unwrap_or(false)
 }
@@ -475,8 +492,9 @@ mod tests {
                         assert!(era != cur && !continues(era, depth, cur), "step {step}: unwound {era:#x} at {depth}");
                     }
                 }
-                let records = CONTINUED.with(|c| c.borrow().eras.len());
+                let records = CONTINUED.with(|g| g.borrow().iter().find(|c| c.into == cur).map_or(0, |c| c.eras.len()));
                 assert!(records <= chain.len() + 1, "step {step}: {records} records for {} entries", chain.len());
+                assert!(CONTINUED.with(|g| g.borrow().len()) <= CONTINUED_GROUPS);
             }
             assert!(!unwound.is_empty());
         })
