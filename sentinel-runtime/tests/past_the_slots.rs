@@ -14,7 +14,6 @@ fn child<'a>(nodes: &'a [TreeNode], name: &str) -> &'a TreeNode {
 }
 
 #[test]
-#[ignore = "review: threads past the slots count their eras alike, so one's entry exiting on another ends that thread's entry at the same place"]
 fn an_entry_of_a_thread_past_the_slots_exiting_on_another_such_thread_leaves_that_threads_context_alone() {
     let engine = Sentinel::builder().build();
     let (r, z) = (engine.resource("r"), engine.resource("z"));

@@ -15,7 +15,8 @@
 //! its slot's count behind, and the next thread to take the slot goes on from it, so the eras of one slot repeat only
 //! after 2^19 - 1 installations; a mail must also match the depth and node of the entry it ends. A thread that finds
 //! every slot taken (4,095 threads with borrowed entries at once) gets slot 0: its exits on other threads are not
-//! posted (its context stays as it was before mailboxes existed).
+//! posted (its context stays as it was before mailboxes existed), and its eras come from one count shared by all
+//! such threads, so that an entry of one of them that exits on another is never taken for one of its own.
 //!
 //! **Soundness.** A mailbox is leaked (`&'static`; one per slot, at most 4,095) and recycled with its slot, so
 //! a pointer to one never dangles. The registry marks a slot live while a thread holds it: a thread takes a
@@ -102,7 +103,7 @@ impl Drop for Registration {
         // the slot goes to another thread, whose eras go on from `last_era`.
         let last_era = CURRENT.try_with(|c| {
             c.mailbox.set(None);
-            c.era.replace(1)
+            c.era.replace(NO_SLOT)
         });
         let mut registry = lock(&REGISTRY);
         if let Some((mailbox, live)) = registry.slots.get_mut(slot).filter(|(_, live)| *live) {
@@ -123,20 +124,53 @@ impl Drop for Registration {
 pub(crate) fn next_era() -> u32 {
     CURRENT.with(|c| {
         let next = c.era.get().wrapping_add(1);
-        // The count carries into the slot's bits when it wraps (and the first installation finds 0 + 1).
-        let era = if next & COUNT_MASK <= 1 { first_era(c.era.get()) } else { next };
-        c.era.set(era);
+        // The count carries into the slot's bits when it wraps (and the first installation finds 0 + 1; a
+        // thread without a slot, `NO_SLOT`, finds 0 each time).
+        let (last, era) = if next & COUNT_MASK <= 1 { first_era(c.era.get()) } else { (next, next) };
+        c.era.set(last);
         era
     })
 }
 
-/// The era after `last` when its count wraps, or this thread's first (its slot and mailbox taken then).
+/// What a thread without a slot keeps as its last era (slot 0, the count at its end: every installation of
+/// such a thread takes [`first_era`]'s path, and its era from [`no_slot_era`]).
+const NO_SLOT: u32 = COUNT_MASK;
+
+/// The era of an installation of a thread without a slot: slot 0 and the next of one count shared by all
+/// such threads (never 0), so that two of them never have the same era at once (an entry of one exiting on
+/// another is never taken for one of that thread's own), unless 2^19 - 1 installations were made meanwhile.
+fn no_slot_era() -> u32 {
+    static COUNT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let era = COUNT.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & COUNT_MASK;
+        if era != 0 {
+            return era;
+        }
+    }
+}
+
+/// The era after the thread's last (`last`) when its count wraps, or this thread's first (its slot and
+/// mailbox taken then), or that of an installation of a thread without a slot: the thread's last era to keep,
+/// and the installation's era.
 #[cold]
 #[inline(never)]
-fn first_era(last: u32) -> u32 {
-    if last != 0 {
-        return (last & !COUNT_MASK) | 1; // the count wrapped: it starts again, skipping 0
+fn first_era(last: u32) -> (u32, u32) {
+    if last == NO_SLOT {
+        return (NO_SLOT, no_slot_era());
     }
+    if last != 0 {
+        let next = (last & !COUNT_MASK) | 1; // the count wrapped: it starts again, skipping 0
+        return (next, next);
+    }
+    match take_slot() {
+        Some(era) => (era, era),
+        None => (NO_SLOT, no_slot_era()),
+    }
+}
+
+/// The first era of a slot for this thread, with its mailbox, or `None` when every slot is taken (or the
+/// thread is tearing down its thread-locals).
+fn take_slot() -> Option<u32> {
     let mut registry = lock(&REGISTRY);
     let slot = match registry.free.pop() {
         Some(slot) => slot,
@@ -147,13 +181,13 @@ fn first_era(last: u32) -> u32 {
             registry.slots.push((new_mailbox(), false));
             (registry.slots.len() - 1) as u32
         }
-        None => return 1, // every slot taken: slot 0, exits not posted
+        None => return None, // every slot taken: slot 0, exits not posted
     };
     // Registered only when the destructor that unregisters it is (a thread already tearing down its
     // thread-locals gets no slot: exits posted to it are dropped).
     if REGISTRATION.try_with(|r| r.0.set(slot)).is_err() {
         registry.free.push(slot);
-        return 1;
+        return None;
     }
     let (mailbox, live) = &mut registry.slots[slot as usize];
     *live = true;
@@ -161,7 +195,7 @@ fn first_era(last: u32) -> u32 {
     CURRENT.with(|c| c.mailbox.set(Some(mailbox)));
     // The slot's eras go on from those of the thread that held it last.
     let count = (mailbox.last_era.load(Ordering::Relaxed) & COUNT_MASK).wrapping_add(1) & COUNT_MASK;
-    (slot << SLOT_SHIFT) | count.max(1)
+    Some((slot << SLOT_SHIFT) | count.max(1))
 }
 
 fn new_mailbox() -> &'static Mailbox {
