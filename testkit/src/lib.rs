@@ -142,6 +142,27 @@ impl Server {
         let _ = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status();
     }
 
+    /// Stops (SIGSTOP) or continues (SIGCONT) the process, and waits until the kernel shows it stopped or
+    /// running: the signal takes effect after `kill` returns, and a request already on its way could otherwise
+    /// be answered after the pause. Panics, saying why, when the signal cannot be sent or does not take effect
+    /// within 10 s.
+    pub fn set_stopped(&self, stopped: bool) {
+        let (sig, pid) = (if stopped { "STOP" } else { "CONT" }, self.pid());
+        match Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status() {
+            Ok(s) if s.success() => {}
+            other => panic!("{}: `kill -{sig} {pid}` failed: {other:?}", self.name),
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let state = process_state(pid);
+            if state.map(|c| c == 'T' || c == 't') == Some(stopped) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} (pid {pid}) is in state {state:?} 10 s after SIG{sig}", self.name);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Kills the process and returns what it printed.
     pub fn kill_and_output(&mut self) -> String {
         let Some(mut child) = self.child.take() else { return String::new() };
@@ -206,17 +227,18 @@ impl<K: Launch> LocalServer<K> {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// Freezes the server (SIGSTOP): connections stay open, nothing answers, as a hung server.
+    /// Freezes the server (SIGSTOP; returned once it is stopped): connections stay open, nothing answers, as a
+    /// hung server.
     pub fn pause(&self) {
         if let Some(s) = &self.server {
-            s.signal("STOP");
+            s.set_stopped(true);
         }
     }
 
-    /// Resumes a paused server (SIGCONT).
+    /// Resumes a paused server (SIGCONT; returned once it runs).
     pub fn resume(&self) {
         if let Some(s) = &self.server {
-            s.signal("CONT");
+            s.set_stopped(false);
         }
     }
 
@@ -243,4 +265,11 @@ impl<K: Launch> LocalServer<K> {
 /// A fresh temporary directory.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("create a temporary directory")
+}
+
+/// The state letter of process `pid` (`R`, `S`, `T`, ...: `/proc/<pid>/stat`'s third field), if it can be read.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (second field) is in parentheses and may hold spaces: the state follows the last `)`.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
