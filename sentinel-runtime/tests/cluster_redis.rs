@@ -1374,3 +1374,57 @@ fn tokens_an_idle_instance_leased_do_not_keep_a_busy_one_under_the_global_count(
     let admitted = call_until(&b, Duration::from_secs(5), |_, n| n >= 99);
     assert_eq!(admitted, 99, "A: {}; B: {}", a.cluster_status()[0], b.cluster_status()[0]);
 }
+
+#[test]
+fn two_rules_with_one_flow_id_each_give_back_what_they_leave_unspent() {
+    let _serial = one_at_a_time();
+    let Some(redis) = RedisServer::start("two_rules_with_one_flow_id_give_back") else { return };
+    // Two rules of one instance name flowId 7: one window in Redis, one member, two leases. Each gives back
+    // the tokens it left unspent for a renewal interval; the window must count only what was spent, whichever
+    // rule gave back first.
+    let engine = Sentinel::builder().app_name("review").build();
+    engine.load_flow_rules([hourly_rule("a", Some(7)), hourly_rule("b", Some(7))]).unwrap();
+    let beat = Duration::from_millis(100);
+    let client = RedisCluster::builder(redis.url())
+        .namespace("same-flow-id-give-back")
+        .timeout(Duration::from_millis(1000))
+        .heartbeat_interval(beat)
+        .member_ttl(beat * 7 + Duration::from_millis(100))
+        .start(&engine)
+        .unwrap();
+    client.wait_connected(Duration::from_secs(5)).unwrap();
+    let status = |resource: &str| {
+        engine
+            .cluster_status()
+            .into_iter()
+            .find(|s| s.rule.resource == resource)
+            .expect("a cluster rule on the resource")
+    };
+    let key = |resource: &str| status(resource).key;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (key("a").is_none() || key("b").is_none()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let key = key("a").expect("the rule's key");
+    // One call on `b`, then on `a`, then on `b` again, each waiting until its rule gave back what it left.
+    let mut spent = 0;
+    for resource in ["b", "a", "b"] {
+        let returned = status(resource).tokens_returned;
+        assert!(engine.resource(resource).enter().is_ok(), "{}", status(resource));
+        spent += 1;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while status(resource).tokens_returned == returned && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let st = status(resource);
+        assert!(st.tokens_returned > returned, "{resource} gave its unspent tokens back: {st}");
+    }
+    // Redis counts what was spent once the give-backs are applied (each rule renews every 100 ms).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut counted = window_total(&redis.url(), &key);
+    while counted != spent && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        counted = window_total(&redis.url(), &key);
+    }
+    assert_eq!(counted, spent, "the window counts the 3 calls admitted: {} / {}", status("a"), status("b"));
+}

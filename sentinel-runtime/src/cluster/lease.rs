@@ -169,6 +169,9 @@ pub(crate) struct Driver {
     /// what the last of those that ran counted (see the script's docs).
     seq: u64,
     unseen_from: Option<u64>,
+    /// Which of the member's records in the window this driver's calls keep (see [`LeaseCall::record`]):
+    /// the worker numbers the drivers of one window (several rules of one flowId) apart.
+    pub(crate) record: u64,
     /// The window's length, ms.
     window_ms: u64,
     /// How long a caller waits for a lease call (the deadline each call carries).
@@ -249,6 +252,7 @@ impl Driver {
             batch: 0,
             seq: 0,
             unseen_from: None,
+            record: 0,
             issued: 0,
             returned: 0,
             rate: 0.0,
@@ -496,6 +500,9 @@ impl Driver {
         // below it as late (it counts nothing): go on above both drivers' numbers. Undo only calls numbered
         // above the last either driver saw settled (a seen call is never undone; an unseen one below it is
         // counted twice at worst).
+        // The lower of the two records goes on: a rule that replaced a gone one (its count changed) keeps
+        // its record, and a rule that shares the window with another keeps the record it had.
+        self.record = self.record.min(gone.record);
         if gone.seq > 0 {
             let settled = |d: &Driver| d.unseen_from.map_or(d.seq, |u| u - 1);
             let last_settled = settled(self).max(settled(&gone));
@@ -561,6 +568,7 @@ impl Driver {
             generation: self.generation,
             seq: self.seq,
             unseen_from,
+            record: self.record,
             returns: self.unconfirmed.clone(),
             admitted: self.admitted.clone(),
         }
@@ -858,6 +866,7 @@ mod tests {
             generation: 0,
             seq: 1,
             unseen_from: 1,
+            record: 0,
             returns: Vec::new(),
             admitted: Vec::new(),
         };

@@ -10,7 +10,8 @@
 //! lost it) is undone by the member's next call that runs: calls are numbered, the window hash records what the
 //! member's last call counted (field `c:<member>`: its number, when it ran, its grant and the admissions it counted),
 //! and each call names the first of its member's calls whose reply was not seen, so the window counts exactly what the
-//! client knows it was granted and reported. Tokens given back come in numbered batches, sent again with every call
+//! client knows it was granted and reported. (A member keeps one such record per lease it holds on the window: rules of
+//! one instance that share a `flowId` number their calls and batches apart, each in a record of its own.) Tokens given back come in numbered batches, sent again with every call
 //! until a reply shows them applied; the window hash records the last batch applied per member (field `s:<member>`,
 //! with the Redis time it was applied, dropped a window later), so a batch whose first call ran but whose reply was
 //! lost is not applied twice: a give-back that fails while Redis is down is applied, once, when it answers again. The
@@ -59,10 +60,12 @@ local function malformed()
   local nr = tonumber(ARGV[12])
   if ARGV[2] == nil or nr < 0 or nr ~= math.floor(nr) then return true end
   local na = tonumber(ARGV[13 + 3 * nr])
-  if na == nil or na < 0 or na ~= math.floor(na) or #ARGV ~= 13 + 3 * nr + 2 * na then return true end
+  if na == nil or na < 0 or na ~= math.floor(na) or #ARGV ~= 14 + 3 * nr + 2 * na then return true end
   for i = 13, #ARGV do
     if not finite(ARGV[i]) then return true end
   end
+  local rec = tonumber(ARGV[#ARGV])
+  if rec < 0 or rec ~= math.floor(rec) then return true end
   return false
 end
 if malformed() then
@@ -114,7 +117,14 @@ local live = redis.call('ZCARD', KEYS[2])
 -- is late, whatever its deadline says (a first call carries none), and changes no record.
 local seq = tonumber(ARGV[10])
 local from = tonumber(ARGV[11])
-local ckey = 'c:' .. ARGV[2]
+-- The member's records (`c:` and `s:`) are per lease of the instance on this window (the last argument, 0 for
+-- the first: several rules of one instance may share a window, one flowId): each numbers its own calls and
+-- batches, so sharing one record, one's numbers would read as late or applied for the other.
+local owner = ARGV[2]
+if tonumber(ARGV[#ARGV]) > 0 then
+  owner = owner .. '#' .. string.format('%.0f', tonumber(ARGV[#ARGV]))
+end
+local ckey = 'c:' .. owner
 local record = true
 local cv = redis.call('HGET', KEYS[1], ckey)
 if cv then
@@ -147,7 +157,7 @@ if late == 1 then
 end
 -- Tokens given back come in numbered batches, sent again until a reply shows them applied: a batch
 -- numbered at most what this member's field records was applied already (by a call whose reply was lost).
-local skey = 's:' .. ARGV[2]
+local skey = 's:' .. owner
 local applied = 0
 local sv = redis.call('HGET', KEYS[1], skey)
 if sv then
@@ -293,6 +303,10 @@ pub(crate) struct LeaseCall {
     /// This call's number (per member, ascending: the first numbered from Redis's clock, so that an instance
     /// that restarts under the same name numbers its calls above those of its previous life).
     pub(crate) seq: u64,
+    /// Which of the member's records in the window the call keeps (its last call, its last batch applied): 0
+    /// for the instance's first lease on the window, another number for each other rule of the instance that
+    /// shares the window (one flowId), since each numbers its own calls and batches.
+    pub(crate) record: u64,
     /// The number of the first of this member's calls whose reply it has not seen (this call's own when it
     /// saw every earlier one): what the last of those that ran counted is taken out of the window.
     pub(crate) unseen_from: u64,
@@ -399,6 +413,7 @@ impl Scripts {
         for (b, n) in &call.admitted {
             inv.arg(*b).arg(*n);
         }
+        inv.arg(call.record);
         inv.invoke_async(conn).await
     }
 }
@@ -461,6 +476,7 @@ mod tests {
                 generation: self.generation,
                 seq,
                 unseen_from: from,
+                record: 0,
                 returns: Vec::new(),
                 admitted: admitted.to_vec(),
             }
@@ -659,6 +675,20 @@ mod tests {
     }
 
     #[test]
+    fn two_leases_of_one_member_on_one_window_number_their_calls_in_records_of_their_own() {
+        // Two rules of one instance with one flowId: each numbers its calls from Redis's clock when it starts.
+        let Some(mut r) = OnRedis::start("two_leases_of_one_member_on_one_window", 100) else { return };
+        assert_eq!(r.run(&r.call(101, 101, 5, &[])).granted, 5);
+        // The other lease's call, numbered below the first's record: its own record, not a late call.
+        let other = r.run(&LeaseCall { record: 1, ..r.call(60, 60, 5, &[]) });
+        assert!(!other.late, "{other:?}");
+        assert_eq!(other.granted, 5, "{other:?}");
+        // Each record undoes only its own calls: the first lease's next call (its last seen) undoes nothing.
+        let next = r.run(&r.call(102, 102, 0, &[]));
+        assert_eq!(next.left, 1000 - 10, "{next:?}");
+    }
+
+    #[test]
     fn a_call_with_missing_arguments_is_refused_before_any_write() {
         let Some(mut r) = OnRedis::start("a_call_with_missing_arguments", 10) else { return };
         r.clear();
@@ -672,8 +702,8 @@ mod tests {
     fn an_infinite_allowance_or_an_empty_bucket_length_is_refused_before_any_write() {
         let Some(mut r) = OnRedis::start("an_infinite_allowance_or_an_empty_bucket", 10) else { return };
         r.clear();
-        let good = ["5", "me", "60000", "1000", "1", "3600000", "2", "0", "0", "11", "11", "0", "0"];
-        for (i, bad) in [(3, "inf"), (3, "-inf"), (5, "0"), (6, "0"), (12, "nan")] {
+        let good = ["5", "me", "60000", "1000", "1", "3600000", "2", "0", "0", "11", "11", "0", "0", "0"];
+        for (i, bad) in [(3, "inf"), (3, "-inf"), (5, "0"), (6, "0"), (12, "nan"), (13, "-1"), (13, "0.5")] {
             let mut args = good;
             args[i] = bad;
             let res = r.eval(&args);

@@ -333,7 +333,12 @@ impl Worker {
                     lease.set_fallback(f.to_string());
                 }
                 tracing::debug!(resource = %lease.rule().resource, key = %k.window, "cluster flow control: leasing for a rule");
+                // Rules of this instance that share the window (one flowId) keep records of their own there.
+                let record = (0..)
+                    .find(|r| !self.drivers.iter().any(|d| d.keys.window == k.window && d.record == *r))
+                    .unwrap_or(0);
                 let mut driver = Driver::new(&lease, k, self.opts.lease_margin, self.opts.timeout, now);
+                driver.record = record;
                 driver.live_hold = self.opts.member_ttl.saturating_mul(2);
                 self.drivers.push(driver);
             }
