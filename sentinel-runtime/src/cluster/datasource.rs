@@ -156,14 +156,10 @@ struct Inner {
     /// Bumped after every applied or rejected document (for [`RedisDataSource::wait_for`]).
     events: Mutex<u64>,
     events_changed: std::sync::Condvar,
-    /// Tests: runs after each read of a key at a session's start, before the barrier after it (the source's
-    /// index and how many reads of it came before), on the data source's thread.
+    /// Tests: stops a session after each read of a key, before the barrier after it (`"after read"`).
     #[cfg(test)]
-    after_read: ReadHook,
+    gate: crate::datasource::gate::Gate,
 }
-
-#[cfg(test)]
-type ReadHook = Mutex<Option<Box<dyn Fn(usize, u32) + Send + Sync>>>;
 
 /// Rules read from Redis keys and reloaded when a change is announced on their channels.
 ///
@@ -378,7 +374,7 @@ impl RedisDataSourceBuilder {
             events: Mutex::new(0),
             events_changed: std::sync::Condvar::new(),
             #[cfg(test)]
-            after_read: Mutex::new(None),
+            gate: Default::default(),
         });
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -497,9 +493,7 @@ impl Inner {
                 self.deliver(before, &read);
                 let value = self.read_key(i, &mut conn, timeout).await?;
                 #[cfg(test)]
-                if let Some(hook) = &*self.after_read.lock().unwrap_or_else(|e| e.into_inner()) {
-                    hook(i, tries);
-                }
+                self.gate.stop("after read").await;
                 let window = barrier(&mut sink, &mut messages, timeout).await?;
                 let mine = window.iter().rev().find(|m| m.0 == s.channel).map(|m| m.1.clone());
                 // To the sources read already (this one is not: `read[i]` is still false).
@@ -842,7 +836,6 @@ impl WritableDataSource for RedisDataSource {
 mod tests {
     use super::*;
     use crate::RuleKind;
-    use std::sync::atomic::AtomicU32;
 
     const KEY: &str = "sentinel:shop:flow-rules";
     const CHANNEL: &str = "sentinel:shop:flow-rules:changed";
@@ -858,8 +851,9 @@ mod tests {
     }
 
     /// A data source on `KEY` (holding document 1), then a new session (the server drops the subscription)
-    /// whose reads of the key run `publish_at(try)` after each read: returns the engine's count once that
-    /// session has read the key, the reads the session made, and the counts applied meanwhile.
+    /// stopped after each of its reads of the key, where `publish_at(reads before)` may publish a document:
+    /// returns the engine's count once that session has read the key, the reads the session made, and the
+    /// counts applied meanwhile.
     fn session_with_updates_after_reads(
         test: &str,
         publish_at: fn(u32) -> Option<u32>,
@@ -875,29 +869,37 @@ mod tests {
             .unwrap();
         assert!(source.wait_for(1, Duration::from_secs(5)), "the key is read at start");
         assert_eq!(engine.flow_rules()[0].count, 1.0);
-        let reads = Arc::new(AtomicU32::new(0));
         let applied = Arc::new(Mutex::new(Vec::new()));
-        let (r, hook_url) = (reads.clone(), url.clone());
-        *source.inner.after_read.lock().unwrap() = Some(Box::new(move |_, tries| {
-            r.fetch_add(1, Ordering::AcqRel);
-            if let Some(count) = publish_at(tries) {
-                publish(&hook_url, &doc(count));
-            }
-        }));
         let (a, e) = (applied.clone(), engine.clone());
         source.on_reload(move |r| {
             if let RedisReload::Applied { .. } = r {
                 a.lock().unwrap().push(e.flow_rules()[0].count);
             }
         });
+        let gate = &source.inner.gate;
+        let (tell, stopped) = std::sync::mpsc::channel();
+        *gate.stopped.lock().unwrap() = Some(tell);
+        gate.armed.lock().unwrap().push("after read");
         let before = *source.inner.events.lock().unwrap();
         let mut conn = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
         redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query::<i64>(&mut conn).unwrap();
-        // (The lost connection is no document's event.)
-        assert!(source.wait_for(before + 1, Duration::from_secs(10)), "the new session read the key");
+        // Each read stops; the next is armed before the one stopped goes on, until the session has read the
+        // key (an event: applied or unchanged).
+        let (mut reads, deadline) = (0, std::time::Instant::now() + Duration::from_secs(10));
+        while !source.wait_for(before + 1, Duration::ZERO) {
+            assert!(std::time::Instant::now() < deadline, "the new session read the key");
+            if stopped.recv_timeout(Duration::from_millis(10)).is_ok() {
+                if let Some(count) = publish_at(reads) {
+                    publish(&url, &doc(count));
+                }
+                reads += 1;
+                gate.armed.lock().unwrap().push("after read");
+                gate.go.notify_one();
+            }
+        }
         let count = engine.flow_rules()[0].count;
         let applied = applied.lock().unwrap().clone();
-        Some((count, reads.load(Ordering::Acquire), applied))
+        Some((count, reads, applied))
     }
 
     #[test]

@@ -83,6 +83,8 @@ mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod file;
+#[cfg(all(test, any(feature = "etcd", feature = "zookeeper", feature = "cluster-redis")))]
+pub(crate) mod gate;
 #[cfg(feature = "tower")]
 mod gateway;
 mod java;
