@@ -302,17 +302,16 @@ pub(crate) fn left_continued(depth: u32, current: u32) {
 #[cold]
 #[inline(never)]
 pub(crate) fn continues(era: u32, depth: u32, current: u32) -> bool {
+    // (Records hold no era 0 and never the era they continue in.)
     let current = current & ERA_MASK;
-    era != 0
-        && era != current
-        && CONTINUED
-            .try_with(|groups| {
-                groups
-                    .borrow()
-                    .iter()
-                    .any(|c| c.into == current && c.eras.iter().any(|&(e, _, deepest)| e == era && depth <= deepest))
-            })
-            .unwrap_or(false)
+    CONTINUED
+        .try_with(|groups| {
+            let groups = groups.borrow();
+            groups
+                .iter()
+                .any(|c| c.into == current && c.eras.iter().any(|&(e, _, deepest)| e == era && depth <= deepest))
+        })
+        .unwrap_or(false)
 }
 
 /// Whether an installation of era `era` was made on this thread (else another thread's, or none: era 0).
