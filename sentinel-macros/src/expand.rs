@@ -536,15 +536,21 @@ pub fn expand(plan: &Plan<'_>) -> TokenStream {
                 }
             }
         };
+        let value = local("__sentinel_value");
         quote! {
             #clones
             #started
             #run_body
             #private::body_returned(&mut #entry);
-            // `Ok` first: it unifies the body's result with the declared return type before the error is
-            // probed (a body whose `Ok` type is an `impl Trait` leaves the error type open until then).
+            // Unifies the body's result with the declared return type before the error is probed (a body whose
+            // `Ok` type is an `impl Trait` leaves the error type open until then), without moving it: the `Ok`
+            // arm below moves its value alone, not the whole result (an error type may be far larger).
+            #[allow(unreachable_code, clippy::needless_return)]
+            if false {
+                return #result;
+            }
             match #result {
-                ok @ ::core::result::Result::Ok(_) => ok,
+                ::core::result::Result::Ok(#value) => ::core::result::Result::Ok(#value),
                 ::core::result::Result::Err(#error) => { #escaped }
             }
         }

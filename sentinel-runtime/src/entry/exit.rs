@@ -181,8 +181,8 @@ impl Drop for Entry<'_> {
         let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
         let overload = self.flags & Flags::OVERLOAD != 0;
         // A call that never completed (given up on, or panicked): no round trip to measure, unless it was
-        // marked as an overload (a time limit hit).
-        let abandoned = self.flags & (Flags::ABANDONED | Flags::OVERLOAD) == Flags::ABANDONED;
+        // marked as an overload (a time limit hit). A call that returned completed, whatever else was marked.
+        let abandoned = self.flags & (Flags::ABANDONED | Flags::OVERLOAD | Flags::RETURNED) == Flags::ABANDONED;
         let waited_nanos = self.wait_nanos;
         // The nodes the checks saw (`CheckCx`): the resource's, the context's and the origin's.
         // Made only for a call that holds thread-grade permits on them (read by the flow slot's exit).

@@ -171,7 +171,8 @@ impl Flags {
     /// unwinds from at the exit is not the call's (the call ran in cleanup code during that unwinding).
     const RETURNED: u8 = 64;
     /// The call has not completed yet where its completion is marked (an async caller's future, which may be
-    /// dropped before it answers: [`Entry::awaits_answer`]); still set at the exit, its caller gave up on it.
+    /// dropped before it answers: [`Entry::awaits_answer`]); still set at the exit of a call that did not return
+    /// (`RETURNED` outweighs it: marking the return is one instruction), its caller gave up on it.
     const ABANDONED: u8 = 128;
     /// The flags as bits 0 to 4, in the order of the constants above (shifts: fewer instructions than
     /// selecting each constant).
@@ -361,7 +362,7 @@ impl<'r> Entry<'r> {
     /// Marks the call as returned ([`exit`](Self::exit); the macro's code, once the body came back).
     #[inline(always)]
     pub(crate) fn returned(&mut self) {
-        self.flags = (self.flags | Flags::RETURNED) & !Flags::ABANDONED;
+        self.flags |= Flags::RETURNED;
     }
 
     /// The call's work starts in a future that its caller may drop before it answers: until

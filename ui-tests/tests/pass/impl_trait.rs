@@ -24,6 +24,25 @@ fn evens(limit: u32) -> Result<impl Iterator<Item = u32>, AppError> {
     Ok((0..limit).filter(|n| n % 2 == 0))
 }
 
+impl From<std::num::ParseIntError> for AppError {
+    fn from(_: std::num::ParseIntError) -> Self {
+        AppError
+    }
+}
+
+// An `impl Trait` `Ok` type and a body whose `?` leaves its error type to the declared one.
+#[sentinel_resource]
+fn parsed(s: &str) -> Result<impl Iterator<Item = u32>, AppError> {
+    let n: u32 = s.parse()?;
+    Ok(0..n)
+}
+
+#[sentinel_resource]
+async fn parsed_async(s: String) -> Result<impl Iterator<Item = u32>, AppError> {
+    let n: u32 = s.parse()?;
+    Ok(0..n)
+}
+
 #[sentinel_resource(block_handler = iter_blocked)]
 fn boxed(limit: u32) -> Box<dyn Iterator<Item = u32>> {
     Box::new(0..limit)
@@ -37,4 +56,8 @@ fn main() {
     assert_eq!(show([1, 2]).to_string(), "1,2");
     assert_eq!(evens(5).unwrap().count(), 3);
     assert_eq!(boxed(3).count(), 3);
+    assert_eq!(parsed("4").unwrap().count(), 4);
+    assert!(parsed("x").is_err());
+    assert_eq!(futures::executor::block_on(parsed_async("2".to_string())).unwrap().count(), 2);
+    assert!(futures::executor::block_on(parsed_async("x".to_string())).is_err());
 }
