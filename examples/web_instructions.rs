@@ -42,7 +42,8 @@
 //!   cost the adaptive rule is held to), `flow-adaptive` (the adaptive rule beside a passing flow rule),
 //!   `param-adaptive` (the adaptive rule beside the hot-parameter rule of `param`), `authority` (an authority
 //!   black list and a passing flow rule, called with an origin the list does not name), `rate-limiter` (a flow
-//!   rule that spaces calls, never reached);
+//!   rule that spaces calls, never reached), `nested` (`flow-pass` inside an entry of another resource held
+//!   around the loop: the entry joins an active context rather than starting one);
 //! - `part-macro-sync`, `part-macro-async`, `part-macro-async-timeout`: a call of a `#[sentinel_resource]`
 //!   function, sync, async and async with `timeout_ms = 200` (the future polled once, with no executor), on
 //!   the global engine with one passing flow rule; `part-plain-sync`, `part-plain-async`: the same functions
@@ -274,6 +275,13 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
         "part-entry-none" => entries(|_| Ok(()), false, n)?,
         "part-entry-flow-pass" => entries(|e| Ok(e.load_flow_rules([FlowRule::new("part").count(1e12)])?), false, n)?,
         "part-entry-flow-block" => entries(|e| Ok(e.load_flow_rules([FlowRule::new("part").count(0.0)])?), true, n)?,
+        "part-entry-nested" => {
+            let engine = Sentinel::builder().build().leak();
+            engine.load_flow_rules([FlowRule::new("part").count(1e12)])?;
+            let (outer, resource) = (engine.resource("outer"), engine.resource("part"));
+            let _outer = outer.enter()?;
+            run_part(|| assert!(black_box(resource.enter()).is_ok()), n);
+        }
         "part-entry-two-limits" => entries(
             |e| Ok(e.load_flow_rules([FlowRule::new("part").count(1e12), FlowRule::new("part").count(1e11)])?),
             false,

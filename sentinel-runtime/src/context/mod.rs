@@ -30,6 +30,24 @@ pub(crate) fn named_context(name: &str) -> Option<&str> {
 /// mail (a mail only ever ends part of an active one).
 #[inline(always)]
 pub(crate) fn current_settled() -> ContextState {
+    settle();
+    current()
+}
+
+/// [`current_settled`]'s engine id and stand-in engine alone (what an entry that starts a context of its own
+/// reads: the other fields are read only when the context is the entry's).
+#[inline(always)]
+pub(crate) fn current_engine_settled() -> (u64, EngineOverride) {
+    settle();
+    CURRENT.with(|c| {
+        let s = c.state.get();
+        (s.engine_id, s.override_engine)
+    })
+}
+
+/// Applies the exits of the thread's entries made on other threads, if any wait.
+#[inline(always)]
+fn settle() {
     // The mail is applied in place and the state read after it, so that the common case reads only the
     // fields its caller uses (a state passed out of a branch is copied whole).
     let pending = CURRENT.with(|c| {
@@ -39,7 +57,6 @@ pub(crate) fn current_settled() -> ContextState {
     if pending {
         moved::apply_mail();
     }
-    current()
 }
 
 /// Whether no context (and no stand-in engine) is active on this thread.

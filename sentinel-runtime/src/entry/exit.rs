@@ -30,7 +30,8 @@ impl Entry<'_> {
         self.restore_in(cur, shared, node);
     }
 
-    /// [`restore_context`](Self::restore_context) in `cur`, a context of the entry's installation.
+    /// [`restore_context`](Self::restore_context) in `cur`, the thread's current state, a context of the
+    /// entry's installation.
     #[inline(always)]
     fn restore_in(&self, cur: ContextState, shared: &Shared, node: &DefaultNode) {
         if cur.engine_id != shared.id {
@@ -42,7 +43,8 @@ impl Entry<'_> {
             if self.flags & Flags::FRESH != 0 {
                 context::leave();
             } else {
-                context::set_current(self.outer_of(cur));
+                // Read again rather than kept: the common case above reads four of the state's fields alone.
+                context::set_current(self.outer_of(context::current()));
             }
             return;
         }

@@ -32,24 +32,25 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         // `Shared` and `ResourceInner` stay alive as long as the entry that `self.res` moves into.
         let shared: &'r Shared = self.res.shared();
         let inner: &'r ResourceInner = self.res.inner();
-        let outer = context::current_settled();
+        let (outer_engine, override_engine) = context::current_engine_settled();
         if !shared.enabled.load(Ordering::Relaxed) {
             return O::decided(Ok(Entry::unchecked(self.res)));
         }
 
-        // The context: the active one, or a fresh one owned by this entry.
-        let fresh = outer.engine_id != shared.id;
+        // The context: the active one, or a fresh one owned by this entry. The state is read whole only when
+        // it is the entry's (a fresh one needs its engine and stand-in alone).
+        let fresh = outer_engine != shared.id;
         let (state, touches_tls) = if !fresh {
             // An active context (a null one was refused by the context cap: Java's NullContext).
-            (outer, install)
+            (context::current(), install)
         } else {
             let mut st = match (self.context, self.origin) {
-                (None, None) => shared.default_state(outer.override_engine),
+                (None, None) => shared.default_state(override_engine),
                 // `name` is never the default context's (`EntryBuilder::context` leaves it out).
-                (name, origin) => shared.context_state(name, origin.unwrap_or(""), outer.override_engine),
+                (name, origin) => shared.context_state(name, origin.unwrap_or(""), override_engine),
             };
             // Another engine's context is active: enter without touching it.
-            let touches_tls = install && outer.engine_id == 0;
+            let touches_tls = install && outer_engine == 0;
             if touches_tls {
                 st.era = context::next_era();
             }
