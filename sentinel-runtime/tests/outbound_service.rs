@@ -408,6 +408,27 @@ fn a_blocked_client_errors_source_is_its_block() {
     assert!(err.source().and_then(|s| s.downcast_ref::<BlockError>()).is_some());
 }
 
+/// A printer of an error's chain (`{:#}` of an `anyhow::Error`, a log line of each cause) shows the block's
+/// reason once: the error's own message names the call's resource, its source says why it was blocked.
+#[test]
+fn a_blocked_client_errors_chain_states_the_block_once() {
+    use std::error::Error;
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("stock").count(0.0)]).unwrap();
+    let block = engine.resource("stock").enter().unwrap_err();
+    let reason = block.to_string();
+    let err = ClientError::<Infallible>::Blocked(block);
+    let mut chain = vec![err.to_string()];
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        chain.push(c.to_string());
+        cause = c.source();
+    }
+    let printed = chain.join(": ");
+    assert_eq!(printed.matches(reason.as_str()).count(), 1, "{printed}");
+    assert!(chain[0].contains("`stock`"), "the error names its resource: {}", chain[0]);
+}
+
 #[test]
 fn a_call_blocked_by_an_inner_tower_guard_behind_a_buffer_is_not_an_error_of_the_outer_guards_resource() {
     let (engine, _clock) = engine();

@@ -13,8 +13,10 @@ use crate::{AsBlockError, BlockError, Timeout};
 #[non_exhaustive]
 pub enum ClientError<E> {
     /// A rule, or the downstream's own back-off, blocked the call: it was not sent. The block is the error's
-    /// `source()`, so that the error is known as a block behind a box or a wrapper ([`BlockError::find_in`]).
-    #[error("{0}")]
+    /// `source()`, so that the error is known as a block behind a box or a wrapper ([`BlockError::find_in`]);
+    /// the error's own message names the resource alone, so that a printer of the error's chain (`{:#}` of an
+    /// `anyhow::Error`) shows the block's reason once.
+    #[error("call to `{}` not sent: blocked", .0.resource())]
     Blocked(#[from] BlockError),
     /// The guard's time limit ran out (the call's future was dropped).
     #[error(transparent)]
