@@ -730,10 +730,6 @@ pin_project_lite::pin_project! {
 
     impl<'s, 'e, 'r, F> PinnedDrop for InEntry<'s, 'e, 'r, F> {
         fn drop(this: Pin<&mut Self>) {
-            // Nothing to drop, nothing to run in the entry's context.
-            if !std::mem::needs_drop::<F>() {
-                return;
-            }
             let this = this.project();
             let work = this.work;
             this.scope.run(
