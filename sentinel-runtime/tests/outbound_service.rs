@@ -398,13 +398,17 @@ fn tracing_an_error_that_is_or_is_caused_by_a_block_does_not_count_it() {
     assert_eq!(engine.cluster_stats("order").unwrap().minute_exception, 2);
 }
 
+/// A block of a call to `stock` (a rule that admits nothing).
+fn stock_block() -> BlockError {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([FlowRule::new("stock").count(0.0)]).unwrap();
+    engine.resource("stock").enter().unwrap_err()
+}
+
 #[test]
 fn a_blocked_client_errors_source_is_its_block() {
     use std::error::Error;
-    let (engine, _clock) = engine();
-    engine.load_flow_rules([FlowRule::new("stock").count(0.0)]).unwrap();
-    let block = engine.resource("stock").enter().unwrap_err();
-    let err = ClientError::<Infallible>::Blocked(block);
+    let err = ClientError::<Infallible>::Blocked(stock_block());
     assert!(err.source().and_then(|s| s.downcast_ref::<BlockError>()).is_some());
 }
 
@@ -413,9 +417,7 @@ fn a_blocked_client_errors_source_is_its_block() {
 #[test]
 fn a_blocked_client_errors_chain_states_the_block_once() {
     use std::error::Error;
-    let (engine, _clock) = engine();
-    engine.load_flow_rules([FlowRule::new("stock").count(0.0)]).unwrap();
-    let block = engine.resource("stock").enter().unwrap_err();
+    let block = stock_block();
     let reason = block.to_string();
     let err = ClientError::<Infallible>::Blocked(block);
     let mut chain = vec![err.to_string()];
