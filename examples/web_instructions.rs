@@ -20,6 +20,10 @@
 //!   inbound node, and one compare-and-swap standing for the flow rule's exact pass counter;
 //! - `part-stats-one`: the same on the resource's node alone (what an outbound entry in the default context
 //!   must keep: the floor under `part-entry-flow-pass`);
+//! - `part-engine-floor`: a model, written by hand, of the least an engine must do for an entry and its exit
+//!   with one passing QPS rule in the default context (`support/engine_floor.rs` says what it keeps and what
+//!   it leaves out): `part-stats-one`'s records, the rules read in a read section, the rule's exact
+//!   admission, the thread's context, and an entry the caller holds and drops;
 //! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer, on a
 //!   leaked engine (the entry holds nothing); `part-entry-held`: the same on an engine that can be dropped
 //!   (the entry holds its state: `engine::keep`); `part-entry-system`: `part-entry` with a system rule
@@ -72,6 +76,9 @@ use tower::{Layer, Service, ServiceExt};
 
 #[path = "support/web_variants.rs"]
 mod web_variants;
+
+#[path = "support/engine_floor.rs"]
+mod engine_floor;
 
 /// The client of every request.
 const PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 7)), 40000);
@@ -224,6 +231,10 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                 || assert!(black_box(failsafe::CircuitBreaker::call(&breaker, || Ok::<u64, ()>(black_box(1)))).is_ok()),
                 n,
             );
+        }
+        "part-engine-floor" => {
+            let engine = engine_floor::FloorEngine::leaked(1_000_000_000);
+            run_part(|| assert!(black_box(engine.enter()).is_some()), n);
         }
         "part-stats" | "part-stats-one" => {
             let (clock, resource, inbound) = (SystemClock::new(), StatNode::new(), StatNode::new());
