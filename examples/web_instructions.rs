@@ -21,8 +21,8 @@
 //! - `part-stats-one`: the same on the resource's node alone (what an outbound entry in the default context
 //!   must keep: the floor under `part-entry-flow-pass`);
 //! - `part-engine-floor`: a model, written by hand, of the least an engine must do for an entry and its exit
-//!   with one passing QPS rule in the default context (`support/engine_floor.rs` says what it keeps and what
-//!   it leaves out): `part-stats-one`'s records, the rules read in a read section, the rule's exact
+//!   with one passing QPS rule in the default context (`sentinel-runtime/benches/support/engine_floor.rs` says
+//!   what it keeps and what it leaves out): `part-stats-one`'s records, the rules read in a read section, the rule's exact
 //!   admission, the thread's context, and an entry the caller holds and drops;
 //! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer, on a
 //!   leaked engine (the entry holds nothing); `part-entry-held`: the same on an engine that can be dropped
@@ -77,7 +77,7 @@ use tower::{Layer, Service, ServiceExt};
 #[path = "support/web_variants.rs"]
 mod web_variants;
 
-#[path = "support/engine_floor.rs"]
+#[path = "../sentinel-runtime/benches/support/engine_floor.rs"]
 mod engine_floor;
 
 /// The client of every request.

@@ -8,8 +8,9 @@
 //!   flow rule, one that blocks, a passing rule and a closed error-ratio breaker, the same and a thread-grade
 //!   rule, a passing rule and an adaptive concurrency limit, a hot-parameter rule with one value and with
 //!   10^6 values in turn, the passing rule on the cached
-//!   clock, and the two readings of the precise clock a call takes; beside governor's `check()` and a call
-//!   through failsafe's closed circuit breaker;
+//!   clock, and the two readings of the precise clock a call takes; beside a model of the least an engine
+//!   must do for the passing call (`support/engine_floor.rs`), governor's `check()` and a call through
+//!   failsafe's closed circuit breaker;
 //! - `macro`: an annotated sync fn and the same async fn (polled once, no executor), one passing rule;
 //! - `web`: one `GET /hello` through an axum `Router` with `route_layer(Identity)`, `SentinelLayer::axum()`
 //!   with one passing rule, the same with flow + error-ratio breaker + thread-grade rule, tower-governor's
@@ -37,6 +38,8 @@ use sentinel_runtime::web::SentinelLayer;
 use sentinel_runtime::{sentinel_resource, BlockError, Sentinel};
 use tower::{Service, ServiceExt};
 
+#[path = "support/engine_floor.rs"]
+mod engine_floor;
 #[path = "support/parallel.rs"]
 mod parallel;
 use parallel::parallel;
@@ -112,6 +115,12 @@ fn entry_exit(c: &mut Criterion) {
             let start = black_box(&clock).now_nanos();
             black_box(black_box(&clock).now_nanos().wrapping_sub(start))
         })
+    });
+    // The least an engine must do for the passing call (`support/engine_floor.rs`): its records, a read
+    // section, the exact admission, the thread's context and an entry.
+    let model = engine_floor::FloorEngine::leaked(u64::MAX);
+    g.bench_function(BenchmarkId::new("model", "one rule passes"), |b| {
+        b.iter(|| assert!(black_box(model.enter()).is_some()))
     });
     let limiter = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
     g.bench_function(BenchmarkId::new("governor", "check()"), |b| {

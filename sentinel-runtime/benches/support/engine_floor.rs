@@ -1,6 +1,7 @@
-//! The `part-engine-floor` variant of `web_instructions`: a model, written by hand, of the least an engine
-//! must do for an entry and its exit with one passing QPS rule in the default context, keeping what
-//! Sentinel's semantics ask of that call and nothing more:
+//! A model, written by hand, of the least an engine must do for an entry and its exit with one passing QPS
+//! rule in the default context, keeping what Sentinel's semantics ask of that call and nothing more (its
+//! instructions: the `part-engine-floor` variant of `examples/web_instructions.rs`; its time: the `model` row
+//! of `--bench cost`):
 //!
 //! - the rules are read in a read section, since they can be replaced under running calls: a word of the
 //!   thread's own set while the rules are read (a writer that replaces them waits until it is clear, as an
