@@ -22,8 +22,8 @@
 //!   must keep: the floor under `part-entry-flow-pass`);
 //! - `part-engine-floor`: a model, written by hand, of the least an engine must do for an entry and its exit
 //!   with one passing QPS rule in the default context (`sentinel-runtime/benches/support/engine_floor.rs` says
-//!   what it keeps and what it leaves out): `part-stats-one`'s records, the rules read in a read section, the rule's exact
-//!   admission, the thread's context, and an entry the caller holds and drops;
+//!   what it keeps and what it leaves out): `part-stats-one`'s records, the rules read in a read section, the
+//!   rule's exact admission, the thread's context, and an entry the caller holds and drops;
 //! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer, on a
 //!   leaked engine (the entry holds nothing); `part-entry-held`: the same on an engine that can be dropped
 //!   (the entry holds its state: `engine::keep`); `part-entry-system`: `part-entry` with a system rule
