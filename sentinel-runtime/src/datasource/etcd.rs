@@ -145,7 +145,7 @@ struct Inner {
     reports: Reports<EtcdReload, EtcdSourceError>,
     /// Test-only points where the session stops until the test lets it go.
     #[cfg(test)]
-    gate: Arc<super::remote::Gate>,
+    gate: Arc<super::gate::Gate>,
 }
 
 /// Rules read from etcd keys, applied on change through a watch, written back with a transaction.
@@ -183,7 +183,7 @@ pub struct EtcdDataSourceBuilder {
     settings: SourceSettings,
     clear_on_delete: bool,
     #[cfg(test)]
-    gate: Arc<super::remote::Gate>,
+    gate: Arc<super::gate::Gate>,
 }
 
 impl EtcdDataSource {

@@ -377,9 +377,6 @@ macro_rules! source_accessors {
 pub(crate) use source_accessors;
 
 #[cfg(test)]
-pub(crate) use super::gate::Gate;
-
-#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -136,7 +136,7 @@ struct Inner {
     writes: AtomicU64,
     /// Test-only points where a read stops until the test lets it go.
     #[cfg(test)]
-    gate: super::remote::Gate,
+    gate: super::gate::Gate,
 }
 
 /// Rules read from ZooKeeper nodes, applied on change through persistent watches, written back with a
@@ -265,7 +265,7 @@ impl ZookeeperDataSourceBuilder {
             reports: Reports::new(),
             writes: AtomicU64::new(0),
             #[cfg(test)]
-            gate: super::remote::Gate::default(),
+            gate: super::gate::Gate::default(),
         });
         let (run, stop) = (inner.clone(), inner.clone());
         let background = Background::spawn("sentinel-zk-rules", move || stop.reports.request_stop(), run.run())
@@ -679,7 +679,7 @@ mod tests {
         assert_eq!(engine.flow_rules()[0].count, 6.0, "the store's document is not in force");
     }
 
-    /// The test's side of a source's [`Gate`](super::super::remote::Gate), with a plain client: "another writer".
+    /// The test's side of a source's [`Gate`](super::super::gate::Gate), with a plain client: "another writer".
     struct Driver {
         rt: tokio::runtime::Runtime,
         other: zk::Client,
