@@ -44,6 +44,12 @@ pub(crate) const UNTRACKED_ORIGIN_ID: u32 = u32::MAX;
 /// the cap is never left unchecked. Names that a rule names (exactly, by a matching regex rule, or as the
 /// related resource of a relate rule) always get their own resource, cap or not.
 pub const RESOURCE_OVERFLOW: &str = "sentinel_resource_overflow";
+/// The resource that new names only regex rules match share once both their cap and the bound on the
+/// resources past it are reached (see [`Config::max_resources`]): every regex rule's pattern matches it, so
+/// every regex rule checks it. A name that lands here is limited by each rule that matches it, together with
+/// every other name here, and by the other regex rules too (stricter than its own rules, never looser): a
+/// flood of client-chosen names cannot make resources without bound, and no rule stops applying to them.
+pub const RESOURCE_PATTERNS_OVERFLOW: &str = "sentinel_resource_patterns_overflow";
 /// The context that new context names share once [`Config::max_contexts`] is reached, when no chain rule
 /// names them: its entries are checked like any other (Java passes them unchecked). Contexts that a chain rule
 /// names always get their own, cap or not.
@@ -64,8 +70,10 @@ pub struct Config {
     /// system rules and any rule on that name check, and a name that a rule names (exactly, or as a relate
     /// rule's `ref_resource`) still gets its own resource. Names that only regex rules match (which clients
     /// may choose) are capped apart at the same number: past it, new ones matching the same patterns share
-    /// the resource of the first of them, which those rules check (together). Each resource costs
-    /// the memory of its node statistics (see the README). [`Sentinel::caps`](crate::Sentinel::caps) shows where the engine stands.
+    /// the resource of the first of them, which those rules check (together). Those shared resources, one
+    /// per combination of patterns that names past the cap match, are bounded at the same number again:
+    /// past that, names matching a combination that has none share [`RESOURCE_PATTERNS_OVERFLOW`], which
+    /// every regex rule checks. Each resource costs the memory of its node statistics (see the README). [`Sentinel::caps`](crate::Sentinel::caps) shows where the engine stands.
     pub max_resources: usize,
     /// Most distinct caller origins tracked (origins named by rules excepted); past it calls from new
     /// origins run as [`UNTRACKED_ORIGIN`]. Each tracked origin costs about 100 bytes in the engine.

@@ -165,7 +165,7 @@ pub mod web;
 pub use config::Caps;
 pub use config::{
     Config, CONTEXT_OVERFLOW, DEFAULT_MAX_CONTEXTS, DEFAULT_MAX_ORIGINS, DEFAULT_MAX_ORIGINS_PER_RESOURCE,
-    DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW,
+    DEFAULT_MAX_RESOURCES, RESOURCE_OVERFLOW, RESOURCE_PATTERNS_OVERFLOW,
 };
 pub use context::{ContextError, ContextGuard};
 pub use diagnose::Diagnosis;

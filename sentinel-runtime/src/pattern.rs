@@ -96,9 +96,11 @@ impl ResourcePattern {
         &self.source
     }
 
-    /// Whether the whole of `name` matches.
+    /// Whether the whole of `name` matches; every pattern matches
+    /// [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW), the resource names past the bounds
+    /// share, which every regex rule checks.
     pub(crate) fn matches(&self, name: &str) -> bool {
-        self.regex.is_match(name)
+        name == crate::RESOURCE_PATTERNS_OVERFLOW || self.regex.is_match(name)
     }
 }
 

@@ -225,16 +225,34 @@ impl Sentinel {
                  ({} handles so far): system rules and rules on `{resource}` check their calls",
                 caps.max_resources, caps.resources_overflowed
             ));
-        } else if !registered
-            && matches!(self.targets(resource), (false, p) if !p.is_empty())
-            && self.matched_cap_reached()
-        {
+        } else if resource == crate::RESOURCE_PATTERNS_OVERFLOW {
             notes.push(format!(
-                "only regex rules match this name, and the cap on such names ({}) is reached: a handle taken now \
-                 shares the resource of the first name past the cap that matched the same patterns, which those \
-                 rules check",
+                "`{resource}` stands for the new names only regex rules match once their cap ({0}) and the bound \
+                 on the resources names matching the same patterns share past it ({0}) were reached: every \
+                 regex rule checks their calls, together",
                 caps.max_resources
             ));
+        } else if let Some(patterns) = (!registered && self.matched_cap_reached())
+            .then(|| self.targets(resource))
+            .and_then(|(exact, p)| (!exact && !p.is_empty()).then_some(p))
+        {
+            notes.push(if self.shares_by_patterns(&patterns) {
+                format!(
+                    "only regex rules match this name, and the cap on such names ({}) is reached: a handle taken \
+                     now shares the resource of the first name past the cap that matched the same patterns, which \
+                     those rules check",
+                    caps.max_resources
+                )
+            } else {
+                format!(
+                    "only regex rules match this name, and both the cap on such names ({0}) and the bound on the \
+                     resources names matching the same patterns share ({0}) are reached: a handle taken now is a \
+                     handle on `{1}`, which every regex rule checks (raise `max_resources` if names are \
+                     legitimate)",
+                    caps.max_resources,
+                    crate::RESOURCE_PATTERNS_OVERFLOW
+                )
+            });
         } else if !registered && caps.resource_cap_reached() {
             let ruled = self.has_rules_for(resource);
             notes.push(format!(

@@ -62,6 +62,13 @@ pub(super) fn refresh_rules(shared: &Shared) {
         inner.set_rules(rules_for(shared, &inner.name), &mut retired);
     }
     drop(_guard);
+    // The resources names past the cap share by their patterns that no longer match as they did leave the
+    // bound on those (their names, which no new name gets any more, keep them).
+    shared
+        .shared_by_patterns
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|patterns, inner| matches!(shared.targets(&inner.name), (false, now) if now == *patterns));
     // After the resources' rules no longer hold them: a call waiting on an adaptive limiter that a changed
     // rule replaced is woken and decides again on the rules in force.
     shared.adaptive.retire_replaced();

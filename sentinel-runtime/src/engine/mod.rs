@@ -502,17 +502,27 @@ impl Sentinel {
 
     /// The handle given past the cap on resources that only regex rules match, for `name`, which matches
     /// `patterns`: the resource that every such name matching exactly these patterns shares (the first of them
-    /// past the cap), so their rules still apply, to them together. Rules bound how many there are.
+    /// past the cap), so their rules still apply, to them together. There are at most `max_resources` of
+    /// those (clients choose the names, and `n` patterns make `2^n` combinations): past that, a combination
+    /// without one gets [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW), which every regex
+    /// rule checks (its own rules among them).
     #[cold]
     fn shared_by_patterns(&self, patterns: PatternKey, name: &str, entry_type: EntryType) -> Resource {
         let shared = &self.shared;
         shared.overflowed_resources.fetch_add(1, Ordering::Relaxed);
         let mut by_patterns = shared.shared_by_patterns.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(inner) = by_patterns.get(&patterns) {
-            // Chosen under the rules in force then: it must still match exactly these patterns.
-            if self.targets(&inner.name) == (false, patterns.clone()) {
+        let known = match by_patterns.get(&patterns) {
+            // Chosen under the rules in force then: it must still match exactly these patterns (else it is
+            // replaced, in the same place).
+            Some(inner) if self.targets(&inner.name) == (false, patterns.clone()) => {
                 return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
             }
+            Some(_) => true,
+            None => false,
+        };
+        if !known && by_patterns.len() >= shared.config.max_resources {
+            drop(by_patterns);
+            return self.patterns_overflow(entry_type);
         }
         if !shared.warned_resources.swap(true, Ordering::Relaxed) {
             tracing::warn!(
@@ -526,6 +536,31 @@ impl Sentinel {
         let resource = self.find_or_create(name, entry_type, false);
         by_patterns.insert(patterns, resource.inner.clone());
         resource
+    }
+
+    /// The handle given past the bound on the resources that names matching the same patterns share:
+    /// [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW), which every pattern matches.
+    #[cold]
+    fn patterns_overflow(&self, entry_type: EntryType) -> Resource {
+        let shared = &self.shared;
+        if !shared.warned_patterns.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                max = shared.config.max_resources,
+                resource = crate::RESOURCE_PATTERNS_OVERFLOW,
+                "bound reached on the resources shared by names matching the same regex patterns past the cap: \
+                 names matching other combinations of patterns now share one resource that every regex rule checks"
+            );
+        }
+        // Not counted: one resource, whatever the names.
+        self.find_or_create(crate::RESOURCE_PATTERNS_OVERFLOW, entry_type, false)
+    }
+
+    /// Whether a name matching `patterns` alone gets a resource of its own kind past the cap: one that names
+    /// matching these patterns share already, or a new one within the bound (else
+    /// [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW)).
+    pub(crate) fn shares_by_patterns(&self, patterns: &PatternKey) -> bool {
+        let by_patterns = self.shared.shared_by_patterns.lock().unwrap_or_else(|e| e.into_inner());
+        by_patterns.contains_key(patterns) || by_patterns.len() < self.shared.config.max_resources
     }
 
     /// Whether the cap on names that only regex rules match is reached.
@@ -552,14 +587,7 @@ impl Sentinel {
     /// What rules target `name`: whether one names it exactly (or reads it: a relate rule), and the patterns
     /// of the regex rules that match it. Nothing is resolved or kept.
     pub(crate) fn targets(&self, name: &str) -> (bool, PatternKey) {
-        let s = &self.shared;
-        let mut patterns = Vec::new();
-        let exact = s.flow.targets(name, &mut patterns)
-            | s.degrade.targets(name, &mut patterns)
-            | s.param.targets(name, &mut patterns)
-            | s.authority.targets(name, &mut patterns)
-            | s.adaptive.targets(name, &mut patterns);
-        (exact, patterns)
+        self.shared.targets(name)
     }
 
     /// The handle given for `name` past the cap: [`RESOURCE_OVERFLOW`].

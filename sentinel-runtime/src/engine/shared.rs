@@ -90,12 +90,15 @@ pub(crate) struct Shared {
     pub(super) has_block_listeners: AtomicBool,
     pub(super) warned_contexts: AtomicBool,
     pub(super) warned_resources: AtomicBool,
+    /// Whether the bound on the resources names matching the same patterns share was logged as reached.
+    pub(super) warned_patterns: AtomicBool,
     /// Resources created that no rule named (counted against the cap).
     pub(super) unnamed_resources: AtomicUsize,
     /// Resources created that only regex rules match (counted against a cap of the same size).
     pub(super) matched_resources: AtomicUsize,
-    /// Past that cap, the resource that new names matching the same patterns share, by those patterns: as
-    /// many as the rules make combinations of patterns a name matches.
+    /// Past that cap, the resource that new names matching the same patterns share, by those patterns: one
+    /// per combination of patterns names matched, at most `max_resources` (then
+    /// [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW)).
     pub(super) shared_by_patterns: Mutex<std::collections::HashMap<PatternKey, Arc<ResourceInner>>>,
     /// Contexts created that no chain rule named (counted against the cap).
     pub(super) unnamed_contexts: AtomicUsize,
@@ -155,6 +158,7 @@ impl Shared {
             has_block_listeners: AtomicBool::new(false),
             warned_contexts: AtomicBool::new(false),
             warned_resources: AtomicBool::new(false),
+            warned_patterns: AtomicBool::new(false),
             unnamed_resources: AtomicUsize::new(0),
             matched_resources: AtomicUsize::new(0),
             shared_by_patterns: Default::default(),
@@ -435,6 +439,18 @@ impl crate::slot::contract::Resources for Shared {
 }
 
 impl Shared {
+    /// What rules target `name`: whether one names it exactly (or reads it: a relate rule), and the patterns
+    /// of the regex rules that match it. Nothing is resolved or kept.
+    pub(super) fn targets(&self, name: &str) -> (bool, PatternKey) {
+        let mut patterns = Vec::new();
+        let exact = self.flow.targets(name, &mut patterns)
+            | self.degrade.targets(name, &mut patterns)
+            | self.param.targets(name, &mut patterns)
+            | self.authority.targets(name, &mut patterns)
+            | self.adaptive.targets(name, &mut patterns);
+        (exact, patterns)
+    }
+
     /// Starts recording response-time histograms (with `bounds_micros`, increasing) and blocks by kind for
     /// every resource, present and future. Returns the bounds in force: the first call's.
     #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]

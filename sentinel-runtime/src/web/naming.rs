@@ -19,7 +19,9 @@
 //! - **Names from the request** (cleaned paths, gRPC paths, a custom namer's output): past
 //!   [`DEFAULT_MAX_RESOURCES`] distinct names, a new name gets its own resource only when a rule names it
 //!   exactly; one only regex rules match gets the resource the names matching the same patterns share past
-//!   the engine's cap (which those rules check), and is not kept; the others share [`OVERFLOW_RESOURCE`].
+//!   the engine's cap (which those rules check; past the bound on those,
+//!   [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW), which every regex rule checks), and is
+//!   not kept; the others share [`OVERFLOW_RESOURCE`].
 //! - **The cache** from a request's route to its resource holds at most five entries per route template plus
 //!   the bound on request-derived names (each about 100 bytes plus the name, besides the engine's resource).
 //!   A name past a bound is never cached, so a rule loaded later for it applies to its next request, and a
