@@ -185,7 +185,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         if sleep && checks.tally.wait_nanos > 0 && shared.clock.manual().is_none() {
             std::thread::sleep(Duration::from_nanos(checks.tally.wait_nanos));
         }
-        O::decided(Ok(Entry {
+        // Built in the room of the outcome it ends in (an async caller's pass or delayed pass): no copy.
+        O::admitted(checks.tally.wait_nanos > 0, || Entry {
             res: self.res,
             node: Some(node),
             origin_node,
@@ -205,7 +206,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             param: checks.param,
             breakers: checks.breakers,
             adaptive: checks.adaptive,
-        }))
+        })
     }
 }
 
@@ -325,6 +326,11 @@ pub(super) trait PathResult<'r, 'a>: Sized {
     /// Whether the call may be handed back to wait (else a wait blocks the thread).
     const HANDS_BACK: bool;
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
+    /// An admitted call's entry, made by `entry` (`waits`: whether it was given a queueing wait).
+    #[inline(always)]
+    fn admitted(_waits: bool, entry: impl FnOnce() -> Entry<'r>) -> Self {
+        Self::decided(Ok(entry()))
+    }
     /// The call must wait (only called when [`HANDS_BACK`](PathResult::HANDS_BACK)); `block` is what the
     /// checks answered meanwhile.
     fn wait(b: EntryBuilder<'r, 'a>, p: Pending, block: BlockError) -> Self;
@@ -386,6 +392,14 @@ impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, Slow<'r>> {
             Ok(entry) if !entry.waits() => Ok(entry),
             Ok(entry) => Err(Slow::Delayed(entry)),
             Err(block) => Err(Slow::Blocked(block)),
+        }
+    }
+    #[inline(always)]
+    fn admitted(waits: bool, entry: impl FnOnce() -> Entry<'r>) -> Self {
+        if waits {
+            Err(Slow::Delayed(entry()))
+        } else {
+            Ok(entry())
         }
     }
     fn wait(_: EntryBuilder<'r, 'a>, p: Pending, _: BlockError) -> Self {
