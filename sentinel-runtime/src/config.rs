@@ -44,12 +44,7 @@ pub(crate) const UNTRACKED_ORIGIN_ID: u32 = u32::MAX;
 /// the cap is never left unchecked. Names that a rule names (exactly, by a matching regex rule, or as the
 /// related resource of a relate rule) always get their own resource, cap or not.
 pub const RESOURCE_OVERFLOW: &str = "sentinel_resource_overflow";
-/// The resource that new names only regex rules match share once both their cap and the bound on the
-/// resources past it are reached (see [`Config::max_resources`]): every regex rule's pattern matches it, so
-/// every regex rule checks it. A name that lands here is limited by each rule that matches it, together with
-/// every other name here, and by the other regex rules too (stricter than its own rules, never looser): a
-/// flood of client-chosen names cannot make resources without bound, and no rule stops applying to them.
-pub const RESOURCE_PATTERNS_OVERFLOW: &str = "sentinel_resource_patterns_overflow";
+pub use crate::names::RESOURCE_PATTERNS_OVERFLOW;
 /// The context that new context names share once [`Config::max_contexts`] is reached, when no chain rule
 /// names them: its entries are checked like any other (Java passes them unchecked). Contexts that a chain rule
 /// names always get their own, cap or not.

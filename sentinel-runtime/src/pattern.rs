@@ -100,7 +100,7 @@ impl ResourcePattern {
     /// [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW), the resource names past the bounds
     /// share, which every regex rule checks.
     pub(crate) fn matches(&self, name: &str) -> bool {
-        name == crate::RESOURCE_PATTERNS_OVERFLOW || self.regex.is_match(name)
+        name == crate::names::RESOURCE_PATTERNS_OVERFLOW || self.regex.is_match(name)
     }
 }
 
