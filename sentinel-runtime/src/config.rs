@@ -245,8 +245,16 @@ pub struct Caps {
     pub resources: usize,
     /// The cap on resources.
     pub max_resources: usize,
-    /// Handles on new names given the overflow resource since the engine started.
+    /// Handles on new names given the overflow resource since the engine started (or, for names that only
+    /// regex rules match, a resource shared past their cap).
     pub resources_overflowed: u64,
+    /// Resources of names that only regex rules match, counted against a cap of their own of the same size
+    /// ([`max_resources`](crate::Config::max_resources)).
+    pub matched_resources: usize,
+    /// Past that cap, the resources that names matching the same patterns share, one per combination of
+    /// patterns, at most [`max_resources`](crate::Config::max_resources) at a time; past that bound, such names
+    /// share [`RESOURCE_PATTERNS_OVERFLOW`].
+    pub shared_by_patterns: usize,
     /// Contexts counted against [`max_contexts`](crate::Config::max_contexts): the named contexts that no chain
     /// rule names (the default context is not counted, as in Java).
     pub contexts: usize,
@@ -265,6 +273,15 @@ impl Caps {
     pub fn resource_cap_reached(&self) -> bool {
         self.resources >= self.max_resources
     }
+    /// Whether new names that only regex rules match now share a resource with the names matching the same
+    /// patterns.
+    pub fn matched_cap_reached(&self) -> bool {
+        self.matched_resources >= self.max_resources
+    }
+    /// Whether new combinations of patterns now share [`RESOURCE_PATTERNS_OVERFLOW`].
+    pub fn patterns_bound_reached(&self) -> bool {
+        self.shared_by_patterns >= self.max_resources
+    }
     /// Whether new contexts that no chain rule names now run in the overflow context.
     pub fn context_cap_reached(&self) -> bool {
         self.contexts >= self.max_contexts
@@ -276,12 +293,19 @@ impl std::fmt::Display for Caps {
         let reached = |r: bool| if r { " (reached)" } else { "" };
         write!(
             f,
-            "resources {}/{}{}, {} handles on `{}`; contexts {}/{}{}, {} entries in `{}`; origins {}/{}",
+            "resources {}/{}{}, {} handles on `{}` or shared; names regex rules match {}/{}{}, shared by \
+             patterns {}/{}{}; contexts {}/{}{}, {} entries in `{}`; origins {}/{}",
             self.resources,
             self.max_resources,
             reached(self.resource_cap_reached()),
             self.resources_overflowed,
             RESOURCE_OVERFLOW,
+            self.matched_resources,
+            self.max_resources,
+            reached(self.matched_cap_reached()),
+            self.shared_by_patterns,
+            self.max_resources,
+            reached(self.patterns_bound_reached()),
             self.contexts,
             self.max_contexts,
             reached(self.context_cap_reached()),

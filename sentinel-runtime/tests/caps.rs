@@ -244,6 +244,10 @@ fn past_the_bound_on_combinations_names_share_one_resource_that_every_regex_rule
     assert_eq!(engine.resource("GET:/a/3").name(), "GET:/a/3", "{{a}}: the first combination past the cap");
     assert_eq!(engine.resource("PUT:/b/1").name(), "PUT:/b/1", "{{b}}: the second");
     assert_eq!(engine.resource("GET:/a/4").name(), "GET:/a/3", "{{a}} keeps its resource past the bound");
+    let caps = engine.caps();
+    assert!(caps.matched_cap_reached() && caps.patterns_bound_reached(), "{caps}");
+    assert_eq!((caps.matched_resources, caps.shared_by_patterns), (2, 2));
+    assert!(caps.to_string().contains("names regex rules match 2/2 (reached), shared by patterns 2/2 (reached)"));
     let notes = engine.diagnose("PUT:/c/1").notes.join("\n");
     assert!(notes.contains(RESOURCE_PATTERNS_OVERFLOW), "{notes}");
     let (c, ab) = (engine.resource("PUT:/c/1"), engine.resource("GET:/a/b/1"));

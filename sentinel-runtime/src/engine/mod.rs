@@ -362,6 +362,8 @@ impl Sentinel {
             resources: s.unnamed_resources.load(Ordering::Relaxed),
             max_resources: s.config.max_resources,
             resources_overflowed: s.overflowed_resources.load(Ordering::Relaxed),
+            matched_resources: s.matched_resources.load(Ordering::Relaxed),
+            shared_by_patterns: s.shared_by_patterns.lock().unwrap_or_else(|e| e.into_inner()).len(),
             contexts: s.unnamed_contexts.load(Ordering::Relaxed),
             max_contexts: s.config.max_contexts,
             contexts_overflowed: s.overflowed_contexts.load(Ordering::Relaxed),
