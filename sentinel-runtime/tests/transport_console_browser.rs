@@ -153,7 +153,14 @@ async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
     let test = "the_console_shows_live_resources_and_edits_rules_in_a_real_browser";
     let clock = ManualClock::at_millis(T0);
     let engine = Sentinel::builder().manual_clock(clock.clone()).app_name("shop-frontend").build();
-    engine.load_flow_rules([FlowRule::new("POST /checkout").count(12.0)]).unwrap();
+    engine
+        .load_flow_rules([
+            FlowRule::new("POST /checkout").count(12.0),
+            FlowRule::new("GET /item/.*").regex(true).count(1e6),
+        ])
+        .unwrap();
+    // A name only the regex rule matches: counted against its own cap, which the page shows.
+    drop(engine.resource("GET /item/42").enter().unwrap());
     engine
         .load_degrade_rules([DegradeRule::new("inventoryService.reserve", DegradeGrade::ErrorRatio)
             .count(0.3)
@@ -186,6 +193,8 @@ async fn the_console_shows_live_resources_and_edits_rules_in_a_real_browser() {
     for r in ["GET /search", "POST /checkout", "inventoryService.reserve", "reportJob"] {
         assert!(names.as_array().unwrap().iter().any(|n| n == r), "{r} in {names}");
     }
+    let caps = c.execute("return document.querySelector('#caps').textContent", vec![]).await.unwrap();
+    assert!(caps.as_str().unwrap().contains("names only regex rules match: 1 of 6000"), "{caps}");
 
     // The chart advances when a second completes.
     let end_of = "return Number(document.querySelector(\"[data-resource='GET /search'] canvas\").dataset.end || 0)";

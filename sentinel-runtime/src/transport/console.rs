@@ -161,6 +161,12 @@ struct CapsVo {
     /// Handles on new names given the overflow resource (the cap was reached).
     resources_overflowed: u64,
     overflow_resource: &'static str,
+    /// Names only regex rules match, against a cap of their own of the same size.
+    matched_resources: usize,
+    /// Past that cap, the resources names matching the same patterns share, against a bound of the same size.
+    shared_by_patterns: usize,
+    /// What names share past that bound.
+    patterns_overflow_resource: &'static str,
     contexts: usize,
     max_contexts: usize,
     contexts_overflowed: u64,
@@ -234,6 +240,9 @@ pub(crate) fn overview(c: &Center, _: &Params) -> Result<Reply, CommandError> {
                 max_resources: caps.max_resources,
                 resources_overflowed: caps.resources_overflowed,
                 overflow_resource: crate::RESOURCE_OVERFLOW,
+                matched_resources: caps.matched_resources,
+                shared_by_patterns: caps.shared_by_patterns,
+                patterns_overflow_resource: crate::RESOURCE_PATTERNS_OVERFLOW,
                 contexts: caps.contexts,
                 max_contexts: caps.max_contexts,
                 contexts_overflowed: caps.contexts_overflowed,

@@ -1147,7 +1147,11 @@
     $('#caps').textContent = caps ? 'Resource cap: ' + caps.resources + ' of ' + caps.maxResources +
       ' names taken (annotated functions and names rules name are not counted)' +
       (caps.resourcesOverflowed ? ' · cap reached: ' + caps.resourcesOverflowed + ' new names share ' +
-        caps.overflowResource + ' (still checked; names rules name keep their own)' : '') : '';
+        caps.overflowResource + ' (still checked; names rules name keep their own)' : '') +
+      (caps.matchedResources ? ' · names only regex rules match: ' + caps.matchedResources + ' of ' +
+        caps.maxResources + (caps.sharedByPatterns ? ', then ' + caps.sharedByPatterns + ' of ' + caps.maxResources +
+          ' resources shared by names matching the same patterns, then ' + caps.patternsOverflowResource +
+          ' (every regex rule checks it)' : '') : '') : '';
     const ds = o.dataSource;
     if (ds) $('#rules-note').textContent =
       'Rules take effect as soon as they are applied and are written back to ' + ds.kind + ' ' + ds.target +
