@@ -285,3 +285,51 @@ fn past_the_bound_on_combinations_names_share_one_resource_that_every_regex_rule
     assert_eq!(engine.resource("GET:/z/1").name(), "GET:/z/1");
     assert_eq!(engine.resource("GET:/z/2").name(), "GET:/z/1");
 }
+
+/// Threads that make names past the cap while another reloads the rules: the bound holds for any interleaving
+/// (each reload frees at most the bound's worth of combinations, which then stay as resources), nothing
+/// deadlocks (the registry's lock and the combinations' are never held together the other way round), and
+/// every handle a thread got is checked by a rule.
+#[test]
+fn names_made_past_the_cap_while_rules_reload_stay_within_the_bound_per_reload() {
+    let engine = full_engine();
+    let letters: Vec<char> = ('a'..='h').collect();
+    // Two rule sets whose patterns differ by one: a reload from one to the other frees the combinations
+    // that matched the pattern it drops.
+    let rules = |skip: char| -> Vec<FlowRule> {
+        let kept = letters.iter().filter(|c| **c != skip);
+        kept.map(|c| FlowRule::new(format!("GET:/s/.*{c}.*")).regex(true).count(1e6)).collect()
+    };
+    engine.load_flow_rules(rules('-')).unwrap();
+    let reloads = 20usize;
+    std::thread::scope(|s| {
+        for t in 0..3u32 {
+            let engine = engine.clone();
+            let letters = letters.clone();
+            s.spawn(move || {
+                for i in 0..2_000u32 {
+                    let mask = i.wrapping_mul(2_654_435_761).rotate_left(t * 5) & 0xff;
+                    let chosen: String =
+                        letters.iter().enumerate().filter(|(j, _)| mask & 1 << j != 0).map(|(_, c)| *c).collect();
+                    let r = engine.resource(&format!("GET:/s/{chosen}{t}-{i}"));
+                    // A letter past `a` is a pattern in both rule sets: whatever set chose the handle, and
+                    // whatever set is in force now, a rule checks it.
+                    if chosen.chars().any(|c| c != 'a') {
+                        assert!(engine.has_rules_for(r.name()), "{} for {chosen}: checked by a rule", r.name());
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            for n in 0..reloads {
+                engine.load_flow_rules(rules(if n % 2 == 0 { 'a' } else { '-' })).unwrap();
+            }
+        });
+    });
+    // f1, f2, the two names within the cap, at most two combinations at a time and so two more per reload,
+    // the resource every pattern matches and the overflow of names no pattern matches.
+    let made = engine.resource_names().len();
+    assert!(made <= 2 + 2 + 2 * (reloads + 1) + 2, "{made} resources");
+    let caps = engine.caps();
+    assert!(caps.shared_by_patterns <= 2, "{caps}");
+}
