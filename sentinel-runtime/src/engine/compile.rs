@@ -63,7 +63,8 @@ pub(super) fn refresh_rules(shared: &Shared) {
     }
     drop(_guard);
     // The resources names past the cap share by their patterns that no longer match as they did leave the
-    // bound on those (their names, which no new name gets any more, keep them).
+    // bound on those (their names, which no new name gets any more, keep them). Taken once the registry's
+    // lock is released: `shared_by_patterns` takes the registry's lock while it holds this one.
     shared
         .shared_by_patterns
         .lock()
