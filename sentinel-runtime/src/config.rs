@@ -68,7 +68,8 @@ pub struct Config {
     /// the resource of the first of them, which those rules check (together). Those shared resources, one
     /// per combination of patterns that names past the cap match, are bounded at the same number again:
     /// past that, names matching a combination that has none share [`RESOURCE_PATTERNS_OVERFLOW`], which
-    /// every regex rule checks. Each resource costs the memory of its node statistics (see the README). [`Sentinel::caps`](crate::Sentinel::caps) shows where the engine stands.
+    /// every regex rule checks. Each resource costs the memory of its node statistics (see the README).
+    /// [`Sentinel::caps`](crate::Sentinel::caps) shows where the engine stands.
     pub max_resources: usize,
     /// Most distinct caller origins tracked (origins named by rules excepted); past it calls from new
     /// origins run as [`UNTRACKED_ORIGIN`]. Each tracked origin costs about 100 bytes in the engine.

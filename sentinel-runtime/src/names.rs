@@ -14,10 +14,10 @@ pub const UNTRACKED_ORIGIN: &str = "(untracked)";
 pub const DEFAULT_CONTEXT_NAME: &str = "sentinel_default_context";
 
 /// The resource that new names only regex rules match share once both their cap and the bound on the
-/// resources past it are reached (see [`Config::max_resources`](crate::Config::max_resources)): every regex rule's pattern matches it, so
-/// every regex rule checks it. A name that lands here is limited by each rule that matches it, together with
-/// every other name here, and by the other regex rules too (stricter than its own rules, never looser): a
-/// flood of client-chosen names cannot make resources without bound, and no rule stops applying to them. The
-/// one exception is the adaptive rules, which govern a resource one at a time: the first adaptive pattern's
-/// rule governs this one, whichever the name matched.
+/// resources past it are reached (see [`Config::max_resources`](crate::Config::max_resources)): every regex
+/// rule's pattern matches it, so every regex rule checks it. A name that lands here is limited by each rule
+/// that matches it, together with every other name here, and by the other regex rules too (stricter than its
+/// own rules, never looser): a flood of client-chosen names cannot make resources without bound, and no rule
+/// stops applying to them. The one exception is the adaptive rules, which govern a resource one at a time: the
+/// first adaptive pattern's rule governs this one, whichever the name matched.
 pub const RESOURCE_PATTERNS_OVERFLOW: &str = "sentinel_resource_patterns_overflow";
