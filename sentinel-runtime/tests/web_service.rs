@@ -491,6 +491,28 @@ fn paths_a_regex_rule_matches_do_not_make_resources_without_bound() {
     assert!(made <= 100, "{made} resources from 2000 client-chosen words, with caps of 10");
 }
 
+/// Paths that many regex rules match, in every combination (a dozen patterns make 4,096): past the layer's and
+/// the engine's caps, the resources that names matching the same patterns share are bounded too, and every
+/// request is still checked by the rules.
+#[test]
+fn paths_that_many_regex_rules_match_in_every_combination_do_not_make_resources_without_bound() {
+    let clock = ManualClock::at_millis(1_700_000_000_000);
+    let engine = Sentinel::builder().manual_clock(clock).max_resources(10).build();
+    engine.set_system_readings(None, None);
+    let letters: Vec<char> = ('a'..='l').collect();
+    let rules = letters.iter().map(|c| FlowRule::new(format!("GET:/search/.*{c}.*")).regex(true).count(1e6));
+    engine.load_flow_rules(rules).unwrap();
+    let mut svc = SentinelLayer::new(&engine).max_resources(10).layer(tower::service_fn(hello));
+    for mask in 1u32..(1 << letters.len()) {
+        let chosen: String = letters.iter().enumerate().filter(|(i, _)| mask & 1 << i != 0).map(|(_, c)| *c).collect();
+        assert_eq!(call_now(&mut svc, get(&format!("/search/{chosen}"))).unwrap().status(), StatusCode::OK);
+    }
+    let made = engine.resource_names().len();
+    assert!(made <= 10 + 10 + 1, "{made} resources from 4,095 combinations of patterns, with caps of 10");
+    let shared = engine.cluster_stats(sentinel_runtime::RESOURCE_PATTERNS_OVERFLOW).expect("the shared resource");
+    assert!(shared.pass_qps > 3_000.0, "the rules checked the requests past the bounds: {shared:?}");
+}
+
 /// Java's `UrlCleaner` and `getResourceName`: an empty name means the request is not guarded.
 #[test]
 
