@@ -69,7 +69,7 @@ pub(super) fn refresh_rules(shared: &Shared) {
         .shared_by_patterns
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .retain(|patterns, inner| matches!(shared.targets(&inner.name), (false, now) if now == *patterns));
+        .retain(|patterns, inner| shared.still_shared_by(patterns, inner));
     // After the resources' rules no longer hold them: a call waiting on an adaptive limiter that a changed
     // rule replaced is woken and decides again on the rules in force.
     shared.adaptive.retire_replaced();

@@ -513,16 +513,14 @@ impl Sentinel {
         let shared = &self.shared;
         shared.overflowed_resources.fetch_add(1, Ordering::Relaxed);
         let mut by_patterns = shared.shared_by_patterns.lock().unwrap_or_else(|e| e.into_inner());
-        let known = match by_patterns.get(&patterns) {
+        if let Some(inner) = by_patterns.get(&patterns) {
             // Chosen under the rules in force then: it must still match exactly these patterns (else it is
             // replaced, in the same place).
-            Some(inner) if self.targets(&inner.name) == (false, patterns.clone()) => {
+            if shared.still_shared_by(&patterns, inner) {
                 return Resource { shared: shared.clone(), inner: inner.clone(), entry_type };
             }
-            Some(_) => true,
-            None => false,
-        };
-        if !known && by_patterns.len() >= shared.config.max_resources {
+        }
+        if !shared.patterns_have_room(&by_patterns, &patterns) {
             drop(by_patterns);
             return self.patterns_overflow(entry_type);
         }
@@ -562,7 +560,7 @@ impl Sentinel {
     /// [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW)).
     pub(crate) fn shares_by_patterns(&self, patterns: &PatternKey) -> bool {
         let by_patterns = self.shared.shared_by_patterns.lock().unwrap_or_else(|e| e.into_inner());
-        by_patterns.contains_key(patterns) || by_patterns.len() < self.shared.config.max_resources
+        self.shared.patterns_have_room(&by_patterns, patterns)
     }
 
     /// Whether the cap on names that only regex rules match is reached.

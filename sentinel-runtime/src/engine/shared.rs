@@ -26,6 +26,8 @@ use crate::system::SystemManager;
 
 /// The regex rules' patterns a resource name matches, each with its rule kind, in the kinds' order.
 pub(super) type PatternKey = Vec<(crate::error::RuleKind, Arc<str>)>;
+/// The resources names past the cap share, by the patterns they match ([`Shared::shared_by_patterns`]).
+pub(super) type SharedByPatterns = std::collections::HashMap<PatternKey, Arc<ResourceInner>>;
 
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -99,7 +101,7 @@ pub(crate) struct Shared {
     /// Past that cap, the resource that new names matching the same patterns share, by those patterns: one
     /// per combination of patterns names matched, at most `max_resources` (then
     /// [`RESOURCE_PATTERNS_OVERFLOW`](crate::RESOURCE_PATTERNS_OVERFLOW)).
-    pub(super) shared_by_patterns: Mutex<std::collections::HashMap<PatternKey, Arc<ResourceInner>>>,
+    pub(super) shared_by_patterns: Mutex<SharedByPatterns>,
     /// Contexts created that no chain rule named (counted against the cap).
     pub(super) unnamed_contexts: AtomicUsize,
     /// Handles on a new name given [`RESOURCE_OVERFLOW`](crate::RESOURCE_OVERFLOW) because the cap was reached.
@@ -449,6 +451,18 @@ impl Shared {
             | self.authority.targets(name, &mut patterns)
             | self.adaptive.targets(name, &mut patterns);
         (exact, patterns)
+    }
+
+    /// Whether `inner`, shared past the cap by the names matching `patterns`, still matches exactly them under
+    /// the rules in force (rules reloaded since may have changed what it matches).
+    pub(super) fn still_shared_by(&self, patterns: &PatternKey, inner: &ResourceInner) -> bool {
+        matches!(self.targets(&inner.name), (false, now) if now == *patterns)
+    }
+
+    /// Whether names matching `patterns` get a resource of their own kind past the cap: the one that such names
+    /// share already, or a new one within the bound on those (`max_resources`).
+    pub(super) fn patterns_have_room(&self, by_patterns: &SharedByPatterns, patterns: &PatternKey) -> bool {
+        by_patterns.contains_key(patterns) || by_patterns.len() < self.config.max_resources
     }
 
     /// Starts recording response-time histograms (with `bounds_micros`, increasing) and blocks by kind for
