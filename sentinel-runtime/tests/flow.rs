@@ -804,6 +804,52 @@ fn a_prioritized_call_borrows_for_the_second_of_two_qps_rules_on_one_node() {
     }
 }
 
+/// Java's statistic slot records a call after the flow slot's sleep: a sync call a rate limiter queued is
+/// recorded at its turn (its pass falls in the second of its turn), not at its arrival.
+#[test]
+fn a_sync_call_a_rate_limiter_queued_is_recorded_at_its_turn() {
+    use sentinel_runtime::clock::Clock;
+    use std::sync::atomic::AtomicBool;
+    /// The test's clock, given to the engine as a clock of its own (not a manual one): a queued call sleeps.
+    struct Shown(ManualClock);
+    impl Clock for Shown {
+        fn now_nanos(&self) -> u64 {
+            self.0.now_nanos()
+        }
+    }
+    /// After the flow check of the armed call, moves the clock to T0 + 600: the time its wait takes.
+    struct Later(ManualClock, Arc<AtomicBool>);
+    impl Slot for Later {
+        fn name(&self) -> &'static str {
+            "later"
+        }
+        fn entry(&self, _: &SlotEntry<'_>) -> Result<(), String> {
+            if self.1.swap(false, Ordering::SeqCst) {
+                self.0.set_millis(T0 + 600);
+            }
+            Ok(())
+        }
+    }
+    let clock = ManualClock::at_millis(T0);
+    let engine = Sentinel::builder().clock(Arc::new(Shown(clock.clone()))).build();
+    engine.load_flow_rules([rate_limiter("rq", 10.0, 500)]).unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    engine.add_slot(1000, Later(clock.clone(), armed.clone()));
+    let rq = engine.resource("rq");
+    drop(rq.enter().unwrap());
+    armed.store(true, Ordering::SeqCst);
+    // Decided at T0 with a 100 ms wait (slept for real); its turn comes after the clock moved to T0 + 600.
+    let e = rq.enter().unwrap();
+    assert_eq!(e.waited(), Duration::from_millis(100));
+    assert_eq!(engine.cluster_stats("rq").unwrap().threads, 1, "in flight from its turn");
+    drop(e);
+    // The window at T0 + 1100 holds [T0 + 500, T0 + 1500): the queued call's pass (at T0 + 600), not the first
+    // call's (at T0). Recorded at its arrival (T0), it would have left the window.
+    clock.set_millis(T0 + 1100);
+    let stats = engine.cluster_stats("rq").unwrap();
+    assert_eq!((stats.pass_qps, stats.success_qps), (1.0, 1.0), "{stats:?}");
+}
+
 /// Java's rate limiter sleeps in its check, and the rules after it decide when it wakes: a reject rule after
 /// a rate-limiting rule reads the window at the call's turn, not at its arrival.
 #[test]

@@ -161,11 +161,16 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             }
         }
 
-        let w = Writer::at(now_ms);
-        if checks.tally.occupied {
-            site.nodes.for_each(|n| n.borrowed_pass_with(&w));
+        // A sync call a queueing rule spaced (a rate limiter, warm-up queueing, a prioritized call's borrowed
+        // window) sleeps here, and is recorded at its turn, as Java's statistic slot records a call after the
+        // flow slot's sleep: its pass falls in the second of its turn, and it is in flight (for system rules and
+        // observers) only from then; its response time still starts at its arrival, as Java's does. Its
+        // thread-grade permits, taken at its check, stay pending meanwhile, so exact limits still hold its place.
+        // A manual clock sleeps nothing: the turn is then the arrival.
+        if sleep && checks.tally.wait_nanos > 0 && shared.clock.manual().is_none() {
+            sleep_until_turn(shared, &site.nodes, checks.tally.wait_nanos, now_ms, checks.tally.occupied, self.acquire);
         } else {
-            site.nodes.for_each(|n| n.pass_with(&w, self.acquire));
+            record_pass(&site.nodes, &Writer::at(now_ms), checks.tally.occupied, self.acquire);
         }
         if checks.flow.is_active() {
             // Counted in flight now: its thread-grade permits are no longer pending.
@@ -181,9 +186,6 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                 depth: state.depth + 1,
                 ..state
             });
-        }
-        if sleep && checks.tally.wait_nanos > 0 && shared.clock.manual().is_none() {
-            std::thread::sleep(Duration::from_nanos(checks.tally.wait_nanos));
         }
         // Built in the room of the outcome it ends in (an async caller's pass or delayed pass): no copy.
         O::admitted(checks.tally.wait_nanos > 0, || Entry {
@@ -208,6 +210,34 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             adaptive: checks.adaptive,
         })
     }
+}
+
+/// Records a call's pass on its nodes: a pass, or for a call that borrowed a later window (whose pass was
+/// counted there when it was admitted), its place in flight alone.
+#[inline(always)]
+fn record_pass(nodes: &Nodes<'_>, w: &Writer, occupied: bool, acquire: u32) {
+    if occupied {
+        nodes.for_each(|n| n.borrowed_pass_with(w));
+    } else {
+        nodes.for_each(|n| n.pass_with(w, acquire));
+    }
+}
+
+/// Sleeps a sync call's queueing wait (`wait_nanos`), then records its pass at its turn: the clock read again
+/// after the sleep, never before the call's decision (`decided_ms`).
+#[cold]
+#[inline(never)]
+fn sleep_until_turn(
+    shared: &Shared,
+    nodes: &Nodes<'_>,
+    wait_nanos: u64,
+    decided_ms: u64,
+    occupied: bool,
+    acquire: u32,
+) {
+    std::thread::sleep(Duration::from_nanos(wait_nanos));
+    let turn_ms = (shared.clock.now_nanos() / NANOS_PER_MILLI).max(decided_ms);
+    record_pass(nodes, &Writer::at(turn_ms), occupied, acquire);
 }
 
 impl EntryBuilder<'_, '_> {
