@@ -556,7 +556,7 @@ where
 {
     let mut wait = AsyncWait::new();
     let mut decided = wait.first(first);
-    let entry = loop {
+    let mut entry = loop {
         match decided {
             Some(d) => break d?,
             None => {
@@ -574,6 +574,8 @@ where
     if let Some(delay) = queue_delay(&entry) {
         in_entry(scope, &entry, delay).await;
     }
+    // Its turn: a queued call's pass is recorded now, as Java records it after the flow slot's sleep.
+    entry.at_turn();
     Ok(entry)
 }
 

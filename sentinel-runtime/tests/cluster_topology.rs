@@ -313,11 +313,16 @@ fn rules_on_different_shards_stay_exact_whichever_seed_node_comes_first() {
             "rule {id}: calls fell back with every node up: {reports:?}"
         );
         check_windows(*id, &measured, &fell, per_window, per_window + count as u64);
-        let admitted: u64 = measured.iter().map(|(_, n)| n).sum();
+        // Judged from the first window the rule admitted in: workers a loaded machine started late leave the
+        // windows before it empty, which says nothing of the rule (one running worker can fill a window).
+        let live: Vec<u64> = measured.iter().map(|(_, n)| *n).skip_while(|n| *n == 0).collect();
+        let admitted: u64 = live.iter().sum();
         let ambiguous: u64 = reports.iter().map(|r| r.ambiguous).sum();
+        assert!(live.len() as u64 >= windows / 2, "rule {id}: admitted in too few windows: {measured:?}");
         assert!(
-            admitted + ambiguous >= per_window * windows * 3 / 4,
-            "rule {id}: {admitted} admitted over {windows} windows of {per_window}: {measured:?}"
+            admitted + ambiguous >= per_window * live.len() as u64 * 3 / 4,
+            "rule {id}: {admitted} admitted over {} windows of {per_window}: {measured:?}",
+            live.len()
         );
     }
     // The third order too: any seed first serves.

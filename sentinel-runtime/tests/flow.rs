@@ -850,6 +850,23 @@ fn a_sync_call_a_rate_limiter_queued_is_recorded_at_its_turn() {
     assert_eq!((stats.pass_qps, stats.success_qps), (1.0, 1.0), "{stats:?}");
 }
 
+/// An async caller's queued entry records its pass when its wait is over (at once on a manual clock, on
+/// which `enter_async` awaits no timer): held, it is in flight; dropped, it leaves nothing in flight.
+#[test]
+fn an_async_entry_a_rate_limiter_queued_is_in_flight_once_its_wait_is_over() {
+    let (engine, _clock) = engine();
+    engine.load_flow_rules([rate_limiter("rq", 10.0, 500)]).unwrap();
+    let rq = engine.resource("rq");
+    drop(rq.enter().unwrap());
+    let e = futures::executor::block_on(rq.entry().enter_async()).unwrap();
+    assert_eq!(e.waited(), Duration::from_millis(100));
+    let s = engine.cluster_stats("rq").unwrap();
+    assert_eq!((s.minute_pass, s.threads), (2, 1), "{s:?}");
+    drop(e);
+    let s = engine.cluster_stats("rq").unwrap();
+    assert_eq!((s.minute_pass, s.minute_success, s.threads), (2, 2, 0), "{s:?}");
+}
+
 /// Java's rate limiter sleeps in its check, and the rules after it decide when it wakes: a reject rule after
 /// a rate-limiting rule reads the window at the call's turn, not at its arrival.
 #[test]

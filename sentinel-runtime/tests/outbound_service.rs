@@ -58,9 +58,36 @@ fn a_queued_call_waits_on_the_engines_timer_before_it_is_sent() {
     let mut queued = pin!(svc.call(get("/items/2")));
     assert!(poll(queued.as_mut()).is_pending());
     assert_eq!(sent.load(Ordering::SeqCst), 1, "not sent before its turn");
+    let s = engine.cluster_stats("GET:stock.svc/items/{id}").unwrap();
+    assert_eq!((s.minute_pass, s.threads), (1, 0), "recorded at its turn, as Java records it after its sleep");
     clock.advance_millis(1_000);
     assert!(matches!(poll(queued.as_mut()), Poll::Ready(Ok(_))));
     assert_eq!(sent.load(Ordering::SeqCst), 2);
+    // The window at T0 + 1500 holds [T0 + 1000, T0 + 2000): the queued call's pass (at its turn, T0 + 1000).
+    clock.advance_millis(500);
+    let s = engine.cluster_stats("GET:stock.svc/items/{id}").unwrap();
+    assert_eq!((s.pass_qps, s.minute_pass, s.threads), (1.0, 2, 0), "{s:?}");
+}
+
+#[test]
+fn a_call_given_up_on_while_it_waits_for_its_turn_is_counted_once_and_leaves_nothing_in_flight() {
+    let (engine, _clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("GET:stock.svc/items/{id}")
+            .count(1.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(5_000)])
+        .unwrap();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut svc = SentinelClientLayer::new(&engine).layer(client(sent.clone()));
+    assert!(poll(pin!(svc.call(get("/items/1")))).is_ready());
+    {
+        let mut queued = pin!(svc.call(get("/items/2")));
+        assert!(poll(queued.as_mut()).is_pending());
+    }
+    // Its pass and its completion at the moment it was given up on: balanced, and never sent.
+    let s = engine.cluster_stats("GET:stock.svc/items/{id}").unwrap();
+    assert_eq!((s.minute_pass, s.minute_success, s.threads, sent.load(Ordering::SeqCst)), (2, 2, 0, 1), "{s:?}");
 }
 
 #[test]

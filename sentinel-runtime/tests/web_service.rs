@@ -138,7 +138,9 @@ fn a_queued_request_waits_on_the_engine_timer_and_a_dropped_one_exits_without_an
     let mut queued = svc.ready().now_or_never().unwrap().unwrap().call(get("/hello"));
     assert!(poll_once(&mut queued).is_pending());
     assert_eq!(clock.pending_timers(), 1);
-    assert_eq!(engine.cluster_stats("GET:/hello").unwrap().threads, 1, "it passed and waits to run");
+    let s = engine.cluster_stats("GET:/hello").unwrap();
+    // Recorded at its turn, as Java records a call after the flow slot's sleep: not in flight yet.
+    assert_eq!((s.threads, s.minute_pass), (0, 1), "admitted, and waits for its turn");
     clock.advance_millis(499);
     assert!(poll_once(&mut queued).is_pending());
     clock.advance_millis(1);
@@ -154,6 +156,32 @@ fn a_queued_request_waits_on_the_engine_timer_and_a_dropped_one_exits_without_an
     assert_eq!(clock.pending_timers(), 0, "its timer is gone");
     let s = engine.cluster_stats("GET:/hello").unwrap();
     assert_eq!((s.threads, s.minute_pass, s.minute_success, s.minute_exception), (0, 3, 3, 0));
+}
+
+/// Java's statistic slot records a call after the flow slot's sleep: a queued request's pass falls in the
+/// second of its turn, and it is in flight only from then.
+#[test]
+fn a_queued_request_is_recorded_at_its_turn() {
+    let (engine, clock) = engine();
+    engine
+        .load_flow_rules([FlowRule::new("GET:/hello")
+            .count(2.0)
+            .control_behavior(ControlBehavior::RateLimiter)
+            .max_queueing_time_ms(2_000)])
+        .unwrap();
+    let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
+    assert_eq!(call_now(&mut svc, get("/hello")).unwrap().status(), StatusCode::OK);
+    let mut queued = svc.ready().now_or_never().unwrap().unwrap().call(get("/hello"));
+    assert!(poll_once(&mut queued).is_pending());
+    clock.advance_millis(500);
+    // Held, it is in flight from its turn (T0 + 500).
+    let ready = poll_once(&mut queued);
+    assert!(matches!(ready, Poll::Ready(Ok(ref r)) if r.status() == StatusCode::OK));
+    assert_eq!(engine.cluster_stats("GET:/hello").unwrap().minute_pass, 2);
+    // The window at T0 + 1000 holds [T0 + 500, T0 + 1500): the queued request's pass, not the first one's.
+    clock.advance_millis(500);
+    let s = engine.cluster_stats("GET:/hello").unwrap();
+    assert_eq!((s.pass_qps, s.success_qps, s.threads), (1.0, 1.0, 0), "{s:?}");
 }
 
 #[test]

@@ -146,11 +146,16 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// the entry as its innermost entry.
     pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
         let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
+        // A queued call's pass is recorded at its turn, once its timer fired ([`Entry::at_turn`]).
         match self.enter_or_wait(wait, false) {
-            Ok(Ok(e)) => match e.queue_timer() {
-                None => EnterAsync::Ready(Some(Ok(e))),
+            Ok(Ok(mut e)) => match e.queue_timer() {
+                None => {
+                    e.at_turn();
+                    EnterAsync::Ready(Some(Ok(e)))
+                }
                 Some(timer) => EnterAsync::Waits(Box::pin(async move {
                     timer.await;
+                    e.at_turn();
                     Ok(e)
                 })),
             },
@@ -158,10 +163,11 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             Err((b, pending)) => {
                 let retry = Retry::of(b);
                 EnterAsync::Waits(Box::pin(async move {
-                    let e = retry.run(pending).await?;
+                    let mut e = retry.run(pending).await?;
                     if let Some(timer) = e.queue_timer() {
                         timer.await;
                     }
+                    e.at_turn();
                     Ok(e)
                 }))
             }
@@ -190,7 +196,8 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         self.enter_or_wait(Wait::Async(0), false).map_err(|(b, pending)| Queue(b, pending))
     }
 
-    /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]).
+    /// Runs the checks without waiting: the entry says how long the call should wait ([`Entry::waited`]),
+    /// which is the caller's to wait; its pass is recorded now, at the decision.
     /// Like [`enter`](EntryBuilder::enter), a borrowed handle's entry becomes the thread's innermost entry.
     /// A cluster rule with no leased token in hand is decided by its local fallback.
     #[inline(always)]

@@ -166,6 +166,8 @@ impl Drop for Entry<'_> {
         let Some(node) = self.node else {
             return; // unchecked
         };
+        // A call whose turn never came (its caller gave up while it waited): its pass now, for its completion.
+        self.at_turn();
         let shared = self.res.shared();
         let inner = self.res.inner();
         let now_nanos = shared.clock.now_nanos();

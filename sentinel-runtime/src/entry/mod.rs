@@ -47,7 +47,11 @@ unsafe impl Sync for ResRef<'_> {}
 const HELD: usize = 1;
 /// Tag bit: the handle is an owned entry's (`Resource::entry_owned`), holding or not.
 const DETACHED: usize = 2;
-const TAGS: usize = HELD | DETACHED;
+/// Tag bit: the entry's pass waits for its turn ([`Entry::at_turn`]). The entry's own mark, kept in the handle's
+/// spare bit: a field of its own would take the entry past 120 bytes (every move of it longer) and the byte
+/// would take away the niche that lets a decision that may wait be returned in the room of one that may not.
+const TURN_PENDING: usize = 4;
+const TAGS: usize = HELD | DETACHED | TURN_PENDING;
 // The tags live in the low bits of a `ResourceInner` pointer.
 const _: () = assert!(std::mem::align_of::<ResourceInner>() > TAGS);
 
@@ -86,6 +90,21 @@ impl<'r> ResRef<'r> {
     fn inner(&self) -> &'r ResourceInner {
         // SAFETY: as for `shared`; the tag bits are masked off.
         unsafe { &*self.inner.as_ptr().map_addr(|a| a & !TAGS) }
+    }
+    /// Whether the entry's pass waits for its turn ([`TURN_PENDING`]).
+    #[inline(always)]
+    fn turn_pending(&self) -> bool {
+        self.inner.as_ptr().addr() & TURN_PENDING != 0
+    }
+    /// Marks the entry's pass as waiting for its turn.
+    #[inline(always)]
+    fn mark_turn_pending(&mut self) {
+        self.inner = self.inner.map_addr(|a| a | TURN_PENDING);
+    }
+    /// Clears [`mark_turn_pending`](Self::mark_turn_pending)'s mark: the turn came.
+    fn clear_turn_pending(&mut self) {
+        // The address above the tags is never zero: the pointer is aligned past them.
+        self.inner = self.inner.map_addr(|a| std::num::NonZeroUsize::new(a.get() & !TURN_PENDING).unwrap_or(a));
     }
     /// Whether this is an owned entry's handle (made by `entry_owned`): its entry never installs itself in
     /// a thread's context.

@@ -166,13 +166,15 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         // flow slot's sleep: its pass falls in the second of its turn, and it is in flight (for system rules and
         // observers) only from then; its response time still starts at its arrival, as Java's does. Its
         // thread-grade permits, taken at its check, stay pending meanwhile, so exact limits still hold its place.
-        // A manual clock sleeps nothing: the turn is then the arrival.
+        // A manual clock sleeps nothing: the turn is then the arrival. An async caller awaits its wait after the
+        // entry is made: its records wait for its turn in the entry ([`Entry::at_turn`]).
+        let turn_pending = O::HANDS_BACK && checks.tally.wait_nanos > 0;
         if sleep && checks.tally.wait_nanos > 0 && shared.clock.manual().is_none() {
             sleep_until_turn(shared, &site.nodes, checks.tally.wait_nanos, now_ms, checks.tally.occupied, self.acquire);
-        } else {
+        } else if !turn_pending {
             record_pass(&site.nodes, &Writer::at(now_ms), checks.tally.occupied, self.acquire);
         }
-        if checks.flow.is_active() {
+        if checks.flow.is_active() && !turn_pending {
             // Counted in flight now: its thread-grade permits are no longer pending.
             checks.flow.counted(&flow::PermitNodes::new(
                 &site.inner.cluster.stat,
@@ -188,6 +190,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
             });
         }
         // Built in the room of the outcome it ends in (an async caller's pass or delayed pass): no copy.
+        // An async caller's queued entry is marked as waiting for its turn where its outcome is built.
         O::admitted(checks.tally.wait_nanos > 0, || Entry {
             res: self.res,
             node: Some(node),
@@ -220,6 +223,35 @@ fn record_pass(nodes: &Nodes<'_>, w: &Writer, occupied: bool, acquire: u32) {
         nodes.for_each(|n| n.borrowed_pass_with(w));
     } else {
         nodes.for_each(|n| n.pass_with(w, acquire));
+    }
+}
+
+impl Entry<'_> {
+    /// The call's queueing wait is over (its async caller awaited it): records its pass, and counts it in
+    /// flight, if its entry left them for its turn (a mark its resource handle keeps); nothing otherwise. The
+    /// integrations call it once the wait ends; the exit calls it for a call whose turn never came (its
+    /// caller gave up while it waited), so that its completion has a pass to balance.
+    #[inline(always)]
+    pub(crate) fn at_turn(&mut self) {
+        if self.res.turn_pending() {
+            self.record_turn();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_turn(&mut self) {
+        self.res.clear_turn_pending();
+        let Some(node) = self.node else { return };
+        let (shared, inner) = (self.res.shared(), self.res.inner());
+        let (own, inbound) = (self.flags & Flags::OWN != 0, self.flags & Flags::INBOUND != 0);
+        let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
+        let turn_ms = (shared.clock.now_nanos() / NANOS_PER_MILLI).max(self.created_nanos / NANOS_PER_MILLI);
+        record_pass(&nodes, &Writer::at(turn_ms), self.flags & Flags::OCCUPIED != 0, self.acquire);
+        if self.flow.is_active() {
+            // Counted in flight now: its thread-grade permits are no longer pending.
+            self.flow.counted(&flow::PermitNodes::new(&inner.cluster.stat, Some(node.stats()), nodes.origin()));
+        }
     }
 }
 
@@ -386,6 +418,15 @@ impl<'r, 'a> PathResult<'r, 'a> for MayWait<'r, 'a> {
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
         Ok(d)
     }
+    #[inline(always)]
+    fn admitted(waits: bool, entry: impl FnOnce() -> Entry<'r>) -> Self {
+        let mut decided = Ok(Ok(entry()));
+        if let (true, Ok(Ok(e))) = (waits, &mut decided) {
+            // Its caller awaits its wait: its pass waits for its turn.
+            e.res.mark_turn_pending();
+        }
+        decided
+    }
     fn wait(b: EntryBuilder<'r, 'a>, p: Pending, _: BlockError) -> Self {
         Err((b, p))
     }
@@ -427,7 +468,12 @@ impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, Slow<'r>> {
     #[inline(always)]
     fn admitted(waits: bool, entry: impl FnOnce() -> Entry<'r>) -> Self {
         if waits {
-            Err(Slow::Delayed(entry()))
+            let mut delayed = Err(Slow::Delayed(entry()));
+            if let Err(Slow::Delayed(e)) = &mut delayed {
+                // Its caller awaits its wait: its pass waits for its turn.
+                e.res.mark_turn_pending();
+            }
+            delayed
         } else {
             Ok(entry())
         }

@@ -132,6 +132,9 @@ where
                     }
                     let Some(boxed) = pending.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
                     let (mut service, request) = *boxed;
+                    if let Some(call) = this.call.as_mut() {
+                        call.at_turn();
+                    }
                     let future = service.call(request);
                     let timeout = this.call.as_ref().and_then(Call::timer);
                     this.state.set(State::Calling { future, timeout });

@@ -99,10 +99,11 @@ impl Queued {
         Box::pin(async move {
             let entry = self.waiting.await?;
             let delay = entry.waits().then(|| entry.waited());
-            let call = Call::new(entry, self.target, self.state, self.grpc);
+            let mut call = Call::new(entry, self.target, self.state, self.grpc);
             if let Some(d) = delay {
                 call.engine().sleep(d).await;
             }
+            call.at_turn();
             Ok(call)
         })
     }
@@ -203,6 +204,11 @@ impl Call {
     fn target(&self) -> &Target {
         // SAFETY: `self.state` keeps the guard's state alive, and with it the name cache the target came from.
         unsafe { self.target.get() }
+    }
+
+    /// The call's queueing wait is over: its entry records its pass at its turn ([`Entry::at_turn`]).
+    pub(crate) fn at_turn(&mut self) {
+        self.entry.at_turn();
     }
 
     /// The time limit's timer, when the guard has one.

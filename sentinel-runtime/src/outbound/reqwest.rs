@@ -21,8 +21,9 @@ impl Middleware for OutboundGuard<client::Reqwest> {
             Admission::Unguarded => return next.run(req, extensions).await,
             Admission::Blocked(blocked) => Err(blocked),
             Admission::Pass(call) => Ok(call),
-            Admission::Wait(call, wait) => {
+            Admission::Wait(mut call, wait) => {
                 call.engine().sleep(wait).await;
+                call.at_turn();
                 Ok(call)
             }
             Admission::Queued(queued) => queued.admitted().await,

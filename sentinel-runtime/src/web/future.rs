@@ -257,7 +257,10 @@ where
                     let Some(boxed) = call.take() else { panic!("{POLLED_AFTER_COMPLETION}") };
                     let (mut service, request) = *boxed;
                     let (future, timeout) = match this.guard.as_mut() {
-                        Some(g) => (g.in_scope(|| service.call(request)), g.timeout()),
+                        Some(g) => {
+                            g.entry.at_turn();
+                            (g.in_scope(|| service.call(request)), g.timeout())
+                        }
                         None => (service.call(request), None),
                     };
                     this.state.set(State::Calling { future, timeout });

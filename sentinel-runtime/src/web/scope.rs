@@ -121,6 +121,13 @@ impl RequestEntry {
         self.apis().iter_mut().for_each(|e| e.set_timed_out(limit));
     }
 
+    /// The request's queueing wait is over: its entries record their passes at their turn
+    /// ([`Entry::at_turn`]).
+    pub(crate) fn at_turn(&mut self) {
+        self.entry.at_turn();
+        self.apis().iter_mut().for_each(Entry::at_turn);
+    }
+
     /// Whether the queueing rules ask the call to wait before it runs (cheaper than testing
     /// [`wait`](Self::wait) for zero).
     #[inline(always)]
