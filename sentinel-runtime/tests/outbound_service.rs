@@ -71,12 +71,16 @@ fn a_queued_call_waits_on_the_engines_timer_before_it_is_sent() {
 
 #[test]
 fn a_call_given_up_on_while_it_waits_for_its_turn_is_counted_once_and_leaves_nothing_in_flight() {
-    let (engine, _clock) = engine();
+    let (engine, clock) = engine();
     engine
-        .load_flow_rules([FlowRule::new("GET:stock.svc/items/{id}")
-            .count(1.0)
-            .control_behavior(ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(5_000)])
+        .load_flow_rules([
+            FlowRule::new("GET:stock.svc/items/{id}")
+                .count(1.0)
+                .control_behavior(ControlBehavior::RateLimiter)
+                .max_queueing_time_ms(5_000),
+            // The queued call holds its permit while it waits (pending: not in flight yet).
+            FlowRule::new("GET:stock.svc/items/{id}").grade(sentinel_runtime::flow::FlowGrade::Thread).count(1.0),
+        ])
         .unwrap();
     let sent = Arc::new(AtomicUsize::new(0));
     let mut svc = SentinelClientLayer::new(&engine).layer(client(sent.clone()));
@@ -88,6 +92,10 @@ fn a_call_given_up_on_while_it_waits_for_its_turn_is_counted_once_and_leaves_not
     // Its pass and its completion at the moment it was given up on: balanced, and never sent.
     let s = engine.cluster_stats("GET:stock.svc/items/{id}").unwrap();
     assert_eq!((s.minute_pass, s.minute_success, s.threads, sent.load(Ordering::SeqCst)), (2, 2, 0, 1), "{s:?}");
+    // Its permit came back: past the slot it had, the next call is sent at once.
+    clock.advance_millis(2_000);
+    assert!(matches!(poll(pin!(svc.call(get("/items/3")))), Poll::Ready(Ok(_))));
+    assert_eq!(sent.load(Ordering::SeqCst), 2);
 }
 
 #[test]
