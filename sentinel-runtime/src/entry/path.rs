@@ -169,10 +169,11 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
         // A manual clock sleeps nothing: the turn is then the arrival. An async caller awaits its wait after the
         // entry is made: its records wait for its turn in the entry ([`Entry::at_turn`]).
         let turn_pending = O::HANDS_BACK && checks.tally.wait_nanos > 0;
+        let w = Writer::at(now_ms);
         if sleep && checks.tally.wait_nanos > 0 && shared.clock.manual().is_none() {
             sleep_until_turn(shared, &site.nodes, checks.tally.wait_nanos, now_ms, checks.tally.occupied, self.acquire);
         } else if !turn_pending {
-            record_pass(&site.nodes, &Writer::at(now_ms), checks.tally.occupied, self.acquire);
+            record_pass(&site.nodes, &w, checks.tally.occupied, self.acquire);
         }
         if checks.flow.is_active() && !turn_pending {
             // Counted in flight now: its thread-grade permits are no longer pending.
