@@ -43,15 +43,16 @@ fn get(path: &str) -> Request<()> {
     Request::get(format!("http://stock.svc{path}")).body(()).unwrap()
 }
 
+/// A rate limiter on the items route: a call a second, each queued up to 5 s.
+fn spaced_items() -> FlowRule {
+    let rule = FlowRule::new("GET:stock.svc/items/{id}").count(1.0);
+    rule.control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(5_000)
+}
+
 #[test]
 fn a_queued_call_waits_on_the_engines_timer_before_it_is_sent() {
     let (engine, clock) = engine();
-    engine
-        .load_flow_rules([FlowRule::new("GET:stock.svc/items/{id}")
-            .count(1.0)
-            .control_behavior(ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(5_000)])
-        .unwrap();
+    engine.load_flow_rules([spaced_items()]).unwrap();
     let sent = Arc::new(AtomicUsize::new(0));
     let mut svc = SentinelClientLayer::new(&engine).layer(client(sent.clone()));
     assert!(poll(pin!(svc.call(get("/items/1")))).is_ready());
@@ -72,16 +73,9 @@ fn a_queued_call_waits_on_the_engines_timer_before_it_is_sent() {
 #[test]
 fn a_call_given_up_on_while_it_waits_for_its_turn_is_counted_once_and_leaves_nothing_in_flight() {
     let (engine, clock) = engine();
-    engine
-        .load_flow_rules([
-            FlowRule::new("GET:stock.svc/items/{id}")
-                .count(1.0)
-                .control_behavior(ControlBehavior::RateLimiter)
-                .max_queueing_time_ms(5_000),
-            // The queued call holds its permit while it waits (pending: not in flight yet).
-            FlowRule::new("GET:stock.svc/items/{id}").grade(sentinel_runtime::flow::FlowGrade::Thread).count(1.0),
-        ])
-        .unwrap();
+    // The queued call holds its thread-grade permit while it waits (pending: not in flight yet).
+    let one_in_flight = FlowRule::new("GET:stock.svc/items/{id}").grade(sentinel_runtime::flow::FlowGrade::Thread);
+    engine.load_flow_rules([spaced_items(), one_in_flight.count(1.0)]).unwrap();
     let sent = Arc::new(AtomicUsize::new(0));
     let mut svc = SentinelClientLayer::new(&engine).layer(client(sent.clone()));
     assert!(poll(pin!(svc.call(get("/items/1")))).is_ready());

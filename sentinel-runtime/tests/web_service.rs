@@ -122,15 +122,18 @@ fn readiness_is_the_wrapped_services_so_backpressure_passes_through() {
     assert!(svc.poll_ready(&mut cx).is_ready());
 }
 
+/// A rate limiter on `GET:/hello`: a request every 500 ms, each queued up to 2 s.
+fn space_hello(engine: &Sentinel) {
+    let rule = FlowRule::new("GET:/hello").count(2.0).control_behavior(ControlBehavior::RateLimiter);
+    engine.load_flow_rules([rule.max_queueing_time_ms(2_000)]).unwrap();
+}
+
+/// Java's statistic slot records a call after the flow slot's sleep: a queued request's pass falls in the
+/// second of its turn, and it is in flight only from then.
 #[test]
 fn a_queued_request_waits_on_the_engine_timer_and_a_dropped_one_exits_without_an_error() {
     let (engine, clock) = engine();
-    engine
-        .load_flow_rules([FlowRule::new("GET:/hello")
-            .count(2.0)
-            .control_behavior(ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(2_000)])
-        .unwrap();
+    space_hello(&engine);
     let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
     assert_eq!(call_now(&mut svc, get("/hello")).unwrap().status(), StatusCode::OK);
 
@@ -148,40 +151,21 @@ fn a_queued_request_waits_on_the_engine_timer_and_a_dropped_one_exits_without_an
         Poll::Ready(Ok(res)) => assert_eq!(res.status(), StatusCode::OK),
         other => panic!("the queued request should have run: {:?}", other.map(|r| r.map(|r| r.status()))),
     }
+    // The window at T0 + 1000 holds [T0 + 500, T0 + 1500): the queued request's pass (at its turn, T0 + 500),
+    // not the first one's (at T0).
+    clock.advance_millis(500);
+    let s = engine.cluster_stats("GET:/hello").unwrap();
+    assert_eq!((s.pass_qps, s.success_qps, s.threads, s.minute_pass), (1.0, 1.0, 0, 2), "{s:?}");
 
-    // Another one queues (500 ms more), and the client goes away while it waits.
+    // One more passes at once; the next queues (500 ms more), and the client goes away while it waits.
+    assert_eq!(call_now(&mut svc, get("/hello")).unwrap().status(), StatusCode::OK);
     let mut dropped = svc.ready().now_or_never().unwrap().unwrap().call(get("/hello"));
     assert!(poll_once(&mut dropped).is_pending());
     drop(dropped);
     assert_eq!(clock.pending_timers(), 0, "its timer is gone");
+    // Its pass at the moment it was given up on, with its completion: balanced, nothing left in flight.
     let s = engine.cluster_stats("GET:/hello").unwrap();
-    assert_eq!((s.threads, s.minute_pass, s.minute_success, s.minute_exception), (0, 3, 3, 0));
-}
-
-/// Java's statistic slot records a call after the flow slot's sleep: a queued request's pass falls in the
-/// second of its turn, and it is in flight only from then.
-#[test]
-fn a_queued_request_is_recorded_at_its_turn() {
-    let (engine, clock) = engine();
-    engine
-        .load_flow_rules([FlowRule::new("GET:/hello")
-            .count(2.0)
-            .control_behavior(ControlBehavior::RateLimiter)
-            .max_queueing_time_ms(2_000)])
-        .unwrap();
-    let mut svc = SentinelLayer::new(&engine).layer(tower::service_fn(hello));
-    assert_eq!(call_now(&mut svc, get("/hello")).unwrap().status(), StatusCode::OK);
-    let mut queued = svc.ready().now_or_never().unwrap().unwrap().call(get("/hello"));
-    assert!(poll_once(&mut queued).is_pending());
-    clock.advance_millis(500);
-    // Held, it is in flight from its turn (T0 + 500).
-    let ready = poll_once(&mut queued);
-    assert!(matches!(ready, Poll::Ready(Ok(ref r)) if r.status() == StatusCode::OK));
-    assert_eq!(engine.cluster_stats("GET:/hello").unwrap().minute_pass, 2);
-    // The window at T0 + 1000 holds [T0 + 500, T0 + 1500): the queued request's pass, not the first one's.
-    clock.advance_millis(500);
-    let s = engine.cluster_stats("GET:/hello").unwrap();
-    assert_eq!((s.pass_qps, s.success_qps, s.threads), (1.0, 1.0, 0), "{s:?}");
+    assert_eq!((s.threads, s.minute_pass, s.minute_success, s.minute_exception), (0, 4, 4, 0));
 }
 
 #[test]
