@@ -242,26 +242,17 @@ impl Entry<'_> {
     #[cold]
     #[inline(never)]
     fn record_turn(&mut self) {
-        let Some(node) = self.node else {
-            self.res.clear_turn_pending();
-            return;
-        };
+        self.res.clear_turn_pending();
+        let Some(node) = self.node else { return };
         let (shared, inner) = (self.res.shared(), self.res.inner());
         let (own, inbound) = (self.flags & Flags::OWN != 0, self.flags & Flags::INBOUND != 0);
         let nodes = Nodes::new(node, own, inner, self.origin_node, inbound, shared);
         let turn_ms = (shared.clock.now_nanos() / NANOS_PER_MILLI).max(self.created_nanos / NANOS_PER_MILLI);
-        self.turn_at_exit(node, &nodes, &Writer::at(turn_ms));
-    }
-
-    /// Records the call's pass with `w` on `nodes` (the nodes of `node`, its node), and counts it in flight.
-    #[inline(always)]
-    fn turn_at_exit(&mut self, node: &DefaultNode, nodes: &Nodes<'_>, w: &Writer) {
-        self.res.clear_turn_pending();
-        record_pass(nodes, w, self.flags & Flags::OCCUPIED != 0, self.acquire);
+        record_pass(&nodes, &Writer::at(turn_ms), self.flags & Flags::OCCUPIED != 0, self.acquire);
         if self.flow.is_active() {
-            // Counted in flight now: its thread-grade permits are no longer pending.
-            let cluster = &self.res.inner().cluster.stat;
-            self.flow.counted(&flow::PermitNodes::new(cluster, Some(node.stats()), nodes.origin()));
+            // Counted in flight now (after its nodes' calls in flight went up): its thread-grade permits are no
+            // longer pending.
+            self.flow.counted(&flow::PermitNodes::new(&inner.cluster.stat, Some(node.stats()), nodes.origin()));
         }
     }
 }
