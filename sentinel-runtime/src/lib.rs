@@ -72,9 +72,9 @@
 //! read at entry and exit (no ticker thread; Java's cached `TimeUtil` timestamp is
 //! [`SentinelBuilder::cached_clock`]); reject-style limits spend tokens leased to the thread from an exact
 //! per-bucket budget with plain stores, so they never over-admit and still scale with cores; closed circuit
-//! breakers count good calls the same way. An entry with one passing flow rule costs about 652 instructions:
-//! 44–46 ns on an Intel Xeon guest on the default clock, 26–28 ns on the cached one (`docs/performance.md` in
-//! the repository has the figures, the peers, the method and the machine).
+//! breakers count good calls the same way. An entry with one passing flow rule costs about 700 instructions:
+//! 50 ns on a 2-core Intel Xeon guest on the default clock, 38 ns on the cached one, in one run of 2026-12-07
+//! (`docs/performance.md` in the repository has the figures, the peers, the method and the machine).
 //!
 //! # Features
 //!
