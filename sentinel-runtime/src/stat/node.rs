@@ -12,11 +12,6 @@ pub const MINUTE_SAMPLE_COUNT: usize = 60;
 /// Length of the per-minute window.
 pub const MINUTE_INTERVAL_MS: u64 = 60_000;
 
-/// The most reads of whole seconds ([`StatNode::seconds`], [`StatNode::second_totals`]) before one that a
-/// fold ran across is kept: folds are a few dozen instructions, twice a second per thread at most, so only a
-/// folding thread descheduled for all of them (the reader yields between them) makes a read keep that.
-const SETTLED_READS: u32 = 64;
-
 /// Where this thread writes at one instant: computed once per entry or exit, used for every node.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Writer {
@@ -224,13 +219,14 @@ impl StatNode {
 
     /// The totals of the whole second starting at `second_start_ms`, from the per-minute window plus the
     /// per-second buckets not folded into it yet. Exact for a second whose calls have all stored their
-    /// counts: a read that a bucket's fold ran across is read again.
+    /// counts: a read that a bucket's fold ran across is read again, and a fold under way on another thread
+    /// is waited for (a few dozen instructions once that thread runs; the engine never reads this on a call).
     pub fn second_totals(&self, now_ms: u64, second_start_ms: u64) -> BucketTotals {
-        self.second_totals_within(now_ms, second_start_ms, SETTLED_READS)
+        self.second_totals_within(now_ms, second_start_ms, None)
     }
 
-    /// [`second_totals`](Self::second_totals) in at most `attempts` reads.
-    fn second_totals_within(&self, now_ms: u64, second_start_ms: u64, attempts: u32) -> BucketTotals {
+    /// [`second_totals`](Self::second_totals) in at most `attempts` reads (any number without).
+    fn second_totals_within(&self, now_ms: u64, second_start_ms: u64, attempts: Option<u32>) -> BucketTotals {
         let minute_bucket = self.minute.bucket_ms();
         self.second.settled(attempts, || {
             let mut t = BucketTotals::default();
@@ -259,7 +255,7 @@ impl StatNode {
     /// under way makes it read once more at most, never wait.
     pub(crate) fn previous_pass_qps_on_call(&self, now_ms: u64) -> f64 {
         let prev = (now_ms - now_ms % 1000).saturating_sub(1000);
-        self.second_totals_within(now_ms, prev, 2).get(MetricEvent::Pass) as f64
+        self.second_totals_within(now_ms, prev, Some(2)).get(MetricEvent::Pass) as f64
     }
     /// Blocked requests in the previous whole second.
     pub fn previous_block_qps(&self, now_ms: u64) -> f64 {
@@ -271,7 +267,7 @@ impl StatNode {
     /// seconds whose calls have all stored their counts (see [`second_totals`](Self::second_totals)).
     pub fn seconds(&self, now_ms: u64) -> Vec<(u64, BucketTotals)> {
         let minute_bucket = self.minute.bucket_ms();
-        let mut out: Vec<(u64, BucketTotals)> = self.second.settled(SETTLED_READS, || {
+        let mut out: Vec<(u64, BucketTotals)> = self.second.settled(None, || {
             let mut out: Vec<(u64, BucketTotals)> = Vec::new();
             let mut add = |s: u64, b: &BucketTotals| match out.iter_mut().find(|(k, _)| *k == s) {
                 Some((_, t)) => t.merge(b),
@@ -360,7 +356,7 @@ impl StatNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stat::window::test_hooks::{self, BETWEEN_MINUTE_AND_CELLS, ROLL_MARKED};
+    use crate::stat::window::test_hooks::{self, BETWEEN_MINUTE_AND_CELLS, READ_AGAIN, ROLL_MARKED};
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
@@ -369,7 +365,7 @@ mod tests {
     }
 
     fn pass_of(node: &StatNode, now_ms: u64, second: u64, attempts: u32) -> u64 {
-        node.second_totals_within(now_ms, second, attempts).get(MetricEvent::Pass)
+        node.second_totals_within(now_ms, second, Some(attempts)).get(MetricEvent::Pass)
     }
 
     #[test]
@@ -411,6 +407,44 @@ mod tests {
         assert_eq!(node.second.folds_under_way(), 0, "and is over");
         assert_eq!(pass_of(&node, 2_000, 1_000, 1), 5);
         assert_eq!(pass_of(&node, 2_000, 2_000, 1), 1);
+    }
+
+    /// Sets a hook that lets `reads` reads of whole seconds on this thread be made again, then sends on `then`.
+    fn after_reads_again(reads: u32, then: std::sync::mpsc::Sender<()>) {
+        test_hooks::set(&READ_AGAIN, move || {
+            if reads == 0 {
+                then.send(()).expect("the folder waits");
+            } else {
+                after_reads_again(reads - 1, then.clone());
+            }
+        });
+    }
+
+    #[test]
+    fn a_read_of_whole_seconds_waits_for_a_fold_however_long_its_thread_is_off_the_cpu() {
+        // The folder stops where its cell is marked and its totals are not in the per-minute window yet (a
+        // preemption there), and stays stopped until the reader has made its read again 200 times: a read
+        // kept after some number of tries would miss the bucket.
+        let node = Arc::new(StatNode::new());
+        let (marked_tx, marked) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let n = node.clone();
+        let folder = std::thread::spawn(move || {
+            passes(&n, 1_000, 5);
+            test_hooks::set(&ROLL_MARKED, move || {
+                marked_tx.send(()).expect("the reader waits");
+                released.recv().expect("the reader releases the fold");
+            });
+            passes(&n, 2_000, 1);
+        });
+        marked.recv().expect("the fold is under way");
+        after_reads_again(200, release);
+        assert_eq!(node.second_totals(2_999, 1_000).get(MetricEvent::Pass), 5);
+        assert_eq!(
+            node.seconds(2_999).iter().map(|(s, t)| (*s, t.get(MetricEvent::Pass))).collect::<Vec<_>>(),
+            [(1_000, 5), (2_000, 1)]
+        );
+        folder.join().expect("the folder ends");
     }
 
     #[test]

@@ -320,7 +320,8 @@ impl StripedWindow {
     }
 
     /// Runs `read` (a read of the per-minute window, then of the buckets not folded into it) until no
-    /// fold ran during it, at most `attempts` times (the last read is kept if folds never let up).
+    /// fold ran during it: with `attempts`, at most that many times (the last read is kept if folds never let
+    /// up: a call's path never waits); without, until a read is clean.
     ///
     /// A fold moves a bucket's totals from a stripe's cell into the per-minute window. A read that took the
     /// per-minute window before a fold and the cells after it would miss the bucket (and the other way round
@@ -333,23 +334,36 @@ impl StripedWindow {
     /// sees none of them read the cells and the window as they were without that fold. Failed attempts of a
     /// shared stripe's fold (another thread claimed the cell) announce and withdraw themselves without
     /// writing: they can only make a read run again.
-    pub(crate) fn settled<R>(&self, attempts: u32, mut read: impl FnMut() -> R) -> R {
-        let mut tried = 0;
+    ///
+    /// Why a read without a bound ends: a fold under way ends as soon as its thread runs again (it is
+    /// straight-line code over the node's own atomics: no lock, no allocation, no user code, nothing that
+    /// panics; the per-minute window's add may wait for another fold of its bucket, which is the same kind of
+    /// code), so a descheduled folder only delays the read. New folds come once per stripe's cell per bucket
+    /// the clock enters (2 per second per stripe on a clock that moves in real time), in a burst as threads
+    /// open a new bucket: a read runs again only while such a burst lasts.
+    pub(crate) fn settled<R>(&self, attempts: Option<u32>, mut read: impl FnMut() -> R) -> R {
+        let mut tried: u32 = 0;
         loop {
-            tried += 1;
+            tried = tried.saturating_add(1);
+            let last = attempts.is_some_and(|a| tried >= a);
             let before = self.folds.load(Ordering::Acquire);
-            if before & FOLDS_UNDER_WAY == 0 || tried >= attempts {
+            if before & FOLDS_UNDER_WAY == 0 || last {
                 let r = read();
                 fence(Ordering::Acquire);
-                if self.folds.load(Ordering::Relaxed) == before || tried >= attempts {
+                if self.folds.load(Ordering::Relaxed) == before || last {
                     return r;
                 }
             }
-            // A fold is a few dozen instructions: spin first, then let a descheduled folder run.
+            #[cfg(test)]
+            test_hooks::run(&test_hooks::READ_AGAIN);
+            // A fold is a few dozen instructions: spin first, then let a descheduled folder run, then stop
+            // burning a core while it waits for one (a reader off the call's path: the dashboard, the logs).
             if tried < 4 {
                 std::hint::spin_loop();
-            } else {
+            } else if tried < 64 {
                 std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
     }
@@ -564,5 +578,8 @@ pub(crate) mod test_hooks {
         /// Runs once on this thread when a read of whole seconds has read the per-minute window and not the
         /// cells yet.
         pub(crate) static BETWEEN_MINUTE_AND_CELLS: Hook = const { RefCell::new(None) };
+        /// Runs once on this thread when a read of whole seconds is about to be made again (a fold was or
+        /// is under way).
+        pub(crate) static READ_AGAIN: Hook = const { RefCell::new(None) };
     }
 }
