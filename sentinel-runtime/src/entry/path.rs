@@ -542,6 +542,8 @@ impl<'r> Nodes<'r> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     #[test]
     fn a_decision_that_may_wait_is_returned_in_the_room_of_one_that_may_not() {
         // The web layer and async entries take the decision that may hand the call back: it must cost no
@@ -549,5 +551,46 @@ mod tests {
         let plain = std::mem::size_of::<Result<super::Entry<'static>, crate::BlockError>>();
         let may_wait = std::mem::size_of::<super::MayWait<'static, 'static>>();
         assert_eq!(may_wait, plain, "{may_wait} bytes against {plain}");
+    }
+
+    #[test]
+    fn a_queued_calls_thread_grade_permit_is_pending_until_its_turn_and_never_stays_pending() {
+        use crate::clock::ManualClock;
+        use crate::flow::{ControlBehavior, FlowGrade, FlowRule};
+        use crate::Sentinel;
+        let engine = Sentinel::builder().manual_clock(ManualClock::at_millis(1_000_000)).build();
+        let spaced = FlowRule::new("rq").count(10.0).control_behavior(ControlBehavior::RateLimiter);
+        let threads = FlowRule::new("rq").grade(FlowGrade::Thread).count(5.0);
+        engine.load_flow_rules([spaced.max_queueing_time_ms(500), threads]).unwrap();
+        let rq = engine.resource("rq");
+        let stat = &rq.inner.cluster.stat;
+        // (calls in flight, permits, permits counted in flight): a pending permit is one not counted yet.
+        let gate = || {
+            let (in_flight, counted, consistent) = stat.thread_gate.counted_permits(|| stat.cur_threads());
+            assert!(consistent, "no other thread changes the gate");
+            (in_flight, stat.thread_gate.permits(), counted)
+        };
+        let decide = || match rq.entry().decide_or_queue() {
+            Ok(Ok(e)) => e,
+            _ => panic!("the rate limiter queues the call, the thread-grade rule has room"),
+        };
+        let first = decide();
+        assert_eq!(gate(), (1, 1, 1), "a call that does not wait is counted at once");
+        // Each later call waits 100 ms more for its turn: its permit is pending until then.
+        let mut waits_for_its_turn = decide();
+        assert!(waits_for_its_turn.waited() > Duration::ZERO);
+        assert_eq!(gate(), (1, 2, 1), "the waiting call holds a permit, pending");
+        waits_for_its_turn.at_turn();
+        assert_eq!(gate(), (2, 2, 2), "counted in flight at its turn");
+        waits_for_its_turn.at_turn();
+        assert_eq!(gate(), (2, 2, 2), "a turn is counted once");
+        let given_up_on = decide();
+        assert_eq!(gate(), (2, 3, 2));
+        drop(given_up_on);
+        assert_eq!(gate(), (2, 2, 2), "a call given up on while it waits leaves no permit, pending or counted");
+        drop((first, waits_for_its_turn));
+        assert_eq!(gate(), (0, 0, 0));
+        let s = engine.cluster_stats("rq").unwrap();
+        assert_eq!((s.minute_pass, s.minute_success, s.threads), (3, 3, 0), "{s:?}");
     }
 }
