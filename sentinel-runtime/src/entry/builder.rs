@@ -141,6 +141,11 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// decided at once instead of waiting (deciding again would need the arguments): refused by the adaptive
     /// rule, or by the cluster rule's local fallback.
     ///
+    /// A queued call is recorded at its turn: its pass, and its count in flight, once its timer fired. On a
+    /// manual clock a queueing wait is not awaited, as [`enter`](Self::enter) sleeps nothing there: the turn
+    /// is the arrival ([`Entry::waited`] still gives the wait the rule decided). An adaptive rule's wait does
+    /// await the manual clock, which the test moves.
+    ///
     /// The entry joins the active context (if any) but never changes the thread's context: the future may be
     /// polled on any thread and the entry dropped anywhere. Use [`Entry::instrument`] to run a future with
     /// the entry as its innermost entry.
