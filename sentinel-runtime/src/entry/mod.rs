@@ -32,8 +32,9 @@ use std::ptr::NonNull;
 /// the exit reaches the engine and the resource without a match or a second dereference.
 struct ResRef<'r> {
     shared: NonNull<Shared>,
-    /// The resource, with two tag bits: [`HELD`] when this handle holds the engine's state (released on
-    /// drop), [`DETACHED`] when it is an owned entry's (which never changes a thread's context).
+    /// The resource, with three tag bits: [`HELD`] when this handle holds the engine's state (released on
+    /// drop), [`DETACHED`] when it is an owned entry's (which never changes a thread's context),
+    /// [`TURN_PENDING`] when its entry's pass waits for its turn.
     inner: NonNull<ResourceInner>,
     _borrow: PhantomData<&'r Resource>,
 }
