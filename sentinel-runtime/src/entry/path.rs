@@ -390,11 +390,11 @@ pub(super) trait PathResult<'r, 'a>: Sized {
     /// Whether the call may be handed back to wait (else a wait blocks the thread).
     const HANDS_BACK: bool;
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self;
-    /// An admitted call's entry, made by `entry` (`waits`: whether it was given a queueing wait).
-    #[inline(always)]
-    fn admitted(_waits: bool, entry: impl FnOnce() -> Entry<'r>) -> Self {
-        Self::decided(Ok(entry()))
-    }
+    /// An admitted call's entry, made by `entry` (`waits`: whether it was given a queueing wait). No default:
+    /// an outcome that hands its call back ([`HANDS_BACK`](PathResult::HANDS_BACK)) and gives a waiting call its
+    /// entry must mark that entry's turn as pending (`ResRef::mark_turn_pending`), since the entry path then
+    /// leaves its pass to the turn ([`Entry::at_turn`]); without the mark the pass is never recorded.
+    fn admitted(waits: bool, entry: impl FnOnce() -> Entry<'r>) -> Self;
     /// The call must wait (only called when [`HANDS_BACK`](PathResult::HANDS_BACK)); `block` is what the
     /// checks answered meanwhile.
     fn wait(b: EntryBuilder<'r, 'a>, p: Pending, block: BlockError) -> Self;
@@ -405,6 +405,11 @@ impl<'r, 'a> PathResult<'r, 'a> for Result<Entry<'r>, BlockError> {
     #[inline(always)]
     fn decided(d: Result<Entry<'r>, BlockError>) -> Self {
         d
+    }
+    /// A waiting call sleeps in the entry path, which records its pass at its turn: nothing to mark.
+    #[inline(always)]
+    fn admitted(_waits: bool, entry: impl FnOnce() -> Entry<'r>) -> Self {
+        Ok(entry())
     }
     fn wait(_: EntryBuilder<'r, 'a>, _: Pending, block: BlockError) -> Self {
         Err(block)
