@@ -43,4 +43,7 @@ fn lookup(user: &UserId, user_raw: &u64, tenant: u8, fail: Option<AppError>) -> 
 fn main() {
     assert_eq!(lookup(&UserId(1), &2, 3, None), Ok(6));
     assert_eq!(lookup(&UserId(1), &2, 3, Some(AppError::NotFound { id: 1 })), Err(AppError::NotFound { id: 1 }));
+    let io = AppError::Io(std::io::ErrorKind::NotFound);
+    assert!(checks::retryable(&io));
+    assert_eq!(lookup(&UserId(1), &2, 3, Some(io)), Err(AppError::Io(std::io::ErrorKind::NotFound)));
 }

@@ -70,4 +70,8 @@ fn main() {
     assert_eq!(futures::executor::block_on(Service.get("abc")).unwrap(), 3);
     assert_eq!(futures::executor::block_on(Service.fetch(4)).unwrap(), 4);
     let _ = AppError::Blocked;
+    // A time limit's error converts into the caller's error type, and keeps what it says.
+    let limit = std::time::Duration::from_millis(200);
+    let timed_out = AppError::from(Timeout { resource: "literal".into(), limit });
+    assert!(matches!(&timed_out, AppError::TimedOut(t) if t.limit == limit), "{timed_out:?}");
 }
