@@ -37,16 +37,19 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         count_alloc();
         LIVE_BYTES.fetch_add(l.size() as isize, Ordering::Relaxed);
-        System.alloc(l)
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE_BYTES.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        System.dealloc(p, l)
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         count_alloc();
         LIVE_BYTES.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        System.realloc(p, l, new)
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { System.realloc(p, l, new) }
     }
 }
 

@@ -461,22 +461,21 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
         taken: &mut Taken,
         entered: u32,
     ) {
-        if entered & (1 << R::LEN) != 0 {
-            if let Some(r) = S::rules(rules, shared, cx.entry_type == crate::slot::EntryType::In) {
-                S::give_back(r, S::state(shared), cx, S::held(held), S::taken(taken));
-            }
+        if entered & (1 << R::LEN) != 0
+            && let Some(r) = S::rules(rules, shared, cx.entry_type == crate::slot::EntryType::In)
+        {
+            S::give_back(r, S::state(shared), cx, S::held(held), S::taken(taken));
         }
         R::give_back(rules, shared, cx, held, taken, entered)
     }
 
     #[inline(always)]
     fn admits_fast(rules: &ResourceRules, shared: &Shared, now_ms: u64) -> bool {
-        if S::ON_FAST_PATH {
-            if let Some(r) = S::rules(rules, shared, false) {
-                if !S::admits_fast(r, now_ms) {
-                    return false;
-                }
-            }
+        if S::ON_FAST_PATH
+            && let Some(r) = S::rules(rules, shared, false)
+            && !S::admits_fast(r, now_ms)
+        {
+            return false;
         }
         R::admits_fast(rules, shared, now_ms)
     }
@@ -549,10 +548,10 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
 
     #[inline(always)]
     fn exit_reading_rules(rules: &ResourceRules, shared: &Shared, cx: &ExitCx, held: &mut Held<'_>) {
-        if S::EXIT_READS_RULES {
-            if let Some(r) = S::rules(rules, shared, false) {
-                S::exit(Some(r), S::state(shared), cx, S::held(held));
-            }
+        if S::EXIT_READS_RULES
+            && let Some(r) = S::rules(rules, shared, false)
+        {
+            S::exit(Some(r), S::state(shared), cx, S::held(held));
         }
         R::exit_reading_rules(rules, shared, cx, held)
     }

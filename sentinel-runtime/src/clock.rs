@@ -198,11 +198,11 @@ impl ManualClock {
     /// Registers (or refreshes) the waker of timer `id` for `deadline`; returns the timer's id.
     fn register(&self, id: Option<u64>, deadline: u64, waker: &Waker) -> u64 {
         let mut t = self.timers();
-        if let Some(id) = id {
-            if let Some(slot) = t.waiting.iter_mut().find(|(_, i, _)| *i == id) {
-                slot.2.clone_from(waker);
-                return id;
-            }
+        if let Some(id) = id
+            && let Some(slot) = t.waiting.iter_mut().find(|(_, i, _)| *i == id)
+        {
+            slot.2.clone_from(waker);
+            return id;
         }
         let id = id.unwrap_or_else(|| {
             t.next_id += 1;

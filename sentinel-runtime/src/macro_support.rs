@@ -434,11 +434,11 @@ impl AsyncWait {
 
     /// Awaits the end of the wait a check asked for, without blocking the thread.
     pub async fn wait(&mut self) {
-        if let Some(s) = self.state.as_deref_mut() {
-            if let Some(p) = s.pending.take() {
-                s.deadline = p.deadline();
-                s.waited = Some(p.wait_async().await);
-            }
+        if let Some(s) = self.state.as_deref_mut()
+            && let Some(p) = s.pending.take()
+        {
+            s.deadline = p.deadline();
+            s.waited = Some(p.wait_async().await);
         }
     }
 }

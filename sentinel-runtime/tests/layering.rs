@@ -346,10 +346,10 @@ fn imports(root: &Path) -> BTreeSet<(String, String)> {
         found.extend(super_paths(&rel, &code));
         found.extend(child_paths(&rel, &code));
         for p in found {
-            if let Some(target) = resolve(root, &p, &reexports) {
-                if target != rel {
-                    edges.insert((rel.clone(), target));
-                }
+            if let Some(target) = resolve(root, &p, &reexports)
+                && target != rel
+            {
+                edges.insert((rel.clone(), target));
             }
         }
     }

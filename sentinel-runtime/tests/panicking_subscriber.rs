@@ -16,8 +16,9 @@ static FROM_RCU: AtomicUsize = AtomicUsize::new(0);
 #[test]
 fn a_subscriber_that_panics_on_the_fences_decision_costs_its_event_and_no_call() {
     // Full fences, switched off by the environment, are logged when the first read section decides them.
-    // SAFETY (of the environment): this binary's one test sets it before any thread of the engine exists.
-    std::env::set_var("SENTINEL_MEMBARRIER", "off");
+    // SAFETY: no other thread reads or writes the environment meanwhile: this binary's one test sets it before
+    // any thread of the engine exists.
+    unsafe { std::env::set_var("SENTINEL_MEMBARRIER", "off") };
     // Panics on every event the engine's read sections log (the others pass).
     let panicking = OnEvent(|e: Logged| {
         if e.module_path == Some("sentinel_runtime::rcu") {

@@ -147,15 +147,15 @@ fn entries_moved_between_threads_under_reloads_leave_nothing_in_flight() {
             std::thread::spawn(move || {
                 let (hot, conc) = (engine.resource("hot"), engine.resource("conc"));
                 for i in 0..iterations {
-                    if let Ok(mut e) = hot.entry().origin(if i % 7 == 0 { "o1" } else { "" }).enter() {
-                        if (i + t as u64).is_multiple_of(5) {
-                            e.set_error();
-                        }
+                    if let Ok(mut e) = hot.entry().origin(if i % 7 == 0 { "o1" } else { "" }).enter()
+                        && (i + t as u64).is_multiple_of(5)
+                    {
+                        e.set_error();
                     }
-                    if let Ok(e) = conc.entry_owned().args(&[&(i % 4)]).enter() {
-                        if i % 3 == 0 {
-                            tx.send(e).unwrap();
-                        }
+                    if let Ok(e) = conc.entry_owned().args(&[&(i % 4)]).enter()
+                        && i % 3 == 0
+                    {
+                        tx.send(e).unwrap();
                     }
                 }
             })

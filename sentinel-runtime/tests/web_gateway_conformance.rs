@@ -36,7 +36,9 @@ fn hello(_req: Request<()>) -> impl Future<Output = Result<Response<Full<Bytes>>
 /// everything else `other_route`.
 fn gateway(
     engine: &Sentinel,
-) -> impl Service<Request<()>, Response = Response<impl http_body::Body>, Error = Infallible, Future: Unpin> + Clone {
+) -> impl Service<Request<()>, Response = Response<impl http_body::Body + use<>>, Error = Infallible, Future: Unpin>
+       + Clone
+       + use<> {
     SentinelLayer::new(engine)
         .resource_name(|req| {
             Some(if req.path().starts_with("/product") { "product_route".into() } else { "other_route".into() })

@@ -45,10 +45,10 @@ impl Gate for EngineGate {
     }
     fn complete(&self, ticket: Ticket, t: u64, _: u64, dropped: bool) {
         self.clock.set_nanos(self.start + t);
-        if let Ticket::Other(e) = ticket {
-            if let (true, Ok(mut e)) = (dropped, e.downcast::<Entry<'static>>()) {
-                e.set_overload();
-            }
+        if let Ticket::Other(e) = ticket
+            && let (true, Ok(mut e)) = (dropped, e.downcast::<Entry<'static>>())
+        {
+            e.set_overload();
         }
     }
     fn limit(&self) -> u32 {

@@ -239,7 +239,7 @@ impl Limiter {
         &self,
         partition: Option<PartitionId>,
         clock: &crate::clock::EngineClock,
-    ) -> impl std::future::Future<Output = Result<Permit, AdaptiveBlock>> + Send + '_ {
+    ) -> impl std::future::Future<Output = Result<Permit, AdaptiveBlock>> + Send + '_ + use<'_> {
         use futures::FutureExt;
         super::wait::WaitForPermit::start(self, partition, clock, self.max_wait_nanos)
             .map(move |r| r.map_err(|end| end.into_block(self)))
@@ -310,10 +310,10 @@ impl Limiter {
     fn give_back(&self, permit: Permit) {
         // A count at zero is never taken below it (a place given back to a limiter that did not count it, see
         // `slot.rs`): the check costs nothing on the common path.
-        if let Some(p) = permit.partition.and_then(|id| self.partitions.get(usize::from(id.0))) {
-            if p.inflight.fetch_sub(1, SeqCst) == 0 {
-                p.inflight.fetch_add(1, SeqCst);
-            }
+        if let Some(p) = permit.partition.and_then(|id| self.partitions.get(usize::from(id.0)))
+            && p.inflight.fetch_sub(1, SeqCst) == 0
+        {
+            p.inflight.fetch_add(1, SeqCst);
         }
         if self.inflight.fetch_sub(1, SeqCst) == 0 {
             self.inflight.fetch_add(1, SeqCst);

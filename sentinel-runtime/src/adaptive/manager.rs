@@ -75,16 +75,16 @@ impl AdaptiveManager {
             rule.validate(index).map_err(rule_error)?;
             if rule.regex {
                 compiler.check(index, &rule.resource)?;
-            } else if let Some(first) = exact_seen.insert(&rule.resource, index) {
-                if rules[first] != *rule {
-                    return Err(RuleError::invalid(
-                        RuleKind::Adaptive,
-                        index,
-                        &rule.resource,
-                        "resource",
-                        format!("has a rule already (#{first}); one adaptive rule governs a resource"),
-                    ));
-                }
+            } else if let Some(first) = exact_seen.insert(&rule.resource, index)
+                && rules[first] != *rule
+            {
+                return Err(RuleError::invalid(
+                    RuleKind::Adaptive,
+                    index,
+                    &rule.resource,
+                    "resource",
+                    format!("has a rule already (#{first}); one adaptive rule governs a resource"),
+                ));
             }
         }
         let compiled = compiler.finish();
@@ -145,10 +145,10 @@ impl AdaptiveManager {
             return None;
         };
         let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(cell) = cells.get(&**name) {
-            if *cell.rule == **rule {
-                return Some(cell.clone());
-            }
+        if let Some(cell) = cells.get(&**name)
+            && *cell.rule == **rule
+        {
+            return Some(cell.clone());
         }
         // The calls in flight under the rule this one changes still count (see `ResourceAdaptive`).
         let carried = self.carried.lock().unwrap_or_else(|e| e.into_inner()).remove(&**name);

@@ -309,10 +309,10 @@ impl AdaptiveRule {
         if self.resource.trim().is_empty() {
             return bad("resource", "must not be blank".into());
         }
-        if self.regex {
-            if let Err(reason) = ResourcePattern::compile(&self.resource) {
-                return bad("resource", reason);
-            }
+        if self.regex
+            && let Err(reason) = ResourcePattern::compile(&self.resource)
+        {
+            return bad("resource", reason);
         }
         if self.min_limit == 0 {
             return bad("min_limit", "must be at least 1".into());

@@ -808,10 +808,10 @@ fn concurrent_partitions_stay_within_limit_plus_guarantees() {
                         most.fetch_max(l.inflight(), SeqCst);
                         held.push(p);
                     }
-                    if n % 3 == 0 || held.len() > 4 {
-                        if let Some(p) = held.pop() {
-                            l.cancel(p);
-                        }
+                    if (n % 3 == 0 || held.len() > 4)
+                        && let Some(p) = held.pop()
+                    {
+                        l.cancel(p);
                     }
                 }
                 held.into_iter().for_each(|p| l.cancel(p));

@@ -183,12 +183,12 @@ impl WaitQueue {
             w.state.store(RETIRED, Rel);
             return Err(w);
         }
-        if q.len() >= self.bound {
-            if let Some(oldest) = q.pop_front() {
-                self.len.fetch_sub(1, SeqCst);
-                oldest.state.store(DISPLACED, Rel);
-                oldest.waker.wake();
-            }
+        if q.len() >= self.bound
+            && let Some(oldest) = q.pop_front()
+        {
+            self.len.fetch_sub(1, SeqCst);
+            oldest.state.store(DISPLACED, Rel);
+            oldest.waker.wake();
         }
         q.push_back(w.clone());
         self.len.fetch_add(1, SeqCst);

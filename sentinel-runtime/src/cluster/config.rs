@@ -94,15 +94,15 @@ impl ClusterOptions {
         if self.retry_max.is_zero() {
             return bad("retry_max", "must be > 0");
         }
-        if let Some(ns) = &self.namespace {
-            if ns.trim().is_empty() {
-                return bad("namespace", "must not be blank (leave it unset to use the app name)");
-            }
+        if let Some(ns) = &self.namespace
+            && ns.trim().is_empty()
+        {
+            return bad("namespace", "must not be blank (leave it unset to use the app name)");
         }
-        if let Some(id) = &self.instance_id {
-            if id.trim().is_empty() {
-                return bad("instance_id", "must not be blank (leave it unset for host:pid:random)");
-            }
+        if let Some(id) = &self.instance_id
+            && id.trim().is_empty()
+        {
+            return bad("instance_id", "must not be blank (leave it unset for host:pid:random)");
         }
         Ok(())
     }

@@ -237,7 +237,7 @@ impl Link {
     pub(crate) fn fresh_cluster_connection(
         &self,
         timeout: Duration,
-    ) -> Option<impl std::future::Future<Output = redis::RedisResult<Conn>> + Send + 'static> {
+    ) -> Option<impl std::future::Future<Output = redis::RedisResult<Conn>> + Send + 'static + use<>> {
         let Link::Cluster { client, .. } = self else { return None };
         let client = client.clone();
         let config = redis::cluster::ClusterConfig::new().set_connection_timeout(timeout).set_response_timeout(timeout);

@@ -476,11 +476,11 @@ impl Driver {
         }
         let (left, until) = &*self.left_at_drop;
         let left = left.load(std::sync::atomic::Ordering::Acquire);
-        if let Some(c) = self.cur.take().filter(|_| left != u64::MAX && left > 0) {
-            if until.load(std::sync::atomic::Ordering::Relaxed) == c.valid_until {
-                self.returned = self.returned.saturating_add(left);
-                self.add_return(c.bucket, left);
-            }
+        if let Some(c) = self.cur.take().filter(|_| left != u64::MAX && left > 0)
+            && until.load(std::sync::atomic::Ordering::Relaxed) == c.valid_until
+        {
+            self.returned = self.returned.saturating_add(left);
+            self.add_return(c.bucket, left);
         }
         self.take_local_admissions(at);
     }
@@ -651,12 +651,12 @@ impl Driver {
 
     /// Ends the lease in force if its last millisecond passed (its tokens are given back).
     pub(crate) fn expire(&mut self, lease: &RuleLease, now_ms: u64) {
-        if let Some(c) = self.cur {
-            if now_ms > c.valid_until {
-                let left = lease.replace(0, 0);
-                self.cur = None;
-                self.give_back(lease, c.bucket, left);
-            }
+        if let Some(c) = self.cur
+            && now_ms > c.valid_until
+        {
+            let left = lease.replace(0, 0);
+            self.cur = None;
+            self.give_back(lease, c.bucket, left);
         }
     }
 

@@ -200,12 +200,12 @@ impl Worker {
     /// The connection, made when there is none (standalone: lazily, no round trip; a cluster: its slot map
     /// from a seed node; Sentinel: the master the sentinels name now), bounded by four connection timeouts.
     fn conn(&mut self) -> Result<Conn, Failure> {
-        if self.refresh.as_ref().is_some_and(tokio::task::JoinHandle::is_finished) {
-            if let Some(fresh) = self.refresh.take().and_then(|h| self.rt.block_on(h).ok().flatten()) {
-                tracing::debug!("cluster flow control: a fresh Redis Cluster connection takes over");
-                self.conn = Some(fresh);
-                self.loaded = false;
-            }
+        if self.refresh.as_ref().is_some_and(tokio::task::JoinHandle::is_finished)
+            && let Some(fresh) = self.refresh.take().and_then(|h| self.rt.block_on(h).ok().flatten())
+        {
+            tracing::debug!("cluster flow control: a fresh Redis Cluster connection takes over");
+            self.conn = Some(fresh);
+            self.loaded = false;
         }
         if let Some(c) = &self.conn {
             return Ok(c.clone());

@@ -364,10 +364,10 @@ pub(crate) fn apply_mail() {
 #[cold]
 #[inline(never)]
 pub(crate) fn rearm() {
-    if let Some(mailbox) = CURRENT.with(|c| c.mailbox.get()) {
-        if !lock(&mailbox.exits).is_empty() {
-            mailbox.pending.store(true, Ordering::Release);
-        }
+    if let Some(mailbox) = CURRENT.with(|c| c.mailbox.get())
+        && !lock(&mailbox.exits).is_empty()
+    {
+        mailbox.pending.store(true, Ordering::Release);
     }
 }
 

@@ -644,14 +644,14 @@ impl FileDataSource {
                 .map(|stem| (*stem, dir.join(format!("{stem}.json"))))
                 .collect(),
             Layout::Gateway(path, stem) => {
-                if let Some(other) = super::gateway::GATEWAY_FILE_STEMS.into_iter().find(|s| s != stem) {
-                    if docs.file_text(other).is_some() {
-                        return Err(WriteError::CannotHold {
-                            path: path.clone(),
-                            holds: super::gateway::list_name(stem).into(),
-                            what: super::gateway::list_name(other).into(),
-                        });
-                    }
+                if let Some(other) = super::gateway::GATEWAY_FILE_STEMS.into_iter().find(|s| s != stem)
+                    && docs.file_text(other).is_some()
+                {
+                    return Err(WriteError::CannotHold {
+                        path: path.clone(),
+                        holds: super::gateway::list_name(stem).into(),
+                        what: super::gateway::list_name(other).into(),
+                    });
                 }
                 vec![(*stem, path.clone())]
             }

@@ -82,16 +82,16 @@ impl GatewayDocuments {
         if let Some(defs) = &self.api_definitions {
             engine.load_api_definitions(defs.clone())?;
         }
-        if let Some(rules) = &self.rules {
-            if let Err(e) = engine.load_gateway_rules(rules.clone()) {
-                if self.api_definitions.is_some() {
-                    // The previous set was in force: it loads again.
-                    if let Err(rollback) = engine.load_api_definitions(before) {
-                        tracing::error!(error = %rollback, "could not restore the previous API definitions");
-                    }
+        if let Some(rules) = &self.rules
+            && let Err(e) = engine.load_gateway_rules(rules.clone())
+        {
+            if self.api_definitions.is_some() {
+                // The previous set was in force: it loads again.
+                if let Err(rollback) = engine.load_api_definitions(before) {
+                    tracing::error!(error = %rollback, "could not restore the previous API definitions");
                 }
-                return Err(e);
             }
+            return Err(e);
         }
         Ok(())
     }

@@ -251,11 +251,11 @@ fn identity(dir: &Path) -> Option<Identity> {
 /// Forgets the watch of a directory that an event reports removed: its watch is dead, and a directory made
 /// again under its path may even get the same inode number.
 fn forget_removed(armed: &mut Armed, event: &notify::Result<notify::Event>) {
-    if let Ok(e) = event {
-        if matches!(e.kind, notify::EventKind::Remove(_)) {
-            for p in &e.paths {
-                armed.remove(p);
-            }
+    if let Ok(e) = event
+        && matches!(e.kind, notify::EventKind::Remove(_))
+    {
+        for p in &e.paths {
+            armed.remove(p);
         }
     }
 }
@@ -273,10 +273,10 @@ fn is_symlink(path: &Path) -> bool {
 fn nearest_dir(dir: &Path) -> PathBuf {
     let mut at = dir;
     loop {
-        if let Ok(c) = std::fs::canonicalize(at) {
-            if c.is_dir() {
-                return c;
-            }
+        if let Ok(c) = std::fs::canonicalize(at)
+            && c.is_dir()
+        {
+            return c;
         }
         match at.parent() {
             Some(p) => at = p,
@@ -318,10 +318,11 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let e = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).ok()?;
-            if let Ok(ev) = &e {
-                if matches!(ev.kind, notify::EventKind::Remove(_)) && ev.paths.iter().any(|p| p == dir) {
-                    return Some(e);
-                }
+            if let Ok(ev) = &e
+                && matches!(ev.kind, notify::EventKind::Remove(_))
+                && ev.paths.iter().any(|p| p == dir)
+            {
+                return Some(e);
             }
         }
     }

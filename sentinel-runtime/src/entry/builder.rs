@@ -149,7 +149,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
     /// The entry joins the active context (if any) but never changes the thread's context: the future may be
     /// polled on any thread and the entry dropped anywhere. Use [`Entry::instrument`] to run a future with
     /// the entry as its innermost entry.
-    pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r {
+    pub fn enter_async(self) -> impl std::future::Future<Output = Result<Entry<'r>, BlockError>> + Send + 'r + use<'r> {
         let wait = if self.args.is_empty() { Wait::Async(0) } else { Wait::Now };
         // A queued call's pass is recorded at its turn, once its timer fired ([`Entry::at_turn`]).
         match self.enter_or_wait(wait, false) {

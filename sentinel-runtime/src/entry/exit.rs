@@ -243,10 +243,11 @@ impl Entry<'_> {
         let exit = SlotExit { resource: &inner.name, rt_micros, error };
         let mut first_panic = None;
         for (_, id, s) in slots.slots.iter() {
-            if (*id as usize) < MAX_SLOT_EXITS && self.slots_passed & (1 << id) != 0 {
-                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.exit(&exit))) {
-                    first_panic.get_or_insert(p);
-                }
+            if (*id as usize) < MAX_SLOT_EXITS
+                && self.slots_passed & (1 << id) != 0
+                && let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.exit(&exit)))
+            {
+                first_panic.get_or_insert(p);
             }
         }
         if let Some(p) = first_panic {

@@ -371,12 +371,11 @@ impl EntryBuilder<'_, '_> {
             // built (here rather than beside the fast path, which then compiles as before); without a token
             // in hand, the general path below waits, falls back or blocks.
             let now_ms = now_nanos / NANOS_PER_MILLI;
-            if let Some(f) = &rules.flow {
-                if chain::admits_fast(rules, site.shared, now_ms)
-                    && flow::check::check_cluster_only(f, now_ms, self.acquire)
-                {
-                    return Ok(());
-                }
+            if let Some(f) = &rules.flow
+                && chain::admits_fast(rules, site.shared, now_ms)
+                && flow::check::check_cluster_only(f, now_ms, self.acquire)
+            {
+                return Ok(());
             }
         }
         let cx = self.check_cx(site, now_nanos, Wait::of_mode(checks.tally.wait_mode));

@@ -419,11 +419,11 @@ fn fast_one(
     held: Option<&mut Reservation>,
 ) -> Result<Took, Option<std::time::Duration>> {
     let (node, now_ms, acquire) = (call.cluster, call.now_ms, call.acquire);
-    if let Some((i, limit)) = fast.threads {
-        if i == at {
-            let acquire = acquire as u64 + rules.rules[i].in_flight_before(node);
-            return if node.try_thread_permit(acquire, limit) { Ok(Took::Permit) } else { Err(None) };
-        }
+    if let Some((i, limit)) = fast.threads
+        && i == at
+    {
+        let acquire = acquire as u64 + rules.rules[i].in_flight_before(node);
+        return if node.try_thread_permit(acquire, limit) { Ok(Took::Permit) } else { Err(None) };
     }
     let st = &rules.rules[at];
     if held.is_none() && matches!(st.controller, Controller::Reject) {

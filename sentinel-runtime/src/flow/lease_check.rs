@@ -18,11 +18,11 @@ impl RuleLease {
     /// slow path.
     #[inline(always)]
     pub(crate) fn check(self: &Arc<Self>, node: &StatNode, cx: &CheckCx<'_>, scratch: &mut Scratch) -> Decision {
-        if cx.acquire > 0 {
-            if let Some(key) = self.window.lease_take(cx.now_ms, cx.acquire, &**self) {
-                scratch.push_leased(self, key, cx.acquire);
-                return Decision::Pass { reservation: None, wait_nanos: 0 };
-            }
+        if cx.acquire > 0
+            && let Some(key) = self.window.lease_take(cx.now_ms, cx.acquire, &**self)
+        {
+            scratch.push_leased(self, key, cx.acquire);
+            return Decision::Pass { reservation: None, wait_nanos: 0 };
         }
         self.check_slow(node, cx, scratch)
     }

@@ -445,10 +445,10 @@ impl EntryState {
     /// The call passed and is counted in its nodes' calls in flight: its permits are no longer pending.
     pub(crate) fn counted(&self, nodes: &PermitNodes) {
         for bit in [PermitNodes::CLUSTER, PermitNodes::CONTEXT, PermitNodes::ORIGIN] {
-            if self.permits & bit != 0 {
-                if let Some(p) = nodes.node(bit) {
-                    p.get().thread_gate.counted();
-                }
+            if self.permits & bit != 0
+                && let Some(p) = nodes.node(bit)
+            {
+                p.get().thread_gate.counted();
             }
         }
     }
@@ -461,10 +461,10 @@ impl EntryState {
     /// `pending` when the call was never counted in flight (a check refused it).
     pub(crate) fn release_permits(&mut self, nodes: &PermitNodes, pending: bool) {
         for bit in [PermitNodes::CLUSTER, PermitNodes::CONTEXT, PermitNodes::ORIGIN] {
-            if self.permits & bit != 0 {
-                if let Some(p) = nodes.node(bit) {
-                    p.get().release_thread_permit(pending);
-                }
+            if self.permits & bit != 0
+                && let Some(p) = nodes.node(bit)
+            {
+                p.get().release_thread_permit(pending);
             }
         }
         self.permits = 0;

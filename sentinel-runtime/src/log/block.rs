@@ -186,11 +186,11 @@ impl BlockLogWriter {
                 lines += 1;
             }
         }
-        if lines > 0 {
-            if let Err(e) = self.write(text.as_bytes()) {
-                self.inner.lines_lost.fetch_add(lines as u64, Ordering::Relaxed);
-                return Err(io::Error::new(e.kind(), format!("block log: {lines} lines not written ({e})")));
-            }
+        if lines > 0
+            && let Err(e) = self.write(text.as_bytes())
+        {
+            self.inner.lines_lost.fetch_add(lines as u64, Ordering::Relaxed);
+            return Err(io::Error::new(e.kind(), format!("block log: {lines} lines not written ({e})")));
         }
         Ok(lines)
     }
@@ -206,13 +206,13 @@ impl BlockLogWriter {
             f.out = Some(file);
         }
         let size = f.size;
-        if let Some(out) = f.out.as_mut() {
-            if let Err(e) = self.append(out, bytes) {
-                if out.set_len(size).is_err() {
-                    f.out = None;
-                }
-                return Err(e);
+        if let Some(out) = f.out.as_mut()
+            && let Err(e) = self.append(out, bytes)
+        {
+            if out.set_len(size).is_err() {
+                f.out = None;
             }
+            return Err(e);
         }
         f.size += bytes.len() as u64;
         if f.size >= self.inner.max_size {

@@ -131,14 +131,15 @@ impl Guard {
         // SAFETY: `self` keeps the state, and its cache, alive for this function; a call or a queued call made
         // here keeps a reference to the state beside the target (`Call::target`).
         let target = unsafe { at.get() };
-        if config.max_pushback.is_some() && config.engine.is_enabled() {
-            if let Some(left) = target.held(&config.engine) {
-                return Admission::Blocked(BlockError::Pushback {
-                    resource: Arc::from(target.resource.name()),
-                    origin: Arc::from(""),
-                    retry_after: Duration::from_millis(left),
-                });
-            }
+        if config.max_pushback.is_some()
+            && config.engine.is_enabled()
+            && let Some(left) = target.held(&config.engine)
+        {
+            return Admission::Blocked(BlockError::Pushback {
+                resource: Arc::from(target.resource.name()),
+                origin: Arc::from(""),
+                retry_after: Duration::from_millis(left),
+            });
         }
         match target.resource.entry_owned().entry_type(EntryType::Out).decide_or_queue() {
             Err(queue) => Admission::Queued(Queued { waiting: queue.start(), target: at, state: self.share(), grpc }),

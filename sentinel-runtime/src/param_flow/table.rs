@@ -484,10 +484,10 @@ impl ValueTable {
         };
         // Another caller may have inserted the value since our look: never two cells for one value.
         let unfilled = |was: u64, now: &InsertBit<'_>| was & 1 == 0 && was >> FILLS_SHIFT == now.word() >> FILLS_SHIFT;
-        if !(unfilled(looked[0], ga) && unfilled(looked[1], gb)) {
-            if let Some(found) = self.find(place, key, &mut step) {
-                return found;
-            }
+        if !(unfilled(looked[0], ga) && unfilled(looked[1], gb))
+            && let Some(found) = self.find(place, key, &mut step)
+        {
+            return found;
         }
         // The value's first count before its cell is chosen: no code of the caller's runs between a victim's
         // busy mark and its fill (a panic there would leave the cell busy).

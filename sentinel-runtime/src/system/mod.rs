@@ -202,35 +202,34 @@ impl SystemManager {
         };
         let block = |limit| block_after(limit, None);
         let now = cx.now_ms;
-        if let Some(limit) = t.qps {
-            if node.pass_qps(now) + cx.acquire as f64 > limit {
-                return block_after(SystemLimit::Qps { limit }, node.qps_retry_after(now, cx.acquire, limit));
-            }
+        if let Some(limit) = t.qps
+            && node.pass_qps(now) + cx.acquire as f64 > limit
+        {
+            return block_after(SystemLimit::Qps { limit }, node.qps_retry_after(now, cx.acquire, limit));
         }
         let threads = node.cur_threads();
-        if let Some(limit) = t.max_thread {
-            if threads > limit {
-                return block(SystemLimit::Thread { limit });
+        if let Some(limit) = t.max_thread
+            && threads > limit
+        {
+            return block(SystemLimit::Thread { limit });
+        }
+        if let Some(limit) = t.avg_rt
+            && node.avg_rt_ms(now) > limit as f64
+        {
+            return block(SystemLimit::AvgRt { limit });
+        }
+        if let (Some(limit), Some(load)) = (t.load, self.readings.load())
+            && load > limit
+        {
+            let saturated = threads > 1 && threads as f64 > node.max_success_qps(now) * node.min_rt_ms(now) / 1000.0;
+            if saturated {
+                return block(SystemLimit::Load { limit, load });
             }
         }
-        if let Some(limit) = t.avg_rt {
-            if node.avg_rt_ms(now) > limit as f64 {
-                return block(SystemLimit::AvgRt { limit });
-            }
-        }
-        if let (Some(limit), Some(load)) = (t.load, self.readings.load()) {
-            if load > limit {
-                let saturated =
-                    threads > 1 && threads as f64 > node.max_success_qps(now) * node.min_rt_ms(now) / 1000.0;
-                if saturated {
-                    return block(SystemLimit::Load { limit, load });
-                }
-            }
-        }
-        if let (Some(limit), Some(usage)) = (t.cpu, self.readings.cpu()) {
-            if usage > limit {
-                return block(SystemLimit::Cpu { limit, usage });
-            }
+        if let (Some(limit), Some(usage)) = (t.cpu, self.readings.cpu())
+            && usage > limit
+        {
+            return block(SystemLimit::Cpu { limit, usage });
         }
         Ok(())
     }

@@ -213,11 +213,11 @@ async fn beat(d: &Dashboard, form: String) -> Result<(), String> {
             return Err(format!("answered {status}"));
         }
         // The dashboard's `Result`: `{"success":false,"code":-1,"msg":"invalid ip: ..."}` is a refusal.
-        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
-            if v.get("success").and_then(|s| s.as_bool()) == Some(false) {
-                let msg = v.get("msg").and_then(|m| m.as_str()).unwrap_or("refused");
-                return Err(format!("refused: {msg}"));
-            }
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
+            && v.get("success").and_then(|s| s.as_bool()) == Some(false)
+        {
+            let msg = v.get("msg").and_then(|m| m.as_str()).unwrap_or("refused");
+            return Err(format!("refused: {msg}"));
         }
         Ok(())
     }

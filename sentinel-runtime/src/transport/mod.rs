@@ -656,10 +656,10 @@ impl CommandCenterBuilder {
         if !self.bind.is_loopback() && self.token.is_none() {
             return Err(StartError::TokenRequired { addr: first });
         }
-        if let Some(t) = &self.token {
-            if t.len() < 16 {
-                tracing::warn!("the command center's token is shorter than 16 characters: it is easy to guess");
-            }
+        if let Some(t) = &self.token
+            && t.len() < 16
+        {
+            tracing::warn!("the command center's token is shorter than 16 characters: it is easy to guess");
         }
         let dashboards = heartbeat::parse_dashboards(&self.dashboards)?;
         let listener = bind(first)?;
@@ -877,20 +877,20 @@ async fn dispatch(
         return r;
     }
     let name = uri.path().strip_prefix('/').unwrap_or(uri.path());
-    if method == Method::GET || method == Method::HEAD {
-        if let Some((content_type, content)) = console::asset(name) {
-            // The page's own files hold no data and need no token (a browser cannot send one when it opens
-            // a page): the page asks for the token when a command needs it. The host check still applies.
-            if let Err(denied) = s.access.check_peer(peer.ip()).and_then(|()| s.access.check_host(&headers)) {
-                return denied_response(&denied);
-            }
-            let mut r = respond(StatusCode::OK, content_type, content.to_string());
-            let h = r.headers_mut();
-            h.insert(HeaderName::from_static("content-security-policy"), HeaderValue::from_static(CSP));
-            h.insert(HeaderName::from_static("x-content-type-options"), HeaderValue::from_static("nosniff"));
-            h.insert(HeaderName::from_static("referrer-policy"), HeaderValue::from_static("no-referrer"));
-            return r;
+    if (method == Method::GET || method == Method::HEAD)
+        && let Some((content_type, content)) = console::asset(name)
+    {
+        // The page's own files hold no data and need no token (a browser cannot send one when it opens
+        // a page): the page asks for the token when a command needs it. The host check still applies.
+        if let Err(denied) = s.access.check_peer(peer.ip()).and_then(|()| s.access.check_host(&headers)) {
+            return denied_response(&denied);
         }
+        let mut r = respond(StatusCode::OK, content_type, content.to_string());
+        let h = r.headers_mut();
+        h.insert(HeaderName::from_static("content-security-policy"), HeaderValue::from_static(CSP));
+        h.insert(HeaderName::from_static("x-content-type-options"), HeaderValue::from_static("nosniff"));
+        h.insert(HeaderName::from_static("referrer-policy"), HeaderValue::from_static("no-referrer"));
+        return r;
     }
     #[cfg(feature = "prometheus")]
     if name == "metrics" && (method == Method::GET || method == Method::HEAD) {
@@ -930,12 +930,12 @@ async fn dispatch(
     let post = method == Method::POST;
     // Java's `HttpEventTask`: a POST's content type is checked first (415), then its length: a POST without a
     // body (no Content-Length, or 0) gets 411, whatever the command. A chunked body is taken too.
-    if post || !body.is_empty() {
-        if let Some(ct) = headers.get(CONTENT_TYPE) {
-            let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
-            if !ct.contains("application/x-www-form-urlencoded") {
-                return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Only form-encoded post request is supported");
-            }
+    if (post || !body.is_empty())
+        && let Some(ct) = headers.get(CONTENT_TYPE)
+    {
+        let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+        if !ct.contains("application/x-www-form-urlencoded") {
+            return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Only form-encoded post request is supported");
         }
     }
     if post && body.is_empty() {

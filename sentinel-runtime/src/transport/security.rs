@@ -239,10 +239,10 @@ fn is_loopback_host(host: &str) -> bool {
 }
 
 fn is_cross_site(headers: &HeaderMap) -> bool {
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        if !matches!(site, "same-origin" | "none") {
-            return true;
-        }
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
+        && !matches!(site, "same-origin" | "none")
+    {
+        return true;
     }
     match (headers.get(ORIGIN).and_then(|v| v.to_str().ok()), headers.get(HOST).and_then(|v| v.to_str().ok())) {
         (Some("null"), _) => true,

@@ -152,12 +152,12 @@ pub fn cookie(
         for line in req.headers().get_all(http::header::COOKIE) {
             let Ok(line) = line.to_str() else { continue };
             for pair in line.split(';') {
-                if let Some((k, v)) = pair.split_once('=') {
-                    if k.trim() == &*name {
-                        let v = v.trim();
-                        let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
-                        return bounded(v).map(Cow::Borrowed);
-                    }
+                if let Some((k, v)) = pair.split_once('=')
+                    && k.trim() == &*name
+                {
+                    let v = v.trim();
+                    let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
+                    return bounded(v).map(Cow::Borrowed);
                 }
             }
         }

@@ -214,10 +214,8 @@ pub(crate) fn write(headers: &mut HeaderMap, policies: &[(RateLimitPolicy, RateL
         headers.insert(RATELIMIT_POLICY, f.policy);
         headers.insert(RATELIMIT, f.rate_limit);
     }
-    if legacy {
-        if let Some(l) = fields::legacy(&refs) {
-            insert_legacy(headers, l);
-        }
+    if legacy && let Some(l) = fields::legacy(&refs) {
+        insert_legacy(headers, l);
     }
 }
 

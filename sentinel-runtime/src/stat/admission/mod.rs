@@ -119,8 +119,8 @@ const MOVE_START: u64 = (1 << 32) | 1;
 const GATHER_RETRIES: u32 = 1000;
 
 #[inline(always)]
-fn pack(gen: u64, tokens: u64) -> u64 {
-    ((gen & GEN_MASK) << TOKEN_BITS) | tokens
+fn pack(generation: u64, tokens: u64) -> u64 {
+    ((generation & GEN_MASK) << TOKEN_BITS) | tokens
 }
 #[inline(always)]
 fn gen_of(w: u64) -> u64 {

@@ -270,10 +270,10 @@ pub(crate) fn validate(rule: &GatewayFlowRule, index: usize) -> Result<(), Gatew
     if item.parse_strategy == ParseStrategy::Header && http::HeaderName::from_bytes(name.as_bytes()).is_err() {
         return bad("param_item.field_name", "is not a valid header name (letters, digits and `!#$%&'*+-.^_`|~`)");
     }
-    if let (Some(pattern), ParamMatchStrategy::Regex) = (item.effective_pattern(), item.match_strategy) {
-        if let Err(reason) = check_regex(pattern) {
-            return bad("param_item.pattern", &format!("`{pattern}` {reason}"));
-        }
+    if let (Some(pattern), ParamMatchStrategy::Regex) = (item.effective_pattern(), item.match_strategy)
+        && let Err(reason) = check_regex(pattern)
+    {
+        return bad("param_item.pattern", &format!("`{pattern}` {reason}"));
     }
     Ok(())
 }
