@@ -1,6 +1,6 @@
 //! A closed circuit breaker's cost on entry + exit, next to peers measured in the same run.
 //!
-//! Run with `cargo bench -p sentinel-runtime --bench circuit_breaker` (leave `RUST_BACKTRACE` unset:
+//! Run with `cargo bench -p sentinel-benches --bench circuit_breaker` (leave `RUST_BACKTRACE` unset:
 //! sentinel-core captures a backtrace per error when it is set).
 //!
 //! Every case runs twice: `closed_breaker` measures wall time (criterion's default), `closed_breaker_cpu`

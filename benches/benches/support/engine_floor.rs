@@ -1,6 +1,6 @@
 //! A model, written by hand, of the least an engine must do for an entry and its exit with one passing QPS
 //! rule in the default context, keeping what Sentinel's semantics ask of that call and nothing more (its
-//! instructions: the `part-engine-floor` variant of `examples/web_instructions.rs`; its time: the `model` row
+//! instructions: the `part-engine-floor` variant of `benches/examples/web_instructions.rs`; its time: the `model` row
 //! of `--bench cost`):
 //!
 //! - the rules are read in a read section, since they can be replaced under running calls: a word of the

@@ -1,8 +1,8 @@
 //! The hello-world axum service of the web layer's load benchmark (`scripts/bench-web` drives it with wrk).
 //!
-//! `cargo run --release --example web_bench_server -- --variant VARIANT [--addr 127.0.0.1:8080] [--workers 1]`
+//! `cargo run --release -p sentinel-benches --example web_bench_server -- --variant VARIANT [--addr 127.0.0.1:8080] [--workers 1]`
 //!
-//! The variants (one layer each on `GET /hello`) are described in `examples/support/web_variants.rs`.
+//! The variants (one layer each on `GET /hello`) are described in `benches/examples/support/web_variants.rs`.
 
 use std::error::Error;
 use std::net::SocketAddr;

@@ -1,8 +1,8 @@
 //! What a call costs, every case of the cost table in `docs/performance.md`, with the peers beside them in
 //! the same run: criterion's time per call (the instruction counts of the same cases come from
-//! `scripts/callgrind-web`, the `part-*` and web variants of `examples/web_instructions.rs`).
+//! `scripts/callgrind-web`, the `part-*` and web variants of `benches/examples/web_instructions.rs`).
 //!
-//! `RUST_BACKTRACE= cargo bench -p sentinel-runtime --features axum --bench cost`
+//! `RUST_BACKTRACE= cargo bench -p sentinel-benches --bench cost`
 //!
 //! - `entry_exit`: one entry and its exit through a resource handle (`Resource::enter`), with one passing
 //!   flow rule, one that blocks, a passing rule and a closed error-ratio breaker, the same and a thread-grade

@@ -1,7 +1,7 @@
 //! Cost of a blocked call with and without the block log's listener attached (the listener only queues the
 //! event; the writer's aggregation and I/O run outside the timed loop, as they do on the background thread).
 //!
-//! Run: `cargo bench -p sentinel-runtime --features logs --bench block_log -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p sentinel-benches --bench block_log -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! - `cluster_hang_to_fallback`: from Redis frozen (SIGSTOP) to the rule falling back;
 //! - printed: Redis round trips per 10,000 admitted calls at 10,000 calls per second.
 //!
-//! Run: `RUST_BACKTRACE= cargo bench -p sentinel-runtime --features cluster-redis --bench cluster`.
+//! Run: `RUST_BACKTRACE= cargo bench -p sentinel-benches --bench cluster`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! named from `Self` (`module::Type::method`) and an async fn with `timeout_ms` (what the timer costs when it
 //! is used; functions without it generate no timer code at all).
 //!
-//! `cargo bench -p sentinel-runtime --bench macro_overhead -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p sentinel-benches --bench macro_overhead -- --warm-up-time 1 --measurement-time 3`
 
 use std::future::Future;
 use std::hint::black_box;

@@ -1,6 +1,6 @@
 //! One request through a ready service, with and without the Sentinel web layer (`--features axum`).
 //!
-//! `RUST_BACKTRACE= cargo bench -p sentinel-runtime --features axum --bench web_layer`
+//! `RUST_BACKTRACE= cargo bench -p sentinel-benches --bench web_layer`
 //!
 //! Each iteration builds a request, waits for the service to be ready, calls it and drives the response
 //! future to completion (every service here answers at once, so one poll does it): what a server does per

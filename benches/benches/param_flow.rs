@@ -4,7 +4,7 @@
 //! threshold is never reached, cycling over 1, 10^3 or 10^6 distinct values. Before the timed part the
 //! bench prints allocations per call and the bytes each tracked value costs (a counting allocator).
 //!
-//! Run: `RUST_BACKTRACE= cargo bench -p sentinel-runtime --bench param_flow -- --warm-up-time 1 --measurement-time 3`
+//! Run: `RUST_BACKTRACE= cargo bench -p sentinel-benches --bench param_flow -- --warm-up-time 1 --measurement-time 3`
 //! (sentinel-core captures a backtrace per error when `RUST_BACKTRACE` is set, which would skew it.)
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,14 +1,14 @@
 //! The web layer's cost in instructions, the one figure that does not move between runs on a shared machine
 //! (`scripts/callgrind-web` runs it under valgrind's callgrind and prints instructions per request).
 //!
-//! `cargo run --release --example web_instructions -- VARIANT [REQUESTS]`
+//! `cargo run --release -p sentinel-benches --example web_instructions -- VARIANT [REQUESTS]`
 //!
 //! Sends `REQUESTS` (default 10,000) `GET /hello` requests through an axum `Router` on the calling thread:
 //! each builds the request, waits for the router to be ready, calls it and completes the response future,
 //! as a server does per request minus the network and hyper. The `*-proxied` variants' requests also carry
 //! `X-Forwarded-For: 198.51.100.4`, as from a proxy (the peer, 10.0.0.7, is on a private network).
 //! Callgrind counts only `measured`, which runs after a warm-up of the same length. The variants are those
-//! of `web_bench_server` (`examples/support/web_variants.rs`), but for `ratelimit`.
+//! of `web_bench_server` (`benches/examples/support/web_variants.rs`), but for `ratelimit`.
 //!
 //! The `part-*` variants measure one part of a request's work instead, with nothing around it:
 //! - `part-governor-check`: tower-governor's decision alone (the `governor` variant's limiter, checked for the
@@ -21,7 +21,7 @@
 //! - `part-stats-one`: the same on the resource's node alone (what an outbound entry in the default context
 //!   must keep: the floor under `part-entry-flow-pass`);
 //! - `part-engine-floor`: a model, written by hand, of the least an engine must do for an entry and its exit
-//!   with one passing QPS rule in the default context (`sentinel-runtime/benches/support/engine_floor.rs` says
+//!   with one passing QPS rule in the default context (`benches/benches/support/engine_floor.rs` says
 //!   what it keeps and what it leaves out): `part-stats-one`'s records, the rules read in a read section, the
 //!   rule's exact admission, the thread's context, and an entry the caller holds and drops;
 //! - `part-entry`: the engine's owned inbound entry and its exit, one passing flow rule, no web layer, on a
@@ -77,7 +77,7 @@ use tower::{Layer, Service, ServiceExt};
 #[path = "support/web_variants.rs"]
 mod web_variants;
 
-#[path = "../sentinel-runtime/benches/support/engine_floor.rs"]
+#[path = "../benches/support/engine_floor.rs"]
 mod engine_floor;
 
 /// The client of every request.

@@ -2,7 +2,7 @@
 //! rule, on an engine without a command center, and on one whose command center is running and being read
 //! like a console in a browser does (overview and history, every 100 ms, from another thread).
 //!
-//! Run with `cargo bench -p sentinel-runtime --features transport --bench transport_overhead`.
+//! Run with `cargo bench -p sentinel-benches --bench transport_overhead`.
 //!
 //! Each case runs twice: wall time, and the benchmark thread's CPU time (which time spent descheduled on a
 //! busy machine does not inflate: on 2 cores the server and the reader compete for the CPU).

@@ -1,6 +1,6 @@
 //! The outbound guard's cost per call (`--features reqwest,axum`).
 //!
-//! `cargo bench -p sentinel-runtime --features reqwest,axum --bench outbound`
+//! `cargo bench -p sentinel-benches --bench outbound`
 //!
 //! - `outbound_service_fn`: a tower `service_fn` client that answers at once (200, empty body), bare, behind
 //!   `SentinelClientLayer` with a passing flow rule on its resource (`GET:inventory.svc/items/{id}`, the id

@@ -1,6 +1,6 @@
 //! Entry + exit cost of sentinel-runtime next to its peers, measured in the same run.
 //!
-//! Run: `RUST_BACKTRACE= cargo bench -p sentinel-runtime --bench entry` (sentinel-core is ~3× slower with
+//! Run: `RUST_BACKTRACE= cargo bench -p sentinel-benches --bench entry` (sentinel-core is ~3× slower with
 //! RUST_BACKTRACE=1 because it captures backtraces in its errors). The one-thread cases run twice: wall time
 //! (`entry_exit_1_thread`) and the benchmark thread's CPU time (`entry_exit_1_thread_cpu`), which time spent
 //! descheduled on a busy machine does not inflate.
@@ -163,7 +163,7 @@ fn regex_rules_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
 
 /// What the Prometheus exporter costs a call: entry + exit of a resource with one passing rule on an engine
 /// without the exporter and on one with it attached (each completed call goes into a histogram; counters cost
-/// nothing, they come from the windows). Needs `--features prometheus`.
+/// nothing, they come from the windows).
 fn exporter(c: &mut Criterion) {
     exporter_in(c, "exporter");
 }
@@ -172,7 +172,6 @@ fn exporter_cpu(c: &mut Criterion<ThreadCpuTime>) {
     exporter_in(c, "exporter_cpu");
 }
 
-#[cfg(feature = "prometheus")]
 fn exporter_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     let without = engine();
     let with = engine();
@@ -190,9 +189,6 @@ fn exporter_in<M: Measurement>(c: &mut Criterion<M>, group: &str) {
     }
     g.finish();
 }
-
-#[cfg(not(feature = "prometheus"))]
-fn exporter_in<M: Measurement>(_: &mut Criterion<M>, _: &str) {}
 
 fn two_threads(c: &mut Criterion) {
     let engine = engine();
