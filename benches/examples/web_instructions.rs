@@ -47,7 +47,9 @@
 //!   `param-adaptive` (the adaptive rule beside the hot-parameter rule of `param`), `authority` (an authority
 //!   black list and a passing flow rule, called with an origin the list does not name), `rate-limiter` (a flow
 //!   rule that spaces calls, never reached), `nested` (`flow-pass` inside an entry of another resource held
-//!   around the loop: the entry joins an active context rather than starting one);
+//!   around the loop: the entry joins an active context rather than starting one), `origin-only` (`flow-pass`
+//!   called with an origin), `origin-limit` (the same with a second rule, for the caller's origin: Java's
+//!   `limitApp`), `three-limits` (three passing QPS rules: the general path);
 //! - `part-macro-sync`, `part-macro-async`, `part-macro-async-timeout`: a call of a `#[sentinel_resource]`
 //!   function, sync, async and async with `timeout_ms = 200` (the future polled once, with no executor), on
 //!   the global engine with one passing flow rule; `part-plain-sync`, `part-plain-async`: the same functions
@@ -357,6 +359,34 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             let resource = engine.resource("part");
             run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
         }
+        "part-entry-origin-limit" => {
+            // A limit for every caller and one for the caller's origin (Java's `limitApp`).
+            let engine = Sentinel::builder().build().leak();
+            engine.load_flow_rules([
+                FlowRule::new("part").count(1e12),
+                FlowRule::new("part").count(1e11).limit_app("shop"),
+            ])?;
+            let resource = engine.resource("part");
+            run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
+        }
+        "part-entry-origin-only" => {
+            // One limit for every caller, called with an origin.
+            let engine = Sentinel::builder().build().leak();
+            engine.load_flow_rules([FlowRule::new("part").count(1e12)])?;
+            let resource = engine.resource("part");
+            run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
+        }
+        "part-entry-three-limits" => entries(
+            |e| {
+                Ok(e.load_flow_rules([
+                    FlowRule::new("part").count(1e12),
+                    FlowRule::new("part").count(1e11),
+                    FlowRule::new("part").count(1e10),
+                ])?)
+            },
+            false,
+            n,
+        )?,
         "part-entry-rate-limiter" => entries(
             |e| {
                 Ok(e.load_flow_rules([FlowRule::new("part")

@@ -234,8 +234,8 @@ fn warm_up_and_rate_limiter_rules_decide_on_the_fast_path_as_on_the_general_path
 
 #[test]
 fn two_qps_rules_decide_on_the_fast_path_as_on_the_general_path_each_limit_exact() {
-    // Two engines on clocks that move alike: one with the two rules alone (the fast path), one with a third
-    // rule for an origin no call names (the general path). Every decision, block and wait must be the same.
+    // Two engines on clocks that move alike: one with the two rules alone (the fast path), one with a user slot
+    // that passes every call (the general path). Every decision, block and wait must be the same.
     let reject = |count| FlowRule::new("api").count(count);
     let behaving = |count, behavior| reject(count).control_behavior(behavior).max_queueing_time_ms(200);
     let pairs = [
@@ -250,9 +250,8 @@ fn two_qps_rules_decide_on_the_fast_path_as_on_the_general_path_each_limit_exact
         let (fast_engine, fast_clock) = engine();
         let (general_engine, general_clock) = engine();
         fast_engine.load_flow_rules(rules.clone()).unwrap();
-        let mut general_rules = rules.to_vec();
-        general_rules.push(reject(0.0).limit_app("nobody"));
-        general_engine.load_flow_rules(general_rules).unwrap();
+        general_engine.load_flow_rules(rules.clone()).unwrap();
+        general_engine.add_slot(0, PassAll);
         let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
         let outcome = |r: Result<sentinel_runtime::Entry<'_>, BlockError>| match r {
             Ok(e) => Ok(e.waited()),
@@ -301,6 +300,135 @@ fn two_qps_rules_decide_on_the_fast_path_as_on_the_general_path_each_limit_exact
         drop(api.enter().unwrap());
     }
     assert_eq!(refused(api.enter()), 3.0);
+}
+
+/// Rules for callers' origins (Java's `limitApp`: a named origin, or "other") beside rules for every caller
+/// decide on the fast path as on the general path: the same calls pass, with the same waits; the same rule
+/// refuses the others, with the same retry time; each origin's node and the resource's count the same. A token
+/// the origin's rule took goes back when a rule for every caller refuses the call (the general path's
+/// oracle would count more passes otherwise).
+#[test]
+fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
+    let rule = |count, app: &str| FlowRule::new("api").count(count).limit_app(app);
+    let behaving = |count, app: &str, behavior| rule(count, app).control_behavior(behavior).max_queueing_time_ms(200);
+    let threads = |count| FlowRule::new("api").grade(FlowGrade::Thread).count(count);
+    let sets = [
+        vec![rule(5.0, "default"), rule(3.0, "appA")],
+        vec![rule(3.0, "default"), rule(5.0, "appA")],
+        vec![rule(4.0, "default"), rule(2.0, "appA"), rule(1.0, "other")],
+        vec![rule(2.0, "appA")],
+        vec![rule(2.0, "other"), rule(6.0, "default")],
+        vec![rule(2.0, "appA"), rule(3.0, "appB"), rule(4.0, "default"), rule(3.0, "default")],
+        vec![behaving(20.0, "appA", ControlBehavior::WarmUp), rule(6.0, "default")],
+        vec![behaving(10.0, "appA", ControlBehavior::RateLimiter), rule(4.0, "default")],
+        vec![rule(3.0, "appB"), threads(2.0)],
+    ];
+    let origins = ["appA", "appB", "appC", "", "appA", "other", "default"];
+    let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
+        Ok(e) => Ok(e.waited()),
+        Err(BlockError::Flow { rule, retry_after, .. }) => {
+            Err((rule.count, rule.limit_app.clone(), rule.control_behavior, *retry_after))
+        }
+        Err(other) => panic!("unexpected block {other:?}"),
+    };
+    for rules in sets {
+        let (fast_engine, fast_clock) = engine();
+        let (general_engine, general_clock) = engine();
+        fast_engine.load_flow_rules(rules.clone()).unwrap();
+        general_engine.load_flow_rules(rules.clone()).unwrap();
+        general_engine.add_slot(0, PassAll);
+        let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
+        let (mut passed, mut blocked) = (0, 0);
+        // Two calls held at a time, so that a thread-grade rule has calls in flight to count: owned entries,
+        // which leave the thread's context alone (a borrowed one would make the next call of its engine join
+        // its context, and its origin).
+        let mut held = Vec::new();
+        for i in 0..700 {
+            let origin = origins[i % origins.len()];
+            let a = fast.entry_owned().origin(origin).enter();
+            let b = general.entry_owned().origin(origin).enter();
+            assert_eq!(outcome(&a), outcome(&b), "{rules:?}, call {i} from {origin:?}");
+            passed += a.is_ok() as u32;
+            blocked += a.is_err() as u32;
+            held.push((a, b));
+            if held.len() > 2 {
+                drop(held.remove(0));
+            }
+            if i % 5 == 4 {
+                fast_clock.advance_millis(41);
+                general_clock.advance_millis(41);
+            }
+        }
+        drop(held);
+        assert!(passed > 0 && blocked > 0, "{rules:?}: some pass ({passed}), some not");
+        let stats = |e: &Sentinel| {
+            let mut seen = vec![("*".to_string(), e.cluster_stats("api").unwrap().minute_pass)];
+            seen.extend(e.origins_of("api").into_iter().map(|(o, s)| (o, s.minute_pass)));
+            seen.sort();
+            seen
+        };
+        assert_eq!(stats(&fast_engine), stats(&general_engine), "{rules:?}");
+    }
+}
+
+#[test]
+fn a_refusal_by_a_rule_for_every_caller_gives_back_the_token_of_the_origins_rule() {
+    let (engine, _clock) = engine();
+    // appA may pass 3 a second, every caller 2: the third call from appA is refused by the rule for every
+    // caller, after appA's rule took its token; that token goes back, so appA's rule still has one left for
+    // a call the rule for every caller lets through.
+    engine
+        .load_flow_rules([FlowRule::new("api").count(3.0).limit_app("appA"), FlowRule::new("api").count(2.0)])
+        .unwrap();
+    let api = engine.resource("api");
+    let from_a = || api.entry().origin("appA").enter();
+    drop((from_a().unwrap(), from_a().unwrap()));
+    for _ in 0..3 {
+        match from_a() {
+            Err(BlockError::Flow { rule, .. }) => assert_eq!((rule.count, rule.limit_app.as_str()), (2.0, "default")),
+            other => panic!("the rule for every caller refuses, got {other:?}"),
+        }
+    }
+    assert_eq!(engine.origin_stats("api", "appA").unwrap().pass_qps, 2.0);
+    // The rule for every caller is raised; appA's rule keeps its window: one token left of its 3, not 0.
+    engine
+        .load_flow_rules([FlowRule::new("api").count(3.0).limit_app("appA"), FlowRule::new("api").count(100.0)])
+        .unwrap();
+    drop(from_a().expect("appA's rule gave back the tokens of the refused calls"));
+    assert!(matches!(from_a(), Err(BlockError::Flow { rule, .. }) if rule.count == 3.0));
+}
+
+#[test]
+fn beside_an_adaptive_limit_a_refusal_gives_back_the_tokens_of_the_origins_rule_and_the_others() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    // appA may pass 2 a second, every caller 10, one call in flight: the calls the adaptive limit refuses give
+    // back the tokens both flow rules took, on either path.
+    let run = |general: bool| {
+        let (engine, _clock) = engine();
+        engine
+            .load_flow_rules([FlowRule::new("db").count(2.0).limit_app("appA"), FlowRule::new("db").count(10.0)])
+            .unwrap();
+        engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
+        if general {
+            engine.add_slot(0, PassAll);
+        }
+        let db = engine.resource("db");
+        let from_a = || db.entry_owned().origin("appA").enter();
+        let mut seen = Vec::new();
+        let first = from_a();
+        seen.push(met(&first));
+        seen.extend([met(&from_a()), met(&from_a())]);
+        drop(first);
+        seen.push(met(&from_a()));
+        seen.push(met(&from_a()));
+        let stats = engine.cluster_stats("db").unwrap();
+        let origin = engine.origin_stats("db", "appA").unwrap();
+        seen.push(if stats.pass_qps == 2.0 && origin.pass_qps == 2.0 { "two passes" } else { "other passes" });
+        seen
+    };
+    let fast = run(false);
+    assert_eq!(fast, ["pass", "adaptive", "adaptive", "pass", "flow", "two passes"]);
+    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
 }
 
 /// What a call met: a pass, or the kind of block (hot parameter, flow or adaptive; any other fails the test).

@@ -135,4 +135,34 @@ mod tests {
         assert_eq!(path(|e| (two(e), breaker(e)).1), FastPath::Common);
         assert_eq!(path(|e| e.load_flow_rules([qps(5.0), qps(3.0), qps(1.0)]).unwrap()), FastPath::No);
     }
+
+    #[test]
+    fn rules_for_origins_take_the_fast_path_while_at_most_one_applies_to_a_call() {
+        let qps = |count, app: &str| FlowRule::new("r").count(count).limit_app(app);
+        let load = |rules: Vec<FlowRule>| move |e: &Sentinel| e.load_flow_rules(rules).unwrap();
+        let threads = FlowRule::new("r").grade(FlowGrade::Thread).count(2.0);
+        // Rules for named origins and for "other" (at most one applies to a call), beside one or two rules for
+        // every caller or none.
+        for rules in [
+            vec![qps(5.0, "default"), qps(3.0, "appA")],
+            vec![qps(3.0, "appA"), qps(2.0, "appB"), qps(1.0, "other")],
+            vec![qps(3.0, "appA"), qps(5.0, "default"), threads.clone()],
+            vec![qps(3.0, "appA"), qps(5.0, "default"), qps(4.0, "default")],
+            vec![qps(3.0, "appA").control_behavior(crate::flow::ControlBehavior::RateLimiter)],
+        ] {
+            assert_eq!(path(load(rules.clone())), FastPath::Common, "{rules:?}");
+        }
+        // Two rules for one origin, a thread-grade rule or a cluster rule for an origin, a rule on another
+        // node, and three rules for every caller: the general path.
+        for rules in [
+            vec![qps(3.0, "appA"), qps(2.0, "appA")],
+            vec![qps(1.0, "other"), qps(2.0, "other")],
+            vec![threads.clone().limit_app("appA")],
+            vec![qps(3.0, "appA").cluster(crate::flow::ClusterConfig::new(crate::flow::ClusterThresholdType::Global))],
+            vec![qps(3.0, "appA").chain("entrance")],
+            vec![qps(3.0, "appA"), qps(5.0, "default"), qps(4.0, "default"), qps(3.0, "default")],
+        ] {
+            assert_eq!(path(load(rules.clone())), FastPath::No, "{rules:?}");
+        }
+    }
 }

@@ -303,6 +303,7 @@ impl EntryBuilder<'_, '_> {
             resource: &site.inner.name,
             cluster: &site.inner.cluster.stat,
             origin: &site.origin.name,
+            origin_node: site.nodes.origin(),
             acquire: self.acquire,
             args: &self.args,
             now_nanos,
@@ -318,7 +319,6 @@ impl EntryBuilder<'_, '_> {
         CheckCx {
             call: self.call_cx(site, now_nanos, now_nanos / NANOS_PER_MILLI),
             node: site.node.stats(),
-            origin_node: site.nodes.origin(),
             context_name: site.ctx.name(),
             prioritized: self.prioritized,
             cluster_wait,

@@ -55,8 +55,15 @@ impl RuleSlot for FlowSlot {
         match rules.simple {
             Some(limit) => check_simple_only(rules, limit, &call(), taken),
             None => match (rules.fast_rules(), taken) {
-                (Some(fast), None) => check_fast_rules(rules, fast, &call(), held, wait),
-                (Some(fast), Some(t)) => check_fast_rules_keeping(rules, fast, &call(), held, wait, t),
+                // Rules for origins take copies of their own, so that the others compile as if they were not there.
+                (Some(fast), None) if fast.by_origin == 0 => {
+                    check_fast_rules::<false>(rules, fast, &call(), held, wait)
+                }
+                (Some(fast), None) => check_fast_rules::<true>(rules, fast, &call(), held, wait),
+                (Some(fast), Some(t)) if fast.by_origin == 0 => {
+                    check_fast_rules_keeping::<false>(rules, fast, &call(), held, wait, t)
+                }
+                (Some(fast), Some(t)) => check_fast_rules_keeping::<true>(rules, fast, &call(), held, wait, t),
                 (None, _) => Ok(()),
             },
         }
@@ -309,23 +316,25 @@ fn check_simple_only(
 }
 
 /// The fast path's check of [`FastRules`] other than a lone reject-style QPS rule (which takes
-/// [`check_simple_only`]): a QPS rule of any control behaviour, a thread-grade rule, one of each, or two QPS
-/// rules, in the rules' order. A thread-grade rule's permit is held (`held`) until exit; what the first rule took is given
-/// back when the second refuses; a QPS rule's token goes to `taken`; a rate limiter's wait adds to `wait`.
+/// [`check_simple_only`]): for every caller a QPS rule of any control behaviour, a thread-grade rule, one of
+/// each, or two QPS rules, after the rule for the caller's origin if one applies (`BY_ORIGIN`: the resource has
+/// rules for origins), in the rules' order. A thread-grade rule's permit is held (`held`) until exit; what the
+/// earlier rules took is given back when a later one refuses; a QPS rule's token goes to `taken`; a rate
+/// limiter's wait adds to `wait`.
 #[inline(never)]
-fn check_fast_rules(
+fn check_fast_rules<const BY_ORIGIN: bool>(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     call: &CallCx<'_>,
     held: &mut EntryState,
     wait: &mut u64,
 ) -> Result<(), BlockError> {
-    fast_rules(rules, fast, call, held, wait, None)
+    fast_rules::<BY_ORIGIN>(rules, fast, call, held, wait, None)
 }
 
 /// [`check_fast_rules`] where a later check may refuse the call: the QPS rule's token goes to `taken`.
 #[inline(never)]
-fn check_fast_rules_keeping(
+fn check_fast_rules_keeping<const BY_ORIGIN: bool>(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     call: &CallCx<'_>,
@@ -333,11 +342,12 @@ fn check_fast_rules_keeping(
     wait: &mut u64,
     taken: &mut FastTaken,
 ) -> Result<(), BlockError> {
-    fast_rules(rules, fast, call, held, wait, Some(taken))
+    fast_rules::<BY_ORIGIN>(rules, fast, call, held, wait, Some(taken))
 }
 
+/// `BY_ORIGIN`: the resource has rules for origins ([`FastRules::by_origin`]).
 #[inline(always)]
-fn fast_rules(
+fn fast_rules<const BY_ORIGIN: bool>(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     call: &CallCx<'_>,
@@ -346,35 +356,85 @@ fn fast_rules(
     taken: Option<&mut FastTaken>,
 ) -> Result<(), BlockError> {
     let block = |at, retry_after| fast_block(rules, at, call.resource, call.origin, retry_after);
-    let mut first = fast_one(rules, fast, 0, call, wait, None).map_err(|retry_after| block(0, retry_after))?;
-    let second = if rules.rules.len() > 1 {
-        // A second QPS rule reserves in the node's second window, on the first one's reservation (as the
-        // general path does), so that each limit holds exactly.
-        let held = match &mut first {
-            Took::Reservation(r) if fast.qps[1].is_some() => Some(r),
-            _ => None,
-        };
-        match fast_one(rules, fast, 1, call, wait, held) {
+    // The rule for the caller's origin first, as the rules' order has it (Java checks the rules for origins
+    // before those for every caller), on the origin's node.
+    let by_origin = match BY_ORIGIN {
+        false => None,
+        true => fast_by_origin(rules, fast, call, wait).map_err(|(at, retry_after)| block(at, retry_after))?,
+    };
+    let base = if BY_ORIGIN { fast.by_origin } else { 0 };
+    let give_back_by_origin = |by_origin: OriginTaken<'_>| {
+        if let Some((node, r)) = by_origin {
+            node.admission().release(r);
+        }
+    };
+    let (first, second) = if rules.rules.len() > base {
+        let mut first = match fast_one(rules, fast, base, call, wait, None) {
             Ok(took) => took,
             Err(retry_after) => {
-                first.give_back(call);
-                return Err(block(1, retry_after));
+                give_back_by_origin(by_origin);
+                return Err(block(base, retry_after));
             }
-        }
+        };
+        let second = if rules.rules.len() > base + 1 {
+            // A second QPS rule reserves in the node's second window, on the first one's reservation (as the
+            // general path does), so that each limit holds exactly.
+            let held = match &mut first {
+                Took::Reservation(r) if fast.qps[1].is_some() => Some(r),
+                _ => None,
+            };
+            match fast_one(rules, fast, base + 1, call, wait, held) {
+                Ok(took) => took,
+                Err(retry_after) => {
+                    first.give_back(call);
+                    give_back_by_origin(by_origin);
+                    return Err(block(base + 1, retry_after));
+                }
+            }
+        } else {
+            Took::Nothing
+        };
+        (first, second)
     } else {
-        Took::Nothing
+        (Took::Nothing, Took::Nothing)
     };
     if let Some(t) = taken {
-        // One reservation at most (a second QPS rule's is the first's): its token, kept for an undo.
+        // One reservation at most on the resource's node (a second QPS rule's is the first's), one on the
+        // origin's: their tokens, kept for an undo.
         match (&first, &second) {
             (Took::Reservation(r), _) | (_, Took::Reservation(r)) => t.keep(call.cluster, *r),
             _ => {}
+        }
+        if let Some((node, r)) = by_origin {
+            t.keep_origin(node, r);
         }
     }
     if matches!(first, Took::Permit) || matches!(second, Took::Permit) {
         held.push_cluster_permit();
     }
     Ok(())
+}
+
+/// The reservation the rule for the caller's origin took, on the origin's node.
+type OriginTaken<'c> = Option<(&'c StatNode, Reservation)>;
+
+/// The rule for the caller's origin, if one applies, on the origin's node: the reservation it took, or the
+/// rule that refused the call with its retry time. Out of line: only resources with rules for origins take it.
+#[inline(never)]
+fn fast_by_origin<'c>(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    call: &CallCx<'c>,
+    wait: &mut u64,
+) -> Result<OriginTaken<'c>, (usize, Option<std::time::Duration>)> {
+    let (Some(node), Some(at)) = (call.origin_node, fast.origin_rule(rules, call.origin.as_str())) else {
+        return Ok(None);
+    };
+    match fast_qps(&rules.rules[at], node, call, wait, None) {
+        Ok(Took::Reservation(r)) => Ok(Some((node, r))),
+        Ok(_) => Ok(None),
+        Err(retry_after) => Err((at, retry_after)),
+    }
 }
 
 /// The fast path's undo ([`RuleSlot::undo_fast`]): the token the check took and the permit it holds go back.
@@ -418,14 +478,27 @@ fn fast_one(
     wait: &mut u64,
     held: Option<&mut Reservation>,
 ) -> Result<Took, Option<std::time::Duration>> {
-    let (node, now_ms, acquire) = (call.cluster, call.now_ms, call.acquire);
+    let node = call.cluster;
     if let Some((i, limit)) = fast.threads
         && i == at
     {
-        let acquire = acquire as u64 + rules.rules[i].in_flight_before(node);
+        let acquire = call.acquire as u64 + rules.rules[i].in_flight_before(node);
         return if node.try_thread_permit(acquire, limit) { Ok(Took::Permit) } else { Err(None) };
     }
-    let st = &rules.rules[at];
+    fast_qps(&rules.rules[at], node, call, wait, held)
+}
+
+/// A QPS rule of the fast path on `node` (the resource's, or the caller's origin's): `Err` with the retry time
+/// when it refuses. `held`: the reservation the first of two QPS rules took on `node`.
+#[inline(always)]
+fn fast_qps(
+    st: &FlowRuleState,
+    node: &StatNode,
+    call: &CallCx<'_>,
+    wait: &mut u64,
+    held: Option<&mut Reservation>,
+) -> Result<Took, Option<std::time::Duration>> {
+    let (now_ms, acquire) = (call.now_ms, call.acquire);
     if held.is_none() && matches!(st.controller, Controller::Reject) {
         let count = st.rule.count;
         return match node

@@ -221,25 +221,54 @@ impl ResourceFlowRules {
     }
 }
 
-/// A resource's flow rules when the fast path decides them: one QPS rule (any control behaviour: reject, warm
-/// up, rate limiter), one thread-grade rule, one of each, or two QPS rules, each local, for every caller, on
-/// the resource's own node. The thread-grade rule's permit is the one thing a call on the fast path holds;
-/// the second of two QPS rules reserves in the node's second window, on the first rule's reservation.
+/// A resource's flow rules when the fast path decides them: for every caller, one QPS rule (any control
+/// behaviour: reject, warm up, rate limiter), one thread-grade rule, one of each, or two QPS rules, on the
+/// resource's own node; before them (the rules' order, as Java's), QPS rules of any control behaviour for
+/// callers from a named origin (one rule per origin) and one for "other" callers, on the caller's origin node:
+/// at most one of those applies to a call. All local, on their own nodes (direct). The thread-grade rule's
+/// permit is the one thing a call on the fast path holds; the second of two QPS rules for every caller
+/// reserves in the node's second window, on the first rule's reservation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRules {
-    /// Where the QPS rules are in the resource's rules (the second only with no thread-grade rule).
+    /// Where the QPS rules for every caller are in the resource's rules (the second only with no thread-grade
+    /// rule).
     pub(crate) qps: [Option<usize>; 2],
     /// Where the thread-grade rule is, and its limit (calls in flight).
     pub(crate) threads: Option<(usize, f64)>,
+    /// How many rules for origins come first (those for named origins, then the one for "other", if any): the
+    /// rules for every caller start there.
+    pub(crate) by_origin: usize,
+    /// Where the rule for "other" callers is.
+    pub(crate) other: Option<usize>,
 }
 
 impl FastRules {
+    /// The most rules for named origins the fast path looks through (a call compares its origin with each).
+    const MAX_BY_ORIGIN: usize = 8;
+
     fn of(rules: &[Arc<FlowRuleState>]) -> Option<FastRules> {
-        let mut fast = FastRules { qps: [None; 2], threads: None };
-        if rules.len() > 2 {
+        let mut fast = FastRules { qps: [None; 2], threads: None, by_origin: 0, other: None };
+        // The rules are sorted: those for origins first (`ResourceFlowRules::new`).
+        let by_origin = rules.iter().take_while(|st| !matches!(st.limit_app, LimitApp::Default)).count();
+        if by_origin > Self::MAX_BY_ORIGIN || rules.len() - by_origin > 2 {
             return None;
         }
-        for (i, st) in rules.iter().enumerate() {
+        for (i, st) in rules[..by_origin].iter().enumerate() {
+            let local_qps =
+                st.rule.grade == FlowGrade::Qps && st.rule.strategy == FlowStrategy::Direct && !st.rule.cluster_mode;
+            let unique = match &st.limit_app {
+                LimitApp::Other => fast.other.replace(i).is_none(),
+                LimitApp::Origin(app) => {
+                    !rules[..i].iter().any(|o| matches!(&o.limit_app, LimitApp::Origin(a) if a == app))
+                }
+                LimitApp::Default => false,
+            };
+            if !local_qps || !unique {
+                return None;
+            }
+        }
+        fast.by_origin = by_origin;
+        for (i, st) in rules.iter().enumerate().skip(by_origin) {
             if st.is_plain_qps() && fast.qps[0].is_none() {
                 fast.qps[0] = Some(i);
             } else if st.is_plain_qps() && fast.qps[1].is_none() {
@@ -250,7 +279,25 @@ impl FastRules {
                 return None;
             }
         }
-        (fast.qps[0].is_some() || fast.threads.is_some()).then_some(fast)
+        (fast.qps[0].is_some() || fast.threads.is_some() || by_origin > 0).then_some(fast)
+    }
+
+    /// The rule for the caller's `origin` among the rules for origins (at most one applies: Java's
+    /// `selectNodeByRequesterAndStrategy`, which takes the origin's node for a rule naming it, and for the rule
+    /// for "other" when no rule names it).
+    #[inline]
+    pub(crate) fn origin_rule(&self, rules: &ResourceFlowRules, origin: &str) -> Option<usize> {
+        if origin.is_empty() {
+            return None;
+        }
+        let named = rules.rules[..self.by_origin]
+            .iter()
+            .position(|st| matches!(&st.limit_app, LimitApp::Origin(app) if app == origin));
+        match (named, self.other) {
+            (Some(i), _) => Some(i),
+            (None, Some(i)) if rules.is_other_origin(origin) => Some(i),
+            _ => None,
+        }
     }
 }
 
@@ -316,18 +363,29 @@ impl PermitNodes {
     }
 }
 
-/// The token the fast path's QPS rule took (it has one at most), while the later checks run: given back if
-/// one refuses the call ([`FlowSlot`](check::FlowSlot)'s `undo_fast`), spent if the call passes.
+/// The tokens the fast path's QPS rules took (one on the resource's node and one on the origin's at most), while
+/// the later checks run: given back if one refuses the call ([`FlowSlot`](check::FlowSlot)'s `undo_fast`), spent if the call passes.
 #[derive(Debug, Default)]
-pub(crate) struct FastTaken(Option<(NodePtr, Reservation)>);
+pub(crate) struct FastTaken {
+    /// The token of the rules for every caller, on the resource's node.
+    cluster: Option<(NodePtr, Reservation)>,
+    /// The token of the rule for the caller's origin, on the origin's node.
+    origin: Option<(NodePtr, Reservation)>,
+}
 
 impl FastTaken {
     #[inline(always)]
     pub(crate) fn keep(&mut self, node: &StatNode, r: Reservation) {
-        self.0 = Some((NodePtr::of(node), r));
+        self.cluster = Some((NodePtr::of(node), r));
+    }
+    /// Keeps the token the rule for the caller's origin took on its node.
+    #[inline(always)]
+    pub(crate) fn keep_origin(&mut self, node: &StatNode, r: Reservation) {
+        self.origin = Some((NodePtr::of(node), r));
     }
     pub(crate) fn release(&mut self) {
-        give_back_token(&mut self.0);
+        give_back_token(&mut self.cluster);
+        give_back_token(&mut self.origin);
     }
 }
 

@@ -30,6 +30,8 @@ pub(crate) struct CallCx<'a> {
     pub(crate) cluster: &'a StatNode,
     /// The caller's origin (empty when none).
     pub(crate) origin: Named<'a>,
+    /// The resource's node for the caller's origin (none when the origin is empty).
+    pub(crate) origin_node: Option<&'a StatNode>,
     pub(crate) acquire: u32,
     /// The hot-parameter arguments, behind a thin reference: copying the slice itself into the context on
     /// every call costs a stalled 16-byte load, and only hot-parameter rules read it.
@@ -48,8 +50,6 @@ pub(crate) struct CheckCx<'a> {
     pub(crate) call: CallCx<'a>,
     /// The numbers of the resource's node in the current context (chain rules read them).
     pub(crate) node: &'a StatNode,
-    /// The resource's node for the caller's origin (none when the origin is empty).
-    pub(crate) origin_node: Option<&'a StatNode>,
     pub(crate) context_name: &'a str,
     pub(crate) prioritized: bool,
     /// Whether a cluster rule whose lease is empty may make the call wait, and how.
