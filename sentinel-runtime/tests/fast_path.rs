@@ -247,11 +247,7 @@ fn two_qps_rules_decide_on_the_fast_path_as_on_the_general_path_each_limit_exact
         [behaving(10.0, ControlBehavior::RateLimiter), reject(4.0)],
     ];
     for rules in pairs {
-        let (fast_engine, fast_clock) = engine();
-        let (general_engine, general_clock) = engine();
-        fast_engine.load_flow_rules(rules.clone()).unwrap();
-        general_engine.load_flow_rules(rules.clone()).unwrap();
-        general_engine.add_slot(0, PassAll);
+        let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(&rules);
         let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
         let outcome = |r: Result<sentinel_runtime::Entry<'_>, BlockError>| match r {
             Ok(e) => Ok(e.waited()),
@@ -332,11 +328,7 @@ fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
         Err(other) => panic!("unexpected block {other:?}"),
     };
     for rules in sets {
-        let (fast_engine, fast_clock) = engine();
-        let (general_engine, general_clock) = engine();
-        fast_engine.load_flow_rules(rules.clone()).unwrap();
-        general_engine.load_flow_rules(rules.clone()).unwrap();
-        general_engine.add_slot(0, PassAll);
+        let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(&rules);
         let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
         let (mut passed, mut blocked) = (0, 0);
         // Two calls held at a time, so that a thread-grade rule has calls in flight to count: owned entries,
@@ -643,6 +635,16 @@ fn beside_a_flow_rule_an_adaptive_refusal_gives_the_flow_token_back() {
     drop(first);
     drop(db.enter().expect("the refused call's flow token went back"));
     assert!(matches!(db.enter(), Err(BlockError::Flow { .. })), "two passes this second");
+}
+
+/// Two engines on clocks that move alike, with `rules`: one decides on the fast path, the other (with a user
+/// slot that passes every call) on the general path.
+fn fast_and_general(rules: &[FlowRule]) -> ((Sentinel, ManualClock), (Sentinel, ManualClock)) {
+    let (fast, general) = (engine(), engine());
+    fast.0.load_flow_rules(rules.to_vec()).unwrap();
+    general.0.load_flow_rules(rules.to_vec()).unwrap();
+    general.0.add_slot(0, PassAll);
+    (fast, general)
 }
 
 /// A user slot that lets every call through: an engine with one decides every call on the general path.
