@@ -49,7 +49,8 @@
 //!   rule that spaces calls, never reached), `nested` (`flow-pass` inside an entry of another resource held
 //!   around the loop: the entry joins an active context rather than starting one), `origin-only` (`flow-pass`
 //!   called with an origin), `origin-limit` (the same with a second rule, for the caller's origin: Java's
-//!   `limitApp`), `three-limits` (three passing QPS rules: the general path);
+//!   `limitApp`), `origin-threads` (the same with a thread-grade rule for the caller's origin, limit 1,000),
+//!   `three-limits` (three passing QPS rules: the general path);
 //! - `part-macro-sync`, `part-macro-async`, `part-macro-async-timeout`: a call of a `#[sentinel_resource]`
 //!   function, sync, async and async with `timeout_ms = 200` (the future polled once, with no executor), on
 //!   the global engine with one passing flow rule; `part-plain-sync`, `part-plain-async`: the same functions
@@ -366,6 +367,14 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                 FlowRule::new("part").count(1e12),
                 FlowRule::new("part").count(1e11).limit_app("shop"),
             ])?;
+            let resource = engine.resource("part");
+            run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
+        }
+        "part-entry-origin-threads" => {
+            // A limit for every caller and a thread-grade rule for the caller's origin.
+            let engine = Sentinel::builder().build().leak();
+            let threads = FlowRule::new("part").grade(sentinel_runtime::flow::FlowGrade::Thread).count(1_000.0);
+            engine.load_flow_rules([FlowRule::new("part").count(1e12), threads.limit_app("shop")])?;
             let resource = engine.resource("part");
             run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
         }

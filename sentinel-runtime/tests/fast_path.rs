@@ -301,8 +301,8 @@ fn two_qps_rules_decide_on_the_fast_path_as_on_the_general_path_each_limit_exact
 /// Rules for callers' origins (Java's `limitApp`: a named origin, or "other") beside rules for every caller
 /// decide on the fast path as on the general path: the same calls pass, with the same waits; the same rule
 /// refuses the others, with the same retry time; each origin's node and the resource's count the same. A token
-/// the origin's rule took goes back when a rule for every caller refuses the call (the general path's
-/// oracle would count more passes otherwise).
+/// or a permit the origin's rule took goes back when a rule for every caller refuses the call (the general
+/// path's oracle would count more passes, or refuse more calls, otherwise).
 #[test]
 fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
     let rule = |count, app: &str| FlowRule::new("api").count(count).limit_app(app);
@@ -318,6 +318,8 @@ fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
         vec![behaving(20.0, "appA", ControlBehavior::WarmUp), rule(6.0, "default")],
         vec![behaving(10.0, "appA", ControlBehavior::RateLimiter), rule(4.0, "default")],
         vec![rule(3.0, "appB"), threads(2.0)],
+        vec![threads(1.0).limit_app("appA"), rule(5.0, "default")],
+        vec![threads(1.0).limit_app("appA"), threads(2.0).limit_app("other"), threads(2.0), rule(6.0, "default")],
     ];
     let origins = ["appA", "appB", "appC", "", "appA", "other", "default"];
     let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
@@ -331,7 +333,7 @@ fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
         let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(&rules);
         let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
         let (mut passed, mut blocked) = (0, 0);
-        // Two calls held at a time, so that a thread-grade rule has calls in flight to count: owned entries,
+        // Five calls held at a time, so that thread-grade rules have calls in flight to count: owned entries,
         // which leave the thread's context alone (a borrowed one would make the next call of its engine join
         // its context, and its origin).
         let mut held = Vec::new();
@@ -343,7 +345,7 @@ fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
             passed += a.is_ok() as u32;
             blocked += a.is_err() as u32;
             held.push((a, b));
-            if held.len() > 2 {
+            if held.len() > 5 {
                 drop(held.remove(0));
             }
             if i % 5 == 4 {
@@ -353,6 +355,10 @@ fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
         }
         drop(held);
         assert!(passed > 0 && blocked > 0, "{rules:?}: some pass ({passed}), some not");
+        let in_flight = |e: &Sentinel| {
+            e.cluster_stats("api").unwrap().threads + e.origins_of("api").iter().map(|(_, s)| s.threads).sum::<u64>()
+        };
+        assert_eq!((in_flight(&fast_engine), in_flight(&general_engine)), (0, 0), "{rules:?}: every permit back");
         let stats = |e: &Sentinel| {
             let mut seen = vec![("*".to_string(), e.cluster_stats("api").unwrap().minute_pass)];
             seen.extend(e.origins_of("api").into_iter().map(|(o, s)| (o, s.minute_pass)));
@@ -420,6 +426,45 @@ fn beside_an_adaptive_limit_a_refusal_gives_back_the_tokens_of_the_origins_rule_
     };
     let fast = run(false);
     assert_eq!(fast, ["pass", "adaptive", "adaptive", "pass", "flow", "two passes"]);
+    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
+}
+
+#[test]
+fn beside_an_adaptive_limit_a_refusal_gives_back_the_permit_of_the_origins_thread_grade_rule() {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    // appA may have 2 calls in flight, every caller 10 calls a second, the adaptive limit 1 call in flight: a
+    // call the limit refuses gives back appA's permit, on either path (else appA's rule would refuse later).
+    let run = |general: bool| {
+        let (engine, _clock) = engine();
+        let rules = [
+            FlowRule::new("db").grade(FlowGrade::Thread).count(2.0).limit_app("appA"),
+            FlowRule::new("db").count(10.0),
+        ];
+        engine.load_flow_rules(rules).unwrap();
+        engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
+        if general {
+            engine.add_slot(0, PassAll);
+        }
+        let db = engine.resource("db");
+        let from_a = || db.entry_owned().origin("appA").enter();
+        let mut seen = Vec::new();
+        let first = from_a();
+        seen.push(met(&first));
+        for _ in 0..3 {
+            seen.push(met(&from_a()));
+        }
+        drop(first);
+        let second = from_a();
+        seen.push(met(&second));
+        let origin = engine.origin_stats("db", "appA").unwrap();
+        seen.push(if origin.threads == 1 { "one in flight" } else { "other count in flight" });
+        drop(second);
+        let origin = engine.origin_stats("db", "appA").unwrap();
+        seen.push(if origin.threads == 0 { "none in flight" } else { "permits left" });
+        seen
+    };
+    let fast = run(false);
+    assert_eq!(fast, ["pass", "adaptive", "adaptive", "adaptive", "pass", "one in flight", "none in flight"]);
     assert_eq!(fast, run(true), "the general path decides the same calls the same way");
 }
 

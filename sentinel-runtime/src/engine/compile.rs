@@ -149,15 +149,16 @@ mod tests {
             vec![qps(3.0, "appA"), qps(5.0, "default"), threads.clone()],
             vec![qps(3.0, "appA"), qps(5.0, "default"), qps(4.0, "default")],
             vec![qps(3.0, "appA").control_behavior(crate::flow::ControlBehavior::RateLimiter)],
+            vec![threads.clone().limit_app("appA"), threads.clone().limit_app("other"), qps(5.0, "default")],
         ] {
             assert_eq!(path(load(rules.clone())), FastPath::Common, "{rules:?}");
         }
-        // Two rules for one origin, a thread-grade rule or a cluster rule for an origin, a rule on another
-        // node, and three rules for every caller: the general path.
+        // Two rules for one origin, a cluster rule for an origin, a rule on another node, and three rules for
+        // every caller: the general path.
         for rules in [
             vec![qps(3.0, "appA"), qps(2.0, "appA")],
             vec![qps(1.0, "other"), qps(2.0, "other")],
-            vec![threads.clone().limit_app("appA")],
+            vec![threads.clone().limit_app("appA"), qps(2.0, "appA")],
             vec![qps(3.0, "appA").cluster(crate::flow::ClusterConfig::new(crate::flow::ClusterThresholdType::Global))],
             vec![qps(3.0, "appA").chain("entrance")],
             vec![qps(3.0, "appA"), qps(5.0, "default"), qps(4.0, "default"), qps(3.0, "default")],

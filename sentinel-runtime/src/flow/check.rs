@@ -80,7 +80,8 @@ impl RuleSlot for FlowSlot {
         held: &mut EntryState,
         taken: Option<&mut FastTaken>,
     ) {
-        undo_fast(call().cluster, held, taken);
+        let call = call();
+        undo_fast(call.cluster, call.origin_node, held, taken);
     }
 
     #[inline(always)]
@@ -364,8 +365,8 @@ fn fast_rules<const BY_ORIGIN: bool>(
     };
     let base = if BY_ORIGIN { fast.by_origin } else { 0 };
     let give_back_by_origin = |by_origin: OriginTaken<'_>| {
-        if let Some((node, r)) = by_origin {
-            node.admission().release(r);
+        if let Some((node, took)) = by_origin {
+            took.give_back_to(node);
         }
     };
     let (first, second) = if rules.rules.len() > base {
@@ -405,21 +406,24 @@ fn fast_rules<const BY_ORIGIN: bool>(
             (Took::Reservation(r), _) | (_, Took::Reservation(r)) => t.keep(call.cluster, *r),
             _ => {}
         }
-        if let Some((node, r)) = by_origin {
-            t.keep_origin(node, r);
+        if let Some((node, Took::Reservation(r))) = &by_origin {
+            t.keep_origin(node, *r);
         }
     }
     if matches!(first, Took::Permit) || matches!(second, Took::Permit) {
         held.push_cluster_permit();
     }
+    if let Some((_, Took::Permit)) = by_origin {
+        held.push_origin_permit();
+    }
     Ok(())
 }
 
-/// The reservation the rule for the caller's origin took, on the origin's node.
-type OriginTaken<'c> = Option<(&'c StatNode, Reservation)>;
+/// What the rule for the caller's origin took (a token or a permit), on the origin's node.
+type OriginTaken<'c> = Option<(&'c StatNode, Took)>;
 
-/// The rule for the caller's origin, if one applies, on the origin's node: the reservation it took, or the
-/// rule that refused the call with its retry time. Out of line: only resources with rules for origins take it.
+/// The rule for the caller's origin, if one applies, on the origin's node: what it took, or the rule that
+/// refused the call with its retry time. Out of line: only resources with rules for origins take it.
 #[inline(never)]
 fn fast_by_origin<'c>(
     rules: &ResourceFlowRules,
@@ -430,9 +434,16 @@ fn fast_by_origin<'c>(
     let (Some(node), Some(at)) = (call.origin_node, fast.origin_rule(rules, call.origin.as_str())) else {
         return Ok(None);
     };
-    match fast_qps(&rules.rules[at], node, call, wait, None) {
-        Ok(Took::Reservation(r)) => Ok(Some((node, r))),
-        Ok(_) => Ok(None),
+    let st = &rules.rules[at];
+    if st.rule.grade == FlowGrade::Thread {
+        let acquire = call.acquire as u64 + st.in_flight_before(node);
+        return match node.try_thread_permit(acquire, st.rule.count) {
+            true => Ok(Some((node, Took::Permit))),
+            false => Err((at, None)),
+        };
+    }
+    match fast_qps(st, node, call, wait, None) {
+        Ok(took) => Ok(Some((node, took))),
         Err(retry_after) => Err((at, retry_after)),
     }
 }
@@ -440,12 +451,12 @@ fn fast_by_origin<'c>(
 /// The fast path's undo ([`RuleSlot::undo_fast`]): the token the check took and the permit it holds go back.
 #[cold]
 #[inline(never)]
-fn undo_fast(cluster: &StatNode, held: &mut EntryState, taken: Option<&mut FastTaken>) {
+fn undo_fast(cluster: &StatNode, origin: Option<&StatNode>, held: &mut EntryState, taken: Option<&mut FastTaken>) {
     if let Some(t) = taken {
         t.release();
     }
-    // The fast path takes permits of the resource's own node only.
-    held.release_permits(&PermitNodes::new(cluster, None, None), true);
+    // The fast path takes permits of the resource's own node and of the caller's origin's only.
+    held.release_permits(&PermitNodes::new(cluster, None, origin), true);
 }
 
 /// What one rule of [`FastRules`] took for a call it let through.
@@ -456,13 +467,19 @@ enum Took {
 }
 
 impl Took {
-    /// The next rule refused the call: back to the node.
+    /// The next rule refused the call: back to the resource's node.
     #[cold]
     fn give_back(self, call: &CallCx<'_>) {
+        self.give_back_to(call.cluster);
+    }
+
+    /// A later rule refused the call: back to `node`, where it was taken.
+    #[cold]
+    fn give_back_to(self, node: &StatNode) {
         match self {
             Took::Nothing => {}
-            Took::Reservation(r) => call.cluster.admission().release(r),
-            Took::Permit => call.cluster.release_thread_permit(true),
+            Took::Reservation(r) => node.admission().release(r),
+            Took::Permit => node.release_thread_permit(true),
         }
     }
 }

@@ -223,11 +223,11 @@ impl ResourceFlowRules {
 
 /// A resource's flow rules when the fast path decides them: for every caller, one QPS rule (any control
 /// behaviour: reject, warm up, rate limiter), one thread-grade rule, one of each, or two QPS rules, on the
-/// resource's own node; before them (the rules' order, as Java's), QPS rules of any control behaviour for
-/// callers from a named origin (one rule per origin) and one for "other" callers, on the caller's origin node:
-/// at most one of those applies to a call. All local, on their own nodes (direct). The thread-grade rule's
-/// permit is the one thing a call on the fast path holds; the second of two QPS rules for every caller
-/// reserves in the node's second window, on the first rule's reservation.
+/// resource's own node; before them (the rules' order, as Java's), rules of either grade for callers from a
+/// named origin (one rule per origin) and one for "other" callers, on the caller's origin node: at most one of
+/// those applies to a call. All local, on their own nodes (direct). Thread-grade rules' permits (on the
+/// resource's node, on the origin's) are the one thing a call on the fast path holds; the second of two QPS
+/// rules for every caller reserves in the node's second window, on the first rule's reservation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRules {
     /// Where the QPS rules for every caller are in the resource's rules (the second only with no thread-grade
@@ -254,8 +254,7 @@ impl FastRules {
             return None;
         }
         for (i, st) in rules[..by_origin].iter().enumerate() {
-            let local_qps =
-                st.rule.grade == FlowGrade::Qps && st.rule.strategy == FlowStrategy::Direct && !st.rule.cluster_mode;
+            let local = st.rule.strategy == FlowStrategy::Direct && !st.rule.cluster_mode;
             let unique = match &st.limit_app {
                 LimitApp::Other => fast.other.replace(i).is_none(),
                 LimitApp::Origin(app) => {
@@ -263,7 +262,7 @@ impl FastRules {
                 }
                 LimitApp::Default => false,
             };
-            if !local_qps || !unique {
+            if !local || !unique {
                 return None;
             }
         }
@@ -514,6 +513,10 @@ impl EntryState {
     #[inline(always)]
     fn push_cluster_permit(&mut self) {
         self.permits |= PermitNodes::CLUSTER;
+    }
+    /// Keeps a permit of the caller's origin's node (the fast path's rule for the origin).
+    fn push_origin_permit(&mut self) {
+        self.permits |= PermitNodes::ORIGIN;
     }
     /// Gives back the permits (one per node: a call in flight counts once, whatever its acquire count):
     /// `pending` when the call was never counted in flight (a check refused it).
