@@ -298,12 +298,12 @@ impl EntryBuilder<'_, '_> {
 
     /// What every check sees of this call (`now_ms`: `now_nanos` in milliseconds, computed once by the caller).
     #[inline(always)]
-    fn call_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64, now_ms: u64) -> CallCx<'c> {
+    fn call_cx<'c>(&'c self, site: &'c Site<'c>, now_nanos: u64, now_ms: u64) -> CallCx<'c> {
         CallCx {
             resource: &site.inner.name,
             cluster: &site.inner.cluster.stat,
             origin: &site.origin.name,
-            origin_node: site.nodes.origin(),
+            origin_node: site.nodes.origin_slot(),
             acquire: self.acquire,
             args: &self.args,
             now_nanos,
@@ -315,7 +315,7 @@ impl EntryBuilder<'_, '_> {
 
     /// What the checks of the general path see of this call.
     #[inline(always)]
-    fn check_cx<'c>(&'c self, site: &Site<'c>, now_nanos: u64, cluster_wait: Wait) -> CheckCx<'c> {
+    fn check_cx<'c>(&'c self, site: &'c Site<'c>, now_nanos: u64, cluster_wait: Wait) -> CheckCx<'c> {
         CheckCx {
             call: self.call_cx(site, now_nanos, now_nanos / NANOS_PER_MILLI),
             node: site.node.stats(),
@@ -533,6 +533,12 @@ impl<'r> Nodes<'r> {
     #[inline(always)]
     pub(super) fn origin(&self) -> Option<&'r StatNode> {
         self.list[2]
+    }
+
+    /// Where the origin's node is kept ([`origin`](Self::origin)).
+    #[inline(always)]
+    fn origin_slot(&self) -> &Option<&'r StatNode> {
+        &self.list[2]
     }
 
     /// Calls `f` on each node: one call site, so `f` is inlined once rather than outlined.

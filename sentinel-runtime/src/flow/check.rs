@@ -81,7 +81,7 @@ impl RuleSlot for FlowSlot {
         taken: Option<&mut FastTaken>,
     ) {
         let call = call();
-        undo_fast(call.cluster, call.origin_node, held, taken);
+        undo_fast(call.cluster, *call.origin_node, held, taken);
     }
 
     #[inline(always)]
@@ -107,7 +107,7 @@ impl RuleSlot for FlowSlot {
 /// The nodes a call's permits can be on.
 #[inline(always)]
 fn permit_nodes(cx: &CheckCx<'_>) -> PermitNodes {
-    PermitNodes::new(cx.cluster, Some(cx.node), cx.origin_node)
+    PermitNodes::new(cx.cluster, Some(cx.node), *cx.origin_node)
 }
 
 /// A check that only reads a node: `retry_after` is computed only when it blocks.
@@ -134,7 +134,7 @@ fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a Che
         return None;
     }
     if direct {
-        cx.origin_node
+        *cx.origin_node
     } else {
         reference_node(st, cx)
     }
@@ -431,7 +431,7 @@ fn fast_by_origin<'c>(
     call: &CallCx<'c>,
     wait: &mut u64,
 ) -> Result<OriginTaken<'c>, (usize, Option<std::time::Duration>)> {
-    let (Some(node), Some(at)) = (call.origin_node, fast.origin_rule(rules, call.origin.as_str())) else {
+    let (Some(node), Some(at)) = (*call.origin_node, fast.origin_rule(rules, call.origin.as_str())) else {
         return Ok(None);
     };
     let st = &rules.rules[at];

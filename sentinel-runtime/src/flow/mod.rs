@@ -551,9 +551,10 @@ mod fast_rules_tests {
     use super::*;
     use crate::flow::{ControlBehavior, FlowRule};
 
+    /// The fast rules of a resource with `rules`, sorted as the engine sorts them.
     fn fast(rules: Vec<FlowRule>) -> Option<FastRules> {
         let states: Vec<_> = rules.into_iter().map(|r| Arc::new(FlowRuleState::new(r))).collect();
-        FastRules::of(&states)
+        ResourceFlowRules::new(states).fast
     }
 
     fn threads(count: f64) -> FlowRule {
@@ -580,15 +581,30 @@ mod fast_rules_tests {
     }
 
     #[test]
+    fn rules_for_origins_come_first_one_per_origin_and_the_other_rules_after_them() {
+        let qps = || FlowRule::new("r").count(5.0);
+        let f = fast(vec![qps(), qps().limit_app("shop")]).unwrap();
+        assert_eq!((f.by_origin, f.other, f.qps, f.threads), (1, None, [Some(1), None], None));
+        let f = fast(vec![threads(1.0).limit_app("shop")]).unwrap();
+        assert_eq!((f.by_origin, f.other, f.qps, f.threads), (1, None, [None, None], None));
+        let f = fast(vec![threads(1.0), qps().limit_app("other"), qps().limit_app("shop"), qps()]).unwrap();
+        assert_eq!((f.by_origin, f.other, f.qps, f.threads), (2, Some(0), [Some(3), None], Some((2, 1.0))));
+        let named: Vec<_> = (0..FastRules::MAX_BY_ORIGIN).map(|i| qps().limit_app(format!("app{i}"))).collect();
+        assert_eq!(fast(named).unwrap().by_origin, FastRules::MAX_BY_ORIGIN);
+    }
+
+    #[test]
     fn any_other_rule_set_takes_the_general_path() {
         let qps = || FlowRule::new("r").count(5.0);
+        let too_many: Vec<_> = (0..=FastRules::MAX_BY_ORIGIN).map(|i| qps().limit_app(format!("app{i}"))).collect();
         for rules in [
             vec![qps(), qps(), qps()],
             vec![qps(), threads(1.0), qps()],
-            vec![qps(), qps().limit_app("shop")],
             vec![threads(1.0), threads(2.0)],
-            vec![threads(1.0).limit_app("shop")],
-            vec![threads(1.0), qps().limit_app("other")],
+            vec![qps().limit_app("shop"), threads(1.0).limit_app("shop")],
+            vec![qps().limit_app("other"), qps().limit_app("other")],
+            vec![qps().limit_app("shop").relate("s")],
+            too_many,
             vec![threads(1.0).relate("s")],
             vec![threads(1.0).chain("ctx")],
             vec![FlowRule { cluster_mode: true, ..qps() }, threads(1.0)],

@@ -30,8 +30,10 @@ pub(crate) struct CallCx<'a> {
     pub(crate) cluster: &'a StatNode,
     /// The caller's origin (empty when none).
     pub(crate) origin: Named<'a>,
-    /// The resource's node for the caller's origin (none when the origin is empty).
-    pub(crate) origin_node: Option<&'a StatNode>,
+    /// The resource's node for the caller's origin (none when the origin is empty), where the entry path keeps
+    /// it: a reference to the slot, so that making the view costs an address, not a value kept alive across the
+    /// checks.
+    pub(crate) origin_node: &'a Option<&'a StatNode>,
     pub(crate) acquire: u32,
     /// The hot-parameter arguments, behind a thin reference: copying the slice itself into the context on
     /// every call costs a stalled 16-byte load, and only hot-parameter rules read it.
