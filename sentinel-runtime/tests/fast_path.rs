@@ -398,18 +398,11 @@ fn a_refusal_by_a_rule_for_every_caller_gives_back_the_token_of_the_origins_rule
 
 #[test]
 fn beside_an_adaptive_limit_a_refusal_gives_back_the_tokens_of_the_origins_rule_and_the_others() {
-    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     // appA may pass 2 a second, every caller 10, one call in flight: the calls the adaptive limit refuses give
     // back the tokens both flow rules took, on either path.
     let run = |general: bool| {
-        let (engine, _clock) = engine();
-        engine
-            .load_flow_rules([FlowRule::new("db").count(2.0).limit_app("appA"), FlowRule::new("db").count(10.0)])
-            .unwrap();
-        engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
-        if general {
-            engine.add_slot(0, PassAll);
-        }
+        let for_a = FlowRule::new("db").count(2.0).limit_app("appA");
+        let engine = beside_one_place(&[for_a, FlowRule::new("db").count(10.0)], general);
         let db = engine.resource("db");
         let from_a = || db.entry_owned().origin("appA").enter();
         let mut seen = Vec::new();
@@ -431,20 +424,11 @@ fn beside_an_adaptive_limit_a_refusal_gives_back_the_tokens_of_the_origins_rule_
 
 #[test]
 fn beside_an_adaptive_limit_a_refusal_gives_back_the_permit_of_the_origins_thread_grade_rule() {
-    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     // appA may have 2 calls in flight, every caller 10 calls a second, the adaptive limit 1 call in flight: a
     // call the limit refuses gives back appA's permit, on either path (else appA's rule would refuse later).
     let run = |general: bool| {
-        let (engine, _clock) = engine();
-        let rules = [
-            FlowRule::new("db").grade(FlowGrade::Thread).count(2.0).limit_app("appA"),
-            FlowRule::new("db").count(10.0),
-        ];
-        engine.load_flow_rules(rules).unwrap();
-        engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
-        if general {
-            engine.add_slot(0, PassAll);
-        }
+        let for_a = FlowRule::new("db").grade(FlowGrade::Thread).count(2.0).limit_app("appA");
+        let engine = beside_one_place(&[for_a, FlowRule::new("db").count(10.0)], general);
         let db = engine.resource("db");
         let from_a = || db.entry_owned().origin("appA").enter();
         let mut seen = Vec::new();
@@ -690,6 +674,19 @@ fn fast_and_general(rules: &[FlowRule]) -> ((Sentinel, ManualClock), (Sentinel, 
     general.0.load_flow_rules(rules.to_vec()).unwrap();
     general.0.add_slot(0, PassAll);
     (fast, general)
+}
+
+/// An engine with the flow rules `flow` on `db` and an adaptive limit of one call in flight beside them, which
+/// decides on the fast path, or on the general path when `general` (a user slot that passes every call).
+fn beside_one_place(flow: &[FlowRule], general: bool) -> Sentinel {
+    use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
+    let (engine, _clock) = engine();
+    engine.load_flow_rules(flow.to_vec()).unwrap();
+    engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(1, 1, 1)]).unwrap();
+    if general {
+        engine.add_slot(0, PassAll);
+    }
+    engine
 }
 
 /// A user slot that lets every call through: an engine with one decides every call on the general path.
