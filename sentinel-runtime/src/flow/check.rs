@@ -387,7 +387,7 @@ fn fast_rules<const BY_ORIGIN: bool>(
             match fast_one(rules, fast, base + 1, call, wait, held) {
                 Ok(took) => took,
                 Err(retry_after) => {
-                    first.give_back(call);
+                    first.give_back_to(call.cluster);
                     give_back_by_origin(by_origin);
                     return Err(block(base + 1, retry_after));
                 }
@@ -467,12 +467,6 @@ enum Took {
 }
 
 impl Took {
-    /// The next rule refused the call: back to the resource's node.
-    #[cold]
-    fn give_back(self, call: &CallCx<'_>) {
-        self.give_back_to(call.cluster);
-    }
-
     /// A later rule refused the call: back to `node`, where it was taken.
     #[cold]
     fn give_back_to(self, node: &StatNode) {
