@@ -50,7 +50,8 @@
 //!   around the loop: the entry joins an active context rather than starting one), `origin-only` (`flow-pass`
 //!   called with an origin), `origin-limit` (the same with a second rule, for the caller's origin: Java's
 //!   `limitApp`), `origin-threads` (the same with a thread-grade rule for the caller's origin, limit 1,000),
-//!   `three-limits` (three passing QPS rules: the general path);
+//!   `three-limits` (three passing QPS rules: the fast path's check for more than two rules for every caller),
+//!   `five-limits` (five: the general path);
 //! - `part-macro-sync`, `part-macro-async`, `part-macro-async-timeout`: a call of a `#[sentinel_resource]`
 //!   function, sync, async and async with `timeout_ms = 200` (the future polled once, with no executor), on
 //!   the global engine with one passing flow rule; `part-plain-sync`, `part-plain-async`: the same functions
@@ -393,6 +394,11 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
                     FlowRule::new("part").count(1e10),
                 ])?)
             },
+            false,
+            n,
+        )?,
+        "part-entry-five-limits" => entries(
+            |e| Ok(e.load_flow_rules((0..5).map(|i| FlowRule::new("part").count(1e12 / 10f64.powi(i))))?),
             false,
             n,
         )?,

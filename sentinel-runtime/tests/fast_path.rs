@@ -298,6 +298,67 @@ fn two_qps_rules_decide_on_the_fast_path_as_on_the_general_path_each_limit_exact
     assert_eq!(refused(api.enter()), 3.0);
 }
 
+/// Three and four rules for every caller (QPS rules of each control behaviour, and a thread-grade rule) decide on
+/// the fast path as on the general path: the same calls pass, with the same waits; the same rule refuses the
+/// others, with the same retry time; the node counts the same passes; what the rules before a refusing one took
+/// (a token, a permit) goes back, and nothing stays in flight.
+#[test]
+fn three_and_four_rules_for_every_caller_decide_on_the_fast_path_as_on_the_general_path() {
+    let reject = |count| FlowRule::new("api").count(count);
+    let behaving = |count, behavior| reject(count).control_behavior(behavior).max_queueing_time_ms(200);
+    let threads = |count| FlowRule::new("api").grade(FlowGrade::Thread).count(count);
+    let sets = [
+        vec![reject(6.0), reject(4.0), reject(5.0)],
+        vec![reject(3.0), reject(5.0), threads(2.0)],
+        vec![threads(3.0), reject(5.0), reject(4.0)],
+        vec![reject(7.0), threads(4.0), reject(5.0), reject(6.0)],
+        vec![behaving(10.0, ControlBehavior::RateLimiter), reject(6.0), reject(4.0)],
+        vec![behaving(10.0, ControlBehavior::RateLimiter), behaving(20.0, ControlBehavior::RateLimiter), reject(5.0)],
+        vec![behaving(20.0, ControlBehavior::WarmUp), reject(6.0), threads(3.0), reject(5.0)],
+        vec![reject(5.0), behaving(12.0, ControlBehavior::WarmUpRateLimiter), threads(2.0), reject(4.0)],
+        vec![reject(4.0).limit_app("appA"), reject(6.0), threads(3.0), reject(5.0), reject(7.0)],
+    ];
+    let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
+        Ok(e) => Ok(e.waited()),
+        Err(BlockError::Flow { rule, retry_after, .. }) => {
+            Err((rule.count, rule.grade, rule.control_behavior, rule.limit_app.clone(), *retry_after))
+        }
+        Err(other) => panic!("unexpected block {other:?}"),
+    };
+    for rules in sets {
+        let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(&rules);
+        let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
+        let (mut passed, mut blocked) = (0, 0);
+        // Some calls held for a while, so that the thread-grade rules have calls in flight to count.
+        let mut held = Vec::new();
+        for i in 0..600 {
+            let origin = ["", "appA", "appB"][i % 3];
+            let a = fast.entry_owned().origin(origin).enter();
+            let b = general.entry_owned().origin(origin).enter();
+            assert_eq!(outcome(&a), outcome(&b), "{rules:?}, call {i}");
+            passed += a.is_ok() as u32;
+            blocked += a.is_err() as u32;
+            held.push((a, b));
+            if held.len() > 3 {
+                drop(held.remove(0));
+            }
+            // Bursts of calls within a millisecond, then a step: windows fill and turn.
+            if i % 4 == 3 {
+                fast_clock.advance_millis(37);
+                general_clock.advance_millis(37);
+            }
+        }
+        drop(held);
+        assert!(passed > 0 && blocked > 0, "{rules:?}: some pass ({passed}), some not");
+        let counts = |e: &Sentinel| {
+            let s = e.cluster_stats("api").unwrap();
+            (s.minute_pass, s.minute_block, s.threads)
+        };
+        assert_eq!(counts(&fast_engine), counts(&general_engine), "{rules:?}");
+        assert_eq!(counts(&fast_engine).2, 0, "{rules:?}: every permit back");
+    }
+}
+
 /// Rules for callers' origins (Java's `limitApp`: a named origin, or "other") beside rules for every caller
 /// decide on the fast path as on the general path: the same calls pass, with the same waits; the same rule
 /// refuses the others, with the same retry time; each origin's node and the resource's count the same. A token
@@ -706,11 +767,21 @@ fn flow_rules_beside_an_adaptive_limit_decide_on_the_fast_path_as_on_the_general
     use sentinel_runtime::adaptive::{AdaptiveRule, AlgorithmKind};
     // A QPS rule (10 a second) and a thread-grade rule (3 in flight) before an adaptive limit pinned at 2: a
     // call the limit refuses gives back the QPS rule's token and the thread-grade rule's permit, on either path.
-    let run = |general: bool| {
+    // The same with more rules for every caller: QPS rules with higher limits, which check on the first's
+    // token, and a rate limiter that never refuses (the token is then the third rule's, the permit the
+    // second's).
+    let (qps, threads) =
+        (|count| FlowRule::new("db").count(count), FlowRule::new("db").grade(FlowGrade::Thread).count(3.0));
+    let spacing =
+        FlowRule::new("db").count(1e9).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(500);
+    let sets = [
+        vec![qps(10.0), threads.clone()],
+        vec![qps(10.0), qps(12.0), threads.clone(), qps(11.0)],
+        vec![spacing, threads, qps(10.0)],
+    ];
+    let run = |rules: &[FlowRule], general: bool| {
         let (engine, clock) = engine();
-        engine
-            .load_flow_rules([FlowRule::new("db").count(10.0), FlowRule::new("db").grade(FlowGrade::Thread).count(3.0)])
-            .unwrap();
+        engine.load_flow_rules(rules.to_vec()).unwrap();
         engine.load_adaptive_rules([AdaptiveRule::new("db").algorithm(AlgorithmKind::Vegas).limits(2, 2, 2)]).unwrap();
         if general {
             engine.add_slot(0, PassAll);
@@ -719,7 +790,7 @@ fn flow_rules_beside_an_adaptive_limit_decide_on_the_fast_path_as_on_the_general
         let mut seen = Vec::new();
         let (a, b) = (db.enter(), db.enter());
         seen.extend([met(&a), met(&b)]);
-        // Both flow rules pass the third call (the third permit), the adaptive limit refuses it; the fourth
+        // The flow rules pass the third call (the third permit), the adaptive limit refuses it; the fourth
         // meets the same, unless the third kept its permit (the thread-grade rule would refuse it then).
         seen.extend([met(&db.enter()), met(&db.enter())]);
         drop((a, b));
@@ -734,12 +805,14 @@ fn flow_rules_beside_an_adaptive_limit_decide_on_the_fast_path_as_on_the_general
         seen.push(if status.inflight == 0 && stats.threads == 0 { "all back" } else { "leaked" });
         seen
     };
-    let fast = run(false);
     let mut want = vec!["pass", "pass", "adaptive", "adaptive"];
     want.extend(["pass"; 8]);
     want.extend(["flow", "pass", "all back"]);
-    assert_eq!(fast, want);
-    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
+    for rules in sets {
+        let fast = run(&rules, false);
+        assert_eq!(fast, want, "{rules:?}");
+        assert_eq!(fast, run(&rules, true), "{rules:?}: the general path decides the same calls the same way");
+    }
 }
 
 #[test]

@@ -101,21 +101,28 @@ fn admission_stays_exact_with_more_threads_than_cores_and_continuous_reloads() {
     assert!(reloads.join().unwrap() > 0);
 }
 
-/// Two QPS rules with different limits on one resource (the second reserves in the node's second window),
-/// in either order, on a frozen clock as above: no second ever admits more than the lower limit, and each
-/// phase takes exactly what the lower limit leaves.
+/// Two to four QPS rules with different limits on one resource (the second reserves in the node's second
+/// window, a later one checks there), in several orders, on a frozen clock as above: no second ever admits more
+/// than the lowest limit, and each phase takes exactly what the lowest limit leaves.
 #[test]
-fn two_qps_limits_stay_exact_with_more_threads_than_cores() {
+fn several_qps_limits_stay_exact_with_more_threads_than_cores() {
     let threads = 16 * scale();
-    for limits in [[1000.0, 600.0], [600.0, 1000.0]] {
+    let sets: [&[f64]; 5] = [
+        &[1000.0, 600.0],
+        &[600.0, 1000.0],
+        &[1000.0, 800.0, 600.0],
+        &[800.0, 1000.0, 600.0],
+        &[900.0, 700.0, 1000.0, 600.0],
+    ];
+    for limits in sets {
         let clock = ManualClock::at_millis(1_700_000_000_000);
         let engine = Sentinel::builder().manual_clock(clock.clone()).build();
-        engine.load_flow_rules(limits.map(|l| FlowRule::new("two").count(l))).unwrap();
+        engine.load_flow_rules(limits.iter().map(|&l| FlowRule::new("two").count(l))).unwrap();
         let two = engine.resource("two");
         let mut previous = 0u64;
         for phase in 0..10 * scale() {
             let total = drain_phase(&two, threads, &[1, 1, 2, 3]);
-            assert_eq!(previous + total, 600, "{limits:?}, phase {phase}: the lower limit, exactly, per second");
+            assert_eq!(previous + total, 600, "{limits:?}, phase {phase}: the lowest limit, exactly, per second");
             previous = total;
             clock.advance_millis(500);
         }

@@ -124,8 +124,9 @@ mod tests {
     }
 
     #[test]
-    fn two_qps_rules_take_the_fast_path_and_a_third_rule_the_general_one() {
+    fn up_to_four_rules_for_every_caller_take_the_fast_path_and_a_fifth_the_general_one() {
         let qps = |count| FlowRule::new("r").count(count);
+        let threads = FlowRule::new("r").grade(FlowGrade::Thread).count(2.0);
         let two = |e: &Sentinel| e.load_flow_rules([qps(5.0), qps(3.0)]).unwrap();
         assert_eq!(path(two), FastPath::Common);
         let breaker = |e: &Sentinel| {
@@ -133,7 +134,11 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(path(|e| (two(e), breaker(e)).1), FastPath::Common);
-        assert_eq!(path(|e| e.load_flow_rules([qps(5.0), qps(3.0), qps(1.0)]).unwrap()), FastPath::No);
+        let three = |e: &Sentinel| e.load_flow_rules([qps(5.0), qps(3.0), threads.clone()]).unwrap();
+        assert_eq!(path(|e| (three(e), breaker(e)).1), FastPath::Common);
+        assert_eq!(path(|e| e.load_flow_rules([qps(5.0), qps(3.0), qps(2.0), qps(1.0)]).unwrap()), FastPath::Common);
+        let five = |e: &Sentinel| e.load_flow_rules([qps(5.0), qps(4.0), qps(3.0), qps(2.0), qps(1.0)]).unwrap();
+        assert_eq!(path(five), FastPath::No);
     }
 
     #[test]
@@ -141,19 +146,20 @@ mod tests {
         let qps = |count, app: &str| FlowRule::new("r").count(count).limit_app(app);
         let load = |rules: Vec<FlowRule>| move |e: &Sentinel| e.load_flow_rules(rules).unwrap();
         let threads = FlowRule::new("r").grade(FlowGrade::Thread).count(2.0);
-        // Rules for named origins and for "other" (at most one applies to a call), beside one or two rules for
-        // every caller or none.
+        // Rules for named origins and for "other" (at most one applies to a call), beside rules for every caller
+        // or none.
         for rules in [
             vec![qps(5.0, "default"), qps(3.0, "appA")],
             vec![qps(3.0, "appA"), qps(2.0, "appB"), qps(1.0, "other")],
             vec![qps(3.0, "appA"), qps(5.0, "default"), threads.clone()],
             vec![qps(3.0, "appA"), qps(5.0, "default"), qps(4.0, "default")],
+            vec![qps(3.0, "appA"), qps(5.0, "default"), qps(4.0, "default"), qps(3.0, "default")],
             vec![qps(3.0, "appA").control_behavior(crate::flow::ControlBehavior::RateLimiter)],
             vec![threads.clone().limit_app("appA"), threads.clone().limit_app("other"), qps(5.0, "default")],
         ] {
             assert_eq!(path(load(rules.clone())), FastPath::Common, "{rules:?}");
         }
-        // Two rules for one origin, a cluster rule for an origin, a rule on another node, and three rules for
+        // Two rules for one origin, a cluster rule for an origin, a rule on another node, and five rules for
         // every caller: the general path.
         for rules in [
             vec![qps(3.0, "appA"), qps(2.0, "appA")],
@@ -161,7 +167,7 @@ mod tests {
             vec![threads.clone().limit_app("appA"), qps(2.0, "appA")],
             vec![qps(3.0, "appA").cluster(crate::flow::ClusterConfig::new(crate::flow::ClusterThresholdType::Global))],
             vec![qps(3.0, "appA").chain("entrance")],
-            vec![qps(3.0, "appA"), qps(5.0, "default"), qps(4.0, "default"), qps(3.0, "default")],
+            [vec![qps(3.0, "appA")], (1..=5).map(|i| qps(f64::from(i), "default")).collect()].concat(),
         ] {
             assert_eq!(path(load(rules.clone())), FastPath::No, "{rules:?}");
         }

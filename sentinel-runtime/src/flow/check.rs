@@ -40,9 +40,9 @@ impl RuleSlot for FlowSlot {
         check(rules, cx, held, taken)
     }
 
-    /// On the fast path the resource's flow rules are [`FastRules`]: a QPS rule, a thread-grade rule, or one of
-    /// each (or it has none that applies). A thread-grade rule's permit is held until exit; a QPS rule's token
-    /// stays in `taken` while the later checks run; a rate limiter's wait adds to `wait`.
+    /// On the fast path the resource's flow rules are [`FastRules`] (or it has none that applies). A
+    /// thread-grade rule's permit is held until exit; a QPS rule's token stays in `taken` while the later checks
+    /// run; a rate limiter's wait adds to `wait`.
     #[inline(always)]
     fn check_fast<'c>(
         rules: &ResourceFlowRules,
@@ -55,15 +55,18 @@ impl RuleSlot for FlowSlot {
         match rules.simple {
             Some(limit) => check_simple_only(rules, limit, &call(), taken),
             None => match (rules.fast_rules(), taken) {
-                // Rules for origins take copies of their own, so that the others compile as if they were not there.
-                (Some(fast), None) if fast.by_origin == 0 => {
-                    check_fast_rules::<false>(rules, fast, &call(), held, wait)
+                // Rules for origins, and more than two rules for every caller, take copies of their own, so that
+                // the others compile as if they were not there.
+                (Some(fast), None) if !fast.wide => check_fast_rules::<false, false>(rules, fast, &call(), held, wait),
+                (Some(fast), None) if !fast.many => check_fast_rules::<true, false>(rules, fast, &call(), held, wait),
+                (Some(fast), None) => check_fast_rules::<true, true>(rules, fast, &call(), held, wait),
+                (Some(fast), Some(t)) if !fast.wide => {
+                    check_fast_rules_keeping::<false, false>(rules, fast, &call(), held, wait, t)
                 }
-                (Some(fast), None) => check_fast_rules::<true>(rules, fast, &call(), held, wait),
-                (Some(fast), Some(t)) if fast.by_origin == 0 => {
-                    check_fast_rules_keeping::<false>(rules, fast, &call(), held, wait, t)
+                (Some(fast), Some(t)) if !fast.many => {
+                    check_fast_rules_keeping::<true, false>(rules, fast, &call(), held, wait, t)
                 }
-                (Some(fast), Some(t)) => check_fast_rules_keeping::<true>(rules, fast, &call(), held, wait, t),
+                (Some(fast), Some(t)) => check_fast_rules_keeping::<true, true>(rules, fast, &call(), held, wait, t),
                 (None, _) => Ok(()),
             },
         }
@@ -318,24 +321,24 @@ fn check_simple_only(
 
 /// The fast path's check of [`FastRules`] other than a lone reject-style QPS rule (which takes
 /// [`check_simple_only`]): for every caller a QPS rule of any control behaviour, a thread-grade rule, one of
-/// each, or two QPS rules, after the rule for the caller's origin if one applies (`BY_ORIGIN`: the resource has
-/// rules for origins), in the rules' order. A thread-grade rule's permit is held (`held`) until exit; what the
-/// earlier rules took is given back when a later one refuses; a QPS rule's token goes to `taken`; a rate
-/// limiter's wait adds to `wait`.
+/// each, or two QPS rules (`MANY`: three or more, up to [`FastRules::MAX_FOR_EVERY_CALLER`]), after the rule for
+/// the caller's origin if one applies (`BY_ORIGIN`: the resource may have rules for origins), in the rules'
+/// order. A thread-grade rule's permit is held (`held`) until exit; what the earlier rules took is given back
+/// when a later one refuses; a QPS rule's token goes to `taken`; a rate limiter's wait adds to `wait`.
 #[inline(never)]
-fn check_fast_rules<const BY_ORIGIN: bool>(
+fn check_fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     call: &CallCx<'_>,
     held: &mut EntryState,
     wait: &mut u64,
 ) -> Result<(), BlockError> {
-    fast_rules::<BY_ORIGIN>(rules, fast, call, held, wait, None)
+    fast_rules::<BY_ORIGIN, MANY>(rules, fast, call, held, wait, None)
 }
 
 /// [`check_fast_rules`] where a later check may refuse the call: the QPS rule's token goes to `taken`.
 #[inline(never)]
-fn check_fast_rules_keeping<const BY_ORIGIN: bool>(
+fn check_fast_rules_keeping<const BY_ORIGIN: bool, const MANY: bool>(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     call: &CallCx<'_>,
@@ -343,12 +346,13 @@ fn check_fast_rules_keeping<const BY_ORIGIN: bool>(
     wait: &mut u64,
     taken: &mut FastTaken,
 ) -> Result<(), BlockError> {
-    fast_rules::<BY_ORIGIN>(rules, fast, call, held, wait, Some(taken))
+    fast_rules::<BY_ORIGIN, MANY>(rules, fast, call, held, wait, Some(taken))
 }
 
-/// `BY_ORIGIN`: the resource has rules for origins ([`FastRules::by_origin`]).
+/// `BY_ORIGIN`: the resource may have rules for origins ([`FastRules::by_origin`]; always with `MANY`).
+/// `MANY`: it has more than two rules for every caller ([`FastRules::many`]).
 #[inline(always)]
-fn fast_rules<const BY_ORIGIN: bool>(
+fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     call: &CallCx<'_>,
@@ -359,7 +363,7 @@ fn fast_rules<const BY_ORIGIN: bool>(
     let block = |at, retry_after| fast_block(rules, at, call.resource, call.origin, retry_after);
     // The rule for the caller's origin first, as the rules' order has it (Java checks the rules for origins
     // before those for every caller), on the origin's node.
-    let by_origin = match BY_ORIGIN {
+    let by_origin = match BY_ORIGIN && (!MANY || fast.by_origin > 0) {
         false => None,
         true => fast_by_origin(rules, fast, call, wait).map_err(|(at, retry_after)| block(at, retry_after))?,
     };
@@ -369,7 +373,16 @@ fn fast_rules<const BY_ORIGIN: bool>(
             took.give_back_to(node);
         }
     };
-    let (first, second) = if rules.rules.len() > base {
+    let (first, second) = if MANY {
+        // More than two rules for every caller: the token, the permit.
+        match fast_many(rules, fast, base, call, wait) {
+            Ok(took) => took,
+            Err((at, retry_after)) => {
+                give_back_by_origin(by_origin);
+                return Err(block(at, retry_after));
+            }
+        }
+    } else if rules.rules.len() > base {
         let mut first = match fast_one(rules, fast, base, call, wait, None) {
             Ok(took) => took,
             Err(retry_after) => {
@@ -381,7 +394,7 @@ fn fast_rules<const BY_ORIGIN: bool>(
             // A second QPS rule reserves in the node's second window, on the first one's reservation (as the
             // general path does), so that each limit holds exactly.
             let held = match &mut first {
-                Took::Reservation(r) if fast.qps[1].is_some() => Some(r),
+                Took::Reservation(r) if fast.threads.is_none() => Some(r),
                 _ => None,
             };
             match fast_one(rules, fast, base + 1, call, wait, held) {
@@ -400,7 +413,7 @@ fn fast_rules<const BY_ORIGIN: bool>(
         (Took::Nothing, Took::Nothing)
     };
     if let Some(t) = taken {
-        // One reservation at most on the resource's node (a second QPS rule's is the first's), one on the
+        // One reservation at most on the resource's node (a later QPS rule's is the first's), one on the
         // origin's: their tokens, kept for an undo.
         match (&first, &second) {
             (Took::Reservation(r), _) | (_, Took::Reservation(r)) => t.keep(call.cluster, *r),
@@ -459,11 +472,14 @@ fn undo_fast(cluster: &StatNode, origin: Option<&StatNode>, held: &mut EntryStat
     held.release_permits(&PermitNodes::new(cluster, None, origin), true);
 }
 
-/// What one rule of [`FastRules`] took for a call it let through.
+/// What one rule of [`FastRules`] took for a call it let through (or, `Both`, several rules together in
+/// [`fast_many`]).
 enum Took {
     Nothing,
     Reservation(Reservation),
     Permit,
+    /// A token and a permit: only of three or more rules together ([`fast_many`]).
+    Both(Reservation),
 }
 
 impl Took {
@@ -474,8 +490,56 @@ impl Took {
             Took::Nothing => {}
             Took::Reservation(r) => node.admission().release(r),
             Took::Permit => node.release_thread_permit(true),
+            Took::Both(r) => {
+                node.admission().release(r);
+                node.release_thread_permit(true);
+            }
         }
     }
+
+    /// What this and `other` took together, on one node, when at most one of them took a token and at most
+    /// one a permit.
+    fn with(self, other: Took) -> Took {
+        match (self, other) {
+            (Took::Nothing, t) | (t, Took::Nothing) => t,
+            (Took::Reservation(r), Took::Permit) | (Took::Permit, Took::Reservation(r)) => Took::Both(r),
+            // Two tokens or two permits on one node: the rules' limits (one thread-grade rule; a later QPS rule
+            // checks on the reservation held) never let that happen.
+            _ => unreachable!("two tokens or two permits taken on one node"),
+        }
+    }
+}
+
+/// Three or more rules for every caller (at most [`FastRules::MAX_FOR_EVERY_CALLER`]), from `from` on, each
+/// decided as on the general path: a QPS rule after one that reserved checks on that reservation. What they
+/// took together (the token, the permit), or the rule that refused the call with its retry time (what the
+/// rules before it took went back then). Out of line: few resources have more than two rules for every caller.
+#[inline(never)]
+fn fast_many(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    from: usize,
+    call: &CallCx<'_>,
+    wait: &mut u64,
+) -> Result<(Took, Took), (usize, Option<std::time::Duration>)> {
+    let mut took = Took::Nothing;
+    for at in from..rules.rules.len() {
+        let held = match &mut took {
+            Took::Reservation(r) | Took::Both(r) => Some(r),
+            Took::Nothing | Took::Permit => None,
+        };
+        match fast_one(rules, fast, at, call, wait, held) {
+            Ok(t) => took = took.with(t),
+            Err(retry_after) => {
+                took.give_back_to(call.cluster);
+                return Err((at, retry_after));
+            }
+        }
+    }
+    Ok(match took {
+        Took::Both(r) => (Took::Reservation(r), Took::Permit),
+        t => (t, Took::Nothing),
+    })
 }
 
 /// The rule at `at` of [`FastRules`] on the call: `Err` with the retry time when it refuses. `held`: the

@@ -221,18 +221,16 @@ impl ResourceFlowRules {
     }
 }
 
-/// A resource's flow rules when the fast path decides them: for every caller, one QPS rule (any control
-/// behaviour: reject, warm up, rate limiter), one thread-grade rule, one of each, or two QPS rules, on the
-/// resource's own node; before them (the rules' order, as Java's), rules of either grade for callers from a
-/// named origin (one rule per origin) and one for "other" callers, on the caller's origin node: at most one of
-/// those applies to a call. All local, on their own nodes (direct). Thread-grade rules' permits (on the
-/// resource's node, on the origin's) are the one thing a call on the fast path holds; the second of two QPS
-/// rules for every caller reserves in the node's second window, on the first rule's reservation.
+/// A resource's flow rules when the fast path decides them: for every caller, up to
+/// [`FastRules::MAX_FOR_EVERY_CALLER`] rules on the resource's own node, QPS rules of any control behaviour
+/// (reject, warm up, rate limiter) and at most one thread-grade rule; before them (the rules' order, as
+/// Java's), rules of either grade for callers from a named origin (one rule per origin) and one for "other"
+/// callers, on the caller's origin node: at most one of those applies to a call. All local, on their own nodes
+/// (direct). Thread-grade rules' permits (on the resource's node, on the origin's) are the one thing a call on
+/// the fast path holds; a QPS rule for every caller after one that reserved reserves in the node's second
+/// window on that reservation (a third checks there), as on the general path.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRules {
-    /// Where the QPS rules for every caller are in the resource's rules (the second only with no thread-grade
-    /// rule).
-    pub(crate) qps: [Option<usize>; 2],
     /// Where the thread-grade rule is, and its limit (calls in flight).
     pub(crate) threads: Option<(usize, f64)>,
     /// How many rules for origins come first (those for named origins, then the one for "other", if any): the
@@ -240,17 +238,23 @@ pub(crate) struct FastRules {
     pub(crate) by_origin: usize,
     /// Where the rule for "other" callers is.
     pub(crate) other: Option<usize>,
+    /// Whether there are more than two rules for every caller.
+    pub(crate) many: bool,
+    /// Whether there are rules for origins or [`many`](Self::many) rules: the checks take copies of their own.
+    pub(crate) wide: bool,
 }
 
 impl FastRules {
     /// The most rules for named origins the fast path looks through (a call compares its origin with each).
     const MAX_BY_ORIGIN: usize = 8;
+    /// The most rules for every caller the fast path decides (the first two inline, the others out of line).
+    pub(crate) const MAX_FOR_EVERY_CALLER: usize = 4;
 
     fn of(rules: &[Arc<FlowRuleState>]) -> Option<FastRules> {
-        let mut fast = FastRules { qps: [None; 2], threads: None, by_origin: 0, other: None };
+        let mut fast = FastRules { threads: None, by_origin: 0, other: None, many: false, wide: false };
         // The rules are sorted: those for origins first (`ResourceFlowRules::new`).
         let by_origin = rules.iter().take_while(|st| !matches!(st.limit_app, LimitApp::Default)).count();
-        if by_origin > Self::MAX_BY_ORIGIN || rules.len() - by_origin > 2 {
+        if by_origin > Self::MAX_BY_ORIGIN || rules.len() - by_origin > Self::MAX_FOR_EVERY_CALLER {
             return None;
         }
         for (i, st) in rules[..by_origin].iter().enumerate() {
@@ -267,18 +271,19 @@ impl FastRules {
             }
         }
         fast.by_origin = by_origin;
+        fast.many = rules.len() - by_origin > 2;
+        fast.wide = by_origin > 0 || fast.many;
         for (i, st) in rules.iter().enumerate().skip(by_origin) {
-            if st.is_plain_qps() && fast.qps[0].is_none() {
-                fast.qps[0] = Some(i);
-            } else if st.is_plain_qps() && fast.qps[1].is_none() {
-                fast.qps[1] = Some(i);
-            } else if st.is_simple_threads() && fast.threads.is_none() {
+            if st.is_plain_qps() {
+                continue;
+            }
+            if st.is_simple_threads() && fast.threads.is_none() {
                 fast.threads = Some((i, st.rule.count));
             } else {
                 return None;
             }
         }
-        (fast.qps[0].is_some() || fast.threads.is_some() || by_origin > 0).then_some(fast)
+        (!rules.is_empty()).then_some(fast)
     }
 
     /// The rule for the caller's `origin` among the rules for origins (at most one applies: Java's
@@ -562,35 +567,43 @@ mod fast_rules_tests {
     }
 
     #[test]
-    fn the_fast_path_takes_a_qps_rule_a_thread_rule_one_of_each_in_either_order_or_two_qps_rules() {
+    fn the_fast_path_takes_up_to_four_rules_for_every_caller_at_most_one_of_them_thread_grade() {
         let qps = |count| FlowRule::new("r").count(count);
-        let f = fast(vec![FlowRule::new("r").count(5.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), ([Some(0), None], None));
+        let f = fast(vec![qps(5.0)]).unwrap();
+        assert_eq!((f.by_origin, f.threads), (0, None));
         let f = fast(vec![threads(2.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), ([None, None], Some((0, 2.0))));
-        let f = fast(vec![FlowRule::new("r").count(5.0), threads(2.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), ([Some(0), None], Some((1, 2.0))));
-        let f = fast(vec![threads(2.0), FlowRule::new("r").count(5.0)]).unwrap();
-        assert_eq!((f.qps, f.threads), ([Some(1), None], Some((0, 2.0))));
+        assert_eq!(f.threads, Some((0, 2.0)));
+        let f = fast(vec![qps(5.0), threads(2.0)]).unwrap();
+        assert_eq!(f.threads, Some((1, 2.0)));
+        let f = fast(vec![threads(2.0), qps(5.0)]).unwrap();
+        assert_eq!(f.threads, Some((0, 2.0)));
         for behavior in [ControlBehavior::WarmUp, ControlBehavior::RateLimiter, ControlBehavior::WarmUpRateLimiter] {
-            let f = fast(vec![threads(2.0), FlowRule::new("r").count(5.0).control_behavior(behavior)]).unwrap();
-            assert_eq!((f.qps, f.threads), ([Some(1), None], Some((0, 2.0))), "{behavior:?}");
-            let f = fast(vec![FlowRule::new("r").count(5.0).control_behavior(behavior), qps(3.0)]).unwrap();
-            assert_eq!((f.qps, f.threads), ([Some(0), Some(1)], None), "{behavior:?}");
+            let f = fast(vec![threads(2.0), qps(5.0).control_behavior(behavior)]).unwrap();
+            assert_eq!(f.threads, Some((0, 2.0)), "{behavior:?}");
+            let f = fast(vec![qps(5.0).control_behavior(behavior), qps(3.0)]).unwrap();
+            assert_eq!(f.threads, None, "{behavior:?}");
+            let f = fast(vec![qps(5.0), qps(4.0).control_behavior(behavior), threads(2.0), qps(3.0)]).unwrap();
+            assert_eq!(f.threads, Some((2, 2.0)), "{behavior:?}");
         }
+        let f = fast(vec![qps(5.0), qps(4.0), qps(3.0)]).unwrap();
+        assert_eq!(f.threads, None);
+        let most: Vec<_> = (0..FastRules::MAX_FOR_EVERY_CALLER).map(|i| qps(i as f64 + 1.0)).collect();
+        assert!(fast(most).is_some());
     }
 
     #[test]
     fn rules_for_origins_come_first_one_per_origin_and_the_other_rules_after_them() {
         let qps = || FlowRule::new("r").count(5.0);
         let f = fast(vec![qps(), qps().limit_app("shop")]).unwrap();
-        assert_eq!((f.by_origin, f.other, f.qps, f.threads), (1, None, [Some(1), None], None));
+        assert_eq!((f.by_origin, f.other, f.threads), (1, None, None));
         let f = fast(vec![threads(1.0).limit_app("shop")]).unwrap();
-        assert_eq!((f.by_origin, f.other, f.qps, f.threads), (1, None, [None, None], None));
+        assert_eq!((f.by_origin, f.other, f.threads), (1, None, None));
         let f = fast(vec![threads(1.0), qps().limit_app("other"), qps().limit_app("shop"), qps()]).unwrap();
-        assert_eq!((f.by_origin, f.other, f.qps, f.threads), (2, Some(0), [Some(3), None], Some((2, 1.0))));
+        assert_eq!((f.by_origin, f.other, f.threads), (2, Some(0), Some((2, 1.0))));
         let named: Vec<_> = (0..FastRules::MAX_BY_ORIGIN).map(|i| qps().limit_app(format!("app{i}"))).collect();
         assert_eq!(fast(named).unwrap().by_origin, FastRules::MAX_BY_ORIGIN);
+        let f = fast(vec![qps(), qps().limit_app("shop"), threads(1.0), qps(), qps()]).unwrap();
+        assert_eq!((f.by_origin, f.other, f.threads), (1, None, Some((2, 1.0))));
     }
 
     #[test]
@@ -598,15 +611,16 @@ mod fast_rules_tests {
         let qps = || FlowRule::new("r").count(5.0);
         let too_many: Vec<_> = (0..=FastRules::MAX_BY_ORIGIN).map(|i| qps().limit_app(format!("app{i}"))).collect();
         for rules in [
-            vec![qps(), qps(), qps()],
-            vec![qps(), threads(1.0), qps()],
+            (0..=FastRules::MAX_FOR_EVERY_CALLER).map(|i| qps().count(i as f64 + 1.0)).collect(),
             vec![threads(1.0), threads(2.0)],
+            vec![qps(), threads(1.0), qps(), threads(2.0)],
             vec![qps().limit_app("shop"), threads(1.0).limit_app("shop")],
             vec![qps().limit_app("other"), qps().limit_app("other")],
             vec![qps().limit_app("shop").relate("s")],
             too_many,
             vec![threads(1.0).relate("s")],
             vec![threads(1.0).chain("ctx")],
+            vec![qps(), qps(), qps().chain("ctx")],
             vec![FlowRule { cluster_mode: true, ..qps() }, threads(1.0)],
         ] {
             assert!(fast(rules.clone()).is_none(), "{rules:?}");
