@@ -50,6 +50,7 @@
 //!   around the loop: the entry joins an active context rather than starting one), `origin-only` (`flow-pass`
 //!   called with an origin), `origin-limit` (the same with a second rule, for the caller's origin: Java's
 //!   `limitApp`), `origin-threads` (the same with a thread-grade rule for the caller's origin, limit 1,000),
+//!   `origin-two` (a limit for every caller, and a QPS rule and a thread-grade rule for the caller's origin),
 //!   `three-limits` (three passing QPS rules: the fast path's check for more than two rules for every caller),
 //!   `five-limits` (five: the general path);
 //! - `part-macro-sync`, `part-macro-async`, `part-macro-async-timeout`: a call of a `#[sentinel_resource]`
@@ -376,6 +377,19 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             let engine = Sentinel::builder().build().leak();
             let threads = FlowRule::new("part").grade(sentinel_runtime::flow::FlowGrade::Thread).count(1_000.0);
             engine.load_flow_rules([FlowRule::new("part").count(1e12), threads.limit_app("shop")])?;
+            let resource = engine.resource("part");
+            run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
+        }
+        "part-entry-origin-two" => {
+            // A limit for every caller, and two rules for the caller's origin: a QPS limit and a thread-grade one.
+            let engine = Sentinel::builder().build().leak();
+            let threads = FlowRule::new("part").grade(sentinel_runtime::flow::FlowGrade::Thread).count(1_000.0);
+            let qps = FlowRule::new("part").count(1e11);
+            engine.load_flow_rules([
+                FlowRule::new("part").count(1e12),
+                qps.limit_app("shop"),
+                threads.limit_app("shop"),
+            ])?;
             let resource = engine.resource("part");
             run_part(|| assert!(black_box(resource.entry().origin("shop").enter()).is_ok()), n);
         }

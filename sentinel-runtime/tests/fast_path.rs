@@ -381,6 +381,13 @@ fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
         vec![rule(3.0, "appB"), threads(2.0)],
         vec![threads(1.0).limit_app("appA"), rule(5.0, "default")],
         vec![threads(1.0).limit_app("appA"), threads(2.0).limit_app("other"), threads(2.0), rule(6.0, "default")],
+        // Several rules for one origin, or for "other": those that apply decide in order on the origin's node.
+        // (The limits for every caller, high: the origins' own limits refuse.)
+        vec![rule(3.0, "appA"), threads(1.0).limit_app("appA"), rule(30.0, "default")],
+        vec![rule(4.0, "appA"), rule(2.0, "appB"), rule(3.0, "appA"), rule(30.0, "default")],
+        vec![rule(2.0, "other"), rule(3.0, "other"), threads(2.0).limit_app("other"), rule(4.0, "appA")],
+        vec![behaving(10.0, "appA", ControlBehavior::RateLimiter), rule(3.0, "appA"), threads(2.0).limit_app("appA")],
+        vec![rule(5.0, "appA"), rule(4.0, "appA"), rule(3.0, "appA"), rule(30.0, "default"), threads(2.0)],
     ];
     let origins = ["appA", "appB", "appC", "", "appA", "other", "default"];
     let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
@@ -460,10 +467,16 @@ fn a_refusal_by_a_rule_for_every_caller_gives_back_the_token_of_the_origins_rule
 #[test]
 fn beside_an_adaptive_limit_a_refusal_gives_back_the_tokens_of_the_origins_rule_and_the_others() {
     // appA may pass 2 a second, every caller 10, one call in flight: the calls the adaptive limit refuses give
-    // back the tokens both flow rules took, on either path.
-    let run = |general: bool| {
-        let for_a = FlowRule::new("db").count(2.0).limit_app("appA");
-        let engine = beside_one_place(&[for_a, FlowRule::new("db").count(10.0)], general);
+    // back the tokens both flow rules took, on either path. The same with several rules for appA: a
+    // thread-grade rule beside (its permit goes back too), or a QPS rule with a higher limit first.
+    let for_a = |count| FlowRule::new("db").count(count).limit_app("appA");
+    let sets = [
+        vec![for_a(2.0)],
+        vec![for_a(2.0), FlowRule::new("db").grade(FlowGrade::Thread).count(5.0).limit_app("appA")],
+        vec![for_a(3.0), for_a(2.0)],
+    ];
+    let run = |rules: &[FlowRule], general: bool| {
+        let engine = beside_one_place(&[rules, &[FlowRule::new("db").count(10.0)]].concat(), general);
         let db = engine.resource("db");
         let from_a = || db.entry_owned().origin("appA").enter();
         let mut seen = Vec::new();
@@ -476,11 +489,14 @@ fn beside_an_adaptive_limit_a_refusal_gives_back_the_tokens_of_the_origins_rule_
         let stats = engine.cluster_stats("db").unwrap();
         let origin = engine.origin_stats("db", "appA").unwrap();
         seen.push(if stats.pass_qps == 2.0 && origin.pass_qps == 2.0 { "two passes" } else { "other passes" });
+        seen.push(if origin.threads == 0 { "none in flight" } else { "permits left" });
         seen
     };
-    let fast = run(false);
-    assert_eq!(fast, ["pass", "adaptive", "adaptive", "pass", "flow", "two passes"]);
-    assert_eq!(fast, run(true), "the general path decides the same calls the same way");
+    for rules in sets {
+        let fast = run(&rules, false);
+        assert_eq!(fast, ["pass", "adaptive", "adaptive", "pass", "flow", "two passes", "none in flight"], "{rules:?}");
+        assert_eq!(fast, run(&rules, true), "{rules:?}: the general path decides the same calls the same way");
+    }
 }
 
 #[test]

@@ -142,12 +142,12 @@ mod tests {
     }
 
     #[test]
-    fn rules_for_origins_take_the_fast_path_while_at_most_one_applies_to_a_call() {
+    fn rules_for_origins_take_the_fast_path_while_those_of_one_origin_hold_one_permit_at_most() {
         let qps = |count, app: &str| FlowRule::new("r").count(count).limit_app(app);
         let load = |rules: Vec<FlowRule>| move |e: &Sentinel| e.load_flow_rules(rules).unwrap();
         let threads = FlowRule::new("r").grade(FlowGrade::Thread).count(2.0);
-        // Rules for named origins and for "other" (at most one applies to a call), beside rules for every caller
-        // or none.
+        // Rules for named origins and for "other" (those of one origin, or of "other", apply to a call), beside
+        // rules for every caller or none.
         for rules in [
             vec![qps(5.0, "default"), qps(3.0, "appA")],
             vec![qps(3.0, "appA"), qps(2.0, "appB"), qps(1.0, "other")],
@@ -156,15 +156,17 @@ mod tests {
             vec![qps(3.0, "appA"), qps(5.0, "default"), qps(4.0, "default"), qps(3.0, "default")],
             vec![qps(3.0, "appA").control_behavior(crate::flow::ControlBehavior::RateLimiter)],
             vec![threads.clone().limit_app("appA"), threads.clone().limit_app("other"), qps(5.0, "default")],
-        ] {
-            assert_eq!(path(load(rules.clone())), FastPath::Common, "{rules:?}");
-        }
-        // Two rules for one origin, a cluster rule for an origin, a rule on another node, and five rules for
-        // every caller: the general path.
-        for rules in [
             vec![qps(3.0, "appA"), qps(2.0, "appA")],
             vec![qps(1.0, "other"), qps(2.0, "other")],
             vec![threads.clone().limit_app("appA"), qps(2.0, "appA")],
+        ] {
+            assert_eq!(path(load(rules.clone())), FastPath::Common, "{rules:?}");
+        }
+        // Two thread-grade rules for one origin, five rules for one origin, a cluster rule for an origin, a rule
+        // on another node, and five rules for every caller: the general path.
+        for rules in [
+            vec![threads.clone().limit_app("appA"), threads.clone().count(3.0).limit_app("appA")],
+            (1..=5).map(|i| qps(f64::from(i), "appA")).collect(),
             vec![qps(3.0, "appA").cluster(crate::flow::ClusterConfig::new(crate::flow::ClusterThresholdType::Global))],
             vec![qps(3.0, "appA").chain("entrance")],
             [vec![qps(3.0, "appA")], (1..=5).map(|i| qps(f64::from(i), "default")).collect()].concat(),

@@ -419,14 +419,14 @@ fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
             (Took::Reservation(r), _) | (_, Took::Reservation(r)) => t.keep(call.cluster, *r),
             _ => {}
         }
-        if let Some((node, Took::Reservation(r))) = &by_origin {
+        if let Some((node, Took::Reservation(r) | Took::Both(r))) = &by_origin {
             t.keep_origin(node, *r);
         }
     }
     if matches!(first, Took::Permit) || matches!(second, Took::Permit) {
         held.push_cluster_permit();
     }
-    if let Some((_, Took::Permit)) = by_origin {
+    if let Some((_, Took::Permit | Took::Both(_))) = by_origin {
         held.push_origin_permit();
     }
     Ok(())
@@ -444,6 +444,9 @@ fn fast_by_origin<'c>(
     call: &CallCx<'c>,
     wait: &mut u64,
 ) -> Result<OriginTaken<'c>, (usize, Option<std::time::Duration>)> {
+    if !fast.one_per_origin {
+        return fast_by_origins(rules, fast, call, wait);
+    }
     let (Some(node), Some(at)) = (*call.origin_node, fast.origin_rule(rules, call.origin.as_str())) else {
         return Ok(None);
     };
@@ -461,6 +464,54 @@ fn fast_by_origin<'c>(
     }
 }
 
+/// [`fast_by_origin`] where an origin (or "other") has several rules: those that apply to the call, in order,
+/// on the origin's node, as on the general path (a QPS rule after one that reserved on the node checks on that
+/// reservation). What they took together, or the rule that refused the call with its retry time (what the
+/// rules before it took went back then).
+#[inline(never)]
+fn fast_by_origins<'c>(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    call: &CallCx<'c>,
+    wait: &mut u64,
+) -> Result<OriginTaken<'c>, (usize, Option<std::time::Duration>)> {
+    let Some(node) = *call.origin_node else {
+        return Ok(None);
+    };
+    let mut applying = fast.origin_rules(rules, call.origin.as_str());
+    if applying == 0 {
+        return Ok(None);
+    }
+    let mut took = Took::Nothing;
+    while applying != 0 {
+        let at = applying.trailing_zeros() as usize;
+        applying &= applying - 1;
+        let st = &rules.rules[at];
+        let decided = if st.rule.grade == FlowGrade::Thread {
+            let acquire = call.acquire as u64 + st.in_flight_before(node);
+            if node.try_thread_permit(acquire, st.rule.count) {
+                Ok(Took::Permit)
+            } else {
+                Err(None)
+            }
+        } else {
+            let held = match &mut took {
+                Took::Reservation(r) | Took::Both(r) => Some(r),
+                Took::Nothing | Took::Permit => None,
+            };
+            fast_qps(st, node, call, wait, held)
+        };
+        match decided {
+            Ok(t) => took = took.with(t),
+            Err(retry_after) => {
+                took.give_back_to(node);
+                return Err((at, retry_after));
+            }
+        }
+    }
+    Ok(Some((node, took)))
+}
+
 /// The fast path's undo ([`RuleSlot::undo_fast`]): the token the check took and the permit it holds go back.
 #[cold]
 #[inline(never)]
@@ -472,13 +523,13 @@ fn undo_fast(cluster: &StatNode, origin: Option<&StatNode>, held: &mut EntryStat
     held.release_permits(&PermitNodes::new(cluster, None, origin), true);
 }
 
-/// What one rule of [`FastRules`] took for a call it let through (or, `Both`, several rules together in
-/// [`fast_many`]).
+/// What one rule of [`FastRules`] took for a call it let through (or, `Both`, several rules together on one
+/// node: in [`fast_many`], [`fast_by_origins`]).
 enum Took {
     Nothing,
     Reservation(Reservation),
     Permit,
-    /// A token and a permit: only of three or more rules together ([`fast_many`]).
+    /// A token and a permit: only of several rules together on one node ([`fast_many`], [`fast_by_origins`]).
     Both(Reservation),
 }
 

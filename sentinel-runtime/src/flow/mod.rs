@@ -224,20 +224,22 @@ impl ResourceFlowRules {
 /// A resource's flow rules when the fast path decides them: for every caller, up to
 /// [`FastRules::MAX_FOR_EVERY_CALLER`] rules on the resource's own node, QPS rules of any control behaviour
 /// (reject, warm up, rate limiter) and at most one thread-grade rule; before them (the rules' order, as
-/// Java's), rules of either grade for callers from a named origin (one rule per origin) and one for "other"
-/// callers, on the caller's origin node: at most one of those applies to a call. All local, on their own nodes
+/// Java's), rules of either grade for callers from named origins and for "other" callers, on the caller's
+/// origin node, as many for one origin (or for "other") as for every caller and one of them thread-grade at
+/// most: only one origin's rules (or those for "other") apply to a call. All local, on their own nodes
 /// (direct). Thread-grade rules' permits (on the resource's node, on the origin's) are the one thing a call on
-/// the fast path holds; a QPS rule for every caller after one that reserved reserves in the node's second
-/// window on that reservation (a third checks there), as on the general path.
+/// the fast path holds; on each node a QPS rule after one that reserved reserves in the node's second window
+/// on that reservation (a third checks there), as on the general path.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRules {
     /// Where the thread-grade rule is, and its limit (calls in flight).
     pub(crate) threads: Option<(usize, f64)>,
-    /// How many rules for origins come first (those for named origins, then the one for "other", if any): the
-    /// rules for every caller start there.
+    /// How many rules for origins (named, or "other") come first: the rules for every caller start there.
     pub(crate) by_origin: usize,
-    /// Where the rule for "other" callers is.
+    /// Where the (first) rule for "other" callers is.
     pub(crate) other: Option<usize>,
+    /// Whether each origin (and "other") has one rule at most: then at most one rule applies to a call.
+    pub(crate) one_per_origin: bool,
     /// Whether there are more than two rules for every caller.
     pub(crate) many: bool,
     /// Whether there are rules for origins or [`many`](Self::many) rules: the checks take copies of their own.
@@ -245,30 +247,37 @@ pub(crate) struct FastRules {
 }
 
 impl FastRules {
-    /// The most rules for named origins the fast path looks through (a call compares its origin with each).
+    /// The most rules for named origins the fast path looks through (a call compares its origin with each;
+    /// at most 32, one bit each in [`origin_rules`](Self::origin_rules)).
     const MAX_BY_ORIGIN: usize = 8;
     /// The most rules for every caller the fast path decides (the first two inline, the others out of line).
     pub(crate) const MAX_FOR_EVERY_CALLER: usize = 4;
 
     fn of(rules: &[Arc<FlowRuleState>]) -> Option<FastRules> {
-        let mut fast = FastRules { threads: None, by_origin: 0, other: None, many: false, wide: false };
+        let mut fast =
+            FastRules { threads: None, by_origin: 0, other: None, one_per_origin: true, many: false, wide: false };
         // The rules are sorted: those for origins first (`ResourceFlowRules::new`).
         let by_origin = rules.iter().take_while(|st| !matches!(st.limit_app, LimitApp::Default)).count();
         if by_origin > Self::MAX_BY_ORIGIN || rules.len() - by_origin > Self::MAX_FOR_EVERY_CALLER {
             return None;
         }
         for (i, st) in rules[..by_origin].iter().enumerate() {
-            let local = st.rule.strategy == FlowStrategy::Direct && !st.rule.cluster_mode;
-            let unique = match &st.limit_app {
-                LimitApp::Other => fast.other.replace(i).is_none(),
-                LimitApp::Origin(app) => {
-                    !rules[..i].iter().any(|o| matches!(&o.limit_app, LimitApp::Origin(a) if a == app))
-                }
-                LimitApp::Default => false,
-            };
-            if !local || !unique {
+            if st.rule.strategy != FlowStrategy::Direct || st.rule.cluster_mode {
                 return None;
             }
+            if matches!(st.limit_app, LimitApp::Other) && fast.other.is_none() {
+                fast.other = Some(i);
+            }
+            // The rules that apply to the same callers as this one (its origin's, or "other"), this one
+            // included: as many as for every caller at most, one of them thread-grade at most (one permit on
+            // the origin's node).
+            let group = || rules[..by_origin].iter().filter(|o| o.rule.limit_app == st.rule.limit_app);
+            let threads = group().filter(|o| o.rule.grade == FlowGrade::Thread).count();
+            let size = group().count();
+            if size > Self::MAX_FOR_EVERY_CALLER || threads > 1 {
+                return None;
+            }
+            fast.one_per_origin &= size == 1;
         }
         fast.by_origin = by_origin;
         fast.many = rules.len() - by_origin > 2;
@@ -286,7 +295,8 @@ impl FastRules {
         (!rules.is_empty()).then_some(fast)
     }
 
-    /// The rule for the caller's `origin` among the rules for origins (at most one applies: Java's
+    /// The rule for the caller's `origin` among the rules for origins, when each origin has one at most
+    /// ([`one_per_origin`](Self::one_per_origin)): at most one applies (Java's
     /// `selectNodeByRequesterAndStrategy`, which takes the origin's node for a rule naming it, and for the rule
     /// for "other" when no rule names it).
     #[inline]
@@ -301,6 +311,28 @@ impl FastRules {
             (Some(i), _) => Some(i),
             (None, Some(i)) if rules.is_other_origin(origin) => Some(i),
             _ => None,
+        }
+    }
+
+    /// The rules for the caller's `origin` among the rules for origins, one bit each by their place: those
+    /// naming it, or, when none does, those for "other" if it is "other" (Java's
+    /// `selectNodeByRequesterAndStrategy`, rule by rule). One comparison of the origin with each rule's.
+    pub(crate) fn origin_rules(&self, rules: &ResourceFlowRules, origin: &str) -> u32 {
+        if origin.is_empty() {
+            return 0;
+        }
+        let (mut named, mut other) = (0u32, 0u32);
+        for (i, st) in rules.rules[..self.by_origin].iter().enumerate() {
+            match &st.limit_app {
+                LimitApp::Origin(app) if app == origin => named |= 1 << i,
+                LimitApp::Other => other |= 1 << i,
+                _ => {}
+            }
+        }
+        match named {
+            0 if other != 0 && rules.is_other_origin(origin) => other,
+            0 => 0,
+            named => named,
         }
     }
 }
@@ -604,6 +636,16 @@ mod fast_rules_tests {
         assert_eq!(fast(named).unwrap().by_origin, FastRules::MAX_BY_ORIGIN);
         let f = fast(vec![qps(), qps().limit_app("shop"), threads(1.0), qps(), qps()]).unwrap();
         assert_eq!((f.by_origin, f.other, f.threads), (1, None, Some((2, 1.0))));
+        assert!(f.one_per_origin);
+        // Several rules for one origin, or for "other": as many as for every caller, one thread-grade at most.
+        for rules in [
+            vec![qps().limit_app("shop"), threads(1.0).limit_app("shop")],
+            vec![qps().limit_app("other"), qps().count(3.0).limit_app("other"), qps()],
+            vec![qps().limit_app("shop"), qps().limit_app("bar"), threads(1.0).limit_app("shop"), threads(2.0)],
+        ] {
+            let f = fast(rules.clone()).unwrap_or_else(|| panic!("{rules:?}"));
+            assert!(!f.one_per_origin, "{rules:?}");
+        }
     }
 
     #[test]
@@ -614,8 +656,9 @@ mod fast_rules_tests {
             (0..=FastRules::MAX_FOR_EVERY_CALLER).map(|i| qps().count(i as f64 + 1.0)).collect(),
             vec![threads(1.0), threads(2.0)],
             vec![qps(), threads(1.0), qps(), threads(2.0)],
-            vec![qps().limit_app("shop"), threads(1.0).limit_app("shop")],
-            vec![qps().limit_app("other"), qps().limit_app("other")],
+            vec![threads(1.0).limit_app("shop"), threads(2.0).limit_app("shop")],
+            vec![threads(1.0).limit_app("other"), threads(2.0).limit_app("other")],
+            (0..=FastRules::MAX_FOR_EVERY_CALLER).map(|i| qps().count(i as f64 + 1.0).limit_app("shop")).collect(),
             vec![qps().limit_app("shop").relate("s")],
             too_many,
             vec![threads(1.0).relate("s")],
