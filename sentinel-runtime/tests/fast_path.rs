@@ -318,38 +318,8 @@ fn three_and_four_rules_for_every_caller_decide_on_the_fast_path_as_on_the_gener
         vec![reject(5.0), behaving(12.0, ControlBehavior::WarmUpRateLimiter), threads(2.0), reject(4.0)],
         vec![reject(4.0).limit_app("appA"), reject(6.0), threads(3.0), reject(5.0), reject(7.0)],
     ];
-    let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
-        Ok(e) => Ok(e.waited()),
-        Err(BlockError::Flow { rule, retry_after, .. }) => {
-            Err((rule.count, rule.grade, rule.control_behavior, rule.limit_app.clone(), *retry_after))
-        }
-        Err(other) => panic!("unexpected block {other:?}"),
-    };
     for rules in sets {
-        let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(&rules);
-        let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
-        let (mut passed, mut blocked) = (0, 0);
-        // Some calls held for a while, so that the thread-grade rules have calls in flight to count.
-        let mut held = Vec::new();
-        for i in 0..600 {
-            let origin = ["", "appA", "appB"][i % 3];
-            let a = fast.entry_owned().origin(origin).enter();
-            let b = general.entry_owned().origin(origin).enter();
-            assert_eq!(outcome(&a), outcome(&b), "{rules:?}, call {i}");
-            passed += a.is_ok() as u32;
-            blocked += a.is_err() as u32;
-            held.push((a, b));
-            if held.len() > 3 {
-                drop(held.remove(0));
-            }
-            // Bursts of calls within a millisecond, then a step: windows fill and turn.
-            if i % 4 == 3 {
-                fast_clock.advance_millis(37);
-                general_clock.advance_millis(37);
-            }
-        }
-        drop(held);
-        assert!(passed > 0 && blocked > 0, "{rules:?}: some pass ({passed}), some not");
+        let (fast_engine, general_engine) = decide_alike(&rules, &["", "appA", "appB"], 600, 3, (4, 37));
         let counts = |e: &Sentinel| {
             let s = e.cluster_stats("api").unwrap();
             (s.minute_pass, s.minute_block, s.threads)
@@ -390,39 +360,8 @@ fn rules_for_origins_decide_on_the_fast_path_as_on_the_general_path() {
         vec![rule(5.0, "appA"), rule(4.0, "appA"), rule(3.0, "appA"), rule(30.0, "default"), threads(2.0)],
     ];
     let origins = ["appA", "appB", "appC", "", "appA", "other", "default"];
-    let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
-        Ok(e) => Ok(e.waited()),
-        Err(BlockError::Flow { rule, retry_after, .. }) => {
-            Err((rule.count, rule.limit_app.clone(), rule.control_behavior, *retry_after))
-        }
-        Err(other) => panic!("unexpected block {other:?}"),
-    };
     for rules in sets {
-        let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(&rules);
-        let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
-        let (mut passed, mut blocked) = (0, 0);
-        // Five calls held at a time, so that thread-grade rules have calls in flight to count: owned entries,
-        // which leave the thread's context alone (a borrowed one would make the next call of its engine join
-        // its context, and its origin).
-        let mut held = Vec::new();
-        for i in 0..700 {
-            let origin = origins[i % origins.len()];
-            let a = fast.entry_owned().origin(origin).enter();
-            let b = general.entry_owned().origin(origin).enter();
-            assert_eq!(outcome(&a), outcome(&b), "{rules:?}, call {i} from {origin:?}");
-            passed += a.is_ok() as u32;
-            blocked += a.is_err() as u32;
-            held.push((a, b));
-            if held.len() > 5 {
-                drop(held.remove(0));
-            }
-            if i % 5 == 4 {
-                fast_clock.advance_millis(41);
-                general_clock.advance_millis(41);
-            }
-        }
-        drop(held);
-        assert!(passed > 0 && blocked > 0, "{rules:?}: some pass ({passed}), some not");
+        let (fast_engine, general_engine) = decide_alike(&rules, &origins, 700, 5, (5, 41));
         let in_flight = |e: &Sentinel| {
             e.cluster_stats("api").unwrap().threads + e.origins_of("api").iter().map(|(_, s)| s.threads).sum::<u64>()
         };
@@ -751,6 +690,51 @@ fn fast_and_general(rules: &[FlowRule]) -> ((Sentinel, ManualClock), (Sentinel, 
     general.0.load_flow_rules(rules.to_vec()).unwrap();
     general.0.add_slot(0, PassAll);
     (fast, general)
+}
+
+/// Calls on both engines of [`fast_and_general`] with `rules` on `api`: `calls` calls from `origins` in turn, the
+/// last `hold` entries of each engine held (owned entries, which leave the thread's context alone, so that
+/// thread-grade rules have calls in flight to count), both clocks stepping `step_ms` after every `every` calls
+/// (bursts within a millisecond, then a step: windows fill and turn). Every call must meet the same on both
+/// paths: the same wait, or the same rule refusing it with the same retry time. The two engines, with nothing
+/// held, once some calls passed and some were refused.
+fn decide_alike(
+    rules: &[FlowRule],
+    origins: &[&str],
+    calls: usize,
+    hold: usize,
+    (every, step_ms): (usize, u64),
+) -> (Sentinel, Sentinel) {
+    let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
+        Ok(e) => Ok(e.waited()),
+        Err(BlockError::Flow { rule, retry_after, .. }) => {
+            Err((rule.count, rule.grade, rule.control_behavior, rule.limit_app.clone(), *retry_after))
+        }
+        Err(other) => panic!("unexpected block {other:?}"),
+    };
+    let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(rules);
+    let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
+    let (mut passed, mut blocked) = (0, 0);
+    let mut held = Vec::new();
+    for i in 0..calls {
+        let origin = origins[i % origins.len()];
+        let a = fast.entry_owned().origin(origin).enter();
+        let b = general.entry_owned().origin(origin).enter();
+        assert_eq!(outcome(&a), outcome(&b), "{rules:?}, call {i} from {origin:?}");
+        passed += a.is_ok() as u32;
+        blocked += a.is_err() as u32;
+        held.push((a, b));
+        if held.len() > hold {
+            drop(held.remove(0));
+        }
+        if i % every == every - 1 {
+            fast_clock.advance_millis(step_ms);
+            general_clock.advance_millis(step_ms);
+        }
+    }
+    drop(held);
+    assert!(passed > 0 && blocked > 0, "{rules:?}: some pass ({passed}), some not");
+    (fast_engine, general_engine)
 }
 
 /// An engine with the flow rules `flow` on `db` and an adaptive limit of one call in flight beside them, which
