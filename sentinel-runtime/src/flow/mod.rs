@@ -246,11 +246,15 @@ pub(crate) struct FastRules {
     pub(crate) wide: bool,
 }
 
+// The rules for origins fit the mask of `origin_rules`, one bit each.
+const _: () = assert!(FastRules::MAX_BY_ORIGIN <= 32);
+
 impl FastRules {
     /// The most rules for named origins the fast path looks through (a call compares its origin with each;
     /// at most 32, one bit each in [`origin_rules`](Self::origin_rules)).
     const MAX_BY_ORIGIN: usize = 8;
-    /// The most rules for every caller the fast path decides (the first two inline, the others out of line).
+    /// The most rules for every caller the fast path decides (one or two in the check's own code, more in a
+    /// loop out of line).
     pub(crate) const MAX_FOR_EVERY_CALLER: usize = 4;
 
     fn of(rules: &[Arc<FlowRuleState>]) -> Option<FastRules> {
