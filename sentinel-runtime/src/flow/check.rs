@@ -450,15 +450,7 @@ fn fast_by_origin<'c>(
     let (Some(node), Some(at)) = (*call.origin_node, fast.origin_rule(rules, call.origin.as_str())) else {
         return Ok(None);
     };
-    let st = &rules.rules[at];
-    if st.rule.grade == FlowGrade::Thread {
-        let acquire = call.acquire as u64 + st.in_flight_before(node);
-        return match node.try_thread_permit(acquire, st.rule.count) {
-            true => Ok(Some((node, Took::Permit))),
-            false => Err((at, None)),
-        };
-    }
-    match fast_qps(st, node, call, wait, None) {
+    match fast_on(&rules.rules[at], node, call, wait, None) {
         Ok(took) => Ok(Some((node, took))),
         Err(retry_after) => Err((at, retry_after)),
     }
@@ -486,22 +478,11 @@ fn fast_by_origins<'c>(
     while applying != 0 {
         let at = applying.trailing_zeros() as usize;
         applying &= applying - 1;
-        let st = &rules.rules[at];
-        let decided = if st.rule.grade == FlowGrade::Thread {
-            let acquire = call.acquire as u64 + st.in_flight_before(node);
-            if node.try_thread_permit(acquire, st.rule.count) {
-                Ok(Took::Permit)
-            } else {
-                Err(None)
-            }
-        } else {
-            let held = match &mut took {
-                Took::Reservation(r) | Took::Both(r) => Some(r),
-                Took::Nothing | Took::Permit => None,
-            };
-            fast_qps(st, node, call, wait, held)
+        let held = match &mut took {
+            Took::Reservation(r) | Took::Both(r) => Some(r),
+            Took::Nothing | Took::Permit => None,
         };
-        match decided {
+        match fast_on(&rules.rules[at], node, call, wait, held) {
             Ok(t) => took = took.with(t),
             Err(retry_after) => {
                 took.give_back_to(node);
@@ -608,10 +589,42 @@ fn fast_one(
     if let Some((i, limit)) = fast.threads
         && i == at
     {
-        let acquire = call.acquire as u64 + rules.rules[i].in_flight_before(node);
-        return if node.try_thread_permit(acquire, limit) { Ok(Took::Permit) } else { Err(None) };
+        return fast_permit(&rules.rules[i], limit, node, call);
     }
     fast_qps(&rules.rules[at], node, call, wait, held)
+}
+
+/// A rule of the fast path for the caller's origin, on the origin's `node`: a thread-grade rule's permit, or a
+/// QPS rule's decision ([`fast_qps`]; `held`: a reservation an earlier rule took on `node`).
+#[inline(always)]
+fn fast_on(
+    st: &FlowRuleState,
+    node: &StatNode,
+    call: &CallCx<'_>,
+    wait: &mut u64,
+    held: Option<&mut Reservation>,
+) -> Result<Took, Option<std::time::Duration>> {
+    if st.rule.grade == FlowGrade::Thread {
+        return fast_permit(st, st.rule.count, node, call);
+    }
+    fast_qps(st, node, call, wait, held)
+}
+
+/// A thread-grade rule's permit on `node` for the call, within `limit` calls in flight (counting the calls from
+/// before the rule that are still in flight); `Err` (no retry time: concurrency frees up when calls finish).
+#[inline(always)]
+fn fast_permit(
+    st: &FlowRuleState,
+    limit: f64,
+    node: &StatNode,
+    call: &CallCx<'_>,
+) -> Result<Took, Option<std::time::Duration>> {
+    let acquire = call.acquire as u64 + st.in_flight_before(node);
+    if node.try_thread_permit(acquire, limit) {
+        Ok(Took::Permit)
+    } else {
+        Err(None)
+    }
 }
 
 /// A QPS rule of the fast path on `node` (the resource's, or the caller's origin's): `Err` with the retry time
