@@ -52,7 +52,9 @@
 //!   `limitApp`), `origin-threads` (the same with a thread-grade rule for the caller's origin, limit 1,000),
 //!   `origin-two` (a limit for every caller, and a QPS rule and a thread-grade rule for the caller's origin),
 //!   `three-limits` (three passing QPS rules: the fast path's check for more than two rules for every caller),
-//!   `five-limits` (five: the general path);
+//!   `five-limits` (five: the general path), `relate` (a limit for every caller and a rule relating the
+//!   resource to another one, entered once), `chain` (a limit for every caller and a rule for calls from one
+//!   entrance, called in that entrance's context);
 //! - `part-macro-sync`, `part-macro-async`, `part-macro-async-timeout`: a call of a `#[sentinel_resource]`
 //!   function, sync, async and async with `timeout_ms = 200` (the future polled once, with no executor), on
 //!   the global engine with one passing flow rule; `part-plain-sync`, `part-plain-async`: the same functions
@@ -416,6 +418,30 @@ fn parts(variant: &str, n: usize) -> Result<(), Box<dyn Error>> {
             false,
             n,
         )?,
+        "part-entry-relate" => {
+            // A limit for every caller and a limit on the resource while another ("orders", entered once)
+            // is busy: Java's `RELATE` strategy.
+            let engine = Sentinel::builder().build().leak();
+            drop(engine.resource("orders").enter()?);
+            engine.load_flow_rules([
+                FlowRule::new("part").count(1e12),
+                FlowRule::new("part").count(1e12).relate("orders"),
+            ])?;
+            let resource = engine.resource("part");
+            run_part(|| assert!(black_box(resource.enter()).is_ok()), n);
+        }
+        "part-entry-chain" => {
+            // A limit for every caller and a limit on calls from one entrance (Java's `CHAIN` strategy),
+            // called in that entrance's context, held around the loop.
+            let engine = Sentinel::builder().build().leak();
+            engine.load_flow_rules([
+                FlowRule::new("part").count(1e12),
+                FlowRule::new("part").count(1e12).chain("entrance"),
+            ])?;
+            let _entrance = engine.enter_context("entrance", "")?;
+            let resource = engine.resource("part");
+            run_part(|| assert!(black_box(resource.enter()).is_ok()), n);
+        }
         "part-entry-rate-limiter" => entries(
             |e| {
                 Ok(e.load_flow_rules([FlowRule::new("part")

@@ -163,7 +163,8 @@ in_chain!(ParamSlot {
 
 in_chain!(FlowSlot {
     rules: |rules, _, _| rules.flow.as_deref(),
-    state: |_| &(),
+    // Relate rules read other resources' nodes, found by name the first time.
+    state: |shared| shared,
     held: |h| h.flow,
     taken: |t| &mut t.flow,
 });

@@ -329,6 +329,82 @@ fn three_and_four_rules_for_every_caller_decide_on_the_fast_path_as_on_the_gener
     }
 }
 
+/// Relate rules (Java's `RELATE`: a limit on a resource while another one is busy) decide on the fast path as on
+/// the general path, beside the other rules for every caller and rules for an origin: before the related
+/// resource exists, while it exists but was never entered (it has no node then, as in Java, and the rule lets
+/// every call through), and once it was entered (its passes in the second, or its calls in flight, decide).
+/// Every call meets the same on both paths: the same wait, or the same rule refusing it with the same retry time.
+#[test]
+fn relate_rules_decide_on_the_fast_path_as_on_the_general_path() {
+    use sentinel_runtime::flow::FlowStrategy;
+    let reject = |count| FlowRule::new("api").count(count);
+    let relate = |count| reject(count).relate("orders");
+    let threads = |count| FlowRule::new("api").grade(FlowGrade::Thread).count(count);
+    let sets = [
+        vec![relate(3.0)],
+        vec![reject(6.0), relate(3.0)],
+        vec![relate(4.0), reject(5.0)],
+        vec![threads(1.0).relate("orders"), reject(6.0)],
+        vec![threads(2.0), relate(4.0), reject(5.0), threads(2.0).relate("orders")],
+        vec![relate(20.0).control_behavior(ControlBehavior::WarmUp).warm_up_period_sec(2), reject(6.0)],
+        vec![reject(3.0).limit_app("appA"), relate(4.0), reject(8.0)],
+    ];
+    let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
+        Ok(e) => Ok(e.waited()),
+        Err(BlockError::Flow { rule, retry_after, .. }) => {
+            Err((rule.count, rule.grade, rule.strategy, rule.limit_app.clone(), *retry_after))
+        }
+        Err(other) => panic!("unexpected block {other:?}"),
+    };
+    for rules in sets {
+        let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(&rules);
+        let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
+        let mut orders = None;
+        let (mut held, mut held_orders) = (Vec::new(), Vec::new());
+        let mut by_relate = [0u32; 2];
+        for i in 0..900 {
+            // "orders" is created at call 100, and entered from call 200 on: every third call enters it, and
+            // 0 to 2 of its entries stay in flight.
+            if i == 100 {
+                orders = Some((fast_engine.resource("orders"), general_engine.resource("orders")));
+            }
+            if let Some((fast_orders, general_orders)) = &orders
+                && i >= 200
+                && i % 3 == 0
+            {
+                held_orders
+                    .push((fast_orders.entry_owned().enter().unwrap(), general_orders.entry_owned().enter().unwrap()));
+            }
+            while held_orders.len() > (i / 7) % 3 {
+                drop(held_orders.remove(0));
+            }
+            let origin = ["", "appA", "appB"][i % 3];
+            let (a, b) = (fast.entry_owned().origin(origin).enter(), general.entry_owned().origin(origin).enter());
+            assert_eq!(outcome(&a), outcome(&b), "{rules:?}, call {i} from {origin:?}");
+            if let Err((_, _, FlowStrategy::Relate, _, _)) = outcome(&a) {
+                by_relate[usize::from(i >= 200)] += 1;
+            }
+            held.push((a, b));
+            if held.len() > 3 {
+                drop(held.remove(0));
+            }
+            if i % 4 == 3 {
+                fast_clock.advance_millis(37);
+                general_clock.advance_millis(37);
+            }
+        }
+        drop((held, held_orders));
+        assert_eq!(by_relate[0], 0, "{rules:?}: no node before \"orders\" is entered, no refusal");
+        assert!(by_relate[1] > 0, "{rules:?}: \"orders\" busy, some refusals");
+        let counts = |e: &Sentinel| {
+            let s = e.cluster_stats("api").unwrap();
+            (s.minute_pass, s.minute_block, s.threads)
+        };
+        assert_eq!(counts(&fast_engine), counts(&general_engine), "{rules:?}");
+        assert_eq!(counts(&fast_engine).2, 0, "{rules:?}: every permit back");
+    }
+}
+
 /// Rules for callers' origins (Java's `limitApp`: a named origin, or "other") beside rules for every caller
 /// decide on the fast path as on the general path: the same calls pass, with the same waits; the same rule
 /// refuses the others, with the same retry time; each origin's node and the resource's count the same. A token
@@ -774,10 +850,15 @@ fn flow_rules_beside_an_adaptive_limit_decide_on_the_fast_path_as_on_the_general
         (|count| FlowRule::new("db").count(count), FlowRule::new("db").grade(FlowGrade::Thread).count(3.0));
     let spacing =
         FlowRule::new("db").count(1e9).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(500);
+    // Relate rules that never refuse in between (on a resource never entered, on `db` itself): the copy of the
+    // fast path for relate rules gives back the same.
+    let related = |name| FlowRule::new("db").count(1e9).relate(name);
     let sets = [
         vec![qps(10.0), threads.clone()],
         vec![qps(10.0), qps(12.0), threads.clone(), qps(11.0)],
-        vec![spacing, threads, qps(10.0)],
+        vec![spacing, threads.clone(), qps(10.0)],
+        vec![qps(10.0), related("idle"), threads.clone()],
+        vec![threads, related("db"), qps(10.0)],
     ];
     let run = |rules: &[FlowRule], general: bool| {
         let (engine, clock) = engine();

@@ -159,6 +159,9 @@ mod tests {
             vec![qps(3.0, "appA"), qps(2.0, "appA")],
             vec![qps(1.0, "other"), qps(2.0, "other")],
             vec![threads.clone().limit_app("appA"), qps(2.0, "appA")],
+            // Relate rules for every caller, which only read the related resource's node.
+            vec![qps(5.0, "default").relate("other-resource")],
+            vec![qps(3.0, "appA"), qps(5.0, "default"), threads.clone().relate("other-resource")],
         ] {
             assert_eq!(path(load(rules.clone())), FastPath::Common, "{rules:?}");
         }
@@ -169,6 +172,7 @@ mod tests {
             (1..=5).map(|i| qps(f64::from(i), "appA")).collect(),
             vec![qps(3.0, "appA").cluster(crate::flow::ClusterConfig::new(crate::flow::ClusterThresholdType::Global))],
             vec![qps(3.0, "appA").chain("entrance")],
+            vec![qps(3.0, "appA").relate("other-resource")],
             [vec![qps(3.0, "appA")], (1..=5).map(|i| qps(f64::from(i), "default")).collect()].concat(),
         ] {
             assert_eq!(path(load(rules.clone())), FastPath::No, "{rules:?}");

@@ -9,7 +9,7 @@ use crate::flow::controller::{reject_qps, Controller, Decision};
 use crate::flow::rule::{FlowGrade, FlowStrategy};
 use crate::flow::token_service;
 use crate::flow::{EntryState, FastRules, FastTaken, FlowRuleState, LimitApp, PermitNodes, ResourceFlowRules, Scratch};
-use crate::slot::contract::{CallCx, CheckCx, ExitCx, Named, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, Named, RelatedStat, Resources, RuleSlot, Verdict};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 
@@ -18,7 +18,8 @@ pub(crate) struct FlowSlot;
 
 impl RuleSlot for FlowSlot {
     type Rules = ResourceFlowRules;
-    type State = ();
+    /// Other resources by name, for relate rules on the fast path (the general path has them in its context).
+    type State = dyn Resources;
     /// Concurrency permits of thread-grade rules.
     type Held = EntryState;
     /// Reservations of QPS rules and tokens of cluster leases.
@@ -32,7 +33,7 @@ impl RuleSlot for FlowSlot {
     #[inline(always)]
     fn check(
         rules: &ResourceFlowRules,
-        _: &(),
+        _: &dyn Resources,
         cx: &CheckCx<'_>,
         held: &mut EntryState,
         taken: &mut Scratch,
@@ -46,7 +47,7 @@ impl RuleSlot for FlowSlot {
     #[inline(always)]
     fn check_fast<'c>(
         rules: &ResourceFlowRules,
-        _: &(),
+        resources: &dyn Resources,
         call: &impl Fn() -> CallCx<'c>,
         wait: &mut u64,
         held: &mut EntryState,
@@ -55,18 +56,24 @@ impl RuleSlot for FlowSlot {
         match rules.simple {
             Some(limit) => check_simple_only(rules, limit, &call(), taken),
             None => match (rules.fast_rules(), taken) {
-                // Rules for origins, and more than two rules for every caller, take copies of their own, so that
-                // the others compile as if they were not there.
+                // Rules for origins, and more than two rules for every caller (or a relate rule), take copies of
+                // their own, so that the others compile as if they were not there.
                 (Some(fast), None) if !fast.wide => check_fast_rules::<false, false>(rules, fast, &call(), held, wait),
                 (Some(fast), None) if !fast.many => check_fast_rules::<true, false>(rules, fast, &call(), held, wait),
-                (Some(fast), None) => check_fast_rules::<true, true>(rules, fast, &call(), held, wait),
+                (Some(fast), None) if !fast.relates_any() => {
+                    check_fast_rules::<true, true>(rules, fast, &call(), held, wait)
+                }
+                (Some(fast), None) => check_fast_relate(rules, fast, &call(), held, wait, resources),
                 (Some(fast), Some(t)) if !fast.wide => {
                     check_fast_rules_keeping::<false, false>(rules, fast, &call(), held, wait, t)
                 }
                 (Some(fast), Some(t)) if !fast.many => {
                     check_fast_rules_keeping::<true, false>(rules, fast, &call(), held, wait, t)
                 }
-                (Some(fast), Some(t)) => check_fast_rules_keeping::<true, true>(rules, fast, &call(), held, wait, t),
+                (Some(fast), Some(t)) if !fast.relates_any() => {
+                    check_fast_rules_keeping::<true, true>(rules, fast, &call(), held, wait, t)
+                }
+                (Some(fast), Some(t)) => check_fast_relate_keeping(rules, fast, &call(), held, wait, t, resources),
                 (None, _) => Ok(()),
             },
         }
@@ -78,7 +85,7 @@ impl RuleSlot for FlowSlot {
     #[inline(always)]
     fn undo_fast<'c>(
         _: &ResourceFlowRules,
-        _: &(),
+        _: &dyn Resources,
         call: &impl Fn() -> CallCx<'c>,
         held: &mut EntryState,
         taken: Option<&mut FastTaken>,
@@ -88,7 +95,13 @@ impl RuleSlot for FlowSlot {
     }
 
     #[inline(always)]
-    fn give_back(_: &ResourceFlowRules, _: &(), cx: &CheckCx<'_>, held: &mut EntryState, taken: &mut Scratch) {
+    fn give_back(
+        _: &ResourceFlowRules,
+        _: &dyn Resources,
+        cx: &CheckCx<'_>,
+        held: &mut EntryState,
+        taken: &mut Scratch,
+    ) {
         taken.release();
         held.release_permits(&permit_nodes(cx), true);
     }
@@ -99,7 +112,7 @@ impl RuleSlot for FlowSlot {
     }
 
     #[inline(always)]
-    fn exit(_: Option<&ResourceFlowRules>, _: &(), cx: &ExitCx, held: &mut EntryState) {
+    fn exit(_: Option<&ResourceFlowRules>, _: &dyn Resources, cx: &ExitCx, held: &mut EntryState) {
         if let Some(nodes) = &cx.nodes {
             let (cluster, context, origin) = nodes.get();
             held.release_permits(&PermitNodes::new(cluster, context, origin), false);
@@ -146,35 +159,65 @@ fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a Che
 fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
     let r = st.rule.ref_resource.as_deref()?;
     match st.rule.strategy {
-        FlowStrategy::Relate => {
-            let res = match st.ref_resource.get() {
-                Some(res) => res,
-                None => {
-                    let generation = cx.resources.generation();
-                    if st.ref_miss_generation.load(Ordering::Relaxed) == generation {
-                        return None;
-                    }
-                    match cx.resources.related(r) {
-                        Some(res) => st.ref_resource.get_or_init(|| res),
-                        None => {
-                            st.ref_miss_generation.store(generation, Ordering::Relaxed);
-                            return None;
-                        }
-                    }
-                }
-            };
-            // Java reads the related resource's cluster node, made by its first entry: until then, no node.
-            if st.ref_entered.load(Ordering::Relaxed) {
-                return Some(res.stat());
-            }
-            if !res.entered() {
-                return None;
-            }
-            st.ref_entered.store(true, Ordering::Relaxed);
-            Some(res.stat())
-        }
+        FlowStrategy::Relate => related_node(st, cx.resources),
         FlowStrategy::Chain => (cx.context_name == r).then_some(cx.node),
         FlowStrategy::Direct => None,
+    }
+}
+
+/// The node a relate rule reads: the related resource's cluster node, once that resource was entered (Java
+/// makes the node at its first entry: until then the rule has no node, and lets calls through). Found by name
+/// once; a resource not found is looked up again only after a resource was created.
+#[inline(always)]
+fn related_node<'a>(st: &'a FlowRuleState, resources: &dyn Resources) -> Option<&'a StatNode> {
+    let res = match st.ref_resource.get() {
+        Some(res) if st.ref_entered.load(Ordering::Relaxed) => return Some(res.stat()),
+        Some(res) => res,
+        None => find_related(st, resources)?,
+    };
+    if !res.entered() {
+        return None;
+    }
+    st.ref_entered.store(true, Ordering::Relaxed);
+    Some(res.stat())
+}
+
+/// [`related_node`]'s lookup by name, until the related resource is found.
+#[cold]
+#[inline(never)]
+fn find_related<'a>(st: &'a FlowRuleState, resources: &dyn Resources) -> Option<&'a RelatedStat> {
+    let r = st.rule.ref_resource.as_deref()?;
+    let generation = resources.generation();
+    if st.ref_miss_generation.load(Ordering::Relaxed) == generation {
+        return None;
+    }
+    match resources.related(r) {
+        Some(res) => Some(st.ref_resource.get_or_init(|| res)),
+        None => {
+            st.ref_miss_generation.store(generation, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// A relate rule's decision on the related resource's `node`, which it only reads (that resource's calls are
+/// admitted by its own rules): the same for the general path and the fast path.
+#[inline(always)]
+fn related_decision(st: &FlowRuleState, node: &StatNode, now_ms: u64, acquire: u32) -> Decision {
+    let rule = &*st.rule;
+    match (rule.grade, &st.controller) {
+        // Concurrency frees up when calls finish: no retry time is known.
+        (FlowGrade::Thread, _) => read_only(node.cur_threads() as f64 + acquire as f64 <= rule.count, || None),
+        (FlowGrade::Qps, Controller::WarmUp(w)) => {
+            w.sync(now_ms, node);
+            let allowed = w.allowed_qps();
+            read_only(node.pass_qps(now_ms) + acquire as f64 <= allowed, || {
+                node.qps_retry_after(now_ms, acquire, allowed)
+            })
+        }
+        (FlowGrade::Qps, _) => read_only(node.pass_qps(now_ms) + acquire as f64 <= rule.count, || {
+            node.qps_retry_after(now_ms, acquire, rule.count)
+        }),
     }
 }
 
@@ -214,10 +257,7 @@ pub(crate) fn check(
         // read it. Every other node is entered only through this resource's rules and is reserved exactly.
         let owned = rule.strategy != FlowStrategy::Relate;
         let decision = match rule.grade {
-            // Concurrency frees up when calls finish: no retry time is known.
-            FlowGrade::Thread if !owned => {
-                read_only(node.cur_threads() as f64 + cx.acquire as f64 <= rule.count, || None)
-            }
+            FlowGrade::Thread if !owned => related_decision(st, node, cx.now_ms, cx.acquire),
             FlowGrade::Thread => {
                 if es.has_permit(&permit_nodes(cx), node) {
                     // The permits count this call already: the others in flight, plus its acquire count.
@@ -230,17 +270,8 @@ pub(crate) fn check(
                 }
             }
             FlowGrade::Qps => match &st.controller {
-                Controller::Reject if !owned => {
-                    read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= rule.count, || {
-                        node.qps_retry_after(cx.now_ms, cx.acquire, rule.count)
-                    })
-                }
-                Controller::WarmUp(w) if !owned => {
-                    w.sync(cx.now_ms, node);
-                    let allowed = w.allowed_qps();
-                    read_only(node.pass_qps(cx.now_ms) + cx.acquire as f64 <= allowed, || {
-                        node.qps_retry_after(cx.now_ms, cx.acquire, allowed)
-                    })
+                Controller::Reject | Controller::WarmUp(_) if !owned => {
+                    related_decision(st, node, cx.now_ms, cx.acquire)
                 }
                 _ => {
                     let after = cx.waited_nanos.get().saturating_add(wait_nanos);
@@ -321,8 +352,8 @@ fn check_simple_only(
 
 /// The fast path's check of [`FastRules`] other than a lone reject-style QPS rule (which takes
 /// [`check_simple_only`]): for every caller a QPS rule of any control behaviour, a thread-grade rule, one of
-/// each, or two QPS rules (`MANY`: three or more, up to [`FastRules::MAX_FOR_EVERY_CALLER`]), after the rule for
-/// the caller's origin if one applies (`BY_ORIGIN`: the resource may have rules for origins), in the rules'
+/// each, or two QPS rules (`MANY`: three or more, up to [`FastRules::MAX_FOR_EVERY_CALLER`]; with a relate
+/// rule among them, [`check_fast_relate`]), after the rules for the caller's origin if some apply (`BY_ORIGIN`: the resource may have rules for origins), in the rules'
 /// order. A thread-grade rule's permit is held (`held`) until exit; what the earlier rules took is given back
 /// when a later one refuses; a QPS rule's token goes to `taken`; a rate limiter's wait adds to `wait`.
 #[inline(never)]
@@ -333,7 +364,7 @@ fn check_fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
     held: &mut EntryState,
     wait: &mut u64,
 ) -> Result<(), BlockError> {
-    fast_rules::<BY_ORIGIN, MANY>(rules, fast, call, held, wait, None)
+    fast_rules::<BY_ORIGIN, MANY>(rules, fast, call, held, wait, None, None)
 }
 
 /// [`check_fast_rules`] where a later check may refuse the call: the QPS rule's token goes to `taken`.
@@ -346,11 +377,41 @@ fn check_fast_rules_keeping<const BY_ORIGIN: bool, const MANY: bool>(
     wait: &mut u64,
     taken: &mut FastTaken,
 ) -> Result<(), BlockError> {
-    fast_rules::<BY_ORIGIN, MANY>(rules, fast, call, held, wait, Some(taken))
+    fast_rules::<BY_ORIGIN, MANY>(rules, fast, call, held, wait, Some(taken), None)
+}
+
+/// The fast path's check of [`FastRules`] with a relate rule among the rules for every caller: they take the
+/// loop of [`check_fast_rules`]'s `MANY` copies, in a copy of its own that finds the related resources
+/// through `resources` (so that the other copies test nothing for relate rules).
+#[inline(never)]
+fn check_fast_relate(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    call: &CallCx<'_>,
+    held: &mut EntryState,
+    wait: &mut u64,
+    resources: &dyn Resources,
+) -> Result<(), BlockError> {
+    fast_rules::<true, true>(rules, fast, call, held, wait, None, Some(resources))
+}
+
+/// [`check_fast_relate`] where a later check may refuse the call: the QPS rules' token goes to `taken`.
+#[inline(never)]
+fn check_fast_relate_keeping(
+    rules: &ResourceFlowRules,
+    fast: &FastRules,
+    call: &CallCx<'_>,
+    held: &mut EntryState,
+    wait: &mut u64,
+    taken: &mut FastTaken,
+    resources: &dyn Resources,
+) -> Result<(), BlockError> {
+    fast_rules::<true, true>(rules, fast, call, held, wait, Some(taken), Some(resources))
 }
 
 /// `BY_ORIGIN`: the resource may have rules for origins ([`FastRules::by_origin`]; always with `MANY`).
-/// `MANY`: it has more than two rules for every caller ([`FastRules::many`]).
+/// `MANY`: it has more than two rules for every caller, or a relate rule ([`FastRules::many`]); `resources`
+/// finds the related resources (`None`: the resource has no relate rule, and the copy tests for none).
 #[inline(always)]
 fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
     rules: &ResourceFlowRules,
@@ -359,6 +420,7 @@ fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
     held: &mut EntryState,
     wait: &mut u64,
     taken: Option<&mut FastTaken>,
+    resources: Option<&dyn Resources>,
 ) -> Result<(), BlockError> {
     let block = |at, retry_after| fast_block(rules, at, call.resource, call.origin, retry_after);
     // The rule for the caller's origin first, as the rules' order has it (Java checks the rules for origins
@@ -374,8 +436,12 @@ fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
         }
     };
     let (first, second) = if MANY {
-        // More than two rules for every caller: the token, the permit.
-        match fast_many(rules, fast, base, call, wait) {
+        // More than two rules for every caller, or a relate rule: the token, the permit.
+        let many = match resources {
+            None => fast_many::<false>(rules, fast, base, call, wait, None),
+            Some(_) => fast_many::<true>(rules, fast, base, call, wait, resources),
+        };
+        match many {
             Ok(took) => took,
             Err((at, retry_after)) => {
                 give_back_by_origin(by_origin);
@@ -542,20 +608,32 @@ impl Took {
     }
 }
 
-/// Three or more rules for every caller (at most [`FastRules::MAX_FOR_EVERY_CALLER`]), from `from` on, each
-/// decided as on the general path: a QPS rule after one that reserved checks on that reservation. What they
+/// Three or more rules for every caller (at most [`FastRules::MAX_FOR_EVERY_CALLER`]), or rules among which a
+/// relate rule, from `from` on, each decided as on the general path: a QPS rule after one that reserved checks
+/// on that reservation; a relate rule reads the related resource's node (found through `resources`). What they
 /// took together (the token, the permit), or the rule that refused the call with its retry time (what the
 /// rules before it took went back then). Out of line: few resources have more than two rules for every caller.
+///
+/// `RELATE`: a rule may relate the resource to another (the copy without tests nothing for it).
 #[inline(never)]
-fn fast_many(
+fn fast_many<const RELATE: bool>(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     from: usize,
     call: &CallCx<'_>,
     wait: &mut u64,
+    resources: Option<&dyn Resources>,
 ) -> Result<(Took, Took), (usize, Option<std::time::Duration>)> {
     let mut took = Took::Nothing;
     for at in from..rules.rules.len() {
+        if RELATE && fast.relates(at) {
+            // Takes nothing: it only reads the other resource's node.
+            if let Err(retry_after) = fast_related(&rules.rules[at], resources, call) {
+                took.give_back_to(call.cluster);
+                return Err((at, retry_after));
+            }
+            continue;
+        }
         let held = match &mut took {
             Took::Reservation(r) | Took::Both(r) => Some(r),
             Took::Nothing | Took::Permit => None,
@@ -574,8 +652,8 @@ fn fast_many(
     })
 }
 
-/// The rule at `at` of [`FastRules`] on the call: `Err` with the retry time when it refuses. `held`: the
-/// reservation the first of two QPS rules took.
+/// The rule at `at` of [`FastRules`] on the call (not a relate rule: [`fast_related`]): `Err` with the retry
+/// time when it refuses. `held`: a reservation an earlier rule took on the resource's node.
 #[inline(always)]
 fn fast_one(
     rules: &ResourceFlowRules,
@@ -592,6 +670,23 @@ fn fast_one(
         return fast_permit(&rules.rules[i], limit, node, call);
     }
     fast_qps(&rules.rules[at], node, call, wait, held)
+}
+
+/// A relate rule of the fast path ([`related_decision`] on [`related_node`]): `Err` with the retry time when it
+/// refuses. It lets the call through while the related resource has no node (not entered yet), as Java's does.
+#[inline(always)]
+fn fast_related(
+    st: &FlowRuleState,
+    resources: Option<&dyn Resources>,
+    call: &CallCx<'_>,
+) -> Result<(), Option<std::time::Duration>> {
+    let Some(node) = resources.and_then(|r| related_node(st, r)) else {
+        return Ok(());
+    };
+    match related_decision(st, node, call.now_ms, call.acquire) {
+        Decision::Block { retry_after } => Err(retry_after),
+        _ => Ok(()),
+    }
 }
 
 /// A rule of the fast path for the caller's origin, on the origin's `node`: a thread-grade rule's permit, or a
@@ -628,7 +723,8 @@ fn fast_permit(
 }
 
 /// A QPS rule of the fast path on `node` (the resource's, or the caller's origin's): `Err` with the retry time
-/// when it refuses. `held`: the reservation the first of two QPS rules took on `node`.
+/// when it refuses. `held`: a reservation an earlier rule took on `node` (this rule then reserves in the
+/// node's second window on it, or checks there).
 #[inline(always)]
 fn fast_qps(
     st: &FlowRuleState,

@@ -89,6 +89,17 @@ impl FlowRuleState {
         self.rule.grade == FlowGrade::Thread && self.is_plain()
     }
 
+    /// A local relate rule for every caller that only reads the related resource's node: thread grade, or QPS
+    /// rejecting or warming up (a rate limiter spaces the calls on its own state: the general path).
+    fn is_fast_relate(&self) -> bool {
+        self.rule.strategy == FlowStrategy::Relate
+            && self.rule.ref_resource.is_some()
+            && matches!(self.limit_app, LimitApp::Default)
+            && !self.rule.cluster_mode
+            && (self.rule.grade == FlowGrade::Thread
+                || matches!(self.controller, Controller::Reject | Controller::WarmUp(_)))
+    }
+
     /// For every caller, on the resource's own node, and local.
     fn is_plain(&self) -> bool {
         self.rule.strategy == FlowStrategy::Direct
@@ -227,9 +238,11 @@ impl ResourceFlowRules {
 /// Java's), rules of either grade for callers from named origins and for "other" callers, on the caller's
 /// origin node, as many for one origin (or for "other") as for every caller and one of them thread-grade at
 /// most: only one origin's rules (or those for "other") apply to a call. All local, on their own nodes
-/// (direct). Thread-grade rules' permits (on the resource's node, on the origin's) are the one thing a call on
-/// the fast path holds; on each node a QPS rule after one that reserved reserves in the node's second window
-/// on that reservation (a third checks there), as on the general path.
+/// (direct), except that the rules for every caller may relate the resource to another one (Java's `RELATE`:
+/// thread grade, or QPS rejecting or warming up), whose node they only read. Thread-grade rules' permits (on
+/// the resource's node, on the origin's) are the one thing a call on the fast path holds; on each node a QPS
+/// rule after one that reserved reserves in the node's second window on that reservation (a third checks
+/// there), as on the general path.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRules {
     /// Where the thread-grade rule is, and its limit (calls in flight).
@@ -240,14 +253,18 @@ pub(crate) struct FastRules {
     pub(crate) other: Option<usize>,
     /// Whether each origin (and "other") has one rule at most: then at most one rule applies to a call.
     pub(crate) one_per_origin: bool,
-    /// Whether there are more than two rules for every caller.
+    /// Whether there are more than two rules for every caller, or a relate rule: the rules for every caller
+    /// then take a loop of their own.
     pub(crate) many: bool,
+    /// The relate rules, one bit each by their place.
+    relate: u16,
     /// Whether there are rules for origins or [`many`](Self::many) rules: the checks take copies of their own.
     pub(crate) wide: bool,
 }
 
-// The rules for origins fit the mask of `origin_rules`, one bit each.
+// The rules for origins fit the mask of `origin_rules`, one bit each; every rule fits the mask of `relate`.
 const _: () = assert!(FastRules::MAX_BY_ORIGIN <= 32);
+const _: () = assert!(FastRules::MAX_BY_ORIGIN + FastRules::MAX_FOR_EVERY_CALLER <= 16);
 
 impl FastRules {
     /// The most rules for named origins the fast path looks through (a call compares its origin with each;
@@ -258,8 +275,15 @@ impl FastRules {
     pub(crate) const MAX_FOR_EVERY_CALLER: usize = 4;
 
     fn of(rules: &[Arc<FlowRuleState>]) -> Option<FastRules> {
-        let mut fast =
-            FastRules { threads: None, by_origin: 0, other: None, one_per_origin: true, many: false, wide: false };
+        let mut fast = FastRules {
+            threads: None,
+            by_origin: 0,
+            other: None,
+            one_per_origin: true,
+            many: false,
+            relate: 0,
+            wide: false,
+        };
         // The rules are sorted: those for origins first (`ResourceFlowRules::new`).
         let by_origin = rules.iter().take_while(|st| !matches!(st.limit_app, LimitApp::Default)).count();
         if by_origin > Self::MAX_BY_ORIGIN || rules.len() - by_origin > Self::MAX_FOR_EVERY_CALLER {
@@ -284,19 +308,33 @@ impl FastRules {
             fast.one_per_origin &= size == 1;
         }
         fast.by_origin = by_origin;
-        fast.many = rules.len() - by_origin > 2;
-        fast.wide = by_origin > 0 || fast.many;
         for (i, st) in rules.iter().enumerate().skip(by_origin) {
             if st.is_plain_qps() {
                 continue;
             }
             if st.is_simple_threads() && fast.threads.is_none() {
                 fast.threads = Some((i, st.rule.count));
+            } else if st.is_fast_relate() {
+                fast.relate |= 1 << i;
             } else {
                 return None;
             }
         }
+        fast.many = rules.len() - by_origin > 2 || fast.relate != 0;
+        fast.wide = by_origin > 0 || fast.many;
         (!rules.is_empty()).then_some(fast)
+    }
+
+    /// Whether a rule is a relate rule.
+    #[inline(always)]
+    pub(crate) fn relates_any(&self) -> bool {
+        self.relate != 0
+    }
+
+    /// Whether the rule at `at` is a relate rule.
+    #[inline(always)]
+    pub(crate) fn relates(&self, at: usize) -> bool {
+        self.relate & (1 << at) != 0
     }
 
     /// The rule for the caller's `origin` among the rules for origins, when each origin has one at most
@@ -653,6 +691,28 @@ mod fast_rules_tests {
     }
 
     #[test]
+    fn relate_rules_for_every_caller_take_the_loop_of_the_fast_path() {
+        let qps = |count| FlowRule::new("r").count(count);
+        for (rules, relate) in [
+            (vec![qps(5.0).relate("s")], 0b1),
+            (vec![threads(2.0).relate("s")], 0b1),
+            (vec![qps(5.0), qps(3.0).relate("s")], 0b10),
+            (vec![qps(5.0).relate("s").control_behavior(ControlBehavior::WarmUp), threads(2.0)], 0b1),
+            // A thread-grade relate rule holds no permit: beside the one thread-grade rule of the node.
+            (vec![threads(2.0), threads(1.0).relate("s"), qps(5.0), qps(4.0).relate("t")], 0b1010),
+            (vec![qps(2.0).limit_app("shop"), threads(1.0).relate("s"), qps(5.0)], 0b10),
+        ] {
+            let f = fast(rules.clone()).unwrap_or_else(|| panic!("{rules:?}"));
+            assert_eq!(f.relate, relate, "{rules:?}");
+            assert!(f.many && f.wide && f.relates_any(), "{rules:?}");
+            assert!((0..rules.len()).all(|i| f.relates(i) == (relate & (1 << i) != 0)), "{rules:?}");
+        }
+        let f = fast(vec![threads(2.0), threads(1.0).relate("s")]).unwrap();
+        assert_eq!(f.threads, Some((0, 2.0)));
+        assert!(!fast(vec![qps(5.0), qps(4.0), qps(3.0)]).unwrap().relates_any());
+    }
+
+    #[test]
     fn any_other_rule_set_takes_the_general_path() {
         let qps = || FlowRule::new("r").count(5.0);
         let too_many: Vec<_> = (0..=FastRules::MAX_BY_ORIGIN).map(|i| qps().limit_app(format!("app{i}"))).collect();
@@ -665,8 +725,13 @@ mod fast_rules_tests {
             (0..=FastRules::MAX_FOR_EVERY_CALLER).map(|i| qps().count(i as f64 + 1.0).limit_app("shop")).collect(),
             vec![qps().limit_app("shop").relate("s")],
             too_many,
-            vec![threads(1.0).relate("s")],
             vec![threads(1.0).chain("ctx")],
+            // A relate rule that spaces calls (its own state, not the related node's), or a clustered one.
+            vec![qps().relate("s").control_behavior(ControlBehavior::RateLimiter)],
+            vec![qps(), qps().relate("s").control_behavior(ControlBehavior::WarmUpRateLimiter)],
+            vec![FlowRule { cluster_mode: true, ..qps().relate("s") }],
+            // Five rules for every caller, one of them relating the resource to another.
+            [vec![qps().relate("s")], (0..FastRules::MAX_FOR_EVERY_CALLER).map(|_| qps()).collect()].concat(),
             vec![qps(), qps(), qps().chain("ctx")],
             vec![FlowRule { cluster_mode: true, ..qps() }, threads(1.0)],
         ] {

@@ -209,8 +209,9 @@ impl Verdict {
 pub(crate) trait RuleSlot {
     /// The kind's compiled rules for one resource.
     type Rules;
-    /// What the kind shares across resources and the engine hands to every check (its manager).
-    type State;
+    /// What the kind shares across resources and the engine hands to every check (its manager, or the
+    /// engine's lookup of other resources, [`Resources`]).
+    type State: ?Sized;
     /// What a call that passed holds until it exits (permits, a probe).
     type Held: Default;
     /// What the check takes while deciding, kept only if the call passes every later slot.
