@@ -18,7 +18,7 @@ use crate::error::BlockError;
 use crate::flow::check::FlowSlot;
 use crate::param_flow::ParamSlot;
 use crate::rules::ResourceRules;
-use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
+use crate::slot::contract::{CheckCx, ExitCx, FastCall, RuleSlot, Verdict};
 use crate::slot::{CustomSlots, SlotEntry};
 use crate::system::SystemSlot;
 use crate::{circuit_breaker, flow, param_flow};
@@ -350,7 +350,7 @@ pub(crate) trait Chain {
     fn fast<'c, const APART: bool, const SYSTEM: bool>(
         rules: &ResourceRules,
         shared: &Shared,
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         wait: &mut u64,
         held: &mut Held<'_>,
         taken: Option<&mut FastTaken>,
@@ -400,7 +400,7 @@ impl Chain for () {
     fn fast<'c, const APART: bool, const SYSTEM: bool>(
         _: &ResourceRules,
         _: &Shared,
-        _: &impl Fn() -> CallCx<'c>,
+        _: &impl FastCall<'c>,
         _: &mut u64,
         _: &mut Held<'_>,
         _: Option<&mut FastTaken>,
@@ -495,7 +495,7 @@ impl<S: InChain, R: Chain> Chain for (S, R) {
     fn fast<'c, const APART: bool, const SYSTEM: bool>(
         rules: &ResourceRules,
         shared: &Shared,
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         wait: &mut u64,
         held: &mut Held<'_>,
         mut taken: Option<&mut FastTaken>,
@@ -653,7 +653,7 @@ pub(crate) fn has_slow_rules(rules: &ResourceRules, shared: &Shared) -> bool {
 pub(crate) fn run_fast<'c, const APART: bool, const SYSTEM: bool>(
     rules: &ResourceRules,
     shared: &Shared,
-    call: &impl Fn() -> CallCx<'c>,
+    call: &impl FastCall<'c>,
     wait: &mut u64,
     held: &mut Held<'_>,
 ) -> Result<(), BlockError> {

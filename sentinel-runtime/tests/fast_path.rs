@@ -405,6 +405,87 @@ fn relate_rules_decide_on_the_fast_path_as_on_the_general_path() {
     }
 }
 
+/// Chain rules (Java's `CHAIN`: a limit on the calls made in one entrance's context) decide on the fast path as
+/// on the general path, on the resource's node in that context, beside the other rules for every caller and
+/// rules for an origin: calls in the context a rule names meet it, calls in any other context (or none) do not.
+/// Every call meets the same on both paths: the same wait, or the same rule refusing it with the same retry
+/// time; a token or a permit a chain rule took goes back when a later rule refuses the call.
+#[test]
+fn chain_rules_decide_on_the_fast_path_as_on_the_general_path() {
+    use sentinel_runtime::flow::FlowStrategy;
+    let reject = |count| FlowRule::new("api").count(count);
+    let chain = |count| reject(count).chain("entrance");
+    let threads = |count| FlowRule::new("api").grade(FlowGrade::Thread).count(count);
+    let sets = [
+        vec![chain(3.0)],
+        vec![reject(8.0), chain(2.0)],
+        vec![chain(4.0), reject(12.0)],
+        vec![threads(1.0).chain("entrance"), reject(6.0)],
+        vec![threads(2.0), chain(4.0), threads(1.0).chain("entrance"), reject(12.0)],
+        vec![chain(4.0), chain(3.0)],
+        vec![chain(3.0), reject(2.0).chain("back-office")],
+        vec![chain(10.0).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(200), reject(6.0)],
+        vec![chain(20.0).control_behavior(ControlBehavior::WarmUp).warm_up_period_sec(2), reject(40.0)],
+        vec![reject(3.0).limit_app("appA"), chain(4.0), threads(2.0).chain("entrance"), reject(8.0)],
+    ];
+    let outcome = |r: &Result<sentinel_runtime::Entry<'static>, BlockError>| match r {
+        Ok(e) => Ok(e.waited()),
+        Err(BlockError::Flow { rule, retry_after, .. }) => Err((
+            rule.count,
+            rule.grade,
+            rule.strategy,
+            rule.ref_resource.clone(),
+            rule.limit_app.clone(),
+            *retry_after,
+        )),
+        Err(other) => panic!("unexpected block {other:?}"),
+    };
+    for rules in sets {
+        let ((fast_engine, fast_clock), (general_engine, general_clock)) = fast_and_general(&rules);
+        let (fast, general) = (fast_engine.resource("api"), general_engine.resource("api"));
+        let mut held = Vec::new();
+        let mut by_chain = 0;
+        for i in 0..900 {
+            // Calls in the entrance's context, in another one, and in none, from three callers.
+            let context = ["entrance", "back-office", "", "entrance"][i % 4];
+            let origin = ["", "appA", "appB"][i % 3];
+            let enter = |engine: &Sentinel, api: &sentinel_runtime::Resource| {
+                if context.is_empty() {
+                    return api.entry_owned().origin(origin).enter();
+                }
+                let _context = engine.enter_context(context, origin).unwrap();
+                api.entry_owned().enter()
+            };
+            let (a, b) = (enter(&fast_engine, &fast), enter(&general_engine, &general));
+            assert_eq!(outcome(&a), outcome(&b), "{rules:?}, call {i} in {context:?} from {origin:?}");
+            if let Err((_, _, FlowStrategy::Chain, named, _, _)) = outcome(&a) {
+                assert_eq!(
+                    named.as_deref(),
+                    Some(context),
+                    "{rules:?}: a chain rule refuses calls in its context only"
+                );
+                by_chain += 1;
+            }
+            held.push((a, b));
+            if held.len() > (i / 5) % 4 {
+                drop(held.remove(0));
+            }
+            if i % 6 == 5 {
+                fast_clock.advance_millis(37);
+                general_clock.advance_millis(37);
+            }
+        }
+        drop(held);
+        assert!(by_chain > 0, "{rules:?}: some calls in the entrance refused by a chain rule");
+        let counts = |e: &Sentinel| {
+            let s = e.cluster_stats("api").unwrap();
+            (s.minute_pass, s.minute_block, s.threads)
+        };
+        assert_eq!(counts(&fast_engine), counts(&general_engine), "{rules:?}");
+        assert_eq!(counts(&fast_engine).2, 0, "{rules:?}: every permit back");
+    }
+}
+
 /// Rules for callers' origins (Java's `limitApp`: a named origin, or "other") beside rules for every caller
 /// decide on the fast path as on the general path: the same calls pass, with the same waits; the same rule
 /// refuses the others, with the same retry time; each origin's node and the resource's count the same. A token
@@ -851,14 +932,18 @@ fn flow_rules_beside_an_adaptive_limit_decide_on_the_fast_path_as_on_the_general
     let spacing =
         FlowRule::new("db").count(1e9).control_behavior(ControlBehavior::RateLimiter).max_queueing_time_ms(500);
     // Relate rules that never refuse in between (on a resource never entered, on `db` itself): the copy of the
-    // fast path for relate rules gives back the same.
+    // fast path for relate and chain rules gives back the same. Chain rules naming the context of these calls
+    // (the default one): their token and their permit, on the resource's node in that context, go back too.
     let related = |name| FlowRule::new("db").count(1e9).relate(name);
+    let in_context = |rule: FlowRule| rule.chain(sentinel_runtime::DEFAULT_CONTEXT_NAME);
     let sets = [
         vec![qps(10.0), threads.clone()],
         vec![qps(10.0), qps(12.0), threads.clone(), qps(11.0)],
         vec![spacing, threads.clone(), qps(10.0)],
         vec![qps(10.0), related("idle"), threads.clone()],
-        vec![threads, related("db"), qps(10.0)],
+        vec![threads.clone(), related("db"), qps(10.0)],
+        vec![in_context(qps(10.0)), threads.clone()],
+        vec![qps(12.0), in_context(threads.clone()), in_context(qps(10.0))],
     ];
     let run = |rules: &[FlowRule], general: bool| {
         let (engine, clock) = engine();

@@ -31,7 +31,7 @@ use super::rule::AdaptiveRule;
 use super::wait::{Admission, WaitEnd, WaitForPermit, WaitQueue};
 use crate::clock::EngineClock;
 use crate::error::BlockError;
-use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, FastCall, RuleSlot, Verdict};
 use crate::wait::{Grant, Pending, PendingWait, RetryScope, Wait, Waited};
 
 /// The adaptive rule of one resource and its limiter.
@@ -225,12 +225,12 @@ impl RuleSlot for AdaptiveSlot {
     fn check_fast<'c>(
         rules: &Arc<ResourceAdaptive>,
         _: &(),
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         _: &mut u64,
         held: &mut AdaptiveHeld,
         _: Option<&mut ()>,
     ) -> Result<(), BlockError> {
-        take_place_fast(rules, &call(), held)
+        take_place_fast(rules, &call.call(), held)
     }
 
     #[inline(always)]

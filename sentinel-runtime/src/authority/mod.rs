@@ -34,7 +34,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::pattern::{Compiler, Patterns};
-use crate::slot::contract::{CallCx, CheckCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, FastCall, RuleSlot, Verdict};
 use crate::slot::toolkit::RuleList;
 
 /// The authority rules in force for one resource.
@@ -208,12 +208,12 @@ impl RuleSlot for AuthoritySlot {
     fn check_fast<'c>(
         rules: &ResourceAuthority,
         _: &(),
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         _: &mut u64,
         _: &mut (),
         _: Option<&mut ()>,
     ) -> Result<(), BlockError> {
-        check(rules, &call())
+        check(rules, &call.call())
     }
 }
 

@@ -159,8 +159,10 @@ mod tests {
             vec![qps(3.0, "appA"), qps(2.0, "appA")],
             vec![qps(1.0, "other"), qps(2.0, "other")],
             vec![threads.clone().limit_app("appA"), qps(2.0, "appA")],
-            // Relate rules for every caller, which only read the related resource's node.
+            // Relate rules for every caller, which only read the related resource's node, and chain rules for
+            // every caller, which decide on the resource's node in the context they name.
             vec![qps(5.0, "default").relate("other-resource")],
+            vec![qps(5.0, "default"), threads.clone().chain("entrance"), qps(3.0, "default").chain("entrance")],
             vec![qps(3.0, "appA"), qps(5.0, "default"), threads.clone().relate("other-resource")],
         ] {
             assert_eq!(path(load(rules.clone())), FastPath::Common, "{rules:?}");

@@ -117,7 +117,7 @@ impl<'r, 'a> EntryBuilder<'r, 'a> {
                     {
                         // The same chain, specialised: only the slots that can be on the fast path, on the rules
                         // the engine flagged for it.
-                        let call = || self.call_cx(&site, now_nanos, now_ms);
+                        let call = self.fast_view(&site, now_nanos, now_ms);
                         let (mut held, tally) = checks.split();
                         let wait = &mut tally.wait_nanos;
                         return chain::run_fast::<false, false>(rules, site.shared, &call, wait, &mut held);
@@ -313,6 +313,20 @@ impl EntryBuilder<'_, '_> {
         }
     }
 
+    /// What the checks of the fast path see of this call, made when one needs it.
+    #[inline(always)]
+    fn fast_view<'c>(
+        &'c self,
+        site: &'c Site<'c>,
+        now_nanos: u64,
+        now_ms: u64,
+    ) -> impl crate::slot::contract::FastCall<'c> {
+        crate::slot::contract::FastView(
+            move || self.call_cx(site, now_nanos, now_ms),
+            move || crate::slot::contract::ContextCx { name: site.ctx.name(), node: site.node.stats() },
+        )
+    }
+
     /// What the checks of the general path see of this call.
     #[inline(always)]
     fn check_cx<'c>(&'c self, site: &'c Site<'c>, now_nanos: u64, cluster_wait: Wait) -> CheckCx<'c> {
@@ -346,7 +360,7 @@ impl EntryBuilder<'_, '_> {
         now_ms: u64,
         system: bool,
     ) -> Result<(), BlockError> {
-        let call = || self.call_cx(site, now_nanos, now_ms);
+        let call = self.fast_view(site, now_nanos, now_ms);
         let (mut held, tally) = checks.split();
         let (shared, wait) = (site.shared, &mut tally.wait_nanos);
         match (rules.fast_path == FastPath::Apart, system) {

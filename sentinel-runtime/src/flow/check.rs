@@ -9,7 +9,9 @@ use crate::flow::controller::{reject_qps, Controller, Decision};
 use crate::flow::rule::{FlowGrade, FlowStrategy};
 use crate::flow::token_service;
 use crate::flow::{EntryState, FastRules, FastTaken, FlowRuleState, LimitApp, PermitNodes, ResourceFlowRules, Scratch};
-use crate::slot::contract::{CallCx, CheckCx, ExitCx, Named, RelatedStat, Resources, RuleSlot, Verdict};
+use crate::slot::contract::{
+    CallCx, CheckCx, ContextCx, ExitCx, FastCall, Named, RelatedStat, Resources, RuleSlot, Verdict,
+};
 use crate::stat::admission::Reservation;
 use crate::stat::StatNode;
 
@@ -48,32 +50,42 @@ impl RuleSlot for FlowSlot {
     fn check_fast<'c>(
         rules: &ResourceFlowRules,
         resources: &dyn Resources,
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         wait: &mut u64,
         held: &mut EntryState,
         taken: Option<&mut FastTaken>,
     ) -> Result<(), BlockError> {
         match rules.simple {
-            Some(limit) => check_simple_only(rules, limit, &call(), taken),
+            Some(limit) => check_simple_only(rules, limit, &call.call(), taken),
             None => match (rules.fast_rules(), taken) {
-                // Rules for origins, and more than two rules for every caller (or a relate rule), take copies of
-                // their own, so that the others compile as if they were not there.
-                (Some(fast), None) if !fast.wide => check_fast_rules::<false, false>(rules, fast, &call(), held, wait),
-                (Some(fast), None) if !fast.many => check_fast_rules::<true, false>(rules, fast, &call(), held, wait),
-                (Some(fast), None) if !fast.relates_any() => {
-                    check_fast_rules::<true, true>(rules, fast, &call(), held, wait)
+                // Rules for origins, and more than two rules for every caller (or a relate or chain rule), take
+                // copies of their own, so that the others compile as if they were not there.
+                (Some(fast), None) if !fast.wide => {
+                    check_fast_rules::<false, false>(rules, fast, &call.call(), held, wait)
                 }
-                (Some(fast), None) => check_fast_relate(rules, fast, &call(), held, wait, resources),
+                (Some(fast), None) if !fast.many => {
+                    check_fast_rules::<true, false>(rules, fast, &call.call(), held, wait)
+                }
+                (Some(fast), None) if !fast.reads_others() => {
+                    check_fast_rules::<true, true>(rules, fast, &call.call(), held, wait)
+                }
+                (Some(fast), None) => {
+                    let context = fast.chains_any().then(|| call.context());
+                    check_fast_others(rules, fast, &call.call(), held, wait, None, resources, context)
+                }
                 (Some(fast), Some(t)) if !fast.wide => {
-                    check_fast_rules_keeping::<false, false>(rules, fast, &call(), held, wait, t)
+                    check_fast_rules_keeping::<false, false>(rules, fast, &call.call(), held, wait, t)
                 }
                 (Some(fast), Some(t)) if !fast.many => {
-                    check_fast_rules_keeping::<true, false>(rules, fast, &call(), held, wait, t)
+                    check_fast_rules_keeping::<true, false>(rules, fast, &call.call(), held, wait, t)
                 }
-                (Some(fast), Some(t)) if !fast.relates_any() => {
-                    check_fast_rules_keeping::<true, true>(rules, fast, &call(), held, wait, t)
+                (Some(fast), Some(t)) if !fast.reads_others() => {
+                    check_fast_rules_keeping::<true, true>(rules, fast, &call.call(), held, wait, t)
                 }
-                (Some(fast), Some(t)) => check_fast_relate_keeping(rules, fast, &call(), held, wait, t, resources),
+                (Some(fast), Some(t)) => {
+                    let context = fast.chains_any().then(|| call.context());
+                    check_fast_others(rules, fast, &call.call(), held, wait, Some(t), resources, context)
+                }
                 (None, _) => Ok(()),
             },
         }
@@ -86,12 +98,15 @@ impl RuleSlot for FlowSlot {
     fn undo_fast<'c>(
         _: &ResourceFlowRules,
         _: &dyn Resources,
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         held: &mut EntryState,
         taken: Option<&mut FastTaken>,
     ) {
-        let call = call();
-        undo_fast(call.cluster, *call.origin_node, held, taken);
+        let view = call.call();
+        // The context's node only when a chain rule holds a permit there (made here, in place: the call's view
+        // is not passed out of line).
+        let context = held.holds_context_permit().then(|| call.context().node);
+        undo_fast(view.cluster, *view.origin_node, context, held, taken);
     }
 
     #[inline(always)]
@@ -156,6 +171,9 @@ fn select_node<'a>(st: &'a FlowRuleState, rules: &ResourceFlowRules, cx: &'a Che
     }
 }
 
+/// The node a relate or a chain rule decides on (out of line: most rules are direct, and the general path's
+/// loop stays small without it).
+#[inline(never)]
 fn reference_node<'a>(st: &'a FlowRuleState, cx: &'a CheckCx<'a>) -> Option<&'a StatNode> {
     let r = st.rule.ref_resource.as_deref()?;
     match st.rule.strategy {
@@ -380,38 +398,48 @@ fn check_fast_rules_keeping<const BY_ORIGIN: bool, const MANY: bool>(
     fast_rules::<BY_ORIGIN, MANY>(rules, fast, call, held, wait, Some(taken), None)
 }
 
-/// The fast path's check of [`FastRules`] with a relate rule among the rules for every caller: they take the
-/// loop of [`check_fast_rules`]'s `MANY` copies, in a copy of its own that finds the related resources
-/// through `resources` (so that the other copies test nothing for relate rules).
+/// The fast path's check of [`FastRules`] with a relate or a chain rule among the rules for every caller: they
+/// take the loop of [`check_fast_rules`]'s `MANY` copies, in a copy of its own that finds the related resources
+/// through `resources` and reads the call's `context` (made only for chain rules), so that the other copies
+/// test nothing for them. The tokens go to `taken` when a later check may refuse the call.
 #[inline(never)]
-fn check_fast_relate(
+#[allow(clippy::too_many_arguments)]
+fn check_fast_others(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     call: &CallCx<'_>,
     held: &mut EntryState,
     wait: &mut u64,
+    taken: Option<&mut FastTaken>,
     resources: &dyn Resources,
+    context: Option<ContextCx<'_>>,
 ) -> Result<(), BlockError> {
-    fast_rules::<true, true>(rules, fast, call, held, wait, None, Some(resources))
+    let mut others = Others { resources, context, took: Took::Nothing };
+    fast_rules::<true, true>(rules, fast, call, held, wait, taken, Some(&mut others))
 }
 
-/// [`check_fast_relate`] where a later check may refuse the call: the QPS rules' token goes to `taken`.
-#[inline(never)]
-fn check_fast_relate_keeping(
-    rules: &ResourceFlowRules,
-    fast: &FastRules,
-    call: &CallCx<'_>,
-    held: &mut EntryState,
-    wait: &mut u64,
-    taken: &mut FastTaken,
-    resources: &dyn Resources,
-) -> Result<(), BlockError> {
-    fast_rules::<true, true>(rules, fast, call, held, wait, Some(taken), Some(resources))
+/// What the rules' loop reads for relate and chain rules, and what the chain rules took.
+struct Others<'a> {
+    /// Other resources by name (relate rules).
+    resources: &'a dyn Resources,
+    /// The call's context (when the resource has chain rules).
+    context: Option<ContextCx<'a>>,
+    /// What the chain rules took on the resource's node in the context (a token, a permit).
+    took: Took,
+}
+
+impl Others<'_> {
+    /// A rule refused the call: what the chain rules took goes back.
+    fn give_back(&mut self) {
+        if let Some(context) = self.context {
+            std::mem::replace(&mut self.took, Took::Nothing).give_back_to(context.node);
+        }
+    }
 }
 
 /// `BY_ORIGIN`: the resource may have rules for origins ([`FastRules::by_origin`]; always with `MANY`).
-/// `MANY`: it has more than two rules for every caller, or a relate rule ([`FastRules::many`]); `resources`
-/// finds the related resources (`None`: the resource has no relate rule, and the copy tests for none).
+/// `MANY`: it has more than two rules for every caller, or a relate or chain rule ([`FastRules::many`]);
+/// `others` reads for those (`None`: the resource has none, and the copy tests for none).
 #[inline(always)]
 fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
     rules: &ResourceFlowRules,
@@ -420,7 +448,7 @@ fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
     held: &mut EntryState,
     wait: &mut u64,
     taken: Option<&mut FastTaken>,
-    resources: Option<&dyn Resources>,
+    mut others: Option<&mut Others<'_>>,
 ) -> Result<(), BlockError> {
     let block = |at, retry_after| fast_block(rules, at, call.resource, call.origin, retry_after);
     // The rule for the caller's origin first, as the rules' order has it (Java checks the rules for origins
@@ -436,10 +464,10 @@ fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
         }
     };
     let (first, second) = if MANY {
-        // More than two rules for every caller, or a relate rule: the token, the permit.
-        let many = match resources {
+        // More than two rules for every caller, or a relate or chain rule: the token, the permit.
+        let many = match others.as_deref_mut() {
             None => fast_many::<false>(rules, fast, base, call, wait, None),
-            Some(_) => fast_many::<true>(rules, fast, base, call, wait, resources),
+            Some(o) => fast_many::<true>(rules, fast, base, call, wait, Some(o)),
         };
         match many {
             Ok(took) => took,
@@ -488,12 +516,18 @@ fn fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
         if let Some((node, Took::Reservation(r) | Took::Both(r))) = &by_origin {
             t.keep_origin(node, *r);
         }
+        if let Some(Others { context: Some(context), took: Took::Reservation(r) | Took::Both(r), .. }) = &others {
+            t.keep_context(context.node, *r);
+        }
     }
     if matches!(first, Took::Permit) || matches!(second, Took::Permit) {
         held.push_cluster_permit();
     }
     if let Some((_, Took::Permit | Took::Both(_))) = by_origin {
         held.push_origin_permit();
+    }
+    if let Some(Others { took: Took::Permit | Took::Both(_), .. }) = others {
+        held.push_context_permit();
     }
     Ok(())
 }
@@ -559,15 +593,21 @@ fn fast_by_origins<'c>(
     Ok(Some((node, took)))
 }
 
-/// The fast path's undo ([`RuleSlot::undo_fast`]): the token the check took and the permit it holds go back.
+/// The fast path's undo ([`RuleSlot::undo_fast`]): the tokens the check took and the permits it holds go back
+/// (`context`: the resource's node in the call's context, when a chain rule holds a permit there).
 #[cold]
 #[inline(never)]
-fn undo_fast(cluster: &StatNode, origin: Option<&StatNode>, held: &mut EntryState, taken: Option<&mut FastTaken>) {
+fn undo_fast(
+    cluster: &StatNode,
+    origin: Option<&StatNode>,
+    context: Option<&StatNode>,
+    held: &mut EntryState,
+    taken: Option<&mut FastTaken>,
+) {
     if let Some(t) = taken {
         t.release();
     }
-    // The fast path takes permits of the resource's own node and of the caller's origin's only.
-    held.release_permits(&PermitNodes::new(cluster, None, origin), true);
+    held.release_permits(&PermitNodes::new(cluster, context, origin), true);
 }
 
 /// What one rule of [`FastRules`] took for a call it let through (or, `Both`, several rules together on one
@@ -609,27 +649,38 @@ impl Took {
 }
 
 /// Three or more rules for every caller (at most [`FastRules::MAX_FOR_EVERY_CALLER`]), or rules among which a
-/// relate rule, from `from` on, each decided as on the general path: a QPS rule after one that reserved checks
-/// on that reservation; a relate rule reads the related resource's node (found through `resources`). What they
-/// took together (the token, the permit), or the rule that refused the call with its retry time (what the
-/// rules before it took went back then). Out of line: few resources have more than two rules for every caller.
+/// relate or a chain rule, from `from` on, each decided as on the general path: a QPS rule after one that
+/// reserved on its node checks on that reservation; a relate rule reads the related resource's node (found
+/// through `others`); a chain rule naming the call's context decides on the resource's node in it. What they
+/// took together on the resource's node (the token, the permit; the chain rules' go to `others`), or the rule
+/// that refused the call with its retry time (what the rules before it took went back then). Out of line: few
+/// resources have more than two rules for every caller.
 ///
-/// `RELATE`: a rule may relate the resource to another (the copy without tests nothing for it).
+/// `OTHERS`: a rule may be a relate or a chain rule (the copy without tests nothing for them).
 #[inline(never)]
-fn fast_many<const RELATE: bool>(
+fn fast_many<const OTHERS: bool>(
     rules: &ResourceFlowRules,
     fast: &FastRules,
     from: usize,
     call: &CallCx<'_>,
     wait: &mut u64,
-    resources: Option<&dyn Resources>,
+    mut others: Option<&mut Others<'_>>,
 ) -> Result<(Took, Took), (usize, Option<std::time::Duration>)> {
     let mut took = Took::Nothing;
     for at in from..rules.rules.len() {
-        if RELATE && fast.relates(at) {
-            // Takes nothing: it only reads the other resource's node.
-            if let Err(retry_after) = fast_related(&rules.rules[at], resources, call) {
+        if OTHERS
+            && fast.reads_other(at)
+            && let Some(o) = others.as_deref_mut()
+        {
+            let st = &rules.rules[at];
+            let decided = match fast.relates(at) {
+                // Takes nothing: it only reads the other resource's node.
+                true => fast_related(st, Some(o.resources), call),
+                false => fast_chain(st, o, call, wait),
+            };
+            if let Err(retry_after) = decided {
                 took.give_back_to(call.cluster);
+                o.give_back();
                 return Err((at, retry_after));
             }
             continue;
@@ -642,6 +693,9 @@ fn fast_many<const RELATE: bool>(
             Ok(t) => took = took.with(t),
             Err(retry_after) => {
                 took.give_back_to(call.cluster);
+                if OTHERS && let Some(o) = others {
+                    o.give_back();
+                }
                 return Err((at, retry_after));
             }
         }
@@ -652,8 +706,8 @@ fn fast_many<const RELATE: bool>(
     })
 }
 
-/// The rule at `at` of [`FastRules`] on the call (not a relate rule: [`fast_related`]): `Err` with the retry
-/// time when it refuses. `held`: a reservation an earlier rule took on the resource's node.
+/// The rule at `at` of [`FastRules`] on the call (neither a relate rule, [`fast_related`], nor a chain rule,
+/// [`fast_chain`]): `Err` with the retry time when it refuses. `held`: a reservation an earlier rule took on the resource's node.
 #[inline(always)]
 fn fast_one(
     rules: &ResourceFlowRules,
@@ -687,6 +741,32 @@ fn fast_related(
         Decision::Block { retry_after } => Err(retry_after),
         _ => Ok(()),
     }
+}
+
+/// A chain rule of the fast path: for a call in the context it names, its decision on the resource's node in
+/// that context ([`fast_on`]; a QPS rule after a chain rule that reserved there checks on that reservation),
+/// what it took added to `others`' (Java's `selectNodeByRequesterAndStrategy`: no node, and no decision, in
+/// any other context). `Err` with the retry time when it refuses.
+#[inline(always)]
+fn fast_chain(
+    st: &FlowRuleState,
+    others: &mut Others<'_>,
+    call: &CallCx<'_>,
+    wait: &mut u64,
+) -> Result<(), Option<std::time::Duration>> {
+    let Some(context) = others.context.filter(|c| st.rule.ref_resource.as_deref() == Some(c.name)) else {
+        return Ok(());
+    };
+    // The context's node records its own calls whenever a chain rule names the context (the engine splits the
+    // default context's node before such a rule is published): never the resource's node.
+    debug_assert!(!std::ptr::eq(context.node, call.cluster));
+    let held = match &mut others.took {
+        Took::Reservation(r) | Took::Both(r) => Some(r),
+        Took::Nothing | Took::Permit => None,
+    };
+    let took = fast_on(st, context.node, call, wait, held)?;
+    others.took = std::mem::replace(&mut others.took, Took::Nothing).with(took);
+    Ok(())
 }
 
 /// A rule of the fast path for the caller's origin, on the origin's `node`: a thread-grade rule's permit, or a

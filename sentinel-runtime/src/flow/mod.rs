@@ -89,6 +89,15 @@ impl FlowRuleState {
         self.rule.grade == FlowGrade::Thread && self.is_plain()
     }
 
+    /// A local chain rule for every caller (Java's `CHAIN`): it decides on the resource's node in the context it
+    /// names, for the calls made in that context.
+    fn is_fast_chain(&self) -> bool {
+        self.rule.strategy == FlowStrategy::Chain
+            && self.rule.ref_resource.is_some()
+            && matches!(self.limit_app, LimitApp::Default)
+            && !self.rule.cluster_mode
+    }
+
     /// A local relate rule for every caller that only reads the related resource's node: thread grade, or QPS
     /// rejecting or warming up (a rate limiter spaces the calls on its own state: the general path).
     fn is_fast_relate(&self) -> bool {
@@ -239,10 +248,12 @@ impl ResourceFlowRules {
 /// origin node, as many for one origin (or for "other") as for every caller and one of them thread-grade at
 /// most: only one origin's rules (or those for "other") apply to a call. All local, on their own nodes
 /// (direct), except that the rules for every caller may relate the resource to another one (Java's `RELATE`:
-/// thread grade, or QPS rejecting or warming up), whose node they only read. Thread-grade rules' permits (on
-/// the resource's node, on the origin's) are the one thing a call on the fast path holds; on each node a QPS
-/// rule after one that reserved reserves in the node's second window on that reservation (a third checks
-/// there), as on the general path.
+/// thread grade, or QPS rejecting or warming up), whose node they only read, or name an entrance (`CHAIN`: of
+/// either grade and any control behaviour, one of them thread-grade at most), on whose node for the resource
+/// they decide the calls made in that context. Thread-grade rules' permits (on the resource's node, the
+/// origin's, the context's) are the one thing a call on the fast path holds; on each node a QPS rule after
+/// one that reserved reserves in the node's second window on that reservation (a third checks there), as on
+/// the general path.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FastRules {
     /// Where the thread-grade rule is, and its limit (calls in flight).
@@ -253,16 +264,19 @@ pub(crate) struct FastRules {
     pub(crate) other: Option<usize>,
     /// Whether each origin (and "other") has one rule at most: then at most one rule applies to a call.
     pub(crate) one_per_origin: bool,
-    /// Whether there are more than two rules for every caller, or a relate rule: the rules for every caller
-    /// then take a loop of their own.
+    /// Whether there are more than two rules for every caller, or a relate or chain rule: the rules for every
+    /// caller then take a loop of their own.
     pub(crate) many: bool,
     /// The relate rules, one bit each by their place.
     relate: u16,
+    /// The chain rules, one bit each by their place.
+    chain: u16,
     /// Whether there are rules for origins or [`many`](Self::many) rules: the checks take copies of their own.
     pub(crate) wide: bool,
 }
 
-// The rules for origins fit the mask of `origin_rules`, one bit each; every rule fits the mask of `relate`.
+// The rules for origins fit the mask of `origin_rules`, one bit each; every rule fits those of `relate` and
+// `chain`.
 const _: () = assert!(FastRules::MAX_BY_ORIGIN <= 32);
 const _: () = assert!(FastRules::MAX_BY_ORIGIN + FastRules::MAX_FOR_EVERY_CALLER <= 16);
 
@@ -282,6 +296,7 @@ impl FastRules {
             one_per_origin: true,
             many: false,
             relate: 0,
+            chain: 0,
             wide: false,
         };
         // The rules are sorted: those for origins first (`ResourceFlowRules::new`).
@@ -308,6 +323,8 @@ impl FastRules {
             fast.one_per_origin &= size == 1;
         }
         fast.by_origin = by_origin;
+        // One permit on the context's node at most, as on the resource's.
+        let mut context_threads = false;
         for (i, st) in rules.iter().enumerate().skip(by_origin) {
             if st.is_plain_qps() {
                 continue;
@@ -316,19 +333,34 @@ impl FastRules {
                 fast.threads = Some((i, st.rule.count));
             } else if st.is_fast_relate() {
                 fast.relate |= 1 << i;
+            } else if st.is_fast_chain() && !(context_threads && st.rule.grade == FlowGrade::Thread) {
+                context_threads |= st.rule.grade == FlowGrade::Thread;
+                fast.chain |= 1 << i;
             } else {
                 return None;
             }
         }
-        fast.many = rules.len() - by_origin > 2 || fast.relate != 0;
+        fast.many = rules.len() - by_origin > 2 || fast.reads_others();
         fast.wide = by_origin > 0 || fast.many;
         (!rules.is_empty()).then_some(fast)
     }
 
-    /// Whether a rule is a relate rule.
+    /// Whether a rule reads a node other than the resource's and the origin's: a relate or a chain rule.
     #[inline(always)]
-    pub(crate) fn relates_any(&self) -> bool {
-        self.relate != 0
+    pub(crate) fn reads_others(&self) -> bool {
+        self.relate | self.chain != 0
+    }
+
+    /// Whether a rule is a chain rule.
+    #[inline(always)]
+    pub(crate) fn chains_any(&self) -> bool {
+        self.chain != 0
+    }
+
+    /// Whether the rule at `at` is a relate or a chain rule.
+    #[inline(always)]
+    pub(crate) fn reads_other(&self, at: usize) -> bool {
+        (self.relate | self.chain) & (1 << at) != 0
     }
 
     /// Whether the rule at `at` is a relate rule.
@@ -441,14 +473,17 @@ impl PermitNodes {
     }
 }
 
-/// The tokens the fast path's QPS rules took (one on the resource's node and one on the origin's at most), while
-/// the later checks run: given back if one refuses the call ([`FlowSlot`](check::FlowSlot)'s `undo_fast`), spent if the call passes.
+/// The tokens the fast path's QPS rules took (one on the resource's node, one on the origin's and one on the
+/// context's at most), while the later checks run: given back if one refuses the call
+/// ([`FlowSlot`](check::FlowSlot)'s `undo_fast`), spent if the call passes.
 #[derive(Debug, Default)]
 pub(crate) struct FastTaken {
     /// The token of the rules for every caller, on the resource's node.
     cluster: Option<(NodePtr, Reservation)>,
     /// The token of the rule for the caller's origin, on the origin's node.
     origin: Option<(NodePtr, Reservation)>,
+    /// The token of the chain rules, on the resource's node in the call's context.
+    context: Option<(NodePtr, Reservation)>,
 }
 
 impl FastTaken {
@@ -461,9 +496,14 @@ impl FastTaken {
     pub(crate) fn keep_origin(&mut self, node: &StatNode, r: Reservation) {
         self.origin = Some((NodePtr::of(node), r));
     }
+    /// Keeps the token the chain rules took on the resource's node in the call's context.
+    pub(crate) fn keep_context(&mut self, node: &StatNode, r: Reservation) {
+        self.context = Some((NodePtr::of(node), r));
+    }
     pub(crate) fn release(&mut self) {
         give_back_token(&mut self.cluster);
         give_back_token(&mut self.origin);
+        give_back_token(&mut self.context);
     }
 }
 
@@ -597,6 +637,15 @@ impl EntryState {
     fn push_origin_permit(&mut self) {
         self.permits |= PermitNodes::ORIGIN;
     }
+    /// Keeps a permit of the resource's node in the call's context (the fast path's chain rule).
+    fn push_context_permit(&mut self) {
+        self.permits |= PermitNodes::CONTEXT;
+    }
+    /// Whether a permit of the resource's node in the call's context is kept.
+    #[inline(always)]
+    fn holds_context_permit(&self) -> bool {
+        self.permits & PermitNodes::CONTEXT != 0
+    }
     /// Gives back the permits (one per node: a call in flight counts once, whatever its acquire count):
     /// `pending` when the call was never counted in flight (a check refused it).
     pub(crate) fn release_permits(&mut self, nodes: &PermitNodes, pending: bool) {
@@ -691,6 +740,25 @@ mod fast_rules_tests {
     }
 
     #[test]
+    fn chain_rules_for_every_caller_take_the_loop_of_the_fast_path_one_of_them_thread_grade_at_most() {
+        let qps = |count| FlowRule::new("r").count(count);
+        for (rules, chain) in [
+            (vec![qps(5.0).chain("ctx")], 0b1),
+            (vec![threads(1.0).chain("ctx")], 0b1),
+            (vec![qps(5.0), qps(4.0), qps(3.0).chain("ctx")], 0b100),
+            // One thread-grade rule on the resource's node and one on the context's.
+            (vec![threads(2.0), threads(1.0).chain("ctx"), qps(3.0).chain("ctx")], 0b110),
+            (vec![qps(5.0).chain("ctx").control_behavior(ControlBehavior::RateLimiter), qps(3.0).relate("s")], 0b1),
+            (vec![qps(2.0).limit_app("shop"), qps(4.0).chain("a"), qps(3.0).chain("b")], 0b110),
+        ] {
+            let f = fast(rules.clone()).unwrap_or_else(|| panic!("{rules:?}"));
+            assert_eq!(f.chain, chain, "{rules:?}");
+            assert!(f.many && f.wide && f.reads_others(), "{rules:?}");
+            assert!((0..rules.len()).all(|i| f.reads_other(i) == ((f.chain | f.relate) & (1 << i) != 0)));
+        }
+    }
+
+    #[test]
     fn relate_rules_for_every_caller_take_the_loop_of_the_fast_path() {
         let qps = |count| FlowRule::new("r").count(count);
         for (rules, relate) in [
@@ -704,12 +772,12 @@ mod fast_rules_tests {
         ] {
             let f = fast(rules.clone()).unwrap_or_else(|| panic!("{rules:?}"));
             assert_eq!(f.relate, relate, "{rules:?}");
-            assert!(f.many && f.wide && f.relates_any(), "{rules:?}");
+            assert!(f.many && f.wide && f.reads_others(), "{rules:?}");
             assert!((0..rules.len()).all(|i| f.relates(i) == (relate & (1 << i) != 0)), "{rules:?}");
         }
         let f = fast(vec![threads(2.0), threads(1.0).relate("s")]).unwrap();
         assert_eq!(f.threads, Some((0, 2.0)));
-        assert!(!fast(vec![qps(5.0), qps(4.0), qps(3.0)]).unwrap().relates_any());
+        assert!(!fast(vec![qps(5.0), qps(4.0), qps(3.0)]).unwrap().reads_others());
     }
 
     #[test]
@@ -725,14 +793,15 @@ mod fast_rules_tests {
             (0..=FastRules::MAX_FOR_EVERY_CALLER).map(|i| qps().count(i as f64 + 1.0).limit_app("shop")).collect(),
             vec![qps().limit_app("shop").relate("s")],
             too_many,
-            vec![threads(1.0).chain("ctx")],
+            // Two thread-grade chain rules (two permits on a context's node), or a chain rule for an origin.
+            vec![threads(1.0).chain("ctx"), threads(2.0).chain("other-ctx")],
+            vec![qps().chain("ctx").limit_app("shop")],
             // A relate rule that spaces calls (its own state, not the related node's), or a clustered one.
             vec![qps().relate("s").control_behavior(ControlBehavior::RateLimiter)],
             vec![qps(), qps().relate("s").control_behavior(ControlBehavior::WarmUpRateLimiter)],
             vec![FlowRule { cluster_mode: true, ..qps().relate("s") }],
             // Five rules for every caller, one of them relating the resource to another.
             [vec![qps().relate("s")], (0..FastRules::MAX_FOR_EVERY_CALLER).map(|_| qps()).collect()].concat(),
-            vec![qps(), qps(), qps().chain("ctx")],
             vec![FlowRule { cluster_mode: true, ..qps() }, threads(1.0)],
         ] {
             assert!(fast(rules.clone()).is_none(), "{rules:?}");

@@ -80,7 +80,7 @@ use std::sync::Arc;
 
 use crate::error::{BlockError, RuleError, RuleKind};
 use crate::flow::{ControlBehavior, FlowGrade};
-use crate::slot::contract::{CallCx, CheckCx, ExitCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, ExitCx, FastCall, RuleSlot, Verdict};
 
 pub(crate) use manager::{ParamFlowManager, ParamRuleOwner};
 #[cfg(feature = "tower")]
@@ -439,16 +439,16 @@ impl RuleSlot for ParamSlot {
     fn check_fast<'c>(
         rules: &ResourceParamRules,
         _: &(),
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         wait: &mut u64,
         held: &mut EntryState,
         _: Option<&mut ()>,
     ) -> Result<(), BlockError> {
         // The first check of the fast path that can ask for a wait (the authority lists before it never do).
         *wait = if rules.holds_permits {
-            check_holding_permits(rules, &call(), held)?
+            check_holding_permits(rules, &call.call(), held)?
         } else {
-            check_holding_nothing(rules, &call())?
+            check_holding_nothing(rules, &call.call())?
         };
         Ok(())
     }
@@ -460,7 +460,7 @@ impl RuleSlot for ParamSlot {
     fn undo_fast<'c>(
         rules: &ResourceParamRules,
         _: &(),
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         held: &mut EntryState,
         _: Option<&mut ()>,
     ) {
@@ -468,7 +468,7 @@ impl RuleSlot for ParamSlot {
             give_back_cold(rules, held);
         }
         // The check passed (a later one refused): every value took its tokens.
-        give_back_tokens(rules, &call(), rules.rules.len(), 0);
+        give_back_tokens(rules, &call.call(), rules.rules.len(), 0);
     }
 
     /// The call was refused: its thread permits go back, and the tokens it took if the check passed it (a

@@ -46,6 +46,38 @@ pub(crate) struct CallCx<'a> {
     pub(crate) entry_type: EntryType,
 }
 
+/// The fast path's view of a call, made in place when a check needs it: the call ([`CallCx`]; a check that reads
+/// two of its fields costs two loads), and, for the checks that read it (chain rules), the call's context.
+pub(crate) trait FastCall<'c> {
+    /// The call.
+    fn call(&self) -> CallCx<'c>;
+    /// The call's context.
+    fn context(&self) -> ContextCx<'c>;
+}
+
+/// The call's context as the fast path's checks see it ([`FastCall::context`]).
+#[derive(Clone, Copy)]
+pub(crate) struct ContextCx<'c> {
+    /// The context's name.
+    pub(crate) name: &'c str,
+    /// The numbers of the resource's node in the context (chain rules decide on them).
+    pub(crate) node: &'c StatNode,
+}
+
+/// A [`FastCall`] of two closures, which make the call's view and its context's.
+pub(crate) struct FastView<C, X>(pub(crate) C, pub(crate) X);
+
+impl<'c, C: Fn() -> CallCx<'c>, X: Fn() -> ContextCx<'c>> FastCall<'c> for FastView<C, X> {
+    #[inline(always)]
+    fn call(&self) -> CallCx<'c> {
+        (self.0)()
+    }
+    #[inline(always)]
+    fn context(&self) -> ContextCx<'c> {
+        (self.1)()
+    }
+}
+
 /// What a check on the general path sees of the entry being decided: the call ([`CallCx`], through `Deref`),
 /// the nodes it records on, its context, and a lookup of other resources.
 pub(crate) struct CheckCx<'a> {
@@ -256,7 +288,7 @@ pub(crate) trait RuleSlot {
     fn check_fast<'c>(
         rules: &Self::Rules,
         state: &Self::State,
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         wait: &mut u64,
         held: &mut Self::Held,
         taken: Option<&mut Self::FastTaken>,
@@ -286,7 +318,7 @@ pub(crate) trait RuleSlot {
     fn undo_fast<'c>(
         rules: &Self::Rules,
         state: &Self::State,
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         held: &mut Self::Held,
         taken: Option<&mut Self::FastTaken>,
     ) {

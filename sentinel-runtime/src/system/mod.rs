@@ -52,7 +52,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{BlockError, RuleError, RuleKind, SystemLimit};
 use crate::rcu::{RcuPtr, RetireBatch};
-use crate::slot::contract::{CallCx, CheckCx, RuleSlot, Verdict};
+use crate::slot::contract::{CallCx, CheckCx, FastCall, RuleSlot, Verdict};
 use crate::stat::StatNode;
 
 use sampler::{Readings, Sampler};
@@ -265,12 +265,12 @@ impl RuleSlot for SystemSlot {
     fn check_fast<'c>(
         rules: &SystemManager,
         inbound: &StatNode,
-        call: &impl Fn() -> CallCx<'c>,
+        call: &impl FastCall<'c>,
         _: &mut u64,
         _: &mut (),
         _: Option<&mut ()>,
     ) -> Result<(), BlockError> {
-        rules.check(&call(), inbound)
+        rules.check(&call.call(), inbound)
     }
 }
 
