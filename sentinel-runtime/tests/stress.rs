@@ -104,20 +104,28 @@ fn admission_stays_exact_with_more_threads_than_cores_and_continuous_reloads() {
 /// Two to four QPS rules with different limits on one resource (the second reserves in the node's second
 /// window, a later one checks there), the lowest first, second or last, on a frozen clock as above: no
 /// second ever admits more than the lowest limit, and each phase takes exactly what the lowest limit leaves.
+/// The same with chain rules naming the calls' context (the default one), which decide on the resource's node
+/// in it (negative limits below: a chain rule's).
 #[test]
 fn several_qps_limits_stay_exact_with_more_threads_than_cores() {
     let threads = 16 * scale();
-    let sets: [&[f64]; 5] = [
+    let sets: [&[f64]; 7] = [
         &[1000.0, 600.0],
         &[600.0, 1000.0],
         &[1000.0, 800.0, 600.0],
         &[600.0, 1000.0, 800.0],
         &[900.0, 600.0, 1000.0, 700.0],
+        &[1000.0, -600.0],
+        &[-800.0, 1000.0, -600.0, 700.0],
     ];
+    let rule = |limit: f64| match limit < 0.0 {
+        false => FlowRule::new("two").count(limit),
+        true => FlowRule::new("two").count(-limit).chain(sentinel_runtime::DEFAULT_CONTEXT_NAME),
+    };
     for limits in sets {
         let clock = ManualClock::at_millis(1_700_000_000_000);
         let engine = Sentinel::builder().manual_clock(clock.clone()).build();
-        engine.load_flow_rules(limits.iter().map(|&l| FlowRule::new("two").count(l))).unwrap();
+        engine.load_flow_rules(limits.iter().map(|&l| rule(l))).unwrap();
         let two = engine.resource("two");
         let mut previous = 0u64;
         for phase in 0..10 * scale() {
