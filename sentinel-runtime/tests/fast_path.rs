@@ -320,12 +320,7 @@ fn three_and_four_rules_for_every_caller_decide_on_the_fast_path_as_on_the_gener
     ];
     for rules in sets {
         let (fast_engine, general_engine) = decide_alike(&rules, &["", "appA", "appB"], 600, 3, (4, 37));
-        let counts = |e: &Sentinel| {
-            let s = e.cluster_stats("api").unwrap();
-            (s.minute_pass, s.minute_block, s.threads)
-        };
-        assert_eq!(counts(&fast_engine), counts(&general_engine), "{rules:?}");
-        assert_eq!(counts(&fast_engine).2, 0, "{rules:?}: every permit back");
+        counted_alike(&fast_engine, &general_engine, &rules);
     }
 }
 
@@ -396,12 +391,7 @@ fn relate_rules_decide_on_the_fast_path_as_on_the_general_path() {
         drop((held, held_orders));
         assert_eq!(by_relate[0], 0, "{rules:?}: no node before \"orders\" is entered, no refusal");
         assert!(by_relate[1] > 0, "{rules:?}: \"orders\" busy, some refusals");
-        let counts = |e: &Sentinel| {
-            let s = e.cluster_stats("api").unwrap();
-            (s.minute_pass, s.minute_block, s.threads)
-        };
-        assert_eq!(counts(&fast_engine), counts(&general_engine), "{rules:?}");
-        assert_eq!(counts(&fast_engine).2, 0, "{rules:?}: every permit back");
+        counted_alike(&fast_engine, &general_engine, &rules);
     }
 }
 
@@ -477,12 +467,7 @@ fn chain_rules_decide_on_the_fast_path_as_on_the_general_path() {
         }
         drop(held);
         assert!(by_chain > 0, "{rules:?}: some calls in the entrance refused by a chain rule");
-        let counts = |e: &Sentinel| {
-            let s = e.cluster_stats("api").unwrap();
-            (s.minute_pass, s.minute_block, s.threads)
-        };
-        assert_eq!(counts(&fast_engine), counts(&general_engine), "{rules:?}");
-        assert_eq!(counts(&fast_engine).2, 0, "{rules:?}: every permit back");
+        counted_alike(&fast_engine, &general_engine, &rules);
     }
 }
 
@@ -892,6 +877,17 @@ fn decide_alike(
     drop(held);
     assert!(passed > 0 && blocked > 0, "{rules:?}: some pass ({passed}), some not");
     (fast_engine, general_engine)
+}
+
+/// The minute's passes and blocks of `api` on both engines of [`fast_and_general`] are the same, and nothing is
+/// in flight on either (every permit went back).
+fn counted_alike(fast: &Sentinel, general: &Sentinel, rules: &[FlowRule]) {
+    let counts = |e: &Sentinel| {
+        let s = e.cluster_stats("api").unwrap();
+        (s.minute_pass, s.minute_block, s.threads)
+    };
+    assert_eq!(counts(fast), counts(general), "{rules:?}");
+    assert_eq!(counts(fast).2, 0, "{rules:?}: every permit back");
 }
 
 /// An engine with the flow rules `flow` on `db` and an adaptive limit of one call in flight beside them, which
