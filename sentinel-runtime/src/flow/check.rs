@@ -370,9 +370,9 @@ fn check_simple_only(
 
 /// The fast path's check of [`FastRules`] other than a lone reject-style QPS rule (which takes
 /// [`check_simple_only`]): for every caller a QPS rule of any control behaviour, a thread-grade rule, one of
-/// each, or two QPS rules (`MANY`: three or more, up to [`FastRules::MAX_FOR_EVERY_CALLER`]; with a relate
-/// rule among them, [`check_fast_relate`]), after the rules for the caller's origin if some apply (`BY_ORIGIN`: the resource may have rules for origins), in the rules'
-/// order. A thread-grade rule's permit is held (`held`) until exit; what the earlier rules took is given back
+/// each, or two QPS rules (`MANY`: three or more, up to [`FastRules::MAX_FOR_EVERY_CALLER`]; with a relate or
+/// chain rule among them, [`check_fast_others`]), after the rules for the caller's origin if some apply
+/// (`BY_ORIGIN`: the resource may have rules for origins), in the rules' order. A thread-grade rule's permit is held (`held`) until exit; what the earlier rules took is given back
 /// when a later one refuses; a QPS rule's token goes to `taken`; a rate limiter's wait adds to `wait`.
 #[inline(never)]
 fn check_fast_rules<const BY_ORIGIN: bool, const MANY: bool>(
@@ -675,7 +675,7 @@ fn fast_many<const OTHERS: bool>(
             let st = &rules.rules[at];
             let decided = match fast.relates(at) {
                 // Takes nothing: it only reads the other resource's node.
-                true => fast_related(st, Some(o.resources), call),
+                true => fast_related(st, o.resources, call),
                 false => fast_chain(st, o, call, wait),
             };
             if let Err(retry_after) = decided {
@@ -707,7 +707,8 @@ fn fast_many<const OTHERS: bool>(
 }
 
 /// The rule at `at` of [`FastRules`] on the call (neither a relate rule, [`fast_related`], nor a chain rule,
-/// [`fast_chain`]): `Err` with the retry time when it refuses. `held`: a reservation an earlier rule took on the resource's node.
+/// [`fast_chain`]): `Err` with the retry time when it refuses. `held`: a reservation an earlier rule took on
+/// the resource's node.
 #[inline(always)]
 fn fast_one(
     rules: &ResourceFlowRules,
@@ -731,10 +732,10 @@ fn fast_one(
 #[inline(always)]
 fn fast_related(
     st: &FlowRuleState,
-    resources: Option<&dyn Resources>,
+    resources: &dyn Resources,
     call: &CallCx<'_>,
 ) -> Result<(), Option<std::time::Duration>> {
-    let Some(node) = resources.and_then(|r| related_node(st, r)) else {
+    let Some(node) = related_node(st, resources) else {
         return Ok(());
     };
     match related_decision(st, node, call.now_ms, call.acquire) {
@@ -769,8 +770,9 @@ fn fast_chain(
     Ok(())
 }
 
-/// A rule of the fast path for the caller's origin, on the origin's `node`: a thread-grade rule's permit, or a
-/// QPS rule's decision ([`fast_qps`]; `held`: a reservation an earlier rule took on `node`).
+/// A rule of the fast path on a node other than the resource's (the caller's origin's, or for a chain rule the
+/// resource's node in the call's context): a thread-grade rule's permit, or a QPS rule's decision
+/// ([`fast_qps`]; `held`: a reservation an earlier rule took on `node`).
 #[inline(always)]
 fn fast_on(
     st: &FlowRuleState,
@@ -802,8 +804,8 @@ fn fast_permit(
     }
 }
 
-/// A QPS rule of the fast path on `node` (the resource's, or the caller's origin's): `Err` with the retry time
-/// when it refuses. `held`: a reservation an earlier rule took on `node` (this rule then reserves in the
+/// A QPS rule of the fast path on `node` (the resource's, the caller's origin's, or the resource's node in the
+/// call's context): `Err` with the retry time when it refuses. `held`: a reservation an earlier rule took on `node` (this rule then reserves in the
 /// node's second window on it, or checks there).
 #[inline(always)]
 fn fast_qps(
