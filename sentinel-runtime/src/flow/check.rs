@@ -578,10 +578,7 @@ fn fast_by_origins<'c>(
     while applying != 0 {
         let at = applying.trailing_zeros() as usize;
         applying &= applying - 1;
-        let held = match &mut took {
-            Took::Reservation(r) | Took::Both(r) => Some(r),
-            Took::Nothing | Took::Permit => None,
-        };
+        let held = took.reservation();
         match fast_on(&rules.rules[at], node, call, wait, held) {
             Ok(t) => took = took.with(t),
             Err(retry_after) => {
@@ -635,6 +632,15 @@ impl Took {
         }
     }
 
+    /// The token taken, which a later QPS rule on the same node reserves on (or checks on).
+    #[inline(always)]
+    fn reservation(&mut self) -> Option<&mut Reservation> {
+        match self {
+            Took::Reservation(r) | Took::Both(r) => Some(r),
+            Took::Nothing | Took::Permit => None,
+        }
+    }
+
     /// What this and `other` took together, on one node, when at most one of them took a token and at most
     /// one a permit.
     fn with(self, other: Took) -> Took {
@@ -685,10 +691,7 @@ fn fast_many<const OTHERS: bool>(
             }
             continue;
         }
-        let held = match &mut took {
-            Took::Reservation(r) | Took::Both(r) => Some(r),
-            Took::Nothing | Took::Permit => None,
-        };
+        let held = took.reservation();
         match fast_one(rules, fast, at, call, wait, held) {
             Ok(t) => took = took.with(t),
             Err(retry_after) => {
@@ -761,10 +764,7 @@ fn fast_chain(
     // The context's node records its own calls whenever a chain rule names the context (the engine splits the
     // default context's node before such a rule is published): never the resource's node.
     debug_assert!(!std::ptr::eq(context.node, call.cluster));
-    let held = match &mut others.took {
-        Took::Reservation(r) | Took::Both(r) => Some(r),
-        Took::Nothing | Took::Permit => None,
-    };
+    let held = others.took.reservation();
     let took = fast_on(st, context.node, call, wait, held)?;
     others.took = std::mem::replace(&mut others.took, Took::Nothing).with(took);
     Ok(())
@@ -805,8 +805,8 @@ fn fast_permit(
 }
 
 /// A QPS rule of the fast path on `node` (the resource's, the caller's origin's, or the resource's node in the
-/// call's context): `Err` with the retry time when it refuses. `held`: a reservation an earlier rule took on `node` (this rule then reserves in the
-/// node's second window on it, or checks there).
+/// call's context): `Err` with the retry time when it refuses. `held`: a reservation an earlier rule took on
+/// `node` (this rule then reserves in the node's second window on it, or checks there).
 #[inline(always)]
 fn fast_qps(
     st: &FlowRuleState,
